@@ -1,0 +1,118 @@
+"""Planning speed and memory on a generated 100k-row batch.
+
+Prints rows/s and peak RSS for planning (validate + intents + one transaction into SQLite)
+next to a plain, non-durable loop over the same file (csv.reader + json.dumps of each row),
+each measured in its own fresh process so peak RSS is not shared.
+
+    python bench/plan.py [--rows 100000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def generate(path: Path, rows: int) -> None:
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["id", "to", "subject", "body", "first_name", "plan"])
+        for i in range(1, rows + 1):
+            writer.writerow(
+                [
+                    f"c-{i:07d}",
+                    f"customer{i}@example.com",
+                    f"Your December invoice INV-{i:07d}",
+                    f"Hi Customer {i},\nyour invoice for {i % 97 + 10}.00 EUR is ready.",
+                    f"Customer {i}",
+                    ("starter", "team", "business")[i % 3],
+                ]
+            )
+
+
+def child_plain(batch: Path) -> dict[str, float]:
+    start = time.perf_counter()
+    with batch.open(newline="", encoding="utf-8") as handle:
+        reader = csv.reader(handle)
+        header = next(reader)
+        n = sum(1 for row in reader if json.dumps(dict(zip(header, row, strict=True))))
+    return {"rows": n, "seconds": time.perf_counter() - start}
+
+
+def child_plan(batch: Path, db: Path) -> dict[str, float]:
+    # Imported here so the plain baseline process does not pay for notifier at all.
+    from notifier import app, config  # noqa: PLC0415
+
+    env = app.Env(db_path=db, config=config.load(None, explicit=False), say=lambda line: None)
+    start = time.perf_counter()
+    plan = app.plan_batch(env, batch, channel=None, run_id=None)
+    planned = time.perf_counter()
+    store = app.store_plan(env, plan, batch, {"concurrency": 1}, new_run=False)
+    store.close()
+    end = time.perf_counter()
+    return {
+        "rows": len(plan.items),
+        "seconds": end - start,
+        "validate_s": planned - start,
+        "store_s": end - planned,
+    }
+
+
+def run_child(kind: str, batch: Path, db: Path) -> dict[str, float]:
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", kind, "--batch", str(batch), "--db", str(db)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    result: dict[str, float] = json.loads(out.stdout)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--child")
+    parser.add_argument("--batch", type=Path)
+    parser.add_argument("--db", type=Path)
+    args = parser.parse_args()
+    if args.child:
+        result = (
+            child_plain(args.batch) if args.child == "plain" else child_plan(args.batch, args.db)
+        )
+        result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(json.dumps(result))
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        batch = Path(tmp) / "batch.csv"
+        generate(batch, args.rows)
+        size_mb = batch.stat().st_size / 1e6
+        plain = run_child("plain", batch, Path(tmp) / "unused.db")
+        plan = run_child("plan", batch, Path(tmp) / "receipts.db")
+        db_mb = (Path(tmp) / "receipts.db").stat().st_size / 1e6
+    print(f"batch: {args.rows} rows, {size_mb:.1f} MB CSV")
+    print(
+        f"plain loop (csv + json, not durable): {plain['rows'] / plain['seconds']:,.0f} rows/s, "
+        f"{plain['seconds']:.2f} s, peak RSS {plain['peak_rss_mb']:.0f} MB"
+    )
+    print(
+        f"notifier plan (validate + intents + one transaction): "
+        f"{plan['rows'] / plan['seconds']:,.0f} rows/s, {plan['seconds']:.2f} s "
+        f"(validate+digest {plan['validate_s']:.2f} s, store {plan['store_s']:.2f} s), "
+        f"peak RSS {plan['peak_rss_mb']:.0f} MB, database {db_mb:.0f} MB"
+    )
+    print(
+        f"ratio plan/plain: time x{plan['seconds'] / plain['seconds']:.1f}, "
+        f"peak RSS x{plan['peak_rss_mb'] / plain['peak_rss_mb']:.1f}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,5 @@
+"""`python -m notifier` is the `notifier` command."""
+
+from .cli import main
+
+main()

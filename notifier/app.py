@@ -1,0 +1,339 @@
+"""What each command does, between parsing (cli.py) and the layers below. No SQL, no
+rendering: this module opens the store, picks the run, takes the lease and runs the work."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from . import config as config_module
+from . import crash
+from .batch import read_batch
+from .channels import Channel, ChannelConfigError, build_channel
+from .config import Config
+from .lease import Lease, holder_alive
+from .plan import RUN_ID_PATTERN, Plan, make_plan, new_run_id
+from .reconcile import settle
+from .runner import EXIT_ATTENTION, EXIT_DONE, Runner, RunOptions, RunResult
+from .state_machine import FINISHED_RUN_STATES, ItemState, RunState
+from .store import LeaseHeld, Run, Store
+
+Say = Callable[[str], None]
+
+
+class AppError(Exception):
+    """A user-fixable problem; `code` is the contract's exit code."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Env:
+    db_path: Path
+    config: Config
+    say: Say
+
+
+def open_store(env: Env, *, create: bool = False, readonly: bool = False) -> Store:
+    return Store.open(env.db_path, create=create, readonly=readonly)
+
+
+def pick_run(store: Store, run_id: str | None, *, active_only: bool = False) -> Run:
+    """RUN_ID, or the newest run (for resume: the newest not completed or cancelled)."""
+    if run_id is not None:
+        try:
+            return store.get_run(run_id)
+        except KeyError:
+            raise AppError(
+                f"{store.path}: no run {run_id!r}. `notifier runs` lists the runs.", 2
+            ) from None
+    run = store.newest_run(exclude=FINISHED_RUN_STATES if active_only else ())
+    if run is None:
+        what = "unfinished run to resume" if active_only else "run"
+        raise AppError(f"{store.path}: there is no {what}. `notifier runs` lists the runs.", 2)
+    return run
+
+
+# ---------------------------------------------------------------------- send / resume
+
+
+@dataclass(frozen=True)
+class DryRun:
+    plan: Plan
+    existing: list[Run]
+
+
+def plan_batch(env: Env, batch: Path, *, channel: str | None, run_id: str | None) -> Plan:
+    """Validate the whole file and compute every intent; nothing is stored here."""
+    types = env.config.channel_types()
+    if channel is not None and channel not in types:
+        known = ", ".join(sorted(types))
+        raise AppError(f"--channel {channel!r} is not defined; known channels: {known}.", 2)
+    if run_id is not None and not RUN_ID_PATTERN.match(run_id):
+        raise AppError(f"--run-id {run_id!r}: use 1-64 letters, digits, '.', '_' or '-'.", 2)
+    rows = read_batch(batch, types, channel or config_module.DEFAULT_CHANNEL)
+    return make_plan(rows, env.config, run_id or new_run_id())
+
+
+def dry_run(env: Env, plan: Plan) -> DryRun:
+    existing: list[Run] = []
+    if env.db_path.exists():
+        store = open_store(env, readonly=True)
+        try:
+            existing = store.runs_with_fingerprint(plan.fingerprint)
+        finally:
+            store.close()
+    return DryRun(plan, existing)
+
+
+def store_plan(
+    env: Env, plan: Plan, batch: Path, options: Mapping[str, object], new_run: bool
+) -> Store:
+    store = open_store(env, create=True)
+    try:
+        same = store.runs_with_fingerprint(plan.fingerprint)
+        if same and not new_run:
+            run = same[0]
+            raise AppError(
+                f"{batch}: this batch was already planned as run {run.run_id} "
+                f"(state {run.state.value}). Continue it with `notifier resume {run.run_id}`, "
+                "or pass --new-run to send every row again as a new run.",
+                2,
+            )
+        with suppress(KeyError):
+            store.get_run(plan.run_id)
+            raise AppError(f"run {plan.run_id!r} already exists: choose another --run-id.", 2)
+        store.create_run(plan.run_row(str(batch), dict(options)), plan.items)
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
+def work_run(
+    env: Env,
+    store: Store,
+    run: Run,
+    options: RunOptions,
+    *,
+    advance: Callable[[int], None] = lambda n: None,
+) -> RunResult:
+    """Take the run's lease, then settle and send until done, stopped or interrupted."""
+    plan = crash.from_env()
+    for note in config_module.snapshot_drift(run.channel_snapshot, env.config):
+        env.say(f"note: {note}")
+    channels = build_channels(run, env.db_path.parent)
+    interrupted = threading.Event()
+    try:
+        with (
+            take_lease(store, run, env.config.lease_ttl_s) as lease,
+            interrupt_guard(interrupted, env.say),
+        ):
+            runner = Runner(
+                store,
+                run.run_id,
+                channels,
+                env.config.retry.policy(),
+                options,
+                lease_version=lease.version,
+                lease_lost=lease.lost,
+                interrupted=interrupted,
+                crash=plan,
+                say=env.say,
+                advance=advance,
+            )
+            return runner.run()
+    finally:
+        for channel in channels.values():
+            channel.close()
+
+
+def build_channels(run: Run, base_dir: Path) -> dict[str, Channel]:
+    """The channels as the run snapshotted them, never as the file says now."""
+    try:
+        return {
+            name: build_channel(name, definition, base_dir)
+            for name, definition in run.channel_snapshot.items()
+        }
+    except ChannelConfigError as exc:
+        raise AppError(f"run {run.run_id}: {exc}", 2) from exc
+
+
+@contextmanager
+def take_lease(store: Store, run: Run, ttl_s: float) -> Iterator[Lease]:
+    try:
+        lease = Lease(store, run.run_id, ttl_s)
+    except LeaseHeld as held:
+        raise AppError(
+            f"run {run.run_id} is being worked by pid {held.owner.get('pid')} on "
+            f"{held.owner.get('host')} (lease until {held.expires_at}). Wait for it to "
+            "finish, or stop it with `notifier cancel`.",
+            4,
+        ) from held
+    with lease:
+        yield lease
+
+
+@contextmanager
+def interrupt_guard(interrupted: threading.Event, say: Say) -> Iterator[None]:
+    """First Ctrl-C: finish what was already sent, record it, pause. Second: leave now (the
+    next resume settles whatever was in flight)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if interrupted.is_set():
+            os._exit(130)
+        interrupted.set()
+        say("Ctrl-C: finishing the requests already sent, then pausing (Ctrl-C again to quit now)")
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+# ---------------------------------------------------------------------- cancel
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    run: Run
+    exit_code: int
+    message: str
+
+
+def cancel(env: Env, run_id: str | None, wait_s: float) -> CancelResult:
+    store = open_store(env)
+    try:
+        run = pick_run(store, run_id)
+        if run.state in FINISHED_RUN_STATES:
+            return CancelResult(
+                run,
+                _attention_code(store, run),
+                f"run {run.run_id} is already {run.state.value}; nothing to cancel.",
+            )
+        store.request_cancel(run.run_id)
+        run = _wait_for_worker(store, run.run_id, wait_s)
+        if run.state is not RunState.CANCELLED:
+            if run.lease_owner and holder_alive(run.lease_owner, run.lease_expires_at):
+                return CancelResult(
+                    run,
+                    EXIT_ATTENTION,
+                    f"cancel recorded, but pid {run.lease_owner.get('pid')} is still finishing "
+                    f"after {wait_s:g}s; it claims nothing new. Check with `notifier status`.",
+                )
+            run = _cancel_without_worker(env, store, run)
+        message = f"run {run.run_id} cancelled."
+        return CancelResult(run, _attention_code(store, run), message)
+    finally:
+        store.close()
+
+
+def _wait_for_worker(store: Store, run_id: str, wait_s: float) -> Run:
+    deadline = time.monotonic() + wait_s
+    while True:
+        run = store.get_run(run_id)
+        live = run.lease_owner is not None and holder_alive(run.lease_owner, run.lease_expires_at)
+        if run.state is RunState.CANCELLED or not live or time.monotonic() >= deadline:
+            return run
+        time.sleep(0.05)
+
+
+def _cancel_without_worker(env: Env, store: Store, run: Run) -> Run:
+    """No live worker: settle what it left in flight by query, then mark the run cancelled."""
+    channels = build_channels(run, env.db_path.parent)
+    try:
+        with take_lease(store, run, env.config.lease_ttl_s) as lease:
+            settle(store, run.run_id, channels, lease.version, include_unknown=True, say=env.say)
+            store.move_run(run.run_id, "cancel", lease.version)
+    finally:
+        for channel in channels.values():
+            channel.close()
+    return store.get_run(run.run_id)
+
+
+def _attention_code(store: Store, run: Run) -> int:
+    counts = store.counts(run.run_id)
+    return EXIT_ATTENTION if counts["unknown"] or counts["failed"] else EXIT_DONE
+
+
+# ---------------------------------------------------------------------- reconcile
+
+
+def reconcile_by_query(env: Env, run_id: str | None) -> tuple[Run, int]:
+    store = open_store(env)
+    try:
+        run = pick_run(store, run_id)
+        channels = build_channels(run, env.db_path.parent)
+        try:
+            with take_lease(store, run, env.config.lease_ttl_s) as lease:
+                settlements = settle(
+                    store, run.run_id, channels, lease.version, include_unknown=True, say=env.say
+                )
+                if not settlements:
+                    env.say(
+                        "nothing to settle: no item is in flight or unknown on a queryable channel."
+                    )
+                complete_if_done(store, run.run_id, lease.version)
+        finally:
+            for channel in channels.values():
+                channel.close()
+        run = store.get_run(run.run_id)
+        return run, _attention_code(store, run)
+    finally:
+        store.close()
+
+
+def complete_if_done(store: Store, run_id: str, lease_version: int) -> None:
+    """A paused or halted run whose every item is now sent or failed is completed."""
+    run = store.get_run(run_id)
+    counts = store.counts(run_id)
+    if run.state in (RunState.PAUSED, RunState.HALTED) and not (
+        counts["pending"] or counts["in_flight"] or counts["unknown"]
+    ):
+        store.move_run(run_id, "complete", lease_version)
+
+
+MARKS: Mapping[str, str] = {"sent": "mark_sent", "not-sent": "mark_not_sent", "abandon": "abandon"}
+
+
+def operator_name() -> str:
+    return os.environ.get("USER") or os.environ.get("USERNAME") or "unknown"
+
+
+def decide(
+    env: Env, store: Store, run: Run, item_ref: str, mark: str, evidence: str, lease_version: int
+) -> str:
+    item = store.item_by_id(run.run_id, item_ref)
+    if item is None and item_ref.isdigit():
+        with suppress(KeyError):
+            item = store.item(run.run_id, int(item_ref))
+    if item is None:
+        raise AppError(f"run {run.run_id} has no item {item_ref!r}.", 2)
+    if item.state is not ItemState.UNKNOWN:
+        raise AppError(
+            f"item {item.item_id} (seq {item.seq}) is {item.state.value}, not unknown: only "
+            "unknown items are settled by hand.",
+            2,
+        )
+    if not evidence.strip():
+        raise AppError("--evidence is required: say what the decision rests on.", 2)
+    store.decide(run.run_id, item.seq, MARKS[mark], operator_name(), evidence, lease_version)
+    after = {
+        "sent": "sent",
+        "not-sent": "pending (it will be sent with the same key on resume)",
+        "abandon": "failed",
+    }[mark]
+    return f"item {item.item_id} (seq {item.seq}) → {after}; evidence recorded."

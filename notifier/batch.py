@@ -1,0 +1,253 @@
+"""Reading and validating a batch CSV: the whole file is checked before anything is stored.
+
+Every problem is reported with the line it starts on, so an operator can fix the file in one
+pass instead of discovering problems one run at a time.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+RESERVED = ("to", "subject", "body", "id", "channel")
+MAX_REPORTED = 20
+# Header-injection guard: a recipient or subject that carries a line break (or any other
+# control character) could smuggle extra headers into an e-mail or a webhook log line.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_EMAIL = re.compile(r"^[^@\s<>,;\"]+@[^@\s<>,;\"]+\.[^@\s<>,;\"]+$")
+
+
+@dataclass(frozen=True)
+class BatchRow:
+    line: int
+    seq: int
+    item_id: str
+    to: str
+    subject: str
+    body: str
+    channel: str
+    data: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Problem:
+    line: int
+    message: str
+
+
+class BatchError(Exception):
+    """The file cannot be planned; `problems` says where and how to fix it."""
+
+    def __init__(self, path: Path, problems: list[Problem]) -> None:
+        self.path = path
+        self.problems = problems
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        n = len(self.problems)
+        head = f"{self.path}: {n} problem{'s' if n != 1 else ''}; nothing was stored."
+        lines = [head]
+        for p in self.problems[:MAX_REPORTED]:
+            lines.append(f"  line {p.line}: {p.message}")
+        if n > MAX_REPORTED:
+            lines.append(f"  … and {n - MAX_REPORTED} more.")
+        lines.append("Fix the file and run the command again.")
+        return "\n".join(lines)
+
+
+def read_batch(
+    path: Path, channel_types: Mapping[str, str], default_channel: str
+) -> list[BatchRow]:
+    """Parse and validate `path`; raise BatchError listing every problem found."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise BatchError(path, [Problem(0, f"cannot read the file ({exc.strerror})")]) from exc
+    text = _decode(path, raw)
+    if not text.strip():
+        raise BatchError(
+            path, [Problem(1, "the file is empty: add a header row (to,subject,body) and rows")]
+        )
+    return _parse(path, text, channel_types, default_channel)
+
+
+def _decode(path: Path, raw: bytes) -> str:
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    problems = []
+    for number, line in enumerate(raw.split(b"\n"), start=1):
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            bad = line[exc.start : exc.start + 4].hex(" ")
+            problems.append(
+                Problem(
+                    number,
+                    f"bytes {bad} at column {exc.start + 1} are not UTF-8: "
+                    "save the file as UTF-8 (CSV UTF-8 in a spreadsheet)",
+                )
+            )
+    raise BatchError(path, problems)
+
+
+def _parse(
+    path: Path, text: str, channel_types: Mapping[str, str], default_channel: str
+) -> list[BatchRow]:
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    problems: list[Problem] = []
+    rows: list[BatchRow] = []
+    header: list[str] | None = None
+    columns: dict[str, int] = {}
+    first_use_of_id: dict[str, int] = {}
+    start = 1
+    try:
+        for record in reader:
+            line, start = start, reader.line_num + 1
+            if not any(cell.strip() for cell in record):
+                continue  # blank lines (and rows of bare commas) carry no notification
+            if header is None:
+                header = [cell.strip() for cell in record]
+                columns = _check_header(header, line, problems)
+                if problems:
+                    break
+                continue
+            row = _check_row(
+                record,
+                line,
+                len(rows) + 1,
+                header,
+                columns,
+                first_use_of_id,
+                channel_types,
+                default_channel,
+                problems,
+            )
+            if row is not None:
+                rows.append(row)
+    except csv.Error as exc:
+        problems.append(
+            Problem(start, f"malformed CSV ({exc}): close every quote and double any quote inside")
+        )
+    if header is not None and not rows and not problems:
+        problems.append(
+            Problem(2, "the file has a header but no rows: add one row per notification")
+        )
+    if problems:
+        raise BatchError(path, problems)
+    return rows
+
+
+def _check_header(header: list[str], line: int, problems: list[Problem]) -> dict[str, int]:
+    columns: dict[str, int] = {}
+    seen: dict[str, int] = {}
+    for index, name in enumerate(header):
+        if not name:
+            problems.append(
+                Problem(line, f"header column {index + 1} has no name: name it or delete it")
+            )
+            continue
+        folded = name.casefold()
+        if folded in seen:
+            problems.append(
+                Problem(
+                    line,
+                    f"duplicate header {name!r} (columns {seen[folded] + 1} and {index + 1}): "
+                    "every column needs its own name",
+                )
+            )
+            continue
+        seen[folded] = index
+        if folded in RESERVED:
+            columns[folded] = index
+    if "to" not in columns and not problems:
+        if any("@" in cell for cell in header):
+            message = (
+                "this looks like a data row, not a header: add a first line naming the "
+                "columns, e.g. to,subject,body"
+            )
+        else:
+            message = "the header has no `to` column: name the recipient column `to`"
+        problems.append(Problem(line, message))
+    return columns
+
+
+def _check_row(
+    record: list[str],
+    line: int,
+    seq: int,
+    header: list[str],
+    columns: dict[str, int],
+    first_use_of_id: dict[str, int],
+    channel_types: Mapping[str, str],
+    default_channel: str,
+    problems: list[Problem],
+) -> BatchRow | None:
+    if len(record) != len(header):
+        problems.append(
+            Problem(
+                line,
+                f"{len(record)} fields but the header has {len(header)}: quote any field "
+                'that contains a comma ("a, b") and check for missing or extra commas',
+            )
+        )
+        return None
+    before = len(problems)
+
+    def cell(name: str) -> str:
+        index = columns.get(name)
+        return record[index] if index is not None else ""
+
+    to = cell("to").strip()
+    subject = cell("subject")
+    if not to:
+        problems.append(Problem(line, "empty `to`: every row needs a recipient"))
+    elif _CONTROL.search(to):
+        problems.append(Problem(line, "`to` contains a line break or control character: remove it"))
+    if _CONTROL.search(subject):
+        problems.append(
+            Problem(
+                line, "`subject` contains a line break or control character: keep it on one line"
+            )
+        )
+    item_id = str(seq)
+    if "id" in columns:
+        item_id = cell("id").strip()
+        if not item_id:
+            problems.append(Problem(line, "empty `id`: give every row an id, or drop the column"))
+        elif item_id in first_use_of_id:
+            problems.append(
+                Problem(
+                    line,
+                    f"duplicate id {item_id!r} (first used on line {first_use_of_id[item_id]}): "
+                    "ids must be unique",
+                )
+            )
+        else:
+            first_use_of_id[item_id] = line
+    channel = cell("channel").strip() or default_channel
+    kind = channel_types.get(channel)
+    if kind is None:
+        known = ", ".join(sorted(channel_types))
+        problems.append(
+            Problem(
+                line,
+                f"unknown channel {channel!r}: define [channels.{channel}] in notifier.toml "
+                f"or use one of: {known}",
+            )
+        )
+    elif kind == "smtp" and to and not _EMAIL.match(to):
+        problems.append(
+            Problem(line, f"`to` {to!r} is not an e-mail address, which channel {channel!r} needs")
+        )
+    if len(problems) > before:
+        return None
+    data = {name: record[i] for i, name in enumerate(header) if name.casefold() not in RESERVED}
+    return BatchRow(line, seq, item_id, to, subject, cell("body"), channel, data)

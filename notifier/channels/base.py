@@ -1,0 +1,71 @@
+"""The channel interface: a tiny surface in the spirit of an HTTP transport.
+
+A channel sends one intent and returns a Receipt, or raises a ChannelError whose `kind` says
+what is known about the outcome (retry.py decides what to do with it). A queryable channel
+can also be asked, by idempotency key, whether it holds a delivery.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+from ..intent import Intent
+
+
+class ErrorKind(StrEnum):
+    """What an error says about the downstream effect (DESIGN section 7)."""
+
+    NOT_SENT = "not_sent"  # the request never left (refused, DNS): nothing happened
+    THROTTLED = "throttled"  # 429/503: seen but not processed; slow the whole channel
+    UNCERTAIN = "uncertain"  # timeout/reset after sending, 408, 500/502/504: maybe delivered
+    IN_PROGRESS = "in_progress"  # 409: the first request with this key is still running
+    CONFLICT = "conflict"  # 422 / digest mismatch: another intent holds this key
+    GONE = "gone"  # 410: the endpoint is gone for good
+    PERMANENT = "permanent"  # any other 4xx: this request will never be accepted
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """Proof that the downstream holds a delivery under a key."""
+
+    receipt_id: str | None
+    intent_digest: str | None = None  # the digest the downstream stored, when it says
+    replayed: bool = False  # the downstream answered from an earlier delivery
+
+
+class ChannelError(Exception):
+    def __init__(
+        self,
+        kind: ErrorKind,
+        message: str,
+        *,
+        http_status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.http_status = http_status
+        self.retry_after = retry_after
+
+
+class Channel(Protocol):
+    name: str
+    idempotent: bool  # the downstream dedupes by key: re-sending with the same key is safe
+    queryable: bool  # query(key) can prove whether a delivery exists
+
+    def send(self, intent: Intent) -> Receipt:
+        """Deliver `intent` under its idempotency key; raise ChannelError on failure."""
+        ...
+
+    def query(self, key: str) -> Receipt | None:
+        """The receipt the downstream holds under `key`, None when it provably holds
+        nothing; raise ChannelError(UNCERTAIN) when it cannot tell."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class ChannelConfigError(Exception):
+    """A channel definition cannot be used as written; the message says how to fix it."""

@@ -1,0 +1,87 @@
+"""The embedded default channel: one JSON file per notification under `outbox/`.
+
+Idempotent and queryable by construction: the file is named by the idempotency key, written
+atomically (temp file, fsync, rename, fsync of the directory), and holds the intent digest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from .. import clock
+from ..intent import Intent
+from .base import ChannelError, ErrorKind, Receipt
+
+
+class OutboxChannel:
+    idempotent = True
+    queryable = True
+
+    def __init__(self, name: str, directory: Path) -> None:
+        self.name = name
+        self.directory = directory
+
+    def _path(self, key: str) -> Path:
+        return self.directory / f"{key}.json"
+
+    def send(self, intent: Intent) -> Receipt:
+        existing = self.query(intent.idempotency_key)
+        if existing is not None:
+            if existing.intent_digest != intent.intent_digest:
+                raise ChannelError(
+                    ErrorKind.CONFLICT,
+                    f"outbox already holds {intent.idempotency_key} with another digest",
+                )
+            return Receipt(existing.receipt_id, existing.intent_digest, replayed=True)
+        document: dict[str, object] = {
+            "idempotency_key": intent.idempotency_key,
+            "intent_digest": intent.intent_digest,
+            "run_id": intent.run_id,
+            "item_id": intent.item_id,
+            "channel": intent.channel,
+            "to": intent.target,
+            "subject": intent.subject,
+            "body": intent.body,
+            "data": dict(intent.data),
+            "written_at": clock.now_iso(),
+        }
+        try:
+            self._write_atomically(self._path(intent.idempotency_key), document)
+        except OSError as exc:
+            # Nothing is visible until the rename, and a failed rename leaves nothing behind.
+            raise ChannelError(ErrorKind.NOT_SENT, f"outbox write failed: {exc}") from exc
+        return Receipt(f"outbox:{intent.idempotency_key}", intent.intent_digest)
+
+    def query(self, key: str) -> Receipt | None:
+        path = self._path(key)
+        try:
+            document = json.loads(path.read_text("utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise ChannelError(ErrorKind.UNCERTAIN, f"cannot read {path}: {exc}") from exc
+        return Receipt(f"outbox:{key}", document.get("intent_digest"))
+
+    def close(self) -> None:
+        pass
+
+    def _write_atomically(self, path: Path, document: dict[str, object]) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=self.directory)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump(document, handle, ensure_ascii=False, indent=2, sort_keys=True)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.rename(temp, path)
+        except BaseException:
+            Path(temp).unlink(missing_ok=True)
+            raise
+        directory = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(directory)  # the rename itself must survive power loss
+        finally:
+            os.close(directory)

@@ -1,0 +1,358 @@
+"""The `notifier` command line: parse options, call app.py, render, map errors to exit codes.
+
+Exit codes (DESIGN section 8): 0 done; 1 internal error; 2 usage or bad input (nothing
+changed); 3 stopped with items needing attention or paused; 4 refused for safety; 130
+interrupted; 137 simulated crash.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from . import app, crash, report
+from .batch import BatchError
+from .config import ConfigError
+from .config import load as load_config
+from .errors import BadInput, NeedsAttention, Refused
+from .manual import reconcile_manually
+from .runner import RunOptions, RunResult
+from .state_machine import FINISHED_RUN_STATES, RunState
+from .store import LeaseLost, NoDatabase, StoreRefused
+
+_BY_CODE: dict[int, type[click.ClickException]] = {2: BadInput, 3: NeedsAttention, 4: Refused}
+
+
+class NotifierGroup(click.Group):
+    """Turns every known failure into its contract exit code and a one-paragraph message;
+    anything else is an internal error (exit 1) without a traceback unless NOTIFIER_DEBUG."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except app.AppError as exc:
+            raise _BY_CODE.get(exc.code, click.ClickException)(str(exc)) from exc
+        except (BatchError, ConfigError, NoDatabase, crash.CrashSpecError) as exc:
+            raise BadInput(str(exc)) from exc
+        except StoreRefused as exc:
+            raise Refused(str(exc)) from exc
+        except LeaseLost as exc:
+            raise Refused(f"{exc}; this process stopped without writing.") from exc
+        except Exception as exc:
+            if os.environ.get("NOTIFIER_DEBUG"):
+                traceback.print_exc()
+            raise click.ClickException(
+                f"internal error: {type(exc).__name__}: {exc}. Nothing was lost: every "
+                "state change is durable; `notifier status` shows where the run stands. "
+                "Set NOTIFIER_DEBUG=1 for a traceback."
+            ) from exc
+
+
+@click.group(cls=NotifierGroup)
+@click.version_option(package_name="notifier")
+@click.option(
+    "--db",
+    envvar="NOTIFIER_DB",
+    default="receipts.db",
+    show_default=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The receipts database (env NOTIFIER_DB).",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Channel definitions (default: ./notifier.toml when present).",
+)
+@click.pass_context
+def cli(ctx: click.Context, db: Path, config_path: Path | None) -> None:
+    """Send a batch of notifications durably: nothing lost, nothing sent twice."""
+    ctx.obj = {"db": db, "config": config_path}
+
+
+def _env(ctx: click.Context) -> app.Env:
+    explicit = ctx.obj["config"] is not None
+    config = load_config(ctx.obj["config"] or Path("notifier.toml"), explicit=explicit)
+    return app.Env(db_path=ctx.obj["db"], config=config, say=_say)
+
+
+def _say(line: str) -> None:
+    click.echo(line)
+
+
+@contextmanager
+def _progress(total: int) -> Iterator[Callable[[int], None]]:
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("sending"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    ) as progress:
+        task = progress.add_task("send", total=total)
+        yield lambda n: progress.advance(task, n)
+
+
+def _finish(ctx: click.Context, run_id: str, result: RunResult) -> None:
+    click.echo(f"run {run_id}: {result.message}")
+    ctx.exit(result.exit_code)
+
+
+@cli.command()
+@click.argument("batch", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--channel", help="Channel for rows without a `channel` column value.")
+@click.option("--run-id", help="Name the run (default: generated).")
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="Requests in flight at once (the window size).",
+)
+@click.option("--dry-run", is_flag=True, help="Validate and show the plan; write nothing.")
+@click.option("--new-run", is_flag=True, help="Send a batch again even if it was planned before.")
+@click.option(
+    "--max-wait",
+    type=click.FloatRange(0),
+    default=600,
+    show_default=True,
+    help="Longest Retry-After to wait out, in seconds; longer pauses the run.",
+)
+@click.pass_context
+def send(
+    ctx: click.Context,
+    batch: Path,
+    channel: str | None,
+    run_id: str | None,
+    concurrency: int,
+    dry_run: bool,
+    new_run: bool,
+    max_wait: float,
+) -> None:
+    """Validate BATCH.csv, store every intent, then send each notification durably."""
+    env = _env(ctx)
+    crash.from_env()  # a mistyped NOTIFIER_CRASH_AT is a usage error before anything is stored
+    plan = app.plan_batch(env, batch, channel=channel, run_id=run_id)
+    per_channel = ", ".join(f"{name}: {n}" for name, n in sorted(plan.per_channel.items()))
+    if dry_run:
+        checked = app.dry_run(env, plan)
+        click.echo(f"dry run: {len(plan.items)} notifications ({per_channel}); nothing written.")
+        click.echo(f"fingerprint: {plan.fingerprint}")
+        for run in checked.existing:
+            click.echo(f"already planned as run {run.run_id} ({run.state.value}).")
+        return
+    options = {"concurrency": concurrency, "max_wait": max_wait}
+    store = app.store_plan(env, plan, batch, options, new_run)
+    try:
+        click.echo(f"planned run {plan.run_id}: {len(plan.items)} notifications ({per_channel})")
+        click.echo(f"fingerprint: {plan.fingerprint}")
+        run = store.get_run(plan.run_id)
+        with _progress(len(plan.items)) as advance:
+            result = app.work_run(
+                env, store, run, RunOptions(concurrency, max_wait), advance=advance
+            )
+    finally:
+        store.close()
+    _finish(ctx, plan.run_id, result)
+
+
+@cli.command()
+@click.argument("run_id", required=False)
+@click.option("--concurrency", type=click.IntRange(1, 64), help="Override the run's window size.")
+@click.option("--max-wait", type=click.FloatRange(0), help="Override the run's --max-wait.")
+@click.pass_context
+def resume(
+    ctx: click.Context, run_id: str | None, concurrency: int | None, max_wait: float | None
+) -> None:
+    """Settle every in-flight item by asking the downstream, then continue in order."""
+    env = _env(ctx)
+    crash.from_env()
+    store = app.open_store(env)
+    try:
+        run = app.pick_run(store, run_id, active_only=True)
+        if run.state in FINISHED_RUN_STATES:
+            raise BadInput(f"run {run.run_id} is {run.state.value}; there is nothing to resume.")
+        if run.state is RunState.AWAITING_APPROVAL:
+            raise Refused(f"run {run.run_id} is awaiting approval; approve it first.")
+        counts = store.counts(run.run_id)
+        click.echo(
+            f"resuming run {run.run_id}: {counts['sent']} sent, {counts['in_flight']} in flight, "
+            f"{counts['unknown']} unknown, {counts['pending']} pending"
+        )
+        options = RunOptions(
+            concurrency or int(run.options.get("concurrency", 1)),
+            max_wait if max_wait is not None else float(run.options.get("max_wait", 600)),
+        )
+        remaining = counts["pending"] + counts["in_flight"] + counts["unknown"]
+        with _progress(remaining) as advance:
+            result = app.work_run(env, store, run, options, advance=advance)
+    finally:
+        store.close()
+    _finish(ctx, run.run_id, result)
+
+
+@cli.command()
+@click.argument("run_id", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print the report object as JSON.")
+@click.pass_context
+def status(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
+    """Show where a run stands (default: the newest run)."""
+    _print_report(ctx, run_id, "json" if as_json else "table")
+
+
+@cli.command(name="report")
+@click.argument("run_id", required=False)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "csv"]),
+    default="table",
+    show_default=True,
+)
+@click.pass_context
+def report_command(ctx: click.Context, run_id: str | None, fmt: str) -> None:
+    """Report which items were sent, which are unknown, pending or failed."""
+    _print_report(ctx, run_id, fmt)
+
+
+def _print_report(ctx: click.Context, run_id: str | None, fmt: str) -> None:
+    env = _env(ctx)
+    store = app.open_store(env)
+    try:
+        run = app.pick_run(store, run_id)
+        _emit(report.build(store, run), fmt)
+    finally:
+        store.close()
+
+
+def _console() -> Console:
+    """Tables for people: on a pipe (no terminal width to honour) wide enough not to fold
+    run ids and keys."""
+    return Console() if sys.stdout.isatty() else Console(width=200)
+
+
+def _emit(data: dict[str, Any], fmt: str) -> None:
+    if fmt == "json":
+        click.echo(report.to_json(data))
+    elif fmt == "csv":
+        click.echo(report.to_csv(data), nl=False)
+    else:
+        report.render_table(data, _console())
+
+
+@cli.command()
+@click.pass_context
+def runs(ctx: click.Context) -> None:
+    """List every run in the database, newest first."""
+    env = _env(ctx)
+    store = app.open_store(env)
+    try:
+        table = Table(show_header=True, header_style="bold")
+        for name in ("run", "state", "created"):
+            table.add_column(name, no_wrap=True)  # ids are copied from here: never fold them
+        for name in ("total", "sent", "unknown", "pending", "failed"):
+            table.add_column(name, justify="right")
+        table.add_column("batch", overflow="fold")
+        for run in store.runs():
+            c = store.counts(run.run_id)
+            table.add_row(
+                run.run_id,
+                run.state.value,
+                run.created_at[:19],
+                str(c["total"]),
+                str(c["sent"]),
+                str(c["unknown"]),
+                str(c["pending"] + c["in_flight"]),
+                str(c["failed"]),
+                run.batch_path,
+            )
+        _console().print(table)
+    finally:
+        store.close()
+
+
+@cli.command()
+@click.argument("run_id", required=False)
+@click.option("--report", "with_report", is_flag=True, help="Print the report when done.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "csv"]),
+    default="table",
+    show_default=True,
+)
+@click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(0),
+    default=30,
+    show_default=True,
+    help="Seconds to wait for a live worker to stop.",
+)
+@click.pass_context
+def cancel(
+    ctx: click.Context, run_id: str | None, with_report: bool, fmt: str, wait_s: float
+) -> None:
+    """Stop dispatch now, settle in-flight items, and mark the run cancelled."""
+    env = _env(ctx)
+    result = app.cancel(env, run_id, wait_s)
+    click.echo(result.message, err=with_report and fmt != "table")
+    if with_report:
+        store = app.open_store(env)
+        try:
+            _emit(report.build(store, store.get_run(result.run.run_id)), fmt)
+        finally:
+            store.close()
+    ctx.exit(result.exit_code)
+
+
+@cli.command()
+@click.argument("run_id", required=False)
+@click.option("--manual", is_flag=True, help="Settle unknown items by hand, with evidence.")
+@click.option("--item", "item_ref", help="With --manual: the item id to settle.")
+@click.option(
+    "--mark", type=click.Choice(["sent", "not-sent", "abandon"]), help="With --item: the decision."
+)
+@click.option("--evidence", help="With --item: what the decision rests on.")
+@click.pass_context
+def reconcile(
+    ctx: click.Context,
+    run_id: str | None,
+    manual: bool,
+    item_ref: str | None,
+    mark: str | None,
+    evidence: str | None,
+) -> None:
+    """Settle in-flight and unknown items by query, or by hand with --manual."""
+    env = _env(ctx)
+    if not manual:
+        if item_ref or mark or evidence:
+            raise BadInput("--item, --mark and --evidence go with --manual.")
+        run, code = app.reconcile_by_query(env, run_id)
+        click.echo(f"run {run.run_id}: {run.state.value}")
+        ctx.exit(code)
+    code = reconcile_manually(env, run_id, item_ref, mark, evidence)
+    ctx.exit(code)
+
+
+def main() -> None:
+    cli(prog_name="notifier")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,191 @@
+"""`notifier.toml`: channel definitions and retry settings.
+
+Secrets never appear here, only the *names* of environment variables that hold them; a run
+snapshots the definitions it uses, so `resume` talks to exactly the same targets.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import retry
+
+DEFAULT_CHANNEL = "outbox"
+DEFAULT_LEASE_TTL_S = 30.0
+
+# Allowed keys per channel type: a typo (`idempotant = true`) must not silently fall back to
+# a default that changes delivery semantics.
+_KEYS: dict[str, set[str]] = {
+    "outbox": {"type", "dir"},
+    "webhook": {"type", "url", "status_url", "idempotent", "secret_env", "timeout"},
+    "smtp": {
+        "type",
+        "host",
+        "port",
+        "sender",
+        "starttls",
+        "ssl",
+        "username_env",
+        "password_env",
+        "timeout",
+    },
+    "apprise": {"type", "urls", "urls_env", "timeout"},
+}
+_REQUIRED: dict[str, set[str]] = {
+    "outbox": set(),
+    "webhook": {"url"},
+    "smtp": {"host", "port", "sender"},
+    "apprise": set(),
+}
+_RETRY_KEYS = {"max_attempts", "deadline", "backoff_base", "backoff_max"}
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used as written; the message names the file and fix."""
+
+
+@dataclass(frozen=True)
+class RetrySettings:
+    max_attempts: int = retry.DEFAULT_MAX_ATTEMPTS
+    deadline_s: float = retry.DEFAULT_DEADLINE_S
+    backoff_base_s: float = retry.DEFAULT_BACKOFF_BASE_S
+    backoff_max_s: float = retry.DEFAULT_BACKOFF_MAX_S
+
+    def policy(self) -> retry.RetryPolicy:
+        return retry.RetryPolicy.from_settings(
+            self.max_attempts, self.deadline_s, self.backoff_base_s, self.backoff_max_s
+        )
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "max_attempts": self.max_attempts,
+            "deadline": self.deadline_s,
+            "backoff_base": self.backoff_base_s,
+            "backoff_max": self.backoff_max_s,
+        }
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path | None
+    channels: dict[str, dict[str, Any]] = field(default_factory=dict)
+    retry: RetrySettings = field(default_factory=RetrySettings)
+    lease_ttl_s: float = DEFAULT_LEASE_TTL_S
+
+    def channel_types(self) -> dict[str, str]:
+        return {name: str(d["type"]) for name, d in self.channels.items()}
+
+    def snapshot(self, names: set[str]) -> dict[str, dict[str, Any]]:
+        """The definitions `names` use, as stored in the run (they hold no secret values)."""
+        return {name: dict(self.channels[name]) for name in sorted(names)}
+
+
+def load(path: Path | None, *, explicit: bool) -> Config:
+    """Read `path`; a missing file is an error only when the operator named it."""
+    builtin: dict[str, dict[str, Any]] = {DEFAULT_CHANNEL: {"type": "outbox"}}
+    if path is None or not path.exists():
+        if explicit and path is not None:
+            raise ConfigError(f"{path}: no such configuration file. Check --config.")
+        return Config(path=None, channels=builtin)
+    try:
+        document = tomllib.loads(path.read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the configuration: {exc}. Fix the file.") from exc
+    channels = dict(builtin)
+    raw_channels = document.get("channels", {})
+    if not isinstance(raw_channels, Mapping):
+        raise ConfigError(f"{path}: `channels` must be a table of [channels.NAME] sections.")
+    for name, definition in raw_channels.items():
+        channels[name] = _check_channel(path, name, definition)
+    return Config(
+        path=path,
+        channels=channels,
+        retry=_retry_settings(path, document.get("retry", {})),
+        lease_ttl_s=float(document.get("lease", {}).get("ttl", DEFAULT_LEASE_TTL_S)),
+    )
+
+
+def _check_channel(path: Path, name: str, definition: Any) -> dict[str, Any]:
+    where = f"{path}: [channels.{name}]"
+    if not isinstance(definition, Mapping):
+        raise ConfigError(f"{where} must be a table.")
+    kind = definition.get("type")
+    if kind not in _KEYS:
+        raise ConfigError(
+            f"{where}: type {kind!r} is not one of {', '.join(sorted(_KEYS))}. Set `type`."
+        )
+    unknown = sorted(set(definition) - _KEYS[kind])
+    if unknown:
+        hint = ""
+        if any("secret" in k or "password" in k or "token" in k for k in unknown):
+            hint = " Secrets come only from environment variables: name one with *_env."
+        raise ConfigError(
+            f"{where}: unknown setting {', '.join(unknown)} for a {kind} channel "
+            f"(allowed: {', '.join(sorted(_KEYS[kind]))}).{hint}"
+        )
+    missing = sorted(_REQUIRED[kind] - set(definition))
+    if missing:
+        raise ConfigError(f"{where}: missing {', '.join(missing)}. Add it to the section.")
+    if kind == "webhook":
+        _check_url(where, "url", definition["url"])
+        if "status_url" in definition:
+            _check_url(where, "status_url", definition["status_url"])
+            if "{key}" not in definition["status_url"]:
+                raise ConfigError(f"{where}: status_url must contain {{key}} where the key goes.")
+    if kind == "apprise" and not definition.get("urls") and not definition.get("urls_env"):
+        raise ConfigError(f"{where}: set `urls` (a list) or `urls_env` (a variable name).")
+    return dict(definition)
+
+
+def _check_url(where: str, key: str, value: Any) -> None:
+    if not isinstance(value, str) or not value.startswith(("http://", "https://")):
+        raise ConfigError(f"{where}: {key} must be an http:// or https:// URL, not {value!r}.")
+
+
+def _retry_settings(path: Path, table: Any) -> RetrySettings:
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{path}: [retry] must be a table.")
+    unknown = sorted(set(table) - _RETRY_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"{path}: [retry] unknown setting {', '.join(unknown)} "
+            f"(allowed: {', '.join(sorted(_RETRY_KEYS))})."
+        )
+    defaults = RetrySettings()
+    try:
+        settings = RetrySettings(
+            max_attempts=int(table.get("max_attempts", defaults.max_attempts)),
+            deadline_s=float(table.get("deadline", defaults.deadline_s)),
+            backoff_base_s=float(table.get("backoff_base", defaults.backoff_base_s)),
+            backoff_max_s=float(table.get("backoff_max", defaults.backoff_max_s)),
+        )
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{path}: [retry] values must be numbers ({exc}).") from exc
+    if settings.max_attempts < 1:
+        raise ConfigError(f"{path}: [retry] max_attempts must be at least 1.")
+    return settings
+
+
+def snapshot_drift(snapshot: Mapping[str, Mapping[str, Any]], current: Config) -> list[str]:
+    """Human-readable differences between a run's stored channel definitions and the file,
+    so a changed URL is reported rather than silently used."""
+    notes = []
+    for name, stored in snapshot.items():
+        now = current.channels.get(name)
+        if now is None:
+            if current.path is not None and stored.get("type") != "outbox":
+                notes.append(
+                    f"channel {name!r} is no longer in {current.path}; using the run's copy"
+                )
+            continue
+        for key in sorted(set(stored) | set(now)):
+            if stored.get(key) != now.get(key):
+                notes.append(
+                    f"channel {name!r}: {key} is {now.get(key)!r} in {current.path} but this run "
+                    f"was planned with {stored.get(key)!r}; the run keeps its planned value"
+                )
+    return notes

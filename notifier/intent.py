@@ -1,0 +1,114 @@
+"""Frozen intents: the normalised payload, its idempotency key and its digest.
+
+An intent is what a row *means* once it has been validated: who receives what, on which
+channel. The digest identifies that meaning; the key identifies the delivery slot in a run.
+Both are computed once at planning time and stored; nothing recomputes them on resume.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import unicodedata
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+CONTRACT_VERSION = "v1"
+KEY_PREFIX = "ntf1-"
+# 40 hex characters = 160 bits of SHA-256: no collision across any realistic ledger, and the
+# whole key (45 characters) stays well under the 64-character limit providers impose.
+KEY_HEX_CHARS = 40
+
+
+def nfc(value: str) -> str:
+    """The NFC form, so that visually identical text always digests the same."""
+    return unicodedata.normalize("NFC", value)
+
+
+def normalise_target(target: str) -> str:
+    """Trim a recipient and lower-case the domain of an e-mail address (the local part is
+    case-sensitive by the RFC, so it is left alone)."""
+    value = nfc(target).strip()
+    local, at, domain = value.rpartition("@")
+    if at and local and domain and "://" not in value:
+        return f"{local}@{domain.lower()}"
+    return value
+
+
+def canonical_json(value: Any) -> str:
+    """Sorted keys, no whitespace, UTF-8 text, NFC strings: one byte string per meaning.
+
+    NFC is applied once to the whole document: JSON's own punctuation is ASCII and never
+    composes with a neighbouring mark, so this equals normalising every string inside."""
+    return nfc(json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False))
+
+
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def intent_digest(channel: str, target: str, payload: Mapping[str, Any]) -> str:
+    """`sha256:<hex>` over the canonical JSON of everything that would leave the process."""
+    body = canonical_json(
+        {
+            "contract_version": CONTRACT_VERSION,
+            "channel": channel,
+            "target": normalise_target(target),
+            "payload": payload,
+        }
+    )
+    return "sha256:" + sha256_hex(body)
+
+
+def idempotency_key(run_id: str, item_id: str, target: str) -> str:
+    """A printable-ASCII key that names the delivery slot without carrying personal data:
+    it travels to third parties as a header, so only a hash of the components goes out."""
+    components = canonical_json([run_id, item_id, normalise_target(target), CONTRACT_VERSION])
+    return KEY_PREFIX + sha256_hex(components)[:KEY_HEX_CHARS]
+
+
+def run_fingerprint(digests: Iterable[str], channel_snapshot: Mapping[str, Any]) -> str:
+    """Identifies a batch independently of its run: the ordered intent digests plus the
+    channel definitions they will travel through."""
+    h = hashlib.sha256()
+    for digest in digests:
+        h.update(digest.encode("ascii"))
+        h.update(b"\n")
+    h.update(canonical_json(channel_snapshot).encode("utf-8"))
+    return "sha256:" + h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Intent:
+    """One notification as it will be sent, identical on every attempt."""
+
+    run_id: str
+    seq: int
+    item_id: str
+    channel: str
+    target: str
+    payload: Mapping[str, Any]
+    idempotency_key: str
+    intent_digest: str
+
+    @property
+    def subject(self) -> str:
+        return str(self.payload.get("subject", ""))
+
+    @property
+    def body(self) -> str:
+        return str(self.payload.get("body", ""))
+
+    @property
+    def data(self) -> Mapping[str, Any]:
+        data = self.payload.get("data", {})
+        return data if isinstance(data, Mapping) else {}
+
+
+def make_payload(subject: str, body: str, data: Mapping[str, str]) -> dict[str, Any]:
+    return {
+        "subject": nfc(subject),
+        "body": nfc(body),
+        "data": {k: nfc(v) for k, v in data.items()},
+    }

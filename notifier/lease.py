@@ -1,0 +1,106 @@
+"""Who may work a run: one process at a time, fenced by a version number (DESIGN section 9).
+
+A lease from this host whose process is gone is dead at once (pid plus the process's start
+time, so a recycled pid does not count); a lease from another host is trusted until it
+expires. A heartbeat thread renews the lease; if renewal finds the version moved on, the
+worker learns it lost the run and stops.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+from . import clock
+from .store import Store
+
+HOST = socket.gethostname()
+_ACTIVE_TOKENS: set[str] = set()  # leases held by workers inside this very process
+
+
+def process_start(pid: int) -> str | None:
+    """The kernel's start time of `pid` (clock ticks since boot), or None if unknown."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    if fields[0] in ("Z", "X"):
+        return None  # a zombie has exited; only its exit status is left to collect
+    return fields[19]
+
+
+def _pid_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def new_owner() -> dict[str, Any]:
+    pid = os.getpid()
+    return {"host": HOST, "pid": pid, "started": process_start(pid), "token": secrets.token_hex(8)}
+
+
+def holder_alive(owner: dict[str, Any], expires_at: str | None) -> bool:
+    """Whether the recorded lease holder may still be working the run."""
+    if owner.get("host") == HOST:
+        pid = int(owner.get("pid", -1))
+        if pid == os.getpid():
+            return owner.get("token") in _ACTIVE_TOKENS
+        if not _pid_exists(pid):
+            return False
+        started = owner.get("started")
+        return started is None or process_start(pid) == started
+    return expires_at is not None and clock.parse(expires_at) > clock.now()
+
+
+class Lease:
+    """A held lease with its heartbeat. Use as a context manager around the work."""
+
+    def __init__(self, store: Store, run_id: str, ttl_s: float) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.ttl_s = ttl_s
+        self.owner = new_owner()
+        self.version = store.acquire_lease(run_id, self.owner, ttl_s, holder_alive)
+        _ACTIVE_TOKENS.add(self.owner["token"])
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="lease-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _beat(self) -> None:
+        store = self.store.secondary()
+        try:
+            while not self._stop.wait(self.ttl_s / 3):
+                try:
+                    renewed = store.renew_lease(self.run_id, self.version, self.ttl_s)
+                except sqlite3.OperationalError:
+                    continue  # the file was busy for longer than busy_timeout: try next beat
+                if not renewed:
+                    self.lost.set()
+                    return
+        finally:
+            store.close()
+
+    def release(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        _ACTIVE_TOKENS.discard(self.owner["token"])
+        if not self.lost.is_set():
+            self.store.release_lease(self.run_id, self.version)
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

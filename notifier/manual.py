@@ -1,0 +1,83 @@
+"""`reconcile --manual`: an operator settles unknown items with evidence, audited.
+
+Interactive by default (one prompt per unknown item); `--item ID --mark … --evidence …` for
+scripts. Every decision is a `decisions` row plus an event, written with the state change.
+"""
+
+from __future__ import annotations
+
+import click
+
+from . import app
+from .state_machine import ItemState
+from .store import Item, Run, Store
+
+_CHOICES = {"s": "sent", "n": "not-sent", "a": "abandon", "k": "skip", "q": "quit"}
+
+
+def reconcile_manually(
+    env: app.Env, run_id: str | None, item_ref: str | None, mark: str | None, evidence: str | None
+) -> int:
+    scripted = item_ref is not None or mark is not None or evidence is not None
+    if scripted and not (item_ref and mark and evidence is not None):
+        raise app.AppError(
+            "non-interactive use needs all three: --item ID --mark sent|not-sent|abandon "
+            "--evidence TEXT.",
+            2,
+        )
+    store = app.open_store(env)
+    try:
+        run = app.pick_run(store, run_id)
+        with app.take_lease(store, run, env.config.lease_ttl_s) as lease:
+            if scripted:
+                assert item_ref is not None and mark is not None and evidence is not None
+                env.say(app.decide(env, store, run, item_ref, mark, evidence, lease.version))
+            else:
+                unknown = list(store.items(run.run_id, [ItemState.UNKNOWN]))
+                if not unknown:
+                    env.say(f"run {run.run_id} has no unknown items.")
+                for item in unknown:
+                    if not _ask_about(env, store, run, item, lease.version):
+                        break
+            app.complete_if_done(store, run.run_id, lease.version)
+        counts = store.counts(run.run_id)
+        env.say(
+            f"run {run.run_id}: {counts['sent']} sent, {counts['unknown']} unknown, "
+            f"{counts['pending']} pending, {counts['failed']} failed"
+        )
+        return 3 if counts["unknown"] or counts["failed"] else 0
+    finally:
+        store.close()
+
+
+def _ask_about(env: app.Env, store: Store, run: Run, item: Item, version: int) -> bool:
+    """Show one unknown item and record the operator's decision; False to stop asking."""
+    click.echo("")
+    click.echo(f"item {item.item_id} (seq {item.seq}) on channel {item.channel} → {item.target}")
+    click.echo(f"  subject:  {item.payload.get('subject', '')}")
+    click.echo(f"  key:      {item.idempotency_key}")
+    click.echo(f"  digest:   {item.intent_digest}")
+    click.echo(f"  attempts: {item.attempts}   last error: {item.last_error or '-'}")
+    try:
+        answer = click.prompt(
+            "  delivered? [s]ent / [n]ot sent / [a]bandon / s[k]ip / [q]uit",
+            type=click.Choice(list(_CHOICES)),
+            show_choices=False,
+        )
+    except click.Abort:
+        return False
+    decision = _CHOICES[answer]
+    if decision == "quit":
+        return False
+    if decision == "skip":
+        return True
+    prompt = "  evidence (required)" if decision == "sent" else "  reason"
+    try:
+        evidence = click.prompt(prompt, default="" if decision != "sent" else None)
+        while decision == "sent" and not evidence.strip():
+            evidence = click.prompt(prompt)
+    except click.Abort:
+        return False
+    evidence = evidence.strip() or f"operator chose {decision} without a stated reason"
+    env.say(app.decide(env, store, run, item.item_id, decision, evidence, version))
+    return True

@@ -1,0 +1,141 @@
+"""What happened in a run: sent / unknown / pending / failed, as a table, JSON or CSV."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from .state_machine import ItemState
+from .store import Run, Store
+
+ITEM_FIELDS = (
+    "seq",
+    "id",
+    "channel",
+    "to",
+    "state",
+    "idempotency_key",
+    "intent_digest",
+    "receipt_id",
+    "attempts",
+    "last_error",
+    "receipt_source",
+    "evidence",
+)
+# A spreadsheet runs a cell starting with one of these as a formula (CSV injection).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_ATTENTION = (ItemState.UNKNOWN, ItemState.FAILED, ItemState.IN_FLIGHT)
+
+
+def build(store: Store, run: Run) -> dict[str, Any]:
+    """The report object of the CLI contract (DESIGN section 8)."""
+    receipts = store.receipt_evidence(run.run_id)
+    items = []
+    for item in store.items(run.run_id):
+        source, evidence = receipts.get(item.seq, (None, None))
+        items.append(
+            {
+                "seq": item.seq,
+                "id": item.item_id,
+                "channel": item.channel,
+                "to": item.target,
+                "state": item.state.value,
+                "idempotency_key": item.idempotency_key,
+                "intent_digest": item.intent_digest,
+                "receipt_id": item.receipt_id,
+                "attempts": item.attempts,
+                "last_error": item.last_error,
+                "receipt_source": source,
+                "evidence": evidence,
+            }
+        )
+    return {
+        "run_id": run.run_id,
+        "state": run.state.value,
+        "fingerprint": run.fingerprint,
+        "created_at": run.created_at,
+        "batch": run.batch_path,
+        "stop_reason": run.stop_reason,
+        "paused_until": run.paused_until,
+        "cancel_requested_at": run.cancel_requested_at,
+        "counts": store.counts(run.run_id),
+        "items": items,
+        "decisions": [
+            {
+                "seq": d.seq,
+                "id": d.item_id,
+                "operator": d.operator,
+                "at": d.at,
+                "decision": d.decision,
+                "evidence": d.evidence,
+            }
+            for d in store.decisions(run.run_id)
+        ],
+    }
+
+
+def to_json(report: dict[str, Any]) -> str:
+    return json.dumps(report, ensure_ascii=False, indent=2)
+
+
+def safe_cell(value: Any) -> str:
+    """A cell a spreadsheet shows as text: a leading formula character is neutralised."""
+    text = "" if value is None else str(value)
+    return "'" + text if text.startswith(_FORMULA_START) else text
+
+
+def to_csv(report: dict[str, Any]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(ITEM_FIELDS)
+    for item in report["items"]:
+        writer.writerow([safe_cell(item[name]) for name in ITEM_FIELDS])
+    return buffer.getvalue()
+
+
+def render_table(report: dict[str, Any], console: Console) -> None:
+    counts = report["counts"]
+    console.print(f"[bold]run {report['run_id']}[/bold]  state: [bold]{report['state']}[/bold]")
+    console.print(f"fingerprint: {report['fingerprint']}")
+    if report.get("stop_reason"):
+        console.print(f"stopped because: {report['stop_reason']}")
+    summary = Table(show_header=True, header_style="bold")
+    for name in ("total", "sent", "unknown", "pending", "failed", "in_flight"):
+        summary.add_column(name, justify="right")
+    summary.add_row(
+        *(
+            str(counts[name])
+            for name in ("total", "sent", "unknown", "pending", "failed", "in_flight")
+        )
+    )
+    console.print(summary)
+    attention = [i for i in report["items"] if i["state"] in _ATTENTION]
+    if attention:
+        table = Table(title="items needing attention", show_header=True, header_style="bold")
+        for name in ("seq", "id", "to", "state", "attempts", "idempotency_key", "last_error"):
+            table.add_column(name, overflow="fold")
+        for i in attention:
+            table.add_row(
+                str(i["seq"]),
+                i["id"],
+                i["to"],
+                i["state"],
+                str(i["attempts"]),
+                i["idempotency_key"],
+                i["last_error"] or "",
+            )
+        console.print(table)
+    if report["decisions"]:
+        table = Table(title="manual decisions", show_header=True, header_style="bold")
+        for name in ("seq", "id", "decision", "operator", "at", "evidence"):
+            table.add_column(name, overflow="fold")
+        for d in report["decisions"]:
+            table.add_row(
+                str(d["seq"]), d["id"], d["decision"], d["operator"], d["at"], d["evidence"]
+            )
+        console.print(table)

@@ -1,0 +1,175 @@
+"""Error classes and the retry policy (DESIGN section 7).
+
+The policy is a tenacity `Retrying` object — which errors are retried, how long to wait
+(exponential backoff with full jitter, never sooner than a Retry-After), when to stop (attempts
+and elapsed time) — but tenacity does not run the loop: an attempt's outcome must be durable
+before its wait starts, so the runner stores each attempt and asks the policy, from the stored
+attempt count and first-attempt time, what comes next. A crash mid-wait loses nothing.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+
+import tenacity
+from tenacity import RetryCallState
+from tenacity.wait import wait_base
+
+from .channels import ChannelError, ErrorKind
+
+DEFAULT_MAX_ATTEMPTS = 5
+DEFAULT_DEADLINE_S = 900.0
+DEFAULT_BACKOFF_BASE_S = 0.5
+DEFAULT_BACKOFF_MAX_S = 30.0
+
+
+class Action(StrEnum):
+    RETRY = "retry"  # back to pending with next_attempt_at
+    QUERY = "query"  # maybe delivered, not safe to re-send: ask the downstream first
+    LOSE = "lose"  # maybe delivered and nobody can tell: unknown, never re-sent blindly
+    FAIL = "fail"  # will never succeed: failed
+    CONFLICT = "conflict"  # another intent holds the key: failed, halt the run
+    GONE = "gone"  # the endpoint is gone: failed, halt the run
+    EXHAUSTED = "exhausted"  # retryable, but attempts or time ran out
+
+
+@dataclass(frozen=True)
+class Verdict:
+    action: Action
+    wait_s: float = 0.0
+    pause_channel: bool = False  # 429/503: the whole channel waits, not only this item
+
+
+def action_for(kind: ErrorKind, *, idempotent: bool, queryable: bool) -> Action:
+    """The table of DESIGN section 7, for one channel's capabilities."""
+    if kind in (ErrorKind.NOT_SENT, ErrorKind.THROTTLED, ErrorKind.IN_PROGRESS):
+        return Action.RETRY
+    if kind is ErrorKind.UNCERTAIN:
+        if idempotent:
+            return Action.RETRY
+        return Action.QUERY if queryable else Action.LOSE
+    if kind is ErrorKind.CONFLICT:
+        return Action.CONFLICT
+    if kind is ErrorKind.GONE:
+        return Action.GONE
+    return Action.FAIL
+
+
+def classify_status(status: int) -> ErrorKind | None:
+    """An HTTP status as an error kind; None for success."""
+    if 200 <= status < 300:
+        return None
+    if status in (429, 503):
+        return ErrorKind.THROTTLED
+    if status in (408, 500, 502, 504) or status >= 500:
+        return ErrorKind.UNCERTAIN
+    if status == 409:
+        return ErrorKind.IN_PROGRESS
+    if status == 422:
+        return ErrorKind.CONFLICT
+    if status == 410:
+        return ErrorKind.GONE
+    return ErrorKind.PERMANENT
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """Retry-After as delay-seconds or an HTTP-date (RFC 9110 §10.2.3); None if absent or
+    unreadable."""
+    if value is None or not value.strip():
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+class wait_at_least_retry_after(wait_base):
+    """The backoff, but never less than the Retry-After the downstream asked for."""
+
+    def __init__(self, backoff: wait_base) -> None:
+        self.backoff = backoff
+
+    def __call__(self, retry_state: RetryCallState) -> float:
+        wait = float(self.backoff(retry_state))
+        error = retry_state.outcome.exception() if retry_state.outcome else None
+        if isinstance(error, ChannelError) and error.retry_after is not None:
+            wait = max(wait, error.retry_after)
+        return wait
+
+
+def _retryable(error: BaseException) -> bool:
+    return isinstance(error, ChannelError) and error.kind in (
+        ErrorKind.NOT_SENT,
+        ErrorKind.THROTTLED,
+        ErrorKind.UNCERTAIN,
+        ErrorKind.IN_PROGRESS,
+    )
+
+
+class RetryPolicy:
+    """Bounded in attempts and in time; waits with full jitter, capped."""
+
+    def __init__(
+        self,
+        *,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        deadline_s: float = DEFAULT_DEADLINE_S,
+        backoff: wait_base | None = None,
+    ) -> None:
+        self.max_attempts = max_attempts
+        self.retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(_retryable),
+            wait=wait_at_least_retry_after(
+                backoff
+                or tenacity.wait_random_exponential(
+                    multiplier=DEFAULT_BACKOFF_BASE_S, max=DEFAULT_BACKOFF_MAX_S
+                )
+            ),
+            stop=tenacity.stop_after_attempt(max_attempts) | tenacity.stop_after_delay(deadline_s),
+        )
+
+    @classmethod
+    def from_settings(
+        cls, max_attempts: int, deadline_s: float, backoff_base_s: float, backoff_max_s: float
+    ) -> RetryPolicy:
+        return cls(
+            max_attempts=max_attempts,
+            deadline_s=deadline_s,
+            backoff=tenacity.wait_random_exponential(multiplier=backoff_base_s, max=backoff_max_s),
+        )
+
+    def judge(
+        self,
+        error: ChannelError,
+        *,
+        attempts: int,
+        elapsed_s: float,
+        idempotent: bool,
+        queryable: bool,
+    ) -> Verdict:
+        """What to do after the `attempts`-th attempt failed with `error`, `elapsed_s` after
+        the first attempt started."""
+        action = action_for(error.kind, idempotent=idempotent, queryable=queryable)
+        if action is not Action.RETRY:
+            return Verdict(action)
+        state = RetryCallState(self.retrying, fn=None, args=(), kwargs={})
+        state.attempt_number = attempts
+        state.start_time = time.monotonic() - elapsed_s
+        state.set_exception((type(error), error, None))
+        if not self.retrying.retry(state) or self.retrying.stop(state):
+            return Verdict(Action.EXHAUSTED)
+        return Verdict(
+            Action.RETRY,
+            wait_s=float(self.retrying.wait(state)),
+            pause_channel=error.kind is ErrorKind.THROTTLED,
+        )

@@ -1,0 +1,107 @@
+"""The database schema as numbered migrations. A shipped migration is never edited: a change
+is a new `mNNN_…` function appended below."""
+
+from __future__ import annotations
+
+from sqlite_utils import Database, Migrations
+
+# Stamped into the SQLite header (PRAGMA application_id) so a foreign database is recognised
+# before anything is read from its tables. "NTFR" in ASCII.
+APPLICATION_ID = 0x4E544652
+MIGRATION_SET = "notifier"
+
+migrations = Migrations(MIGRATION_SET)
+
+
+@migrations()
+def m001_initial(db: Database) -> None:
+    db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    for statement in _M001.split(";\n"):
+        if statement.strip():
+            db.execute(statement)
+
+
+_M001 = """
+CREATE TABLE runs (
+    run_id TEXT PRIMARY KEY,
+    state TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    batch_path TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    channel_snapshot TEXT NOT NULL,
+    options TEXT NOT NULL,
+    contract_version TEXT NOT NULL,
+    lease_owner TEXT,
+    lease_version INTEGER NOT NULL DEFAULT 0,
+    lease_expires_at TEXT,
+    cancel_requested_at TEXT,
+    approval TEXT,
+    paused_until TEXT,
+    stop_reason TEXT
+);
+CREATE INDEX runs_fingerprint ON runs(fingerprint);
+CREATE TABLE items (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    seq INTEGER NOT NULL,
+    item_id TEXT NOT NULL,
+    channel TEXT NOT NULL,
+    target TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    idempotency_key TEXT NOT NULL UNIQUE,
+    intent_digest TEXT NOT NULL,
+    state TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at TEXT,
+    receipt_id TEXT,
+    last_error TEXT,
+    updated_at TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq),
+    UNIQUE (run_id, item_id)
+);
+CREATE INDEX items_active ON items(run_id, seq)
+    WHERE state IN ('pending', 'in_flight', 'unknown');
+CREATE TABLE attempts (
+    id INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    n INTEGER NOT NULL,
+    started_at TEXT NOT NULL,
+    finished_at TEXT,
+    outcome TEXT,
+    http_status INTEGER,
+    error TEXT,
+    waited_s REAL,
+    retry_after_s REAL,
+    FOREIGN KEY (run_id, seq) REFERENCES items(run_id, seq),
+    UNIQUE (run_id, seq, n)
+);
+CREATE INDEX attempts_open ON attempts(run_id, seq) WHERE finished_at IS NULL;
+CREATE TABLE receipts (
+    idempotency_key TEXT PRIMARY KEY REFERENCES items(idempotency_key),
+    intent_digest TEXT NOT NULL,
+    receipt_id TEXT,
+    source TEXT NOT NULL,
+    evidence TEXT,
+    recorded_at TEXT NOT NULL
+);
+CREATE TABLE events (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    seq_no INTEGER NOT NULL,
+    at TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    item_seq INTEGER,
+    detail TEXT,
+    PRIMARY KEY (run_id, seq_no)
+);
+CREATE TABLE decisions (
+    id INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    operator TEXT NOT NULL,
+    at TEXT NOT NULL,
+    decision TEXT NOT NULL,
+    evidence TEXT NOT NULL,
+    FOREIGN KEY (run_id, seq) REFERENCES items(run_id, seq)
+);
+"""

@@ -1,0 +1,112 @@
+"""The two state machines of a run and its items, built with `transitions`.
+
+The database holds the state; these machines only decide which moves are legal. Each move is
+looked up here, then persisted by store.py with a conditional UPDATE (`WHERE state =
+:expected`), so a move that lost a race fails loudly instead of overwriting.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from transitions import Machine
+
+
+class ItemState(StrEnum):
+    PENDING = "pending"
+    IN_FLIGHT = "in_flight"
+    SENT = "sent"
+    UNKNOWN = "unknown"
+    FAILED = "failed"
+
+
+class RunState(StrEnum):
+    PLANNED = "planned"
+    AWAITING_APPROVAL = "awaiting_approval"
+    APPROVED = "approved"
+    RUNNING = "running"
+    PAUSED = "paused"
+    HALTED = "halted"
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+
+
+# States in which an item still needs work: the partial index in store.py covers exactly these.
+ACTIVE_ITEM_STATES = (ItemState.PENDING, ItemState.IN_FLIGHT, ItemState.UNKNOWN)
+TERMINAL_ITEM_STATES = (ItemState.SENT, ItemState.FAILED)
+FINISHED_RUN_STATES = (RunState.COMPLETED, RunState.CANCELLED)
+
+_I = ItemState
+ITEM_TRANSITIONS = [
+    ("start", _I.PENDING, _I.IN_FLIGHT),
+    ("ack", _I.IN_FLIGHT, _I.SENT),
+    ("retry_later", _I.IN_FLIGHT, _I.PENDING),
+    ("give_up", _I.IN_FLIGHT, _I.FAILED),
+    ("lose", _I.IN_FLIGHT, _I.UNKNOWN),
+    ("found", [_I.IN_FLIGHT, _I.UNKNOWN], _I.SENT),
+    ("not_found", [_I.IN_FLIGHT, _I.UNKNOWN], _I.PENDING),
+    ("conflict", [_I.IN_FLIGHT, _I.UNKNOWN], _I.FAILED),
+    ("mark_sent", _I.UNKNOWN, _I.SENT),
+    ("mark_not_sent", _I.UNKNOWN, _I.PENDING),
+    ("abandon", _I.UNKNOWN, _I.FAILED),
+]
+
+_R = RunState
+RUN_TRANSITIONS = [
+    ("request_approval", _R.PLANNED, _R.AWAITING_APPROVAL),
+    ("approve", _R.AWAITING_APPROVAL, _R.APPROVED),
+    ("start", [_R.PLANNED, _R.APPROVED], _R.RUNNING),
+    ("pause", _R.RUNNING, _R.PAUSED),
+    ("resume", [_R.PAUSED, _R.HALTED], _R.RUNNING),
+    ("halt", _R.RUNNING, _R.HALTED),
+    ("complete", [_R.RUNNING, _R.PAUSED, _R.HALTED], _R.COMPLETED),
+    (
+        "cancel",
+        [_R.PLANNED, _R.AWAITING_APPROVAL, _R.APPROVED, _R.RUNNING, _R.PAUSED, _R.HALTED],
+        _R.CANCELLED,
+    ),
+]
+
+
+class IllegalMove(Exception):
+    """A trigger was fired from a state that does not allow it."""
+
+
+def _machine(states: type[StrEnum], table: list[tuple[str, object, object]]) -> Machine:
+    transitions = [{"trigger": t, "source": src, "dest": dst} for t, src, dst in table]
+    return Machine(
+        model=None,
+        states=states,
+        transitions=transitions,
+        initial=next(iter(states)),
+        auto_transitions=False,
+    )
+
+
+_ITEM_MACHINE = _machine(ItemState, ITEM_TRANSITIONS)  # type: ignore[arg-type]
+_RUN_MACHINE = _machine(RunState, RUN_TRANSITIONS)  # type: ignore[arg-type]
+
+
+def _next(machine: Machine, states: type[StrEnum], trigger: str, current: StrEnum) -> str:
+    found = machine.get_transitions(trigger=trigger, source=current.name)
+    if not found:
+        raise IllegalMove(f"{trigger!r} is not allowed from {current.value!r}")
+    return states[str(found[0].dest)].value
+
+
+def item_next(trigger: str, current: ItemState) -> ItemState:
+    """The state an item moves to when `trigger` fires in `current`, or IllegalMove."""
+    return ItemState(_next(_ITEM_MACHINE, ItemState, trigger, current))
+
+
+def run_next(trigger: str, current: RunState) -> RunState:
+    """The state a run moves to when `trigger` fires in `current`, or IllegalMove."""
+    return RunState(_next(_RUN_MACHINE, RunState, trigger, current))
+
+
+def item_triggers(current: ItemState) -> list[str]:
+    return list(_ITEM_MACHINE.get_triggers(current.name))
+
+
+def run_triggers(current: RunState) -> list[str]:
+    return list(_RUN_MACHINE.get_triggers(current.name))

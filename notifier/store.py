@@ -1,0 +1,786 @@
+"""SQLite store: runs, items, attempts, receipts, events, decisions. All SQL lives here.
+
+The database is the source of truth. Every item or run state change is decided by
+state_machine.py and written with a conditional UPDATE (`WHERE state = :expected`); every
+write a worker makes is fenced by its lease version, so a worker that lost its lease cannot
+write anything.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import struct
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlite_utils import Database
+
+from . import clock
+from .intent import Intent
+from .schema import APPLICATION_ID, MIGRATION_SET, migrations
+from .state_machine import (
+    ACTIVE_ITEM_STATES,
+    TERMINAL_ITEM_STATES,
+    ItemState,
+    RunState,
+    item_next,
+    run_next,
+)
+
+_ACTIVE = "state IN ({})".format(", ".join(f"'{s.value}'" for s in ACTIVE_ITEM_STATES))
+_HEADER = b"SQLite format 3\x00"
+
+
+class StoreRefused(Exception):
+    """The file is not a database this version may touch; it has not been modified."""
+
+
+class NoDatabase(Exception):
+    """There is no database yet (a read-only command was run before any send)."""
+
+
+class LostRace(Exception):
+    """A conditional UPDATE matched nothing: someone else moved the row first."""
+
+
+class LeaseLost(Exception):
+    """Another process took over the run; this worker must stop without writing."""
+
+
+class LeaseHeld(Exception):
+    def __init__(self, owner: dict[str, Any], expires_at: str | None) -> None:
+        self.owner = owner
+        self.expires_at = expires_at
+        super().__init__(
+            f"held by pid {owner.get('pid')} on {owner.get('host')} until {clock.local(expires_at)}"
+        )
+
+
+@dataclass(frozen=True)
+class Run:
+    run_id: str
+    state: RunState
+    created_at: str
+    updated_at: str
+    batch_path: str
+    fingerprint: str
+    channel_snapshot: dict[str, Any]
+    options: dict[str, Any]
+    contract_version: str
+    lease_owner: dict[str, Any] | None
+    lease_version: int
+    lease_expires_at: str | None
+    cancel_requested_at: str | None
+    paused_until: str | None
+    stop_reason: str | None
+
+
+@dataclass(frozen=True)
+class Item:
+    run_id: str
+    seq: int
+    item_id: str
+    channel: str
+    target: str
+    payload: dict[str, Any]
+    idempotency_key: str
+    intent_digest: str
+    state: ItemState
+    attempts: int
+    next_attempt_at: str | None
+    receipt_id: str | None
+    last_error: str | None
+
+    def intent(self) -> Intent:
+        return Intent(
+            run_id=self.run_id,
+            seq=self.seq,
+            item_id=self.item_id,
+            channel=self.channel,
+            target=self.target,
+            payload=self.payload,
+            idempotency_key=self.idempotency_key,
+            intent_digest=self.intent_digest,
+        )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one attempt (or one settlement) established about one item."""
+
+    seq: int
+    trigger: str
+    attempt_outcome: str | None = None  # closes the item's open attempt with this class
+    http_status: int | None = None
+    error: str | None = None
+    receipt_id: str | None = None
+    receipt_source: str | None = None  # send | query | manual: a receipt row is written
+    evidence: str | None = None
+    next_attempt_at: str | None = None
+    retry_after_s: float | None = None
+    # The state the caller saw the item in; the UPDATE is conditional on it still holding.
+    expected: ItemState | None = None
+
+
+@dataclass(frozen=True)
+class Attempt:
+    seq: int
+    n: int
+    started_at: str
+    finished_at: str | None
+    outcome: str | None
+    http_status: int | None
+    error: str | None
+    waited_s: float | None
+    retry_after_s: float | None
+
+
+@dataclass(frozen=True)
+class Decision:
+    seq: int
+    item_id: str
+    operator: str
+    at: str
+    decision: str
+    evidence: str
+
+
+class Store:
+    def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
+        self.path = path
+        self.conn = conn
+        self.db = Database(conn)
+
+    # ---------------------------------------------------------------- opening
+
+    @classmethod
+    def open(cls, path: Path, *, create: bool = False, readonly: bool = False) -> Store:
+        """Open (or with `create`, make) the database at `path`, refusing any file that is
+        not a healthy notifier database of a schema this version knows. Nothing is written
+        to a refused file, nor with `readonly`."""
+        path = Path(path)
+        if not path.exists():
+            if not create:
+                raise NoDatabase(
+                    f"{path}: no database here yet. Run `notifier send BATCH.csv` first, "
+                    "or point --db (or NOTIFIER_DB) at an existing receipts database."
+                )
+            return cls._connect(path, fresh=True)
+        _check_file_header(path)
+        store = cls._connect(path, fresh=False)
+        try:
+            store._check_schema()
+            store.check_invariants()
+        except sqlite3.DatabaseError as exc:
+            store.close()
+            raise StoreRefused(f"{path}: cannot be read as a notifier database ({exc}).") from exc
+        except BaseException:
+            store.close()
+            raise
+        if not readonly:
+            store._prepare()
+        return store
+
+    @classmethod
+    def _connect(cls, path: Path, *, fresh: bool) -> Store:
+        # isolation_level=None: transactions are begun explicitly (see _write), never
+        # implicitly by the sqlite3 module behind our back.
+        conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        # Another process (a cancel, a second resume) may hold the write lock briefly.
+        conn.execute("PRAGMA busy_timeout = 10000")
+        conn.row_factory = sqlite3.Row
+        # Attempts, receipts and decisions must point at items that exist.
+        conn.execute("PRAGMA foreign_keys = ON")
+        # 64 MiB of page cache: keys are random hashes, so planning a large batch touches
+        # index pages all over the file; the default 2 MiB thrashes.
+        conn.execute("PRAGMA cache_size = -65536")
+        store = cls(path, conn)
+        if fresh:
+            store._prepare()
+        return store
+
+    def _prepare(self) -> None:
+        """Pragmas that write to the file, then migrations: only after every check passed."""
+        # WAL: readers (status, cancel) never block the worker, and a commit is one append.
+        self.conn.execute("PRAGMA journal_mode = WAL")
+        # FULL: an intent must survive power loss before its send starts (fsync per commit).
+        self.conn.execute("PRAGMA synchronous = FULL")
+        migrations.apply(self.db)
+
+    def secondary(self) -> Store:
+        """Another connection to the same checked file, for a thread of our own."""
+        store = Store._connect(self.path, fresh=False)
+        store.conn.execute("PRAGMA synchronous = FULL")
+        return store
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def _check_schema(self) -> None:
+        tables = {
+            r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        }
+        app_id = self.conn.execute("PRAGMA application_id").fetchone()[0]
+        if not tables and app_id == 0:
+            return  # an empty SQLite file: ours to initialise
+        if app_id != APPLICATION_ID:
+            listed = ", ".join(sorted(tables)[:6]) or "none"
+            raise StoreRefused(
+                f"{self.path}: this SQLite database was not written by notifier (tables: "
+                f"{listed}). Point --db at a notifier receipts database or at a new path."
+            )
+        applied = {m.name for m in migrations.applied(self.db)}
+        known = {m.name for m in migrations._migrations}
+        newer = sorted(applied - known)
+        if newer:
+            raise StoreRefused(
+                f"{self.path}: written by a newer version of notifier (schema {newer[-1]} is "
+                "unknown here). Upgrade notifier; this file was not changed."
+            )
+
+    def check_invariants(self) -> None:
+        """Refuse a database whose rows contradict each other: resuming on top of it could
+        re-send or skip notifications."""
+        if not self._has_items():
+            return
+        problems: list[str] = []
+        for run_id, seq in self.conn.execute(
+            "SELECT i.run_id, i.seq FROM items i WHERE i.state = 'sent' AND NOT EXISTS "
+            "(SELECT 1 FROM receipts r WHERE r.idempotency_key = i.idempotency_key) LIMIT 5"
+        ):
+            problems.append(f"run {run_id} item {seq} is sent but has no receipt")
+        for run_id, seq in self.conn.execute(
+            f"SELECT i.run_id, i.seq FROM items i WHERE {_ACTIVE} AND i.state = 'in_flight' "
+            "AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.run_id = i.run_id "
+            "AND a.seq = i.seq AND a.finished_at IS NULL) LIMIT 5"
+        ):
+            problems.append(f"run {run_id} item {seq} is in flight but has no open attempt")
+        for run_id, seq in self.conn.execute(
+            "SELECT i.run_id, i.seq FROM items i JOIN receipts r "
+            "ON r.idempotency_key = i.idempotency_key "
+            "WHERE i.state = 'sent' AND r.intent_digest != i.intent_digest LIMIT 5"
+        ):
+            problems.append(f"run {run_id} item {seq} has a receipt for a different digest")
+        for (run_id,) in self.conn.execute(
+            "SELECT run_id FROM events GROUP BY run_id "
+            "HAVING MIN(seq_no) != 1 OR MAX(seq_no) != COUNT(*) LIMIT 5"
+        ):
+            problems.append(f"run {run_id} has gaps in its event numbers")
+        for (run_id,) in self.conn.execute(
+            f"SELECT r.run_id FROM runs r WHERE r.state = 'completed' AND EXISTS "
+            f"(SELECT 1 FROM items i WHERE i.run_id = r.run_id AND {_ACTIVE}) LIMIT 5"
+        ):
+            problems.append(f"run {run_id} is completed but still has unfinished items")
+        if problems:
+            raise StoreRefused(
+                f"{self.path}: integrity check failed: {'; '.join(problems)}. The file was not "
+                "changed; restore it from a backup or inspect it with sqlite3 before resuming."
+            )
+
+    def _has_items(self) -> bool:
+        return bool(
+            self.conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='items'"
+            ).fetchone()
+        )
+
+    # ---------------------------------------------------------------- writing
+
+    @contextmanager
+    def _write(self, run_id: str | None = None, lease_version: int | None = None) -> Iterator[None]:
+        """One write transaction. IMMEDIATE takes the write lock up front: db.atomic()'s
+        deferred BEGIN can fail with SQLITE_BUSY_SNAPSHOT when a concurrent `cancel` commits
+        between our read and our write, and busy_timeout cannot retry that. With
+        `lease_version`, the transaction is fenced: it aborts if the lease moved on."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            if lease_version is not None:
+                row = self.conn.execute(
+                    "SELECT lease_version FROM runs WHERE run_id = ?", (run_id,)
+                ).fetchone()
+                if row is None or row[0] != lease_version:
+                    raise LeaseLost(f"run {run_id}: another process took over this run")
+            yield
+            self.conn.execute("COMMIT")
+        except BaseException:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            raise
+
+    def _event(self, run_id: str, kind: str, item_seq: int | None, detail: Any, at: str) -> None:
+        self.conn.execute(
+            "INSERT INTO events (run_id, seq_no, at, kind, item_seq, detail) "
+            "SELECT ?, COALESCE(MAX(seq_no), 0) + 1, ?, ?, ?, ? FROM events WHERE run_id = ?",
+            (run_id, at, kind, item_seq, _dump(detail), run_id),
+        )
+
+    def _move_item(
+        self, run_id: str, seq: int, current: ItemState, trigger: str, at: str, **sets: Any
+    ) -> ItemState:
+        target = item_next(trigger, current)
+        assignments = "".join(f", {column} = :{column}" for column in sets)
+        cursor = self.conn.execute(
+            f"UPDATE items SET state = :target, updated_at = :at{assignments} "
+            "WHERE run_id = :run_id AND seq = :seq AND state = :current",
+            {
+                "target": target.value,
+                "at": at,
+                "run_id": run_id,
+                "seq": seq,
+                "current": current.value,
+                **sets,
+            },
+        )
+        if cursor.rowcount != 1:
+            raise LostRace(f"run {run_id} item {seq}: expected {current.value} for {trigger}")
+        self._event(run_id, trigger, seq, {"from": current.value, "to": target.value}, at)
+        return target
+
+    def _move_run(self, run_id: str, trigger: str, at: str, **sets: Any) -> RunState:
+        current = self.get_run(run_id).state
+        target = run_next(trigger, current)
+        assignments = "".join(f", {column} = :{column}" for column in sets)
+        cursor = self.conn.execute(
+            f"UPDATE runs SET state = :target, updated_at = :at{assignments} "
+            "WHERE run_id = :run_id AND state = :current",
+            {"target": target.value, "at": at, "run_id": run_id, "current": current.value, **sets},
+        )
+        if cursor.rowcount != 1:
+            raise LostRace(f"run {run_id}: expected {current.value} for {trigger}")
+        self._event(
+            run_id, f"run_{trigger}", None, {"from": current.value, "to": target.value, **sets}, at
+        )
+        return target
+
+    def create_run(self, run: dict[str, Any], items: Sequence[dict[str, Any]]) -> None:
+        """The run row and every intent, in one transaction: a batch is planned whole or not
+        at all."""
+        at = run["created_at"]
+        with self._write():
+            self.db.table("runs").insert(
+                {
+                    **run,
+                    "channel_snapshot": _dump(run["channel_snapshot"]),
+                    "options": _dump(run["options"]),
+                    "updated_at": at,
+                }
+            )
+            # executemany with a fixed column list: sqlite-utils' insert_all inspects every
+            # value of every row, which is most of the cost of planning 100k rows.
+            self.conn.executemany(
+                "INSERT INTO items (run_id, seq, item_id, channel, target, payload, "
+                "idempotency_key, intent_digest, state, attempts, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?)",
+                (
+                    (
+                        item["run_id"],
+                        item["seq"],
+                        item["item_id"],
+                        item["channel"],
+                        item["target"],
+                        _dump(item["payload"]),
+                        item["idempotency_key"],
+                        item["intent_digest"],
+                        at,
+                    )
+                    for item in items
+                ),
+            )
+            self._event(run["run_id"], "planned", None, {"items": len(items)}, at)
+
+    def move_run(
+        self, run_id: str, trigger: str, lease_version: int | None = None, **sets: Any
+    ) -> RunState:
+        with self._write(run_id, lease_version):
+            return self._move_run(run_id, trigger, clock.now_iso(), **sets)
+
+    def claim(
+        self,
+        run_id: str,
+        lease_version: int,
+        limit: int,
+        *,
+        only_seq: int | None = None,
+        exclude_channels: Sequence[str] = (),
+    ) -> list[Item]:
+        """Point A for a window: up to `limit` due pending items become in_flight, each with
+        an open attempt row, in one transaction."""
+        at = clock.now_iso()
+        where = f"run_id = ? AND {_ACTIVE} AND state = 'pending' "
+        where += "AND (next_attempt_at IS NULL OR next_attempt_at <= ?)"
+        params: list[Any] = [run_id, at]
+        if only_seq is not None:
+            where += " AND seq = ?"
+            params.append(only_seq)
+        if exclude_channels:
+            where += " AND channel NOT IN ({})".format(", ".join("?" * len(exclude_channels)))
+            params.extend(exclude_channels)
+        claimed: list[Item] = []
+        with self._write(run_id, lease_version):
+            rows = self.conn.execute(
+                f"SELECT * FROM items WHERE {where} ORDER BY seq LIMIT ?", [*params, limit]
+            ).fetchall()
+            for row in rows:
+                item = _item(row)
+                waited = None
+                if item.attempts:
+                    last = self.conn.execute(
+                        "SELECT finished_at FROM attempts WHERE run_id = ? AND seq = ? "
+                        "ORDER BY n DESC LIMIT 1",
+                        (run_id, item.seq),
+                    ).fetchone()
+                    if last and last[0]:
+                        waited = (clock.parse(at) - clock.parse(last[0])).total_seconds()
+                self._move_item(
+                    run_id,
+                    item.seq,
+                    item.state,
+                    "start",
+                    at,
+                    attempts=item.attempts + 1,
+                    next_attempt_at=None,
+                )
+                self.conn.execute(
+                    "INSERT INTO attempts (run_id, seq, n, started_at, waited_s) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (run_id, item.seq, item.attempts + 1, at, waited),
+                )
+                claimed.append(_replace_state(item, ItemState.IN_FLIGHT, item.attempts + 1))
+        return claimed
+
+    def record(self, run_id: str, lease_version: int | None, outcomes: Sequence[Outcome]) -> None:
+        """Point B for a window: every outcome (receipt, attempt closed, state moved) in one
+        transaction."""
+        if not outcomes:
+            return
+        at = clock.now_iso()
+        with self._write(run_id, lease_version):
+            for outcome in outcomes:
+                self._record_one(run_id, outcome, at)
+
+    def _record_one(self, run_id: str, o: Outcome, at: str) -> None:
+        row = self.conn.execute(
+            "SELECT * FROM items WHERE run_id = ? AND seq = ?", (run_id, o.seq)
+        ).fetchone()
+        item = _item(row)
+        if o.attempt_outcome is not None:
+            self.conn.execute(
+                "UPDATE attempts SET finished_at = ?, outcome = ?, http_status = ?, error = ?, "
+                "retry_after_s = ? WHERE run_id = ? AND seq = ? AND finished_at IS NULL",
+                (at, o.attempt_outcome, o.http_status, o.error, o.retry_after_s, run_id, o.seq),
+            )
+        sets: dict[str, Any] = {"next_attempt_at": o.next_attempt_at}
+        if o.error is not None or o.trigger in ("ack", "found", "mark_sent"):
+            sets["last_error"] = o.error
+        if o.receipt_source is not None:
+            sets["receipt_id"] = o.receipt_id
+            self.conn.execute(
+                "INSERT INTO receipts (idempotency_key, intent_digest, receipt_id, source, "
+                "evidence, recorded_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    item.idempotency_key,
+                    item.intent_digest,
+                    o.receipt_id,
+                    o.receipt_source,
+                    o.evidence,
+                    at,
+                ),
+            )
+        self._move_item(run_id, o.seq, o.expected or item.state, o.trigger, at, **sets)
+
+    def decide(
+        self,
+        run_id: str,
+        seq: int,
+        trigger: str,
+        operator: str,
+        evidence: str,
+        lease_version: int,
+    ) -> None:
+        """A manual reconcile decision: the move, its audit row and, for `mark_sent`, a
+        receipt whose source is `manual` — all in one transaction."""
+        at = clock.now_iso()
+        with self._write(run_id, lease_version):
+            self.conn.execute(
+                "INSERT INTO decisions (run_id, seq, operator, at, decision, evidence) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (run_id, seq, operator, at, trigger, evidence),
+            )
+            self._event(
+                run_id,
+                "decision",
+                seq,
+                {"decision": trigger, "operator": operator, "evidence": evidence},
+                at,
+            )
+            source = "manual" if trigger == "mark_sent" else None
+            self._record_one(
+                run_id, Outcome(seq, trigger, receipt_source=source, evidence=evidence), at
+            )
+
+    def request_cancel(self, run_id: str) -> str:
+        at = clock.now_iso()
+        with self._write():
+            self.conn.execute(
+                "UPDATE runs SET cancel_requested_at = COALESCE(cancel_requested_at, ?), "
+                "updated_at = ? WHERE run_id = ?",
+                (at, at, run_id),
+            )
+            self._event(run_id, "cancel_requested", None, None, at)
+        return at
+
+    # ---------------------------------------------------------------- leases
+
+    def acquire_lease(
+        self, run_id: str, owner: dict[str, Any], ttl_s: float, holder_alive: Any
+    ) -> int:
+        """Take the run for `owner` unless a live holder has it; returns the new fencing
+        version. `holder_alive(owner, expires_at)` decides liveness (lease.py)."""
+        at = clock.now()
+        with self._write():
+            run = self.get_run(run_id)
+            if run.lease_owner and holder_alive(run.lease_owner, run.lease_expires_at):
+                raise LeaseHeld(run.lease_owner, run.lease_expires_at)
+            version = run.lease_version + 1
+            self.conn.execute(
+                "UPDATE runs SET lease_owner = ?, lease_version = ?, lease_expires_at = ? "
+                "WHERE run_id = ? AND lease_version = ?",
+                (
+                    _dump(owner),
+                    version,
+                    clock.iso(clock.later(ttl_s, at)),
+                    run_id,
+                    run.lease_version,
+                ),
+            )
+            self._event(
+                run_id,
+                "lease_taken",
+                None,
+                {"owner": owner, "version": version, "previous": run.lease_owner},
+                clock.iso(at),
+            )
+        return version
+
+    def renew_lease(self, run_id: str, lease_version: int, ttl_s: float) -> bool:
+        with self._write():
+            cursor = self.conn.execute(
+                "UPDATE runs SET lease_expires_at = ? WHERE run_id = ? AND lease_version = ?",
+                (clock.iso(clock.later(ttl_s)), run_id, lease_version),
+            )
+        return cursor.rowcount == 1
+
+    def release_lease(self, run_id: str, lease_version: int) -> None:
+        with self._write():
+            self.conn.execute(
+                "UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL "
+                "WHERE run_id = ? AND lease_version = ?",
+                (run_id, lease_version),
+            )
+
+    # ---------------------------------------------------------------- reading
+
+    def get_run(self, run_id: str) -> Run:
+        row = self.conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise KeyError(run_id)
+        return _run(row)
+
+    def runs(self) -> list[Run]:
+        rows = self.conn.execute("SELECT * FROM runs ORDER BY created_at DESC, rowid DESC")
+        return [_run(r) for r in rows]
+
+    def newest_run(self, exclude: Sequence[RunState] = ()) -> Run | None:
+        for run in self.runs():
+            if run.state not in exclude:
+                return run
+        return None
+
+    def runs_with_fingerprint(self, fingerprint: str) -> list[Run]:
+        return [r for r in self.runs() if r.fingerprint == fingerprint]
+
+    def run_flags(self, run_id: str) -> tuple[str | None, int]:
+        """The two things a worker polls between windows: cancel request and lease version."""
+        row = self.conn.execute(
+            "SELECT cancel_requested_at, lease_version FROM runs WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        return row[0], row[1]
+
+    def counts(self, run_id: str) -> dict[str, int]:
+        counts = {s.value: 0 for s in ItemState}
+        for state, n in self.conn.execute(
+            "SELECT state, COUNT(*) FROM items WHERE run_id = ? GROUP BY state", (run_id,)
+        ):
+            counts[state] = n
+        return {"total": sum(counts.values()), **counts}
+
+    def items(self, run_id: str, states: Sequence[ItemState] | None = None) -> Iterator[Item]:
+        if states is None:
+            cursor = self.conn.execute(
+                "SELECT * FROM items WHERE run_id = ? ORDER BY seq", (run_id,)
+            )
+        else:
+            marks = ", ".join("?" * len(states))
+            # Repeating the partial index's own condition lets SQLite use it.
+            active = _ACTIVE if _all_active(states) else "1"
+            cursor = self.conn.execute(
+                f"SELECT * FROM items WHERE run_id = ? AND {active} AND state IN ({marks}) "
+                "ORDER BY seq",
+                (run_id, *[s.value for s in states]),
+            )
+        for row in cursor:
+            yield _item(row)
+
+    def item(self, run_id: str, seq: int) -> Item:
+        row = self.conn.execute(
+            "SELECT * FROM items WHERE run_id = ? AND seq = ?", (run_id, seq)
+        ).fetchone()
+        if row is None:
+            raise KeyError(seq)
+        return _item(row)
+
+    def item_by_id(self, run_id: str, item_id: str) -> Item | None:
+        row = self.conn.execute(
+            "SELECT * FROM items WHERE run_id = ? AND item_id = ?", (run_id, item_id)
+        ).fetchone()
+        return _item(row) if row else None
+
+    def pending_by_channel(self, run_id: str) -> list[tuple[str, str | None]]:
+        """Per channel with pending items: the earliest next_attempt_at (None: due now)."""
+        return [
+            (channel, earliest or None)
+            for channel, earliest in self.conn.execute(
+                f"SELECT channel, MIN(COALESCE(next_attempt_at, '')) FROM items "
+                f"WHERE run_id = ? AND {_ACTIVE} AND state = 'pending' GROUP BY channel",
+                (run_id,),
+            )
+        ]
+
+    def attempts(self, run_id: str, seq: int | None = None) -> list[Attempt]:
+        sql = (
+            "SELECT seq, n, started_at, finished_at, outcome, http_status, error, waited_s, "
+            "retry_after_s FROM attempts WHERE run_id = ?"
+        )
+        params: list[Any] = [run_id]
+        if seq is not None:
+            sql += " AND seq = ?"
+            params.append(seq)
+        return [Attempt(*tuple(r)) for r in self.conn.execute(sql + " ORDER BY id", params)]
+
+    def decisions(self, run_id: str) -> list[Decision]:
+        return [
+            Decision(*tuple(r))
+            for r in self.conn.execute(
+                "SELECT d.seq, i.item_id, d.operator, d.at, d.decision, d.evidence "
+                "FROM decisions d JOIN items i ON i.run_id = d.run_id AND i.seq = d.seq "
+                "WHERE d.run_id = ? ORDER BY d.id",
+                (run_id,),
+            )
+        ]
+
+    def receipt_evidence(self, run_id: str) -> dict[int, tuple[str, str | None]]:
+        """seq → (source, evidence) for every receipt of the run."""
+        return {
+            seq: (source, evidence)
+            for seq, source, evidence in self.conn.execute(
+                "SELECT i.seq, r.source, r.evidence FROM receipts r JOIN items i "
+                "ON i.idempotency_key = r.idempotency_key WHERE i.run_id = ?",
+                (run_id,),
+            )
+        }
+
+    def events(self, run_id: str) -> list[tuple[int, str, str, int | None, str | None]]:
+        return list(
+            self.conn.execute(
+                "SELECT seq_no, at, kind, item_seq, detail FROM events WHERE run_id = ? "
+                "ORDER BY seq_no",
+                (run_id,),
+            )
+        )
+
+
+def _check_file_header(path: Path) -> None:
+    """Cheap checks on the raw bytes, before SQLite opens the file (and before anything could
+    write to it): the magic string, and that no page the header promises is missing."""
+    size = path.stat().st_size
+    if size == 0:
+        raise StoreRefused(
+            f"{path}: the file is empty (0 bytes), so it holds no receipts. If it was meant "
+            "to, restore it from a backup; for a fresh start delete it or choose another --db."
+        )
+    with path.open("rb") as handle:
+        header = handle.read(100)
+    if not header.startswith(_HEADER):
+        raise StoreRefused(
+            f"{path}: not an SQLite database (it does not start with the SQLite header). "
+            "Point --db at a notifier receipts database."
+        )
+    if len(header) < 100:
+        raise StoreRefused(f"{path}: truncated: the 100-byte SQLite header is incomplete.")
+    (page_size,) = struct.unpack(">H", header[16:18])
+    page_size = 65536 if page_size == 1 else page_size
+    change_counter, pages = struct.unpack(">II", header[24:32])
+    (valid_for,) = struct.unpack(">I", header[92:96])
+    if valid_for == change_counter and size < pages * page_size:
+        raise StoreRefused(
+            f"{path}: truncated: the header promises {pages} pages of {page_size} bytes "
+            f"({pages * page_size} bytes) but the file has {size}. Restore it from a backup; "
+            "this file was not changed."
+        )
+
+
+def _dump(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+_ITEM_FIELDS = tuple(Item.__dataclass_fields__)
+_RUN_FIELDS = tuple(Run.__dataclass_fields__)
+
+
+def _item(row: sqlite3.Row) -> Item:
+    values = {name: row[name] for name in _ITEM_FIELDS}
+    values["payload"] = json.loads(values["payload"])
+    values["state"] = ItemState(values["state"])
+    return Item(**values)
+
+
+def _replace_state(item: Item, state: ItemState, attempts: int) -> Item:
+    values = dict(item.__dict__)
+    values.update(state=state, attempts=attempts, next_attempt_at=None)
+    return Item(**values)
+
+
+def _run(row: sqlite3.Row) -> Run:
+    values = {name: row[name] for name in _RUN_FIELDS}
+    values["state"] = RunState(values["state"])
+    values["channel_snapshot"] = json.loads(values["channel_snapshot"])
+    values["options"] = json.loads(values["options"])
+    values["lease_owner"] = json.loads(values["lease_owner"]) if values["lease_owner"] else None
+    return Run(**values)
+
+
+def _all_active(states: Sequence[ItemState]) -> bool:
+    return all(s in ACTIVE_ITEM_STATES for s in states)
+
+
+__all__ = [
+    "MIGRATION_SET",
+    "TERMINAL_ITEM_STATES",
+    "Attempt",
+    "Decision",
+    "Item",
+    "LeaseHeld",
+    "LeaseLost",
+    "LostRace",
+    "NoDatabase",
+    "Outcome",
+    "Run",
+    "Store",
+    "StoreRefused",
+]

@@ -1,0 +1,116 @@
+"""The item-20 rehearsal end to end: crash at every point, resume, exactly once."""
+
+from __future__ import annotations
+
+import pytest
+
+from notifier.crash import POINTS
+
+from .conftest import EXAMPLE, Workspace
+
+
+def assert_exactly_once(ws: Workspace, total: int = 100) -> None:
+    """Every item is in the outbox exactly once, under its own key, with its own digest."""
+    documents = ws.outbox_documents()
+    assert len(documents) == total
+    stored = dict(ws.query("SELECT idempotency_key, intent_digest FROM items"))
+    assert len(stored) == total
+    assert {d["idempotency_key"]: d["intent_digest"] for d in documents} == stored
+    assert ws.status()["counts"]["sent"] == total
+
+
+@pytest.mark.parametrize("seq", [1, 20, 100])
+@pytest.mark.parametrize("point", POINTS)
+def test_crash_then_resume_sends_each_notification_once(
+    ws: Workspace, point: str, seq: int
+) -> None:
+    """A crash at any point for any item, then `resume`, delivers all 100 exactly once."""
+    crashed = ws.run("send", str(EXAMPLE), env={"NOTIFIER_CRASH_AT": f"{point}:{seq}"})
+    assert crashed.returncode == 137, crashed.stderr
+    assert f"{point}" in crashed.stderr and f"item {seq}" in crashed.stderr
+    before = {r[0]: r[1] for r in ws.query("SELECT seq, state FROM items")}
+    expected_state = "sent" if point == "after-receipt" else "in_flight"
+    assert before[seq] == expected_state
+    assert all(before[s] == "pending" for s in before if s > seq)
+
+    resumed = ws.run("resume")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert_exactly_once(ws)
+
+
+def test_after_send_20_is_found_by_query_and_settled_before_21(ws: Workspace) -> None:
+    """Item 20 committed but unrecorded: resume finds its receipt, does not re-send it, and
+    settles it before item 21's first attempt starts."""
+    crashed = ws.run("send", str(EXAMPLE), env={"NOTIFIER_CRASH_AT": "after-send:20"})
+    assert crashed.returncode == 137
+    key = ws.query("SELECT idempotency_key FROM items WHERE seq = 20")[0][0]
+    written_at = [d["written_at"] for d in ws.outbox_documents() if d["idempotency_key"] == key]
+    assert len(written_at) == 1
+
+    resumed = ws.run("resume")
+    assert resumed.returncode == 0, resumed.stderr
+    line = next(x for x in resumed.stdout.splitlines() if "item 20 " in x)
+    assert key in line and "receipt found" in line and "not sent again" in line
+
+    # The outbox file was not rewritten: same document, same write time.
+    again = [d["written_at"] for d in ws.outbox_documents() if d["idempotency_key"] == key]
+    assert again == written_at
+    attempts_20 = ws.query("SELECT n, outcome FROM attempts WHERE seq = 20 ORDER BY n")
+    assert attempts_20 == [(1, "interrupted")]
+    settled_at = ws.query(
+        "SELECT recorded_at, source FROM receipts WHERE idempotency_key = ?", (key,)
+    )[0]
+    assert settled_at[1] == "query"
+    first_21 = ws.query("SELECT MIN(started_at) FROM attempts WHERE seq = 21")[0][0]
+    assert first_21 > settled_at[0]
+    assert_exactly_once(ws)
+
+
+def test_after_intent_item_is_sent_again_with_the_same_key(ws: Workspace) -> None:
+    """Nothing left before the crash: the query finds nothing, the item goes out once, under
+    the key planned for it."""
+    assert (
+        ws.run("send", str(EXAMPLE), env={"NOTIFIER_CRASH_AT": "after-intent:20"}).returncode == 137
+    )
+    key = ws.query("SELECT idempotency_key FROM items WHERE seq = 20")[0][0]
+    assert key not in {d["idempotency_key"] for d in ws.outbox_documents()}
+    resumed = ws.run("resume")
+    assert resumed.returncode == 0
+    assert "not found" in resumed.stdout and key in resumed.stdout
+    assert ws.query("SELECT n, outcome FROM attempts WHERE seq = 20 ORDER BY n") == [
+        (1, "interrupted"),
+        (2, "sent"),
+    ]
+    assert_exactly_once(ws)
+
+
+def test_crash_resume_crash_again_resume(ws: Workspace) -> None:
+    """Two crashes at different points in one run still deliver each notification once."""
+    assert (
+        ws.run("send", str(EXAMPLE), env={"NOTIFIER_CRASH_AT": "after-send:20"}).returncode == 137
+    )
+    second = ws.run("resume", env={"NOTIFIER_CRASH_AT": "after-intent:57"})
+    assert second.returncode == 137
+    third = ws.run("resume", env={"NOTIFIER_CRASH_AT": "after-receipt:80"})
+    assert third.returncode == 137
+    final = ws.run("resume")
+    assert final.returncode == 0, final.stderr
+    assert_exactly_once(ws)
+    events = ws.query("SELECT seq_no FROM events ORDER BY seq_no")
+    assert [e[0] for e in events] == list(range(1, len(events) + 1))
+
+
+def test_resume_with_nothing_to_resume_says_so(ws: Workspace) -> None:
+    """`resume` after a completed run exits 2 with a clear message."""
+    assert ws.invoke("send", str(EXAMPLE)).exit_code == 0
+    result = ws.invoke("resume")
+    assert result.exit_code == 2
+    assert "no unfinished run" in result.output
+
+
+def test_bad_crash_spec_is_a_usage_error_before_anything_is_stored(ws: Workspace) -> None:
+    """A mistyped NOTIFIER_CRASH_AT stops `send` with exit 2 and no database."""
+    result = ws.run("send", str(EXAMPLE), env={"NOTIFIER_CRASH_AT": "after-sned:20"})
+    assert result.returncode == 2
+    assert "after-send" in result.stderr
+    assert not ws.db.exists()

@@ -1,0 +1,110 @@
+"""Planning: keys and digests per DESIGN section 5, fingerprint refusal, dry runs."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from notifier.intent import idempotency_key, intent_digest
+
+from .conftest import EXAMPLE, Workspace, make_rows
+
+
+def test_keys_are_short_ascii_and_carry_no_personal_data(ws: Workspace) -> None:
+    """Every key is printable ASCII, at most 64 characters, unique, and does not contain the
+    recipient; every digest is sha256 over the intent."""
+    assert ws.invoke("send", str(EXAMPLE)).exit_code == 0
+    rows = ws.query("SELECT run_id, item_id, target, idempotency_key, intent_digest, channel, "
+                    "payload FROM items")  # fmt: skip
+    keys = [r[3] for r in rows]
+    assert len(set(keys)) == 100
+    for run_id, item_id, target, key, digest, channel, payload in rows:
+        assert re.fullmatch(r"[\x21-\x7e]{1,64}", key)
+        assert target.split("@")[0] not in key
+        assert key == idempotency_key(run_id, item_id, target)
+        assert digest == intent_digest(channel, target, json.loads(payload))
+        assert re.fullmatch(r"sha256:[0-9a-f]{64}", digest)
+
+
+def test_digest_changes_with_the_payload_and_ignores_unicode_form() -> None:
+    """A changed payload is a new intent; NFC and NFD spellings of a text are the same one."""
+    base = {"subject": "Café", "body": "b", "data": {}}
+    nfd = {"subject": "Cafe\u0301", "body": "b", "data": {}}
+    assert intent_digest("outbox", "a@example.com", base) == intent_digest(
+        "outbox", "a@example.com", nfd
+    )
+    assert intent_digest("outbox", "a@example.com", base) != intent_digest(
+        "outbox", "a@example.com", {**base, "body": "c"}
+    )
+    assert intent_digest("outbox", "a@example.com", base) == intent_digest(
+        "outbox", " a@EXAMPLE.com ", base
+    )
+
+
+def test_same_batch_again_is_refused_unless_new_run(ws: Workspace) -> None:
+    """Re-sending a planned batch exits 2 naming the run and `notifier resume`; --new-run
+    sends it again under new keys."""
+    assert ws.invoke("send", str(EXAMPLE)).exit_code == 0
+    run_id = ws.query("SELECT run_id FROM runs")[0][0]
+    again = ws.invoke("send", str(EXAMPLE))
+    assert again.exit_code == 2
+    assert run_id in again.output and "notifier resume" in again.output
+    assert ws.query("SELECT COUNT(*) FROM runs") == [(1,)]
+    assert len(ws.outbox_documents()) == 100
+
+    fresh = ws.invoke("send", str(EXAMPLE), "--new-run")
+    assert fresh.exit_code == 0, fresh.output
+    assert ws.query("SELECT COUNT(*) FROM runs") == [(2,)]
+    assert ws.query("SELECT COUNT(DISTINCT idempotency_key) FROM items") == [(200,)]
+    assert len(ws.outbox_documents()) == 200
+
+
+def test_dry_run_writes_nothing(ws: Workspace) -> None:
+    """--dry-run validates and summarises the plan without creating a database or a file."""
+    result = ws.invoke("send", str(EXAMPLE), "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert "100 notifications" in result.output and "sha256:" in result.output
+    assert not ws.db.exists()
+    assert not ws.outbox.exists()
+
+
+def test_dry_run_on_a_planned_batch_names_the_run(ws: Workspace) -> None:
+    """A dry run of a batch already planned says which run it is, and changes nothing."""
+    ws.write_csv("b.csv", make_rows(3))
+    assert ws.invoke("send", "b.csv").exit_code == 0
+    before = ws.db.read_bytes()
+    run_id = ws.query("SELECT run_id FROM runs")[0][0]
+    result = ws.invoke("send", "b.csv", "--dry-run")
+    assert result.exit_code == 0
+    assert f"already planned as run {run_id}" in result.output
+    assert ws.db.read_bytes() == before
+
+
+def test_run_id_option_and_status_json(ws: Workspace) -> None:
+    """--run-id names the run; status --json has the contract's fields and counts."""
+    ws.write_csv("b.csv", make_rows(5))
+    assert ws.invoke("send", "b.csv", "--run-id", "welcome-2026").exit_code == 0
+    status = ws.status()
+    assert status["run_id"] == "welcome-2026"
+    assert status["state"] == "completed"
+    assert status["fingerprint"].startswith("sha256:")
+    assert status["counts"] == {
+        "total": 5, "sent": 5, "unknown": 0, "pending": 0, "failed": 0, "in_flight": 0,
+    }  # fmt: skip
+    first = status["items"][0]
+    for field in ("seq", "id", "channel", "to", "state", "idempotency_key", "intent_digest",
+                  "receipt_id", "attempts", "last_error"):  # fmt: skip
+        assert field in first
+    assert (first["seq"], first["id"], first["to"], first["attempts"]) == (
+        1, "u1", "user1@example.com", 1,
+    )  # fmt: skip
+    runs = ws.invoke("runs")
+    assert "welcome-2026" in runs.output and "completed" in runs.output
+
+
+def test_status_without_a_database_is_a_clear_usage_error(ws: Workspace) -> None:
+    """Asking for status before any send exits 2 and says what to do."""
+    result = ws.invoke("status")
+    assert result.exit_code == 2
+    assert "notifier send" in result.output
+    assert not ws.db.exists()

@@ -1,0 +1,177 @@
+"""A database that is not ours, is damaged, or contradicts itself is refused (exit 4) with a
+message naming the file and the problem, and is never modified."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from notifier import clock
+from notifier.state_machine import ItemState
+from notifier.store import LeaseLost, LostRace, Outcome, Store
+
+from .conftest import EXAMPLE, Workspace, make_rows
+
+COMMANDS = [
+    ["status"],
+    ["status", "--json"],
+    ["resume"],
+    ["report", "--format", "json"],
+    ["runs"],
+    ["cancel"],
+    ["reconcile"],
+    ["send", "other.csv"],
+]
+
+
+def sent_run(ws: Workspace) -> None:
+    assert ws.invoke("send", str(EXAMPLE)).exit_code == 0
+    ws.write_csv("other.csv", make_rows(3))
+
+
+def tamper(ws: Workspace, *statements: str) -> None:
+    conn = sqlite3.connect(ws.db)
+    conn.execute("PRAGMA foreign_keys = OFF")
+    for statement in statements:
+        conn.execute(statement)
+    conn.commit()
+    conn.close()
+
+
+def assert_refused_untouched(ws: Workspace, args: list[str], expected: str) -> None:
+    before = ws.db.read_bytes()
+    result = ws.invoke(*args)
+    assert result.exit_code == 4, (args, result.output)
+    assert str(ws.db) in result.output
+    assert expected in result.output
+    assert "Traceback" not in result.output
+    assert ws.db.read_bytes() == before
+
+
+@pytest.mark.parametrize("args", COMMANDS, ids=" ".join)
+def test_sent_item_without_receipt_is_refused_by_every_command(
+    ws: Workspace, args: list[str]
+) -> None:
+    """Whatever the command, a `sent` item with no receipt stops it before any write."""
+    sent_run(ws)
+    tamper(ws, "DELETE FROM receipts WHERE rowid = (SELECT MIN(rowid) FROM receipts)")
+    assert_refused_untouched(ws, args, "is sent but has no receipt")
+
+
+def test_text_file_is_refused(ws: Workspace) -> None:
+    """A text file where the database should be is named and left alone."""
+    ws.db.write_text("id,to\n1,ada@example.com\n")
+    ws.write_csv("other.csv", make_rows(3))
+    for args in (["status"], ["send", "other.csv"], ["resume"]):
+        assert_refused_untouched(ws, args, "not an SQLite database")
+
+
+def test_empty_file_is_refused_not_reset(ws: Workspace) -> None:
+    """A zero-byte database is not silently treated as a new one (that would re-send)."""
+    ws.db.write_bytes(b"")
+    ws.write_csv("other.csv", make_rows(3))
+    assert_refused_untouched(ws, ["send", "other.csv"], "empty (0 bytes)")
+
+
+def test_truncated_database_is_refused(ws: Workspace) -> None:
+    """A database cut short (disk full, bad copy) is refused, byte for byte unchanged."""
+    sent_run(ws)
+    data = ws.db.read_bytes()
+    ws.db.write_bytes(data[: len(data) // 2])
+    for args in (["status"], ["resume"], ["send", "other.csv"]):
+        assert_refused_untouched(ws, args, "truncated")
+
+
+def test_foreign_sqlite_database_is_refused(ws: Workspace) -> None:
+    """Somebody else's SQLite file is recognised as foreign before its tables are touched."""
+    conn = sqlite3.connect(ws.db)
+    conn.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, email TEXT)")
+    conn.commit()
+    conn.close()
+    ws.write_csv("other.csv", make_rows(3))
+    assert_refused_untouched(ws, ["send", "other.csv"], "not written by notifier")
+
+
+def test_newer_schema_is_refused(ws: Workspace) -> None:
+    """A database migrated by a newer notifier is not opened by this one."""
+    sent_run(ws)
+    tamper(
+        ws,
+        "INSERT INTO _sqlite_migrations (migration_set, name, applied_at) "
+        "VALUES ('notifier', 'm999_from_the_future', '2030-01-01')",
+    )
+    assert_refused_untouched(ws, ["resume"], "newer version of notifier")
+
+
+@pytest.mark.parametrize(
+    ("statements", "expected"),
+    [
+        (
+            [
+                "UPDATE items SET state = 'in_flight' WHERE seq = 5",
+                "DELETE FROM receipts WHERE idempotency_key = "
+                "(SELECT idempotency_key FROM items WHERE seq = 5)",
+            ],
+            "is in flight but has no open attempt",
+        ),
+        (["DELETE FROM events WHERE seq_no = 3"], "gaps in its event numbers"),
+        (["UPDATE items SET state = 'pending' WHERE seq = 7"], "completed but still has"),
+    ],
+    ids=["in-flight-without-attempt", "event-gap", "completed-with-pending"],
+)
+def test_contradictory_rows_are_refused(
+    ws: Workspace, statements: list[str], expected: str
+) -> None:
+    """Each invariant of DESIGN section 4 is checked on open."""
+    sent_run(ws)
+    tamper(ws, *statements)
+    assert_refused_untouched(ws, ["status"], expected)
+
+
+def test_a_move_that_lost_a_race_fails_loudly(tmp_path: Path) -> None:
+    """A conditional UPDATE that finds the item already moved raises instead of overwriting."""
+    store = Store.open(tmp_path / "receipts.db", create=True)
+    at = clock.now_iso()
+    store.create_run(
+        {"run_id": "r1", "state": "planned", "created_at": at, "batch_path": "b.csv",
+         "fingerprint": "sha256:x", "channel_snapshot": {}, "options": {},
+         "contract_version": "v1"},
+        [{"run_id": "r1", "seq": 1, "item_id": "1", "channel": "outbox", "target": "a@b.c",
+          "payload": {}, "idempotency_key": "k1", "intent_digest": "sha256:d"}],
+    )  # fmt: skip
+    version = store.acquire_lease("r1", {"host": "h", "pid": 1}, 30, lambda o, e: False)
+    [item] = store.claim("r1", version, 1)
+    store.record("r1", version, [Outcome(1, "ack", "sent", receipt_id="x", receipt_source="send")])
+    with pytest.raises(LostRace):
+        # A second settlement that still believes the item is in flight.
+        store.record(
+            "r1", version, [Outcome(1, "retry_later", "uncertain", expected=ItemState.IN_FLIGHT)]
+        )
+    assert store.item("r1", 1).state.value == "sent"
+    assert item.state.value == "in_flight"
+    store.close()
+
+
+def test_a_worker_that_lost_its_lease_cannot_write(tmp_path: Path) -> None:
+    """Once another process took the lease, the old worker's writes are rejected."""
+    store = Store.open(tmp_path / "receipts.db", create=True)
+    at = clock.now_iso()
+    store.create_run(
+        {"run_id": "r1", "state": "planned", "created_at": at, "batch_path": "b.csv",
+         "fingerprint": "sha256:x", "channel_snapshot": {}, "options": {},
+         "contract_version": "v1"},
+        [{"run_id": "r1", "seq": 1, "item_id": "1", "channel": "outbox", "target": "a@b.c",
+          "payload": {}, "idempotency_key": "k1", "intent_digest": "sha256:d"}],
+    )  # fmt: skip
+    dead: Callable[[object, object], bool] = lambda owner, expires: False  # noqa: E731
+    old = store.acquire_lease("r1", {"host": "h", "pid": 1}, 30, dead)
+    new = store.acquire_lease("r1", {"host": "h", "pid": 2}, 30, dead)
+    assert new == old + 1
+    with pytest.raises(LeaseLost):
+        store.claim("r1", old, 1)
+    assert store.item("r1", 1).state.value == "pending"
+    assert len(store.claim("r1", new, 1)) == 1
+    store.close()
