@@ -1,0 +1,649 @@
+"""A local HTTP notification provider with seeded fault injection (DESIGN section 6).
+
+`notifier sandbox` runs it from the command line; tests, demos and benchmarks start it
+in-process as the stand-in downstream. It behaves like a careful real provider, following
+the IETF Idempotency-Key draft:
+
+- `POST /notifications` with a JSON object and an `Idempotency-Key` header commits one
+  delivery (201). The same key with the same payload replays the first answer
+  (`Idempotent-Replayed: true`); the same key with another payload is refused (422) and
+  never overwrites; the same key while the first request is still being processed is
+  refused (409).
+- `GET /notifications/{key}` answers 200 with the stored delivery, 409 while the key is
+  being processed, 404 for an unknown key.
+- `GET /stats` and `GET /deliveries` let tests check what was committed, exactly once.
+
+Faults (latency, 429 with Retry-After, 503, 500, "commit then drop the connection", and
+forced answers per item) are drawn from one seeded random generator, so a seed always gives
+the same sequence of answers for the same sequence of requests.
+
+Standard library only. The handler speaks HTTP/1.1 with keep-alive and disables Nagle's
+algorithm: without it, every small response waits ~40 ms for the client's delayed ACK.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import enum
+import hashlib
+import json
+import math
+import random
+import socket
+import socketserver
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Final
+from urllib.parse import unquote
+
+NOTIFICATIONS_PATH: Final = "/notifications"
+_KEY_PREFIX: Final = NOTIFICATIONS_PATH + "/"
+# The stats key under which non-idempotent deliveries without an Idempotency-Key count.
+NO_KEY: Final = "-"
+# Larger bodies are refused (413) rather than read into memory.
+MAX_BODY_BYTES: Final = 10 * 1024 * 1024
+# How often the serving loop checks for stop(); a real Ctrl-C interrupts it at once.
+_POLL_INTERVAL: Final = 0.05
+# Statuses whose responses never carry a body (RFC 9110 §6.4.1).
+_NO_BODY_STATUSES: Final = frozenset({204, 304})
+
+
+@dataclass(frozen=True)
+class Faults:
+    """What the sandbox does wrong, and how often. Rates are fractions of POSTs (0..1); at
+    most one fault applies per POST, so the rates must add up to at most 1."""
+
+    seed: int = 0
+    latency_ms: float = 0.0
+    fail_rate: float = 0.0
+    throttle_rate: float = 0.0
+    retry_after: float = 1.0
+    error_rate: float = 0.0
+    drop_rate: float = 0.0
+    idempotent: bool = True
+    force_status: Mapping[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        rates = {
+            "throttle_rate": self.throttle_rate,
+            "fail_rate": self.fail_rate,
+            "error_rate": self.error_rate,
+            "drop_rate": self.drop_rate,
+        }
+        for name, value in rates.items():
+            if not 0.0 <= value <= 1.0:  # also rejects NaN
+                raise ValueError(f"{name} must be between 0 and 1, got {value}")
+        total = sum(rates.values())
+        if total > 1.0 + 1e-9:
+            raise ValueError(
+                f"fault rates add up to {total:g}; at most one fault applies per request, "
+                "so their sum must be at most 1"
+            )
+        if not (math.isfinite(self.latency_ms) and self.latency_ms >= 0):
+            raise ValueError(f"latency_ms must be a finite number >= 0, got {self.latency_ms}")
+        if not (math.isfinite(self.retry_after) and self.retry_after >= 0):
+            raise ValueError(f"retry_after must be a finite number >= 0, got {self.retry_after}")
+        for item_id, status in self.force_status.items():
+            if not 200 <= status <= 599:
+                raise ValueError(f"force_status for {item_id!r} must be 200..599, got {status}")
+
+    @property
+    def retry_after_header(self) -> str:
+        """`Retry-After` as RFC 9110 delay-seconds (digits only): whole values as they are,
+        fractions rounded up, so the client never comes back sooner than configured."""
+        return str(math.ceil(self.retry_after))
+
+
+def payload_identity(body: Any) -> str:
+    """`sha256:<hex>` over the canonical JSON of a request body (sorted keys, no whitespace,
+    UTF-8): identifies "the same payload" when no `Notifier-Intent-Digest` header is sent."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class _Reply:
+    status: int
+    body: bytes
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+def _json_bytes(document: Any) -> bytes:
+    return json.dumps(document, ensure_ascii=False).encode("utf-8")
+
+
+def _json_reply(status: int, document: Any, *headers: tuple[str, str]) -> _Reply:
+    return _Reply(status, _json_bytes(document), headers)
+
+
+def _error(status: int, message: str, **extra: Any) -> _Reply:
+    return _json_reply(status, {"error": message, **extra})
+
+
+class _Fault(enum.Enum):
+    NONE = "none"
+    FORCED = "forced"
+    THROTTLE = "throttle"
+    FAIL = "fail"
+    ERROR = "error"
+    DROP = "drop"
+
+
+@dataclass
+class _KeyRecord:
+    """Everything known about one idempotency key."""
+
+    digest: str
+    processing: bool
+    first_id: str | None = None
+    reply: _Reply | None = None
+    commits: int = 0
+    replays: int = 0
+    refused: int = 0
+
+
+class _State:
+    """All shared state of one sandbox, guarded by one lock (never held while sleeping)."""
+
+    def __init__(self, faults: Faults) -> None:
+        self.faults = faults
+        self.force_status = dict(faults.force_status)
+        self.lock = threading.Lock()
+        self.rng = random.Random(faults.seed)
+        self.keys: dict[str, _KeyRecord] = {}
+        self.deliveries: list[dict[str, Any]] = []
+        self.requests = 0
+        self.faulted = 0
+        self.dropped = 0
+        self.connections = 0
+
+    def decide(self, item_id: Any) -> tuple[_Fault, _Reply | None]:
+        """The fault for one POST and, unless it is processed normally, its answer. Forced
+        statuses are deterministic and draw nothing; every other POST draws exactly one
+        number, so the sequence of decisions depends only on the seed and the requests."""
+        faults = self.faults
+        with self.lock:
+            if isinstance(item_id, str | int) and not isinstance(item_id, bool):
+                forced = self.force_status.get(str(item_id))
+                if forced is not None:
+                    self.faulted += 1
+                    return _Fault.FORCED, _error(forced, f"forced status {forced}")
+            draw = self.rng.random()
+            threshold = faults.throttle_rate
+            if draw < threshold:
+                self.faulted += 1
+                return _Fault.THROTTLE, _json_reply(
+                    429,
+                    {"error": "throttled", "retry_after": faults.retry_after},
+                    ("Retry-After", faults.retry_after_header),
+                )
+            threshold += faults.fail_rate
+            if draw < threshold:
+                self.faulted += 1
+                return _Fault.FAIL, _error(503, "service unavailable")
+            threshold += faults.error_rate
+            if draw < threshold:
+                self.faulted += 1
+                return _Fault.ERROR, _error(500, "internal error")
+            threshold += faults.drop_rate
+            if draw < threshold:
+                self.dropped += 1
+                return _Fault.DROP, None
+            return _Fault.NONE, None
+
+    def claim(self, key: str, digest: str) -> _Reply | None:
+        """Idempotent mode: mark a new key as processing (None: the caller must commit), or
+        answer a key seen before (replay, 422 for another payload, 409 while processing)."""
+        with self.lock:
+            record = self.keys.get(key)
+            if record is None:
+                self.keys[key] = _KeyRecord(digest=digest, processing=True)
+                return None
+            if record.digest != digest:
+                record.refused += 1
+                return _error(
+                    422,
+                    "idempotency key already used with a different payload",
+                    idempotency_key=key,
+                )
+            if record.processing or record.reply is None:
+                record.refused += 1
+                return _error(
+                    409,
+                    "a request with this idempotency key is still being processed",
+                    idempotency_key=key,
+                )
+            record.replays += 1
+            first = record.reply
+            replayed = ("Idempotent-Replayed", "true")
+            return _Reply(first.status, first.body, (*first.headers, replayed))
+
+    def commit(
+        self,
+        key: str | None,
+        digest: str,
+        body: dict[str, Any],
+        raw: bytes,
+        headers: dict[str, str],
+    ) -> _Reply:
+        """Record one new delivery and count it under its key."""
+        with self.lock:
+            delivery_id = f"dlv_{len(self.deliveries) + 1}"
+            reply = _json_reply(
+                201,
+                {
+                    "id": delivery_id,
+                    "status": "delivered",
+                    "idempotency_key": key,
+                    "intent_digest": digest,
+                },
+            )
+            self.deliveries.append(
+                {
+                    "id": delivery_id,
+                    "idempotency_key": key,
+                    "intent_digest": digest,
+                    "body": body,
+                    "raw_body": raw.decode("utf-8"),
+                    "headers": headers,
+                    "committed_at": datetime.now(UTC).isoformat(),
+                }
+            )
+            stats_key = NO_KEY if key is None else key
+            record = self.keys.get(stats_key)
+            if record is None:
+                record = self.keys[stats_key] = _KeyRecord(digest=digest, processing=False)
+            if record.first_id is None:
+                record.first_id = delivery_id
+                record.digest = digest
+                record.reply = reply
+            record.processing = False
+            record.commits += 1
+            return reply
+
+    def lookup(self, key: str) -> _Reply:
+        """`GET /notifications/{key}`."""
+        with self.lock:
+            record = self.keys.get(key)
+            if record is None:
+                return _json_reply(404, {"error": "not found"})
+            if record.processing:
+                return _json_reply(409, {"status": "processing"})
+            return _json_reply(
+                200,
+                {
+                    "id": record.first_id,
+                    "idempotency_key": key,
+                    "intent_digest": record.digest,
+                    "status": "delivered",
+                    "deliveries": record.commits,
+                },
+            )
+
+    def stats(self) -> dict[str, Any]:
+        with self.lock:
+            keys = {
+                key: {"commits": r.commits, "replays": r.replays, "refused": r.refused}
+                for key, r in self.keys.items()
+            }
+            return {
+                "keys": keys,
+                "totals": {
+                    "commits": len(self.deliveries),
+                    "replays": sum(r.replays for r in self.keys.values()),
+                    "refused": sum(r.refused for r in self.keys.values()),
+                    "requests": self.requests,
+                    "faulted": self.faulted,
+                    "dropped": self.dropped,
+                    "connections": self.connections,
+                },
+            }
+
+    def snapshot_deliveries(self) -> list[dict[str, Any]]:
+        with self.lock:
+            return copy.deepcopy(self.deliveries)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    # The default backlog of 5 drops SYNs (a one-second stall) when many clients connect.
+    request_queue_size = 128
+
+    def __init__(self, address: tuple[str, int], state: _State) -> None:
+        self.state = state
+        self._connections: set[socket.socket] = set()
+        self._closing = False
+        super().__init__(address, _Handler)
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind resolves the host's FQDN (a reverse DNS lookup that can
+        # stall or leave the machine); the sandbox never needs it.
+        socketserver.TCPServer.server_bind(self)
+        self.server_name = str(self.server_address[0])
+        self.server_port = int(self.server_address[1])
+
+    def track(self, connection: socket.socket) -> None:
+        with self.state.lock:
+            self.state.connections += 1
+            if not self._closing:
+                self._connections.add(connection)
+                return
+        _shutdown_quietly(connection)
+
+    def untrack(self, connection: socket.socket) -> None:
+        with self.state.lock:
+            self._connections.discard(connection)
+
+    def close_connections(self) -> None:
+        """Shut down every open keep-alive connection, so no handler thread lingers waiting
+        for a next request that will never come."""
+        with self.state.lock:
+            self._closing = True
+            connections = list(self._connections)
+        for connection in connections:
+            _shutdown_quietly(connection)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that went away (or a connection stop() shut down) is not an error.
+        if isinstance(sys.exception(), OSError):
+            return
+        super().handle_error(request, client_address)
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+def _shutdown_quietly(connection: socket.socket) -> None:
+    with contextlib.suppress(OSError):  # already closed by the peer
+        connection.shutdown(socket.SHUT_RDWR)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    server_version = "notifier-sandbox/1"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Silence the default one-line-per-request log on stderr."""
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.track(self.connection)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.untrack(self.connection)
+
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except OSError:
+            # The client went away mid-request, or stop() shut the connection down:
+            # there is nobody left to answer.
+            self.close_connection = True
+
+    # --- routing -------------------------------------------------------------------------
+
+    def do_POST(self) -> None:
+        raw = self._read_body()
+        if raw is None:
+            return
+        if self._path() != NOTIFICATIONS_PATH:
+            self._send(_error(404, "not found"))
+            return
+        reply, drop = self._post_notification(raw)
+        if drop:
+            self._drop()
+        else:
+            self._send(reply)
+
+    def do_GET(self) -> None:
+        if self._read_body() is None:
+            return
+        path = self._path()
+        state = self.server.state
+        if path == "/stats":
+            self._send(_json_reply(200, state.stats()))
+        elif path == "/deliveries":
+            self._send(_json_reply(200, state.snapshot_deliveries()))
+        elif path.startswith(_KEY_PREFIX) and len(path) > len(_KEY_PREFIX):
+            self._send(state.lookup(unquote(path[len(_KEY_PREFIX) :])))
+        else:
+            self._send(_error(404, "not found"))
+
+    def do_HEAD(self) -> None:
+        self.do_GET()
+
+    def _not_found(self) -> None:
+        if self._read_body() is not None:
+            self._send(_error(404, "not found"))
+
+    do_PUT = do_PATCH = do_DELETE = do_OPTIONS = _not_found
+
+    # --- POST /notifications -------------------------------------------------------------
+
+    def _post_notification(self, raw: bytes) -> tuple[_Reply, bool]:
+        """The answer to one POST, and whether to drop the connection instead of sending it.
+        Sleeps the configured latency before answering, never holding the lock."""
+        state = self.server.state
+        faults = state.faults
+        with state.lock:
+            state.requests += 1
+
+        body = _parse_object(raw)
+        if body is None:
+            self._latency()
+            return _error(400, "the body must be a JSON object (UTF-8)"), False
+
+        fault, faulted_reply = state.decide(body.get("item_id"))
+        if faulted_reply is not None:
+            self._latency()
+            return faulted_reply, False
+        drop = fault is _Fault.DROP
+
+        key = self.headers.get("Idempotency-Key") or None
+        digest = self.headers.get("Notifier-Intent-Digest") or payload_identity(body)
+
+        if faults.idempotent:
+            if key is None:
+                self._latency()
+                return _error(400, "missing Idempotency-Key header"), drop
+            answered = state.claim(key, digest)
+            if answered is not None:
+                self._latency()
+                return answered, drop
+
+        self._latency()  # in idempotent mode the key is marked "processing" meanwhile
+        return state.commit(key, digest, body, raw, self._header_dict()), drop
+
+    def _latency(self) -> None:
+        if self.server.state.faults.latency_ms > 0:
+            time.sleep(self.server.state.faults.latency_ms / 1000.0)
+
+    def _header_dict(self) -> dict[str, str]:
+        headers: dict[str, str] = {}
+        for name, value in self.headers.items():
+            lowered = name.lower()
+            headers[lowered] = f"{headers[lowered]}, {value}" if lowered in headers else value
+        return headers
+
+    # --- wire ----------------------------------------------------------------------------
+
+    def _path(self) -> str:
+        return self.path.split("?", 1)[0]
+
+    def _read_body(self) -> bytes | None:
+        """The request body, read by Content-Length; None (after answering and closing) when
+        it cannot be read and the connection would be out of step."""
+        if self.headers.get("Transfer-Encoding"):
+            self.close_connection = True
+            self._send(_error(411, "send the body with a Content-Length"))
+            return None
+        try:
+            length = int(self.headers.get("Content-Length") or "0")
+            if length < 0:
+                raise ValueError(length)
+        except ValueError:
+            self.close_connection = True
+            self._send(_error(400, "invalid Content-Length"))
+            return None
+        if length > MAX_BODY_BYTES:
+            self.close_connection = True
+            self._send(_error(413, f"bodies are limited to {MAX_BODY_BYTES} bytes"))
+            return None
+        raw = self.rfile.read(length)
+        if len(raw) < length:  # the client went away mid-body
+            self.close_connection = True
+            return None
+        return raw
+
+    def _send(self, reply: _Reply) -> None:
+        self.send_response(reply.status)
+        for name, value in reply.headers:
+            self.send_header(name, value)
+        if reply.status in _NO_BODY_STATUSES:
+            self.end_headers()
+            return
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(reply.body)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(reply.body)
+
+    def _drop(self) -> None:
+        """Close the connection without writing a single response byte."""
+        self.close_connection = True
+        _shutdown_quietly(self.connection)
+
+
+def _parse_object(raw: bytes) -> dict[str, Any] | None:
+    try:
+        document = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    return document if isinstance(document, dict) else None
+
+
+class Sandbox:
+    """The sandbox provider. The socket is bound on construction (port 0 picks a free port;
+    `url` reports the real one); `start()` serves in a daemon thread, `serve_forever()` in
+    the calling thread. Use it as a context manager to start and stop it."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, faults: Faults = Faults()) -> None:
+        self.faults = faults
+        self._state = _State(self.faults)
+        server_class = _Server6 if ":" in host else _Server
+        self._server = server_class((host, port), self._state)
+        self._lifecycle = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._serving = False
+        self._stopped = False
+        self._released = False
+
+    @property
+    def url(self) -> str:
+        """Base URL with the bound port, e.g. `http://127.0.0.1:54321`."""
+        host = str(self._server.server_address[0])
+        port = int(self._server.server_address[1])
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+    @property
+    def notifications_url(self) -> str:
+        return self.url + NOTIFICATIONS_PATH
+
+    def start(self) -> Sandbox:
+        """Serve in a daemon thread; returns self."""
+        with self._lifecycle:
+            self._check_startable()
+            self._serving = True
+            self._thread = threading.Thread(
+                target=self._server.serve_forever,
+                kwargs={"poll_interval": _POLL_INTERVAL},
+                name=f"notifier-sandbox-{self.url}",
+                daemon=True,
+            )
+            self._thread.start()
+        return self
+
+    def serve_forever(self) -> None:
+        """Serve in the calling thread until `stop()` (from another thread) or Ctrl-C
+        (KeyboardInterrupt, swallowed); the socket is closed when this returns."""
+        with self._lifecycle:
+            self._check_startable()
+            self._serving = True
+        try:
+            self._server.serve_forever(poll_interval=_POLL_INTERVAL)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            with self._lifecycle:
+                self._serving = False
+            self._release()
+
+    def stop(self) -> None:
+        """Stop serving, close open connections and the socket; wait for the serving
+        thread. Idempotent. Must not be called from a request handler."""
+        with self._lifecycle:
+            if self._stopped:
+                return
+            self._stopped = True
+            serving = self._serving
+            thread = self._thread
+        if serving:
+            self._server.shutdown()  # returns once the serving loop has exited
+        if thread is not None:
+            thread.join()
+        self._release()
+
+    def __enter__(self) -> Sandbox:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def stats(self) -> dict[str, Any]:
+        """The same document as `GET /stats`."""
+        return self._state.stats()
+
+    def deliveries(self) -> list[dict[str, Any]]:
+        """The same document as `GET /deliveries`: every committed delivery, in order."""
+        return self._state.snapshot_deliveries()
+
+    def _check_startable(self) -> None:
+        if self._stopped or self._released:
+            raise RuntimeError("this sandbox has been stopped; create a new one")
+        if self._serving:
+            raise RuntimeError("this sandbox is already serving")
+
+    def _release(self) -> None:
+        with self._lifecycle:
+            if self._released:
+                return
+            self._released = True
+        self._server.close_connections()
+        self._server.server_close()
+
+
+def run_sandbox(host: str, port: int, faults: Faults, announce: Callable[[str], None]) -> None:
+    """Blocking: bind, `announce("sandbox listening on <notifications_url>")` once bound,
+    serve until Ctrl-C (KeyboardInterrupt), then close cleanly and return."""
+    sandbox = Sandbox(host, port, faults)
+    try:
+        announce(f"sandbox listening on {sandbox.notifications_url}")
+        sandbox.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sandbox.stop()
