@@ -9,17 +9,15 @@ attempt count and first-attempt time, what comes next. A crash mid-wait loses no
 
 from __future__ import annotations
 
-import email.utils
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from enum import StrEnum
 
 import tenacity
 from tenacity import RetryCallState
 from tenacity.wait import wait_base
 
-from .channels import ChannelError, ErrorKind
+from .channels.base import ChannelError, ErrorKind
 
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_DEADLINE_S = 900.0
@@ -57,40 +55,6 @@ def action_for(kind: ErrorKind, *, idempotent: bool, queryable: bool) -> Action:
     if kind is ErrorKind.GONE:
         return Action.GONE
     return Action.FAIL
-
-
-def classify_status(status: int) -> ErrorKind | None:
-    """An HTTP status as an error kind; None for success."""
-    if 200 <= status < 300:
-        return None
-    if status in (429, 503):
-        return ErrorKind.THROTTLED
-    if status in (408, 500, 502, 504) or status >= 500:
-        return ErrorKind.UNCERTAIN
-    if status == 409:
-        return ErrorKind.IN_PROGRESS
-    if status == 422:
-        return ErrorKind.CONFLICT
-    if status == 410:
-        return ErrorKind.GONE
-    return ErrorKind.PERMANENT
-
-
-def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
-    """Retry-After as delay-seconds or an HTTP-date (RFC 9110 §10.2.3); None if absent or
-    unreadable."""
-    if value is None or not value.strip():
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
 
 
 class wait_at_least_retry_after(wait_base):

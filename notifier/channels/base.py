@@ -54,6 +54,7 @@ class Channel(Protocol):
     name: str
     idempotent: bool  # the downstream dedupes by key: re-sending with the same key is safe
     queryable: bool  # query(key) can prove whether a delivery exists
+    thread_safe: bool  # send() may run on several threads at once (--concurrency)
 
     def send(self, intent: Intent) -> Receipt:
         """Deliver `intent` under its idempotency key; raise ChannelError on failure."""

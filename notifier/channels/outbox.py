@@ -19,6 +19,7 @@ from .base import ChannelError, ErrorKind, Receipt
 class OutboxChannel:
     idempotent = True
     queryable = True
+    thread_safe = True  # one file per key, written under a unique temp name
 
     def __init__(self, name: str, directory: Path) -> None:
         self.name = name
