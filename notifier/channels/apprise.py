@@ -1,0 +1,251 @@
+"""Any of Apprise's services (Slack, Telegram, ntfy, JSON endpoints, ...) as one channel.
+
+Apprise is an optional extra (`pip install 'notifier[apprise]'`): it is imported only when
+such a channel is built. Apprise answers a notification with a bare success/failure, so this
+channel is neither idempotent nor queryable, and any reported failure is UNCERTAIN (the
+service may have received the message before something went wrong).
+
+URLs come from `urls` (a list in notifier.toml, which is snapshotted into the database, so
+it must hold no secret) and/or `urls_env` (the name of an environment variable holding URLs
+separated by whitespace or commas, for URLs that embed tokens). A URL may contain `{to}`,
+replaced by the URL-quoted target of each intent, so one channel can route per row. No URL
+from `urls_env` is ever echoed; one from `urls` only with its secret-looking parts masked.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from ..intent import Intent
+from .base import ChannelConfigError, ChannelError, ErrorKind, Receipt
+
+if TYPE_CHECKING:
+    from apprise import Apprise, NotifyBase
+
+PLACEHOLDER = "{to}"
+# Targets tried when validating a URL that contains {to}: plugins check the shape of their
+# targets (an address, a phone number, a channel name), so one of these should fit.
+_PROBE_TARGETS = ("notifier-probe@example.com", "15555550100", "notifier-probe")
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]{0,31})://")
+_SCHEME_AHEAD = re.compile(r",+(?=[A-Za-z][A-Za-z0-9+.-]{0,31}://)")
+_HOSTNAME = re.compile(r"^(localhost|[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+|\[[0-9A-Fa-f:.]+\])$")
+_SECRET_PARAM = re.compile(r"(^|[?&;])[^=&;]*(pass|token|secret|key)[^=&;]*=", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class _Url:
+    template: str  # the URL, possibly with {to}
+    label: str  # how messages may name it: masked, never the whole secret
+
+
+class AppriseChannel:
+    """Sends `subject` as the Apprise title and `body` as plain text to every URL."""
+
+    idempotent = False  # Apprise has no idempotency keys
+    queryable = False  # nor any way to ask a service what it received
+    thread_safe = True  # every send builds its own Apprise object and plugin instances
+
+    def __init__(self, name: str, definition: dict[str, Any]) -> None:
+        self.name = name
+        where = f"channel {name!r} (apprise)"
+        try:
+            # The one import of the optional extra, so that notifier runs without it.
+            import apprise  # noqa: PLC0415 - a top-level import would make the extra mandatory
+        except ImportError as exc:
+            raise ChannelConfigError(
+                f"{where}: the Apprise library is not installed; "
+                "run: pip install 'notifier[apprise]'"
+            ) from exc
+        _quiet_apprise_logging()
+
+        self._urls = _definition_urls(where, definition) + _env_urls(where, definition)
+        if not self._urls:
+            raise ChannelConfigError(
+                f"{where}: set `urls` (a list of Apprise URLs) or `urls_env` (the name of an "
+                "environment variable holding them)."
+            )
+        timeout = definition.get("timeout")
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
+        ):
+            raise ChannelConfigError(f"{where}: `timeout` must be a positive number of seconds.")
+        self.timeout: float | None = None if timeout is None else float(timeout)
+        self._apprise: type[Apprise] = apprise.Apprise
+        self._text_format = apprise.NotifyFormat.TEXT
+        self._asset = apprise.AppriseAsset()
+        for url in self._urls:
+            probes = _PROBE_TARGETS if PLACEHOLDER in url.template else _PROBE_TARGETS[:1]
+            if not any(self._plugin(url, probe) is not None for probe in probes):
+                raise ChannelConfigError(
+                    f"{where}: Apprise cannot use {url.label}; check its syntax for that "
+                    "service (see https://github.com/caronc/apprise/wiki)."
+                )
+
+    def send(self, intent: Intent) -> Receipt:
+        if not intent.subject and not intent.body:
+            raise ChannelError(
+                ErrorKind.PERMANENT,
+                f"apprise channel {self.name!r}: the notification has neither subject nor body",
+            )
+        notifier = self._apprise(asset=self._asset)
+        for url in self._urls:
+            plugin = self._plugin(url, intent.target)
+            if plugin is None:
+                raise ChannelError(
+                    ErrorKind.PERMANENT,
+                    f"apprise channel {self.name!r}: {url.label} is not a usable Apprise URL "
+                    "once {to} is replaced by this row's target; nothing was sent",
+                )
+            notifier.add(plugin)
+        try:
+            result = notifier.notify(
+                body=intent.body, title=intent.subject, body_format=self._text_format
+            )
+        except Exception as exc:
+            # `from None`: an exception from a plugin may quote the URL, token included.
+            raise ChannelError(
+                ErrorKind.UNCERTAIN,
+                f"apprise channel {self.name!r}: Apprise raised {type(exc).__name__} while "
+                "sending; the service may have received the message",
+            ) from None
+        if not bool(result):
+            labels = ", ".join(url.label for url in self._urls)
+            raise ChannelError(
+                ErrorKind.UNCERTAIN,
+                f"apprise channel {self.name!r}: Apprise reported a failure for {labels}; it "
+                "cannot tell whether the service received the message",
+            )
+        return Receipt(receipt_id=f"apprise:{intent.idempotency_key}")
+
+    def query(self, key: str) -> Receipt | None:
+        raise ChannelError(
+            ErrorKind.UNCERTAIN,
+            f"apprise channel {self.name!r} cannot be queried: Apprise offers no way to ask "
+            f"a service whether it received {key}",
+        )
+
+    def close(self) -> None:
+        pass
+
+    def _plugin(self, url: _Url, target: str) -> NotifyBase | None:
+        """The Apprise plugin for `url` with `{to}` filled in, or None when Apprise cannot
+        parse or load it."""
+        resolved = url.template.replace(PLACEHOLDER, quote(target, safe=""))
+        try:
+            plugin = self._apprise.instantiate(resolved, asset=self._asset)
+        except Exception:  # a plugin constructor that raises despite suppress_exceptions
+            return None
+        if plugin is not None and self.timeout is not None:
+            plugin.socket_connect_timeout = self.timeout
+            plugin.socket_read_timeout = self.timeout
+        return plugin
+
+
+# ---------------------------------------------------------------------- definitions
+
+
+def _definition_urls(where: str, definition: dict[str, Any]) -> list[_Url]:
+    raw = definition.get("urls")
+    if raw is None:
+        return []
+    if not isinstance(raw, list) or not all(isinstance(u, str) and u.strip() for u in raw):
+        raise ChannelConfigError(
+            f'{where}: `urls` must be a list of Apprise URL strings, e.g. urls = ["json://'
+            'hooks.example.com/notify?-to={to}"].'
+        )
+    urls = []
+    for value in raw:
+        url = value.strip()
+        label = f"URL {mask_url(url)}"
+        if _embeds_secret(url):
+            raise ChannelConfigError(
+                f"{where}: {label} embeds a password or token, and notifier.toml is copied "
+                "into the run's database; put the URL in an environment variable and name "
+                "that variable with `urls_env` instead."
+            )
+        urls.append(_Url(url, label))
+    return urls
+
+
+def _env_urls(where: str, definition: dict[str, Any]) -> list[_Url]:
+    variable = definition.get("urls_env")
+    if variable is None:
+        return []
+    if not isinstance(variable, str) or not variable.strip():
+        raise ChannelConfigError(
+            f"{where}: `urls_env` must be the NAME of an environment variable, e.g. urls_env = "
+            '"APPRISE_URLS".'
+        )
+    variable = variable.strip()
+    value = os.environ.get(variable, "")
+    urls = split_urls(value)
+    if not urls:
+        raise ChannelConfigError(
+            f"{where}: environment variable {variable} (named by `urls_env`) is not set or "
+            f"empty; export {variable} with the Apprise URL(s), separated by spaces or commas."
+        )
+    result = []
+    for index, url in enumerate(urls, 1):
+        scheme = _SCHEME.match(url)
+        shown = f"{scheme.group(1)}://…" if scheme else "no scheme://"
+        result.append(_Url(url, f"entry {index} of ${variable} ({shown})"))
+    return result
+
+
+def split_urls(value: str) -> list[str]:
+    """URLs separated by whitespace or commas. A comma splits only where a new `scheme://`
+    follows, since some Apprise URLs use commas inside (lists of targets)."""
+    urls = []
+    for chunk in value.split():
+        for piece in _SCHEME_AHEAD.split(chunk):
+            url = piece.strip(",")
+            if url:
+                urls.append(url)
+    return urls
+
+
+def mask_url(url: str) -> str:
+    """`url` safe to print: scheme, host and port when they look like a host name and a
+    port; credentials, path and query (where services keep their tokens) replaced."""
+    match = _SCHEME.match(url)
+    if not match:
+        return "(not a URL: scheme:// missing)"
+    rest = url[match.end() :]
+    cut = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+    netloc, tail = rest[:cut], rest[cut:]
+    userinfo, at, hostport = netloc.rpartition("@")
+    shown = "***@" if at and userinfo else ""
+    host, colon, port = hostport, "", ""
+    if not hostport.endswith("]") and ":" in hostport:
+        host, colon, port = hostport.rpartition(":")
+    if _HOSTNAME.match(host) and (not colon or port.isdigit()):
+        shown += host + colon + port
+    else:
+        shown += "***"
+    return f"{match.group(1)}://{shown}{'/…' if tail.strip('/') else ''}"
+
+
+def _embeds_secret(url: str) -> bool:
+    """A password in the userinfo (`user:secret@`) or a query parameter named like a
+    credential (`?token=`, `&pass=`, `apikey=`, `secret=`)."""
+    match = _SCHEME.match(url)
+    rest = url[match.end() :] if match else url
+    netloc = re.split(r"[/?]", rest, maxsplit=1)[0]
+    userinfo = netloc.rpartition("@")[0]
+    if ":" in userinfo:
+        return True
+    query = rest.partition("?")[2]
+    return bool(_SECRET_PARAM.search("?" + query)) if query else False
+
+
+def _quiet_apprise_logging() -> None:
+    """Apprise logs every failed delivery at WARNING; this channel reports those itself.
+    Quieten it unless the application configured the `apprise` logger explicitly."""
+    logger = logging.getLogger("apprise")
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.ERROR)

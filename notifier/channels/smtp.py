@@ -1,0 +1,524 @@
+"""E-mail over SMTP (stdlib smtplib), one session for a whole batch.
+
+SMTP can neither dedupe by key nor be asked what it holds, so this channel is neither
+idempotent nor queryable: a failure after the message data has started to travel is
+UNCERTAIN and upstream turns it into `unknown` instead of sending twice. Everything before
+that point (connect, MAIL, RCPT, the DATA command) is classified from the server's reply:
+4xx = NOT_SENT (safe to retry), 5xx = PERMANENT. The Message-ID is derived from the
+idempotency key, so a human (or a mailbox search) can still match a delivery to its intent.
+
+Credentials come only from the environment variables the definition names; their values
+never appear in a message, a receipt or anything else this module returns.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import email.policy
+import email.utils
+import ipaddress
+import os
+import re
+import smtplib
+import ssl
+import threading
+import unicodedata
+from email.message import EmailMessage
+from typing import Any
+
+from .. import clock
+from ..intent import Intent
+from .base import ChannelConfigError, ChannelError, ErrorKind, Receipt
+
+DEFAULT_TIMEOUT_S = 30.0
+DEFAULT_PORT = 25
+DEFAULT_SSL_PORT = 465
+DEFAULT_STARTTLS_PORT = 587
+_REPLY_CHARS = 200  # how much of a server reply an error message quotes
+_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_DIGEST = re.compile(r"^[\x21-\x7e]{1,200}$")
+_ADDRESS_FORBIDDEN = re.compile(r"[\s<>,;\"()\[\]\\]")
+_LINE_START_DOT = re.compile(rb"(?m)^\.")
+
+
+class SmtpChannel:
+    """Sends each intent as one text/plain UTF-8 message to `intent.target`."""
+
+    idempotent = False  # SMTP cannot dedupe: a re-send is a second e-mail
+    queryable = False  # nor can it be asked whether it holds a message
+    thread_safe = False  # one SMTP session: the runner sends one message at a time
+
+    def __init__(self, name: str, definition: dict[str, Any]) -> None:
+        self.name = name
+        where = f"channel {name!r} (smtp)"
+        host = definition.get("host")
+        if not isinstance(host, str) or not host.strip() or _has_control(host):
+            raise ChannelConfigError(f"{where}: set `host` to the SMTP server's name or address.")
+        self.host = host.strip()
+        self.use_ssl = _flag(where, definition, "ssl")
+        self.use_starttls = _flag(where, definition, "starttls")
+        if self.use_ssl and self.use_starttls:
+            raise ChannelConfigError(
+                f"{where}: `ssl` (implicit TLS, usually port 465) and `starttls` (upgrade, "
+                "usually port 587) exclude each other; set only one of them to true."
+            )
+        default_port = (
+            DEFAULT_SSL_PORT
+            if self.use_ssl
+            else DEFAULT_STARTTLS_PORT
+            if self.use_starttls
+            else DEFAULT_PORT
+        )
+        port = definition.get("port", default_port)
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+            raise ChannelConfigError(f"{where}: `port` must be a number from 1 to 65535.")
+        self.port = port
+        timeout = definition.get("timeout", DEFAULT_TIMEOUT_S)
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+            raise ChannelConfigError(f"{where}: `timeout` must be a positive number of seconds.")
+        self.timeout = float(timeout)
+
+        sender = definition.get("sender")
+        if not isinstance(sender, str) or _has_control(sender):
+            raise ChannelConfigError(
+                f'{where}: set `sender` to the From address, e.g. "ops@example.com".'
+            )
+        address = email.utils.parseaddr(sender)[1]
+        try:
+            envelope_sender, sender_utf8 = _smtp_address(address)
+        except ValueError as exc:
+            raise ChannelConfigError(
+                f"{where}: `sender` {sender!r} is not a usable e-mail address ({exc}); "
+                'write it as "ops@example.com" or "Ops <ops@example.com>".'
+            ) from exc
+        self.sender = sender.strip()
+        self._envelope_sender = envelope_sender
+        self._sender_utf8 = sender_utf8
+        self._message_id_domain = envelope_sender.rpartition("@")[2]
+
+        self._username_env, self._password_env = _credential_names(where, definition)
+        self._username: str | None = None
+        self._password: str | None = None
+        if self._username_env is not None and self._password_env is not None:
+            self._username = _read_env(where, self._username_env, "username_env")
+            self._password = _read_env(where, self._password_env, "password_env")
+            if not (self.use_ssl or self.use_starttls or _is_loopback(self.host)):
+                raise ChannelConfigError(
+                    f"{where}: refusing to send the credentials from ${self._username_env} / "
+                    f"${self._password_env} in clear text to {self.host}; set starttls = true "
+                    "(or ssl = true). Plain-text login is allowed only to a loopback host."
+                )
+        self._secrets = _secret_forms(self._username, self._password)
+
+        self._conn: smtplib.SMTP | None = None
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ public surface
+
+    def send(self, intent: Intent) -> Receipt:
+        message_id, recipient, data, needs_utf8 = self._build(intent)
+        with self._lock:
+            try:
+                self._transaction(recipient, data, needs_utf8)
+            except ChannelError:
+                raise  # each classification already left the session clean (RSET) or closed
+            except BaseException:
+                self._drop()  # interrupted mid-transaction: never reuse that session
+                raise
+        return Receipt(receipt_id=message_id, intent_digest=None)
+
+    def _transaction(self, recipient: str, data: bytes, needs_utf8: bool) -> None:
+        """MAIL, RCPT, DATA, the message, the final reply; returns when it was accepted."""
+        conn = self._mail_from(needs_utf8)
+
+        try:
+            code, reply = conn.rcpt(recipient)
+        except (smtplib.SMTPServerDisconnected, OSError) as exc:
+            self._drop()
+            raise self._error(ErrorKind.NOT_SENT, "connection lost at RCPT", exc) from exc
+        if code not in (250, 251):
+            raise self._refused("RCPT TO", code, reply)
+
+        try:
+            code, reply = conn.docmd("DATA")
+        except (smtplib.SMTPServerDisconnected, OSError) as exc:
+            self._drop()
+            raise self._error(ErrorKind.NOT_SENT, "connection lost at DATA", exc) from exc
+        if code != 354:
+            raise self._refused("DATA", code, reply)
+
+        # From the first byte of the message on, a lost answer means "maybe delivered".
+        try:
+            conn.send(_dot_stuffed(data))
+            code, reply = conn.getreply()
+        except (smtplib.SMTPException, OSError) as exc:
+            self._drop()
+            raise self._error(
+                ErrorKind.UNCERTAIN,
+                "connection lost after the message data was sent, before the server "
+                "answered: it may have been delivered",
+                exc,
+            ) from exc
+        if code == 250:
+            return
+        text = self._reply_text(reply)
+        if 400 <= code < 500:
+            if code == 421:
+                self._drop()
+            raise ChannelError(
+                ErrorKind.NOT_SENT,
+                f"smtp channel {self.name!r}: {self.host} did not accept the message "
+                f"(temporary failure {code} {text})",
+            )
+        if 500 <= code < 600:
+            raise ChannelError(
+                ErrorKind.PERMANENT,
+                f"smtp channel {self.name!r}: {self.host} rejected the message ({code} {text})",
+            )
+        self._drop()
+        raise ChannelError(
+            ErrorKind.UNCERTAIN,
+            f"smtp channel {self.name!r}: unexpected final reply {code} {text} from "
+            f"{self.host}: the message may have been delivered",
+        )
+
+    def query(self, key: str) -> Receipt | None:
+        raise ChannelError(
+            ErrorKind.UNCERTAIN,
+            f"smtp channel {self.name!r} cannot be queried: SMTP offers no way to ask whether "
+            f"it holds the message for {key}",
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            conn, self._conn = self._conn, None
+            if conn is None:
+                return
+            try:
+                with contextlib.suppress(smtplib.SMTPException, OSError):
+                    conn.quit()
+            finally:
+                _close_quietly(conn)
+
+    # ------------------------------------------------------------------ the message
+
+    def _recipient(self, target: str) -> tuple[str, bool]:
+        """The envelope recipient (IDN domain as punycode) and whether it needs SMTPUTF8."""
+        if _has_control(target):
+            raise ChannelError(
+                ErrorKind.PERMANENT,
+                f"smtp channel {self.name!r}: the recipient contains a control character "
+                "(CR/LF header injection?); refusing to send",
+            )
+        try:
+            return _smtp_address(target)
+        except ValueError as exc:
+            raise ChannelError(
+                ErrorKind.PERMANENT,
+                f"smtp channel {self.name!r}: recipient {target!r} is not a single e-mail "
+                f"address ({exc})",
+            ) from exc
+
+    def _build(self, intent: Intent) -> tuple[str, str, bytes, bool]:
+        """The Message-ID, the envelope recipient, the wire bytes (CRLF, not yet
+        dot-stuffed) and whether SMTPUTF8 is needed. Raises PERMANENT, before any network
+        traffic, for anything that could smuggle a header."""
+        recipient, recipient_utf8 = self._recipient(intent.target)
+        subject = intent.subject
+        if _has_control(subject):
+            raise ChannelError(
+                ErrorKind.PERMANENT,
+                f"smtp channel {self.name!r}: the subject contains a control character "
+                "(CR/LF header injection?); refusing to send",
+            )
+        key = intent.idempotency_key
+        if not _KEY.match(key) or not _DIGEST.match(intent.intent_digest):
+            raise ChannelError(
+                ErrorKind.PERMANENT,
+                f"smtp channel {self.name!r}: the idempotency key or digest is not a plain "
+                "ASCII token; refusing to put it in a header",
+            )
+        needs_utf8 = recipient_utf8 or self._sender_utf8
+        # refold_source="none": the two X-Notifier headers go in raw (validated tokens above)
+        # and stay on one line; a folded digest would read back with a leading space.
+        base_policy = email.policy.SMTPUTF8 if needs_utf8 else email.policy.SMTP
+        policy = base_policy.clone(refold_source="none")
+        message_id = f"<{key}@{self._message_id_domain}>"
+        msg = EmailMessage(policy=policy)
+        msg["From"] = self.sender
+        msg["To"] = recipient
+        msg["Subject"] = subject
+        msg["Date"] = email.utils.format_datetime(clock.now())
+        msg["Message-ID"] = message_id
+        msg.set_raw("X-Notifier-Key", key)
+        msg.set_raw("X-Notifier-Intent-Digest", intent.intent_digest)
+        body = intent.body
+        # 7bit when it can be, else quoted-printable: never 8bit data to a server that has
+        # not offered 8BITMIME.
+        msg.set_content(
+            body,
+            subtype="plain",
+            charset="utf-8",
+            cte=None if body.isascii() else "quoted-printable",
+        )
+        return message_id, recipient, msg.as_bytes(policy=policy), needs_utf8
+
+    # ------------------------------------------------------------------ the session
+
+    def _mail_from(self, needs_utf8: bool) -> smtplib.SMTP:
+        """Open (or reuse) the session and start a transaction with MAIL FROM. A session the
+        server dropped while idle (disconnect, or 421 at MAIL) is reopened once: nothing
+        has been accepted at this point, so that is always safe."""
+        options = ["SMTPUTF8"] if needs_utf8 else []
+        for attempt in (1, 2):
+            conn, reused = self._session()
+            if needs_utf8 and not conn.has_extn("smtputf8"):
+                raise ChannelError(
+                    ErrorKind.PERMANENT,
+                    f"smtp channel {self.name!r}: {self.host} does not offer SMTPUTF8, which a "
+                    "non-ASCII address needs; use an ASCII address or another server",
+                )
+            retry = reused and attempt == 1
+            try:
+                code, reply = conn.mail(self._envelope_sender, options)
+            except (smtplib.SMTPServerDisconnected, OSError) as exc:
+                self._drop()
+                if retry:
+                    continue
+                raise self._error(ErrorKind.NOT_SENT, "connection lost at MAIL", exc) from exc
+            if code == 421 and retry:
+                self._drop()
+                continue
+            if code != 250:
+                raise self._refused("MAIL FROM", code, reply)
+            return conn
+        raise AssertionError("unreachable: the second attempt always returns or raises")
+
+    def _session(self) -> tuple[smtplib.SMTP, bool]:
+        """The open session (reused=True) or a new one; raises a classified ChannelError."""
+        if self._conn is not None:
+            return self._conn, True
+        self._conn = self._connect()
+        return self._conn, False
+
+    def _connect(self) -> smtplib.SMTP:
+        context = ssl.create_default_context()
+        conn: smtplib.SMTP | None = None
+        try:
+            if self.use_ssl:
+                conn = smtplib.SMTP_SSL(self.host, self.port, timeout=self.timeout, context=context)
+            else:
+                conn = smtplib.SMTP(self.host, self.port, timeout=self.timeout)
+            conn.ehlo_or_helo_if_needed()
+            if self.use_starttls:
+                if not conn.has_extn("starttls"):
+                    raise ChannelError(
+                        ErrorKind.PERMANENT,
+                        f"smtp channel {self.name!r}: {self.host}:{self.port} does not offer "
+                        "STARTTLS; check host/port, or use ssl = true for implicit TLS",
+                    )
+                conn.starttls(context=context)
+                conn.ehlo()
+            if self._username is not None and self._password is not None:
+                self._login(conn, self._username, self._password)
+        except ChannelError:
+            _close_quietly(conn)
+            raise
+        except smtplib.SMTPResponseException as exc:  # greeting, HELO or STARTTLS refused
+            _close_quietly(conn)
+            kind = ErrorKind.PERMANENT if 500 <= exc.smtp_code < 600 else ErrorKind.NOT_SENT
+            if isinstance(exc, smtplib.SMTPConnectError):
+                kind = ErrorKind.NOT_SENT
+            raise self._error(kind, "could not open a session", exc) from exc
+        except ssl.SSLCertVerificationError as exc:
+            _close_quietly(conn)
+            raise self._error(
+                ErrorKind.PERMANENT,
+                "the server's TLS certificate does not verify; check `host`",
+                exc,
+            ) from exc
+        except (smtplib.SMTPException, OSError) as exc:  # refused, DNS, timeout, reset
+            _close_quietly(conn)
+            raise self._error(ErrorKind.NOT_SENT, "cannot connect", exc) from exc
+        return conn
+
+    def _login(self, conn: smtplib.SMTP, username: str, password: str) -> None:
+        check = f"check ${self._username_env} and ${self._password_env}"
+        try:
+            conn.login(username, password)
+        except smtplib.SMTPAuthenticationError as exc:
+            if 400 <= exc.smtp_code < 500:
+                raise ChannelError(
+                    ErrorKind.NOT_SENT,
+                    f"smtp channel {self.name!r}: {self.host} could not authenticate right "
+                    f"now (temporary failure {exc.smtp_code})",
+                ) from None
+            # `from None`: the chained exception would carry the server's reply verbatim.
+            raise ChannelError(
+                ErrorKind.PERMANENT,
+                f"smtp channel {self.name!r}: {self.host} refused the login "
+                f"({exc.smtp_code}); {check}",
+            ) from None
+        except smtplib.SMTPNotSupportedError:
+            raise ChannelError(
+                ErrorKind.PERMANENT,
+                f"smtp channel {self.name!r}: {self.host} does not offer AUTH on this "
+                "connection (does it need starttls = true?); or remove username_env",
+            ) from None
+        except smtplib.SMTPServerDisconnected:
+            raise
+        except smtplib.SMTPResponseException as exc:
+            raise ChannelError(
+                ErrorKind.NOT_SENT if 400 <= exc.smtp_code < 500 else ErrorKind.PERMANENT,
+                f"smtp channel {self.name!r}: login failed ({exc.smtp_code}); {check}",
+            ) from None
+        except smtplib.SMTPException:
+            raise ChannelError(
+                ErrorKind.PERMANENT,
+                f"smtp channel {self.name!r}: {self.host} offers no login method smtplib "
+                "supports (PLAIN, LOGIN, CRAM-MD5)",
+            ) from None
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        _close_quietly(conn)
+
+    def _refused(self, phase: str, code: int, reply: bytes) -> ChannelError:
+        """A refused MAIL/RCPT/DATA command: nothing was accepted. Keep the session usable
+        (RSET) unless the server is closing it or answered nonsense."""
+        text = self._reply_text(reply)
+        if 400 <= code < 500:
+            kind = ErrorKind.NOT_SENT
+            what = "temporarily refused"
+        elif 500 <= code < 600:
+            kind = ErrorKind.PERMANENT
+            what = "refused"
+        else:
+            kind = ErrorKind.NOT_SENT
+            what = "answered unexpectedly"
+        if code == 421 or not 400 <= code < 600:
+            self._drop()
+        elif self._conn is not None:
+            try:
+                if self._conn.rset()[0] != 250:
+                    self._drop()
+            except (smtplib.SMTPException, OSError):
+                self._drop()
+        return ChannelError(
+            kind, f"smtp channel {self.name!r}: {self.host} {what} {phase} ({code} {text})"
+        )
+
+    def _error(self, kind: ErrorKind, what: str, exc: BaseException) -> ChannelError:
+        detail = self._scrub(f"{type(exc).__name__}: {exc}")[:_REPLY_CHARS]
+        return ChannelError(
+            kind, f"smtp channel {self.name!r}: {self.host}:{self.port}: {what} ({detail})"
+        )
+
+    def _reply_text(self, reply: bytes) -> str:
+        text = " ".join(reply.decode("utf-8", "replace").split())
+        return self._scrub(text)[:_REPLY_CHARS]
+
+    def _scrub(self, text: str) -> str:
+        """Defence in depth: a server that echoes what it was sent must not leak a secret."""
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _has_control(value: str) -> bool:
+    """Any C0/C1 control (CR, LF, NUL, TAB, NEL, ...) or a Unicode line/paragraph separator."""
+    return any(unicodedata.category(ch) in ("Cc", "Zl", "Zp") for ch in value)
+
+
+def _smtp_address(address: str) -> tuple[str, bool]:
+    """A bare `local@domain` as it goes on the wire: an internationalised domain as
+    punycode; True when the local part itself is non-ASCII (SMTPUTF8 needed)."""
+    value = address.strip()
+    local, at, domain = value.rpartition("@")
+    if not at or not local or not domain:
+        raise ValueError("expected local@domain")
+    if _ADDRESS_FORBIDDEN.search(value) or "@" in local or _has_control(value):
+        raise ValueError("spaces, quotes, brackets, commas or semicolons are not allowed")
+    if not domain.isascii():
+        try:
+            domain = domain.encode("idna").decode("ascii")
+        except UnicodeError as exc:
+            raise ValueError("the domain is not a valid internationalised name") from exc
+    if domain.startswith(".") or domain.endswith(".") or ".." in domain:
+        raise ValueError("the domain is malformed")
+    return f"{local}@{domain}", not local.isascii()
+
+
+def _flag(where: str, definition: dict[str, Any], key: str) -> bool:
+    value = definition.get(key, False)
+    if not isinstance(value, bool):
+        raise ChannelConfigError(f"{where}: `{key}` must be true or false, not {value!r}.")
+    return value
+
+
+def _credential_names(where: str, definition: dict[str, Any]) -> tuple[str | None, str | None]:
+    names: list[str | None] = []
+    for key in ("username_env", "password_env"):
+        value = definition.get(key)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise ChannelConfigError(
+                f"{where}: `{key}` must be the NAME of an environment variable, e.g. "
+                f'{key} = "SMTP_{key.split("_")[0].upper()}".'
+            )
+        names.append(value.strip() if isinstance(value, str) else None)
+    username_env, password_env = names
+    if (username_env is None) != (password_env is None):
+        raise ChannelConfigError(
+            f"{where}: set both `username_env` and `password_env` (the names of the "
+            "environment variables holding the login), or neither."
+        )
+    return username_env, password_env
+
+
+def _read_env(where: str, variable: str, key: str) -> str:
+    value = os.environ.get(variable)
+    if not value:
+        raise ChannelConfigError(
+            f"{where}: environment variable {variable} (named by `{key}`) is not set or empty; "
+            f"export {variable} before running notifier."
+        )
+    return value
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _secret_forms(username: str | None, password: str | None) -> tuple[str, ...]:
+    """The password as it could appear in an echoed reply: raw, base64 (LOGIN), and the
+    base64 of the PLAIN initial response."""
+    if not password:
+        return ()
+    forms = [password, base64.b64encode(password.encode("utf-8")).decode("ascii")]
+    if username:
+        plain = f"\0{username}\0{password}".encode()
+        forms.append(base64.b64encode(plain).decode("ascii"))
+    return tuple(sorted(forms, key=len, reverse=True))
+
+
+def _dot_stuffed(data: bytes) -> bytes:
+    """The DATA payload: leading dots doubled, CRLF-terminated, then the lone dot."""
+    stuffed = _LINE_START_DOT.sub(b"..", data)
+    if not stuffed.endswith(b"\r\n"):
+        stuffed += b"\r\n"
+    return stuffed + b".\r\n"
+
+
+def _close_quietly(conn: smtplib.SMTP | None) -> None:
+    if conn is not None:
+        with contextlib.suppress(OSError):
+            conn.close()
