@@ -27,6 +27,7 @@ from .config import load as load_config
 from .errors import BadInput, NeedsAttention, Refused
 from .manual import reconcile_manually
 from .runner import RunOptions, RunResult
+from .sandbox import Faults, run_sandbox
 from .state_machine import FINISHED_RUN_STATES, RunState
 from .store import LeaseLost, NoDatabase, StoreRefused
 
@@ -82,14 +83,19 @@ def cli(ctx: click.Context, db: Path, config_path: Path | None) -> None:
     ctx.obj = {"db": db, "config": config_path}
 
 
-def _env(ctx: click.Context) -> app.Env:
+def _env(ctx: click.Context, *, machine_output: bool = False) -> app.Env:
+    """With `machine_output` (JSON or CSV on stdout), running commentary goes to stderr."""
     explicit = ctx.obj["config"] is not None
     config = load_config(ctx.obj["config"] or Path("notifier.toml"), explicit=explicit)
-    return app.Env(db_path=ctx.obj["db"], config=config, say=_say)
+    return app.Env(db_path=ctx.obj["db"], config=config, say=_say_err if machine_output else _say)
 
 
 def _say(line: str) -> None:
     click.echo(line)
+
+
+def _say_err(line: str) -> None:
+    click.echo(line, err=True)
 
 
 @contextmanager
@@ -272,7 +278,7 @@ def runs(ctx: click.Context) -> None:
             c = store.counts(run.run_id)
             table.add_row(
                 run.run_id,
-                run.state.value,
+                report.effective_state(run).value,
                 run.created_at[:19],
                 str(c["total"]),
                 str(c["sent"]),
@@ -309,9 +315,9 @@ def cancel(
     ctx: click.Context, run_id: str | None, with_report: bool, fmt: str, wait_s: float
 ) -> None:
     """Stop dispatch now, settle in-flight items, and mark the run cancelled."""
-    env = _env(ctx)
+    env = _env(ctx, machine_output=with_report and fmt != "table")
     result = app.cancel(env, run_id, wait_s)
-    click.echo(result.message, err=with_report and fmt != "table")
+    env.say(result.message)
     if with_report:
         store = app.open_store(env)
         try:
@@ -348,6 +354,87 @@ def reconcile(
         ctx.exit(code)
     code = reconcile_manually(env, run_id, item_ref, mark, evidence)
     ctx.exit(code)
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8025,
+    show_default=True,
+    help="Port (0: any free port).",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for fault injection.")
+@click.option("--latency-ms", type=click.FloatRange(0), default=0, help="Delay before answering.")
+@click.option("--fail-rate", type=click.FloatRange(0, 1), default=0, help="Share answered 503.")
+@click.option(
+    "--throttle-rate",
+    type=click.FloatRange(0, 1),
+    default=0,
+    help="Share answered 429 with Retry-After.",
+)
+@click.option(
+    "--retry-after",
+    type=click.FloatRange(0),
+    default=1,
+    show_default=True,
+    help="Seconds in the 429's Retry-After.",
+)
+@click.option("--error-rate", type=click.FloatRange(0, 1), default=0, help="Share answered 500.")
+@click.option(
+    "--drop-rate",
+    type=click.FloatRange(0, 1),
+    default=0,
+    help="Share committed, then dropped without an answer.",
+)
+@click.option("--no-idempotent", is_flag=True, help="Every POST is a new delivery (no dedupe).")
+@click.option(
+    "--force-status",
+    multiple=True,
+    metavar="ITEM_ID=CODE",
+    help="Always answer CODE for this item id (repeatable).",
+)
+def sandbox(
+    host: str,
+    port: int,
+    seed: int,
+    latency_ms: float,
+    fail_rate: float,
+    throttle_rate: float,
+    retry_after: float,
+    error_rate: float,
+    drop_rate: float,
+    no_idempotent: bool,
+    force_status: tuple[str, ...],
+) -> None:
+    """Run a local notification provider with fault injection, for rehearsals and tests."""
+    forced: dict[str, int] = {}
+    for spec in force_status:
+        item_id, _, code = spec.rpartition("=")
+        if not item_id or not code.isdigit():
+            raise BadInput(f"--force-status {spec!r}: use ITEM_ID=CODE, e.g. u3=410.")
+        forced[item_id] = int(code)
+    try:
+        faults = Faults(
+            seed=seed,
+            latency_ms=latency_ms,
+            fail_rate=fail_rate,
+            throttle_rate=throttle_rate,
+            retry_after=retry_after,
+            error_rate=error_rate,
+            drop_rate=drop_rate,
+            idempotent=not no_idempotent,
+            force_status=forced,
+        )
+        run_sandbox(host, port, faults, _say)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from exc
+    except OSError as exc:
+        raise BadInput(
+            f"cannot listen on {host}:{port} ({exc.strerror}): choose another --port."
+        ) from exc
+    click.echo("sandbox stopped.")
 
 
 def main() -> None:

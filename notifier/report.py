@@ -10,7 +10,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from .state_machine import ItemState
+from .lease import holder_alive
+from .state_machine import ItemState, RunState
 from .store import Run, Store
 
 ITEM_FIELDS = (
@@ -56,7 +57,7 @@ def build(store: Store, run: Run) -> dict[str, Any]:
         )
     return {
         "run_id": run.run_id,
-        "state": run.state.value,
+        "state": effective_state(run).value,
         "fingerprint": run.fingerprint,
         "created_at": run.created_at,
         "batch": run.batch_path,
@@ -77,6 +78,15 @@ def build(store: Store, run: Run) -> dict[str, Any]:
             for d in store.decisions(run.run_id)
         ],
     }
+
+
+def effective_state(run: Run) -> RunState:
+    """A run left `running` by a worker that died is, in effect, paused (DESIGN section 3)."""
+    if run.state is RunState.RUNNING and not (
+        run.lease_owner and holder_alive(run.lease_owner, run.lease_expires_at)
+    ):
+        return RunState.PAUSED
+    return run.state
 
 
 def to_json(report: dict[str, Any]) -> str:

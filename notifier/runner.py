@@ -78,6 +78,12 @@ class Runner:
         self.interrupted = interrupted
         self.crash = crash
         self.p = _Progress(say, advance)
+        # A channel that holds one connection (SMTP) sends one request at a time.
+        self._locks = {
+            name: threading.Lock()
+            for name, channel in channels.items()
+            if not getattr(channel, "thread_safe", False)
+        }
         self._pool = (
             ThreadPoolExecutor(options.concurrency, thread_name_prefix="send")
             if options.concurrency > 1
@@ -101,6 +107,8 @@ class Runner:
             self.store.move_run(
                 self.run_id, "resume", self.lease_version, paused_until=None, stop_reason=None
             )
+        for channel, until in self.store.throttled_until(self.run_id).items():
+            self.p.gates[channel] = clock.parse(until)
         halted = self._settle_first()
         if halted is not None:
             return halted
@@ -182,8 +190,12 @@ class Runner:
         if self.crash:
             self.crash.at("after-send", seqs)
         outcomes = [
-            replace(self._judge(item, result), expected=ItemState.IN_FLIGHT)
-            for item, result in zip(window, results, strict=True)
+            replace(
+                self._judge(item, result, at),
+                expected=ItemState.IN_FLIGHT,
+                finished_at=clock.iso(at),
+            )
+            for item, (result, at) in zip(window, results, strict=True)
         ]
         self.store.record(self.run_id, self.lease_version, outcomes)
         if self.crash:
@@ -191,20 +203,28 @@ class Runner:
         for outcome in outcomes:
             self._after(outcome)
 
-    def _send_all(self, window: list[Item]) -> list[Receipt | ChannelError]:
+    def _send_all(self, window: list[Item]) -> list[tuple[Receipt | ChannelError, datetime]]:
         if self._pool is None or len(window) == 1:
             return [self._send_one(item) for item in window]
         return list(self._pool.map(self._send_one, window))
 
-    def _send_one(self, item: Item) -> Receipt | ChannelError:
+    def _send_one(self, item: Item) -> tuple[Receipt | ChannelError, datetime]:
+        """The result and the moment it arrived: waits (Retry-After) count from then."""
+        result: Receipt | ChannelError
+        lock = self._locks.get(item.channel)
         try:
-            return self.channels[item.channel].send(item.intent())
+            if lock is None:
+                result = self.channels[item.channel].send(item.intent())
+            else:
+                with lock:
+                    result = self.channels[item.channel].send(item.intent())
         except ChannelError as exc:
-            return exc
+            result = exc
         except Exception as exc:  # a channel bug: the request may have left, so be careful
-            return ChannelError(ErrorKind.UNCERTAIN, f"unexpected {type(exc).__name__}: {exc}")
+            result = ChannelError(ErrorKind.UNCERTAIN, f"unexpected {type(exc).__name__}: {exc}")
+        return result, clock.now()
 
-    def _judge(self, item: Item, result: Receipt | ChannelError) -> Outcome:
+    def _judge(self, item: Item, result: Receipt | ChannelError, at: datetime) -> Outcome:
         """Turn one send result into the item's next state (DESIGN section 7)."""
         if isinstance(result, Receipt):
             if result.intent_digest and result.intent_digest != item.intent_digest:
@@ -237,12 +257,12 @@ class Runner:
         )
         message = str(error)
         if verdict.action is Action.RETRY:
-            next_at = clock.later(verdict.wait_s)
+            next_at = clock.later(verdict.wait_s, at)
             if verdict.pause_channel:
                 self.p.gates[item.channel] = max(next_at, self.p.gates.get(item.channel, next_at))
             return replace(closed, trigger="retry_later", next_attempt_at=clock.iso(next_at))
         if verdict.action in (Action.QUERY, Action.EXHAUSTED) and channel.queryable:
-            return self._judge_by_query(item, error, channel, closed)
+            return self._judge_by_query(item, error, channel, closed, at)
         if verdict.action is Action.CONFLICT:
             self.p.halt = (EXIT_REFUSED, f"conflict on item {item.seq}: {message}")
             return replace(closed, trigger="conflict", error=f"conflict: {message}")
@@ -260,7 +280,7 @@ class Runner:
         return replace(closed, error=f"{message}; may have been delivered, not sent again")
 
     def _judge_by_query(
-        self, item: Item, error: ChannelError, channel: Channel, closed: Outcome
+        self, item: Item, error: ChannelError, channel: Channel, closed: Outcome, at: datetime
     ) -> Outcome:
         """A maybe-delivered item on a channel that cannot dedupe: ask before anything else."""
         answer = ask(channel, item)
@@ -291,7 +311,7 @@ class Runner:
                     closed,
                     trigger="not_found",
                     error=message,
-                    next_attempt_at=clock.iso(clock.later(retry.wait_s)),
+                    next_attempt_at=clock.iso(clock.later(retry.wait_s, at)),
                 )
             return replace(
                 closed,

@@ -124,6 +124,7 @@ class Outcome:
     retry_after_s: float | None = None
     # The state the caller saw the item in; the UPDATE is conditional on it still holding.
     expected: ItemState | None = None
+    finished_at: str | None = None  # when the answer arrived (default: when recorded)
 
 
 @dataclass(frozen=True)
@@ -471,7 +472,15 @@ class Store:
             self.conn.execute(
                 "UPDATE attempts SET finished_at = ?, outcome = ?, http_status = ?, error = ?, "
                 "retry_after_s = ? WHERE run_id = ? AND seq = ? AND finished_at IS NULL",
-                (at, o.attempt_outcome, o.http_status, o.error, o.retry_after_s, run_id, o.seq),
+                (
+                    o.finished_at or at,
+                    o.attempt_outcome,
+                    o.http_status,
+                    o.error,
+                    o.retry_after_s,
+                    run_id,
+                    o.seq,
+                ),
             )
         sets: dict[str, Any] = {"next_attempt_at": o.next_attempt_at}
         if o.error is not None or o.trigger in ("ack", "found", "mark_sent"):
@@ -648,6 +657,22 @@ class Store:
             "SELECT * FROM items WHERE run_id = ? AND item_id = ?", (run_id, item_id)
         ).fetchone()
         return _item(row) if row else None
+
+    def throttled_until(self, run_id: str) -> dict[str, str]:
+        """Per channel, the latest time a downstream asked us to stay away (a pending item
+        whose last attempt was throttled waits until then), so a new process honours a
+        Retry-After that an earlier one was given."""
+        return {
+            channel: until
+            for channel, until in self.conn.execute(
+                f"SELECT i.channel, MAX(i.next_attempt_at) FROM items i "
+                f"WHERE i.run_id = ? AND {_ACTIVE} AND i.state = 'pending' "
+                "AND i.next_attempt_at IS NOT NULL AND (SELECT a.outcome FROM attempts a "
+                "WHERE a.run_id = i.run_id AND a.seq = i.seq ORDER BY a.n DESC LIMIT 1) "
+                "= 'throttled' GROUP BY i.channel",
+                (run_id,),
+            )
+        }
 
     def pending_by_channel(self, run_id: str) -> list[tuple[str, str | None]]:
         """Per channel with pending items: the earliest next_attempt_at (None: due now)."""

@@ -76,8 +76,9 @@ class Workspace:
         return path
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """Read the real database file with plain sqlite3, as an operator would."""
-        conn = sqlite3.connect(self.db)
+        """Read the real database file with plain sqlite3, as an operator would (read-only:
+        a test must never create the file a worker is about to create)."""
+        conn = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True)
         try:
             return [tuple(r) for r in conn.execute(sql, params)]
         finally:

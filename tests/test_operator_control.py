@@ -1,0 +1,202 @@
+"""Operator control with real processes: cancel against a live worker and a dead one, leases
+(two resumes, kill -9, expiry), and Ctrl-C (DESIGN sections 8-9)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import sqlite3
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from notifier import clock
+from notifier.sandbox import Faults, Sandbox
+
+from .conftest import Workspace, make_rows
+
+
+@pytest.fixture
+def slow_sandbox() -> Iterator[Sandbox]:
+    with Sandbox(faults=Faults(latency_ms=50)) as running:
+        yield running
+
+
+def configure(ws: Workspace, sandbox: Sandbox) -> None:
+    (ws.path / "notifier.toml").write_text(
+        "[channels.hooks]\n"
+        'type = "webhook"\n'
+        f'url = "{sandbox.notifications_url}"\n'
+        f'status_url = "{sandbox.url}/notifications/{{key}}"\n'
+        "idempotent = true\n"
+    )
+
+
+def committed_keys(sandbox: Sandbox) -> set[str]:
+    return {k for k, v in sandbox.stats()["keys"].items() if v["commits"]}
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.05)
+
+
+def sent_count(ws: Workspace) -> int:
+    try:
+        return int(ws.query("SELECT COUNT(*) FROM items WHERE state = 'sent'")[0][0])
+    except sqlite3.Error:
+        return 0
+
+
+def assert_each_key_committed_once(ws: Workspace, sandbox: Sandbox) -> None:
+    stats = sandbox.stats()["keys"]
+    for (key,) in ws.query("SELECT idempotency_key FROM items"):
+        assert stats[key]["commits"] == 1, key
+
+
+def test_cancel_against_a_live_worker_stops_dispatch_and_reports_exactly(
+    ws: Workspace, slow_sandbox: Sandbox
+) -> None:
+    """While a worker sends 1000 items at 50 ms each, `cancel --report` returns only after
+    the worker stopped: the sandbox receives nothing afterwards, the counts add up to 1000,
+    and the report's sent list is exactly what the sandbox committed."""
+    configure(ws, slow_sandbox)
+    ws.write_csv("batch.csv", make_rows(1000))
+    worker = ws.popen("send", "batch.csv", "--channel", "hooks")
+    try:
+        wait_for(lambda: sent_count(ws) >= 10)
+        cancelled = ws.run("cancel", "--report", "--format", "json")
+        after_cancel = slow_sandbox.stats()["totals"]
+        time.sleep(1.0)
+        assert slow_sandbox.stats()["totals"] == after_cancel
+        assert cancelled.returncode == 0, cancelled.stderr
+        report = json.loads(cancelled.stdout)
+        assert report["state"] == "cancelled"
+        counts = report["counts"]
+        assert counts["sent"] + counts["pending"] + counts["unknown"] + counts["failed"] == 1000
+        assert counts["in_flight"] == 0 and counts["unknown"] == 0
+        assert 10 <= counts["sent"] < 1000
+        sent = {i["idempotency_key"] for i in report["items"] if i["state"] == "sent"}
+        assert sent == committed_keys(slow_sandbox)
+        assert worker.wait(timeout=30) == 3
+    finally:
+        worker.kill()
+        worker.wait()
+
+
+def test_cancel_without_a_worker_settles_in_flight_by_query(
+    ws: Workspace, slow_sandbox: Sandbox
+) -> None:
+    """After a crash with item 20 delivered but unrecorded, cancel settles it by query (never
+    re-posting it) and reports 20 sent, 0 unknown, 80 pending."""
+    configure(ws, slow_sandbox)
+    ws.write_csv("batch.csv", make_rows(100))
+    crashed = ws.run("send", "batch.csv", "--channel", "hooks",
+                     env={"NOTIFIER_CRASH_AT": "after-send:20"})  # fmt: skip
+    assert crashed.returncode == 137
+    cancelled = ws.run("cancel", "--report", "--format", "json")
+    assert cancelled.returncode == 0, cancelled.stderr
+    report = json.loads(cancelled.stdout)
+    assert (report["counts"]["sent"], report["counts"]["unknown"], report["counts"]["pending"]) == (
+        20, 0, 80,
+    )  # fmt: skip
+    key20 = next(i["idempotency_key"] for i in report["items"] if i["seq"] == 20)
+    assert slow_sandbox.stats()["keys"][key20] == {"commits": 1, "replays": 0, "refused": 0}
+    assert len(committed_keys(slow_sandbox)) == 20
+    again = ws.invoke("resume")
+    assert again.exit_code == 2  # a cancelled run is never resumed by default
+
+
+def test_two_resumes_one_works_the_other_is_refused(ws: Workspace, slow_sandbox: Sandbox) -> None:
+    """Two `resume` processes on one run: exactly one works, the other exits 4 naming the
+    lease holder; no key is committed twice."""
+    configure(ws, slow_sandbox)
+    ws.write_csv("batch.csv", make_rows(60))
+    assert ws.run("send", "batch.csv", "--channel", "hooks",
+                  env={"NOTIFIER_CRASH_AT": "after-receipt:5"}).returncode == 137  # fmt: skip
+    first = ws.popen("resume")
+    try:
+        wait_for(lambda: sent_count(ws) >= 8)
+        second = ws.run("resume")
+        assert second.returncode == 4, second.stdout + second.stderr
+        assert f"pid {first.pid}" in second.stderr and socket.gethostname() in second.stderr
+        assert first.wait(timeout=60) == 0
+    finally:
+        first.kill()
+        first.wait()
+    assert_each_key_committed_once(ws, slow_sandbox)
+    assert len(committed_keys(slow_sandbox)) == 60
+
+
+def test_kill_9_then_resume_takes_over_and_completes(ws: Workspace, slow_sandbox: Sandbox) -> None:
+    """A worker killed with SIGKILL mid-run leaves a dead lease; resume takes over at once
+    (same host, process gone), settles what was in flight, and delivers each key once."""
+    configure(ws, slow_sandbox)
+    ws.write_csv("batch.csv", make_rows(80))
+    worker = ws.popen("send", "batch.csv", "--channel", "hooks")
+    wait_for(lambda: sent_count(ws) >= 15)
+    worker.send_signal(signal.SIGKILL)
+    worker.wait()
+    owner = ws.query("SELECT lease_owner FROM runs")[0][0]
+    assert json.loads(owner)["pid"] == worker.pid  # the dead worker still holds it on paper
+    resumed = ws.run("resume")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert_each_key_committed_once(ws, slow_sandbox)
+    assert ws.status()["counts"]["sent"] == 80
+
+
+def test_lease_from_another_host_blocks_until_it_expires(ws: Workspace) -> None:
+    """A lease held on another machine is honoured until its expiry, then taken over."""
+    ws.write_csv("batch.csv", make_rows(5))
+    assert (
+        ws.run("send", "batch.csv", env={"NOTIFIER_CRASH_AT": "after-receipt:2"}).returncode == 137
+    )
+    owner = json.dumps({"host": "other-host.example", "pid": 4242, "token": "t"})
+
+    def hold(seconds: float) -> None:
+        conn = sqlite3.connect(ws.db)
+        conn.execute(
+            "UPDATE runs SET lease_owner = ?, lease_expires_at = ?",
+            (owner, clock.iso(clock.later(seconds))),
+        )
+        conn.commit()
+        conn.close()
+
+    hold(600)
+    refused = ws.invoke("resume")
+    assert refused.exit_code == 4
+    assert "pid 4242 on other-host.example" in refused.output
+    hold(-1)
+    assert ws.invoke("resume").exit_code == 0
+    assert ws.status()["counts"]["sent"] == 5
+
+
+def test_ctrl_c_pauses_cleanly_and_resume_completes(ws: Workspace, slow_sandbox: Sandbox) -> None:
+    """SIGINT mid-run: requests already sent are recorded, the run is paused, exit 130;
+    resume completes; each key committed once."""
+    configure(ws, slow_sandbox)
+    ws.write_csv("batch.csv", make_rows(80))
+    worker = ws.popen("send", "batch.csv", "--channel", "hooks")
+    wait_for(lambda: sent_count(ws) >= 10)
+    worker.send_signal(signal.SIGINT)
+    try:
+        assert worker.wait(timeout=30) == 130
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        raise
+    status = ws.status()
+    assert status["state"] == "paused"
+    assert status["counts"]["in_flight"] == 0
+    assert set(committed_keys(slow_sandbox)) == {
+        i["idempotency_key"] for i in status["items"] if i["state"] == "sent"
+    }
+    resumed = ws.run("resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert_each_key_committed_once(ws, slow_sandbox)
+    assert ws.status()["counts"]["sent"] == 80
