@@ -21,9 +21,10 @@ from .config import Config
 from .lease import Lease, holder_alive
 from .plan import RUN_ID_PATTERN, Plan, make_plan, new_run_id
 from .reconcile import settle
+from .records import Run
 from .runner import EXIT_ATTENTION, EXIT_DONE, Runner, RunOptions, RunResult
 from .state_machine import FINISHED_RUN_STATES, ItemState, RunState
-from .store import LeaseHeld, Run, Store
+from .store import LeaseHeld, Store
 
 Say = Callable[[str], None]
 

@@ -83,6 +83,16 @@ def cli(ctx: click.Context, db: Path, config_path: Path | None) -> None:
     ctx.obj = {"db": db, "config": config_path}
 
 
+_format_option = click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "csv"]),
+    default="table",
+    show_default=True,
+    help="How to print the report.",
+)
+
+
 def _env(ctx: click.Context, *, machine_output: bool = False) -> app.Env:
     """With `machine_output` (JSON or CSV on stdout), running commentary goes to stderr."""
     explicit = ctx.obj["config"] is not None
@@ -223,13 +233,7 @@ def status(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
 
 @cli.command(name="report")
 @click.argument("run_id", required=False)
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json", "csv"]),
-    default="table",
-    show_default=True,
-)
+@_format_option
 @click.pass_context
 def report_command(ctx: click.Context, run_id: str | None, fmt: str) -> None:
     """Report which items were sent, which are unknown, pending or failed."""
@@ -295,13 +299,7 @@ def runs(ctx: click.Context) -> None:
 @cli.command()
 @click.argument("run_id", required=False)
 @click.option("--report", "with_report", is_flag=True, help="Print the report when done.")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json", "csv"]),
-    default="table",
-    show_default=True,
-)
+@_format_option
 @click.option(
     "--wait",
     "wait_s",

@@ -9,8 +9,9 @@ from __future__ import annotations
 import click
 
 from . import app
+from .records import Item, Run
 from .state_machine import ItemState
-from .store import Item, Run, Store
+from .store import Store
 
 _CHOICES = {"s": "sent", "n": "not-sent", "a": "abandon", "k": "skip", "q": "quit"}
 

@@ -13,8 +13,9 @@ from enum import StrEnum
 import tenacity
 
 from .channels import Channel, ChannelError, ErrorKind, Receipt
+from .records import Item, Outcome
 from .state_machine import ItemState
-from .store import Item, Outcome, Store
+from .store import Store
 
 # A query is read-only, so it may be retried freely; but it must not hold up a resume for
 # long, so a few quick tries and then the item is reported as undecided.

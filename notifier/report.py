@@ -11,8 +11,9 @@ from rich.console import Console
 from rich.table import Table
 
 from .lease import holder_alive
+from .records import Run
 from .state_machine import ItemState, RunState
-from .store import Run, Store
+from .store import Store
 
 ITEM_FIELDS = (
     "seq",

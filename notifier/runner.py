@@ -18,9 +18,10 @@ from . import clock
 from .channels import Channel, ChannelError, ErrorKind, Receipt
 from .crash import CrashPlan
 from .reconcile import Finding, ask, settle
+from .records import Item, Outcome
 from .retry import Action, RetryPolicy
 from .state_machine import ItemState, RunState
-from .store import Item, LeaseLost, Outcome, Store
+from .store import LeaseLost, Store
 
 EXIT_DONE = 0
 EXIT_ATTENTION = 3

@@ -13,18 +13,25 @@ import sqlite3
 import struct
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from sqlite_utils import Database
 
 from . import clock
-from .intent import Intent
-from .schema import APPLICATION_ID, MIGRATION_SET, migrations
+from .records import (
+    Attempt,
+    Decision,
+    Item,
+    Outcome,
+    Run,
+    item_from_row,
+    run_from_row,
+)
+from .schema import APPLICATION_ID, migrations
 from .state_machine import (
     ACTIVE_ITEM_STATES,
-    TERMINAL_ITEM_STATES,
     ItemState,
     RunState,
     item_next,
@@ -58,96 +65,6 @@ class LeaseHeld(Exception):
         super().__init__(
             f"held by pid {owner.get('pid')} on {owner.get('host')} until {clock.local(expires_at)}"
         )
-
-
-@dataclass(frozen=True)
-class Run:
-    run_id: str
-    state: RunState
-    created_at: str
-    updated_at: str
-    batch_path: str
-    fingerprint: str
-    channel_snapshot: dict[str, Any]
-    options: dict[str, Any]
-    contract_version: str
-    lease_owner: dict[str, Any] | None
-    lease_version: int
-    lease_expires_at: str | None
-    cancel_requested_at: str | None
-    paused_until: str | None
-    stop_reason: str | None
-
-
-@dataclass(frozen=True)
-class Item:
-    run_id: str
-    seq: int
-    item_id: str
-    channel: str
-    target: str
-    payload: dict[str, Any]
-    idempotency_key: str
-    intent_digest: str
-    state: ItemState
-    attempts: int
-    next_attempt_at: str | None
-    receipt_id: str | None
-    last_error: str | None
-
-    def intent(self) -> Intent:
-        return Intent(
-            run_id=self.run_id,
-            seq=self.seq,
-            item_id=self.item_id,
-            channel=self.channel,
-            target=self.target,
-            payload=self.payload,
-            idempotency_key=self.idempotency_key,
-            intent_digest=self.intent_digest,
-        )
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What one attempt (or one settlement) established about one item."""
-
-    seq: int
-    trigger: str
-    attempt_outcome: str | None = None  # closes the item's open attempt with this class
-    http_status: int | None = None
-    error: str | None = None
-    receipt_id: str | None = None
-    receipt_source: str | None = None  # send | query | manual: a receipt row is written
-    evidence: str | None = None
-    next_attempt_at: str | None = None
-    retry_after_s: float | None = None
-    # The state the caller saw the item in; the UPDATE is conditional on it still holding.
-    expected: ItemState | None = None
-    finished_at: str | None = None  # when the answer arrived (default: when recorded)
-
-
-@dataclass(frozen=True)
-class Attempt:
-    seq: int
-    n: int
-    started_at: str
-    finished_at: str | None
-    outcome: str | None
-    http_status: int | None
-    error: str | None
-    waited_s: float | None
-    retry_after_s: float | None
-
-
-@dataclass(frozen=True)
-class Decision:
-    seq: int
-    item_id: str
-    operator: str
-    at: str
-    decision: str
-    evidence: str
 
 
 class Store:
@@ -426,7 +343,7 @@ class Store:
                 f"SELECT * FROM items WHERE {where} ORDER BY seq LIMIT ?", [*params, limit]
             ).fetchall()
             for row in rows:
-                item = _item(row)
+                item = item_from_row(row)
                 waited = None
                 if item.attempts:
                     last = self.conn.execute(
@@ -450,7 +367,14 @@ class Store:
                     "VALUES (?, ?, ?, ?, ?)",
                     (run_id, item.seq, item.attempts + 1, at, waited),
                 )
-                claimed.append(_replace_state(item, ItemState.IN_FLIGHT, item.attempts + 1))
+                claimed.append(
+                    replace(
+                        item,
+                        state=ItemState.IN_FLIGHT,
+                        attempts=item.attempts + 1,
+                        next_attempt_at=None,
+                    )
+                )
         return claimed
 
     def record(self, run_id: str, lease_version: int | None, outcomes: Sequence[Outcome]) -> None:
@@ -467,7 +391,7 @@ class Store:
         row = self.conn.execute(
             "SELECT * FROM items WHERE run_id = ? AND seq = ?", (run_id, o.seq)
         ).fetchone()
-        item = _item(row)
+        item = item_from_row(row)
         if o.attempt_outcome is not None:
             self.conn.execute(
                 "UPDATE attempts SET finished_at = ?, outcome = ?, http_status = ?, error = ?, "
@@ -597,11 +521,11 @@ class Store:
         row = self.conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         if row is None:
             raise KeyError(run_id)
-        return _run(row)
+        return run_from_row(row)
 
     def runs(self) -> list[Run]:
         rows = self.conn.execute("SELECT * FROM runs ORDER BY created_at DESC, rowid DESC")
-        return [_run(r) for r in rows]
+        return [run_from_row(r) for r in rows]
 
     def newest_run(self, exclude: Sequence[RunState] = ()) -> Run | None:
         for run in self.runs():
@@ -642,7 +566,7 @@ class Store:
                 (run_id, *[s.value for s in states]),
             )
         for row in cursor:
-            yield _item(row)
+            yield item_from_row(row)
 
     def item(self, run_id: str, seq: int) -> Item:
         row = self.conn.execute(
@@ -650,13 +574,13 @@ class Store:
         ).fetchone()
         if row is None:
             raise KeyError(seq)
-        return _item(row)
+        return item_from_row(row)
 
     def item_by_id(self, run_id: str, item_id: str) -> Item | None:
         row = self.conn.execute(
             "SELECT * FROM items WHERE run_id = ? AND item_id = ?", (run_id, item_id)
         ).fetchone()
-        return _item(row) if row else None
+        return item_from_row(row) if row else None
 
     def throttled_until(self, run_id: str) -> dict[str, str]:
         """Per channel, the latest time a downstream asked us to stay away (a pending item
@@ -718,15 +642,6 @@ class Store:
             )
         }
 
-    def events(self, run_id: str) -> list[tuple[int, str, str, int | None, str | None]]:
-        return list(
-            self.conn.execute(
-                "SELECT seq_no, at, kind, item_seq, detail FROM events WHERE run_id = ? "
-                "ORDER BY seq_no",
-                (run_id,),
-            )
-        )
-
 
 def _check_file_header(path: Path) -> None:
     """Cheap checks on the raw bytes, before SQLite opens the file (and before anything could
@@ -764,48 +679,5 @@ def _dump(value: Any) -> str | None:
     return json.dumps(value, sort_keys=True, ensure_ascii=False)
 
 
-_ITEM_FIELDS = tuple(Item.__dataclass_fields__)
-_RUN_FIELDS = tuple(Run.__dataclass_fields__)
-
-
-def _item(row: sqlite3.Row) -> Item:
-    values = {name: row[name] for name in _ITEM_FIELDS}
-    values["payload"] = json.loads(values["payload"])
-    values["state"] = ItemState(values["state"])
-    return Item(**values)
-
-
-def _replace_state(item: Item, state: ItemState, attempts: int) -> Item:
-    values = dict(item.__dict__)
-    values.update(state=state, attempts=attempts, next_attempt_at=None)
-    return Item(**values)
-
-
-def _run(row: sqlite3.Row) -> Run:
-    values = {name: row[name] for name in _RUN_FIELDS}
-    values["state"] = RunState(values["state"])
-    values["channel_snapshot"] = json.loads(values["channel_snapshot"])
-    values["options"] = json.loads(values["options"])
-    values["lease_owner"] = json.loads(values["lease_owner"]) if values["lease_owner"] else None
-    return Run(**values)
-
-
 def _all_active(states: Sequence[ItemState]) -> bool:
     return all(s in ACTIVE_ITEM_STATES for s in states)
-
-
-__all__ = [
-    "MIGRATION_SET",
-    "TERMINAL_ITEM_STATES",
-    "Attempt",
-    "Decision",
-    "Item",
-    "LeaseHeld",
-    "LeaseLost",
-    "LostRace",
-    "NoDatabase",
-    "Outcome",
-    "Run",
-    "Store",
-    "StoreRefused",
-]

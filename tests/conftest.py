@@ -6,15 +6,20 @@ from __future__ import annotations
 import csv
 import json
 import os
+import socket
 import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from email import message_from_bytes
+from email.message import Message
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import SMTP, Envelope, Session
 from click.testing import CliRunner, Result
 
 from notifier.cli import cli
@@ -110,3 +115,43 @@ def make_rows(n: int, *, start: int = 1) -> list[list[str]]:
     for i in range(start, start + n):
         rows.append([f"u{i}", f"user{i}@example.com", f"Hello {i}", f"Body of {i}", f"User {i}"])
     return rows
+
+
+class Inbox:
+    """An aiosmtpd handler keeping every message it accepted."""
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+
+    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
+        content = envelope.content
+        assert isinstance(content, bytes)
+        self.messages.append(message_from_bytes(content))
+        return "250 OK"
+
+    def message_ids(self) -> list[str]:
+        return [str(m["Message-ID"]) for m in self.messages]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def inbox(ws: Workspace) -> Iterator[Inbox]:
+    """A real SMTP server on 127.0.0.1 and a `mail` channel pointing at it."""
+    handler = Inbox()
+    port = free_port()
+    controller = Controller(handler, hostname="127.0.0.1", port=port)
+    controller.start()
+    (ws.path / "notifier.toml").write_text(
+        f'[channels.mail]\ntype = "smtp"\nhost = "127.0.0.1"\nport = {port}\n'
+        'sender = "ops@example.com"\n'
+    )
+    try:
+        yield handler
+    finally:
+        controller.stop()

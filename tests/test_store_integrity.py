@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from notifier import clock
+from notifier.records import Outcome
 from notifier.state_machine import ItemState
-from notifier.store import LeaseLost, LostRace, Outcome, Store
+from notifier.store import LeaseLost, LostRace, Store
 
 from .conftest import EXAMPLE, Workspace, make_rows
 

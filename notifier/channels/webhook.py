@@ -86,14 +86,7 @@ class WebhookChannel:
                 ErrorKind.UNCERTAIN, f"{self.url}: {type(exc).__name__} after sending ({exc})"
             ) from exc
         _raise_for_status(self.url, response)
-        document = _json_object(response)
-        receipt_id = document.get("id")
-        digest = document.get("intent_digest")
-        return Receipt(
-            receipt_id if isinstance(receipt_id, str) else None,
-            digest if isinstance(digest, str) else None,
-            replayed=response.headers.get("Idempotent-Replayed", "").lower() == "true",
-        )
+        return _receipt(response)
 
     def query(self, key: str) -> Receipt | None:
         if self.status_url is None:
@@ -111,13 +104,7 @@ class WebhookChannel:
                 f"{url}: query answered HTTP {response.status_code}",
                 http_status=response.status_code,
             )
-        document = _json_object(response)
-        receipt_id = document.get("id")
-        digest = document.get("intent_digest")
-        return Receipt(
-            receipt_id if isinstance(receipt_id, str) else None,
-            digest if isinstance(digest, str) else None,
-        )
+        return _receipt(response)
 
     def close(self) -> None:
         self._client.close()
@@ -188,9 +175,18 @@ def _raise_for_status(url: str, response: httpx2.Response) -> None:
     )
 
 
-def _json_object(response: httpx2.Response) -> dict[str, Any]:
+def _receipt(response: httpx2.Response) -> Receipt:
+    """The receipt in a 2xx answer: its `id` and stored `intent_digest` when they are strings."""
     try:
         document = response.json()
     except ValueError:
-        return {}
-    return document if isinstance(document, dict) else {}
+        document = {}
+    if not isinstance(document, dict):
+        document = {}
+    receipt_id = document.get("id")
+    digest = document.get("intent_digest")
+    return Receipt(
+        receipt_id if isinstance(receipt_id, str) else None,
+        digest if isinstance(digest, str) else None,
+        replayed=response.headers.get("Idempotent-Replayed", "").lower() == "true",
+    )

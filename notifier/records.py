@@ -1,0 +1,122 @@
+"""The rows of the store as frozen records. The store reads and writes them; every other
+layer passes them around without touching SQL."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from .intent import Intent
+from .state_machine import ItemState, RunState
+
+
+@dataclass(frozen=True)
+class Run:
+    run_id: str
+    state: RunState
+    created_at: str
+    updated_at: str
+    batch_path: str
+    fingerprint: str
+    channel_snapshot: dict[str, Any]
+    options: dict[str, Any]
+    contract_version: str
+    lease_owner: dict[str, Any] | None
+    lease_version: int
+    lease_expires_at: str | None
+    cancel_requested_at: str | None
+    paused_until: str | None
+    stop_reason: str | None
+
+
+@dataclass(frozen=True)
+class Item:
+    run_id: str
+    seq: int
+    item_id: str
+    channel: str
+    target: str
+    payload: dict[str, Any]
+    idempotency_key: str
+    intent_digest: str
+    state: ItemState
+    attempts: int
+    next_attempt_at: str | None
+    receipt_id: str | None
+    last_error: str | None
+
+    def intent(self) -> Intent:
+        return Intent(
+            run_id=self.run_id,
+            seq=self.seq,
+            item_id=self.item_id,
+            channel=self.channel,
+            target=self.target,
+            payload=self.payload,
+            idempotency_key=self.idempotency_key,
+            intent_digest=self.intent_digest,
+        )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one attempt (or one settlement) established about one item."""
+
+    seq: int
+    trigger: str
+    attempt_outcome: str | None = None  # closes the item's open attempt with this class
+    http_status: int | None = None
+    error: str | None = None
+    receipt_id: str | None = None
+    receipt_source: str | None = None  # send | query | manual: a receipt row is written
+    evidence: str | None = None
+    next_attempt_at: str | None = None
+    retry_after_s: float | None = None
+    # The state the caller saw the item in; the UPDATE is conditional on it still holding.
+    expected: ItemState | None = None
+    finished_at: str | None = None  # when the answer arrived (default: when recorded)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    seq: int
+    n: int
+    started_at: str
+    finished_at: str | None
+    outcome: str | None
+    http_status: int | None
+    error: str | None
+    waited_s: float | None
+    retry_after_s: float | None
+
+
+@dataclass(frozen=True)
+class Decision:
+    seq: int
+    item_id: str
+    operator: str
+    at: str
+    decision: str
+    evidence: str
+
+
+_ITEM_FIELDS = tuple(Item.__dataclass_fields__)
+_RUN_FIELDS = tuple(Run.__dataclass_fields__)
+
+
+def item_from_row(row: sqlite3.Row) -> Item:
+    values = {name: row[name] for name in _ITEM_FIELDS}
+    values["payload"] = json.loads(values["payload"])
+    values["state"] = ItemState(values["state"])
+    return Item(**values)
+
+
+def run_from_row(row: sqlite3.Row) -> Run:
+    values = {name: row[name] for name in _RUN_FIELDS}
+    values["state"] = RunState(values["state"])
+    values["channel_snapshot"] = json.loads(values["channel_snapshot"])
+    values["options"] = json.loads(values["options"])
+    values["lease_owner"] = json.loads(values["lease_owner"]) if values["lease_owner"] else None
+    return Run(**values)

@@ -1,0 +1,163 @@
+"""Reconcile (by query and by hand) and the report formats (DESIGN section 8)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import signal
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from notifier.report import safe_cell
+from notifier.sandbox import Faults, Sandbox
+
+from .conftest import Inbox, Workspace, make_rows
+
+
+@pytest.fixture
+def hooks(ws: Workspace) -> Iterator[Sandbox]:
+    with Sandbox(faults=Faults(latency_ms=20)) as sandbox:
+        (ws.path / "notifier.toml").write_text(
+            f'[channels.hooks]\ntype = "webhook"\nurl = "{sandbox.notifications_url}"\n'
+            f'status_url = "{sandbox.url}/notifications/{{key}}"\n'
+        )
+        yield sandbox
+
+
+def test_reconcile_settles_in_flight_items_by_query(ws: Workspace, hooks: Sandbox) -> None:
+    """After a crash, `reconcile` asks the downstream about the in-flight item and records
+    what it finds, without sending anything."""
+    ws.write_csv("batch.csv", make_rows(10))
+    crashed = ws.run("send", "batch.csv", "--channel", "hooks",
+                     env={"NOTIFIER_CRASH_AT": "after-send:7"})  # fmt: skip
+    assert crashed.returncode == 137
+    requests = hooks.stats()["totals"]["requests"]
+    result = ws.invoke("reconcile")
+    assert result.exit_code == 0, result.output
+    assert "item 7 (u7)" in result.output and "receipt found" in result.output
+    assert hooks.stats()["totals"]["requests"] == requests
+    states = dict(ws.query("SELECT seq, state FROM items"))
+    assert states[7] == "sent" and states[8] == "pending"
+    assert ws.query("SELECT source FROM receipts r JOIN items i USING (idempotency_key) "
+                    "WHERE i.seq = 7") == [("query",)]  # fmt: skip
+    again = ws.invoke("reconcile")  # running it twice is harmless
+    assert again.exit_code == 0 and "nothing to settle" in again.output
+
+
+def test_manual_reconcile_interactively(ws: Workspace, inbox: Inbox) -> None:
+    """The operator is shown each unknown item and decides: sent (with evidence) or not sent
+    (back to pending, resent under the same key by resume)."""
+    ws.write_csv("batch.csv", make_rows(8))
+    assert ws.run("send", "batch.csv", "--channel", "mail",
+                  env={"NOTIFIER_CRASH_AT": "after-send:3"}).returncode == 137  # fmt: skip
+    assert ws.run("resume", env={"NOTIFIER_CRASH_AT": "after-intent:6"}).returncode == 137
+    assert ws.run("resume").returncode == 3
+    assert [s for (s,) in ws.query("SELECT seq FROM items WHERE state = 'unknown'")] == [3, 6]
+    key6 = ws.query("SELECT idempotency_key FROM items WHERE seq = 6")[0][0]
+
+    session = ws.invoke("reconcile", "--manual", input="s\n\nseen in the mail log\nn\nnot in log\n")
+    assert session.exit_code == 0, session.output
+    assert "item u3 (seq 3)" in session.output and key6 in session.output
+    assert "evidence (required)" in session.output
+    states = dict(ws.query("SELECT seq, state FROM items"))
+    assert (states[3], states[6]) == ("sent", "pending")
+    decisions = ws.query("SELECT seq, decision, evidence FROM decisions ORDER BY id")
+    assert decisions == [(3, "mark_sent", "seen in the mail log"),
+                         (6, "mark_not_sent", "not in log")]  # fmt: skip
+
+    sent_before = len(inbox.messages)
+    assert ws.invoke("resume").exit_code == 0
+    assert len(inbox.messages) == sent_before + 1
+    assert str(inbox.messages[-1]["X-Notifier-Key"]) == key6
+    assert ws.status()["state"] == "completed"
+
+
+def test_manual_reconcile_refuses_what_it_cannot_decide(ws: Workspace, inbox: Inbox) -> None:
+    """Only unknown items are settled by hand, always with evidence; bad references exit 2."""
+    ws.write_csv("batch.csv", make_rows(4))
+    assert ws.run("send", "batch.csv", "--channel", "mail",
+                  env={"NOTIFIER_CRASH_AT": "after-send:2"}).returncode == 137  # fmt: skip
+    assert ws.run("resume").returncode == 3
+    sent_item = ws.invoke("reconcile", "--manual", "--item", "u1", "--mark", "sent",
+                          "--evidence", "x")  # fmt: skip
+    assert sent_item.exit_code == 2 and "is sent, not unknown" in sent_item.output
+    no_such = ws.invoke("reconcile", "--manual", "--item", "zz", "--mark", "sent",
+                        "--evidence", "x")  # fmt: skip
+    assert no_such.exit_code == 2 and "no item 'zz'" in no_such.output
+    missing = ws.invoke("reconcile", "--manual", "--item", "u2", "--mark", "sent")
+    assert missing.exit_code == 2 and "--evidence" in missing.output
+    blank = ws.invoke("reconcile", "--manual", "--item", "u2", "--mark", "sent",
+                      "--evidence", "  ")  # fmt: skip
+    assert blank.exit_code == 2
+    assert ws.query("SELECT COUNT(*) FROM decisions") == [(0,)]
+    abandoned = ws.invoke("reconcile", "--manual", "--item", "u2", "--mark", "abandon",
+                          "--evidence", "customer asked us to stop")  # fmt: skip
+    assert abandoned.exit_code == 3  # a failed item still needs attention
+    assert ws.status()["state"] == "completed"
+
+
+def test_csv_report_neutralises_spreadsheet_formulas(ws: Workspace) -> None:
+    """Cells that a spreadsheet would run (=, +, -, @, tab, CR first) are exported as text."""
+    ws.write_csv(
+        "batch.csv",
+        [["id", "to", "subject"],
+         ["=HYPERLINK(\"http://evil.test\")", "+15551234567", "a"],
+         ["@SUM(A1)", "-2", "b"],
+         ["plain", "ada@example.com", "c"]],
+    )  # fmt: skip
+    assert ws.invoke("send", "batch.csv").exit_code == 0
+    exported = ws.invoke("report", "--format", "csv").output
+    rows = list(csv.DictReader(io.StringIO(exported)))
+    assert [r["id"] for r in rows] == ['\'=HYPERLINK("http://evil.test")', "'@SUM(A1)", "plain"]
+    assert [r["to"] for r in rows] == ["'+15551234567", "'-2", "ada@example.com"]
+    assert all(r["state"] == "sent" for r in rows)
+    for value in ("\tx", "\rx"):
+        assert safe_cell(value) == "'" + value
+
+
+def test_table_report_shows_counts_then_only_items_needing_attention(
+    ws: Workspace,
+) -> None:
+    """The table starts with the counts and lists unknown/failed items, not the sent ones."""
+    with Sandbox(faults=Faults(force_status={"u2": 400})) as sandbox:
+        (ws.path / "notifier.toml").write_text(
+            f'[channels.hooks]\ntype = "webhook"\nurl = "{sandbox.notifications_url}"\n'
+        )
+        ws.write_csv("batch.csv", make_rows(3))
+        assert ws.invoke("send", "batch.csv", "--channel", "hooks").exit_code == 3
+    table = ws.invoke("report").output
+    assert table.index("total") < table.index("items needing attention")
+    attention = table[table.index("items needing attention") :]
+    assert "u2" in attention and "HTTP 400" in attention
+    assert "u1" not in attention and "u3" not in attention
+    data = json.loads(ws.invoke("status", "--json").output)
+    assert data["counts"]["failed"] == 1
+
+
+def test_second_ctrl_c_exits_at_once_and_resume_settles(ws: Workspace) -> None:
+    """Two Ctrl-C in a row leave immediately (130); resume settles whatever was in flight and
+    each key is still committed once."""
+    with Sandbox(faults=Faults(latency_ms=200)) as sandbox:
+        (ws.path / "notifier.toml").write_text(
+            f'[channels.hooks]\ntype = "webhook"\nurl = "{sandbox.notifications_url}"\n'
+            f'status_url = "{sandbox.url}/notifications/{{key}}"\n'
+        )
+        ws.write_csv("batch.csv", make_rows(30))
+        worker = ws.popen("send", "batch.csv", "--channel", "hooks")
+        deadline = time.monotonic() + 30
+        while sandbox.stats()["totals"]["requests"] < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        worker.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+        worker.send_signal(signal.SIGINT)
+        assert worker.wait(timeout=10) == 130
+        # Left at once: no clean pause was written (a clean stop would say `paused`).
+        assert ws.query("SELECT state FROM runs") == [("running",)]
+        assert ws.status()["state"] == "paused"  # a dead worker's run is, in effect, paused
+        assert ws.run("resume").returncode == 0
+        stats = sandbox.stats()["keys"]
+        for (key,) in ws.query("SELECT idempotency_key FROM items"):
+            assert stats[key]["commits"] == 1
