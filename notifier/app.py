@@ -104,10 +104,17 @@ def store_plan(
         same = store.runs_with_fingerprint(plan.fingerprint)
         if same and not new_run:
             run = same[0]
+            if run.state in FINISHED_RUN_STATES:
+                advice = (
+                    f"nothing is left for `notifier resume`; `notifier report {run.run_id}` "
+                    "shows who got it"
+                )
+            else:
+                advice = f"continue it with `notifier resume {run.run_id}`"
             raise AppError(
                 f"{batch}: this batch was already planned as run {run.run_id} "
-                f"(state {run.state.value}). Continue it with `notifier resume {run.run_id}`, "
-                "or pass --new-run to send every row again as a new run.",
+                f"(state {run.state.value}); {advice}. Pass --new-run only to send every row "
+                "again, to everyone, as a new run.",
                 2,
             )
         with suppress(KeyError):

@@ -107,7 +107,13 @@ class Store:
     def _connect(cls, path: Path, *, fresh: bool) -> Store:
         # isolation_level=None: transactions are begun explicitly (see _write), never
         # implicitly by the sqlite3 module behind our back.
-        conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        try:
+            conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        except sqlite3.OperationalError as exc:
+            raise NoDatabase(
+                f"{path}: cannot open or create the database ({exc}). Check that the "
+                "directory exists and is writable, or choose another --db."
+            ) from exc
         # Another process (a cancel, a second resume) may hold the write lock briefly.
         conn.execute("PRAGMA busy_timeout = 10000")
         conn.row_factory = sqlite3.Row

@@ -114,3 +114,29 @@ def test_bad_crash_spec_is_a_usage_error_before_anything_is_stored(ws: Workspace
     assert result.returncode == 2
     assert "after-send" in result.stderr
     assert not ws.db.exists()
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_crash_with_a_window_of_8_settles_the_whole_window(ws: Workspace, point: str) -> None:
+    """With --concurrency 8 a crash can leave a whole window in flight: resume settles every
+    one of them before anything new starts, and each notification is still delivered once."""
+    crashed = ws.run(
+        "send", str(EXAMPLE), "--concurrency", "8", env={"NOTIFIER_CRASH_AT": f"{point}:20"}
+    )
+    assert crashed.returncode == 137
+    in_flight = [s for (s,) in ws.query("SELECT seq FROM items WHERE state = 'in_flight'")]
+    if point != "after-receipt":
+        assert 20 in in_flight and len(in_flight) == 8
+    resumed = ws.run("resume")
+    assert resumed.returncode == 0, resumed.stderr
+    settled_lines = [line for line in resumed.stdout.splitlines() if line.startswith("item ")]
+    assert len(settled_lines) == len(in_flight)
+    first_new = ws.query(
+        "SELECT MIN(started_at) FROM attempts WHERE seq > ?", (max(in_flight, default=0),)
+    )[0][0]
+    last_settled = ws.query("SELECT MAX(finished_at) FROM attempts WHERE outcome = 'interrupted'")[
+        0
+    ][0]
+    if in_flight:
+        assert first_new > last_settled
+    assert_exactly_once(ws)
