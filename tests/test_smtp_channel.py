@@ -7,12 +7,14 @@ import asyncio
 import email
 import email.policy
 import socket
+import ssl
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from email.message import EmailMessage
 from typing import Any
 
 import pytest
+import trustme
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 
@@ -466,3 +468,58 @@ def test_query_is_uncertain() -> None:
         channel.query("ntf1-0123")
     assert info.value.kind is ErrorKind.UNCERTAIN
     channel.close()
+
+
+@pytest.fixture
+def trusted_ca(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> trustme.CA:
+    """A throwaway CA that the process trusts (via SSL_CERT_FILE), as a real relay's would be."""
+    ca = trustme.CA()
+    bundle = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(bundle))
+    monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
+    return ca
+
+
+def _server_context(ca: trustme.CA) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    return context
+
+
+def test_starttls_then_login_over_the_encrypted_session(
+    start_server: Callable[..., Server], trusted_ca: trustme.CA, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With starttls = true the session is upgraded (the server requires it) before the login
+    and the message; the certificate is verified."""
+    monkeypatch.setenv("SMTP_USER", USER)
+    monkeypatch.setenv("SMTP_PASSWORD", PASSWORD)
+    server = start_server(
+        tls_context=_server_context(trusted_ca),
+        require_starttls=True,
+        authenticator=_authenticator,
+        auth_required=True,
+    )
+    channel = SmtpChannel(
+        "mail",
+        server.definition(starttls=True, username_env="SMTP_USER", password_env="SMTP_PASSWORD"),
+    )
+    try:
+        channel.send(make_intent(subject="Über TLS"))
+    finally:
+        channel.close()
+    [received] = server.handler.messages
+    assert received.message["Subject"] == "Über TLS"
+
+
+def test_starttls_with_an_untrusted_certificate_is_refused(
+    start_server: Callable[..., Server], trusted_ca: trustme.CA, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server whose certificate does not verify gets nothing: the send fails permanently
+    (a configuration problem) and no message is delivered."""
+    server = start_server(tls_context=_server_context(trustme.CA()), require_starttls=True)
+    channel = SmtpChannel("mail", server.definition(starttls=True))
+    with pytest.raises(ChannelError) as caught:
+        channel.send(make_intent())
+    channel.close()
+    assert caught.value.kind is ErrorKind.PERMANENT
+    assert server.handler.messages == []
