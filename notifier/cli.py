@@ -245,7 +245,7 @@ def _print_report(ctx: click.Context, run_id: str | None, fmt: str) -> None:
     store = app.open_store(env)
     try:
         run = app.pick_run(store, run_id)
-        _emit(report.build(store, run), fmt)
+        _emit(report.build(store, run, attention_only=fmt == "table"), fmt)
     finally:
         store.close()
 
@@ -319,7 +319,8 @@ def cancel(
     if with_report:
         store = app.open_store(env)
         try:
-            _emit(report.build(store, store.get_run(result.run.run_id)), fmt)
+            run = store.get_run(result.run.run_id)
+            _emit(report.build(store, run, attention_only=fmt == "table"), fmt)
         finally:
             store.close()
     ctx.exit(result.exit_code)
