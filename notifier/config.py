@@ -60,14 +60,6 @@ class RetrySettings:
             self.max_attempts, self.deadline_s, self.backoff_base_s, self.backoff_max_s
         )
 
-    def as_dict(self) -> dict[str, float]:
-        return {
-            "max_attempts": self.max_attempts,
-            "deadline": self.deadline_s,
-            "backoff_base": self.backoff_base_s,
-            "backoff_max": self.backoff_max_s,
-        }
-
 
 @dataclass(frozen=True)
 class Config:

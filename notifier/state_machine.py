@@ -106,7 +106,3 @@ def run_next(trigger: str, current: RunState) -> RunState:
 
 def item_triggers(current: ItemState) -> list[str]:
     return list(_ITEM_MACHINE.get_triggers(current.name))
-
-
-def run_triggers(current: RunState) -> list[str]:
-    return list(_RUN_MACHINE.get_triggers(current.name))
