@@ -210,7 +210,8 @@ def test_chaos_sigkill_at_random_moments_still_delivers_each_key_once(
     """Kill -9 the worker at random moments, resume, repeat: every notification ends up
     delivered exactly once and the database stays consistent (it opens without complaint)."""
     rng = random.Random(seed)
-    with Sandbox(faults=Faults(seed=seed, latency_ms=10, drop_rate=0.05, fail_rate=0.05)) as sandbox:
+    faults = Faults(seed=seed, latency_ms=10, drop_rate=0.05, fail_rate=0.05)
+    with Sandbox(faults=faults) as sandbox:
         configure(ws, sandbox)
         (ws.path / "notifier.toml").write_text(
             (ws.path / "notifier.toml").read_text()
