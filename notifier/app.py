@@ -139,41 +139,43 @@ def work_run(
     plan = crash.from_env()
     for note in config_module.snapshot_drift(run.channel_snapshot, env.config):
         env.say(f"note: {note}")
-    channels = build_channels(run, env.db_path.parent)
     interrupted = threading.Event()
-    try:
-        with (
-            take_lease(store, run, env.config.lease_ttl_s) as lease,
-            interrupt_guard(interrupted, env.say),
-        ):
-            runner = Runner(
-                store,
-                run.run_id,
-                channels,
-                env.config.retry.policy(),
-                options,
-                lease_version=lease.version,
-                lease_lost=lease.lost,
-                interrupted=interrupted,
-                crash=plan,
-                say=env.say,
-                advance=advance,
-            )
-            return runner.run()
-    finally:
-        for channel in channels.values():
-            channel.close()
+    with (
+        run_channels(run, env.db_path.parent) as channels,
+        take_lease(store, run, env.config.lease_ttl_s) as lease,
+        interrupt_guard(interrupted, env.say),
+    ):
+        runner = Runner(
+            store,
+            run.run_id,
+            channels,
+            env.config.retry.policy(),
+            options,
+            lease_version=lease.version,
+            lease_lost=lease.lost,
+            interrupted=interrupted,
+            crash=plan,
+            say=env.say,
+            advance=advance,
+        )
+        return runner.run()
 
 
-def build_channels(run: Run, base_dir: Path) -> dict[str, Channel]:
-    """The channels as the run snapshotted them, never as the file says now."""
+@contextmanager
+def run_channels(run: Run, base_dir: Path) -> Iterator[dict[str, Channel]]:
+    """The channels as the run snapshotted them (never as the file says now), closed after."""
     try:
-        return {
+        channels = {
             name: build_channel(name, definition, base_dir)
             for name, definition in run.channel_snapshot.items()
         }
     except ChannelConfigError as exc:
         raise AppError(f"run {run.run_id}: {exc}", 2) from exc
+    try:
+        yield channels
+    finally:
+        for channel in channels.values():
+            channel.close()
 
 
 @contextmanager
@@ -261,14 +263,12 @@ def _wait_for_worker(store: Store, run_id: str, wait_s: float) -> Run:
 
 def _cancel_without_worker(env: Env, store: Store, run: Run) -> Run:
     """No live worker: settle what it left in flight by query, then mark the run cancelled."""
-    channels = build_channels(run, env.db_path.parent)
-    try:
-        with take_lease(store, run, env.config.lease_ttl_s) as lease:
-            settle(store, run.run_id, channels, lease.version, include_unknown=True, say=env.say)
-            store.move_run(run.run_id, "cancel", lease.version)
-    finally:
-        for channel in channels.values():
-            channel.close()
+    with (
+        run_channels(run, env.db_path.parent) as channels,
+        take_lease(store, run, env.config.lease_ttl_s) as lease,
+    ):
+        settle(store, run.run_id, channels, lease.version, include_unknown=True, say=env.say)
+        store.move_run(run.run_id, "cancel", lease.version)
     return store.get_run(run.run_id)
 
 
@@ -284,20 +284,18 @@ def reconcile_by_query(env: Env, run_id: str | None) -> tuple[Run, int]:
     store = open_store(env)
     try:
         run = pick_run(store, run_id)
-        channels = build_channels(run, env.db_path.parent)
-        try:
-            with take_lease(store, run, env.config.lease_ttl_s) as lease:
-                settlements = settle(
-                    store, run.run_id, channels, lease.version, include_unknown=True, say=env.say
+        with (
+            run_channels(run, env.db_path.parent) as channels,
+            take_lease(store, run, env.config.lease_ttl_s) as lease,
+        ):
+            settlements = settle(
+                store, run.run_id, channels, lease.version, include_unknown=True, say=env.say
+            )
+            if not settlements:
+                env.say(
+                    "nothing to settle: no item is in flight or unknown on a queryable channel."
                 )
-                if not settlements:
-                    env.say(
-                        "nothing to settle: no item is in flight or unknown on a queryable channel."
-                    )
-                complete_if_done(store, run.run_id, lease.version)
-        finally:
-            for channel in channels.values():
-                channel.close()
+            complete_if_done(store, run.run_id, lease.version)
         run = store.get_run(run.run_id)
         return run, _attention_code(store, run)
     finally:

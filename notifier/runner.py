@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -212,13 +213,9 @@ class Runner:
     def _send_one(self, item: Item) -> tuple[Receipt | ChannelError, datetime]:
         """The result and the moment it arrived: waits (Retry-After) count from then."""
         result: Receipt | ChannelError
-        lock = self._locks.get(item.channel)
         try:
-            if lock is None:
+            with self._locks.get(item.channel) or nullcontext():
                 result = self.channels[item.channel].send(item.intent())
-            else:
-                with lock:
-                    result = self.channels[item.channel].send(item.intent())
         except ChannelError as exc:
             result = exc
         except Exception as exc:  # a channel bug: the request may have left, so be careful

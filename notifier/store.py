@@ -328,7 +328,6 @@ class Store:
         lease_version: int,
         limit: int,
         *,
-        only_seq: int | None = None,
         exclude_channels: Sequence[str] = (),
     ) -> list[Item]:
         """Point A for a window: up to `limit` due pending items become in_flight, each with
@@ -337,9 +336,6 @@ class Store:
         where = f"run_id = ? AND {_ACTIVE} AND state = 'pending' "
         where += "AND (next_attempt_at IS NULL OR next_attempt_at <= ?)"
         params: list[Any] = [run_id, at]
-        if only_seq is not None:
-            where += " AND seq = ?"
-            params.append(only_seq)
         if exclude_channels:
             where += " AND channel NOT IN ({})".format(", ".join("?" * len(exclude_channels)))
             params.extend(exclude_channels)
@@ -394,10 +390,6 @@ class Store:
                 self._record_one(run_id, outcome, at)
 
     def _record_one(self, run_id: str, o: Outcome, at: str) -> None:
-        row = self.conn.execute(
-            "SELECT * FROM items WHERE run_id = ? AND seq = ?", (run_id, o.seq)
-        ).fetchone()
-        item = item_from_row(row)
         if o.attempt_outcome is not None:
             self.conn.execute(
                 "UPDATE attempts SET finished_at = ?, outcome = ?, http_status = ?, error = ?, "
@@ -417,19 +409,20 @@ class Store:
             sets["last_error"] = o.error
         if o.receipt_source is not None:
             sets["receipt_id"] = o.receipt_id
+            # The receipt carries the digest stored with the intent, copied in SQL.
             self.conn.execute(
                 "INSERT INTO receipts (idempotency_key, intent_digest, receipt_id, source, "
-                "evidence, recorded_at) VALUES (?, ?, ?, ?, ?, ?)",
-                (
-                    item.idempotency_key,
-                    item.intent_digest,
-                    o.receipt_id,
-                    o.receipt_source,
-                    o.evidence,
-                    at,
-                ),
+                "evidence, recorded_at) SELECT idempotency_key, intent_digest, ?, ?, ?, ? "
+                "FROM items WHERE run_id = ? AND seq = ?",
+                (o.receipt_id, o.receipt_source, o.evidence, at, run_id, o.seq),
             )
-        self._move_item(run_id, o.seq, o.expected or item.state, o.trigger, at, **sets)
+        current = o.expected
+        if current is None:
+            (state,) = self.conn.execute(
+                "SELECT state FROM items WHERE run_id = ? AND seq = ?", (run_id, o.seq)
+            ).fetchone()
+            current = ItemState(state)
+        self._move_item(run_id, o.seq, current, o.trigger, at, **sets)
 
     def decide(
         self,
@@ -540,7 +533,11 @@ class Store:
         return None
 
     def runs_with_fingerprint(self, fingerprint: str) -> list[Run]:
-        return [r for r in self.runs() if r.fingerprint == fingerprint]
+        rows = self.conn.execute(
+            "SELECT * FROM runs WHERE fingerprint = ? ORDER BY created_at DESC, rowid DESC",
+            (fingerprint,),
+        )
+        return [run_from_row(r) for r in rows]
 
     def run_flags(self, run_id: str) -> tuple[str | None, int]:
         """The two things a worker polls between windows: cancel request and lease version."""

@@ -347,18 +347,23 @@ def test_non_ascii_local_part_uses_smtputf8(server: Server) -> None:
     assert server.handler.messages[0].message["To"] == "jürgen@example.com"
 
 
+def _authenticating(
+    start_server: Callable[..., Server], monkeypatch: pytest.MonkeyPatch, password: str
+) -> tuple[Server, SmtpChannel]:
+    """A server that requires AUTH, and a channel whose credentials come from the env."""
+    server = start_server(authenticator=_authenticator, auth_required=True, auth_require_tls=False)
+    monkeypatch.setenv("TEST_SMTP_USER", USER)
+    monkeypatch.setenv("TEST_SMTP_PASSWORD", password)
+    definition = server.definition(username_env="TEST_SMTP_USER", password_env="TEST_SMTP_PASSWORD")
+    return server, SmtpChannel("mail", definition)
+
+
 def test_login_with_credentials_from_environment(
     start_server: Callable[..., Server], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """username_env/password_env are read from the environment and the login succeeds
     against a server that requires authentication."""
-    server = start_server(authenticator=_authenticator, auth_required=True, auth_require_tls=False)
-    monkeypatch.setenv("TEST_SMTP_USER", USER)
-    monkeypatch.setenv("TEST_SMTP_PASSWORD", PASSWORD)
-    channel = SmtpChannel(
-        "mail",
-        server.definition(username_env="TEST_SMTP_USER", password_env="TEST_SMTP_PASSWORD"),
-    )
+    server, channel = _authenticating(start_server, monkeypatch, PASSWORD)
     try:
         channel.send(make_intent())
     finally:
@@ -371,14 +376,8 @@ def test_wrong_password_is_permanent_and_never_echoed(
 ) -> None:
     """A refused login is PERMANENT, names the variables to check, and no exception text
     (nor its chained causes) contains the password, even when the server echoes it."""
-    server = start_server(authenticator=_authenticator, auth_required=True, auth_require_tls=False)
     wrong = "wr0ng-Secret-value"
-    monkeypatch.setenv("TEST_SMTP_USER", USER)
-    monkeypatch.setenv("TEST_SMTP_PASSWORD", wrong)
-    channel = SmtpChannel(
-        "mail",
-        server.definition(username_env="TEST_SMTP_USER", password_env="TEST_SMTP_PASSWORD"),
-    )
+    _server, channel = _authenticating(start_server, monkeypatch, wrong)
     try:
         with pytest.raises(ChannelError) as info:
             channel.send(make_intent())
@@ -396,14 +395,8 @@ def test_password_echoed_in_a_server_reply_is_scrubbed(
     start_server: Callable[..., Server], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A server reply quoted in an error message never carries the password."""
-    server = start_server(authenticator=_authenticator, auth_required=True, auth_require_tls=False)
+    server, channel = _authenticating(start_server, monkeypatch, PASSWORD)
     server.handler.rcpt_reply = f"550 rejected, your password is {PASSWORD}"
-    monkeypatch.setenv("TEST_SMTP_USER", USER)
-    monkeypatch.setenv("TEST_SMTP_PASSWORD", PASSWORD)
-    channel = SmtpChannel(
-        "mail",
-        server.definition(username_env="TEST_SMTP_USER", password_env="TEST_SMTP_PASSWORD"),
-    )
     try:
         with pytest.raises(ChannelError) as info:
             channel.send(make_intent())
