@@ -262,7 +262,6 @@ class Runner:
         if verdict.action in (Action.QUERY, Action.EXHAUSTED) and channel.queryable:
             return self._judge_by_query(item, error, channel, closed, at)
         if verdict.action is Action.CONFLICT:
-            self.p.halt = (EXIT_REFUSED, f"conflict on item {item.seq}: {message}")
             return replace(closed, trigger="conflict", error=f"conflict: {message}")
         if verdict.action is Action.GONE:
             self.p.halt = (EXIT_ATTENTION, f"endpoint gone (item {item.seq}): {message}")
@@ -293,7 +292,6 @@ class Runner:
                 evidence="query after an uncertain send",
             )
         if answer.finding is Finding.CONFLICT:
-            self.p.halt = (EXIT_REFUSED, f"conflict on item {item.seq}: {answer.detail}")
             return replace(closed, trigger="conflict", error=f"conflict: {message}")
         if answer.finding is Finding.NOT_FOUND:
             retry = self.policy.judge(
@@ -348,6 +346,10 @@ class Runner:
                 )
         elif outcome.trigger in ("give_up", "conflict"):
             self.p.say(f"item {outcome.seq}: failed — {outcome.error}")
+        if outcome.trigger == "conflict":
+            # Whatever revealed it (a 422, a query, a receipt for another digest), a key held
+            # by another intent means something else writes under our keys: stop, exit 4.
+            self.p.halt = (EXIT_REFUSED, f"conflict on item {outcome.seq}: {outcome.error}")
 
     # ------------------------------------------------------------------ waiting
 
