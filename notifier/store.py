@@ -88,9 +88,11 @@ class Store:
                     "or point --db (or NOTIFIER_DB) at an existing receipts database."
                 )
             return cls._connect(path, fresh=True)
-        _check_file_header(path)
+        short = _check_file_header(path)
         store = cls._connect(path, fresh=False)
         try:
+            if short is not None:
+                store._check_pages_in_wal(short)
             store._check_schema()
             store.check_invariants()
         except sqlite3.DatabaseError as exc:
@@ -143,6 +145,19 @@ class Store:
 
     def close(self) -> None:
         self.conn.close()
+
+    def _check_pages_in_wal(self, short: str) -> None:
+        """The file is shorter than its header promises, but a write-ahead log sits beside
+        it: a checkpoint cut short (a kill, a full disk) leaves exactly this, and SQLite
+        recovers the missing pages from the log on open. Refuse only if SQLite itself finds
+        the database damaged."""
+        rows = [r[0] for r in self.conn.execute("PRAGMA quick_check(5)")]
+        if rows != ["ok"]:
+            raise StoreRefused(
+                f"{self.path}: {short}, and SQLite's quick_check fails even with the "
+                f"write-ahead log beside it ({'; '.join(rows)}). Restore it from a backup; "
+                "this file was not changed."
+            )
 
     def _check_schema(self) -> None:
         tables = {
@@ -646,9 +661,13 @@ class Store:
         }
 
 
-def _check_file_header(path: Path) -> None:
+def _check_file_header(path: Path) -> str | None:
     """Cheap checks on the raw bytes, before SQLite opens the file (and before anything could
-    write to it): the magic string, and that no page the header promises is missing."""
+    write to it): the magic string, and that no page the header promises is missing.
+
+    Returns a description of the shortfall when the file is shorter than its header says
+    but a write-ahead log is present: that is a normal state after a cut-short checkpoint
+    (the pages are in the log), so the caller lets SQLite decide with a quick_check."""
     size = path.stat().st_size
     if size == 0:
         raise StoreRefused(
@@ -668,12 +687,18 @@ def _check_file_header(path: Path) -> None:
     page_size = 65536 if page_size == 1 else page_size
     change_counter, pages = struct.unpack(">II", header[24:32])
     (valid_for,) = struct.unpack(">I", header[92:96])
-    if valid_for == change_counter and size < pages * page_size:
-        raise StoreRefused(
-            f"{path}: truncated: the header promises {pages} pages of {page_size} bytes "
-            f"({pages * page_size} bytes) but the file has {size}. Restore it from a backup; "
-            "this file was not changed."
-        )
+    if valid_for != change_counter or size >= pages * page_size:
+        return None
+    short = (
+        f"the header promises {pages} pages of {page_size} bytes ({pages * page_size} bytes) "
+        f"but the file has {size}"
+    )
+    wal = path.with_name(path.name + "-wal")
+    if wal.exists() and wal.stat().st_size > 0:
+        return short
+    raise StoreRefused(
+        f"{path}: truncated: {short}. Restore it from a backup; this file was not changed."
+    )
 
 
 def _dump(value: Any) -> str | None:

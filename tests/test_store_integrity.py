@@ -176,3 +176,37 @@ def test_a_worker_that_lost_its_lease_cannot_write(tmp_path: Path) -> None:
     assert store.item("r1", 1).state.value == "pending"
     assert len(store.claim("r1", new, 1)) == 1
     store.close()
+
+
+def test_database_mid_checkpoint_with_wal_is_opened_not_refused(ws: Workspace) -> None:
+    """A file shorter than its header because a checkpoint was cut short (kill -9, full disk)
+    still has its pages in the -wal: it is opened and the run resumed, not refused."""
+    rows = [["id", "to", "subject", "body"]]
+    rows += [[f"u{i}", f"u{i}@example.com", "s" * 50, "b" * 500] for i in range(1, 301)]
+    batch = ws.write_csv("big.csv", rows)
+    crashed = ws.run("send", str(batch), env={"NOTIFIER_CRASH_AT": "after-send:250"})
+    assert crashed.returncode == 137, crashed.stderr
+    wal = ws.db.with_name(ws.db.name + "-wal")
+    assert wal.stat().st_size > 0  # the killed process left its commits in the log
+    # What a checkpoint cut short leaves: page 1 (the header) already says how many pages the
+    # database has after the checkpoint, but the file was not extended yet.
+    checkpointed = ws.path / "checkpointed"
+    checkpointed.mkdir()
+    for name in (ws.db.name, wal.name):
+        (checkpointed / name).write_bytes((ws.path / name).read_bytes())
+    conn = sqlite3.connect(checkpointed / ws.db.name)
+    conn.execute("PRAGMA wal_checkpoint(FULL)")
+    conn.close()
+    after = (checkpointed / ws.db.name).read_bytes()
+    page_size = int.from_bytes(after[16:18], "big")
+    assert len(after) > ws.db.stat().st_size  # the checkpoint grew the file
+    with ws.db.open("r+b") as handle:
+        handle.write(after[:page_size])
+    promised = int.from_bytes(after[28:32], "big") * page_size
+    assert ws.db.stat().st_size < promised
+    status = ws.invoke("status", "--json")
+    assert status.exit_code == 0, status.output
+    resumed = ws.run("resume")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert ws.query("SELECT state, COUNT(*) FROM items GROUP BY state") == [("sent", 300)]
+    assert len(list(ws.outbox.glob("*.json"))) == 300
