@@ -252,8 +252,11 @@ def _print_report(ctx: click.Context, run_id: str | None, fmt: str) -> None:
 
 def _console() -> Console:
     """Tables for people: on a pipe (no terminal width to honour) wide enough not to fold
-    run ids and keys."""
-    return Console() if sys.stdout.isatty() else Console(width=200)
+    run ids and keys. Markup is off: item ids, evidence, file names and error texts come from
+    users and downstreams, and `[/x]` in one of them must print as written, not as a tag."""
+    if sys.stdout.isatty():
+        return Console(markup=False)
+    return Console(width=200, markup=False)
 
 
 def _emit(data: dict[str, Any], fmt: str) -> None:

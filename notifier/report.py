@@ -9,6 +9,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from .lease import holder_alive
 from .records import Run
@@ -112,7 +113,11 @@ def to_csv(report: dict[str, Any]) -> str:
 
 def render_table(report: dict[str, Any], console: Console) -> None:
     counts = report["counts"]
-    console.print(f"[bold]run {report['run_id']}[/bold]  state: [bold]{report['state']}[/bold]")
+    console.print(
+        Text.assemble(
+            ("run ", "bold"), (report["run_id"], "bold"), "  state: ", (report["state"], "bold")
+        )
+    )
     console.print(f"fingerprint: {report['fingerprint']}")
     if report.get("stop_reason"):
         console.print(f"stopped because: {report['stop_reason']}")
