@@ -13,8 +13,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .channels.smtp import recipient_problem
+
 RESERVED = ("to", "subject", "body", "id", "channel")
 MAX_REPORTED = 20
+# The longest field accepted, in characters. The csv module's default (131072) rejects an
+# ordinary long HTML body; a few MiB still stops a runaway unclosed quote from swallowing the
+# rest of a large file as one field.
+MAX_FIELD_CHARS = 4 * 1024 * 1024
 # Header-injection guard: a recipient or subject that carries a line break (or any other
 # control character) could smuggle extra headers into an e-mail or a webhook log line.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -101,6 +107,8 @@ def _decode(path: Path, raw: bytes) -> str:
 def _parse(
     path: Path, text: str, channel_types: Mapping[str, str], default_channel: str
 ) -> list[BatchRow]:
+    # The limit is process-wide in the csv module; notifier reads batches only here.
+    csv.field_size_limit(MAX_FIELD_CHARS)
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     problems: list[Problem] = []
     rows: list[BatchRow] = []
@@ -133,9 +141,14 @@ def _parse(
             if row is not None:
                 rows.append(row)
     except csv.Error as exc:
-        problems.append(
-            Problem(start, f"malformed CSV ({exc}): close every quote and double any quote inside")
-        )
+        if "field larger than field limit" in str(exc):
+            message = (
+                f"a field is longer than {MAX_FIELD_CHARS // (1024 * 1024)} MiB: shorten it, "
+                "or look for a quote that is opened and never closed"
+            )
+        else:
+            message = f"malformed CSV ({exc}): close every quote and double any quote inside"
+        problems.append(Problem(start, message))
     if header is not None and not rows and not problems:
         problems.append(
             Problem(2, "the file has a header but no rows: add one row per notification")
@@ -168,7 +181,16 @@ def _check_header(header: list[str], line: int, problems: list[Problem]) -> dict
         if folded in RESERVED:
             columns[folded] = index
     if "to" not in columns and not problems:
-        if any("@" in cell for cell in header):
+        if len(header) == 1 and ";" in header[0]:
+            names = [name.strip().casefold() for name in header[0].split(";")]
+            message = (
+                "the header is one column holding semicolons: this file is separated by "
+                "semicolons, but notifier reads commas. Export it as CSV with commas "
+                "(in a spreadsheet: CSV UTF-8, comma-delimited)"
+            )
+            if "to" not in names:
+                message += " and name the recipient column `to`"
+        elif any("@" in cell for cell in header):
             message = (
                 "this looks like a data row, not a header: add a first line naming the "
                 "columns, e.g. to,subject,body"
@@ -243,9 +265,13 @@ def _check_row(
                 f"or use one of: {known}",
             )
         )
-    elif kind == "smtp" and to and not _EMAIL.match(to):
+    elif kind == "smtp" and to and (not _EMAIL.match(to) or recipient_problem(to)):
+        why = recipient_problem(to) or "expected local@domain"
         problems.append(
-            Problem(line, f"`to` {to!r} is not an e-mail address, which channel {channel!r} needs")
+            Problem(
+                line,
+                f"`to` {to!r} is not an e-mail address, which channel {channel!r} needs ({why})",
+            )
         )
     if len(problems) > before:
         return None

@@ -39,6 +39,8 @@ REJECTIONS = {
     "header_only": (b"to,subject\n", 2, "no rows"),
     "line_break_in_to": (b'to,subject\n"ada@example.com\nBcc: x@evil.test",Hi\n', 2, "line break"),
     "unclosed_quote": (b'to,subject\nada@example.com,"Hi\n', 2, "malformed CSV"),
+    "semicolons": (b"to;subject\nada@example.com;Hi\n", 1, "separated by semicolons"),
+    "field_over_cap": (b'to,body\nada@example.com,"' + b"x" * (5 << 20) + b'"\n', 2, "longer than"),
 }
 
 
@@ -158,3 +160,26 @@ def test_any_well_formed_csv_round_trips(
     assert [(p.to, p.subject, p.body, p.data["note"]) for p in parsed] == [
         (t.strip(), s, b, n) for t, s, b, n in expected
     ]
+
+
+def test_a_quoted_200_kb_body_is_accepted(ws: Workspace) -> None:
+    """A long but correctly quoted body (past the csv module's 128 KiB default) is read whole."""
+    body = "<p>" + "x" * 200_000 + "</p>"
+    ws.write_csv("long.csv", [["to", "body"], ["ada@example.com", body]])
+    result = ws.invoke("send", "long.csv")
+    assert result.exit_code == 0, result.output
+    assert ws.outbox_documents()[0]["body"] == body
+
+
+def test_an_smtp_address_the_channel_would_refuse_fails_the_file(ws: Workspace) -> None:
+    """`x@a..b.example` is rejected while planning, by the SMTP channel's own rules, instead
+    of failing mid-run after other items were sent."""
+    (ws.path / "notifier.toml").write_text(
+        '[channels.mail]\ntype = "smtp"\nhost = "127.0.0.1"\nport = 2525\n'
+        'sender = "ops@example.com"\n'
+    )
+    ws.write_csv("mail.csv", [["to"], ["ok@example.com"], ["x@a..b.example"]])
+    result = ws.invoke("send", "mail.csv", "--channel", "mail")
+    assert result.exit_code == 2, result.output
+    assert "line 3: " in result.output and "malformed" in result.output
+    assert not ws.db.exists()

@@ -434,6 +434,18 @@ def _has_control(value: str) -> bool:
     return any(unicodedata.category(ch) in ("Cc", "Zl", "Zp") for ch in value)
 
 
+def recipient_problem(target: str) -> str | None:
+    """Why `target` cannot be an envelope recipient, by the very rules `send` applies; None
+    when it can. Planning uses it so a bad address fails the file, not the run midway."""
+    if _has_control(target):
+        return "contains a control character"
+    try:
+        _smtp_address(target)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def _smtp_address(address: str) -> tuple[str, bool]:
     """A bare `local@domain` as it goes on the wire: an internationalised domain as
     punycode; True when the local part itself is non-ASCII (SMTPUTF8 needed)."""
