@@ -13,35 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from . import retry
+from .channels import definition_problems
+from .channels.options import nearest
 
 DEFAULT_CHANNEL = "outbox"
 DEFAULT_LEASE_TTL_S = 30.0
 
-# Allowed keys per channel type: a typo (`idempotant = true`) must not silently fall back to
-# a default that changes delivery semantics.
-_KEYS: dict[str, set[str]] = {
-    "outbox": {"type", "dir"},
-    "webhook": {"type", "url", "status_url", "idempotent", "secret_env", "timeout"},
-    "smtp": {
-        "type",
-        "host",
-        "port",
-        "sender",
-        "starttls",
-        "ssl",
-        "username_env",
-        "password_env",
-        "timeout",
-    },
-    "apprise": {"type", "urls", "urls_env", "timeout"},
-}
-_REQUIRED: dict[str, set[str]] = {
-    "outbox": set(),
-    "webhook": {"url"},
-    "smtp": {"host", "port", "sender"},
-    "apprise": set(),
-}
 _RETRY_KEYS = {"max_attempts", "deadline", "backoff_base", "backoff_max"}
+_LEASE_KEYS = {"ttl"}
+# A misspelled section (`[retyr]`) must not be silently ignored: its settings would not apply.
+_SECTIONS = {"channels", "retry", "lease"}
 
 
 class ConfigError(Exception):
@@ -87,6 +68,12 @@ def load(path: Path | None, *, explicit: bool) -> Config:
         document = tomllib.loads(path.read_text("utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read the configuration: {exc}. Fix the file.") from exc
+    for section in document:
+        if section not in _SECTIONS:
+            raise ConfigError(
+                f"{path}: unknown section [{section}]{nearest(section, _SECTIONS)}; "
+                f"notifier reads {', '.join(f'[{s}]' for s in sorted(_SECTIONS))}. Fix the file."
+            )
     channels = dict(builtin)
     raw_channels = document.get("channels", {})
     if not isinstance(raw_channels, Mapping):
@@ -97,7 +84,7 @@ def load(path: Path | None, *, explicit: bool) -> Config:
         path=path,
         channels=channels,
         retry=_retry_settings(path, document.get("retry", {})),
-        lease_ttl_s=float(document.get("lease", {}).get("ttl", DEFAULT_LEASE_TTL_S)),
+        lease_ttl_s=_lease_ttl(path, document.get("lease", {})),
     )
 
 
@@ -105,37 +92,22 @@ def _check_channel(path: Path, name: str, definition: Any) -> dict[str, Any]:
     where = f"{path}: [channels.{name}]"
     if not isinstance(definition, Mapping):
         raise ConfigError(f"{where} must be a table.")
-    kind = definition.get("type")
-    if kind not in _KEYS:
-        raise ConfigError(
-            f"{where}: type {kind!r} is not one of {', '.join(sorted(_KEYS))}. Set `type`."
-        )
-    unknown = sorted(set(definition) - _KEYS[kind])
-    if unknown:
-        hint = ""
-        if any("secret" in k or "password" in k or "token" in k for k in unknown):
-            hint = " Secrets come only from environment variables: name one with *_env."
-        raise ConfigError(
-            f"{where}: unknown setting {', '.join(unknown)} for a {kind} channel "
-            f"(allowed: {', '.join(sorted(_KEYS[kind]))}).{hint}"
-        )
-    missing = sorted(_REQUIRED[kind] - set(definition))
-    if missing:
-        raise ConfigError(f"{where}: missing {', '.join(missing)}. Add it to the section.")
-    if kind == "webhook":
-        _check_url(where, "url", definition["url"])
-        if "status_url" in definition:
-            _check_url(where, "status_url", definition["status_url"])
-            if "{key}" not in definition["status_url"]:
-                raise ConfigError(f"{where}: status_url must contain {{key}} where the key goes.")
-    if kind == "apprise" and not definition.get("urls") and not definition.get("urls_env"):
-        raise ConfigError(f"{where}: set `urls` (a list) or `urls_env` (a variable name).")
+    problems = definition_problems(where, definition)
+    if problems:
+        raise ConfigError("; ".join(problems) + ". Fix the section; nothing was stored.")
     return dict(definition)
 
 
-def _check_url(where: str, key: str, value: Any) -> None:
-    if not isinstance(value, str) or not value.startswith(("http://", "https://")):
-        raise ConfigError(f"{where}: {key} must be an http:// or https:// URL, not {value!r}.")
+def _lease_ttl(path: Path, table: Any) -> float:
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{path}: [lease] must be a table.")
+    for key in table:
+        if key not in _LEASE_KEYS:
+            raise ConfigError(f"{path}: [lease] unknown setting `{key}`; allowed: ttl.")
+    ttl = table.get("ttl", DEFAULT_LEASE_TTL_S)
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl <= 0:
+        raise ConfigError(f"{path}: [lease] ttl must be a positive number of seconds.")
+    return float(ttl)
 
 
 def _retry_settings(path: Path, table: Any) -> RetrySettings:
@@ -144,7 +116,7 @@ def _retry_settings(path: Path, table: Any) -> RetrySettings:
     unknown = sorted(set(table) - _RETRY_KEYS)
     if unknown:
         raise ConfigError(
-            f"{path}: [retry] unknown setting {', '.join(unknown)} "
+            f"{path}: [retry] unknown setting `{unknown[0]}`{nearest(unknown[0], _RETRY_KEYS)} "
             f"(allowed: {', '.join(sorted(_RETRY_KEYS))})."
         )
     defaults = RetrySettings()

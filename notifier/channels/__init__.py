@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from . import apprise, outbox, smtp, webhook
 from .apprise import AppriseChannel
 from .base import Channel, ChannelConfigError, ChannelError, ErrorKind, Receipt
+from .options import Schema, nearest
 from .outbox import OutboxChannel
 from .smtp import SmtpChannel
 from .webhook import WebhookChannel
+
+# The channel registry: each type's one option table lives in its own module.
+SCHEMAS: dict[str, Schema] = {
+    "outbox": outbox.SCHEMA,
+    "webhook": webhook.SCHEMA,
+    "smtp": smtp.SCHEMA,
+    "apprise": apprise.SCHEMA,
+}
 
 __all__ = [
     "Channel",
@@ -18,7 +29,17 @@ __all__ = [
     "ErrorKind",
     "Receipt",
     "build_channel",
+    "definition_problems",
 ]
+
+
+def definition_problems(where: str, definition: Mapping[str, Any]) -> list[str]:
+    """Everything wrong with a channel definition, checked against its type's schema."""
+    kind = definition.get("type")
+    if not isinstance(kind, str) or kind not in SCHEMAS:
+        hint = nearest(kind, SCHEMAS) if isinstance(kind, str) else ""
+        return [f"{where}: type {kind!r}{hint} is not one of {', '.join(sorted(SCHEMAS))}"]
+    return SCHEMAS[kind].problems(where, definition)
 
 
 def build_channel(name: str, definition: dict[str, Any], base_dir: Path) -> Channel:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from ..intent import Intent
+from . import options as o
 from .base import ChannelConfigError, ChannelError, ErrorKind, Receipt
 
 if TYPE_CHECKING:
@@ -35,6 +36,22 @@ _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]{0,31})://")
 _SCHEME_AHEAD = re.compile(r",+(?=[A-Za-z][A-Za-z0-9+.-]{0,31}://)")
 _HOSTNAME = re.compile(r"^(localhost|[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+|\[[0-9A-Fa-f:.]+\])$")
 _SECRET_PARAM = re.compile(r"(^|[?&;])[^=&;]*(pass|token|secret|key)[^=&;]*=", re.IGNORECASE)
+
+
+def _urls_given(definition: Any) -> list[str]:
+    if definition.get("urls") or definition.get("urls_env"):
+        return []
+    return ["set `urls` (a list of Apprise URLs) or `urls_env` (a variable name)"]
+
+
+SCHEMA = o.Schema(
+    {
+        "urls": o.Option("list[str]"),
+        "urls_env": o.Option("str"),
+        "timeout": o.Option("number", check=o.positive),
+    },
+    _urls_given,
+)
 
 
 @dataclass(frozen=True)
@@ -53,6 +70,9 @@ class AppriseChannel:
     def __init__(self, name: str, definition: dict[str, Any]) -> None:
         self.name = name
         where = f"channel {name!r} (apprise)"
+        problems = SCHEMA.problems(where, definition)
+        if problems:
+            raise ChannelConfigError("; ".join(problems))
         try:
             # The one import of the optional extra, so that notifier runs without it.
             import apprise  # noqa: PLC0415 - a top-level import would make the extra mandatory

@@ -13,7 +13,10 @@ from pathlib import Path
 
 from .. import clock
 from ..intent import Intent
+from . import options as o
 from .base import ChannelError, ErrorKind, Receipt
+
+SCHEMA = o.Schema({"dir": o.Option("str", default="outbox")})
 
 
 class OutboxChannel:

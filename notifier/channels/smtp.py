@@ -29,6 +29,7 @@ from typing import Any
 
 from .. import clock
 from ..intent import Intent
+from . import options as o
 from .base import ChannelConfigError, ChannelError, ErrorKind, Receipt
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -42,6 +43,43 @@ _ADDRESS_FORBIDDEN = re.compile(r"[\s<>,;\"()\[\]\\]")
 _LINE_START_DOT = re.compile(rb"(?m)^\.")
 
 
+def _sender(value: str) -> str | None:
+    if _has_control(value):
+        return "must be one line"
+    try:
+        _smtp_address(email.utils.parseaddr(value)[1])
+    except ValueError as exc:
+        return f'is not a usable e-mail address ({exc}); write "ops@example.com"'
+    return None
+
+
+def _combined(definition: Any) -> list[str]:
+    problems = []
+    if definition.get("ssl") and definition.get("starttls"):
+        problems.append(
+            "`ssl` (implicit TLS, usually port 465) and `starttls` (upgrade, usually port "
+            "587) exclude each other; set only one of them to true"
+        )
+    if ("username_env" in definition) != ("password_env" in definition):
+        problems.append("set both `username_env` and `password_env`, or neither")
+    return problems
+
+
+SCHEMA = o.Schema(
+    {
+        "host": o.Option("str", required=True),
+        "port": o.Option("int", check=o.port),
+        "sender": o.Option("str", required=True, check=_sender),
+        "starttls": o.Option("bool", default=False),
+        "ssl": o.Option("bool", default=False),
+        "username_env": o.Option("str"),
+        "password_env": o.Option("str"),
+        "timeout": o.Option("number", default=DEFAULT_TIMEOUT_S, check=o.positive),
+    },
+    _combined,
+)
+
+
 class SmtpChannel:
     """Sends each intent as one text/plain UTF-8 message to `intent.target`."""
 
@@ -52,6 +90,9 @@ class SmtpChannel:
     def __init__(self, name: str, definition: dict[str, Any]) -> None:
         self.name = name
         where = f"channel {name!r} (smtp)"
+        problems = SCHEMA.problems(where, definition)
+        if problems:
+            raise ChannelConfigError("; ".join(problems))
         host = definition.get("host")
         if not isinstance(host, str) or not host.strip() or _has_control(host):
             raise ChannelConfigError(f"{where}: set `host` to the SMTP server's name or address.")

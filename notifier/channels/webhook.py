@@ -20,9 +20,25 @@ from standardwebhooks import Webhook
 
 from .. import __version__
 from ..intent import Intent
+from . import options as o
 from .base import ChannelConfigError, ChannelError, ErrorKind, Receipt
 
 DEFAULT_TIMEOUT_S = 10.0
+
+
+def _status_url(value: str) -> str | None:
+    return o.http_url(value) or (None if "{key}" in value else "must contain {key}")
+
+
+SCHEMA = o.Schema(
+    {
+        "url": o.Option("str", required=True, check=o.http_url),
+        "status_url": o.Option("str", check=_status_url),
+        "idempotent": o.Option("bool", default=False),
+        "secret_env": o.Option("str"),
+        "timeout": o.Option("number", default=DEFAULT_TIMEOUT_S, check=o.positive),
+    }
+)
 
 
 class WebhookChannel:
@@ -35,12 +51,15 @@ class WebhookChannel:
         transport: httpx2.BaseTransport | None = None,
     ) -> None:
         self.name = name
+        problems = SCHEMA.problems(f"channel {name!r} (webhook)", definition)
+        if problems:
+            raise ChannelConfigError("; ".join(problems))
         self.url = str(definition["url"])
         self.status_url: str | None = definition.get("status_url")
         self.idempotent = bool(definition.get("idempotent", False))
         self.queryable = self.status_url is not None
         self._signer = _signer(name, definition.get("secret_env"))
-        timeout = float(definition.get("timeout", DEFAULT_TIMEOUT_S))
+        timeout = float(SCHEMA.value(definition, "timeout"))
         self._client = httpx2.Client(
             timeout=httpx2.Timeout(timeout),
             # One keep-alive connection per concurrent sender is plenty.

@@ -1,0 +1,114 @@
+"""Channel option schemas: each channel module declares its settings in one table (key, type,
+required, default, extra check); config loading and channel construction both validate a
+definition against that one table.
+
+A definition that passes is usable as written: a typo, a port out of range, `timeout =
+"ten"` or `url = "http://"` is refused when the configuration loads, before any run is
+stored, instead of turning every item of a stored run into `unknown`.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+Check = Callable[[Any], str | None]  # a problem with the value, or None when it is fine
+
+
+@dataclass(frozen=True)
+class Option:
+    kind: str  # "str" | "bool" | "int" | "number" | "list[str]"
+    required: bool = False
+    default: Any = None
+    check: Check | None = None
+
+
+def nearest(word: str, choices: Mapping[str, Any] | set[str]) -> str:
+    """' (did you mean `x`?)' for the closest valid name, or ''."""
+    match = difflib.get_close_matches(word, sorted(choices), n=1, cutoff=0.6)
+    return f" (did you mean `{match[0]}`?)" if match else ""
+
+
+def validate(where: str, definition: Mapping[str, Any], options: Mapping[str, Option]) -> list[str]:
+    """Every problem of `definition` against `options`, as sentences naming the key and fix."""
+    problems: list[str] = []
+    for key in definition:
+        if key != "type" and key not in options:
+            hint = nearest(key, options)
+            if not hint and any(w in key for w in ("secret", "password", "token")):
+                hint = " (secrets come only from environment variables: name one with *_env)"
+            problems.append(
+                f"{where}: unknown setting `{key}`{hint}; allowed: {', '.join(sorted(options))}"
+            )
+    for key, option in options.items():
+        if key not in definition:
+            if option.required:
+                problems.append(f"{where}: missing `{key}`: add it to the section")
+            continue
+        value = definition[key]
+        problem = _type_problem(option.kind, value)
+        if problem is None and option.check is not None:
+            problem = option.check(value)
+        if problem is not None:
+            problems.append(f"{where}: `{key}` {problem}, not {value!r}")
+    return problems
+
+
+@dataclass(frozen=True)
+class Schema:
+    """A channel type's options, plus the checks that span several of them."""
+
+    options: Mapping[str, Option]
+    combined: Callable[[Mapping[str, Any]], list[str]] = lambda definition: []
+
+    def problems(self, where: str, definition: Mapping[str, Any]) -> list[str]:
+        found = validate(where, definition, self.options)
+        return found or [f"{where}: {p}" for p in self.combined(definition)]
+
+    def value(self, definition: Mapping[str, Any], key: str) -> Any:
+        return definition.get(key, self.options[key].default)
+
+
+def _type_problem(kind: str, value: Any) -> str | None:
+    if kind == "bool":
+        return None if isinstance(value, bool) else "must be true or false"
+    if isinstance(value, bool):  # TOML true is not a number or a string
+        return f"must be a {'number' if kind in ('int', 'number') else 'string'}"
+    if kind == "str":
+        return None if isinstance(value, str) and value.strip() else "must be a non-empty string"
+    if kind == "int":
+        return None if isinstance(value, int) else "must be a whole number"
+    if kind == "number":
+        return None if isinstance(value, int | float) else "must be a number"
+    if kind == "list[str]":
+        if isinstance(value, list) and all(isinstance(v, str) and v.strip() for v in value):
+            return None
+        return "must be a list of strings"
+    raise AssertionError(f"unknown option kind {kind!r}")
+
+
+def positive(value: Any) -> str | None:
+    return None if value > 0 else "must be greater than 0"
+
+
+def not_negative(value: Any) -> str | None:
+    return None if value >= 0 else "must be 0 or more"
+
+
+def port(value: Any) -> str | None:
+    return None if 0 < value < 65536 else "must be a port number from 1 to 65535"
+
+
+def http_url(value: Any) -> str | None:
+    """An http(s) URL with a host: `http://` alone would make every send fail uncertainly."""
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError as exc:
+        return f"must be an http:// or https:// URL ({exc})"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:8025/hook"
+    return None
