@@ -29,7 +29,7 @@ from .manual import reconcile_manually
 from .runner import RunOptions, RunResult
 from .sandbox import Faults, run_sandbox
 from .state_machine import FINISHED_RUN_STATES, RunState
-from .store import LeaseLost, NoDatabase, StoreRefused
+from .store import DatabaseUnwritable, LeaseLost, NoDatabase, StoreRefused
 
 _BY_CODE: dict[int, type[click.ClickException]] = {2: BadInput, 3: NeedsAttention, 4: Refused}
 
@@ -45,7 +45,13 @@ class NotifierGroup(click.Group):
             raise
         except app.AppError as exc:
             raise _BY_CODE.get(exc.code, click.ClickException)(str(exc)) from exc
-        except (BatchError, ConfigError, NoDatabase, crash.CrashSpecError) as exc:
+        except (
+            BatchError,
+            ConfigError,
+            NoDatabase,
+            DatabaseUnwritable,
+            crash.CrashSpecError,
+        ) as exc:
             raise BadInput(str(exc)) from exc
         except StoreRefused as exc:
             raise Refused(str(exc)) from exc
@@ -242,7 +248,7 @@ def report_command(ctx: click.Context, run_id: str | None, fmt: str) -> None:
 
 def _print_report(ctx: click.Context, run_id: str | None, fmt: str) -> None:
     env = _env(ctx)
-    store = app.open_store(env)
+    store = app.open_store(env, readonly=True)
     try:
         run = app.pick_run(store, run_id)
         _emit(report.build(store, run, attention_only=fmt == "table"), fmt)
@@ -273,7 +279,7 @@ def _emit(data: dict[str, Any], fmt: str) -> None:
 def runs(ctx: click.Context) -> None:
     """List every run in the database, newest first."""
     env = _env(ctx)
-    store = app.open_store(env)
+    store = app.open_store(env, readonly=True)
     try:
         table = Table(show_header=True, header_style="bold")
         for name in ("run", "state", "created"):

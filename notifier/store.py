@@ -9,6 +9,7 @@ write anything.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import struct
 from collections.abc import Iterator, Sequence
@@ -50,6 +51,10 @@ class NoDatabase(Exception):
     """There is no database yet (a read-only command was run before any send)."""
 
 
+class DatabaseUnwritable(Exception):
+    """The database (or its directory) cannot be written; nothing was changed."""
+
+
 class LostRace(Exception):
     """A conditional UPDATE matched nothing: someone else moved the row first."""
 
@@ -87,9 +92,12 @@ class Store:
                     f"{path}: no database here yet. Run `notifier send BATCH.csv` first, "
                     "or point --db (or NOTIFIER_DB) at an existing receipts database."
                 )
+            _check_writable(path)
             return cls._connect(path, fresh=True)
         short = _check_file_header(path)
-        store = cls._connect(path, fresh=False)
+        if not readonly:
+            _check_writable(path)
+        store = cls._connect(path, fresh=False, readonly=readonly)
         try:
             if short is not None:
                 store._check_pages_in_wal(short)
@@ -106,11 +114,21 @@ class Store:
         return store
 
     @classmethod
-    def _connect(cls, path: Path, *, fresh: bool) -> Store:
+    def _connect(cls, path: Path, *, fresh: bool, readonly: bool = False) -> Store:
         # isolation_level=None: transactions are begun explicitly (see _write), never
         # implicitly by the sqlite3 module behind our back.
+        target, uri = str(path), False
+        if readonly:
+            # Read-only commands must leave no trace: mode=ro never writes the database. With
+            # no -wal beside it no writer is attached and the file is fully checkpointed, so
+            # `immutable` reads it without creating -wal/-shm (which mode=ro alone would, and
+            # cannot on a read-only file system). With a -wal present, those files exist.
+            wal = path.with_name(path.name + "-wal")
+            target = f"{path.resolve().as_uri()}?mode=ro"
+            target += "" if wal.exists() else "&immutable=1"
+            uri = True
         try:
-            conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+            conn = sqlite3.connect(target, isolation_level=None, check_same_thread=False, uri=uri)
         except sqlite3.OperationalError as exc:
             raise NoDatabase(
                 f"{path}: cannot open or create the database ({exc}). Check that the "
@@ -698,6 +716,23 @@ def _check_file_header(path: Path) -> str | None:
         return short
     raise StoreRefused(
         f"{path}: truncated: {short}. Restore it from a backup; this file was not changed."
+    )
+
+
+def _check_writable(path: Path) -> None:
+    """A database we are about to write must be writable, and so must its directory (SQLite
+    creates the -wal and -shm files there). access(2) also reports a read-only mount."""
+    directory = path.parent if str(path.parent) else Path(".")
+    if path.exists() and not os.access(path, os.W_OK):
+        why = "the file is read-only"
+    elif not os.access(directory, os.W_OK | os.X_OK):
+        why = f"its directory {directory} is not writable"
+    else:
+        return
+    raise DatabaseUnwritable(
+        f"{path}: cannot be written: {why}. Nothing was changed. `notifier status`, `report` "
+        "and `runs` still read it; to send, resume, cancel or reconcile, make it writable "
+        "(or copy it somewhere writable and pass --db)."
     )
 
 

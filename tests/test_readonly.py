@@ -1,0 +1,82 @@
+"""Read-only commands leave no trace, and a database that cannot be written is named with the
+cause and the fix (exit 2), never an internal error, never changed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import EXAMPLE, Workspace, make_rows
+
+UNSHARE = shutil.which("unshare") or "unshare"
+READ_ONLY_COMMANDS = [["status"], ["status", "--json"], ["report", "--format", "csv"], ["runs"]]
+
+
+def sidecars(ws: Workspace) -> list[str]:
+    return sorted(p.name for p in ws.path.iterdir() if p.name.startswith("receipts.db-"))
+
+
+def test_read_only_commands_create_no_wal_or_shm(ws: Workspace) -> None:
+    """status, report and runs open the database read-only: no -wal/-shm appear and the file
+    is byte-for-byte unchanged."""
+    assert ws.invoke("send", str(EXAMPLE)).exit_code == 0
+    assert sidecars(ws) == []
+    before = ws.db.read_bytes()
+    for args in READ_ONLY_COMMANDS:
+        result = ws.invoke(*args)
+        assert result.exit_code == 0, (args, result.output)
+        assert sidecars(ws) == [], args
+    assert ws.db.read_bytes() == before
+
+
+def in_read_only_mount(ws: Workspace, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the CLI with the workspace bind-mounted read-only (a private mount namespace), so
+    the database and its directory are unwritable even for root."""
+    script = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && shift && exec "$@"'
+    command = ["sh", "-c", script, "sh", str(ws.path), sys.executable, "-m", "notifier"]
+    return subprocess.run(
+        [UNSHARE, "-m", *command, "--db", str(ws.db), *args],
+        cwd=ws.path,
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.fixture
+def read_only_mounts(ws: Workspace) -> None:
+    if UNSHARE == "unshare":
+        pytest.skip("unshare is not installed: cannot make a read-only mount")
+    probe = in_read_only_mount(ws, "--version")
+    if probe.returncode != 0:
+        pytest.skip(f"no private read-only mount here (needs root): {probe.stderr.strip()}")
+
+
+@pytest.mark.usefixtures("read_only_mounts")
+def test_unwritable_database_reads_fine_and_refuses_writes_clearly(ws: Workspace) -> None:
+    """On a read-only file system status still works, while send and resume exit 2 naming the
+    database, the cause and the fix, and nothing is changed."""
+    ws.write_csv("batch.csv", make_rows(5))
+    crashed = ws.run("send", "batch.csv", env={"NOTIFIER_CRASH_AT": "after-send:3"})
+    assert crashed.returncode == 137
+    # A clean read first, so the killed process's log is checkpointed as an operator's
+    # later commands would leave it; then the mount is made read-only.
+    assert ws.invoke("report").exit_code == 0
+    before = ws.db.read_bytes()
+    status = in_read_only_mount(ws, "status")
+    assert status.returncode == 0, status.stderr
+    ws.write_csv("more.csv", make_rows(2, start=50))
+    for args in (["resume"], ["send", "more.csv"], ["cancel"]):
+        result = in_read_only_mount(ws, *args)
+        assert result.returncode == 2, (args, result.stdout, result.stderr)
+        assert "cannot be written" in result.stderr and str(ws.db) in result.stderr
+        assert "internal error" not in result.stderr and "Traceback" not in result.stderr
+    assert ws.db.read_bytes() == before
+    assert ws.run("resume").returncode == 0  # writable again: the run completes
+    assert ws.query("SELECT COUNT(*) FROM items WHERE state = 'sent'") == [(5,)]
