@@ -21,9 +21,11 @@ import ipaddress
 import os
 import re
 import smtplib
+import socket
 import ssl
 import threading
 import unicodedata
+from collections.abc import Iterator
 from email.message import EmailMessage
 from typing import Any
 
@@ -41,6 +43,35 @@ _KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _DIGEST = re.compile(r"^[\x21-\x7e]{1,200}$")
 _ADDRESS_FORBIDDEN = re.compile(r"[\s<>,;\"()\[\]\\]")
 _LINE_START_DOT = re.compile(rb"(?m)^\.")
+
+
+class _Watchdog:
+    """Bounds each SMTP step as a whole. The socket timeout bounds each read, so a server
+    that trickles its reply a byte at a time, or never ends a line, would hold the run for
+    as long as it likes; at the step's deadline the session's socket is shut down, which
+    ends the blocked read with a disconnect that the step classifies as usual."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.conn: smtplib.SMTP | None = None
+        self.fired = False
+
+    @contextlib.contextmanager
+    def step(self) -> Iterator[None]:
+        timer = threading.Timer(self.seconds, self._fire)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
+
+    def _fire(self) -> None:
+        self.fired = True
+        sock = getattr(self.conn, "sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
 
 def _sender(value: str) -> str | None:
@@ -154,12 +185,14 @@ class SmtpChannel:
 
         self._conn: smtplib.SMTP | None = None
         self._lock = threading.Lock()
+        self._watchdog = _Watchdog(self.timeout)
 
     # ------------------------------------------------------------------ public surface
 
     def send(self, intent: Intent) -> Receipt:
         message_id, recipient, data, needs_utf8 = self._build(intent)
         with self._lock:
+            self._watchdog.fired = False  # set by a cut-off step, named in the error
             try:
                 self._transaction(recipient, data, needs_utf8)
             except ChannelError:
@@ -174,7 +207,8 @@ class SmtpChannel:
         conn = self._mail_from(needs_utf8)
 
         try:
-            code, reply = conn.rcpt(recipient)
+            with self._watchdog.step():
+                code, reply = conn.rcpt(recipient)
         except (smtplib.SMTPServerDisconnected, OSError) as exc:
             self._drop()
             raise self._error(ErrorKind.NOT_SENT, "connection lost at RCPT", exc) from exc
@@ -182,7 +216,8 @@ class SmtpChannel:
             raise self._refused("RCPT TO", code, reply)
 
         try:
-            code, reply = conn.docmd("DATA")
+            with self._watchdog.step():
+                code, reply = conn.docmd("DATA")
         except (smtplib.SMTPServerDisconnected, OSError) as exc:
             self._drop()
             raise self._error(ErrorKind.NOT_SENT, "connection lost at DATA", exc) from exc
@@ -191,8 +226,9 @@ class SmtpChannel:
 
         # From the first byte of the message on, a lost answer means "maybe delivered".
         try:
-            conn.send(_dot_stuffed(data))
-            code, reply = conn.getreply()
+            with self._watchdog.step():
+                conn.send(_dot_stuffed(data))
+                code, reply = conn.getreply()
         except (smtplib.SMTPException, OSError) as exc:
             self._drop()
             raise self._error(
@@ -322,7 +358,8 @@ class SmtpChannel:
                 )
             retry = reused and attempt == 1
             try:
-                code, reply = conn.mail(self._envelope_sender, options)
+                with self._watchdog.step():
+                    code, reply = conn.mail(self._envelope_sender, options)
             except (smtplib.SMTPServerDisconnected, OSError) as exc:
                 self._drop()
                 if retry:
@@ -348,21 +385,18 @@ class SmtpChannel:
         conn: smtplib.SMTP | None = None
         try:
             if self.use_ssl:
-                conn = smtplib.SMTP_SSL(self.host, self.port, timeout=self.timeout, context=context)
+                conn = smtplib.SMTP_SSL(timeout=self.timeout, context=context)
             else:
-                conn = smtplib.SMTP(self.host, self.port, timeout=self.timeout)
-            conn.ehlo_or_helo_if_needed()
-            if self.use_starttls:
-                if not conn.has_extn("starttls"):
-                    raise ChannelError(
-                        ErrorKind.PERMANENT,
-                        f"smtp channel {self.name!r}: {self.host}:{self.port} does not offer "
-                        "STARTTLS; check host/port, or use ssl = true for implicit TLS",
-                    )
-                conn.starttls(context=context)
-                conn.ehlo()
-            if self._username is not None and self._password is not None:
-                self._login(conn, self._username, self._password)
+                conn = smtplib.SMTP(timeout=self.timeout)
+            # Connecting outside the constructor puts the greeting under the watchdog too;
+            # the constructor is what normally records the name TLS verifies against.
+            conn._host = self.host  # type: ignore[attr-defined]
+            self._watchdog.conn = conn
+            with self._watchdog.step():
+                conn.connect(self.host, self.port)
+            # A new session's greeting, EHLO, STARTTLS and login together are one step.
+            with self._watchdog.step():
+                self._open_session(conn, context)
         except ChannelError:
             _close_quietly(conn)
             raise
@@ -383,6 +417,20 @@ class SmtpChannel:
             _close_quietly(conn)
             raise self._error(ErrorKind.NOT_SENT, "cannot connect", exc) from exc
         return conn
+
+    def _open_session(self, conn: smtplib.SMTP, context: ssl.SSLContext) -> None:
+        conn.ehlo_or_helo_if_needed()
+        if self.use_starttls:
+            if not conn.has_extn("starttls"):
+                raise ChannelError(
+                    ErrorKind.PERMANENT,
+                    f"smtp channel {self.name!r}: {self.host}:{self.port} does not offer "
+                    "STARTTLS; check host/port, or use ssl = true for implicit TLS",
+                )
+            conn.starttls(context=context)
+            conn.ehlo()
+        if self._username is not None and self._password is not None:
+            self._login(conn, self._username, self._password)
 
     def _login(self, conn: smtplib.SMTP, username: str, password: str) -> None:
         check = f"check ${self._username_env} and ${self._password_env}"
@@ -452,6 +500,8 @@ class SmtpChannel:
 
     def _error(self, kind: ErrorKind, what: str, exc: BaseException) -> ChannelError:
         detail = self._scrub(f"{type(exc).__name__}: {exc}")[:_REPLY_CHARS]
+        if self._watchdog.fired:
+            detail = f"no complete answer within {self.timeout:g}s: stalled or trickling"
         return ChannelError(
             kind, f"smtp channel {self.name!r}: {self.host}:{self.port}: {what} ({detail})"
         )
