@@ -12,6 +12,7 @@ import binascii
 import email.utils
 import json
 import os
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,8 +23,12 @@ from .. import __version__
 from ..intent import Intent
 from . import options as o
 from .base import ChannelConfigError, ChannelError, ErrorKind, Receipt
+from .deadline import DeadlineTransport, attempt_deadline
 
 DEFAULT_TIMEOUT_S = 10.0
+# The most of an answer's body that is read; the rest is dropped. A receipt is a small JSON
+# document: a server streaming megabytes (or forever) must not fill memory or hold the run.
+MAX_BODY_BYTES = 1024 * 1024
 
 
 def _status_url(value: str) -> str | None:
@@ -59,16 +64,18 @@ class WebhookChannel:
         self.idempotent = bool(definition.get("idempotent", False))
         self.queryable = self.status_url is not None
         self._signer = _signer(name, definition.get("secret_env"))
-        timeout = float(SCHEMA.value(definition, "timeout"))
+        self.timeout = float(SCHEMA.value(definition, "timeout"))
+        # One keep-alive connection per concurrent sender is plenty.
+        limits = httpx2.Limits(max_connections=64, max_keepalive_connections=64)
         self._client = httpx2.Client(
-            timeout=httpx2.Timeout(timeout),
-            # One keep-alive connection per concurrent sender is plenty.
-            limits=httpx2.Limits(max_connections=64, max_keepalive_connections=64),
+            timeout=httpx2.Timeout(self.timeout),
+            limits=limits,
             # Never route through a proxy from the environment: the URL is exactly where the
             # run's snapshot says the notifications go.
             trust_env=False,
             follow_redirects=False,
-            transport=transport,
+            # The deadline transport bounds each attempt as a whole (timeout = the attempt).
+            transport=transport or DeadlineTransport(limits),
             headers={"User-Agent": f"notifier/{__version__}"},
         )
 
@@ -95,35 +102,70 @@ class WebhookChannel:
             headers["webhook-id"] = intent.idempotency_key
             headers["webhook-timestamp"] = str(int(now.timestamp()))
             headers["webhook-signature"] = self._signer.sign(intent.idempotency_key, now, body)
+        request = self._client.build_request(
+            "POST", self.url, content=body.encode("utf-8"), headers=headers
+        )
         try:
-            response = self._client.post(self.url, content=body.encode("utf-8"), headers=headers)
-        except (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout) as exc:
+            answer = self._exchange(request)
+        except (
+            httpx2.ConnectError,
+            httpx2.ConnectTimeout,
+            httpx2.PoolTimeout,
+            httpx2.UnsupportedProtocol,
+        ) as exc:
             raise ChannelError(ErrorKind.NOT_SENT, f"{self.url}: cannot connect ({exc})") from exc
-        except httpx2.TransportError as exc:
-            # The request (or part of it) left: the receiver may have acted on it.
+        except httpx2.HTTPError as exc:
+            # The request (or part of it) left: the receiver may have acted on it. This
+            # includes an answer that cannot be read (a broken Content-Encoding) or that did
+            # not arrive whole within the attempt's deadline.
             raise ChannelError(
-                ErrorKind.UNCERTAIN, f"{self.url}: {type(exc).__name__} after sending ({exc})"
+                ErrorKind.UNCERTAIN,
+                f"{self.url}: {type(exc).__name__} after sending ({exc or 'no detail'})",
             ) from exc
-        _raise_for_status(self.url, response)
-        return _receipt(response)
+        _raise_for_status(self.url, answer)
+        return _receipt(answer)
+
+    def _exchange(self, request: httpx2.Request) -> _Answer:
+        """One request under one deadline: status, headers and at most MAX_BODY_BYTES of the
+        body. An accepted (2xx) answer whose body then stalls or breaks is still an
+        acceptance, only without the receipt id."""
+        with attempt_deadline(self.timeout):
+            response = self._client.send(request, stream=True)
+            try:
+                body = bytearray()
+                try:
+                    for chunk in response.iter_bytes():
+                        body += chunk[: MAX_BODY_BYTES - len(body)]
+                        if len(body) >= MAX_BODY_BYTES:
+                            break
+                except httpx2.HTTPError:
+                    if not 200 <= response.status_code < 300:
+                        raise
+                    body.clear()
+            finally:
+                response.close()
+        return _Answer(response.status_code, response.headers, bytes(body))
 
     def query(self, key: str) -> Receipt | None:
         if self.status_url is None:
             raise ChannelError(ErrorKind.UNCERTAIN, f"channel {self.name} has no status_url")
         url = self.status_url.replace("{key}", key)
+        request = self._client.build_request("GET", url, headers={"Accept": "application/json"})
         try:
-            response = self._client.get(url, headers={"Accept": "application/json"})
-        except httpx2.TransportError as exc:
-            raise ChannelError(ErrorKind.UNCERTAIN, f"{url}: query failed ({exc})") from exc
-        if response.status_code == 404:
+            answer = self._exchange(request)
+        except httpx2.HTTPError as exc:  # unreachable, stalled, or an unreadable answer
+            raise ChannelError(
+                ErrorKind.UNCERTAIN, f"{url}: query failed ({type(exc).__name__}: {exc})"
+            ) from exc
+        if answer.status == 404:
             return None
-        if response.status_code != 200:
+        if answer.status != 200:
             raise ChannelError(
                 ErrorKind.UNCERTAIN,
-                f"{url}: query answered HTTP {response.status_code}",
-                http_status=response.status_code,
+                f"{url}: query answered HTTP {answer.status}",
+                http_status=answer.status,
             )
-        return _receipt(response)
+        return _receipt(answer)
 
     def close(self) -> None:
         self._client.close()
@@ -181,23 +223,30 @@ def _signer(name: str, secret_env: str | None) -> Webhook | None:
         ) from exc
 
 
-def _raise_for_status(url: str, response: httpx2.Response) -> None:
-    kind = classify_status(response.status_code)
+@dataclass(frozen=True)
+class _Answer:
+    status: int
+    headers: httpx2.Headers
+    body: bytes
+
+
+def _raise_for_status(url: str, answer: _Answer) -> None:
+    kind = classify_status(answer.status)
     if kind is None:
         return
-    snippet = response.text[:200].replace("\n", " ")
+    snippet = answer.body[:200].decode("utf-8", "replace").replace("\n", " ")
     raise ChannelError(
         kind,
-        f"{url}: HTTP {response.status_code} {snippet}".rstrip(),
-        http_status=response.status_code,
-        retry_after=parse_retry_after(response.headers.get("Retry-After")),
+        f"{url}: HTTP {answer.status} {snippet}".rstrip(),
+        http_status=answer.status,
+        retry_after=parse_retry_after(answer.headers.get("Retry-After")),
     )
 
 
-def _receipt(response: httpx2.Response) -> Receipt:
+def _receipt(answer: _Answer) -> Receipt:
     """The receipt in a 2xx answer: its `id` and stored `intent_digest` when they are strings."""
     try:
-        document = response.json()
+        document = json.loads(answer.body)
     except ValueError:
         document = {}
     if not isinstance(document, dict):
@@ -207,5 +256,5 @@ def _receipt(response: httpx2.Response) -> Receipt:
     return Receipt(
         receipt_id if isinstance(receipt_id, str) else None,
         digest if isinstance(digest, str) else None,
-        replayed=response.headers.get("Idempotent-Replayed", "").lower() == "true",
+        replayed=answer.headers.get("Idempotent-Replayed", "").lower() == "true",
     )
