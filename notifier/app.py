@@ -24,7 +24,7 @@ from .reconcile import settle
 from .records import Run
 from .runner import EXIT_ATTENTION, EXIT_DONE, Runner, RunOptions, RunResult
 from .state_machine import FINISHED_RUN_STATES, ItemState, RunState
-from .store import LeaseHeld, Store
+from .store import AlreadyPlanned, LeaseHeld, RunExists, Store
 
 Say = Callable[[str], None]
 
@@ -86,11 +86,13 @@ def plan_batch(env: Env, batch: Path, *, channel: str | None, run_id: str | None
 
 
 def dry_run(env: Env, plan: Plan) -> DryRun:
+    """What `send` would plan, and the runs that already planned the same content (the
+    content fingerprint, as `send` decides it; nothing is written)."""
     existing: list[Run] = []
     if env.db_path.exists():
         store = open_store(env, readonly=True)
         try:
-            existing = store.runs_with_fingerprint(plan.fingerprint)
+            existing = store.runs_with_content_fingerprint(plan.content_fingerprint)
         finally:
             store.close()
     return DryRun(plan, existing)
@@ -99,32 +101,43 @@ def dry_run(env: Env, plan: Plan) -> DryRun:
 def store_plan(
     env: Env, plan: Plan, batch: Path, options: Mapping[str, object], new_run: bool
 ) -> Store:
+    """Store the plan, unless the same content was planned before (one decision with the
+    insert, inside the store's write transaction) and `new_run` was not given."""
     store = open_store(env, create=True)
     try:
-        same = store.runs_with_fingerprint(plan.fingerprint)
-        if same and not new_run:
-            run = same[0]
-            if run.state in FINISHED_RUN_STATES:
-                advice = (
-                    f"nothing is left for `notifier resume`; `notifier report {run.run_id}` "
-                    "shows who got it"
-                )
-            else:
-                advice = f"continue it with `notifier resume {run.run_id}`"
-            raise AppError(
-                f"{batch}: this batch was already planned as run {run.run_id} "
-                f"(state {run.state.value}); {advice}. Pass --new-run only to send every row "
-                "again, to everyone, as a new run.",
-                2,
-            )
-        with suppress(KeyError):
-            store.get_run(plan.run_id)
-            raise AppError(f"run {plan.run_id!r} already exists: choose another --run-id.", 2)
-        store.create_run(plan.run_row(str(batch), dict(options)), plan.items)
+        store.create_run(plan.run_row(str(batch), dict(options)), plan.items, new_run=new_run)
+    except AlreadyPlanned as planned:
+        store.close()
+        raise AppError(already_planned_message(env, batch, planned.run), 2) from None
+    except RunExists:
+        store.close()
+        raise AppError(f"run {plan.run_id!r} already exists: choose another --run-id.", 2) from None
     except BaseException:
         store.close()
         raise
     return store
+
+
+def already_planned_message(env: Env, batch: Path, run: Run) -> str:
+    if run.state in FINISHED_RUN_STATES:
+        advice = (
+            f"nothing is left for `notifier resume`; `notifier report {run.run_id}` "
+            "shows who got it"
+        )
+    else:
+        advice = f"continue it with `notifier resume {run.run_id}`"
+    drift = config_module.snapshot_drift(run.channel_snapshot, env.config)
+    # Tuning is not part of "the same batch", but a changed setting is still worth saying.
+    changed = (
+        f" The channel settings changed since that run was planned ({'; '.join(drift)})."
+        if drift
+        else ""
+    )
+    return (
+        f"{batch}: this batch was already planned as run {run.run_id} "
+        f"(state {run.state.value}); {advice}.{changed} Pass --new-run only to send every row "
+        "again, to everyone, as a new run."
+    )
 
 
 def work_run(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -19,6 +20,9 @@ KEY_PREFIX = "ntf1-"
 # 40 hex characters = 160 bits of SHA-256: no collision across any realistic ledger, and the
 # whole key (45 characters) stays well under the 64-character limit providers impose.
 KEY_HEX_CHARS = 40
+# 8 random bytes (16 hex characters) per run: a collision between two runs that also share
+# a run id is out of reach.
+KEY_NONCE_BYTES = 8
 
 
 def nfc(value: str) -> str:
@@ -61,16 +65,39 @@ def intent_digest(channel: str, target: str, payload: Mapping[str, Any]) -> str:
     return "sha256:" + sha256_hex(body)
 
 
-def idempotency_key(run_id: str, item_id: str, target: str) -> str:
+def new_key_nonce() -> str:
+    """Made once per planned run and stored beside it. Part of every key of the run, so no
+    two planned intents ever share a key: not two runs given the same `--run-id` in two
+    databases, not a run re-planned after its database was lost."""
+    return secrets.token_hex(KEY_NONCE_BYTES)
+
+
+def idempotency_key(run_id: str, nonce: str, item_id: str, target: str) -> str:
     """A printable-ASCII key that names the delivery slot without carrying personal data:
     it travels to third parties as a header, so only a hash of the components goes out."""
-    components = canonical_json([run_id, item_id, normalise_target(target), CONTRACT_VERSION])
+    components = canonical_json(
+        [run_id, nonce, item_id, normalise_target(target), CONTRACT_VERSION]
+    )
     return KEY_PREFIX + sha256_hex(components)[:KEY_HEX_CHARS]
 
 
+def content_fingerprint(digests: Iterable[str], channel_names: Iterable[str]) -> str:
+    """What decides "this batch was already planned": what is sent, to whom, through which
+    named channels. Transport tuning (timeouts, retry settings, URLs) is left out on
+    purpose: changing a timeout must not make the same batch look new (issue 7, point 3).
+    m002 back-fills old runs with the same formula; the two must stay identical."""
+    h = hashlib.sha256()
+    for digest in digests:
+        h.update(digest.encode("ascii"))
+        h.update(b"\n")
+    h.update(canonical_json(sorted(set(channel_names))).encode("utf-8"))
+    return "sha256:" + h.hexdigest()
+
+
 def run_fingerprint(digests: Iterable[str], channel_snapshot: Mapping[str, Any]) -> str:
-    """Identifies a batch independently of its run: the ordered intent digests plus the
-    channel definitions they will travel through."""
+    """The approval fingerprint: the ordered intent digests plus the channel definitions
+    they will travel through, so an approval covers exactly where things go. It is what
+    `runs.fingerprint` holds; "already planned" is decided by `content_fingerprint`."""
     h = hashlib.sha256()
     for digest in digests:
         h.update(digest.encode("ascii"))

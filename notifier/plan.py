@@ -14,9 +14,11 @@ from .config import Config
 from .intent import (
     CONTRACT_VERSION,
     canonical_json,
+    content_fingerprint,
     idempotency_key,
     intent_digest,
     make_payload,
+    new_key_nonce,
     run_fingerprint,
 )
 from .state_machine import RunState
@@ -32,7 +34,9 @@ def new_run_id() -> str:
 @dataclass(frozen=True)
 class Plan:
     run_id: str
-    fingerprint: str
+    key_nonce: str
+    fingerprint: str  # approval fingerprint: digests + channel definitions
+    content_fingerprint: str  # "already planned": digests + channel names only
     channel_snapshot: dict[str, dict[str, Any]]
     items: list[dict[str, Any]]
     per_channel: dict[str, int]
@@ -43,7 +47,9 @@ class Plan:
             "state": RunState.PLANNED.value,
             "created_at": clock.now_iso(),
             "batch_path": batch_path,
+            "key_nonce": self.key_nonce,
             "fingerprint": self.fingerprint,
+            "content_fingerprint": self.content_fingerprint,
             "channel_snapshot": self.channel_snapshot,
             "options": options,
             "contract_version": CONTRACT_VERSION,
@@ -52,6 +58,7 @@ class Plan:
 
 def make_plan(rows: list[BatchRow], config: Config, run_id: str) -> Plan:
     snapshot = config.snapshot({row.channel for row in rows})
+    nonce = new_key_nonce()
     items = []
     for row in rows:
         payload = make_payload(row.subject, row.body, row.data)
@@ -64,13 +71,16 @@ def make_plan(rows: list[BatchRow], config: Config, run_id: str) -> Plan:
                 "target": row.to,
                 # Stored as the canonical JSON it is digested as: one encoding, no drift.
                 "payload": canonical_json(payload),
-                "idempotency_key": idempotency_key(run_id, row.item_id, row.to),
+                "idempotency_key": idempotency_key(run_id, nonce, row.item_id, row.to),
                 "intent_digest": intent_digest(row.channel, row.to, payload),
             }
         )
+    digests = [str(i["intent_digest"]) for i in items]
     return Plan(
         run_id=run_id,
-        fingerprint=run_fingerprint((str(i["intent_digest"]) for i in items), snapshot),
+        key_nonce=nonce,
+        fingerprint=run_fingerprint(digests, snapshot),
+        content_fingerprint=content_fingerprint(digests, snapshot.keys()),
         channel_snapshot=snapshot,
         items=items,
         per_channel=dict(Counter(row.channel for row in rows)),

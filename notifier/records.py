@@ -29,6 +29,9 @@ class Run:
     cancel_requested_at: str | None
     paused_until: str | None
     stop_reason: str | None
+    key_nonce: str | None  # None for a run planned before m002 (its keys have no nonce)
+    # None only when read from a database m002 has not been applied to (read-only commands).
+    content_fingerprint: str | None
 
 
 @dataclass(frozen=True)
@@ -114,7 +117,9 @@ def item_from_row(row: sqlite3.Row) -> Item:
 
 
 def run_from_row(row: sqlite3.Row) -> Run:
-    values = {name: row[name] for name in _RUN_FIELDS}
+    # A read-only command does not migrate, so an older file may lack the newer columns.
+    present = set(row.keys())
+    values: dict[str, Any] = {name: row[name] if name in present else None for name in _RUN_FIELDS}
     values["state"] = RunState(values["state"])
     values["channel_snapshot"] = json.loads(values["channel_snapshot"])
     values["options"] = json.loads(values["options"])

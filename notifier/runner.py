@@ -29,6 +29,9 @@ EXIT_ATTENTION = 3
 EXIT_REFUSED = 4
 EXIT_INTERRUPTED = 130
 POLL_S = 0.2
+# Attempt outcomes that prove the request never reached the downstream (or was seen and
+# refused unprocessed, 429/503); any other earlier attempt may have delivered.
+NEVER_REACHED = frozenset({ErrorKind.NOT_SENT.value, ErrorKind.THROTTLED.value})
 
 
 @dataclass(frozen=True)
@@ -232,6 +235,18 @@ class Runner:
                     "conflict",
                     error=f"conflict: downstream answered for {result.intent_digest}",
                 )
+            if result.replayed and not self._may_have_reached(item):
+                # Nothing of ours can have reached the downstream before this attempt, yet it
+                # answers from an earlier delivery under our key: it holds the key for
+                # something else (another database, a reused --run-id). Not a delivery.
+                return Outcome(
+                    item.seq,
+                    "conflict",
+                    "conflict",
+                    error="conflict: the downstream answered as a replay of an earlier "
+                    "delivery under this key, but no earlier attempt of this item can have "
+                    "reached it; it holds the key for something else",
+                )
             return Outcome(
                 item.seq, "ack", "sent", receipt_id=result.receipt_id, receipt_source="send"
             )
@@ -321,6 +336,16 @@ class Runner:
             return 0.0
         first = self.store.attempts(self.run_id, item.seq)[0].started_at
         return (clock.now() - clock.parse(first)).total_seconds()
+
+    def _may_have_reached(self, item: Item) -> bool:
+        """Whether an attempt before the current one may have reached the downstream: then a
+        replayed answer is the normal dedupe of our own earlier request."""
+        if item.attempts <= 1:
+            return False
+        return any(
+            a.n < item.attempts and a.outcome not in NEVER_REACHED
+            for a in self.store.attempts(self.run_id, item.seq)
+        )
 
     def _maybe_delivered(self, item: Item, error: ChannelError) -> bool:
         if error.kind is ErrorKind.UNCERTAIN:

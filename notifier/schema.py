@@ -3,6 +3,11 @@ is a new `mNNN_…` function appended below."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import sqlite3
+import unicodedata
+
 from sqlite_utils import Database, Migrations
 
 # Stamped into the SQLite header (PRAGMA application_id) so a foreign database is recognised
@@ -105,3 +110,40 @@ CREATE TABLE decisions (
     FOREIGN KEY (run_id, seq) REFERENCES items(run_id, seq)
 );
 """
+
+
+@migrations()
+def m002_key_nonce_content_fingerprint(db: Database) -> None:
+    """Issue 7, points 3 and 4: a per-run key nonce, and the content fingerprint that decides
+    "already planned" (ordered intent digests + channel names, no transport tuning).
+
+    Old runs keep their keys (keys are stored, never recomputed), so their nonce stays NULL.
+    Their content fingerprint is back-filled from their stored items so that an old run
+    still blocks a re-send of the same batch. The formula is written out here rather than
+    imported, because a shipped migration must not change when intent.py does; it equals
+    intent.content_fingerprint (a test pins that)."""
+    db.execute("ALTER TABLE runs ADD COLUMN key_nonce TEXT")
+    db.execute("ALTER TABLE runs ADD COLUMN content_fingerprint TEXT")
+    run_ids = [row[0] for row in db.execute("SELECT run_id FROM runs")]
+    for run_id in run_ids:
+        db.execute(
+            "UPDATE runs SET content_fingerprint = ? WHERE run_id = ?",
+            (stored_content_fingerprint(db.conn, run_id), run_id),
+        )
+    db.execute("CREATE INDEX runs_content_fingerprint ON runs(content_fingerprint)")
+
+
+def stored_content_fingerprint(conn: sqlite3.Connection, run_id: str) -> str:
+    """The content fingerprint of a run, from its stored items (for m002's back-fill, and
+    for a read-only look at a database m002 has not been applied to yet)."""
+    h = hashlib.sha256()
+    channels: set[str] = set()
+    for digest, channel in conn.execute(
+        "SELECT intent_digest, channel FROM items WHERE run_id = ? ORDER BY seq", (run_id,)
+    ):
+        h.update(digest.encode("ascii"))
+        h.update(b"\n")
+        channels.add(channel)
+    names = json.dumps(sorted(channels), separators=(",", ":"), ensure_ascii=False)
+    h.update(unicodedata.normalize("NFC", names).encode("utf-8"))
+    return "sha256:" + h.hexdigest()

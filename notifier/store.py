@@ -30,7 +30,7 @@ from .records import (
     item_from_row,
     run_from_row,
 )
-from .schema import APPLICATION_ID, migrations
+from .schema import APPLICATION_ID, migrations, stored_content_fingerprint
 from .state_machine import (
     ACTIVE_ITEM_STATES,
     ItemState,
@@ -61,6 +61,18 @@ class LostRace(Exception):
 
 class LeaseLost(Exception):
     """Another process took over the run; this worker must stop without writing."""
+
+
+class AlreadyPlanned(Exception):
+    """The same content was planned before, as `run` (the newest such run)."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        super().__init__(f"already planned as run {run.run_id}")
+
+
+class RunExists(Exception):
+    """A run with this id is already in the database."""
 
 
 class LeaseHeld(Exception):
@@ -313,11 +325,27 @@ class Store:
         )
         return target
 
-    def create_run(self, run: dict[str, Any], items: Sequence[dict[str, Any]]) -> None:
+    def create_run(
+        self, run: dict[str, Any], items: Sequence[dict[str, Any]], *, new_run: bool = False
+    ) -> None:
         """The run row and every intent, in one transaction: a batch is planned whole or not
-        at all."""
+        at all.
+
+        The "already planned" check is part of the same transaction, which holds the write
+        lock from its first statement (BEGIN IMMEDIATE): two `send`s of one batch cannot both
+        pass the check before either inserts, so exactly one plans it and the other gets
+        AlreadyPlanned naming the winner (issue 7, point 5). `new_run` skips the check.
+        RunExists: a run with this id is already here."""
         at = run["created_at"]
         with self._write():
+            if not new_run:
+                same = self._runs_with_content_fingerprint(run["content_fingerprint"])
+                if same:
+                    raise AlreadyPlanned(same[0])
+            if self.conn.execute(
+                "SELECT 1 FROM runs WHERE run_id = ?", (run["run_id"],)
+            ).fetchone():
+                raise RunExists(run["run_id"])
             self.db.table("runs").insert(
                 {
                     **run,
@@ -566,9 +594,30 @@ class Store:
         return None
 
     def runs_with_fingerprint(self, fingerprint: str) -> list[Run]:
+        """Runs with this approval fingerprint (content + channel definitions), newest first."""
         rows = self.conn.execute(
             "SELECT * FROM runs WHERE fingerprint = ? ORDER BY created_at DESC, rowid DESC",
             (fingerprint,),
+        )
+        return [run_from_row(r) for r in rows]
+
+    def runs_with_content_fingerprint(self, content_fingerprint: str) -> list[Run]:
+        """Runs that planned the same content (digests + channel names), newest first. For
+        display only (`--dry-run`): the decision is taken inside create_run."""
+        return self._runs_with_content_fingerprint(content_fingerprint)
+
+    def _runs_with_content_fingerprint(self, content_fingerprint: str) -> list[Run]:
+        columns = {r[1] for r in self.conn.execute("PRAGMA table_info(runs)")}
+        if "content_fingerprint" not in columns:
+            # Opened read-only before m002 was applied: compute what m002 would store.
+            return [
+                run
+                for run in self.runs()
+                if stored_content_fingerprint(self.conn, run.run_id) == content_fingerprint
+            ]
+        rows = self.conn.execute(
+            "SELECT * FROM runs WHERE content_fingerprint = ? ORDER BY created_at DESC, rowid DESC",
+            (content_fingerprint,),
         )
         return [run_from_row(r) for r in rows]
 

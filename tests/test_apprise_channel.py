@@ -105,7 +105,7 @@ def make_intent(
         channel="alerts",
         target=target,
         payload=payload,
-        idempotency_key=idempotency_key("run-1", "item-1", target),
+        idempotency_key=idempotency_key("run-1", "0123456789abcdef", "item-1", target),
         intent_digest=intent_digest("alerts", target, payload),
     )
 

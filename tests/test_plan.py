@@ -14,14 +14,16 @@ def test_keys_are_short_ascii_and_carry_no_personal_data(ws: Workspace) -> None:
     """Every key is printable ASCII, at most 64 characters, unique, and does not contain the
     recipient; every digest is sha256 over the intent."""
     assert ws.invoke("send", str(EXAMPLE)).exit_code == 0
-    rows = ws.query("SELECT run_id, item_id, target, idempotency_key, intent_digest, channel, "
-                    "payload FROM items")  # fmt: skip
-    keys = [r[3] for r in rows]
+    rows = ws.query("SELECT i.run_id, r.key_nonce, i.item_id, i.target, i.idempotency_key, "
+                    "i.intent_digest, i.channel, i.payload FROM items i "
+                    "JOIN runs r ON r.run_id = i.run_id")  # fmt: skip
+    keys = [r[4] for r in rows]
     assert len(set(keys)) == 100
-    for run_id, item_id, target, key, digest, channel, payload in rows:
+    for run_id, nonce, item_id, target, key, digest, channel, payload in rows:
         assert re.fullmatch(r"[\x21-\x7e]{1,64}", key)
         assert target.split("@")[0] not in key
-        assert key == idempotency_key(run_id, item_id, target)
+        assert re.fullmatch(r"[0-9a-f]{16}", nonce)
+        assert key == idempotency_key(run_id, nonce, item_id, target)
         assert digest == intent_digest(channel, target, json.loads(payload))
         assert re.fullmatch(r"sha256:[0-9a-f]{64}", digest)
 

@@ -44,7 +44,8 @@ def test_receipt_for_another_digest_fails_the_item_and_halts(tmp_path: Path) -> 
     store = Store.open(tmp_path / "receipts.db", create=True)
     store.create_run(
         {"run_id": "r1", "state": "planned", "created_at": "2026-11-30T00:00:00.000000+00:00",
-         "batch_path": "b.csv", "fingerprint": "sha256:x", "channel_snapshot": {},
+         "batch_path": "b.csv", "fingerprint": "sha256:x", "content_fingerprint": "sha256:c",
+         "channel_snapshot": {},
          "options": {}, "contract_version": "v1"},
         [{"run_id": "r1", "seq": n, "item_id": str(n), "channel": "odd", "target": f"{n}@x.y",
           "payload": {}, "idempotency_key": f"k{n}", "intent_digest": f"sha256:{n}"}

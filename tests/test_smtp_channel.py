@@ -53,7 +53,7 @@ def make_intent(
         channel="mail",
         target=target,
         payload=payload,
-        idempotency_key=idempotency_key("run-1", item_id, target),
+        idempotency_key=idempotency_key("run-1", "0123456789abcdef", item_id, target),
         intent_digest=intent_digest("mail", target, payload),
     )
 

@@ -138,7 +138,8 @@ def test_a_move_that_lost_a_race_fails_loudly(tmp_path: Path) -> None:
     at = clock.now_iso()
     store.create_run(
         {"run_id": "r1", "state": "planned", "created_at": at, "batch_path": "b.csv",
-         "fingerprint": "sha256:x", "channel_snapshot": {}, "options": {},
+         "fingerprint": "sha256:x", "content_fingerprint": "sha256:c",
+         "channel_snapshot": {}, "options": {},
          "contract_version": "v1"},
         [{"run_id": "r1", "seq": 1, "item_id": "1", "channel": "outbox", "target": "a@b.c",
           "payload": {}, "idempotency_key": "k1", "intent_digest": "sha256:d"}],
@@ -162,7 +163,8 @@ def test_a_worker_that_lost_its_lease_cannot_write(tmp_path: Path) -> None:
     at = clock.now_iso()
     store.create_run(
         {"run_id": "r1", "state": "planned", "created_at": at, "batch_path": "b.csv",
-         "fingerprint": "sha256:x", "channel_snapshot": {}, "options": {},
+         "fingerprint": "sha256:x", "content_fingerprint": "sha256:c",
+         "channel_snapshot": {}, "options": {},
          "contract_version": "v1"},
         [{"run_id": "r1", "seq": 1, "item_id": "1", "channel": "outbox", "target": "a@b.c",
           "payload": {}, "idempotency_key": "k1", "intent_digest": "sha256:d"}],

@@ -1,0 +1,256 @@
+"""What identifies a batch and a delivery (issue 7, points 3, 4, 5; DESIGN section 5): keys
+unique forever (a per-run nonce), a replay on a first attempt is a conflict, "already
+planned" decided by the content fingerprint in one transaction with the insert, and the
+m002 migration of a database written before all this."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from notifier import app
+from notifier.config import load as load_config
+from notifier.intent import content_fingerprint
+from notifier.sandbox import Sandbox
+from notifier.store import Store
+
+from .conftest import Workspace, make_rows
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FAST_RETRY = "[retry]\nmax_attempts = 4\nbackoff_base = 0.02\nbackoff_max = 0.1\n"
+
+
+def webhook_config(ws: Workspace, url: str, *, timeout: int = 10) -> None:
+    (ws.path / "notifier.toml").write_text(
+        "[channels.hooks]\n"
+        'type = "webhook"\n'
+        f'url = "{url}"\n'
+        "idempotent = true\n"
+        f"timeout = {timeout}\n" + FAST_RETRY
+    )
+
+
+@pytest.fixture
+def sandbox() -> Iterator[Sandbox]:
+    with Sandbox() as running:
+        yield running
+
+
+class _AlwaysReplayed(BaseHTTPRequestHandler):
+    """Answers every POST 200 as a replay of an earlier delivery, as a downstream that
+    already holds the key for something else would."""
+
+    posts = 0
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        type(self).posts += 1
+        body = json.dumps({"id": "evt-from-last-week"}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Idempotent-Replayed", "true")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def replaying_receiver() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _AlwaysReplayed)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/notifications"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+# ---------------------------------------------------------------------- point 4
+
+
+def test_a_replay_on_a_first_attempt_is_a_conflict_never_a_delivery(
+    ws: Workspace, replaying_receiver: str
+) -> None:
+    """A downstream answering "replayed" to an item's first attempt: the item fails as a
+    conflict, the run halts with exit 4, and nothing is reported sent."""
+    webhook_config(ws, replaying_receiver)
+    ws.write_csv("batch.csv", make_rows(3))
+    result = ws.invoke("send", "batch.csv", "--channel", "hooks")
+    assert result.exit_code == 4, result.output
+    assert "conflict" in result.output
+    status = ws.status()
+    assert status["state"] == "halted"
+    assert status["counts"]["sent"] == 0
+    assert ws.query("SELECT COUNT(*) FROM receipts") == [(0,)]
+    [(state, error)] = ws.query("SELECT state, last_error FROM items WHERE seq = 1")
+    assert state == "failed" and "conflict" in error
+    # The run stopped at the conflict: nothing after it was tried.
+    assert ws.query("SELECT COUNT(*) FROM attempts") == [(1,)]
+
+
+def test_two_databases_with_the_same_run_id_both_really_deliver(
+    ws: Workspace, sandbox: Sandbox
+) -> None:
+    """Two databases, the same --run-id and batch, one idempotent downstream: the second run
+    gets keys of its own and really delivers (2N commits, no replays)."""
+    webhook_config(ws, sandbox.notifications_url)
+    ws.write_csv("batch.csv", make_rows(5))
+    first = ws.invoke("send", "batch.csv", "--channel", "hooks", "--run-id", "weekly")
+    assert first.exit_code == 0, first.output
+    other = Workspace(ws.path / "other")
+    other.path.mkdir()
+    second = other.invoke("send", "batch.csv", "--channel", "hooks", "--run-id", "weekly")
+    assert second.exit_code == 0, second.output
+    totals = sandbox.stats()["totals"]
+    assert (totals["commits"], totals["replays"]) == (10, 0)
+    keys = {k for (k,) in ws.query("SELECT idempotency_key FROM items")}
+    assert keys.isdisjoint(k for (k,) in other.query("SELECT idempotency_key FROM items"))
+    assert other.status()["counts"]["sent"] == 5
+
+
+# ---------------------------------------------------------------------- point 3
+
+
+def test_a_tuning_change_does_not_make_the_same_batch_new(ws: Workspace, sandbox: Sandbox) -> None:
+    """After a send, `timeout = 10` → `20`: the same send is refused (exit 2) naming the
+    first run and saying the settings changed; --dry-run reports it as already planned;
+    nothing is delivered twice."""
+    webhook_config(ws, sandbox.notifications_url, timeout=10)
+    ws.write_csv("batch.csv", make_rows(4))
+    first = ws.invoke("send", "batch.csv", "--channel", "hooks")
+    assert first.exit_code == 0, first.output
+    [(run_id,)] = ws.query("SELECT run_id FROM runs")
+    webhook_config(ws, sandbox.notifications_url, timeout=20)
+    dry = ws.invoke("send", "batch.csv", "--channel", "hooks", "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert f"already planned as run {run_id}" in dry.output
+    again = ws.invoke("send", "batch.csv", "--channel", "hooks")
+    assert again.exit_code == 2, again.output
+    assert f"already planned as run {run_id}" in again.output
+    assert "timeout" in again.output  # the drift is still reported, as a fact
+    assert ws.query("SELECT COUNT(*) FROM runs") == [(1,)]
+    assert sandbox.stats()["totals"]["commits"] == 4
+
+
+# ---------------------------------------------------------------------- point 5
+
+
+def test_two_plans_racing_to_insert_make_exactly_one_run(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two `send`s of one batch, each with its own Store, both held at the insert until
+    both got there: exactly one run is planned, the other is refused (exit 2) naming it."""
+    ws.write_csv("batch.csv", make_rows(20))
+    Store.open(ws.db, create=True).close()
+    env = app.Env(ws.db, load_config(ws.path / "notifier.toml", explicit=False), lambda s: None)
+    both_at_insert = threading.Barrier(2, timeout=30)
+    original = Store.create_run
+
+    def create_run(self: Store, *args: Any, **kwargs: Any) -> None:
+        # Both plans have passed whatever check comes before the insert.
+        both_at_insert.wait()
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Store, "create_run", create_run)
+    outcomes: list[Store | app.AppError] = []
+
+    def plan_and_store() -> None:
+        plan = app.plan_batch(env, ws.path / "batch.csv", channel=None, run_id=None)
+        try:
+            outcomes.append(app.store_plan(env, plan, ws.path / "batch.csv", {}, False))
+        except app.AppError as exc:
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=plan_and_store) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    stores = [o for o in outcomes if isinstance(o, Store)]
+    for store in stores:
+        store.close()
+    [(run_id,)] = ws.query("SELECT run_id FROM runs")
+    [refused] = [o for o in outcomes if isinstance(o, app.AppError)]
+    assert refused.code == 2
+    assert f"already planned as run {run_id}" in str(refused)
+    assert f"notifier resume {run_id}" in str(refused)
+    assert len(stores) == 1
+
+
+def test_two_simultaneous_send_processes_plan_and_deliver_once(ws: Workspace) -> None:
+    """Two real `notifier send` processes of the same batch into one database, a few trials:
+    exactly one run is planned, N deliveries, the loser exits 2 naming the winner."""
+    n = 30
+    ws.write_csv("batch.csv", make_rows(n))
+    for trial in range(4):
+        for leftover in (ws.db, ws.path / "receipts.db-wal", ws.path / "receipts.db-shm"):
+            leftover.unlink(missing_ok=True)
+        shutil.rmtree(ws.outbox, ignore_errors=True)
+        # The database exists (as after any earlier send): the race is on the plan.
+        Store.open(ws.db, create=True).close()
+        procs = [ws.popen("send", "batch.csv") for _ in range(2)]
+        outputs = [p.communicate(timeout=120) for p in procs]
+        results = [(p.returncode, out, err) for p, (out, err) in zip(procs, outputs, strict=True)]
+        codes = sorted(code for code, _out, _err in results)
+        assert codes == [0, 2], (trial, results)
+        [(run_id,)] = ws.query("SELECT run_id FROM runs")
+        [(_code, _out, err)] = [r for r in results if r[0] == 2]
+        assert f"already planned as run {run_id}" in err
+        assert len(ws.outbox_documents()) == n
+        assert ws.query("SELECT COUNT(*) FROM receipts") == [(n,)]
+
+
+# ---------------------------------------------------------------------- m002
+
+
+def test_an_m001_database_with_a_run_in_flight_resumes_after_m002(ws: Workspace) -> None:
+    """A database written before m002 with item 5 in flight: `resume` applies m002, settles
+    item 5 by query (its file exists), sends 6-10 under the stored keys, every item
+    delivered exactly once; re-sending the same batch is refused as already planned."""
+    shutil.copy(FIXTURES / "m001-inflight-run.db", ws.db)
+    shutil.copytree(FIXTURES / "m001-inflight-run.outbox", ws.outbox)
+    shutil.copy(FIXTURES / "m001-inflight-run.csv", ws.path / "batch.csv")
+    before = {d["idempotency_key"]: d["written_at"] for d in ws.outbox_documents()}
+    keys_before = ws.query("SELECT seq, idempotency_key FROM items ORDER BY seq")
+    assert ws.query("SELECT name FROM _sqlite_migrations") == [("m001_initial",)]
+
+    result = ws.invoke("resume")
+    assert result.exit_code == 0, result.output
+
+    names = {name for (name,) in ws.query("SELECT name FROM _sqlite_migrations")}
+    assert names == {"m001_initial", "m002_key_nonce_content_fingerprint"}
+    # Keys are stored, never recomputed: the old run keeps them (and has no nonce).
+    assert ws.query("SELECT seq, idempotency_key FROM items ORDER BY seq") == keys_before
+    [(nonce, stored_content)] = ws.query("SELECT key_nonce, content_fingerprint FROM runs")
+    assert nonce is None
+    digests = [d for (d,) in ws.query("SELECT intent_digest FROM items ORDER BY seq")]
+    assert stored_content == content_fingerprint(digests, ["outbox"])
+    status = ws.status()
+    assert status["state"] == "completed"
+    assert status["counts"]["sent"] == 10
+    documents = ws.outbox_documents()
+    assert sorted(d["idempotency_key"] for d in documents) == sorted(k for _, k in keys_before)
+    # Items 1-5 were delivered before the upgrade and were not written again.
+    assert {k: w for k, w in ((d["idempotency_key"], d["written_at"]) for d in documents)
+            if k in before} == before  # fmt: skip
+    [(source,)] = ws.query(
+        "SELECT r.source FROM receipts r JOIN items i ON i.idempotency_key = r.idempotency_key "
+        "WHERE i.seq = 5"
+    )
+    assert source == "query"
+
+    again = ws.invoke("send", "batch.csv")
+    assert again.exit_code == 2, again.output
+    assert "already planned as run m001-fixture" in again.output
+    assert len(ws.outbox_documents()) == 10
