@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import sqlite3
 import struct
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -105,7 +106,7 @@ class Store:
                     "or point --db (or NOTIFIER_DB) at an existing receipts database."
                 )
             _check_writable(path)
-            return cls._connect(path, fresh=True)
+            _create_atomically(path)
         short = _check_file_header(path)
         if not readonly:
             _check_writable(path)
@@ -165,7 +166,10 @@ class Store:
         self.conn.execute("PRAGMA journal_mode = WAL")
         # FULL: an intent must survive power loss before its send starts (fsync per commit).
         self.conn.execute("PRAGMA synchronous = FULL")
-        migrations.apply(self.db)
+        # Under the write lock, so two processes opening an older file at once cannot both
+        # decide a migration is pending and both apply it.
+        with self._write():
+            migrations.apply(self.db)
 
     def secondary(self) -> Store:
         """Another connection to the same checked file, for a thread of our own."""
@@ -766,6 +770,22 @@ def _check_file_header(path: Path) -> str | None:
     raise StoreRefused(
         f"{path}: truncated: {short}. Restore it from a backup; this file was not changed."
     )
+
+
+def _create_atomically(path: Path) -> None:
+    """Make a new, fully initialised database at `path`, unless another process got there
+    first. It is built under a temporary name and linked into place in one step: a process
+    racing us never sees a half-made (0-byte) file, which would rightly be refused."""
+    temporary = path.with_name(f".{path.name}.creating-{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        store = Store._connect(temporary, fresh=True)
+        store.close()  # the last connection checkpoints the log: one self-contained file
+        with suppress(FileExistsError):  # the other process won: use its database
+            os.link(temporary, path)
+    finally:
+        for leftover in ("", "-wal", "-shm"):
+            with suppress(FileNotFoundError):
+                os.unlink(f"{temporary}{leftover}")
 
 
 def _check_writable(path: Path) -> None:

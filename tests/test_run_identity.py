@@ -188,17 +188,21 @@ def test_two_plans_racing_to_insert_make_exactly_one_run(
     assert len(stores) == 1
 
 
-def test_two_simultaneous_send_processes_plan_and_deliver_once(ws: Workspace) -> None:
-    """Two real `notifier send` processes of the same batch into one database, a few trials:
-    exactly one run is planned, N deliveries, the loser exits 2 naming the winner."""
+@pytest.mark.parametrize("database", ["exists", "not-yet"])
+def test_two_simultaneous_send_processes_plan_and_deliver_once(
+    ws: Workspace, database: str
+) -> None:
+    """Two real `notifier send` processes of the same batch into one database (already there,
+    or created by whichever comes first), a few trials: exactly one run is planned, N
+    deliveries, the loser exits 2 naming the winner."""
     n = 30
     ws.write_csv("batch.csv", make_rows(n))
     for trial in range(4):
         for leftover in (ws.db, ws.path / "receipts.db-wal", ws.path / "receipts.db-shm"):
             leftover.unlink(missing_ok=True)
         shutil.rmtree(ws.outbox, ignore_errors=True)
-        # The database exists (as after any earlier send): the race is on the plan.
-        Store.open(ws.db, create=True).close()
+        if database == "exists":  # as after any earlier send: the race is on the plan
+            Store.open(ws.db, create=True).close()
         procs = [ws.popen("send", "batch.csv") for _ in range(2)]
         outputs = [p.communicate(timeout=120) for p in procs]
         results = [(p.returncode, out, err) for p, (out, err) in zip(procs, outputs, strict=True)]
