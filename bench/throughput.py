@@ -1,0 +1,236 @@
+"""Throughput, CPU and memory of `notifier send` against a plain, non-durable loop, in one run.
+
+The sandbox provider runs in its own process. Its ceiling is measured first (a plain loop at
+high concurrency). Then, for each latency (0 and 20 ms) and concurrency (1 and 16), a plain
+loop (httpx2 in threads, same concurrency, no database) and notifier's real code path (the
+CLI in a fresh process: plan, lease, point A, send, point B) deliver the same number of
+items, sized so that each case runs at least --seconds. Each measurement is a fresh process,
+so its CPU time and peak RSS are its own. Ratios are what to read: the machine is shared.
+
+Scale: peak RSS of `send` for 10k items; with --million, the time to plan 1M rows, `resume`
+start-up (process start to the first request's point A) and `status` on that 1M-item run,
+and (slow) the peak RSS of sending all of it.
+
+    python bench/throughput.py [--seconds 10] [--million] [--send-million]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve()
+
+
+def write_batch(path: Path, items: int) -> None:
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["id", "to", "subject", "body", "plan"])
+        for i in range(1, items + 1):
+            writer.writerow([f"b{i}", f"user{i}@example.com", f"Notice {i}",
+                             f"Hello user {i}, your report is ready.", "team"])  # fmt: skip
+
+
+def plain_http(url: str, items: int, workers: int) -> None:
+    """The non-durable baseline: the same POSTs, no intents, no receipts, no database."""
+    import httpx2  # noqa: PLC0415  (only the child that measures it pays for the import)
+
+    client = httpx2.Client(trust_env=False, limits=httpx2.Limits(max_connections=workers))
+
+    def post(i: int) -> None:
+        body = {"to": f"user{i}@example.com", "subject": f"Notice {i}",
+                "body": f"Hello user {i}, your report is ready.", "data": {"plan": "team"},
+                "run_id": "plain", "item_id": f"b{i}"}  # fmt: skip
+        key = f"plain-{os.getpid()}-{i}"
+        response = client.post(url, json=body, headers={"Idempotency-Key": key})
+        response.raise_for_status()
+
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(post, range(1, items + 1)))
+
+
+def notifier_cli(workdir: Path, args: list[str]) -> None:
+    from notifier.cli import cli  # noqa: PLC0415
+
+    os.chdir(workdir)
+    try:
+        cli.main(args, prog_name="notifier", standalone_mode=False)
+    except SystemExit as exit_:
+        if exit_.code not in (0, None):
+            raise
+
+
+def child(kind: str, arg: str, items: int, workers: int) -> None:
+    start = time.perf_counter()
+    if kind == "plain":
+        plain_http(arg, items, workers)
+    else:
+        args = ["send", "batch.csv", "--channel", "hooks", "--concurrency", str(workers)]
+        notifier_cli(Path(arg), args)
+    seconds = time.perf_counter() - start
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    print(json.dumps({"seconds": seconds, "cpu": usage.ru_utime + usage.ru_stime,
+                      "rss_mb": usage.ru_maxrss / 1024}))  # fmt: skip
+
+
+def measure(kind: str, arg: str, items: int, workers: int) -> dict[str, float]:
+    out = subprocess.run(
+        [sys.executable, str(HERE), "--child", kind, "--arg", arg, "--items", str(items),
+         "--workers", str(workers)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if out.returncode != 0:
+        raise SystemExit(f"{kind} failed ({out.returncode}): {out.stderr[-2000:]}")
+    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def start_sandbox(latency_ms: float) -> tuple[subprocess.Popen[str], str]:
+    sandbox = subprocess.Popen(
+        [sys.executable, "-m", "notifier", "sandbox", "--port", "0",
+         "--latency-ms", str(latency_ms)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert sandbox.stdout is not None
+    return sandbox, sandbox.stdout.readline().split()[-1]
+
+
+def webhook_config(work: Path, url: str) -> None:
+    base = url.removesuffix("/notifications")
+    (work / "notifier.toml").write_text(
+        f'[channels.hooks]\ntype = "webhook"\nurl = "{url}"\n'
+        f'status_url = "{base}/notifications/{{key}}"\nidempotent = true\n'
+    )
+
+
+def case(url: str, latency_ms: float, workers: int, seconds: float) -> dict[str, Any]:
+    """One row: items sized from a short calibration so each side runs >= `seconds`."""
+    probe = measure("plain", url, max(20, workers * 10), workers)
+    rate = max(20, workers * 10) / probe["seconds"]
+    items = max(workers * 20, int(rate * seconds))
+    plain = measure("plain", url, items, workers)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        write_batch(work / "batch.csv", items)
+        webhook_config(work, url)
+        durable = measure("notifier", str(work), items, workers)
+    return {
+        "case": f"{latency_ms:g} ms, concurrency {workers}",
+        "items": items,
+        "plain_rate": items / plain["seconds"],
+        "notifier_rate": items / durable["seconds"],
+        "rate_ratio": plain["seconds"] / durable["seconds"],
+        "plain_cpu_ms": 1000 * plain["cpu"] / items,
+        "notifier_cpu_ms": 1000 * durable["cpu"] / items,
+        "cpu_ratio": durable["cpu"] / plain["cpu"],
+        "plain_rss": plain["rss_mb"],
+        "notifier_rss": durable["rss_mb"],
+    }
+
+
+def timed(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[float, int]:
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "notifier", *args], cwd=cwd, capture_output=True, text=True,
+        env={**os.environ, **(env or {})}, check=False,
+    )  # fmt: skip
+    return time.perf_counter() - start, done.returncode
+
+
+def million(url: str, send_all: bool) -> None:
+    """Plan 1M rows (stopped right after the first item's point A), then time `resume`
+    start-up to the next item's point A, and `status`; optionally send everything."""
+    rows = 1_000_000
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        write_batch(work / "batch.csv", rows)
+        webhook_config(work, url)
+        crash_first = {"NOTIFIER_CRASH_AT": "after-intent:1"}
+        plan_s, code = timed(["send", "batch.csv", "--channel", "hooks"], work, crash_first)
+        print(f"plan 1M rows (to the first point A): {plan_s:6.1f} s  (exit {code})")
+        crash_second = {"NOTIFIER_CRASH_AT": "after-intent:2"}
+        resume_s, code = timed(["resume"], work, crash_second)
+        print(f"resume start-up to the next point A: {resume_s:6.2f} s  (exit {code})")
+        status_s, code = timed(["status"], work)
+        print(f"status on the 1M-item run:           {status_s:6.2f} s  (exit {code})")
+        if send_all:
+            result = measure_resume(work)
+            print(f"send all 1M: {rows / result['seconds']:,.0f}/s, peak RSS "
+                  f"{result['rss_mb']:.0f} MB")  # fmt: skip
+
+
+def measure_resume(work: Path) -> dict[str, float]:
+    out = subprocess.run(
+        [sys.executable, "-c",
+         "import json, resource, sys, time\n"
+         "from notifier.cli import cli\n"
+         "start = time.perf_counter()\n"
+         "try:\n    cli.main(['resume', '--concurrency', '16'], prog_name='notifier')\n"
+         "except SystemExit:\n    pass\n"
+         "u = resource.getrusage(resource.RUSAGE_SELF)\n"
+         "print(json.dumps({'seconds': time.perf_counter() - start, "
+         "'rss_mb': u.ru_maxrss / 1024}), file=sys.stderr)\n"],
+        cwd=work, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    result: dict[str, float] = json.loads(out.stderr.strip().splitlines()[-1])
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--million", action="store_true", help="plan/resume/status at 1M")
+    parser.add_argument("--send-million", action="store_true", help="also send all 1M (slow)")
+    parser.add_argument("--child")
+    parser.add_argument("--arg")
+    parser.add_argument("--items", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=1)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.arg, args.items, args.workers)
+        return
+    print(f"{os.cpu_count()} cores; >= {args.seconds:g} s per case; fresh process each")
+    rows = []
+    for latency in (0.0, 20.0):
+        sandbox, url = start_sandbox(latency)
+        try:
+            if latency == 0:
+                ceiling = measure("plain", url, 4000, 32)
+                print(f"sandbox ceiling (plain loop, concurrency 32, 0 ms): "
+                      f"{4000 / ceiling['seconds']:,.0f} items/s")  # fmt: skip
+            for workers in (1, 16):
+                rows.append(case(url, latency, workers, args.seconds))
+            if latency == 0:
+                with tempfile.TemporaryDirectory() as tmp:
+                    work = Path(tmp)
+                    write_batch(work / "batch.csv", 10_000)
+                    webhook_config(work, url)
+                    ten_k = measure("notifier", str(work), 10_000, 16)
+                if args.million or args.send_million:
+                    million(url, args.send_million)
+        finally:
+            sandbox.terminate()
+            sandbox.wait()
+    print()
+    print("| case | items | plain items/s | notifier items/s | ratio | plain CPU ms/item "
+          "| notifier CPU ms/item | CPU ratio |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['case']} | {r['items']:,} | {r['plain_rate']:,.0f} | "
+              f"{r['notifier_rate']:,.0f} | {r['rate_ratio']:.2f}x | {r['plain_cpu_ms']:.2f} | "
+              f"{r['notifier_cpu_ms']:.2f} | {r['cpu_ratio']:.2f}x |")  # fmt: skip
+    print(f"\npeak RSS of `send --concurrency 16`, 10k items: {ten_k['rss_mb']:.0f} MB")
+
+
+if __name__ == "__main__":
+    main()
