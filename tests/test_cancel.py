@@ -56,6 +56,7 @@ class SlowRelay:
     def __init__(self) -> None:
         self.mail_times: list[float] = []
         self.first_mail = threading.Event()
+        self.seconds = 1.0
 
     async def handle_MAIL(
         self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]
@@ -67,7 +68,7 @@ class SlowRelay:
         return "250 OK"
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(self.seconds)
         return "250 OK"
 
 
@@ -122,6 +123,29 @@ def test_no_message_starts_after_cancel_and_unstarted_items_are_released(
         assert by_seq[seq]["state"] == "pending" and by_seq[seq]["attempts"] == 0
         assert by_seq[seq]["pending_kind"] == "never_attempted"
     assert report["pending_detail"]["never_attempted"] == counts["pending"]
+
+
+def test_cancel_says_plainly_when_the_worker_does_not_confirm_in_time(
+    ws: Workspace, slow_relay: SlowRelay
+) -> None:
+    """A relay taking 4 s per message and `cancel --wait 0.5`: cancel exits 3 saying the worker
+    did not confirm in time; the worker then starts nothing more (only the message already in
+    progress reached the relay) and closes the run as cancelled."""
+    slow_relay.seconds = 4.0
+    ws.write_csv("batch.csv", make_rows(6))
+    worker = ws.popen("send", "batch.csv", "--channel", "mail", "--concurrency", "3")
+    try:
+        assert slow_relay.first_mail.wait(60)
+        cancelled = ws.invoke("cancel", "--wait", "0.5")
+        assert worker.wait(timeout=60) == 3
+    finally:
+        worker.kill()
+        worker.wait()
+    assert cancelled.exit_code == 3, cancelled.output
+    assert "did not confirm within 0.5s" in cancelled.output
+    assert len(slow_relay.mail_times) == 1
+    assert ws.query("SELECT state FROM runs") == [("cancelled",)]
+    assert ws.query("SELECT COUNT(*) FROM attempts WHERE outcome = 'not_started'") == [(2,)]
 
 
 # ---------------------------------------------------------------------- point 9
