@@ -20,7 +20,7 @@ from .channels import Channel, ChannelConfigError, build_channel
 from .config import Config
 from .lease import Lease, holder_alive
 from .plan import RUN_ID_PATTERN, Plan, make_plan, new_run_id
-from .reconcile import settle
+from .reconcile import settle, settle_doubts
 from .records import Run
 from .runner import EXIT_ATTENTION, EXIT_DONE, Runner, RunOptions, RunResult
 from .state_machine import FINISHED_RUN_STATES, ItemState, RunState
@@ -49,7 +49,8 @@ def open_store(env: Env, *, create: bool = False, readonly: bool = False) -> Sto
 
 
 def pick_run(store: Store, run_id: str | None, *, active_only: bool = False) -> Run:
-    """RUN_ID, or the newest run (for resume: the newest not completed or cancelled)."""
+    """RUN_ID, or the newest run (for resume and cancel: the newest not completed or
+    cancelled)."""
     if run_id is not None:
         try:
             return store.get_run(run_id)
@@ -59,7 +60,7 @@ def pick_run(store: Store, run_id: str | None, *, active_only: bool = False) -> 
             ) from None
     run = store.newest_run(exclude=FINISHED_RUN_STATES if active_only else ())
     if run is None:
-        what = "unfinished run to resume" if active_only else "run"
+        what = "unfinished run" if active_only else "run"
         raise AppError(f"{store.path}: there is no {what}. `notifier runs` lists the runs.", 2)
     return run
 
@@ -196,6 +197,14 @@ def take_lease(store: Store, run: Run, ttl_s: float) -> Iterator[Lease]:
     try:
         lease = Lease(store, run.run_id, ttl_s)
     except LeaseHeld as held:
+        if store.get_run(run.run_id).cancel_requested_at:
+            # A `cancel` holds the run for a moment while it closes it.
+            raise AppError(
+                f"run {run.run_id} was cancelled (by pid {held.owner.get('pid')}) before this "
+                f"process could start sending; nothing was sent by it. `notifier report "
+                f"{run.run_id}` shows the run.",
+                EXIT_ATTENTION,
+            ) from held
         raise AppError(
             f"run {run.run_id} is being worked by pid {held.owner.get('pid')} on "
             f"{held.owner.get('host')} (lease until {held.expires_at}). Wait for it to "
@@ -238,50 +247,79 @@ class CancelResult:
 
 
 def cancel(env: Env, run_id: str | None, wait_s: float) -> CancelResult:
+    """Returns once no request of the run can start any more (the worker moved the run to
+    cancelled, or there was no worker and this process did), or says that the worker did not
+    confirm in time (exit 3). A run that finished meanwhile is reported as it is."""
     store = open_store(env)
     try:
-        run = pick_run(store, run_id)
-        if run.state in FINISHED_RUN_STATES:
-            return CancelResult(
-                run,
-                _attention_code(store, run),
-                f"run {run.run_id} is already {run.state.value}; nothing to cancel.",
-            )
-        store.request_cancel(run.run_id)
-        run = _wait_for_worker(store, run.run_id, wait_s)
-        if run.state is not RunState.CANCELLED:
+        run = pick_run(store, run_id, active_only=True)
+        if run.state in FINISHED_RUN_STATES or not store.request_cancel(run.run_id):
+            return _already_finished(store, store.get_run(run.run_id))
+        deadline = time.monotonic() + wait_s
+        while True:
+            run = _wait_for_worker(store, run.run_id, deadline)
+            if run.state in FINISHED_RUN_STATES:
+                break
             if run.lease_owner and holder_alive(run.lease_owner, run.lease_expires_at):
                 return CancelResult(
                     run,
                     EXIT_ATTENTION,
-                    f"cancel recorded, but pid {run.lease_owner.get('pid')} is still finishing "
-                    f"after {wait_s:g}s; it claims nothing new. Check with `notifier status`.",
+                    f"run {run.run_id}: cancel recorded, but the worker (pid "
+                    f"{run.lease_owner.get('pid')} on {run.lease_owner.get('host')}) did not "
+                    f"confirm within {wait_s:g}s, so a request may still start until it does. "
+                    f"Check with `notifier status {run.run_id}`, or wait longer with "
+                    f"`notifier cancel {run.run_id} --wait 120`.",
                 )
-            run = _cancel_without_worker(env, store, run)
+            try:
+                run = _cancel_without_worker(env, store, run)
+                break
+            except LeaseHeld:
+                # A `send` or `resume` took the lease between our look and our take (e.g. a
+                # send that had just planned the run): it sees the flag; wait for it instead.
+                continue
+        if run.state is not RunState.CANCELLED:
+            return _already_finished(store, run)
+        counts = store.counts(run.run_id)
         message = f"run {run.run_id} cancelled."
+        if counts["unknown"]:
+            message += (
+                f" {counts['unknown']} item(s) may have been delivered and are unknown: settle "
+                f"them with `notifier reconcile --manual {run.run_id}`."
+            )
         return CancelResult(run, _attention_code(store, run), message)
     finally:
         store.close()
 
 
-def _wait_for_worker(store: Store, run_id: str, wait_s: float) -> Run:
-    deadline = time.monotonic() + wait_s
+def _already_finished(store: Store, run: Run) -> CancelResult:
+    return CancelResult(
+        run,
+        _attention_code(store, run),
+        f"run {run.run_id} is already {run.state.value}; nothing to cancel.",
+    )
+
+
+def _wait_for_worker(store: Store, run_id: str, deadline: float) -> Run:
     while True:
         run = store.get_run(run_id)
         live = run.lease_owner is not None and holder_alive(run.lease_owner, run.lease_expires_at)
-        if run.state is RunState.CANCELLED or not live or time.monotonic() >= deadline:
+        if run.state in FINISHED_RUN_STATES or not live or time.monotonic() >= deadline:
             return run
         time.sleep(0.05)
 
 
 def _cancel_without_worker(env: Env, store: Store, run: Run) -> Run:
-    """No live worker: settle what it left in flight by query, then mark the run cancelled."""
-    with (
-        run_channels(run, env.db_path.parent) as channels,
-        take_lease(store, run, env.config.lease_ttl_s) as lease,
-    ):
-        settle(store, run.run_id, channels, lease.version, include_unknown=True, say=env.say)
-        store.move_run(run.run_id, "cancel", lease.version)
+    """No live worker: settle what it left in flight (and every maybe-delivered item waiting
+    to retry) by query, then mark the run cancelled. Raises LeaseHeld if a worker took the
+    run meanwhile."""
+    with run_channels(run, env.db_path.parent) as channels:
+        lease = Lease(store, run.run_id, env.config.lease_ttl_s)
+        with lease:
+            if store.get_run(run.run_id).state in FINISHED_RUN_STATES:
+                return store.get_run(run.run_id)  # completed by a worker before our lease
+            settle(store, run.run_id, channels, lease.version, include_unknown=True, say=env.say)
+            settle_doubts(store, run.run_id, channels, lease.version, say=env.say)
+            store.move_run(run.run_id, "cancel", lease.version)
     return store.get_run(run.run_id)
 
 

@@ -13,7 +13,7 @@ from enum import StrEnum
 import tenacity
 
 from .channels import Channel, ChannelError, ErrorKind, Receipt
-from .records import Item, Outcome
+from .records import Item, Outcome, PendingKind
 from .state_machine import ItemState
 from .store import Store
 
@@ -148,3 +148,71 @@ def settle(
         say(settlement.line)
         settled.append(settlement)
     return settled
+
+
+def settle_doubts(
+    store: Store,
+    run_id: str,
+    channels: Mapping[str, Channel],
+    lease_version: int,
+    *,
+    say: Callable[[str], None],
+    wait: tenacity.wait.wait_base = QUERY_WAIT,
+) -> list[Settlement]:
+    """For `cancel`: every pending item whose last uncertain attempt may have been delivered
+    (it was waiting to retry on a channel that dedupes) is settled by query where the channel
+    can be queried, and otherwise becomes unknown: a cancelled run never reports a
+    maybe-delivered item as never attempted."""
+    kinds = store.pending_kinds(run_id)
+    doubtful = [seq for seq, kind in kinds.items() if kind is PendingKind.MAYBE_DELIVERED]
+    settled = []
+    for seq in doubtful:
+        item = store.item(run_id, seq)
+        settlement = _settle_doubt(item, channels[item.channel], wait)
+        outcome = settlement.outcome
+        assert outcome is not None  # every doubt ends in a move, unknown at worst
+        store.record(run_id, lease_version, [replace(outcome, expected=item.state)])
+        say(settlement.line)
+        settled.append(settlement)
+    return settled
+
+
+def _settle_doubt(item: Item, channel: Channel, wait: tenacity.wait.wait_base) -> Settlement:
+    head = f"item {item.seq} ({item.item_id}) key {item.idempotency_key}:"
+    answer = ask(channel, item, wait) if channel.queryable else None
+    if answer is not None and answer.finding is Finding.FOUND:
+        assert answer.receipt is not None
+        return Settlement(
+            item,
+            Outcome(
+                item.seq,
+                "found",
+                receipt_id=answer.receipt.receipt_id,
+                receipt_source="query",
+                evidence="query at cancel after an uncertain attempt",
+            ),
+            f"{head} receipt found → sent",
+        )
+    if answer is not None and answer.finding is Finding.CONFLICT:
+        return Settlement(
+            item,
+            Outcome(item.seq, "conflict", error=f"conflict: {answer.detail}"),
+            f"{head} CONFLICT: {answer.detail} → failed; never overwritten",
+        )
+    if answer is not None and answer.finding is Finding.NOT_FOUND:
+        return Settlement(
+            item,
+            Outcome(item.seq, "not_found", error=item.last_error),
+            f"{head} not found → nothing was delivered; stays pending (attempted, not sent)",
+        )
+    why = answer.detail if answer is not None else "the channel cannot be queried"
+    return Settlement(
+        item,
+        Outcome(
+            item.seq,
+            "doubt",
+            error=f"an earlier attempt may have been delivered; cancelled before a retry ({why})",
+        ),
+        f"{head} may have been delivered ({why}) → unknown. "
+        "Settle it with `notifier reconcile --manual`",
+    )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from .intent import Intent
@@ -80,6 +81,18 @@ class Outcome:
     # The state the caller saw the item in; the UPDATE is conditional on it still holding.
     expected: ItemState | None = None
     finished_at: str | None = None  # when the answer arrived (default: when recorded)
+
+
+# Attempt outcomes after which the request may have been processed downstream.
+MAYBE_DELIVERED_OUTCOMES = ("uncertain", "in_progress", "interrupted")
+
+
+class PendingKind(StrEnum):
+    """Why an item is pending: `pending` alone mixes never-tried items with retries."""
+
+    NEVER_ATTEMPTED = "never_attempted"
+    RETRY_WAITING = "retry_waiting"  # attempted; known not delivered (429, refused, not found)
+    MAYBE_DELIVERED = "maybe_delivered"  # attempted; an uncertain attempt is not disproven
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .lease import holder_alive
-from .records import Run
+from .records import PendingKind, Run
 from .state_machine import ItemState, RunState
 from .store import Store
 
@@ -29,6 +29,7 @@ ITEM_FIELDS = (
     "last_error",
     "receipt_source",
     "evidence",
+    "pending_kind",
 )
 # A spreadsheet runs a cell starting with one of these as a formula (CSV injection).
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
@@ -39,8 +40,18 @@ def build(store: Store, run: Run, *, attention_only: bool = False) -> dict[str, 
     """The report object of the CLI contract (DESIGN section 8). With `attention_only` (the
     table), only the items someone has to look at are read: a 100k-item run stays quick."""
     receipts = {} if attention_only else store.receipt_evidence(run.run_id)
+    # `pending` alone would call a retry that may have been delivered "never attempted".
+    kinds = store.pending_kinds(run.run_id)
+    if attention_only:
+        doubtful = [s for s, k in kinds.items() if k is PendingKind.MAYBE_DELIVERED]
+        chosen = sorted(
+            [*store.items(run.run_id, _ATTENTION), *(store.item(run.run_id, s) for s in doubtful)],
+            key=lambda i: i.seq,
+        )
+    else:
+        chosen = list(store.items(run.run_id))
     items = []
-    for item in store.items(run.run_id, _ATTENTION if attention_only else None):
+    for item in chosen:
         source, evidence = receipts.get(item.seq, (None, None))
         items.append(
             {
@@ -56,8 +67,11 @@ def build(store: Store, run: Run, *, attention_only: bool = False) -> dict[str, 
                 "last_error": item.last_error,
                 "receipt_source": source,
                 "evidence": evidence,
+                "pending_kind": _pending_kind(item.state, kinds.get(item.seq)),
             }
         )
+    counts = store.counts(run.run_id)
+    attempted = list(kinds.values())
     return {
         "run_id": run.run_id,
         "state": effective_state(run).value,
@@ -67,7 +81,13 @@ def build(store: Store, run: Run, *, attention_only: bool = False) -> dict[str, 
         "stop_reason": run.stop_reason,
         "paused_until": run.paused_until,
         "cancel_requested_at": run.cancel_requested_at,
-        "counts": store.counts(run.run_id),
+        "counts": counts,
+        # Added to the contract's keys: the `pending` count split by why it is pending.
+        "pending_detail": {
+            PendingKind.NEVER_ATTEMPTED.value: counts["pending"] - len(attempted),
+            PendingKind.RETRY_WAITING.value: attempted.count(PendingKind.RETRY_WAITING),
+            PendingKind.MAYBE_DELIVERED.value: attempted.count(PendingKind.MAYBE_DELIVERED),
+        },
         "items": items,
         "decisions": [
             {
@@ -81,6 +101,12 @@ def build(store: Store, run: Run, *, attention_only: bool = False) -> dict[str, 
             for d in store.decisions(run.run_id)
         ],
     }
+
+
+def _pending_kind(state: ItemState, kind: PendingKind | None) -> str | None:
+    if state is not ItemState.PENDING:
+        return None
+    return (kind or PendingKind.NEVER_ATTEMPTED).value
 
 
 def effective_state(run: Run) -> RunState:
@@ -131,7 +157,17 @@ def render_table(report: dict[str, Any], console: Console) -> None:
         )
     )
     console.print(summary)
-    attention = [i for i in report["items"] if i["state"] in _ATTENTION]
+    detail = report["pending_detail"]
+    console.print(
+        f"pending: {detail['never_attempted']} never attempted, {detail['retry_waiting']} "
+        f"attempted and not delivered (waiting to retry), {detail['maybe_delivered']} "
+        "attempted and maybe delivered (waiting to retry)"
+    )
+    attention = [
+        i
+        for i in report["items"]
+        if i["state"] in _ATTENTION or i["pending_kind"] == PendingKind.MAYBE_DELIVERED.value
+    ]
     if attention:
         table = Table(title="items needing attention", show_header=True, header_style="bold")
         for name in ("seq", "id", "to", "state", "attempts", "idempotency_key", "last_error"):
@@ -141,7 +177,7 @@ def render_table(report: dict[str, Any], console: Console) -> None:
                 str(i["seq"]),
                 i["id"],
                 i["to"],
-                i["state"],
+                i["state"] if i["state"] != "pending" else f"pending ({i['pending_kind']})",
                 str(i["attempts"]),
                 i["idempotency_key"],
                 i["last_error"] or "",

@@ -18,10 +18,10 @@ from datetime import datetime
 from . import clock
 from .channels import Channel, ChannelError, ErrorKind, Receipt
 from .crash import CrashPlan
-from .reconcile import Finding, ask, settle
-from .records import Item, Outcome
+from .reconcile import Finding, ask, settle, settle_doubts
+from .records import Item, Outcome, PendingKind
 from .retry import Action, RetryPolicy
-from .state_machine import ItemState, RunState
+from .state_machine import FINISHED_RUN_STATES, ItemState, RunState
 from .store import LeaseLost, Store
 
 EXIT_DONE = 0
@@ -39,6 +39,17 @@ class RunOptions:
     concurrency: int = 1
     max_wait_s: float = 600.0
     unknown_streak_limit: int = 5
+
+
+@dataclass(frozen=True)
+class NotStarted:
+    """A claimed item that `_may_start` held back: no request left for it."""
+
+    reason: str
+
+
+# What one send slot produced: an answer, an error, or no request at all.
+Sent = Receipt | ChannelError | NotStarted
 
 
 @dataclass
@@ -89,6 +100,8 @@ class Runner:
             for name, channel in channels.items()
             if not getattr(channel, "thread_safe", False)
         }
+        # The send threads read the cancel flag through the runner's one connection.
+        self._flags_lock = threading.Lock()
         self._pool = (
             ThreadPoolExecutor(options.concurrency, thread_name_prefix="send")
             if options.concurrency > 1
@@ -106,6 +119,15 @@ class Runner:
 
     def _run(self) -> RunResult:
         run = self.store.get_run(self.run_id)
+        if run.state in FINISHED_RUN_STATES:
+            # A `cancel` (or another process) finished the run between our plan or read and
+            # our lease: there is nothing to send, and no move is legal any more.
+            return RunResult(
+                EXIT_ATTENTION if run.state is RunState.CANCELLED else EXIT_DONE,
+                run.state,
+                f"run {self.run_id} is already {run.state.value}; nothing was sent by this "
+                f"process. `notifier report {self.run_id}` shows the run.",
+            )
         if run.state in (RunState.PLANNED, RunState.APPROVED):
             self.store.move_run(self.run_id, "start", self.lease_version)
         elif run.state in (RunState.PAUSED, RunState.HALTED):
@@ -176,13 +198,19 @@ class Runner:
         return None
 
     def finish_cancel(self) -> RunResult:
+        # Items waiting to retry after an uncertain attempt may have been delivered: settle
+        # them by query, or make them unknown, before the run is closed.
+        settle_doubts(self.store, self.run_id, self.channels, self.lease_version, say=self.p.say)
         self.store.move_run(self.run_id, "cancel", self.lease_version)
         counts = self.store.counts(self.run_id)
+        kinds = list(self.store.pending_kinds(self.run_id).values())
+        never = counts["pending"] - len(kinds)
         return RunResult(
             EXIT_ATTENTION,
             RunState.CANCELLED,
             f"cancelled: {counts['sent']} sent, {counts['unknown']} unknown, "
-            f"{counts['pending']} never attempted, {counts['failed']} failed.",
+            f"{never} never attempted, {kinds.count(PendingKind.RETRY_WAITING)} attempted but "
+            f"not delivered, {counts['failed']} failed.",
         )
 
     # ------------------------------------------------------------------ one window
@@ -208,16 +236,29 @@ class Runner:
         for outcome in outcomes:
             self._after(outcome)
 
-    def _send_all(self, window: list[Item]) -> list[tuple[Receipt | ChannelError, datetime]]:
+    def _send_all(self, window: list[Item]) -> list[tuple[Sent, datetime]]:
         if self._pool is None or len(window) == 1:
             return [self._send_one(item) for item in window]
         return list(self._pool.map(self._send_one, window))
 
-    def _send_one(self, item: Item) -> tuple[Receipt | ChannelError, datetime]:
+    def _may_start(self, item: Item) -> str | None:
+        """Why `item` must not start now, or None. Called inside the channel lock right before
+        the send, so an item queued behind a slow request is checked at the moment it would
+        start, not when its window was claimed."""
+        with self._flags_lock:
+            cancel_requested_at, _ = self.store.run_flags(self.run_id)
+        if cancel_requested_at:
+            return f"cancel requested at {cancel_requested_at}"
+        return None
+
+    def _send_one(self, item: Item) -> tuple[Sent, datetime]:
         """The result and the moment it arrived: waits (Retry-After) count from then."""
-        result: Receipt | ChannelError
+        result: Sent
         try:
             with self._locks.get(item.channel) or nullcontext():
+                reason = self._may_start(item)
+                if reason is not None:
+                    return NotStarted(reason), clock.now()
                 result = self.channels[item.channel].send(item.intent())
         except ChannelError as exc:
             result = exc
@@ -225,8 +266,12 @@ class Runner:
             result = ChannelError(ErrorKind.UNCERTAIN, f"unexpected {type(exc).__name__}: {exc}")
         return result, clock.now()
 
-    def _judge(self, item: Item, result: Receipt | ChannelError, at: datetime) -> Outcome:
+    def _judge(self, item: Item, result: Sent, at: datetime) -> Outcome:
         """Turn one send result into the item's next state (DESIGN section 7)."""
+        if isinstance(result, NotStarted):
+            # Nothing left: back to pending, its attempt closed as not started, and it counts
+            # as never attempted (store.record gives the attempt back).
+            return Outcome(item.seq, "release", "not_started")
         if isinstance(result, Receipt):
             if result.intent_digest and result.intent_digest != item.intent_digest:
                 return Outcome(
@@ -334,7 +379,10 @@ class Runner:
     def _elapsed(self, item: Item) -> float:
         if item.attempts <= 1:
             return 0.0
-        first = self.store.attempts(self.run_id, item.seq)[0].started_at
+        started = [
+            a for a in self.store.attempts(self.run_id, item.seq) if a.outcome != "not_started"
+        ]
+        first = started[0].started_at
         return (clock.now() - clock.parse(first)).total_seconds()
 
     def _may_have_reached(self, item: Item) -> bool:

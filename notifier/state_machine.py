@@ -43,9 +43,14 @@ ITEM_TRANSITIONS = [
     ("retry_later", _I.IN_FLIGHT, _I.PENDING),
     ("give_up", _I.IN_FLIGHT, _I.FAILED),
     ("lose", _I.IN_FLIGHT, _I.UNKNOWN),
-    ("found", [_I.IN_FLIGHT, _I.UNKNOWN], _I.SENT),
-    ("not_found", [_I.IN_FLIGHT, _I.UNKNOWN], _I.PENDING),
-    ("conflict", [_I.IN_FLIGHT, _I.UNKNOWN], _I.FAILED),
+    # Claimed but never started (a cancel seen right before the send): never attempted.
+    ("release", _I.IN_FLIGHT, _I.PENDING),
+    # Pending items whose last attempt may have been delivered (waiting to retry on a channel
+    # that dedupes) are settled by `cancel`: by query where possible, else they become unknown.
+    ("found", [_I.IN_FLIGHT, _I.UNKNOWN, _I.PENDING], _I.SENT),
+    ("not_found", [_I.IN_FLIGHT, _I.UNKNOWN, _I.PENDING], _I.PENDING),
+    ("conflict", [_I.IN_FLIGHT, _I.UNKNOWN, _I.PENDING], _I.FAILED),
+    ("doubt", _I.PENDING, _I.UNKNOWN),
     ("mark_sent", _I.UNKNOWN, _I.SENT),
     ("mark_not_sent", _I.UNKNOWN, _I.PENDING),
     ("abandon", _I.UNKNOWN, _I.FAILED),

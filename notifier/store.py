@@ -23,10 +23,12 @@ from sqlite_utils import Database
 
 from . import clock
 from .records import (
+    MAYBE_DELIVERED_OUTCOMES,
     Attempt,
     Decision,
     Item,
     Outcome,
+    PendingKind,
     Run,
     item_from_row,
     run_from_row,
@@ -34,6 +36,7 @@ from .records import (
 from .schema import APPLICATION_ID, migrations, stored_content_fingerprint
 from .state_machine import (
     ACTIVE_ITEM_STATES,
+    FINISHED_RUN_STATES,
     ItemState,
     RunState,
     item_next,
@@ -429,10 +432,13 @@ class Store:
                     attempts=item.attempts + 1,
                     next_attempt_at=None,
                 )
+                # n counts attempt rows, not the item's attempts: a released attempt (claimed,
+                # never started) keeps its row but is not counted as an attempt.
                 self.conn.execute(
                     "INSERT INTO attempts (run_id, seq, n, started_at, waited_s) "
-                    "VALUES (?, ?, ?, ?, ?)",
-                    (run_id, item.seq, item.attempts + 1, at, waited),
+                    "SELECT ?, ?, COALESCE(MAX(n), 0) + 1, ?, ? FROM attempts "
+                    "WHERE run_id = ? AND seq = ?",
+                    (run_id, item.seq, at, waited, run_id, item.seq),
                 )
                 claimed.append(
                     replace(
@@ -481,6 +487,14 @@ class Store:
                 "FROM items WHERE run_id = ? AND seq = ?",
                 (o.receipt_id, o.receipt_source, o.evidence, at, run_id, o.seq),
             )
+        if o.trigger == "release":
+            # Claimed but never started: it does not count as an attempt (the move below is
+            # conditional on in_flight, so a lost race rolls this back too).
+            self.conn.execute(
+                "UPDATE items SET attempts = attempts - 1 WHERE run_id = ? AND seq = ? "
+                "AND state = 'in_flight' AND attempts > 0",
+                (run_id, o.seq),
+            )
         current = o.expected
         if current is None:
             (state,) = self.conn.execute(
@@ -519,16 +533,21 @@ class Store:
                 run_id, Outcome(seq, trigger, receipt_source=source, evidence=evidence), at
             )
 
-    def request_cancel(self, run_id: str) -> str:
+    def request_cancel(self, run_id: str) -> bool:
+        """Flag the run for cancel; False (nothing written) when it already finished, e.g. a
+        worker completed it between the caller's read and this write."""
         at = clock.now_iso()
+        finished = ", ".join(f"'{s.value}'" for s in FINISHED_RUN_STATES)
         with self._write():
-            self.conn.execute(
+            cursor = self.conn.execute(
                 "UPDATE runs SET cancel_requested_at = COALESCE(cancel_requested_at, ?), "
-                "updated_at = ? WHERE run_id = ?",
+                f"updated_at = ? WHERE run_id = ? AND state NOT IN ({finished})",
                 (at, at, run_id),
             )
+            if cursor.rowcount != 1:
+                return False
             self._event(run_id, "cancel_requested", None, None, at)
-        return at
+        return True
 
     # ---------------------------------------------------------------- leases
 
@@ -685,6 +704,26 @@ class Store:
                 "= 'throttled' GROUP BY i.channel",
                 (run_id,),
             )
+        }
+
+    def pending_kinds(self, run_id: str) -> dict[int, PendingKind]:
+        """seq → kind for every pending item that was attempted (the others were never
+        attempted). An attempt whose outcome was uncertain (timeout, 5xx, 409 in progress,
+        a stop mid-request) may have been delivered unless a later query (`not_found`) or an
+        operator (`mark_not_sent`) proved otherwise; a throttled or refused one was not."""
+        maybe = ", ".join(f"'{o}'" for o in MAYBE_DELIVERED_OUTCOMES)
+        rows = self.conn.execute(
+            "SELECT i.seq, EXISTS (SELECT 1 FROM attempts a WHERE a.run_id = i.run_id "
+            f"AND a.seq = i.seq AND a.outcome IN ({maybe}) AND NOT EXISTS (SELECT 1 FROM "
+            "events e WHERE e.run_id = i.run_id AND e.item_seq = i.seq "
+            "AND e.kind IN ('not_found', 'mark_not_sent') AND e.at >= a.finished_at)) "
+            f"FROM items i WHERE i.run_id = ? AND {_ACTIVE} AND i.state = 'pending' "
+            "AND i.attempts > 0",
+            (run_id,),
+        )
+        return {
+            seq: PendingKind.MAYBE_DELIVERED if maybe_delivered else PendingKind.RETRY_WAITING
+            for seq, maybe_delivered in rows
         }
 
     def pending_by_channel(self, run_id: str) -> list[tuple[str, str | None]]:

@@ -48,6 +48,11 @@ def test_design_table_for_items() -> None:
         ("mark_sent", "unknown"): "sent",
         ("mark_not_sent", "unknown"): "pending",
         ("abandon", "unknown"): "failed",
+        ("release", "in_flight"): "pending",
+        ("found", "pending"): "sent",
+        ("not_found", "pending"): "pending",
+        ("conflict", "pending"): "failed",
+        ("doubt", "pending"): "unknown",
     }
 
 

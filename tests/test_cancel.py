@@ -1,0 +1,351 @@
+"""Cancel, precisely (issue 7 points 8 and 9, and its races): no request starts after the
+worker saw the cancel, "never attempted" is true, maybe-delivered retries are settled or
+reported unknown, and a cancel racing a completion or a starting send never exits 1."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import SMTP, Envelope, Session
+
+from notifier import clock
+from notifier.sandbox import Faults, Sandbox
+from notifier.store import Store
+
+from .conftest import Workspace, free_port, make_rows
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.02)
+
+
+def configure_hooks(ws: Workspace, sandbox: Sandbox, *, query: bool, retry: str = "") -> None:
+    status = f'status_url = "{sandbox.url}/notifications/{{key}}"\n' if query else ""
+    (ws.path / "notifier.toml").write_text(
+        f'[channels.hooks]\ntype = "webhook"\nurl = "{sandbox.notifications_url}"\n'
+        f"{status}idempotent = true\ntimeout = 2\n{retry}"
+    )
+
+
+def finished_attempts(ws: Workspace) -> int:
+    try:
+        return int(ws.query("SELECT COUNT(*) FROM attempts WHERE finished_at IS NOT NULL")[0][0])
+    except Exception:  # the worker may not have created the file yet
+        return 0
+
+
+# ---------------------------------------------------------------------- point 8
+
+
+class SlowRelay:
+    """An SMTP relay that takes 1 s per message, noting when each MAIL command arrived."""
+
+    def __init__(self) -> None:
+        self.mail_times: list[float] = []
+        self.first_mail = threading.Event()
+        self.seconds = 1.0
+
+    async def handle_MAIL(
+        self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]
+    ) -> str:
+        self.mail_times.append(time.time())
+        self.first_mail.set()
+        envelope.mail_from = address
+        envelope.mail_options.extend(options)
+        return "250 OK"
+
+    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
+        await asyncio.sleep(self.seconds)
+        return "250 OK"
+
+
+@pytest.fixture
+def slow_relay(ws: Workspace) -> Iterator[SlowRelay]:
+    handler = SlowRelay()
+    port = free_port()
+    controller = Controller(handler, hostname="127.0.0.1", port=port)
+    controller.start()
+    (ws.path / "notifier.toml").write_text(
+        f'[channels.mail]\ntype = "smtp"\nhost = "127.0.0.1"\nport = {port}\n'
+        'sender = "ops@example.com"\ntimeout = 30\n'
+    )
+    try:
+        yield handler
+    finally:
+        controller.stop()
+
+
+def test_no_message_starts_after_cancel_and_unstarted_items_are_released(
+    ws: Workspace, slow_relay: SlowRelay
+) -> None:
+    """With a 1 s relay and --concurrency 4, a cancel during the first window: no MAIL reaches
+    the relay after cancel returned, at most the one that had passed its check as the cancel
+    landed starts after the request, and the claimed-but-unstarted items are back to pending,
+    reported never attempted, each with an attempt closed as not_started."""
+    ws.write_csv("batch.csv", make_rows(12))
+    worker = ws.popen("send", "batch.csv", "--channel", "mail", "--concurrency", "4")
+    try:
+        assert slow_relay.first_mail.wait(60)
+        cancelled = ws.invoke("cancel", "--report", "--format", "json")
+        returned = time.time()
+        time.sleep(2.5)  # longer than one message takes: anything still queued would show
+        assert worker.wait(timeout=60) == 3
+    finally:
+        worker.kill()
+        worker.wait()
+    assert cancelled.exit_code == 0, cancelled.output
+    report = json.loads(cancelled.stdout)
+    requested = clock.parse(report["cancel_requested_at"]).timestamp()
+    assert [t for t in slow_relay.mail_times if t > returned] == []
+    assert len([t for t in slow_relay.mail_times if t > requested]) <= 1
+    counts = report["counts"]
+    assert report["state"] == "cancelled" and counts["in_flight"] == counts["unknown"] == 0
+    assert counts["sent"] == len(slow_relay.mail_times)
+    released = {
+        seq for (seq,) in ws.query("SELECT seq FROM attempts WHERE outcome = 'not_started'")
+    }
+    assert released, "the cancel landed while items of the window were still queued"
+    by_seq = {i["seq"]: i for i in report["items"]}
+    for seq in released:
+        assert by_seq[seq]["state"] == "pending" and by_seq[seq]["attempts"] == 0
+        assert by_seq[seq]["pending_kind"] == "never_attempted"
+    assert report["pending_detail"]["never_attempted"] == counts["pending"]
+
+
+def test_cancel_says_plainly_when_the_worker_does_not_confirm_in_time(
+    ws: Workspace, slow_relay: SlowRelay
+) -> None:
+    """A relay taking 4 s per message and `cancel --wait 0.5`: cancel exits 3 saying the worker
+    did not confirm in time; the worker then starts nothing more (only the message already in
+    progress reached the relay) and closes the run as cancelled."""
+    slow_relay.seconds = 4.0
+    ws.write_csv("batch.csv", make_rows(6))
+    worker = ws.popen("send", "batch.csv", "--channel", "mail", "--concurrency", "3")
+    try:
+        assert slow_relay.first_mail.wait(60)
+        cancelled = ws.invoke("cancel", "--wait", "0.5")
+        assert worker.wait(timeout=60) == 3
+    finally:
+        worker.kill()
+        worker.wait()
+    assert cancelled.exit_code == 3, cancelled.output
+    assert "did not confirm within 0.5s" in cancelled.output
+    assert len(slow_relay.mail_times) == 1
+    assert ws.query("SELECT state FROM runs") == [("cancelled",)]
+    assert ws.query("SELECT COUNT(*) FROM attempts WHERE outcome = 'not_started'") == [(2,)]
+
+
+# ---------------------------------------------------------------------- point 9
+
+SLOW_RETRY = "[retry]\nmax_attempts = 5\nbackoff_base = 60\nbackoff_max = 60\n"
+
+
+def send_until_waiting(ws: Workspace, sandbox: Sandbox, attempts: int) -> subprocess.Popen[str]:
+    """A worker that made `attempts` attempts and now waits (a backoff or a Retry-After)."""
+    ws.write_csv("batch.csv", make_rows(3))
+    worker = ws.popen("send", "batch.csv", "--channel", "hooks")
+    wait_for(lambda: finished_attempts(ws) >= attempts)
+    return worker
+
+
+@pytest.mark.parametrize("query", [False, True], ids=["not-queryable", "queryable"])
+def test_cancel_settles_maybe_delivered_retries(ws: Workspace, query: bool) -> None:
+    """Every answer is lost after the downstream committed (idempotent channel, so each item
+    waits to retry): cancel never calls them "never attempted". A queryable channel settles
+    them as sent by query (exit 0); otherwise they become unknown and cancel exits 3."""
+    with Sandbox(faults=Faults(drop_rate=1.0)) as sandbox:
+        configure_hooks(ws, sandbox, query=query, retry=SLOW_RETRY)
+        worker = send_until_waiting(ws, sandbox, 3)
+        try:
+            cancelled = ws.run("cancel", "--report", "--format", "json")
+            assert worker.wait(timeout=60) == 3
+        finally:
+            worker.kill()
+            worker.wait()
+        assert sandbox.stats()["totals"]["commits"] == 3
+    report = json.loads(cancelled.stdout)
+    counts = report["counts"]
+    assert report["pending_detail"] == {
+        "never_attempted": 0,
+        "retry_waiting": 0,
+        "maybe_delivered": 0,
+    }
+    if query:
+        assert cancelled.returncode == 0, cancelled.stderr
+        assert (counts["sent"], counts["pending"], counts["unknown"]) == (3, 0, 0)
+        assert {i["receipt_source"] for i in report["items"]} == {"query"}
+    else:
+        assert cancelled.returncode == 3, cancelled.stderr
+        assert (counts["sent"], counts["pending"], counts["unknown"]) == (0, 0, 3)
+        assert all("may have been delivered" in i["last_error"] for i in report["items"])
+
+
+def test_throttled_and_waiting_is_attempted_not_never_attempted(ws: Workspace) -> None:
+    """A 429 with a long Retry-After on item 1 gates the channel; cancel reports item 1 as
+    attempted and not delivered (retry_waiting), items 2-3 as never attempted, exit 0."""
+    with Sandbox(faults=Faults(throttle_rate=1.0, retry_after=120)) as sandbox:
+        configure_hooks(ws, sandbox, query=True)
+        worker = send_until_waiting(ws, sandbox, 1)
+        try:
+            cancelled = ws.run("cancel", "--report", "--format", "json")
+            assert worker.wait(timeout=60) == 3
+        finally:
+            worker.kill()
+            worker.wait()
+    assert cancelled.returncode == 0, cancelled.stderr
+    report = json.loads(cancelled.stdout)
+    assert report["counts"]["pending"] == 3
+    assert report["pending_detail"] == {
+        "never_attempted": 2,
+        "retry_waiting": 1,
+        "maybe_delivered": 0,
+    }
+    kinds = {i["seq"]: i["pending_kind"] for i in report["items"]}
+    assert kinds == {1: "retry_waiting", 2: "never_attempted", 3: "never_attempted"}
+    csv_report = ws.invoke("report", "--format", "csv").output.splitlines()
+    assert csv_report[0].endswith(",pending_kind") and csv_report[1].endswith(",retry_waiting")
+
+
+def test_cancel_without_run_id_picks_the_newest_active_run(ws: Workspace) -> None:
+    """An older run left running by a crash, then a newer run that completed: `cancel` with no
+    RUN_ID cancels the older, unfinished one, not the completed one."""
+    with Sandbox() as sandbox:
+        configure_hooks(ws, sandbox, query=True)
+        ws.write_csv("old.csv", make_rows(3))
+        crashed = ws.run("send", "old.csv", "--channel", "hooks",
+                         env={"NOTIFIER_CRASH_AT": "after-receipt:1"})  # fmt: skip
+        assert crashed.returncode == 137
+        ws.write_csv("new.csv", make_rows(3, start=10))
+        assert ws.run("send", "new.csv", "--channel", "hooks").returncode == 0
+        cancelled = ws.invoke("cancel")
+    assert cancelled.exit_code == 0, cancelled.output
+    states = dict(ws.query("SELECT batch_path, state FROM runs"))
+    assert states == {"old.csv": "cancelled", "new.csv": "completed"}
+
+
+# ---------------------------------------------------------------------- races
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_cancel_racing_a_completion_reports_the_completed_run(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch, when: str
+) -> None:
+    """A worker completes the run just before or just after cancel writes its request (forced
+    here by completing it around Store.request_cancel): cancel says the run is already
+    completed and exits 0, never an illegal move (exit 1); the run stays completed."""
+    with Sandbox() as sandbox:
+        configure_hooks(ws, sandbox, query=True)
+        ws.write_csv("batch.csv", make_rows(3))
+        crashed = ws.run("send", "batch.csv", "--channel", "hooks",
+                         env={"NOTIFIER_CRASH_AT": "after-receipt:3"})  # fmt: skip
+        assert crashed.returncode == 137  # every item sent, run left `running`
+    (run_id,) = ws.query("SELECT run_id FROM runs")[0]
+    original = Store.request_cancel
+
+    def complete() -> None:
+        other = Store.open(ws.db)
+        try:
+            other.move_run(run_id, "complete")
+        finally:
+            other.close()
+
+    def racing(self: Store, rid: str) -> Any:
+        if when == "before":
+            complete()
+        result = original(self, rid)
+        if when == "after":
+            complete()
+        return result
+
+    monkeypatch.setattr(Store, "request_cancel", racing)
+    cancelled = ws.invoke("cancel")
+    assert cancelled.exit_code == 0, cancelled.output
+    assert "already completed" in cancelled.output
+    assert ws.query("SELECT state FROM runs") == [("completed",)]
+
+
+CANCEL_AS_SOON_AS_PLANNED = """
+import sqlite3, sys, time
+from notifier.cli import cli
+db = sys.argv[1]
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            if conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0]:
+                break
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        pass
+    time.sleep(0.001)
+cli(["--db", db, "cancel"])
+"""
+
+
+def test_cancel_racing_a_starting_send_never_exits_1(ws: Workspace) -> None:
+    """A cancel that fires the moment a `send` has stored its plan (run still planned, the
+    lease about to be taken) lands in each trial on one side of the race or the other; neither
+    process exits 1 (illegal move, lost race) or 4, and the run ends cancelled or completed."""
+    with Sandbox() as sandbox:
+        configure_hooks(ws, sandbox, query=True)
+        for trial in range(6):
+            ws.write_csv(f"batch{trial}.csv", make_rows(5, start=100 * trial))
+            canceller = subprocess.Popen(
+                [sys.executable, "-c", CANCEL_AS_SOON_AS_PLANNED, str(ws.db)],
+                cwd=ws.path,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            time.sleep(0.5 + 0.1 * trial)  # the canceller is polling before the send starts
+            sender = ws.run("send", f"batch{trial}.csv", "--channel", "hooks")
+            out, err = canceller.communicate(timeout=60)
+            assert sender.returncode in (0, 3), sender.stdout + sender.stderr
+            assert canceller.returncode in (0, 3), out + err
+            assert "internal error" not in sender.stderr + err
+            (state,) = ws.query("SELECT state FROM runs WHERE batch_path = ?",
+                                (f"batch{trial}.csv",))[0]  # fmt: skip
+            assert state in ("cancelled", "completed")
+            ws.db.unlink()
+            for suffix in ("-wal", "-shm"):
+                ws.path.joinpath(f"receipts.db{suffix}").unlink(missing_ok=True)
+
+
+def test_send_whose_run_was_cancelled_before_it_took_the_lease(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other side of that race, forced: a `cancel` process closes the run right after
+    `send` stored its plan and before it takes the lease. The send then finds the run
+    cancelled, sends nothing and exits 3 (not 1); the cancel exited 0."""
+    original = Store.create_run
+    cancels: list[subprocess.CompletedProcess[str]] = []
+
+    def planned_then_cancelled(self: Store, run: dict[str, Any], items: Any) -> None:
+        original(self, run, items)
+        cancels.append(ws.run("cancel"))
+
+    with Sandbox() as sandbox:
+        configure_hooks(ws, sandbox, query=True)
+        ws.write_csv("batch.csv", make_rows(3))
+        monkeypatch.setattr(Store, "create_run", planned_then_cancelled)
+        sent = ws.invoke("send", "batch.csv", "--channel", "hooks")
+        assert sandbox.stats()["totals"]["requests"] == 0
+    assert [c.returncode for c in cancels] == [0], cancels[0].stderr
+    assert sent.exit_code == 3, sent.output
+    assert "already cancelled; nothing was sent" in sent.output
+    assert ws.query("SELECT state FROM runs") == [("cancelled",)]
