@@ -335,8 +335,10 @@ def test_send_whose_run_was_cancelled_before_it_took_the_lease(
     original = Store.create_run
     cancels: list[subprocess.CompletedProcess[str]] = []
 
-    def planned_then_cancelled(self: Store, run: dict[str, Any], items: Any) -> None:
-        original(self, run, items)
+    def planned_then_cancelled(
+        self: Store, run: dict[str, Any], items: Any, **options: Any
+    ) -> None:
+        original(self, run, items, **options)
         cancels.append(ws.run("cancel"))
 
     with Sandbox() as sandbox:
