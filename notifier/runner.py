@@ -31,7 +31,7 @@ EXIT_INTERRUPTED = 130
 POLL_S = 0.2
 # Attempt outcomes that prove the request never reached the downstream (or was seen and
 # refused unprocessed, 429/503); any other earlier attempt may have delivered.
-NEVER_REACHED = frozenset({ErrorKind.NOT_SENT.value, ErrorKind.THROTTLED.value})
+NEVER_REACHED = frozenset({ErrorKind.NOT_SENT.value, ErrorKind.THROTTLED.value, "not_started"})
 
 
 @dataclass(frozen=True)
@@ -390,8 +390,10 @@ class Runner:
         replayed answer is the normal dedupe of our own earlier request."""
         if item.attempts <= 1:
             return False
+        # Finished attempts only: the open one is the attempt being judged. Attempt numbers
+        # are not item.attempts (a released, never-started attempt keeps its row).
         return any(
-            a.n < item.attempts and a.outcome not in NEVER_REACHED
+            a.finished_at is not None and a.outcome not in NEVER_REACHED
             for a in self.store.attempts(self.run_id, item.seq)
         )
 
