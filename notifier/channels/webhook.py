@@ -20,7 +20,7 @@ from standardwebhooks import Webhook
 
 from .. import __version__
 from ..intent import Intent
-from .base import ChannelConfigError, ChannelError, ErrorKind, Receipt
+from .base import ChannelConfigError, ChannelError, ErrorKind, Receipt, bounded_wait
 
 DEFAULT_TIMEOUT_S = 10.0
 
@@ -80,8 +80,10 @@ class WebhookChannel:
             response = self._client.post(self.url, content=body.encode("utf-8"), headers=headers)
         except (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout) as exc:
             raise ChannelError(ErrorKind.NOT_SENT, f"{self.url}: cannot connect ({exc})") from exc
-        except httpx2.TransportError as exc:
-            # The request (or part of it) left: the receiver may have acted on it.
+        except (httpx2.HTTPError, httpx2.StreamError) as exc:
+            # The request (or part of it) left: the receiver may have acted on it. This also
+            # covers an answer that cannot be read (httpx2.DecodingError, a broken
+            # Content-Encoding, is not a TransportError): an unreadable answer proves nothing.
             raise ChannelError(
                 ErrorKind.UNCERTAIN, f"{self.url}: {type(exc).__name__} after sending ({exc})"
             ) from exc
@@ -94,8 +96,11 @@ class WebhookChannel:
         url = self.status_url.replace("{key}", key)
         try:
             response = self._client.get(url, headers={"Accept": "application/json"})
-        except httpx2.TransportError as exc:
-            raise ChannelError(ErrorKind.UNCERTAIN, f"{url}: query failed ({exc})") from exc
+        except (httpx2.HTTPError, httpx2.StreamError) as exc:
+            # Unreachable, or an answer that cannot be decoded: either way, nothing is proven.
+            raise ChannelError(
+                ErrorKind.UNCERTAIN, f"{url}: query failed ({type(exc).__name__}: {exc})"
+            ) from exc
         if response.status_code == 404:
             return None
         if response.status_code != 200:
@@ -129,19 +134,19 @@ def classify_status(status: int) -> ErrorKind | None:
 
 def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
     """Retry-After as delay-seconds or an HTTP-date (RFC 9110 §10.2.3); None if absent or
-    unreadable."""
+    unreadable; bounded to MAX_RETRY_AFTER_S, however large the value."""
     if value is None or not value.strip():
         return None
     value = value.strip()
     if value.isdigit():
-        return float(value)
+        return bounded_wait(float(value))
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+    return bounded_wait((when - (now or datetime.now(UTC))).total_seconds())
 
 
 def _signer(name: str, secret_env: str | None) -> Webhook | None:
