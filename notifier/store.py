@@ -329,9 +329,11 @@ class Store:
         limit: int,
         *,
         exclude_channels: Sequence[str] = (),
+        exclude_seqs: Sequence[int] = (),
     ) -> list[Item]:
         """Point A for a window: up to `limit` due pending items become in_flight, each with
-        an open attempt row, in one transaction."""
+        an open attempt row, in one transaction. `exclude_seqs`: items the caller still holds
+        back (a backoff it times on the monotonic clock)."""
         at = clock.now_iso()
         where = f"run_id = ? AND {_ACTIVE} AND state = 'pending' "
         where += "AND (next_attempt_at IS NULL OR next_attempt_at <= ?)"
@@ -339,6 +341,9 @@ class Store:
         if exclude_channels:
             where += " AND channel NOT IN ({})".format(", ".join("?" * len(exclude_channels)))
             params.extend(exclude_channels)
+        if exclude_seqs:
+            where += " AND seq NOT IN ({})".format(", ".join("?" * len(exclude_seqs)))
+            params.extend(exclude_seqs)
         claimed: list[Item] = []
         with self._write(run_id, lease_version):
             rows = self.conn.execute(
