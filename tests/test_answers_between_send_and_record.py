@@ -159,6 +159,27 @@ def test_throttled_answer_gates_channel_even_when_attempts_exhausted(
     assert second - first >= 1.9
 
 
+def test_throttled_gate_of_an_exhausted_item_survives_a_crash(
+    ws: Workspace, receiver: tuple[Receiver, str]
+) -> None:
+    """A process killed right after recording a 429 (Retry-After 3) on an item's last attempt:
+    `resume` in a new process still keeps the channel closed until 3 s after that answer."""
+    state, url = receiver
+    state.posts["u1"] = [throttled("3")]
+    configure(ws, url, idempotent=True, status=False, max_attempts=1)
+    ws.write_csv("batch.csv", make_rows(2))
+    crashed = ws.run(
+        "send", "batch.csv", "--channel", "hooks", env={"NOTIFIER_CRASH_AT": "after-receipt:1"}
+    )
+    assert crashed.returncode == 137, crashed.stderr
+    assert states(ws) == {"u1": "failed", "u2": "pending"}
+    result = ws.invoke("resume", run_id(ws))
+    assert result.exit_code == 3, result.output  # u1 failed: completed with failures
+    (first,) = state.arrivals("u1")
+    (second,) = state.arrivals("u2")
+    assert second - first >= 2.9
+
+
 # ---------------------------------------------------------------------------- point 7
 
 
