@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from notifier import clock
+from notifier import clock, runner
 
 from .conftest import Workspace, make_rows
 
@@ -214,7 +214,53 @@ def test_wall_clock_jump_does_not_cut_a_retry_after_short(
     assert second - first >= 1.9
 
 
+def test_wall_clock_jump_does_not_cut_an_item_backoff_short(
+    ws: Workspace, receiver: tuple[Receiver, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An item's own wait (a 409 with Retry-After 2, which does not close the channel) is
+    timed on the monotonic clock too: a wall-clock jump of an hour does not end it early."""
+    state, url = receiver
+    state.posts["u1"] = [Reply(409, (("Retry-After", "2"),), b"in progress")]
+    # u2's shorter wait wakes the runner after the jump, when u1 looks due by the wall clock.
+    state.posts["u2"] = [Reply(409, (("Retry-After", "1"),), b"in progress")]
+    answered: list[float] = []
+    state.on_answer = lambda item_id, reply: answered.append(time.monotonic())
+    real_now = clock.now
+
+    def jumping_now() -> datetime:
+        if answered and time.monotonic() > answered[0] + 0.3:
+            return real_now() + timedelta(hours=1)
+        return real_now()
+
+    monkeypatch.setattr(clock, "now", jumping_now)
+    configure(ws, url, idempotent=True, status=False, max_attempts=3)
+    result = send(ws, 2)
+    assert result.exit_code == 0, result.output
+    first, second = state.arrivals("u1")
+    assert second - first >= 1.9
+
+
 # ---------------------------------------------------------------------------- point 10
+
+
+def test_an_exception_while_judging_keeps_the_window(
+    ws: Workspace, receiver: tuple[Receiver, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unexpected exception while judging one item's answer (here the status query
+    itself breaks) makes that item unknown and keeps the window's 201s as sent."""
+    state, url = receiver
+    state.posts["u1"] = [Reply(500, (), b"boom")]
+
+    def broken_ask(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("query machinery broke")
+
+    # The wire does not matter here: what is pinned is the runner's handling of a bug.
+    monkeypatch.setattr(runner, "ask", broken_ask)
+    configure(ws, url, idempotent=False, status=True, max_attempts=3)
+    result = send(ws, 4, "--concurrency", "4")
+    assert result.exit_code == 3, result.output
+    assert states(ws) == {"u1": "unknown", "u2": "sent", "u3": "sent", "u4": "sent"}
+    assert len(state.arrivals("u1")) == 1
 
 
 def test_undecodable_answers_in_a_window_keep_the_201s(
