@@ -38,7 +38,7 @@ class Action(StrEnum):
 @dataclass(frozen=True)
 class Verdict:
     action: Action
-    wait_s: float = 0.0
+    wait_s: float = 0.0  # RETRY: the item's wait; with pause_channel also the channel's
     pause_channel: bool = False  # 429/503: the whole channel waits, not only this item
 
 
@@ -130,10 +130,15 @@ class RetryPolicy:
         state.attempt_number = attempts
         state.start_time = time.monotonic() - elapsed_s
         state.set_exception((type(error), error, None))
+        throttled = error.kind is ErrorKind.THROTTLED
         if not self.retrying.retry(state) or self.retrying.stop(state):
-            return Verdict(Action.EXHAUSTED)
+            # The item is done, but a throttled answer still asks the whole channel to wait:
+            # the wait is what a retry would have waited, so the next item honours it.
+            return Verdict(
+                Action.EXHAUSTED,
+                wait_s=float(self.retrying.wait(state)) if throttled else 0.0,
+                pause_channel=throttled,
+            )
         return Verdict(
-            Action.RETRY,
-            wait_s=float(self.retrying.wait(state)),
-            pause_channel=error.kind is ErrorKind.THROTTLED,
+            Action.RETRY, wait_s=float(self.retrying.wait(state)), pause_channel=throttled
         )

@@ -65,7 +65,11 @@ class _Progress:
     advance: Callable[[int], None] = lambda n: None
     unknown_streak: int = 0
     halt: tuple[int, str] | None = None  # (exit code, reason)
-    gates: dict[str, datetime] = field(default_factory=dict)  # channel → closed until
+    # In-process waits run on the monotonic clock (time.monotonic()), so a step of the wall
+    # clock cannot end them early; the wall-clock next_attempt_at stored with an item is only
+    # for the next process.
+    gates: dict[str, float] = field(default_factory=dict)  # channel → closed until (monotonic)
+    holds: dict[int, float] = field(default_factory=dict)  # item seq → not before (monotonic)
 
 
 class Runner:
@@ -134,8 +138,9 @@ class Runner:
             self.store.move_run(
                 self.run_id, "resume", self.lease_version, paused_until=None, stop_reason=None
             )
+        # Gates an earlier process was given: its wall-clock time, converted once.
         for channel, until in self.store.throttled_until(self.run_id).items():
-            self.p.gates[channel] = clock.parse(until)
+            self._gate(channel, time.monotonic() + _seconds_until(clock.parse(until)))
         halted = self._settle_first()
         if halted is not None:
             return halted
@@ -149,12 +154,13 @@ class Runner:
                 self.lease_version,
                 self.options.concurrency,
                 exclude_channels=gated,
+                exclude_seqs=self._held(),
             )
             if not window:
                 wake = self._next_wake()
                 if wake is None:
                     return self._finish()
-                if (wake - clock.now()).total_seconds() > self.options.max_wait_s:
+                if wake - time.monotonic() > self.options.max_wait_s:
                     return self._pause_until(wake)
                 self._sleep_until(wake)
                 continue
@@ -224,11 +230,11 @@ class Runner:
             self.crash.at("after-send", seqs)
         outcomes = [
             replace(
-                self._judge(item, result, at),
+                self._judge_safely(item, result, at, mono),
                 expected=ItemState.IN_FLIGHT,
                 finished_at=clock.iso(at),
             )
-            for item, (result, at) in zip(window, results, strict=True)
+            for item, (result, at, mono) in zip(window, results, strict=True)
         ]
         self.store.record(self.run_id, self.lease_version, outcomes)
         if self.crash:
@@ -236,7 +242,7 @@ class Runner:
         for outcome in outcomes:
             self._after(outcome)
 
-    def _send_all(self, window: list[Item]) -> list[tuple[Sent, datetime]]:
+    def _send_all(self, window: list[Item]) -> list[tuple[Sent, datetime, float]]:
         if self._pool is None or len(window) == 1:
             return [self._send_one(item) for item in window]
         return list(self._pool.map(self._send_one, window))
@@ -251,22 +257,53 @@ class Runner:
             return f"cancel requested at {cancel_requested_at}"
         return None
 
-    def _send_one(self, item: Item) -> tuple[Sent, datetime]:
-        """The result and the moment it arrived: waits (Retry-After) count from then."""
+    def _send_one(self, item: Item) -> tuple[Sent, datetime, float]:
+        """The result and the moment it arrived, on the wall clock (to record) and on the
+        monotonic clock (to wait): waits (Retry-After) count from then."""
         result: Sent
         try:
             with self._locks.get(item.channel) or nullcontext():
                 reason = self._may_start(item)
                 if reason is not None:
-                    return NotStarted(reason), clock.now()
+                    return NotStarted(reason), clock.now(), time.monotonic()
                 result = self.channels[item.channel].send(item.intent())
         except ChannelError as exc:
             result = exc
         except Exception as exc:  # a channel bug: the request may have left, so be careful
             result = ChannelError(ErrorKind.UNCERTAIN, f"unexpected {type(exc).__name__}: {exc}")
-        return result, clock.now()
+        return result, clock.now(), time.monotonic()
 
-    def _judge(self, item: Item, result: Sent, at: datetime) -> Outcome:
+    def _judge_safely(self, item: Item, result: Sent, at: datetime, mono: float) -> Outcome:
+        """`_judge`, but an unexpected exception (a query that breaks, a bug) costs only this
+        item's certainty: never the window's other outcomes, never a receipt in hand."""
+        try:
+            return self._judge(item, result, at, mono)
+        except Exception as exc:
+            problem = f"unexpected {type(exc).__name__} while judging the answer: {exc}"
+        if isinstance(result, NotStarted):
+            return Outcome(item.seq, "release", "not_started")
+        if isinstance(result, Receipt):
+            # The downstream said it holds the delivery; what broke came after that.
+            return Outcome(
+                item.seq, "ack", "sent", receipt_id=result.receipt_id, receipt_source="send"
+            )
+        # Judge again as an uncertain answer, by the channel's own rules (an idempotent
+        # channel may retry under the same key; others query or leave it unknown).
+        uncertain = ChannelError(ErrorKind.UNCERTAIN, f"{result}; {problem}")
+        try:
+            return self._judge(item, uncertain, at, mono)
+        except Exception as exc:
+            return Outcome(
+                item.seq,
+                "lose",
+                ErrorKind.UNCERTAIN.value,
+                http_status=result.http_status,
+                error=f"{uncertain}; unexpected {type(exc).__name__}: {exc}; "
+                "may have been delivered, not sent again",
+                retry_after_s=result.retry_after,
+            )
+
+    def _judge(self, item: Item, result: Sent, at: datetime, mono: float) -> Outcome:
         """Turn one send result into the item's next state (DESIGN section 7)."""
         if isinstance(result, NotStarted):
             # Nothing left: back to pending, its attempt closed as not started, and it counts
@@ -314,13 +351,15 @@ class Runner:
             retry_after_s=error.retry_after,
         )
         message = str(error)
+        if verdict.pause_channel:
+            # Every throttled answer closes the channel, whatever becomes of this item.
+            self._gate(item.channel, mono + verdict.wait_s)
         if verdict.action is Action.RETRY:
+            self.p.holds[item.seq] = mono + verdict.wait_s
             next_at = clock.later(verdict.wait_s, at)
-            if verdict.pause_channel:
-                self.p.gates[item.channel] = max(next_at, self.p.gates.get(item.channel, next_at))
             return replace(closed, trigger="retry_later", next_attempt_at=clock.iso(next_at))
         if verdict.action in (Action.QUERY, Action.EXHAUSTED) and channel.queryable:
-            return self._judge_by_query(item, error, channel, closed, at)
+            return self._judge_by_query(item, error, channel, closed, at, mono)
         if verdict.action is Action.CONFLICT:
             return replace(closed, trigger="conflict", error=f"conflict: {message}")
         if verdict.action is Action.GONE:
@@ -337,7 +376,13 @@ class Runner:
         return replace(closed, error=f"{message}; may have been delivered, not sent again")
 
     def _judge_by_query(
-        self, item: Item, error: ChannelError, channel: Channel, closed: Outcome, at: datetime
+        self,
+        item: Item,
+        error: ChannelError,
+        channel: Channel,
+        closed: Outcome,
+        at: datetime,
+        mono: float,
     ) -> Outcome:
         """A maybe-delivered item on a channel that cannot dedupe: ask before anything else."""
         answer = ask(channel, item)
@@ -363,6 +408,7 @@ class Runner:
             )
             if retry.action is Action.RETRY:
                 # Proven undelivered, so re-sending under the same key is safe.
+                self.p.holds[item.seq] = mono + retry.wait_s
                 return replace(
                     closed,
                     trigger="not_found",
@@ -428,22 +474,41 @@ class Runner:
 
     # ------------------------------------------------------------------ waiting
 
+    def _gate(self, channel: str, until: float) -> None:
+        """Close `channel` until the monotonic time `until` (a gate only ever lengthens)."""
+        self.p.gates[channel] = max(until, self.p.gates.get(channel, until))
+
     def _closed_gates(self) -> list[str]:
-        now = clock.now()
+        now = time.monotonic()
         return [name for name, until in self.p.gates.items() if until > now]
 
-    def _next_wake(self) -> datetime | None:
-        """When the next pending item may start: its own next_attempt_at, but no earlier than
-        its channel's gate. None when nothing is pending."""
+    def _held(self) -> list[int]:
+        """Items still waiting out a backoff given in this process (expired holds dropped)."""
+        now = time.monotonic()
+        self.p.holds = {seq: until for seq, until in self.p.holds.items() if until > now}
+        return list(self.p.holds)
+
+    def _next_wake(self) -> float | None:
+        """The monotonic time when the next pending item may start: its own next_attempt_at,
+        but no earlier than its channel's gate or its in-process hold. None when nothing is
+        pending."""
+        now = time.monotonic()
         wakes = []
         for channel, earliest in self.store.pending_by_channel(self.run_id):
-            wake = clock.parse(earliest) if earliest else clock.now()
-            gate = self.p.gates.get(channel)
-            wakes.append(max(wake, gate) if gate else wake)
-        return min(wakes) if wakes else None
+            # A stored time is wall-clock (from an earlier process or this one): converted.
+            wake = now + (_seconds_until(clock.parse(earliest)) if earliest else 0.0)
+            wakes.append(max(wake, self.p.gates.get(channel, wake)))
+        if not wakes:
+            return None
+        if min(wakes) <= now:
+            # Something looks due by the wall clock, yet nothing could be claimed: those items
+            # are held by a backoff given in this process (the wall clock may have jumped).
+            later = [w for w in wakes if w > now] + [h for h in self.p.holds.values() if h > now]
+            return min(later, default=now)
+        return min(wakes)
 
-    def _sleep_until(self, wake: datetime) -> None:
-        while (remaining := (wake - clock.now()).total_seconds()) > 0:
+    def _sleep_until(self, wake: float) -> None:
+        while (remaining := wake - time.monotonic()) > 0:
             if self.interrupted.is_set() or self.lease_lost.is_set():
                 return
             if self.store.run_flags(self.run_id)[0]:
@@ -452,8 +517,9 @@ class Runner:
 
     # ------------------------------------------------------------------ endings
 
-    def _pause_until(self, wake: datetime) -> RunResult:
-        when = clock.iso(wake)
+    def _pause_until(self, wake: float) -> RunResult:
+        # Persisted for the next process, so as wall-clock time.
+        when = clock.iso(clock.later(wake - time.monotonic()))
         reason = f"rate limited until {when} (longer than --max-wait {self.options.max_wait_s:g}s)"
         self.store.move_run(
             self.run_id, "pause", self.lease_version, paused_until=when, stop_reason=reason
@@ -487,3 +553,8 @@ class Runner:
         self.store.move_run(self.run_id, "complete", self.lease_version)
         code = EXIT_ATTENTION if counts["failed"] else EXIT_DONE
         return RunResult(code, RunState.COMPLETED, f"completed: {summary}.")
+
+
+def _seconds_until(moment: datetime) -> float:
+    """Seconds from now (wall clock) to `moment`; 0 when it has passed."""
+    return max(0.0, (moment - clock.now()).total_seconds())

@@ -397,9 +397,11 @@ class Store:
         limit: int,
         *,
         exclude_channels: Sequence[str] = (),
+        exclude_seqs: Sequence[int] = (),
     ) -> list[Item]:
         """Point A for a window: up to `limit` due pending items become in_flight, each with
-        an open attempt row, in one transaction."""
+        an open attempt row, in one transaction. `exclude_seqs`: items the caller still holds
+        back (a backoff it times on the monotonic clock)."""
         at = clock.now_iso()
         where = f"run_id = ? AND {_ACTIVE} AND state = 'pending' "
         where += "AND (next_attempt_at IS NULL OR next_attempt_at <= ?)"
@@ -407,6 +409,9 @@ class Store:
         if exclude_channels:
             where += " AND channel NOT IN ({})".format(", ".join("?" * len(exclude_channels)))
             params.extend(exclude_channels)
+        if exclude_seqs:
+            where += " AND seq NOT IN ({})".format(", ".join("?" * len(exclude_seqs)))
+            params.extend(exclude_seqs)
         claimed: list[Item] = []
         with self._write(run_id, lease_version):
             rows = self.conn.execute(
@@ -691,20 +696,34 @@ class Store:
         return item_from_row(row) if row else None
 
     def throttled_until(self, run_id: str) -> dict[str, str]:
-        """Per channel, the latest time a downstream asked us to stay away (a pending item
-        whose last attempt was throttled waits until then), so a new process honours a
-        Retry-After that an earlier one was given."""
-        return {
-            channel: until
-            for channel, until in self.conn.execute(
-                f"SELECT i.channel, MAX(i.next_attempt_at) FROM items i "
-                f"WHERE i.run_id = ? AND {_ACTIVE} AND i.state = 'pending' "
-                "AND i.next_attempt_at IS NOT NULL AND (SELECT a.outcome FROM attempts a "
-                "WHERE a.run_id = i.run_id AND a.seq = i.seq ORDER BY a.n DESC LIMIT 1) "
-                "= 'throttled' GROUP BY i.channel",
-                (run_id,),
-            )
-        }
+        """Per channel, the latest time a downstream asked us to stay away, so a new process
+        honours a Retry-After that an earlier one was given: a pending item whose last attempt
+        was throttled waits until its next_attempt_at, and any throttled attempt (also one
+        that ended its item) asked the channel to wait retry_after_s from its answer."""
+        until: dict[str, str] = {}
+
+        def later(channel: str, moment: str) -> None:
+            if moment > until.get(channel, ""):
+                until[channel] = moment
+
+        for channel, moment in self.conn.execute(
+            f"SELECT i.channel, MAX(i.next_attempt_at) FROM items i "
+            f"WHERE i.run_id = ? AND {_ACTIVE} AND i.state = 'pending' "
+            "AND i.next_attempt_at IS NOT NULL AND (SELECT a.outcome FROM attempts a "
+            "WHERE a.run_id = i.run_id AND a.seq = i.seq ORDER BY a.n DESC LIMIT 1) "
+            "= 'throttled' GROUP BY i.channel",
+            (run_id,),
+        ):
+            later(channel, moment)
+        for channel, finished_at, wait_s in self.conn.execute(
+            "SELECT i.channel, a.finished_at, a.retry_after_s FROM attempts a "
+            "JOIN items i ON i.run_id = a.run_id AND i.seq = a.seq "
+            "WHERE a.run_id = ? AND a.outcome = 'throttled' AND a.finished_at IS NOT NULL "
+            "AND a.retry_after_s IS NOT NULL",
+            (run_id,),
+        ):
+            later(channel, clock.iso(clock.later(wait_s, clock.parse(finished_at))))
+        return until
 
     def pending_kinds(self, run_id: str) -> dict[int, PendingKind]:
         """seq → kind for every pending item that was attempted (the others were never

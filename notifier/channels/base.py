@@ -7,11 +7,26 @@ can also be asked, by idempotency key, whether it holds a delivery.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
 from ..intent import Intent
+
+# The longest wait a downstream can ask for. Any answer beyond it (Retry-After: 999999999999)
+# is read as "a very long time": far past any --max-wait, so the run pauses, and small enough
+# that a wall-clock time computed from it stays representable.
+MAX_RETRY_AFTER_S = 366 * 24 * 3600.0
+
+
+def bounded_wait(seconds: float | None) -> float | None:
+    """A requested wait as a finite number of seconds in [0, MAX_RETRY_AFTER_S]."""
+    if seconds is None:
+        return None
+    if math.isnan(seconds):
+        return MAX_RETRY_AFTER_S
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
 
 
 class ErrorKind(StrEnum):
@@ -47,7 +62,9 @@ class ChannelError(Exception):
         super().__init__(message)
         self.kind = kind
         self.http_status = http_status
-        self.retry_after = retry_after
+        # Bounded here, where every channel's answer passes, so no absurd value reaches a
+        # clock computation.
+        self.retry_after = bounded_wait(retry_after)
 
 
 class Channel(Protocol):

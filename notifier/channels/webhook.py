@@ -22,7 +22,7 @@ from standardwebhooks import Webhook
 from .. import __version__
 from ..intent import Intent
 from . import options as o
-from .base import ChannelConfigError, ChannelError, ErrorKind, Receipt
+from .base import ChannelConfigError, ChannelError, ErrorKind, Receipt, bounded_wait
 from .deadline import DeadlineTransport, attempt_deadline
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -114,10 +114,11 @@ class WebhookChannel:
             httpx2.UnsupportedProtocol,
         ) as exc:
             raise ChannelError(ErrorKind.NOT_SENT, f"{self.url}: cannot connect ({exc})") from exc
-        except httpx2.HTTPError as exc:
+        except (httpx2.HTTPError, httpx2.StreamError) as exc:
             # The request (or part of it) left: the receiver may have acted on it. This
-            # includes an answer that cannot be read (a broken Content-Encoding) or that did
-            # not arrive whole within the attempt's deadline.
+            # includes an answer that cannot be read (httpx2.DecodingError, a broken
+            # Content-Encoding, is not a TransportError) or that did not arrive whole
+            # within the attempt's deadline: an unreadable answer proves nothing.
             raise ChannelError(
                 ErrorKind.UNCERTAIN,
                 f"{self.url}: {type(exc).__name__} after sending ({exc or 'no detail'})",
@@ -127,21 +128,16 @@ class WebhookChannel:
 
     def _exchange(self, request: httpx2.Request) -> _Answer:
         """One request under one deadline: status, headers and at most MAX_BODY_BYTES of the
-        body. An accepted (2xx) answer whose body then stalls or breaks is still an
-        acceptance, only without the receipt id."""
+        body (the rest is dropped). An answer that cannot be read whole within the deadline
+        raises, whatever its status: an unreadable answer proves nothing."""
         with attempt_deadline(self.timeout):
             response = self._client.send(request, stream=True)
             try:
                 body = bytearray()
-                try:
-                    for chunk in response.iter_bytes():
-                        body += chunk[: MAX_BODY_BYTES - len(body)]
-                        if len(body) >= MAX_BODY_BYTES:
-                            break
-                except httpx2.HTTPError:
-                    if not 200 <= response.status_code < 300:
-                        raise
-                    body.clear()
+                for chunk in response.iter_bytes():
+                    body += chunk[: MAX_BODY_BYTES - len(body)]
+                    if len(body) >= MAX_BODY_BYTES:
+                        break
             finally:
                 response.close()
         return _Answer(response.status_code, response.headers, bytes(body))
@@ -153,7 +149,8 @@ class WebhookChannel:
         request = self._client.build_request("GET", url, headers={"Accept": "application/json"})
         try:
             answer = self._exchange(request)
-        except httpx2.HTTPError as exc:  # unreachable, stalled, or an unreadable answer
+        except (httpx2.HTTPError, httpx2.StreamError) as exc:
+            # Unreachable, stalled, or an answer that cannot be decoded: nothing is proven.
             raise ChannelError(
                 ErrorKind.UNCERTAIN, f"{url}: query failed ({type(exc).__name__}: {exc})"
             ) from exc
@@ -190,19 +187,19 @@ def classify_status(status: int) -> ErrorKind | None:
 
 def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
     """Retry-After as delay-seconds or an HTTP-date (RFC 9110 §10.2.3); None if absent or
-    unreadable."""
+    unreadable; bounded to MAX_RETRY_AFTER_S, however large the value."""
     if value is None or not value.strip():
         return None
     value = value.strip()
     if value.isdigit():
-        return float(value)
+        return bounded_wait(float(value))
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+    return bounded_wait((when - (now or datetime.now(UTC))).total_seconds())
 
 
 def _signer(name: str, secret_env: str | None) -> Webhook | None:
