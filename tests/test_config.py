@@ -22,6 +22,10 @@ BAD = {
         '[channels.hooks]\ntype = "webhook"\nurl = "http://"\n',
         "`url` must be an http:// or https:// URL with a host",
     ),
+    "malformed_host": (
+        '[channels.hooks]\ntype = "webhook"\nurl = "http://a..b/x"\n',
+        "`url` has a malformed host name 'a..b'",
+    ),
     "misspelled_section": (
         "[retyr]\nmax_attempts = 2\n",
         "unknown section [retyr] (did you mean `retry`?)",
@@ -58,3 +62,17 @@ def test_bad_configuration_exits_2_before_anything_is_stored(
     assert "Traceback" not in result.output
     assert not ws.db.exists()
     assert not ws.outbox.exists()
+
+
+def test_a_refused_connection_is_not_sent_never_unknown(ws: Workspace) -> None:
+    """A request that provably never left (connection refused) is retried and then failed as
+    not sent, even on a channel that cannot dedupe: never `unknown`."""
+    (ws.path / "notifier.toml").write_text(
+        '[channels.hooks]\ntype = "webhook"\nurl = "http://127.0.0.1:1/n"\n'
+        "[retry]\nmax_attempts = 2\nbackoff_base = 0.01\nbackoff_max = 0.02\n"
+    )
+    ws.write_csv("batch.csv", make_rows(2))
+    result = ws.invoke("send", "batch.csv", "--channel", "hooks")
+    assert result.exit_code == 3, result.output
+    assert ws.query("SELECT state, COUNT(*) FROM items GROUP BY state") == [("failed", 2)]
+    assert ws.query("SELECT DISTINCT outcome FROM attempts") == [("not_sent",)]

@@ -111,4 +111,8 @@ def http_url(value: Any) -> str | None:
         return f"must be an http:// or https:// URL ({exc})"
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return "must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:8025/hook"
+    try:
+        parts.hostname.encode("idna")
+    except UnicodeError:
+        return f"has a malformed host name {parts.hostname!r}"
     return None

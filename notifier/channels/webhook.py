@@ -102,11 +102,14 @@ class WebhookChannel:
             headers["webhook-id"] = intent.idempotency_key
             headers["webhook-timestamp"] = str(int(now.timestamp()))
             headers["webhook-signature"] = self._signer.sign(intent.idempotency_key, now, body)
-        request = self._client.build_request(
-            "POST", self.url, content=body.encode("utf-8"), headers=headers
-        )
         try:
+            request = self._client.build_request(
+                "POST", self.url, content=body.encode("utf-8"), headers=headers
+            )
             answer = self._exchange(request)
+        except (httpx2.InvalidURL, UnicodeError) as exc:
+            # The URL (or its host name) cannot even be put on the wire: nothing left.
+            raise ChannelError(ErrorKind.NOT_SENT, f"{self.url}: unusable URL ({exc})") from exc
         except (
             httpx2.ConnectError,
             httpx2.ConnectTimeout,
