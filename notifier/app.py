@@ -319,12 +319,16 @@ def _cancel_without_worker(env: Env, store: Store, run: Run) -> Run:
                 return store.get_run(run.run_id)  # completed by a worker before our lease
             settle(store, run.run_id, channels, lease.version, include_unknown=True, say=env.say)
             settle_doubts(store, run.run_id, channels, lease.version, say=env.say)
-            store.move_run(run.run_id, "cancel", lease.version)
+            store.move_run(run.run_id, "cancel", lease.version, stop_reason=None)
     return store.get_run(run.run_id)
 
 
 def _attention_code(store: Store, run: Run) -> int:
+    """3 while some item needs attention (unknown or failed; in a cancelled run, also any item
+    that will now never be sent), else 0: the same rule the stopped worker applies."""
     counts = store.counts(run.run_id)
+    if run.state is RunState.CANCELLED:
+        return EXIT_ATTENTION if counts["total"] != counts["sent"] else EXIT_DONE
     return EXIT_ATTENTION if counts["unknown"] or counts["failed"] else EXIT_DONE
 
 
@@ -390,7 +394,12 @@ def decide(
     store.decide(run.run_id, item.seq, MARKS[mark], operator_name(), evidence, lease_version)
     after = {
         "sent": "sent",
-        "not-sent": "pending (it will be sent with the same key on resume)",
+        "not-sent": (
+            "pending (it will be sent with the same key on resume)"
+            if run.state not in FINISHED_RUN_STATES
+            else f"pending; run {run.run_id} is {run.state.value}, so nothing will send it. "
+            "To send it, put it in a new batch and `notifier send` that"
+        ),
         "abandon": "failed",
     }[mark]
     return f"item {item.item_id} (seq {item.seq}) → {after}; evidence recorded."

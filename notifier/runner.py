@@ -126,8 +126,9 @@ class Runner:
         if run.state in FINISHED_RUN_STATES:
             # A `cancel` (or another process) finished the run between our plan or read and
             # our lease: there is nothing to send, and no move is legal any more.
+            counts = self.store.counts(self.run_id)
             return RunResult(
-                EXIT_ATTENTION if run.state is RunState.CANCELLED else EXIT_DONE,
+                EXIT_DONE if counts["total"] == counts["sent"] else EXIT_ATTENTION,
                 run.state,
                 f"run {self.run_id} is already {run.state.value}; nothing was sent by this "
                 f"process. `notifier report {self.run_id}` shows the run.",
@@ -207,12 +208,16 @@ class Runner:
         # Items waiting to retry after an uncertain attempt may have been delivered: settle
         # them by query, or make them unknown, before the run is closed.
         settle_doubts(self.store, self.run_id, self.channels, self.lease_version, say=self.p.say)
-        self.store.move_run(self.run_id, "cancel", self.lease_version)
+        self.store.move_run(self.run_id, "cancel", self.lease_version, stop_reason=None)
         counts = self.store.counts(self.run_id)
         kinds = list(self.store.pending_kinds(self.run_id).values())
         never = counts["pending"] - len(kinds)
+        # One rule for the worker and the `cancel` command (README): a cancelled run exits 3
+        # while any item was not delivered (unknown, failed or never sent), 0 only when
+        # everything had been sent before the cancel took effect.
+        needs_attention = counts["total"] != counts["sent"]
         return RunResult(
-            EXIT_ATTENTION,
+            EXIT_ATTENTION if needs_attention else EXIT_DONE,
             RunState.CANCELLED,
             f"cancelled: {counts['sent']} sent, {counts['unknown']} unknown, "
             f"{never} never attempted, {kinds.count(PendingKind.RETRY_WAITING)} attempted but "

@@ -106,7 +106,7 @@ def test_no_message_starts_after_cancel_and_unstarted_items_are_released(
     finally:
         worker.kill()
         worker.wait()
-    assert cancelled.exit_code == 0, cancelled.output
+    assert cancelled.exit_code == 3, cancelled.output
     report = json.loads(cancelled.stdout)
     requested = clock.parse(report["cancel_requested_at"]).timestamp()
     assert [t for t in slow_relay.mail_times if t > returned] == []
@@ -165,13 +165,14 @@ def send_until_waiting(ws: Workspace, sandbox: Sandbox, attempts: int) -> subpro
 def test_cancel_settles_maybe_delivered_retries(ws: Workspace, query: bool) -> None:
     """Every answer is lost after the downstream committed (idempotent channel, so each item
     waits to retry): cancel never calls them "never attempted". A queryable channel settles
-    them as sent by query (exit 0); otherwise they become unknown and cancel exits 3."""
+    them as sent by query (exit 0, everything was delivered); otherwise they become unknown
+    and cancel exits 3."""
     with Sandbox(faults=Faults(drop_rate=1.0)) as sandbox:
         configure_hooks(ws, sandbox, query=query, retry=SLOW_RETRY)
         worker = send_until_waiting(ws, sandbox, 3)
         try:
             cancelled = ws.run("cancel", "--report", "--format", "json")
-            assert worker.wait(timeout=60) == 3
+            assert worker.wait(timeout=60) == (0 if query else 3)
         finally:
             worker.kill()
             worker.wait()
@@ -195,7 +196,8 @@ def test_cancel_settles_maybe_delivered_retries(ws: Workspace, query: bool) -> N
 
 def test_throttled_and_waiting_is_attempted_not_never_attempted(ws: Workspace) -> None:
     """A 429 with a long Retry-After on item 1 gates the channel; cancel reports item 1 as
-    attempted and not delivered (retry_waiting), items 2-3 as never attempted, exit 0."""
+    attempted and not delivered (retry_waiting), items 2-3 as never attempted; exit 3, since
+    none of them will be sent."""
     with Sandbox(faults=Faults(throttle_rate=1.0, retry_after=120)) as sandbox:
         configure_hooks(ws, sandbox, query=True)
         worker = send_until_waiting(ws, sandbox, 1)
@@ -205,7 +207,7 @@ def test_throttled_and_waiting_is_attempted_not_never_attempted(ws: Workspace) -
         finally:
             worker.kill()
             worker.wait()
-    assert cancelled.returncode == 0, cancelled.stderr
+    assert cancelled.returncode == 3, cancelled.stderr
     report = json.loads(cancelled.stdout)
     assert report["counts"]["pending"] == 3
     assert report["pending_detail"] == {
@@ -231,7 +233,7 @@ def test_cancel_without_run_id_picks_the_newest_active_run(ws: Workspace) -> Non
         ws.write_csv("new.csv", make_rows(3, start=10))
         assert ws.run("send", "new.csv", "--channel", "hooks").returncode == 0
         cancelled = ws.invoke("cancel")
-    assert cancelled.exit_code == 0, cancelled.output
+    assert cancelled.exit_code == 3, cancelled.output
     states = dict(ws.query("SELECT batch_path, state FROM runs"))
     assert states == {"old.csv": "cancelled", "new.csv": "completed"}
 
@@ -347,7 +349,7 @@ def test_send_whose_run_was_cancelled_before_it_took_the_lease(
         monkeypatch.setattr(Store, "create_run", planned_then_cancelled)
         sent = ws.invoke("send", "batch.csv", "--channel", "hooks")
         assert sandbox.stats()["totals"]["requests"] == 0
-    assert [c.returncode for c in cancels] == [0], cancels[0].stderr
+    assert [c.returncode for c in cancels] == [3], cancels[0].stderr
     assert sent.exit_code == 3, sent.output
     assert "already cancelled; nothing was sent" in sent.output
     assert ws.query("SELECT state FROM runs") == [("cancelled",)]
