@@ -21,7 +21,15 @@ DEFAULT_LEASE_TTL_S = 30.0
 # a default that changes delivery semantics.
 _KEYS: dict[str, set[str]] = {
     "outbox": {"type", "dir"},
-    "webhook": {"type", "url", "status_url", "idempotent", "secret_env", "timeout"},
+    "webhook": {
+        "type",
+        "url",
+        "status_url",
+        "idempotent",
+        "secret_env",
+        "timeout",
+        "query_delay",
+    },
     "smtp": {
         "type",
         "host",
@@ -128,6 +136,11 @@ def _check_channel(path: Path, name: str, definition: Any) -> dict[str, Any]:
             _check_url(where, "status_url", definition["status_url"])
             if "{key}" not in definition["status_url"]:
                 raise ConfigError(f"{where}: status_url must contain {{key}} where the key goes.")
+        delay = definition.get("query_delay", 0)
+        if isinstance(delay, bool) or not isinstance(delay, int | float) or delay < 0:
+            raise ConfigError(
+                f"{where}: query_delay must be a number of seconds (0 or more), not {delay!r}."
+            )
     if kind == "apprise" and not definition.get("urls") and not definition.get("urls_env"):
         raise ConfigError(f"{where}: set `urls` (a list) or `urls_env` (a variable name).")
     return dict(definition)

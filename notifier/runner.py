@@ -18,7 +18,7 @@ from datetime import datetime
 from . import clock
 from .channels import Channel, ChannelError, ErrorKind, Receipt
 from .crash import CrashPlan
-from .reconcile import Finding, ask, settle
+from .reconcile import Finding, ask, query_delay, settle, settle_items
 from .records import Item, Outcome
 from .retry import Action, RetryPolicy
 from .state_machine import ItemState, RunState
@@ -118,6 +118,9 @@ class Runner:
             stop = self._stop_requested()
             if stop is not None:
                 return stop
+            halted = self._settle_waiting()
+            if halted is not None:
+                return halted
             gated = self._closed_gates()
             window = self.store.claim(
                 self.run_id,
@@ -150,6 +153,23 @@ class Runner:
         for s in settlements:
             if s.outcome is not None and s.outcome.trigger == "conflict":
                 return self._halt(EXIT_REFUSED, f"conflict on item {s.item.seq}: {s.outcome.error}")
+        return None
+
+    def _settle_waiting(self) -> RunResult | None:
+        """Ask again about unknown items whose query_delay has passed (a 404 now counts)."""
+        due = self.store.waiting_for_query(self.run_id, due_by=clock.now_iso())
+        if not due:
+            return None
+        settlements = settle_items(
+            self.store, self.run_id, self.channels, self.lease_version, due, self.p.say
+        )
+        for s in settlements:
+            if s.outcome is None:
+                continue
+            if s.outcome.trigger == "conflict":
+                return self._halt(EXIT_REFUSED, f"conflict on item {s.item.seq}: {s.outcome.error}")
+            if s.outcome.trigger in ("found", "undecided"):
+                self.p.advance(1)
         return None
 
     def _stop_requested(self) -> RunResult | None:
@@ -293,6 +313,17 @@ class Runner:
             )
         if answer.finding is Finding.CONFLICT:
             return replace(closed, trigger="conflict", error=f"conflict: {message}")
+        delay = query_delay(channel)
+        if answer.finding is Finding.NOT_FOUND and delay > 0:
+            # Too early for a 404 to prove anything: the receiver may still be committing the
+            # request that timed out. The item waits, unknown, and is asked about again.
+            again = clock.iso(clock.later(delay, at))
+            return replace(
+                closed,
+                trigger="lose",
+                error=f"{message}; not found yet, asking again at {again} (query_delay)",
+                next_attempt_at=again,
+            )
         if answer.finding is Finding.NOT_FOUND:
             retry = self.policy.judge(
                 error,
@@ -331,6 +362,10 @@ class Runner:
         )
 
     def _after(self, outcome: Outcome) -> None:
+        if outcome.trigger == "lose" and outcome.next_attempt_at is not None:
+            # Waiting for query_delay: not an unknown outcome (yet), so no streak, no advance.
+            self.p.say(f"item {outcome.seq}: {outcome.error}")
+            return
         if outcome.trigger in ("ack", "found", "give_up", "conflict", "lose"):
             self.p.advance(1)
         if outcome.trigger in ("ack", "found"):
@@ -365,6 +400,12 @@ class Runner:
             wake = clock.parse(earliest) if earliest else clock.now()
             gate = self.p.gates.get(channel)
             wakes.append(max(wake, gate) if gate else wake)
+        # An item waiting for its query_delay keeps the run open until it is asked again.
+        wakes.extend(
+            clock.parse(item.next_attempt_at)
+            for item in self.store.waiting_for_query(self.run_id)
+            if item.next_attempt_at is not None
+        )
         return min(wakes) if wakes else None
 
     def _sleep_until(self, wake: datetime) -> None:

@@ -46,6 +46,9 @@ ITEM_TRANSITIONS = [
     ("found", [_I.IN_FLIGHT, _I.UNKNOWN], _I.SENT),
     ("not_found", [_I.IN_FLIGHT, _I.UNKNOWN], _I.PENDING),
     ("conflict", [_I.IN_FLIGHT, _I.UNKNOWN], _I.FAILED),
+    # An unknown item waiting for its query_delay whose delayed query could not decide either
+    # way: it stays unknown, but nothing revisits it any more (manual reconcile settles it).
+    ("undecided", _I.UNKNOWN, _I.UNKNOWN),
     ("mark_sent", _I.UNKNOWN, _I.SENT),
     ("mark_not_sent", _I.UNKNOWN, _I.PENDING),
     ("abandon", _I.UNKNOWN, _I.FAILED),

@@ -48,6 +48,8 @@ def test_design_table_for_items() -> None:
         ("mark_sent", "unknown"): "sent",
         ("mark_not_sent", "unknown"): "pending",
         ("abandon", "unknown"): "failed",
+        # A query_delay wait whose delayed query could not decide: a plain unknown.
+        ("undecided", "unknown"): "unknown",
     }
 
 

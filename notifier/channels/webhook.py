@@ -23,6 +23,10 @@ from ..intent import Intent
 from .base import ChannelConfigError, ChannelError, ErrorKind, Receipt
 
 DEFAULT_TIMEOUT_S = 10.0
+# An ASSUMPTION about the receiver, not a fact: one that has not committed a request within
+# timeout + query_delay after it left never will. Before that, a 404 from status_url does not
+# prove "not sent" (the receiver may still be working on the request that timed out).
+DEFAULT_QUERY_DELAY_S = 5.0
 
 
 class WebhookChannel:
@@ -41,6 +45,8 @@ class WebhookChannel:
         self.queryable = self.status_url is not None
         self._signer = _signer(name, definition.get("secret_env"))
         timeout = float(definition.get("timeout", DEFAULT_TIMEOUT_S))
+        self.timeout_s = timeout
+        self.query_delay_s = float(definition.get("query_delay", DEFAULT_QUERY_DELAY_S))
         self._client = httpx2.Client(
             timeout=httpx2.Timeout(timeout),
             # One keep-alive connection per concurrent sender is plenty.
