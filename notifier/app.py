@@ -157,6 +157,7 @@ def work_run(
             crash=plan,
             say=env.say,
             advance=advance,
+            lease_valid=lease.surely_valid,
         )
         return runner.run()
 

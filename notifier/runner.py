@@ -69,6 +69,7 @@ class Runner:
         crash: CrashPlan | None = None,
         say: Callable[[str], None] = print,
         advance: Callable[[int], None] = lambda n: None,
+        lease_valid: Callable[[], bool] = lambda: True,
     ) -> None:
         self.store = store
         self.run_id = run_id
@@ -79,6 +80,7 @@ class Runner:
         self.lease_lost = lease_lost
         self.interrupted = interrupted
         self.crash = crash
+        self.lease_valid = lease_valid  # Lease.surely_valid: checked right before each send
         self.p = _Progress(say, advance)
         # A channel that holds one connection (SMTP) sends one request at a time.
         self._locks = {
@@ -218,21 +220,36 @@ class Runner:
                 finished_at=clock.iso(at),
             )
             for item, (result, at) in zip(window, results, strict=True)
+            if result is not None
         ]
         self.store.record(self.run_id, self.lease_version, outcomes)
+        held_back = [item.seq for item, (result, _) in zip(window, results, strict=True)
+                     if result is None]  # fmt: skip
+        if held_back:
+            # Not sent, not recorded: left in flight for whoever holds the run to settle by
+            # query (nothing left, so it is sent then, once, with the same key).
+            raise LeaseLost(
+                f"run {self.run_id}: this worker could not prove it still held the run (its "
+                f"lease was last renewed too long ago or was taken over), so item(s) "
+                f"{', '.join(map(str, held_back))} were not sent; `notifier resume "
+                f"{self.run_id}` settles them"
+            )
         if self.crash:
             self.crash.at("after-receipt", seqs)
         for outcome in outcomes:
             self._after(outcome)
 
-    def _send_all(self, window: list[Item]) -> list[tuple[Receipt | ChannelError, datetime]]:
+    def _send_all(self, window: list[Item]) -> list[tuple[Receipt | ChannelError | None, datetime]]:
         if self._pool is None or len(window) == 1:
             return [self._send_one(item) for item in window]
         return list(self._pool.map(self._send_one, window))
 
-    def _send_one(self, item: Item) -> tuple[Receipt | ChannelError, datetime]:
-        """The result and the moment it arrived: waits (Retry-After) count from then."""
+    def _send_one(self, item: Item) -> tuple[Receipt | ChannelError | None, datetime]:
+        """The result and the moment it arrived: waits (Retry-After) count from then. None:
+        not sent at all, because this worker can no longer prove the run is its own."""
         result: Receipt | ChannelError
+        if not self._lease_allows_send():
+            return None, clock.now()
         try:
             with self._locks.get(item.channel) or nullcontext():
                 result = self.channels[item.channel].send(item.intent())
@@ -241,6 +258,14 @@ class Runner:
         except Exception as exc:  # a channel bug: the request may have left, so be careful
             result = ChannelError(ErrorKind.UNCERTAIN, f"unexpected {type(exc).__name__}: {exc}")
         return result, clock.now()
+
+    def _lease_allows_send(self) -> bool:
+        """Fencing guards writes, not sends: a worker frozen after point A and thawed after
+        another took the run over must not send. Checked right before each send."""
+        if self.lease_lost.is_set() or not self.lease_valid():
+            self.lease_lost.set()
+            return False
+        return True
 
     def _judge(self, item: Item, result: Receipt | ChannelError, at: datetime) -> Outcome:
         """Turn one send result into the item's next state (DESIGN section 7)."""
