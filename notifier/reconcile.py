@@ -214,7 +214,10 @@ def settle_items(
     items: list[Item],
     say: Callable[[str], None],
     wait: tenacity.wait.wait_base = QUERY_WAIT,
+    adjust: Callable[[Item, Outcome], Outcome] | None = None,
 ) -> list[Settlement]:
+    """Settle `items` one by one, each recorded before the next is asked about. `adjust`
+    lets the runner apply its retry policy to an outcome before it is recorded."""
     settled = []
     for item in items:
         channel = channels[item.channel]
@@ -223,6 +226,8 @@ def settle_items(
         attempts = store.attempts(run_id, item.seq)
         since = not_found_counts_from(channel, attempts[-1] if attempts else None)
         settlement = settle_item(item, channel, wait, since)
+        if adjust is not None and settlement.outcome is not None:
+            settlement = replace(settlement, outcome=adjust(item, settlement.outcome))
         if settlement.outcome is not None:
             store.record(run_id, lease_version, [replace(settlement.outcome, expected=item.state)])
         say(settlement.line)

@@ -163,16 +163,43 @@ class Runner:
         if not due:
             return None
         settlements = settle_items(
-            self.store, self.run_id, self.channels, self.lease_version, due, self.p.say
+            self.store,
+            self.run_id,
+            self.channels,
+            self.lease_version,
+            due,
+            self.p.say,
+            adjust=self._retry_or_give_up,
         )
         for s in settlements:
             if s.outcome is None:
                 continue
             if s.outcome.trigger == "conflict":
                 return self._halt(EXIT_REFUSED, f"conflict on item {s.item.seq}: {s.outcome.error}")
-            if s.outcome.trigger in ("found", "undecided"):
+            if s.outcome.trigger in ("found", "undecided", "give_up"):
                 self.p.advance(1)
         return None
+
+    def _retry_or_give_up(self, item: Item, outcome: Outcome) -> Outcome:
+        """A waiting item proven undelivered is sent again like any retry: after the
+        backoff, and only while its attempts and deadline last."""
+        if outcome.trigger != "not_found":
+            return outcome
+        retry = self.policy.judge(
+            ChannelError(ErrorKind.UNCERTAIN, item.last_error or "outcome unknown"),
+            attempts=item.attempts,
+            elapsed_s=self._elapsed(item),
+            idempotent=True,
+            queryable=True,
+        )
+        if retry.action is Action.RETRY:
+            return replace(outcome, next_attempt_at=clock.iso(clock.later(retry.wait_s)))
+        return replace(
+            outcome,
+            trigger="give_up",
+            error=f"gave up after {item.attempts} attempts: not delivered (query after "
+            "query_delay)",
+        )
 
     def _stop_requested(self) -> RunResult | None:
         if self.lease_lost.is_set():

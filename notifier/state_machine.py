@@ -41,7 +41,8 @@ ITEM_TRANSITIONS = [
     ("start", _I.PENDING, _I.IN_FLIGHT),
     ("ack", _I.IN_FLIGHT, _I.SENT),
     ("retry_later", _I.IN_FLIGHT, _I.PENDING),
-    ("give_up", _I.IN_FLIGHT, _I.FAILED),
+    # From unknown: an item that waited for its query_delay, proven undelivered, attempts spent.
+    ("give_up", [_I.IN_FLIGHT, _I.UNKNOWN], _I.FAILED),
     ("lose", _I.IN_FLIGHT, _I.UNKNOWN),
     ("found", [_I.IN_FLIGHT, _I.UNKNOWN], _I.SENT),
     ("not_found", [_I.IN_FLIGHT, _I.UNKNOWN], _I.PENDING),

@@ -21,7 +21,7 @@ class SlowReceiver:
     """A non-idempotent receiver that commits a POST only after the client gave up on it,
     and answers GET /status/KEY with 404 until the commit has happened."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, commits: bool = True) -> None:
         self.deliveries: list[dict[str, Any]] = []
         self.committed: dict[str, str] = {}
         self.lock = threading.Lock()
@@ -38,6 +38,9 @@ class SlowReceiver:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 key = self.headers["Idempotency-Key"]
                 time.sleep(COMMIT_AFTER_S)  # the client has timed out by now
+                if not commits:
+                    self._reply(500, {"error": "lost it"})
+                    return
                 with receiver.lock:
                     receiver.deliveries.append({"key": key, **json.loads(body)})
                     receiver.committed[key] = self.headers["Notifier-Intent-Digest"]
@@ -73,10 +76,7 @@ class SlowReceiver:
             return [d["key"] for d in self.deliveries]
 
 
-@pytest.fixture
-def slow_receiver(ws: Workspace) -> Iterator[SlowReceiver]:
-    receiver = SlowReceiver()
-    receiver.thread.start()
+def _configure(ws: Workspace, receiver: SlowReceiver, extra: str = "") -> None:
     (ws.path / "notifier.toml").write_text(
         "[channels.hooks]\n"
         'type = "webhook"\n'
@@ -84,8 +84,15 @@ def slow_receiver(ws: Workspace) -> Iterator[SlowReceiver]:
         f'status_url = "http://127.0.0.1:{receiver.port}/status/{{key}}"\n'
         "idempotent = false\n"
         "timeout = 1\n"
-        "query_delay = 2\n"
+        "query_delay = 2\n" + extra
     )
+
+
+@pytest.fixture
+def slow_receiver(ws: Workspace) -> Iterator[SlowReceiver]:
+    receiver = SlowReceiver()
+    receiver.thread.start()
+    _configure(ws, receiver)
     try:
         yield receiver
     finally:
@@ -124,3 +131,19 @@ def test_resume_after_a_kill_mid_request_waits_for_the_late_commit(
     assert len(slow_receiver.keys()) == 1, slow_receiver.deliveries
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert ws.query("SELECT state FROM items") == [("sent",)]
+
+
+def test_a_receiver_that_never_commits_fails_the_item_after_its_attempts(ws: Workspace) -> None:
+    """Waiting for query_delay does not loop forever: with max_attempts = 2 and a receiver
+    that times out and never commits, the item fails after exactly two attempts."""
+    receiver = SlowReceiver(commits=False)
+    receiver.thread.start()
+    _configure(ws, receiver, "\n[retry]\nmax_attempts = 2\nbackoff_base = 0.1\n")
+    try:
+        ws.write_csv("batch.csv", make_rows(1))
+        result = ws.invoke("send", "batch.csv", "--channel", "hooks")
+    finally:
+        receiver.server.shutdown()
+        receiver.server.server_close()
+    assert result.exit_code == 3, result.output
+    assert ws.query("SELECT state, attempts FROM items") == [("failed", 2)]
