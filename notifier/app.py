@@ -16,7 +16,7 @@ from types import FrameType
 from . import config as config_module
 from . import crash
 from .batch import read_batch
-from .channels import Channel, ChannelConfigError, build_channel
+from .channels import Channel, ChannelConfigError, ErrorKind, build_channel
 from .config import Config
 from .lease import Lease, holder_alive
 from .plan import RUN_ID_PATTERN, Plan, make_plan, new_run_id
@@ -171,6 +171,7 @@ def work_run(
             crash=plan,
             say=env.say,
             advance=advance,
+            lease_valid=lease.surely_valid,
         )
         return runner.run()
 
@@ -391,6 +392,16 @@ def decide(
         )
     if not evidence.strip():
         raise AppError("--evidence is required: say what the decision rests on.", 2)
+    if mark == "not-sent" and any(
+        a.outcome == ErrorKind.PARTIAL.value for a in store.attempts(run.run_id, item.seq)
+    ):
+        raise AppError(
+            f"item {item.item_id} (seq {item.seq}) was delivered to some of channel "
+            f"{item.channel!r}'s destinations ({item.last_error}); marking it not-sent would "
+            "send it again to all of them, including those that got it. Refused: mark it "
+            "`--mark sent --evidence …` (say who did not get it) or `--mark abandon`.",
+            4,
+        )
     store.decide(run.run_id, item.seq, MARKS[mark], operator_name(), evidence, lease_version)
     after = {
         "sent": "sent",

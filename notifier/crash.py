@@ -1,15 +1,19 @@
 """Fault injection for rehearsals: NOTIFIER_CRASH_AT=POINT:SEQ ends the process at POINT for
-item SEQ with status 137, without cleanup, exactly as a kill -9 would."""
+item SEQ with status 137, without cleanup, exactly as a kill -9 would.
+NOTIFIER_FREEZE_AT=POINT:SEQ instead stops the process there with SIGSTOP (a paused container,
+a VM stall); it carries on from that point when it gets SIGCONT."""
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 POINTS = ("after-intent", "after-send", "after-receipt")
 ENV = "NOTIFIER_CRASH_AT"
+FREEZE_ENV = "NOTIFIER_FREEZE_AT"
 EXIT_STATUS = 137
 
 
@@ -21,9 +25,15 @@ class CrashSpecError(ValueError):
 class CrashPlan:
     point: str
     seq: int
+    freeze: bool = False  # SIGSTOP instead of dying
 
     def at(self, point: str, seqs: Iterable[int]) -> None:
-        """Die here if this is the planned point and the window holds the planned item."""
+        """Die (or freeze) here if this is the planned point and the window holds the item."""
+        if point == self.point and self.seq in seqs and self.freeze:
+            sys.stdout.flush()
+            print(f"{FREEZE_ENV}: frozen {point} item {self.seq}", file=sys.stderr, flush=True)
+            os.kill(os.getpid(), signal.SIGSTOP)
+            return
         if point == self.point and self.seq in seqs:
             sys.stdout.flush()
             print(f"{ENV}: simulated crash {point} item {self.seq}", file=sys.stderr, flush=True)
@@ -31,13 +41,18 @@ class CrashPlan:
 
 
 def from_env(environ: dict[str, str] | None = None) -> CrashPlan | None:
-    value = (environ if environ is not None else dict(os.environ)).get(ENV, "").strip()
+    env = environ if environ is not None else dict(os.environ)
+    crash_value = env.get(ENV, "").strip()
+    freeze_value = env.get(FREEZE_ENV, "").strip()
+    if crash_value and freeze_value:
+        raise CrashSpecError(f"set {ENV} or {FREEZE_ENV}, not both: one rehearsal at a time")
+    name, value = (FREEZE_ENV, freeze_value) if freeze_value else (ENV, crash_value)
     if not value:
         return None
     point, _, seq = value.partition(":")
     if point not in POINTS or not seq.isdigit() or int(seq) < 1:
         raise CrashSpecError(
-            f"{ENV}={value!r} is not POINT:SEQ with POINT one of {', '.join(POINTS)} and SEQ "
+            f"{name}={value!r} is not POINT:SEQ with POINT one of {', '.join(POINTS)} and SEQ "
             "an item's 1-based position, e.g. after-send:20"
         )
-    return CrashPlan(point, int(seq))
+    return CrashPlan(point, int(seq), freeze=name == FREEZE_ENV)

@@ -4,6 +4,13 @@ A lease from this host whose process is gone is dead at once (pid plus the proce
 time, so a recycled pid does not count); a lease from another host is trusted until it
 expires. A heartbeat thread renews the lease; if renewal finds the version moved on, the
 worker learns it lost the run and stops.
+
+Fencing stops a worker's *writes*, not its *sends*: a worker frozen (SIGSTOP, a paused
+container, a VM stall) between point A and its send would, once thawed, send an item a new
+holder has already settled and sent. So a send starts only while the lease is *surely* valid:
+renewed, on the monotonic clock (which keeps counting while the process is stopped), less
+than TTL minus a margin ago. The residual window is a freeze after that check and before the
+bytes leave, longer than the margin.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import secrets
 import socket
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +29,9 @@ from .store import Store
 
 HOST = socket.gethostname()
 _ACTIVE_TOKENS: set[str] = set()  # leases held by workers inside this very process
+# How much of the TTL a send may not use: a lease renewed longer than TTL * (1 - this) ago is
+# no longer "surely" ours (another host may take it over at TTL, by its own clock).
+MARGIN_FRACTION = 1 / 3
 
 
 def process_start(pid: int) -> str | None:
@@ -71,24 +82,48 @@ class Lease:
         self.run_id = run_id
         self.ttl_s = ttl_s
         self.owner = new_owner()
+        # Read before acquiring: the lease is valid from no later than this moment.
+        renewed = time.monotonic()
         self.version = store.acquire_lease(run_id, self.owner, ttl_s, holder_alive)
+        self._renewed = renewed
         _ACTIVE_TOKENS.add(self.owner["token"])
         self.lost = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="lease-heartbeat", daemon=True)
         self._thread.start()
 
+    def surely_valid(self) -> bool:
+        """True while nobody else can have taken the run over: not lost, and renewed less
+        than TTL minus a margin ago on the monotonic clock. A send may start only then."""
+        if self.lost.is_set():
+            return False
+        age = time.monotonic() - self._renewed
+        return age < self.ttl_s * (1 - MARGIN_FRACTION)
+
     def _beat(self) -> None:
-        store = self.store.secondary()
+        try:
+            store = self.store.secondary()
+        except Exception:
+            self.lost.set()  # no heartbeat at all: the lease cannot be kept
+            return
         try:
             while not self._stop.wait(self.ttl_s / 3):
+                started = time.monotonic()
                 try:
                     renewed = store.renew_lease(self.run_id, self.version, self.ttl_s)
                 except sqlite3.OperationalError:
-                    continue  # the file was busy for longer than busy_timeout: try next beat
+                    # The file was busy for longer than busy_timeout: try next beat. A renewal
+                    # that keeps failing simply ages out of surely_valid().
+                    continue
+                except Exception:
+                    # Anything else is a bug or a broken store: a heartbeat that stops renewing
+                    # is a lost lease, so say so rather than die silently.
+                    self.lost.set()
+                    return
                 if not renewed:
                     self.lost.set()
                     return
+                self._renewed = started  # the new expiry counts from before the UPDATE
         finally:
             store.close()
 

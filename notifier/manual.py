@@ -80,5 +80,10 @@ def _ask_about(env: app.Env, store: Store, run: Run, item: Item, version: int) -
     except click.Abort:
         return False
     evidence = evidence.strip() or f"operator chose {decision} without a stated reason"
-    env.say(app.decide(env, store, run, item.item_id, decision, evidence, version))
+    try:
+        env.say(app.decide(env, store, run, item.item_id, decision, evidence, version))
+    except app.AppError as refused:
+        # A refused decision (a partial delivery marked not-sent) leaves the item as it was;
+        # say why and go on to the next one.
+        env.say(str(refused))
     return True

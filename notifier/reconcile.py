@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from datetime import datetime
 from enum import StrEnum
 
 import tenacity
 
+from . import clock
 from .channels import Channel, ChannelError, ErrorKind, Receipt
-from .records import Item, Outcome, PendingKind
+from .records import Attempt, Item, Outcome, PendingKind
 from .state_machine import ItemState
 from .store import Store
 
@@ -65,6 +67,35 @@ def ask(channel: Channel, item: Item, wait: tenacity.wait.wait_base = QUERY_WAIT
     return Answer(Finding.FOUND, receipt, "receipt found by query")
 
 
+def query_delay(channel: Channel) -> float:
+    """How long after an uncertain attempt ended a 404 from `channel` still proves nothing
+    (the receiver may still commit the request). Zero where a re-send is harmless (the
+    channel dedupes by key) or where the channel has no such setting (the outbox's write is
+    atomic, so once its writer is gone the file is there or it never will be)."""
+    if channel.idempotent:
+        return 0.0
+    return float(getattr(channel, "query_delay_s", 0.0))
+
+
+def not_found_counts_from(channel: Channel, attempt: Attempt | None) -> datetime | None:
+    """The moment from which a 404 for `attempt` proves "not sent": its end plus query_delay.
+    An attempt left open by a kill has no known end: count from its start plus the timeout."""
+    delay = query_delay(channel)
+    if delay <= 0 or attempt is None:
+        return None
+    timeout = float(getattr(channel, "timeout_s", 0.0))
+    gave_up = clock.later(timeout, clock.parse(attempt.started_at))
+    if attempt.finished_at is None:
+        ended = gave_up
+    elif attempt.outcome == "interrupted":
+        # Closed when the next process settled it, after the kill; the request itself ended
+        # at the kill or when the client would have given up, whichever came first.
+        ended = min(gave_up, clock.parse(attempt.finished_at))
+    else:
+        ended = clock.parse(attempt.finished_at)
+    return clock.later(delay, ended)
+
+
 @dataclass(frozen=True)
 class Settlement:
     item: Item
@@ -73,9 +104,14 @@ class Settlement:
 
 
 def settle_item(
-    item: Item, channel: Channel, wait: tenacity.wait.wait_base = QUERY_WAIT
+    item: Item,
+    channel: Channel,
+    wait: tenacity.wait.wait_base = QUERY_WAIT,
+    not_found_from: datetime | None = None,
 ) -> Settlement:
-    """Decide what an `in_flight` (crashed mid-attempt) or `unknown` item really is."""
+    """Decide what an `in_flight` (crashed mid-attempt) or `unknown` item really is.
+    Before `not_found_from` (see not_found_counts_from) a 404 proves nothing: the item
+    waits, unknown, with that moment as the time to ask again."""
     closes = "interrupted" if item.state is ItemState.IN_FLIGHT else None
     head = f"item {item.seq} ({item.item_id}) key {item.idempotency_key}:"
     answer = ask(channel, item, wait) if channel.queryable else None
@@ -100,6 +136,27 @@ def settle_item(
             Outcome(item.seq, "conflict", closes, error=f"conflict: {answer.detail}"),
             f"{head} CONFLICT: {answer.detail} → failed; never overwritten",
         )
+    early = not_found_from is not None and clock.now() < not_found_from
+    if answer is not None and answer.finding is Finding.NOT_FOUND and early:
+        assert not_found_from is not None
+        when = clock.iso(not_found_from)
+        line = (
+            f"{head} not found yet, but the receiver may still commit it until {when} "
+            "(query_delay) → unknown; NOT sent meanwhile, asked again then"
+        )
+        if item.state is ItemState.UNKNOWN:
+            return Settlement(item, None, line)
+        return Settlement(
+            item,
+            Outcome(
+                item.seq,
+                "lose",
+                closes,
+                error=f"outcome unknown after a stop: not found yet; asking again at {when}",
+                next_attempt_at=when,
+            ),
+            line,
+        )
     if answer is not None and answer.finding is Finding.NOT_FOUND:
         return Settlement(
             item,
@@ -107,6 +164,13 @@ def settle_item(
             f"{head} not found → nothing was delivered; will send again with the same key",
         )
     why = answer.detail if answer is not None else "the channel cannot be queried"
+    if item.state is ItemState.UNKNOWN and item.next_attempt_at is not None and not early:
+        # It waited for its query_delay and the query still cannot decide: a plain unknown.
+        return Settlement(
+            item,
+            Outcome(item.seq, "undecided", error=f"outcome unknown: {why}"),
+            f"{head} still unknown ({why}); settle it with `notifier reconcile --manual`",
+        )
     if item.state is ItemState.UNKNOWN:
         return Settlement(item, None, f"{head} still unknown ({why})")
     if channel.idempotent:
@@ -137,12 +201,33 @@ def settle(
     """Settle every in-flight item (and, with `include_unknown`, every unknown item whose
     channel can be queried), each recorded before the next is asked about."""
     states = [ItemState.IN_FLIGHT, ItemState.UNKNOWN] if include_unknown else [ItemState.IN_FLIGHT]
+    return settle_items(
+        store, run_id, channels, lease_version, list(store.items(run_id, states)), say, wait
+    )
+
+
+def settle_items(
+    store: Store,
+    run_id: str,
+    channels: Mapping[str, Channel],
+    lease_version: int,
+    items: list[Item],
+    say: Callable[[str], None],
+    wait: tenacity.wait.wait_base = QUERY_WAIT,
+    adjust: Callable[[Item, Outcome], Outcome] | None = None,
+) -> list[Settlement]:
+    """Settle `items` one by one, each recorded before the next is asked about. `adjust`
+    lets the runner apply its retry policy to an outcome before it is recorded."""
     settled = []
-    for item in list(store.items(run_id, states)):
+    for item in items:
         channel = channels[item.channel]
         if item.state is ItemState.UNKNOWN and not channel.queryable:
             continue
-        settlement = settle_item(item, channel, wait)
+        attempts = store.attempts(run_id, item.seq)
+        since = not_found_counts_from(channel, attempts[-1] if attempts else None)
+        settlement = settle_item(item, channel, wait, since)
+        if adjust is not None and settlement.outcome is not None:
+            settlement = replace(settlement, outcome=adjust(item, settlement.outcome))
         if settlement.outcome is not None:
             store.record(run_id, lease_version, [replace(settlement.outcome, expected=item.state)])
         say(settlement.line)

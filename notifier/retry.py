@@ -50,6 +50,8 @@ def action_for(kind: ErrorKind, *, idempotent: bool, queryable: bool) -> Action:
         if idempotent:
             return Action.RETRY
         return Action.QUERY if queryable else Action.LOSE
+    if kind is ErrorKind.PARTIAL:
+        return Action.LOSE  # a re-send would reach again those that got it
     if kind is ErrorKind.CONFLICT:
         return Action.CONFLICT
     if kind is ErrorKind.GONE:

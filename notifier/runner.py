@@ -18,7 +18,7 @@ from datetime import datetime
 from . import clock
 from .channels import Channel, ChannelError, ErrorKind, Receipt
 from .crash import CrashPlan
-from .reconcile import Finding, ask, settle, settle_doubts
+from .reconcile import Finding, ask, query_delay, settle, settle_doubts, settle_items
 from .records import Item, Outcome, PendingKind
 from .retry import Action, RetryPolicy
 from .state_machine import FINISHED_RUN_STATES, ItemState, RunState
@@ -87,6 +87,7 @@ class Runner:
         crash: CrashPlan | None = None,
         say: Callable[[str], None] = print,
         advance: Callable[[int], None] = lambda n: None,
+        lease_valid: Callable[[], bool] = lambda: True,
     ) -> None:
         self.store = store
         self.run_id = run_id
@@ -97,6 +98,7 @@ class Runner:
         self.lease_lost = lease_lost
         self.interrupted = interrupted
         self.crash = crash
+        self.lease_valid = lease_valid  # Lease.surely_valid: checked right before each send
         self.p = _Progress(say, advance)
         # A channel that holds one connection (SMTP) sends one request at a time.
         self._locks = {
@@ -149,6 +151,9 @@ class Runner:
             stop = self._stop_requested()
             if stop is not None:
                 return stop
+            halted = self._settle_waiting()
+            if halted is not None:
+                return halted
             gated = self._closed_gates()
             window = self.store.claim(
                 self.run_id,
@@ -183,6 +188,50 @@ class Runner:
             if s.outcome is not None and s.outcome.trigger == "conflict":
                 return self._halt(EXIT_REFUSED, f"conflict on item {s.item.seq}: {s.outcome.error}")
         return None
+
+    def _settle_waiting(self) -> RunResult | None:
+        """Ask again about unknown items whose query_delay has passed (a 404 now counts)."""
+        due = self.store.waiting_for_query(self.run_id, due_by=clock.now_iso())
+        if not due:
+            return None
+        settlements = settle_items(
+            self.store,
+            self.run_id,
+            self.channels,
+            self.lease_version,
+            due,
+            self.p.say,
+            adjust=self._retry_or_give_up,
+        )
+        for s in settlements:
+            if s.outcome is None:
+                continue
+            if s.outcome.trigger == "conflict":
+                return self._halt(EXIT_REFUSED, f"conflict on item {s.item.seq}: {s.outcome.error}")
+            if s.outcome.trigger in ("found", "undecided", "give_up"):
+                self.p.advance(1)
+        return None
+
+    def _retry_or_give_up(self, item: Item, outcome: Outcome) -> Outcome:
+        """A waiting item proven undelivered is sent again like any retry: after the
+        backoff, and only while its attempts and deadline last."""
+        if outcome.trigger != "not_found":
+            return outcome
+        retry = self.policy.judge(
+            ChannelError(ErrorKind.UNCERTAIN, item.last_error or "outcome unknown"),
+            attempts=item.attempts,
+            elapsed_s=self._elapsed(item),
+            idempotent=True,
+            queryable=True,
+        )
+        if retry.action is Action.RETRY:
+            return replace(outcome, next_attempt_at=clock.iso(clock.later(retry.wait_s)))
+        return replace(
+            outcome,
+            trigger="give_up",
+            error=f"gave up after {item.attempts} attempts: not delivered (query after "
+            "query_delay)",
+        )
 
     def _stop_requested(self) -> RunResult | None:
         if self.lease_lost.is_set():
@@ -240,14 +289,26 @@ class Runner:
                 finished_at=clock.iso(at),
             )
             for item, (result, at, mono) in zip(window, results, strict=True)
+            if result is not None
         ]
         self.store.record(self.run_id, self.lease_version, outcomes)
+        held_back = [item.seq for item, (result, _, _) in zip(window, results, strict=True)
+                     if result is None]  # fmt: skip
+        if held_back:
+            # Not sent, not recorded: left in flight for whoever holds the run to settle by
+            # query (nothing left, so it is sent then, once, with the same key).
+            raise LeaseLost(
+                f"run {self.run_id}: this worker could not prove it still held the run (its "
+                f"lease was last renewed too long ago or was taken over), so item(s) "
+                f"{', '.join(map(str, held_back))} were not sent; `notifier resume "
+                f"{self.run_id}` settles them"
+            )
         if self.crash:
             self.crash.at("after-receipt", seqs)
         for outcome in outcomes:
             self._after(outcome)
 
-    def _send_all(self, window: list[Item]) -> list[tuple[Sent, datetime, float]]:
+    def _send_all(self, window: list[Item]) -> list[tuple[Sent | None, datetime, float]]:
         if self._pool is None or len(window) == 1:
             return [self._send_one(item) for item in window]
         return list(self._pool.map(self._send_one, window))
@@ -262,12 +323,17 @@ class Runner:
             return f"cancel requested at {cancel_requested_at}"
         return None
 
-    def _send_one(self, item: Item) -> tuple[Sent, datetime, float]:
+    def _send_one(self, item: Item) -> tuple[Sent | None, datetime, float]:
         """The result and the moment it arrived, on the wall clock (to record) and on the
-        monotonic clock (to wait): waits (Retry-After) count from then."""
+        monotonic clock (to wait): waits (Retry-After) count from then. None: not sent at
+        all, because this worker can no longer prove the run is its own."""
         result: Sent
         try:
             with self._locks.get(item.channel) or nullcontext():
+                # Both checks at the moment the request would start, after any wait for the
+                # channel's lock: the lease is still surely ours, and no cancel was seen.
+                if not self._lease_allows_send():
+                    return None, clock.now(), time.monotonic()
                 reason = self._may_start(item)
                 if reason is not None:
                     return NotStarted(reason), clock.now(), time.monotonic()
@@ -277,6 +343,14 @@ class Runner:
         except Exception as exc:  # a channel bug: the request may have left, so be careful
             result = ChannelError(ErrorKind.UNCERTAIN, f"unexpected {type(exc).__name__}: {exc}")
         return result, clock.now(), time.monotonic()
+
+    def _lease_allows_send(self) -> bool:
+        """Fencing guards writes, not sends: a worker frozen after point A and thawed after
+        another took the run over must not send. Checked right before each send."""
+        if self.lease_lost.is_set() or not self.lease_valid():
+            self.lease_lost.set()
+            return False
+        return True
 
     def _judge_safely(self, item: Item, result: Sent, at: datetime, mono: float) -> Outcome:
         """`_judge`, but an unexpected exception (a query that breaks, a bug) costs only this
@@ -403,6 +477,17 @@ class Runner:
             )
         if answer.finding is Finding.CONFLICT:
             return replace(closed, trigger="conflict", error=f"conflict: {message}")
+        delay = query_delay(channel)
+        if answer.finding is Finding.NOT_FOUND and delay > 0:
+            # Too early for a 404 to prove anything: the receiver may still be committing the
+            # request that timed out. The item waits, unknown, and is asked about again.
+            again = clock.iso(clock.later(delay, at))
+            return replace(
+                closed,
+                trigger="lose",
+                error=f"{message}; not found yet, asking again at {again} (query_delay)",
+                next_attempt_at=again,
+            )
         if answer.finding is Finding.NOT_FOUND:
             retry = self.policy.judge(
                 error,
@@ -457,6 +542,10 @@ class Runner:
         )
 
     def _after(self, outcome: Outcome) -> None:
+        if outcome.trigger == "lose" and outcome.next_attempt_at is not None:
+            # Waiting for query_delay: not an unknown outcome (yet), so no streak, no advance.
+            self.p.say(f"item {outcome.seq}: {outcome.error}")
+            return
         if outcome.trigger in ("ack", "found", "give_up", "conflict", "lose"):
             self.p.advance(1)
         if outcome.trigger in ("ack", "found"):
@@ -503,6 +592,12 @@ class Runner:
             # A stored time is wall-clock (from an earlier process or this one): converted.
             wake = now + (_seconds_until(clock.parse(earliest)) if earliest else 0.0)
             wakes.append(max(wake, self.p.gates.get(channel, wake)))
+        # An item waiting for its query_delay keeps the run open until it is asked again.
+        wakes.extend(
+            now + _seconds_until(clock.parse(item.next_attempt_at))
+            for item in self.store.waiting_for_query(self.run_id)
+            if item.next_attempt_at is not None
+        )
         if not wakes:
             return None
         if min(wakes) <= now:

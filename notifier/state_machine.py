@@ -41,7 +41,8 @@ ITEM_TRANSITIONS = [
     ("start", _I.PENDING, _I.IN_FLIGHT),
     ("ack", _I.IN_FLIGHT, _I.SENT),
     ("retry_later", _I.IN_FLIGHT, _I.PENDING),
-    ("give_up", _I.IN_FLIGHT, _I.FAILED),
+    # From unknown: an item that waited for its query_delay, proven undelivered, attempts spent.
+    ("give_up", [_I.IN_FLIGHT, _I.UNKNOWN], _I.FAILED),
     ("lose", _I.IN_FLIGHT, _I.UNKNOWN),
     # Claimed but never started (a cancel seen right before the send): never attempted.
     ("release", _I.IN_FLIGHT, _I.PENDING),
@@ -51,6 +52,9 @@ ITEM_TRANSITIONS = [
     ("not_found", [_I.IN_FLIGHT, _I.UNKNOWN, _I.PENDING], _I.PENDING),
     ("conflict", [_I.IN_FLIGHT, _I.UNKNOWN, _I.PENDING], _I.FAILED),
     ("doubt", _I.PENDING, _I.UNKNOWN),
+    # An unknown item waiting for its query_delay whose delayed query could not decide either
+    # way: it stays unknown, but nothing revisits it any more (manual reconcile settles it).
+    ("undecided", _I.UNKNOWN, _I.UNKNOWN),
     ("mark_sent", _I.UNKNOWN, _I.SENT),
     ("mark_not_sent", _I.UNKNOWN, _I.PENDING),
     ("abandon", _I.UNKNOWN, _I.FAILED),

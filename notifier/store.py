@@ -756,6 +756,19 @@ class Store:
             )
         ]
 
+    def waiting_for_query(self, run_id: str, due_by: str | None = None) -> list[Item]:
+        """Unknown items that wait for their channel's query_delay before a 404 may count
+        (next_attempt_at = when to ask again); with `due_by`, only those due by then."""
+        sql = (
+            f"SELECT * FROM items WHERE run_id = ? AND {_ACTIVE} AND state = 'unknown' "
+            "AND next_attempt_at IS NOT NULL"
+        )
+        params: list[Any] = [run_id]
+        if due_by is not None:
+            sql += " AND next_attempt_at <= ?"
+            params.append(due_by)
+        return [item_from_row(r) for r in self.conn.execute(sql + " ORDER BY seq", params)]
+
     def attempts(self, run_id: str, seq: int | None = None) -> list[Attempt]:
         sql = (
             "SELECT seq, n, started_at, finished_at, outcome, http_status, error, waited_s, "

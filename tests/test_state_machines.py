@@ -38,6 +38,7 @@ def test_design_table_for_items() -> None:
         ("ack", "in_flight"): "sent",
         ("retry_later", "in_flight"): "pending",
         ("give_up", "in_flight"): "failed",
+        ("give_up", "unknown"): "failed",
         ("lose", "in_flight"): "unknown",
         ("found", "in_flight"): "sent",
         ("found", "unknown"): "sent",
@@ -53,6 +54,8 @@ def test_design_table_for_items() -> None:
         ("not_found", "pending"): "pending",
         ("conflict", "pending"): "failed",
         ("doubt", "pending"): "unknown",
+        # A query_delay wait whose delayed query could not decide: a plain unknown.
+        ("undecided", "unknown"): "unknown",
     }
 
 

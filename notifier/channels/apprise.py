@@ -112,7 +112,7 @@ class AppriseChannel:
                 ErrorKind.PERMANENT,
                 f"apprise channel {self.name!r}: the notification has neither subject nor body",
             )
-        notifier = self._apprise(asset=self._asset)
+        plugins = []
         for url in self._urls:
             plugin = self._plugin(url, intent.target)
             if plugin is None:
@@ -121,24 +121,43 @@ class AppriseChannel:
                     f"apprise channel {self.name!r}: {url.label} is not a usable Apprise URL "
                     "once {to} is replaced by this row's target; nothing was sent",
                 )
+            plugins.append((url, plugin))
+        # One notify per URL, so that a partial delivery is known as such: an operator who
+        # marked it "not sent" would send it again to the URLs that got it.
+        delivered: list[str] = []
+        failed: list[str] = []
+        raised: str | None = None
+        for url, plugin in plugins:
+            notifier = self._apprise(asset=self._asset)
             notifier.add(plugin)
-        try:
-            result = notifier.notify(
-                body=intent.body, title=intent.subject, body_format=self._text_format
+            try:
+                ok = bool(
+                    notifier.notify(
+                        body=intent.body, title=intent.subject, body_format=self._text_format
+                    )
+                )
+            except Exception as exc:
+                # Never echo the exception: a plugin's message may quote the URL, token included.
+                raised, ok = type(exc).__name__, False
+            (delivered if ok else failed).append(url.label)
+        if delivered and failed:
+            raise ChannelError(
+                ErrorKind.PARTIAL,
+                f"apprise channel {self.name!r}: partial delivery: delivered to "
+                f"{', '.join(delivered)}; failed for {', '.join(failed)} (which may or may not "
+                "have received it)",
             )
-        except Exception as exc:
-            # `from None`: an exception from a plugin may quote the URL, token included.
+        if raised is not None:
             raise ChannelError(
                 ErrorKind.UNCERTAIN,
-                f"apprise channel {self.name!r}: Apprise raised {type(exc).__name__} while "
+                f"apprise channel {self.name!r}: Apprise raised {raised} while "
                 "sending; the service may have received the message",
-            ) from None
-        if not bool(result):
-            labels = ", ".join(url.label for url in self._urls)
+            )
+        if failed:
             raise ChannelError(
                 ErrorKind.UNCERTAIN,
-                f"apprise channel {self.name!r}: Apprise reported a failure for {labels}; it "
-                "cannot tell whether the service received the message",
+                f"apprise channel {self.name!r}: Apprise reported a failure for "
+                f"{', '.join(failed)}; it cannot tell whether the service received the message",
             )
         return Receipt(receipt_id=f"apprise:{intent.idempotency_key}")
 

@@ -35,6 +35,9 @@ class ErrorKind(StrEnum):
     NOT_SENT = "not_sent"  # the request never left (refused, DNS): nothing happened
     THROTTLED = "throttled"  # 429/503: seen but not processed; slow the whole channel
     UNCERTAIN = "uncertain"  # timeout/reset after sending, 408, 500/502/504: maybe delivered
+    # Delivered to some of a channel's destinations and not (or maybe not) to the others: never
+    # sent again as a whole, and never marked not-sent (that would re-send to those that got it).
+    PARTIAL = "partial"
     IN_PROGRESS = "in_progress"  # 409: the first request with this key is still running
     CONFLICT = "conflict"  # 422 / digest mismatch: another intent holds this key
     GONE = "gone"  # 410: the endpoint is gone for good

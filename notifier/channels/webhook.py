@@ -26,6 +26,10 @@ from .base import ChannelConfigError, ChannelError, ErrorKind, Receipt, bounded_
 from .deadline import DeadlineTransport, attempt_deadline
 
 DEFAULT_TIMEOUT_S = 10.0
+# An ASSUMPTION about the receiver, not a fact: one that has not committed a request within
+# timeout + query_delay after it left never will. Before that, a 404 from status_url does not
+# prove "not sent" (the receiver may still be working on the request that timed out).
+DEFAULT_QUERY_DELAY_S = 5.0
 # The most of an answer's body that is read; the rest is dropped. A receipt is a small JSON
 # document: a server streaming megabytes (or forever) must not fill memory or hold the run.
 MAX_BODY_BYTES = 1024 * 1024
@@ -42,6 +46,7 @@ SCHEMA = o.Schema(
         "idempotent": o.Option("bool", default=False),
         "secret_env": o.Option("str"),
         "timeout": o.Option("number", default=DEFAULT_TIMEOUT_S, check=o.positive),
+        "query_delay": o.Option("number", default=DEFAULT_QUERY_DELAY_S, check=o.not_negative),
     }
 )
 
@@ -65,6 +70,8 @@ class WebhookChannel:
         self.queryable = self.status_url is not None
         self._signer = _signer(name, definition.get("secret_env"))
         self.timeout = float(SCHEMA.value(definition, "timeout"))
+        self.timeout_s = self.timeout
+        self.query_delay_s = float(SCHEMA.value(definition, "query_delay"))
         # One keep-alive connection per concurrent sender is plenty.
         limits = httpx2.Limits(max_connections=64, max_keepalive_connections=64)
         self._client = httpx2.Client(

@@ -1,0 +1,120 @@
+"""Issue 7 point 2: a worker frozen between point A and its send (SIGSTOP, a paused
+container) must not send after it lost its lease; and a heartbeat never dies silently."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from notifier import lease as lease_module
+from notifier.sandbox import Faults, Sandbox
+from notifier.store import Store
+
+from .conftest import Workspace, make_rows
+
+UNSHARE = shutil.which("unshare") or "/usr/bin/unshare"
+
+
+def _unshare_works() -> bool:
+    try:
+        probe = subprocess.run(
+            [UNSHARE, "--uts", "true"], capture_output=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return probe.returncode == 0
+
+
+def _stopped(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2 :].split()[0] == "T"
+
+
+@pytest.mark.skipif(
+    not _unshare_works(),
+    reason="needs `unshare --uts` (root) to run the second worker under another host name: "
+    "on the same host a live, frozen pid blocks the takeover by design",
+)
+def test_thawed_worker_does_not_send_after_another_took_over(ws: Workspace) -> None:
+    """Worker A freezes after point A of item 5; B (another host) takes over when the 2 s
+    lease expires, settles item 5 by query and completes; thawed A sends nothing, exits 4:
+    the non-idempotent receiver holds each key exactly once."""
+    with Sandbox(faults=Faults(idempotent=False)) as sandbox:
+        (ws.path / "notifier.toml").write_text(
+            "[lease]\nttl = 2\n\n"
+            "[channels.hooks]\n"
+            'type = "webhook"\n'
+            f'url = "{sandbox.url}/notifications"\n'
+            f'status_url = "{sandbox.url}/notifications/{{key}}"\n'
+            "idempotent = false\n"
+            "timeout = 2\n"
+        )
+        ws.write_csv("batch.csv", make_rows(10))
+        worker_a = ws.popen(
+            "send", "batch.csv", "--channel", "hooks",
+            env={"NOTIFIER_FREEZE_AT": "after-intent:5"},
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while not _stopped(worker_a.pid):
+                assert worker_a.poll() is None, worker_a.communicate()
+                assert time.monotonic() < deadline, "worker A never froze"
+                time.sleep(0.05)
+            command = [sys.executable, "-m", "notifier", "--db", str(ws.db), "resume"]
+            while True:  # A's lease blocks (exit 4) until it expires, 2 s after its last beat
+                worker_b = subprocess.run(
+                    [UNSHARE, "--uts", "/bin/sh", "-c", 'hostname notifier-b && exec "$@"', "sh",
+                     *command],
+                    cwd=ws.path, capture_output=True, text=True, timeout=120, check=False,
+                )  # fmt: skip
+                if worker_b.returncode != 4 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
+            assert worker_b.returncode == 0, worker_b.stdout + worker_b.stderr
+            assert "item 5" in worker_b.stdout
+        finally:
+            os.kill(worker_a.pid, signal.SIGCONT)
+            out_a, err_a = worker_a.communicate(timeout=120)
+        keys = Counter(d["idempotency_key"] for d in sandbox.deliveries())
+    assert worker_a.returncode == 4, out_a + err_a
+    assert len(keys) == 10 and set(keys.values()) == {1}, keys
+    assert ws.query("SELECT state, COUNT(*) FROM items GROUP BY state") == [("sent", 10)]
+
+
+def test_heartbeat_survives_an_unexpected_error_and_flags_the_lease(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A renewal raising something unexpected does not kill the heartbeat silently: the lease
+    is marked lost and surely_valid() turns false, so no send starts on it."""
+    ws.write_csv("batch.csv", make_rows(1))
+    sent = ws.invoke("send", "batch.csv")  # any run will do: the lease is what is tested
+    assert sent.exit_code == 0, sent.output
+    store = Store.open(ws.db)
+    try:
+        (run,) = store.runs()
+        calls = threading.Event()
+
+        def broken_renew(self: Store, run_id: str, version: int, ttl_s: float) -> bool:
+            calls.set()
+            raise RuntimeError("disk on fire")
+
+        monkeypatch.setattr(Store, "renew_lease", broken_renew)
+        held = lease_module.Lease(store, run.run_id, ttl_s=0.3)
+        try:
+            assert held.surely_valid()
+            assert held.lost.wait(10), "the heartbeat died without flagging the lease"
+            assert calls.is_set()
+            assert not held.surely_valid()
+        finally:
+            held.release()
+    finally:
+        store.close()
