@@ -16,25 +16,18 @@ from types import FrameType
 from . import config as config_module
 from . import crash
 from .batch import read_batch
-from .channels import Channel, ChannelConfigError, ErrorKind, build_channel
+from .channels import Channel, ChannelConfigError, ErrorKind, UnbuildableChannel, build_channel
 from .config import Config
+from .errors import BadInput, NeedsAttention, Refused
 from .lease import Lease, holder_alive
 from .plan import RUN_ID_PATTERN, Plan, make_plan, new_run_id
 from .reconcile import settle, settle_doubts
 from .records import Run
-from .runner import EXIT_ATTENTION, EXIT_DONE, Runner, RunOptions, RunResult
+from .runner import Runner, RunOptions, RunResult
 from .state_machine import FINISHED_RUN_STATES, ItemState, RunState
 from .store import AlreadyPlanned, LeaseHeld, RunExists, Store
 
 Say = Callable[[str], None]
-
-
-class AppError(Exception):
-    """A user-fixable problem; `code` is the contract's exit code."""
-
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass(frozen=True)
@@ -55,13 +48,13 @@ def pick_run(store: Store, run_id: str | None, *, active_only: bool = False) -> 
         try:
             return store.get_run(run_id)
         except KeyError:
-            raise AppError(
-                f"{store.path}: no run {run_id!r}. `notifier runs` lists the runs.", 2
+            raise BadInput(
+                f"{store.path}: no run {run_id!r}. `notifier runs` lists the runs.",
             ) from None
     run = store.newest_run(exclude=FINISHED_RUN_STATES if active_only else ())
     if run is None:
         what = "unfinished run" if active_only else "run"
-        raise AppError(f"{store.path}: there is no {what}. `notifier runs` lists the runs.", 2)
+        raise BadInput(f"{store.path}: there is no {what}. `notifier runs` lists the runs.")
     return run
 
 
@@ -79,9 +72,9 @@ def plan_batch(env: Env, batch: Path, *, channel: str | None, run_id: str | None
     types = env.config.channel_types()
     if channel is not None and channel not in types:
         known = ", ".join(sorted(types))
-        raise AppError(f"--channel {channel!r} is not defined; known channels: {known}.", 2)
+        raise BadInput(f"--channel {channel!r} is not defined; known channels: {known}.")
     if run_id is not None and not RUN_ID_PATTERN.match(run_id):
-        raise AppError(f"--run-id {run_id!r}: use 1-64 letters, digits, '.', '_' or '-'.", 2)
+        raise BadInput(f"--run-id {run_id!r}: use 1-64 letters, digits, '.', '_' or '-'.")
     rows = read_batch(batch, types, channel or config_module.DEFAULT_CHANNEL)
     return make_plan(rows, env.config, run_id or new_run_id())
 
@@ -109,10 +102,10 @@ def store_plan(
         store.create_run(plan.run_row(str(batch), dict(options)), plan.items, new_run=new_run)
     except AlreadyPlanned as planned:
         store.close()
-        raise AppError(already_planned_message(env, batch, planned.run), 2) from None
+        raise BadInput(already_planned_message(env, batch, planned.run)) from None
     except RunExists:
         store.close()
-        raise AppError(f"run {plan.run_id!r} already exists: choose another --run-id.", 2) from None
+        raise BadInput(f"run {plan.run_id!r} already exists: choose another --run-id.") from None
     except BaseException:
         store.close()
         raise
@@ -148,8 +141,10 @@ def work_run(
     options: RunOptions,
     *,
     advance: Callable[[int], None] = lambda n: None,
+    announce: Callable[[], None] = lambda: None,
 ) -> RunResult:
-    """Take the run's lease, then settle and send until done, stopped or interrupted."""
+    """Take the run's lease, then settle and send until done, stopped or interrupted.
+    `announce` runs once the lease is held: nothing says "resuming" before it is."""
     plan = crash.from_env()
     for note in config_module.snapshot_drift(run.channel_snapshot, env.config):
         env.say(f"note: {note}")
@@ -159,6 +154,7 @@ def work_run(
         take_lease(store, run, env.config.lease_ttl_s) as lease,
         interrupt_guard(interrupted, env.say),
     ):
+        announce()
         runner = Runner(
             store,
             run.run_id,
@@ -177,15 +173,23 @@ def work_run(
 
 
 @contextmanager
-def run_channels(run: Run, base_dir: Path) -> Iterator[dict[str, Channel]]:
-    """The channels as the run snapshotted them (never as the file says now), closed after."""
-    try:
-        channels = {
-            name: build_channel(name, definition, base_dir)
-            for name, definition in run.channel_snapshot.items()
-        }
-    except ChannelConfigError as exc:
-        raise AppError(f"run {run.run_id}: {exc}", 2) from exc
+def run_channels(
+    run: Run, base_dir: Path, *, tolerate_broken: bool = False
+) -> Iterator[dict[str, Channel]]:
+    """The channels as the run snapshotted them (never as the file says now), closed after.
+    With `tolerate_broken` (cancel), a channel that cannot be built (a secret no longer in
+    the environment, a definition an older version accepted) stands in as one that can be
+    neither sent to nor asked: its in-flight items become unknown instead of blocking."""
+    channels: dict[str, Channel] = {}
+    for name, definition in run.channel_snapshot.items():
+        try:
+            channels[name] = build_channel(name, definition, base_dir)
+        except ChannelConfigError as exc:
+            if not tolerate_broken:
+                for built in channels.values():
+                    built.close()
+                raise BadInput(f"run {run.run_id}: {exc}") from exc
+            channels[name] = UnbuildableChannel(name, str(exc))
     try:
         yield channels
     finally:
@@ -200,17 +204,15 @@ def take_lease(store: Store, run: Run, ttl_s: float) -> Iterator[Lease]:
     except LeaseHeld as held:
         if store.get_run(run.run_id).cancel_requested_at:
             # A `cancel` holds the run for a moment while it closes it.
-            raise AppError(
+            raise NeedsAttention(
                 f"run {run.run_id} was cancelled (by pid {held.owner.get('pid')}) before this "
                 f"process could start sending; nothing was sent by it. `notifier report "
                 f"{run.run_id}` shows the run.",
-                EXIT_ATTENTION,
             ) from held
-        raise AppError(
+        raise Refused(
             f"run {run.run_id} is being worked by pid {held.owner.get('pid')} on "
             f"{held.owner.get('host')} (lease until {held.expires_at}). Wait for it to "
             "finish, or stop it with `notifier cancel`.",
-            4,
         ) from held
     with lease:
         yield lease
@@ -243,8 +245,9 @@ def interrupt_guard(interrupted: threading.Event, say: Say) -> Iterator[None]:
 @dataclass(frozen=True)
 class CancelResult:
     run: Run
-    exit_code: int
+    confirmed: bool  # no request of the run can start any more
     message: str
+    counts: dict[str, int]
 
 
 def cancel(env: Env, run_id: str | None, wait_s: float) -> CancelResult:
@@ -264,12 +267,13 @@ def cancel(env: Env, run_id: str | None, wait_s: float) -> CancelResult:
             if run.lease_owner and holder_alive(run.lease_owner, run.lease_expires_at):
                 return CancelResult(
                     run,
-                    EXIT_ATTENTION,
+                    False,
                     f"run {run.run_id}: cancel recorded, but the worker (pid "
                     f"{run.lease_owner.get('pid')} on {run.lease_owner.get('host')}) did not "
                     f"confirm within {wait_s:g}s, so a request may still start until it does. "
                     f"Check with `notifier status {run.run_id}`, or wait longer with "
                     f"`notifier cancel {run.run_id} --wait 120`.",
+                    store.counts(run.run_id),
                 )
             try:
                 run = _cancel_without_worker(env, store, run)
@@ -287,7 +291,7 @@ def cancel(env: Env, run_id: str | None, wait_s: float) -> CancelResult:
                 f" {counts['unknown']} item(s) may have been delivered and are unknown: settle "
                 f"them with `notifier reconcile --manual {run.run_id}`."
             )
-        return CancelResult(run, _attention_code(store, run), message)
+        return CancelResult(run, True, message, counts)
     finally:
         store.close()
 
@@ -295,8 +299,9 @@ def cancel(env: Env, run_id: str | None, wait_s: float) -> CancelResult:
 def _already_finished(store: Store, run: Run) -> CancelResult:
     return CancelResult(
         run,
-        _attention_code(store, run),
+        True,
         f"run {run.run_id} is already {run.state.value}; nothing to cancel.",
+        store.counts(run.run_id),
     )
 
 
@@ -313,7 +318,7 @@ def _cancel_without_worker(env: Env, store: Store, run: Run) -> Run:
     """No live worker: settle what it left in flight (and every maybe-delivered item waiting
     to retry) by query, then mark the run cancelled. Raises LeaseHeld if a worker took the
     run meanwhile."""
-    with run_channels(run, env.db_path.parent) as channels:
+    with run_channels(run, env.db_path.parent, tolerate_broken=True) as channels:
         lease = Lease(store, run.run_id, env.config.lease_ttl_s)
         with lease:
             if store.get_run(run.run_id).state in FINISHED_RUN_STATES:
@@ -324,19 +329,10 @@ def _cancel_without_worker(env: Env, store: Store, run: Run) -> Run:
     return store.get_run(run.run_id)
 
 
-def _attention_code(store: Store, run: Run) -> int:
-    """3 while some item needs attention (unknown or failed; in a cancelled run, also any item
-    that will now never be sent), else 0: the same rule the stopped worker applies."""
-    counts = store.counts(run.run_id)
-    if run.state is RunState.CANCELLED:
-        return EXIT_ATTENTION if counts["total"] != counts["sent"] else EXIT_DONE
-    return EXIT_ATTENTION if counts["unknown"] or counts["failed"] else EXIT_DONE
-
-
 # ---------------------------------------------------------------------- reconcile
 
 
-def reconcile_by_query(env: Env, run_id: str | None) -> tuple[Run, int]:
+def reconcile_by_query(env: Env, run_id: str | None) -> tuple[Run, dict[str, int]]:
     store = open_store(env)
     try:
         run = pick_run(store, run_id)
@@ -352,8 +348,7 @@ def reconcile_by_query(env: Env, run_id: str | None) -> tuple[Run, int]:
                     "nothing to settle: no item is in flight or unknown on a queryable channel."
                 )
             complete_if_done(store, run.run_id, lease.version)
-        run = store.get_run(run.run_id)
-        return run, _attention_code(store, run)
+        return store.get_run(run.run_id), store.counts(run.run_id)
     finally:
         store.close()
 
@@ -383,24 +378,22 @@ def decide(
         with suppress(KeyError):
             item = store.item(run.run_id, int(item_ref))
     if item is None:
-        raise AppError(f"run {run.run_id} has no item {item_ref!r}.", 2)
+        raise BadInput(f"run {run.run_id} has no item {item_ref!r}.")
     if item.state is not ItemState.UNKNOWN:
-        raise AppError(
+        raise BadInput(
             f"item {item.item_id} (seq {item.seq}) is {item.state.value}, not unknown: only "
             "unknown items are settled by hand.",
-            2,
         )
     if not evidence.strip():
-        raise AppError("--evidence is required: say what the decision rests on.", 2)
+        raise BadInput("--evidence is required: say what the decision rests on.")
     if mark == "not-sent" and any(
         a.outcome == ErrorKind.PARTIAL.value for a in store.attempts(run.run_id, item.seq)
     ):
-        raise AppError(
+        raise Refused(
             f"item {item.item_id} (seq {item.seq}) was delivered to some of channel "
             f"{item.channel!r}'s destinations ({item.last_error}); marking it not-sent would "
             "send it again to all of them, including those that got it. Refused: mark it "
             "`--mark sent --evidence …` (say who did not get it) or `--mark abandon`.",
-            4,
         )
     store.decide(run.run_id, item.seq, MARKS[mark], operator_name(), evidence, lease_version)
     after = {

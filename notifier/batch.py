@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .channels.smtp import recipient_problem
+from .errors import BadInput
 
 RESERVED = ("to", "subject", "body", "id", "channel")
 MAX_REPORTED = 20
@@ -45,7 +46,7 @@ class Problem:
     message: str
 
 
-class BatchError(Exception):
+class BatchError(BadInput):
     """The file cannot be planned; `problems` says where and how to fix it."""
 
     def __init__(self, path: Path, problems: list[Problem]) -> None:

@@ -7,6 +7,7 @@ interrupted; 137 simulated crash.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import traceback
@@ -21,49 +22,46 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from . import app, crash, report
-from .batch import BatchError
-from .config import ConfigError
 from .config import load as load_config
-from .errors import BadInput, NeedsAttention, Refused
+from .errors import BadInput, ExitCode, NotifierError, Refused
 from .manual import reconcile_manually
+from .outcome import run_advice, run_exit, settled_exit
 from .runner import RunOptions, RunResult
 from .sandbox import Faults, run_sandbox
 from .state_machine import FINISHED_RUN_STATES, RunState
-from .store import DatabaseUnwritable, LeaseLost, NoDatabase, StoreRefused
 
-_BY_CODE: dict[int, type[click.ClickException]] = {2: BadInput, 3: NeedsAttention, 4: Refused}
+
+@functools.cache
+def _exception_for(code: ExitCode) -> type[click.ClickException]:
+    """A click exception class that exits with `code` (click reads exit_code from the class)."""
+    return type(f"Exit{int(code)}", (click.ClickException,), {"exit_code": int(code)})
+
+
+def _Failure(message: str, code: ExitCode) -> click.ClickException:
+    """A failure on its way out: click prints its message and exits with `code`."""
+    return _exception_for(code)(message)
 
 
 class NotifierGroup(click.Group):
-    """Turns every known failure into its contract exit code and a one-paragraph message;
-    anything else is an internal error (exit 1) without a traceback unless NOTIFIER_DEBUG."""
+    """The one place where failures become exit codes: a NotifierError carries its own, a
+    storage failure is named with its cause and fix, anything else is an internal error
+    (exit 1) without a traceback unless NOTIFIER_DEBUG."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
-        except app.AppError as exc:
-            raise _BY_CODE.get(exc.code, click.ClickException)(str(exc)) from exc
-        except (
-            BatchError,
-            ConfigError,
-            NoDatabase,
-            DatabaseUnwritable,
-            crash.CrashSpecError,
-        ) as exc:
-            raise BadInput(str(exc)) from exc
-        except StoreRefused as exc:
-            raise Refused(str(exc)) from exc
-        except LeaseLost as exc:
-            raise Refused(f"{exc}; this process stopped without writing.") from exc
+        except NotifierError as exc:
+            raise _Failure(str(exc), exc.exit_code) from exc
         except Exception as exc:
             if os.environ.get("NOTIFIER_DEBUG"):
                 traceback.print_exc()
-            raise click.ClickException(
+            raise _Failure(
                 f"internal error: {type(exc).__name__}: {exc}. Nothing was lost: every "
                 "state change is durable; `notifier status` shows where the run stands. "
-                "Set NOTIFIER_DEBUG=1 for a traceback."
+                "Set NOTIFIER_DEBUG=1 for a traceback.",
+                ExitCode.INTERNAL,
             ) from exc
 
 
@@ -131,8 +129,9 @@ def _progress(total: int) -> Iterator[Callable[[int], None]]:
 
 
 def _finish(ctx: click.Context, run_id: str, result: RunResult) -> None:
-    click.echo(f"run {run_id}: {result.message}")
-    ctx.exit(result.exit_code)
+    advice = run_advice(result, run_id)
+    click.echo(f"run {run_id}: {result.reason}." + (f" {advice}" if advice else ""))
+    ctx.exit(run_exit(result))
 
 
 @cli.command()
@@ -212,17 +211,20 @@ def resume(
         if run.state is RunState.AWAITING_APPROVAL:
             raise Refused(f"run {run.run_id} is awaiting approval; approve it first.")
         counts = store.counts(run.run_id)
-        click.echo(
-            f"resuming run {run.run_id}: {counts['sent']} sent, {counts['in_flight']} in flight, "
-            f"{counts['unknown']} unknown, {counts['pending']} pending"
-        )
+
+        def announce() -> None:
+            click.echo(
+                f"resuming run {run.run_id}: {counts['sent']} sent, {counts['in_flight']} in "
+                f"flight, {counts['unknown']} unknown, {counts['pending']} pending"
+            )
+
         options = RunOptions(
             concurrency or int(run.options.get("concurrency", 1)),
             max_wait if max_wait is not None else float(run.options.get("max_wait", 600)),
         )
         remaining = counts["pending"] + counts["in_flight"] + counts["unknown"]
         with _progress(remaining) as advance:
-            result = app.work_run(env, store, run, options, advance=advance)
+            result = app.work_run(env, store, run, options, advance=advance, announce=announce)
     finally:
         store.close()
     _finish(ctx, run.run_id, result)
@@ -332,7 +334,9 @@ def cancel(
             _emit(report.build(store, run, attention_only=fmt == "table"), fmt)
         finally:
             store.close()
-    ctx.exit(result.exit_code)
+    if not result.confirmed:
+        ctx.exit(ExitCode.ATTENTION)
+    ctx.exit(settled_exit(result.run.state, result.counts))
 
 
 @cli.command()
@@ -357,11 +361,11 @@ def reconcile(
     if not manual:
         if item_ref or mark or evidence:
             raise BadInput("--item, --mark and --evidence go with --manual.")
-        run, code = app.reconcile_by_query(env, run_id)
+        run, counts = app.reconcile_by_query(env, run_id)
         click.echo(f"run {run.run_id}: {run.state.value}")
-        ctx.exit(code)
-    code = reconcile_manually(env, run_id, item_ref, mark, evidence)
-    ctx.exit(code)
+        ctx.exit(settled_exit(run.state, counts))
+    run, counts = reconcile_manually(env, run_id, item_ref, mark, evidence)
+    ctx.exit(settled_exit(run.state, counts))
 
 
 @cli.command()

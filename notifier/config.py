@@ -15,6 +15,7 @@ from typing import Any
 from . import retry
 from .channels import definition_problems
 from .channels.options import nearest
+from .errors import BadInput
 
 DEFAULT_CHANNEL = "outbox"
 DEFAULT_LEASE_TTL_S = 30.0
@@ -25,7 +26,7 @@ _LEASE_KEYS = {"ttl"}
 _SECTIONS = {"channels", "retry", "lease"}
 
 
-class ConfigError(Exception):
+class ConfigError(BadInput):
     """The configuration cannot be used as written; the message names the file and fix."""
 
 

@@ -11,14 +11,16 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from .errors import BadInput, ExitCode
+
 POINTS = ("after-intent", "after-send", "after-receipt")
 ENV = "NOTIFIER_CRASH_AT"
 FREEZE_ENV = "NOTIFIER_FREEZE_AT"
-EXIT_STATUS = 137
+EXIT_STATUS = int(ExitCode.CRASHED)
 
 
-class CrashSpecError(ValueError):
-    pass
+class CrashSpecError(BadInput):
+    """A mistyped rehearsal variable: a usage error before anything is stored."""
 
 
 @dataclass(frozen=True)

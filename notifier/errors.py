@@ -1,23 +1,43 @@
-"""User-facing failures, each carrying the exit code of the CLI contract (DESIGN section 8)."""
+"""One error model: every failure an operator can act on is a `NotifierError` carrying its exit
+code from the one `ExitCode` table of the CLI contract (DESIGN section 8). cli.py turns it into
+the exit status in exactly one place; nothing else decides exit codes for errors.
+"""
 
 from __future__ import annotations
 
-import click
+from enum import IntEnum
+from typing import ClassVar
 
 
-class BadInput(click.ClickException):
+class ExitCode(IntEnum):
+    DONE = 0
+    INTERNAL = 1  # a bug: nothing is lost, every state change is durable
+    BAD_INPUT = 2  # usage or bad input; nothing was changed
+    ATTENTION = 3  # stopped with items needing attention, or paused
+    REFUSED = 4  # refused for safety: live lease, conflict, failed check, approval
+    INTERRUPTED = 130  # Ctrl-C: the run was paused cleanly
+    CRASHED = 137  # NOTIFIER_CRASH_AT: a simulated crash
+
+
+class NotifierError(Exception):
+    """A failure with a one-paragraph message naming the thing, the cause and the fix."""
+
+    exit_code: ClassVar[ExitCode] = ExitCode.INTERNAL
+
+
+class BadInput(NotifierError):
     """Usage or bad input; nothing was changed."""
 
-    exit_code = 2
+    exit_code = ExitCode.BAD_INPUT
 
 
-class NeedsAttention(click.ClickException):
-    """Stopped with items needing attention, or paused by a long Retry-After."""
+class NeedsAttention(NotifierError):
+    """Stopped with items needing attention, or paused (a long Retry-After, a full disk)."""
 
-    exit_code = 3
+    exit_code = ExitCode.ATTENTION
 
 
-class Refused(click.ClickException):
-    """Refused for safety: a live lease, a conflict, a failed integrity check."""
+class Refused(NotifierError):
+    """Refused for safety: a live lease, a conflict, a failed integrity check, a lost race."""
 
-    exit_code = 4
+    exit_code = ExitCode.REFUSED

@@ -21,11 +21,12 @@ import socket
 import sqlite3
 import threading
 import time
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 from . import clock
-from .store import Store
+from .store import StorageFailed, Store
 
 HOST = socket.gethostname()
 _ACTIVE_TOKENS: set[str] = set()  # leases held by workers inside this very process
@@ -111,9 +112,9 @@ class Lease:
                 started = time.monotonic()
                 try:
                     renewed = store.renew_lease(self.run_id, self.version, self.ttl_s)
-                except sqlite3.OperationalError:
-                    # The file was busy for longer than busy_timeout: try next beat. A renewal
-                    # that keeps failing simply ages out of surely_valid().
+                except (sqlite3.OperationalError, StorageFailed):
+                    # The file was busy for longer than busy_timeout, or the disk is full: try
+                    # next beat. A renewal that keeps failing simply ages out of surely_valid().
                     continue
                 except Exception:
                     # Anything else is a bug or a broken store: a heartbeat that stops renewing
@@ -132,7 +133,10 @@ class Lease:
         self._thread.join()
         _ACTIVE_TOKENS.discard(self.owner["token"])
         if not self.lost.is_set():
-            self.store.release_lease(self.run_id, self.version)
+            # On a full or failing disk the release cannot be written; the lease then dies
+            # with this process (same host) or at its expiry, and the first error stands.
+            with suppress(StorageFailed):
+                self.store.release_lease(self.run_id, self.version)
 
     def __enter__(self) -> Lease:
         return self

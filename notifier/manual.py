@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from . import app
+from .errors import BadInput, Refused
 from .records import Item, Run
 from .state_machine import ItemState
 from .store import Store
@@ -18,13 +19,12 @@ _CHOICES = {"s": "sent", "n": "not-sent", "a": "abandon", "k": "skip", "q": "qui
 
 def reconcile_manually(
     env: app.Env, run_id: str | None, item_ref: str | None, mark: str | None, evidence: str | None
-) -> int:
+) -> tuple[Run, dict[str, int]]:
     scripted = item_ref is not None or mark is not None or evidence is not None
     if scripted and not (item_ref and mark and evidence is not None):
-        raise app.AppError(
+        raise BadInput(
             "non-interactive use needs all three: --item ID --mark sent|not-sent|abandon "
-            "--evidence TEXT.",
-            2,
+            "--evidence TEXT."
         )
     store = app.open_store(env)
     try:
@@ -46,7 +46,7 @@ def reconcile_manually(
             f"run {run.run_id}: {counts['sent']} sent, {counts['unknown']} unknown, "
             f"{counts['pending']} pending, {counts['failed']} failed"
         )
-        return 3 if counts["unknown"] or counts["failed"] else 0
+        return store.get_run(run.run_id), counts
     finally:
         store.close()
 
@@ -82,7 +82,7 @@ def _ask_about(env: app.Env, store: Store, run: Run, item: Item, version: int) -
     evidence = evidence.strip() or f"operator chose {decision} without a stated reason"
     try:
         env.say(app.decide(env, store, run, item.item_id, decision, evidence, version))
-    except app.AppError as refused:
+    except Refused as refused:
         # A refused decision (a partial delivery marked not-sent) leaves the item as it was;
         # say why and go on to the next one.
         env.say(str(refused))

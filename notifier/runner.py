@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from enum import StrEnum
 
 from . import clock
 from .channels import Channel, ChannelError, ErrorKind, Receipt
@@ -24,10 +25,6 @@ from .retry import Action, RetryPolicy
 from .state_machine import FINISHED_RUN_STATES, ItemState, RunState
 from .store import LeaseLost, Store
 
-EXIT_DONE = 0
-EXIT_ATTENTION = 3
-EXIT_REFUSED = 4
-EXIT_INTERRUPTED = 130
 POLL_S = 0.2
 # Attempt outcomes that prove the request never reached the downstream (or was seen and
 # refused unprocessed, 429/503); any other earlier attempt may have delivered.
@@ -52,11 +49,29 @@ class NotStarted:
 Sent = Receipt | ChannelError | NotStarted
 
 
-@dataclass
+class Stop(StrEnum):
+    """Why a run stopped. The CLI turns this (with the counts) into the exit code and the
+    advice to print; the runner itself decides neither."""
+
+    COMPLETED = "completed"  # every item settled (some may have failed)
+    UNKNOWN_LEFT = "unknown_left"  # paused: unknown items wait for a reconcile
+    RATE_LIMITED = "rate_limited"  # paused: a Retry-After longer than --max-wait
+    INTERRUPTED = "interrupted"  # Ctrl-C: paused cleanly
+    CANCELLED = "cancelled"
+    ALREADY_FINISHED = "already_finished"  # finished by someone else before we started
+    HALTED = "halted"  # a safety rule: endpoint gone, too many unknowns in a row
+    CONFLICT = "conflict"  # halted: the downstream holds another intent under our key
+
+
+@dataclass(frozen=True)
 class RunResult:
-    exit_code: int
+    """How a run stopped: its state, why, what happened (no command hints) and the counts."""
+
     state: RunState
-    message: str
+    stop: Stop
+    reason: str
+    counts: dict[str, int]
+    paused_until: str | None = None
 
 
 @dataclass
@@ -64,7 +79,7 @@ class _Progress:
     say: Callable[[str], None]
     advance: Callable[[int], None] = lambda n: None
     unknown_streak: int = 0
-    halt: tuple[int, str] | None = None  # (exit code, reason)
+    halt: tuple[Stop, str] | None = None  # (HALTED or CONFLICT, reason)
     # In-process waits run on the monotonic clock (time.monotonic()), so a step of the wall
     # clock cannot end them early; the wall-clock next_attempt_at stored with an item is only
     # for the next process.
@@ -128,12 +143,11 @@ class Runner:
         if run.state in FINISHED_RUN_STATES:
             # A `cancel` (or another process) finished the run between our plan or read and
             # our lease: there is nothing to send, and no move is legal any more.
-            counts = self.store.counts(self.run_id)
             return RunResult(
-                EXIT_DONE if counts["total"] == counts["sent"] else EXIT_ATTENTION,
                 run.state,
-                f"run {self.run_id} is already {run.state.value}; nothing was sent by this "
-                f"process. `notifier report {self.run_id}` shows the run.",
+                Stop.ALREADY_FINISHED,
+                f"already {run.state.value}; nothing was sent by this process",
+                self.store.counts(self.run_id),
             )
         if run.state in (RunState.PLANNED, RunState.APPROVED):
             self.store.move_run(self.run_id, "start", self.lease_version)
@@ -186,7 +200,9 @@ class Runner:
         )
         for s in settlements:
             if s.outcome is not None and s.outcome.trigger == "conflict":
-                return self._halt(EXIT_REFUSED, f"conflict on item {s.item.seq}: {s.outcome.error}")
+                return self._halt(
+                    Stop.CONFLICT, f"conflict on item {s.item.seq}: {s.outcome.error}"
+                )
         return None
 
     def _settle_waiting(self) -> RunResult | None:
@@ -207,7 +223,9 @@ class Runner:
             if s.outcome is None:
                 continue
             if s.outcome.trigger == "conflict":
-                return self._halt(EXIT_REFUSED, f"conflict on item {s.item.seq}: {s.outcome.error}")
+                return self._halt(
+                    Stop.CONFLICT, f"conflict on item {s.item.seq}: {s.outcome.error}"
+                )
             if s.outcome.trigger in ("found", "undecided", "give_up"):
                 self.p.advance(1)
         return None
@@ -241,10 +259,10 @@ class Runner:
                 self.run_id, "pause", self.lease_version, stop_reason="interrupted (Ctrl-C)"
             )
             return RunResult(
-                EXIT_INTERRUPTED,
                 RunState.PAUSED,
-                "interrupted: requests already sent were recorded; the run is paused. "
-                f"Continue with `notifier resume {self.run_id}`.",
+                Stop.INTERRUPTED,
+                "interrupted: requests already sent were recorded; the run is paused",
+                self.store.counts(self.run_id),
             )
         cancel_requested_at, version = self.store.run_flags(self.run_id)
         if version != self.lease_version:
@@ -261,16 +279,13 @@ class Runner:
         counts = self.store.counts(self.run_id)
         kinds = list(self.store.pending_kinds(self.run_id).values())
         never = counts["pending"] - len(kinds)
-        # One rule for the worker and the `cancel` command (README): a cancelled run exits 3
-        # while any item was not delivered (unknown, failed or never sent), 0 only when
-        # everything had been sent before the cancel took effect.
-        needs_attention = counts["total"] != counts["sent"]
         return RunResult(
-            EXIT_ATTENTION if needs_attention else EXIT_DONE,
             RunState.CANCELLED,
+            Stop.CANCELLED,
             f"cancelled: {counts['sent']} sent, {counts['unknown']} unknown, "
             f"{never} never attempted, {kinds.count(PendingKind.RETRY_WAITING)} attempted but "
-            f"not delivered, {counts['failed']} failed.",
+            f"not delivered, {counts['failed']} failed",
+            counts,
         )
 
     # ------------------------------------------------------------------ one window
@@ -442,7 +457,7 @@ class Runner:
         if verdict.action is Action.CONFLICT:
             return replace(closed, trigger="conflict", error=f"conflict: {message}")
         if verdict.action is Action.GONE:
-            self.p.halt = (EXIT_ATTENTION, f"endpoint gone (item {item.seq}): {message}")
+            self.p.halt = (Stop.HALTED, f"endpoint gone (item {item.seq}): {message}")
             return replace(closed, trigger="give_up")
         if verdict.action is Action.FAIL:
             return replace(closed, trigger="give_up")
@@ -555,16 +570,15 @@ class Runner:
             self.p.say(f"item {outcome.seq}: unknown — {outcome.error}")
             if self.p.unknown_streak >= self.options.unknown_streak_limit and self.p.halt is None:
                 self.p.halt = (
-                    EXIT_ATTENTION,
-                    f"{self.p.unknown_streak} unknown outcomes in a row: check the downstream, "
-                    "then `notifier reconcile` or `notifier resume`",
+                    Stop.HALTED,
+                    f"{self.p.unknown_streak} unknown outcomes in a row: check the downstream",
                 )
         elif outcome.trigger in ("give_up", "conflict"):
             self.p.say(f"item {outcome.seq}: failed — {outcome.error}")
         if outcome.trigger == "conflict":
             # Whatever revealed it (a 422, a query, a receipt for another digest), a key held
             # by another intent means something else writes under our keys: stop, exit 4.
-            self.p.halt = (EXIT_REFUSED, f"conflict on item {outcome.seq}: {outcome.error}")
+            self.p.halt = (Stop.CONFLICT, f"conflict on item {outcome.seq}: {outcome.error}")
 
     # ------------------------------------------------------------------ waiting
 
@@ -625,15 +639,16 @@ class Runner:
             self.run_id, "pause", self.lease_version, paused_until=when, stop_reason=reason
         )
         return RunResult(
-            EXIT_ATTENTION,
             RunState.PAUSED,
-            f"paused: the downstream asked to wait until {clock.local(when)}. "
-            f"Run `notifier resume {self.run_id}` after that time.",
+            Stop.RATE_LIMITED,
+            f"paused: the downstream asked to wait until {clock.local(when)}",
+            self.store.counts(self.run_id),
+            paused_until=when,
         )
 
-    def _halt(self, code: int, reason: str) -> RunResult:
+    def _halt(self, stop: Stop, reason: str) -> RunResult:
         self.store.move_run(self.run_id, "halt", self.lease_version, stop_reason=reason)
-        return RunResult(code, RunState.HALTED, f"halted: {reason}")
+        return RunResult(RunState.HALTED, stop, f"halted: {reason}", self.store.counts(self.run_id))
 
     def _finish(self) -> RunResult:
         counts = self.store.counts(self.run_id)
@@ -644,15 +659,9 @@ class Runner:
         if counts["unknown"]:
             reason = f"{counts['unknown']} item(s) with unknown outcome"
             self.store.move_run(self.run_id, "pause", self.lease_version, stop_reason=reason)
-            return RunResult(
-                EXIT_ATTENTION,
-                RunState.PAUSED,
-                f"{summary}. Settle the unknown items with `notifier reconcile --manual "
-                f"{self.run_id}`.",
-            )
+            return RunResult(RunState.PAUSED, Stop.UNKNOWN_LEFT, summary, counts)
         self.store.move_run(self.run_id, "complete", self.lease_version)
-        code = EXIT_ATTENTION if counts["failed"] else EXIT_DONE
-        return RunResult(code, RunState.COMPLETED, f"completed: {summary}.")
+        return RunResult(RunState.COMPLETED, Stop.COMPLETED, f"completed: {summary}", counts)
 
 
 def _seconds_until(moment: datetime) -> float:

@@ -11,6 +11,8 @@ from enum import StrEnum
 
 from transitions import Machine
 
+from .errors import Refused
+
 
 class ItemState(StrEnum):
     PENDING = "pending"
@@ -77,8 +79,9 @@ RUN_TRANSITIONS = [
 ]
 
 
-class IllegalMove(Exception):
-    """A trigger was fired from a state that does not allow it."""
+class IllegalMove(Refused):
+    """A trigger was fired from a state that does not allow it: something else moved the row
+    (another process, an operator) between our read and our write. Refused, never forced."""
 
 
 def _machine(states: type[StrEnum], table: list[tuple[str, object, object]]) -> Machine:
@@ -99,7 +102,11 @@ _RUN_MACHINE = _machine(RunState, RUN_TRANSITIONS)  # type: ignore[arg-type]
 def _next(machine: Machine, states: type[StrEnum], trigger: str, current: StrEnum) -> str:
     found = machine.get_transitions(trigger=trigger, source=current.name)
     if not found:
-        raise IllegalMove(f"{trigger!r} is not allowed from {current.value!r}")
+        raise IllegalMove(
+            f"{trigger!r} is not allowed from {current.value!r}: another process or an operator "
+            "changed it at the same moment; nothing was overwritten. `notifier status` shows "
+            "where it stands now; run the command again if it still applies."
+        )
     return states[str(found[0].dest)].value
 
 

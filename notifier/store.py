@@ -22,6 +22,7 @@ from typing import Any
 from sqlite_utils import Database
 
 from . import clock
+from .errors import BadInput, NeedsAttention, NotifierError, Refused
 from .records import (
     MAYBE_DELIVERED_OUTCOMES,
     Attempt,
@@ -47,27 +48,35 @@ _ACTIVE = "state IN ({})".format(", ".join(f"'{s.value}'" for s in ACTIVE_ITEM_S
 _HEADER = b"SQLite format 3\x00"
 
 
-class StoreRefused(Exception):
+class StoreRefused(Refused):
     """The file is not a database this version may touch; it has not been modified."""
 
 
-class NoDatabase(Exception):
+class NoDatabase(BadInput):
     """There is no database yet (a read-only command was run before any send)."""
 
 
-class DatabaseUnwritable(Exception):
+class DatabaseUnwritable(BadInput):
     """The database (or its directory) cannot be written; nothing was changed."""
 
 
-class LostRace(Exception):
+class StorageFailed(NeedsAttention):
+    """The database could not be written (disk full, I/O error, locked too long). The write
+    was rolled back whole; everything committed before it is safe."""
+
+
+class LostRace(Refused):
     """A conditional UPDATE matched nothing: someone else moved the row first."""
 
 
-class LeaseLost(Exception):
+class LeaseLost(Refused):
     """Another process took over the run; this worker must stop without writing."""
 
+    def __str__(self) -> str:
+        return f"{super().__str__()}; this process stopped without writing."
 
-class AlreadyPlanned(Exception):
+
+class AlreadyPlanned(BadInput):
     """The same content was planned before, as `run` (the newest such run)."""
 
     def __init__(self, run: Run) -> None:
@@ -75,11 +84,11 @@ class AlreadyPlanned(Exception):
         super().__init__(f"already planned as run {run.run_id}")
 
 
-class RunExists(Exception):
+class RunExists(BadInput):
     """A run with this id is already in the database."""
 
 
-class LeaseHeld(Exception):
+class LeaseHeld(Refused):
     def __init__(self, owner: dict[str, Any], expires_at: str | None) -> None:
         self.owner = owner
         self.expires_at = expires_at
@@ -272,7 +281,10 @@ class Store:
         deferred BEGIN can fail with SQLITE_BUSY_SNAPSHOT when a concurrent `cancel` commits
         between our read and our write, and busy_timeout cannot retry that. With
         `lease_version`, the transaction is fenced: it aborts if the lease moved on."""
-        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise self._storage_failure(exc) from exc
         try:
             if lease_version is not None:
                 row = self.conn.execute(
@@ -282,10 +294,47 @@ class Store:
                     raise LeaseLost(f"run {run_id}: another process took over this run")
             yield
             self.conn.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            self._roll_back()
+            raise self._storage_failure(exc) from exc
         except BaseException:
-            if self.conn.in_transaction:
-                self.conn.execute("ROLLBACK")
+            self._roll_back()
             raise
+
+    def _roll_back(self) -> None:
+        if self.conn.in_transaction:
+            with suppress(sqlite3.Error):  # a failed disk may refuse even the rollback
+                self.conn.execute("ROLLBACK")
+
+    def _storage_failure(self, exc: sqlite3.OperationalError) -> NotifierError:
+        """Name what went wrong with the file, the safe state it leaves, and the fix."""
+        code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+        safe = (
+            "The write was rolled back whole: every outcome recorded before it is safe, and "
+            "anything in flight is settled by query on resume."
+        )
+        if code == sqlite3.SQLITE_FULL:
+            return StorageFailed(
+                f"{self.path}: the disk holding {self.path.name} is full. {safe} Free some "
+                f"space on that disk, then run `notifier resume`."
+            )
+        if code == sqlite3.SQLITE_IOERR:
+            return StorageFailed(
+                f"{self.path}: an I/O error while writing ({exc}). {safe} Check the disk "
+                "(dmesg, df), then run `notifier resume`."
+            )
+        if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+            return StorageFailed(
+                f"{self.path}: locked by another program for longer than the 10 s busy "
+                f"timeout ({exc}). {safe} Find what holds it (e.g. `fuser {self.path}`), "
+                "let it finish or stop it, then run the command again."
+            )
+        if code == sqlite3.SQLITE_READONLY:
+            return DatabaseUnwritable(
+                f"{self.path}: cannot be written ({exc}). Nothing was changed by this write. "
+                "Make the file and its directory writable, then run the command again."
+            )
+        return StorageFailed(f"{self.path}: the database could not be written ({exc}). {safe}")
 
     def _event(self, run_id: str, kind: str, item_seq: int | None, detail: Any, at: str) -> None:
         self.conn.execute(
@@ -312,7 +361,11 @@ class Store:
             },
         )
         if cursor.rowcount != 1:
-            raise LostRace(f"run {run_id} item {seq}: expected {current.value} for {trigger}")
+            raise LostRace(
+                f"run {run_id} item {seq}: another process moved it first (it was no longer "
+                f"{current.value} for {trigger}); this process stopped without overwriting "
+                f"anything. `notifier status {run_id}` shows where it stands."
+            )
         self._event(run_id, trigger, seq, {"from": current.value, "to": target.value}, at)
         return target
 
@@ -326,7 +379,11 @@ class Store:
             {"target": target.value, "at": at, "run_id": run_id, "current": current.value, **sets},
         )
         if cursor.rowcount != 1:
-            raise LostRace(f"run {run_id}: expected {current.value} for {trigger}")
+            raise LostRace(
+                f"run {run_id}: another process moved it first (it was no longer "
+                f"{current.value} for {trigger}); this process stopped without overwriting "
+                f"anything. `notifier status {run_id}` shows where it stands."
+            )
         self._event(
             run_id, f"run_{trigger}", None, {"from": current.value, "to": target.value, **sets}, at
         )

@@ -17,6 +17,7 @@ import pytest
 
 from notifier import app
 from notifier.config import load as load_config
+from notifier.errors import BadInput, ExitCode
 from notifier.intent import content_fingerprint
 from notifier.sandbox import Sandbox
 from notifier.store import Store
@@ -163,13 +164,13 @@ def test_two_plans_racing_to_insert_make_exactly_one_run(
         original(self, *args, **kwargs)
 
     monkeypatch.setattr(Store, "create_run", create_run)
-    outcomes: list[Store | app.AppError] = []
+    outcomes: list[Store | BadInput] = []
 
     def plan_and_store() -> None:
         plan = app.plan_batch(env, ws.path / "batch.csv", channel=None, run_id=None)
         try:
             outcomes.append(app.store_plan(env, plan, ws.path / "batch.csv", {}, False))
-        except app.AppError as exc:
+        except BadInput as exc:
             outcomes.append(exc)
 
     threads = [threading.Thread(target=plan_and_store) for _ in range(2)]
@@ -181,8 +182,8 @@ def test_two_plans_racing_to_insert_make_exactly_one_run(
     for store in stores:
         store.close()
     [(run_id,)] = ws.query("SELECT run_id FROM runs")
-    [refused] = [o for o in outcomes if isinstance(o, app.AppError)]
-    assert refused.code == 2
+    [refused] = [o for o in outcomes if isinstance(o, BadInput)]
+    assert refused.exit_code == ExitCode.BAD_INPUT
     assert f"already planned as run {run_id}" in str(refused)
     assert f"notifier resume {run_id}" in str(refused)
     assert len(stores) == 1

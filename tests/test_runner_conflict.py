@@ -9,7 +9,7 @@ from notifier.channels import Receipt
 from notifier.intent import Intent
 from notifier.lease import holder_alive
 from notifier.retry import RetryPolicy
-from notifier.runner import EXIT_REFUSED, Runner, RunOptions
+from notifier.runner import Runner, RunOptions, Stop
 from notifier.state_machine import RunState
 from notifier.store import Store
 
@@ -58,7 +58,7 @@ def test_receipt_for_another_digest_fails_the_item_and_halts(tmp_path: Path) -> 
         lease_version=version, lease_lost=threading.Event(), interrupted=threading.Event(),
         say=lambda line: None,
     ).run()  # fmt: skip
-    assert (result.exit_code, result.state) == (EXIT_REFUSED, RunState.HALTED)
+    assert (result.stop, result.state) == (Stop.CONFLICT, RunState.HALTED)
     assert channel.sent == ["1", "2"]
     assert [(i.item_id, i.state.value) for i in store.items("r1")] == [
         ("1", "sent"), ("2", "failed"), ("3", "pending"),

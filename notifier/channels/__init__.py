@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..intent import Intent
 from . import apprise, outbox, smtp, webhook
 from .apprise import AppriseChannel
 from .base import Channel, ChannelConfigError, ChannelError, ErrorKind, Receipt
@@ -28,6 +29,7 @@ __all__ = [
     "ChannelError",
     "ErrorKind",
     "Receipt",
+    "UnbuildableChannel",
     "build_channel",
     "definition_problems",
 ]
@@ -40,6 +42,28 @@ def definition_problems(where: str, definition: Mapping[str, Any]) -> list[str]:
         hint = nearest(kind, SCHEMAS) if isinstance(kind, str) else ""
         return [f"{where}: type {kind!r}{hint} is not one of {', '.join(sorted(SCHEMAS))}"]
     return SCHEMAS[kind].problems(where, definition)
+
+
+class UnbuildableChannel:
+    """Stands in for a channel whose definition cannot be built any more, so that a run can
+    still be cancelled: nothing can be sent through it or asked of it."""
+
+    idempotent = False
+    queryable = False
+    thread_safe = True
+
+    def __init__(self, name: str, problem: str) -> None:
+        self.name = name
+        self.problem = problem
+
+    def send(self, intent: Intent) -> Receipt:
+        raise ChannelError(ErrorKind.NOT_SENT, f"channel {self.name!r} unusable: {self.problem}")
+
+    def query(self, key: str) -> Receipt | None:
+        raise ChannelError(ErrorKind.UNCERTAIN, f"channel {self.name!r} unusable: {self.problem}")
+
+    def close(self) -> None:
+        pass
 
 
 def build_channel(name: str, definition: dict[str, Any], base_dir: Path) -> Channel:

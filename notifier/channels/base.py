@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
+from ..errors import BadInput, NotifierError
 from ..intent import Intent
 
 # The longest wait a downstream can ask for. Any answer beyond it (Retry-After: 999999999999)
@@ -53,7 +54,9 @@ class Receipt:
     replayed: bool = False  # the downstream answered from an earlier delivery
 
 
-class ChannelError(Exception):
+class ChannelError(NotifierError):
+    """Internal to the send loop: what one attempt says about delivery (never shown raw)."""
+
     def __init__(
         self,
         kind: ErrorKind,
@@ -88,5 +91,5 @@ class Channel(Protocol):
     def close(self) -> None: ...
 
 
-class ChannelConfigError(Exception):
+class ChannelConfigError(BadInput):
     """A channel definition cannot be used as written; the message says how to fix it."""

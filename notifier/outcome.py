@@ -1,0 +1,50 @@
+"""From how a command ended to the contract's exit code and the advice to print: the one
+table, used only by cli.py. The layers below return states, reasons and counts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .errors import ExitCode
+from .runner import RunResult, Stop
+from .state_machine import RunState
+
+
+def settled_exit(state: RunState, counts: Mapping[str, int]) -> ExitCode:
+    """3 while some item needs attention (unknown or failed; in a cancelled run, also any item
+    that will now never be sent), else 0. The same rule for `cancel`, `reconcile` and the
+    worker a cancel stopped, so one outcome never gets two codes."""
+    if state is RunState.CANCELLED:
+        return ExitCode.DONE if counts["total"] == counts["sent"] else ExitCode.ATTENTION
+    return ExitCode.ATTENTION if counts["unknown"] or counts["failed"] else ExitCode.DONE
+
+
+def run_exit(result: RunResult) -> ExitCode:
+    """The exit code of a `send` or `resume` that ran to a stop."""
+    if result.stop is Stop.INTERRUPTED:
+        return ExitCode.INTERRUPTED
+    if result.stop is Stop.CONFLICT:
+        return ExitCode.REFUSED
+    if result.stop in (Stop.UNKNOWN_LEFT, Stop.RATE_LIMITED, Stop.HALTED):
+        return ExitCode.ATTENTION
+    return settled_exit(result.state, result.counts)
+
+
+def run_advice(result: RunResult, run_id: str) -> str:
+    """What to do next, if anything, after a run stopped."""
+    if result.stop is Stop.INTERRUPTED:
+        return f"Continue with `notifier resume {run_id}`."
+    if result.stop is Stop.RATE_LIMITED:
+        return f"Run `notifier resume {run_id}` after that time."
+    if result.stop is Stop.UNKNOWN_LEFT:
+        return f"Settle the unknown items with `notifier reconcile --manual {run_id}`."
+    if result.stop in (Stop.HALTED, Stop.CONFLICT):
+        return (
+            f"`notifier status {run_id}` lists the items; fix the cause, then "
+            f"`notifier reconcile {run_id}` or `notifier resume {run_id}`."
+        )
+    if result.stop is Stop.ALREADY_FINISHED:
+        return f"`notifier report {run_id}` shows the run."
+    if result.counts["unknown"]:
+        return f"Settle the unknown items with `notifier reconcile --manual {run_id}`."
+    return ""

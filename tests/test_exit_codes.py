@@ -1,0 +1,84 @@
+"""Every exit code of the contract, produced through the CLI's one mapping (errors.ExitCode):
+each failure class carries its code, each way a run stops maps to one code, and a bug is an
+internal error without a traceback. 130 (Ctrl-C) is pinned by
+test_operator_control.py::test_ctrl_c_pauses_cleanly_and_resume_completes."""
+
+from __future__ import annotations
+
+import pytest
+
+from notifier import app
+from notifier.errors import ExitCode
+from notifier.runner import Runner
+from notifier.state_machine import IllegalMove, ItemState, item_next
+from notifier.store import LostRace
+
+from .conftest import EXAMPLE, Inbox, Workspace, make_rows
+
+
+def test_0_done(ws: Workspace) -> None:
+    """A batch sent completely exits 0."""
+    assert ws.invoke("send", str(EXAMPLE)).exit_code == ExitCode.DONE
+
+
+def test_1_internal_error_without_traceback(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug (any exception that is not a NotifierError) exits 1 with a message that says
+    nothing was lost, and no traceback."""
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(app, "plan_batch", broken)
+    result = ws.invoke("send", str(EXAMPLE))
+    assert result.exit_code == ExitCode.INTERNAL
+    assert "internal error: ZeroDivisionError: a bug. Nothing was lost" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_2_bad_input(ws: Workspace) -> None:
+    """A file with a problem exits 2 and stores nothing."""
+    (ws.path / "bad.csv").write_text("to,subject\n,Hi\n")
+    assert ws.invoke("send", "bad.csv").exit_code == ExitCode.BAD_INPUT
+    assert not ws.db.exists()
+
+
+def test_3_items_need_attention(ws: Workspace, inbox: Inbox) -> None:
+    """An SMTP item whose outcome is unknown after a crash leaves the resume at exit 3."""
+    ws.write_csv("batch.csv", make_rows(3))
+    crashed = ws.run("send", "batch.csv", "--channel", "mail",
+                     env={"NOTIFIER_CRASH_AT": "after-send:2"})  # fmt: skip
+    assert crashed.returncode == ExitCode.CRASHED  # 137, the simulated crash
+    resumed = ws.invoke("resume")
+    assert resumed.exit_code == ExitCode.ATTENTION, resumed.output
+    assert "reconcile --manual" in resumed.output
+
+
+@pytest.mark.parametrize(
+    "race",
+    [
+        LostRace("run r item 3: another process moved it first; nothing was overwritten"),
+        pytest.param(None, id="illegal-move"),
+    ],
+    ids=["lost-race", "illegal-move"],
+)
+def test_4_a_lost_race_or_illegal_move_is_refused_not_internal(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch, race: Exception | None
+) -> None:
+    """A conditional UPDATE that lost its race, or a move the state machine forbids, reaches
+    the operator as refused for safety (exit 4) with its explanation, never 'internal error'."""
+    if race is None:
+        try:
+            item_next("ack", ItemState.PENDING)
+        except IllegalMove as exc:
+            race = exc
+    assert race is not None
+    raised = race
+
+    def lose(self: Runner) -> None:
+        raise raised
+
+    monkeypatch.setattr(Runner, "run", lose)
+    result = ws.invoke("send", str(EXAMPLE))
+    assert result.exit_code == ExitCode.REFUSED, result.output
+    assert "internal error" not in result.output
+    assert str(raised) in result.output

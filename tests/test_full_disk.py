@@ -1,0 +1,94 @@
+"""A disk that fills mid-run is a clean stop, never an internal error: the message names the
+disk and the next step, nothing recorded is lost, and once space is back `resume` completes
+the batch with every key committed exactly once."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from notifier.sandbox import Sandbox
+
+from .conftest import Workspace
+
+
+@pytest.fixture
+def small_disk(ws: Workspace) -> Iterator[Path]:
+    """A 1.2 MB tmpfs for the database alone (root on Linux; skipped elsewhere)."""
+    if sys.platform != "linux" or os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root on Linux")
+    disk = ws.path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1200k", "tmpfs", str(disk)],  # noqa: S607
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)  # noqa: S607
+
+
+def notifier(ws: Workspace, db: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "notifier", "--db", str(db), *args],
+        cwd=ws.path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_a_disk_that_fills_mid_run_stops_cleanly_and_resumes_exactly_once(
+    ws: Workspace, small_disk: Path
+) -> None:
+    """1000 items, the disk under the database fills after planning: exit 3 naming the full
+    disk and `notifier resume`, no traceback, status still reads the run; after the disk
+    grows, resume completes and the sandbox committed every key exactly once."""
+    with (ws.path / "batch.csv").open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["id", "to", "subject", "body"])
+        for i in range(1, 1001):
+            writer.writerow([f"u{i}", f"u{i}@example.com", "Subject " * 3, "Body text " * 20])
+    db = small_disk / "receipts.db"
+    with Sandbox() as sandbox:
+        (ws.path / "notifier.toml").write_text(
+            f'[channels.hooks]\ntype = "webhook"\nurl = "{sandbox.notifications_url}"\n'
+            f'status_url = "{sandbox.url}/notifications/{{key}}"\nidempotent = true\n'
+        )
+        stopped = notifier(ws, db, "send", "batch.csv", "--channel", "hooks")
+        assert stopped.returncode == 3, stopped.stdout + stopped.stderr
+        assert "the disk holding receipts.db is full" in stopped.stderr
+        assert "notifier resume" in stopped.stderr
+        assert "Traceback" not in stopped.stderr and "internal error" not in stopped.stderr
+        status = notifier(ws, db, "status", "--json")
+        assert status.returncode == 0, status.stderr
+        assert '"state": "paused"' in status.stdout
+        committed_before = sandbox.stats()["totals"]["commits"]
+        assert 0 < committed_before < 1000  # it really stopped mid-run
+
+        grown = subprocess.run(
+            ["mount", "-o", "remount,size=64m", str(small_disk)],  # noqa: S607
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert grown.returncode == 0, grown.stderr
+        resumed = notifier(ws, db, "resume")
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        stats = sandbox.stats()
+    assert stats["totals"]["commits"] == 1000
+    assert all(entry["commits"] == 1 for entry in stats["keys"].values())
+    done = notifier(ws, db, "status", "--json")
+    assert '"sent": 1000' in done.stdout
