@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import os
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ import pytest
 
 from notifier.sandbox import Sandbox
 
-from .conftest import Workspace
+from .conftest import Workspace, make_rows
 
 
 @pytest.fixture
@@ -92,3 +93,26 @@ def test_a_disk_that_fills_mid_run_stops_cleanly_and_resumes_exactly_once(
     assert all(entry["commits"] == 1 for entry in stats["keys"].values())
     done = notifier(ws, db, "status", "--json")
     assert '"sent": 1000' in done.stdout
+
+
+def test_a_database_locked_past_the_busy_timeout_is_named_not_internal(ws: Workspace) -> None:
+    """Another program holding the write lock longer than the 10 s busy timeout: `resume`
+    exits 3 saying the file is locked and what to do, changes nothing, and works once the
+    lock is gone."""
+    ws.write_csv("batch.csv", make_rows(5))
+    crashed = ws.run("send", "batch.csv", env={"NOTIFIER_CRASH_AT": "after-intent:3"})
+    assert crashed.returncode == 137
+    holder = sqlite3.connect(ws.db, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        locked = ws.run("resume")
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert locked.returncode == 3, locked.stdout + locked.stderr
+    assert "locked by another program" in locked.stderr and "run the command again" in locked.stderr
+    assert "internal error" not in locked.stderr and "Traceback" not in locked.stderr
+    assert ws.query("SELECT state, COUNT(*) FROM items GROUP BY state") == [
+        ("in_flight", 1), ("pending", 2), ("sent", 2),
+    ]  # fmt: skip
+    assert ws.run("resume").returncode == 0
