@@ -15,7 +15,7 @@ from types import FrameType
 
 from . import config as config_module
 from . import crash
-from .batch import read_batch
+from .batch import BatchRow, read_batch
 from .channels import Channel, ChannelConfigError, build_channel
 from .config import Config
 from .lease import Lease, holder_alive
@@ -25,6 +25,7 @@ from .records import Run
 from .runner import EXIT_ATTENTION, EXIT_DONE, Runner, RunOptions, RunResult
 from .state_machine import FINISHED_RUN_STATES, ItemState, RunState
 from .store import LeaseHeld, Store
+from .template import Template, render_rows
 
 Say = Callable[[str], None]
 
@@ -73,16 +74,30 @@ class DryRun:
     existing: list[Run]
 
 
-def plan_batch(env: Env, batch: Path, *, channel: str | None, run_id: str | None) -> Plan:
-    """Validate the whole file and compute every intent; nothing is stored here."""
+def plan_batch(
+    env: Env,
+    batch: Path,
+    *,
+    channel: str | None,
+    run_id: str | None,
+    template: Template | None = None,
+) -> Plan:
+    """Validate the whole file, render it, and compute every intent; nothing is stored here."""
+    rows = read_rows(env, batch, channel=channel, run_id=run_id)
+    if template is not None:
+        rows = render_rows(template, rows, batch)
+    return make_plan(rows, env.config, run_id or new_run_id())
+
+
+def read_rows(env: Env, batch: Path, *, channel: str | None, run_id: str | None) -> list[BatchRow]:
+    """The validated rows of `batch` (BatchError naming every bad line)."""
     types = env.config.channel_types()
     if channel is not None and channel not in types:
         known = ", ".join(sorted(types))
         raise AppError(f"--channel {channel!r} is not defined; known channels: {known}.", 2)
     if run_id is not None and not RUN_ID_PATTERN.match(run_id):
         raise AppError(f"--run-id {run_id!r}: use 1-64 letters, digits, '.', '_' or '-'.", 2)
-    rows = read_batch(batch, types, channel or config_module.DEFAULT_CHANNEL)
-    return make_plan(rows, env.config, run_id or new_run_id())
+    return read_batch(batch, types, channel or config_module.DEFAULT_CHANNEL)
 
 
 def dry_run(env: Env, plan: Plan) -> DryRun:

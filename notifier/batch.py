@@ -18,6 +18,7 @@ MAX_REPORTED = 20
 # Header-injection guard: a recipient or subject that carries a line break (or any other
 # control character) could smuggle extra headers into an e-mail or a webhook log line.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+CONTROL = _CONTROL  # templates and drafts check what they produce with the same rule
 _EMAIL = re.compile(r"^[^@\s<>,;\"]+@[^@\s<>,;\"]+\.[^@\s<>,;\"]+$")
 
 

@@ -30,6 +30,8 @@ from .runner import RunOptions, RunResult
 from .sandbox import Faults, run_sandbox
 from .state_machine import FINISHED_RUN_STATES, RunState
 from .store import LeaseLost, NoDatabase, StoreRefused
+from .template import TemplateError
+from .template import load as load_template
 
 _BY_CODE: dict[int, type[click.ClickException]] = {2: BadInput, 3: NeedsAttention, 4: Refused}
 
@@ -45,7 +47,7 @@ class NotifierGroup(click.Group):
             raise
         except app.AppError as exc:
             raise _BY_CODE.get(exc.code, click.ClickException)(str(exc)) from exc
-        except (BatchError, ConfigError, NoDatabase, crash.CrashSpecError) as exc:
+        except (BatchError, ConfigError, NoDatabase, crash.CrashSpecError, TemplateError) as exc:
             raise BadInput(str(exc)) from exc
         except StoreRefused as exc:
             raise Refused(str(exc)) from exc
@@ -140,6 +142,12 @@ def _finish(ctx: click.Context, run_id: str, result: RunResult) -> None:
     show_default=True,
     help="Requests in flight at once (the window size).",
 )
+@click.option(
+    "--template",
+    "template_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="TOML with `subject` and `body` (Jinja2), rendered with each row's columns.",
+)
 @click.option("--dry-run", is_flag=True, help="Validate and show the plan; write nothing.")
 @click.option("--new-run", is_flag=True, help="Send a batch again even if it was planned before.")
 @click.option(
@@ -159,11 +167,13 @@ def send(
     dry_run: bool,
     new_run: bool,
     max_wait: float,
+    template_path: Path | None,
 ) -> None:
     """Validate BATCH.csv, store every intent, then send each notification durably."""
     env = _env(ctx)
     crash.from_env()  # a mistyped NOTIFIER_CRASH_AT is a usage error before anything is stored
-    plan = app.plan_batch(env, batch, channel=channel, run_id=run_id)
+    template = load_template(template_path) if template_path is not None else None
+    plan = app.plan_batch(env, batch, channel=channel, run_id=run_id, template=template)
     per_channel = ", ".join(f"{name}: {n}" for name, n in sorted(plan.per_channel.items()))
     if dry_run:
         checked = app.dry_run(env, plan)
