@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from . import approval, crash
 from . import config as config_module
-from . import crash
 from .batch import BatchRow, read_batch
 from .channels import Channel, ChannelConfigError, build_channel
 from .config import Config
@@ -24,7 +24,7 @@ from .reconcile import settle
 from .records import Run
 from .runner import EXIT_ATTENTION, EXIT_DONE, Runner, RunOptions, RunResult
 from .state_machine import FINISHED_RUN_STATES, ItemState, RunState
-from .store import LeaseHeld, Store
+from .store import LeaseHeld, LostRace, Store
 from .template import Template, render_rows
 
 Say = Callable[[str], None]
@@ -112,7 +112,13 @@ def dry_run(env: Env, plan: Plan) -> DryRun:
 
 
 def store_plan(
-    env: Env, plan: Plan, batch: Path, options: Mapping[str, object], new_run: bool
+    env: Env,
+    plan: Plan,
+    batch: Path,
+    options: Mapping[str, object],
+    new_run: bool,
+    *,
+    then: str | None = None,
 ) -> Store:
     store = open_store(env, create=True)
     try:
@@ -135,7 +141,7 @@ def store_plan(
         with suppress(KeyError):
             store.get_run(plan.run_id)
             raise AppError(f"run {plan.run_id!r} already exists: choose another --run-id.", 2)
-        store.create_run(plan.run_row(str(batch), dict(options)), plan.items)
+        store.create_run(plan.run_row(str(batch), dict(options)), plan.items, then=then)
     except BaseException:
         store.close()
         raise
@@ -227,6 +233,39 @@ def interrupt_guard(interrupted: threading.Event, say: Say) -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+# ---------------------------------------------------------------------- approval
+
+
+def check_can_send(store: Store, run: Run) -> None:
+    """Exit 4, before anything is sent, for a run whose required approval is missing,
+    expired, or no longer matches the stored intents."""
+    try:
+        approval.check_can_send(store, run)
+    except approval.ApprovalRefused as exc:
+        raise AppError(str(exc), 4) from exc
+
+
+def approve(env: Env, run_id: str | None, fingerprint: str, expires_in: str) -> approval.Approval:
+    store = open_store(env)
+    try:
+        run = pick_run(store, run_id, active_only=run_id is None)
+        try:
+            span = approval.parse_duration(expires_in)
+            return approval.approve(store, run, fingerprint, span, operator_name())
+        except approval.ApprovalUsage as exc:
+            raise AppError(str(exc), 2) from exc
+        except approval.ApprovalRefused as exc:
+            raise AppError(str(exc), 4) from exc
+        except LostRace as exc:
+            raise AppError(
+                f"run {run.run_id} changed while it was being approved ({exc}); nothing was "
+                "approved. Review it again with `notifier status`, then approve.",
+                4,
+            ) from exc
+    finally:
+        store.close()
 
 
 # ---------------------------------------------------------------------- cancel

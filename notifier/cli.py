@@ -20,16 +20,17 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from . import app, crash, report
+from . import app, approval, clock, crash, report
 from .batch import BatchError
 from .config import ConfigError
 from .config import load as load_config
 from .errors import BadInput, NeedsAttention, Refused
 from .manual import reconcile_manually
+from .records import Run
 from .runner import RunOptions, RunResult
 from .sandbox import Faults, run_sandbox
 from .state_machine import FINISHED_RUN_STATES, RunState
-from .store import LeaseLost, NoDatabase, StoreRefused
+from .store import LeaseLost, NoDatabase, Store, StoreRefused
 from .template import TemplateError
 from .template import load as load_template
 
@@ -148,6 +149,11 @@ def _finish(ctx: click.Context, run_id: str, result: RunResult) -> None:
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="TOML with `subject` and `body` (Jinja2), rendered with each row's columns.",
 )
+@click.option(
+    "--require-approval",
+    is_flag=True,
+    help="Store the plan and stop in awaiting_approval; `notifier approve` lets it send.",
+)
 @click.option("--dry-run", is_flag=True, help="Validate and show the plan; write nothing.")
 @click.option("--new-run", is_flag=True, help="Send a batch again even if it was planned before.")
 @click.option(
@@ -168,6 +174,7 @@ def send(
     new_run: bool,
     max_wait: float,
     template_path: Path | None,
+    require_approval: bool,
 ) -> None:
     """Validate BATCH.csv, store every intent, then send each notification durably."""
     env = _env(ctx)
@@ -182,12 +189,18 @@ def send(
         for run in checked.existing:
             click.echo(f"already planned as run {run.run_id} ({run.state.value}).")
         return
-    options = {"concurrency": concurrency, "max_wait": max_wait}
-    store = app.store_plan(env, plan, batch, options, new_run)
+    options: dict[str, object] = {"concurrency": concurrency, "max_wait": max_wait}
+    if require_approval:
+        options["require_approval"] = True
+    then = "request_approval" if require_approval else None
+    store = app.store_plan(env, plan, batch, options, new_run, then=then)
     try:
         click.echo(f"planned run {plan.run_id}: {len(plan.items)} notifications ({per_channel})")
         click.echo(f"fingerprint: {plan.fingerprint}")
         run = store.get_run(plan.run_id)
+        if run.state is RunState.AWAITING_APPROVAL:
+            _await_approval(store, run)
+            return
         with _progress(len(plan.items)) as advance:
             result = app.work_run(
                 env, store, run, RunOptions(concurrency, max_wait), advance=advance
@@ -195,6 +208,39 @@ def send(
     finally:
         store.close()
     _finish(ctx, plan.run_id, result)
+
+
+def _await_approval(store: Store, run: Run) -> None:
+    for line in approval.preview(store, run):
+        click.echo(line)
+    click.echo(
+        f"run {run.run_id} is awaiting approval; nothing was sent. Approve it with `notifier "
+        f"approve {run.run_id} --fingerprint {run.fingerprint}`, then send it with "
+        f"`notifier resume {run.run_id}`."
+    )
+
+
+@cli.command()
+@click.argument("run_id", required=False)
+@click.option(
+    "--fingerprint", required=True, help="The sha256:… fingerprint printed with the preview."
+)
+@click.option(
+    "--expires-in",
+    default=approval.DEFAULT_EXPIRES_IN,
+    show_default=True,
+    help="How long the approval holds: e.g. 30m, 1h, 2d.",
+)
+@click.pass_context
+def approve(ctx: click.Context, run_id: str | None, fingerprint: str, expires_in: str) -> None:
+    """Approve a run planned with --require-approval, bound to its fingerprint."""
+    env = _env(ctx)
+    granted = app.approve(env, run_id, fingerprint, expires_in)
+    click.echo(
+        f"approved by {granted.operator} until {clock.local(granted.expires_at)} for "
+        f"fingerprint {granted.fingerprint} (state version {granted.state_version}). Send "
+        "it with `notifier resume`."
+    )
 
 
 @cli.command()
@@ -213,8 +259,7 @@ def resume(
         run = app.pick_run(store, run_id, active_only=True)
         if run.state in FINISHED_RUN_STATES:
             raise BadInput(f"run {run.run_id} is {run.state.value}; there is nothing to resume.")
-        if run.state is RunState.AWAITING_APPROVAL:
-            raise Refused(f"run {run.run_id} is awaiting approval; approve it first.")
+        app.check_can_send(store, run)
         counts = store.counts(run.run_id)
         click.echo(
             f"resuming run {run.run_id}: {counts['sent']} sent, {counts['in_flight']} in flight, "

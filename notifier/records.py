@@ -29,6 +29,7 @@ class Run:
     cancel_requested_at: str | None
     paused_until: str | None
     stop_reason: str | None
+    approval: dict[str, Any] | None = None  # approval.py reads it; None is never "approved"
 
 
 @dataclass(frozen=True)
@@ -119,4 +120,16 @@ def run_from_row(row: sqlite3.Row) -> Run:
     values["channel_snapshot"] = json.loads(values["channel_snapshot"])
     values["options"] = json.loads(values["options"])
     values["lease_owner"] = json.loads(values["lease_owner"]) if values["lease_owner"] else None
+    values["approval"] = _json_object(values["approval"])
     return Run(**values)
+
+
+def _json_object(text: str | None) -> dict[str, Any] | None:
+    """A JSON object column; anything else (absent, garbled, not an object) is None."""
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None

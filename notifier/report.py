@@ -66,6 +66,7 @@ def build(store: Store, run: Run, *, attention_only: bool = False) -> dict[str, 
         "stop_reason": run.stop_reason,
         "paused_until": run.paused_until,
         "cancel_requested_at": run.cancel_requested_at,
+        "approval": run.approval,
         "counts": store.counts(run.run_id),
         "items": items,
         "decisions": [

@@ -280,9 +280,15 @@ class Store:
         )
         return target
 
-    def create_run(self, run: dict[str, Any], items: Sequence[dict[str, Any]]) -> None:
+    def create_run(
+        self,
+        run: dict[str, Any],
+        items: Sequence[dict[str, Any]],
+        then: str | None = None,
+    ) -> None:
         """The run row and every intent, in one transaction: a batch is planned whole or not
-        at all."""
+        at all. `then` (e.g. `request_approval`) moves the new run in the same transaction, so
+        no crash can leave a run that needs an approval looking merely `planned`."""
         at = run["created_at"]
         with self._write():
             self.db.table("runs").insert(
@@ -315,6 +321,8 @@ class Store:
                 ),
             )
             self._event(run["run_id"], "planned", None, {"items": len(items)}, at)
+            if then is not None:
+                self._move_run(run["run_id"], then, at)
 
     def move_run(
         self, run_id: str, trigger: str, lease_version: int | None = None, **sets: Any
@@ -453,6 +461,34 @@ class Store:
             self._record_one(
                 run_id, Outcome(seq, trigger, receipt_source=source, evidence=evidence), at
             )
+
+    def record_approval(self, run_id: str, approval: dict[str, Any], state_version: int) -> None:
+        """Bind an approval, only if the run has not changed since it was reviewed at
+        `state_version` (its last event number): otherwise LostRace, nothing written. A run
+        awaiting approval moves to `approved`; a run already past that gets a fresh record."""
+        at = clock.now_iso()
+        with self._write():
+            if self.state_version(run_id) != state_version:
+                raise LostRace(f"run {run_id} changed while it was being approved")
+            run = self.get_run(run_id)
+            if run.state is RunState.AWAITING_APPROVAL:
+                self._move_run(run_id, "approve", at, approval=_dump(approval))
+                return
+            cursor = self.conn.execute(
+                "UPDATE runs SET approval = ?, updated_at = ? WHERE run_id = ? AND state = ?",
+                (_dump(approval), at, run_id, run.state.value),
+            )
+            if cursor.rowcount != 1:
+                raise LostRace(f"run {run_id} changed while it was being approved")
+            self._event(run_id, "approval_renewed", None, approval, at)
+
+    def state_version(self, run_id: str) -> int:
+        """The run's state version: the number of its last event. Every state move and
+        every item outcome appends one, so an approval bound to it names one exact state."""
+        row = self.conn.execute(
+            "SELECT MAX(seq_no) FROM events WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        return int(row[0] or 0)
 
     def request_cancel(self, run_id: str) -> str:
         at = clock.now_iso()
