@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from types import FrameType
 
@@ -81,15 +82,23 @@ def plan_batch(
     channel: str | None,
     run_id: str | None,
     template: Template | None = None,
+    not_after: datetime | None = None,
 ) -> Plan:
     """Validate the whole file, render it, and compute every intent; nothing is stored here."""
-    rows = read_rows(env, batch, channel=channel, run_id=run_id)
+    rows = read_rows(env, batch, channel=channel, run_id=run_id, not_after=not_after)
     if template is not None:
         rows = render_rows(template, rows, batch)
     return make_plan(rows, env.config, run_id or new_run_id())
 
 
-def read_rows(env: Env, batch: Path, *, channel: str | None, run_id: str | None) -> list[BatchRow]:
+def read_rows(
+    env: Env,
+    batch: Path,
+    *,
+    channel: str | None,
+    run_id: str | None,
+    not_after: datetime | None = None,
+) -> list[BatchRow]:
     """The validated rows of `batch` (BatchError naming every bad line)."""
     types = env.config.channel_types()
     if channel is not None and channel not in types:
@@ -97,7 +106,7 @@ def read_rows(env: Env, batch: Path, *, channel: str | None, run_id: str | None)
         raise AppError(f"--channel {channel!r} is not defined; known channels: {known}.", 2)
     if run_id is not None and not RUN_ID_PATTERN.match(run_id):
         raise AppError(f"--run-id {run_id!r}: use 1-64 letters, digits, '.', '_' or '-'.", 2)
-    return read_batch(batch, types, channel or config_module.DEFAULT_CHANNEL)
+    return read_batch(batch, types, channel or config_module.DEFAULT_CHANNEL, not_after)
 
 
 def dry_run(env: Env, plan: Plan) -> DryRun:

@@ -12,6 +12,7 @@ import sys
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from . import app, approval, clock, crash, report
-from .batch import BatchError
+from .batch import BatchError, parse_deadline
 from .config import ConfigError
 from .config import load as load_config
 from .errors import BadInput, NeedsAttention, Refused
@@ -150,6 +151,12 @@ def _finish(ctx: click.Context, run_id: str, result: RunResult) -> None:
     help="TOML with `subject` and `body` (Jinja2), rendered with each row's columns.",
 )
 @click.option(
+    "--not-after",
+    "not_after_text",
+    metavar="DATETIME",
+    help="Deadline (ISO 8601 with a zone): an item not sent by then expires, never sent.",
+)
+@click.option(
     "--require-approval",
     is_flag=True,
     help="Store the plan and stop in awaiting_approval; `notifier approve` lets it send.",
@@ -175,12 +182,16 @@ def send(
     max_wait: float,
     template_path: Path | None,
     require_approval: bool,
+    not_after_text: str | None,
 ) -> None:
     """Validate BATCH.csv, store every intent, then send each notification durably."""
     env = _env(ctx)
     crash.from_env()  # a mistyped NOTIFIER_CRASH_AT is a usage error before anything is stored
     template = load_template(template_path) if template_path is not None else None
-    plan = app.plan_batch(env, batch, channel=channel, run_id=run_id, template=template)
+    not_after = _deadline_option(not_after_text)
+    plan = app.plan_batch(
+        env, batch, channel=channel, run_id=run_id, template=template, not_after=not_after
+    )
     per_channel = ", ".join(f"{name}: {n}" for name, n in sorted(plan.per_channel.items()))
     if dry_run:
         checked = app.dry_run(env, plan)
@@ -208,6 +219,17 @@ def send(
     finally:
         store.close()
     _finish(ctx, plan.run_id, result)
+
+
+def _deadline_option(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        return parse_deadline(text)
+    except ValueError as exc:
+        raise BadInput(
+            f"--not-after: {exc}. Use ISO 8601 with a zone, e.g. 2026-12-01T09:00:00+01:00."
+        ) from exc
 
 
 def _await_approval(store: Store, run: Run) -> None:
@@ -265,6 +287,12 @@ def resume(
             f"resuming run {run.run_id}: {counts['sent']} sent, {counts['in_flight']} in flight, "
             f"{counts['unknown']} unknown, {counts['pending']} pending"
         )
+        stale = store.past_deadline(run.run_id, clock.now_iso())
+        if stale:
+            click.echo(
+                f"{stale} pending item(s) are already past their not_after: they will be "
+                "expired, not sent."
+            )
         options = RunOptions(
             concurrency or int(run.options.get("concurrency", 1)),
             max_wait if max_wait is not None else float(run.options.get("max_wait", 600)),

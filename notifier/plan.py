@@ -54,7 +54,7 @@ def make_plan(rows: list[BatchRow], config: Config, run_id: str) -> Plan:
     snapshot = config.snapshot({row.channel for row in rows})
     items = []
     for row in rows:
-        payload = make_payload(row.subject, row.body, row.data)
+        payload = make_payload(row.subject, row.body, row.data, row.not_after)
         items.append(
             {
                 "run_id": run_id,
@@ -66,6 +66,7 @@ def make_plan(rows: list[BatchRow], config: Config, run_id: str) -> Plan:
                 "payload": canonical_json(payload),
                 "idempotency_key": idempotency_key(run_id, row.item_id, row.to),
                 "intent_digest": intent_digest(row.channel, row.to, payload),
+                "not_after": row.not_after,
             }
         )
     return Plan(

@@ -47,6 +47,7 @@ class Item:
     next_attempt_at: str | None
     receipt_id: str | None
     last_error: str | None
+    not_after: str | None = None  # the deadline in the payload, copied for the claim's index
 
     def intent(self) -> Intent:
         return Intent(

@@ -118,14 +118,10 @@ def render_table(report: dict[str, Any], console: Console) -> None:
     if report.get("stop_reason"):
         console.print(f"stopped because: {report['stop_reason']}")
     summary = Table(show_header=True, header_style="bold")
-    for name in ("total", "sent", "unknown", "pending", "failed", "in_flight"):
+    columns = ("total", "sent", "unknown", "pending", "failed", "in_flight", "expired")
+    for name in columns:
         summary.add_column(name, justify="right")
-    summary.add_row(
-        *(
-            str(counts[name])
-            for name in ("total", "sent", "unknown", "pending", "failed", "in_flight")
-        )
-    )
+    summary.add_row(*(str(counts.get(name, 0)) for name in columns))
     console.print(summary)
     attention = [i for i in report["items"] if i["state"] in _ATTENTION]
     if attention:

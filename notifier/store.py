@@ -40,6 +40,8 @@ from .state_machine import (
 
 _ACTIVE = "state IN ({})".format(", ".join(f"'{s.value}'" for s in ACTIVE_ITEM_STATES))
 _HEADER = b"SQLite format 3\x00"
+# Attempt outcomes after which the item may have reached the recipient.
+_MAYBE_DELIVERED = "'uncertain', 'interrupted'"
 
 
 class StoreRefused(Exception):
@@ -303,8 +305,8 @@ class Store:
             # value of every row, which is most of the cost of planning 100k rows.
             self.conn.executemany(
                 "INSERT INTO items (run_id, seq, item_id, channel, target, payload, "
-                "idempotency_key, intent_digest, state, attempts, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?)",
+                "idempotency_key, intent_digest, state, attempts, updated_at, not_after) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?)",
                 (
                     (
                         item["run_id"],
@@ -316,6 +318,7 @@ class Store:
                         item["idempotency_key"],
                         item["intent_digest"],
                         at,
+                        item.get("not_after"),
                     )
                     for item in items
                 ),
@@ -329,6 +332,42 @@ class Store:
     ) -> RunState:
         with self._write(run_id, lease_version):
             return self._move_run(run_id, trigger, clock.now_iso(), **sets)
+
+    def expire_due(self, run_id: str, lease_version: int) -> list[int]:
+        """Pending items whose deadline has passed become `expired` (never sent), in one
+        fenced transaction. An item whose last attempt may have been delivered is left for
+        the runner to settle: expiring it would claim "never sent" without knowing."""
+        at = clock.now_iso()
+        due = self._due_for_expiry(run_id, at)
+        if not due:
+            return []  # the common case costs one indexed read, no write transaction
+        expired: list[int] = []
+        with self._write(run_id, lease_version):
+            for seq in self._due_for_expiry(run_id, at):
+                self._move_item(run_id, seq, ItemState.PENDING, "expire", at)
+                expired.append(seq)
+        return expired
+
+    def _due_for_expiry(self, run_id: str, at: str) -> list[int]:
+        return [
+            seq
+            for (seq,) in self.conn.execute(
+                "SELECT i.seq FROM items i WHERE i.run_id = ? AND i.state = 'pending' "
+                "AND i.not_after IS NOT NULL AND i.not_after <= ? AND (i.attempts = 0 OR "
+                "(SELECT a.outcome FROM attempts a WHERE a.run_id = i.run_id AND a.seq = i.seq "
+                f"ORDER BY a.n DESC LIMIT 1) NOT IN ({_MAYBE_DELIVERED})) ORDER BY i.seq",
+                (run_id, at),
+            )
+        ]
+
+    def past_deadline(self, run_id: str, at: str) -> int:
+        """How many unfinished items are already past their deadline at `at`."""
+        (n,) = self.conn.execute(
+            "SELECT COUNT(*) FROM items WHERE run_id = ? AND state = 'pending' "
+            "AND not_after IS NOT NULL AND not_after <= ?",
+            (run_id, at),
+        ).fetchone()
+        return int(n)
 
     def claim(
         self,

@@ -48,6 +48,7 @@ def test_design_table_for_items() -> None:
         ("mark_sent", "unknown"): "sent",
         ("mark_not_sent", "unknown"): "pending",
         ("abandon", "unknown"): "failed",
+        ("expire", "pending"): "expired",
     }
 
 
