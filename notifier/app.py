@@ -14,11 +14,12 @@ from datetime import datetime
 from pathlib import Path
 from types import FrameType
 
-from . import approval, crash
+from . import approval, clock, compose, crash
 from . import config as config_module
 from .batch import BatchRow, read_batch
 from .channels import Channel, ChannelConfigError, build_channel
 from .config import Config
+from .intent import CONTRACT_VERSION
 from .lease import Lease, holder_alive
 from .plan import RUN_ID_PATTERN, Plan, make_plan, new_run_id
 from .reconcile import settle
@@ -242,6 +243,70 @@ def interrupt_guard(interrupted: threading.Event, say: Say) -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+# ---------------------------------------------------------------------- drafts (--compose)
+
+
+def store_drafting_run(
+    env: Env, rows: list[BatchRow], batch: Path, options: Mapping[str, object], run_id: str
+) -> Store:
+    """The run and one pending draft per row, before any request: a crash from here on is
+    resumed by drafting only the rows without a draft."""
+    run = {
+        "run_id": run_id,
+        "state": RunState.PLANNED.value,
+        "created_at": clock.now_iso(),
+        "batch_path": str(batch),
+        "channel_snapshot": env.config.snapshot({row.channel for row in rows}),
+        "options": dict(options),
+        "contract_version": CONTRACT_VERSION,
+    }
+    store = open_store(env, create=True)
+    try:
+        with suppress(KeyError):
+            store.get_run(run_id)
+            raise AppError(f"run {run_id!r} already exists: choose another --run-id.", 2)
+        store.create_drafting_run(
+            run, [(row.seq, row.line, compose.row_to_source(row)) for row in rows]
+        )
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
+def compose_key() -> str:
+    try:
+        return compose.api_key()
+    except compose.ComposeUsage as exc:
+        raise AppError(str(exc), 2) from exc
+
+
+def draft_run(env: Env, store: Store, run: Run) -> Run:
+    """For a --compose run not frozen yet: draft every row without a draft, then compute and
+    store the intents (and, with --require-approval, wait for approval). AppError 3 when
+    drafting cannot finish now; what was drafted stays stored."""
+    if not compose.unfrozen(run):
+        return run
+    drafter = compose.Drafter(compose.Settings.from_options(run.options), compose_key())
+    try:
+        with take_lease(store, run, env.config.lease_ttl_s):
+            progress = compose.draft_pending(store, run.run_id, drafter, env.say)
+    finally:
+        drafter.close()
+    done = f"{progress.drafted} drafted, {progress.failed} failed, {progress.pending} to draft"
+    if progress.stopped is not None:
+        raise AppError(f"run {run.run_id}: {progress.stopped} ({done}.)", 3)
+    if progress.pending:
+        raise AppError(
+            f"run {run.run_id}: the Messages API stayed busy ({done}); the drafts made are "
+            f"stored. Run `notifier resume {run.run_id}` later to draft the rest.",
+            3,
+        )
+    then = "request_approval" if run.options.get("require_approval") else None
+    compose.freeze(store, run.run_id, env.config, then)
+    return store.get_run(run.run_id)
 
 
 # ---------------------------------------------------------------------- approval

@@ -12,6 +12,7 @@ import sys
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -21,18 +22,19 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from . import app, approval, clock, crash, report
-from .batch import BatchError, parse_deadline
+from . import app, approval, clock, compose, crash, report
+from .batch import BatchError, BatchRow, parse_deadline
 from .config import ConfigError
 from .config import load as load_config
 from .errors import BadInput, NeedsAttention, Refused
 from .manual import reconcile_manually
+from .plan import new_run_id
 from .records import Run
 from .runner import RunOptions, RunResult
 from .sandbox import Faults, run_sandbox
 from .state_machine import FINISHED_RUN_STATES, RunState
 from .store import LeaseLost, NoDatabase, Store, StoreRefused
-from .template import TemplateError
+from .template import Template, TemplateError
 from .template import load as load_template
 
 _BY_CODE: dict[int, type[click.ClickException]] = {2: BadInput, 3: NeedsAttention, 4: Refused}
@@ -128,9 +130,42 @@ def _progress(total: int) -> Iterator[Callable[[int], None]]:
         yield lambda n: progress.advance(task, n)
 
 
-def _finish(ctx: click.Context, run_id: str, result: RunResult) -> None:
+def _finish(ctx: click.Context, run_id: str, result: RunResult, draft_failures: int = 0) -> None:
     click.echo(f"run {run_id}: {result.message}")
+    if draft_failures and result.exit_code == 0:
+        ctx.exit(3)  # the rows whose draft failed were never planned: they need attention
     ctx.exit(result.exit_code)
+
+
+def _dry_run_drafts(
+    settings: compose.Settings, key: str, rows: list[BatchRow], template: Template | None
+) -> None:
+    drafter = compose.Drafter(settings, key)
+    try:
+        shown = compose.first_drafts(drafter, rows[: compose.DRY_RUN_ROWS])
+    finally:
+        drafter.close()
+    for row, draft in shown:
+        click.echo(f"  #{row.seq} {row.item_id} → {row.to} via {row.channel}")
+        if isinstance(draft, str):
+            click.echo(f"    {draft}")
+            continue
+        final = compose.apply_draft(row, asdict(draft), template)
+        click.echo(f"    subject: {final.subject}")
+        for n, text in enumerate(final.body.splitlines() or [""]):
+            click.echo(("    body:    " if n == 0 else "             ") + text)
+        click.echo(f"    ({draft.model}, {draft.input_tokens}+{draft.output_tokens} tokens)")
+    click.echo(
+        f"dry run: drafted the first {len(shown)} of {len(rows)} rows with {settings.model}; "
+        "nothing stored."
+    )
+
+
+def _report_draft_failures(store: Store, run: Run) -> int:
+    failures = store.draft_failures(run.run_id)
+    for seq, line, error in failures:
+        click.echo(f"row {seq} (line {line}) was not drafted and will not be sent: {error}")
+    return len(failures)
 
 
 @cli.command()
@@ -149,6 +184,19 @@ def _finish(ctx: click.Context, run_id: str, result: RunResult) -> None:
     "template_path",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="TOML with `subject` and `body` (Jinja2), rendered with each row's columns.",
+)
+@click.option(
+    "--compose",
+    "compose_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    metavar="BRIEF",
+    help="Have Claude draft each row's subject and body from this brief (ANTHROPIC_API_KEY).",
+)
+@click.option(
+    "--model",
+    default=compose.DEFAULT_MODEL,
+    show_default=True,
+    help="With --compose: the Claude model that drafts.",
 )
 @click.option(
     "--not-after",
@@ -183,12 +231,31 @@ def send(
     template_path: Path | None,
     require_approval: bool,
     not_after_text: str | None,
+    compose_path: Path | None,
+    model: str,
 ) -> None:
     """Validate BATCH.csv, store every intent, then send each notification durably."""
     env = _env(ctx)
     crash.from_env()  # a mistyped NOTIFIER_CRASH_AT is a usage error before anything is stored
     template = load_template(template_path) if template_path is not None else None
     not_after = _deadline_option(not_after_text)
+    options: dict[str, object] = {"concurrency": concurrency, "max_wait": max_wait}
+    if require_approval:
+        options["require_approval"] = True
+    if compose_path is not None:
+        _send_compose(
+            ctx,
+            env,
+            batch,
+            compose.Settings(_read_brief(compose_path), model),
+            template,
+            options,
+            channel=channel,
+            run_id=run_id,
+            not_after=not_after,
+            dry_run=dry_run,
+        )
+        return
     plan = app.plan_batch(
         env, batch, channel=channel, run_id=run_id, template=template, not_after=not_after
     )
@@ -200,9 +267,6 @@ def send(
         for run in checked.existing:
             click.echo(f"already planned as run {run.run_id} ({run.state.value}).")
         return
-    options: dict[str, object] = {"concurrency": concurrency, "max_wait": max_wait}
-    if require_approval:
-        options["require_approval"] = True
     then = "request_approval" if require_approval else None
     store = app.store_plan(env, plan, batch, options, new_run, then=then)
     try:
@@ -219,6 +283,58 @@ def send(
     finally:
         store.close()
     _finish(ctx, plan.run_id, result)
+
+
+def _read_brief(path: Path) -> str:
+    brief = path.read_text("utf-8").strip()
+    if not brief:
+        raise BadInput(f"{path}: the brief is empty: say what the notifications should say.")
+    return brief
+
+
+def _send_compose(
+    ctx: click.Context,
+    env: app.Env,
+    batch: Path,
+    settings: compose.Settings,
+    template: Template | None,
+    options: dict[str, object],
+    *,
+    channel: str | None,
+    run_id: str | None,
+    not_after: datetime | None,
+    dry_run: bool,
+) -> None:
+    """send --compose: store the rows, draft them (stored one by one), freeze the intents,
+    then wait for approval or send."""
+    key = app.compose_key()  # before anything is stored
+    rows = app.read_rows(env, batch, channel=channel, run_id=run_id, not_after=not_after)
+    if template is not None:
+        compose.check_template(template, rows, batch)
+        options["template"] = template.as_options()
+    if dry_run:
+        _dry_run_drafts(settings, key, rows, template)
+        return
+    options["compose"] = settings.as_options()
+    new_id = run_id or new_run_id()
+    store = app.store_drafting_run(env, rows, batch, options, new_id)
+    try:
+        click.echo(f"planned run {new_id}: {len(rows)} rows to draft with {settings.model}")
+        run = app.draft_run(env, store, store.get_run(new_id))
+        failures = _report_draft_failures(store, run)
+        click.echo(f"fingerprint: {run.fingerprint}")
+        if run.state is RunState.AWAITING_APPROVAL:
+            _await_approval(store, run)
+            ctx.exit(3 if failures else 0)
+        with _progress(store.counts(run.run_id)["total"]) as advance:
+            result = app.work_run(env, store, run, _run_options(options), advance=advance)
+    finally:
+        store.close()
+    _finish(ctx, new_id, result, failures)
+
+
+def _run_options(options: dict[str, object]) -> RunOptions:
+    return RunOptions(int(str(options["concurrency"])), float(str(options["max_wait"])))
 
 
 def _deadline_option(text: str | None) -> datetime | None:
@@ -281,6 +397,13 @@ def resume(
         run = app.pick_run(store, run_id, active_only=True)
         if run.state in FINISHED_RUN_STATES:
             raise BadInput(f"run {run.run_id} is {run.state.value}; there is nothing to resume.")
+        drafting = compose.unfrozen(run)
+        run = app.draft_run(env, store, run)
+        failures = _report_draft_failures(store, run) if drafting else 0
+        if drafting and run.state is RunState.AWAITING_APPROVAL:
+            click.echo(f"fingerprint: {run.fingerprint}")
+            _await_approval(store, run)
+            ctx.exit(3 if failures else 0)
         app.check_can_send(store, run)
         counts = store.counts(run.run_id)
         click.echo(
@@ -302,7 +425,7 @@ def resume(
             result = app.work_run(env, store, run, options, advance=advance)
     finally:
         store.close()
-    _finish(ctx, run.run_id, result)
+    _finish(ctx, run.run_id, result, failures)
 
 
 @cli.command()

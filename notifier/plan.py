@@ -50,8 +50,16 @@ class Plan:
         }
 
 
-def make_plan(rows: list[BatchRow], config: Config, run_id: str) -> Plan:
-    snapshot = config.snapshot({row.channel for row in rows})
+def make_plan(
+    rows: list[BatchRow],
+    config: Config,
+    run_id: str,
+    snapshot: dict[str, dict[str, Any]] | None = None,
+) -> Plan:
+    """`snapshot`: the run's stored channel snapshot (a plan frozen after drafting uses the
+    one taken when the send began, never the file as it is now)."""
+    if snapshot is None:
+        snapshot = config.snapshot({row.channel for row in rows})
     items = []
     for row in rows:
         payload = make_payload(row.subject, row.body, row.data, row.not_after)

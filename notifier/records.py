@@ -104,12 +104,30 @@ class Decision:
     evidence: str
 
 
+@dataclass(frozen=True)
+class StoredDraft:
+    """One row of a --compose run: its validated source row and its draft (or failure)."""
+
+    seq: int
+    line: int
+    source: str
+    state: str  # pending | drafted | failed
+    subject: str | None
+    body: str | None
+    model: str | None
+    input_tokens: int | None
+    output_tokens: int | None
+    error: str | None
+
+
 _ITEM_FIELDS = tuple(Item.__dataclass_fields__)
 _RUN_FIELDS = tuple(Run.__dataclass_fields__)
 
 
 def item_from_row(row: sqlite3.Row) -> Item:
-    values = {name: row[name] for name in _ITEM_FIELDS}
+    # A file opened read-only before m003 has no not_after column: the default stands.
+    present = set(row.keys())
+    values = {name: row[name] for name in _ITEM_FIELDS if name in present}
     values["payload"] = json.loads(values["payload"])
     values["state"] = ItemState(values["state"])
     return Item(**values)

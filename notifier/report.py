@@ -68,6 +68,7 @@ def build(store: Store, run: Run, *, attention_only: bool = False) -> dict[str, 
         "cancel_requested_at": run.cancel_requested_at,
         "approval": run.approval,
         "counts": store.counts(run.run_id),
+        "drafts": _drafts(store, run),
         "items": items,
         "decisions": [
             {
@@ -81,6 +82,19 @@ def build(store: Store, run: Run, *, attention_only: bool = False) -> dict[str, 
             for d in store.decisions(run.run_id)
         ],
     }
+
+
+def _drafts(store: Store, run: Run) -> dict[str, Any] | None:
+    """--compose runs: drafting progress, tokens spent, and the rows whose draft failed."""
+    if not run.options.get("compose"):
+        return None
+    summary: dict[str, Any] = dict(store.draft_summary(run.run_id))
+    summary["model"] = run.options["compose"].get("model")
+    summary["failures"] = [
+        {"seq": seq, "line": line, "error": error}
+        for seq, line, error in store.draft_failures(run.run_id)
+    ]
+    return summary
 
 
 def effective_state(run: Run) -> RunState:
@@ -117,6 +131,15 @@ def render_table(report: dict[str, Any], console: Console) -> None:
     console.print(f"fingerprint: {report['fingerprint']}")
     if report.get("stop_reason"):
         console.print(f"stopped because: {report['stop_reason']}")
+    drafts = report.get("drafts")
+    if drafts:
+        console.print(
+            f"drafts ({drafts['model']}): {drafts['drafted']} of {drafts['total']} drafted, "
+            f"{drafts['failed']} failed, {drafts['pending']} to draft; tokens: "
+            f"{drafts['input_tokens']} in, {drafts['output_tokens']} out"
+        )
+        for failure in drafts["failures"]:
+            console.print(f"  row {failure['seq']} (line {failure['line']}): {failure['error']}")
     summary = Table(show_header=True, header_style="bold")
     columns = ("total", "sent", "unknown", "pending", "failed", "in_flight", "expired")
     for name in columns:
