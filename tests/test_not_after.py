@@ -6,6 +6,8 @@ import json
 import time
 from datetime import UTC, datetime, timedelta
 
+from notifier.sandbox import Faults, Sandbox
+
 from .conftest import Workspace, make_rows
 
 
@@ -86,3 +88,31 @@ def test_a_deadline_without_a_zone_is_rejected_with_its_line(ws: Workspace) -> N
     assert not ws.db.exists()
     bad = ws.invoke("send", str(batch), "--not-after", "2030-01-01 10:00")
     assert bad.exit_code == 2 and "zone" in bad.output
+
+
+def test_a_deadline_passing_after_an_uncertain_attempt_leaves_the_item_unknown(
+    ws: Workspace,
+) -> None:
+    """An item whose last attempt may have been delivered (500 on an idempotent webhook) is
+    not expired blindly when its deadline passes: it becomes unknown, to be settled, and no
+    attempt starts after the deadline."""
+    with Sandbox(faults=Faults(force_status={"u1": 500})) as sandbox:
+        (ws.path / "notifier.toml").write_text(
+            f'[channels.hooks]\ntype = "webhook"\nurl = "{sandbox.notifications_url}"\n'
+            "idempotent = true\ntimeout = 5\n"
+            "[retry]\nmax_attempts = 1000\nbackoff_base = 0.05\nbackoff_max = 0.2\n"
+        )
+        deadline = iso_in(2)
+        rows = [
+            ["id", "to", "subject", "body", "not_after"],
+            ["u1", "a@x.example", "S", "B", deadline],
+        ]
+        result = ws.invoke("send", str(ws.write_csv("b.csv", rows)), "--channel", "hooks")
+    assert result.exit_code == 3, result.output
+    ((state, last_error),) = ws.query("SELECT state, last_error FROM items")
+    assert state == "unknown" and "may have been delivered" in last_error
+    attempts = ws.query("SELECT started_at, outcome FROM attempts ORDER BY n")
+    assert len(attempts) >= 2 and attempts[-1][1] == "expired"
+    assert all(outcome == "uncertain" for _, outcome in attempts[:-1])
+    limit = datetime.fromisoformat(deadline)
+    assert all(datetime.fromisoformat(started) < limit for started, _ in attempts[:-1])
