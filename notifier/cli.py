@@ -452,6 +452,9 @@ def _print_report(ctx: click.Context, run_id: str | None, fmt: str) -> None:
     try:
         run = app.pick_run(store, run_id)
         _emit(report.build(store, run, attention_only=fmt == "table"), fmt)
+        if fmt == "table" and run.state is RunState.AWAITING_APPROVAL:
+            for line in approval.preview(store, run):  # what an approval would cover
+                click.echo(line)
     finally:
         store.close()
 
