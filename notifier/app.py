@@ -289,7 +289,9 @@ def draft_run(env: Env, store: Store, run: Run) -> Run:
     drafting cannot finish now; what was drafted stays stored."""
     if not compose.unfrozen(run):
         return run
-    drafter = compose.Drafter(compose.Settings.from_options(run.options), compose_key())
+    from . import claude  # noqa: PLC0415 (the SDK loads only when drafting)
+
+    drafter = claude.Drafter(compose.Settings.from_options(run.options), compose_key())
     try:
         with take_lease(store, run, env.config.lease_ttl_s):
             progress = compose.draft_pending(store, run.run_id, drafter, env.say)

@@ -109,6 +109,11 @@ def approve(
         raise ApprovalUsage(
             f"run {run.run_id} was not planned with --require-approval, so it needs no approval."
         )
+    if run.fingerprint == "":
+        raise ApprovalUsage(
+            f"run {run.run_id} is still drafting, so there is nothing to approve yet: run "
+            f"`notifier resume {run.run_id}` to finish the drafts and print the preview."
+        )
     version = store.state_version(run.run_id)
     actual = recompute_fingerprint(store, run)
     if actual != run.fingerprint:

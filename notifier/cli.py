@@ -140,7 +140,9 @@ def _finish(ctx: click.Context, run_id: str, result: RunResult, draft_failures: 
 def _dry_run_drafts(
     settings: compose.Settings, key: str, rows: list[BatchRow], template: Template | None
 ) -> None:
-    drafter = compose.Drafter(settings, key)
+    from . import claude  # noqa: PLC0415 (the SDK loads only when drafting)
+
+    drafter = claude.Drafter(settings, key)
     try:
         shown = compose.first_drafts(drafter, rows[: compose.DRY_RUN_ROWS])
     finally:
