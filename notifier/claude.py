@@ -11,6 +11,7 @@ SDK costs about a second, which no other command should pay.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from contextlib import suppress
 
@@ -59,16 +60,27 @@ class Drafter:
         # would multiply the attempts and hide the waits. The base URL comes from
         # ANTHROPIC_BASE_URL when set (tests point it at a fake on 127.0.0.1).
         self.client = anthropic.Anthropic(api_key=key, max_retries=0, timeout=120.0)
+        self.stopping = threading.Event()
 
     def close(self) -> None:
         self.client.close()
 
+    def stop(self) -> None:
+        """Ctrl-C: no new request and no further retry; a wait in progress ends now."""
+        self.stopping.set()
+
     def draft(self, row: BatchRow) -> Draft:
         """One draft, retrying transient errors; DraftRejected or ComposeStopped otherwise."""
+        if self.stopping.is_set():
+            raise DraftDeferred("drafting was interrupted")
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception(_transient),
-            stop=tenacity.stop_after_attempt(MAX_ATTEMPTS),
+            stop=(
+                tenacity.stop_after_attempt(MAX_ATTEMPTS)
+                | tenacity.stop_when_event_set(self.stopping)
+            ),
             wait=_wait_honouring_retry_after,
+            sleep=self._sleep,
             reraise=True,
         )
         try:
@@ -91,6 +103,9 @@ class Drafter:
         except anthropic.APIConnectionError as exc:
             raise DraftDeferred(f"cannot reach the Messages API: {exc}") from exc
         return _parse(message)
+
+    def _sleep(self, seconds: float) -> None:
+        self.stopping.wait(seconds)
 
     def _request(self, row: BatchRow) -> Message:
         messages: list[MessageParam] = [

@@ -163,6 +163,20 @@ def _dry_run_drafts(
     )
 
 
+def _draft(ctx: click.Context, env: app.Env, store: Store, run: Run) -> Run:
+    """Draft what a --compose run lacks; Ctrl-C leaves with 130, the drafts made stored."""
+    try:
+        return app.draft_run(env, store, run)
+    except KeyboardInterrupt:
+        click.echo(
+            f"interrupted while drafting: the drafts already made are stored and nothing was "
+            f"sent. `notifier resume {run.run_id}` drafts the rest.",
+            err=True,
+        )
+        ctx.exit(130)
+        raise  # unreachable: ctx.exit raises
+
+
 def _report_draft_failures(store: Store, run: Run) -> int:
     failures = store.draft_failures(run.run_id)
     for seq, line, error in failures:
@@ -322,7 +336,7 @@ def _send_compose(
     store = app.store_drafting_run(env, rows, batch, options, new_id)
     try:
         click.echo(f"planned run {new_id}: {len(rows)} rows to draft with {settings.model}")
-        run = app.draft_run(env, store, store.get_run(new_id))
+        run = _draft(ctx, env, store, store.get_run(new_id))
         failures = _report_draft_failures(store, run)
         click.echo(f"fingerprint: {run.fingerprint}")
         if run.state is RunState.AWAITING_APPROVAL:
@@ -400,7 +414,7 @@ def resume(
         if run.state in FINISHED_RUN_STATES:
             raise BadInput(f"run {run.run_id} is {run.state.value}; there is nothing to resume.")
         drafting = compose.unfrozen(run)
-        run = app.draft_run(env, store, run)
+        run = _draft(ctx, env, store, run)
         failures = _report_draft_failures(store, run) if drafting else 0
         if drafting and run.state is RunState.AWAITING_APPROVAL:
             click.echo(f"fingerprint: {run.fingerprint}")

@@ -57,6 +57,8 @@ class Drafts(Protocol):
 
     def draft(self, row: BatchRow) -> Draft: ...
 
+    def stop(self) -> None: ...
+
 
 @dataclass(frozen=True)
 class Draft:
@@ -138,33 +140,55 @@ def draft_pending(
     each result as it arrives (this thread writes; the pool only talks to the API)."""
     pending = store.pending_drafts(run_id)
     stopped: str | None = None
-    deferred = 0
     with ThreadPoolExecutor(max(1, concurrency), thread_name_prefix="draft") as pool:
         rows = [(seq, row_from_source(source)) for seq, source in pending]
         futures: dict[Future[Draft], tuple[int, BatchRow]] = {
             pool.submit(drafter.draft, row): (seq, row) for seq, row in rows
         }
-        for future in as_completed(futures):
-            seq, row = futures[future]
-            try:
-                draft = future.result()
-            except ComposeStopped as exc:
-                if stopped is None:
-                    stopped = str(exc)
-                    for other in futures:
-                        other.cancel()  # not started yet: they stay undrafted
-                continue
-            except DraftRejected as exc:
-                store.fail_draft(run_id, seq, str(exc))
-                say(f"draft for item {row.item_id} (line {row.line}) failed: {exc}")
-                continue
-            except DraftDeferred as exc:
-                deferred += 1
-                say(f"draft for item {row.item_id} not made yet: {exc}")
-                continue
-            store.save_draft(run_id, seq, asdict(draft))
+        try:
+            _store_as_completed(store, run_id, futures, say)
+        except ComposeStopped as exc:
+            stopped = str(exc)
+        except KeyboardInterrupt:
+            # Ctrl-C: no new request, no retry; what is in flight ends without being
+            # stored (a draft has no side effect: resume asks for it again).
+            drafter.stop()
+            for other in futures:
+                other.cancel()
+            raise
     summary = store.draft_summary(run_id)
     return Progress(summary["drafted"], summary["failed"], summary["pending"], stopped)
+
+
+def _store_as_completed(
+    store: Store,
+    run_id: str,
+    futures: Mapping[Future[Draft], tuple[int, BatchRow]],
+    say: Callable[[str], None],
+) -> None:
+    """Store each result as it arrives; ComposeStopped (after cancelling the rows not
+    started) when drafting must stop for every row."""
+    stopped: ComposeStopped | None = None
+    for future in as_completed(futures):
+        seq, row = futures[future]
+        try:
+            draft = future.result()
+        except ComposeStopped as exc:
+            if stopped is None:
+                stopped = exc
+                for other in futures:
+                    other.cancel()  # not started yet: they stay undrafted
+            continue
+        except DraftRejected as exc:
+            store.fail_draft(run_id, seq, str(exc))
+            say(f"draft for item {row.item_id} (line {row.line}) failed: {exc}")
+            continue
+        except DraftDeferred as exc:
+            say(f"draft for item {row.item_id} not made yet: {exc}")
+            continue
+        store.save_draft(run_id, seq, asdict(draft))
+    if stopped is not None:
+        raise stopped
 
 
 def first_drafts(drafter: Drafts, rows: Sequence[BatchRow]) -> list[tuple[BatchRow, Draft | str]]:

@@ -227,3 +227,38 @@ def test_compose_with_a_template_renders_the_draft(ws: Workspace, fake: FakeMess
     )
     assert refused.exit_code == 2, refused.output
     assert "'city' is undefined" in refused.output and len(fake.requests) == before
+
+
+def test_ctrl_c_while_drafting_exits_130_keeping_the_drafts_made(
+    ws: Workspace, fake: FakeMessages
+) -> None:
+    """Ctrl-C mid-drafting stops new requests and retries, exits 130 with the drafts made
+    stored and nothing sent; resume drafts only the rest."""
+    fake.answer_limit = 1
+    process = ws.popen("send", str(batch(ws, 5)), "--compose", str(brief(ws)))
+    deadline = time.monotonic() + 60
+    drafted: list[tuple[str]] = []
+    while time.monotonic() < deadline and not drafted:
+        time.sleep(0.1)
+        if ws.db.exists():
+            try:
+                drafted = ws.query(
+                    "SELECT json_extract(source, '$.item_id') FROM drafts WHERE state = 'drafted'"
+                )
+            except Exception:  # noqa: S112 (the tables may not exist for a moment)
+                continue
+    assert len(drafted) == 1
+    process.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    fake.release.set()  # the held requests now fail with a 500, which is not retried
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert "interrupted while drafting" in stderr
+    assert ws.query("SELECT COUNT(*) FROM drafts WHERE state = 'drafted'") == [(1,)]
+    assert ws.outbox_documents() == []
+    mark = len(fake.requests)
+    fake.answer_limit = None
+    resumed = ws.invoke("resume")
+    assert resumed.exit_code == 0, resumed.output
+    assert drafted[0][0] not in [r.row_id for r in fake.requests[mark:]]
+    assert len(ws.outbox_documents()) == 5
