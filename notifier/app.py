@@ -10,22 +10,25 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from types import FrameType
 
+from . import approval, clock, compose, crash
 from . import config as config_module
-from . import crash
-from .batch import read_batch
+from .batch import BatchRow, read_batch
 from .channels import Channel, ChannelConfigError, ErrorKind, UnbuildableChannel, build_channel
 from .config import Config
 from .errors import BadInput, NeedsAttention, Refused
+from .intent import CONTRACT_VERSION, new_key_nonce
 from .lease import Lease, holder_alive
 from .plan import RUN_ID_PATTERN, Plan, make_plan, new_run_id
 from .reconcile import settle, settle_doubts
 from .records import Run
 from .runner import Runner, RunOptions, RunResult
 from .state_machine import FINISHED_RUN_STATES, ItemState, RunState
-from .store import AlreadyPlanned, LeaseHeld, RunExists, Store
+from .store import AlreadyPlanned, LeaseHeld, LostRace, RunExists, Store
+from .template import Template, render_rows
 
 Say = Callable[[str], None]
 
@@ -67,16 +70,38 @@ class DryRun:
     existing: list[Run]
 
 
-def plan_batch(env: Env, batch: Path, *, channel: str | None, run_id: str | None) -> Plan:
-    """Validate the whole file and compute every intent; nothing is stored here."""
+def plan_batch(
+    env: Env,
+    batch: Path,
+    *,
+    channel: str | None,
+    run_id: str | None,
+    template: Template | None = None,
+    not_after: datetime | None = None,
+) -> Plan:
+    """Validate the whole file, render it, and compute every intent; nothing is stored here."""
+    rows = read_rows(env, batch, channel=channel, run_id=run_id, not_after=not_after)
+    if template is not None:
+        rows = render_rows(template, rows, batch)
+    return make_plan(rows, env.config, run_id or new_run_id())
+
+
+def read_rows(
+    env: Env,
+    batch: Path,
+    *,
+    channel: str | None,
+    run_id: str | None,
+    not_after: datetime | None = None,
+) -> list[BatchRow]:
+    """The validated rows of `batch` (BatchError naming every bad line)."""
     types = env.config.channel_types()
     if channel is not None and channel not in types:
         known = ", ".join(sorted(types))
         raise BadInput(f"--channel {channel!r} is not defined; known channels: {known}.")
     if run_id is not None and not RUN_ID_PATTERN.match(run_id):
         raise BadInput(f"--run-id {run_id!r}: use 1-64 letters, digits, '.', '_' or '-'.")
-    rows = read_batch(batch, types, channel or config_module.DEFAULT_CHANNEL)
-    return make_plan(rows, env.config, run_id or new_run_id())
+    return read_batch(batch, types, channel or config_module.DEFAULT_CHANNEL, not_after)
 
 
 def dry_run(env: Env, plan: Plan) -> DryRun:
@@ -93,13 +118,21 @@ def dry_run(env: Env, plan: Plan) -> DryRun:
 
 
 def store_plan(
-    env: Env, plan: Plan, batch: Path, options: Mapping[str, object], new_run: bool
+    env: Env,
+    plan: Plan,
+    batch: Path,
+    options: Mapping[str, object],
+    new_run: bool,
+    *,
+    then: str | None = None,
 ) -> Store:
     """Store the plan, unless the same content was planned before (one decision with the
     insert, inside the store's write transaction) and `new_run` was not given."""
     store = open_store(env, create=True)
     try:
-        store.create_run(plan.run_row(str(batch), dict(options)), plan.items, new_run=new_run)
+        store.create_run(
+            plan.run_row(str(batch), dict(options)), plan.items, new_run=new_run, then=then
+        )
     except AlreadyPlanned as planned:
         store.close()
         raise BadInput(already_planned_message(env, batch, planned.run)) from None
@@ -237,6 +270,105 @@ def interrupt_guard(interrupted: threading.Event, say: Say) -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+# ---------------------------------------------------------------------- drafts (--compose)
+
+
+def store_drafting_run(
+    env: Env, rows: list[BatchRow], batch: Path, options: Mapping[str, object], run_id: str
+) -> Store:
+    """The run and one pending draft per row, before any request: a crash from here on is
+    resumed by drafting only the rows without a draft."""
+    run = {
+        "run_id": run_id,
+        "state": RunState.PLANNED.value,
+        "created_at": clock.now_iso(),
+        "batch_path": str(batch),
+        "channel_snapshot": env.config.snapshot({row.channel for row in rows}),
+        "options": dict(options),
+        "contract_version": CONTRACT_VERSION,
+        # Made now, used when the drafts are frozen into intents (perhaps by a later resume).
+        "key_nonce": new_key_nonce(),
+    }
+    store = open_store(env, create=True)
+    try:
+        with suppress(KeyError):
+            store.get_run(run_id)
+            raise BadInput(f"run {run_id!r} already exists: choose another --run-id.")
+        store.create_drafting_run(
+            run, [(row.seq, row.line, compose.row_to_source(row)) for row in rows]
+        )
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
+def compose_key() -> str:
+    try:
+        return compose.api_key()
+    except compose.ComposeUsage as exc:
+        raise BadInput(str(exc)) from exc
+
+
+def draft_run(env: Env, store: Store, run: Run) -> Run:
+    """For a --compose run not frozen yet: draft every row without a draft, then compute and
+    store the intents (and, with --require-approval, wait for approval). NeedsAttention (3) when
+    drafting cannot finish now; what was drafted stays stored."""
+    if not compose.unfrozen(run):
+        return run
+    from . import claude  # noqa: PLC0415 (the SDK loads only when drafting)
+
+    drafter = claude.Drafter(compose.Settings.from_options(run.options), compose_key())
+    try:
+        with take_lease(store, run, env.config.lease_ttl_s):
+            progress = compose.draft_pending(store, run.run_id, drafter, env.say)
+    finally:
+        drafter.close()
+    done = f"{progress.drafted} drafted, {progress.failed} failed, {progress.pending} to draft"
+    if progress.stopped is not None:
+        raise NeedsAttention(f"run {run.run_id}: {progress.stopped} ({done}.)")
+    if progress.pending:
+        raise NeedsAttention(
+            f"run {run.run_id}: the Messages API stayed busy ({done}); the drafts made are "
+            f"stored. Run `notifier resume {run.run_id}` later to draft the rest.",
+        )
+    then = "request_approval" if run.options.get("require_approval") else None
+    compose.freeze(store, run.run_id, env.config, then)
+    return store.get_run(run.run_id)
+
+
+# ---------------------------------------------------------------------- approval
+
+
+def check_can_send(store: Store, run: Run) -> None:
+    """Exit 4, before anything is sent, for a run whose required approval is missing,
+    expired, or no longer matches the stored intents."""
+    try:
+        approval.check_can_send(store, run)
+    except approval.ApprovalRefused as exc:
+        raise Refused(str(exc)) from exc
+
+
+def approve(env: Env, run_id: str | None, fingerprint: str, expires_in: str) -> approval.Approval:
+    store = open_store(env)
+    try:
+        run = pick_run(store, run_id, active_only=run_id is None)
+        try:
+            span = approval.parse_duration(expires_in)
+            return approval.approve(store, run, fingerprint, span, operator_name())
+        except approval.ApprovalUsage as exc:
+            raise BadInput(str(exc)) from exc
+        except approval.ApprovalRefused as exc:
+            raise Refused(str(exc)) from exc
+        except LostRace as exc:
+            raise Refused(
+                f"run {run.run_id} changed while it was being approved ({exc}); nothing was "
+                "approved. Review it again with `notifier status`, then approve.",
+            ) from exc
+    finally:
+        store.close()
 
 
 # ---------------------------------------------------------------------- cancel

@@ -11,12 +11,14 @@ import io
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
+from . import clock
 from .channels.smtp import recipient_problem
 from .errors import BadInput
 
-RESERVED = ("to", "subject", "body", "id", "channel")
+RESERVED = ("to", "subject", "body", "id", "channel", "not_after")
 MAX_REPORTED = 20
 # The longest field accepted, in characters. The csv module's default (131072) rejects an
 # ordinary long HTML body; a few MiB still stops a runaway unclosed quote from swallowing the
@@ -25,6 +27,7 @@ MAX_FIELD_CHARS = 4 * 1024 * 1024
 # Header-injection guard: a recipient or subject that carries a line break (or any other
 # control character) could smuggle extra headers into an e-mail or a webhook log line.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+CONTROL = _CONTROL  # templates and drafts check what they produce with the same rule
 _EMAIL = re.compile(r"^[^@\s<>,;\"]+@[^@\s<>,;\"]+\.[^@\s<>,;\"]+$")
 
 
@@ -38,6 +41,7 @@ class BatchRow:
     body: str
     channel: str
     data: dict[str, str] = field(default_factory=dict)
+    not_after: str | None = None  # UTC ISO 8601 (clock.iso): the deadline, part of the intent
 
 
 @dataclass(frozen=True)
@@ -67,9 +71,14 @@ class BatchError(BadInput):
 
 
 def read_batch(
-    path: Path, channel_types: Mapping[str, str], default_channel: str
+    path: Path,
+    channel_types: Mapping[str, str],
+    default_channel: str,
+    not_after: datetime | None = None,
 ) -> list[BatchRow]:
-    """Parse and validate `path`; raise BatchError listing every problem found."""
+    """Parse and validate `path`; raise BatchError listing every problem found. `not_after`
+    (send --not-after) is every row's deadline; a row's own `not_after` may only make it
+    earlier."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -79,7 +88,16 @@ def read_batch(
         raise BatchError(
             path, [Problem(1, "the file is empty: add a header row (to,subject,body) and rows")]
         )
-    return _parse(path, text, channel_types, default_channel)
+    return _parse(path, text, channel_types, default_channel, not_after)
+
+
+def parse_deadline(text: str) -> datetime:
+    """ISO 8601 with a zone (`2026-12-01T09:00:00+01:00`, `…Z`); ValueError otherwise: a
+    deadline without a zone means a different moment on every machine."""
+    value = datetime.fromisoformat(text.strip())
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"{text!r} has no time zone: add one, e.g. +00:00 or Z")
+    return value
 
 
 def _decode(path: Path, raw: bytes) -> str:
@@ -106,7 +124,11 @@ def _decode(path: Path, raw: bytes) -> str:
 
 
 def _parse(
-    path: Path, text: str, channel_types: Mapping[str, str], default_channel: str
+    path: Path,
+    text: str,
+    channel_types: Mapping[str, str],
+    default_channel: str,
+    not_after: datetime | None,
 ) -> list[BatchRow]:
     # The limit is process-wide in the csv module; notifier reads batches only here.
     csv.field_size_limit(MAX_FIELD_CHARS)
@@ -138,6 +160,7 @@ def _parse(
                 channel_types,
                 default_channel,
                 problems,
+                not_after,
             )
             if row is not None:
                 rows.append(row)
@@ -202,6 +225,25 @@ def _check_header(header: list[str], line: int, problems: list[Problem]) -> dict
     return columns
 
 
+def _deadline(
+    text: str, default: datetime | None, line: int, problems: list[Problem]
+) -> datetime | None:
+    """The row's deadline: its own `not_after`, never later than --not-after."""
+    if not text.strip():
+        return default
+    try:
+        own = parse_deadline(text)
+    except ValueError as exc:
+        problems.append(
+            Problem(
+                line,
+                f"`not_after` {exc}: use ISO 8601 with a zone, e.g. 2026-12-01T09:00:00+01:00",
+            )
+        )
+        return default
+    return own if default is None else min(own, default)
+
+
 def _check_row(
     record: list[str],
     line: int,
@@ -212,6 +254,7 @@ def _check_row(
     channel_types: Mapping[str, str],
     default_channel: str,
     problems: list[Problem],
+    not_after: datetime | None = None,
 ) -> BatchRow | None:
     if len(record) != len(header):
         problems.append(
@@ -274,7 +317,18 @@ def _check_row(
                 f"`to` {to!r} is not an e-mail address, which channel {channel!r} needs ({why})",
             )
         )
+    deadline = _deadline(cell("not_after"), not_after, line, problems)
     if len(problems) > before:
         return None
     data = {name: record[i] for i, name in enumerate(header) if name.casefold() not in RESERVED}
-    return BatchRow(line, seq, item_id, to, subject, cell("body"), channel, data)
+    return BatchRow(
+        line,
+        seq,
+        item_id,
+        to,
+        subject,
+        cell("body"),
+        channel,
+        data,
+        clock.iso(deadline) if deadline is not None else None,
+    )

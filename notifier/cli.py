@@ -13,6 +13,8 @@ import sys
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +23,20 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from . import app, crash, report
+from . import app, approval, clock, compose, crash, report
+from .batch import BatchRow, parse_deadline
 from .config import load as load_config
-from .errors import BadInput, ExitCode, NotifierError, Refused
+from .errors import BadInput, ExitCode, NotifierError
 from .manual import reconcile_manually
 from .outcome import run_advice, run_exit, settled_exit
+from .plan import new_run_id
+from .records import Run
 from .runner import RunOptions, RunResult
 from .sandbox import Faults, run_sandbox
 from .state_machine import FINISHED_RUN_STATES, RunState
+from .store import Store
+from .template import Template
+from .template import load as load_template
 
 
 @functools.cache
@@ -128,10 +136,60 @@ def _progress(total: int) -> Iterator[Callable[[int], None]]:
         yield lambda n: progress.advance(task, n)
 
 
-def _finish(ctx: click.Context, run_id: str, result: RunResult) -> None:
+def _finish(ctx: click.Context, run_id: str, result: RunResult, draft_failures: int = 0) -> None:
     advice = run_advice(result, run_id)
     click.echo(f"run {run_id}: {result.reason}." + (f" {advice}" if advice else ""))
-    ctx.exit(run_exit(result))
+    code = run_exit(result)
+    if draft_failures and code is ExitCode.DONE:
+        code = ExitCode.ATTENTION  # the rows whose draft failed were never planned
+    ctx.exit(code)
+
+
+def _dry_run_drafts(
+    settings: compose.Settings, key: str, rows: list[BatchRow], template: Template | None
+) -> None:
+    from . import claude  # noqa: PLC0415 (the SDK loads only when drafting)
+
+    drafter = claude.Drafter(settings, key)
+    try:
+        shown = compose.first_drafts(drafter, rows[: compose.DRY_RUN_ROWS])
+    finally:
+        drafter.close()
+    for row, draft in shown:
+        click.echo(f"  #{row.seq} {row.item_id} → {row.to} via {row.channel}")
+        if isinstance(draft, str):
+            click.echo(f"    {draft}")
+            continue
+        final = compose.apply_draft(row, asdict(draft), template)
+        click.echo(f"    subject: {final.subject}")
+        for n, text in enumerate(final.body.splitlines() or [""]):
+            click.echo(("    body:    " if n == 0 else "             ") + text)
+        click.echo(f"    ({draft.model}, {draft.input_tokens}+{draft.output_tokens} tokens)")
+    click.echo(
+        f"dry run: drafted the first {len(shown)} of {len(rows)} rows with {settings.model}; "
+        "nothing stored."
+    )
+
+
+def _draft(ctx: click.Context, env: app.Env, store: Store, run: Run) -> Run:
+    """Draft what a --compose run lacks; Ctrl-C leaves with 130, the drafts made stored."""
+    try:
+        return app.draft_run(env, store, run)
+    except KeyboardInterrupt:
+        click.echo(
+            f"interrupted while drafting: the drafts already made are stored and nothing was "
+            f"sent. `notifier resume {run.run_id}` drafts the rest.",
+            err=True,
+        )
+        ctx.exit(130)
+        raise  # unreachable: ctx.exit raises
+
+
+def _report_draft_failures(store: Store, run: Run) -> int:
+    failures = store.draft_failures(run.run_id)
+    for seq, line, error in failures:
+        click.echo(f"row {seq} (line {line}) was not drafted and will not be sent: {error}")
+    return len(failures)
 
 
 @cli.command()
@@ -144,6 +202,36 @@ def _finish(ctx: click.Context, run_id: str, result: RunResult) -> None:
     default=1,
     show_default=True,
     help="Requests in flight at once (the window size).",
+)
+@click.option(
+    "--template",
+    "template_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="TOML with `subject` and `body` (Jinja2), rendered with each row's columns.",
+)
+@click.option(
+    "--compose",
+    "compose_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    metavar="BRIEF",
+    help="Have Claude draft each row's subject and body from this brief (ANTHROPIC_API_KEY).",
+)
+@click.option(
+    "--model",
+    default=compose.DEFAULT_MODEL,
+    show_default=True,
+    help="With --compose: the Claude model that drafts.",
+)
+@click.option(
+    "--not-after",
+    "not_after_text",
+    metavar="DATETIME",
+    help="Deadline (ISO 8601 with a zone): an item not sent by then expires, never sent.",
+)
+@click.option(
+    "--require-approval",
+    is_flag=True,
+    help="Store the plan and stop in awaiting_approval; `notifier approve` lets it send.",
 )
 @click.option("--dry-run", is_flag=True, help="Validate and show the plan; write nothing.")
 @click.option("--new-run", is_flag=True, help="Send a batch again even if it was planned before.")
@@ -164,11 +252,37 @@ def send(
     dry_run: bool,
     new_run: bool,
     max_wait: float,
+    template_path: Path | None,
+    require_approval: bool,
+    not_after_text: str | None,
+    compose_path: Path | None,
+    model: str,
 ) -> None:
     """Validate BATCH.csv, store every intent, then send each notification durably."""
     env = _env(ctx)
     crash.from_env()  # a mistyped NOTIFIER_CRASH_AT is a usage error before anything is stored
-    plan = app.plan_batch(env, batch, channel=channel, run_id=run_id)
+    template = load_template(template_path) if template_path is not None else None
+    not_after = _deadline_option(not_after_text)
+    options: dict[str, object] = {"concurrency": concurrency, "max_wait": max_wait}
+    if require_approval:
+        options["require_approval"] = True
+    if compose_path is not None:
+        _send_compose(
+            ctx,
+            env,
+            batch,
+            compose.Settings(_read_brief(compose_path), model),
+            template,
+            options,
+            channel=channel,
+            run_id=run_id,
+            not_after=not_after,
+            dry_run=dry_run,
+        )
+        return
+    plan = app.plan_batch(
+        env, batch, channel=channel, run_id=run_id, template=template, not_after=not_after
+    )
     per_channel = ", ".join(f"{name}: {n}" for name, n in sorted(plan.per_channel.items()))
     if dry_run:
         checked = app.dry_run(env, plan)
@@ -177,12 +291,15 @@ def send(
         for run in checked.existing:
             click.echo(f"already planned as run {run.run_id} ({run.state.value}).")
         return
-    options = {"concurrency": concurrency, "max_wait": max_wait}
-    store = app.store_plan(env, plan, batch, options, new_run)
+    then = "request_approval" if require_approval else None
+    store = app.store_plan(env, plan, batch, options, new_run, then=then)
     try:
         click.echo(f"planned run {plan.run_id}: {len(plan.items)} notifications ({per_channel})")
         click.echo(f"fingerprint: {plan.fingerprint}")
         run = store.get_run(plan.run_id)
+        if run.state is RunState.AWAITING_APPROVAL:
+            _await_approval(store, run)
+            return
         with _progress(len(plan.items)) as advance:
             result = app.work_run(
                 env, store, run, RunOptions(concurrency, max_wait), advance=advance
@@ -190,6 +307,102 @@ def send(
     finally:
         store.close()
     _finish(ctx, plan.run_id, result)
+
+
+def _read_brief(path: Path) -> str:
+    brief = path.read_text("utf-8").strip()
+    if not brief:
+        raise BadInput(f"{path}: the brief is empty: say what the notifications should say.")
+    return brief
+
+
+def _send_compose(
+    ctx: click.Context,
+    env: app.Env,
+    batch: Path,
+    settings: compose.Settings,
+    template: Template | None,
+    options: dict[str, object],
+    *,
+    channel: str | None,
+    run_id: str | None,
+    not_after: datetime | None,
+    dry_run: bool,
+) -> None:
+    """send --compose: store the rows, draft them (stored one by one), freeze the intents,
+    then wait for approval or send."""
+    key = app.compose_key()  # before anything is stored
+    rows = app.read_rows(env, batch, channel=channel, run_id=run_id, not_after=not_after)
+    if template is not None:
+        compose.check_template(template, rows, batch)
+        options["template"] = template.as_options()
+    if dry_run:
+        _dry_run_drafts(settings, key, rows, template)
+        return
+    options["compose"] = settings.as_options()
+    new_id = run_id or new_run_id()
+    store = app.store_drafting_run(env, rows, batch, options, new_id)
+    try:
+        click.echo(f"planned run {new_id}: {len(rows)} rows to draft with {settings.model}")
+        run = _draft(ctx, env, store, store.get_run(new_id))
+        failures = _report_draft_failures(store, run)
+        click.echo(f"fingerprint: {run.fingerprint}")
+        if run.state is RunState.AWAITING_APPROVAL:
+            _await_approval(store, run)
+            ctx.exit(3 if failures else 0)
+        with _progress(store.counts(run.run_id)["total"]) as advance:
+            result = app.work_run(env, store, run, _run_options(options), advance=advance)
+    finally:
+        store.close()
+    _finish(ctx, new_id, result, failures)
+
+
+def _run_options(options: dict[str, object]) -> RunOptions:
+    return RunOptions(int(str(options["concurrency"])), float(str(options["max_wait"])))
+
+
+def _deadline_option(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        return parse_deadline(text)
+    except ValueError as exc:
+        raise BadInput(
+            f"--not-after: {exc}. Use ISO 8601 with a zone, e.g. 2026-12-01T09:00:00+01:00."
+        ) from exc
+
+
+def _await_approval(store: Store, run: Run) -> None:
+    for line in approval.preview(store, run):
+        click.echo(line)
+    click.echo(
+        f"run {run.run_id} is awaiting approval; nothing was sent. Approve it with `notifier "
+        f"approve {run.run_id} --fingerprint {run.fingerprint}`, then send it with "
+        f"`notifier resume {run.run_id}`."
+    )
+
+
+@cli.command()
+@click.argument("run_id", required=False)
+@click.option(
+    "--fingerprint", required=True, help="The sha256:… fingerprint printed with the preview."
+)
+@click.option(
+    "--expires-in",
+    default=approval.DEFAULT_EXPIRES_IN,
+    show_default=True,
+    help="How long the approval holds: e.g. 30m, 1h, 2d.",
+)
+@click.pass_context
+def approve(ctx: click.Context, run_id: str | None, fingerprint: str, expires_in: str) -> None:
+    """Approve a run planned with --require-approval, bound to its fingerprint."""
+    env = _env(ctx)
+    granted = app.approve(env, run_id, fingerprint, expires_in)
+    click.echo(
+        f"approved by {granted.operator} until {clock.local(granted.expires_at)} for "
+        f"fingerprint {granted.fingerprint} (state version {granted.state_version}). Send "
+        "it with `notifier resume`."
+    )
 
 
 @cli.command()
@@ -208,8 +421,14 @@ def resume(
         run = app.pick_run(store, run_id, active_only=True)
         if run.state in FINISHED_RUN_STATES:
             raise BadInput(f"run {run.run_id} is {run.state.value}; there is nothing to resume.")
-        if run.state is RunState.AWAITING_APPROVAL:
-            raise Refused(f"run {run.run_id} is awaiting approval; approve it first.")
+        drafting = compose.unfrozen(run)
+        run = _draft(ctx, env, store, run)
+        failures = _report_draft_failures(store, run) if drafting else 0
+        if drafting and run.state is RunState.AWAITING_APPROVAL:
+            click.echo(f"fingerprint: {run.fingerprint}")
+            _await_approval(store, run)
+            ctx.exit(3 if failures else 0)
+        app.check_can_send(store, run)
         counts = store.counts(run.run_id)
 
         def announce() -> None:
@@ -217,6 +436,12 @@ def resume(
                 f"resuming run {run.run_id}: {counts['sent']} sent, {counts['in_flight']} in "
                 f"flight, {counts['unknown']} unknown, {counts['pending']} pending"
             )
+            stale = store.past_deadline(run.run_id, clock.now_iso())
+            if stale:
+                click.echo(
+                    f"{stale} pending item(s) are already past their not_after: they will be "
+                    "expired, not sent."
+                )
 
         options = RunOptions(
             concurrency or int(run.options.get("concurrency", 1)),
@@ -227,7 +452,7 @@ def resume(
             result = app.work_run(env, store, run, options, advance=advance, announce=announce)
     finally:
         store.close()
-    _finish(ctx, run.run_id, result)
+    _finish(ctx, run.run_id, result, failures)
 
 
 @cli.command()
@@ -254,6 +479,9 @@ def _print_report(ctx: click.Context, run_id: str | None, fmt: str) -> None:
     try:
         run = app.pick_run(store, run_id)
         _emit(report.build(store, run, attention_only=fmt == "table"), fmt)
+        if fmt == "table" and run.state is RunState.AWAITING_APPROVAL:
+            for line in approval.preview(store, run):  # what an approval would cover
+                click.echo(line)
     finally:
         store.close()
 

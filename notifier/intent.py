@@ -133,9 +133,16 @@ class Intent:
         return data if isinstance(data, Mapping) else {}
 
 
-def make_payload(subject: str, body: str, data: Mapping[str, str]) -> dict[str, Any]:
-    return {
+def make_payload(
+    subject: str, body: str, data: Mapping[str, str], not_after: str | None = None
+) -> dict[str, Any]:
+    """The payload as digested. The deadline is part of it, so the digest and an approval
+    cover it; absent when there is none, so a payload without one digests as it always has."""
+    payload: dict[str, Any] = {
         "subject": nfc(subject),
         "body": nfc(body),
         "data": {k: nfc(v) for k, v in data.items()},
     }
+    if not_after is not None:
+        payload["not_after"] = not_after
+    return payload

@@ -56,12 +56,22 @@ class Plan:
         }
 
 
-def make_plan(rows: list[BatchRow], config: Config, run_id: str) -> Plan:
-    snapshot = config.snapshot({row.channel for row in rows})
-    nonce = new_key_nonce()
+def make_plan(
+    rows: list[BatchRow],
+    config: Config,
+    run_id: str,
+    snapshot: dict[str, dict[str, Any]] | None = None,
+    nonce: str | None = None,
+) -> Plan:
+    """`snapshot` and `nonce`: the run's stored channel snapshot and key nonce (a plan frozen
+    after drafting uses those taken when the send began, never the file as it is now)."""
+    if snapshot is None:
+        snapshot = config.snapshot({row.channel for row in rows})
+    if nonce is None:
+        nonce = new_key_nonce()
     items = []
     for row in rows:
-        payload = make_payload(row.subject, row.body, row.data)
+        payload = make_payload(row.subject, row.body, row.data, row.not_after)
         items.append(
             {
                 "run_id": run_id,
@@ -73,6 +83,7 @@ def make_plan(rows: list[BatchRow], config: Config, run_id: str) -> Plan:
                 "payload": canonical_json(payload),
                 "idempotency_key": idempotency_key(run_id, nonce, row.item_id, row.to),
                 "intent_digest": intent_digest(row.channel, row.to, payload),
+                "not_after": row.not_after,
             }
         )
     digests = [str(i["intent_digest"]) for i in items]

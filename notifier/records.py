@@ -33,6 +33,7 @@ class Run:
     key_nonce: str | None  # None for a run planned before m002 (its keys have no nonce)
     # None only when read from a database m002 has not been applied to (read-only commands).
     content_fingerprint: str | None
+    approval: dict[str, Any] | None = None  # approval.py reads it; None is never "approved"
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class Item:
     next_attempt_at: str | None
     receipt_id: str | None
     last_error: str | None
+    not_after: str | None = None  # the deadline in the payload, copied for the claim's index
 
     def intent(self) -> Intent:
         return Intent(
@@ -118,12 +120,30 @@ class Decision:
     evidence: str
 
 
+@dataclass(frozen=True)
+class StoredDraft:
+    """One row of a --compose run: its validated source row and its draft (or failure)."""
+
+    seq: int
+    line: int
+    source: str
+    state: str  # pending | drafted | failed
+    subject: str | None
+    body: str | None
+    model: str | None
+    input_tokens: int | None
+    output_tokens: int | None
+    error: str | None
+
+
 _ITEM_FIELDS = tuple(Item.__dataclass_fields__)
 _RUN_FIELDS = tuple(Run.__dataclass_fields__)
 
 
 def item_from_row(row: sqlite3.Row) -> Item:
-    values = {name: row[name] for name in _ITEM_FIELDS}
+    # A file opened read-only before m003 has no not_after column: the default stands.
+    present = set(row.keys())
+    values = {name: row[name] for name in _ITEM_FIELDS if name in present}
     values["payload"] = json.loads(values["payload"])
     values["state"] = ItemState(values["state"])
     return Item(**values)
@@ -137,4 +157,16 @@ def run_from_row(row: sqlite3.Row) -> Run:
     values["channel_snapshot"] = json.loads(values["channel_snapshot"])
     values["options"] = json.loads(values["options"])
     values["lease_owner"] = json.loads(values["lease_owner"]) if values["lease_owner"] else None
+    values["approval"] = _json_object(values["approval"])
     return Run(**values)
+
+
+def _json_object(text: str | None) -> dict[str, Any] | None:
+    """A JSON object column; anything else (absent, garbled, not an object) is None."""
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None

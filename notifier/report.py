@@ -81,6 +81,7 @@ def build(store: Store, run: Run, *, attention_only: bool = False) -> dict[str, 
         "stop_reason": run.stop_reason,
         "paused_until": run.paused_until,
         "cancel_requested_at": run.cancel_requested_at,
+        "approval": run.approval,
         "counts": counts,
         # Added to the contract's keys: the `pending` count split by why it is pending.
         "pending_detail": {
@@ -88,6 +89,7 @@ def build(store: Store, run: Run, *, attention_only: bool = False) -> dict[str, 
             PendingKind.RETRY_WAITING.value: attempted.count(PendingKind.RETRY_WAITING),
             PendingKind.MAYBE_DELIVERED.value: attempted.count(PendingKind.MAYBE_DELIVERED),
         },
+        "drafts": _drafts(store, run),
         "items": items,
         "decisions": [
             {
@@ -107,6 +109,19 @@ def _pending_kind(state: ItemState, kind: PendingKind | None) -> str | None:
     if state is not ItemState.PENDING:
         return None
     return (kind or PendingKind.NEVER_ATTEMPTED).value
+
+
+def _drafts(store: Store, run: Run) -> dict[str, Any] | None:
+    """--compose runs: drafting progress, tokens spent, and the rows whose draft failed."""
+    if not run.options.get("compose"):
+        return None
+    summary: dict[str, Any] = dict(store.draft_summary(run.run_id))
+    summary["model"] = run.options["compose"].get("model")
+    summary["failures"] = [
+        {"seq": seq, "line": line, "error": error}
+        for seq, line, error in store.draft_failures(run.run_id)
+    ]
+    return summary
 
 
 def effective_state(run: Run) -> RunState:
@@ -147,15 +162,20 @@ def render_table(report: dict[str, Any], console: Console) -> None:
     console.print(f"fingerprint: {report['fingerprint']}")
     if report.get("stop_reason"):
         console.print(f"stopped because: {report['stop_reason']}")
-    summary = Table(show_header=True, header_style="bold")
-    for name in ("total", "sent", "unknown", "pending", "failed", "in_flight"):
-        summary.add_column(name, justify="right")
-    summary.add_row(
-        *(
-            str(counts[name])
-            for name in ("total", "sent", "unknown", "pending", "failed", "in_flight")
+    drafts = report.get("drafts")
+    if drafts:
+        console.print(
+            f"drafts ({drafts['model']}): {drafts['drafted']} of {drafts['total']} drafted, "
+            f"{drafts['failed']} failed, {drafts['pending']} to draft; tokens: "
+            f"{drafts['input_tokens']} in, {drafts['output_tokens']} out"
         )
-    )
+        for failure in drafts["failures"]:
+            console.print(f"  row {failure['seq']} (line {failure['line']}): {failure['error']}")
+    summary = Table(show_header=True, header_style="bold")
+    columns = ("total", "sent", "unknown", "pending", "failed", "in_flight", "expired")
+    for name in columns:
+        summary.add_column(name, justify="right")
+    summary.add_row(*(str(counts.get(name, 0)) for name in columns))
     console.print(summary)
     detail = report["pending_detail"]
     console.print(

@@ -168,6 +168,7 @@ class Runner:
             halted = self._settle_waiting()
             if halted is not None:
                 return halted
+            self._expire_due()
             gated = self._closed_gates()
             window = self.store.claim(
                 self.run_id,
@@ -290,7 +291,54 @@ class Runner:
 
     # ------------------------------------------------------------------ one window
 
+    def _expire_due(self) -> None:
+        expired = self.store.expire_due(self.run_id, self.lease_version)
+        if expired:
+            self.p.advance(len(expired))
+            shown = ", ".join(str(seq) for seq in expired[:10])
+            more = f" and {len(expired) - 10} more" if len(expired) > 10 else ""
+            self.p.say(f"expired (past not_after, never sent): item {shown}{more}")
+
+    def _stale(self, window: list[Item]) -> tuple[list[Item], list[Outcome]]:
+        """Claimed items whose deadline passed are not sent. One never possibly delivered
+        goes back to pending, where the next expiry pass expires it; one whose last attempt
+        may have been delivered becomes unknown, to be settled rather than expired blindly."""
+        now = clock.now()
+        fresh: list[Item] = []
+        outcomes: list[Outcome] = []
+        for item in window:
+            if item.not_after is None or clock.parse(item.not_after) > now:
+                fresh.append(item)
+                continue
+            previous = self.store.attempts(self.run_id, item.seq)[:-1]
+            uncertain = bool(previous) and previous[-1].outcome in (
+                ErrorKind.UNCERTAIN.value,
+                "interrupted",
+            )
+            outcomes.append(
+                Outcome(
+                    item.seq,
+                    "lose" if uncertain else "retry_later",
+                    "expired",
+                    error=(
+                        f"not_after {item.not_after} passed after an attempt that may have "
+                        "been delivered; not sent again: settle it with `notifier reconcile`"
+                        if uncertain
+                        else f"not_after {item.not_after} passed before its turn: not sent"
+                    ),
+                    expected=ItemState.IN_FLIGHT,
+                )
+            )
+        return fresh, outcomes
+
     def _work(self, window: list[Item]) -> None:
+        window, stale = self._stale(window)
+        if stale:
+            self.store.record(self.run_id, self.lease_version, stale)
+            for outcome in stale:
+                self._after(outcome)
+        if not window:
+            return
         seqs = [item.seq for item in window]
         if self.crash:
             self.crash.at("after-intent", seqs)
@@ -656,6 +704,8 @@ class Runner:
             f"{counts['sent']} sent, {counts['unknown']} unknown, {counts['failed']} failed, "
             f"{counts['pending'] + counts['in_flight']} pending"
         )
+        if counts.get("expired"):
+            summary += f", {counts['expired']} expired (past not_after, never sent)"
         if counts["unknown"]:
             reason = f"{counts['unknown']} item(s) with unknown outcome"
             self.store.move_run(self.run_id, "pause", self.lease_version, stop_reason=reason)

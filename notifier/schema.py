@@ -147,3 +147,36 @@ def stored_content_fingerprint(conn: sqlite3.Connection, run_id: str) -> str:
     names = json.dumps(sorted(channels), separators=(",", ":"), ensure_ascii=False)
     h.update(unicodedata.normalize("NFC", names).encode("utf-8"))
     return "sha256:" + h.hexdigest()
+
+
+@migrations()
+def m003_deadlines_and_drafts(db: Database) -> None:
+    """Item deadlines (`not_after`, also inside the digested payload; the column only lets a
+    claim find due deadlines through an index) and Claude drafts, stored per row before the
+    intents are computed, so a resumed run never asks for a draft twice."""
+    for statement in _M003.split(";\n"):
+        if statement.strip():
+            db.execute(statement)
+
+
+_M003 = """
+ALTER TABLE items ADD COLUMN not_after TEXT;
+CREATE INDEX items_deadline ON items(run_id, not_after)
+    WHERE state = 'pending' AND not_after IS NOT NULL;
+CREATE TABLE drafts (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    seq INTEGER NOT NULL,
+    line INTEGER NOT NULL,
+    source TEXT NOT NULL,
+    state TEXT NOT NULL,
+    subject TEXT,
+    body TEXT,
+    model TEXT,
+    input_tokens INTEGER,
+    output_tokens INTEGER,
+    error TEXT,
+    drafted_at TEXT,
+    PRIMARY KEY (run_id, seq)
+);
+CREATE INDEX drafts_pending ON drafts(run_id, seq) WHERE state = 'pending'
+"""

@@ -20,6 +20,7 @@ class ItemState(StrEnum):
     SENT = "sent"
     UNKNOWN = "unknown"
     FAILED = "failed"
+    EXPIRED = "expired"  # its not_after passed before its turn came: never sent
 
 
 class RunState(StrEnum):
@@ -35,7 +36,7 @@ class RunState(StrEnum):
 
 # States in which an item still needs work: the partial index in store.py covers exactly these.
 ACTIVE_ITEM_STATES = (ItemState.PENDING, ItemState.IN_FLIGHT, ItemState.UNKNOWN)
-TERMINAL_ITEM_STATES = (ItemState.SENT, ItemState.FAILED)
+TERMINAL_ITEM_STATES = (ItemState.SENT, ItemState.FAILED, ItemState.EXPIRED)
 FINISHED_RUN_STATES = (RunState.COMPLETED, RunState.CANCELLED)
 
 _I = ItemState
@@ -60,6 +61,9 @@ ITEM_TRANSITIONS = [
     ("mark_sent", _I.UNKNOWN, _I.SENT),
     ("mark_not_sent", _I.UNKNOWN, _I.PENDING),
     ("abandon", _I.UNKNOWN, _I.FAILED),
+    # Only from pending: an item whose last attempt may have been delivered is settled
+    # first (store.expire_due leaves it to the runner), never expired blindly.
+    ("expire", _I.PENDING, _I.EXPIRED),
 ]
 
 _R = RunState

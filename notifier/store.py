@@ -31,6 +31,7 @@ from .records import (
     Outcome,
     PendingKind,
     Run,
+    StoredDraft,
     item_from_row,
     run_from_row,
 )
@@ -46,6 +47,8 @@ from .state_machine import (
 
 _ACTIVE = "state IN ({})".format(", ".join(f"'{s.value}'" for s in ACTIVE_ITEM_STATES))
 _HEADER = b"SQLite format 3\x00"
+# Attempt outcomes after which the item may have reached the recipient.
+_MAYBE_DELIVERED = "'uncertain', 'interrupted'"
 
 
 class StoreRefused(Refused):
@@ -390,10 +393,16 @@ class Store:
         return target
 
     def create_run(
-        self, run: dict[str, Any], items: Sequence[dict[str, Any]], *, new_run: bool = False
+        self,
+        run: dict[str, Any],
+        items: Sequence[dict[str, Any]],
+        *,
+        new_run: bool = False,
+        then: str | None = None,
     ) -> None:
         """The run row and every intent, in one transaction: a batch is planned whole or not
-        at all.
+        at all. `then` (e.g. `request_approval`) moves the new run in the same transaction, so
+        no crash can leave a run that needs an approval looking merely `planned`.
 
         The "already planned" check is part of the same transaction, which holds the write
         lock from its first statement (BEGIN IMMEDIATE): two `send`s of one batch cannot both
@@ -418,34 +427,76 @@ class Store:
                     "updated_at": at,
                 }
             )
-            # executemany with a fixed column list: sqlite-utils' insert_all inspects every
-            # value of every row, which is most of the cost of planning 100k rows.
-            self.conn.executemany(
-                "INSERT INTO items (run_id, seq, item_id, channel, target, payload, "
-                "idempotency_key, intent_digest, state, attempts, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?)",
-                (
-                    (
-                        item["run_id"],
-                        item["seq"],
-                        item["item_id"],
-                        item["channel"],
-                        item["target"],
-                        _dump(item["payload"]),
-                        item["idempotency_key"],
-                        item["intent_digest"],
-                        at,
-                    )
-                    for item in items
-                ),
-            )
+            self._insert_items(items, at)
             self._event(run["run_id"], "planned", None, {"items": len(items)}, at)
+            if then is not None:
+                self._move_run(run["run_id"], then, at)
+
+    def _insert_items(self, items: Sequence[dict[str, Any]], at: str) -> None:
+        # executemany with a fixed column list: sqlite-utils' insert_all inspects every
+        # value of every row, which is most of the cost of planning 100k rows.
+        self.conn.executemany(
+            "INSERT INTO items (run_id, seq, item_id, channel, target, payload, "
+            "idempotency_key, intent_digest, state, attempts, updated_at, not_after) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?)",
+            (
+                (
+                    item["run_id"],
+                    item["seq"],
+                    item["item_id"],
+                    item["channel"],
+                    item["target"],
+                    _dump(item["payload"]),
+                    item["idempotency_key"],
+                    item["intent_digest"],
+                    at,
+                    item.get("not_after"),
+                )
+                for item in items
+            ),
+        )
 
     def move_run(
         self, run_id: str, trigger: str, lease_version: int | None = None, **sets: Any
     ) -> RunState:
         with self._write(run_id, lease_version):
             return self._move_run(run_id, trigger, clock.now_iso(), **sets)
+
+    def expire_due(self, run_id: str, lease_version: int) -> list[int]:
+        """Pending items whose deadline has passed become `expired` (never sent), in one
+        fenced transaction. An item whose last attempt may have been delivered is left for
+        the runner to settle: expiring it would claim "never sent" without knowing."""
+        at = clock.now_iso()
+        due = self._due_for_expiry(run_id, at)
+        if not due:
+            return []  # the common case costs one indexed read, no write transaction
+        expired: list[int] = []
+        with self._write(run_id, lease_version):
+            for seq in self._due_for_expiry(run_id, at):
+                self._move_item(run_id, seq, ItemState.PENDING, "expire", at)
+                expired.append(seq)
+        return expired
+
+    def _due_for_expiry(self, run_id: str, at: str) -> list[int]:
+        return [
+            seq
+            for (seq,) in self.conn.execute(
+                "SELECT i.seq FROM items i WHERE i.run_id = ? AND i.state = 'pending' "
+                "AND i.not_after IS NOT NULL AND i.not_after <= ? AND (i.attempts = 0 OR "
+                "(SELECT a.outcome FROM attempts a WHERE a.run_id = i.run_id AND a.seq = i.seq "
+                f"ORDER BY a.n DESC LIMIT 1) NOT IN ({_MAYBE_DELIVERED})) ORDER BY i.seq",
+                (run_id, at),
+            )
+        ]
+
+    def past_deadline(self, run_id: str, at: str) -> int:
+        """How many unfinished items are already past their deadline at `at`."""
+        (n,) = self.conn.execute(
+            "SELECT COUNT(*) FROM items WHERE run_id = ? AND state = 'pending' "
+            "AND not_after IS NOT NULL AND not_after <= ?",
+            (run_id, at),
+        ).fetchone()
+        return int(n)
 
     def claim(
         self,
@@ -594,6 +645,164 @@ class Store:
             self._record_one(
                 run_id, Outcome(seq, trigger, receipt_source=source, evidence=evidence), at
             )
+
+    # ------------------------------------------------------------ drafts (--compose)
+
+    def create_drafting_run(
+        self, run: dict[str, Any], sources: Sequence[tuple[int, int, str]]
+    ) -> None:
+        """The run row (fingerprint empty: not frozen yet) and one pending draft per row
+        (seq, line, source), in one transaction."""
+        at = run["created_at"]
+        with self._write():
+            self.db.table("runs").insert(
+                {
+                    **run,
+                    "fingerprint": "",
+                    "channel_snapshot": _dump(run["channel_snapshot"]),
+                    "options": _dump(run["options"]),
+                    "updated_at": at,
+                }
+            )
+            self.conn.executemany(
+                "INSERT INTO drafts (run_id, seq, line, source, state) "
+                "VALUES (?, ?, ?, ?, 'pending')",
+                ((run["run_id"], seq, line, source) for seq, line, source in sources),
+            )
+            self._event(run["run_id"], "planned", None, {"drafts": len(sources)}, at)
+
+    def pending_drafts(self, run_id: str) -> list[tuple[int, str]]:
+        return [
+            (seq, source)
+            for seq, source in self.conn.execute(
+                "SELECT seq, source FROM drafts WHERE run_id = ? AND state = 'pending' "
+                "ORDER BY seq",
+                (run_id,),
+            )
+        ]
+
+    def save_draft(self, run_id: str, seq: int, draft: dict[str, Any]) -> None:
+        """A draft, durable before any digest is computed from it; only ever once per row."""
+        at = clock.now_iso()
+        with self._write():
+            cursor = self.conn.execute(
+                "UPDATE drafts SET state = 'drafted', subject = ?, body = ?, model = ?, "
+                "input_tokens = ?, output_tokens = ?, error = NULL, drafted_at = ? "
+                "WHERE run_id = ? AND seq = ? AND state = 'pending'",
+                (
+                    draft["subject"],
+                    draft["body"],
+                    draft["model"],
+                    draft["input_tokens"],
+                    draft["output_tokens"],
+                    at,
+                    run_id,
+                    seq,
+                ),
+            )
+            if cursor.rowcount != 1:
+                raise LostRace(f"run {run_id} row {seq}: already drafted")
+            self._event(run_id, "drafted", seq, {"model": draft["model"]}, at)
+
+    def fail_draft(self, run_id: str, seq: int, error: str, expected: str = "pending") -> None:
+        at = clock.now_iso()
+        with self._write():
+            cursor = self.conn.execute(
+                "UPDATE drafts SET state = 'failed', error = ?, drafted_at = ? "
+                "WHERE run_id = ? AND seq = ? AND state = ?",
+                (error, at, run_id, seq, expected),
+            )
+            if cursor.rowcount != 1:
+                raise LostRace(f"run {run_id} row {seq}: expected draft {expected}")
+            self._event(run_id, "draft_failed", seq, {"error": error}, at)
+
+    def drafts(self, run_id: str) -> list[StoredDraft]:
+        return [
+            StoredDraft(*tuple(r))
+            for r in self.conn.execute(
+                "SELECT seq, line, source, state, subject, body, model, input_tokens, "
+                "output_tokens, error FROM drafts WHERE run_id = ? ORDER BY seq",
+                (run_id,),
+            )
+        ]
+
+    def draft_summary(self, run_id: str) -> dict[str, int]:
+        summary = {"total": 0, "drafted": 0, "failed": 0, "pending": 0}
+        for state, n in self.conn.execute(
+            "SELECT state, COUNT(*) FROM drafts WHERE run_id = ? GROUP BY state", (run_id,)
+        ):
+            summary[state] = n
+            summary["total"] += n
+        tokens = self.conn.execute(
+            "SELECT COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0) "
+            "FROM drafts WHERE run_id = ?",
+            (run_id,),
+        ).fetchone()
+        summary["input_tokens"], summary["output_tokens"] = int(tokens[0]), int(tokens[1])
+        return summary
+
+    def draft_failures(self, run_id: str) -> list[tuple[int, int, str]]:
+        """(seq, line, error) of every row whose draft failed."""
+        return [
+            (seq, line, error)
+            for seq, line, error in self.conn.execute(
+                "SELECT seq, line, error FROM drafts WHERE run_id = ? AND state = 'failed' "
+                "ORDER BY seq",
+                (run_id,),
+            )
+        ]
+
+    def freeze_plan(
+        self,
+        run_id: str,
+        fingerprint: str,
+        content_fingerprint: str,
+        items: Sequence[dict[str, Any]],
+        then: str | None = None,
+    ) -> None:
+        """The intents computed from the stored drafts and the run's fingerprint, in one
+        transaction, and only once: a run already frozen is never planned again."""
+        at = clock.now_iso()
+        with self._write():
+            cursor = self.conn.execute(
+                "UPDATE runs SET fingerprint = ?, content_fingerprint = ?, updated_at = ? "
+                "WHERE run_id = ? AND fingerprint = '' AND state = 'planned'",
+                (fingerprint, content_fingerprint, at, run_id),
+            )
+            if cursor.rowcount != 1:
+                raise LostRace(f"run {run_id}: its plan was already frozen")
+            self._insert_items(items, at)
+            self._event(run_id, "frozen", None, {"items": len(items)}, at)
+            if then is not None:
+                self._move_run(run_id, then, at)
+
+    def record_approval(self, run_id: str, approval: dict[str, Any], state_version: int) -> None:
+        """Bind an approval, only if the run has not changed since it was reviewed at
+        `state_version` (its last event number): otherwise LostRace, nothing written. A run
+        awaiting approval moves to `approved`; a run already past that gets a fresh record."""
+        at = clock.now_iso()
+        with self._write():
+            if self.state_version(run_id) != state_version:
+                raise LostRace(f"run {run_id} changed while it was being approved")
+            run = self.get_run(run_id)
+            if run.state is RunState.AWAITING_APPROVAL:
+                self._move_run(run_id, "approve", at, approval=_dump(approval))
+                return
+            cursor = self.conn.execute(
+                "UPDATE runs SET approval = ?, updated_at = ? WHERE run_id = ? AND state = ?",
+                (_dump(approval), at, run_id, run.state.value),
+            )
+            if cursor.rowcount != 1:
+                raise LostRace(f"run {run_id} changed while it was being approved")
+            self._event(run_id, "approval_renewed", None, approval, at)
+
+    def state_version(self, run_id: str) -> int:
+        """The run's state version: the number of its last event. Every state move and
+        every item outcome appends one, so an approval bound to it names one exact state."""
+        row = self.conn.execute(
+            "SELECT MAX(seq_no) FROM events WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        return int(row[0] or 0)
 
     def request_cancel(self, run_id: str) -> bool:
         """Flag the run for cancel; False (nothing written) when it already finished, e.g. a

@@ -56,6 +56,7 @@ def test_design_table_for_items() -> None:
         ("doubt", "pending"): "unknown",
         # A query_delay wait whose delayed query could not decide: a plain unknown.
         ("undecided", "unknown"): "unknown",
+        ("expire", "pending"): "expired",
     }
 
 

@@ -1,0 +1,194 @@
+"""Approvals (DESIGN section 10): a run planned with `--require-approval` waits in
+`awaiting_approval` until `notifier approve` binds an approval to its fingerprint, its state
+version and the operator, until an expiry. Nothing is sent for such a run unless the intents
+stored *now* still hash to the fingerprint that was approved, and the approval has not
+expired. The fingerprint is always recomputed from the stored items and the stored channel
+snapshot; the runs row's copy is never trusted, since whoever could alter the intents could
+alter it too.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from . import clock
+from .errors import BadInput, Refused
+from .intent import intent_digest, run_fingerprint
+from .records import Item, Run
+from .state_machine import FINISHED_RUN_STATES, RunState
+from .store import Store
+
+DEFAULT_EXPIRES_IN = "24h"
+PREVIEW_ROWS = 3
+_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+_FIELDS = ("operator", "approved_at", "expires_at", "fingerprint", "state_version")
+
+
+class ApprovalRefused(Refused):
+    """Sending (or approving) is refused for safety: exit 4."""
+
+
+class ApprovalUsage(BadInput):
+    """The command cannot apply to this run as asked: exit 2."""
+
+
+@dataclass(frozen=True)
+class Approval:
+    operator: str
+    approved_at: str
+    expires_at: str
+    fingerprint: str
+    state_version: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in _FIELDS}
+
+
+def parse_duration(text: str) -> timedelta:
+    """`90s`, `30m`, `1h`, `2d`, `1h30m`: a positive duration, or ApprovalUsage."""
+    match = _DURATION.match(text.strip())
+    if not text.strip() or match is None or not any(match.groups()):
+        raise ApprovalUsage(f"--expires-in {text!r}: use a duration such as 30m, 1h, 1h30m or 2d.")
+    d, h, m, s = (int(g or 0) for g in match.groups())
+    span = timedelta(days=d, hours=h, minutes=m, seconds=s)
+    if span <= timedelta(0):
+        raise ApprovalUsage(f"--expires-in {text!r}: the approval must last some time.")
+    return span
+
+
+def requires_approval(run: Run) -> bool:
+    """A run needs an approval if it was planned with --require-approval, or if anything
+    about it says it went through approval: a missing record is never read as approved."""
+    return (
+        bool(run.options.get("require_approval"))
+        or run.approval is not None
+        or run.state in (RunState.AWAITING_APPROVAL, RunState.APPROVED)
+    )
+
+
+def recompute_fingerprint(store: Store, run: Run) -> str:
+    """The approval fingerprint from the stored intents as they are now: every item's digest
+    recomputed from its channel, target and payload, in order, plus the stored snapshot."""
+    digests = (
+        intent_digest(item.channel, item.target, item.payload) for item in store.items(run.run_id)
+    )
+    return run_fingerprint(digests, run.channel_snapshot)
+
+
+def stored_approval(run: Run) -> Approval | None:
+    """The run's approval record, or None when it is missing or malformed."""
+    raw = run.approval
+    if not isinstance(raw, Mapping) or any(name not in raw for name in _FIELDS):
+        return None
+    try:
+        approval = Approval(
+            operator=str(raw["operator"]),
+            approved_at=str(raw["approved_at"]),
+            expires_at=str(raw["expires_at"]),
+            fingerprint=str(raw["fingerprint"]),
+            state_version=int(raw["state_version"]),
+        )
+        clock.parse(approval.expires_at)
+    except (TypeError, ValueError):
+        return None
+    return approval
+
+
+def approve(
+    store: Store, run: Run, fingerprint: str, expires_in: timedelta, operator: str
+) -> Approval:
+    """Bind an approval to `fingerprint` (which must be the one the stored intents hash to)
+    and to the run's current state version, or refuse."""
+    if run.state in FINISHED_RUN_STATES:
+        raise ApprovalUsage(f"run {run.run_id} is {run.state.value}; there is nothing to approve.")
+    if not requires_approval(run):
+        raise ApprovalUsage(
+            f"run {run.run_id} was not planned with --require-approval, so it needs no approval."
+        )
+    if run.fingerprint == "":
+        raise ApprovalUsage(
+            f"run {run.run_id} is still drafting, so there is nothing to approve yet: run "
+            f"`notifier resume {run.run_id}` to finish the drafts and print the preview."
+        )
+    version = store.state_version(run.run_id)
+    actual = recompute_fingerprint(store, run)
+    if actual != run.fingerprint:
+        raise ApprovalRefused(
+            f"run {run.run_id}: its stored intents no longer hash to the fingerprint printed "
+            f"when it was planned ({run.fingerprint}); they were changed after planning. "
+            "Nothing was approved: plan the batch again as a new run."
+        )
+    if fingerprint.strip() != actual:
+        raise ApprovalRefused(
+            f"run {run.run_id}: fingerprint {fingerprint.strip()!r} is not this run's "
+            f"({actual}). Nothing was approved: review the preview (`notifier status "
+            f"{run.run_id}`) and approve the fingerprint it shows."
+        )
+    now = clock.now()
+    approval = Approval(
+        operator=operator,
+        approved_at=clock.iso(now),
+        expires_at=clock.iso(now + expires_in),
+        fingerprint=actual,
+        state_version=version,
+    )
+    store.record_approval(run.run_id, approval.as_json(), version)
+    return approval
+
+
+def check_can_send(store: Store, run: Run) -> None:
+    """Refuse (ApprovalRefused) to send anything for a run that requires an approval it does
+    not validly have, checked against the intents stored now."""
+    if not requires_approval(run):
+        return
+    if run.state is RunState.AWAITING_APPROVAL:
+        raise ApprovalRefused(
+            f"run {run.run_id} is awaiting approval; nothing was sent. Review it with "
+            f"`notifier status {run.run_id}`, then run `notifier approve {run.run_id} "
+            f"--fingerprint {run.fingerprint}` and resume."
+        )
+    approval = stored_approval(run)
+    if approval is None:
+        raise ApprovalRefused(
+            f"run {run.run_id} requires an approval but has no valid approval record; nothing "
+            f"was sent. Approve it with `notifier approve {run.run_id} --fingerprint …`."
+        )
+    if clock.parse(approval.expires_at) <= clock.now():
+        raise ApprovalRefused(
+            f"run {run.run_id}: the approval by {approval.operator} expired at "
+            f"{clock.local(approval.expires_at)}; nothing was sent. Review the run and approve "
+            f"it again with `notifier approve {run.run_id} --fingerprint {approval.fingerprint}`."
+        )
+    actual = recompute_fingerprint(store, run)
+    if actual != approval.fingerprint:
+        raise ApprovalRefused(
+            f"run {run.run_id}: the stored intents hash to {actual}, not to the approved "
+            f"fingerprint {approval.fingerprint}: they were changed after approval. Nothing "
+            "was sent; plan the batch again as a new run."
+        )
+
+
+def preview(store: Store, run: Run, rows: int = PREVIEW_ROWS) -> list[str]:
+    """Counts per channel and the first rows exactly as stored (and so as they will be sent)."""
+    per_channel: Counter[str] = Counter()
+    first: list[Item] = []
+    for item in store.items(run.run_id):
+        per_channel[item.channel] += 1
+        if len(first) < rows:
+            first.append(item)
+    total = sum(per_channel.values())
+    counts = ", ".join(f"{name}: {n}" for name, n in sorted(per_channel.items()))
+    lines = [f"preview: {total} notifications ({counts}); the first {len(first)}:"]
+    for item in first:
+        deadline = item.payload.get("not_after")
+        head = f"  #{item.seq} {item.item_id} → {item.target} via {item.channel}"
+        lines.append(head + (f", not after {deadline}" if deadline else ""))
+        lines.append(f"    subject: {item.payload.get('subject', '')}")
+        for n, text in enumerate(str(item.payload.get("body", "")).splitlines() or [""]):
+            lines.append(("    body:    " if n == 0 else "             ") + text)
+    return lines

@@ -1,0 +1,172 @@
+"""The Messages API client that drafts for compose.py, through the `anthropic` SDK.
+
+One tool whose input schema is the draft (`subject`, `body`), and `tool_choice` forcing it:
+structured output, not prose to parse. The SDK's own retries are off (`max_retries=0`) so
+that tenacity alone decides: 429, 529 and 5xx are retried honouring `retry-after`; 401/403
+stop everything; a malformed answer fails that row only.
+
+Imported only when drafting (`send --compose`, `resume` of a run still drafting): loading the
+SDK costs about a second, which no other command should pay.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from contextlib import suppress
+
+import anthropic
+import tenacity
+from anthropic.types import Message, MessageParam, ToolChoiceToolParam, ToolParam
+from tenacity import RetryCallState
+
+from .batch import BatchRow
+from .compose import (
+    KEY_ENV,
+    ComposeStopped,
+    Draft,
+    DraftDeferred,
+    DraftRejected,
+    Settings,
+    prompt_row,
+)
+
+MAX_ATTEMPTS = 5
+MAX_TOKENS = 1024
+BACKOFF = tenacity.wait_random_exponential(multiplier=0.5, max=30)
+TOOL_NAME = "notification_draft"
+TOOL: ToolParam = {
+    "name": TOOL_NAME,
+    "description": "The notification for this one recipient, ready to send as plain text.",
+    "input_schema": {
+        "type": "object",
+        "properties": {
+            "subject": {"type": "string", "description": "One line, no line breaks."},
+            "body": {"type": "string", "description": "Plain text body."},
+        },
+        "required": ["subject", "body"],
+    },
+}
+INSTRUCTIONS = (
+    "You draft one notification for one recipient, following the brief below and using the "
+    "recipient's row. Answer only by calling the notification_draft tool.\n\nBrief:\n"
+)
+
+
+class Drafter:
+    def __init__(self, settings: Settings, key: str) -> None:
+        self.settings = settings
+        # max_retries=0: tenacity owns retries (and honours retry-after); two retry layers
+        # would multiply the attempts and hide the waits. The base URL comes from
+        # ANTHROPIC_BASE_URL when set (tests point it at a fake on 127.0.0.1).
+        self.client = anthropic.Anthropic(api_key=key, max_retries=0, timeout=120.0)
+        self.stopping = threading.Event()
+
+    def close(self) -> None:
+        self.client.close()
+
+    def stop(self) -> None:
+        """Ctrl-C: no new request and no further retry; a wait in progress ends now."""
+        self.stopping.set()
+
+    def draft(self, row: BatchRow) -> Draft:
+        """One draft, retrying transient errors; DraftRejected or ComposeStopped otherwise."""
+        if self.stopping.is_set():
+            raise DraftDeferred("drafting was interrupted")
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(_transient),
+            stop=(
+                tenacity.stop_after_attempt(MAX_ATTEMPTS)
+                | tenacity.stop_when_event_set(self.stopping)
+            ),
+            wait=_wait_honouring_retry_after,
+            sleep=self._sleep,
+            reraise=True,
+        )
+        try:
+            message = retrying(self._request, row)
+        except (anthropic.AuthenticationError, anthropic.PermissionDeniedError) as exc:
+            raise ComposeStopped(
+                f"the Messages API refused the key in {KEY_ENV} ({exc.status_code}: "
+                f"{_api_message(exc)}); drafting stopped for every row. Fix the key, then "
+                "run `notifier resume` to draft the rest."
+            ) from exc
+        except anthropic.NotFoundError as exc:
+            raise ComposeStopped(
+                f"the Messages API does not know model {self.settings.model!r} "
+                f"({_api_message(exc)}); drafting stopped."
+            ) from exc
+        except anthropic.APIStatusError as exc:
+            if _transient(exc):
+                raise DraftDeferred(f"{exc.status_code}: {_api_message(exc)}") from exc
+            raise DraftRejected(f"{exc.status_code}: {_api_message(exc)}") from exc
+        except anthropic.APIConnectionError as exc:
+            raise DraftDeferred(f"cannot reach the Messages API: {exc}") from exc
+        return _parse(message)
+
+    def _sleep(self, seconds: float) -> None:
+        self.stopping.wait(seconds)
+
+    def _request(self, row: BatchRow) -> Message:
+        messages: list[MessageParam] = [
+            {"role": "user", "content": "Recipient row:\n" + prompt_row(row)}
+        ]
+        choice: ToolChoiceToolParam = {"type": "tool", "name": TOOL_NAME}
+        return self.client.messages.create(
+            model=self.settings.model,
+            max_tokens=MAX_TOKENS,
+            system=INSTRUCTIONS + self.settings.brief,
+            messages=messages,
+            tools=[TOOL],
+            tool_choice=choice,
+        )
+
+
+def _transient(exc: BaseException) -> bool:
+    if isinstance(exc, anthropic.APIStatusError):
+        return exc.status_code == 429 or exc.status_code >= 500
+    return isinstance(exc, anthropic.APIConnectionError)
+
+
+def _wait_honouring_retry_after(state: RetryCallState) -> float:
+    wait = float(BACKOFF(state))
+    error = state.outcome.exception() if state.outcome else None
+    if isinstance(error, anthropic.APIStatusError):
+        header = error.response.headers.get("retry-after")
+        with suppress(ValueError):  # an HTTP-date: the backoff stands
+            wait = max(wait, float(header)) if header else wait
+    return wait
+
+
+def _api_message(exc: anthropic.APIStatusError) -> str:
+    body = exc.body
+    if isinstance(body, Mapping):
+        error = body.get("error")
+        if isinstance(error, Mapping) and isinstance(error.get("message"), str):
+            return str(error["message"])
+    return str(exc.message)
+
+
+def _parse(message: Message) -> Draft:
+    """The tool call's input as a Draft, or DraftRejected saying what was wrong."""
+    calls = [
+        block
+        for block in message.content
+        if block.type == "tool_use" and getattr(block, "name", None) == TOOL_NAME
+    ]
+    if not calls:
+        kinds = ", ".join(block.type for block in message.content) or "nothing"
+        raise DraftRejected(f"malformed answer: no {TOOL_NAME} tool call (got {kinds})")
+    given = getattr(calls[0], "input", None)
+    if not isinstance(given, Mapping):
+        raise DraftRejected("malformed answer: the tool input is not an object")
+    subject, body = given.get("subject"), given.get("body")
+    if not isinstance(subject, str) or not isinstance(body, str):
+        raise DraftRejected("malformed answer: the tool input lacks a text subject and body")
+    # A subject is one line (it becomes an e-mail header): fold any line break the model
+    # put in it rather than refuse an otherwise good draft.
+    subject = " ".join(subject.split())
+    if not subject or not body.strip():
+        raise DraftRejected("malformed answer: the subject or the body is empty")
+    usage = message.usage
+    return Draft(subject, body, message.model, usage.input_tokens, usage.output_tokens)

@@ -1,0 +1,256 @@
+"""`send --compose BRIEF`: Claude drafts each row's subject and body (DESIGN section 10).
+
+Drafting happens while planning. Every draft is stored with its row (with the model and the
+token usage) as soon as it arrives; only when no row is left to draft are the intents, their
+digests and the run's fingerprint computed from the stored drafts ("frozen"). A draft has no
+side effect, so a crash before one is stored just asks again; a stored draft is never asked
+for again, so `resume` never changes a digest.
+
+The requests themselves are claude.py's (imported only when drafting: the SDK is heavy to
+load and every other command starts without it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from .batch import BatchRow
+from .config import Config
+from .errors import BadInput, NeedsAttention, NotifierError
+from .intent import canonical_json
+from .plan import Plan, make_plan
+from .records import Run
+from .store import Store
+from .template import Template, from_sources, render_row, render_rows
+
+KEY_ENV = "ANTHROPIC_API_KEY"
+DEFAULT_MODEL = "claude-sonnet-5"
+CONCURRENCY = 4  # requests in flight at once while drafting
+DRY_RUN_ROWS = 3
+
+
+class ComposeUsage(BadInput):
+    """Cannot start drafting (no key, empty brief): exit 2, nothing stored."""
+
+
+class ComposeStopped(NeedsAttention):
+    """Drafting stopped for every row (401/403, unknown model): exit 3; drafts already
+    stored are kept and `resume` continues once the cause is fixed."""
+
+
+class DraftRejected(NotifierError):
+    """This row's answer was unusable: the row fails, the others go on."""
+
+
+class DraftDeferred(NotifierError):
+    """The API stayed busy (or unreachable) through every retry: the row stays undrafted,
+    and a later `resume` asks again."""
+
+
+class Drafts(Protocol):
+    """What drafting needs from the client (claude.Drafter): one draft per row."""
+
+    def draft(self, row: BatchRow) -> Draft: ...
+
+    def stop(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Draft:
+    subject: str
+    body: str
+    model: str
+    input_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a resume needs to draft the rest exactly as the send began (stored in options)."""
+
+    brief: str
+    model: str
+
+    def as_options(self) -> dict[str, str]:
+        return {"brief": self.brief, "model": self.model}
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> Settings:
+        compose = options["compose"]
+        return cls(brief=str(compose["brief"]), model=str(compose["model"]))
+
+
+def unfrozen(run: Run) -> bool:
+    """A --compose run whose intents are not computed yet (its fingerprint is empty)."""
+    return bool(run.options.get("compose")) and run.fingerprint == ""
+
+
+def api_key() -> str:
+    """The key, only ever from the environment (never stored, never printed)."""
+    key = os.environ.get(KEY_ENV, "").strip()
+    if not key:
+        raise ComposeUsage(
+            f"--compose needs a Claude API key in the environment variable {KEY_ENV}, which "
+            "is not set; nothing was stored. Export it and run the command again."
+        )
+    return key
+
+
+def row_to_source(row: BatchRow) -> str:
+    return json.dumps(asdict(row), sort_keys=True, ensure_ascii=False)
+
+
+def row_from_source(source: str) -> BatchRow:
+    return BatchRow(**json.loads(source))
+
+
+def prompt_row(row: BatchRow) -> str:
+    """The row as the model sees it: its columns as canonical JSON."""
+    values: dict[str, Any] = dict(row.data)
+    values.update(id=row.item_id, to=row.to, subject=row.subject, body=row.body)
+    if row.not_after:
+        values["not_after"] = row.not_after
+    return canonical_json(values)
+
+
+# ---------------------------------------------------------------------- drafting a run
+
+
+@dataclass(frozen=True)
+class Progress:
+    drafted: int
+    failed: int
+    pending: int
+    stopped: str | None = None  # why drafting stopped for every row
+
+
+def draft_pending(
+    store: Store,
+    run_id: str,
+    drafter: Drafts,
+    say: Callable[[str], None],
+    concurrency: int = CONCURRENCY,
+) -> Progress:
+    """Draft every row of the run that has no draft yet, `concurrency` at a time, storing
+    each result as it arrives (this thread writes; the pool only talks to the API)."""
+    pending = store.pending_drafts(run_id)
+    stopped: str | None = None
+    with ThreadPoolExecutor(max(1, concurrency), thread_name_prefix="draft") as pool:
+        rows = [(seq, row_from_source(source)) for seq, source in pending]
+        futures: dict[Future[Draft], tuple[int, BatchRow]] = {
+            pool.submit(drafter.draft, row): (seq, row) for seq, row in rows
+        }
+        try:
+            _store_as_completed(store, run_id, futures, say)
+        except ComposeStopped as exc:
+            stopped = str(exc)
+        except KeyboardInterrupt:
+            # Ctrl-C: no new request, no retry; what is in flight ends without being
+            # stored (a draft has no side effect: resume asks for it again).
+            drafter.stop()
+            for other in futures:
+                other.cancel()
+            raise
+    summary = store.draft_summary(run_id)
+    return Progress(summary["drafted"], summary["failed"], summary["pending"], stopped)
+
+
+def _store_as_completed(
+    store: Store,
+    run_id: str,
+    futures: Mapping[Future[Draft], tuple[int, BatchRow]],
+    say: Callable[[str], None],
+) -> None:
+    """Store each result as it arrives; ComposeStopped (after cancelling the rows not
+    started) when drafting must stop for every row."""
+    stopped: ComposeStopped | None = None
+    for future in as_completed(futures):
+        seq, row = futures[future]
+        try:
+            draft = future.result()
+        except ComposeStopped as exc:
+            if stopped is None:
+                stopped = exc
+                for other in futures:
+                    other.cancel()  # not started yet: they stay undrafted
+            continue
+        except DraftRejected as exc:
+            store.fail_draft(run_id, seq, str(exc))
+            say(f"draft for item {row.item_id} (line {row.line}) failed: {exc}")
+            continue
+        except DraftDeferred as exc:
+            say(f"draft for item {row.item_id} not made yet: {exc}")
+            continue
+        store.save_draft(run_id, seq, asdict(draft))
+    if stopped is not None:
+        raise stopped
+
+
+def first_drafts(drafter: Drafts, rows: Sequence[BatchRow]) -> list[tuple[BatchRow, Draft | str]]:
+    """--dry-run: drafts for the first rows, stored nowhere (a failure shows as its text)."""
+    shown: list[tuple[BatchRow, Draft | str]] = []
+    for row in rows:
+        try:
+            shown.append((row, drafter.draft(row)))
+        except DraftRejected as exc:
+            shown.append((row, f"draft failed: {exc}"))
+    return shown
+
+
+def check_template(template: Template, rows: Sequence[BatchRow], path: Path) -> None:
+    """Before any token is spent: every row renders with a stand-in draft, so a missing
+    column is a problem of its line now (exit 2, nothing stored), not after drafting."""
+    stand_in = {"subject": "", "body": ""}
+    render_rows(template, list(rows), path, {row.seq: stand_in for row in rows})
+
+
+def apply_draft(row: BatchRow, draft: Mapping[str, str], template: Template | None) -> BatchRow:
+    """The row as it will be sent: the draft, or the template rendered with `draft`."""
+    if template is None:
+        return BatchRow(
+            row.line,
+            row.seq,
+            row.item_id,
+            row.to,
+            draft["subject"],
+            draft["body"],
+            row.channel,
+            row.data,
+            row.not_after,
+        )
+    result = render_row(template, row, draft)
+    if isinstance(result, BatchRow):
+        return result
+    raise DraftRejected(result.message)
+
+
+def freeze(store: Store, run_id: str, config: Config, then: str | None) -> Plan:
+    """Every row drafted (or failed): compute the intents from the stored drafts, in order,
+    and store them with the fingerprint in one transaction. Rows whose draft failed are not
+    planned; `then` (request_approval) moves the run in the same transaction."""
+    run = store.get_run(run_id)
+    template_options = run.options.get("template")
+    template = (
+        from_sources(template_options["subject"], template_options["body"], "stored template")
+        if template_options
+        else None
+    )
+    rows: list[BatchRow] = []
+    for stored in store.drafts(run_id):
+        if stored.state != "drafted":
+            continue
+        row = row_from_source(stored.source)
+        draft = {"subject": str(stored.subject), "body": str(stored.body)}
+        try:
+            rows.append(apply_draft(row, draft, template))
+        except DraftRejected as exc:
+            store.fail_draft(run_id, stored.seq, str(exc), expected="drafted")
+    plan = make_plan(rows, config, run_id, snapshot=run.channel_snapshot, nonce=run.key_nonce)
+    store.freeze_plan(run_id, plan.fingerprint, plan.content_fingerprint, plan.items, then=then)
+    return plan

@@ -1,0 +1,150 @@
+"""Approvals: `send --require-approval` stops before sending; `approve` binds the fingerprint;
+`resume` sends only what was approved, recomputing the fingerprint from the stored intents."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import time
+
+from notifier.intent import canonical_json, intent_digest
+
+from .conftest import Workspace, make_rows
+
+
+def plan_for_approval(ws: Workspace, n: int = 4) -> tuple[str, str]:
+    """Plan `n` rows with --require-approval; returns (run_id, printed fingerprint)."""
+    batch = ws.write_csv("b.csv", make_rows(n))
+    result = ws.invoke("send", str(batch), "--require-approval")
+    assert result.exit_code == 0, result.output
+    run_id = re.search(r"planned run (\S+):", result.output)
+    fingerprint = re.search(r"fingerprint: (sha256:[0-9a-f]+)", result.output)
+    assert run_id and fingerprint, result.output
+    return run_id.group(1), fingerprint.group(1)
+
+
+def tamper(ws: Workspace, sql: str, params: tuple[object, ...] = ()) -> None:
+    conn = sqlite3.connect(ws.db)
+    try:
+        conn.execute(sql, params)
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def test_require_approval_stores_the_plan_previews_it_and_sends_nothing(ws: Workspace) -> None:
+    """The run waits in awaiting_approval; the preview shows counts per channel and the first
+    rows exactly as stored; nothing is sent."""
+    batch = ws.write_csv("b.csv", make_rows(5))
+    result = ws.invoke("send", str(batch), "--require-approval")
+    assert result.exit_code == 0, result.output
+    assert "preview: 5 notifications (outbox: 5)" in result.output
+    assert "subject: Hello 1" in result.output and "body:    Body of 3" in result.output
+    assert "Hello 4" not in result.output
+    assert "notifier approve" in result.output
+    assert ws.query("SELECT state FROM runs") == [("awaiting_approval",)]
+    assert ws.outbox_documents() == []
+
+
+def test_resume_refuses_a_run_awaiting_approval_and_names_a_command_that_exists(
+    ws: Workspace,
+) -> None:
+    """`resume` of an unapproved run exits 4 sending nothing, and the `notifier approve`
+    command it names works."""
+    run_id, fingerprint = plan_for_approval(ws)
+    refused = ws.invoke("resume")
+    assert refused.exit_code == 4, refused.output
+    assert f"notifier approve {run_id} --fingerprint {fingerprint}" in refused.output
+    assert ws.outbox_documents() == []
+    command = re.search(r"`notifier (approve [^`]+)`", refused.output)
+    assert command is not None
+    approved = ws.invoke(*command.group(1).split())
+    assert approved.exit_code == 0, approved.output
+
+
+def test_approve_with_the_right_fingerprint_records_the_audit_and_lets_resume_send(
+    ws: Workspace,
+) -> None:
+    """The approval records operator, times, fingerprint and state version; resume sends all."""
+    run_id, fingerprint = plan_for_approval(ws)
+    version = ws.query("SELECT MAX(seq_no) FROM events WHERE run_id = ?", (run_id,))[0][0]
+    result = ws.invoke(
+        "approve",
+        run_id,
+        "--fingerprint",
+        fingerprint,
+        "--expires-in",
+        "1h",
+        env={"USER": "alice"},
+    )
+    assert result.exit_code == 0, result.output
+    ((state, raw),) = ws.query("SELECT state, approval FROM runs")
+    record = json.loads(raw)
+    assert state == "approved"
+    assert record["operator"] == "alice" and record["fingerprint"] == fingerprint
+    assert record["state_version"] == version
+    assert record["expires_at"] > record["approved_at"]
+    events = ws.query("SELECT kind, detail FROM events WHERE kind = 'run_approve'")
+    assert len(events) == 1 and "alice" in events[0][1]
+    sent = ws.invoke("resume")
+    assert sent.exit_code == 0, sent.output
+    assert len(ws.outbox_documents()) == 4
+
+
+def test_approve_with_a_wrong_fingerprint_is_refused(ws: Workspace) -> None:
+    """A fingerprint that is not the run's is refused with exit 4 and approves nothing."""
+    run_id, _ = plan_for_approval(ws)
+    wrong = "sha256:" + "0" * 64
+    result = ws.invoke("approve", run_id, "--fingerprint", wrong)
+    assert result.exit_code == 4, result.output
+    assert ws.query("SELECT state, approval FROM runs") == [("awaiting_approval", None)]
+    assert ws.invoke("resume").exit_code == 4
+    assert ws.outbox_documents() == []
+
+
+def test_an_expired_approval_is_refused_by_resume(ws: Workspace) -> None:
+    """After its expiry an approval no longer lets resume send anything (exit 4)."""
+    run_id, fingerprint = plan_for_approval(ws)
+    result = ws.invoke("approve", run_id, "--fingerprint", fingerprint, "--expires-in", "1s")
+    assert result.exit_code == 0, result.output
+    time.sleep(1.5)
+    refused = ws.invoke("resume")
+    assert refused.exit_code == 4, refused.output
+    assert "expired" in refused.output
+    assert ws.outbox_documents() == []
+    again = ws.invoke("approve", run_id, "--fingerprint", fingerprint, "--expires-in", "1h")
+    assert again.exit_code == 0, again.output
+    assert ws.invoke("resume").exit_code == 0
+    assert len(ws.outbox_documents()) == 4
+
+
+def test_intents_tampered_with_after_approval_are_refused(ws: Workspace) -> None:
+    """Changing a stored intent after approval — even with its digest and the runs row's
+    fingerprint rewritten to match — makes resume refuse (exit 4) and send nothing."""
+    run_id, fingerprint = plan_for_approval(ws)
+    assert ws.invoke("approve", run_id, "--fingerprint", fingerprint).exit_code == 0
+    ((channel, target, raw),) = ws.query("SELECT channel, target, payload FROM items WHERE seq = 2")
+    payload = json.loads(raw)
+    payload["body"] = "Click here: http://evil.example"
+    tamper(
+        ws,
+        "UPDATE items SET payload = ?, intent_digest = ? WHERE seq = 2",
+        (canonical_json(payload), intent_digest(channel, target, payload)),
+    )
+    tamper(ws, "UPDATE runs SET fingerprint = 'sha256:forged'")
+    refused = ws.invoke("resume")
+    assert refused.exit_code == 4, refused.output
+    assert "changed after approval" in refused.output
+    assert ws.outbox_documents() == []
+
+
+def test_a_missing_approval_record_is_never_read_as_approved(ws: Workspace) -> None:
+    """A run in `approved` whose approval record is gone (or garbled) is refused (exit 4)."""
+    run_id, fingerprint = plan_for_approval(ws)
+    assert ws.invoke("approve", run_id, "--fingerprint", fingerprint).exit_code == 0
+    tamper(ws, "UPDATE runs SET approval = NULL")
+    assert ws.invoke("resume").exit_code == 4
+    tamper(ws, 'UPDATE runs SET approval = \'{"operator": "x"}\'')
+    assert ws.invoke("resume").exit_code == 4
+    assert ws.outbox_documents() == []

@@ -1,0 +1,264 @@
+"""`send --compose`: Claude drafts through the real `anthropic` SDK against a scripted fake
+Messages API on 127.0.0.1; drafts are stored before any digest and never requested twice."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import time
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from notifier.intent import intent_digest
+
+from .conftest import Workspace
+from .fake_messages import FakeMessages, error, text_only_answer
+
+KEY = "sk-ant-test-0123456789"
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeMessages]:
+    """The fake API, with the SDK pointed at it and a key in the environment."""
+    server = FakeMessages()
+    with server.running():
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+        yield server
+
+
+def batch(ws: Workspace, n: int) -> Path:
+    rows = [["id", "to", "name", "plan"]]
+    rows += [[f"u{i}", f"user{i}@example.com", f"User {i}", "pro"] for i in range(1, n + 1)]
+    return ws.write_csv("b.csv", rows)
+
+
+def brief(ws: Workspace) -> Path:
+    path = ws.path / "brief.txt"
+    path.write_text("Tell each customer their plan renews next week. Be brief.", "utf-8")
+    return path
+
+
+def test_compose_drafts_every_row_through_a_forced_tool_and_stores_each_draft(
+    ws: Workspace, fake: FakeMessages
+) -> None:
+    """Every row is drafted once through the SDK (tool schema subject/body, tool_choice
+    forcing it, the env key); drafts are stored with model and tokens; the digest covers
+    the drafted text; status shows progress and total tokens."""
+    result = ws.invoke("send", str(batch(ws, 5)), "--compose", str(brief(ws)), "--model", "m-x")
+    assert result.exit_code == 0, result.output
+    assert sorted(fake.rows_requested()) == ["u1", "u2", "u3", "u4", "u5"]
+    request = fake.requests[0]
+    sent_key = request.headers.get("x-api-key") or request.headers.get("authorization", "")
+    assert sent_key.removeprefix("Bearer ") == KEY
+    assert request.body["model"] == "m-x"
+    [tool] = request.body["tools"]
+    assert set(tool["input_schema"]["properties"]) == {"subject", "body"}
+    assert request.body["tool_choice"] == {"type": "tool", "name": tool["name"]}
+    assert "renews next week" in request.body["system"]
+    drafts = ws.query("SELECT seq, state, model, input_tokens, output_tokens FROM drafts")
+    assert drafts == [(i, "drafted", "claude-test-1", 11, 7) for i in range(1, 6)]
+    docs = {d["item_id"]: d for d in ws.outbox_documents()}
+    assert docs["u3"]["subject"] == "Draft u3" and docs["u3"]["body"] == "Dear User 3, hello."
+    for channel, target, payload, digest in ws.query(
+        "SELECT channel, target, payload, intent_digest FROM items"
+    ):
+        assert intent_digest(channel, target, json.loads(payload)) == digest
+    status = ws.status()
+    assert status["drafts"]["drafted"] == 5 and status["drafts"]["input_tokens"] == 55
+    assert status["drafts"]["output_tokens"] == 35
+    assert KEY not in result.output and KEY not in ws.db.read_bytes().decode("latin-1")
+
+
+def test_kill_9_mid_drafting_then_resume_never_requests_a_stored_draft_again(
+    ws: Workspace, fake: FakeMessages
+) -> None:
+    """SIGKILL after two drafts are stored: resume drafts only the other rows (the fake sees
+    no second request for a drafted row), then sends all of them once."""
+    fake.answer_limit = 2
+    process = ws.popen("send", str(batch(ws, 6)), "--compose", str(brief(ws)))
+    deadline = time.monotonic() + 60
+    drafted: list[tuple[str]] = []
+    while time.monotonic() < deadline and len(drafted) < 2:
+        time.sleep(0.1)
+        if ws.db.exists():
+            try:
+                drafted = ws.query(
+                    "SELECT json_extract(source, '$.item_id') FROM drafts WHERE state = 'drafted'"
+                )
+            except Exception:  # noqa: S112 (the tables may not exist for a moment)
+                continue
+    assert len(drafted) == 2, "two drafts were never stored"
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+    assert process.returncode == -signal.SIGKILL
+    before = {row[0] for row in drafted}
+    mark = len(fake.requests)
+    fake.answer_limit = None
+    fake.release.set()
+
+    resumed = ws.invoke("resume")
+    assert resumed.exit_code == 0, resumed.output
+    again = [r.row_id for r in fake.requests[mark:]]
+    assert not before & set(again), f"drafted rows {before} were requested again: {again}"
+    assert sorted(again) == sorted({f"u{i}" for i in range(1, 7)} - before)
+    assert sorted(d["item_id"] for d in ws.outbox_documents()) == [f"u{i}" for i in range(1, 7)]
+
+
+def test_429_and_529_are_retried_honouring_retry_after(ws: Workspace, fake: FakeMessages) -> None:
+    """A 429 with retry-after: 1 is retried no sooner than a second later; a 529 is retried;
+    every row ends drafted and sent."""
+    fake.per_row["u2"] = deque([error(429, "rate_limit_error", "slow down", {"retry-after": "1"})])
+    fake.per_row["u3"] = deque([error(529, "overloaded_error", "overloaded")])
+    result = ws.invoke("send", str(batch(ws, 3)), "--compose", str(brief(ws)))
+    assert result.exit_code == 0, result.output
+    u2 = [r.at for r in fake.requests if r.row_id == "u2"]
+    assert len(u2) == 2 and u2[1] - u2[0] >= 0.9
+    assert [r.row_id for r in fake.requests].count("u3") == 2
+    assert len(ws.outbox_documents()) == 3
+
+
+def test_a_malformed_tool_answer_fails_that_row_and_the_others_go_on(
+    ws: Workspace, fake: FakeMessages
+) -> None:
+    """Prose instead of the tool call fails that row (not retried, never planned) with its
+    error; the other rows are drafted and sent; the run needs attention (exit 3)."""
+    fake.per_row["u2"] = deque([text_only_answer()])
+    result = ws.invoke("send", str(batch(ws, 3)), "--compose", str(brief(ws)))
+    assert result.exit_code == 3, result.output
+    assert "line 3" in result.output and "malformed answer" in result.output
+    assert [r.row_id for r in fake.requests].count("u2") == 1
+    assert sorted(d["item_id"] for d in ws.outbox_documents()) == ["u1", "u3"]
+    drafts = ws.status()["drafts"]
+    assert drafts["failed"] == 1 and "no notification_draft tool call" in str(drafts["failures"])
+
+
+def test_401_stops_every_row_with_a_clear_message_and_resume_continues(
+    ws: Workspace, fake: FakeMessages
+) -> None:
+    """A 401 stops drafting for every row (exit 3) naming the key's variable, not its value;
+    nothing is sent; once the key works, resume drafts and sends everything."""
+    fake.script.extend(error(401, "authentication_error", "invalid x-api-key") for _ in range(4))
+    result = ws.invoke("send", str(batch(ws, 4)), "--compose", str(brief(ws)))
+    assert result.exit_code == 3, result.output
+    assert "ANTHROPIC_API_KEY" in result.output and "401" in result.output
+    assert KEY not in result.output
+    assert "notifier resume" in result.output
+    assert ws.outbox_documents() == []
+    assert ws.query("SELECT COUNT(*) FROM items") == [(0,)]
+    assert len(fake.requests) <= 4  # no retry of a refused key
+    fake.script.clear()
+    resumed = ws.invoke("resume")
+    assert resumed.exit_code == 0, resumed.output
+    assert len(ws.outbox_documents()) == 4
+
+
+def test_a_missing_key_is_refused_before_anything_is_stored(
+    ws: Workspace, fake: FakeMessages, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without ANTHROPIC_API_KEY: exit 2 naming the variable, no database, no request."""
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    result = ws.invoke("send", str(batch(ws, 2)), "--compose", str(brief(ws)))
+    assert result.exit_code == 2, result.output
+    assert "ANTHROPIC_API_KEY" in result.output
+    assert not ws.db.exists() and fake.requests == []
+
+
+def test_dry_run_compose_shows_the_first_drafts_and_stores_nothing(
+    ws: Workspace, fake: FakeMessages
+) -> None:
+    """--dry-run --compose drafts and shows only the first few rows; nothing is stored."""
+    result = ws.invoke("send", str(batch(ws, 6)), "--compose", str(brief(ws)), "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert "subject: Draft u1" in result.output and "Draft u3" in result.output
+    assert "u4" not in result.output and "nothing stored" in result.output
+    assert sorted(fake.rows_requested()) == ["u1", "u2", "u3"]
+    assert not ws.db.exists()
+
+
+def test_compose_then_approval_then_resume_drafts_nothing_again(
+    ws: Workspace, fake: FakeMessages
+) -> None:
+    """Compose + --require-approval stores the drafts and waits; approve; resume sends the
+    approved drafts without a single new request."""
+    result = ws.invoke("send", str(batch(ws, 3)), "--compose", str(brief(ws)), "--require-approval")
+    assert result.exit_code == 0, result.output
+    assert "subject: Draft u1" in result.output
+    fingerprint = re.search(r"--fingerprint (sha256:[0-9a-f]+)", result.output)
+    assert fingerprint is not None
+    requests = len(fake.requests)
+    assert ws.invoke("resume").exit_code == 4
+    approved = ws.invoke("approve", "--fingerprint", fingerprint.group(1))
+    assert approved.exit_code == 0, approved.output
+    sent = ws.invoke("resume")
+    assert sent.exit_code == 0, sent.output
+    assert len(fake.requests) == requests
+    assert sorted(d["subject"] for d in ws.outbox_documents()) == [
+        "Draft u1",
+        "Draft u2",
+        "Draft u3",
+    ]
+
+
+def test_compose_with_a_template_renders_the_draft(ws: Workspace, fake: FakeMessages) -> None:
+    """--compose with --template: the template sees `draft.subject` / `draft.body` and the
+    row's columns; a template missing a column fails before any request (exit 2)."""
+    tpl = ws.path / "t.toml"
+    tpl.write_text(
+        'subject = "[{{ plan }}] {{ draft.subject }}"\nbody = "{{ draft.body }}\\n-- ops"\n'
+    )
+    result = ws.invoke(
+        "send", str(batch(ws, 2)), "--compose", str(brief(ws)), "--template", str(tpl)
+    )
+    assert result.exit_code == 0, result.output
+    docs = {d["item_id"]: d for d in ws.outbox_documents()}
+    assert docs["u1"]["subject"] == "[pro] Draft u1"
+    assert docs["u2"]["body"] == "Dear User 2, hello.\n-- ops"
+
+    bad = ws.path / "bad.toml"
+    bad.write_text('subject = "{{ draft.subject }} {{ city }}"\nbody = "x"\n')
+    before = len(fake.requests)
+    refused = ws.invoke(
+        "send", str(batch(ws, 2)), "--compose", str(brief(ws)), "--template", str(bad)
+    )
+    assert refused.exit_code == 2, refused.output
+    assert "'city' is undefined" in refused.output and len(fake.requests) == before
+
+
+def test_ctrl_c_while_drafting_exits_130_keeping_the_drafts_made(
+    ws: Workspace, fake: FakeMessages
+) -> None:
+    """Ctrl-C mid-drafting stops new requests and retries, exits 130 with the drafts made
+    stored and nothing sent; resume drafts only the rest."""
+    fake.answer_limit = 1
+    process = ws.popen("send", str(batch(ws, 5)), "--compose", str(brief(ws)))
+    deadline = time.monotonic() + 60
+    drafted: list[tuple[str]] = []
+    while time.monotonic() < deadline and not drafted:
+        time.sleep(0.1)
+        if ws.db.exists():
+            try:
+                drafted = ws.query(
+                    "SELECT json_extract(source, '$.item_id') FROM drafts WHERE state = 'drafted'"
+                )
+            except Exception:  # noqa: S112 (the tables may not exist for a moment)
+                continue
+    assert len(drafted) == 1
+    process.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    fake.release.set()  # the held requests now fail with a 500, which is not retried
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert "interrupted while drafting" in stderr
+    assert ws.query("SELECT COUNT(*) FROM drafts WHERE state = 'drafted'") == [(1,)]
+    assert ws.outbox_documents() == []
+    mark = len(fake.requests)
+    fake.answer_limit = None
+    resumed = ws.invoke("resume")
+    assert resumed.exit_code == 0, resumed.output
+    assert drafted[0][0] not in [r.row_id for r in fake.requests[mark:]]
+    assert len(ws.outbox_documents()) == 5

@@ -1,0 +1,118 @@
+"""Deadlines: an item whose not_after passed before its turn is `expired`, never sent."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime, timedelta
+
+from notifier.sandbox import Faults, Sandbox
+
+from .conftest import Workspace, make_rows
+
+
+def iso_in(seconds: float) -> str:
+    return (datetime.now(UTC) + timedelta(seconds=seconds)).isoformat(timespec="seconds")
+
+
+def test_rows_past_their_deadline_when_resumed_are_expired_and_never_sent(
+    ws: Workspace,
+) -> None:
+    """A run stopped after two items and resumed after rows 3 and 4 passed their not_after:
+    those two become expired and are never sent; the others are sent; reports count them."""
+    soon, later = iso_in(4), iso_in(3600)
+    rows = [["id", "to", "subject", "body", "not_after"]]
+    deadlines = ["", "", soon, soon, "", later]
+    for i, deadline in enumerate(deadlines, start=1):
+        rows.append([f"u{i}", f"user{i}@example.com", f"S{i}", f"B{i}", deadline])
+    batch = ws.write_csv("b.csv", rows)
+    crashed = ws.run("send", str(batch), env={"NOTIFIER_CRASH_AT": "after-receipt:2"})
+    assert crashed.returncode == 137, crashed.stderr
+    while datetime.now(UTC) <= datetime.fromisoformat(soon):
+        time.sleep(0.2)
+
+    resumed = ws.run("resume")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "2 pending item(s) are already past their not_after" in resumed.stdout
+    assert "2 expired" in resumed.stdout
+    assert sorted(d["item_id"] for d in ws.outbox_documents()) == ["u1", "u2", "u5", "u6"]
+    states = dict(ws.query("SELECT item_id, state FROM items"))
+    assert states["u3"] == states["u4"] == "expired"
+    assert ws.query("SELECT COUNT(*) FROM attempts WHERE seq IN (3, 4)") == [(0,)]
+    report = ws.status()
+    assert report["counts"]["expired"] == 2 and report["counts"]["sent"] == 4
+    table = ws.invoke("report")
+    assert "expired" in table.output
+
+
+def test_not_after_option_in_the_past_sends_nothing(ws: Workspace) -> None:
+    """With --not-after already passed, every item expires at its turn; nothing is sent."""
+    batch = ws.write_csv("b.csv", make_rows(3))
+    result = ws.invoke("send", str(batch), "--not-after", "2020-01-01T00:00:00Z")
+    assert result.exit_code == 0, result.output
+    assert ws.outbox_documents() == []
+    assert ws.status()["counts"]["expired"] == 3
+
+
+def test_the_deadline_is_part_of_the_digested_intent(ws: Workspace) -> None:
+    """The deadline is in the stored payload, so the same rows with another deadline are
+    another batch (another fingerprint), and a row's own not_after may only be earlier."""
+    rows = make_rows(2)
+    rows[0].append("not_after")
+    rows[1].append("2030-01-01T10:00:00+02:00")
+    rows[2].append("")
+    batch = ws.write_csv("b.csv", rows)
+    first = ws.invoke("send", str(batch), "--not-after", "2031-01-01T00:00:00Z", "--dry-run")
+    second = ws.invoke("send", str(batch), "--not-after", "2032-01-01T00:00:00Z", "--dry-run")
+    assert first.exit_code == second.exit_code == 0
+    fingerprint = [line for line in first.output.splitlines() if "fingerprint" in line]
+    assert fingerprint and fingerprint[0] not in second.output
+    sent = ws.invoke("send", str(batch), "--not-after", "2031-01-01T00:00:00Z")
+    assert sent.exit_code == 0, sent.output
+    payloads = [json.loads(p) for (p,) in ws.query("SELECT payload FROM items ORDER BY seq")]
+    assert payloads[0]["not_after"] == "2030-01-01T08:00:00.000000+00:00"
+    assert payloads[1]["not_after"] == "2031-01-01T00:00:00.000000+00:00"
+    assert "not_after" not in payloads[0]["data"]
+
+
+def test_a_deadline_without_a_zone_is_rejected_with_its_line(ws: Workspace) -> None:
+    """A not_after without a time zone is a problem of that line: exit 2, nothing stored."""
+    rows = make_rows(2)
+    rows[0].append("not_after")
+    rows[1].append("2030-01-01T10:00:00")
+    rows[2].append("tomorrow")
+    batch = ws.write_csv("b.csv", rows)
+    result = ws.invoke("send", str(batch))
+    assert result.exit_code == 2, result.output
+    assert "line 2" in result.output and "line 3" in result.output
+    assert not ws.db.exists()
+    bad = ws.invoke("send", str(batch), "--not-after", "2030-01-01 10:00")
+    assert bad.exit_code == 2 and "zone" in bad.output
+
+
+def test_a_deadline_passing_after_an_uncertain_attempt_leaves_the_item_unknown(
+    ws: Workspace,
+) -> None:
+    """An item whose last attempt may have been delivered (500 on an idempotent webhook) is
+    not expired blindly when its deadline passes: it becomes unknown, to be settled, and no
+    attempt starts after the deadline."""
+    with Sandbox(faults=Faults(force_status={"u1": 500})) as sandbox:
+        (ws.path / "notifier.toml").write_text(
+            f'[channels.hooks]\ntype = "webhook"\nurl = "{sandbox.notifications_url}"\n'
+            "idempotent = true\ntimeout = 5\n"
+            "[retry]\nmax_attempts = 1000\nbackoff_base = 0.05\nbackoff_max = 0.2\n"
+        )
+        deadline = iso_in(2)
+        rows = [
+            ["id", "to", "subject", "body", "not_after"],
+            ["u1", "a@x.example", "S", "B", deadline],
+        ]
+        result = ws.invoke("send", str(ws.write_csv("b.csv", rows)), "--channel", "hooks")
+    assert result.exit_code == 3, result.output
+    ((state, last_error),) = ws.query("SELECT state, last_error FROM items")
+    assert state == "unknown" and "may have been delivered" in last_error
+    attempts = ws.query("SELECT started_at, outcome FROM attempts ORDER BY n")
+    assert len(attempts) >= 2 and attempts[-1][1] == "expired"
+    assert all(outcome == "uncertain" for _, outcome in attempts[:-1])
+    limit = datetime.fromisoformat(deadline)
+    assert all(datetime.fromisoformat(started) < limit for started, _ in attempts[:-1])
