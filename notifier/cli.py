@@ -181,7 +181,7 @@ def _draft(ctx: click.Context, env: app.Env, store: Store, run: Run) -> Run:
             f"sent. `notifier resume {run.run_id}` drafts the rest.",
             err=True,
         )
-        ctx.exit(130)
+        ctx.exit(ExitCode.INTERRUPTED)
         raise  # unreachable: ctx.exit raises
 
 
@@ -349,7 +349,7 @@ def _send_compose(
         click.echo(f"fingerprint: {run.fingerprint}")
         if run.state is RunState.AWAITING_APPROVAL:
             _await_approval(store, run)
-            ctx.exit(3 if failures else 0)
+            ctx.exit(ExitCode.ATTENTION if failures else ExitCode.DONE)
         with _progress(store.counts(run.run_id)["total"]) as advance:
             result = app.work_run(env, store, run, _run_options(options), advance=advance)
     finally:
@@ -427,7 +427,7 @@ def resume(
         if drafting and run.state is RunState.AWAITING_APPROVAL:
             click.echo(f"fingerprint: {run.fingerprint}")
             _await_approval(store, run)
-            ctx.exit(3 if failures else 0)
+            ctx.exit(ExitCode.ATTENTION if failures else ExitCode.DONE)
         app.check_can_send(store, run)
         counts = store.counts(run.run_id)
 
