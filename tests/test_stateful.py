@@ -60,18 +60,22 @@ RETRY = "[retry]\nmax_attempts = 4\nbackoff_base = 0.02\nbackoff_max = 0.1\n"
 
 @dataclass(frozen=True)
 class KillAt:
-    """When to SIGKILL a worker: once the sandboxes have received `after_requests` POSTs from
-    it (0: do not wait for any), then `then_s` seconds later. Waiting for requests lands the
-    kill mid-send far more often than a bare delay would: starting Python takes longer than
-    sending twelve notifications."""
+    """When to SIGKILL a worker: once the sandboxes have seen `after` more POSTs (`on =
+    "request"`) or commits (`on = "commit"`) than when it started (0: do not wait), then
+    `then_s` seconds later. Counting lands the kill mid-send far more often than a bare delay
+    would (starting Python takes longer than sending twelve notifications), and counting
+    commits lands it in the worst window: delivered, the receipt not yet written."""
 
-    after_requests: int
+    after: int
+    on: str
     then_s: float
 
 
 KILLS = st.one_of(
-    st.builds(KillAt, st.just(0), st.floats(0.0, 0.8)),
-    st.builds(KillAt, st.integers(1, 14), st.floats(0.0, 0.02)),
+    st.builds(KillAt, st.just(0), st.just("request"), st.floats(0.0, 0.8)),
+    st.builds(
+        KillAt, st.integers(1, 14), st.sampled_from(["request", "commit"]), st.floats(0, 0.02)
+    ),
 )
 
 
@@ -131,6 +135,7 @@ class NotifierMachine(RuleBasedStateMachine):
         self.ok = True  # False from the start of a step until its checks passed
         self.manual_sent: set[str] = set()  # keys an operator marked sent
         self.send_args: tuple[str, ...] = ("send", "batch.csv")
+        self.procs: list[subprocess.Popen[str]] = []  # to reap if a step failed midway
 
     # ------------------------------------------------------------------ helpers
 
@@ -149,8 +154,22 @@ class NotifierMachine(RuleBasedStateMachine):
         idem, plain = self.sandboxes()
         return idem if channel == "idem" else plain
 
-    def requests(self) -> int:
-        return sum(s.stats()["totals"]["requests"] for s in self.sandboxes())
+    def requests(self, on: str = "request") -> int:
+        """POSTs (or, with on="commit", commits) so far at both sandboxes."""
+        total = "requests" if on == "request" else "commits"
+        return sum(s.stats()["totals"][total] for s in self.sandboxes())
+
+    def wait_for(self, proc: subprocess.Popen[str], when: KillAt) -> None:
+        """Until the moment `when` names (or `proc` ended)."""
+        seen = self.requests(when.on)
+        limit = time.monotonic() + PROCESS_TIMEOUT_S
+        while (
+            proc.poll() is None
+            and self.requests(when.on) - seen < when.after
+            and time.monotonic() < limit
+        ):
+            time.sleep(0.001)
+        time.sleep(when.then_s)
 
     def invoke(self, *args: str) -> Result:
         """The CLI in-process (quick) for commands that need no real process."""
@@ -165,7 +184,9 @@ class NotifierMachine(RuleBasedStateMachine):
         return done.returncode, done.stdout + done.stderr
 
     def start(self, *args: str) -> subprocess.Popen[str]:
-        return self.ws.popen(*args)
+        proc = self.ws.popen(*args)
+        self.procs.append(proc)
+        return proc
 
     def finish(self, proc: subprocess.Popen[str]) -> tuple[int, str]:
         out, err = proc.communicate(timeout=PROCESS_TIMEOUT_S)
@@ -174,15 +195,7 @@ class NotifierMachine(RuleBasedStateMachine):
     def kill_at(self, proc: subprocess.Popen[str], when: KillAt) -> tuple[int, str]:
         """SIGKILL `proc` at the drawn moment (unless it finished first); its output and exit
         status. Then let the sandboxes finish whatever the dead client left in their hands."""
-        seen = self.requests()
-        limit = time.monotonic() + PROCESS_TIMEOUT_S
-        while (
-            proc.poll() is None
-            and self.requests() - seen < when.after_requests
-            and time.monotonic() < limit
-        ):
-            time.sleep(0.002)
-        time.sleep(when.then_s)
+        self.wait_for(proc, when)
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
         code, output = self.finish(proc)
@@ -310,15 +323,7 @@ class NotifierMachine(RuleBasedStateMachine):
         command = "resume" if self.run_exists() else "send"
         self.step(f"cancel while a {command} works, at {during} ({self.where()})")
         worker = self.start(*(self.send_args if command == "send" else ["resume"]))
-        seen = self.requests()
-        limit = time.monotonic() + PROCESS_TIMEOUT_S
-        while (
-            worker.poll() is None
-            and self.requests() - seen < during.after_requests
-            and time.monotonic() < limit
-        ):
-            time.sleep(0.002)
-        time.sleep(during.then_s)
+        self.wait_for(worker, during)
         code, output = self.run_cli("cancel", "--wait", "30")
         worker_code, worker_output = self.finish(worker)
         self.log.append(f"    → cancel exit {code}, worker exit {worker_code}")
@@ -337,7 +342,9 @@ class NotifierMachine(RuleBasedStateMachine):
         """A `cancel` with no worker alive, SIGKILLed while it settles and closes the run
         (starting Python takes most of the first 0.4 s): nothing it half did may show."""
         self.step(f"cancel killed after {after_s:.3f}s ({self.where()})")
-        code, output = self.kill_at(self.start("cancel", "--wait", "20"), KillAt(0, after_s))
+        code, output = self.kill_at(
+            self.start("cancel", "--wait", "20"), KillAt(0, "request", after_s)
+        )
         self.log.append(f"    → exit {code}")
         allowed = {0, 3} if self.active() else {2}
         self.expect(code, {*allowed, -signal.SIGKILL}, output, "cancel")
@@ -459,6 +466,11 @@ class NotifierMachine(RuleBasedStateMachine):
                 f"item {item['id']} is sent ({item['receipt_source']}) but the sandbox holds "
                 f"{len(held)} deliveries under its key"
             )
+            manual = item["idempotency_key"] in self.manual_sent
+            assert manual == (item["receipt_source"] == "manual"), self.fail(
+                f"item {item['id']}: receipt source {item['receipt_source']}, marked by hand: "
+                f"{manual}"
+            )
             if item["receipt_source"] in ("send", "query"):
                 assert item["receipt_id"] == held[0]["id"], self.fail(
                     f"item {item['id']}: receipt {item['receipt_id']} is not the sandbox's "
@@ -502,6 +514,10 @@ class NotifierMachine(RuleBasedStateMachine):
         finally:
             if VERBOSE:
                 print("\n".join(["example:", *self.log]))
+            for proc in self.procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.communicate()
             for sandbox in (self.idem, self.plain):
                 if sandbox is not None:
                     sandbox.stop()
