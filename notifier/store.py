@@ -1117,8 +1117,15 @@ def _create_atomically(path: Path) -> None:
     try:
         store = Store._connect(temporary, fresh=True)
         store.close()  # the last connection checkpoints the log: one self-contained file
-        with suppress(FileExistsError):  # the other process won: use its database
+        try:
             os.link(temporary, path)
+        except FileExistsError:
+            pass  # another process won the race: use its database
+        except OSError:
+            # A file system without hard links: a rename cannot refuse to overwrite, so
+            # check first (a race here needs two first-ever sends on such a disk at once).
+            if not path.exists():
+                os.replace(temporary, path)
     finally:
         for leftover in ("", "-wal", "-shm"):
             with suppress(FileNotFoundError):
