@@ -51,6 +51,8 @@ _ACTIVE = "state IN ({})".format(", ".join(f"'{s.value}'" for s in ACTIVE_ITEM_S
 # lets SQLite use items_attention (it matches a partial index only on the very same terms).
 ATTENTION_STATES = (ItemState.IN_FLIGHT, ItemState.UNKNOWN, ItemState.FAILED)
 _ATTENTION = "state IN ({})".format(", ".join(f"'{s.value}'" for s in ATTENTION_STATES))
+# Events checked for gaps at each end of a run's history when a database is opened.
+_EVENT_WINDOW = 10_000
 _ITEM_COLUMNS = "seq, item_id, channel, target, payload, idempotency_key, intent_digest, not_after"
 _HEADER = b"SQLite format 3\x00"
 # Attempt outcomes after which the item may have reached the recipient.
@@ -187,6 +189,7 @@ class Store:
         self.path = path
         self.conn = conn
         self.db = Database(conn)
+        self._indexes: set[str] | None = None  # read once: see _indexed
 
     # ---------------------------------------------------------------- opening
 
@@ -318,28 +321,38 @@ class Store:
         if not self._has_items():
             return
         problems: list[str] = []
+        # Every open pays for these checks, so none walks all the items of a run. With m004,
+        # "every sent item has a receipt" is first compared as two counts (each receipt is
+        # written with its item's move to sent, and only then), and the items are searched
+        # one by one only when the counts disagree.
+        if not self._has_table("run_counts") or self._receipts_disagree_with_sent():
+            for run_id, seq in self.conn.execute(
+                "SELECT i.run_id, i.seq FROM items i WHERE i.state = 'sent' AND NOT EXISTS "
+                "(SELECT 1 FROM receipts r WHERE r.idempotency_key = i.idempotency_key) LIMIT 5"
+            ):
+                problems.append(f"run {run_id} item {seq} is sent but has no receipt")
         for run_id, seq in self.conn.execute(
-            "SELECT i.run_id, i.seq FROM items i WHERE i.state = 'sent' AND NOT EXISTS "
-            "(SELECT 1 FROM receipts r WHERE r.idempotency_key = i.idempotency_key) LIMIT 5"
-        ):
-            problems.append(f"run {run_id} item {seq} is sent but has no receipt")
-        for run_id, seq in self.conn.execute(
-            f"SELECT i.run_id, i.seq FROM items i WHERE {_ACTIVE} AND i.state = 'in_flight' "
+            f"SELECT i.run_id, i.seq FROM items i {self._indexed('items_attention')} "
+            f"WHERE {_ATTENTION} AND i.state = 'in_flight' "
             "AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.run_id = i.run_id "
             "AND a.seq = i.seq AND a.finished_at IS NULL) LIMIT 5"
         ):
             problems.append(f"run {run_id} item {seq} is in flight but has no open attempt")
+        # Driven by the receipts: costs what was sent so far, not the size of the runs.
         for run_id, seq in self.conn.execute(
-            "SELECT i.run_id, i.seq FROM items i JOIN receipts r "
-            "ON r.idempotency_key = i.idempotency_key "
+            "SELECT i.run_id, i.seq FROM receipts r CROSS JOIN items i "
+            "ON i.idempotency_key = r.idempotency_key "
             "WHERE i.state = 'sent' AND r.intent_digest != i.intent_digest LIMIT 5"
         ):
             problems.append(f"run {run_id} item {seq} has a receipt for a different digest")
-        for (run_id,) in self.conn.execute(
-            "SELECT run_id FROM events GROUP BY run_id "
-            "HAVING MIN(seq_no) != 1 OR MAX(seq_no) != COUNT(*) LIMIT 5"
-        ):
-            problems.append(f"run {run_id} has gaps in its event numbers")
+        # Contiguity is checked at the start and the end of each run's events (where a cut
+        # or a lost append shows), at most twice _EVENT_WINDOW index entries per run: counting
+        # every event of a million-item run on each open would cost more than the rest.
+        for (run_id,) in self.conn.execute("SELECT run_id FROM runs"):
+            if not self._events_contiguous(run_id):
+                problems.append(f"run {run_id} has gaps in its event numbers")
+                if len(problems) >= 5:
+                    break
         for (run_id,) in self.conn.execute(
             f"SELECT r.run_id FROM runs r WHERE r.state = 'completed' AND EXISTS "
             f"(SELECT 1 FROM items i WHERE i.run_id = r.run_id AND {_ACTIVE}) LIMIT 5"
@@ -350,6 +363,46 @@ class Store:
                 f"{self.path}: integrity check failed: {'; '.join(problems)}. The file was not "
                 "changed; restore it from a backup or inspect it with sqlite3 before resuming."
             )
+
+    def _events_contiguous(self, run_id: str) -> bool:
+        # Two queries: SQLite reads MIN or MAX alone from the index's edge, both at once not.
+        (low,) = self.conn.execute(
+            "SELECT MIN(seq_no) FROM events WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        (high,) = self.conn.execute(
+            "SELECT MAX(seq_no) FROM events WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        if low is None:
+            return True
+        if low != 1:
+            return False
+        window = min(_EVENT_WINDOW, high)
+        (head,) = self.conn.execute(
+            "SELECT COUNT(*) FROM events WHERE run_id = ? AND seq_no <= ?", (run_id, window)
+        ).fetchone()
+        (tail,) = self.conn.execute(
+            "SELECT COUNT(*) FROM events WHERE run_id = ? AND seq_no > ?",
+            (run_id, high - window),
+        ).fetchone()
+        return bool(head == window and tail == window)
+
+    def _receipts_disagree_with_sent(self) -> bool:
+        (receipts,) = self.conn.execute("SELECT COUNT(*) FROM receipts").fetchone()
+        (sent,) = self.conn.execute(
+            "SELECT COALESCE(SUM(n), 0) FROM run_counts WHERE state = 'sent'"
+        ).fetchone()
+        return bool(receipts != sent)
+
+    def _indexed(self, index: str) -> str:
+        """`INDEXED BY index` when the file has it (a read-only open of a file older than
+        m004 does not): without statistics SQLite may prefer a full index of the run over a
+        partial one of the few rows asked for."""
+        if self._indexes is None:
+            self._indexes = {
+                r[0]
+                for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
+            }
+        return f"INDEXED BY {index}" if index in self._indexes else ""
 
     def _has_items(self) -> bool:
         return bool(
@@ -551,6 +604,12 @@ class Store:
             f"INSERT INTO items (run_id, {_ITEM_COLUMNS}, state, attempts, updated_at) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?)",
             tagged(),
+        )
+        # m004's counters: moves are counted by trigger, inserts here (once, not per row).
+        self.conn.execute(
+            "INSERT INTO run_counts (run_id, state, n) VALUES (?, 'pending', ?) "
+            "ON CONFLICT (run_id, state) DO UPDATE SET n = n + excluded.n",
+            (run_id, counted),
         )
         return counted
 
@@ -1046,14 +1105,16 @@ class Store:
             # Repeating a partial index's own condition lets SQLite use it: the attention
             # index for in_flight/unknown/failed (never a walk over a million pending items),
             # else the active one.
+            indexed = ""
             if all(s in ATTENTION_STATES for s in states):
-                active = _ATTENTION
+                active, indexed = _ATTENTION, self._indexed("items_attention")
             elif _all_active(states):
                 active = _ACTIVE
             else:
                 active = "1"
             cursor = self.conn.execute(
-                f"SELECT * FROM items WHERE run_id = ? AND {active} AND state IN ({marks}) "
+                f"SELECT * FROM items {indexed} WHERE run_id = ? AND {active} "
+                f"AND state IN ({marks}) "
                 "ORDER BY seq",
                 (run_id, *[s.value for s in states]),
             )
@@ -1140,22 +1201,36 @@ class Store:
 
     def pending_by_channel(self, run_id: str) -> list[tuple[str, str | None]]:
         """Per channel with pending items: the earliest next_attempt_at (None: due now)."""
-        return [
-            (channel, earliest or None)
-            for channel, earliest in self.conn.execute(
-                f"SELECT channel, MIN(COALESCE(next_attempt_at, '')) FROM items "
-                f"WHERE run_id = ? AND {_ACTIVE} AND state = 'pending' GROUP BY channel",
-                (run_id,),
-            )
-        ]
+        indexed = self._indexed("items_pending_channel")
+        if not indexed:  # a file older than m004, opened read-only
+            return [
+                (channel, earliest or None)
+                for channel, earliest in self.conn.execute(
+                    f"SELECT channel, MIN(COALESCE(next_attempt_at, '')) FROM items "
+                    f"WHERE run_id = ? AND {_ACTIVE} AND state = 'pending' GROUP BY channel",
+                    (run_id,),
+                )
+            ]
+        # One index probe per channel of the run (NULL, due now, sorts first), never a walk
+        # over its pending items.
+        found = []
+        for channel in sorted(self.get_run(run_id).channel_snapshot):
+            row = self.conn.execute(
+                f"SELECT next_attempt_at FROM items {indexed} WHERE run_id = ? "
+                "AND state = 'pending' AND channel = ? ORDER BY next_attempt_at LIMIT 1",
+                (run_id, channel),
+            ).fetchone()
+            if row is not None:
+                found.append((channel, row[0] or None))
+        return found
 
     def waiting_for_query(self, run_id: str, due_by: str | None = None) -> list[Item]:
         """Unknown items that wait for their channel's query_delay before a 404 may count
         (next_attempt_at = when to ask again); with `due_by`, only those due by then."""
         # items_attention (m004) holds the unknown items: never a walk over the pending ones.
         sql = (
-            f"SELECT * FROM items WHERE run_id = ? AND {_ATTENTION} AND state = 'unknown' "
-            "AND next_attempt_at IS NOT NULL"
+            f"SELECT * FROM items {self._indexed('items_attention')} WHERE run_id = ? "
+            f"AND {_ATTENTION} AND state = 'unknown' AND next_attempt_at IS NOT NULL"
         )
         params: list[Any] = [run_id]
         if due_by is not None:
