@@ -58,7 +58,7 @@ def child_plan(batch: Path, db: Path) -> dict[str, float]:
     store.close()
     end = time.perf_counter()
     return {
-        "rows": len(plan.items),
+        "rows": plan.count,
         "seconds": end - start,
         "validate_s": planned - start,
         "store_s": end - planned,

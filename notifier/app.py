@@ -16,7 +16,7 @@ from types import FrameType
 
 from . import approval, clock, compose, crash
 from . import config as config_module
-from .batch import BatchRow, read_batch
+from .batch import BatchError, BatchRow, Problems, read_batch, stream_batch
 from .channels import Channel, ChannelConfigError, ErrorKind, UnbuildableChannel, build_channel
 from .config import Config
 from .errors import BadInput, NeedsAttention, Refused
@@ -24,11 +24,11 @@ from .intent import CONTRACT_VERSION, new_key_nonce
 from .lease import Lease, holder_alive
 from .plan import RUN_ID_PATTERN, Plan, make_plan, new_run_id
 from .reconcile import settle, settle_doubts
-from .records import Run
+from .records import Counts, Run
 from .runner import Runner, RunOptions, RunResult
 from .state_machine import FINISHED_RUN_STATES, ItemState, RunState
-from .store import AlreadyPlanned, LeaseHeld, LostRace, RunExists, Store
-from .template import Template, render_rows
+from .store import AlreadyPlanned, LeaseHeld, LostRace, PlanStage, RunExists, Store
+from .template import Template, render_stream
 
 Say = Callable[[str], None]
 
@@ -79,11 +79,41 @@ def plan_batch(
     template: Template | None = None,
     not_after: datetime | None = None,
 ) -> Plan:
-    """Validate the whole file, render it, and compute every intent; nothing is stored here."""
-    rows = read_rows(env, batch, channel=channel, run_id=run_id, not_after=not_after)
-    if template is not None:
-        rows = render_rows(template, rows, batch)
-    return make_plan(rows, env.config, run_id or new_run_id())
+    """Validate the whole file, render it, and compute every intent, streaming: rows are
+    read, rendered and turned into intents one by one into the plan's scratch stage, so
+    memory does not grow with the batch. Nothing is stored in the database here; BatchError
+    (listing every bad line) once the file has been read to its end if any row is bad."""
+    check_send_options(env, channel=channel, run_id=run_id)
+    problems = Problems()
+    stage = PlanStage()
+    try:
+        rows = stream_batch(
+            batch,
+            env.config.channel_types(),
+            channel or config_module.DEFAULT_CHANNEL,
+            problems,
+            stage,
+            not_after,
+        )
+        if template is not None:
+            rows = render_stream(template, rows, problems)
+        plan = make_plan(rows, env.config, run_id or new_run_id(), stage=stage, problems=problems)
+    except BaseException:
+        stage.close()
+        raise
+    if problems:
+        plan.close()
+        raise BatchError(batch, problems)
+    return plan
+
+
+def check_send_options(env: Env, *, channel: str | None, run_id: str | None) -> None:
+    types = env.config.channel_types()
+    if channel is not None and channel not in types:
+        known = ", ".join(sorted(types))
+        raise BadInput(f"--channel {channel!r} is not defined; known channels: {known}.")
+    if run_id is not None and not RUN_ID_PATTERN.match(run_id):
+        raise BadInput(f"--run-id {run_id!r}: use 1-64 letters, digits, '.', '_' or '-'.")
 
 
 def read_rows(
@@ -94,13 +124,10 @@ def read_rows(
     run_id: str | None,
     not_after: datetime | None = None,
 ) -> list[BatchRow]:
-    """The validated rows of `batch` (BatchError naming every bad line)."""
+    """The validated rows of `batch` as a list (BatchError naming every bad line): for
+    --compose, which holds its rows anyway (see compose.py)."""
+    check_send_options(env, channel=channel, run_id=run_id)
     types = env.config.channel_types()
-    if channel is not None and channel not in types:
-        known = ", ".join(sorted(types))
-        raise BadInput(f"--channel {channel!r} is not defined; known channels: {known}.")
-    if run_id is not None and not RUN_ID_PATTERN.match(run_id):
-        raise BadInput(f"--run-id {run_id!r}: use 1-64 letters, digits, '.', '_' or '-'.")
     return read_batch(batch, types, channel or config_module.DEFAULT_CHANNEL, not_after)
 
 
@@ -127,8 +154,13 @@ def store_plan(
     then: str | None = None,
 ) -> Store:
     """Store the plan, unless the same content was planned before (one decision with the
-    insert, inside the store's write transaction) and `new_run` was not given."""
-    store = open_store(env, create=True)
+    insert, inside the store's write transaction) and `new_run` was not given. The plan's
+    scratch stage is discarded either way."""
+    try:
+        store = open_store(env, create=True)
+    except BaseException:
+        plan.close()
+        raise
     try:
         store.create_run(
             plan.run_row(str(batch), dict(options)), plan.items, new_run=new_run, then=then
@@ -142,6 +174,8 @@ def store_plan(
     except BaseException:
         store.close()
         raise
+    finally:
+        plan.close()
     return store
 
 
@@ -379,7 +413,7 @@ class CancelResult:
     run: Run
     confirmed: bool  # no request of the run can start any more
     message: str
-    counts: dict[str, int]
+    counts: Counts
 
 
 def cancel(env: Env, run_id: str | None, wait_s: float) -> CancelResult:
@@ -418,9 +452,9 @@ def cancel(env: Env, run_id: str | None, wait_s: float) -> CancelResult:
             return _already_finished(store, run)
         counts = store.counts(run.run_id)
         message = f"run {run.run_id} cancelled."
-        if counts["unknown"]:
+        if counts.unknown:
             message += (
-                f" {counts['unknown']} item(s) may have been delivered and are unknown: settle "
+                f" {counts.unknown} item(s) may have been delivered and are unknown: settle "
                 f"them with `notifier reconcile --manual {run.run_id}`."
             )
         return CancelResult(run, True, message, counts)
@@ -464,7 +498,7 @@ def _cancel_without_worker(env: Env, store: Store, run: Run) -> Run:
 # ---------------------------------------------------------------------- reconcile
 
 
-def reconcile_by_query(env: Env, run_id: str | None) -> tuple[Run, dict[str, int]]:
+def reconcile_by_query(env: Env, run_id: str | None) -> tuple[Run, Counts]:
     store = open_store(env)
     try:
         run = pick_run(store, run_id)
@@ -489,9 +523,7 @@ def complete_if_done(store: Store, run_id: str, lease_version: int) -> None:
     """A paused or halted run whose every item is now sent or failed is completed."""
     run = store.get_run(run_id)
     counts = store.counts(run_id)
-    if run.state in (RunState.PAUSED, RunState.HALTED) and not (
-        counts["pending"] or counts["in_flight"] or counts["unknown"]
-    ):
+    if run.state in (RunState.PAUSED, RunState.HALTED) and not counts.unfinished:
         store.move_run(run_id, "complete", lease_version)
 
 

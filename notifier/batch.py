@@ -1,18 +1,19 @@
 """Reading and validating a batch CSV: the whole file is checked before anything is stored.
 
 Every problem is reported with the line it starts on, so an operator can fix the file in one
-pass instead of discovering problems one run at a time.
+pass instead of discovering problems one run at a time. The file is read as a stream (one
+row at a time), so a million-row batch costs no more memory than a ten-row one.
 """
 
 from __future__ import annotations
 
 import csv
-import io
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Protocol
 
 from . import clock
 from .channels.smtp import recipient_problem
@@ -20,6 +21,9 @@ from .errors import BadInput
 
 RESERVED = ("to", "subject", "body", "id", "channel", "not_after")
 MAX_REPORTED = 20
+# Problems kept in memory (all are counted): a file with a million bad rows must not hold a
+# million messages; BatchError prints the first MAX_REPORTED and the count.
+MAX_KEPT = 1000
 # The longest field accepted, in characters. The csv module's default (131072) rejects an
 # ordinary long HTML body; a few MiB still stops a runaway unclosed quote from swallowing the
 # rest of a large file as one field.
@@ -50,16 +54,58 @@ class Problem:
     message: str
 
 
+class Problems:
+    """The problems found so far, in file order: every one counted, the first MAX_KEPT
+    kept."""
+
+    def __init__(self) -> None:
+        self.kept: list[Problem] = []
+        self.count = 0
+
+    def append(self, problem: Problem) -> None:
+        self.count += 1
+        if len(self.kept) < MAX_KEPT:
+            self.kept.append(problem)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __bool__(self) -> bool:
+        return self.count > 0
+
+
+class IdLedger(Protocol):
+    """Where the item ids seen so far are noted (a scratch table for a streamed plan)."""
+
+    def first_use(self, item_id: str, line: int) -> int | None:
+        """None the first time `item_id` is seen; else the line that used it first."""
+        ...
+
+
+class _IdsInMemory:
+    """For the list-based reader (--compose, whose rows are all held anyway)."""
+
+    def __init__(self) -> None:
+        self.lines: dict[str, int] = {}
+
+    def first_use(self, item_id: str, line: int) -> int | None:
+        first = self.lines.setdefault(item_id, line)
+        return None if first == line else first
+
+
 class BatchError(BadInput):
     """The file cannot be planned; `problems` says where and how to fix it."""
 
-    def __init__(self, path: Path, problems: list[Problem]) -> None:
+    def __init__(self, path: Path, problems: list[Problem] | Problems) -> None:
         self.path = path
-        self.problems = problems
+        if isinstance(problems, Problems):
+            self.problems, self.total = problems.kept, problems.count
+        else:
+            self.problems, self.total = problems, len(problems)
         super().__init__(self.render())
 
     def render(self) -> str:
-        n = len(self.problems)
+        n = self.total
         head = f"{self.path}: {n} problem{'s' if n != 1 else ''}; nothing was stored."
         lines = [head]
         for p in self.problems[:MAX_REPORTED]:
@@ -78,17 +124,41 @@ def read_batch(
 ) -> list[BatchRow]:
     """Parse and validate `path`; raise BatchError listing every problem found. `not_after`
     (send --not-after) is every row's deadline; a row's own `not_after` may only make it
-    earlier."""
+    earlier. All rows in a list: for --compose; `send` streams with stream_batch."""
+    problems = Problems()
+    rows = list(
+        stream_batch(path, channel_types, default_channel, problems, _IdsInMemory(), not_after)
+    )
+    if problems:
+        raise BatchError(path, problems)
+    return rows
+
+
+def stream_batch(
+    path: Path,
+    channel_types: Mapping[str, str],
+    default_channel: str,
+    problems: Problems,
+    ids: IdLedger,
+    not_after: datetime | None = None,
+) -> Iterator[BatchRow]:
+    """Yield each valid row as it is read, noting every problem (with its line) in
+    `problems`; the caller raises BatchError once the stream is exhausted if there is any.
+    A file that cannot be read or is not UTF-8 raises BatchError at once (its problems are
+    about the file, not its rows)."""
     try:
-        raw = path.read_bytes()
+        handle = path.open(encoding="utf-8-sig", newline="")
     except OSError as exc:
         raise BatchError(path, [Problem(0, f"cannot read the file ({exc.strerror})")]) from exc
-    text = _decode(path, raw)
-    if not text.strip():
-        raise BatchError(
-            path, [Problem(1, "the file is empty: add a header row (to,subject,body) and rows")]
-        )
-    return _parse(path, text, channel_types, default_channel, not_after)
+    try:
+        with handle:
+            yield from _parse(
+                path, handle, channel_types, default_channel, not_after, problems, ids
+            )
+    except UnicodeDecodeError as exc:
+        raise BatchError(path, _decoding_problems(path)) from exc
+    except OSError as exc:
+        raise BatchError(path, [Problem(0, f"cannot read the file ({exc.strerror})")]) from exc
 
 
 def parse_deadline(text: str) -> datetime:
@@ -100,45 +170,41 @@ def parse_deadline(text: str) -> datetime:
     return value
 
 
-def _decode(path: Path, raw: bytes) -> str:
-    if raw.startswith(b"\xef\xbb\xbf"):
-        raw = raw[3:]
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        pass
-    problems = []
-    for number, line in enumerate(raw.split(b"\n"), start=1):
-        try:
-            line.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            bad = line[exc.start : exc.start + 4].hex(" ")
-            problems.append(
-                Problem(
-                    number,
-                    f"bytes {bad} at column {exc.start + 1} are not UTF-8: "
-                    "save the file as UTF-8 (CSV UTF-8 in a spreadsheet)",
+def _decoding_problems(path: Path) -> Problems:
+    """Every line that is not UTF-8, read line by line from the raw bytes."""
+    problems = Problems()
+    with path.open("rb") as raw:
+        for number, line in enumerate(raw, start=1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                bad = line[exc.start : exc.start + 4].hex(" ")
+                problems.append(
+                    Problem(
+                        number,
+                        f"bytes {bad} at column {exc.start + 1} are not UTF-8: "
+                        "save the file as UTF-8 (CSV UTF-8 in a spreadsheet)",
+                    )
                 )
-            )
-    raise BatchError(path, problems)
+    return problems
 
 
 def _parse(
     path: Path,
-    text: str,
+    text: Iterator[str],
     channel_types: Mapping[str, str],
     default_channel: str,
     not_after: datetime | None,
-) -> list[BatchRow]:
+    problems: Problems,
+    ids: IdLedger,
+) -> Iterator[BatchRow]:
     # The limit is process-wide in the csv module; notifier reads batches only here.
     csv.field_size_limit(MAX_FIELD_CHARS)
-    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
-    problems: list[Problem] = []
-    rows: list[BatchRow] = []
+    reader = csv.reader(text, strict=True)
     header: list[str] | None = None
     columns: dict[str, int] = {}
-    first_use_of_id: dict[str, int] = {}
     start = 1
+    rows = 0
     try:
         for record in reader:
             line, start = start, reader.line_num + 1
@@ -150,20 +216,21 @@ def _parse(
                 if problems:
                     break
                 continue
+            rows += 1
             row = _check_row(
                 record,
                 line,
-                len(rows) + 1,
+                rows,
                 header,
                 columns,
-                first_use_of_id,
+                ids,
                 channel_types,
                 default_channel,
                 problems,
                 not_after,
             )
             if row is not None:
-                rows.append(row)
+                yield row
     except csv.Error as exc:
         if "field larger than field limit" in str(exc):
             message = (
@@ -173,16 +240,17 @@ def _parse(
         else:
             message = f"malformed CSV ({exc}): close every quote and double any quote inside"
         problems.append(Problem(start, message))
-    if header is not None and not rows and not problems:
+    if header is None and not problems:
+        problems.append(
+            Problem(1, "the file is empty: add a header row (to,subject,body) and rows")
+        )
+    elif header is not None and not rows and not problems:
         problems.append(
             Problem(2, "the file has a header but no rows: add one row per notification")
         )
-    if problems:
-        raise BatchError(path, problems)
-    return rows
 
 
-def _check_header(header: list[str], line: int, problems: list[Problem]) -> dict[str, int]:
+def _check_header(header: list[str], line: int, problems: Problems) -> dict[str, int]:
     columns: dict[str, int] = {}
     seen: dict[str, int] = {}
     for index, name in enumerate(header):
@@ -226,7 +294,7 @@ def _check_header(header: list[str], line: int, problems: list[Problem]) -> dict
 
 
 def _deadline(
-    text: str, default: datetime | None, line: int, problems: list[Problem]
+    text: str, default: datetime | None, line: int, problems: Problems
 ) -> datetime | None:
     """The row's deadline: its own `not_after`, never later than --not-after."""
     if not text.strip():
@@ -250,10 +318,10 @@ def _check_row(
     seq: int,
     header: list[str],
     columns: dict[str, int],
-    first_use_of_id: dict[str, int],
+    ids: IdLedger,
     channel_types: Mapping[str, str],
     default_channel: str,
-    problems: list[Problem],
+    problems: Problems,
     not_after: datetime | None = None,
 ) -> BatchRow | None:
     if len(record) != len(header):
@@ -288,16 +356,13 @@ def _check_row(
         item_id = cell("id").strip()
         if not item_id:
             problems.append(Problem(line, "empty `id`: give every row an id, or drop the column"))
-        elif item_id in first_use_of_id:
+        elif (first := ids.first_use(item_id, line)) is not None:
             problems.append(
                 Problem(
                     line,
-                    f"duplicate id {item_id!r} (first used on line {first_use_of_id[item_id]}): "
-                    "ids must be unique",
+                    f"duplicate id {item_id!r} (first used on line {first}): ids must be unique",
                 )
             )
-        else:
-            first_use_of_id[item_id] = line
     channel = cell("channel").strip() or default_channel
     kind = channel_types.get(channel)
     if kind is None:

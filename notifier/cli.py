@@ -285,8 +285,11 @@ def send(
     )
     per_channel = ", ".join(f"{name}: {n}" for name, n in sorted(plan.per_channel.items()))
     if dry_run:
-        checked = app.dry_run(env, plan)
-        click.echo(f"dry run: {len(plan.items)} notifications ({per_channel}); nothing written.")
+        try:
+            checked = app.dry_run(env, plan)
+        finally:
+            plan.close()
+        click.echo(f"dry run: {plan.count} notifications ({per_channel}); nothing written.")
         click.echo(f"fingerprint: {plan.fingerprint}")
         for run in checked.existing:
             click.echo(f"already planned as run {run.run_id} ({run.state.value}).")
@@ -294,13 +297,13 @@ def send(
     then = "request_approval" if require_approval else None
     store = app.store_plan(env, plan, batch, options, new_run, then=then)
     try:
-        click.echo(f"planned run {plan.run_id}: {len(plan.items)} notifications ({per_channel})")
+        click.echo(f"planned run {plan.run_id}: {plan.count} notifications ({per_channel})")
         click.echo(f"fingerprint: {plan.fingerprint}")
         run = store.get_run(plan.run_id)
         if run.state is RunState.AWAITING_APPROVAL:
             _await_approval(store, run)
             return
-        with _progress(len(plan.items)) as advance:
+        with _progress(plan.count) as advance:
             result = app.work_run(
                 env, store, run, RunOptions(concurrency, max_wait), advance=advance
             )
@@ -350,7 +353,7 @@ def _send_compose(
         if run.state is RunState.AWAITING_APPROVAL:
             _await_approval(store, run)
             ctx.exit(ExitCode.ATTENTION if failures else ExitCode.DONE)
-        with _progress(store.counts(run.run_id)["total"]) as advance:
+        with _progress(store.counts(run.run_id).total) as advance:
             result = app.work_run(env, store, run, _run_options(options), advance=advance)
     finally:
         store.close()
@@ -432,10 +435,7 @@ def resume(
         counts = store.counts(run.run_id)
 
         def announce() -> None:
-            click.echo(
-                f"resuming run {run.run_id}: {counts['sent']} sent, {counts['in_flight']} in "
-                f"flight, {counts['unknown']} unknown, {counts['pending']} pending"
-            )
+            click.echo(f"resuming run {run.run_id}: {counts.summary()}")
             stale = store.past_deadline(run.run_id, clock.now_iso())
             if stale:
                 click.echo(
@@ -447,7 +447,7 @@ def resume(
             concurrency or int(run.options.get("concurrency", 1)),
             max_wait if max_wait is not None else float(run.options.get("max_wait", 600)),
         )
-        remaining = counts["pending"] + counts["in_flight"] + counts["unknown"]
+        remaining = counts.unfinished
         with _progress(remaining) as advance:
             result = app.work_run(env, store, run, options, advance=advance, announce=announce)
     finally:
@@ -496,10 +496,14 @@ def _console() -> Console:
 
 
 def _emit(data: dict[str, Any], fmt: str) -> None:
+    # Written as the items are read: a million-item report never sits in memory.
     if fmt == "json":
-        click.echo(report.to_json(data))
+        for piece in report.iter_json(data):
+            click.echo(piece, nl=False)
+        click.echo("")
     elif fmt == "csv":
-        click.echo(report.to_csv(data), nl=False)
+        for piece in report.iter_csv(data):
+            click.echo(piece, nl=False)
     else:
         report.render_table(data, _console())
 
@@ -523,11 +527,11 @@ def runs(ctx: click.Context) -> None:
                 run.run_id,
                 report.effective_state(run).value,
                 run.created_at[:19],
-                str(c["total"]),
-                str(c["sent"]),
-                str(c["unknown"]),
-                str(c["pending"] + c["in_flight"]),
-                str(c["failed"]),
+                str(c.total),
+                str(c.sent),
+                str(c.unknown),
+                str(c.pending + c.in_flight),
+                str(c.failed),
                 run.batch_path,
             )
         _console().print(table)

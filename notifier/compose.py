@@ -252,5 +252,8 @@ def freeze(store: Store, run_id: str, config: Config, then: str | None) -> Plan:
         except DraftRejected as exc:
             store.fail_draft(run_id, stored.seq, str(exc), expected="drafted")
     plan = make_plan(rows, config, run_id, snapshot=run.channel_snapshot, nonce=run.key_nonce)
-    store.freeze_plan(run_id, plan.fingerprint, plan.content_fingerprint, plan.items, then=then)
+    try:
+        store.freeze_plan(run_id, plan.fingerprint, plan.content_fingerprint, plan.items, then)
+    finally:
+        plan.close()
     return plan

@@ -10,7 +10,7 @@ import click
 
 from . import app
 from .errors import BadInput, Refused
-from .records import Item, Run
+from .records import Counts, Item, Run
 from .state_machine import ItemState
 from .store import Store
 
@@ -19,7 +19,7 @@ _CHOICES = {"s": "sent", "n": "not-sent", "a": "abandon", "k": "skip", "q": "qui
 
 def reconcile_manually(
     env: app.Env, run_id: str | None, item_ref: str | None, mark: str | None, evidence: str | None
-) -> tuple[Run, dict[str, int]]:
+) -> tuple[Run, Counts]:
     scripted = item_ref is not None or mark is not None or evidence is not None
     if scripted and not (item_ref and mark and evidence is not None):
         raise BadInput(
@@ -42,10 +42,7 @@ def reconcile_manually(
                         break
             app.complete_if_done(store, run.run_id, lease.version)
         counts = store.counts(run.run_id)
-        env.say(
-            f"run {run.run_id}: {counts['sent']} sent, {counts['unknown']} unknown, "
-            f"{counts['pending']} pending, {counts['failed']} failed"
-        )
+        env.say(f"run {run.run_id}: {counts.summary()}")
         return store.get_run(run.run_id), counts
     finally:
         store.close()

@@ -3,20 +3,19 @@ table, used only by cli.py. The layers below return states, reasons and counts."
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from .errors import ExitCode
+from .records import Counts
 from .runner import RunResult, Stop
 from .state_machine import RunState
 
 
-def settled_exit(state: RunState, counts: Mapping[str, int]) -> ExitCode:
+def settled_exit(state: RunState, counts: Counts) -> ExitCode:
     """3 while some item needs attention (unknown or failed; in a cancelled run, also any item
     that will now never be sent), else 0. The same rule for `cancel`, `reconcile` and the
     worker a cancel stopped, so one outcome never gets two codes."""
     if state is RunState.CANCELLED:
-        return ExitCode.DONE if counts["total"] == counts["sent"] else ExitCode.ATTENTION
-    return ExitCode.ATTENTION if counts["unknown"] or counts["failed"] else ExitCode.DONE
+        return ExitCode.DONE if counts.total == counts.sent else ExitCode.ATTENTION
+    return ExitCode.ATTENTION if counts.unknown or counts.failed else ExitCode.DONE
 
 
 def run_exit(result: RunResult) -> ExitCode:
@@ -45,6 +44,6 @@ def run_advice(result: RunResult, run_id: str) -> str:
         )
     if result.stop is Stop.ALREADY_FINISHED:
         return f"`notifier report {run_id}` shows the run."
-    if result.counts["unknown"]:
+    if result.counts.unknown:
         return f"Settle the unknown items with `notifier reconcile --manual {run_id}`."
     return ""

@@ -2,26 +2,27 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from . import clock
-from .batch import BatchRow
+from .batch import BatchRow, Problems
 from .config import Config
 from .intent import (
     CONTRACT_VERSION,
     canonical_json,
-    content_fingerprint,
     idempotency_key,
     intent_digest,
     make_payload,
     new_key_nonce,
-    run_fingerprint,
 )
 from .state_machine import RunState
+from .store import PlanStage
 
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -33,13 +34,23 @@ def new_run_id() -> str:
 
 @dataclass(frozen=True)
 class Plan:
+    """A validated batch: its fingerprints, and its intents in a PlanStage (nothing stored
+    yet). `close()` discards the stage once the plan is stored or shown."""
+
     run_id: str
     key_nonce: str
     fingerprint: str  # approval fingerprint: digests + channel definitions
     content_fingerprint: str  # "already planned": digests + channel names only
     channel_snapshot: dict[str, dict[str, Any]]
-    items: list[dict[str, Any]]
+    items: PlanStage
     per_channel: dict[str, int]
+
+    @property
+    def count(self) -> int:
+        return self.items.count
+
+    def close(self) -> None:
+        self.items.close()
 
     def run_row(self, batch_path: str, options: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -57,42 +68,65 @@ class Plan:
 
 
 def make_plan(
-    rows: list[BatchRow],
+    rows: Iterable[BatchRow],
     config: Config,
     run_id: str,
     snapshot: dict[str, dict[str, Any]] | None = None,
     nonce: str | None = None,
+    *,
+    stage: PlanStage | None = None,
+    problems: Problems | None = None,
 ) -> Plan:
-    """`snapshot` and `nonce`: the run's stored channel snapshot and key nonce (a plan frozen
-    after drafting uses those taken when the send began, never the file as it is now)."""
-    if snapshot is None:
-        snapshot = config.snapshot({row.channel for row in rows})
+    """Compute each row's intent as the rows stream past, into `stage` (a new one if None),
+    with both fingerprints hashed incrementally: memory does not grow with the batch.
+
+    `snapshot` and `nonce`: the run's stored channel snapshot and key nonce (a plan frozen
+    after drafting uses those taken when the send began, never the file as it is now).
+    `problems`: once the stream has noted one, intents are no longer computed (the plan
+    will be refused), but the rows are still read so that every problem is listed."""
     if nonce is None:
         nonce = new_key_nonce()
-    items = []
-    for row in rows:
-        payload = make_payload(row.subject, row.body, row.data, row.not_after)
-        items.append(
-            {
-                "run_id": run_id,
-                "seq": row.seq,
-                "item_id": row.item_id,
-                "channel": row.channel,
-                "target": row.to,
+    stage = stage if stage is not None else PlanStage()
+    digests = hashlib.sha256()  # the ordered digests, shared prefix of both fingerprints
+    per_channel: Counter[str] = Counter()
+    try:
+        for row in rows:
+            if problems:
+                continue
+            payload = make_payload(row.subject, row.body, row.data, row.not_after)
+            digest = intent_digest(row.channel, row.to, payload)
+            digests.update(digest.encode("ascii") + b"\n")
+            per_channel[row.channel] += 1
+            stage.add(
+                row.seq,
+                row.item_id,
+                row.channel,
+                row.to,
                 # Stored as the canonical JSON it is digested as: one encoding, no drift.
-                "payload": canonical_json(payload),
-                "idempotency_key": idempotency_key(run_id, nonce, row.item_id, row.to),
-                "intent_digest": intent_digest(row.channel, row.to, payload),
-                "not_after": row.not_after,
-            }
-        )
-    digests = [str(i["intent_digest"]) for i in items]
+                canonical_json(payload),
+                idempotency_key(run_id, nonce, row.item_id, row.to),
+                digest,
+                row.not_after,
+            )
+    except BaseException:
+        stage.close()
+        raise
+    if snapshot is None:
+        snapshot = config.snapshot(set(per_channel))
     return Plan(
         run_id=run_id,
         key_nonce=nonce,
-        fingerprint=run_fingerprint(digests, snapshot),
-        content_fingerprint=content_fingerprint(digests, snapshot.keys()),
+        fingerprint=fingerprint_of(digests, canonical_json(snapshot)),
+        content_fingerprint=fingerprint_of(digests, canonical_json(sorted(snapshot))),
         channel_snapshot=snapshot,
-        items=items,
-        per_channel=dict(Counter(row.channel for row in rows)),
+        items=stage,
+        per_channel=dict(per_channel),
     )
+
+
+def fingerprint_of(digests: hashlib._Hash, tail: str) -> str:
+    """`sha256:` over the ordered digests (a running hash, copied) and then `tail`: the same
+    bytes intent.run_fingerprint and intent.content_fingerprint hash, without a list."""
+    h = digests.copy()
+    h.update(tail.encode("utf-8"))
+    return "sha256:" + h.hexdigest()

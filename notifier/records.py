@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -83,6 +84,56 @@ class Outcome:
     # The state the caller saw the item in; the UPDATE is conditional on it still holding.
     expected: ItemState | None = None
     finished_at: str | None = None  # when the answer arrived (default: when recorded)
+
+
+@dataclass(frozen=True)
+class Counts:
+    """How many items of a run are in each state (read from the per-run counters that every
+    item move keeps, so reading them costs the same for 10 items as for a million)."""
+
+    total: int = 0
+    pending: int = 0
+    in_flight: int = 0
+    sent: int = 0
+    unknown: int = 0
+    failed: int = 0
+    expired: int = 0
+
+    @classmethod
+    def of(cls, by_state: Mapping[str, int]) -> Counts:
+        """From state → count (states absent count 0); `total` is their sum."""
+        known = {s.value: int(by_state.get(s.value, 0)) for s in ItemState}
+        return cls(total=sum(known.values()), **known)
+
+    @property
+    def unfinished(self) -> int:
+        """Items that still need a send or a settlement: pending, in flight or unknown."""
+        return self.pending + self.in_flight + self.unknown
+
+    def as_json(self) -> dict[str, int]:
+        """The report's `counts` object (DESIGN section 8): total, then every state."""
+        return {"total": self.total, **{s.value: getattr(self, s.value) for s in ItemState}}
+
+    def summary(self, never_attempted: int | None = None, not_delivered: int = 0) -> str:
+        """The one line every command prints about a run's items: "N sent, N unknown, N
+        failed, N pending" (pending includes in flight), and expired ones when there are.
+        With `never_attempted` (a cancel), pending is split by why: a cancelled run must not
+        call a retry that was attempted "never attempted"."""
+        line = f"{self.sent} sent, {self.unknown} unknown, {self.failed} failed, "
+        pending = self.pending + self.in_flight
+        if never_attempted is None:
+            line += f"{pending} pending"
+        else:
+            maybe = pending - never_attempted - not_delivered
+            line += (
+                f"{pending} pending ({never_attempted} never attempted, {not_delivered} "
+                f"attempted but not delivered"
+                + (f", {maybe} attempted and maybe delivered" if maybe else "")
+                + ")"
+            )
+        if self.expired:
+            line += f", {self.expired} expired (past not_after, never sent)"
+        return line
 
 
 # Attempt outcomes after which the request may have been processed downstream.

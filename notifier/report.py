@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from rich.console import Console
@@ -12,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .lease import holder_alive
-from .records import PendingKind, Run
+from .records import Item, PendingKind, Run
 from .state_machine import ItemState, RunState
 from .store import Store
 
@@ -38,37 +39,24 @@ _ATTENTION = (ItemState.UNKNOWN, ItemState.FAILED, ItemState.IN_FLIGHT)
 
 def build(store: Store, run: Run, *, attention_only: bool = False) -> dict[str, Any]:
     """The report object of the CLI contract (DESIGN section 8). With `attention_only` (the
-    table), only the items someone has to look at are read: a 100k-item run stays quick."""
-    receipts = {} if attention_only else store.receipt_evidence(run.run_id)
+    table), only the items someone has to look at are read, through indexes: a 1M-item run
+    costs what its unknown, failed and retried items cost. Otherwise `items` is an iterator
+    read from the database as it is written out (to_json / to_csv stream it): no list of a
+    million dicts."""
     # `pending` alone would call a retry that may have been delivered "never attempted".
     kinds = store.pending_kinds(run.run_id)
+    items: Iterable[dict[str, Any]]
     if attention_only:
         doubtful = [s for s, k in kinds.items() if k is PendingKind.MAYBE_DELIVERED]
         chosen = sorted(
             [*store.items(run.run_id, _ATTENTION), *(store.item(run.run_id, s) for s in doubtful)],
             key=lambda i: i.seq,
         )
+        items = [_item_row(item, None, None, kinds) for item in chosen]
     else:
-        chosen = list(store.items(run.run_id))
-    items = []
-    for item in chosen:
-        source, evidence = receipts.get(item.seq, (None, None))
-        items.append(
-            {
-                "seq": item.seq,
-                "id": item.item_id,
-                "channel": item.channel,
-                "to": item.target,
-                "state": item.state.value,
-                "idempotency_key": item.idempotency_key,
-                "intent_digest": item.intent_digest,
-                "receipt_id": item.receipt_id,
-                "attempts": item.attempts,
-                "last_error": item.last_error,
-                "receipt_source": source,
-                "evidence": evidence,
-                "pending_kind": _pending_kind(item.state, kinds.get(item.seq)),
-            }
+        items = (
+            _item_row(item, source, evidence, kinds)
+            for item, source, evidence in store.items_with_receipts(run.run_id)
         )
     counts = store.counts(run.run_id)
     attempted = list(kinds.values())
@@ -82,10 +70,10 @@ def build(store: Store, run: Run, *, attention_only: bool = False) -> dict[str, 
         "paused_until": run.paused_until,
         "cancel_requested_at": run.cancel_requested_at,
         "approval": run.approval,
-        "counts": counts,
+        "counts": counts.as_json(),
         # Added to the contract's keys: the `pending` count split by why it is pending.
         "pending_detail": {
-            PendingKind.NEVER_ATTEMPTED.value: counts["pending"] - len(attempted),
+            PendingKind.NEVER_ATTEMPTED.value: counts.pending - len(attempted),
             PendingKind.RETRY_WAITING.value: attempted.count(PendingKind.RETRY_WAITING),
             PendingKind.MAYBE_DELIVERED.value: attempted.count(PendingKind.MAYBE_DELIVERED),
         },
@@ -102,6 +90,26 @@ def build(store: Store, run: Run, *, attention_only: bool = False) -> dict[str, 
             }
             for d in store.decisions(run.run_id)
         ],
+    }
+
+
+def _item_row(
+    item: Item, source: str | None, evidence: str | None, kinds: Mapping[int, PendingKind]
+) -> dict[str, Any]:
+    return {
+        "seq": item.seq,
+        "id": item.item_id,
+        "channel": item.channel,
+        "to": item.target,
+        "state": item.state.value,
+        "idempotency_key": item.idempotency_key,
+        "intent_digest": item.intent_digest,
+        "receipt_id": item.receipt_id,
+        "attempts": item.attempts,
+        "last_error": item.last_error,
+        "receipt_source": source,
+        "evidence": evidence,
+        "pending_kind": _pending_kind(item.state, kinds.get(item.seq)),
     }
 
 
@@ -134,7 +142,35 @@ def effective_state(run: Run) -> RunState:
 
 
 def to_json(report: dict[str, Any]) -> str:
-    return json.dumps(report, ensure_ascii=False, indent=2)
+    return "".join(iter_json(report))
+
+
+def iter_json(report: dict[str, Any]) -> Iterator[str]:
+    """The report as indented JSON, in pieces: each item is encoded as it is read, so a
+    million items never sit in memory. Byte for byte what json.dumps(indent=2) would give."""
+    fields = list(report)
+    yield "{"
+    for n, key in enumerate(fields):
+        yield ("\n" if n == 0 else ",\n") + f"  {_dumps(key)}: "
+        value = report[key]
+        if key != "items":
+            yield _indent(_dumps(value))
+            continue
+        first = True
+        for item in value:
+            yield ("[\n" if first else ",\n") + "    " + _indent(_dumps(item), "    ")
+            first = False
+        yield "[]" if first else "\n  ]"
+    yield "\n}" if fields else "}"
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, indent=2)
+
+
+def _indent(text: str, prefix: str = "  ") -> str:
+    """Every line after the first moved right by `prefix` (the first follows a key)."""
+    return text.replace("\n", "\n" + prefix)
 
 
 def safe_cell(value: Any) -> str:
@@ -144,16 +180,26 @@ def safe_cell(value: Any) -> str:
 
 
 def to_csv(report: dict[str, Any]) -> str:
+    return "".join(iter_csv(report))
+
+
+def iter_csv(report: dict[str, Any]) -> Iterator[str]:
+    """The items as CSV, a row at a time (written as they are read from the database)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(ITEM_FIELDS)
-    for item in report["items"]:
+    for n, item in enumerate(report["items"], start=1):
         writer.writerow([safe_cell(item[name]) for name in ITEM_FIELDS])
-    return buffer.getvalue()
+        if n % 1000 == 0:
+            yield buffer.getvalue()
+            buffer.seek(0)
+            buffer.truncate()
+    yield buffer.getvalue()
 
 
 def render_table(report: dict[str, Any], console: Console) -> None:
     counts = report["counts"]
+    items = list(report["items"])  # the table is built from the attention items only
     console.print(
         Text.assemble(
             ("run ", "bold"), (report["run_id"], "bold"), "  state: ", (report["state"], "bold")
@@ -185,7 +231,7 @@ def render_table(report: dict[str, Any], console: Console) -> None:
     )
     attention = [
         i
-        for i in report["items"]
+        for i in items
         if i["state"] in _ATTENTION or i["pending_kind"] == PendingKind.MAYBE_DELIVERED.value
     ]
     if attention:

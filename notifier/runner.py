@@ -20,7 +20,7 @@ from . import clock
 from .channels import Channel, ChannelError, ErrorKind, Receipt
 from .crash import CrashPlan
 from .reconcile import Finding, ask, query_delay, settle, settle_doubts, settle_items
-from .records import Item, Outcome, PendingKind
+from .records import Counts, Item, Outcome, PendingKind
 from .retry import Action, RetryPolicy
 from .state_machine import FINISHED_RUN_STATES, ItemState, RunState
 from .store import LeaseLost, Store
@@ -70,7 +70,7 @@ class RunResult:
     state: RunState
     stop: Stop
     reason: str
-    counts: dict[str, int]
+    counts: Counts
     paused_until: str | None = None
 
 
@@ -279,13 +279,11 @@ class Runner:
         self.store.move_run(self.run_id, "cancel", self.lease_version, stop_reason=None)
         counts = self.store.counts(self.run_id)
         kinds = list(self.store.pending_kinds(self.run_id).values())
-        never = counts["pending"] - len(kinds)
         return RunResult(
             RunState.CANCELLED,
             Stop.CANCELLED,
-            f"cancelled: {counts['sent']} sent, {counts['unknown']} unknown, "
-            f"{never} never attempted, {kinds.count(PendingKind.RETRY_WAITING)} attempted but "
-            f"not delivered, {counts['failed']} failed",
+            "cancelled: "
+            + counts.summary(counts.pending - len(kinds), kinds.count(PendingKind.RETRY_WAITING)),
             counts,
         )
 
@@ -700,14 +698,9 @@ class Runner:
 
     def _finish(self) -> RunResult:
         counts = self.store.counts(self.run_id)
-        summary = (
-            f"{counts['sent']} sent, {counts['unknown']} unknown, {counts['failed']} failed, "
-            f"{counts['pending'] + counts['in_flight']} pending"
-        )
-        if counts.get("expired"):
-            summary += f", {counts['expired']} expired (past not_after, never sent)"
-        if counts["unknown"]:
-            reason = f"{counts['unknown']} item(s) with unknown outcome"
+        summary = counts.summary()
+        if counts.unknown:
+            reason = f"{counts.unknown} item(s) with unknown outcome"
             self.store.move_run(self.run_id, "pause", self.lease_version, stop_reason=reason)
             return RunResult(RunState.PAUSED, Stop.UNKNOWN_LEFT, summary, counts)
         self.store.move_run(self.run_id, "complete", self.lease_version)

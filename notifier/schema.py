@@ -180,3 +180,63 @@ CREATE TABLE drafts (
 );
 CREATE INDEX drafts_pending ON drafts(run_id, seq) WHERE state = 'pending'
 """
+
+
+@migrations()
+def m004_counts_and_attention_indexes(db: Database) -> None:
+    """Issue 8, point 4: the cost of `status`, `resume`, `cancel` and `runs` depends on the
+    items that need attention, never on the size of the run.
+
+    `run_counts` holds, per run and state, how many items are in it. Triggers on `items` keep
+    it in the same transaction as every state move, whichever code path makes the move, so
+    the counts cannot drift from the rows; existing runs are back-filled here. Inserts are
+    counted by the one function that inserts items (Store._insert_items), once per plan: a
+    trigger firing a million times would add a third to planning a million rows. The partial
+    indexes let every start-up and report query read only the rows it is about (retried,
+    waiting, throttled, in flight, unknown, failed)."""
+    # Separated by blank lines: a trigger's body holds ";" of its own, and SQLite reads a
+    # CREATE TRIGGER as complete only with the ";" after its END.
+    for statement in _M004.split(";\n\n"):
+        if statement.strip():
+            db.execute(statement.strip().rstrip(";") + ";")
+
+
+_M004 = """
+CREATE TABLE run_counts (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    state TEXT NOT NULL,
+    n INTEGER NOT NULL,
+    PRIMARY KEY (run_id, state)
+) WITHOUT ROWID;
+
+INSERT INTO run_counts (run_id, state, n)
+    SELECT run_id, state, COUNT(*) FROM items GROUP BY run_id, state;
+
+CREATE TRIGGER items_count_move AFTER UPDATE OF state ON items
+    WHEN OLD.state IS NOT NEW.state BEGIN
+    UPDATE run_counts SET n = n - 1 WHERE run_id = OLD.run_id AND state = OLD.state;
+    INSERT INTO run_counts (run_id, state, n) VALUES (NEW.run_id, NEW.state, 1)
+        ON CONFLICT (run_id, state) DO UPDATE SET n = n + 1;
+END;
+
+CREATE TRIGGER items_count_delete AFTER DELETE ON items BEGIN
+    UPDATE run_counts SET n = n - 1 WHERE run_id = OLD.run_id AND state = OLD.state;
+END;
+
+CREATE INDEX items_attention ON items(run_id, state, seq)
+    WHERE state IN ('in_flight', 'unknown', 'failed');
+
+CREATE INDEX items_retried ON items(run_id, seq)
+    WHERE state = 'pending' AND attempts > 0;
+
+CREATE INDEX items_waiting ON items(run_id, next_attempt_at)
+    WHERE next_attempt_at IS NOT NULL;
+
+CREATE INDEX items_pending_channel ON items(run_id, channel, next_attempt_at)
+    WHERE state = 'pending';
+
+CREATE INDEX attempts_throttled ON attempts(run_id, seq) WHERE outcome = 'throttled';
+
+CREATE INDEX events_disproof ON events(run_id, item_seq)
+    WHERE kind IN ('not_found', 'mark_not_sent')
+"""

@@ -13,7 +13,7 @@ import os
 import secrets
 import sqlite3
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import replace
 from pathlib import Path
@@ -26,6 +26,7 @@ from .errors import BadInput, NeedsAttention, NotifierError, Refused
 from .records import (
     MAYBE_DELIVERED_OUTCOMES,
     Attempt,
+    Counts,
     Decision,
     Item,
     Outcome,
@@ -46,6 +47,13 @@ from .state_machine import (
 )
 
 _ACTIVE = "state IN ({})".format(", ".join(f"'{s.value}'" for s in ACTIVE_ITEM_STATES))
+# The states someone has to look at; repeating m004's partial index condition word for word
+# lets SQLite use items_attention (it matches a partial index only on the very same terms).
+ATTENTION_STATES = (ItemState.IN_FLIGHT, ItemState.UNKNOWN, ItemState.FAILED)
+_ATTENTION = "state IN ({})".format(", ".join(f"'{s.value}'" for s in ATTENTION_STATES))
+# Events checked for gaps at each end of a run's history when a database is opened.
+_EVENT_WINDOW = 10_000
+_ITEM_COLUMNS = "seq, item_id, channel, target, payload, idempotency_key, intent_digest, not_after"
 _HEADER = b"SQLite format 3\x00"
 # Attempt outcomes after which the item may have reached the recipient.
 _MAYBE_DELIVERED = "'uncertain', 'interrupted'"
@@ -100,11 +108,88 @@ class LeaseHeld(Refused):
         )
 
 
+class PlanStage:
+    """A plan's intents while the CSV streams in, before anything is stored.
+
+    A private scratch database (SQLite makes it a temporary file, deleted when closed), so
+    memory stays flat whatever the size of the batch, and the receipts database is not touched
+    until the whole file has passed: a bad last row leaves it exactly as it was (or absent).
+    It also holds every item id seen, which finds duplicates without a Python set of a
+    million ids. Store.create_run copies its rows in chunks inside its one transaction."""
+
+    CHUNK = 5000
+
+    def __init__(self) -> None:
+        self.conn = sqlite3.connect("", isolation_level=None)
+        # Scratch: nothing here must survive a crash, so no journal and no fsync.
+        self.conn.execute("PRAGMA journal_mode = OFF")
+        self.conn.execute("PRAGMA synchronous = OFF")
+        self.conn.execute(
+            "CREATE TABLE ids (item_id TEXT PRIMARY KEY, line INTEGER NOT NULL) WITHOUT ROWID"
+        )
+        self.conn.execute(
+            "CREATE TABLE items (seq INTEGER PRIMARY KEY, item_id TEXT, channel TEXT, "
+            "target TEXT, payload TEXT, idempotency_key TEXT, intent_digest TEXT, not_after TEXT)"
+        )
+        self.conn.execute("BEGIN")  # one scratch transaction: no commit per chunk
+        self._buffer: list[tuple[Any, ...]] = []
+        self.count = 0
+
+    def first_use(self, item_id: str, line: int) -> int | None:
+        """None the first time `item_id` is seen (it is noted with `line`); after that, the
+        line that used it first."""
+        cursor = self.conn.execute(
+            "INSERT INTO ids (item_id, line) VALUES (?, ?) ON CONFLICT DO NOTHING",
+            (item_id, line),
+        )
+        if cursor.rowcount == 1:
+            return None
+        (first,) = self.conn.execute(
+            "SELECT line FROM ids WHERE item_id = ?", (item_id,)
+        ).fetchone()
+        return int(first)
+
+    def add(
+        self,
+        seq: int,
+        item_id: str,
+        channel: str,
+        target: str,
+        payload: str,
+        key: str,
+        digest: str,
+        not_after: str | None,
+    ) -> None:
+        self._buffer.append((seq, item_id, channel, target, payload, key, digest, not_after))
+        self.count += 1
+        if len(self._buffer) >= self.CHUNK:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._buffer:
+            self.conn.executemany(
+                f"INSERT INTO items ({_ITEM_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                self._buffer,
+            )
+            self._buffer.clear()
+
+    def rows(self) -> Iterator[tuple[Any, ...]]:
+        """Every staged intent in seq order, read a chunk at a time."""
+        self._flush()
+        cursor = self.conn.execute(f"SELECT {_ITEM_COLUMNS} FROM items ORDER BY seq")
+        while chunk := cursor.fetchmany(self.CHUNK):
+            yield from chunk
+
+    def close(self) -> None:
+        self.conn.close()
+
+
 class Store:
     def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
         self.path = path
         self.conn = conn
         self.db = Database(conn)
+        self._indexes: set[str] | None = None  # read once: see _indexed
 
     # ---------------------------------------------------------------- opening
 
@@ -236,28 +321,38 @@ class Store:
         if not self._has_items():
             return
         problems: list[str] = []
+        # Every open pays for these checks, so none walks all the items of a run. With m004,
+        # "every sent item has a receipt" is first compared as two counts (each receipt is
+        # written with its item's move to sent, and only then), and the items are searched
+        # one by one only when the counts disagree.
+        if not self._has_table("run_counts") or self._receipts_disagree_with_sent():
+            for run_id, seq in self.conn.execute(
+                "SELECT i.run_id, i.seq FROM items i WHERE i.state = 'sent' AND NOT EXISTS "
+                "(SELECT 1 FROM receipts r WHERE r.idempotency_key = i.idempotency_key) LIMIT 5"
+            ):
+                problems.append(f"run {run_id} item {seq} is sent but has no receipt")
         for run_id, seq in self.conn.execute(
-            "SELECT i.run_id, i.seq FROM items i WHERE i.state = 'sent' AND NOT EXISTS "
-            "(SELECT 1 FROM receipts r WHERE r.idempotency_key = i.idempotency_key) LIMIT 5"
-        ):
-            problems.append(f"run {run_id} item {seq} is sent but has no receipt")
-        for run_id, seq in self.conn.execute(
-            f"SELECT i.run_id, i.seq FROM items i WHERE {_ACTIVE} AND i.state = 'in_flight' "
+            f"SELECT i.run_id, i.seq FROM items i {self._indexed('items_attention')} "
+            f"WHERE {_ATTENTION} AND i.state = 'in_flight' "
             "AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.run_id = i.run_id "
             "AND a.seq = i.seq AND a.finished_at IS NULL) LIMIT 5"
         ):
             problems.append(f"run {run_id} item {seq} is in flight but has no open attempt")
+        # Driven by the receipts: costs what was sent so far, not the size of the runs.
         for run_id, seq in self.conn.execute(
-            "SELECT i.run_id, i.seq FROM items i JOIN receipts r "
-            "ON r.idempotency_key = i.idempotency_key "
+            "SELECT i.run_id, i.seq FROM receipts r CROSS JOIN items i "
+            "ON i.idempotency_key = r.idempotency_key "
             "WHERE i.state = 'sent' AND r.intent_digest != i.intent_digest LIMIT 5"
         ):
             problems.append(f"run {run_id} item {seq} has a receipt for a different digest")
-        for (run_id,) in self.conn.execute(
-            "SELECT run_id FROM events GROUP BY run_id "
-            "HAVING MIN(seq_no) != 1 OR MAX(seq_no) != COUNT(*) LIMIT 5"
-        ):
-            problems.append(f"run {run_id} has gaps in its event numbers")
+        # Contiguity is checked at the start and the end of each run's events (where a cut
+        # or a lost append shows), at most twice _EVENT_WINDOW index entries per run: counting
+        # every event of a million-item run on each open would cost more than the rest.
+        for (run_id,) in self.conn.execute("SELECT run_id FROM runs"):
+            if not self._events_contiguous(run_id):
+                problems.append(f"run {run_id} has gaps in its event numbers")
+                if len(problems) >= 5:
+                    break
         for (run_id,) in self.conn.execute(
             f"SELECT r.run_id FROM runs r WHERE r.state = 'completed' AND EXISTS "
             f"(SELECT 1 FROM items i WHERE i.run_id = r.run_id AND {_ACTIVE}) LIMIT 5"
@@ -268,6 +363,46 @@ class Store:
                 f"{self.path}: integrity check failed: {'; '.join(problems)}. The file was not "
                 "changed; restore it from a backup or inspect it with sqlite3 before resuming."
             )
+
+    def _events_contiguous(self, run_id: str) -> bool:
+        # Two queries: SQLite reads MIN or MAX alone from the index's edge, both at once not.
+        (low,) = self.conn.execute(
+            "SELECT MIN(seq_no) FROM events WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        (high,) = self.conn.execute(
+            "SELECT MAX(seq_no) FROM events WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        if low is None:
+            return True
+        if low != 1:
+            return False
+        window = min(_EVENT_WINDOW, high)
+        (head,) = self.conn.execute(
+            "SELECT COUNT(*) FROM events WHERE run_id = ? AND seq_no <= ?", (run_id, window)
+        ).fetchone()
+        (tail,) = self.conn.execute(
+            "SELECT COUNT(*) FROM events WHERE run_id = ? AND seq_no > ?",
+            (run_id, high - window),
+        ).fetchone()
+        return bool(head == window and tail == window)
+
+    def _receipts_disagree_with_sent(self) -> bool:
+        (receipts,) = self.conn.execute("SELECT COUNT(*) FROM receipts").fetchone()
+        (sent,) = self.conn.execute(
+            "SELECT COALESCE(SUM(n), 0) FROM run_counts WHERE state = 'sent'"
+        ).fetchone()
+        return bool(receipts != sent)
+
+    def _indexed(self, index: str) -> str:
+        """`INDEXED BY index` when the file has it (a read-only open of a file older than
+        m004 does not): without statistics SQLite may prefer a full index of the run over a
+        partial one of the few rows asked for."""
+        if self._indexes is None:
+            self._indexes = {
+                r[0]
+                for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
+            }
+        return f"INDEXED BY {index}" if index in self._indexes else ""
 
     def _has_items(self) -> bool:
         return bool(
@@ -395,7 +530,7 @@ class Store:
     def create_run(
         self,
         run: dict[str, Any],
-        items: Sequence[dict[str, Any]],
+        items: Sequence[dict[str, Any]] | PlanStage,
         *,
         new_run: bool = False,
         then: str | None = None,
@@ -408,7 +543,10 @@ class Store:
         lock from its first statement (BEGIN IMMEDIATE): two `send`s of one batch cannot both
         pass the check before either inserts, so exactly one plans it and the other gets
         AlreadyPlanned naming the winner (issue 7, point 5). `new_run` skips the check.
-        RunExists: a run with this id is already here."""
+        RunExists: a run with this id is already here.
+
+        `items` is normally the PlanStage the CSV was streamed into: its rows are copied in
+        chunks, so a million intents never sit in memory at once."""
         at = run["created_at"]
         with self._write():
             if not new_run:
@@ -427,21 +565,22 @@ class Store:
                     "updated_at": at,
                 }
             )
-            self._insert_items(items, at)
-            self._event(run["run_id"], "planned", None, {"items": len(items)}, at)
+            n = self._insert_items(run["run_id"], items, at)
+            self._event(run["run_id"], "planned", None, {"items": n}, at)
             if then is not None:
                 self._move_run(run["run_id"], then, at)
 
-    def _insert_items(self, items: Sequence[dict[str, Any]], at: str) -> None:
-        # executemany with a fixed column list: sqlite-utils' insert_all inspects every
-        # value of every row, which is most of the cost of planning 100k rows.
-        self.conn.executemany(
-            "INSERT INTO items (run_id, seq, item_id, channel, target, payload, "
-            "idempotency_key, intent_digest, state, attempts, updated_at, not_after) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?)",
-            (
+    def _insert_items(
+        self, run_id: str, items: Sequence[dict[str, Any]] | PlanStage, at: str
+    ) -> int:
+        """Insert the intents (all `pending`); returns how many. executemany with a fixed
+        column list: sqlite-utils' insert_all inspects every value of every row."""
+        rows: Iterable[tuple[Any, ...]]
+        if isinstance(items, PlanStage):
+            rows = items.rows()
+        else:
+            rows = (
                 (
-                    item["run_id"],
                     item["seq"],
                     item["item_id"],
                     item["channel"],
@@ -449,12 +588,30 @@ class Store:
                     _dump(item["payload"]),
                     item["idempotency_key"],
                     item["intent_digest"],
-                    at,
                     item.get("not_after"),
                 )
                 for item in items
-            ),
+            )
+        counted = 0
+
+        def tagged() -> Iterator[tuple[Any, ...]]:
+            nonlocal counted
+            for row in rows:
+                counted += 1
+                yield (run_id, *row, at)
+
+        self.conn.executemany(
+            f"INSERT INTO items (run_id, {_ITEM_COLUMNS}, state, attempts, updated_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?)",
+            tagged(),
         )
+        # m004's counters: moves are counted by trigger, inserts here (once, not per row).
+        self.conn.execute(
+            "INSERT INTO run_counts (run_id, state, n) VALUES (?, 'pending', ?) "
+            "ON CONFLICT (run_id, state) DO UPDATE SET n = n + excluded.n",
+            (run_id, counted),
+        )
+        return counted
 
     def move_run(
         self, run_id: str, trigger: str, lease_version: int | None = None, **sets: Any
@@ -757,7 +914,7 @@ class Store:
         run_id: str,
         fingerprint: str,
         content_fingerprint: str,
-        items: Sequence[dict[str, Any]],
+        items: Sequence[dict[str, Any]] | PlanStage,
         then: str | None = None,
     ) -> None:
         """The intents computed from the stored drafts and the run's fingerprint, in one
@@ -771,8 +928,8 @@ class Store:
             )
             if cursor.rowcount != 1:
                 raise LostRace(f"run {run_id}: its plan was already frozen")
-            self._insert_items(items, at)
-            self._event(run_id, "frozen", None, {"items": len(items)}, at)
+            n = self._insert_items(run_id, items, at)
+            self._event(run_id, "frozen", None, {"items": n}, at)
             if then is not None:
                 self._move_run(run_id, then, at)
 
@@ -922,13 +1079,21 @@ class Store:
         ).fetchone()
         return row[0], row[1]
 
-    def counts(self, run_id: str) -> dict[str, int]:
-        counts = {s.value: 0 for s in ItemState}
-        for state, n in self.conn.execute(
-            "SELECT state, COUNT(*) FROM items WHERE run_id = ? GROUP BY state", (run_id,)
-        ):
-            counts[state] = n
-        return {"total": sum(counts.values()), **counts}
+    def counts(self, run_id: str) -> Counts:
+        """Items per state, from the counters m004's triggers keep with every move: one
+        indexed read of at most one row per state, whatever the size of the run."""
+        if self._has_table("run_counts"):
+            sql = "SELECT state, n FROM run_counts WHERE run_id = ?"
+        else:  # opened read-only before m004 was applied: count the rows
+            sql = "SELECT state, COUNT(*) FROM items WHERE run_id = ? GROUP BY state"
+        return Counts.of(dict(self.conn.execute(sql, (run_id,)).fetchall()))
+
+    def _has_table(self, name: str) -> bool:
+        return bool(
+            self.conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
+            ).fetchone()
+        )
 
     def items(self, run_id: str, states: Sequence[ItemState] | None = None) -> Iterator[Item]:
         if states is None:
@@ -937,15 +1102,36 @@ class Store:
             )
         else:
             marks = ", ".join("?" * len(states))
-            # Repeating the partial index's own condition lets SQLite use it.
-            active = _ACTIVE if _all_active(states) else "1"
+            # Repeating a partial index's own condition lets SQLite use it: the attention
+            # index for in_flight/unknown/failed (never a walk over a million pending items),
+            # else the active one.
+            indexed = ""
+            if all(s in ATTENTION_STATES for s in states):
+                active, indexed = _ATTENTION, self._indexed("items_attention")
+            elif _all_active(states):
+                active = _ACTIVE
+            else:
+                active = "1"
             cursor = self.conn.execute(
-                f"SELECT * FROM items WHERE run_id = ? AND {active} AND state IN ({marks}) "
+                f"SELECT * FROM items {indexed} WHERE run_id = ? AND {active} "
+                f"AND state IN ({marks}) "
                 "ORDER BY seq",
                 (run_id, *[s.value for s in states]),
             )
         for row in cursor:
             yield item_from_row(row)
+
+    def items_with_receipts(self, run_id: str) -> Iterator[tuple[Item, str | None, str | None]]:
+        """Every item in seq order with its receipt's source and evidence (None without one),
+        read as the caller goes: the full report streams from this cursor."""
+        cursor = self.conn.execute(
+            "SELECT i.*, r.source AS receipt_source, r.evidence AS receipt_evidence "
+            "FROM items i LEFT JOIN receipts r ON r.idempotency_key = i.idempotency_key "
+            "WHERE i.run_id = ? ORDER BY i.seq",
+            (run_id,),
+        )
+        for row in cursor:
+            yield item_from_row(row), row["receipt_source"], row["receipt_evidence"]
 
     def item(self, run_id: str, seq: int) -> Item:
         row = self.conn.execute(
@@ -972,9 +1158,10 @@ class Store:
             if moment > until.get(channel, ""):
                 until[channel] = moment
 
+        # items_waiting and attempts_throttled (m004): only the waiting and throttled rows.
         for channel, moment in self.conn.execute(
-            f"SELECT i.channel, MAX(i.next_attempt_at) FROM items i "
-            f"WHERE i.run_id = ? AND {_ACTIVE} AND i.state = 'pending' "
+            "SELECT i.channel, MAX(i.next_attempt_at) FROM items i "
+            "WHERE i.run_id = ? AND i.state = 'pending' "
             "AND i.next_attempt_at IS NOT NULL AND (SELECT a.outcome FROM attempts a "
             "WHERE a.run_id = i.run_id AND a.seq = i.seq ORDER BY a.n DESC LIMIT 1) "
             "= 'throttled' GROUP BY i.channel",
@@ -985,7 +1172,7 @@ class Store:
             "SELECT i.channel, a.finished_at, a.retry_after_s FROM attempts a "
             "JOIN items i ON i.run_id = a.run_id AND i.seq = a.seq "
             "WHERE a.run_id = ? AND a.outcome = 'throttled' AND a.finished_at IS NOT NULL "
-            "AND a.retry_after_s IS NOT NULL",
+            "AND a.retry_after_s IS NOT NULL ORDER BY a.run_id, a.seq",
             (run_id,),
         ):
             later(channel, clock.iso(clock.later(wait_s, clock.parse(finished_at))))
@@ -997,13 +1184,14 @@ class Store:
         a stop mid-request) may have been delivered unless a later query (`not_found`) or an
         operator (`mark_not_sent`) proved otherwise; a throttled or refused one was not."""
         maybe = ", ".join(f"'{o}'" for o in MAYBE_DELIVERED_OUTCOMES)
+        # Through m004's items_retried and events_disproof: only the retried items, and only
+        # the disproving events of each, are read (never every pending item or every event).
         rows = self.conn.execute(
             "SELECT i.seq, EXISTS (SELECT 1 FROM attempts a WHERE a.run_id = i.run_id "
             f"AND a.seq = i.seq AND a.outcome IN ({maybe}) AND NOT EXISTS (SELECT 1 FROM "
             "events e WHERE e.run_id = i.run_id AND e.item_seq = i.seq "
             "AND e.kind IN ('not_found', 'mark_not_sent') AND e.at >= a.finished_at)) "
-            f"FROM items i WHERE i.run_id = ? AND {_ACTIVE} AND i.state = 'pending' "
-            "AND i.attempts > 0",
+            "FROM items i WHERE i.run_id = ? AND i.state = 'pending' AND i.attempts > 0",
             (run_id,),
         )
         return {
@@ -1013,21 +1201,36 @@ class Store:
 
     def pending_by_channel(self, run_id: str) -> list[tuple[str, str | None]]:
         """Per channel with pending items: the earliest next_attempt_at (None: due now)."""
-        return [
-            (channel, earliest or None)
-            for channel, earliest in self.conn.execute(
-                f"SELECT channel, MIN(COALESCE(next_attempt_at, '')) FROM items "
-                f"WHERE run_id = ? AND {_ACTIVE} AND state = 'pending' GROUP BY channel",
-                (run_id,),
-            )
-        ]
+        indexed = self._indexed("items_pending_channel")
+        if not indexed:  # a file older than m004, opened read-only
+            return [
+                (channel, earliest or None)
+                for channel, earliest in self.conn.execute(
+                    f"SELECT channel, MIN(COALESCE(next_attempt_at, '')) FROM items "
+                    f"WHERE run_id = ? AND {_ACTIVE} AND state = 'pending' GROUP BY channel",
+                    (run_id,),
+                )
+            ]
+        # One index probe per channel of the run (NULL, due now, sorts first), never a walk
+        # over its pending items.
+        found = []
+        for channel in sorted(self.get_run(run_id).channel_snapshot):
+            row = self.conn.execute(
+                f"SELECT next_attempt_at FROM items {indexed} WHERE run_id = ? "
+                "AND state = 'pending' AND channel = ? ORDER BY next_attempt_at LIMIT 1",
+                (run_id, channel),
+            ).fetchone()
+            if row is not None:
+                found.append((channel, row[0] or None))
+        return found
 
     def waiting_for_query(self, run_id: str, due_by: str | None = None) -> list[Item]:
         """Unknown items that wait for their channel's query_delay before a 404 may count
         (next_attempt_at = when to ask again); with `due_by`, only those due by then."""
+        # items_attention (m004) holds the unknown items: never a walk over the pending ones.
         sql = (
-            f"SELECT * FROM items WHERE run_id = ? AND {_ACTIVE} AND state = 'unknown' "
-            "AND next_attempt_at IS NOT NULL"
+            f"SELECT * FROM items {self._indexed('items_attention')} WHERE run_id = ? "
+            f"AND {_ATTENTION} AND state = 'unknown' AND next_attempt_at IS NOT NULL"
         )
         params: list[Any] = [run_id]
         if due_by is not None:
@@ -1056,17 +1259,6 @@ class Store:
                 (run_id,),
             )
         ]
-
-    def receipt_evidence(self, run_id: str) -> dict[int, tuple[str, str | None]]:
-        """seq → (source, evidence) for every receipt of the run."""
-        return {
-            seq: (source, evidence)
-            for seq, source, evidence in self.conn.execute(
-                "SELECT i.seq, r.source, r.evidence FROM receipts r JOIN items i "
-                "ON i.idempotency_key = r.idempotency_key WHERE i.run_id = ?",
-                (run_id,),
-            )
-        }
 
 
 def _check_file_header(path: Path) -> str | None:

@@ -9,7 +9,7 @@ access), undefined variables raise instead of rendering as empty strings (a typo
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,7 @@ from typing import Any
 import jinja2
 from jinja2.sandbox import SandboxedEnvironment
 
-from .batch import CONTROL, BatchError, BatchRow, Problem
+from .batch import CONTROL, BatchError, BatchRow, Problem, Problems
 from .errors import BadInput
 
 
@@ -130,3 +130,16 @@ def render_rows(
     if problems:
         raise BatchError(path, problems)
     return rendered
+
+
+def render_stream(
+    template: Template, rows: Iterable[BatchRow], problems: Problems
+) -> Iterator[BatchRow]:
+    """Each row rendered as it streams past; a row that fails is noted in `problems` (with
+    its line) and left out, and the caller raises BatchError once the stream is done."""
+    for row in rows:
+        result = render_row(template, row)
+        if isinstance(result, Problem):
+            problems.append(result)
+        else:
+            yield result

@@ -106,7 +106,32 @@ def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspace]:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("NOTIFIER_CRASH_AT", raising=False)
     monkeypatch.delenv("NOTIFIER_DB", raising=False)
-    yield Workspace(tmp_path)
+    workspace = Workspace(tmp_path)
+    yield workspace
+    assert_counters_match_items(workspace.db)
+
+
+def assert_counters_match_items(db: Path) -> None:
+    """After every test: m004's per-run counters equal a count of the item rows, whatever
+    moves the test made (so the whole suite checks that no move path skips them)."""
+    if not db.exists():
+        return
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            if not conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'run_counts'"
+            ).fetchone():
+                return
+            kept = set(conn.execute("SELECT run_id, state, n FROM run_counts WHERE n != 0"))
+            counted = set(
+                conn.execute("SELECT run_id, state, COUNT(*) FROM items GROUP BY run_id, state")
+            )
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError:
+        return  # a test that damaged or replaced the file on purpose
+    assert kept == counted, f"run_counts drifted from the items: {kept ^ counted}"
 
 
 def make_rows(n: int, *, start: int = 1) -> list[list[str]]:
