@@ -402,58 +402,14 @@ class Store:
         """Point A for a window: up to `limit` due pending items become in_flight, each with
         an open attempt row, in one transaction. `exclude_seqs`: items the caller still holds
         back (a backoff it times on the monotonic clock)."""
-        at = clock.now_iso()
-        where = f"run_id = ? AND {_ACTIVE} AND state = 'pending' "
-        where += "AND (next_attempt_at IS NULL OR next_attempt_at <= ?)"
-        params: list[Any] = [run_id, at]
-        if exclude_channels:
-            where += " AND channel NOT IN ({})".format(", ".join("?" * len(exclude_channels)))
-            params.extend(exclude_channels)
-        if exclude_seqs:
-            where += " AND seq NOT IN ({})".format(", ".join("?" * len(exclude_seqs)))
-            params.extend(exclude_seqs)
-        claimed: list[Item] = []
-        with self._write(run_id, lease_version):
-            rows = self.conn.execute(
-                f"SELECT * FROM items WHERE {where} ORDER BY seq LIMIT ?", [*params, limit]
-            ).fetchall()
-            for row in rows:
-                item = item_from_row(row)
-                waited = None
-                if item.attempts:
-                    last = self.conn.execute(
-                        "SELECT finished_at FROM attempts WHERE run_id = ? AND seq = ? "
-                        "ORDER BY n DESC LIMIT 1",
-                        (run_id, item.seq),
-                    ).fetchone()
-                    if last and last[0]:
-                        waited = (clock.parse(at) - clock.parse(last[0])).total_seconds()
-                self._move_item(
-                    run_id,
-                    item.seq,
-                    item.state,
-                    "start",
-                    at,
-                    attempts=item.attempts + 1,
-                    next_attempt_at=None,
-                )
-                # n counts attempt rows, not the item's attempts: a released attempt (claimed,
-                # never started) keeps its row but is not counted as an attempt.
-                self.conn.execute(
-                    "INSERT INTO attempts (run_id, seq, n, started_at, waited_s) "
-                    "SELECT ?, ?, COALESCE(MAX(n), 0) + 1, ?, ? FROM attempts "
-                    "WHERE run_id = ? AND seq = ?",
-                    (run_id, item.seq, at, waited, run_id, item.seq),
-                )
-                claimed.append(
-                    replace(
-                        item,
-                        state=ItemState.IN_FLIGHT,
-                        attempts=item.attempts + 1,
-                        next_attempt_at=None,
-                    )
-                )
-        return claimed
+        return self.step(
+            run_id,
+            lease_version,
+            (),
+            limit,
+            exclude_channels=exclude_channels,
+            exclude_seqs=exclude_seqs,
+        )
 
     def record(self, run_id: str, lease_version: int | None, outcomes: Sequence[Outcome]) -> None:
         """Point B for a window: every outcome (receipt, attempt closed, state moved) in one
@@ -464,6 +420,89 @@ class Store:
         with self._write(run_id, lease_version):
             for outcome in outcomes:
                 self._record_one(run_id, outcome, at)
+
+    def step(
+        self,
+        run_id: str,
+        lease_version: int,
+        outcomes: Sequence[Outcome],
+        claim_limit: int,
+        *,
+        exclude_channels: Sequence[str] = (),
+        exclude_seqs: Sequence[int] = (),
+    ) -> list[Item]:
+        """One group commit of the pipeline: point B of every finished send in `outcomes`
+        and point A of up to `claim_limit` newly claimed items, in one transaction (one
+        fsync for all of them). Outcomes are recorded first, so a slot they free can be
+        claimed again in the same commit. Returns the claimed items."""
+        if not outcomes and claim_limit <= 0:
+            return []
+        at = clock.now_iso()
+        with self._write(run_id, lease_version):
+            for outcome in outcomes:
+                self._record_one(run_id, outcome, at)
+            if claim_limit <= 0:
+                return []
+            return self._claim(run_id, at, claim_limit, exclude_channels, exclude_seqs)
+
+    def _claim(
+        self,
+        run_id: str,
+        at: str,
+        limit: int,
+        exclude_channels: Sequence[str],
+        exclude_seqs: Sequence[int],
+    ) -> list[Item]:
+        where = f"run_id = ? AND {_ACTIVE} AND state = 'pending' "
+        where += "AND (next_attempt_at IS NULL OR next_attempt_at <= ?)"
+        params: list[Any] = [run_id, at]
+        if exclude_channels:
+            where += " AND channel NOT IN ({})".format(", ".join("?" * len(exclude_channels)))
+            params.extend(exclude_channels)
+        if exclude_seqs:
+            where += " AND seq NOT IN ({})".format(", ".join("?" * len(exclude_seqs)))
+            params.extend(exclude_seqs)
+        claimed: list[Item] = []
+        rows = self.conn.execute(
+            f"SELECT * FROM items WHERE {where} ORDER BY seq LIMIT ?", [*params, limit]
+        ).fetchall()
+        for row in rows:
+            item = item_from_row(row)
+            waited = None
+            if item.attempts:
+                last = self.conn.execute(
+                    "SELECT finished_at FROM attempts WHERE run_id = ? AND seq = ? "
+                    "ORDER BY n DESC LIMIT 1",
+                    (run_id, item.seq),
+                ).fetchone()
+                if last and last[0]:
+                    waited = (clock.parse(at) - clock.parse(last[0])).total_seconds()
+            self._move_item(
+                run_id,
+                item.seq,
+                item.state,
+                "start",
+                at,
+                attempts=item.attempts + 1,
+                next_attempt_at=None,
+            )
+            # n counts attempt rows, not the item's attempts: a released attempt (claimed,
+            # never started) keeps its row but is not counted as an attempt.
+            self.conn.execute(
+                "INSERT INTO attempts (run_id, seq, n, started_at, waited_s) "
+                "SELECT ?, ?, COALESCE(MAX(n), 0) + 1, ?, ? FROM attempts "
+                "WHERE run_id = ? AND seq = ?",
+                (run_id, item.seq, at, waited, run_id, item.seq),
+            )
+            claimed.append(
+                replace(
+                    item,
+                    state=ItemState.IN_FLIGHT,
+                    attempts=item.attempts + 1,
+                    next_attempt_at=None,
+                )
+            )
+        return claimed
 
     def _record_one(self, run_id: str, o: Outcome, at: str) -> None:
         if o.attempt_outcome is not None:
