@@ -155,6 +155,11 @@ def _finish(ctx: click.Context, run_id: str, result: RunResult) -> None:
     show_default=True,
     help="Longest Retry-After to wait out, in seconds; longer pauses the run.",
 )
+@click.option(
+    "--rate",
+    type=click.FloatRange(0, min_open=True),
+    help="Most sends per second on each channel (overrides a channel's `rate`).",
+)
 @click.pass_context
 def send(
     ctx: click.Context,
@@ -165,6 +170,7 @@ def send(
     dry_run: bool,
     new_run: bool,
     max_wait: float,
+    rate: float | None,
 ) -> None:
     """Validate BATCH.csv, store every intent, then send each notification durably."""
     env = _env(ctx)
@@ -178,7 +184,12 @@ def send(
         for run in checked.existing:
             click.echo(f"already planned as run {run.run_id} ({run.state.value}).")
         return
-    options = {"concurrency": concurrency, "max_wait": max_wait}
+    # Kept with the run, so `resume` sends at the same pace unless told otherwise.
+    options: dict[str, float | None] = {
+        "concurrency": concurrency,
+        "max_wait": max_wait,
+        "rate": rate,
+    }
     store = app.store_plan(env, plan, batch, options, new_run)
     try:
         click.echo(f"planned run {plan.run_id}: {len(plan.items)} notifications ({per_channel})")
@@ -186,7 +197,7 @@ def send(
         run = store.get_run(plan.run_id)
         with _progress(len(plan.items)) as advance:
             result = app.work_run(
-                env, store, run, RunOptions(concurrency, max_wait), advance=advance
+                env, store, run, RunOptions(concurrency, max_wait, rate=rate), advance=advance
             )
     finally:
         store.close()
@@ -197,9 +208,18 @@ def send(
 @click.argument("run_id", required=False)
 @click.option("--concurrency", type=click.IntRange(1, 64), help="Override the run's window size.")
 @click.option("--max-wait", type=click.FloatRange(0), help="Override the run's --max-wait.")
+@click.option(
+    "--rate",
+    type=click.FloatRange(0, min_open=True),
+    help="Override the run's --rate (sends per second on each channel).",
+)
 @click.pass_context
 def resume(
-    ctx: click.Context, run_id: str | None, concurrency: int | None, max_wait: float | None
+    ctx: click.Context,
+    run_id: str | None,
+    concurrency: int | None,
+    max_wait: float | None,
+    rate: float | None,
 ) -> None:
     """Settle every in-flight item by asking the downstream, then continue in order."""
     env = _env(ctx)
@@ -219,6 +239,7 @@ def resume(
         options = RunOptions(
             concurrency or int(run.options.get("concurrency", 1)),
             max_wait if max_wait is not None else float(run.options.get("max_wait", 600)),
+            rate=rate or _stored_rate(run.options),
         )
         remaining = counts["pending"] + counts["in_flight"] + counts["unknown"]
         with _progress(remaining) as advance:
@@ -226,6 +247,11 @@ def resume(
     finally:
         store.close()
     _finish(ctx, run.run_id, result)
+
+
+def _stored_rate(options: dict[str, Any]) -> float | None:
+    rate = options.get("rate")
+    return float(rate) if rate else None
 
 
 @cli.command()

@@ -16,7 +16,7 @@ from ..intent import Intent
 from . import options as o
 from .base import ChannelError, ErrorKind, Receipt
 
-SCHEMA = o.Schema({"dir": o.Option("str", default="outbox")})
+SCHEMA = o.Schema({"dir": o.Option("str", default="outbox"), "rate": o.RATE})
 
 
 class OutboxChannel:
