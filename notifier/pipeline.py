@@ -18,6 +18,11 @@ from .records import Item
 
 R = TypeVar("R")
 POLL_S = 0.2
+# After the first finished send, how long the committer lets others finish before it takes
+# them all into one commit. Measured at concurrency 16 against a 0 ms receiver: about 1/3
+# less CPU per item and more items/s (fewer commits, and the senders get the GIL while it
+# sleeps); at 20 ms it also helps. Each outcome still goes into the very next commit.
+GATHER_S = 0.001
 
 
 class Senders(Generic[R]):
@@ -47,6 +52,8 @@ class Senders(Generic[R]):
         try:
             if timeout is not None and timeout > 0:
                 done.append(self._done.get(timeout=timeout))
+                if self._threads:
+                    time.sleep(GATHER_S)
             while True:
                 done.append(self._done.get_nowait())
         except queue.Empty:
