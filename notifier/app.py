@@ -235,6 +235,9 @@ def work_run(
             say=env.say,
             advance=advance,
             lease_valid=lease.surely_valid,
+            channel_rates={
+                name: definition.get("rate") for name, definition in run.channel_snapshot.items()
+            },
         )
         return runner.run()
 

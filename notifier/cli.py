@@ -242,6 +242,11 @@ def _report_draft_failures(store: Store, run: Run) -> int:
     show_default=True,
     help="Longest Retry-After to wait out, in seconds; longer pauses the run.",
 )
+@click.option(
+    "--rate",
+    type=click.FloatRange(0, min_open=True),
+    help="Most sends per second on each channel (overrides a channel's `rate`).",
+)
 @click.pass_context
 def send(
     ctx: click.Context,
@@ -257,13 +262,15 @@ def send(
     not_after_text: str | None,
     compose_path: Path | None,
     model: str,
+    rate: float | None,
 ) -> None:
     """Validate BATCH.csv, store every intent, then send each notification durably."""
     env = _env(ctx)
     crash.from_env()  # a mistyped NOTIFIER_CRASH_AT is a usage error before anything is stored
     template = load_template(template_path) if template_path is not None else None
     not_after = _deadline_option(not_after_text)
-    options: dict[str, object] = {"concurrency": concurrency, "max_wait": max_wait}
+    # Kept with the run, so `resume` sends at the same pace unless told otherwise.
+    options: dict[str, object] = {"concurrency": concurrency, "max_wait": max_wait, "rate": rate}
     if require_approval:
         options["require_approval"] = True
     if compose_path is not None:
@@ -305,7 +312,7 @@ def send(
             return
         with _progress(plan.count) as advance:
             result = app.work_run(
-                env, store, run, RunOptions(concurrency, max_wait), advance=advance
+                env, store, run, RunOptions(concurrency, max_wait, rate=rate), advance=advance
             )
     finally:
         store.close()
@@ -361,7 +368,12 @@ def _send_compose(
 
 
 def _run_options(options: dict[str, object]) -> RunOptions:
-    return RunOptions(int(str(options["concurrency"])), float(str(options["max_wait"])))
+    rate = options.get("rate")
+    return RunOptions(
+        int(str(options["concurrency"])),
+        float(str(options["max_wait"])),
+        rate=float(str(rate)) if rate is not None else None,
+    )
 
 
 def _deadline_option(text: str | None) -> datetime | None:
@@ -412,9 +424,18 @@ def approve(ctx: click.Context, run_id: str | None, fingerprint: str, expires_in
 @click.argument("run_id", required=False)
 @click.option("--concurrency", type=click.IntRange(1, 64), help="Override the run's window size.")
 @click.option("--max-wait", type=click.FloatRange(0), help="Override the run's --max-wait.")
+@click.option(
+    "--rate",
+    type=click.FloatRange(0, min_open=True),
+    help="Override the run's --rate (sends per second on each channel).",
+)
 @click.pass_context
 def resume(
-    ctx: click.Context, run_id: str | None, concurrency: int | None, max_wait: float | None
+    ctx: click.Context,
+    run_id: str | None,
+    concurrency: int | None,
+    max_wait: float | None,
+    rate: float | None,
 ) -> None:
     """Settle every in-flight item by asking the downstream, then continue in order."""
     env = _env(ctx)
@@ -446,6 +467,7 @@ def resume(
         options = RunOptions(
             concurrency or int(run.options.get("concurrency", 1)),
             max_wait if max_wait is not None else float(run.options.get("max_wait", 600)),
+            rate=rate or _stored_rate(run.options),
         )
         remaining = counts.unfinished
         with _progress(remaining) as advance:
@@ -453,6 +475,11 @@ def resume(
     finally:
         store.close()
     _finish(ctx, run.run_id, result, failures)
+
+
+def _stored_rate(options: dict[str, Any]) -> float | None:
+    rate = options.get("rate")
+    return float(rate) if rate else None
 
 
 @cli.command()

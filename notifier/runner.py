@@ -1,8 +1,10 @@
-"""The send loop: settle what was in flight, then window after window of
+"""The send loop: settle what was in flight, then a continuous pipeline of
 point A (intents + attempts durable) → send → point B (outcomes durable).
 
-W = 1 is the strict sequential protocol. With W > 1 the window's sends run on a thread
-pool, but every claim and every record is still one transaction in this thread.
+Up to N sends are in flight at once on N sender threads (pipeline.py); this thread is the
+only one that writes, and each of its transactions records the outcomes that came back and
+claims their replacements together (a group commit). N = 1 sends in this thread: the strict
+sequential protocol.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -19,6 +20,7 @@ from enum import StrEnum
 from . import clock
 from .channels import Channel, ChannelError, ErrorKind, Receipt
 from .crash import CrashPlan
+from .pipeline import Senders, TokenBucket
 from .reconcile import Finding, ask, query_delay, settle, settle_doubts, settle_items
 from .records import Counts, Item, Outcome, PendingKind
 from .retry import Action, RetryPolicy
@@ -36,6 +38,7 @@ class RunOptions:
     concurrency: int = 1
     max_wait_s: float = 600.0
     unknown_streak_limit: int = 5
+    rate: float | None = None  # --rate: sends per second per channel (over its own `rate`)
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,9 @@ class NotStarted:
 
 # What one send slot produced: an answer, an error, or no request at all.
 Sent = Receipt | ChannelError | NotStarted
+# A send slot's result with the moment it came (wall clock, monotonic); None: not sent,
+# this worker could not prove it still held the run.
+Slot = tuple[Sent | None, datetime, float]
 
 
 class Stop(StrEnum):
@@ -103,6 +109,7 @@ class Runner:
         say: Callable[[str], None] = print,
         advance: Callable[[int], None] = lambda n: None,
         lease_valid: Callable[[], bool] = lambda: True,
+        channel_rates: Mapping[str, float | None] | None = None,
     ) -> None:
         self.store = store
         self.run_id = run_id
@@ -121,13 +128,20 @@ class Runner:
             for name, channel in channels.items()
             if not getattr(channel, "thread_safe", False)
         }
-        # The send threads read the cancel flag through the runner's one connection.
+        # One token bucket per rate-limited channel, shared by all its senders: --rate for
+        # the run, else the channel's own `rate`.
+        rates = channel_rates or {}
+        self._buckets = {
+            name: TokenBucket(rate)
+            for name in channels
+            if (rate := options.rate or rates.get(name))
+        }
+        # The send threads read the cancel flag through a connection of their own (this
+        # thread's is busy committing while they send), one at a time.
         self._flags_lock = threading.Lock()
-        self._pool = (
-            ThreadPoolExecutor(options.concurrency, thread_name_prefix="send")
-            if options.concurrency > 1
-            else None
-        )
+        self._flags_store = store.secondary() if options.concurrency > 1 else store
+        self._senders: Senders[Slot] = Senders(options.concurrency, self._send_one)
+        self._revisit_at = 0.0  # when to look again for query_delay revisits that came due
 
     # ------------------------------------------------------------------ top level
 
@@ -135,8 +149,9 @@ class Runner:
         try:
             return self._run()
         finally:
-            if self._pool is not None:
-                self._pool.shutdown(wait=True)
+            self._senders.close()
+            if self._flags_store is not self.store:
+                self._flags_store.close()
 
     def _run(self) -> RunResult:
         run = self.store.get_run(self.run_id)
@@ -161,33 +176,7 @@ class Runner:
         halted = self._settle_first()
         if halted is not None:
             return halted
-        while True:
-            stop = self._stop_requested()
-            if stop is not None:
-                return stop
-            halted = self._settle_waiting()
-            if halted is not None:
-                return halted
-            self._expire_due()
-            gated = self._closed_gates()
-            window = self.store.claim(
-                self.run_id,
-                self.lease_version,
-                self.options.concurrency,
-                exclude_channels=gated,
-                exclude_seqs=self._held(),
-            )
-            if not window:
-                wake = self._next_wake()
-                if wake is None:
-                    return self._finish()
-                if wake - time.monotonic() > self.options.max_wait_s:
-                    return self._pause_until(wake)
-                self._sleep_until(wake)
-                continue
-            self._work(window)
-            if self.p.halt is not None:
-                return self._halt(*self.p.halt)
+        return self._pipeline()
 
     def _settle_first(self) -> RunResult | None:
         """Nothing new starts until every item whose outcome is open has been settled."""
@@ -206,11 +195,12 @@ class Runner:
                 )
         return None
 
-    def _settle_waiting(self) -> RunResult | None:
-        """Ask again about unknown items whose query_delay has passed (a 404 now counts)."""
+    def _settle_waiting(self) -> None:
+        """Ask again about unknown items whose query_delay has passed (a 404 now counts). A
+        conflict halts the run once nothing is in flight."""
         due = self.store.waiting_for_query(self.run_id, due_by=clock.now_iso())
         if not due:
-            return None
+            return
         settlements = settle_items(
             self.store,
             self.run_id,
@@ -223,13 +213,10 @@ class Runner:
         for s in settlements:
             if s.outcome is None:
                 continue
-            if s.outcome.trigger == "conflict":
-                return self._halt(
-                    Stop.CONFLICT, f"conflict on item {s.item.seq}: {s.outcome.error}"
-                )
+            if s.outcome.trigger == "conflict" and self.p.halt is None:
+                self.p.halt = (Stop.CONFLICT, f"conflict on item {s.item.seq}: {s.outcome.error}")
             if s.outcome.trigger in ("found", "undecided", "give_up"):
                 self.p.advance(1)
-        return None
 
     def _retry_or_give_up(self, item: Item, outcome: Outcome) -> Outcome:
         """A waiting item proven undelivered is sent again like any retry: after the
@@ -287,7 +274,7 @@ class Runner:
             counts,
         )
 
-    # ------------------------------------------------------------------ one window
+    # ------------------------------------------------------------------ the pipeline
 
     def _expire_due(self) -> None:
         expired = self.store.expire_due(self.run_id, self.lease_version)
@@ -296,6 +283,16 @@ class Runner:
             shown = ", ".join(str(seq) for seq in expired[:10])
             more = f" and {len(expired) - 10} more" if len(expired) > 10 else ""
             self.p.say(f"expired (past not_after, never sent): item {shown}{more}")
+
+    def _drop_stale(self, claimed: list[Item]) -> list[Item]:
+        """The claimed items still within their deadline; the others are recorded as not sent
+        (or unknown, see `_stale`) at once, never handed to a sender."""
+        fresh, stale = self._stale(claimed)
+        if stale:
+            self.store.record(self.run_id, self.lease_version, stale)
+            for outcome in stale:
+                self._after(outcome)
+        return fresh
 
     def _stale(self, window: list[Item]) -> tuple[list[Item], list[Outcome]]:
         """Claimed items whose deadline passed are not sent. One never possibly delivered
@@ -329,19 +326,57 @@ class Runner:
             )
         return fresh, outcomes
 
-    def _work(self, window: list[Item]) -> None:
-        window, stale = self._stale(window)
-        if stale:
-            self.store.record(self.run_id, self.lease_version, stale)
-            for outcome in stale:
-                self._after(outcome)
-        if not window:
-            return
-        seqs = [item.seq for item in window]
-        if self.crash:
-            self.crash.at("after-intent", seqs)
-        results = self._send_all(window)
-        if self.crash:
+    def _pipeline(self) -> RunResult:
+        """Keep up to N sends in flight. Each turn takes the finished sends (waiting for one
+        only when no slot is free or nothing more may start now), judges them, records their
+        outcomes and claims replacements in ONE transaction, and only then hands the new
+        items to the senders: no send starts before its point A is committed, and no outcome
+        waits for more than the next commit."""
+        size = self.options.concurrency
+        inflight: dict[int, Item] = {}
+        starved = False  # the last claim found nothing more that may start now
+        while True:
+            draining = self.p.halt is not None or self._stopping()
+            if not inflight:
+                # Every ending happens with nothing in flight, exactly as between two windows.
+                if self.p.halt is not None:
+                    return self._halt(*self.p.halt)
+                if draining:
+                    stop = self._stop_requested()
+                    if stop is not None:
+                        return stop
+                    continue
+            self._revisit(idle=not inflight)
+            if self.p.halt is not None:
+                continue
+            if not inflight and starved:
+                wake = self._next_wake()
+                if wake is None:
+                    return self._finish()
+                if wake - time.monotonic() > self.options.max_wait_s:
+                    return self._pause_until(wake)
+                self._sleep_until(wake)
+                starved = False
+                continue
+            wait = bool(inflight) and (len(inflight) >= size or starved or draining)
+            done = self._senders.results(self._poll_timeout() if wait else None)
+            for item, _ in done:
+                del inflight[item.seq]
+            free = size - len(inflight)
+            if draining or (size == 1 and done):
+                # N = 1 is the sequential protocol to the letter: point B of an item is its
+                # own commit, before the next item's point A.
+                free = 0
+            claimed = self._commit(done, free)
+            starved = free > 0 and len(claimed) < free
+            for item in self._drop_stale(claimed):
+                inflight[item.seq] = item
+                self._senders.submit(item)
+
+    def _commit(self, done: list[tuple[Item, Slot]], free: int) -> list[Item]:
+        """Point B of the finished sends and point A of up to `free` new items, one commit."""
+        seqs = [item.seq for item, _ in done]
+        if self.crash and seqs:
             self.crash.at("after-send", seqs)
         outcomes = [
             replace(
@@ -349,12 +384,20 @@ class Runner:
                 expected=ItemState.IN_FLIGHT,
                 finished_at=clock.iso(at),
             )
-            for item, (result, at, mono) in zip(window, results, strict=True)
+            for item, (result, at, mono) in done
             if result is not None
         ]
-        self.store.record(self.run_id, self.lease_version, outcomes)
-        held_back = [item.seq for item, (result, _, _) in zip(window, results, strict=True)
-                     if result is None]  # fmt: skip
+        held_back = [item.seq for item, (result, _, _) in done if result is None]
+        if held_back or self._would_halt(outcomes):
+            free = 0  # nothing new starts in a run about to stop
+        claimed = self.store.step(
+            self.run_id,
+            self.lease_version,
+            outcomes,
+            free,
+            exclude_channels=self._closed_gates(),
+            exclude_seqs=self._held(),
+        )
         if held_back:
             # Not sent, not recorded: left in flight for whoever holds the run to settle by
             # query (nothing left, so it is sent then, once, with the same key).
@@ -364,38 +407,88 @@ class Runner:
                 f"{', '.join(map(str, held_back))} were not sent; `notifier resume "
                 f"{self.run_id}` settles them"
             )
-        if self.crash:
+        if self.crash and seqs:
             self.crash.at("after-receipt", seqs)
         for outcome in outcomes:
             self._after(outcome)
+        if self.crash and claimed:
+            self.crash.at("after-intent", [item.seq for item in claimed])
+        return claimed
 
-    def _send_all(self, window: list[Item]) -> list[tuple[Sent | None, datetime, float]]:
-        if self._pool is None or len(window) == 1:
-            return [self._send_one(item) for item in window]
-        return list(self._pool.map(self._send_one, window))
+    def _revisit(self, *, idle: bool) -> None:
+        """`_settle_waiting` whenever nothing is in flight, else at most every POLL_S: a
+        stream of sends must not postpone the query_delay revisits, nor pay a query each."""
+        if idle or time.monotonic() >= self._revisit_at:
+            self._settle_waiting()
+            self._expire_due()
+            self._revisit_at = time.monotonic() + POLL_S
+
+    def _stopping(self) -> bool:
+        """Whether to stop starting sends (Ctrl-C, a cancel); the ending itself waits until
+        nothing is in flight. A lost lease ends at once: nothing more can be recorded."""
+        if self.lease_lost.is_set():
+            raise LeaseLost(f"run {self.run_id}: another process took over this run")
+        if self.interrupted.is_set():
+            return True
+        cancel_requested_at, version = self.store.run_flags(self.run_id)
+        if version != self.lease_version:
+            raise LeaseLost(f"run {self.run_id}: another process took over this run")
+        return cancel_requested_at is not None
+
+    def _would_halt(self, outcomes: list[Outcome]) -> bool:
+        """Whether recording `outcomes` halts the run (`_after`'s rules, read ahead)."""
+        if self.p.halt is not None:
+            return True
+        streak = self.p.unknown_streak
+        for outcome in outcomes:
+            if outcome.trigger == "conflict":
+                return True
+            streak = _next_streak(streak, outcome)
+            if streak >= self.options.unknown_streak_limit:
+                return True
+        return False
+
+    def _poll_timeout(self) -> float:
+        """How long to wait for a finished send: until a gate or hold may open, at most
+        POLL_S (so a cancel or Ctrl-C is seen soon)."""
+        now = time.monotonic()
+        opens = [t for t in (*self.p.gates.values(), *self.p.holds.values()) if t > now]
+        return max(0.001, min([POLL_S, *(t - now for t in opens)]))
 
     def _may_start(self, item: Item) -> str | None:
         """Why `item` must not start now, or None. Called inside the channel lock right before
         the send, so an item queued behind a slow request is checked at the moment it would
-        start, not when its window was claimed."""
+        start, not when it was claimed."""
         with self._flags_lock:
-            cancel_requested_at, _ = self.store.run_flags(self.run_id)
+            cancel_requested_at, _ = self._flags_store.run_flags(self.run_id)
         if cancel_requested_at:
             return f"cancel requested at {cancel_requested_at}"
         return None
 
-    def _send_one(self, item: Item) -> tuple[Sent | None, datetime, float]:
+    def _send_stopped(self) -> bool:
+        """Stop waiting for a --rate token: interrupted, lease lost or cancel requested."""
+        if self.interrupted.is_set() or self.lease_lost.is_set():
+            return True
+        with self._flags_lock:
+            return self._flags_store.run_flags(self.run_id)[0] is not None
+
+    def _send_one(self, item: Item) -> Slot:
         """The result and the moment it arrived, on the wall clock (to record) and on the
         monotonic clock (to wait): waits (Retry-After) count from then. None: not sent at
         all, because this worker can no longer prove the run is its own."""
         result: Sent
         try:
             with self._locks.get(item.channel) or nullcontext():
+                bucket = self._buckets.get(item.channel)
+                token = bucket is None or bucket.take(self._send_stopped)
                 # Both checks at the moment the request would start, after any wait for the
-                # channel's lock: the lease is still surely ours, and no cancel was seen.
+                # channel's lock or a --rate token: the lease is still surely ours, and no
+                # cancel was seen.
                 if not self._lease_allows_send():
                     return None, clock.now(), time.monotonic()
                 reason = self._may_start(item)
+                if reason is None and not token:
+                    reason = "interrupted while waiting for the channel's --rate"
                 if reason is not None:
                     return NotStarted(reason), clock.now(), time.monotonic()
                 result = self.channels[item.channel].send(item.intent())
@@ -609,10 +702,8 @@ class Runner:
             return
         if outcome.trigger in ("ack", "found", "give_up", "conflict", "lose"):
             self.p.advance(1)
-        if outcome.trigger in ("ack", "found"):
-            self.p.unknown_streak = 0
-        elif outcome.trigger == "lose":
-            self.p.unknown_streak += 1
+        self.p.unknown_streak = _next_streak(self.p.unknown_streak, outcome)
+        if outcome.trigger == "lose":
             self.p.say(f"item {outcome.seq}: unknown — {outcome.error}")
             if self.p.unknown_streak >= self.options.unknown_streak_limit and self.p.halt is None:
                 self.p.halt = (
@@ -705,6 +796,15 @@ class Runner:
             return RunResult(RunState.PAUSED, Stop.UNKNOWN_LEFT, summary, counts)
         self.store.move_run(self.run_id, "complete", self.lease_version)
         return RunResult(RunState.COMPLETED, Stop.COMPLETED, f"completed: {summary}", counts)
+
+
+def _next_streak(streak: int, outcome: Outcome) -> int:
+    """Unknown outcomes in a row after `outcome` (a query_delay wait is not one)."""
+    if outcome.trigger in ("ack", "found"):
+        return 0
+    if outcome.trigger == "lose" and outcome.next_attempt_at is None:
+        return streak + 1
+    return streak
 
 
 def _seconds_until(moment: datetime) -> float:

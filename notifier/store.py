@@ -667,58 +667,14 @@ class Store:
         """Point A for a window: up to `limit` due pending items become in_flight, each with
         an open attempt row, in one transaction. `exclude_seqs`: items the caller still holds
         back (a backoff it times on the monotonic clock)."""
-        at = clock.now_iso()
-        where = f"run_id = ? AND {_ACTIVE} AND state = 'pending' "
-        where += "AND (next_attempt_at IS NULL OR next_attempt_at <= ?)"
-        params: list[Any] = [run_id, at]
-        if exclude_channels:
-            where += " AND channel NOT IN ({})".format(", ".join("?" * len(exclude_channels)))
-            params.extend(exclude_channels)
-        if exclude_seqs:
-            where += " AND seq NOT IN ({})".format(", ".join("?" * len(exclude_seqs)))
-            params.extend(exclude_seqs)
-        claimed: list[Item] = []
-        with self._write(run_id, lease_version):
-            rows = self.conn.execute(
-                f"SELECT * FROM items WHERE {where} ORDER BY seq LIMIT ?", [*params, limit]
-            ).fetchall()
-            for row in rows:
-                item = item_from_row(row)
-                waited = None
-                if item.attempts:
-                    last = self.conn.execute(
-                        "SELECT finished_at FROM attempts WHERE run_id = ? AND seq = ? "
-                        "ORDER BY n DESC LIMIT 1",
-                        (run_id, item.seq),
-                    ).fetchone()
-                    if last and last[0]:
-                        waited = (clock.parse(at) - clock.parse(last[0])).total_seconds()
-                self._move_item(
-                    run_id,
-                    item.seq,
-                    item.state,
-                    "start",
-                    at,
-                    attempts=item.attempts + 1,
-                    next_attempt_at=None,
-                )
-                # n counts attempt rows, not the item's attempts: a released attempt (claimed,
-                # never started) keeps its row but is not counted as an attempt.
-                self.conn.execute(
-                    "INSERT INTO attempts (run_id, seq, n, started_at, waited_s) "
-                    "SELECT ?, ?, COALESCE(MAX(n), 0) + 1, ?, ? FROM attempts "
-                    "WHERE run_id = ? AND seq = ?",
-                    (run_id, item.seq, at, waited, run_id, item.seq),
-                )
-                claimed.append(
-                    replace(
-                        item,
-                        state=ItemState.IN_FLIGHT,
-                        attempts=item.attempts + 1,
-                        next_attempt_at=None,
-                    )
-                )
-        return claimed
+        return self.step(
+            run_id,
+            lease_version,
+            (),
+            limit,
+            exclude_channels=exclude_channels,
+            exclude_seqs=exclude_seqs,
+        )
 
     def record(self, run_id: str, lease_version: int | None, outcomes: Sequence[Outcome]) -> None:
         """Point B for a window: every outcome (receipt, attempt closed, state moved) in one
@@ -729,6 +685,153 @@ class Store:
         with self._write(run_id, lease_version):
             for outcome in outcomes:
                 self._record_one(run_id, outcome, at)
+
+    def step(
+        self,
+        run_id: str,
+        lease_version: int,
+        outcomes: Sequence[Outcome],
+        claim_limit: int,
+        *,
+        exclude_channels: Sequence[str] = (),
+        exclude_seqs: Sequence[int] = (),
+    ) -> list[Item]:
+        """One group commit of the pipeline: point B of every finished send in `outcomes`
+        and point A of up to `claim_limit` newly claimed items, in one transaction (one
+        fsync for all of them). Outcomes are recorded first, so a slot they free can be
+        claimed again in the same commit. Returns the claimed items."""
+        if not outcomes and claim_limit <= 0:
+            return []
+        at = clock.now_iso()
+        with self._write(run_id, lease_version):
+            acks = [o for o in outcomes if _plain_ack(o)]
+            for outcome in outcomes:
+                if not _plain_ack(outcome):
+                    self._record_one(run_id, outcome, at)
+            self._record_acks(run_id, acks, at)
+            if claim_limit <= 0:
+                return []
+            return self._claim(run_id, at, claim_limit, exclude_channels, exclude_seqs)
+
+    def _record_acks(self, run_id: str, acks: Sequence[Outcome], at: str) -> None:
+        """`_record_one` for many answered sends at once, in four statements instead of four
+        per item: with senders on other threads, every statement is one more wait for the
+        GIL, and the committer's turn is what a freed slot waits for. Same rows, same
+        conditional move (in_flight → sent, all or none)."""
+        if not acks:
+            return
+        values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(acks))
+        params: list[Any] = []
+        for o in acks:
+            params += [o.seq, o.finished_at or at, o.attempt_outcome, o.http_status, o.error,
+                       o.retry_after_s, o.receipt_id, o.receipt_source, o.evidence]  # fmt: skip
+        self.conn.execute(
+            "UPDATE attempts SET finished_at = v.column2, outcome = v.column3, "
+            "http_status = v.column4, error = v.column5, retry_after_s = v.column6 "
+            f"FROM (VALUES {values}) AS v WHERE attempts.run_id = ? AND attempts.seq = v.column1 "
+            "AND attempts.finished_at IS NULL",
+            [*params, run_id],
+        )
+        self.conn.execute(
+            "INSERT INTO receipts (idempotency_key, intent_digest, receipt_id, source, evidence, "
+            "recorded_at) SELECT i.idempotency_key, i.intent_digest, v.column7, v.column8, "
+            f"v.column9, ? FROM (VALUES {values}) AS v JOIN items AS i "
+            "ON i.run_id = ? AND i.seq = v.column1",
+            [at, *params, run_id],
+        )
+        current = ItemState.IN_FLIGHT
+        target = item_next("ack", current)
+        cursor = self.conn.execute(
+            "UPDATE items SET state = ?, updated_at = ?, next_attempt_at = NULL, "
+            "last_error = v.column5, receipt_id = v.column7 "
+            f"FROM (VALUES {values}) AS v WHERE items.run_id = ? AND items.seq = v.column1 "
+            "AND items.state = ?",
+            [target.value, at, *params, run_id, current.value],
+        )
+        if cursor.rowcount != len(acks):
+            raise LostRace(f"run {run_id}: expected {len(acks)} items in_flight for ack")
+        detail = {"from": current.value, "to": target.value}
+        self._events(run_id, "ack", [o.seq for o in acks], detail, at)
+
+    def _events(self, run_id: str, kind: str, seqs: Sequence[int], detail: Any, at: str) -> None:
+        """`_event` for several items at once (one statement, consecutive seq_no)."""
+        (last,) = self.conn.execute(
+            "SELECT COALESCE(MAX(seq_no), 0) FROM events WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        dumped = _dump(detail)
+        params: list[Any] = []
+        for i, seq in enumerate(seqs, start=1):
+            params += [run_id, last + i, at, kind, seq, dumped]
+        self.conn.execute(
+            "INSERT INTO events (run_id, seq_no, at, kind, item_seq, detail) VALUES "
+            + ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(seqs)),
+            params,
+        )
+
+    def _claim(
+        self,
+        run_id: str,
+        at: str,
+        limit: int,
+        exclude_channels: Sequence[str],
+        exclude_seqs: Sequence[int],
+    ) -> list[Item]:
+        where = f"run_id = ? AND {_ACTIVE} AND state = 'pending' "
+        where += "AND (next_attempt_at IS NULL OR next_attempt_at <= ?)"
+        params: list[Any] = [run_id, at]
+        if exclude_channels:
+            where += " AND channel NOT IN ({})".format(", ".join("?" * len(exclude_channels)))
+            params.extend(exclude_channels)
+        if exclude_seqs:
+            where += " AND seq NOT IN ({})".format(", ".join("?" * len(exclude_seqs)))
+            params.extend(exclude_seqs)
+        rows = self.conn.execute(
+            f"SELECT * FROM items WHERE {where} ORDER BY seq LIMIT ?", [*params, limit]
+        ).fetchall()
+        if not rows:
+            return []
+        items = [item_from_row(row) for row in rows]
+        waited: list[float | None] = []
+        for item in items:
+            last = None
+            if item.attempts:
+                last = self.conn.execute(
+                    "SELECT finished_at FROM attempts WHERE run_id = ? AND seq = ? "
+                    "ORDER BY n DESC LIMIT 1",
+                    (run_id, item.seq),
+                ).fetchone()
+            seconds = None
+            if last and last[0]:
+                seconds = (clock.parse(at) - clock.parse(last[0])).total_seconds()
+            waited.append(seconds)
+        # The claim as set-based statements (see _record_acks): every row was read pending
+        # in this transaction, and the move is still conditional on it.
+        current = ItemState.PENDING
+        target = item_next("start", current)
+        seqs = [item.seq for item in items]
+        marks = ", ".join("?" * len(seqs))
+        cursor = self.conn.execute(
+            "UPDATE items SET state = ?, updated_at = ?, attempts = attempts + 1, "
+            f"next_attempt_at = NULL WHERE run_id = ? AND seq IN ({marks}) AND state = ?",
+            [target.value, at, run_id, *seqs, current.value],
+        )
+        if cursor.rowcount != len(seqs):
+            raise LostRace(f"run {run_id}: expected {len(seqs)} items pending for start")
+        self._events(run_id, "start", seqs, {"from": current.value, "to": target.value}, at)
+        # n counts attempt rows, not the item's attempts: a released attempt (claimed,
+        # never started) keeps its row but is not counted as an attempt.
+        values = ", ".join(["(?, ?)"] * len(seqs))
+        self.conn.execute(
+            "INSERT INTO attempts (run_id, seq, n, started_at, waited_s) "
+            "SELECT ?, v.column1, (SELECT COALESCE(MAX(n), 0) + 1 FROM attempts AS a "
+            "WHERE a.run_id = ? AND a.seq = v.column1), ?, v.column2 "
+            f"FROM (VALUES {values}) AS v",
+            [run_id, run_id, at, *[x for pair in zip(seqs, waited, strict=True) for x in pair]],
+        )
+        return [
+            replace(item, state=target, attempts=item.attempts + 1, next_attempt_at=None)
+            for item in items
+        ]
 
     def _record_one(self, run_id: str, o: Outcome, at: str) -> None:
         if o.attempt_outcome is not None:
@@ -1349,3 +1452,13 @@ def _dump(value: Any) -> str | None:
 
 def _all_active(states: Sequence[ItemState]) -> bool:
     return all(s in ACTIVE_ITEM_STATES for s in states)
+
+
+def _plain_ack(o: Outcome) -> bool:
+    """An answered send as the pipeline records it: batched by Store._record_acks."""
+    return (
+        o.trigger == "ack"
+        and o.expected is ItemState.IN_FLIGHT
+        and o.receipt_source is not None
+        and o.attempt_outcome is not None
+    )

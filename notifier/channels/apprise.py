@@ -49,6 +49,7 @@ SCHEMA = o.Schema(
         "urls": o.Option("list[str]"),
         "urls_env": o.Option("str"),
         "timeout": o.Option("number", check=o.positive),
+        "rate": o.RATE,
     },
     _urls_given,
 )

@@ -116,3 +116,8 @@ def http_url(value: Any) -> str | None:
     except UnicodeError:
         return f"has a malformed host name {parts.hostname!r}"
     return None
+
+
+# Every channel type takes `rate`: most sends per second, one token bucket shared by all the
+# channel's senders (the runner reads it; `--rate` overrides it for a run).
+RATE = Option("number", check=positive)

@@ -16,7 +16,7 @@ from ..intent import Intent
 from . import options as o
 from .base import ChannelError, ErrorKind, Receipt
 
-SCHEMA = o.Schema({"dir": o.Option("str", default="outbox")})
+SCHEMA = o.Schema({"dir": o.Option("str", default="outbox"), "rate": o.RATE})
 
 
 class OutboxChannel:
@@ -74,7 +74,9 @@ class OutboxChannel:
 
     def _write_atomically(self, path: Path, document: dict[str, object]) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=self.directory)
+        # Not named *.json: a process killed mid-write (other sends are in flight when one
+        # crashes) leaves this file behind, and whoever reads the outbox must not see it.
+        fd, temp = tempfile.mkstemp(prefix=".tmp-", suffix=".part", dir=self.directory)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 json.dump(document, handle, ensure_ascii=False, indent=2, sort_keys=True)

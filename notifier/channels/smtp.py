@@ -106,6 +106,7 @@ SCHEMA = o.Schema(
         "username_env": o.Option("str"),
         "password_env": o.Option("str"),
         "timeout": o.Option("number", default=DEFAULT_TIMEOUT_S, check=o.positive),
+        "rate": o.RATE,
     },
     _combined,
 )

@@ -47,6 +47,7 @@ SCHEMA = o.Schema(
         "secret_env": o.Option("str"),
         "timeout": o.Option("number", default=DEFAULT_TIMEOUT_S, check=o.positive),
         "query_delay": o.Option("number", default=DEFAULT_QUERY_DELAY_S, check=o.not_negative),
+        "rate": o.RATE,
     }
 )
 

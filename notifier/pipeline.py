@@ -1,0 +1,104 @@
+"""The slot mechanics of the continuous pipeline: sender threads fed by a queue, and the
+per-channel token bucket of `--rate`.
+
+The runner's main thread is the only committer: it hands claimed items (point A already
+committed) to the senders and takes their results back to record. A sender only sends; it
+never writes to the database.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from .records import Item
+
+R = TypeVar("R")
+POLL_S = 0.2
+# After the first finished send, how long the committer lets others finish before it takes
+# them all into one commit. Measured at concurrency 16 against a 0 ms receiver: about 1/3
+# less CPU per item and more items/s (fewer commits, and the senders get the GIL while it
+# sleeps); at 20 ms it also helps. Each outcome still goes into the very next commit.
+GATHER_S = 0.001
+
+
+class Senders(Generic[R]):
+    """Up to `size` sends at once. With size 1 there is no thread at all: `submit` sends
+    right away in the caller's thread, so N = 1 is exactly the sequential protocol."""
+
+    def __init__(self, size: int, send: Callable[[Item], R]) -> None:
+        self._send = send
+        self._done: queue.SimpleQueue[tuple[Item, R]] = queue.SimpleQueue()
+        self._work: queue.SimpleQueue[Item | None] = queue.SimpleQueue()
+        self._threads = [
+            threading.Thread(target=self._serve, name=f"send-{i}", daemon=True)
+            for i in range(size if size > 1 else 0)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, item: Item) -> None:
+        if not self._threads:
+            self._done.put((item, self._send(item)))
+        else:
+            self._work.put(item)
+
+    def results(self, timeout: float | None) -> list[tuple[Item, R]]:
+        """Every finished send; with a timeout, wait up to that long for the first one."""
+        done: list[tuple[Item, R]] = []
+        try:
+            if timeout is not None and timeout > 0:
+                done.append(self._done.get(timeout=timeout))
+                if self._threads:
+                    time.sleep(GATHER_S)
+            while True:
+                done.append(self._done.get_nowait())
+        except queue.Empty:
+            return done
+
+    def close(self) -> None:
+        """Drop items not yet started (still in flight in the database: the next worker
+        settles them) and wait for the sends under way to return."""
+        try:
+            while True:
+                self._work.get_nowait()
+        except queue.Empty:
+            pass
+        for _ in self._threads:
+            self._work.put(None)
+        for thread in self._threads:
+            thread.join()
+
+    def _serve(self) -> None:
+        while (item := self._work.get()) is not None:
+            self._done.put((item, self._send(item)))
+
+
+class TokenBucket:
+    """`rate` sends per second for one channel, shared by all its senders, with a burst of
+    at most `rate` (and at least 1) tokens. Timed on the monotonic clock."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self.capacity = max(1.0, rate)
+        self._tokens = self.capacity
+        self._stamp = time.monotonic()
+        self._lock = threading.Lock()
+
+    def take(self, stop: Callable[[], bool]) -> bool:
+        """Wait for a token; False (and no token) as soon as `stop()` says so."""
+        while True:
+            with self._lock:
+                now = time.monotonic()
+                self._tokens = min(self.capacity, self._tokens + (now - self._stamp) * self.rate)
+                self._stamp = now
+                if self._tokens >= 1:
+                    self._tokens -= 1
+                    return True
+                wait = (1 - self._tokens) / self.rate
+            if stop():
+                return False
+            time.sleep(min(wait, POLL_S))
