@@ -755,9 +755,11 @@ class Store:
 
     def _events(self, run_id: str, kind: str, seqs: Sequence[int], detail: Any, at: str) -> None:
         """`_event` for several items at once (one statement, consecutive seq_no)."""
-        (last,) = self.conn.execute(
-            "SELECT COALESCE(MAX(seq_no), 0) FROM events WHERE run_id = ?", (run_id,)
+        # A bare MAX over the primary key: one seek to the index's edge, not a walk.
+        (found,) = self.conn.execute(
+            "SELECT MAX(seq_no) FROM events WHERE run_id = ?", (run_id,)
         ).fetchone()
+        last = found or 0
         dumped = _dump(detail)
         params: list[Any] = []
         for i, seq in enumerate(seqs, start=1):
