@@ -26,7 +26,7 @@ from .plan import RUN_ID_PATTERN, Plan, make_plan, new_run_id
 from .reconcile import settle, settle_doubts
 from .records import Counts, Run
 from .runner import Runner, RunOptions, RunResult
-from .state_machine import FINISHED_RUN_STATES, ItemState, RunState
+from .state_machine import FINISHED_RUN_STATES, ItemState, ItemTrigger, RunState, RunTrigger
 from .store import AlreadyPlanned, LeaseHeld, LostRace, PlanStage, RunExists, Store
 from .template import Template, render_stream
 
@@ -151,7 +151,7 @@ def store_plan(
     options: Mapping[str, object],
     new_run: bool,
     *,
-    then: str | None = None,
+    then: RunTrigger | None = None,
 ) -> Store:
     """Store the plan, unless the same content was planned before (one decision with the
     insert, inside the store's write transaction) and `new_run` was not given. The plan's
@@ -371,7 +371,7 @@ def draft_run(env: Env, store: Store, run: Run) -> Run:
             f"run {run.run_id}: the Messages API stayed busy ({done}); the drafts made are "
             f"stored. Run `notifier resume {run.run_id}` later to draft the rest.",
         )
-    then = "request_approval" if run.options.get("require_approval") else None
+    then = RunTrigger.REQUEST_APPROVAL if run.options.get("require_approval") else None
     compose.freeze(store, run.run_id, env.config, then)
     return store.get_run(run.run_id)
 
@@ -494,7 +494,7 @@ def _cancel_without_worker(env: Env, store: Store, run: Run) -> Run:
                 return store.get_run(run.run_id)  # completed by a worker before our lease
             settle(store, run.run_id, channels, lease.version, include_unknown=True, say=env.say)
             settle_doubts(store, run.run_id, channels, lease.version, say=env.say)
-            store.move_run(run.run_id, "cancel", lease.version, stop_reason=None)
+            store.move_run(run.run_id, RunTrigger.CANCEL, lease.version, stop_reason=None)
     return store.get_run(run.run_id)
 
 
@@ -527,10 +527,14 @@ def complete_if_done(store: Store, run_id: str, lease_version: int) -> None:
     run = store.get_run(run_id)
     counts = store.counts(run_id)
     if run.state in (RunState.PAUSED, RunState.HALTED) and not counts.unfinished:
-        store.move_run(run_id, "complete", lease_version)
+        store.move_run(run_id, RunTrigger.COMPLETE, lease_version)
 
 
-MARKS: Mapping[str, str] = {"sent": "mark_sent", "not-sent": "mark_not_sent", "abandon": "abandon"}
+MARKS: Mapping[str, ItemTrigger] = {
+    "sent": ItemTrigger.MARK_SENT,
+    "not-sent": ItemTrigger.MARK_NOT_SENT,
+    "abandon": ItemTrigger.ABANDON,
+}
 
 
 def operator_name() -> str:

@@ -33,7 +33,7 @@ from .plan import new_run_id
 from .records import Run
 from .runner import RunOptions, RunResult
 from .sandbox import Faults, run_sandbox
-from .state_machine import FINISHED_RUN_STATES, RunState
+from .state_machine import FINISHED_RUN_STATES, RunState, RunTrigger
 from .store import Store
 from .template import Template
 from .template import load as load_template
@@ -301,7 +301,7 @@ def send(
         for run in checked.existing:
             click.echo(f"already planned as run {run.run_id} ({run.state.value}).")
         return
-    then = "request_approval" if require_approval else None
+    then = RunTrigger.REQUEST_APPROVAL if require_approval else None
     store = app.store_plan(env, plan, batch, options, new_run, then=then)
     try:
         click.echo(f"planned run {plan.run_id}: {plan.count} notifications ({per_channel})")

@@ -26,6 +26,7 @@ from .errors import BadInput, NeedsAttention, NotifierError
 from .intent import canonical_json
 from .plan import Plan, make_plan
 from .records import Run
+from .state_machine import RunTrigger
 from .store import Store
 from .template import Template, from_sources, render_row, render_rows
 
@@ -230,7 +231,7 @@ def apply_draft(row: BatchRow, draft: Mapping[str, str], template: Template | No
     raise DraftRejected(result.message)
 
 
-def freeze(store: Store, run_id: str, config: Config, then: str | None) -> Plan:
+def freeze(store: Store, run_id: str, config: Config, then: RunTrigger | None) -> Plan:
     """Every row drafted (or failed): compute the intents from the stored drafts, in order,
     and store them with the fingerprint in one transaction. Rows whose draft failed are not
     planned; `then` (request_approval) moves the run in the same transaction."""

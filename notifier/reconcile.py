@@ -16,7 +16,7 @@ import tenacity
 from . import clock
 from .channels import Channel, ChannelError, ErrorKind, Receipt
 from .records import Attempt, Item, Outcome, PendingKind
-from .state_machine import ItemState
+from .state_machine import ItemState, ItemTrigger
 from .store import Store
 
 # A query is read-only, so it may be retried freely; but it must not hold up a resume for
@@ -122,7 +122,7 @@ def settle_item(
             item,
             Outcome(
                 item.seq,
-                "found",
+                ItemTrigger.FOUND,
                 closes,
                 receipt_id=answer.receipt.receipt_id,
                 receipt_source="query",
@@ -133,7 +133,7 @@ def settle_item(
     if answer is not None and answer.finding is Finding.CONFLICT:
         return Settlement(
             item,
-            Outcome(item.seq, "conflict", closes, error=f"conflict: {answer.detail}"),
+            Outcome(item.seq, ItemTrigger.CONFLICT, closes, error=f"conflict: {answer.detail}"),
             f"{head} CONFLICT: {answer.detail} → failed; never overwritten",
         )
     early = not_found_from is not None and clock.now() < not_found_from
@@ -150,7 +150,7 @@ def settle_item(
             item,
             Outcome(
                 item.seq,
-                "lose",
+                ItemTrigger.LOSE,
                 closes,
                 error=f"outcome unknown after a stop: not found yet; asking again at {when}",
                 next_attempt_at=when,
@@ -160,7 +160,7 @@ def settle_item(
     if answer is not None and answer.finding is Finding.NOT_FOUND:
         return Settlement(
             item,
-            Outcome(item.seq, "not_found", closes),
+            Outcome(item.seq, ItemTrigger.NOT_FOUND, closes),
             f"{head} not found → nothing was delivered; will send again with the same key",
         )
     why = answer.detail if answer is not None else "the channel cannot be queried"
@@ -168,7 +168,7 @@ def settle_item(
         # It waited for its query_delay and the query still cannot decide: a plain unknown.
         return Settlement(
             item,
-            Outcome(item.seq, "undecided", error=f"outcome unknown: {why}"),
+            Outcome(item.seq, ItemTrigger.UNDECIDED, error=f"outcome unknown: {why}"),
             f"{head} still unknown ({why}); settle it with `notifier reconcile --manual`",
         )
     if item.state is ItemState.UNKNOWN:
@@ -176,13 +176,18 @@ def settle_item(
     if channel.idempotent:
         return Settlement(
             item,
-            Outcome(item.seq, "retry_later", closes, error=f"outcome unknown after a stop ({why})"),
+            Outcome(
+                item.seq,
+                ItemTrigger.RETRY_LATER,
+                closes,
+                error=f"outcome unknown after a stop ({why})",
+            ),
             f"{head} outcome unknown ({why}) → the channel dedupes by key; will send again "
             "with the same key",
         )
     return Settlement(
         item,
-        Outcome(item.seq, "lose", closes, error=f"outcome unknown after a stop ({why})"),
+        Outcome(item.seq, ItemTrigger.LOSE, closes, error=f"outcome unknown after a stop ({why})"),
         f"{head} outcome unknown ({why}) → unknown; NOT sent again. "
         "Settle it with `notifier reconcile --manual`",
     )
@@ -271,7 +276,7 @@ def _settle_doubt(item: Item, channel: Channel, wait: tenacity.wait.wait_base) -
             item,
             Outcome(
                 item.seq,
-                "found",
+                ItemTrigger.FOUND,
                 receipt_id=answer.receipt.receipt_id,
                 receipt_source="query",
                 evidence="query at cancel after an uncertain attempt",
@@ -281,13 +286,13 @@ def _settle_doubt(item: Item, channel: Channel, wait: tenacity.wait.wait_base) -
     if answer is not None and answer.finding is Finding.CONFLICT:
         return Settlement(
             item,
-            Outcome(item.seq, "conflict", error=f"conflict: {answer.detail}"),
+            Outcome(item.seq, ItemTrigger.CONFLICT, error=f"conflict: {answer.detail}"),
             f"{head} CONFLICT: {answer.detail} → failed; never overwritten",
         )
     if answer is not None and answer.finding is Finding.NOT_FOUND:
         return Settlement(
             item,
-            Outcome(item.seq, "not_found", error=item.last_error),
+            Outcome(item.seq, ItemTrigger.NOT_FOUND, error=item.last_error),
             f"{head} not found → nothing was delivered; stays pending (attempted, not sent)",
         )
     why = answer.detail if answer is not None else "the channel cannot be queried"
@@ -295,7 +300,7 @@ def _settle_doubt(item: Item, channel: Channel, wait: tenacity.wait.wait_base) -
         item,
         Outcome(
             item.seq,
-            "doubt",
+            ItemTrigger.DOUBT,
             error=f"an earlier attempt may have been delivered; cancelled before a retry ({why})",
         ),
         f"{head} may have been delivered ({why}) → unknown. "

@@ -11,7 +11,7 @@ from enum import StrEnum
 from typing import Any
 
 from .intent import Intent
-from .state_machine import ItemState, RunState
+from .state_machine import ItemState, ItemTrigger, RunState
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class Outcome:
     """What one attempt (or one settlement) established about one item."""
 
     seq: int
-    trigger: str
+    trigger: ItemTrigger
     attempt_outcome: str | None = None  # closes the item's open attempt with this class
     http_status: int | None = None
     error: str | None = None

@@ -24,7 +24,7 @@ from .pipeline import Senders, TokenBucket
 from .reconcile import Finding, ask, query_delay, settle, settle_doubts, settle_items
 from .records import Counts, Item, Outcome, PendingKind
 from .retry import Action, RetryPolicy
-from .state_machine import FINISHED_RUN_STATES, ItemState, RunState
+from .state_machine import FINISHED_RUN_STATES, ItemState, ItemTrigger, RunState, RunTrigger
 from .store import LeaseLost, Store
 
 POLL_S = 0.2
@@ -165,10 +165,14 @@ class Runner:
                 self.store.counts(self.run_id),
             )
         if run.state in (RunState.PLANNED, RunState.APPROVED):
-            self.store.move_run(self.run_id, "start", self.lease_version)
+            self.store.move_run(self.run_id, RunTrigger.START, self.lease_version)
         elif run.state in (RunState.PAUSED, RunState.HALTED):
             self.store.move_run(
-                self.run_id, "resume", self.lease_version, paused_until=None, stop_reason=None
+                self.run_id,
+                RunTrigger.RESUME,
+                self.lease_version,
+                paused_until=None,
+                stop_reason=None,
             )
         # Gates an earlier process was given: its wall-clock time, converted once.
         for channel, until in self.store.throttled_until(self.run_id).items():
@@ -189,7 +193,7 @@ class Runner:
             say=self.p.say,
         )
         for s in settlements:
-            if s.outcome is not None and s.outcome.trigger == "conflict":
+            if s.outcome is not None and s.outcome.trigger == ItemTrigger.CONFLICT:
                 return self._halt(
                     Stop.CONFLICT, f"conflict on item {s.item.seq}: {s.outcome.error}"
                 )
@@ -213,15 +217,15 @@ class Runner:
         for s in settlements:
             if s.outcome is None:
                 continue
-            if s.outcome.trigger == "conflict" and self.p.halt is None:
+            if s.outcome.trigger == ItemTrigger.CONFLICT and self.p.halt is None:
                 self.p.halt = (Stop.CONFLICT, f"conflict on item {s.item.seq}: {s.outcome.error}")
-            if s.outcome.trigger in ("found", "undecided", "give_up"):
+            if s.outcome.trigger in (ItemTrigger.FOUND, ItemTrigger.UNDECIDED, ItemTrigger.GIVE_UP):
                 self.p.advance(1)
 
     def _retry_or_give_up(self, item: Item, outcome: Outcome) -> Outcome:
         """A waiting item proven undelivered is sent again like any retry: after the
         backoff, and only while its attempts and deadline last."""
-        if outcome.trigger != "not_found":
+        if outcome.trigger != ItemTrigger.NOT_FOUND:
             return outcome
         retry = self.policy.judge(
             ChannelError(ErrorKind.UNCERTAIN, item.last_error or "outcome unknown"),
@@ -234,7 +238,7 @@ class Runner:
             return replace(outcome, next_attempt_at=clock.iso(clock.later(retry.wait_s)))
         return replace(
             outcome,
-            trigger="give_up",
+            trigger=ItemTrigger.GIVE_UP,
             error=f"gave up after {item.attempts} attempts: not delivered (query after "
             "query_delay)",
         )
@@ -244,7 +248,10 @@ class Runner:
             raise LeaseLost(f"run {self.run_id}: another process took over this run")
         if self.interrupted.is_set():
             self.store.move_run(
-                self.run_id, "pause", self.lease_version, stop_reason="interrupted (Ctrl-C)"
+                self.run_id,
+                RunTrigger.PAUSE,
+                self.lease_version,
+                stop_reason="interrupted (Ctrl-C)",
             )
             return RunResult(
                 RunState.PAUSED,
@@ -263,7 +270,7 @@ class Runner:
         # Items waiting to retry after an uncertain attempt may have been delivered: settle
         # them by query, or make them unknown, before the run is closed.
         settle_doubts(self.store, self.run_id, self.channels, self.lease_version, say=self.p.say)
-        self.store.move_run(self.run_id, "cancel", self.lease_version, stop_reason=None)
+        self.store.move_run(self.run_id, RunTrigger.CANCEL, self.lease_version, stop_reason=None)
         counts = self.store.counts(self.run_id)
         kinds = list(self.store.pending_kinds(self.run_id).values())
         return RunResult(
@@ -313,7 +320,7 @@ class Runner:
             outcomes.append(
                 Outcome(
                     item.seq,
-                    "lose" if uncertain else "retry_later",
+                    ItemTrigger.LOSE if uncertain else ItemTrigger.RETRY_LATER,
                     "expired",
                     error=(
                         f"not_after {item.not_after} passed after an attempt that may have "
@@ -441,7 +448,7 @@ class Runner:
             return True
         streak = self.p.unknown_streak
         for outcome in outcomes:
-            if outcome.trigger == "conflict":
+            if outcome.trigger == ItemTrigger.CONFLICT:
                 return True
             streak = _next_streak(streak, outcome)
             if streak >= self.options.unknown_streak_limit:
@@ -514,11 +521,15 @@ class Runner:
         except Exception as exc:
             problem = f"unexpected {type(exc).__name__} while judging the answer: {exc}"
         if isinstance(result, NotStarted):
-            return Outcome(item.seq, "release", "not_started")
+            return Outcome(item.seq, ItemTrigger.RELEASE, "not_started")
         if isinstance(result, Receipt):
             # The downstream said it holds the delivery; what broke came after that.
             return Outcome(
-                item.seq, "ack", "sent", receipt_id=result.receipt_id, receipt_source="send"
+                item.seq,
+                ItemTrigger.ACK,
+                "sent",
+                receipt_id=result.receipt_id,
+                receipt_source="send",
             )
         # Judge again as an uncertain answer, by the channel's own rules (an idempotent
         # channel may retry under the same key; others query or leave it unknown).
@@ -528,7 +539,7 @@ class Runner:
         except Exception as exc:
             return Outcome(
                 item.seq,
-                "lose",
+                ItemTrigger.LOSE,
                 ErrorKind.UNCERTAIN.value,
                 http_status=result.http_status,
                 error=f"{uncertain}; unexpected {type(exc).__name__}: {exc}; "
@@ -541,12 +552,12 @@ class Runner:
         if isinstance(result, NotStarted):
             # Nothing left: back to pending, its attempt closed as not started, and it counts
             # as never attempted (store.record gives the attempt back).
-            return Outcome(item.seq, "release", "not_started")
+            return Outcome(item.seq, ItemTrigger.RELEASE, "not_started")
         if isinstance(result, Receipt):
             if result.intent_digest and result.intent_digest != item.intent_digest:
                 return Outcome(
                     item.seq,
-                    "conflict",
+                    ItemTrigger.CONFLICT,
                     "conflict",
                     error=f"conflict: downstream answered for {result.intent_digest}",
                 )
@@ -556,14 +567,18 @@ class Runner:
                 # something else (another database, a reused --run-id). Not a delivery.
                 return Outcome(
                     item.seq,
-                    "conflict",
+                    ItemTrigger.CONFLICT,
                     "conflict",
                     error="conflict: the downstream answered as a replay of an earlier "
                     "delivery under this key, but no earlier attempt of this item can have "
                     "reached it; it holds the key for something else",
                 )
             return Outcome(
-                item.seq, "ack", "sent", receipt_id=result.receipt_id, receipt_source="send"
+                item.seq,
+                ItemTrigger.ACK,
+                "sent",
+                receipt_id=result.receipt_id,
+                receipt_source="send",
             )
         error = result
         channel = self.channels[item.channel]
@@ -577,7 +592,7 @@ class Runner:
         # Every branch closes the attempt with what the error said.
         closed = Outcome(
             item.seq,
-            "lose",
+            ItemTrigger.LOSE,
             error.kind.value,
             http_status=error.http_status,
             error=str(error),
@@ -590,20 +605,22 @@ class Runner:
         if verdict.action is Action.RETRY:
             self.p.holds[item.seq] = mono + verdict.wait_s
             next_at = clock.later(verdict.wait_s, at)
-            return replace(closed, trigger="retry_later", next_attempt_at=clock.iso(next_at))
+            return replace(
+                closed, trigger=ItemTrigger.RETRY_LATER, next_attempt_at=clock.iso(next_at)
+            )
         if verdict.action in (Action.QUERY, Action.EXHAUSTED) and channel.queryable:
             return self._judge_by_query(item, error, channel, closed, at, mono)
         if verdict.action is Action.CONFLICT:
-            return replace(closed, trigger="conflict", error=f"conflict: {message}")
+            return replace(closed, trigger=ItemTrigger.CONFLICT, error=f"conflict: {message}")
         if verdict.action is Action.GONE:
             self.p.halt = (Stop.HALTED, f"endpoint gone (item {item.seq}): {message}")
-            return replace(closed, trigger="give_up")
+            return replace(closed, trigger=ItemTrigger.GIVE_UP)
         if verdict.action is Action.FAIL:
-            return replace(closed, trigger="give_up")
+            return replace(closed, trigger=ItemTrigger.GIVE_UP)
         if verdict.action is Action.EXHAUSTED and not self._maybe_delivered(item, error):
             return replace(
                 closed,
-                trigger="give_up",
+                trigger=ItemTrigger.GIVE_UP,
                 error=f"gave up after {item.attempts} attempts: {message}",
             )
         return replace(closed, error=f"{message}; may have been delivered, not sent again")
@@ -623,14 +640,14 @@ class Runner:
         if answer.finding is Finding.FOUND and answer.receipt is not None:
             return replace(
                 closed,
-                trigger="found",
+                trigger=ItemTrigger.FOUND,
                 error=None,
                 receipt_id=answer.receipt.receipt_id,
                 receipt_source="query",
                 evidence="query after an uncertain send",
             )
         if answer.finding is Finding.CONFLICT:
-            return replace(closed, trigger="conflict", error=f"conflict: {message}")
+            return replace(closed, trigger=ItemTrigger.CONFLICT, error=f"conflict: {message}")
         delay = query_delay(channel)
         if answer.finding is Finding.NOT_FOUND and delay > 0:
             # Too early for a 404 to prove anything: the receiver may still be committing the
@@ -638,7 +655,7 @@ class Runner:
             again = clock.iso(clock.later(delay, at))
             return replace(
                 closed,
-                trigger="lose",
+                trigger=ItemTrigger.LOSE,
                 error=f"{message}; not found yet, asking again at {again} (query_delay)",
                 next_attempt_at=again,
             )
@@ -655,13 +672,13 @@ class Runner:
                 self.p.holds[item.seq] = mono + retry.wait_s
                 return replace(
                     closed,
-                    trigger="not_found",
+                    trigger=ItemTrigger.NOT_FOUND,
                     error=message,
                     next_attempt_at=clock.iso(clock.later(retry.wait_s, at)),
                 )
             return replace(
                 closed,
-                trigger="give_up",
+                trigger=ItemTrigger.GIVE_UP,
                 error=f"gave up after {item.attempts} attempts: {message}",
             )
         return replace(closed, error=f"{message}; may have been delivered, not sent again")
@@ -696,23 +713,29 @@ class Runner:
         )
 
     def _after(self, outcome: Outcome) -> None:
-        if outcome.trigger == "lose" and outcome.next_attempt_at is not None:
+        if outcome.trigger == ItemTrigger.LOSE and outcome.next_attempt_at is not None:
             # Waiting for query_delay: not an unknown outcome (yet), so no streak, no advance.
             self.p.say(f"item {outcome.seq}: {outcome.error}")
             return
-        if outcome.trigger in ("ack", "found", "give_up", "conflict", "lose"):
+        if outcome.trigger in (
+            ItemTrigger.ACK,
+            ItemTrigger.FOUND,
+            ItemTrigger.GIVE_UP,
+            ItemTrigger.CONFLICT,
+            ItemTrigger.LOSE,
+        ):
             self.p.advance(1)
         self.p.unknown_streak = _next_streak(self.p.unknown_streak, outcome)
-        if outcome.trigger == "lose":
+        if outcome.trigger == ItemTrigger.LOSE:
             self.p.say(f"item {outcome.seq}: unknown — {outcome.error}")
             if self.p.unknown_streak >= self.options.unknown_streak_limit and self.p.halt is None:
                 self.p.halt = (
                     Stop.HALTED,
                     f"{self.p.unknown_streak} unknown outcomes in a row: check the downstream",
                 )
-        elif outcome.trigger in ("give_up", "conflict"):
+        elif outcome.trigger in (ItemTrigger.GIVE_UP, ItemTrigger.CONFLICT):
             self.p.say(f"item {outcome.seq}: failed — {outcome.error}")
-        if outcome.trigger == "conflict":
+        if outcome.trigger == ItemTrigger.CONFLICT:
             # Whatever revealed it (a 422, a query, a receipt for another digest), a key held
             # by another intent means something else writes under our keys: stop, exit 4.
             self.p.halt = (Stop.CONFLICT, f"conflict on item {outcome.seq}: {outcome.error}")
@@ -773,7 +796,7 @@ class Runner:
         when = clock.iso(clock.later(wake - time.monotonic()))
         reason = f"rate limited until {when} (longer than --max-wait {self.options.max_wait_s:g}s)"
         self.store.move_run(
-            self.run_id, "pause", self.lease_version, paused_until=when, stop_reason=reason
+            self.run_id, RunTrigger.PAUSE, self.lease_version, paused_until=when, stop_reason=reason
         )
         return RunResult(
             RunState.PAUSED,
@@ -784,7 +807,7 @@ class Runner:
         )
 
     def _halt(self, stop: Stop, reason: str) -> RunResult:
-        self.store.move_run(self.run_id, "halt", self.lease_version, stop_reason=reason)
+        self.store.move_run(self.run_id, RunTrigger.HALT, self.lease_version, stop_reason=reason)
         return RunResult(RunState.HALTED, stop, f"halted: {reason}", self.store.counts(self.run_id))
 
     def _finish(self) -> RunResult:
@@ -792,17 +815,19 @@ class Runner:
         summary = counts.summary()
         if counts.unknown:
             reason = f"{counts.unknown} item(s) with unknown outcome"
-            self.store.move_run(self.run_id, "pause", self.lease_version, stop_reason=reason)
+            self.store.move_run(
+                self.run_id, RunTrigger.PAUSE, self.lease_version, stop_reason=reason
+            )
             return RunResult(RunState.PAUSED, Stop.UNKNOWN_LEFT, summary, counts)
-        self.store.move_run(self.run_id, "complete", self.lease_version)
+        self.store.move_run(self.run_id, RunTrigger.COMPLETE, self.lease_version)
         return RunResult(RunState.COMPLETED, Stop.COMPLETED, f"completed: {summary}", counts)
 
 
 def _next_streak(streak: int, outcome: Outcome) -> int:
     """Unknown outcomes in a row after `outcome` (a query_delay wait is not one)."""
-    if outcome.trigger in ("ack", "found"):
+    if outcome.trigger in (ItemTrigger.ACK, ItemTrigger.FOUND):
         return 0
-    if outcome.trigger == "lose" and outcome.next_attempt_at is None:
+    if outcome.trigger == ItemTrigger.LOSE and outcome.next_attempt_at is None:
         return streak + 1
     return streak
 

@@ -34,49 +34,84 @@ class RunState(StrEnum):
     CANCELLED = "cancelled"
 
 
+class ItemTrigger(StrEnum):
+    """Every move an item can make (DESIGN section 3); the table below says from where."""
+
+    START = "start"
+    ACK = "ack"
+    RETRY_LATER = "retry_later"
+    GIVE_UP = "give_up"
+    LOSE = "lose"
+    RELEASE = "release"
+    FOUND = "found"
+    NOT_FOUND = "not_found"
+    CONFLICT = "conflict"
+    DOUBT = "doubt"
+    UNDECIDED = "undecided"
+    MARK_SENT = "mark_sent"
+    MARK_NOT_SENT = "mark_not_sent"
+    ABANDON = "abandon"
+    EXPIRE = "expire"
+
+
+class RunTrigger(StrEnum):
+    """Every move a run can make."""
+
+    REQUEST_APPROVAL = "request_approval"
+    APPROVE = "approve"
+    START = "start"
+    PAUSE = "pause"
+    RESUME = "resume"
+    HALT = "halt"
+    COMPLETE = "complete"
+    CANCEL = "cancel"
+
+
 # States in which an item still needs work: the partial index in store.py covers exactly these.
 ACTIVE_ITEM_STATES = (ItemState.PENDING, ItemState.IN_FLIGHT, ItemState.UNKNOWN)
 TERMINAL_ITEM_STATES = (ItemState.SENT, ItemState.FAILED, ItemState.EXPIRED)
 FINISHED_RUN_STATES = (RunState.COMPLETED, RunState.CANCELLED)
 
 _I = ItemState
+_T = ItemTrigger
 ITEM_TRANSITIONS = [
-    ("start", _I.PENDING, _I.IN_FLIGHT),
-    ("ack", _I.IN_FLIGHT, _I.SENT),
-    ("retry_later", _I.IN_FLIGHT, _I.PENDING),
+    (_T.START, _I.PENDING, _I.IN_FLIGHT),
+    (_T.ACK, _I.IN_FLIGHT, _I.SENT),
+    (_T.RETRY_LATER, _I.IN_FLIGHT, _I.PENDING),
     # From unknown: an item that waited for its query_delay, proven undelivered, attempts spent.
-    ("give_up", [_I.IN_FLIGHT, _I.UNKNOWN], _I.FAILED),
-    ("lose", _I.IN_FLIGHT, _I.UNKNOWN),
+    (_T.GIVE_UP, [_I.IN_FLIGHT, _I.UNKNOWN], _I.FAILED),
+    (_T.LOSE, _I.IN_FLIGHT, _I.UNKNOWN),
     # Claimed but never started (a cancel seen right before the send): never attempted.
-    ("release", _I.IN_FLIGHT, _I.PENDING),
+    (_T.RELEASE, _I.IN_FLIGHT, _I.PENDING),
     # Pending items whose last attempt may have been delivered (waiting to retry on a channel
     # that dedupes) are settled by `cancel`: by query where possible, else they become unknown.
-    ("found", [_I.IN_FLIGHT, _I.UNKNOWN, _I.PENDING], _I.SENT),
-    ("not_found", [_I.IN_FLIGHT, _I.UNKNOWN, _I.PENDING], _I.PENDING),
-    ("conflict", [_I.IN_FLIGHT, _I.UNKNOWN, _I.PENDING], _I.FAILED),
-    ("doubt", _I.PENDING, _I.UNKNOWN),
+    (_T.FOUND, [_I.IN_FLIGHT, _I.UNKNOWN, _I.PENDING], _I.SENT),
+    (_T.NOT_FOUND, [_I.IN_FLIGHT, _I.UNKNOWN, _I.PENDING], _I.PENDING),
+    (_T.CONFLICT, [_I.IN_FLIGHT, _I.UNKNOWN, _I.PENDING], _I.FAILED),
+    (_T.DOUBT, _I.PENDING, _I.UNKNOWN),
     # An unknown item waiting for its query_delay whose delayed query could not decide either
     # way: it stays unknown, but nothing revisits it any more (manual reconcile settles it).
-    ("undecided", _I.UNKNOWN, _I.UNKNOWN),
-    ("mark_sent", _I.UNKNOWN, _I.SENT),
-    ("mark_not_sent", _I.UNKNOWN, _I.PENDING),
-    ("abandon", _I.UNKNOWN, _I.FAILED),
+    (_T.UNDECIDED, _I.UNKNOWN, _I.UNKNOWN),
+    (_T.MARK_SENT, _I.UNKNOWN, _I.SENT),
+    (_T.MARK_NOT_SENT, _I.UNKNOWN, _I.PENDING),
+    (_T.ABANDON, _I.UNKNOWN, _I.FAILED),
     # Only from pending: an item whose last attempt may have been delivered is settled
     # first (store.expire_due leaves it to the runner), never expired blindly.
-    ("expire", _I.PENDING, _I.EXPIRED),
+    (_T.EXPIRE, _I.PENDING, _I.EXPIRED),
 ]
 
 _R = RunState
+_RT = RunTrigger
 RUN_TRANSITIONS = [
-    ("request_approval", _R.PLANNED, _R.AWAITING_APPROVAL),
-    ("approve", _R.AWAITING_APPROVAL, _R.APPROVED),
-    ("start", [_R.PLANNED, _R.APPROVED], _R.RUNNING),
-    ("pause", _R.RUNNING, _R.PAUSED),
-    ("resume", [_R.PAUSED, _R.HALTED], _R.RUNNING),
-    ("halt", _R.RUNNING, _R.HALTED),
-    ("complete", [_R.RUNNING, _R.PAUSED, _R.HALTED], _R.COMPLETED),
+    (_RT.REQUEST_APPROVAL, _R.PLANNED, _R.AWAITING_APPROVAL),
+    (_RT.APPROVE, _R.AWAITING_APPROVAL, _R.APPROVED),
+    (_RT.START, [_R.PLANNED, _R.APPROVED], _R.RUNNING),
+    (_RT.PAUSE, _R.RUNNING, _R.PAUSED),
+    (_RT.RESUME, [_R.PAUSED, _R.HALTED], _R.RUNNING),
+    (_RT.HALT, _R.RUNNING, _R.HALTED),
+    (_RT.COMPLETE, [_R.RUNNING, _R.PAUSED, _R.HALTED], _R.COMPLETED),
     (
-        "cancel",
+        _RT.CANCEL,
         [_R.PLANNED, _R.AWAITING_APPROVAL, _R.APPROVED, _R.RUNNING, _R.PAUSED, _R.HALTED],
         _R.CANCELLED,
     ),
@@ -89,7 +124,7 @@ class IllegalMove(Refused):
 
 
 def _machine(states: type[StrEnum], table: list[tuple[str, object, object]]) -> Machine:
-    transitions = [{"trigger": t, "source": src, "dest": dst} for t, src, dst in table]
+    transitions = [{"trigger": str(t), "source": src, "dest": dst} for t, src, dst in table]
     return Machine(
         model=None,
         states=states,
@@ -114,12 +149,12 @@ def _next(machine: Machine, states: type[StrEnum], trigger: str, current: StrEnu
     return states[str(found[0].dest)].value
 
 
-def item_next(trigger: str, current: ItemState) -> ItemState:
+def item_next(trigger: ItemTrigger, current: ItemState) -> ItemState:
     """The state an item moves to when `trigger` fires in `current`, or IllegalMove."""
     return ItemState(_next(_ITEM_MACHINE, ItemState, trigger, current))
 
 
-def run_next(trigger: str, current: RunState) -> RunState:
+def run_next(trigger: RunTrigger, current: RunState) -> RunState:
     """The state a run moves to when `trigger` fires in `current`, or IllegalMove."""
     return RunState(_next(_RUN_MACHINE, RunState, trigger, current))
 

@@ -41,7 +41,9 @@ from .state_machine import (
     ACTIVE_ITEM_STATES,
     FINISHED_RUN_STATES,
     ItemState,
+    ItemTrigger,
     RunState,
+    RunTrigger,
     item_next,
     run_next,
 )
@@ -482,7 +484,7 @@ class Store:
         )
 
     def _move_item(
-        self, run_id: str, seq: int, current: ItemState, trigger: str, at: str, **sets: Any
+        self, run_id: str, seq: int, current: ItemState, trigger: ItemTrigger, at: str, **sets: Any
     ) -> ItemState:
         target = item_next(trigger, current)
         assignments = "".join(f", {column} = :{column}" for column in sets)
@@ -507,7 +509,7 @@ class Store:
         self._event(run_id, trigger, seq, {"from": current.value, "to": target.value}, at)
         return target
 
-    def _move_run(self, run_id: str, trigger: str, at: str, **sets: Any) -> RunState:
+    def _move_run(self, run_id: str, trigger: RunTrigger, at: str, **sets: Any) -> RunState:
         current = self.get_run(run_id).state
         target = run_next(trigger, current)
         assignments = "".join(f", {column} = :{column}" for column in sets)
@@ -533,7 +535,7 @@ class Store:
         items: Sequence[dict[str, Any]] | PlanStage,
         *,
         new_run: bool = False,
-        then: str | None = None,
+        then: RunTrigger | None = None,
     ) -> None:
         """The run row and every intent, in one transaction: a batch is planned whole or not
         at all. `then` (e.g. `request_approval`) moves the new run in the same transaction, so
@@ -614,7 +616,7 @@ class Store:
         return counted
 
     def move_run(
-        self, run_id: str, trigger: str, lease_version: int | None = None, **sets: Any
+        self, run_id: str, trigger: RunTrigger, lease_version: int | None = None, **sets: Any
     ) -> RunState:
         with self._write(run_id, lease_version):
             return self._move_run(run_id, trigger, clock.now_iso(), **sets)
@@ -630,7 +632,7 @@ class Store:
         expired: list[int] = []
         with self._write(run_id, lease_version):
             for seq in self._due_for_expiry(run_id, at):
-                self._move_item(run_id, seq, ItemState.PENDING, "expire", at)
+                self._move_item(run_id, seq, ItemState.PENDING, ItemTrigger.EXPIRE, at)
                 expired.append(seq)
         return expired
 
@@ -740,7 +742,7 @@ class Store:
             [at, *params, run_id],
         )
         current = ItemState.IN_FLIGHT
-        target = item_next("ack", current)
+        target = item_next(ItemTrigger.ACK, current)
         cursor = self.conn.execute(
             "UPDATE items SET state = ?, updated_at = ?, next_attempt_at = NULL, "
             "last_error = v.column5, receipt_id = v.column7 "
@@ -809,7 +811,7 @@ class Store:
         # The claim as set-based statements (see _record_acks): every row was read pending
         # in this transaction, and the move is still conditional on it.
         current = ItemState.PENDING
-        target = item_next("start", current)
+        target = item_next(ItemTrigger.START, current)
         seqs = [item.seq for item in items]
         marks = ", ".join("?" * len(seqs))
         cursor = self.conn.execute(
@@ -851,7 +853,11 @@ class Store:
                 ),
             )
         sets: dict[str, Any] = {"next_attempt_at": o.next_attempt_at}
-        if o.error is not None or o.trigger in ("ack", "found", "mark_sent"):
+        if o.error is not None or o.trigger in (
+            ItemTrigger.ACK,
+            ItemTrigger.FOUND,
+            ItemTrigger.MARK_SENT,
+        ):
             sets["last_error"] = o.error
         if o.receipt_source is not None:
             sets["receipt_id"] = o.receipt_id
@@ -862,7 +868,7 @@ class Store:
                 "FROM items WHERE run_id = ? AND seq = ?",
                 (o.receipt_id, o.receipt_source, o.evidence, at, run_id, o.seq),
             )
-        if o.trigger == "release":
+        if o.trigger == ItemTrigger.RELEASE:
             # Claimed but never started: it does not count as an attempt (the move below is
             # conditional on in_flight, so a lost race rolls this back too).
             self.conn.execute(
@@ -882,7 +888,7 @@ class Store:
         self,
         run_id: str,
         seq: int,
-        trigger: str,
+        trigger: ItemTrigger,
         operator: str,
         evidence: str,
         lease_version: int,
@@ -903,7 +909,7 @@ class Store:
                 {"decision": trigger, "operator": operator, "evidence": evidence},
                 at,
             )
-            source = "manual" if trigger == "mark_sent" else None
+            source = "manual" if trigger == ItemTrigger.MARK_SENT else None
             self._record_one(
                 run_id, Outcome(seq, trigger, receipt_source=source, evidence=evidence), at
             )
@@ -1020,7 +1026,7 @@ class Store:
         fingerprint: str,
         content_fingerprint: str,
         items: Sequence[dict[str, Any]] | PlanStage,
-        then: str | None = None,
+        then: RunTrigger | None = None,
     ) -> None:
         """The intents computed from the stored drafts and the run's fingerprint, in one
         transaction, and only once: a run already frozen is never planned again."""
@@ -1048,7 +1054,7 @@ class Store:
                 raise LostRace(f"run {run_id} changed while it was being approved")
             run = self.get_run(run_id)
             if run.state is RunState.AWAITING_APPROVAL:
-                self._move_run(run_id, "approve", at, approval=_dump(approval))
+                self._move_run(run_id, RunTrigger.APPROVE, at, approval=_dump(approval))
                 return
             cursor = self.conn.execute(
                 "UPDATE runs SET approval = ?, updated_at = ? WHERE run_id = ? AND state = ?",
@@ -1459,7 +1465,7 @@ def _all_active(states: Sequence[ItemState]) -> bool:
 def _plain_ack(o: Outcome) -> bool:
     """An answered send as the pipeline records it: batched by Store._record_acks."""
     return (
-        o.trigger == "ack"
+        o.trigger == ItemTrigger.ACK
         and o.expected is ItemState.IN_FLIGHT
         and o.receipt_source is not None
         and o.attempt_outcome is not None

@@ -19,6 +19,7 @@ from aiosmtpd.smtp import SMTP, Envelope, Session
 
 from notifier import clock
 from notifier.sandbox import Faults, Sandbox
+from notifier.state_machine import RunTrigger
 from notifier.store import Store
 
 from .conftest import Workspace, free_port, make_rows
@@ -260,7 +261,7 @@ def test_cancel_racing_a_completion_reports_the_completed_run(
     def complete() -> None:
         other = Store.open(ws.db)
         try:
-            other.move_run(run_id, "complete")
+            other.move_run(run_id, RunTrigger.COMPLETE)
         finally:
             other.close()
 

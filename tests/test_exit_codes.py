@@ -10,7 +10,7 @@ import pytest
 from notifier import app
 from notifier.errors import ExitCode
 from notifier.runner import Runner
-from notifier.state_machine import IllegalMove, ItemState, item_next
+from notifier.state_machine import IllegalMove, ItemState, ItemTrigger, item_next
 from notifier.store import LostRace
 
 from .conftest import EXAMPLE, Inbox, Workspace, make_rows
@@ -68,7 +68,7 @@ def test_4_a_lost_race_or_illegal_move_is_refused_not_internal(
     the operator as refused for safety (exit 4) with its explanation, never 'internal error'."""
     if race is None:
         try:
-            item_next("ack", ItemState.PENDING)
+            item_next(ItemTrigger.ACK, ItemState.PENDING)
         except IllegalMove as exc:
             race = exc
     assert race is not None

@@ -10,7 +10,9 @@ from notifier.state_machine import (
     RUN_TRANSITIONS,
     IllegalMove,
     ItemState,
+    ItemTrigger,
     RunState,
+    RunTrigger,
     item_next,
     item_triggers,
     run_next,
@@ -75,11 +77,11 @@ def test_any_item_trigger_sequence_follows_the_table(triggers: list[str]) -> Non
         expected = ITEM_TABLE.get((trigger, state.value))
         if expected is None:
             try:
-                item_next(trigger, state)
+                item_next(ItemTrigger(trigger), state)
             except IllegalMove:
                 continue
             raise AssertionError(f"{trigger} from {state} should be illegal")
-        state = item_next(trigger, state)
+        state = item_next(ItemTrigger(trigger), state)
         assert state.value == expected
 
 
@@ -91,11 +93,11 @@ def test_any_run_trigger_sequence_follows_the_table(triggers: list[str]) -> None
         expected = RUN_TABLE.get((trigger, state.value))
         if expected is None:
             try:
-                run_next(trigger, state)
+                run_next(RunTrigger(trigger), state)
             except IllegalMove:
                 continue
             raise AssertionError(f"{trigger} from {state} should be illegal")
-        state = run_next(trigger, state)
+        state = run_next(RunTrigger(trigger), state)
         assert state.value == expected
     if state in (RunState.COMPLETED, RunState.CANCELLED):
         for trigger in RUN_TRIGGER_NAMES:

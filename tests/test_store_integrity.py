@@ -11,7 +11,7 @@ import pytest
 
 from notifier import clock
 from notifier.records import Outcome
-from notifier.state_machine import ItemState
+from notifier.state_machine import ItemState, ItemTrigger
 from notifier.store import LeaseLost, LostRace, Store
 
 from .conftest import EXAMPLE, Workspace, make_rows
@@ -146,11 +146,15 @@ def test_a_move_that_lost_a_race_fails_loudly(tmp_path: Path) -> None:
     )  # fmt: skip
     version = store.acquire_lease("r1", {"host": "h", "pid": 1}, 30, lambda o, e: False)
     [item] = store.claim("r1", version, 1)
-    store.record("r1", version, [Outcome(1, "ack", "sent", receipt_id="x", receipt_source="send")])
+    store.record(
+        "r1", version, [Outcome(1, ItemTrigger.ACK, "sent", receipt_id="x", receipt_source="send")]
+    )
     with pytest.raises(LostRace):
         # A second settlement that still believes the item is in flight.
         store.record(
-            "r1", version, [Outcome(1, "retry_later", "uncertain", expected=ItemState.IN_FLIGHT)]
+            "r1",
+            version,
+            [Outcome(1, ItemTrigger.RETRY_LATER, "uncertain", expected=ItemState.IN_FLIGHT)],
         )
     assert store.item("r1", 1).state.value == "sent"
     assert item.state.value == "in_flight"
