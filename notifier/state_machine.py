@@ -1,7 +1,7 @@
 """The two state machines of a run and its items, built with `transitions`.
 
 The database holds the state; these machines only decide which moves are legal. Each move is
-looked up here, then persisted by store.py with a conditional UPDATE (`WHERE state =
+looked up here, then persisted by the store package with a conditional UPDATE (`WHERE state =
 :expected`), so a move that lost a race fails loudly instead of overwriting.
 """
 
@@ -67,7 +67,7 @@ class RunTrigger(StrEnum):
     CANCEL = "cancel"
 
 
-# States in which an item still needs work: the partial index in store.py covers exactly these.
+# States in which an item still needs work: the partial index in the store covers exactly these.
 ACTIVE_ITEM_STATES = (ItemState.PENDING, ItemState.IN_FLIGHT, ItemState.UNKNOWN)
 TERMINAL_ITEM_STATES = (ItemState.SENT, ItemState.FAILED, ItemState.EXPIRED)
 FINISHED_RUN_STATES = (RunState.COMPLETED, RunState.CANCELLED)

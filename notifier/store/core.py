@@ -1,0 +1,234 @@
+"""The store's shared core: connection, write transactions, events and state moves. All
+SQL lives in this package; every state change goes through state_machine.py with a
+conditional UPDATE, and every worker write is fenced by its lease version."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+from sqlite_utils import Database
+
+from ..errors import NotifierError
+from ..records import (
+    Outcome,
+    Run,
+    run_from_row,
+)
+from ..schema import stored_content_fingerprint
+from ..state_machine import (
+    ACTIVE_ITEM_STATES,
+    ItemState,
+    ItemTrigger,
+    RunState,
+    RunTrigger,
+    item_next,
+    run_next,
+)
+from .exceptions import DatabaseUnwritable, LeaseLost, LostRace, StorageFailed
+
+_ACTIVE = "state IN ({})".format(", ".join(f"'{s.value}'" for s in ACTIVE_ITEM_STATES))
+# The states someone has to look at; repeating m004's partial index condition word for word
+# lets SQLite use items_attention (it matches a partial index only on the very same terms).
+ATTENTION_STATES = (ItemState.IN_FLIGHT, ItemState.UNKNOWN, ItemState.FAILED)
+_ATTENTION = "state IN ({})".format(", ".join(f"'{s.value}'" for s in ATTENTION_STATES))
+# Events checked for gaps at each end of a run's history when a database is opened.
+_EVENT_WINDOW = 10_000
+_ITEM_COLUMNS = "seq, item_id, channel, target, payload, idempotency_key, intent_digest, not_after"
+_HEADER = b"SQLite format 3\x00"
+# Attempt outcomes after which the item may have reached the recipient.
+_MAYBE_DELIVERED = "'uncertain', 'interrupted'"
+
+
+class StoreCore:
+    """The connection and what every seam shares: the write transaction (fenced by the
+    lease version), the event log, and the conditional moves through the state machine."""
+
+    def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
+        self.path = path
+        self.conn = conn
+        self.db = Database(conn)
+        self._indexes: set[str] | None = None  # read once: see _indexed
+
+    # ---------------------------------------------------------------- writing
+
+    @contextmanager
+    def _write(self, run_id: str | None = None, lease_version: int | None = None) -> Iterator[None]:
+        """One write transaction. IMMEDIATE takes the write lock up front: db.atomic()'s
+        deferred BEGIN can fail with SQLITE_BUSY_SNAPSHOT when a concurrent `cancel` commits
+        between our read and our write, and busy_timeout cannot retry that. With
+        `lease_version`, the transaction is fenced: it aborts if the lease moved on."""
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise self._storage_failure(exc) from exc
+        try:
+            if lease_version is not None:
+                row = self.conn.execute(
+                    "SELECT lease_version FROM runs WHERE run_id = ?", (run_id,)
+                ).fetchone()
+                if row is None or row[0] != lease_version:
+                    raise LeaseLost(f"run {run_id}: another process took over this run")
+            yield
+            self.conn.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            self._roll_back()
+            raise self._storage_failure(exc) from exc
+        except BaseException:
+            self._roll_back()
+            raise
+
+    def _roll_back(self) -> None:
+        if self.conn.in_transaction:
+            with suppress(sqlite3.Error):  # a failed disk may refuse even the rollback
+                self.conn.execute("ROLLBACK")
+
+    def _storage_failure(self, exc: sqlite3.OperationalError) -> NotifierError:
+        """Name what went wrong with the file, the safe state it leaves, and the fix."""
+        code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+        safe = (
+            "The write was rolled back whole: every outcome recorded before it is safe, and "
+            "anything in flight is settled by query on resume."
+        )
+        if code == sqlite3.SQLITE_FULL:
+            return StorageFailed(
+                f"{self.path}: the disk holding {self.path.name} is full. {safe} Free some "
+                f"space on that disk, then run `notifier resume`."
+            )
+        if code == sqlite3.SQLITE_IOERR:
+            return StorageFailed(
+                f"{self.path}: an I/O error while writing ({exc}). {safe} Check the disk "
+                "(dmesg, df), then run `notifier resume`."
+            )
+        if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+            return StorageFailed(
+                f"{self.path}: locked by another program for longer than the 10 s busy "
+                f"timeout ({exc}). {safe} Find what holds it (e.g. `fuser {self.path}`), "
+                "let it finish or stop it, then run the command again."
+            )
+        if code == sqlite3.SQLITE_READONLY:
+            return DatabaseUnwritable(
+                f"{self.path}: cannot be written ({exc}). Nothing was changed by this write. "
+                "Make the file and its directory writable, then run the command again."
+            )
+        return StorageFailed(f"{self.path}: the database could not be written ({exc}). {safe}")
+
+    def _event(self, run_id: str, kind: str, item_seq: int | None, detail: Any, at: str) -> None:
+        self.conn.execute(
+            "INSERT INTO events (run_id, seq_no, at, kind, item_seq, detail) "
+            "SELECT ?, COALESCE(MAX(seq_no), 0) + 1, ?, ?, ?, ? FROM events WHERE run_id = ?",
+            (run_id, at, kind, item_seq, _dump(detail), run_id),
+        )
+
+    def _move_item(
+        self, run_id: str, seq: int, current: ItemState, trigger: ItemTrigger, at: str, **sets: Any
+    ) -> ItemState:
+        target = item_next(trigger, current)
+        assignments = "".join(f", {column} = :{column}" for column in sets)
+        cursor = self.conn.execute(
+            f"UPDATE items SET state = :target, updated_at = :at{assignments} "
+            "WHERE run_id = :run_id AND seq = :seq AND state = :current",
+            {
+                "target": target.value,
+                "at": at,
+                "run_id": run_id,
+                "seq": seq,
+                "current": current.value,
+                **sets,
+            },
+        )
+        if cursor.rowcount != 1:
+            raise LostRace(
+                f"run {run_id} item {seq}: another process moved it first (it was no longer "
+                f"{current.value} for {trigger}); this process stopped without overwriting "
+                f"anything. `notifier status {run_id}` shows where it stands."
+            )
+        self._event(run_id, trigger, seq, {"from": current.value, "to": target.value}, at)
+        return target
+
+    def _move_run(self, run_id: str, trigger: RunTrigger, at: str, **sets: Any) -> RunState:
+        current = self.get_run(run_id).state
+        target = run_next(trigger, current)
+        assignments = "".join(f", {column} = :{column}" for column in sets)
+        cursor = self.conn.execute(
+            f"UPDATE runs SET state = :target, updated_at = :at{assignments} "
+            "WHERE run_id = :run_id AND state = :current",
+            {"target": target.value, "at": at, "run_id": run_id, "current": current.value, **sets},
+        )
+        if cursor.rowcount != 1:
+            raise LostRace(
+                f"run {run_id}: another process moved it first (it was no longer "
+                f"{current.value} for {trigger}); this process stopped without overwriting "
+                f"anything. `notifier status {run_id}` shows where it stands."
+            )
+        self._event(
+            run_id, f"run_{trigger}", None, {"from": current.value, "to": target.value, **sets}, at
+        )
+        return target
+
+    def _indexed(self, index: str) -> str:
+        """`INDEXED BY index` when the file has it (a read-only open of a file older than
+        m004 does not): without statistics SQLite may prefer a full index of the run over a
+        partial one of the few rows asked for."""
+        if self._indexes is None:
+            self._indexes = {
+                r[0]
+                for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
+            }
+        return f"INDEXED BY {index}" if index in self._indexes else ""
+
+    def runs(self) -> list[Run]:
+        rows = self.conn.execute("SELECT * FROM runs ORDER BY created_at DESC, rowid DESC")
+        return [run_from_row(r) for r in rows]
+
+    def get_run(self, run_id: str) -> Run:
+        row = self.conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise KeyError(run_id)
+        return run_from_row(row)
+
+    def _runs_with_content_fingerprint(self, content_fingerprint: str) -> list[Run]:
+        columns = {r[1] for r in self.conn.execute("PRAGMA table_info(runs)")}
+        if "content_fingerprint" not in columns:
+            # Opened read-only before m002 was applied: compute what m002 would store.
+            return [
+                run
+                for run in self.runs()
+                if stored_content_fingerprint(self.conn, run.run_id) == content_fingerprint
+            ]
+        rows = self.conn.execute(
+            "SELECT * FROM runs WHERE content_fingerprint = ? ORDER BY created_at DESC, rowid DESC",
+            (content_fingerprint,),
+        )
+        return [run_from_row(r) for r in rows]
+
+    def _has_table(self, name: str) -> bool:
+        return bool(
+            self.conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
+            ).fetchone()
+        )
+
+
+def _dump(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def _all_active(states: Sequence[ItemState]) -> bool:
+    return all(s in ACTIVE_ITEM_STATES for s in states)
+
+
+def _plain_ack(o: Outcome) -> bool:
+    """An answered send as the pipeline records it: batched by Store._record_acks."""
+    return (
+        o.trigger == ItemTrigger.ACK
+        and o.expected is ItemState.IN_FLIGHT
+        and o.receipt_source is not None
+        and o.attempt_outcome is not None
+    )

@@ -1,0 +1,151 @@
+"""Claude drafts (--compose): stored one by one before any digest, then frozen into
+intents exactly once."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .. import clock
+from ..records import (
+    StoredDraft,
+)
+from ..state_machine import (
+    RunTrigger,
+)
+from .core import _dump
+from .exceptions import LostRace
+from .ledger import Ledger
+from .stage import PlanStage
+
+
+class Drafts(Ledger):
+    """The drafts of a --compose run, and the one freeze of its plan."""
+
+    def create_drafting_run(
+        self, run: dict[str, Any], sources: Sequence[tuple[int, int, str]]
+    ) -> None:
+        """The run row (fingerprint empty: not frozen yet) and one pending draft per row
+        (seq, line, source), in one transaction."""
+        at = run["created_at"]
+        with self._write():
+            self.db.table("runs").insert(
+                {
+                    **run,
+                    "fingerprint": "",
+                    "channel_snapshot": _dump(run["channel_snapshot"]),
+                    "options": _dump(run["options"]),
+                    "updated_at": at,
+                }
+            )
+            self.conn.executemany(
+                "INSERT INTO drafts (run_id, seq, line, source, state) "
+                "VALUES (?, ?, ?, ?, 'pending')",
+                ((run["run_id"], seq, line, source) for seq, line, source in sources),
+            )
+            self._event(run["run_id"], "planned", None, {"drafts": len(sources)}, at)
+
+    def pending_drafts(self, run_id: str) -> list[tuple[int, str]]:
+        return [
+            (seq, source)
+            for seq, source in self.conn.execute(
+                "SELECT seq, source FROM drafts WHERE run_id = ? AND state = 'pending' "
+                "ORDER BY seq",
+                (run_id,),
+            )
+        ]
+
+    def save_draft(self, run_id: str, seq: int, draft: dict[str, Any]) -> None:
+        """A draft, durable before any digest is computed from it; only ever once per row."""
+        at = clock.now_iso()
+        with self._write():
+            cursor = self.conn.execute(
+                "UPDATE drafts SET state = 'drafted', subject = ?, body = ?, model = ?, "
+                "input_tokens = ?, output_tokens = ?, error = NULL, drafted_at = ? "
+                "WHERE run_id = ? AND seq = ? AND state = 'pending'",
+                (
+                    draft["subject"],
+                    draft["body"],
+                    draft["model"],
+                    draft["input_tokens"],
+                    draft["output_tokens"],
+                    at,
+                    run_id,
+                    seq,
+                ),
+            )
+            if cursor.rowcount != 1:
+                raise LostRace(f"run {run_id} row {seq}: already drafted")
+            self._event(run_id, "drafted", seq, {"model": draft["model"]}, at)
+
+    def fail_draft(self, run_id: str, seq: int, error: str, expected: str = "pending") -> None:
+        at = clock.now_iso()
+        with self._write():
+            cursor = self.conn.execute(
+                "UPDATE drafts SET state = 'failed', error = ?, drafted_at = ? "
+                "WHERE run_id = ? AND seq = ? AND state = ?",
+                (error, at, run_id, seq, expected),
+            )
+            if cursor.rowcount != 1:
+                raise LostRace(f"run {run_id} row {seq}: expected draft {expected}")
+            self._event(run_id, "draft_failed", seq, {"error": error}, at)
+
+    def drafts(self, run_id: str) -> list[StoredDraft]:
+        return [
+            StoredDraft(*tuple(r))
+            for r in self.conn.execute(
+                "SELECT seq, line, source, state, subject, body, model, input_tokens, "
+                "output_tokens, error FROM drafts WHERE run_id = ? ORDER BY seq",
+                (run_id,),
+            )
+        ]
+
+    def draft_summary(self, run_id: str) -> dict[str, int]:
+        summary = {"total": 0, "drafted": 0, "failed": 0, "pending": 0}
+        for state, n in self.conn.execute(
+            "SELECT state, COUNT(*) FROM drafts WHERE run_id = ? GROUP BY state", (run_id,)
+        ):
+            summary[state] = n
+            summary["total"] += n
+        tokens = self.conn.execute(
+            "SELECT COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0) "
+            "FROM drafts WHERE run_id = ?",
+            (run_id,),
+        ).fetchone()
+        summary["input_tokens"], summary["output_tokens"] = int(tokens[0]), int(tokens[1])
+        return summary
+
+    def draft_failures(self, run_id: str) -> list[tuple[int, int, str]]:
+        """(seq, line, error) of every row whose draft failed."""
+        return [
+            (seq, line, error)
+            for seq, line, error in self.conn.execute(
+                "SELECT seq, line, error FROM drafts WHERE run_id = ? AND state = 'failed' "
+                "ORDER BY seq",
+                (run_id,),
+            )
+        ]
+
+    def freeze_plan(
+        self,
+        run_id: str,
+        fingerprint: str,
+        content_fingerprint: str,
+        items: Sequence[dict[str, Any]] | PlanStage,
+        then: RunTrigger | None = None,
+    ) -> None:
+        """The intents computed from the stored drafts and the run's fingerprint, in one
+        transaction, and only once: a run already frozen is never planned again."""
+        at = clock.now_iso()
+        with self._write():
+            cursor = self.conn.execute(
+                "UPDATE runs SET fingerprint = ?, content_fingerprint = ?, updated_at = ? "
+                "WHERE run_id = ? AND fingerprint = '' AND state = 'planned'",
+                (fingerprint, content_fingerprint, at, run_id),
+            )
+            if cursor.rowcount != 1:
+                raise LostRace(f"run {run_id}: its plan was already frozen")
+            n = self._insert_items(run_id, items, at)
+            self._event(run_id, "frozen", None, {"items": n}, at)
+            if then is not None:
+                self._move_run(run_id, then, at)

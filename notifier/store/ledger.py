@@ -1,0 +1,459 @@
+"""The ledger: every write of a run's history."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
+from typing import Any
+
+from .. import clock
+from ..records import (
+    Item,
+    Outcome,
+    item_from_row,
+)
+from ..state_machine import (
+    FINISHED_RUN_STATES,
+    ItemState,
+    ItemTrigger,
+    RunState,
+    RunTrigger,
+    item_next,
+)
+from .core import _ACTIVE, _ITEM_COLUMNS, _MAYBE_DELIVERED, StoreCore, _dump, _plain_ack
+from .exceptions import AlreadyPlanned, LostRace, RunExists
+from .stage import PlanStage
+
+
+class Ledger(StoreCore):
+    """Point A and point B, plans, decisions, drafts and approvals: every write of the run's
+    history."""
+
+    def create_run(
+        self,
+        run: dict[str, Any],
+        items: Sequence[dict[str, Any]] | PlanStage,
+        *,
+        new_run: bool = False,
+        then: RunTrigger | None = None,
+    ) -> None:
+        """The run row and every intent, in one transaction: a batch is planned whole or not
+        at all. `then` (e.g. `request_approval`) moves the new run in the same transaction, so
+        no crash can leave a run that needs an approval looking merely `planned`.
+
+        The "already planned" check is part of the same transaction, which holds the write
+        lock from its first statement (BEGIN IMMEDIATE): two `send`s of one batch cannot both
+        pass the check before either inserts, so exactly one plans it and the other gets
+        AlreadyPlanned naming the winner (issue 7, point 5). `new_run` skips the check.
+        RunExists: a run with this id is already here.
+
+        `items` is normally the PlanStage the CSV was streamed into: its rows are copied in
+        chunks, so a million intents never sit in memory at once."""
+        at = run["created_at"]
+        with self._write():
+            if not new_run:
+                same = self._runs_with_content_fingerprint(run["content_fingerprint"])
+                if same:
+                    raise AlreadyPlanned(same[0])
+            if self.conn.execute(
+                "SELECT 1 FROM runs WHERE run_id = ?", (run["run_id"],)
+            ).fetchone():
+                raise RunExists(run["run_id"])
+            self.db.table("runs").insert(
+                {
+                    **run,
+                    "channel_snapshot": _dump(run["channel_snapshot"]),
+                    "options": _dump(run["options"]),
+                    "updated_at": at,
+                }
+            )
+            n = self._insert_items(run["run_id"], items, at)
+            self._event(run["run_id"], "planned", None, {"items": n}, at)
+            if then is not None:
+                self._move_run(run["run_id"], then, at)
+
+    def _insert_items(
+        self, run_id: str, items: Sequence[dict[str, Any]] | PlanStage, at: str
+    ) -> int:
+        """Insert the intents (all `pending`); returns how many. executemany with a fixed
+        column list: sqlite-utils' insert_all inspects every value of every row."""
+        rows: Iterable[tuple[Any, ...]]
+        if isinstance(items, PlanStage):
+            rows = items.rows()
+        else:
+            rows = (
+                (
+                    item["seq"],
+                    item["item_id"],
+                    item["channel"],
+                    item["target"],
+                    _dump(item["payload"]),
+                    item["idempotency_key"],
+                    item["intent_digest"],
+                    item.get("not_after"),
+                )
+                for item in items
+            )
+        counted = 0
+
+        def tagged() -> Iterator[tuple[Any, ...]]:
+            nonlocal counted
+            for row in rows:
+                counted += 1
+                yield (run_id, *row, at)
+
+        self.conn.executemany(
+            f"INSERT INTO items (run_id, {_ITEM_COLUMNS}, state, attempts, updated_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?)",
+            tagged(),
+        )
+        # m004's counters: moves are counted by trigger, inserts here (once, not per row).
+        self.conn.execute(
+            "INSERT INTO run_counts (run_id, state, n) VALUES (?, 'pending', ?) "
+            "ON CONFLICT (run_id, state) DO UPDATE SET n = n + excluded.n",
+            (run_id, counted),
+        )
+        return counted
+
+    def move_run(
+        self, run_id: str, trigger: RunTrigger, lease_version: int | None = None, **sets: Any
+    ) -> RunState:
+        with self._write(run_id, lease_version):
+            return self._move_run(run_id, trigger, clock.now_iso(), **sets)
+
+    def expire_due(self, run_id: str, lease_version: int) -> list[int]:
+        """Pending items whose deadline has passed become `expired` (never sent), in one
+        fenced transaction. An item whose last attempt may have been delivered is left for
+        the runner to settle: expiring it would claim "never sent" without knowing."""
+        at = clock.now_iso()
+        due = self._due_for_expiry(run_id, at)
+        if not due:
+            return []  # the common case costs one indexed read, no write transaction
+        expired: list[int] = []
+        with self._write(run_id, lease_version):
+            for seq in self._due_for_expiry(run_id, at):
+                self._move_item(run_id, seq, ItemState.PENDING, ItemTrigger.EXPIRE, at)
+                expired.append(seq)
+        return expired
+
+    def _due_for_expiry(self, run_id: str, at: str) -> list[int]:
+        return [
+            seq
+            for (seq,) in self.conn.execute(
+                "SELECT i.seq FROM items i WHERE i.run_id = ? AND i.state = 'pending' "
+                "AND i.not_after IS NOT NULL AND i.not_after <= ? AND (i.attempts = 0 OR "
+                "(SELECT a.outcome FROM attempts a WHERE a.run_id = i.run_id AND a.seq = i.seq "
+                f"ORDER BY a.n DESC LIMIT 1) NOT IN ({_MAYBE_DELIVERED})) ORDER BY i.seq",
+                (run_id, at),
+            )
+        ]
+
+    def past_deadline(self, run_id: str, at: str) -> int:
+        """How many unfinished items are already past their deadline at `at`."""
+        (n,) = self.conn.execute(
+            "SELECT COUNT(*) FROM items WHERE run_id = ? AND state = 'pending' "
+            "AND not_after IS NOT NULL AND not_after <= ?",
+            (run_id, at),
+        ).fetchone()
+        return int(n)
+
+    def claim(
+        self,
+        run_id: str,
+        lease_version: int,
+        limit: int,
+        *,
+        exclude_channels: Sequence[str] = (),
+        exclude_seqs: Sequence[int] = (),
+    ) -> list[Item]:
+        """Point A for a window: up to `limit` due pending items become in_flight, each with
+        an open attempt row, in one transaction. `exclude_seqs`: items the caller still holds
+        back (a backoff it times on the monotonic clock)."""
+        return self.step(
+            run_id,
+            lease_version,
+            (),
+            limit,
+            exclude_channels=exclude_channels,
+            exclude_seqs=exclude_seqs,
+        )
+
+    def record(self, run_id: str, lease_version: int | None, outcomes: Sequence[Outcome]) -> None:
+        """Point B for a window: every outcome (receipt, attempt closed, state moved) in one
+        transaction."""
+        if not outcomes:
+            return
+        at = clock.now_iso()
+        with self._write(run_id, lease_version):
+            for outcome in outcomes:
+                self._record_one(run_id, outcome, at)
+
+    def step(
+        self,
+        run_id: str,
+        lease_version: int,
+        outcomes: Sequence[Outcome],
+        claim_limit: int,
+        *,
+        exclude_channels: Sequence[str] = (),
+        exclude_seqs: Sequence[int] = (),
+    ) -> list[Item]:
+        """One group commit of the pipeline: point B of every finished send in `outcomes`
+        and point A of up to `claim_limit` newly claimed items, in one transaction (one
+        fsync for all of them). Outcomes are recorded first, so a slot they free can be
+        claimed again in the same commit. Returns the claimed items."""
+        if not outcomes and claim_limit <= 0:
+            return []
+        at = clock.now_iso()
+        with self._write(run_id, lease_version):
+            acks = [o for o in outcomes if _plain_ack(o)]
+            for outcome in outcomes:
+                if not _plain_ack(outcome):
+                    self._record_one(run_id, outcome, at)
+            self._record_acks(run_id, acks, at)
+            if claim_limit <= 0:
+                return []
+            return self._claim(run_id, at, claim_limit, exclude_channels, exclude_seqs)
+
+    def _record_acks(self, run_id: str, acks: Sequence[Outcome], at: str) -> None:
+        """`_record_one` for many answered sends at once, in four statements instead of four
+        per item: with senders on other threads, every statement is one more wait for the
+        GIL, and the committer's turn is what a freed slot waits for. Same rows, same
+        conditional move (in_flight → sent, all or none)."""
+        if not acks:
+            return
+        values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(acks))
+        params: list[Any] = []
+        for o in acks:
+            params += [o.seq, o.finished_at or at, o.attempt_outcome, o.http_status, o.error,
+                       o.retry_after_s, o.receipt_id, o.receipt_source, o.evidence]  # fmt: skip
+        self.conn.execute(
+            "UPDATE attempts SET finished_at = v.column2, outcome = v.column3, "
+            "http_status = v.column4, error = v.column5, retry_after_s = v.column6 "
+            f"FROM (VALUES {values}) AS v WHERE attempts.run_id = ? AND attempts.seq = v.column1 "
+            "AND attempts.finished_at IS NULL",
+            [*params, run_id],
+        )
+        self.conn.execute(
+            "INSERT INTO receipts (idempotency_key, intent_digest, receipt_id, source, evidence, "
+            "recorded_at) SELECT i.idempotency_key, i.intent_digest, v.column7, v.column8, "
+            f"v.column9, ? FROM (VALUES {values}) AS v JOIN items AS i "
+            "ON i.run_id = ? AND i.seq = v.column1",
+            [at, *params, run_id],
+        )
+        current = ItemState.IN_FLIGHT
+        target = item_next(ItemTrigger.ACK, current)
+        cursor = self.conn.execute(
+            "UPDATE items SET state = ?, updated_at = ?, next_attempt_at = NULL, "
+            "last_error = v.column5, receipt_id = v.column7 "
+            f"FROM (VALUES {values}) AS v WHERE items.run_id = ? AND items.seq = v.column1 "
+            "AND items.state = ?",
+            [target.value, at, *params, run_id, current.value],
+        )
+        if cursor.rowcount != len(acks):
+            raise LostRace(f"run {run_id}: expected {len(acks)} items in_flight for ack")
+        detail = {"from": current.value, "to": target.value}
+        self._events(run_id, "ack", [o.seq for o in acks], detail, at)
+
+    def _events(self, run_id: str, kind: str, seqs: Sequence[int], detail: Any, at: str) -> None:
+        """`_event` for several items at once (one statement, consecutive seq_no)."""
+        # A bare MAX over the primary key: one seek to the index's edge, not a walk.
+        (found,) = self.conn.execute(
+            "SELECT MAX(seq_no) FROM events WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        last = found or 0
+        dumped = _dump(detail)
+        params: list[Any] = []
+        for i, seq in enumerate(seqs, start=1):
+            params += [run_id, last + i, at, kind, seq, dumped]
+        self.conn.execute(
+            "INSERT INTO events (run_id, seq_no, at, kind, item_seq, detail) VALUES "
+            + ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(seqs)),
+            params,
+        )
+
+    def _claim(
+        self,
+        run_id: str,
+        at: str,
+        limit: int,
+        exclude_channels: Sequence[str],
+        exclude_seqs: Sequence[int],
+    ) -> list[Item]:
+        where = f"run_id = ? AND {_ACTIVE} AND state = 'pending' "
+        where += "AND (next_attempt_at IS NULL OR next_attempt_at <= ?)"
+        params: list[Any] = [run_id, at]
+        if exclude_channels:
+            where += " AND channel NOT IN ({})".format(", ".join("?" * len(exclude_channels)))
+            params.extend(exclude_channels)
+        if exclude_seqs:
+            where += " AND seq NOT IN ({})".format(", ".join("?" * len(exclude_seqs)))
+            params.extend(exclude_seqs)
+        rows = self.conn.execute(
+            f"SELECT * FROM items WHERE {where} ORDER BY seq LIMIT ?", [*params, limit]
+        ).fetchall()
+        if not rows:
+            return []
+        items = [item_from_row(row) for row in rows]
+        waited: list[float | None] = []
+        for item in items:
+            last = None
+            if item.attempts:
+                last = self.conn.execute(
+                    "SELECT finished_at FROM attempts WHERE run_id = ? AND seq = ? "
+                    "ORDER BY n DESC LIMIT 1",
+                    (run_id, item.seq),
+                ).fetchone()
+            seconds = None
+            if last and last[0]:
+                seconds = (clock.parse(at) - clock.parse(last[0])).total_seconds()
+            waited.append(seconds)
+        # The claim as set-based statements (see _record_acks): every row was read pending
+        # in this transaction, and the move is still conditional on it.
+        current = ItemState.PENDING
+        target = item_next(ItemTrigger.START, current)
+        seqs = [item.seq for item in items]
+        marks = ", ".join("?" * len(seqs))
+        cursor = self.conn.execute(
+            "UPDATE items SET state = ?, updated_at = ?, attempts = attempts + 1, "
+            f"next_attempt_at = NULL WHERE run_id = ? AND seq IN ({marks}) AND state = ?",
+            [target.value, at, run_id, *seqs, current.value],
+        )
+        if cursor.rowcount != len(seqs):
+            raise LostRace(f"run {run_id}: expected {len(seqs)} items pending for start")
+        self._events(run_id, "start", seqs, {"from": current.value, "to": target.value}, at)
+        # n counts attempt rows, not the item's attempts: a released attempt (claimed,
+        # never started) keeps its row but is not counted as an attempt.
+        values = ", ".join(["(?, ?)"] * len(seqs))
+        self.conn.execute(
+            "INSERT INTO attempts (run_id, seq, n, started_at, waited_s) "
+            "SELECT ?, v.column1, (SELECT COALESCE(MAX(n), 0) + 1 FROM attempts AS a "
+            "WHERE a.run_id = ? AND a.seq = v.column1), ?, v.column2 "
+            f"FROM (VALUES {values}) AS v",
+            [run_id, run_id, at, *[x for pair in zip(seqs, waited, strict=True) for x in pair]],
+        )
+        return [
+            replace(item, state=target, attempts=item.attempts + 1, next_attempt_at=None)
+            for item in items
+        ]
+
+    def _record_one(self, run_id: str, o: Outcome, at: str) -> None:
+        if o.attempt_outcome is not None:
+            self.conn.execute(
+                "UPDATE attempts SET finished_at = ?, outcome = ?, http_status = ?, error = ?, "
+                "retry_after_s = ? WHERE run_id = ? AND seq = ? AND finished_at IS NULL",
+                (
+                    o.finished_at or at,
+                    o.attempt_outcome,
+                    o.http_status,
+                    o.error,
+                    o.retry_after_s,
+                    run_id,
+                    o.seq,
+                ),
+            )
+        sets: dict[str, Any] = {"next_attempt_at": o.next_attempt_at}
+        if o.error is not None or o.trigger in (
+            ItemTrigger.ACK,
+            ItemTrigger.FOUND,
+            ItemTrigger.MARK_SENT,
+        ):
+            sets["last_error"] = o.error
+        if o.receipt_source is not None:
+            sets["receipt_id"] = o.receipt_id
+            # The receipt carries the digest stored with the intent, copied in SQL.
+            self.conn.execute(
+                "INSERT INTO receipts (idempotency_key, intent_digest, receipt_id, source, "
+                "evidence, recorded_at) SELECT idempotency_key, intent_digest, ?, ?, ?, ? "
+                "FROM items WHERE run_id = ? AND seq = ?",
+                (o.receipt_id, o.receipt_source, o.evidence, at, run_id, o.seq),
+            )
+        if o.trigger == ItemTrigger.RELEASE:
+            # Claimed but never started: it does not count as an attempt (the move below is
+            # conditional on in_flight, so a lost race rolls this back too).
+            self.conn.execute(
+                "UPDATE items SET attempts = attempts - 1 WHERE run_id = ? AND seq = ? "
+                "AND state = 'in_flight' AND attempts > 0",
+                (run_id, o.seq),
+            )
+        current = o.expected
+        if current is None:
+            (state,) = self.conn.execute(
+                "SELECT state FROM items WHERE run_id = ? AND seq = ?", (run_id, o.seq)
+            ).fetchone()
+            current = ItemState(state)
+        self._move_item(run_id, o.seq, current, o.trigger, at, **sets)
+
+    def decide(
+        self,
+        run_id: str,
+        seq: int,
+        trigger: ItemTrigger,
+        operator: str,
+        evidence: str,
+        lease_version: int,
+    ) -> None:
+        """A manual reconcile decision: the move, its audit row and, for `mark_sent`, a
+        receipt whose source is `manual` — all in one transaction."""
+        at = clock.now_iso()
+        with self._write(run_id, lease_version):
+            self.conn.execute(
+                "INSERT INTO decisions (run_id, seq, operator, at, decision, evidence) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (run_id, seq, operator, at, trigger, evidence),
+            )
+            self._event(
+                run_id,
+                "decision",
+                seq,
+                {"decision": trigger, "operator": operator, "evidence": evidence},
+                at,
+            )
+            source = "manual" if trigger == ItemTrigger.MARK_SENT else None
+            self._record_one(
+                run_id, Outcome(seq, trigger, receipt_source=source, evidence=evidence), at
+            )
+
+    def record_approval(self, run_id: str, approval: dict[str, Any], state_version: int) -> None:
+        """Bind an approval, only if the run has not changed since it was reviewed at
+        `state_version` (its last event number): otherwise LostRace, nothing written. A run
+        awaiting approval moves to `approved`; a run already past that gets a fresh record."""
+        at = clock.now_iso()
+        with self._write():
+            if self.state_version(run_id) != state_version:
+                raise LostRace(f"run {run_id} changed while it was being approved")
+            run = self.get_run(run_id)
+            if run.state is RunState.AWAITING_APPROVAL:
+                self._move_run(run_id, RunTrigger.APPROVE, at, approval=_dump(approval))
+                return
+            cursor = self.conn.execute(
+                "UPDATE runs SET approval = ?, updated_at = ? WHERE run_id = ? AND state = ?",
+                (_dump(approval), at, run_id, run.state.value),
+            )
+            if cursor.rowcount != 1:
+                raise LostRace(f"run {run_id} changed while it was being approved")
+            self._event(run_id, "approval_renewed", None, approval, at)
+
+    def state_version(self, run_id: str) -> int:
+        """The run's state version: the number of its last event. Every state move and
+        every item outcome appends one, so an approval bound to it names one exact state."""
+        row = self.conn.execute(
+            "SELECT MAX(seq_no) FROM events WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        return int(row[0] or 0)
+
+    def request_cancel(self, run_id: str) -> bool:
+        """Flag the run for cancel; False (nothing written) when it already finished, e.g. a
+        worker completed it between the caller's read and this write."""
+        at = clock.now_iso()
+        finished = ", ".join(f"'{s.value}'" for s in FINISHED_RUN_STATES)
+        with self._write():
+            cursor = self.conn.execute(
+                "UPDATE runs SET cancel_requested_at = COALESCE(cancel_requested_at, ?), "
+                f"updated_at = ? WHERE run_id = ? AND state NOT IN ({finished})",
+                (at, at, run_id),
+            )
+            if cursor.rowcount != 1:
+                return False
+            self._event(run_id, "cancel_requested", None, None, at)
+        return True

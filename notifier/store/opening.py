@@ -1,0 +1,310 @@
+"""Opening and checking the database file."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sqlite3
+import struct
+from collections.abc import Callable
+from contextlib import suppress
+from pathlib import Path
+from typing import Self
+
+from ..schema import APPLICATION_ID, migrations
+from .core import _ACTIVE, _ATTENTION, _EVENT_WINDOW, _HEADER, StoreCore
+from .exceptions import DatabaseUnwritable, NoDatabase, StoreRefused
+
+
+class Opening(StoreCore):
+    """Opening a file and the checks that come first: nothing is written to a file that fails
+    them, and read-only commands open it read-only."""
+
+    # ---------------------------------------------------------------- opening
+
+    @classmethod
+    def open(cls, path: Path, *, create: bool = False, readonly: bool = False) -> Self:
+        """Open (or with `create`, make) the database at `path`, refusing any file that is
+        not a healthy notifier database of a schema this version knows. Nothing is written
+        to a refused file, nor with `readonly`."""
+        path = Path(path)
+        if not path.exists():
+            if not create:
+                raise NoDatabase(
+                    f"{path}: no database here yet. Run `notifier send BATCH.csv` first, "
+                    "or point --db (or NOTIFIER_DB) at an existing receipts database."
+                )
+            _check_writable(path)
+            _create_atomically(path, lambda p: cls._connect(p, fresh=True))
+        short = _check_file_header(path)
+        if not readonly:
+            _check_writable(path)
+        store = cls._connect(path, fresh=False, readonly=readonly)
+        try:
+            if short is not None:
+                store._check_pages_in_wal(short)
+            store._check_schema()
+            store.check_invariants()
+        except sqlite3.DatabaseError as exc:
+            store.close()
+            raise StoreRefused(f"{path}: cannot be read as a notifier database ({exc}).") from exc
+        except BaseException:
+            store.close()
+            raise
+        if not readonly:
+            store._prepare()
+        return store
+
+    @classmethod
+    def _connect(cls, path: Path, *, fresh: bool, readonly: bool = False) -> Self:
+        # isolation_level=None: transactions are begun explicitly (see _write), never
+        # implicitly by the sqlite3 module behind our back.
+        target, uri = str(path), False
+        if readonly:
+            # Read-only commands must leave no trace: mode=ro never writes the database. With
+            # no -wal beside it no writer is attached and the file is fully checkpointed, so
+            # `immutable` reads it without creating -wal/-shm (which mode=ro alone would, and
+            # cannot on a read-only file system). With a -wal present, those files exist.
+            wal = path.with_name(path.name + "-wal")
+            target = f"{path.resolve().as_uri()}?mode=ro"
+            target += "" if wal.exists() else "&immutable=1"
+            uri = True
+        try:
+            conn = sqlite3.connect(target, isolation_level=None, check_same_thread=False, uri=uri)
+        except sqlite3.OperationalError as exc:
+            raise NoDatabase(
+                f"{path}: cannot open or create the database ({exc}). Check that the "
+                "directory exists and is writable, or choose another --db."
+            ) from exc
+        # Another process (a cancel, a second resume) may hold the write lock briefly.
+        conn.execute("PRAGMA busy_timeout = 10000")
+        conn.row_factory = sqlite3.Row
+        # Attempts, receipts and decisions must point at items that exist.
+        conn.execute("PRAGMA foreign_keys = ON")
+        # 64 MiB of page cache: keys are random hashes, so planning a large batch touches
+        # index pages all over the file; the default 2 MiB thrashes.
+        conn.execute("PRAGMA cache_size = -65536")
+        store = cls(path, conn)
+        if fresh:
+            store._prepare()
+        return store
+
+    def _prepare(self) -> None:
+        """Pragmas that write to the file, then migrations: only after every check passed."""
+        # WAL: readers (status, cancel) never block the worker, and a commit is one append.
+        self.conn.execute("PRAGMA journal_mode = WAL")
+        # FULL: an intent must survive power loss before its send starts (fsync per commit).
+        self.conn.execute("PRAGMA synchronous = FULL")
+        # Under the write lock, so two processes opening an older file at once cannot both
+        # decide a migration is pending and both apply it.
+        with self._write():
+            migrations.apply(self.db)
+
+    def secondary(self) -> Self:
+        """Another connection to the same checked file, for a thread of our own."""
+        store = type(self)._connect(self.path, fresh=False)
+        store.conn.execute("PRAGMA synchronous = FULL")
+        return store
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def _check_pages_in_wal(self, short: str) -> None:
+        """The file is shorter than its header promises, but a write-ahead log sits beside
+        it: a checkpoint cut short (a kill, a full disk) leaves exactly this, and SQLite
+        recovers the missing pages from the log on open. Refuse only if SQLite itself finds
+        the database damaged."""
+        rows = [r[0] for r in self.conn.execute("PRAGMA quick_check(5)")]
+        if rows != ["ok"]:
+            raise StoreRefused(
+                f"{self.path}: {short}, and SQLite's quick_check fails even with the "
+                f"write-ahead log beside it ({'; '.join(rows)}). Restore it from a backup; "
+                "this file was not changed."
+            )
+
+    def _check_schema(self) -> None:
+        tables = {
+            r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        }
+        app_id = self.conn.execute("PRAGMA application_id").fetchone()[0]
+        if not tables and app_id == 0:
+            return  # an empty SQLite file: ours to initialise
+        if app_id != APPLICATION_ID:
+            listed = ", ".join(sorted(tables)[:6]) or "none"
+            raise StoreRefused(
+                f"{self.path}: this SQLite database was not written by notifier (tables: "
+                f"{listed}). Point --db at a notifier receipts database or at a new path."
+            )
+        applied = {m.name for m in migrations.applied(self.db)}
+        known = {m.name for m in migrations._migrations}
+        newer = sorted(applied - known)
+        if newer:
+            raise StoreRefused(
+                f"{self.path}: written by a newer version of notifier (schema {newer[-1]} is "
+                "unknown here). Upgrade notifier; this file was not changed."
+            )
+
+    def check_invariants(self) -> None:
+        """Refuse a database whose rows contradict each other: resuming on top of it could
+        re-send or skip notifications."""
+        if not self._has_items():
+            return
+        problems: list[str] = []
+        # Every open pays for these checks, so none walks all the items of a run. With m004,
+        # "every sent item has a receipt" is first compared as two counts (each receipt is
+        # written with its item's move to sent, and only then), and the items are searched
+        # one by one only when the counts disagree.
+        if not self._has_table("run_counts") or self._receipts_disagree_with_sent():
+            for run_id, seq in self.conn.execute(
+                "SELECT i.run_id, i.seq FROM items i WHERE i.state = 'sent' AND NOT EXISTS "
+                "(SELECT 1 FROM receipts r WHERE r.idempotency_key = i.idempotency_key) LIMIT 5"
+            ):
+                problems.append(f"run {run_id} item {seq} is sent but has no receipt")
+        for run_id, seq in self.conn.execute(
+            f"SELECT i.run_id, i.seq FROM items i {self._indexed('items_attention')} "
+            f"WHERE {_ATTENTION} AND i.state = 'in_flight' "
+            "AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.run_id = i.run_id "
+            "AND a.seq = i.seq AND a.finished_at IS NULL) LIMIT 5"
+        ):
+            problems.append(f"run {run_id} item {seq} is in flight but has no open attempt")
+        # Driven by the receipts: costs what was sent so far, not the size of the runs.
+        for run_id, seq in self.conn.execute(
+            "SELECT i.run_id, i.seq FROM receipts r CROSS JOIN items i "
+            "ON i.idempotency_key = r.idempotency_key "
+            "WHERE i.state = 'sent' AND r.intent_digest != i.intent_digest LIMIT 5"
+        ):
+            problems.append(f"run {run_id} item {seq} has a receipt for a different digest")
+        # Contiguity is checked at the start and the end of each run's events (where a cut
+        # or a lost append shows), at most twice _EVENT_WINDOW index entries per run: counting
+        # every event of a million-item run on each open would cost more than the rest.
+        for (run_id,) in self.conn.execute("SELECT run_id FROM runs"):
+            if not self._events_contiguous(run_id):
+                problems.append(f"run {run_id} has gaps in its event numbers")
+                if len(problems) >= 5:
+                    break
+        for (run_id,) in self.conn.execute(
+            f"SELECT r.run_id FROM runs r WHERE r.state = 'completed' AND EXISTS "
+            f"(SELECT 1 FROM items i WHERE i.run_id = r.run_id AND {_ACTIVE}) LIMIT 5"
+        ):
+            problems.append(f"run {run_id} is completed but still has unfinished items")
+        if problems:
+            raise StoreRefused(
+                f"{self.path}: integrity check failed: {'; '.join(problems)}. The file was not "
+                "changed; restore it from a backup or inspect it with sqlite3 before resuming."
+            )
+
+    def _events_contiguous(self, run_id: str) -> bool:
+        # Two queries: SQLite reads MIN or MAX alone from the index's edge, both at once not.
+        (low,) = self.conn.execute(
+            "SELECT MIN(seq_no) FROM events WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        (high,) = self.conn.execute(
+            "SELECT MAX(seq_no) FROM events WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        if low is None:
+            return True
+        if low != 1:
+            return False
+        window = min(_EVENT_WINDOW, high)
+        (head,) = self.conn.execute(
+            "SELECT COUNT(*) FROM events WHERE run_id = ? AND seq_no <= ?", (run_id, window)
+        ).fetchone()
+        (tail,) = self.conn.execute(
+            "SELECT COUNT(*) FROM events WHERE run_id = ? AND seq_no > ?",
+            (run_id, high - window),
+        ).fetchone()
+        return bool(head == window and tail == window)
+
+    def _receipts_disagree_with_sent(self) -> bool:
+        (receipts,) = self.conn.execute("SELECT COUNT(*) FROM receipts").fetchone()
+        (sent,) = self.conn.execute(
+            "SELECT COALESCE(SUM(n), 0) FROM run_counts WHERE state = 'sent'"
+        ).fetchone()
+        return bool(receipts != sent)
+
+    def _has_items(self) -> bool:
+        return bool(
+            self.conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='items'"
+            ).fetchone()
+        )
+
+
+def _check_file_header(path: Path) -> str | None:
+    """Cheap checks on the raw bytes, before SQLite opens the file (and before anything could
+    write to it): the magic string, and that no page the header promises is missing.
+
+    Returns a description of the shortfall when the file is shorter than its header says
+    but a write-ahead log is present: that is a normal state after a cut-short checkpoint
+    (the pages are in the log), so the caller lets SQLite decide with a quick_check."""
+    size = path.stat().st_size
+    if size == 0:
+        raise StoreRefused(
+            f"{path}: the file is empty (0 bytes), so it holds no receipts. If it was meant "
+            "to, restore it from a backup; for a fresh start delete it or choose another --db."
+        )
+    with path.open("rb") as handle:
+        header = handle.read(100)
+    if not header.startswith(_HEADER):
+        raise StoreRefused(
+            f"{path}: not an SQLite database (it does not start with the SQLite header). "
+            "Point --db at a notifier receipts database."
+        )
+    if len(header) < 100:
+        raise StoreRefused(f"{path}: truncated: the 100-byte SQLite header is incomplete.")
+    (page_size,) = struct.unpack(">H", header[16:18])
+    page_size = 65536 if page_size == 1 else page_size
+    change_counter, pages = struct.unpack(">II", header[24:32])
+    (valid_for,) = struct.unpack(">I", header[92:96])
+    if valid_for != change_counter or size >= pages * page_size:
+        return None
+    short = (
+        f"the header promises {pages} pages of {page_size} bytes ({pages * page_size} bytes) "
+        f"but the file has {size}"
+    )
+    wal = path.with_name(path.name + "-wal")
+    if wal.exists() and wal.stat().st_size > 0:
+        return short
+    raise StoreRefused(
+        f"{path}: truncated: {short}. Restore it from a backup; this file was not changed."
+    )
+
+
+def _create_atomically(path: Path, connect: Callable[[Path], Opening]) -> None:
+    """Make a new, fully initialised database at `path`, unless another process got there
+    first. It is built under a temporary name and linked into place in one step: a process
+    racing us never sees a half-made (0-byte) file, which would rightly be refused."""
+    temporary = path.with_name(f".{path.name}.creating-{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        store = connect(temporary)
+        store.close()  # the last connection checkpoints the log: one self-contained file
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            pass  # another process won the race: use its database
+        except OSError:
+            # A file system without hard links: a rename cannot refuse to overwrite, so
+            # check first (a race here needs two first-ever sends on such a disk at once).
+            if not path.exists():
+                os.replace(temporary, path)
+    finally:
+        for leftover in ("", "-wal", "-shm"):
+            with suppress(FileNotFoundError):
+                os.unlink(f"{temporary}{leftover}")
+
+
+def _check_writable(path: Path) -> None:
+    """A database we are about to write must be writable, and so must its directory (SQLite
+    creates the -wal and -shm files there). access(2) also reports a read-only mount."""
+    directory = path.parent if str(path.parent) else Path(".")
+    if path.exists() and not os.access(path, os.W_OK):
+        why = "the file is read-only"
+    elif not os.access(directory, os.W_OK | os.X_OK):
+        why = f"its directory {directory} is not writable"
+    else:
+        return
+    raise DatabaseUnwritable(
+        f"{path}: cannot be written: {why}. Nothing was changed. `notifier status`, `report` "
+        "and `runs` still read it; to send, resume, cancel or reconcile, make it writable "
+        "(or copy it somewhere writable and pass --db)."
+    )

@@ -1,0 +1,230 @@
+"""Queries: what status, report, resume and the runner read."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from .. import clock
+from ..records import (
+    MAYBE_DELIVERED_OUTCOMES,
+    Attempt,
+    Counts,
+    Decision,
+    Item,
+    PendingKind,
+    Run,
+    item_from_row,
+    run_from_row,
+)
+from ..state_machine import (
+    ItemState,
+    RunState,
+)
+from .core import _ACTIVE, _ATTENTION, ATTENTION_STATES, StoreCore, _all_active
+
+
+class Queries(StoreCore):
+    """Reading runs, items and their history, through indexes on what needs attention."""
+
+    # ---------------------------------------------------------------- reading
+
+    def newest_run(self, exclude: Sequence[RunState] = ()) -> Run | None:
+        for run in self.runs():
+            if run.state not in exclude:
+                return run
+        return None
+
+    def runs_with_fingerprint(self, fingerprint: str) -> list[Run]:
+        """Runs with this approval fingerprint (content + channel definitions), newest first."""
+        rows = self.conn.execute(
+            "SELECT * FROM runs WHERE fingerprint = ? ORDER BY created_at DESC, rowid DESC",
+            (fingerprint,),
+        )
+        return [run_from_row(r) for r in rows]
+
+    def runs_with_content_fingerprint(self, content_fingerprint: str) -> list[Run]:
+        """Runs that planned the same content (digests + channel names), newest first. For
+        display only (`--dry-run`): the decision is taken inside create_run."""
+        return self._runs_with_content_fingerprint(content_fingerprint)
+
+    def run_flags(self, run_id: str) -> tuple[str | None, int]:
+        """The two things a worker polls between windows: cancel request and lease version."""
+        row = self.conn.execute(
+            "SELECT cancel_requested_at, lease_version FROM runs WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        return row[0], row[1]
+
+    def counts(self, run_id: str) -> Counts:
+        """Items per state, from the counters m004's triggers keep with every move: one
+        indexed read of at most one row per state, whatever the size of the run."""
+        if self._has_table("run_counts"):
+            sql = "SELECT state, n FROM run_counts WHERE run_id = ?"
+        else:  # opened read-only before m004 was applied: count the rows
+            sql = "SELECT state, COUNT(*) FROM items WHERE run_id = ? GROUP BY state"
+        return Counts.of(dict(self.conn.execute(sql, (run_id,)).fetchall()))
+
+    def items(self, run_id: str, states: Sequence[ItemState] | None = None) -> Iterator[Item]:
+        if states is None:
+            cursor = self.conn.execute(
+                "SELECT * FROM items WHERE run_id = ? ORDER BY seq", (run_id,)
+            )
+        else:
+            marks = ", ".join("?" * len(states))
+            # Repeating a partial index's own condition lets SQLite use it: the attention
+            # index for in_flight/unknown/failed (never a walk over a million pending items),
+            # else the active one.
+            indexed = ""
+            if all(s in ATTENTION_STATES for s in states):
+                active, indexed = _ATTENTION, self._indexed("items_attention")
+            elif _all_active(states):
+                active = _ACTIVE
+            else:
+                active = "1"
+            cursor = self.conn.execute(
+                f"SELECT * FROM items {indexed} WHERE run_id = ? AND {active} "
+                f"AND state IN ({marks}) "
+                "ORDER BY seq",
+                (run_id, *[s.value for s in states]),
+            )
+        for row in cursor:
+            yield item_from_row(row)
+
+    def items_with_receipts(self, run_id: str) -> Iterator[tuple[Item, str | None, str | None]]:
+        """Every item in seq order with its receipt's source and evidence (None without one),
+        read as the caller goes: the full report streams from this cursor."""
+        cursor = self.conn.execute(
+            "SELECT i.*, r.source AS receipt_source, r.evidence AS receipt_evidence "
+            "FROM items i LEFT JOIN receipts r ON r.idempotency_key = i.idempotency_key "
+            "WHERE i.run_id = ? ORDER BY i.seq",
+            (run_id,),
+        )
+        for row in cursor:
+            yield item_from_row(row), row["receipt_source"], row["receipt_evidence"]
+
+    def item(self, run_id: str, seq: int) -> Item:
+        row = self.conn.execute(
+            "SELECT * FROM items WHERE run_id = ? AND seq = ?", (run_id, seq)
+        ).fetchone()
+        if row is None:
+            raise KeyError(seq)
+        return item_from_row(row)
+
+    def item_by_id(self, run_id: str, item_id: str) -> Item | None:
+        row = self.conn.execute(
+            "SELECT * FROM items WHERE run_id = ? AND item_id = ?", (run_id, item_id)
+        ).fetchone()
+        return item_from_row(row) if row else None
+
+    def throttled_until(self, run_id: str) -> dict[str, str]:
+        """Per channel, the latest time a downstream asked us to stay away, so a new process
+        honours a Retry-After that an earlier one was given: a pending item whose last attempt
+        was throttled waits until its next_attempt_at, and any throttled attempt (also one
+        that ended its item) asked the channel to wait retry_after_s from its answer."""
+        until: dict[str, str] = {}
+
+        def later(channel: str, moment: str) -> None:
+            if moment > until.get(channel, ""):
+                until[channel] = moment
+
+        # items_waiting and attempts_throttled (m004): only the waiting and throttled rows.
+        for channel, moment in self.conn.execute(
+            "SELECT i.channel, MAX(i.next_attempt_at) FROM items i "
+            "WHERE i.run_id = ? AND i.state = 'pending' "
+            "AND i.next_attempt_at IS NOT NULL AND (SELECT a.outcome FROM attempts a "
+            "WHERE a.run_id = i.run_id AND a.seq = i.seq ORDER BY a.n DESC LIMIT 1) "
+            "= 'throttled' GROUP BY i.channel",
+            (run_id,),
+        ):
+            later(channel, moment)
+        for channel, finished_at, wait_s in self.conn.execute(
+            "SELECT i.channel, a.finished_at, a.retry_after_s FROM attempts a "
+            "JOIN items i ON i.run_id = a.run_id AND i.seq = a.seq "
+            "WHERE a.run_id = ? AND a.outcome = 'throttled' AND a.finished_at IS NOT NULL "
+            "AND a.retry_after_s IS NOT NULL ORDER BY a.run_id, a.seq",
+            (run_id,),
+        ):
+            later(channel, clock.iso(clock.later(wait_s, clock.parse(finished_at))))
+        return until
+
+    def pending_kinds(self, run_id: str) -> dict[int, PendingKind]:
+        """seq → kind for every pending item that was attempted (the others were never
+        attempted). An attempt whose outcome was uncertain (timeout, 5xx, 409 in progress,
+        a stop mid-request) may have been delivered unless a later query (`not_found`) or an
+        operator (`mark_not_sent`) proved otherwise; a throttled or refused one was not."""
+        maybe = ", ".join(f"'{o}'" for o in MAYBE_DELIVERED_OUTCOMES)
+        # Through m004's items_retried and events_disproof: only the retried items, and only
+        # the disproving events of each, are read (never every pending item or every event).
+        rows = self.conn.execute(
+            "SELECT i.seq, EXISTS (SELECT 1 FROM attempts a WHERE a.run_id = i.run_id "
+            f"AND a.seq = i.seq AND a.outcome IN ({maybe}) AND NOT EXISTS (SELECT 1 FROM "
+            "events e WHERE e.run_id = i.run_id AND e.item_seq = i.seq "
+            "AND e.kind IN ('not_found', 'mark_not_sent') AND e.at >= a.finished_at)) "
+            "FROM items i WHERE i.run_id = ? AND i.state = 'pending' AND i.attempts > 0",
+            (run_id,),
+        )
+        return {
+            seq: PendingKind.MAYBE_DELIVERED if maybe_delivered else PendingKind.RETRY_WAITING
+            for seq, maybe_delivered in rows
+        }
+
+    def pending_by_channel(self, run_id: str) -> list[tuple[str, str | None]]:
+        """Per channel with pending items: the earliest next_attempt_at (None: due now)."""
+        indexed = self._indexed("items_pending_channel")
+        if not indexed:  # a file older than m004, opened read-only
+            return [
+                (channel, earliest or None)
+                for channel, earliest in self.conn.execute(
+                    f"SELECT channel, MIN(COALESCE(next_attempt_at, '')) FROM items "
+                    f"WHERE run_id = ? AND {_ACTIVE} AND state = 'pending' GROUP BY channel",
+                    (run_id,),
+                )
+            ]
+        # One index probe per channel of the run (NULL, due now, sorts first), never a walk
+        # over its pending items.
+        found = []
+        for channel in sorted(self.get_run(run_id).channel_snapshot):
+            row = self.conn.execute(
+                f"SELECT next_attempt_at FROM items {indexed} WHERE run_id = ? "
+                "AND state = 'pending' AND channel = ? ORDER BY next_attempt_at LIMIT 1",
+                (run_id, channel),
+            ).fetchone()
+            if row is not None:
+                found.append((channel, row[0] or None))
+        return found
+
+    def waiting_for_query(self, run_id: str, due_by: str | None = None) -> list[Item]:
+        """Unknown items that wait for their channel's query_delay before a 404 may count
+        (next_attempt_at = when to ask again); with `due_by`, only those due by then."""
+        # items_attention (m004) holds the unknown items: never a walk over the pending ones.
+        sql = (
+            f"SELECT * FROM items {self._indexed('items_attention')} WHERE run_id = ? "
+            f"AND {_ATTENTION} AND state = 'unknown' AND next_attempt_at IS NOT NULL"
+        )
+        params: list[Any] = [run_id]
+        if due_by is not None:
+            sql += " AND next_attempt_at <= ?"
+            params.append(due_by)
+        return [item_from_row(r) for r in self.conn.execute(sql + " ORDER BY seq", params)]
+
+    def attempts(self, run_id: str, seq: int | None = None) -> list[Attempt]:
+        sql = (
+            "SELECT seq, n, started_at, finished_at, outcome, http_status, error, waited_s, "
+            "retry_after_s FROM attempts WHERE run_id = ?"
+        )
+        params: list[Any] = [run_id]
+        if seq is not None:
+            sql += " AND seq = ?"
+            params.append(seq)
+        return [Attempt(*tuple(r)) for r in self.conn.execute(sql + " ORDER BY id", params)]
+
+    def decisions(self, run_id: str) -> list[Decision]:
+        return [
+            Decision(*tuple(r))
+            for r in self.conn.execute(
+                "SELECT d.seq, i.item_id, d.operator, d.at, d.decision, d.evidence "
+                "FROM decisions d JOIN items i ON i.run_id = d.run_id AND i.seq = d.seq "
+                "WHERE d.run_id = ? ORDER BY d.id",
+                (run_id,),
+            )
+        ]
