@@ -4,8 +4,9 @@ table, used only by cli.py. The layers below return states, reasons and counts."
 from __future__ import annotations
 
 from .errors import ExitCode
+from .judging import Stop
 from .records import Counts
-from .runner import RunResult, Stop
+from .runner import RunResult
 from .state_machine import RunState
 
 

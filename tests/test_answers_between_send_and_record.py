@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from notifier import clock, runner
+from notifier import clock, judging
 
 from .conftest import Workspace, make_rows
 
@@ -255,7 +255,7 @@ def test_an_exception_while_judging_keeps_the_window(
         raise RuntimeError("query machinery broke")
 
     # The wire does not matter here: what is pinned is the runner's handling of a bug.
-    monkeypatch.setattr(runner, "ask", broken_ask)
+    monkeypatch.setattr(judging, "ask", broken_ask)
     configure(ws, url, idempotent=False, status=True, max_attempts=3)
     result = send(ws, 4, "--concurrency", "4")
     assert result.exit_code == 3, result.output

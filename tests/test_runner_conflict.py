@@ -7,9 +7,10 @@ from pathlib import Path
 
 from notifier.channels import Receipt
 from notifier.intent import Intent
+from notifier.judging import Stop
 from notifier.lease import holder_alive
 from notifier.retry import RetryPolicy
-from notifier.runner import Runner, RunOptions, Stop
+from notifier.runner import Runner, RunOptions
 from notifier.state_machine import RunState
 from notifier.store import Store
 
