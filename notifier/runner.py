@@ -297,6 +297,10 @@ class Runner:
         items to the senders: no send starts before its point A is committed, and no outcome
         waits for more than the next commit."""
         size = self.options.concurrency
+        # Up to N more items are claimed ahead (point A committed) and wait for a free
+        # sender, so a slot that frees starts its next send at once instead of after the
+        # next commit's fsync; N = 1 claims nothing ahead (the sequential protocol).
+        capacity = size if size == 1 else 2 * size
         inflight: dict[int, Item] = {}
         starved = False  # the last claim found nothing more that may start now
         while True:
@@ -322,11 +326,11 @@ class Runner:
                 self._sleep_until(wake)
                 starved = False
                 continue
-            wait = bool(inflight) and (len(inflight) >= size or starved or draining)
+            wait = bool(inflight) and (len(inflight) >= capacity or starved or draining)
             done = self._senders.results(self._poll_timeout() if wait else None)
             for item, _ in done:
                 del inflight[item.seq]
-            free = size - len(inflight)
+            free = capacity - len(inflight)
             if draining or (size == 1 and done):
                 # N = 1 is the sequential protocol to the letter: point B of an item is its
                 # own commit, before the next item's point A.
@@ -450,7 +454,7 @@ class Runner:
                 # cancel was seen.
                 if not self._lease_allows_send():
                     return None, clock.now(), time.monotonic()
-                reason = self._may_start(item)
+                reason = self._may_start(item) or self._gated(item)
                 if reason is None and not token:
                     reason = "interrupted while waiting for the channel's --rate"
                 if reason is not None:
@@ -461,6 +465,14 @@ class Runner:
         except Exception as exc:  # a channel bug: the request may have left, so be careful
             result = ChannelError(ErrorKind.UNCERTAIN, f"unexpected {type(exc).__name__}: {exc}")
         return result, clock.now(), time.monotonic()
+
+    def _gated(self, item: Item) -> str | None:
+        """A 429/503 closed the item's channel after it was claimed: it does not start now
+        (released, never attempted) and is claimed again once the gate opens."""
+        until = self.p.gates.get(item.channel)
+        if until is not None and until > time.monotonic():
+            return f"channel {item.channel!r} paused by a throttled answer"
+        return None
 
     def _lease_allows_send(self) -> bool:
         """Fencing guards writes, not sends: a worker frozen after point A and thawed after

@@ -82,15 +82,16 @@ def test_random_drops_at_16_in_flight_commit_each_key_once(ws: Workspace, sandbo
 def test_resume_settles_all_16_in_flight_before_claiming_a_new_item(
     ws: Workspace, sandbox: Sandbox
 ) -> None:
-    """After a crash with 16 items in flight, resume's first moves settle all 16: every new
-    claim in the database's event order comes after the last settlement."""
+    """After a crash with N = 16 (so 16 sending and up to 16 more claimed ahead: at least 16
+    in flight), resume's first moves settle every one of them: every new claim in the
+    database's event order comes after the last settlement."""
     configure_sandbox(ws, sandbox)
     ws.write_csv("batch.csv", make_rows(100))
     env = {"NOTIFIER_CRASH_AT": "after-send:40"}
     crashed = ws.run("send", "batch.csv", "--channel", "hooks", "--concurrency", "16", env=env)
     assert crashed.returncode == 137, crashed.stderr
     in_flight = {seq for (seq,) in ws.query("SELECT seq FROM items WHERE state = 'in_flight'")}
-    assert len(in_flight) == 16 and 40 in in_flight
+    assert 16 <= len(in_flight) <= 32 and 40 in in_flight
     (crash_mark,) = ws.query("SELECT MAX(seq_no) FROM events")[0]
     resumed = ws.run("resume", "--concurrency", "16")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
