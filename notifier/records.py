@@ -115,14 +115,18 @@ class Counts:
         return {"total": self.total, **{s.value: getattr(self, s.value) for s in ItemState}}
 
     def summary(self, never_attempted: int | None = None, not_delivered: int = 0) -> str:
-        """The one line every command prints about a run's items: "N sent, N unknown, N
-        failed, N pending" (pending includes in flight), and expired ones when there are.
+        """The one line every command prints about a run's items: "N sent, [N in flight,] N
+        unknown, N failed, N pending", and expired ones when there are.
         With `never_attempted` (a cancel), pending is split by why: a cancelled run must not
         call a retry that was attempted "never attempted"."""
-        line = f"{self.sent} sent, {self.unknown} unknown, {self.failed} failed, "
+        line = f"{self.sent} sent, "
+        if self.in_flight and never_attempted is None:
+            # Items a crash left mid-send: resume settles them first, so say how many.
+            line += f"{self.in_flight} in flight, "
+        line += f"{self.unknown} unknown, {self.failed} failed, "
         pending = self.pending + self.in_flight
         if never_attempted is None:
-            line += f"{pending} pending"
+            line += f"{self.pending if self.in_flight else pending} pending"
         else:
             maybe = pending - never_attempted - not_delivered
             line += (

@@ -129,7 +129,9 @@ def test_an_m003_database_gains_counters_and_resumes(ws: Workspace) -> None:
     assert ws.query("SELECT name FROM sqlite_master WHERE name = 'run_counts'") == []
     resumed = ws.invoke("resume", "m004-fixture")
     assert resumed.exit_code == 0, resumed.output
-    assert "resuming run m004-fixture: 11 sent, 0 unknown, 0 failed, 19 pending" in resumed.output
+    assert "resuming run m004-fixture: 11 sent, 1 in flight, 0 unknown, 0 failed, 18 pending" in (
+        resumed.output
+    )
     assert "completed: 30 sent, 0 unknown, 0 failed, 0 pending" in resumed.output
     assert ("m004_counts_and_attention_indexes",) in ws.query("SELECT name FROM _sqlite_migrations")
     assert set(ws.query("SELECT run_id, state, n FROM run_counts WHERE n != 0")) == {
