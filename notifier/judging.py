@@ -98,13 +98,7 @@ class Judge:
             return Outcome(item.seq, ItemTrigger.RELEASE, "not_started")
         if isinstance(result, Receipt):
             # The downstream said it holds the delivery; what broke came after that.
-            return Outcome(
-                item.seq,
-                ItemTrigger.ACK,
-                "sent",
-                receipt_id=result.receipt_id,
-                receipt_source="send",
-            )
+            return _acknowledged(item, result)
         # Judge again as an uncertain answer, by the channel's own rules (an idempotent
         # channel may retry under the same key; others query or leave it unknown).
         uncertain = ChannelError(ErrorKind.UNCERTAIN, f"{result}; {problem}")
@@ -147,13 +141,7 @@ class Judge:
                     "delivery under this key, but no earlier attempt of this item can have "
                     "reached it; it holds the key for something else",
                 )
-            return Outcome(
-                item.seq,
-                ItemTrigger.ACK,
-                "sent",
-                receipt_id=result.receipt_id,
-                receipt_source="send",
-            )
+            return _acknowledged(item, result)
         error = result
         channel = self.channels[item.channel]
         verdict = self.policy.judge(
@@ -285,3 +273,10 @@ class Judge:
             a.outcome in (ErrorKind.UNCERTAIN.value, "interrupted")
             for a in self.store.attempts(self.run_id, item.seq)
         )
+
+
+def _acknowledged(item: Item, receipt: Receipt) -> Outcome:
+    """The downstream accepted the item: sent, with the receipt it gave."""
+    return Outcome(
+        item.seq, ItemTrigger.ACK, "sent", receipt_id=receipt.receipt_id, receipt_source="send"
+    )
