@@ -27,7 +27,15 @@ from .reconcile import settle, settle_doubts
 from .records import Counts, Run
 from .runner import Runner, RunOptions, RunResult
 from .state_machine import FINISHED_RUN_STATES, ItemState, ItemTrigger, RunState, RunTrigger
-from .store import AlreadyPlanned, LeaseHeld, LostRace, PlanStage, RunExists, Store
+from .store import (
+    AlreadyPlanned,
+    LeaseHeld,
+    LostRace,
+    PlanStage,
+    RunExists,
+    Store,
+    is_postgres,
+)
 from .template import Template, render_stream
 
 Say = Callable[[str], None]
@@ -35,9 +43,19 @@ Say = Callable[[str], None]
 
 @dataclass(frozen=True)
 class Env:
-    db_path: Path
+    db_path: Path | str  # an SQLite file, or a postgresql:// URL
     config: Config
     say: Say
+
+    @property
+    def base_dir(self) -> Path:
+        """Where relative channel paths (an outbox) are resolved: beside an SQLite file,
+        else the working directory."""
+        return Path.cwd() if is_postgres(self.db_path) else Path(self.db_path).parent
+
+    def may_hold_runs(self) -> bool:
+        """Whether a read-only look may find runs (a server always may; a file must exist)."""
+        return is_postgres(self.db_path) or Path(self.db_path).exists()
 
 
 def open_store(env: Env, *, create: bool = False, readonly: bool = False) -> Store:
@@ -135,7 +153,7 @@ def dry_run(env: Env, plan: Plan) -> DryRun:
     """What `send` would plan, and the runs that already planned the same content (the
     content fingerprint, as `send` decides it; nothing is written)."""
     existing: list[Run] = []
-    if env.db_path.exists():
+    if env.may_hold_runs():
         store = open_store(env, readonly=True)
         try:
             existing = store.runs_with_content_fingerprint(plan.content_fingerprint)
@@ -217,7 +235,7 @@ def work_run(
         env.say(f"note: {note}")
     interrupted = threading.Event()
     with (
-        run_channels(run, env.db_path.parent) as channels,
+        run_channels(run, env.base_dir) as channels,
         take_lease(store, run, env.config.lease_ttl_s) as lease,
         interrupt_guard(interrupted, env.say),
     ):
@@ -487,7 +505,7 @@ def _cancel_without_worker(env: Env, store: Store, run: Run) -> Run:
     """No live worker: settle what it left in flight (and every maybe-delivered item waiting
     to retry) by query, then mark the run cancelled. Raises LeaseHeld if a worker took the
     run meanwhile."""
-    with run_channels(run, env.db_path.parent, tolerate_broken=True) as channels:
+    with run_channels(run, env.base_dir, tolerate_broken=True) as channels:
         lease = Lease(store, run.run_id, env.config.lease_ttl_s)
         with lease:
             if store.get_run(run.run_id).state in FINISHED_RUN_STATES:
@@ -506,7 +524,7 @@ def reconcile_by_query(env: Env, run_id: str | None) -> tuple[Run, Counts]:
     try:
         run = pick_run(store, run_id)
         with (
-            run_channels(run, env.db_path.parent) as channels,
+            run_channels(run, env.base_dir) as channels,
             take_lease(store, run, env.config.lease_ttl_s) as lease,
         ):
             settlements = settle(

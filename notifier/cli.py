@@ -34,7 +34,7 @@ from .records import Run
 from .runner import RunOptions, RunResult
 from .sandbox import Faults, run_sandbox
 from .state_machine import FINISHED_RUN_STATES, RunState, RunTrigger
-from .store import Store
+from .store import Store, is_postgres
 from .template import Template
 from .template import load as load_template
 
@@ -80,8 +80,8 @@ class NotifierGroup(click.Group):
     envvar="NOTIFIER_DB",
     default="receipts.db",
     show_default=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="The receipts database (env NOTIFIER_DB).",
+    help="The receipts database: a file (SQLite), or a postgresql:// URL shared by many "
+    "workers (env NOTIFIER_DB).",
 )
 @click.option(
     "--config",
@@ -90,9 +90,11 @@ class NotifierGroup(click.Group):
     help="Channel definitions (default: ./notifier.toml when present).",
 )
 @click.pass_context
-def cli(ctx: click.Context, db: Path, config_path: Path | None) -> None:
+def cli(ctx: click.Context, db: str, config_path: Path | None) -> None:
     """Send a batch of notifications durably: nothing lost, nothing sent twice."""
-    ctx.obj = {"db": db, "config": config_path}
+    if not is_postgres(db) and Path(db).is_dir():
+        raise click.BadParameter(f"{db} is a directory; name a file in it.", param_hint="--db")
+    ctx.obj = {"db": db if is_postgres(db) else Path(db), "config": config_path}
 
 
 _format_option = click.option(

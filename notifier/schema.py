@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 import unicodedata
+from typing import Any
 
 from sqlite_utils import Database, Migrations
 
@@ -133,8 +133,9 @@ def m002_key_nonce_content_fingerprint(db: Database) -> None:
     db.execute("CREATE INDEX runs_content_fingerprint ON runs(content_fingerprint)")
 
 
-def stored_content_fingerprint(conn: sqlite3.Connection, run_id: str) -> str:
-    """The content fingerprint of a run, from its stored items (for m002's back-fill, and
+def stored_content_fingerprint(conn: Any, run_id: str) -> str:
+    """The content fingerprint of a run, from its stored items (for m002's back-fill on
+    either engine, and
     for a read-only look at a database m002 has not been applied to yet)."""
     h = hashlib.sha256()
     channels: set[str] = set()

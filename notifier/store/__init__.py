@@ -1,10 +1,15 @@
-"""The SQLite store, split along its seams: opening and checks (opening.py), the ledger of
-writes (ledger.py) and of drafts (drafts.py), leases (leases.py) and queries (queries.py),
-over one shared core (core.py). `Store` is their union; the next backend implements the same
-seams. All SQL lives in this package."""
+"""The receipts store, split along its seams: opening and checks (opening.py for an SQLite
+file, postgres.py for a PostgreSQL server; checks.py for both), the ledger of writes
+(ledger.py) and of drafts (drafts.py), leases (leases.py) and queries (queries.py), over one
+shared core (core.py). `Store` is their union and `Store.open(target)` picks the engine.
+All SQL lives in this package."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Self
+
+from .checks import Checks
 from .core import ATTENTION_STATES
 from .drafts import Drafts
 from .exceptions import (
@@ -20,12 +25,35 @@ from .exceptions import (
 )
 from .leases import Leases
 from .opening import Opening
+from .postgres import PostgresOpening, is_postgres
 from .queries import Queries
 from .stage import PlanStage
 
 
-class Store(Opening, Drafts, Leases, Queries):
-    """One receipts database: open it with `Store.open(path)`."""
+class Store(Drafts, Leases, Queries, Checks):
+    """One receipts database: `Store.open(target)`, where the target is a path (SQLite, the
+    embedded default) or a postgresql:// URL."""
+
+    @classmethod
+    def open(cls, path: Path | str, *, create: bool = False, readonly: bool = False) -> Store:
+        if is_postgres(path):
+            return PostgresStore.open(path, create=create, readonly=readonly)
+        return SqliteStore.open(Path(path), create=create, readonly=readonly)
+
+    def secondary(self) -> Self:
+        """Another connection to the same checked database, for a thread of our own."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class SqliteStore(Opening, Store):
+    """A receipts database in one SQLite file."""
+
+
+class PostgresStore(PostgresOpening, Store):
+    """A receipts database in a PostgreSQL schema, shared by workers on many machines."""
 
 
 __all__ = [
@@ -41,4 +69,5 @@ __all__ = [
     "StorageFailed",
     "Store",
     "StoreRefused",
+    "is_postgres",
 ]

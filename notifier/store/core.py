@@ -11,8 +11,6 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from sqlite_utils import Database
-
 from ..errors import NotifierError
 from ..records import (
     Outcome,
@@ -29,7 +27,7 @@ from ..state_machine import (
     item_next,
     run_next,
 )
-from .exceptions import DatabaseUnwritable, LeaseLost, LostRace, StorageFailed
+from .exceptions import LeaseLost, LostRace
 
 _ACTIVE = "state IN ({})".format(", ".join(f"'{s.value}'" for s in ACTIVE_ITEM_STATES))
 # The states someone has to look at; repeating m004's partial index condition word for word
@@ -40,18 +38,33 @@ _ATTENTION = "state IN ({})".format(", ".join(f"'{s.value}'" for s in ATTENTION_
 _EVENT_WINDOW = 10_000
 _ITEM_COLUMNS = "seq, item_id, channel, target, payload, idempotency_key, intent_digest, not_after"
 _HEADER = b"SQLite format 3\x00"
+# What a failed write leaves behind, as every storage failure message says.
+ROLLED_BACK = (
+    "The write was rolled back whole: every outcome recorded before it is safe, and anything "
+    "in flight is settled by query on resume."
+)
 # Attempt outcomes after which the item may have reached the recipient.
 _MAYBE_DELIVERED = "'uncertain', 'interrupted'"
 
 
 class StoreCore:
     """The connection and what every seam shares: the write transaction (fenced by the
-    lease version), the event log, and the conditional moves through the state machine."""
+    lease version), the event log, and the conditional moves through the state machine.
 
-    def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
+    The SQL is written once for both engines: `?` and `:name` parameters (the PostgreSQL
+    connection translates them), CASTs where PostgreSQL cannot infer a parameter's type, and
+    the few engine-specific fragments below, which the PostgreSQL store overrides."""
+
+    # Errors of the driver that mean "the database could not be written" (see _write).
+    _STORAGE_ERRORS: tuple[type[Exception], ...] = (sqlite3.OperationalError,)
+    # SQLite's CROSS JOIN fixes the join order (its planner otherwise starts from items).
+    _ORDERED_JOIN = "CROSS JOIN"
+
+    def __init__(self, path: Path | str, conn: Any) -> None:
+        # For SQLite the file; for PostgreSQL the server and database (never a password),
+        # as messages name it.
         self.path = path
         self.conn = conn
-        self.db = Database(conn)
         self._indexes: set[str] | None = None  # read once: see _indexed
 
     # ---------------------------------------------------------------- writing
@@ -63,64 +76,47 @@ class StoreCore:
         between our read and our write, and busy_timeout cannot retry that. With
         `lease_version`, the transaction is fenced: it aborts if the lease moved on."""
         try:
-            self.conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
+            self._begin()
+        except self._STORAGE_ERRORS as exc:
             raise self._storage_failure(exc) from exc
         try:
             if lease_version is not None:
-                row = self.conn.execute(
-                    "SELECT lease_version FROM runs WHERE run_id = ?", (run_id,)
-                ).fetchone()
-                if row is None or row[0] != lease_version:
-                    raise LeaseLost(f"run {run_id}: another process took over this run")
+                self._fence(run_id, lease_version)
             yield
             self.conn.execute("COMMIT")
-        except sqlite3.OperationalError as exc:
+        except self._STORAGE_ERRORS as exc:
             self._roll_back()
             raise self._storage_failure(exc) from exc
         except BaseException:
             self._roll_back()
             raise
 
+    def _begin(self) -> None:
+        self.conn.execute("BEGIN IMMEDIATE")
+
+    def _fence(self, run_id: str | None, lease_version: int) -> None:
+        """Abort the transaction unless the caller's lease is still the run's."""
+        row = self.conn.execute(
+            "SELECT lease_version FROM runs WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        if row is None or row[0] != lease_version:
+            raise LeaseLost(f"run {run_id}: another process took over this run")
+
     def _roll_back(self) -> None:
         if self.conn.in_transaction:
-            with suppress(sqlite3.Error):  # a failed disk may refuse even the rollback
+            with suppress(Exception):  # a failed disk may refuse even the rollback
                 self.conn.execute("ROLLBACK")
 
-    def _storage_failure(self, exc: sqlite3.OperationalError) -> NotifierError:
-        """Name what went wrong with the file, the safe state it leaves, and the fix."""
-        code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
-        safe = (
-            "The write was rolled back whole: every outcome recorded before it is safe, and "
-            "anything in flight is settled by query on resume."
-        )
-        if code == sqlite3.SQLITE_FULL:
-            return StorageFailed(
-                f"{self.path}: the disk holding {self.path.name} is full. {safe} Free some "
-                f"space on that disk, then run `notifier resume`."
-            )
-        if code == sqlite3.SQLITE_IOERR:
-            return StorageFailed(
-                f"{self.path}: an I/O error while writing ({exc}). {safe} Check the disk "
-                "(dmesg, df), then run `notifier resume`."
-            )
-        if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
-            return StorageFailed(
-                f"{self.path}: locked by another program for longer than the 10 s busy "
-                f"timeout ({exc}). {safe} Find what holds it (e.g. `fuser {self.path}`), "
-                "let it finish or stop it, then run the command again."
-            )
-        if code == sqlite3.SQLITE_READONLY:
-            return DatabaseUnwritable(
-                f"{self.path}: cannot be written ({exc}). Nothing was changed by this write. "
-                "Make the file and its directory writable, then run the command again."
-            )
-        return StorageFailed(f"{self.path}: the database could not be written ({exc}). {safe}")
+    def _storage_failure(self, exc: Exception) -> NotifierError:
+        """Name what went wrong with the database, the safe state it leaves, and the fix
+        (each engine names its own causes)."""
+        raise NotImplementedError
 
     def _event(self, run_id: str, kind: str, item_seq: int | None, detail: Any, at: str) -> None:
         self.conn.execute(
             "INSERT INTO events (run_id, seq_no, at, kind, item_seq, detail) "
-            "SELECT ?, COALESCE(MAX(seq_no), 0) + 1, ?, ?, ?, ? FROM events WHERE run_id = ?",
+            "SELECT ?, COALESCE(MAX(seq_no), 0) + 1, ?, ?, CAST(? AS INTEGER), ? FROM events "
+            "WHERE run_id = ?",
             (run_id, at, kind, item_seq, _dump(detail), run_id),
         )
 
@@ -181,6 +177,14 @@ class StoreCore:
             }
         return f"INDEXED BY {index}" if index in self._indexes else ""
 
+    def _insert_row(self, table: str, row: dict[str, Any]) -> None:
+        columns = ", ".join(row)
+        values = ", ".join(f":{column}" for column in row)
+        self.conn.execute(f"INSERT INTO {table} ({columns}) VALUES ({values})", row)
+
+    def _columns(self, table: str) -> set[str]:
+        return {r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")}
+
     def runs(self) -> list[Run]:
         rows = self.conn.execute("SELECT * FROM runs ORDER BY created_at DESC, rowid DESC")
         return [run_from_row(r) for r in rows]
@@ -192,8 +196,7 @@ class StoreCore:
         return run_from_row(row)
 
     def _runs_with_content_fingerprint(self, content_fingerprint: str) -> list[Run]:
-        columns = {r[1] for r in self.conn.execute("PRAGMA table_info(runs)")}
-        if "content_fingerprint" not in columns:
+        if "content_fingerprint" not in self._columns("runs"):
             # Opened read-only before m002 was applied: compute what m002 would store.
             return [
                 run

@@ -29,14 +29,15 @@ class Drafts(Ledger):
         (seq, line, source), in one transaction."""
         at = run["created_at"]
         with self._write():
-            self.db.table("runs").insert(
+            self._insert_row(
+                "runs",
                 {
                     **run,
                     "fingerprint": "",
                     "channel_snapshot": _dump(run["channel_snapshot"]),
                     "options": _dump(run["options"]),
                     "updated_at": at,
-                }
+                },
             )
             self.conn.executemany(
                 "INSERT INTO drafts (run_id, seq, line, source, state) "

@@ -51,7 +51,7 @@ class Leases(StoreCore):
                 "UPDATE runs SET lease_expires_at = ? WHERE run_id = ? AND lease_version = ?",
                 (clock.iso(clock.later(ttl_s)), run_id, lease_version),
             )
-        return cursor.rowcount == 1
+        return bool(cursor.rowcount == 1)
 
     def release_lease(self, run_id: str, lease_version: int) -> None:
         with self._write():

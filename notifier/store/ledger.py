@@ -59,13 +59,14 @@ class Ledger(StoreCore):
                 "SELECT 1 FROM runs WHERE run_id = ?", (run["run_id"],)
             ).fetchone():
                 raise RunExists(run["run_id"])
-            self.db.table("runs").insert(
+            self._insert_row(
+                "runs",
                 {
                     **run,
                     "channel_snapshot": _dump(run["channel_snapshot"]),
                     "options": _dump(run["options"]),
                     "updated_at": at,
-                }
+                },
             )
             n = self._insert_items(run["run_id"], items, at)
             self._event(run["run_id"], "planned", None, {"items": n}, at)
@@ -110,7 +111,7 @@ class Ledger(StoreCore):
         # m004's counters: moves are counted by trigger, inserts here (once, not per row).
         self.conn.execute(
             "INSERT INTO run_counts (run_id, state, n) VALUES (?, 'pending', ?) "
-            "ON CONFLICT (run_id, state) DO UPDATE SET n = n + excluded.n",
+            "ON CONFLICT (run_id, state) DO UPDATE SET n = run_counts.n + excluded.n",
             (run_id, counted),
         )
         return counted
@@ -222,7 +223,12 @@ class Ledger(StoreCore):
         conditional move (in_flight → sent, all or none)."""
         if not acks:
             return
-        values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(acks))
+        # The first row's CASTs type the VALUES columns: PostgreSQL cannot infer the type of
+        # a column that is all NULL parameters (http_status and retry_after_s often are).
+        values = ", ".join(
+            ["(?, ?, ?, CAST(? AS INTEGER), ?, CAST(? AS DOUBLE PRECISION), ?, ?, ?)"]
+            + ["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * (len(acks) - 1)
+        )
         params: list[Any] = []
         for o in acks:
             params += [o.seq, o.finished_at or at, o.attempt_outcome, o.http_status, o.error,
@@ -324,7 +330,7 @@ class Ledger(StoreCore):
         self._events(run_id, "start", seqs, {"from": current.value, "to": target.value}, at)
         # n counts attempt rows, not the item's attempts: a released attempt (claimed,
         # never started) keeps its row but is not counted as an attempt.
-        values = ", ".join(["(?, ?)"] * len(seqs))
+        values = ", ".join(["(?, CAST(? AS DOUBLE PRECISION))"] + ["(?, ?)"] * (len(seqs) - 1))
         self.conn.execute(
             "INSERT INTO attempts (run_id, seq, n, started_at, waited_s) "
             "SELECT ?, v.column1, (SELECT COALESCE(MAX(n), 0) + 1 FROM attempts AS a "

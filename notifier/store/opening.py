@@ -11,19 +11,25 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Self
 
+from sqlite_utils import Database
+
+from ..errors import NotifierError
 from ..schema import APPLICATION_ID, migrations
-from .core import _ACTIVE, _ATTENTION, _EVENT_WINDOW, _HEADER, StoreCore
-from .exceptions import DatabaseUnwritable, NoDatabase, StoreRefused
+from .checks import Checks
+from .core import _HEADER, ROLLED_BACK
+from .exceptions import DatabaseUnwritable, NoDatabase, StorageFailed, StoreRefused
 
 
-class Opening(StoreCore):
-    """Opening a file and the checks that come first: nothing is written to a file that fails
-    them, and read-only commands open it read-only."""
+class Opening(Checks):
+    """Opening an SQLite file and the checks that come first: nothing is written to a file
+    that fails them, and read-only commands open it read-only."""
+
+    path: Path
 
     # ---------------------------------------------------------------- opening
 
     @classmethod
-    def open(cls, path: Path, *, create: bool = False, readonly: bool = False) -> Self:
+    def open(cls, path: Path | str, *, create: bool = False, readonly: bool = False) -> Self:
         """Open (or with `create`, make) the database at `path`, refusing any file that is
         not a healthy notifier database of a schema this version knows. Nothing is written
         to a refused file, nor with `readonly`."""
@@ -98,7 +104,7 @@ class Opening(StoreCore):
         # Under the write lock, so two processes opening an older file at once cannot both
         # decide a migration is pending and both apply it.
         with self._write():
-            migrations.apply(self.db)
+            migrations.apply(Database(self.conn))
 
     def secondary(self) -> Self:
         """Another connection to the same checked file, for a thread of our own."""
@@ -108,6 +114,33 @@ class Opening(StoreCore):
 
     def close(self) -> None:
         self.conn.close()
+
+    def _storage_failure(self, exc: Exception) -> NotifierError:
+        """Name what went wrong with the file, the safe state it leaves, and the fix."""
+        code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+        safe = ROLLED_BACK
+        if code == sqlite3.SQLITE_FULL:
+            return StorageFailed(
+                f"{self.path}: the disk holding {self.path.name} is full. {safe} Free some "
+                f"space on that disk, then run `notifier resume`."
+            )
+        if code == sqlite3.SQLITE_IOERR:
+            return StorageFailed(
+                f"{self.path}: an I/O error while writing ({exc}). {safe} Check the disk "
+                "(dmesg, df), then run `notifier resume`."
+            )
+        if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+            return StorageFailed(
+                f"{self.path}: locked by another program for longer than the 10 s busy "
+                f"timeout ({exc}). {safe} Find what holds it (e.g. `fuser {self.path}`), "
+                "let it finish or stop it, then run the command again."
+            )
+        if code == sqlite3.SQLITE_READONLY:
+            return DatabaseUnwritable(
+                f"{self.path}: cannot be written ({exc}). Nothing was changed by this write. "
+                "Make the file and its directory writable, then run the command again."
+            )
+        return StorageFailed(f"{self.path}: the database could not be written ({exc}). {safe}")
 
     def _check_pages_in_wal(self, short: str) -> None:
         """The file is shorter than its header promises, but a write-ahead log sits beside
@@ -135,7 +168,7 @@ class Opening(StoreCore):
                 f"{self.path}: this SQLite database was not written by notifier (tables: "
                 f"{listed}). Point --db at a notifier receipts database or at a new path."
             )
-        applied = {m.name for m in migrations.applied(self.db)}
+        applied = {m.name for m in migrations.applied(Database(self.conn))}
         known = {m.name for m in migrations._migrations}
         newer = sorted(applied - known)
         if newer:
@@ -143,91 +176,6 @@ class Opening(StoreCore):
                 f"{self.path}: written by a newer version of notifier (schema {newer[-1]} is "
                 "unknown here). Upgrade notifier; this file was not changed."
             )
-
-    def check_invariants(self) -> None:
-        """Refuse a database whose rows contradict each other: resuming on top of it could
-        re-send or skip notifications."""
-        if not self._has_items():
-            return
-        problems: list[str] = []
-        # Every open pays for these checks, so none walks all the items of a run. With m004,
-        # "every sent item has a receipt" is first compared as two counts (each receipt is
-        # written with its item's move to sent, and only then), and the items are searched
-        # one by one only when the counts disagree.
-        if not self._has_table("run_counts") or self._receipts_disagree_with_sent():
-            for run_id, seq in self.conn.execute(
-                "SELECT i.run_id, i.seq FROM items i WHERE i.state = 'sent' AND NOT EXISTS "
-                "(SELECT 1 FROM receipts r WHERE r.idempotency_key = i.idempotency_key) LIMIT 5"
-            ):
-                problems.append(f"run {run_id} item {seq} is sent but has no receipt")
-        for run_id, seq in self.conn.execute(
-            f"SELECT i.run_id, i.seq FROM items i {self._indexed('items_attention')} "
-            f"WHERE {_ATTENTION} AND i.state = 'in_flight' "
-            "AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.run_id = i.run_id "
-            "AND a.seq = i.seq AND a.finished_at IS NULL) LIMIT 5"
-        ):
-            problems.append(f"run {run_id} item {seq} is in flight but has no open attempt")
-        # Driven by the receipts: costs what was sent so far, not the size of the runs.
-        for run_id, seq in self.conn.execute(
-            "SELECT i.run_id, i.seq FROM receipts r CROSS JOIN items i "
-            "ON i.idempotency_key = r.idempotency_key "
-            "WHERE i.state = 'sent' AND r.intent_digest != i.intent_digest LIMIT 5"
-        ):
-            problems.append(f"run {run_id} item {seq} has a receipt for a different digest")
-        # Contiguity is checked at the start and the end of each run's events (where a cut
-        # or a lost append shows), at most twice _EVENT_WINDOW index entries per run: counting
-        # every event of a million-item run on each open would cost more than the rest.
-        for (run_id,) in self.conn.execute("SELECT run_id FROM runs"):
-            if not self._events_contiguous(run_id):
-                problems.append(f"run {run_id} has gaps in its event numbers")
-                if len(problems) >= 5:
-                    break
-        for (run_id,) in self.conn.execute(
-            f"SELECT r.run_id FROM runs r WHERE r.state = 'completed' AND EXISTS "
-            f"(SELECT 1 FROM items i WHERE i.run_id = r.run_id AND {_ACTIVE}) LIMIT 5"
-        ):
-            problems.append(f"run {run_id} is completed but still has unfinished items")
-        if problems:
-            raise StoreRefused(
-                f"{self.path}: integrity check failed: {'; '.join(problems)}. The file was not "
-                "changed; restore it from a backup or inspect it with sqlite3 before resuming."
-            )
-
-    def _events_contiguous(self, run_id: str) -> bool:
-        # Two queries: SQLite reads MIN or MAX alone from the index's edge, both at once not.
-        (low,) = self.conn.execute(
-            "SELECT MIN(seq_no) FROM events WHERE run_id = ?", (run_id,)
-        ).fetchone()
-        (high,) = self.conn.execute(
-            "SELECT MAX(seq_no) FROM events WHERE run_id = ?", (run_id,)
-        ).fetchone()
-        if low is None:
-            return True
-        if low != 1:
-            return False
-        window = min(_EVENT_WINDOW, high)
-        (head,) = self.conn.execute(
-            "SELECT COUNT(*) FROM events WHERE run_id = ? AND seq_no <= ?", (run_id, window)
-        ).fetchone()
-        (tail,) = self.conn.execute(
-            "SELECT COUNT(*) FROM events WHERE run_id = ? AND seq_no > ?",
-            (run_id, high - window),
-        ).fetchone()
-        return bool(head == window and tail == window)
-
-    def _receipts_disagree_with_sent(self) -> bool:
-        (receipts,) = self.conn.execute("SELECT COUNT(*) FROM receipts").fetchone()
-        (sent,) = self.conn.execute(
-            "SELECT COALESCE(SUM(n), 0) FROM run_counts WHERE state = 'sent'"
-        ).fetchone()
-        return bool(receipts != sent)
-
-    def _has_items(self) -> bool:
-        return bool(
-            self.conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='items'"
-            ).fetchone()
-        )
 
 
 def _check_file_header(path: Path) -> str | None:

@@ -1,0 +1,258 @@
+"""The PostgreSQL store (`--db postgresql://…`): the SQLite store's seams and SQL over
+psycopg 3, so several workers on several machines can share one run.
+
+Writes keep SQLite's model: one writer at a time per database. Each write transaction first
+takes a transaction-scoped advisory lock, the counterpart of SQLite's BEGIN IMMEDIATE: the
+check-then-write steps the ledger relies on (event numbers contiguous per run, "already
+planned", a run's state read then moved) stay atomic, while the slow part, the sends
+themselves, runs in parallel in every worker. Claims also take their rows FOR UPDATE SKIP
+LOCKED, so two transactions can never claim the same item even without that lock.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, Self
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.pq import TransactionStatus
+
+from .. import clock, schema_pg
+from ..errors import NotifierError
+from .checks import Checks
+from .core import ROLLED_BACK
+from .exceptions import DatabaseUnwritable, NoDatabase, StorageFailed, StoreRefused
+
+SCHEMES = ("postgresql://", "postgres://")
+# How long a write waits for another process's transaction, as SQLite's busy_timeout.
+LOCK_TIMEOUT_S = 10
+
+
+def is_postgres(target: str | Path) -> bool:
+    return isinstance(target, str) and target.startswith(SCHEMES)
+
+
+def describe(url: str) -> str:
+    """The server and database of `url` for messages: never its password."""
+    try:
+        info = conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "postgresql://(unparsable URL)"
+    host = info.get("host") or "localhost"
+    port = info.get("port") or "5432"
+    user = f"{info['user']}@" if info.get("user") else ""
+    return f"postgresql://{user}{host}:{port}/{info.get('dbname', '')}"
+
+
+class Row(tuple[Any, ...]):
+    """A result row read like sqlite3.Row: by position, by column name, and keys()."""
+
+    _names: dict[str, int]
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            return super().__getitem__(self._names[key])
+        return super().__getitem__(key)
+
+    def keys(self) -> list[str]:
+        return list(self._names)
+
+
+def _row_factory(cursor: Any) -> Any:
+    names = {column.name: i for i, column in enumerate(cursor.description or ())}
+
+    def make(values: Sequence[Any]) -> Row:
+        row = Row(values)
+        row._names = names
+        return row
+
+    return make
+
+
+# A quoted literal (copied as it is, its % doubled), a ? or :name parameter, or a bare %.
+_TOKENS = re.compile(r"'(?:[^']|'')*'|\?|(?<![:\w]):([A-Za-z_]\w*)|%")
+
+
+@functools.lru_cache(maxsize=1024)
+def translate(sql: str) -> str:
+    """The store's SQL (sqlite3's `?` and `:name` parameters) in psycopg's `%s` style."""
+
+    def token(match: re.Match[str]) -> str:
+        text = match.group(0)
+        if text.startswith("'"):
+            return text.replace("%", "%%")
+        if text == "?":
+            return "%s"
+        if text == "%":
+            return "%%"
+        return f"%({match.group(1)})s"
+
+    return _TOKENS.sub(token, sql)
+
+
+class PgConnection:
+    """A psycopg connection speaking to the store as sqlite3 does: execute() with `?`
+    parameters returning a cursor of rows, explicit BEGIN/COMMIT (autocommit otherwise)."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.raw = conn
+
+    def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
+        return self.raw.execute(translate(sql), params)
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Any:
+        cursor = self.raw.cursor()
+        cursor.executemany(translate(sql), rows)
+        return cursor
+
+    def execute_script(self, sql: str) -> None:
+        """DDL as written (a PL/pgSQL body may hold anything): no parameters."""
+        self.raw.execute(sql.encode())
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.raw.info.transaction_status != TransactionStatus.IDLE
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+class PostgresOpening(Checks):
+    """Connecting to the server and the checks that come first, as for an SQLite file: a
+    schema that is not notifier's, or is newer, is refused untouched."""
+
+    _STORAGE_ERRORS = (psycopg.OperationalError, pg_errors.ReadOnlySqlTransaction)
+    _ORDERED_JOIN = "JOIN"  # PostgreSQL plans the join order itself
+    conn: PgConnection
+    url: str
+
+    @classmethod
+    def open(cls, path: Path | str, *, create: bool = False, readonly: bool = False) -> Self:
+        url = str(path)
+        store = cls._connect(url, readonly=readonly)
+        try:
+            if store._check_schema() and not create:
+                raise NoDatabase(
+                    f"{store.path}: no notifier database here yet. Run `notifier send "
+                    "BATCH.csv` first, or point --db (or NOTIFIER_DB) at an existing one."
+                )
+            store.check_invariants()
+            if not readonly:
+                store._prepare()
+        except BaseException:
+            store.close()
+            raise
+        return store
+
+    @classmethod
+    def _connect(cls, url: str, *, readonly: bool = False) -> Self:
+        try:
+            raw = psycopg.connect(
+                url, autocommit=True, row_factory=_row_factory, connect_timeout=10
+            )
+        except psycopg.Error as exc:
+            raise NoDatabase(
+                f"{describe(url)}: cannot connect to PostgreSQL ({_first_line(exc)}). Check "
+                "that the server is running and reachable, and the user, database and "
+                "password (PGPASSWORD or ~/.pgpass; never in the URL) of --db or NOTIFIER_DB."
+            ) from exc
+        raw.execute(f"SET lock_timeout = '{LOCK_TIMEOUT_S}s'")
+        if readonly:  # the server itself refuses any write from a read-only command
+            raw.execute("SET default_transaction_read_only = on")
+        store = cls(describe(url), PgConnection(raw))
+        store.url = url
+        return store
+
+    def _prepare(self) -> None:
+        with self._write():
+            schema_pg.apply(self.conn, clock.now_iso())
+
+    def secondary(self) -> Self:
+        return type(self)._connect(self.url)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def _begin(self) -> None:
+        self.conn.execute("BEGIN")
+        # One writer per database schema at a time, as SQLite's write lock; held to COMMIT.
+        self.conn.execute("SELECT pg_advisory_xact_lock(hashtext('notifier:' || current_schema()))")
+
+    def _check_schema(self) -> bool:
+        """True for an empty schema (ours to initialise); refuse a foreign or newer one."""
+        tables = {
+            r[0]
+            for r in self.conn.execute(
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_schema = current_schema()"
+            )
+        }
+        if not tables:
+            return True
+        if schema_pg.MIGRATIONS_TABLE not in tables:
+            listed = ", ".join(sorted(tables)[:6])
+            raise StoreRefused(
+                f"{self.path}: this PostgreSQL schema was not written by notifier (tables: "
+                f"{listed}). Point --db at a notifier database, or at an empty database or "
+                "schema (options=-csearch_path=NAME in the URL)."
+            )
+        applied = schema_pg.applied(self.conn)
+        known = {m.name for m in schema_pg.MIGRATIONS}
+        newer = sorted(applied - known)
+        if newer:
+            raise StoreRefused(
+                f"{self.path}: written by a newer version of notifier (schema {newer[-1]} is "
+                "unknown here). Upgrade notifier; the database was not changed."
+            )
+        return False
+
+    def _storage_failure(self, exc: Exception) -> NotifierError:
+        cause = _first_line(exc)
+        if isinstance(exc, pg_errors.DiskFull):
+            return StorageFailed(
+                f"{self.path}: the PostgreSQL server's disk is full ({cause}). {ROLLED_BACK} "
+                "Free space on the server, then run `notifier resume`."
+            )
+        if isinstance(exc, pg_errors.ReadOnlySqlTransaction):
+            return DatabaseUnwritable(
+                f"{self.path}: the server refuses writes ({cause}). Nothing was changed by "
+                "this write. Point --db at a writable primary, then run the command again."
+            )
+        if isinstance(exc, pg_errors.LockNotAvailable | pg_errors.QueryCanceled):
+            return StorageFailed(
+                f"{self.path}: locked by another session for longer than "
+                f"{LOCK_TIMEOUT_S} s ({cause}). {ROLLED_BACK} Find it in pg_stat_activity, "
+                "let it finish or end it, then run the command again."
+            )
+        return StorageFailed(
+            f"{self.path}: the database could not be written ({cause}). {ROLLED_BACK} Check "
+            "the server and the connection to it, then run `notifier resume`."
+        )
+
+    def _indexed(self, index: str) -> str:
+        return ""  # PostgreSQL's planner has statistics; SQLite's INDEXED BY has no twin
+
+    def _has_table(self, name: str) -> bool:
+        (found,) = self.conn.execute(
+            "SELECT to_regclass(CAST(? AS TEXT)) IS NOT NULL", (name,)
+        ).fetchone()
+        return bool(found)
+
+    def _columns(self, table: str) -> set[str]:
+        return {
+            r[0]
+            for r in self.conn.execute(
+                "SELECT column_name FROM information_schema.columns "
+                "WHERE table_schema = current_schema() AND table_name = ?",
+                (table,),
+            )
+        }
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
