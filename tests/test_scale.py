@@ -14,7 +14,7 @@ import pytest
 from notifier import report
 from notifier.intent import content_fingerprint, run_fingerprint
 from notifier.plan import fingerprint_of
-from notifier.store import Store
+from notifier.store import SqliteStore
 
 from .conftest import Workspace, make_rows
 
@@ -186,15 +186,15 @@ def _plans(ws: Workspace, monkeypatch: pytest.MonkeyPatch, command: list[str]) -
     """The queries `command` issues that walk a whole table of rows: SQLite's plan (EXPLAIN
     QUERY PLAN) for every SELECT it ran, keeping each SCAN of items, attempts or events."""
     seen: list[str] = []
-    original = Store._connect
+    original = SqliteStore._connect
 
-    def traced(*args: Any, **kwargs: Any) -> Store:
+    def traced(*args: Any, **kwargs: Any) -> SqliteStore:
         store = original(*args, **kwargs)
         store.conn.set_trace_callback(seen.append)
         return store
 
     with monkeypatch.context() as patch:
-        patch.setattr(Store, "_connect", traced)
+        patch.setattr(SqliteStore, "_connect", traced)
         result = ws.invoke(*command)
     assert result.exit_code in (0, 3), result.output
     conn = sqlite3.connect(f"file:{ws.db}?mode=ro", uri=True)
