@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from . import approval, clock, compose, crash
 from . import config as config_module
@@ -236,7 +237,9 @@ def work_run(
     interrupted = threading.Event()
     with (
         run_channels(run, env.base_dir) as channels,
-        take_lease(store, run, env.config.lease_ttl_s) as lease,
+        # On PostgreSQL every process that sends holds a worker lease of its own, so more
+        # workers (`notifier worker`) can join the run from any machine.
+        take_lease(store, run, env.config.lease_ttl_s, shared=is_postgres(env.db_path)) as lease,
         interrupt_guard(interrupted, env.say),
     ):
         announce()
@@ -256,6 +259,7 @@ def work_run(
             channel_rates={
                 name: definition.get("rate") for name, definition in run.channel_snapshot.items()
             },
+            holder_alive=holder_alive,
         )
         return runner.run()
 
@@ -286,9 +290,9 @@ def run_channels(
 
 
 @contextmanager
-def take_lease(store: Store, run: Run, ttl_s: float) -> Iterator[Lease]:
+def take_lease(store: Store, run: Run, ttl_s: float, *, shared: bool = False) -> Iterator[Lease]:
     try:
-        lease = Lease(store, run.run_id, ttl_s)
+        lease = Lease(store, run.run_id, ttl_s, shared=shared)
     except LeaseHeld as held:
         if store.get_run(run.run_id).cancel_requested_at:
             # A `cancel` holds the run for a moment while it closes it.
@@ -451,12 +455,13 @@ def cancel(env: Env, run_id: str | None, wait_s: float) -> CancelResult:
             run = _wait_for_worker(store, run.run_id, deadline)
             if run.state in FINISHED_RUN_STATES:
                 break
-            if run.lease_owner and holder_alive(run.lease_owner, run.lease_expires_at):
+            holder = live_holder(store, run)
+            if holder is not None:
                 return CancelResult(
                     run,
                     False,
                     f"run {run.run_id}: cancel recorded, but the worker (pid "
-                    f"{run.lease_owner.get('pid')} on {run.lease_owner.get('host')}) did not "
+                    f"{holder.get('pid')} on {holder.get('host')}) did not "
                     f"confirm within {wait_s:g}s, so a request may still start until it does. "
                     f"Check with `notifier status {run.run_id}`, or wait longer with "
                     f"`notifier cancel {run.run_id} --wait 120`.",
@@ -495,10 +500,20 @@ def _already_finished(store: Store, run: Run) -> CancelResult:
 def _wait_for_worker(store: Store, run_id: str, deadline: float) -> Run:
     while True:
         run = store.get_run(run_id)
-        live = run.lease_owner is not None and holder_alive(run.lease_owner, run.lease_expires_at)
+        live = live_holder(store, run) is not None
         if run.state in FINISHED_RUN_STATES or not live or time.monotonic() >= deadline:
             return run
         time.sleep(0.05)
+
+
+def live_holder(store: Store, run: Run) -> dict[str, Any] | None:
+    """Who still works `run`: the holder of its lease, or any live worker of a shared run."""
+    if run.lease_owner and holder_alive(run.lease_owner, run.lease_expires_at):
+        return run.lease_owner
+    for worker in store.live_workers(run.run_id):
+        if holder_alive(worker.owner, worker.expires_at):
+            return worker.owner
+    return None
 
 
 def _cancel_without_worker(env: Env, store: Store, run: Run) -> Run:

@@ -422,16 +422,31 @@ def approve(ctx: click.Context, run_id: str | None, fingerprint: str, expires_in
     )
 
 
+def _overrides(command: Callable[..., None]) -> Callable[..., None]:
+    """The options `resume` and `worker` share: what may differ from the run's own."""
+    for option in reversed(
+        (
+            click.argument("run_id", required=False),
+            click.option(
+                "--concurrency", type=click.IntRange(1, 64), help="Override the run's window size."
+            ),
+            click.option(
+                "--max-wait", type=click.FloatRange(0), help="Override the run's --max-wait."
+            ),
+            click.option(
+                "--rate",
+                type=click.FloatRange(0, min_open=True),
+                help="Override the run's --rate (sends per second on each channel).",
+            ),
+            click.pass_context,
+        )
+    ):
+        command = option(command)
+    return command
+
+
 @cli.command()
-@click.argument("run_id", required=False)
-@click.option("--concurrency", type=click.IntRange(1, 64), help="Override the run's window size.")
-@click.option("--max-wait", type=click.FloatRange(0), help="Override the run's --max-wait.")
-@click.option(
-    "--rate",
-    type=click.FloatRange(0, min_open=True),
-    help="Override the run's --rate (sends per second on each channel).",
-)
-@click.pass_context
+@_overrides
 def resume(
     ctx: click.Context,
     run_id: str | None,
@@ -440,12 +455,48 @@ def resume(
     rate: float | None,
 ) -> None:
     """Settle every in-flight item by asking the downstream, then continue in order."""
+    _resume(ctx, run_id, concurrency, max_wait, rate, joining=False)
+
+
+@cli.command()
+@_overrides
+def worker(
+    ctx: click.Context,
+    run_id: str | None,
+    concurrency: int | None,
+    max_wait: float | None,
+    rate: float | None,
+) -> None:
+    """Join a run in a PostgreSQL database as one more worker, on any machine."""
+    if not is_postgres(ctx.obj["db"]):
+        raise BadInput(
+            f"{ctx.obj['db']}: `notifier worker` shares a run among processes through "
+            "PostgreSQL (--db postgresql://…); an SQLite file is worked by one process at a "
+            "time: use `notifier resume`."
+        )
+    _resume(ctx, run_id, concurrency, max_wait, rate, joining=True)
+
+
+def _resume(
+    ctx: click.Context,
+    run_id: str | None,
+    concurrency: int | None,
+    max_wait: float | None,
+    rate: float | None,
+    *,
+    joining: bool,
+) -> None:
+    """`resume`, or with `joining` a `worker`, which finds a run already finished normal."""
     env = _env(ctx)
     crash.from_env()
     store = app.open_store(env)
     try:
-        run = app.pick_run(store, run_id, active_only=True)
+        run = app.pick_run(store, run_id, active_only=not joining or run_id is None)
         if run.state in FINISHED_RUN_STATES:
+            if joining:
+                counts = store.counts(run.run_id)
+                click.echo(f"run {run.run_id} is already {run.state.value}: {counts.summary()}")
+                ctx.exit(settled_exit(run.state, counts))
             raise BadInput(f"run {run.run_id} is {run.state.value}; there is nothing to resume.")
         drafting = compose.unfrozen(run)
         run = _draft(ctx, env, store, run)
@@ -554,7 +605,7 @@ def runs(ctx: click.Context) -> None:
             c = store.counts(run.run_id)
             table.add_row(
                 run.run_id,
-                report.effective_state(run).value,
+                report.effective_state(store, run).value,
                 run.created_at[:19],
                 str(c.total),
                 str(c.sent),

@@ -48,6 +48,7 @@ class Stop(StrEnum):
     ALREADY_FINISHED = "already_finished"  # finished by someone else before we started
     HALTED = "halted"  # a safety rule: endpoint gone, too many unknowns in a row
     CONFLICT = "conflict"  # halted: the downstream holds another intent under our key
+    LEFT = "left"  # a worker of a shared run left it to the other workers
 
 
 @dataclass

@@ -76,16 +76,24 @@ def holder_alive(owner: dict[str, Any], expires_at: str | None) -> bool:
 
 
 class Lease:
-    """A held lease with its heartbeat. Use as a context manager around the work."""
+    """A held lease with its heartbeat. Use as a context manager around the work.
 
-    def __init__(self, store: Store, run_id: str, ttl_s: float) -> None:
+    With `shared`, a worker lease of its own beside other workers of the run (PostgreSQL):
+    the store is set to fence this process's writes by it and to record it on each claim."""
+
+    def __init__(self, store: Store, run_id: str, ttl_s: float, *, shared: bool = False) -> None:
         self.store = store
         self.run_id = run_id
         self.ttl_s = ttl_s
+        self.shared = shared
         self.owner = new_owner()
         # Read before acquiring: the lease is valid from no later than this moment.
         renewed = time.monotonic()
-        self.version = store.acquire_lease(run_id, self.owner, ttl_s, holder_alive)
+        if shared:
+            self.version = store.join_run(run_id, self.owner, ttl_s, holder_alive)
+            store.worker_id = self.owner["token"]
+        else:
+            self.version = store.acquire_lease(run_id, self.owner, ttl_s, holder_alive)
         self._renewed = renewed
         _ACTIVE_TOKENS.add(self.owner["token"])
         self.lost = threading.Event()
@@ -111,7 +119,7 @@ class Lease:
             while not self._stop.wait(self.ttl_s / 3):
                 started = time.monotonic()
                 try:
-                    renewed = store.renew_lease(self.run_id, self.version, self.ttl_s)
+                    renewed = self._renew(store)
                 except (sqlite3.OperationalError, StorageFailed):
                     # The file was busy for longer than busy_timeout, or the disk is full: try
                     # next beat. A renewal that keeps failing simply ages out of surely_valid().
@@ -128,6 +136,11 @@ class Lease:
         finally:
             store.close()
 
+    def _renew(self, store: Store) -> bool:
+        if self.shared:
+            return store.renew_worker(self.owner["token"], self.version, self.ttl_s)
+        return store.renew_lease(self.run_id, self.version, self.ttl_s)
+
     def release(self) -> None:
         self._stop.set()
         self._thread.join()
@@ -136,7 +149,12 @@ class Lease:
             # On a full or failing disk the release cannot be written; the lease then dies
             # with this process (same host) or at its expiry, and the first error stands.
             with suppress(StorageFailed):
-                self.store.release_lease(self.run_id, self.version)
+                if self.shared:
+                    self.store.release_worker(self.owner["token"], self.version)
+                else:
+                    self.store.release_lease(self.run_id, self.version)
+        if self.shared:
+            self.store.worker_id = None
 
     def __enter__(self) -> Lease:
         return self

@@ -45,6 +45,8 @@ def run_advice(result: RunResult, run_id: str) -> str:
         )
     if result.stop is Stop.ALREADY_FINISHED:
         return f"`notifier report {run_id}` shows the run."
+    if result.stop is Stop.LEFT:
+        return f"`notifier status {run_id}` shows the run and its workers."
     if result.counts.unknown:
         return f"Settle the unknown items with `notifier reconcile --manual {run_id}`."
     return ""

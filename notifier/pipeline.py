@@ -12,9 +12,12 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from .records import Item
+
+if TYPE_CHECKING:
+    from .store import Store
 
 R = TypeVar("R")
 POLL_S = 0.2
@@ -102,3 +105,28 @@ class TokenBucket:
             if stop():
                 return False
             time.sleep(min(wait, POLL_S))
+
+
+class SharedBucket:
+    """`rate` sends per second for one channel of a run shared by many workers: the bucket
+    lives in the database (rate_buckets), timed on the database server's clock, so every
+    worker on every machine draws from the same tokens."""
+
+    def __init__(
+        self, store: Store, lock: threading.Lock, run_id: str, channel: str, rate: float
+    ) -> None:
+        self.store = store
+        self.lock = lock  # the store's connection is shared with other sender threads
+        self.run_id = run_id
+        self.channel = channel
+        self.rate = rate
+
+    def take(self, stop: Callable[[], bool]) -> bool:
+        """Wait for a token; False (and no token) as soon as `stop()` says so."""
+        while True:
+            with self.lock:
+                if self.store.take_token(self.run_id, self.channel, self.rate):
+                    return True
+            if stop():
+                return False
+            time.sleep(min(1 / self.rate, POLL_S))

@@ -38,6 +38,33 @@ class Run:
 
 
 @dataclass(frozen=True)
+class Worker:
+    """One worker's lease on a run (PostgreSQL: many per run)."""
+
+    worker_id: str
+    run_id: str
+    host: str
+    pid: int
+    process_start: str | None
+    state: str  # live | released | reaped
+    version: int
+    joined_at: str
+    heartbeat_at: str
+    expires_at: str
+    in_flight: int = 0
+
+    @property
+    def owner(self) -> dict[str, Any]:
+        """As lease.holder_alive reads a lease holder."""
+        return {
+            "host": self.host,
+            "pid": self.pid,
+            "started": self.process_start,
+            "token": self.worker_id,
+        }
+
+
+@dataclass(frozen=True)
 class Item:
     run_id: str
     seq: int

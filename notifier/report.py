@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from . import clock
 from .lease import holder_alive
 from .records import Item, PendingKind, Run
 from .state_machine import ItemState, RunState
@@ -62,7 +63,7 @@ def build(store: Store, run: Run, *, attention_only: bool = False) -> dict[str, 
     attempted = list(kinds.values())
     return {
         "run_id": run.run_id,
-        "state": effective_state(run).value,
+        "state": effective_state(store, run).value,
         "fingerprint": run.fingerprint,
         "created_at": run.created_at,
         "batch": run.batch_path,
@@ -78,6 +79,8 @@ def build(store: Store, run: Run, *, attention_only: bool = False) -> dict[str, 
             PendingKind.MAYBE_DELIVERED.value: attempted.count(PendingKind.MAYBE_DELIVERED),
         },
         "drafts": _drafts(store, run),
+        # Added to the contract's keys: who works the run now (PostgreSQL: many workers).
+        "workers": _workers(store, run),
         "items": items,
         "decisions": [
             {
@@ -132,13 +135,32 @@ def _drafts(store: Store, run: Run) -> dict[str, Any] | None:
     return summary
 
 
-def effective_state(run: Run) -> RunState:
-    """A run left `running` by a worker that died is, in effect, paused (DESIGN section 3)."""
-    if run.state is RunState.RUNNING and not (
-        run.lease_owner and holder_alive(run.lease_owner, run.lease_expires_at)
-    ):
-        return RunState.PAUSED
-    return run.state
+def effective_state(store: Store, run: Run) -> RunState:
+    """A run left `running` by a worker that died is, in effect, paused (DESIGN section 3);
+    a shared run is running while any of its workers lives."""
+    if run.state is not RunState.RUNNING:
+        return run.state
+    if run.lease_owner and holder_alive(run.lease_owner, run.lease_expires_at):
+        return run.state
+    if any(holder_alive(w.owner, w.expires_at) for w in store.live_workers(run.run_id)):
+        return run.state
+    return RunState.PAUSED
+
+
+def _workers(store: Store, run: Run) -> list[dict[str, Any]]:
+    """The live workers of a shared run (PostgreSQL), as `status` shows them."""
+    return [
+        {
+            "host": w.host,
+            "pid": w.pid,
+            "joined_at": w.joined_at,
+            "heartbeat_at": w.heartbeat_at,
+            "expires_at": w.expires_at,
+            "in_flight": w.in_flight,
+        }
+        for w in store.live_workers(run.run_id)
+        if holder_alive(w.owner, w.expires_at)
+    ]
 
 
 def to_json(report: dict[str, Any]) -> str:
@@ -223,6 +245,11 @@ def render_table(report: dict[str, Any], console: Console) -> None:
         summary.add_column(name, justify="right")
     summary.add_row(*(str(counts.get(name, 0)) for name in columns))
     console.print(summary)
+    for worker in report.get("workers") or ():
+        console.print(
+            f"worker: pid {worker['pid']} on {worker['host']}, {worker['in_flight']} in flight, "
+            f"heartbeat {clock.local(worker['heartbeat_at'])}"
+        )
     detail = report["pending_detail"]
     console.print(
         f"pending: {detail['never_attempted']} never attempted, {detail['retry_waiting']} "

@@ -15,12 +15,13 @@ from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 
 from . import clock
 from .channels import Channel, ChannelError, ErrorKind
 from .crash import CrashPlan
 from .judging import Judge, NotStarted, Progress, Sent, Slot, Stop
-from .pipeline import Senders, TokenBucket
+from .pipeline import Senders, SharedBucket, TokenBucket
 from .reconcile import settle, settle_doubts, settle_items
 from .records import Counts, Item, Outcome, PendingKind
 from .retry import Action, RetryPolicy
@@ -28,6 +29,8 @@ from .state_machine import FINISHED_RUN_STATES, ItemState, ItemTrigger, RunState
 from .store import LeaseLost, Store
 
 POLL_S = 0.2
+# How often a worker of a shared run looks for dead workers whose items it must settle.
+REAP_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,7 @@ class Runner:
         advance: Callable[[int], None] = lambda n: None,
         lease_valid: Callable[[], bool] = lambda: True,
         channel_rates: Mapping[str, float | None] | None = None,
+        holder_alive: Callable[[dict[str, Any], str | None], bool] | None = None,
     ) -> None:
         self.store = store
         self.run_id = run_id
@@ -77,6 +81,11 @@ class Runner:
         self.interrupted = interrupted
         self.crash = crash
         self.lease_valid = lease_valid  # Lease.surely_valid: checked right before each send
+        # A run shared with other workers (PostgreSQL): this process holds a worker lease of
+        # its own (store.worker_id) and `holder_alive` tells which of the others still live.
+        self.shared = store.worker_id is not None
+        self.holder_alive = holder_alive or (lambda owner, expires_at: True)
+        self._reap_at = 0.0
         self.p = Progress(say, advance)
         self.judge = Judge(store, run_id, channels, policy, self.p)
         # A channel that holds one connection (SMTP) sends one request at a time.
@@ -85,18 +94,18 @@ class Runner:
             for name, channel in channels.items()
             if not getattr(channel, "thread_safe", False)
         }
-        # One token bucket per rate-limited channel, shared by all its senders: --rate for
-        # the run, else the channel's own `rate`.
-        rates = channel_rates or {}
-        self._buckets = {
-            name: TokenBucket(rate)
-            for name in channels
-            if (rate := options.rate or rates.get(name))
-        }
         # The send threads read the cancel flag through a connection of their own (this
         # thread's is busy committing while they send), one at a time.
         self._flags_lock = threading.Lock()
         self._flags_store = store.secondary() if options.concurrency > 1 else store
+        # One token bucket per rate-limited channel, shared by all its senders: --rate for
+        # the run, else the channel's own `rate`.
+        rates = channel_rates or {}
+        self._buckets: dict[str, TokenBucket | SharedBucket] = {
+            name: self._bucket(name, rate)
+            for name in channels
+            if (rate := options.rate or rates.get(name))
+        }
         self._senders: Senders[Slot] = Senders(options.concurrency, self._send_one)
         self._revisit_at = 0.0  # when to look again for query_delay revisits that came due
 
@@ -121,7 +130,19 @@ class Runner:
                 f"already {run.state.value}; nothing was sent by this process",
                 self.store.counts(self.run_id),
             )
-        if run.state in (RunState.PLANNED, RunState.APPROVED):
+        if self.shared:
+            # Other workers may be moving the run too: each move only from where it is.
+            start = (RunState.PLANNED, RunState.APPROVED)
+            self.store.move_run_from(self.run_id, RunTrigger.START, self.lease_version, start)
+            self.store.move_run_from(
+                self.run_id,
+                RunTrigger.RESUME,
+                self.lease_version,
+                (RunState.PAUSED, RunState.HALTED),
+                paused_until=None,
+                stop_reason=None,
+            )
+        elif run.state in (RunState.PLANNED, RunState.APPROVED):
             self.store.move_run(self.run_id, RunTrigger.START, self.lease_version)
         elif run.state in (RunState.PAUSED, RunState.HALTED):
             self.store.move_run(
@@ -140,7 +161,13 @@ class Runner:
         return self._pipeline()
 
     def _settle_first(self) -> RunResult | None:
-        """Nothing new starts until every item whose outcome is open has been settled."""
+        """Nothing new starts until every item whose outcome is open has been settled (on a
+        shared run: every such item no live worker holds, adopted first)."""
+        if self.shared:
+            self._adopt_and_settle()
+            if self.p.halt is not None:
+                return self._halt(*self.p.halt)
+            return None
         settlements = settle(
             self.store,
             self.run_id,
@@ -204,12 +231,9 @@ class Runner:
         if self.lease_lost.is_set():
             raise LeaseLost(f"run {self.run_id}: another process took over this run")
         if self.interrupted.is_set():
-            self.store.move_run(
-                self.run_id,
-                RunTrigger.PAUSE,
-                self.lease_version,
-                stop_reason="interrupted (Ctrl-C)",
-            )
+            if self.shared and self._leave(wait_for_busy=False) == "left":
+                return self._left("interrupted: this worker stopped; the other workers go on")
+            self._move_run(RunTrigger.PAUSE, stop_reason="interrupted (Ctrl-C)")
             return RunResult(
                 RunState.PAUSED,
                 Stop.INTERRUPTED,
@@ -217,9 +241,22 @@ class Runner:
                 self.store.counts(self.run_id),
             )
         cancel_requested_at, version = self.store.run_flags(self.run_id)
-        if version != self.lease_version:
+        if not self.shared and version != self.lease_version:
             raise LeaseLost(f"run {self.run_id}: another process took over this run")
+        if self.shared:
+            state = self.store.run_state(self.run_id)
+            if state is not RunState.RUNNING:
+                return self._moved_by_another(state)
         if cancel_requested_at:
+            if self.shared and self._leave(wait_for_busy=False) == "left":
+                counts = self.store.counts(self.run_id)
+                return RunResult(
+                    RunState.CANCELLED,
+                    Stop.CANCELLED,
+                    "cancel requested: this worker stopped sending; the last worker (or "
+                    f"`notifier cancel`) closes the run: {counts.summary()}",
+                    counts,
+                )
             return self.finish_cancel()
         return None
 
@@ -227,7 +264,7 @@ class Runner:
         # Items waiting to retry after an uncertain attempt may have been delivered: settle
         # them by query, or make them unknown, before the run is closed.
         settle_doubts(self.store, self.run_id, self.channels, self.lease_version, say=self.p.say)
-        self.store.move_run(self.run_id, RunTrigger.CANCEL, self.lease_version, stop_reason=None)
+        self._move_run(RunTrigger.CANCEL, stop_reason=None)
         counts = self.store.counts(self.run_id)
         kinds = list(self.store.pending_kinds(self.run_id).values())
         return RunResult(
@@ -318,12 +355,9 @@ class Runner:
             if self.p.halt is not None:
                 continue
             if not inflight and starved:
-                wake = self._next_wake()
-                if wake is None:
-                    return self._finish()
-                if wake - time.monotonic() > self.options.max_wait_s:
-                    return self._pause_until(wake)
-                self._sleep_until(wake)
+                ended = self._when_starved()
+                if ended is not None:
+                    return ended
                 starved = False
                 continue
             wait = bool(inflight) and (len(inflight) >= capacity or starved or draining)
@@ -340,6 +374,20 @@ class Runner:
             for item in self._drop_stale(claimed):
                 inflight[item.seq] = item
                 self._senders.submit(item)
+
+    def _when_starved(self) -> RunResult | None:
+        """Nothing in flight and nothing could be claimed: finish, pause until a long wait
+        is over, or sleep until the next item may start (None: go on)."""
+        wake = self._next_wake()
+        if wake is None:
+            finished = self._finish()
+            if finished is None:  # other workers of a shared run are still at work
+                self._sleep_until(time.monotonic() + POLL_S)
+            return finished
+        if wake - time.monotonic() > self.options.max_wait_s:
+            return self._pause_until(wake)
+        self._sleep_until(wake)
+        return None
 
     def _commit(self, done: list[tuple[Item, Slot]], free: int) -> list[Item]:
         """Point B of the finished sends and point A of up to `free` new items, one commit."""
@@ -390,6 +438,12 @@ class Runner:
             self._settle_waiting()
             self._expire_due()
             self._revisit_at = time.monotonic() + POLL_S
+        if self.shared and time.monotonic() >= self._reap_at:
+            self._adopt_and_settle()
+            # Gates closed by other workers' throttled answers count here too.
+            for channel, until in self.store.throttled_until(self.run_id).items():
+                self.p.gate(channel, time.monotonic() + _seconds_until(clock.parse(until)))
+            self._reap_at = time.monotonic() + REAP_S
 
     def _stopping(self) -> bool:
         """Whether to stop starting sends (Ctrl-C, a cancel); the ending itself waits until
@@ -399,6 +453,11 @@ class Runner:
         if self.interrupted.is_set():
             return True
         cancel_requested_at, version = self.store.run_flags(self.run_id)
+        if self.shared:
+            # Another worker may have halted, paused or closed the run.
+            return cancel_requested_at is not None or (
+                self.store.run_state(self.run_id) is not RunState.RUNNING
+            )
         if version != self.lease_version:
             raise LeaseLost(f"run {self.run_id}: another process took over this run")
         return cancel_requested_at is not None
@@ -561,9 +620,9 @@ class Runner:
         # Persisted for the next process, so as wall-clock time.
         when = clock.iso(clock.later(wake - time.monotonic()))
         reason = f"rate limited until {when} (longer than --max-wait {self.options.max_wait_s:g}s)"
-        self.store.move_run(
-            self.run_id, RunTrigger.PAUSE, self.lease_version, paused_until=when, stop_reason=reason
-        )
+        moved = self._move_run(RunTrigger.PAUSE, paused_until=when, stop_reason=reason)
+        if moved is not RunState.PAUSED:
+            return self._moved_by_another(moved)
         return RunResult(
             RunState.PAUSED,
             Stop.RATE_LIMITED,
@@ -573,20 +632,97 @@ class Runner:
         )
 
     def _halt(self, stop: Stop, reason: str) -> RunResult:
-        self.store.move_run(self.run_id, RunTrigger.HALT, self.lease_version, stop_reason=reason)
+        moved = self._move_run(RunTrigger.HALT, stop_reason=reason)
+        if moved is not RunState.HALTED:
+            return self._moved_by_another(moved)
         return RunResult(RunState.HALTED, stop, f"halted: {reason}", self.store.counts(self.run_id))
 
-    def _finish(self) -> RunResult:
+    def _finish(self) -> RunResult | None:
+        """Close the run: nothing is left to send. None on a shared run while other workers
+        still hold items (this one waits for them, or for their leases to die)."""
+        if self.shared:
+            ending = self._leave(wait_for_busy=True)
+            if ending == "wait":
+                return None
+            if ending == "left":
+                return self._left("nothing left for this worker; the other workers finish the run")
+            if self._adopt_and_settle() or self.store.counts(self.run_id).in_flight:
+                return None  # settled what a dead worker left: look again before closing
         counts = self.store.counts(self.run_id)
         summary = counts.summary()
         if counts.unknown:
             reason = f"{counts.unknown} item(s) with unknown outcome"
-            self.store.move_run(
-                self.run_id, RunTrigger.PAUSE, self.lease_version, stop_reason=reason
-            )
+            moved = self._move_run(RunTrigger.PAUSE, stop_reason=reason)
+            if moved is not RunState.PAUSED:
+                return self._moved_by_another(moved)
             return RunResult(RunState.PAUSED, Stop.UNKNOWN_LEFT, summary, counts)
-        self.store.move_run(self.run_id, RunTrigger.COMPLETE, self.lease_version)
+        moved = self._move_run(RunTrigger.COMPLETE)
+        if moved is not RunState.COMPLETED:
+            return self._moved_by_another(moved)
         return RunResult(RunState.COMPLETED, Stop.COMPLETED, f"completed: {summary}", counts)
+
+    # ------------------------------------------------------------------ shared runs
+
+    def _move_run(self, trigger: RunTrigger, **sets: str | None) -> RunState:
+        """Move the run; on a shared run only from `running` (another worker may have moved
+        it first: then its state is returned, unchanged)."""
+        if self.shared:
+            return self.store.move_run_from(
+                self.run_id, trigger, self.lease_version, (RunState.RUNNING,), **sets
+            )
+        return self.store.move_run(self.run_id, trigger, self.lease_version, **sets)
+
+    def _adopt_and_settle(self) -> bool:
+        """Fence out dead workers, adopt what they left in flight (and unknown items no live
+        worker holds) and settle it by query, before this worker sends anything more.
+        Whether anything was adopted."""
+        adopted = self.store.reap_dead_workers(
+            self.run_id, self.store.worker_id or "", self.lease_version, self.holder_alive
+        )
+        if not adopted:
+            return False
+        self.p.say(f"settling {len(adopted)} item(s) left by a worker that died")
+        items = [self.store.item(self.run_id, seq) for seq in adopted]
+        for s in settle_items(
+            self.store, self.run_id, self.channels, self.lease_version, items, self.p.say
+        ):
+            if s.outcome is not None and s.outcome.trigger == ItemTrigger.CONFLICT:
+                self.p.halt = (Stop.CONFLICT, f"conflict on item {s.item.seq}: {s.outcome.error}")
+        return True
+
+    def _leave(self, *, wait_for_busy: bool) -> str:
+        return self.store.leave_unless_last(
+            self.run_id,
+            self.store.worker_id or "",
+            self.lease_version,
+            self.holder_alive,
+            wait_for_busy=wait_for_busy,
+        )
+
+    def _left(self, reason: str) -> RunResult:
+        counts = self.store.counts(self.run_id)
+        return RunResult(self.store.run_state(self.run_id), Stop.LEFT, reason, counts)
+
+    def _moved_by_another(self, state: RunState) -> RunResult:
+        """This worker's ending when another worker (or a cancel) moved the run first."""
+        run = self.store.get_run(self.run_id)
+        counts = self.store.counts(self.run_id)
+        reason = f"{state.value} by another worker: {run.stop_reason or counts.summary()}"
+        stop = {
+            RunState.COMPLETED: Stop.COMPLETED,
+            RunState.CANCELLED: Stop.CANCELLED,
+            RunState.HALTED: Stop.HALTED,
+        }.get(state)
+        if stop is None:  # paused
+            stop = Stop.RATE_LIMITED if run.paused_until else Stop.UNKNOWN_LEFT
+        return RunResult(state, stop, reason, counts, paused_until=run.paused_until)
+
+    def _bucket(self, channel: str, rate: float) -> TokenBucket | SharedBucket:
+        """A channel's --rate bucket: this process's own, or on a shared run one kept in the
+        database for all its workers (so ten workers do not send ten times the rate)."""
+        if not self.shared:
+            return TokenBucket(rate)
+        return SharedBucket(self._flags_store, self._flags_lock, self.run_id, channel, rate)
 
 
 def _next_streak(streak: int, outcome: Outcome) -> int:

@@ -21,7 +21,12 @@ migrations = Migrations(MIGRATION_SET)
 @migrations()
 def m001_initial(db: Database) -> None:
     db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-    for statement in _M001.split(";\n"):
+    _execute_all(db, _M001)
+
+
+def _execute_all(db: Database, script: str) -> None:
+    """The statements of `script`, one `;` at a line's end apart, in order."""
+    for statement in script.split(";\n"):
         if statement.strip():
             db.execute(statement)
 
@@ -240,4 +245,41 @@ CREATE INDEX attempts_throttled ON attempts(run_id, seq) WHERE outcome = 'thrott
 
 CREATE INDEX events_disproof ON events(run_id, item_seq)
     WHERE kind IN ('not_found', 'mark_not_sent')
+"""
+
+
+@migrations()
+def m005_workers(db: Database) -> None:
+    """Issue 11: many workers on one run (PostgreSQL). Each worker holds a lease row of its
+    own (`workers`: host, pid, heartbeat, expiry and a fencing version); a claimed item
+    records which worker holds it (`items.worker_id`), so a live worker can settle exactly
+    the items of a dead one. `rate_buckets` is a channel's --rate bucket shared by all the
+    workers of a run. On SQLite one process works a run, under the run's own lease, as
+    before; the tables exist so that both engines keep one schema."""
+    _execute_all(db, _M005)
+
+
+_M005 = """
+CREATE TABLE workers (
+    worker_id TEXT PRIMARY KEY,
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    process_start TEXT,
+    state TEXT NOT NULL,
+    version INTEGER NOT NULL DEFAULT 1,
+    joined_at TEXT NOT NULL,
+    heartbeat_at TEXT NOT NULL,
+    expires_at TEXT NOT NULL
+);
+CREATE INDEX workers_live ON workers(run_id) WHERE state = 'live';
+ALTER TABLE items ADD COLUMN worker_id TEXT;
+CREATE INDEX items_held ON items(run_id, worker_id, seq) WHERE state IN ('in_flight', 'unknown');
+CREATE TABLE rate_buckets (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    channel TEXT NOT NULL,
+    tokens DOUBLE PRECISION NOT NULL,
+    refilled_at DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (run_id, channel)
+)
 """

@@ -218,11 +218,41 @@ CREATE INDEX events_disproof ON events(run_id, item_seq)
     WHERE kind IN ('not_found', 'mark_not_sent')
 """
 
+_M005 = """
+CREATE TABLE workers (
+    worker_id TEXT PRIMARY KEY,
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    process_start TEXT,
+    state TEXT NOT NULL,
+    version INTEGER NOT NULL DEFAULT 1,
+    joined_at TEXT NOT NULL,
+    heartbeat_at TEXT NOT NULL,
+    expires_at TEXT NOT NULL
+);
+
+CREATE INDEX workers_live ON workers(run_id) WHERE state = 'live';
+
+ALTER TABLE items ADD COLUMN worker_id TEXT;
+
+CREATE INDEX items_held ON items(run_id, worker_id, seq) WHERE state IN ('in_flight', 'unknown');
+
+CREATE TABLE rate_buckets (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    channel TEXT NOT NULL,
+    tokens DOUBLE PRECISION NOT NULL,
+    refilled_at DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (run_id, channel)
+)
+"""
+
 MIGRATIONS = (
     PgMigration("m001_initial", _statements(_M001)),
     PgMigration("m002_key_nonce_content_fingerprint", _m002),
     PgMigration("m003_deadlines_and_drafts", _statements(_M003)),
     PgMigration("m004_counts_and_attention_indexes", _statements(_M004)),
+    PgMigration("m005_workers", _statements(_M005)),
 )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Self
 
+from .buckets import Buckets
 from .checks import Checks
 from .core import ATTENTION_STATES
 from .drafts import Drafts
@@ -30,7 +31,7 @@ from .queries import Queries
 from .stage import PlanStage
 
 
-class Store(Drafts, Leases, Queries, Checks):
+class Store(Drafts, Leases, Queries, Buckets, Checks):
     """One receipts database: `Store.open(target)`, where the target is a path (SQLite, the
     embedded default) or a postgresql:// URL."""
 

@@ -59,6 +59,8 @@ class StoreCore:
     _STORAGE_ERRORS: tuple[type[Exception], ...] = (sqlite3.OperationalError,)
     # SQLite's CROSS JOIN fixes the join order (its planner otherwise starts from items).
     _ORDERED_JOIN = "CROSS JOIN"
+    # How a claim locks the rows it picks (PostgreSQL: see postgres.py).
+    _CLAIM_LOCK = ""
 
     def __init__(self, path: Path | str, conn: Any) -> None:
         # For SQLite the file; for PostgreSQL the server and database (never a password),
@@ -66,6 +68,9 @@ class StoreCore:
         self.path = path
         self.conn = conn
         self._indexes: set[str] | None = None  # read once: see _indexed
+        # Set while this connection works a run under a worker lease of its own (many
+        # workers on one PostgreSQL run): writes are fenced by that lease, claims record it.
+        self.worker_id: str | None = None
 
     # ---------------------------------------------------------------- writing
 
@@ -95,10 +100,17 @@ class StoreCore:
         self.conn.execute("BEGIN IMMEDIATE")
 
     def _fence(self, run_id: str | None, lease_version: int) -> None:
-        """Abort the transaction unless the caller's lease is still the run's."""
-        row = self.conn.execute(
-            "SELECT lease_version FROM runs WHERE run_id = ?", (run_id,)
-        ).fetchone()
+        """Abort the transaction unless the caller's lease is still valid: the run's, or
+        with `worker_id` the worker's own (a reaped worker's version has moved on)."""
+        if self.worker_id is not None:
+            row = self.conn.execute(
+                "SELECT version FROM workers WHERE worker_id = ? AND state = 'live'",
+                (self.worker_id,),
+            ).fetchone()
+        else:
+            row = self.conn.execute(
+                "SELECT lease_version FROM runs WHERE run_id = ?", (run_id,)
+            ).fetchone()
         if row is None or row[0] != lease_version:
             raise LeaseLost(f"run {run_id}: another process took over this run")
 

@@ -1,29 +1,49 @@
-"""Leases: one worker at a time, fenced by a version number."""
+"""Leases: who may work a run, each fenced by a version number.
+
+The run's own lease is exclusive: one `send`/`resume` on an SQLite file, and on either engine
+the commands that must work alone (`cancel` closing a run, `reconcile`). On PostgreSQL, the
+processes that send (`send`, `resume`, `worker`) each hold a worker lease of their own in
+`workers`, so several can work one run at once; an exclusive lease is refused while any of
+them lives, and fences the dead ones out when taken."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .. import clock
+from ..records import Worker
 from .core import StoreCore, _dump
 from .exceptions import LeaseHeld
 
+Alive = Callable[[dict[str, Any], str | None], bool]
+
+_WORKER_COLUMNS = (
+    "worker_id, run_id, host, pid, process_start, state, version, joined_at, heartbeat_at, "
+    "expires_at"
+)
+
 
 class Leases(StoreCore):
-    """Who may work a run: take, renew and release the fenced lease."""
+    """Who may work a run: take, renew and release the fenced leases."""
 
-    # ---------------------------------------------------------------- leases
+    # ---------------------------------------------------------------- the run's lease
 
     def acquire_lease(
-        self, run_id: str, owner: dict[str, Any], ttl_s: float, holder_alive: Any
+        self, run_id: str, owner: dict[str, Any], ttl_s: float, holder_alive: Alive
     ) -> int:
-        """Take the run for `owner` unless a live holder has it; returns the new fencing
-        version. `holder_alive(owner, expires_at)` decides liveness (lease.py)."""
+        """Take the run for `owner` unless a live holder has it (the run's lease, or any
+        worker's); returns the new fencing version. `holder_alive(owner, expires_at)`
+        decides liveness (lease.py). Dead workers are fenced out in the same transaction."""
         at = clock.now()
         with self._write():
             run = self.get_run(run_id)
             if run.lease_owner and holder_alive(run.lease_owner, run.lease_expires_at):
                 raise LeaseHeld(run.lease_owner, run.lease_expires_at)
+            for worker in self._live_workers(run_id):
+                if holder_alive(worker.owner, worker.expires_at):
+                    raise LeaseHeld(worker.owner, worker.expires_at)
+                self._reap(worker, clock.iso(at))
             version = run.lease_version + 1
             self.conn.execute(
                 "UPDATE runs SET lease_owner = ?, lease_version = ?, lease_expires_at = ? "
@@ -60,3 +80,159 @@ class Leases(StoreCore):
                 "WHERE run_id = ? AND lease_version = ?",
                 (run_id, lease_version),
             )
+
+    # ---------------------------------------------------------------- worker leases
+
+    def join_run(
+        self, run_id: str, owner: dict[str, Any], ttl_s: float, holder_alive: Alive
+    ) -> int:
+        """A worker lease of its own for `owner` (its token is the worker id), beside any
+        other live worker; refused (LeaseHeld) while a live process holds the run's
+        exclusive lease. Returns the worker's fencing version."""
+        at = clock.now()
+        with self._write():
+            run = self.get_run(run_id)
+            if run.lease_owner and holder_alive(run.lease_owner, run.lease_expires_at):
+                raise LeaseHeld(run.lease_owner, run.lease_expires_at)
+            self._insert_row(
+                "workers",
+                {
+                    "worker_id": owner["token"],
+                    "run_id": run_id,
+                    "host": owner["host"],
+                    "pid": owner["pid"],
+                    "process_start": owner.get("started"),
+                    "state": "live",
+                    "version": 1,
+                    "joined_at": clock.iso(at),
+                    "heartbeat_at": clock.iso(at),
+                    "expires_at": clock.iso(clock.later(ttl_s, at)),
+                },
+            )
+            self._event(run_id, "worker_joined", None, {"owner": owner}, clock.iso(at))
+        return 1
+
+    def renew_worker(self, worker_id: str, version: int, ttl_s: float) -> bool:
+        """Extend a live worker's lease; False once it was fenced out (reaped)."""
+        at = clock.now()
+        with self._write():
+            cursor = self.conn.execute(
+                "UPDATE workers SET heartbeat_at = ?, expires_at = ? "
+                "WHERE worker_id = ? AND version = ? AND state = 'live'",
+                (clock.iso(at), clock.iso(clock.later(ttl_s, at)), worker_id, version),
+            )
+        return bool(cursor.rowcount == 1)
+
+    def release_worker(self, worker_id: str, version: int) -> None:
+        with self._write():
+            self.conn.execute(
+                "UPDATE workers SET state = 'released' "
+                "WHERE worker_id = ? AND version = ? AND state = 'live'",
+                (worker_id, version),
+            )
+
+    def live_workers(self, run_id: str) -> list[Worker]:
+        """The workers whose lease rows say live (dead or not: lease.holder_alive decides),
+        each with how many items it holds in flight."""
+        if not self._has_table("workers"):
+            return []  # opened read-only before m005
+        return self._live_workers(run_id)
+
+    def _live_workers(self, run_id: str) -> list[Worker]:
+        rows = self.conn.execute(
+            f"SELECT {_WORKER_COLUMNS}, (SELECT COUNT(*) FROM items i WHERE i.run_id = w.run_id "
+            "AND i.state = 'in_flight' AND i.worker_id = w.worker_id) "
+            "FROM workers w WHERE w.run_id = ? AND w.state = 'live' ORDER BY w.joined_at",
+            (run_id,),
+        ).fetchall()
+        return [Worker(*tuple(row)) for row in rows]
+
+    def reap_dead_workers(
+        self, run_id: str, worker_id: str, version: int, holder_alive: Alive
+    ) -> list[int]:
+        """Fence out every dead worker of the run and adopt what they left: their in-flight
+        items, and unknown items no live worker holds, now held by `worker_id`, which must
+        settle them (by query) before it sends anything again. Returns the adopted seqs."""
+        candidates = [
+            w
+            for w in self._live_workers(run_id)
+            if w.worker_id != worker_id and not holder_alive(w.owner, w.expires_at)
+        ]
+        if not candidates and not self._orphans(run_id, worker_id):
+            return []  # the usual case: one read, no write transaction
+        at = clock.now_iso()
+        with self._write(run_id, version):
+            for worker in candidates:
+                self._reap(worker, at)
+            adopted = self._orphans(run_id, worker_id)
+            for start in range(0, len(adopted), 500):
+                chunk = adopted[start : start + 500]
+                marks = ", ".join("?" * len(chunk))
+                self.conn.execute(
+                    f"UPDATE items SET worker_id = ? WHERE run_id = ? AND seq IN ({marks})",
+                    (worker_id, run_id, *chunk),
+                )
+        return adopted
+
+    def _orphans(self, run_id: str, worker_id: str) -> list[int]:
+        """Items in flight or unknown that no live worker holds."""
+        return [
+            seq
+            for (seq,) in self.conn.execute(
+                "SELECT seq FROM items i WHERE i.run_id = ? AND i.state IN "
+                "('in_flight', 'unknown') AND (i.worker_id IS NULL OR i.worker_id != ?) "
+                "AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.worker_id = i.worker_id "
+                "AND w.state = 'live') ORDER BY seq",
+                (run_id, worker_id),
+            ).fetchall()
+        ]
+
+    def leave_unless_last(
+        self, run_id: str, worker_id: str, version: int, holder_alive: Alive, *, wait_for_busy: bool
+    ) -> str:
+        """How a worker of a shared run ends: "last" when no other live worker is left (it
+        closes the run itself); "wait" (with `wait_for_busy`) while another live worker still
+        holds items; else "left": its lease is released in this same transaction, so of
+        two workers leaving at once exactly one finds itself last."""
+        with self._write(run_id, version):
+            others = [
+                w
+                for w in self._live_workers(run_id)
+                if w.worker_id != worker_id and holder_alive(w.owner, w.expires_at)
+            ]
+            if not others:
+                return "last"
+            if wait_for_busy and any(w.in_flight or self._holds_unknown(w) for w in others):
+                return "wait"
+            self.conn.execute(
+                "UPDATE workers SET state = 'released' WHERE worker_id = ? AND state = 'live'",
+                (worker_id,),
+            )
+            self._event(
+                run_id,
+                "worker_left",
+                None,
+                {"worker": worker_id, "others": len(others)},
+                clock.now_iso(),
+            )
+            return "left"
+
+    def _holds_unknown(self, worker: Worker) -> bool:
+        """Whether `worker` holds an unknown item it will ask about again (query_delay)."""
+        return bool(
+            self.conn.execute(
+                "SELECT 1 FROM items WHERE run_id = ? AND worker_id = ? AND state = 'unknown' "
+                "AND next_attempt_at IS NOT NULL LIMIT 1",
+                (worker.run_id, worker.worker_id),
+            ).fetchone()
+        )
+
+    def _reap(self, worker: Worker, at: str) -> None:
+        """Fence a dead worker out: its renewals and fenced writes fail from now on."""
+        cursor = self.conn.execute(
+            "UPDATE workers SET state = 'reaped', version = version + 1 "
+            "WHERE worker_id = ? AND version = ? AND state = 'live'",
+            (worker.worker_id, worker.version),
+        )
+        if cursor.rowcount == 1:
+            self._event(worker.run_id, "worker_reaped", None, {"worker": worker.worker_id}, at)

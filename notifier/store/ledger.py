@@ -122,6 +122,23 @@ class Ledger(StoreCore):
         with self._write(run_id, lease_version):
             return self._move_run(run_id, trigger, clock.now_iso(), **sets)
 
+    def move_run_from(
+        self,
+        run_id: str,
+        trigger: RunTrigger,
+        lease_version: int,
+        allowed: Sequence[RunState],
+        **sets: Any,
+    ) -> RunState:
+        """`move_run` for a run other workers share: the move happens only if the run is in
+        one of `allowed` when the transaction reads it; otherwise another worker moved it
+        first, and its state is returned unchanged."""
+        with self._write(run_id, lease_version):
+            current = self.get_run(run_id).state
+            if current not in allowed:
+                return current
+            return self._move_run(run_id, trigger, clock.now_iso(), **sets)
+
     def expire_due(self, run_id: str, lease_version: int) -> list[int]:
         """Pending items whose deadline has passed become `expired` (never sent), in one
         fenced transaction. An item whose last attempt may have been delivered is left for
@@ -296,7 +313,8 @@ class Ledger(StoreCore):
             where += " AND seq NOT IN ({})".format(", ".join("?" * len(exclude_seqs)))
             params.extend(exclude_seqs)
         rows = self.conn.execute(
-            f"SELECT * FROM items WHERE {where} ORDER BY seq LIMIT ?", [*params, limit]
+            f"SELECT * FROM items WHERE {where} ORDER BY seq LIMIT ? {self._CLAIM_LOCK}",
+            [*params, limit],
         ).fetchall()
         if not rows:
             return []
@@ -322,8 +340,9 @@ class Ledger(StoreCore):
         marks = ", ".join("?" * len(seqs))
         cursor = self.conn.execute(
             "UPDATE items SET state = ?, updated_at = ?, attempts = attempts + 1, "
-            f"next_attempt_at = NULL WHERE run_id = ? AND seq IN ({marks}) AND state = ?",
-            [target.value, at, run_id, *seqs, current.value],
+            "next_attempt_at = NULL, worker_id = ? "
+            f"WHERE run_id = ? AND seq IN ({marks}) AND state = ?",
+            [target.value, at, self.worker_id, run_id, *seqs, current.value],
         )
         if cursor.rowcount != len(seqs):
             raise LostRace(f"run {run_id}: expected {len(seqs)} items pending for start")

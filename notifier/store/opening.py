@@ -110,6 +110,7 @@ class Opening(Checks):
         """Another connection to the same checked file, for a thread of our own."""
         store = type(self)._connect(self.path, fresh=False)
         store.conn.execute("PRAGMA synchronous = FULL")
+        store.worker_id = self.worker_id
         return store
 
     def close(self) -> None:

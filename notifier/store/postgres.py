@@ -128,6 +128,10 @@ class PostgresOpening(Checks):
 
     _STORAGE_ERRORS = (psycopg.OperationalError, pg_errors.ReadOnlySqlTransaction)
     _ORDERED_JOIN = "JOIN"  # PostgreSQL plans the join order itself
+    # Two workers' claims never pick the same row, and never wait for each other's rows.
+    _CLAIM_LOCK = "FOR UPDATE SKIP LOCKED"
+    _NOW_S = "EXTRACT(EPOCH FROM clock_timestamp())::float8"
+    _LEAST = "LEAST"
     conn: PgConnection
     url: str
 
@@ -173,7 +177,9 @@ class PostgresOpening(Checks):
             schema_pg.apply(self.conn, clock.now_iso())
 
     def secondary(self) -> Self:
-        return type(self)._connect(self.url)
+        store = type(self)._connect(self.url)
+        store.worker_id = self.worker_id
+        return store
 
     def close(self) -> None:
         self.conn.close()

@@ -55,6 +55,13 @@ class Queries(StoreCore):
         ).fetchone()
         return row[0], row[1]
 
+    def run_state(self, run_id: str) -> RunState:
+        """Where the run stands now (another worker of a shared run may have moved it)."""
+        (state,) = self.conn.execute(
+            "SELECT state FROM runs WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        return RunState(state)
+
     def counts(self, run_id: str) -> Counts:
         """Items per state, from the counters m004's triggers keep with every move: one
         indexed read of at most one row per state, whatever the size of the run."""
@@ -205,6 +212,11 @@ class Queries(StoreCore):
         if due_by is not None:
             sql += " AND next_attempt_at <= ?"
             params.append(due_by)
+        if self.worker_id is not None:
+            # On a shared run, each worker revisits the items it holds (its own, or adopted
+            # from a dead worker), never another live worker's.
+            sql += " AND worker_id = ?"
+            params.append(self.worker_id)
         return [item_from_row(r) for r in self.conn.execute(sql + " ORDER BY seq", params)]
 
     def attempts(self, run_id: str, seq: int | None = None) -> list[Attempt]:

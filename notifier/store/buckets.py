@@ -1,0 +1,31 @@
+"""Rate buckets shared by the workers of a run (PostgreSQL), timed on the server's clock."""
+
+from __future__ import annotations
+
+from .core import StoreCore
+
+
+class Buckets(StoreCore):
+    """A channel's --rate as one token bucket in the database."""
+
+    # Seconds since the epoch on the database's own clock (one clock for every worker).
+    _NOW_S = "((julianday('now') - 2440587.5) * 86400.0)"
+    _LEAST = "MIN"
+
+    def take_token(self, run_id: str, channel: str, rate: float) -> bool:
+        """Take one token of `channel`'s bucket (refilled at `rate` per second, holding at
+        most max(1, rate)); False when none is left now. One statement each, atomic on its
+        own: a token is never handed to two workers."""
+        capacity = max(1.0, rate)
+        self.conn.execute(
+            "INSERT INTO rate_buckets (run_id, channel, tokens, refilled_at) "
+            f"VALUES (?, ?, CAST(? AS DOUBLE PRECISION), {self._NOW_S}) ON CONFLICT DO NOTHING",
+            (run_id, channel, capacity),
+        )
+        refilled = f"{self._LEAST}(:capacity, tokens + ({self._NOW_S} - refilled_at) * :rate)"
+        cursor = self.conn.execute(
+            f"UPDATE rate_buckets SET tokens = {refilled} - 1, refilled_at = {self._NOW_S} "
+            f"WHERE run_id = :run_id AND channel = :channel AND {refilled} >= 1",
+            {"capacity": capacity, "rate": float(rate), "run_id": run_id, "channel": channel},
+        )
+        return bool(cursor.rowcount == 1)
