@@ -1,0 +1,313 @@
+"""Many workers on one PostgreSQL run (issue 11): worker leases, adoption of what a dead
+worker left, cancel, the shared --rate bucket, status, and m005 on both engines. Every
+worker is a real `notifier` process against a real PostgreSQL server and the sandbox."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import pytest
+
+from notifier.lease import holder_alive
+from notifier.sandbox import Faults, Sandbox
+from notifier.store import LeaseLost, Store
+
+from .conftest import ROOT, Workspace, make_rows
+
+FIXTURES = ROOT / "tests" / "fixtures"
+FAST_RETRY = "[retry]\nmax_attempts = 20\nbackoff_base = 0.02\nbackoff_max = 0.2\n"
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A schema of its own on the test server (provisional: see conftest)."""
+    base = os.environ.get("NOTIFIER_TEST_POSTGRES")
+    if not base:
+        pytest.skip("NOTIFIER_TEST_POSTGRES is not set")
+    schema = "t_" + os.urandom(6).hex()
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    joiner = "&" if "?" in base else "?"
+    yield f"{base}{joiner}options=-csearch_path%3D{schema}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture
+def sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
+    faults = getattr(request, "param", Faults())
+    with Sandbox(faults=faults) as running:
+        yield running
+
+
+def configure(ws: Workspace, sandbox: Sandbox, *, rate: float | None = None) -> None:
+    lines = [
+        "[channels.hooks]",
+        'type = "webhook"',
+        f'url = "{sandbox.notifications_url}"',
+        f'status_url = "{sandbox.url}/notifications/{{key}}"',
+        "idempotent = true",
+        "timeout = 5",
+        "query_delay = 0.2",
+    ]
+    if rate is not None:
+        lines.append(f"rate = {rate}")
+    (ws.path / "notifier.toml").write_text("\n".join(lines) + "\n" + FAST_RETRY)
+
+
+def notifier(ws: Workspace, db: str, *args: str) -> subprocess.Popen[str]:
+    """`notifier --db DB ARGS` as a real process in the workspace."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "notifier", "--db", db, *args],
+        cwd=ws.path,
+        env=dict(os.environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def wait_for_run(db: str, run_id: str, timeout: float = 30) -> None:
+    """Until the first process has stored the plan: a worker joins an existing run."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if rows(db, "SELECT 1 FROM runs WHERE run_id = ?", (run_id,)):
+                return
+        except psycopg.errors.UndefinedTable:
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"run {run_id} was never planned")
+
+
+def fleet(ws: Workspace, db: str, run_id: str, size: int, concurrency: int) -> list[Any]:
+    """`send` plans batch.csv as `run_id` and sends; once the plan is stored, `size - 1`
+    workers join it."""
+    first = notifier(ws, db, "send", "batch.csv", "--channel", "hooks", "--run-id", run_id,
+                     "--concurrency", str(concurrency))  # fmt: skip
+    wait_for_run(db, run_id)
+    others = [
+        notifier(ws, db, "worker", run_id, "--concurrency", str(concurrency))
+        for _ in range(size - 1)
+    ]
+    return [first, *others]
+
+
+def finish(process: subprocess.Popen[str], timeout: float = 120) -> tuple[int, str]:
+    out, _ = process.communicate(timeout=timeout)
+    return process.returncode, out
+
+
+def rows(db: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    with psycopg.connect(db) as conn:
+        return [tuple(r) for r in conn.execute(sql.replace("?", "%s"), params)]
+
+
+def report(ws: Workspace, db: str) -> dict[str, Any]:
+    code, out = finish(notifier(ws, db, "report", "--format", "json"))
+    assert code == 0, out
+    data: dict[str, Any] = json.loads(out)
+    return data
+
+
+def commits(sandbox: Sandbox) -> dict[str, int]:
+    return {k: v["commits"] for k, v in sandbox.stats()["keys"].items()}
+
+
+def test_worker_on_an_sqlite_file_is_refused_with_the_reason(ws: Workspace) -> None:
+    """`notifier worker` needs PostgreSQL: on an SQLite file it exits 2 naming `resume`."""
+    ws.write_csv("batch.csv", make_rows(3))
+    result = ws.invoke("worker")
+    assert result.exit_code == 2
+    assert "notifier resume" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_an_m004_sqlite_database_gains_workers_and_resumes(ws: Workspace) -> None:
+    """A database written before m005 (item 8 in flight, its file written) is migrated and
+    resumed: item 8 is found by query, the rest sent, each of the 20 files once."""
+    shutil.copy(FIXTURES / "m005-inflight-run.db", ws.db)
+    shutil.copytree(FIXTURES / "m005-inflight-run.outbox", ws.outbox)
+    result = ws.invoke("resume", "m005-fixture")
+    assert result.exit_code == 0, result.output
+    assert "7 sent, 1 in flight, 0 unknown, 0 failed, 12 pending" in result.output
+    assert ("m005_workers",) in ws.query("SELECT name FROM _sqlite_migrations")
+    documents = ws.outbox_documents()
+    assert len(documents) == 20
+    assert len({d["idempotency_key"] for d in documents}) == 20
+    assert ws.query("SELECT state, COUNT(*) FROM items GROUP BY state") == [("sent", 20)]
+
+
+def test_an_m004_postgres_database_gains_workers_and_resumes(ws: Workspace, pg_url: str) -> None:
+    """The same on PostgreSQL: a schema dumped before m005 is migrated and resumed, and
+    every key of the run is written to the outbox exactly once."""
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute((FIXTURES / "m005-inflight-run-pg.sql").read_text().encode())
+    shutil.copytree(FIXTURES / "m005-inflight-run-pg.outbox", ws.outbox)
+    code, out = finish(notifier(ws, pg_url, "resume", "m005-fixture"))
+    assert code == 0, out
+    assert "7 sent, 1 in flight, 0 unknown, 0 failed, 12 pending" in out
+    assert ("m005_workers",) in rows(pg_url, "SELECT name FROM notifier_migrations")
+    documents = ws.outbox_documents()
+    assert len(documents) == 20
+    assert len({d["idempotency_key"] for d in documents}) == 20
+    assert rows(pg_url, "SELECT state, COUNT(*) FROM items GROUP BY state") == [("sent", 20)]
+
+
+@pytest.mark.parametrize(
+    "sandbox",
+    [
+        Faults(
+            seed=11,
+            latency_ms=30,
+            throttle_rate=0.03,
+            retry_after=1,
+            error_rate=0.05,
+            drop_rate=0.05,
+        )
+    ],
+    indirect=True,
+)
+def test_chaos_three_workers_killed_at_random_each_key_committed_once(
+    ws: Workspace, pg_url: str, sandbox: Sandbox
+) -> None:
+    """Three workers on one run, SIGKILLed at random moments and replaced, against a
+    sandbox that throttles, fails and drops: every key is committed exactly once, and the
+    report says `sent` for exactly the keys the sandbox holds."""
+    configure(ws, sandbox)
+    ws.write_csv("batch.csv", make_rows(400))
+    rng = random.Random(7)
+    run_id = "chaos"
+    workers = fleet(ws, pg_url, run_id, 3, 6)
+    kills = 0
+    deadline = time.monotonic() + 150
+    while time.monotonic() < deadline:
+        time.sleep(rng.uniform(0.3, 1.2))
+        (state,) = rows(pg_url, "SELECT state FROM runs WHERE run_id = ?", (run_id,))[0]
+        if state == "completed":
+            break
+        running = [w for w in workers if w.poll() is None]
+        if running and kills < 8:
+            victim = rng.choice(running)
+            victim.send_signal(signal.SIGKILL)
+            victim.wait()
+            kills += 1
+        if sum(w.poll() is None for w in workers) < 3:
+            workers.append(notifier(ws, pg_url, "worker", run_id, "--concurrency", "6"))
+    for worker in workers:
+        if worker.poll() is None:
+            finish(worker, timeout=60)
+    # Whatever the last kill left behind, one more worker settles it and finishes the run.
+    code, out = finish(notifier(ws, pg_url, "worker", run_id))
+    assert code == 0, out
+    assert kills >= 3
+    data = report(ws, pg_url)
+    assert data["state"] == "completed"
+    sent = {item["idempotency_key"] for item in data["items"] if item["state"] == "sent"}
+    assert len(sent) == 400
+    counted = commits(sandbox)
+    assert set(counted) == sent
+    assert set(counted.values()) == {1}
+
+
+@pytest.mark.parametrize("sandbox", [Faults(latency_ms=150)], indirect=True)
+def test_cancel_stops_every_worker(ws: Workspace, pg_url: str, sandbox: Sandbox) -> None:
+    """`cancel` returns once no request of any worker can start: both workers exit, the run
+    is cancelled, and nothing reaches the sandbox after cancel returned."""
+    configure(ws, sandbox)
+    ws.write_csv("batch.csv", make_rows(300))
+    first, second = fleet(ws, pg_url, "c1", 2, 4)
+    while len(sandbox.deliveries()) < 20:
+        time.sleep(0.05)
+    code, out = finish(notifier(ws, pg_url, "cancel", "c1", "--wait", "30"))
+    returned = datetime.now(UTC)
+    assert code in (0, 3), out
+    assert "cancelled" in out
+    for worker in (first, second):
+        worker_code, worker_out = finish(worker, timeout=30)
+        assert worker_code in (0, 3), worker_out
+    assert rows(pg_url, "SELECT state FROM runs WHERE run_id = 'c1'") == [("cancelled",)]
+    late = [d for d in sandbox.deliveries() if datetime.fromisoformat(d["committed_at"]) > returned]
+    assert late == []
+    assert rows(pg_url, "SELECT COUNT(*) FROM workers WHERE state = 'live'") == [(0,)]
+
+
+def test_rate_is_one_bucket_for_all_workers(ws: Workspace, pg_url: str, sandbox: Sandbox) -> None:
+    """`rate = 10` on the channel, two workers: the arrivals span at least what one bucket
+    of 10 per second allows (two buckets of their own would take half as long)."""
+    configure(ws, sandbox, rate=10)
+    ws.write_csv("batch.csv", make_rows(60))
+    first, second = fleet(ws, pg_url, "r1", 2, 4)
+    for worker in (first, second):
+        code, out = finish(worker)
+        assert code == 0, out
+    stamps = sorted(datetime.fromisoformat(d["committed_at"]) for d in sandbox.deliveries())
+    assert len(stamps) == 60
+    # A full bucket (10 tokens) at the start, then 10 per second for the other 50: 5 s.
+    assert (stamps[-1] - stamps[0]).total_seconds() >= 4.0
+
+
+@pytest.mark.parametrize("sandbox", [Faults(latency_ms=200)], indirect=True)
+def test_status_shows_the_live_workers(ws: Workspace, pg_url: str, sandbox: Sandbox) -> None:
+    """While two workers send, `status --json` lists both with host, pid and items in flight."""
+    configure(ws, sandbox)
+    ws.write_csv("batch.csv", make_rows(200))
+    first, second = fleet(ws, pg_url, "s1", 2, 2)
+    time.sleep(1.5)
+    code, out = finish(notifier(ws, pg_url, "status", "s1", "--json"))
+    assert code == 0, out
+    workers = json.loads(out)["workers"]
+    assert sorted(w["pid"] for w in workers) == sorted([first.pid, second.pid])
+    assert all(w["host"] and w["heartbeat_at"] for w in workers)
+    code, table = finish(notifier(ws, pg_url, "status", "s1"))
+    assert f"worker: pid {first.pid}" in table
+    finish(notifier(ws, pg_url, "cancel", "s1"))
+    for worker in (first, second):
+        finish(worker)
+
+
+def test_a_reaped_worker_writes_nothing(ws: Workspace, pg_url: str) -> None:
+    """A worker on another host whose lease expired is fenced out when a live worker adopts
+    its in-flight items: its next write (a claim) fails with LeaseLost and changes nothing."""
+    ws.write_csv("batch.csv", make_rows(5))
+    code, out = finish(
+        notifier(ws, pg_url, "send", "batch.csv", "--run-id", "f1", "--require-approval")
+    )
+    assert code in (0, 3), out
+    old, new = Store.open(pg_url), Store.open(pg_url)
+    try:
+        gone = {"host": "elsewhere-1", "pid": 1, "started": None, "token": "old-worker"}
+        old_version = old.join_run("f1", gone, 0.05, holder_alive)
+        old.worker_id = "old-worker"
+        assert [item.seq for item in old.claim("f1", old_version, 2)] == [1, 2]
+        time.sleep(0.2)  # its lease expires: another host is trusted only until then
+        live = {"host": "elsewhere-2", "pid": 2, "started": None, "token": "new-worker"}
+        new_version = new.join_run("f1", live, 30, holder_alive)
+        new.worker_id = "new-worker"
+        assert new.reap_dead_workers("f1", "new-worker", new_version, holder_alive) == [1, 2]
+        with pytest.raises(LeaseLost):
+            old.claim("f1", old_version, 1)
+        assert not old.renew_worker("old-worker", old_version, 30)
+    finally:
+        old.close()
+        new.close()
+    assert rows(pg_url, "SELECT worker_id, state FROM workers ORDER BY worker_id") == [
+        ("new-worker", "live"),
+        ("old-worker", "reaped"),
+    ]
+    assert rows(pg_url, "SELECT seq, state, worker_id FROM items WHERE seq <= 3 ORDER BY seq") == [
+        (1, "in_flight", "new-worker"),
+        (2, "in_flight", "new-worker"),
+        (3, "pending", None),
+    ]
