@@ -1,0 +1,170 @@
+"""Many workers on one PostgreSQL run: 1, 2 and 4 worker processes (concurrency 16 each)
+against the sandbox at 100 ms latency, their items/s and the scaling ratio; the same batch
+on SQLite with one process for reference; one worker on PostgreSQL against one on SQLite at
+20 ms; and the plain, non-durable loop (httpx2 in threads, no database) at the same total
+concurrency, in the same run.
+
+Items/s are read off the sandbox (its own process): committed deliveries over the time from
+the first to the last. Each case plans its batch first (`send --require-approval`, then
+`approve`), so only sending is timed, and runs in a fresh PostgreSQL schema.
+
+    python bench/workers.py [--seconds 10] [--db postgresql://postgres@127.0.0.1:5432/postgres]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import urllib.request
+from datetime import datetime
+from pathlib import Path
+
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from throughput import measure, start_sandbox, webhook_config, write_batch
+
+CONCURRENCY = 16
+
+
+def notifier(work: Path, db: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "notifier", "--db", db, *args],
+        cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+
+
+def check(process: subprocess.Popen[str]) -> str:
+    out, _ = process.communicate()
+    if process.returncode not in (0,):
+        raise SystemExit(f"notifier exited {process.returncode}: {out[-2000:]}")
+    return out
+
+
+def deliveries_per_second(base: str, since: int) -> tuple[int, float]:
+    with urllib.request.urlopen(f"{base}/deliveries") as response:  # noqa: S310 (loopback)
+        deliveries = json.load(response)[since:]
+    stamps = sorted(datetime.fromisoformat(d["committed_at"]) for d in deliveries)
+    seconds = (stamps[-1] - stamps[0]).total_seconds()
+    return len(stamps), len(stamps) / seconds
+
+
+def delivered(base: str) -> int:
+    with urllib.request.urlopen(f"{base}/stats") as response:  # noqa: S310 (loopback)
+        return int(json.load(response)["totals"]["commits"])
+
+
+def fresh_schema(server: str) -> str:
+    schema = "bench_" + os.urandom(4).hex()
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    joiner = "&" if "?" in server else "?"
+    return f"{server}{joiner}options=-csearch_path%3D{schema}"
+
+
+def one_case(url: str, db: str, workers: int, items: int) -> float:
+    """Plan `items`, then send them with `workers` processes; items/s at the sandbox."""
+    base = url.removesuffix("/notifications")
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        write_batch(work / "batch.csv", items)
+        webhook_config(work, url)
+        planned = check(notifier(work, db, "send", "batch.csv", "--channel", "hooks",
+                                 "--run-id", "bench", "--require-approval"))  # fmt: skip
+        fingerprint = next(
+            line.split()[-1] for line in planned.splitlines() if line.startswith("fingerprint")
+        )
+        check(notifier(work, db, "approve", "bench", "--fingerprint", fingerprint))
+        before = delivered(base)
+        started = [
+            notifier(
+                work,
+                db,
+                "worker" if db.startswith("postgresql") else "resume",
+                "bench",
+                "--concurrency",
+                str(CONCURRENCY),
+            )
+            for _ in range(workers)
+        ]
+        for process in started:
+            check(process)
+        count, rate = deliveries_per_second(base, before)
+        if count != items:
+            raise SystemExit(f"{count} deliveries for {items} items")
+        return rate
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument(
+        "--db",
+        default=os.environ.get(
+            "NOTIFIER_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres"
+        ),
+    )
+    args = parser.parse_args()
+    print(f"{os.cpu_count()} cores; concurrency {CONCURRENCY} per worker; >= {args.seconds:g} s")
+    results: dict[str, float] = {}
+    sandbox, url = start_sandbox(100)
+    try:
+        per_worker = CONCURRENCY / 0.1  # the most one worker can do at 100 ms
+        for workers in (1, 2, 4):
+            items = int(per_worker * workers * args.seconds * 0.8)
+            results[f"pg{workers}"] = one_case(url, fresh_schema(args.db), workers, items)
+            print(
+                f"PostgreSQL, {workers} worker(s), 100 ms: {results[f'pg{workers}']:,.0f} items/s"
+            )
+        with tempfile.TemporaryDirectory() as tmp:
+            items = int(per_worker * args.seconds * 0.8)
+            results["sqlite1"] = one_case(url, str(Path(tmp) / "receipts.db"), 1, items)
+        print(f"SQLite, 1 process, 100 ms: {results['sqlite1']:,.0f} items/s")
+        for total in (CONCURRENCY, 2 * CONCURRENCY, 4 * CONCURRENCY):
+            items = int(total / 0.1 * args.seconds * 0.8)
+            plain = measure("plain", url, items, total)
+            results[f"plain{total}"] = items / plain["seconds"]
+            print(
+                f"plain loop, concurrency {total}, 100 ms: {results[f'plain{total}']:,.0f} items/s"
+            )
+    finally:
+        sandbox.terminate()
+        sandbox.wait()
+    sandbox, url = start_sandbox(20)
+    try:
+        items = int(CONCURRENCY / 0.02 * args.seconds * 0.8)
+        results["pg1_20"] = one_case(url, fresh_schema(args.db), 1, items)
+        with tempfile.TemporaryDirectory() as tmp:
+            results["sqlite1_20"] = one_case(url, str(Path(tmp) / "receipts.db"), 1, items)
+        plain = measure("plain", url, items, CONCURRENCY)
+        results["plain16_20"] = items / plain["seconds"]
+    finally:
+        sandbox.terminate()
+        sandbox.wait()
+    one = results["pg1"]
+    print()
+    print("| case | items/s | against 1 PostgreSQL worker | against the plain loop |")
+    print("|---|---|---|---|")
+    for workers in (1, 2, 4):
+        rate = results[f"pg{workers}"]
+        baseline = results[f"plain{CONCURRENCY * workers}"]
+        print(f"| PostgreSQL, {workers} worker(s), 100 ms | {rate:,.0f} | {rate / one:.2f}x | "
+              f"{rate / baseline:.2f}x (plain c{CONCURRENCY * workers}) |")  # fmt: skip
+    sqlite = results["sqlite1"]
+    print(f"| SQLite, 1 process, 100 ms | {sqlite:,.0f} | {sqlite / one:.2f}x | "
+          f"{sqlite / results['plain16']:.2f}x |")  # fmt: skip
+    print(f"| PostgreSQL, 1 worker, 20 ms | {results['pg1_20']:,.0f} | | "
+          f"{results['pg1_20'] / results['plain16_20']:.2f}x |")  # fmt: skip
+    print(f"| SQLite, 1 process, 20 ms | {results['sqlite1_20']:,.0f} | | "
+          f"{results['sqlite1_20'] / results['plain16_20']:.2f}x |")  # fmt: skip
+    print(f"\n4 workers / 1 worker at 100 ms: {results['pg4'] / one:.2f}x (target >= 3.2x)")
+    print(f"PostgreSQL / SQLite, one worker at 20 ms: "
+          f"{results['pg1_20'] / results['sqlite1_20']:.2f}x (target >= 0.8x)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
