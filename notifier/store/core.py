@@ -189,6 +189,10 @@ class StoreCore:
             }
         return f"INDEXED BY {index}" if index in self._indexes else ""
 
+    def _stream(self, sql: str, params: Sequence[Any]) -> Iterator[Any]:
+        """Rows read as the caller goes (SQLite's cursor steps through the file)."""
+        yield from self.conn.execute(sql, params)
+
     def _insert_row(self, table: str, row: dict[str, Any]) -> None:
         columns = ", ".join(row)
         values = ", ".join(f":{column}" for column in row)

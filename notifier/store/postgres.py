@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Self
 
@@ -239,6 +239,14 @@ class PostgresOpening(Checks):
             f"{self.path}: the database could not be written ({cause}). {ROLLED_BACK} Check "
             "the server and the connection to it, then run `notifier resume`."
         )
+
+    def _stream(self, sql: str, params: Sequence[Any]) -> Iterator[Any]:
+        """Rows from a server-side cursor, a chunk at a time: a client-side cursor would hold
+        every row of a million-item report in memory at once."""
+        with self.conn.raw.transaction(), self.conn.raw.cursor(name="notifier_stream") as cursor:
+            cursor.itersize = 2000
+            cursor.execute(translate(sql), params)
+            yield from cursor
 
     def _indexed(self, index: str) -> str:
         return ""  # PostgreSQL's planner has statistics; SQLite's INDEXED BY has no twin

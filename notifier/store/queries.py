@@ -73,9 +73,7 @@ class Queries(StoreCore):
 
     def items(self, run_id: str, states: Sequence[ItemState] | None = None) -> Iterator[Item]:
         if states is None:
-            cursor = self.conn.execute(
-                "SELECT * FROM items WHERE run_id = ? ORDER BY seq", (run_id,)
-            )
+            cursor = self._stream("SELECT * FROM items WHERE run_id = ? ORDER BY seq", (run_id,))
         else:
             marks = ", ".join("?" * len(states))
             # Repeating a partial index's own condition lets SQLite use it: the attention
@@ -100,7 +98,7 @@ class Queries(StoreCore):
     def items_with_receipts(self, run_id: str) -> Iterator[tuple[Item, str | None, str | None]]:
         """Every item in seq order with its receipt's source and evidence (None without one),
         read as the caller goes: the full report streams from this cursor."""
-        cursor = self.conn.execute(
+        cursor = self._stream(
             "SELECT i.*, r.source AS receipt_source, r.evidence AS receipt_evidence "
             "FROM items i LEFT JOIN receipts r ON r.idempotency_key = i.idempotency_key "
             "WHERE i.run_id = ? ORDER BY i.seq",
