@@ -103,11 +103,7 @@ class Ledger(StoreCore):
                 counted += 1
                 yield (run_id, *row, at)
 
-        self.conn.executemany(
-            f"INSERT INTO items (run_id, {_ITEM_COLUMNS}, state, attempts, updated_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?)",
-            tagged(),
-        )
+        self._insert_pending(tagged())
         # m004's counters: moves are counted by trigger, inserts here (once, not per row).
         self.conn.execute(
             "INSERT INTO run_counts (run_id, state, n) VALUES (?, 'pending', ?) "
@@ -115,6 +111,14 @@ class Ledger(StoreCore):
             (run_id, counted),
         )
         return counted
+
+    def _insert_pending(self, rows: Iterable[tuple[Any, ...]]) -> None:
+        """Item rows (run_id, the item columns, updated_at), all `pending`, none attempted."""
+        self.conn.executemany(
+            f"INSERT INTO items (run_id, {_ITEM_COLUMNS}, state, attempts, updated_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?)",
+            rows,
+        )
 
     def move_run(
         self, run_id: str, trigger: RunTrigger, lease_version: int | None = None, **sets: Any

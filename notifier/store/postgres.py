@@ -25,7 +25,7 @@ from psycopg.pq import TransactionStatus
 from .. import clock, schema_pg
 from ..errors import NotifierError
 from .checks import Checks
-from .core import ROLLED_BACK
+from .core import _ITEM_COLUMNS, ROLLED_BACK
 from .exceptions import DatabaseUnwritable, NoDatabase, StorageFailed, StoreRefused
 
 SCHEMES = ("postgresql://", "postgres://")
@@ -247,6 +247,13 @@ class PostgresOpening(Checks):
             cursor.itersize = 2000
             cursor.execute(translate(sql), params)
             yield from cursor
+
+    def _insert_pending(self, rows: Iterable[tuple[Any, ...]]) -> None:
+        """COPY: a million intents in one stream, several times faster than INSERTs."""
+        columns = f"run_id, {_ITEM_COLUMNS}, updated_at, state, attempts"
+        with self.conn.raw.cursor().copy(f"COPY items ({columns}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row((*row, "pending", 0))
 
     def _indexed(self, index: str) -> str:
         return ""  # PostgreSQL's planner has statistics; SQLite's INDEXED BY has no twin
