@@ -163,8 +163,10 @@ class Judge:
         )
         message = str(error)
         if verdict.pause_channel:
-            # Every throttled answer closes the channel, whatever becomes of this item.
+            # Every throttled answer closes the channel, whatever becomes of this item (and,
+            # recorded with the outcome, for every other worker of a shared run).
             self.p.gate(item.channel, mono + verdict.wait_s)
+            closed = replace(closed, gate_until=clock.iso(clock.later(verdict.wait_s, at)))
         if verdict.action is Action.RETRY:
             self.p.holds[item.seq] = mono + verdict.wait_s
             next_at = clock.later(verdict.wait_s, at)

@@ -111,6 +111,8 @@ class Outcome:
     # The state the caller saw the item in; the UPDATE is conditional on it still holding.
     expected: ItemState | None = None
     finished_at: str | None = None  # when the answer arrived (default: when recorded)
+    # A throttled answer closes the item's channel until then (shared by a run's workers).
+    gate_until: str | None = None
 
 
 @dataclass(frozen=True)

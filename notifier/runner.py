@@ -437,12 +437,13 @@ class Runner:
         if idle or time.monotonic() >= self._revisit_at:
             self._settle_waiting()
             self._expire_due()
+            if self.shared:
+                # Gates closed by other workers' throttled answers count here too.
+                for channel, until in self.store.channel_gates(self.run_id).items():
+                    self.p.gate(channel, time.monotonic() + _seconds_until(clock.parse(until)))
             self._revisit_at = time.monotonic() + POLL_S
         if self.shared and time.monotonic() >= self._reap_at:
             self._adopt_and_settle()
-            # Gates closed by other workers' throttled answers count here too.
-            for channel, until in self.store.throttled_until(self.run_id).items():
-                self.p.gate(channel, time.monotonic() + _seconds_until(clock.parse(until)))
             self._reap_at = time.monotonic() + REAP_S
 
     def _stopping(self) -> bool:

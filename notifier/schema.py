@@ -254,7 +254,8 @@ def m005_workers(db: Database) -> None:
     own (`workers`: host, pid, heartbeat, expiry and a fencing version); a claimed item
     records which worker holds it (`items.worker_id`), so a live worker can settle exactly
     the items of a dead one. `rate_buckets` is a channel's --rate bucket shared by all the
-    workers of a run. On SQLite one process works a run, under the run's own lease, as
+    workers of a run, and `channel_gates` the time until which a throttled answer to any of
+    them closed a channel. On SQLite one process works a run, under the run's own lease, as
     before; the tables exist so that both engines keep one schema."""
     _execute_all(db, _M005)
 
@@ -280,6 +281,12 @@ CREATE TABLE rate_buckets (
     channel TEXT NOT NULL,
     tokens DOUBLE PRECISION NOT NULL,
     refilled_at DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (run_id, channel)
+);
+CREATE TABLE channel_gates (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    channel TEXT NOT NULL,
+    closed_until TEXT NOT NULL,
     PRIMARY KEY (run_id, channel)
 )
 """

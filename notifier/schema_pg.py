@@ -244,6 +244,13 @@ CREATE TABLE rate_buckets (
     tokens DOUBLE PRECISION NOT NULL,
     refilled_at DOUBLE PRECISION NOT NULL,
     PRIMARY KEY (run_id, channel)
+);
+
+CREATE TABLE channel_gates (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    channel TEXT NOT NULL,
+    closed_until TEXT NOT NULL,
+    PRIMARY KEY (run_id, channel)
 )
 """
 

@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from notifier import clock
 from notifier.lease import holder_alive
 from notifier.sandbox import Faults, Sandbox
 from notifier.store import LeaseLost, Store
@@ -244,17 +245,33 @@ def test_cancel_stops_every_worker(ws: Workspace, pg_url: str, sandbox: Sandbox)
 
 
 def test_rate_is_one_bucket_for_all_workers(ws: Workspace, pg_url: str, sandbox: Sandbox) -> None:
-    """`rate = 10` on the channel, two workers: the arrivals span at least what one bucket
-    of 10 per second allows (two buckets of their own would take half as long)."""
+    """`rate = 10` on the channel, two workers started together on a planned run: the
+    arrivals span what one bucket of 10 per second allows (5 s for 60 items after a burst of
+    10); a bucket per worker would let them through in 2 s."""
     configure(ws, sandbox, rate=10)
     ws.write_csv("batch.csv", make_rows(60))
-    first, second = fleet(ws, pg_url, "r1", 2, 4)
-    for worker in (first, second):
+    code, out = finish(
+        notifier(
+            ws,
+            pg_url,
+            "send",
+            "batch.csv",
+            "--channel",
+            "hooks",
+            "--run-id",
+            "r1",
+            "--require-approval",
+        )
+    )
+    fingerprint = next(line.split()[-1] for line in out.splitlines() if "fingerprint:" in line)
+    code, out = finish(notifier(ws, pg_url, "approve", "r1", "--fingerprint", fingerprint))
+    assert code == 0, out
+    workers = [notifier(ws, pg_url, "worker", "r1", "--concurrency", "4") for _ in range(2)]
+    for worker in workers:
         code, out = finish(worker)
         assert code == 0, out
     stamps = sorted(datetime.fromisoformat(d["committed_at"]) for d in sandbox.deliveries())
     assert len(stamps) == 60
-    # A full bucket (10 tokens) at the start, then 10 per second for the other 50: 5 s.
     assert (stamps[-1] - stamps[0]).total_seconds() >= 4.0
 
 
@@ -311,3 +328,37 @@ def test_a_reaped_worker_writes_nothing(ws: Workspace, pg_url: str) -> None:
         (2, "in_flight", "new-worker"),
         (3, "pending", None),
     ]
+
+
+@pytest.mark.parametrize(
+    "sandbox", [Faults(seed=5, latency_ms=20, throttle_rate=0.05, retry_after=3)], indirect=True
+)
+def test_a_throttled_answer_closes_the_channel_for_every_worker(
+    ws: Workspace, pg_url: str, sandbox: Sandbox
+) -> None:
+    """A 429 with Retry-After 3 s answered to one worker closes the channel for both: after
+    a second's grace (the others' next look, 0.2 s, plus their requests already started),
+    no worker claims an item on it until the 3 s are over."""
+    configure(ws, sandbox)
+    ws.write_csv("batch.csv", make_rows(150))
+    for worker in fleet(ws, pg_url, "g1", 2, 4):
+        code, out = finish(worker)
+        assert code == 0, out
+    throttled = [
+        clock.parse(finished)
+        for (finished,) in rows(
+            pg_url, "SELECT finished_at FROM attempts WHERE outcome = 'throttled'"
+        )
+    ]
+    assert throttled, "the sandbox throttled nothing: pick another seed"
+    started = [
+        clock.parse(at)
+        for (at,) in rows(
+            pg_url,
+            "SELECT started_at FROM attempts WHERE outcome IS NULL OR outcome != 'not_started'",
+        )
+    ]
+    for closed in throttled:
+        inside = [at for at in started if 1.0 < (at - closed).total_seconds() < 2.9]
+        assert inside == [], f"claimed while the channel was closed since {closed}"
+    assert set(commits(sandbox).values()) == {1}

@@ -388,6 +388,15 @@ class Ledger(StoreCore):
             ItemTrigger.MARK_SENT,
         ):
             sets["last_error"] = o.error
+        if o.gate_until is not None:
+            # The latest time any worker's downstream asked the channel to stay away.
+            self.conn.execute(
+                "INSERT INTO channel_gates (run_id, channel, closed_until) "
+                "SELECT run_id, channel, ? FROM items WHERE run_id = ? AND seq = ? "
+                "ON CONFLICT (run_id, channel) DO UPDATE SET closed_until = excluded.closed_until "
+                "WHERE channel_gates.closed_until < excluded.closed_until",
+                (o.gate_until, run_id, o.seq),
+            )
         if o.receipt_source is not None:
             sets["receipt_id"] = o.receipt_id
             # The receipt carries the digest stored with the intent, copied in SQL.

@@ -152,6 +152,15 @@ class Queries(StoreCore):
             later(channel, clock.iso(clock.later(wait_s, clock.parse(finished_at))))
         return until
 
+    def channel_gates(self, run_id: str) -> dict[str, str]:
+        """Per channel, until when a throttled answer (of any worker) closed it: one row per
+        channel, read by every worker of a shared run several times a second."""
+        return dict(
+            self.conn.execute(
+                "SELECT channel, closed_until FROM channel_gates WHERE run_id = ?", (run_id,)
+            ).fetchall()
+        )
+
     def pending_kinds(self, run_id: str) -> dict[int, PendingKind]:
         """seq → kind for every pending item that was attempted (the others were never
         attempted). An attempt whose outcome was uncertain (timeout, 5xx, 409 in progress,
