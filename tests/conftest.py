@@ -266,10 +266,13 @@ def postgres_server() -> Iterator[str]:
     if url:
         try:
             psycopg.connect(url, connect_timeout=10).close()
+            unreachable = ""
         except psycopg.Error as exc:
+            unreachable = _first_line(exc)
+        if unreachable:  # failed outside the except block: the message alone, no chain
             pytest.fail(
                 f"NOTIFIER_TEST_POSTGRES names {describe(url)}, which is not reachable "
-                f"({_first_line(exc)}). Start that server, or unset the variable to test "
+                f"({unreachable}). Start that server, or unset the variable to test "
                 "against a throwaway cluster of this machine's PostgreSQL binaries.",
                 pytrace=False,
             )
