@@ -25,7 +25,7 @@ def plan_for_approval(ws: Workspace, n: int = 4) -> tuple[str, str]:
 
 
 def tamper(ws: Workspace, sql: str, params: tuple[object, ...] = ()) -> None:
-    conn = sqlite3.connect(ws.db)
+    conn = sqlite3.connect(ws.db_file)
     try:
         conn.execute(sql, params)
         conn.commit()

@@ -57,7 +57,7 @@ def test_rejected_file_exits_2_and_stores_nothing(ws: Workspace, case: str) -> N
     assert f"line {line}: " in result.output
     assert message in result.output
     assert "Traceback" not in result.output
-    assert not ws.db.exists()
+    assert not ws.db_file.exists()
     assert not ws.outbox.exists()
 
 
@@ -182,4 +182,4 @@ def test_an_smtp_address_the_channel_would_refuse_fails_the_file(ws: Workspace) 
     result = ws.invoke("send", "mail.csv", "--channel", "mail")
     assert result.exit_code == 2, result.output
     assert "line 3: " in result.output and "malformed" in result.output
-    assert not ws.db.exists()
+    assert not ws.db_file.exists()

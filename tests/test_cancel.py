@@ -22,7 +22,9 @@ from notifier.sandbox import Faults, Sandbox
 from notifier.state_machine import RunTrigger
 from notifier.store import Store
 
-from .conftest import Workspace, free_port, make_rows
+from .conftest import DB_ERRORS, Workspace, free_port, make_rows
+
+pytestmark = pytest.mark.both_stores
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 60) -> None:
@@ -44,7 +46,7 @@ def configure_hooks(ws: Workspace, sandbox: Sandbox, *, query: bool, retry: str 
 def finished_attempts(ws: Workspace) -> int:
     try:
         return int(ws.query("SELECT COUNT(*) FROM attempts WHERE finished_at IS NOT NULL")[0][0])
-    except Exception:  # the worker may not have created the file yet
+    except DB_ERRORS:  # the worker may not have created the database yet
         return 0
 
 
@@ -283,18 +285,26 @@ def test_cancel_racing_a_completion_reports_the_completed_run(
 
 CANCEL_AS_SOON_AS_PLANNED = """
 import sqlite3, sys, time
+import psycopg
 from notifier.cli import cli
 db = sys.argv[1]
+
+def planned():
+    if db.startswith("postgresql://"):
+        with psycopg.connect(db, autocommit=True) as conn:
+            return conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+    finally:
+        conn.close()
+
 deadline = time.monotonic() + 60
 while time.monotonic() < deadline:
     try:
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-        try:
-            if conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0]:
-                break
-        finally:
-            conn.close()
-    except sqlite3.Error:
+        if planned():
+            break
+    except (sqlite3.Error, psycopg.Error):  # not created yet
         pass
     time.sleep(0.001)
 cli(["--db", db, "cancel"])
@@ -325,9 +335,7 @@ def test_cancel_racing_a_starting_send_never_exits_1(ws: Workspace) -> None:
             (state,) = ws.query("SELECT state FROM runs WHERE batch_path = ?",
                                 (f"batch{trial}.csv",))[0]  # fmt: skip
             assert state in ("cancelled", "completed")
-            ws.db.unlink()
-            for suffix in ("-wal", "-shm"):
-                ws.path.joinpath(f"receipts.db{suffix}").unlink(missing_ok=True)
+            ws.reset()
 
 
 def test_send_whose_run_was_cancelled_before_it_took_the_lease(

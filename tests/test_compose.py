@@ -71,7 +71,7 @@ def test_compose_drafts_every_row_through_a_forced_tool_and_stores_each_draft(
     status = ws.status()
     assert status["drafts"]["drafted"] == 5 and status["drafts"]["input_tokens"] == 55
     assert status["drafts"]["output_tokens"] == 35
-    assert KEY not in result.output and KEY not in ws.db.read_bytes().decode("latin-1")
+    assert KEY not in result.output and KEY not in ws.db_file.read_bytes().decode("latin-1")
 
 
 def test_kill_9_mid_drafting_then_resume_never_requests_a_stored_draft_again(
@@ -85,7 +85,7 @@ def test_kill_9_mid_drafting_then_resume_never_requests_a_stored_draft_again(
     drafted: list[tuple[str]] = []
     while time.monotonic() < deadline and len(drafted) < 2:
         time.sleep(0.1)
-        if ws.db.exists():
+        if ws.db_file.exists():
             try:
                 drafted = ws.query(
                     "SELECT json_extract(source, '$.item_id') FROM drafts WHERE state = 'drafted'"
@@ -165,7 +165,7 @@ def test_a_missing_key_is_refused_before_anything_is_stored(
     result = ws.invoke("send", str(batch(ws, 2)), "--compose", str(brief(ws)))
     assert result.exit_code == 2, result.output
     assert "ANTHROPIC_API_KEY" in result.output
-    assert not ws.db.exists() and fake.requests == []
+    assert not ws.db_file.exists() and fake.requests == []
 
 
 def test_dry_run_compose_shows_the_first_drafts_and_stores_nothing(
@@ -177,7 +177,7 @@ def test_dry_run_compose_shows_the_first_drafts_and_stores_nothing(
     assert "subject: Draft u1" in result.output and "Draft u3" in result.output
     assert "u4" not in result.output and "nothing stored" in result.output
     assert sorted(fake.rows_requested()) == ["u1", "u2", "u3"]
-    assert not ws.db.exists()
+    assert not ws.db_file.exists()
 
 
 def test_compose_then_approval_then_resume_drafts_nothing_again(
@@ -240,7 +240,7 @@ def test_ctrl_c_while_drafting_exits_130_keeping_the_drafts_made(
     drafted: list[tuple[str]] = []
     while time.monotonic() < deadline and not drafted:
         time.sleep(0.1)
-        if ws.db.exists():
+        if ws.db_file.exists():
             try:
                 drafted = ws.query(
                     "SELECT json_extract(source, '$.item_id') FROM drafts WHERE state = 'drafted'"

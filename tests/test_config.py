@@ -60,7 +60,7 @@ def test_bad_configuration_exits_2_before_anything_is_stored(
     assert expected in result.output
     assert "notifier.toml" in result.output
     assert "Traceback" not in result.output
-    assert not ws.db.exists()
+    assert not ws.db_file.exists()
     assert not ws.outbox.exists()
 
 

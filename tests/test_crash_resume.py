@@ -8,6 +8,8 @@ from notifier.crash import POINTS
 
 from .conftest import EXAMPLE, Workspace
 
+pytestmark = pytest.mark.both_stores
+
 
 def assert_exactly_once(ws: Workspace, total: int = 100) -> None:
     """Every item is in the outbox exactly once, under its own key, with its own digest."""
@@ -113,7 +115,7 @@ def test_bad_crash_spec_is_a_usage_error_before_anything_is_stored(ws: Workspace
     result = ws.run("send", str(EXAMPLE), env={"NOTIFIER_CRASH_AT": "after-sned:20"})
     assert result.returncode == 2
     assert "after-send" in result.stderr
-    assert not ws.db.exists()
+    assert not ws.has_database()
 
 
 @pytest.mark.parametrize("point", POINTS)

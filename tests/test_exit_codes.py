@@ -39,7 +39,7 @@ def test_2_bad_input(ws: Workspace) -> None:
     """A file with a problem exits 2 and stores nothing."""
     (ws.path / "bad.csv").write_text("to,subject\n,Hi\n")
     assert ws.invoke("send", "bad.csv").exit_code == ExitCode.BAD_INPUT
-    assert not ws.db.exists()
+    assert not ws.db_file.exists()
 
 
 def test_3_items_need_attention(ws: Workspace, inbox: Inbox) -> None:

@@ -21,6 +21,8 @@ from notifier.store import Store
 
 from .conftest import Workspace, make_rows
 
+pytestmark = pytest.mark.both_stores
+
 UNSHARE = shutil.which("unshare") or "/usr/bin/unshare"
 
 

@@ -102,7 +102,7 @@ def test_a_database_locked_past_the_busy_timeout_is_named_not_internal(ws: Works
     ws.write_csv("batch.csv", make_rows(5))
     crashed = ws.run("send", "batch.csv", env={"NOTIFIER_CRASH_AT": "after-intent:3"})
     assert crashed.returncode == 137
-    holder = sqlite3.connect(ws.db, isolation_level=None)
+    holder = sqlite3.connect(ws.db_file, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
     try:
         locked = ws.run("resume")

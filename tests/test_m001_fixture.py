@@ -12,7 +12,7 @@ FIXTURE = ROOT / "tests" / "fixtures" / "m001-paused-run.db"
 def test_a_paused_m001_run_is_migrated_and_resumed_exactly_once(ws: Workspace) -> None:
     """The m001 file gains m003 on open; resume sends only its 187 pending items, each once,
     and the items it sent before the upgrade stay sent."""
-    shutil.copy(FIXTURE, ws.db)
+    shutil.copy(FIXTURE, ws.db_file)
     assert ws.query("SELECT state FROM runs") == [("paused",)]
     before = dict(ws.query("SELECT state, COUNT(*) FROM items GROUP BY state"))
     assert before == {"sent": 13, "pending": 187}

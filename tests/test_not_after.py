@@ -85,7 +85,7 @@ def test_a_deadline_without_a_zone_is_rejected_with_its_line(ws: Workspace) -> N
     result = ws.invoke("send", str(batch))
     assert result.exit_code == 2, result.output
     assert "line 2" in result.output and "line 3" in result.output
-    assert not ws.db.exists()
+    assert not ws.db_file.exists()
     bad = ws.invoke("send", str(batch), "--not-after", "2030-01-01 10:00")
     assert bad.exit_code == 2 and "zone" in bad.output
 

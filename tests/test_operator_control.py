@@ -7,7 +7,6 @@ import json
 import random
 import signal
 import socket
-import sqlite3
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -17,7 +16,9 @@ import pytest
 from notifier import clock
 from notifier.sandbox import Faults, Sandbox
 
-from .conftest import Workspace, make_rows
+from .conftest import DB_ERRORS, Workspace, make_rows
+
+pytestmark = pytest.mark.both_stores
 
 
 @pytest.fixture
@@ -51,7 +52,7 @@ def wait_for(condition: Callable[[], bool], timeout: float = 30) -> None:
 def sent_count(ws: Workspace) -> int:
     try:
         return int(ws.query("SELECT COUNT(*) FROM items WHERE state = 'sent'")[0][0])
-    except sqlite3.Error:
+    except DB_ERRORS:  # not created yet
         return 0
 
 
@@ -161,13 +162,10 @@ def test_lease_from_another_host_blocks_until_it_expires(ws: Workspace) -> None:
     owner = json.dumps({"host": "other-host.example", "pid": 4242, "token": "t"})
 
     def hold(seconds: float) -> None:
-        conn = sqlite3.connect(ws.db)
-        conn.execute(
+        ws.write(
             "UPDATE runs SET lease_owner = ?, lease_expires_at = ?",
             (owner, clock.iso(clock.later(seconds))),
         )
-        conn.commit()
-        conn.close()
 
     hold(600)
     refused = ws.invoke("resume")
@@ -223,7 +221,7 @@ def test_chaos_sigkill_at_random_moments_still_delivers_each_key_once(
         for _ in range(40):
             # A kill can land before the plan was stored (send again: nothing was planned)
             # or after the run completed but before the process exited (then we are done).
-            states = ws.query("SELECT state FROM runs") if ws.db.exists() else []
+            states = ws.query("SELECT state FROM runs") if ws.has_database() else []
             if states == [("completed",)]:
                 break
             worker = ws.popen(*(send if not states else ("resume",)))

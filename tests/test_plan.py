@@ -66,7 +66,7 @@ def test_dry_run_writes_nothing(ws: Workspace) -> None:
     result = ws.invoke("send", str(EXAMPLE), "--dry-run")
     assert result.exit_code == 0, result.output
     assert "100 notifications" in result.output and "sha256:" in result.output
-    assert not ws.db.exists()
+    assert not ws.db_file.exists()
     assert not ws.outbox.exists()
 
 
@@ -74,12 +74,12 @@ def test_dry_run_on_a_planned_batch_names_the_run(ws: Workspace) -> None:
     """A dry run of a batch already planned says which run it is, and changes nothing."""
     ws.write_csv("b.csv", make_rows(3))
     assert ws.invoke("send", "b.csv").exit_code == 0
-    before = ws.db.read_bytes()
+    before = ws.db_file.read_bytes()
     run_id = ws.query("SELECT run_id FROM runs")[0][0]
     result = ws.invoke("send", "b.csv", "--dry-run")
     assert result.exit_code == 0
     assert f"already planned as run {run_id}" in result.output
-    assert ws.db.read_bytes() == before
+    assert ws.db_file.read_bytes() == before
 
 
 def test_run_id_option_and_status_json(ws: Workspace) -> None:
@@ -110,4 +110,4 @@ def test_status_without_a_database_is_a_clear_usage_error(ws: Workspace) -> None
     result = ws.invoke("status")
     assert result.exit_code == 2
     assert "notifier send" in result.output
-    assert not ws.db.exists()
+    assert not ws.db_file.exists()

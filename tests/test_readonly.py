@@ -25,12 +25,12 @@ def test_read_only_commands_create_no_wal_or_shm(ws: Workspace) -> None:
     is byte-for-byte unchanged."""
     assert ws.invoke("send", str(EXAMPLE)).exit_code == 0
     assert sidecars(ws) == []
-    before = ws.db.read_bytes()
+    before = ws.db_file.read_bytes()
     for args in READ_ONLY_COMMANDS:
         result = ws.invoke(*args)
         assert result.exit_code == 0, (args, result.output)
         assert sidecars(ws) == [], args
-    assert ws.db.read_bytes() == before
+    assert ws.db_file.read_bytes() == before
 
 
 def in_read_only_mount(ws: Workspace, *args: str) -> subprocess.CompletedProcess[str]:
@@ -68,7 +68,7 @@ def test_unwritable_database_reads_fine_and_refuses_writes_clearly(ws: Workspace
     # A clean read first, so the killed process's log is checkpointed as an operator's
     # later commands would leave it; then the mount is made read-only.
     assert ws.invoke("report").exit_code == 0
-    before = ws.db.read_bytes()
+    before = ws.db_file.read_bytes()
     status = in_read_only_mount(ws, "status")
     assert status.returncode == 0, status.stderr
     ws.write_csv("more.csv", make_rows(2, start=50))
@@ -77,6 +77,6 @@ def test_unwritable_database_reads_fine_and_refuses_writes_clearly(ws: Workspace
         assert result.returncode == 2, (args, result.stdout, result.stderr)
         assert "cannot be written" in result.stderr and str(ws.db) in result.stderr
         assert "internal error" not in result.stderr and "Traceback" not in result.stderr
-    assert ws.db.read_bytes() == before
+    assert ws.db_file.read_bytes() == before
     assert ws.run("resume").returncode == 0  # writable again: the run completes
     assert ws.query("SELECT COUNT(*) FROM items WHERE state = 'sent'") == [(5,)]

@@ -16,6 +16,8 @@ from notifier.sandbox import Faults, Sandbox
 
 from .conftest import Inbox, Workspace, make_rows
 
+pytestmark = pytest.mark.both_stores
+
 
 @pytest.fixture
 def hooks(ws: Workspace) -> Iterator[Sandbox]:

@@ -199,7 +199,7 @@ def test_two_simultaneous_send_processes_plan_and_deliver_once(
     n = 30
     ws.write_csv("batch.csv", make_rows(n))
     for trial in range(4):
-        for leftover in (ws.db, ws.path / "receipts.db-wal", ws.path / "receipts.db-shm"):
+        for leftover in (ws.db_file, ws.path / "receipts.db-wal", ws.path / "receipts.db-shm"):
             leftover.unlink(missing_ok=True)
         shutil.rmtree(ws.outbox, ignore_errors=True)
         if database == "exists":  # as after any earlier send: the race is on the plan
@@ -223,7 +223,7 @@ def test_an_m001_database_with_a_run_in_flight_resumes_after_m002(ws: Workspace)
     """A database written before m002 with item 5 in flight: `resume` applies m002, settles
     item 5 by query (its file exists), sends 6-10 under the stored keys, every item
     delivered exactly once; re-sending the same batch is refused as already planned."""
-    shutil.copy(FIXTURES / "m001-inflight-run.db", ws.db)
+    shutil.copy(FIXTURES / "m001-inflight-run.db", ws.db_file)
     shutil.copytree(FIXTURES / "m001-inflight-run.outbox", ws.outbox)
     shutil.copy(FIXTURES / "m001-inflight-run.csv", ws.path / "batch.csv")
     before = {d["idempotency_key"]: d["written_at"] for d in ws.outbox_documents()}

@@ -42,7 +42,7 @@ def test_a_bad_last_row_in_a_large_file_stores_nothing(ws: Workspace) -> None:
     assert result.exit_code == 2, result.output
     assert "line 50002: empty `to`" in result.output
     assert "nothing was stored" in result.output
-    assert not ws.db.exists()
+    assert not ws.db_file.exists()
 
 
 def test_a_bad_last_row_leaves_an_existing_database_unchanged(ws: Workspace) -> None:
@@ -50,14 +50,14 @@ def test_a_bad_last_row_leaves_an_existing_database_unchanged(ws: Workspace) -> 
     run, no item, no event and no counter."""
     ws.write_csv("small.csv", make_rows(3))
     assert ws.invoke("send", "small.csv").exit_code == 0
-    before = _tables(ws.db)
+    before = _tables(ws.db_file)
     rows = make_rows(20_000, start=100)
     rows.append(["u100", "late@example.com", "Hi", "Body", "x"])  # row 1's id again
     ws.write_csv("big.csv", rows)
     result = ws.invoke("send", "big.csv")
     assert result.exit_code == 2, result.output
     assert "line 20002: duplicate id 'u100' (first used on line 2)" in result.output
-    assert _tables(ws.db) == before
+    assert _tables(ws.db_file) == before
 
 
 def test_every_problem_is_counted_though_only_the_first_are_kept(ws: Workspace) -> None:
@@ -72,7 +72,7 @@ def test_every_problem_is_counted_though_only_the_first_are_kept(ws: Workspace) 
     assert "line 2: " in result.output and "line 21: " in result.output
     assert "line 22: " not in result.output
     assert "… and 2980 more." in result.output
-    assert not ws.db.exists()
+    assert not ws.db_file.exists()
 
 
 def test_dry_run_of_a_streamed_plan_writes_nothing(ws: Workspace) -> None:
@@ -82,7 +82,7 @@ def test_dry_run_of_a_streamed_plan_writes_nothing(ws: Workspace) -> None:
     dry = ws.invoke("send", "batch.csv", "--dry-run")
     assert dry.exit_code == 0, dry.output
     assert "dry run: 2000 notifications" in dry.output
-    assert not ws.db.exists()
+    assert not ws.db_file.exists()
     sent = ws.invoke("send", "batch.csv")
     assert sent.exit_code == 0, sent.output
     [fingerprint] = [line for line in dry.output.splitlines() if line.startswith("fingerprint")]
@@ -112,7 +112,7 @@ def test_an_m003_database_gains_counters_and_resumes(ws: Workspace) -> None:
     """A database written by the code before m004 (a completed run, and a run whose worker
     died with item 12 in flight) gains back-filled counters on open; resume settles item 12
     without re-writing it, sends 13-30 once each, and the counters follow every move."""
-    shutil.copy(FIXTURES / "m004-inflight-run.db", ws.db)
+    shutil.copy(FIXTURES / "m004-inflight-run.db", ws.db_file)
     shutil.copytree(FIXTURES / "m004-inflight-run.outbox", ws.outbox)
     before = {d["idempotency_key"]: d["written_at"] for d in ws.outbox_documents()}
     assert len(before) == 22
@@ -197,7 +197,7 @@ def _plans(ws: Workspace, monkeypatch: pytest.MonkeyPatch, command: list[str]) -
         patch.setattr(SqliteStore, "_connect", traced)
         result = ws.invoke(*command)
     assert result.exit_code in (0, 3), result.output
-    conn = sqlite3.connect(f"file:{ws.db}?mode=ro", uri=True)
+    conn = sqlite3.connect(f"file:{ws.db_file}?mode=ro", uri=True)
     scans: list[str] = []
     partial_indexes = [
         r[0]

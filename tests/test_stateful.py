@@ -427,7 +427,7 @@ class NotifierMachine(RuleBasedStateMachine):
         self.ok = True
 
     def stored_runs(self) -> list[str]:
-        if not self.ws.db.exists():
+        if not self.ws.db_file.exists():
             return []
         # Opening runs check_invariants(); a refusal here fails the step.
         store = Store.open(self.ws.db, readonly=True)

@@ -34,7 +34,7 @@ def sent_run(ws: Workspace) -> None:
 
 
 def tamper(ws: Workspace, *statements: str) -> None:
-    conn = sqlite3.connect(ws.db)
+    conn = sqlite3.connect(ws.db_file)
     conn.execute("PRAGMA foreign_keys = OFF")
     for statement in statements:
         conn.execute(statement)
@@ -43,13 +43,13 @@ def tamper(ws: Workspace, *statements: str) -> None:
 
 
 def assert_refused_untouched(ws: Workspace, args: list[str], expected: str) -> None:
-    before = ws.db.read_bytes()
+    before = ws.db_file.read_bytes()
     result = ws.invoke(*args)
     assert result.exit_code == 4, (args, result.output)
     assert str(ws.db) in result.output
     assert expected in result.output
     assert "Traceback" not in result.output
-    assert ws.db.read_bytes() == before
+    assert ws.db_file.read_bytes() == before
 
 
 @pytest.mark.parametrize("args", COMMANDS, ids=" ".join)
@@ -64,7 +64,7 @@ def test_sent_item_without_receipt_is_refused_by_every_command(
 
 def test_text_file_is_refused(ws: Workspace) -> None:
     """A text file where the database should be is named and left alone."""
-    ws.db.write_text("id,to\n1,ada@example.com\n")
+    ws.db_file.write_text("id,to\n1,ada@example.com\n")
     ws.write_csv("other.csv", make_rows(3))
     for args in (["status"], ["send", "other.csv"], ["resume"]):
         assert_refused_untouched(ws, args, "not an SQLite database")
@@ -72,7 +72,7 @@ def test_text_file_is_refused(ws: Workspace) -> None:
 
 def test_empty_file_is_refused_not_reset(ws: Workspace) -> None:
     """A zero-byte database is not silently treated as a new one (that would re-send)."""
-    ws.db.write_bytes(b"")
+    ws.db_file.write_bytes(b"")
     ws.write_csv("other.csv", make_rows(3))
     assert_refused_untouched(ws, ["send", "other.csv"], "empty (0 bytes)")
 
@@ -80,15 +80,15 @@ def test_empty_file_is_refused_not_reset(ws: Workspace) -> None:
 def test_truncated_database_is_refused(ws: Workspace) -> None:
     """A database cut short (disk full, bad copy) is refused, byte for byte unchanged."""
     sent_run(ws)
-    data = ws.db.read_bytes()
-    ws.db.write_bytes(data[: len(data) // 2])
+    data = ws.db_file.read_bytes()
+    ws.db_file.write_bytes(data[: len(data) // 2])
     for args in (["status"], ["resume"], ["send", "other.csv"]):
         assert_refused_untouched(ws, args, "truncated")
 
 
 def test_foreign_sqlite_database_is_refused(ws: Workspace) -> None:
     """Somebody else's SQLite file is recognised as foreign before its tables are touched."""
-    conn = sqlite3.connect(ws.db)
+    conn = sqlite3.connect(ws.db_file)
     conn.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, email TEXT)")
     conn.commit()
     conn.close()
@@ -192,24 +192,24 @@ def test_database_mid_checkpoint_with_wal_is_opened_not_refused(ws: Workspace) -
     batch = ws.write_csv("big.csv", rows)
     crashed = ws.run("send", str(batch), env={"NOTIFIER_CRASH_AT": "after-send:250"})
     assert crashed.returncode == 137, crashed.stderr
-    wal = ws.db.with_name(ws.db.name + "-wal")
+    wal = ws.db_file.with_name(ws.db_file.name + "-wal")
     assert wal.stat().st_size > 0  # the killed process left its commits in the log
     # What a checkpoint cut short leaves: page 1 (the header) already says how many pages the
     # database has after the checkpoint, but the file was not extended yet.
     checkpointed = ws.path / "checkpointed"
     checkpointed.mkdir()
-    for name in (ws.db.name, wal.name):
+    for name in (ws.db_file.name, wal.name):
         (checkpointed / name).write_bytes((ws.path / name).read_bytes())
-    conn = sqlite3.connect(checkpointed / ws.db.name)
+    conn = sqlite3.connect(checkpointed / ws.db_file.name)
     conn.execute("PRAGMA wal_checkpoint(FULL)")
     conn.close()
-    after = (checkpointed / ws.db.name).read_bytes()
+    after = (checkpointed / ws.db_file.name).read_bytes()
     page_size = int.from_bytes(after[16:18], "big")
-    assert len(after) > ws.db.stat().st_size  # the checkpoint grew the file
-    with ws.db.open("r+b") as handle:
+    assert len(after) > ws.db_file.stat().st_size  # the checkpoint grew the file
+    with ws.db_file.open("r+b") as handle:
         handle.write(after[:page_size])
     promised = int.from_bytes(after[28:32], "big") * page_size
-    assert ws.db.stat().st_size < promised
+    assert ws.db_file.stat().st_size < promised
     status = ws.invoke("status", "--json")
     assert status.exit_code == 0, status.output
     resumed = ws.run("resume")

@@ -54,7 +54,7 @@ def test_missing_variable_rejects_the_whole_file_with_line_numbers(ws: Workspace
     assert result.exit_code == 2, result.output
     assert "line 2" in result.output and "line 3" in result.output
     assert "'city' is undefined" in result.output
-    assert not ws.db.exists() or ws.query("SELECT COUNT(*) FROM items") == [(0,)]
+    assert not ws.db_file.exists() or ws.query("SELECT COUNT(*) FROM items") == [(0,)]
     assert ws.outbox_documents() == []
 
 
@@ -64,7 +64,7 @@ def test_template_syntax_error_is_bad_input(ws: Workspace) -> None:
     tpl = write_template(ws, 'subject = "Hi {{ name "\nbody = "x"\n')
     result = ws.invoke("send", str(batch), "--template", str(tpl))
     assert result.exit_code == 2, result.output
-    assert "syntax error" in result.output and not ws.db.exists()
+    assert "syntax error" in result.output and not ws.db_file.exists()
 
 
 def test_sandbox_refuses_python_internals(ws: Workspace) -> None:
@@ -75,7 +75,7 @@ def test_sandbox_refuses_python_internals(ws: Workspace) -> None:
     )
     result = ws.invoke("send", str(batch), "--template", str(tpl))
     assert result.exit_code == 2, result.output
-    assert "line 2" in result.output and not ws.db.exists()
+    assert "line 2" in result.output and not ws.db_file.exists()
 
 
 def test_without_template_braces_stay_literal(ws: Workspace) -> None:
