@@ -116,8 +116,9 @@ def test_cancel_without_a_worker_settles_in_flight_by_query(
 
 
 def test_two_resumes_one_works_the_other_is_refused(ws: Workspace, slow_sandbox: Sandbox) -> None:
-    """Two `resume` processes on one run: exactly one works, the other exits 4 naming the
-    lease holder; no key is committed twice."""
+    """Two `resume` processes on one run: on SQLite exactly one works, the other exits 4
+    naming the lease holder; on PostgreSQL the second joins as another worker. Either way no
+    key is committed twice."""
     configure(ws, slow_sandbox)
     ws.write_csv("batch.csv", make_rows(60))
     assert ws.run("send", "batch.csv", "--channel", "hooks",
@@ -126,8 +127,11 @@ def test_two_resumes_one_works_the_other_is_refused(ws: Workspace, slow_sandbox:
     try:
         wait_for(lambda: sent_count(ws) >= 8)
         second = ws.run("resume")
-        assert second.returncode == 4, second.stdout + second.stderr
-        assert f"pid {first.pid}" in second.stderr and socket.gethostname() in second.stderr
+        if ws.url:  # a shared run: both work it, and both end well
+            assert second.returncode == 0, second.stdout + second.stderr
+        else:
+            assert second.returncode == 4, second.stdout + second.stderr
+            assert f"pid {first.pid}" in second.stderr and socket.gethostname() in second.stderr
         assert first.wait(timeout=60) == 0
     finally:
         first.kill()
@@ -145,8 +149,12 @@ def test_kill_9_then_resume_takes_over_and_completes(ws: Workspace, slow_sandbox
     wait_for(lambda: sent_count(ws) >= 15)
     worker.send_signal(signal.SIGKILL)
     worker.wait()
-    owner = ws.query("SELECT lease_owner FROM runs")[0][0]
-    assert json.loads(owner)["pid"] == worker.pid  # the dead worker still holds it on paper
+    # The dead worker still holds the run on paper: its run lease, or its worker lease.
+    if ws.url:
+        assert ws.query("SELECT pid FROM workers WHERE state = 'live'") == [(worker.pid,)]
+    else:
+        owner = ws.query("SELECT lease_owner FROM runs")[0][0]
+        assert json.loads(owner)["pid"] == worker.pid
     resumed = ws.run("resume")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert_each_key_committed_once(ws, slow_sandbox)
@@ -218,15 +226,17 @@ def test_chaos_sigkill_at_random_moments_still_delivers_each_key_once(
         ws.write_csv("batch.csv", make_rows(400))
         send = ("send", "batch.csv", "--channel", "hooks", "--concurrency", "4")
         kills = 0
-        for _ in range(40):
+        for round_ in range(60):
             # A kill can land before the plan was stored (send again: nothing was planned)
             # or after the run completed but before the process exited (then we are done).
+            # Each round may last a little longer than the one before, so a loaded machine
+            # (slow process start-up) still makes progress between kills.
             states = ws.query("SELECT state FROM runs") if ws.has_database() else []
             if states == [("completed",)]:
                 break
             worker = ws.popen(*(send if not states else ("resume",)))
             try:
-                code = worker.wait(timeout=rng.uniform(0.5, 1.5))
+                code = worker.wait(timeout=rng.uniform(0.5, 1.5) * (1 + round_ / 15))
             except subprocess.TimeoutExpired:
                 worker.send_signal(signal.SIGKILL)
                 worker.wait()
@@ -236,7 +246,7 @@ def test_chaos_sigkill_at_random_moments_still_delivers_each_key_once(
                 worker.stderr.read() if worker.stderr else ""
             )
         else:
-            raise AssertionError("the run did not complete within 40 rounds")
+            raise AssertionError("the run did not complete within 60 rounds")
         assert kills >= 1
         assert ws.status()["counts"]["sent"] == 400
         assert_each_key_committed_once(ws, sandbox)

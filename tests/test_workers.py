@@ -24,25 +24,17 @@ from notifier.lease import holder_alive
 from notifier.sandbox import Faults, Sandbox
 from notifier.store import LeaseLost, Store
 
-from .conftest import ROOT, Workspace, make_rows
+from .conftest import ROOT, Workspace, make_rows, postgres_schema
 
 FIXTURES = ROOT / "tests" / "fixtures"
 FAST_RETRY = "[retry]\nmax_attempts = 20\nbackoff_base = 0.02\nbackoff_max = 0.2\n"
 
 
 @pytest.fixture
-def pg_url() -> Iterator[str]:
-    """A schema of its own on the test server (provisional: see conftest)."""
-    base = os.environ.get("NOTIFIER_TEST_POSTGRES")
-    if not base:
-        pytest.skip("NOTIFIER_TEST_POSTGRES is not set")
-    schema = "t_" + os.urandom(6).hex()
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    joiner = "&" if "?" in base else "?"
-    yield f"{base}{joiner}options=-csearch_path%3D{schema}"
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+def pg_url(postgres_server: str) -> Iterator[str]:
+    """A schema of its own on the tests' PostgreSQL server (see conftest)."""
+    with postgres_schema(postgres_server) as url:
+        yield url
 
 
 @pytest.fixture
@@ -138,7 +130,7 @@ def test_worker_on_an_sqlite_file_is_refused_with_the_reason(ws: Workspace) -> N
 def test_an_m004_sqlite_database_gains_workers_and_resumes(ws: Workspace) -> None:
     """A database written before m005 (item 8 in flight, its file written) is migrated and
     resumed: item 8 is found by query, the rest sent, each of the 20 files once."""
-    shutil.copy(FIXTURES / "m005-inflight-run.db", ws.db)
+    shutil.copy(FIXTURES / "m005-inflight-run.db", ws.db_file)
     shutil.copytree(FIXTURES / "m005-inflight-run.outbox", ws.outbox)
     result = ws.invoke("resume", "m005-fixture")
     assert result.exit_code == 0, result.output
