@@ -18,6 +18,8 @@ from .exceptions import LeaseHeld
 
 Alive = Callable[[dict[str, Any], str | None], bool]
 
+# m005's items_held condition, word for word: SQLite uses a partial index only then.
+_HELD = "state IN ('in_flight', 'unknown')"
 _WORKER_COLUMNS = (
     "worker_id, run_id, host, pid, process_start, state, version, joined_at, heartbeat_at, "
     "expires_at"
@@ -141,7 +143,7 @@ class Leases(StoreCore):
     def _live_workers(self, run_id: str) -> list[Worker]:
         rows = self.conn.execute(
             f"SELECT {_WORKER_COLUMNS}, (SELECT COUNT(*) FROM items i WHERE i.run_id = w.run_id "
-            "AND i.state = 'in_flight' AND i.worker_id = w.worker_id) "
+            f"AND i.{_HELD} AND i.state = 'in_flight' AND i.worker_id = w.worker_id) "
             "FROM workers w WHERE w.run_id = ? AND w.state = 'live' ORDER BY w.joined_at",
             (run_id,),
         ).fetchall()
@@ -221,8 +223,8 @@ class Leases(StoreCore):
         """Whether `worker` holds an unknown item it will ask about again (query_delay)."""
         return bool(
             self.conn.execute(
-                "SELECT 1 FROM items WHERE run_id = ? AND worker_id = ? AND state = 'unknown' "
-                "AND next_attempt_at IS NOT NULL LIMIT 1",
+                f"SELECT 1 FROM items WHERE run_id = ? AND worker_id = ? AND {_HELD} "
+                "AND state = 'unknown' AND next_attempt_at IS NOT NULL LIMIT 1",
                 (worker.run_id, worker.worker_id),
             ).fetchone()
         )
