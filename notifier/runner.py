@@ -232,7 +232,13 @@ class Runner:
             raise LeaseLost(f"run {self.run_id}: another process took over this run")
         if self.interrupted.is_set():
             if self.shared and self._leave(wait_for_busy=False) == "left":
-                return self._left("interrupted: this worker stopped; the other workers go on")
+                return RunResult(
+                    self.store.run_state(self.run_id),
+                    Stop.INTERRUPTED,
+                    "interrupted: this worker recorded what it sent and left the run to the "
+                    "other workers",
+                    self.store.counts(self.run_id),
+                )
             self._move_run(RunTrigger.PAUSE, stop_reason="interrupted (Ctrl-C)")
             return RunResult(
                 RunState.PAUSED,
