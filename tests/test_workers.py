@@ -354,3 +354,26 @@ def test_a_throttled_answer_closes_the_channel_for_every_worker(
         inside = [at for at in started if 1.0 < (at - closed).total_seconds() < 2.9]
         assert inside == [], f"claimed while the channel was closed since {closed}"
     assert set(commits(sandbox).values()) == {1}
+
+
+@pytest.mark.parametrize("sandbox", [Faults(latency_ms=100)], indirect=True)
+def test_ctrl_c_on_one_worker_leaves_the_run_to_the_other(
+    ws: Workspace, pg_url: str, sandbox: Sandbox
+) -> None:
+    """Ctrl-C on one of two workers: it records what it sent and exits 130, the run stays
+    running, and the other worker completes it with each key committed once."""
+    configure(ws, sandbox)
+    ws.write_csv("batch.csv", make_rows(120))
+    first, second = fleet(ws, pg_url, "i1", 2, 4)
+    while rows(pg_url, "SELECT COUNT(*) FROM workers WHERE state = 'live'") != [(2,)]:
+        time.sleep(0.05)
+    time.sleep(0.5)  # both are sending
+    second.send_signal(signal.SIGINT)
+    code, out = finish(second)
+    assert code == 130, out
+    assert "left the run to the other workers" in out
+    code, out = finish(first)
+    assert code == 0, out
+    assert rows(pg_url, "SELECT state FROM runs") == [("completed",)]
+    assert set(commits(sandbox).values()) == {1}
+    assert len(commits(sandbox)) == 120
