@@ -20,7 +20,15 @@ from ..state_machine import (
     RunTrigger,
     item_next,
 )
-from .core import _ACTIVE, _ITEM_COLUMNS, _MAYBE_DELIVERED, StoreCore, _dump, _plain_ack
+from .core import (
+    _ACTIVE,
+    _ITEM_COLUMNS,
+    _MAYBE_DELIVERED,
+    StoreCore,
+    _dump,
+    _plain_ack,
+    _state_literal,
+)
 from .exceptions import AlreadyPlanned, LostRace, RunExists
 from .stage import PlanStage
 
@@ -247,8 +255,8 @@ class Ledger(StoreCore):
             "UPDATE items SET state = ?, updated_at = ?, next_attempt_at = NULL, "
             "last_error = v.column5, receipt_id = v.column7 "
             f"FROM (VALUES {values}) AS v WHERE items.run_id = ? AND items.seq = v.column1 "
-            "AND items.state = ?",
-            [target.value, at, *params, run_id, current.value],
+            f"AND items.state = {_state_literal(current)}",
+            [target.value, at, *params, run_id],
         )
         if cursor.rowcount != len(acks):
             raise LostRace(f"run {run_id}: expected {len(acks)} items in_flight for ack")
@@ -316,8 +324,9 @@ class Ledger(StoreCore):
         marks = ", ".join("?" * len(seqs))
         cursor = self.conn.execute(
             "UPDATE items SET state = ?, updated_at = ?, attempts = attempts + 1, "
-            f"next_attempt_at = NULL WHERE run_id = ? AND seq IN ({marks}) AND state = ?",
-            [target.value, at, run_id, *seqs, current.value],
+            f"next_attempt_at = NULL WHERE run_id = ? AND seq IN ({marks}) "
+            f"AND state = {_state_literal(current)}",
+            [target.value, at, run_id, *seqs],
         )
         if cursor.rowcount != len(seqs):
             raise LostRace(f"run {run_id}: expected {len(seqs)} items pending for start")
