@@ -117,11 +117,15 @@ def webhook_config(work: Path, url: str) -> None:
 
 
 def case(url: str, latency_ms: float, workers: int, seconds: float) -> dict[str, Any]:
-    """One row: items sized from a short calibration so each side runs >= `seconds`."""
+    """One row: items sized so that the plain loop runs >= `seconds` (notifier, slower,
+    runs longer). A short probe includes the process's start-up, so it underestimates the
+    rate; the plain run is repeated, larger, until it really lasts that long."""
     probe = measure("plain", url, max(20, workers * 10), workers)
-    rate = max(20, workers * 10) / probe["seconds"]
-    items = max(workers * 20, int(rate * seconds))
+    items = max(workers * 20, int(max(20, workers * 10) / probe["seconds"] * seconds))
     plain = measure("plain", url, items, workers)
+    while plain["seconds"] < seconds:
+        items = int(items * seconds / plain["seconds"] * 1.1)
+        plain = measure("plain", url, items, workers)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         write_batch(work / "batch.csv", items)
