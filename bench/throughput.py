@@ -8,10 +8,13 @@ items, sized so that each case runs at least --seconds. Each measurement is a fr
 so its CPU time and peak RSS are its own. Ratios are what to read: the machine is shared.
 
 Scale: peak RSS of `send` for 10k items; with --million, the time to plan 1M rows, `resume`
-start-up (process start to the first request's point A) and `status` on that 1M-item run,
-and (slow) the peak RSS of sending all of it.
+start-up (process start to the first request's point A) and `status` on that 1M-item run.
+--send-million (slow, ~20 min; nothing else) runs one `send --concurrency 16` over a 1M-row
+CSV in one fresh process, plan and send together, and prints its items/s and peak RSS (the
+child's own ru_maxrss).
 
-    python bench/throughput.py [--seconds 10] [--million] [--send-million]
+    python bench/throughput.py [--seconds 10] [--million]
+    python bench/throughput.py --send-million
 """
 
 from __future__ import annotations
@@ -114,11 +117,15 @@ def webhook_config(work: Path, url: str) -> None:
 
 
 def case(url: str, latency_ms: float, workers: int, seconds: float) -> dict[str, Any]:
-    """One row: items sized from a short calibration so each side runs >= `seconds`."""
+    """One row: items sized so that the plain loop runs >= `seconds` (notifier, slower,
+    runs longer). A short probe includes the process's start-up, so it underestimates the
+    rate; the plain run is repeated, larger, until it really lasts that long."""
     probe = measure("plain", url, max(20, workers * 10), workers)
-    rate = max(20, workers * 10) / probe["seconds"]
-    items = max(workers * 20, int(rate * seconds))
+    items = max(workers * 20, int(max(20, workers * 10) / probe["seconds"] * seconds))
     plain = measure("plain", url, items, workers)
+    while plain["seconds"] < seconds:
+        items = int(items * seconds / plain["seconds"] * 1.1)
+        plain = measure("plain", url, items, workers)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         write_batch(work / "batch.csv", items)
@@ -147,9 +154,9 @@ def timed(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> tupl
     return time.perf_counter() - start, done.returncode
 
 
-def million(url: str, send_all: bool) -> None:
+def million(url: str) -> None:
     """Plan 1M rows (stopped right after the first item's point A), then time `resume`
-    start-up to the next item's point A, and `status`; optionally send everything."""
+    start-up to the next item's point A, and `status`."""
     rows = 1_000_000
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -163,34 +170,29 @@ def million(url: str, send_all: bool) -> None:
         print(f"resume start-up to the next point A: {resume_s:6.2f} s  (exit {code})")
         status_s, code = timed(["status"], work)
         print(f"status on the 1M-item run:           {status_s:6.2f} s  (exit {code})")
-        if send_all:
-            result = measure_resume(work)
-            print(f"send all 1M: {rows / result['seconds']:,.0f}/s, peak RSS "
-                  f"{result['rss_mb']:.0f} MB")  # fmt: skip
 
 
-def measure_resume(work: Path) -> dict[str, float]:
-    out = subprocess.run(
-        [sys.executable, "-c",
-         "import json, resource, sys, time\n"
-         "from notifier.cli import cli\n"
-         "start = time.perf_counter()\n"
-         "try:\n    cli.main(['resume', '--concurrency', '16'], prog_name='notifier')\n"
-         "except SystemExit:\n    pass\n"
-         "u = resource.getrusage(resource.RUSAGE_SELF)\n"
-         "print(json.dumps({'seconds': time.perf_counter() - start, "
-         "'rss_mb': u.ru_maxrss / 1024}), file=sys.stderr)\n"],
-        cwd=work, capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    result: dict[str, float] = json.loads(out.stderr.strip().splitlines()[-1])
-    return result
+def send_million(url: str) -> None:
+    """One `send --concurrency 16` over a 1M-row CSV, plan and send in one fresh process."""
+    rows = 1_000_000
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        write_batch(work / "batch.csv", rows)
+        webhook_config(work, url)
+        result = measure("notifier", str(work), rows, 16)
+    print(f"send 1M rows in one process (plan + send, concurrency 16): "
+          f"{rows / result['seconds']:,.0f} items/s over {result['seconds']:,.0f} s, "
+          f"CPU {1000 * result['cpu'] / rows:.2f} ms/item, "
+          f"peak RSS {result['rss_mb']:.0f} MB")  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--million", action="store_true", help="plan/resume/status at 1M")
-    parser.add_argument("--send-million", action="store_true", help="also send all 1M (slow)")
+    parser.add_argument(
+        "--send-million", action="store_true", help="only: `send` a 1M-row CSV in one process"
+    )
     parser.add_argument("--child")
     parser.add_argument("--arg")
     parser.add_argument("--items", type=int, default=0)
@@ -198,6 +200,14 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         child(args.child, args.arg, args.items, args.workers)
+        return
+    if args.send_million:
+        sandbox, url = start_sandbox(0)
+        try:
+            send_million(url)
+        finally:
+            sandbox.terminate()
+            sandbox.wait()
         return
     print(f"{os.cpu_count()} cores; >= {args.seconds:g} s per case; fresh process each")
     rows = []
@@ -216,8 +226,8 @@ def main() -> None:
                     write_batch(work / "batch.csv", 10_000)
                     webhook_config(work, url)
                     ten_k = measure("notifier", str(work), 10_000, 16)
-                if args.million or args.send_million:
-                    million(url, args.send_million)
+                if args.million:
+                    million(url)
         finally:
             sandbox.terminate()
             sandbox.wait()

@@ -106,6 +106,8 @@ class Runner:
             for name in channels
             if (rate := options.rate or rates.get(name))
         }
+        self._send_flags = _Flags(self._flags_store, run_id)
+        self._loop_flags = self._send_flags if self._flags_store is store else _Flags(store, run_id)
         self._senders: Senders[Slot] = Senders(options.concurrency, self._send_one)
         self._revisit_at = 0.0  # when to look again for query_delay revisits that came due
 
@@ -459,7 +461,9 @@ class Runner:
             raise LeaseLost(f"run {self.run_id}: another process took over this run")
         if self.interrupted.is_set():
             return True
-        cancel_requested_at, version = self.store.run_flags(self.run_id)
+        # Only this thread reads through the committer's connection (with N = 1 the senders'
+        # reader is this same one, and the sends run in this thread too): no lock.
+        cancel_requested_at, version = self._loop_flags.read()
         if self.shared:
             # Another worker may have halted, paused or closed the run.
             return cancel_requested_at is not None or (
@@ -493,18 +497,21 @@ class Runner:
         """Why `item` must not start now, or None. Called inside the channel lock right before
         the send, so an item queued behind a slow request is checked at the moment it would
         start, not when it was claimed."""
-        with self._flags_lock:
-            cancel_requested_at, _ = self._flags_store.run_flags(self.run_id)
+        cancel_requested_at = self._cancel_flag()
         if cancel_requested_at:
             return f"cancel requested at {cancel_requested_at}"
         return None
+
+    def _cancel_flag(self) -> str | None:
+        """The run's cancel flag as the database holds it now (see _Flags)."""
+        with self._flags_lock:
+            return self._send_flags.read()[0]
 
     def _send_stopped(self) -> bool:
         """Stop waiting for a --rate token: interrupted, lease lost or cancel requested."""
         if self.interrupted.is_set() or self.lease_lost.is_set():
             return True
-        with self._flags_lock:
-            return self._flags_store.run_flags(self.run_id)[0] is not None
+        return self._cancel_flag() is not None
 
     def _send_one(self, item: Item) -> Slot:
         """The result and the moment it arrived, on the wall clock (to record) and on the
@@ -730,6 +737,25 @@ class Runner:
         if not self.shared:
             return TokenBucket(rate)
         return SharedBucket(self._flags_store, self._flags_lock, self.run_id, channel, rate)
+
+
+class _Flags:
+    """`run_flags` through one connection, as the database holds them now. The row is read
+    again only when another connection (any process) has committed since the last read:
+    PRAGMA data_version, taken before the row, says so. A cancel or a takeover committed by
+    anyone is never missed, and a check while nothing changed costs one cheap pragma
+    instead of a query (the committer's own commits do not count on its own connection)."""
+
+    def __init__(self, store: Store, run_id: str) -> None:
+        self.store = store
+        self.run_id = run_id
+        self._seen: tuple[int, tuple[str | None, int]] | None = None
+
+    def read(self) -> tuple[str | None, int]:
+        version = self.store.data_version()
+        if self._seen is None or self._seen[0] != version:
+            self._seen = (version, self.store.run_flags(self.run_id))
+        return self._seen[1]
 
 
 def _next_streak(streak: int, outcome: Outcome) -> int:

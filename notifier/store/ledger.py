@@ -20,7 +20,15 @@ from ..state_machine import (
     RunTrigger,
     item_next,
 )
-from .core import _ACTIVE, _ITEM_COLUMNS, _MAYBE_DELIVERED, StoreCore, _dump, _plain_ack
+from .core import (
+    _ACTIVE,
+    _ITEM_COLUMNS,
+    _MAYBE_DELIVERED,
+    StoreCore,
+    _dump,
+    _plain_ack,
+    _state_literal,
+)
 from .exceptions import AlreadyPlanned, LostRace, RunExists
 from .stage import PlanStage
 
@@ -274,8 +282,8 @@ class Ledger(StoreCore):
             "UPDATE items SET state = ?, updated_at = ?, next_attempt_at = NULL, "
             "last_error = v.column5, receipt_id = v.column7 "
             f"FROM (VALUES {values}) AS v WHERE items.run_id = ? AND items.seq = v.column1 "
-            "AND items.state = ?",
-            [target.value, at, *params, run_id, current.value],
+            f"AND items.state = {_state_literal(current)}",
+            [target.value, at, *params, run_id],
         )
         if cursor.rowcount != len(acks):
             raise LostRace(f"run {run_id}: expected {len(acks)} items in_flight for ack")
@@ -345,8 +353,8 @@ class Ledger(StoreCore):
         cursor = self.conn.execute(
             "UPDATE items SET state = ?, updated_at = ?, attempts = attempts + 1, "
             "next_attempt_at = NULL, worker_id = ? "
-            f"WHERE run_id = ? AND seq IN ({marks}) AND state = ?",
-            [target.value, at, self.worker_id, run_id, *seqs, current.value],
+            f"WHERE run_id = ? AND seq IN ({marks}) AND state = {_state_literal(current)}",
+            [target.value, at, self.worker_id, run_id, *seqs],
         )
         if cursor.rowcount != len(seqs):
             raise LostRace(f"run {run_id}: expected {len(seqs)} items pending for start")

@@ -12,6 +12,7 @@ LOCKED, so two transactions can never claim the same item even without that lock
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -134,6 +135,7 @@ class PostgresOpening(Checks):
     _LEAST = "LEAST"
     conn: PgConnection
     url: str
+    _versions = itertools.count()
 
     @classmethod
     def open(cls, path: Path | str, *, create: bool = False, readonly: bool = False) -> Self:
@@ -254,6 +256,11 @@ class PostgresOpening(Checks):
         with self.conn.raw.cursor().copy(f"COPY items ({columns}) FROM STDIN") as copy:
             for row in rows:
                 copy.write_row((*row, "pending", 0))
+
+    def data_version(self) -> int:
+        """PostgreSQL has no counterpart of SQLite's data_version: a new number each time,
+        so a reader never trusts what it read before and reads the row again."""
+        return next(self._versions)
 
     def _indexed(self, index: str) -> str:
         return ""  # PostgreSQL's planner has statistics; SQLite's INDEXED BY has no twin
