@@ -463,12 +463,11 @@ class Runner:
             return True
         # Only this thread reads through the committer's connection (with N = 1 the senders'
         # reader is this same one, and the sends run in this thread too): no lock.
-        cancel_requested_at, version = self._loop_flags.read()
         if self.shared:
             # Another worker may have halted, paused or closed the run.
-            return cancel_requested_at is not None or (
-                self.store.run_state(self.run_id) is not RunState.RUNNING
-            )
+            cancel, state = self.store.run_signals(self.run_id)
+            return cancel is not None or state is not RunState.RUNNING
+        cancel_requested_at, version = self._loop_flags.read()
         if version != self.lease_version:
             raise LeaseLost(f"run {self.run_id}: another process took over this run")
         return cancel_requested_at is not None

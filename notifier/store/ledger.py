@@ -291,19 +291,19 @@ class Ledger(StoreCore):
         self._events(run_id, "ack", [o.seq for o in acks], detail, at)
 
     def _events(self, run_id: str, kind: str, seqs: Sequence[int], detail: Any, at: str) -> None:
-        """`_event` for several items at once (one statement, consecutive seq_no)."""
-        # A bare MAX over the primary key: one seek to the index's edge, not a walk.
-        (found,) = self.conn.execute(
-            "SELECT MAX(seq_no) FROM events WHERE run_id = ?", (run_id,)
-        ).fetchone()
-        last = found or 0
-        dumped = _dump(detail)
-        params: list[Any] = []
+        """`_event` for several items at once: one statement numbers them after the run's
+        last event (a bare MAX over the primary key: one seek to the index's edge)."""
+        values = ", ".join(
+            ["(CAST(? AS INTEGER), CAST(? AS INTEGER))"] + ["(?, ?)"] * (len(seqs) - 1)
+        )
+        params: list[Any] = [run_id, at, kind, _dump(detail), run_id]
         for i, seq in enumerate(seqs, start=1):
-            params += [run_id, last + i, at, kind, seq, dumped]
+            params += [i, seq]
         self.conn.execute(
-            "INSERT INTO events (run_id, seq_no, at, kind, item_seq, detail) VALUES "
-            + ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(seqs)),
+            "INSERT INTO events (run_id, seq_no, at, kind, item_seq, detail) "
+            "SELECT ?, COALESCE(last.n, 0) + v.column1, ?, ?, v.column2, ? "
+            "FROM (SELECT MAX(seq_no) AS n FROM events WHERE run_id = ?) AS last, "
+            f"(VALUES {values}) AS v",
             params,
         )
 

@@ -55,6 +55,14 @@ class Queries(StoreCore):
         ).fetchone()
         return row[0], row[1]
 
+    def run_signals(self, run_id: str) -> tuple[str | None, RunState]:
+        """What a worker of a shared run polls between turns, in one read: the cancel
+        request, and the run's state (another worker may have halted, paused or closed it)."""
+        cancel_requested_at, state = self.conn.execute(
+            "SELECT cancel_requested_at, state FROM runs WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        return cancel_requested_at, RunState(state)
+
     def run_state(self, run_id: str) -> RunState:
         """Where the run stands now (another worker of a shared run may have moved it)."""
         (state,) = self.conn.execute(
