@@ -26,9 +26,9 @@ from .exceptions import (
 )
 from .leases import Leases
 from .opening import Opening
-from .postgres import PostgresOpening, is_postgres
 from .queries import Queries
 from .stage import PlanStage
+from .target import is_postgres
 
 
 class Store(Drafts, Leases, Queries, Buckets, Checks):
@@ -38,6 +38,9 @@ class Store(Drafts, Leases, Queries, Buckets, Checks):
     @classmethod
     def open(cls, path: Path | str, *, create: bool = False, readonly: bool = False) -> Store:
         if is_postgres(path):
+            # psycopg only when a server is named (see postgres_store.py).
+            from .postgres_store import PostgresStore  # noqa: PLC0415
+
             return PostgresStore.open(path, create=create, readonly=readonly)
         return SqliteStore.open(Path(path), create=create, readonly=readonly)
 
@@ -53,10 +56,6 @@ class SqliteStore(Opening, Store):
     """A receipts database in one SQLite file."""
 
 
-class PostgresStore(PostgresOpening, Store):
-    """A receipts database in a PostgreSQL schema, shared by workers on many machines."""
-
-
 __all__ = [
     "ATTENTION_STATES",
     "AlreadyPlanned",
@@ -66,7 +65,6 @@ __all__ = [
     "LostRace",
     "NoDatabase",
     "PlanStage",
-    "PostgresStore",
     "RunExists",
     "SqliteStore",
     "StorageFailed",

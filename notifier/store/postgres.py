@@ -29,13 +29,8 @@ from .checks import Checks
 from .core import _ITEM_COLUMNS, ROLLED_BACK
 from .exceptions import DatabaseUnwritable, NoDatabase, StorageFailed, StoreRefused
 
-SCHEMES = ("postgresql://", "postgres://")
 # How long a write waits for another process's transaction, as SQLite's busy_timeout.
 LOCK_TIMEOUT_S = 10
-
-
-def is_postgres(target: str | Path) -> bool:
-    return isinstance(target, str) and target.startswith(SCHEMES)
 
 
 def describe(url: str) -> str:

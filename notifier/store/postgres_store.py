@@ -1,0 +1,12 @@
+"""The PostgreSQL store class, imported only when a postgresql:// target is opened: psycopg's
+import costs every command about 0.3 s of start-up, which `status` or `resume` on an SQLite
+file must not pay."""
+
+from __future__ import annotations
+
+from . import Store
+from .postgres import PostgresOpening
+
+
+class PostgresStore(PostgresOpening, Store):
+    """A receipts database in a PostgreSQL schema, shared by workers on many machines."""
