@@ -21,6 +21,8 @@ import subprocess
 import sys
 import tempfile
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -59,12 +61,18 @@ def delivered(base: str) -> int:
         return int(json.load(response)["totals"]["commits"])
 
 
-def fresh_schema(server: str) -> str:
+@contextmanager
+def fresh_schema(server: str) -> Iterator[str]:
+    """A schema of its own on `server` for one case, dropped afterwards."""
     schema = "bench_" + os.urandom(4).hex()
     with psycopg.connect(server, autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
     joiner = "&" if "?" in server else "?"
-    return f"{server}{joiner}options=-csearch_path%3D{schema}"
+    try:
+        yield f"{server}{joiner}options=-csearch_path%3D{schema}"
+    finally:
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 def one_case(url: str, db: str, workers: int, items: int) -> float:
@@ -108,7 +116,8 @@ def scaling(db: str, seconds: float) -> dict[str, float]:
         per_worker = CONCURRENCY / 0.1  # the most one worker can do at 100 ms
         for workers in (1, 2, 4):
             items = int(per_worker * workers * seconds * 0.8)
-            results[f"pg{workers}"] = rate = one_case(url, fresh_schema(db), workers, items)
+            with fresh_schema(db) as schema:
+                results[f"pg{workers}"] = rate = one_case(url, schema, workers, items)
             print(f"PostgreSQL, {workers} worker(s), 100 ms: {rate:,.0f} items/s")
         with tempfile.TemporaryDirectory() as tmp:
             items = int(per_worker * seconds * 0.8)
@@ -132,7 +141,8 @@ def one_worker_at_20ms(db: str, seconds: float) -> dict[str, float]:
         items = int(CONCURRENCY / 0.02 * seconds * 0.8)
         pg, sqlite, plain = [], [], []
         for _ in range(3):
-            pg.append(one_case(url, fresh_schema(db), 1, items))
+            with fresh_schema(db) as schema:
+                pg.append(one_case(url, schema, 1, items))
             with tempfile.TemporaryDirectory() as tmp:
                 sqlite.append(one_case(url, str(Path(tmp) / "receipts.db"), 1, items))
             plain.append(items / measure("plain", url, items, CONCURRENCY)["seconds"])
