@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from . import approval, clock, compose, crash
 from . import config as config_module
@@ -22,7 +21,7 @@ from .channels import Channel, ChannelConfigError, ErrorKind, UnbuildableChannel
 from .config import Config
 from .errors import BadInput, NeedsAttention, Refused
 from .intent import CONTRACT_VERSION, new_key_nonce
-from .lease import Lease, holder_alive
+from .lease import Lease, live_holder
 from .plan import RUN_ID_PATTERN, Plan, make_plan, new_run_id
 from .reconcile import settle, settle_doubts
 from .records import Counts, Run
@@ -259,7 +258,6 @@ def work_run(
             channel_rates={
                 name: definition.get("rate") for name, definition in run.channel_snapshot.items()
             },
-            holder_alive=holder_alive,
         )
         return runner.run()
 
@@ -504,16 +502,6 @@ def _wait_for_worker(store: Store, run_id: str, deadline: float) -> Run:
         if run.state in FINISHED_RUN_STATES or not live or time.monotonic() >= deadline:
             return run
         time.sleep(0.05)
-
-
-def live_holder(store: Store, run: Run) -> dict[str, Any] | None:
-    """Who still works `run`: the holder of its lease, or any live worker of a shared run."""
-    if run.lease_owner and holder_alive(run.lease_owner, run.lease_expires_at):
-        return run.lease_owner
-    for worker in store.live_workers(run.run_id):
-        if holder_alive(worker.owner, worker.expires_at):
-            return worker.owner
-    return None
 
 
 def _cancel_without_worker(env: Env, store: Store, run: Run) -> Run:

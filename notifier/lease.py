@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from . import clock
+from .records import Run
 from .store import StorageFailed, Store
 
 HOST = socket.gethostname()
@@ -73,6 +74,16 @@ def holder_alive(owner: dict[str, Any], expires_at: str | None) -> bool:
         started = owner.get("started")
         return started is None or process_start(pid) == started
     return expires_at is not None and clock.parse(expires_at) > clock.now()
+
+
+def live_holder(store: Store, run: Run) -> dict[str, Any] | None:
+    """Who still works `run`: the holder of its lease, or any live worker of a shared run."""
+    if run.lease_owner and holder_alive(run.lease_owner, run.lease_expires_at):
+        return run.lease_owner
+    for worker in store.live_workers(run.run_id):
+        if holder_alive(worker.owner, worker.expires_at):
+            return worker.owner
+    return None
 
 
 class Lease:

@@ -120,6 +120,8 @@ class SharedBucket:
         self.run_id = run_id
         self.channel = channel
         self.rate = rate
+        with lock:
+            store.open_bucket(run_id, channel, rate)
 
     def take(self, stop: Callable[[], bool]) -> bool:
         """Wait for a token; False (and no token) as soon as `stop()` says so."""

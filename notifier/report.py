@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import clock
-from .lease import holder_alive
+from .lease import holder_alive, live_holder
 from .records import Item, PendingKind, Run
 from .state_machine import ItemState, RunState
 from .store import Store
@@ -138,13 +138,9 @@ def _drafts(store: Store, run: Run) -> dict[str, Any] | None:
 def effective_state(store: Store, run: Run) -> RunState:
     """A run left `running` by a worker that died is, in effect, paused (DESIGN section 3);
     a shared run is running while any of its workers lives."""
-    if run.state is not RunState.RUNNING:
-        return run.state
-    if run.lease_owner and holder_alive(run.lease_owner, run.lease_expires_at):
-        return run.state
-    if any(holder_alive(w.owner, w.expires_at) for w in store.live_workers(run.run_id)):
-        return run.state
-    return RunState.PAUSED
+    if run.state is RunState.RUNNING and live_holder(store, run) is None:
+        return RunState.PAUSED
+    return run.state
 
 
 def _workers(store: Store, run: Run) -> list[dict[str, Any]]:

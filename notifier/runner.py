@@ -15,12 +15,12 @@ from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
 
 from . import clock
 from .channels import Channel, ChannelError, ErrorKind
 from .crash import CrashPlan
 from .judging import Judge, NotStarted, Progress, Sent, Slot, Stop
+from .lease import holder_alive
 from .pipeline import Senders, SharedBucket, TokenBucket
 from .reconcile import settle, settle_doubts, settle_items
 from .records import Counts, Item, Outcome, PendingKind
@@ -69,7 +69,6 @@ class Runner:
         advance: Callable[[int], None] = lambda n: None,
         lease_valid: Callable[[], bool] = lambda: True,
         channel_rates: Mapping[str, float | None] | None = None,
-        holder_alive: Callable[[dict[str, Any], str | None], bool] | None = None,
     ) -> None:
         self.store = store
         self.run_id = run_id
@@ -82,9 +81,8 @@ class Runner:
         self.crash = crash
         self.lease_valid = lease_valid  # Lease.surely_valid: checked right before each send
         # A run shared with other workers (PostgreSQL): this process holds a worker lease of
-        # its own (store.worker_id) and `holder_alive` tells which of the others still live.
+        # its own (store.worker_id).
         self.shared = store.worker_id is not None
-        self.holder_alive = holder_alive or (lambda owner, expires_at: True)
         self._reap_at = 0.0
         self.p = Progress(say, advance)
         self.judge = Judge(store, run_id, channels, policy, self.p)
@@ -235,7 +233,7 @@ class Runner:
         if self.interrupted.is_set():
             if self.shared and self._leave(wait_for_busy=False) == "left":
                 return RunResult(
-                    self.store.run_state(self.run_id),
+                    self.store.get_run(self.run_id).state,
                     Stop.INTERRUPTED,
                     "interrupted: this worker recorded what it sent and left the run to the "
                     "other workers",
@@ -248,13 +246,14 @@ class Runner:
                 "interrupted: requests already sent were recorded; the run is paused",
                 self.store.counts(self.run_id),
             )
-        cancel_requested_at, version = self.store.run_flags(self.run_id)
-        if not self.shared and version != self.lease_version:
-            raise LeaseLost(f"run {self.run_id}: another process took over this run")
         if self.shared:
-            state = self.store.run_state(self.run_id)
+            cancel_requested_at, state = self.store.run_signals(self.run_id)
             if state is not RunState.RUNNING:
                 return self._moved_by_another(state)
+        else:
+            cancel_requested_at, version = self.store.run_flags(self.run_id)
+            if version != self.lease_version:
+                raise LeaseLost(f"run {self.run_id}: another process took over this run")
         if cancel_requested_at:
             if self.shared and self._leave(wait_for_busy=False) == "left":
                 counts = self.store.counts(self.run_id)
@@ -659,9 +658,11 @@ class Runner:
                 return None
             if ending == "left":
                 return self._left("nothing left for this worker; the other workers finish the run")
-            if self._adopt_and_settle() or self.store.counts(self.run_id).in_flight:
+            if self._adopt_and_settle():
                 return None  # settled what a dead worker left: look again before closing
         counts = self.store.counts(self.run_id)
+        if self.shared and counts.in_flight:
+            return None  # held by a worker not yet known dead: wait for it
         summary = counts.summary()
         if counts.unknown:
             reason = f"{counts.unknown} item(s) with unknown outcome"
@@ -690,7 +691,7 @@ class Runner:
         worker holds) and settle it by query, before this worker sends anything more.
         Whether anything was adopted."""
         adopted = self.store.reap_dead_workers(
-            self.run_id, self.store.worker_id or "", self.lease_version, self.holder_alive
+            self.run_id, self.store.worker_id or "", self.lease_version, holder_alive
         )
         if not adopted:
             return False
@@ -708,13 +709,13 @@ class Runner:
             self.run_id,
             self.store.worker_id or "",
             self.lease_version,
-            self.holder_alive,
+            holder_alive,
             wait_for_busy=wait_for_busy,
         )
 
     def _left(self, reason: str) -> RunResult:
         counts = self.store.counts(self.run_id)
-        return RunResult(self.store.run_state(self.run_id), Stop.LEFT, reason, counts)
+        return RunResult(self.store.get_run(self.run_id).state, Stop.LEFT, reason, counts)
 
     def _moved_by_another(self, state: RunState) -> RunResult:
         """This worker's ending when another worker (or a cancel) moved the run first."""

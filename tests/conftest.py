@@ -35,7 +35,7 @@ from aiosmtpd.smtp import SMTP, Envelope, Session
 from click.testing import CliRunner, Result
 
 from notifier.cli import cli
-from notifier.store.postgres import describe, translate
+from notifier.store.postgres import describe, native
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "batch.csv"
@@ -131,7 +131,8 @@ class Workspace:
         if self.url:
             with psycopg.connect(self.url, autocommit=True) as pg:
                 pg.execute("SET default_transaction_read_only = on")
-                return [tuple(r) for r in pg.execute(translate(sql), params)]
+                cursor = psycopg.RawCursor(pg).execute(native(sql)[0], params)
+                return [tuple(r) for r in cursor]
         conn = sqlite3.connect(f"file:{self.db_file}?mode=ro", uri=True)
         try:
             return [tuple(r) for r in conn.execute(sql, params)]
@@ -142,7 +143,7 @@ class Workspace:
         """Change the database behind notifier's back, as a test that forges a state does."""
         if self.url:
             with psycopg.connect(self.url, autocommit=True) as pg:
-                pg.execute(translate(sql), params)
+                psycopg.RawCursor(pg).execute(native(sql)[0], params)
             return
         conn = sqlite3.connect(self.db_file)
         try:

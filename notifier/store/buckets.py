@@ -12,16 +12,19 @@ class Buckets(StoreCore):
     _NOW_S = "((julianday('now') - 2440587.5) * 86400.0)"
     _LEAST = "MIN"
 
-    def take_token(self, run_id: str, channel: str, rate: float) -> bool:
-        """Take one token of `channel`'s bucket (refilled at `rate` per second, holding at
-        most max(1, rate)); False when none is left now. One statement each, atomic on its
-        own: a token is never handed to two workers."""
-        capacity = max(1.0, rate)
+    def open_bucket(self, run_id: str, channel: str, rate: float) -> None:
+        """The bucket of `channel`, full, unless a worker of the run made it already."""
         self.conn.execute(
             "INSERT INTO rate_buckets (run_id, channel, tokens, refilled_at) "
             f"VALUES (?, ?, CAST(? AS DOUBLE PRECISION), {self._NOW_S}) ON CONFLICT DO NOTHING",
-            (run_id, channel, capacity),
+            (run_id, channel, max(1.0, rate)),
         )
+
+    def take_token(self, run_id: str, channel: str, rate: float) -> bool:
+        """Take one token of `channel`'s bucket (see open_bucket; refilled at `rate` per
+        second, holding at most max(1, rate)); False when none is left now. One statement,
+        atomic on its own: a token is never handed to two workers."""
+        capacity = max(1.0, rate)
         refilled = f"{self._LEAST}(:capacity, tokens + ({self._NOW_S} - refilled_at) * :rate)"
         cursor = self.conn.execute(
             f"UPDATE rate_buckets SET tokens = {refilled} - 1, refilled_at = {self._NOW_S} "

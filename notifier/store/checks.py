@@ -10,6 +10,16 @@ class Checks(StoreCore):
     """Refusing a database whose rows contradict each other, at a cost bounded by what needs
     attention, never by the size of the runs."""
 
+    def _refuse_newer(self, applied: set[str], known: set[str], untouched: str) -> None:
+        """A migration this version does not know means a newer notifier wrote the database:
+        refuse it before anything is written (`untouched` names what stays as it was)."""
+        newer = sorted(applied - known)
+        if newer:
+            raise StoreRefused(
+                f"{self.path}: written by a newer version of notifier (schema {newer[-1]} is "
+                f"unknown here). Upgrade notifier; {untouched} was not changed."
+            )
+
     def check_invariants(self) -> None:
         """Refuse a database whose rows contradict each other: resuming on top of it could
         re-send or skip notifications."""

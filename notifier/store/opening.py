@@ -170,13 +170,7 @@ class Opening(Checks):
                 f"{listed}). Point --db at a notifier receipts database or at a new path."
             )
         applied = {m.name for m in migrations.applied(Database(self.conn))}
-        known = {m.name for m in migrations._migrations}
-        newer = sorted(applied - known)
-        if newer:
-            raise StoreRefused(
-                f"{self.path}: written by a newer version of notifier (schema {newer[-1]} is "
-                "unknown here). Upgrade notifier; this file was not changed."
-            )
+        self._refuse_newer(applied, {m.name for m in migrations._migrations}, "this file")
 
 
 def _check_file_header(path: Path) -> str | None:

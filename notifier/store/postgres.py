@@ -70,27 +70,6 @@ def _row_factory(cursor: Any) -> Any:
     return make
 
 
-# A quoted literal (copied as it is, its % doubled), a ? or :name parameter, or a bare %.
-_TOKENS = re.compile(r"'(?:[^']|'')*'|\?|(?<![:\w]):([A-Za-z_]\w*)|%")
-
-
-@functools.lru_cache(maxsize=1024)
-def translate(sql: str) -> str:
-    """The store's SQL (sqlite3's `?` and `:name` parameters) in psycopg's `%s` style."""
-
-    def token(match: re.Match[str]) -> str:
-        text = match.group(0)
-        if text.startswith("'"):
-            return text.replace("%", "%%")
-        if text == "?":
-            return "%s"
-        if text == "%":
-            return "%%"
-        return f"%({match.group(1)})s"
-
-    return _TOKENS.sub(token, sql)
-
-
 # A quoted literal (copied as it is), or a ? or :name parameter.
 _PARAMETERS = re.compile(r"'(?:[^']|'')*'|\?|(?<![:\w]):([A-Za-z_]\w*)")
 
@@ -243,14 +222,8 @@ class PostgresOpening(Checks):
                 f"{listed}). Point --db at a notifier database, or at an empty database or "
                 "schema (options=-csearch_path=NAME in the URL)."
             )
-        applied = schema_pg.applied(self.conn)
         known = {m.name for m in schema_pg.MIGRATIONS}
-        newer = sorted(applied - known)
-        if newer:
-            raise StoreRefused(
-                f"{self.path}: written by a newer version of notifier (schema {newer[-1]} is "
-                "unknown here). Upgrade notifier; the database was not changed."
-            )
+        self._refuse_newer(schema_pg.applied(self.conn), known, "the database")
         return False
 
     def _storage_failure(self, exc: Exception) -> NotifierError:
@@ -279,9 +252,13 @@ class PostgresOpening(Checks):
     def _stream(self, sql: str, params: Sequence[Any]) -> Iterator[Any]:
         """Rows from a server-side cursor, a chunk at a time: a client-side cursor would hold
         every row of a million-item report in memory at once."""
-        with self.conn.raw.transaction(), self.conn.raw.cursor(name="notifier_stream") as cursor:
+        query, _ = native(sql)
+        with (
+            self.conn.raw.transaction(),
+            psycopg.RawServerCursor(self.conn.raw, "notifier_stream") as cursor,
+        ):
             cursor.itersize = 2000
-            cursor.execute(translate(sql), params)
+            cursor.execute(query, params)
             yield from cursor
 
     def _insert_pending(self, rows: Iterable[tuple[Any, ...]]) -> None:

@@ -63,13 +63,6 @@ class Queries(StoreCore):
         ).fetchone()
         return cancel_requested_at, RunState(state)
 
-    def run_state(self, run_id: str) -> RunState:
-        """Where the run stands now (another worker of a shared run may have moved it)."""
-        (state,) = self.conn.execute(
-            "SELECT state FROM runs WHERE run_id = ?", (run_id,)
-        ).fetchone()
-        return RunState(state)
-
     def data_version(self) -> int:
         """A number that changes whenever another connection (in any process) commits to the
         file: a reader that sees it unchanged knows nothing it read before has changed."""
