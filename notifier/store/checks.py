@@ -22,9 +22,14 @@ class Checks(StoreCore):
 
     def check_invariants(self) -> None:
         """Refuse a database whose rows contradict each other: resuming on top of it could
-        re-send or skip notifications."""
+        re-send or skip notifications. The checks read one committed state: a worker
+        committing between two of their queries must not look like a contradiction."""
         if not self._has_table("items"):
             return
+        with self._snapshot():
+            self._check_invariants()
+
+    def _check_invariants(self) -> None:
         problems: list[str] = []
         # Every open pays for these checks, so none walks all the items of a run. With m004,
         # "every sent item has a receipt" is first compared as two counts (each receipt is

@@ -107,6 +107,19 @@ class StoreCore:
     def _begin(self) -> None:
         self.conn.execute("BEGIN IMMEDIATE")
 
+    # A read transaction: every query in it sees the same committed state (SQLite's WAL
+    # snapshot is taken by its first read).
+    _BEGIN_SNAPSHOT = "BEGIN"
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        """Reads that see one committed state, whatever other processes commit meanwhile."""
+        self.conn.execute(self._BEGIN_SNAPSHOT)
+        try:
+            yield
+        finally:
+            self._roll_back()  # nothing was written
+
     def _fence(self, run_id: str | None, lease_version: int) -> None:
         """Abort the transaction unless the caller's lease is still valid: the run's, or
         with `worker_id` the worker's own (a reaped worker's version has moved on)."""
