@@ -176,12 +176,15 @@ class Queries(StoreCore):
         maybe = ", ".join(f"'{o}'" for o in MAYBE_DELIVERED_OUTCOMES)
         # Through m004's items_retried and events_disproof: only the retried items, and only
         # the disproving events of each, are read (never every pending item or every event).
+        # Named, because without statistics SQLite prefers items_pending_channel, which holds
+        # every pending item: 0.45 s on a run of a million not yet started.
         rows = self.conn.execute(
             "SELECT i.seq, EXISTS (SELECT 1 FROM attempts a WHERE a.run_id = i.run_id "
             f"AND a.seq = i.seq AND a.outcome IN ({maybe}) AND NOT EXISTS (SELECT 1 FROM "
             "events e WHERE e.run_id = i.run_id AND e.item_seq = i.seq "
             "AND e.kind IN ('not_found', 'mark_not_sent') AND e.at >= a.finished_at)) "
-            "FROM items i WHERE i.run_id = ? AND i.state = 'pending' AND i.attempts > 0",
+            f"FROM items i {self._indexed('items_retried')} WHERE i.run_id = ? "
+            "AND i.state = 'pending' AND i.attempts > 0",
             (run_id,),
         )
         return {
