@@ -16,8 +16,8 @@ from .config import Config
 from .intent import (
     CONTRACT_VERSION,
     canonical_json,
+    digest_of_payload_json,
     idempotency_key,
-    intent_digest,
     make_payload,
     new_key_nonce,
 )
@@ -93,8 +93,9 @@ def make_plan(
         for row in rows:
             if problems:
                 continue
-            payload = make_payload(row.subject, row.body, row.data, row.not_after)
-            digest = intent_digest(row.channel, row.to, payload)
+            # Stored as the canonical JSON it is digested as: one encoding, no drift.
+            payload = canonical_json(make_payload(row.subject, row.body, row.data, row.not_after))
+            digest = digest_of_payload_json(row.channel, row.to, payload)
             digests.update(digest.encode("ascii") + b"\n")
             per_channel[row.channel] += 1
             stage.add(
@@ -102,8 +103,7 @@ def make_plan(
                 row.item_id,
                 row.channel,
                 row.to,
-                # Stored as the canonical JSON it is digested as: one encoding, no drift.
-                canonical_json(payload),
+                payload,
                 idempotency_key(run_id, nonce, row.item_id, row.to),
                 digest,
                 row.not_after,

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import unicodedata
 
-from notifier.intent import idempotency_key, intent_digest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from notifier.intent import CONTRACT_VERSION, idempotency_key, intent_digest, normalise_target
 
 from .conftest import EXAMPLE, Workspace, make_rows
 
@@ -41,6 +46,42 @@ def test_digest_changes_with_the_payload_and_ignores_unicode_form() -> None:
     assert intent_digest("outbox", "a@example.com", base) == intent_digest(
         "outbox", " a@EXAMPLE.com ", base
     )
+
+
+def test_keys_and_digests_keep_their_bytes_across_versions() -> None:
+    """The key and the digest of one fixed intent are the values every earlier version
+    computed: a faster encoding must never change what a stored run compares against."""
+    payload = {
+        "subject": 'Cafe\u0301 "q"',
+        "body": "b\\n\u2028",
+        "data": {"plan": "te\u0301am", "a": ""},
+        "not_after": "2026-12-01T09:00:00Z",
+    }
+    digest = intent_digest("hooks", " Zo\u00eb@EXAMPLE.com ", payload)
+    assert digest == "sha256:69afceed2788564325d11aaf6b0288057cdd6f5c4d0eaee4aa85d5a7032ceb66"
+    key = idempotency_key("run-1", "00ff00ff00ff00ff", "b1", " Zo\u00eb@EXAMPLE.com ")
+    assert key == "ntf1-94ed1b46e8e26b18a71fbb8fb1369b60f04ab745"
+
+
+_text = st.text(st.characters(codec="utf-8"), max_size=12)
+
+
+@given(channel=_text, target=_text, subject=_text, data=st.dictionaries(_text, _text, max_size=3))
+def test_the_digest_is_sha256_of_the_whole_intent_encoded_at_once(
+    channel: str, target: str, subject: str, data: dict[str, str]
+) -> None:
+    """Whatever the text, the digest equals sha256 over the NFC of the whole intent document
+    encoded in one json.dumps (the formula of DESIGN section 5), not only over its parts."""
+    payload = {"subject": subject, "body": subject[::-1], "data": data}
+    whole = {
+        "contract_version": CONTRACT_VERSION,
+        "channel": channel,
+        "target": normalise_target(target),
+        "payload": payload,
+    }
+    text = json.dumps(whole, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    expected = hashlib.sha256(unicodedata.normalize("NFC", text).encode("utf-8")).hexdigest()
+    assert intent_digest(channel, target, payload) == "sha256:" + expected
 
 
 def test_same_batch_again_is_refused_unless_new_run(ws: Workspace) -> None:
