@@ -172,6 +172,8 @@ def _store_as_completed(
     started) when drafting must stop for every row."""
     stopped: ComposeStopped | None = None
     for future in as_completed(futures):
+        if future.cancelled():
+            continue  # cancelled by the stop below before a thread took it: stays undrafted
         seq, row = futures[future]
         try:
             draft = future.result()

@@ -9,10 +9,14 @@ import signal
 import time
 from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
 
+from notifier import compose
+from notifier.batch import BatchRow
+from notifier.compose import ComposeStopped, Draft
 from notifier.intent import intent_digest
 
 from .conftest import Workspace
@@ -155,6 +159,22 @@ def test_401_stops_every_row_with_a_clear_message_and_resume_continues(
     resumed = ws.invoke("resume")
     assert resumed.exit_code == 0, resumed.output
     assert len(ws.outbox_documents()) == 4
+
+
+def test_rows_cancelled_after_a_stop_are_skipped_not_an_internal_error() -> None:
+    """When a 401 stops drafting while other rows still wait for a thread, those rows are
+    cancelled and left undrafted: the stop is reported, never a CancelledError (a race that
+    turned test_401 above into "internal error" on a busy machine)."""
+    stopped: Future[Draft] = Future()
+    stopped.set_exception(ComposeStopped("401: the key was refused"))
+    waiting: Future[Draft] = Future()  # queued behind busy threads, not started
+    # What the pool's worker does when it reaches a cancelled row: tell the waiters.
+    waiting.add_done_callback(lambda future: future.set_running_or_notify_cancel())
+    row = BatchRow(2, 1, "u1", "user1@example.com", "", "", "outbox")
+    futures = {stopped: (1, row), waiting: (2, row)}
+    with pytest.raises(ComposeStopped, match="401"):
+        compose._store_as_completed(None, "run-1", futures, print)  # type: ignore[arg-type]
+    assert waiting.cancelled()
 
 
 def test_a_missing_key_is_refused_before_anything_is_stored(
