@@ -7,6 +7,7 @@ row at a time), so a million-row batch costs no more memory than a ten-row one.
 
 from __future__ import annotations
 
+import bisect
 import csv
 import re
 from collections.abc import Iterator, Mapping
@@ -24,6 +25,8 @@ MAX_REPORTED = 20
 # Problems kept in memory (all are counted): a file with a million bad rows must not hold a
 # million messages; BatchError prints the first MAX_REPORTED and the count.
 MAX_KEPT = 1000
+# Rows whose ids are checked for duplicates at once (one query per chunk, not per row).
+ID_CHUNK = 5000
 # The longest field accepted, in characters. The csv module's default (131072) rejects an
 # ordinary long HTML body; a few MiB still stops a runaway unclosed quote from swallowing the
 # rest of a large file as one field.
@@ -56,7 +59,8 @@ class Problem:
 
 class Problems:
     """The problems found so far, in file order: every one counted, the first MAX_KEPT
-    kept."""
+    kept. A duplicate id is noticed a chunk of rows late (see IdLedger), so a problem may
+    arrive after one on a later line: it is put in its place."""
 
     def __init__(self) -> None:
         self.kept: list[Problem] = []
@@ -64,7 +68,10 @@ class Problems:
 
     def append(self, problem: Problem) -> None:
         self.count += 1
-        if len(self.kept) < MAX_KEPT:
+        if self.kept and problem.line < self.kept[-1].line:
+            bisect.insort(self.kept, problem, key=lambda p: p.line)
+            del self.kept[MAX_KEPT:]
+        elif len(self.kept) < MAX_KEPT:
             self.kept.append(problem)
 
     def __len__(self) -> int:
@@ -75,10 +82,16 @@ class Problems:
 
 
 class IdLedger(Protocol):
-    """Where the item ids seen so far are noted (a scratch table for a streamed plan)."""
+    """Where the item ids seen so far are noted (a scratch table for a streamed plan).
+    Noted in chunks: asking row by row costs a query per row."""
 
-    def first_use(self, item_id: str, line: int) -> int | None:
-        """None the first time `item_id` is seen; else the line that used it first."""
+    def note(self, item_id: str, line: int) -> None:
+        """Remember that `line` uses `item_id`."""
+        ...
+
+    def duplicates(self) -> list[tuple[int, str, int]]:
+        """(line, id, first line) for every id noted since the last call that an earlier
+        line already used, in file order."""
         ...
 
 
@@ -87,10 +100,16 @@ class _IdsInMemory:
 
     def __init__(self) -> None:
         self.lines: dict[str, int] = {}
+        self.found: list[tuple[int, str, int]] = []
 
-    def first_use(self, item_id: str, line: int) -> int | None:
+    def note(self, item_id: str, line: int) -> None:
         first = self.lines.setdefault(item_id, line)
-        return None if first == line else first
+        if first != line:
+            self.found.append((line, item_id, first))
+
+    def duplicates(self) -> list[tuple[int, str, int]]:
+        found, self.found = self.found, []
+        return found
 
 
 class BatchError(BadInput):
@@ -202,7 +221,7 @@ def _parse(
     csv.field_size_limit(MAX_FIELD_CHARS)
     reader = csv.reader(text, strict=True)
     header: list[str] | None = None
-    columns: dict[str, int] = {}
+    layout = _Layout.of([], {})
     start = 1
     rows = 0
     try:
@@ -215,20 +234,22 @@ def _parse(
                 columns = _check_header(header, line, problems)
                 if problems:
                     break
+                layout = _Layout.of(header, columns)
                 continue
             rows += 1
             row = _check_row(
                 record,
                 line,
                 rows,
-                header,
-                columns,
+                layout,
                 ids,
                 channel_types,
                 default_channel,
                 problems,
                 not_after,
             )
+            if rows % ID_CHUNK == 0:
+                _note_duplicates(ids, problems)
             if row is not None:
                 yield row
     except csv.Error as exc:
@@ -240,6 +261,7 @@ def _parse(
         else:
             message = f"malformed CSV ({exc}): close every quote and double any quote inside"
         problems.append(Problem(start, message))
+    _note_duplicates(ids, problems)
     if header is None and not problems:
         problems.append(
             Problem(1, "the file is empty: add a header row (to,subject,body) and rows")
@@ -247,6 +269,15 @@ def _parse(
     elif header is not None and not rows and not problems:
         problems.append(
             Problem(2, "the file has a header but no rows: add one row per notification")
+        )
+
+
+def _note_duplicates(ids: IdLedger, problems: Problems) -> None:
+    for line, item_id, first in ids.duplicates():
+        problems.append(
+            Problem(
+                line, f"duplicate id {item_id!r} (first used on line {first}): ids must be unique"
+            )
         )
 
 
@@ -312,35 +343,65 @@ def _deadline(
     return own if default is None else min(own, default)
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """Where each reserved column sits (None: absent) and which columns are data, worked
+    out once from the header rather than once per row."""
+
+    width: int
+    to: int | None
+    subject: int | None
+    body: int | None
+    id: int | None
+    channel: int | None
+    not_after: int | None
+    data: tuple[tuple[int, str], ...]
+
+    @classmethod
+    def of(cls, header: list[str], columns: dict[str, int]) -> _Layout:
+        data = tuple(
+            (index, name) for index, name in enumerate(header) if name.casefold() not in RESERVED
+        )
+        at = columns.get
+        return cls(
+            len(header),
+            at("to"),
+            at("subject"),
+            at("body"),
+            at("id"),
+            at("channel"),
+            at("not_after"),
+            data,
+        )
+
+
+def _cell(record: list[str], index: int | None) -> str:
+    return record[index] if index is not None else ""
+
+
 def _check_row(
     record: list[str],
     line: int,
     seq: int,
-    header: list[str],
-    columns: dict[str, int],
+    layout: _Layout,
     ids: IdLedger,
     channel_types: Mapping[str, str],
     default_channel: str,
     problems: Problems,
     not_after: datetime | None = None,
 ) -> BatchRow | None:
-    if len(record) != len(header):
+    if len(record) != layout.width:
         problems.append(
             Problem(
                 line,
-                f"{len(record)} fields but the header has {len(header)}: quote any field "
+                f"{len(record)} fields but the header has {layout.width}: quote any field "
                 'that contains a comma ("a, b") and check for missing or extra commas',
             )
         )
         return None
     before = len(problems)
-
-    def cell(name: str) -> str:
-        index = columns.get(name)
-        return record[index] if index is not None else ""
-
-    to = cell("to").strip()
-    subject = cell("subject")
+    to = _cell(record, layout.to).strip()
+    subject = _cell(record, layout.subject)
     if not to:
         problems.append(Problem(line, "empty `to`: every row needs a recipient"))
     elif _CONTROL.search(to):
@@ -352,18 +413,13 @@ def _check_row(
             )
         )
     item_id = str(seq)
-    if "id" in columns:
-        item_id = cell("id").strip()
+    if layout.id is not None:
+        item_id = record[layout.id].strip()
         if not item_id:
             problems.append(Problem(line, "empty `id`: give every row an id, or drop the column"))
-        elif (first := ids.first_use(item_id, line)) is not None:
-            problems.append(
-                Problem(
-                    line,
-                    f"duplicate id {item_id!r} (first used on line {first}): ids must be unique",
-                )
-            )
-    channel = cell("channel").strip() or default_channel
+        else:
+            ids.note(item_id, line)  # a duplicate is reported when the chunk is checked
+    channel = _cell(record, layout.channel).strip() or default_channel
     kind = channel_types.get(channel)
     if kind is None:
         known = ", ".join(sorted(channel_types))
@@ -382,18 +438,17 @@ def _check_row(
                 f"`to` {to!r} is not an e-mail address, which channel {channel!r} needs ({why})",
             )
         )
-    deadline = _deadline(cell("not_after"), not_after, line, problems)
+    deadline = _deadline(_cell(record, layout.not_after), not_after, line, problems)
     if len(problems) > before:
         return None
-    data = {name: record[i] for i, name in enumerate(header) if name.casefold() not in RESERVED}
     return BatchRow(
         line,
         seq,
         item_id,
         to,
         subject,
-        cell("body"),
+        _cell(record, layout.body),
         channel,
-        data,
+        {name: record[index] for index, name in layout.data},
         clock.iso(deadline) if deadline is not None else None,
     )

@@ -18,8 +18,8 @@ from .intent import (
     canonical_json,
     digest_of_payload_json,
     idempotency_key,
-    make_payload,
     new_key_nonce,
+    payload_json,
 )
 from .state_machine import RunState
 from .store import PlanStage
@@ -94,7 +94,7 @@ def make_plan(
             if problems:
                 continue
             # Stored as the canonical JSON it is digested as: one encoding, no drift.
-            payload = canonical_json(make_payload(row.subject, row.body, row.data, row.not_after))
+            payload = payload_json(row.subject, row.body, row.data, row.not_after)
             digest = digest_of_payload_json(row.channel, row.to, payload)
             digests.update(digest.encode("ascii") + b"\n")
             per_channel[row.channel] += 1

@@ -183,3 +183,22 @@ def test_an_smtp_address_the_channel_would_refuse_fails_the_file(ws: Workspace) 
     assert result.exit_code == 2, result.output
     assert "line 3: " in result.output and "malformed" in result.output
     assert not ws.db_file.exists()
+
+
+def test_duplicate_ids_far_apart_are_listed_in_file_order(ws: Workspace) -> None:
+    """Ids are checked a chunk of rows at a time, yet a duplicate across chunks and one
+    inside a chunk are both found, and listed in line order among the other problems."""
+    rows = [["id", "to"]] + [[f"x{i}", f"u{i}@example.com"] for i in range(1, 12_001)]
+    rows[6_000] = ["x2", "dup@example.com"]  # line 6,001 reuses line 3's id (another chunk)
+    rows[6_001] = ["x6001", ""]  # line 6,002: empty `to`, found before the chunk is checked
+    rows[11_000] = ["x10999", "again@example.com"]  # line 11,001 reuses line 11,000's id
+    ws.write_csv("dups.csv", rows)
+    result = ws.invoke("send", "dups.csv")
+    assert result.exit_code == 2, result.output
+    listed = [line for line in result.output.splitlines() if line.strip().startswith("line ")]
+    assert listed == [
+        "  line 6001: duplicate id 'x2' (first used on line 3): ids must be unique",
+        "  line 6002: empty `to`: every row needs a recipient",
+        "  line 11001: duplicate id 'x10999' (first used on line 11000): ids must be unique",
+    ]
+    assert not ws.db_file.exists()

@@ -10,7 +10,15 @@ import unicodedata
 from hypothesis import given
 from hypothesis import strategies as st
 
-from notifier.intent import CONTRACT_VERSION, idempotency_key, intent_digest, normalise_target
+from notifier.intent import (
+    CONTRACT_VERSION,
+    KEY_PREFIX,
+    idempotency_key,
+    intent_digest,
+    make_payload,
+    normalise_target,
+    payload_json,
+)
 
 from .conftest import EXAMPLE, Workspace, make_rows
 
@@ -82,6 +90,29 @@ def test_the_digest_is_sha256_of_the_whole_intent_encoded_at_once(
     text = json.dumps(whole, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     expected = hashlib.sha256(unicodedata.normalize("NFC", text).encode("utf-8")).hexdigest()
     assert intent_digest(channel, target, payload) == "sha256:" + expected
+
+
+@given(
+    texts=st.lists(_text, min_size=4, max_size=4),
+    data=st.dictionaries(_text, _text, max_size=4),
+    deadline=st.none() | _text,
+)
+def test_the_stored_payload_and_the_key_are_the_canonical_json_formulas(
+    texts: list[str], data: dict[str, str], deadline: str | None
+) -> None:
+    """The payload text planning stores is the NFC of json.dumps(sort_keys) of the payload,
+    and a key hashes the NFC of json.dumps of its components, whatever the text."""
+
+    def canonical(value: object) -> str:
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return unicodedata.normalize("NFC", text)
+
+    subject, body, item_id, target = texts
+    stored = payload_json(subject, body, data, deadline)
+    assert stored == canonical(make_payload(subject, body, data, deadline))
+    parts = ["run-1", "00ff00ff00ff00ff", item_id, normalise_target(target), CONTRACT_VERSION]
+    hashed = hashlib.sha256(canonical(parts).encode("utf-8")).hexdigest()
+    assert idempotency_key("run-1", "00ff00ff00ff00ff", item_id, target) == KEY_PREFIX + hashed[:40]
 
 
 def test_same_batch_again_is_refused_unless_new_run(ws: Workspace) -> None:

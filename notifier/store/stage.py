@@ -35,21 +35,32 @@ class PlanStage:
         )
         self.conn.execute("BEGIN")  # one scratch transaction: no commit per chunk
         self._buffer: list[tuple[Any, ...]] = []
+        self._noted: list[tuple[str, int]] = []
         self.count = 0
 
-    def first_use(self, item_id: str, line: int) -> int | None:
-        """None the first time `item_id` is seen (it is noted with `line`); after that, the
-        line that used it first."""
-        cursor = self.conn.execute(
-            "INSERT INTO ids (item_id, line) VALUES (?, ?) ON CONFLICT DO NOTHING",
-            (item_id, line),
+    def note(self, item_id: str, line: int) -> None:
+        """Remember that `line` uses `item_id` (checked with the rest of its chunk)."""
+        self._noted.append((item_id, line))
+
+    def duplicates(self) -> list[tuple[int, str, int]]:
+        """(line, id, first line) for each id noted since the last call that an earlier line
+        used. One INSERT for the chunk; only a chunk that holds a duplicate (the file will
+        be refused) is looked at row by row."""
+        noted, self._noted = self._noted, []
+        before = self.conn.total_changes
+        self.conn.executemany(
+            "INSERT INTO ids (item_id, line) VALUES (?, ?) ON CONFLICT DO NOTHING", noted
         )
-        if cursor.rowcount == 1:
-            return None
-        (first,) = self.conn.execute(
-            "SELECT line FROM ids WHERE item_id = ?", (item_id,)
-        ).fetchone()
-        return int(first)
+        if self.conn.total_changes - before == len(noted):
+            return []
+        found = []
+        for item_id, line in noted:
+            (first,) = self.conn.execute(
+                "SELECT line FROM ids WHERE item_id = ?", (item_id,)
+            ).fetchone()
+            if first != line:
+                found.append((line, item_id, int(first)))
+        return found
 
     def add(
         self,
