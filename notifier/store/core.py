@@ -89,12 +89,14 @@ class StoreCore:
         between our read and our write, and busy_timeout cannot retry that. With
         `lease_version`, the transaction is fenced: it aborts if the lease moved on."""
         try:
-            self._begin()
+            self._begin_fenced(run_id, lease_version)
         except self._STORAGE_ERRORS as exc:
+            self._roll_back()
             raise self._storage_failure(exc) from exc
+        except BaseException:
+            self._roll_back()
+            raise
         try:
-            if lease_version is not None:
-                self._fence(run_id, lease_version)
             yield
             self.conn.execute("COMMIT")
         except self._STORAGE_ERRORS as exc:
@@ -106,6 +108,12 @@ class StoreCore:
 
     def _begin(self) -> None:
         self.conn.execute("BEGIN IMMEDIATE")
+
+    def _begin_fenced(self, run_id: str | None, lease_version: int | None) -> None:
+        """BEGIN, then with `lease_version` the fence (an engine may send both at once)."""
+        self._begin()
+        if lease_version is not None:
+            self._fence(run_id, lease_version)
 
     # A read transaction: every query in it sees the same committed state (SQLite's WAL
     # snapshot is taken by its first read).
@@ -123,15 +131,19 @@ class StoreCore:
     def _fence(self, run_id: str | None, lease_version: int) -> None:
         """Abort the transaction unless the caller's lease is still valid: the run's, or
         with `worker_id` the worker's own (a reaped worker's version has moved on)."""
+        sql, key = self._fence_query(run_id)
+        self._check_fence(run_id, lease_version, self.conn.execute(sql, (key,)).fetchone())
+
+    def _fence_query(self, run_id: str | None) -> tuple[str, str | None]:
+        """The read of the version the caller's lease must still hold, and its one key."""
         if self.worker_id is not None:
-            row = self.conn.execute(
-                "SELECT version FROM workers WHERE worker_id = ? AND state = 'live'",
-                (self.worker_id,),
-            ).fetchone()
-        else:
-            row = self.conn.execute(
-                "SELECT lease_version FROM runs WHERE run_id = ?", (run_id,)
-            ).fetchone()
+            return "SELECT version FROM workers WHERE worker_id = ? AND state = 'live'", (
+                self.worker_id
+            )
+        return "SELECT lease_version FROM runs WHERE run_id = ?", run_id
+
+    @staticmethod
+    def _check_fence(run_id: str | None, lease_version: int, row: Any) -> None:
         if row is None or row[0] != lease_version:
             raise LeaseLost(f"run {run_id}: another process took over this run")
 

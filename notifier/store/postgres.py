@@ -20,6 +20,7 @@ from typing import Any, Self
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg import sql as pg_sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 
@@ -118,9 +119,14 @@ class PgConnection:
         cursor.executemany(native(sql)[0], rows)
         return cursor
 
-    def execute_script(self, sql: str) -> None:
-        """DDL as written (a PL/pgSQL body may hold anything): no parameters."""
-        self.raw.execute(sql.encode())
+    def execute_script(self, sql: str) -> psycopg.Cursor[Any]:
+        """Statements as written, sent at once (a PL/pgSQL body may hold anything): no
+        parameters. The cursor is on the first statement's result (nextset for the rest)."""
+        return self.raw.execute(sql.encode())
+
+    def literal(self, value: str | None) -> str:
+        """`value` as an SQL literal, quoted by psycopg, for a statement sent as a script."""
+        return pg_sql.Literal(value).as_string(self.raw)
 
     @property
     def in_transaction(self) -> bool:
@@ -198,12 +204,26 @@ class PostgresOpening(Checks):
     def close(self) -> None:
         self.conn.close()
 
+    # One writer per database schema at a time, as SQLite's write lock; held to COMMIT.
+    _BEGIN = "BEGIN; SELECT pg_advisory_xact_lock(hashtext('notifier:' || current_schema()))"
+
     def _begin(self) -> None:
-        # One writer per database schema at a time, as SQLite's write lock; held to COMMIT.
-        # Both statements in one round trip.
-        self.conn.execute_script(
-            "BEGIN; SELECT pg_advisory_xact_lock(hashtext('notifier:' || current_schema()))"
+        self.conn.execute_script(self._BEGIN)  # both statements in one round trip
+
+    def _begin_fenced(self, run_id: str | None, lease_version: int | None) -> None:
+        """BEGIN, the lock and the fence's read in one round trip: a group commit of the
+        pipeline is a dozen round trips to the server, and each is felt. The read is its own
+        statement after the lock, so it sees what any writer before us committed."""
+        if lease_version is None:
+            self._begin()
+            return
+        sql, key = self._fence_query(run_id)
+        cursor = self.conn.execute_script(
+            f"{self._BEGIN}; {sql.replace('?', self.conn.literal(key))}"
         )
+        cursor.nextset()  # the lock's result
+        cursor.nextset()  # the fence's
+        self._check_fence(run_id, lease_version, cursor.fetchone())
 
     def _check_schema(self) -> bool:
         """True for an empty schema (ours to initialise); refuse a foreign or newer one."""
