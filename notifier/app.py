@@ -1,5 +1,6 @@
 """What each command does, between parsing (cli.py) and the layers below. No SQL, no
-rendering: this module opens the store, picks the run, takes the lease and runs the work."""
+rendering: this module opens the store, picks the run (env.py's steps, shared with the
+read-only commands), takes the lease and runs the work."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from . import approval, clock, compose, crash
 from . import config as config_module
 from .batch import BatchError, BatchRow, Problems, read_batch, stream_batch
 from .channels import Channel, ChannelConfigError, ErrorKind, UnbuildableChannel, build_channel
-from .config import Config
+from .env import Env, Say, open_store, pick_run
 from .errors import BadInput, NeedsAttention, Refused
 from .intent import CONTRACT_VERSION, new_key_nonce
 from .lease import Lease, live_holder
@@ -37,47 +38,6 @@ from .store import (
     is_postgres,
 )
 from .template import Template, render_stream
-
-Say = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class Env:
-    db_path: Path | str  # an SQLite file, or a postgresql:// URL
-    config: Config
-    say: Say
-
-    @property
-    def base_dir(self) -> Path:
-        """Where relative channel paths (an outbox) are resolved: beside an SQLite file,
-        else the working directory."""
-        return Path.cwd() if is_postgres(self.db_path) else Path(self.db_path).parent
-
-    def may_hold_runs(self) -> bool:
-        """Whether a read-only look may find runs (a server always may; a file must exist)."""
-        return is_postgres(self.db_path) or Path(self.db_path).exists()
-
-
-def open_store(env: Env, *, create: bool = False, readonly: bool = False) -> Store:
-    return Store.open(env.db_path, create=create, readonly=readonly)
-
-
-def pick_run(store: Store, run_id: str | None, *, active_only: bool = False) -> Run:
-    """RUN_ID, or the newest run (for resume and cancel: the newest not completed or
-    cancelled)."""
-    if run_id is not None:
-        try:
-            return store.get_run(run_id)
-        except KeyError:
-            raise BadInput(
-                f"{store.path}: no run {run_id!r}. `notifier runs` lists the runs.",
-            ) from None
-    run = store.newest_run(exclude=FINISHED_RUN_STATES if active_only else ())
-    if run is None:
-        what = "unfinished run" if active_only else "run"
-        raise BadInput(f"{store.path}: there is no {what}. `notifier runs` lists the runs.")
-    return run
-
 
 # ---------------------------------------------------------------------- send / resume
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 from . import clock
-from .channels.smtp import recipient_problem
+from .channels.smtp_options import recipient_problem
 from .errors import BadInput
 
 RESERVED = ("to", "subject", "body", "id", "channel", "not_after")

@@ -3,6 +3,9 @@
 Exit codes (DESIGN section 8): 0 done; 1 internal error; 2 usage or bad input (nothing
 changed); 3 stopped with items needing attention or paused; 4 refused for safety; 130
 interrupted; 137 simulated crash.
+
+A command imports what only it uses (app.py and all that sending needs, the sandbox's HTTP
+server) when it runs, so that `status`, `report` and `runs` start fast.
 """
 
 from __future__ import annotations
@@ -16,27 +19,29 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from . import app, approval, clock, compose, crash, report
-from .batch import BatchRow, parse_deadline
+from . import approval, clock, report
 from .config import load as load_config
+from .env import Env, open_store, pick_run
 from .errors import BadInput, ExitCode, NotifierError
-from .manual import reconcile_manually
-from .outcome import run_advice, run_exit, settled_exit
-from .plan import new_run_id
-from .records import Run
-from .runner import RunOptions, RunResult
-from .sandbox import Faults, run_sandbox
 from .state_machine import FINISHED_RUN_STATES, RunState, RunTrigger
-from .store import Store, is_postgres
-from .template import Template
-from .template import load as load_template
+from .store import is_postgres
+
+if TYPE_CHECKING:
+    from . import compose
+    from .batch import BatchRow
+    from .records import Run
+    from .runner import RunOptions, RunResult
+    from .store import Store
+    from .template import Template
+
+# `send --compose` drafts with this model unless --model names another.
+DEFAULT_MODEL = "claude-sonnet-5"
 
 
 @functools.cache
@@ -107,11 +112,11 @@ _format_option = click.option(
 )
 
 
-def _env(ctx: click.Context, *, machine_output: bool = False) -> app.Env:
+def _env(ctx: click.Context, *, machine_output: bool = False) -> Env:
     """With `machine_output` (JSON or CSV on stdout), running commentary goes to stderr."""
     explicit = ctx.obj["config"] is not None
     config = load_config(ctx.obj["config"] or Path("notifier.toml"), explicit=explicit)
-    return app.Env(db_path=ctx.obj["db"], config=config, say=_say_err if machine_output else _say)
+    return Env(db_path=ctx.obj["db"], config=config, say=_say_err if machine_output else _say)
 
 
 def _say(line: str) -> None:
@@ -124,6 +129,14 @@ def _say_err(line: str) -> None:
 
 @contextmanager
 def _progress(total: int) -> Iterator[Callable[[int], None]]:
+    from rich.progress import (  # noqa: PLC0415 (start-up time)
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
     console = Console(stderr=True)
     with Progress(
         TextColumn("sending"),
@@ -139,6 +152,8 @@ def _progress(total: int) -> Iterator[Callable[[int], None]]:
 
 
 def _finish(ctx: click.Context, run_id: str, result: RunResult, draft_failures: int = 0) -> None:
+    from .outcome import run_advice, run_exit  # noqa: PLC0415 (start-up time)
+
     advice = run_advice(result, run_id)
     click.echo(f"run {run_id}: {result.reason}." + (f" {advice}" if advice else ""))
     code = run_exit(result)
@@ -150,7 +165,7 @@ def _finish(ctx: click.Context, run_id: str, result: RunResult, draft_failures: 
 def _dry_run_drafts(
     settings: compose.Settings, key: str, rows: list[BatchRow], template: Template | None
 ) -> None:
-    from . import claude  # noqa: PLC0415 (the SDK loads only when drafting)
+    from . import claude, compose  # noqa: PLC0415 (the SDK loads only when drafting)
 
     drafter = claude.Drafter(settings, key)
     try:
@@ -173,8 +188,10 @@ def _dry_run_drafts(
     )
 
 
-def _draft(ctx: click.Context, env: app.Env, store: Store, run: Run) -> Run:
+def _draft(ctx: click.Context, env: Env, store: Store, run: Run) -> Run:
     """Draft what a --compose run lacks; Ctrl-C leaves with 130, the drafts made stored."""
+    from . import app  # noqa: PLC0415 (start-up time)
+
     try:
         return app.draft_run(env, store, run)
     except KeyboardInterrupt:
@@ -220,7 +237,7 @@ def _report_draft_failures(store: Store, run: Run) -> int:
 )
 @click.option(
     "--model",
-    default=compose.DEFAULT_MODEL,
+    default=DEFAULT_MODEL,
     show_default=True,
     help="With --compose: the Claude model that drafts.",
 )
@@ -267,9 +284,16 @@ def send(
     rate: float | None,
 ) -> None:
     """Validate BATCH.csv, store every intent, then send each notification durably."""
+    from . import app, compose, crash  # noqa: PLC0415 (start-up time)
+    from .runner import RunOptions  # noqa: PLC0415
+
     env = _env(ctx)
     crash.from_env()  # a mistyped NOTIFIER_CRASH_AT is a usage error before anything is stored
-    template = load_template(template_path) if template_path is not None else None
+    template = None
+    if template_path is not None:
+        from .template import load  # noqa: PLC0415 (start-up time)
+
+        template = load(template_path)
     not_after = _deadline_option(not_after_text)
     # Kept with the run, so `resume` sends at the same pace unless told otherwise.
     options: dict[str, object] = {"concurrency": concurrency, "max_wait": max_wait, "rate": rate}
@@ -330,7 +354,7 @@ def _read_brief(path: Path) -> str:
 
 def _send_compose(
     ctx: click.Context,
-    env: app.Env,
+    env: Env,
     batch: Path,
     settings: compose.Settings,
     template: Template | None,
@@ -343,6 +367,9 @@ def _send_compose(
 ) -> None:
     """send --compose: store the rows, draft them (stored one by one), freeze the intents,
     then wait for approval or send."""
+    from . import app, compose  # noqa: PLC0415 (start-up time)
+    from .plan import new_run_id  # noqa: PLC0415
+
     key = app.compose_key()  # before anything is stored
     rows = app.read_rows(env, batch, channel=channel, run_id=run_id, not_after=not_after)
     if template is not None:
@@ -370,6 +397,8 @@ def _send_compose(
 
 
 def _run_options(options: dict[str, object]) -> RunOptions:
+    from .runner import RunOptions  # noqa: PLC0415 (start-up time)
+
     rate = options.get("rate")
     return RunOptions(
         int(str(options["concurrency"])),
@@ -381,6 +410,8 @@ def _run_options(options: dict[str, object]) -> RunOptions:
 def _deadline_option(text: str | None) -> datetime | None:
     if text is None:
         return None
+    from .batch import parse_deadline  # noqa: PLC0415 (start-up time)
+
     try:
         return parse_deadline(text)
     except ValueError as exc:
@@ -413,6 +444,8 @@ def _await_approval(store: Store, run: Run) -> None:
 @click.pass_context
 def approve(ctx: click.Context, run_id: str | None, fingerprint: str, expires_in: str) -> None:
     """Approve a run planned with --require-approval, bound to its fingerprint."""
+    from . import app  # noqa: PLC0415 (start-up time)
+
     env = _env(ctx)
     granted = app.approve(env, run_id, fingerprint, expires_in)
     click.echo(
@@ -487,11 +520,15 @@ def _resume(
     joining: bool,
 ) -> None:
     """`resume`, or with `joining` a `worker`, which finds a run already finished normal."""
+    from . import app, compose, crash  # noqa: PLC0415 (start-up time)
+    from .outcome import settled_exit  # noqa: PLC0415
+    from .runner import RunOptions  # noqa: PLC0415
+
     env = _env(ctx)
     crash.from_env()
-    store = app.open_store(env)
+    store = open_store(env)
     try:
-        run = app.pick_run(store, run_id, active_only=not joining or run_id is None)
+        run = pick_run(store, run_id, active_only=not joining or run_id is None)
         if run.state in FINISHED_RUN_STATES:
             if joining:
                 counts = store.counts(run.run_id)
@@ -555,9 +592,9 @@ def report_command(ctx: click.Context, run_id: str | None, fmt: str) -> None:
 
 def _print_report(ctx: click.Context, run_id: str | None, fmt: str) -> None:
     env = _env(ctx)
-    store = app.open_store(env, readonly=True)
+    store = open_store(env, readonly=True)
     try:
-        run = app.pick_run(store, run_id)
+        run = pick_run(store, run_id)
         _emit(report.build(store, run, attention_only=fmt == "table"), fmt)
         if fmt == "table" and run.state is RunState.AWAITING_APPROVAL:
             for line in approval.preview(store, run):  # what an approval would cover
@@ -593,7 +630,7 @@ def _emit(data: dict[str, Any], fmt: str) -> None:
 def runs(ctx: click.Context) -> None:
     """List every run in the database, newest first."""
     env = _env(ctx)
-    store = app.open_store(env, readonly=True)
+    store = open_store(env, readonly=True)
     try:
         table = Table(show_header=True, header_style="bold")
         for name in ("run", "state", "created"):
@@ -636,11 +673,14 @@ def cancel(
     ctx: click.Context, run_id: str | None, with_report: bool, fmt: str, wait_s: float
 ) -> None:
     """Stop dispatch now, settle in-flight items, and mark the run cancelled."""
+    from . import app  # noqa: PLC0415 (start-up time)
+    from .outcome import settled_exit  # noqa: PLC0415
+
     env = _env(ctx, machine_output=with_report and fmt != "table")
     result = app.cancel(env, run_id, wait_s)
     env.say(result.message)
     if with_report:
-        store = app.open_store(env)
+        store = open_store(env)
         try:
             run = store.get_run(result.run.run_id)
             _emit(report.build(store, run, attention_only=fmt == "table"), fmt)
@@ -669,6 +709,10 @@ def reconcile(
     evidence: str | None,
 ) -> None:
     """Settle in-flight and unknown items by query, or by hand with --manual."""
+    from . import app  # noqa: PLC0415 (start-up time)
+    from .manual import reconcile_manually  # noqa: PLC0415
+    from .outcome import settled_exit  # noqa: PLC0415
+
     env = _env(ctx)
     if not manual:
         if item_ref or mark or evidence:
@@ -733,6 +777,8 @@ def sandbox(
     force_status: tuple[str, ...],
 ) -> None:
     """Run a local notification provider with fault injection, for rehearsals and tests."""
+    from .sandbox import Faults, run_sandbox  # noqa: PLC0415 (start-up time: an HTTP server)
+
     forced: dict[str, int] = {}
     for spec in force_status:
         item_id, _, code = spec.rpartition("=")

@@ -31,7 +31,6 @@ from .store import Store
 from .template import Template, from_sources, render_row, render_rows
 
 KEY_ENV = "ANTHROPIC_API_KEY"
-DEFAULT_MODEL = "claude-sonnet-5"
 CONCURRENCY = 4  # requests in flight at once while drafting
 DRY_RUN_ROWS = 3
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from . import app
+from .env import Env, open_store, pick_run
 from .errors import BadInput, Refused
 from .records import Counts, Item, Run
 from .state_machine import ItemState
@@ -18,7 +19,7 @@ _CHOICES = {"s": "sent", "n": "not-sent", "a": "abandon", "k": "skip", "q": "qui
 
 
 def reconcile_manually(
-    env: app.Env, run_id: str | None, item_ref: str | None, mark: str | None, evidence: str | None
+    env: Env, run_id: str | None, item_ref: str | None, mark: str | None, evidence: str | None
 ) -> tuple[Run, Counts]:
     scripted = item_ref is not None or mark is not None or evidence is not None
     if scripted and not (item_ref and mark and evidence is not None):
@@ -26,9 +27,9 @@ def reconcile_manually(
             "non-interactive use needs all three: --item ID --mark sent|not-sent|abandon "
             "--evidence TEXT."
         )
-    store = app.open_store(env)
+    store = open_store(env)
     try:
-        run = app.pick_run(store, run_id)
+        run = pick_run(store, run_id)
         with app.take_lease(store, run, env.config.lease_ttl_s) as lease:
             if scripted:
                 assert item_ref is not None and mark is not None and evidence is not None
@@ -48,7 +49,7 @@ def reconcile_manually(
         store.close()
 
 
-def _ask_about(env: app.Env, store: Store, run: Run, item: Item, version: int) -> bool:
+def _ask_about(env: Env, store: Store, run: Run, item: Item, version: int) -> bool:
     """Show one unknown item and record the operator's decision; False to stop asking."""
     click.echo("")
     click.echo(f"item {item.item_id} (seq {item.seq}) on channel {item.channel} → {item.target}")

@@ -1,24 +1,72 @@
 """The database schema as numbered migrations. A shipped migration is never edited: a change
-is a new `mNNN_…` function appended below."""
+is a new `@migration` function `mNNN_…` appended below.
+
+sqlite-utils applies them, and records each in its own table. Every open reads that record
+with plain SQL, and sqlite-utils is imported only when a migration is pending: loading it
+costs every command start-up time, and a read-only command never migrates."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
 import unicodedata
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from sqlite_utils import Database, Migrations
+if TYPE_CHECKING:
+    from sqlite_utils import Database
 
 # Stamped into the SQLite header (PRAGMA application_id) so a foreign database is recognised
 # before anything is read from its tables. "NTFR" in ASCII.
 APPLICATION_ID = 0x4E544652
 MIGRATION_SET = "notifier"
+# Where sqlite-utils records which migrations were applied (columns migration_set, name,
+# applied_at): its Migrations.migrations_table, as a test pins.
+MIGRATIONS_TABLE = "_sqlite_migrations"
 
-migrations = Migrations(MIGRATION_SET)
+Migration = Callable[["Database"], None]
+
+# Every migration, in the order they apply; each is named by its function.
+MIGRATIONS: list[Migration] = []
 
 
-@migrations()
+def migration(function: Migration) -> Migration:
+    """Append `function` to MIGRATIONS."""
+    MIGRATIONS.append(function)
+    return function
+
+
+def applied(conn: sqlite3.Connection) -> set[str]:
+    """The names of the migrations applied to `conn`'s database, as sqlite-utils recorded
+    them (none when it never applied one)."""
+    if not conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (MIGRATIONS_TABLE,)
+    ).fetchone():
+        return set()
+    return {
+        name
+        for (name,) in conn.execute(
+            f"SELECT name FROM {MIGRATIONS_TABLE} WHERE migration_set = ?", (MIGRATION_SET,)
+        )
+    }
+
+
+def apply(conn: sqlite3.Connection) -> None:
+    """Apply the migrations `conn`'s database lacks, in order, with sqlite-utils: each in a
+    transaction together with its record."""
+    done = applied(conn)
+    if all(m.__name__ in done for m in MIGRATIONS):
+        return
+    from sqlite_utils import Database, Migrations  # noqa: PLC0415 - only when one is pending
+
+    migrations = Migrations(MIGRATION_SET)
+    for function in MIGRATIONS:
+        migrations()(function)
+    migrations.apply(Database(conn))
+
+
+@migration
 def m001_initial(db: Database) -> None:
     db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
     _execute_all(db, _M001)
@@ -117,7 +165,7 @@ CREATE TABLE decisions (
 """
 
 
-@migrations()
+@migration
 def m002_key_nonce_content_fingerprint(db: Database) -> None:
     """Issue 7, points 3 and 4: a per-run key nonce, and the content fingerprint that decides
     "already planned" (ordered intent digests + channel names, no transport tuning).
@@ -155,7 +203,7 @@ def stored_content_fingerprint(conn: Any, run_id: str) -> str:
     return "sha256:" + h.hexdigest()
 
 
-@migrations()
+@migration
 def m003_deadlines_and_drafts(db: Database) -> None:
     """Item deadlines (`not_after`, also inside the digested payload; the column only lets a
     claim find due deadlines through an index) and Claude drafts, stored per row before the
@@ -188,7 +236,7 @@ CREATE INDEX drafts_pending ON drafts(run_id, seq) WHERE state = 'pending'
 """
 
 
-@migrations()
+@migration
 def m004_counts_and_attention_indexes(db: Database) -> None:
     """Issue 8, point 4: the cost of `status`, `resume`, `cancel` and `runs` depends on the
     items that need attention, never on the size of the run.
@@ -248,7 +296,7 @@ CREATE INDEX events_disproof ON events(run_id, item_seq)
 """
 
 
-@migrations()
+@migration
 def m005_workers(db: Database) -> None:
     """Issue 11: many workers on one run (PostgreSQL). Each worker holds a lease row of its
     own (`workers`: host, pid, heartbeat, expiry and a fencing version); a claimed item

@@ -4,6 +4,9 @@ every row while planning, so the digest covers exactly the rendered text (DESIGN
 The environment is sandboxed (a template cannot reach Python internals through attribute
 access), undefined variables raise instead of rendering as empty strings (a typo must not send
 "Dear ," to a thousand people), and autoescaping is off: the output is plain text, not HTML.
+
+Jinja2 is imported inside the functions that use it, so that only a command given a template
+pays the start-up time of loading it.
 """
 
 from __future__ import annotations
@@ -12,13 +15,14 @@ import tomllib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
-
-import jinja2
-from jinja2.sandbox import SandboxedEnvironment
+from typing import TYPE_CHECKING, Any
 
 from .batch import CONTROL, BatchError, BatchRow, Problem, Problems
 from .errors import BadInput
+
+if TYPE_CHECKING:
+    import jinja2
+    from jinja2.sandbox import SandboxedEnvironment
 
 
 class TemplateError(BadInput):
@@ -48,6 +52,9 @@ class Template:
 
 
 def _environment() -> SandboxedEnvironment:
+    import jinja2  # noqa: PLC0415 (start-up time: see the module docstring)
+    from jinja2.sandbox import SandboxedEnvironment  # noqa: PLC0415
+
     return SandboxedEnvironment(
         undefined=jinja2.StrictUndefined,
         autoescape=False,  # plain-text notifications, not HTML
@@ -56,6 +63,8 @@ def _environment() -> SandboxedEnvironment:
 
 
 def from_sources(subject: str, body: str, where: str) -> Template:
+    import jinja2  # noqa: PLC0415 (start-up time)
+
     try:
         return Template(subject, body)
     except jinja2.TemplateSyntaxError as exc:
@@ -99,6 +108,8 @@ def render_row(
 ) -> BatchRow | Problem:
     """The row with its subject and body replaced by the rendered text, or the problem of
     that line."""
+    import jinja2  # noqa: PLC0415 (start-up time)
+
     try:
         subject, body = template.render(context(row, draft))
     except jinja2.UndefinedError as exc:

@@ -17,6 +17,7 @@ import pytest
 
 from notifier import app
 from notifier.config import load as load_config
+from notifier.env import Env
 from notifier.errors import BadInput, ExitCode
 from notifier.intent import content_fingerprint
 from notifier.sandbox import Sandbox
@@ -154,7 +155,7 @@ def test_two_plans_racing_to_insert_make_exactly_one_run(
     both got there: exactly one run is planned, the other is refused (exit 2) naming it."""
     ws.write_csv("batch.csv", make_rows(20))
     Store.open(ws.db, create=True).close()
-    env = app.Env(ws.db, load_config(ws.path / "notifier.toml", explicit=False), lambda s: None)
+    env = Env(ws.db, load_config(ws.path / "notifier.toml", explicit=False), lambda s: None)
     both_at_insert = threading.Barrier(2, timeout=30)
     original = Store.create_run
 

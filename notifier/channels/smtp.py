@@ -24,24 +24,21 @@ import smtplib
 import socket
 import ssl
 import threading
-import unicodedata
 from collections.abc import Iterator
 from email.message import EmailMessage
 from typing import Any
 
 from .. import clock
 from ..intent import Intent
-from . import options as o
 from .base import ChannelConfigError, ChannelError, ErrorKind, Receipt
+from .smtp_options import DEFAULT_TIMEOUT_S, SCHEMA, has_control, smtp_address
 
-DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_PORT = 25
 DEFAULT_SSL_PORT = 465
 DEFAULT_STARTTLS_PORT = 587
 _REPLY_CHARS = 200  # how much of a server reply an error message quotes
 _KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _DIGEST = re.compile(r"^[\x21-\x7e]{1,200}$")
-_ADDRESS_FORBIDDEN = re.compile(r"[\s<>,;\"()\[\]\\]")
 _LINE_START_DOT = re.compile(rb"(?m)^\.")
 
 
@@ -74,44 +71,6 @@ class _Watchdog:
                 sock.shutdown(socket.SHUT_RDWR)
 
 
-def _sender(value: str) -> str | None:
-    if _has_control(value):
-        return "must be one line"
-    try:
-        _smtp_address(email.utils.parseaddr(value)[1])
-    except ValueError as exc:
-        return f'is not a usable e-mail address ({exc}); write "ops@example.com"'
-    return None
-
-
-def _combined(definition: Any) -> list[str]:
-    problems = []
-    if definition.get("ssl") and definition.get("starttls"):
-        problems.append(
-            "`ssl` (implicit TLS, usually port 465) and `starttls` (upgrade, usually port "
-            "587) exclude each other; set only one of them to true"
-        )
-    if ("username_env" in definition) != ("password_env" in definition):
-        problems.append("set both `username_env` and `password_env`, or neither")
-    return problems
-
-
-SCHEMA = o.Schema(
-    {
-        "host": o.Option("str", required=True),
-        "port": o.Option("int", check=o.port),
-        "sender": o.Option("str", required=True, check=_sender),
-        "starttls": o.Option("bool", default=False),
-        "ssl": o.Option("bool", default=False),
-        "username_env": o.Option("str"),
-        "password_env": o.Option("str"),
-        "timeout": o.Option("number", default=DEFAULT_TIMEOUT_S, check=o.positive),
-        "rate": o.RATE,
-    },
-    _combined,
-)
-
-
 class SmtpChannel:
     """Sends each intent as one text/plain UTF-8 message to `intent.target`."""
 
@@ -126,7 +85,7 @@ class SmtpChannel:
         if problems:
             raise ChannelConfigError("; ".join(problems))
         host = definition.get("host")
-        if not isinstance(host, str) or not host.strip() or _has_control(host):
+        if not isinstance(host, str) or not host.strip() or has_control(host):
             raise ChannelConfigError(f"{where}: set `host` to the SMTP server's name or address.")
         self.host = host.strip()
         self.use_ssl = _flag(where, definition, "ssl")
@@ -153,13 +112,13 @@ class SmtpChannel:
         self.timeout = float(timeout)
 
         sender = definition.get("sender")
-        if not isinstance(sender, str) or _has_control(sender):
+        if not isinstance(sender, str) or has_control(sender):
             raise ChannelConfigError(
                 f'{where}: set `sender` to the From address, e.g. "ops@example.com".'
             )
         address = email.utils.parseaddr(sender)[1]
         try:
-            envelope_sender, sender_utf8 = _smtp_address(address)
+            envelope_sender, sender_utf8 = smtp_address(address)
         except ValueError as exc:
             raise ChannelConfigError(
                 f"{where}: `sender` {sender!r} is not a usable e-mail address ({exc}); "
@@ -283,14 +242,14 @@ class SmtpChannel:
 
     def _recipient(self, target: str) -> tuple[str, bool]:
         """The envelope recipient (IDN domain as punycode) and whether it needs SMTPUTF8."""
-        if _has_control(target):
+        if has_control(target):
             raise ChannelError(
                 ErrorKind.PERMANENT,
                 f"smtp channel {self.name!r}: the recipient contains a control character "
                 "(CR/LF header injection?); refusing to send",
             )
         try:
-            return _smtp_address(target)
+            return smtp_address(target)
         except ValueError as exc:
             raise ChannelError(
                 ErrorKind.PERMANENT,
@@ -304,7 +263,7 @@ class SmtpChannel:
         traffic, for anything that could smuggle a header."""
         recipient, recipient_utf8 = self._recipient(intent.target)
         subject = intent.subject
-        if _has_control(subject):
+        if has_control(subject):
             raise ChannelError(
                 ErrorKind.PERMANENT,
                 f"smtp channel {self.name!r}: the subject contains a control character "
@@ -519,42 +478,6 @@ class SmtpChannel:
 
 
 # ---------------------------------------------------------------------- helpers
-
-
-def _has_control(value: str) -> bool:
-    """Any C0/C1 control (CR, LF, NUL, TAB, NEL, ...) or a Unicode line/paragraph separator."""
-    return any(unicodedata.category(ch) in ("Cc", "Zl", "Zp") for ch in value)
-
-
-def recipient_problem(target: str) -> str | None:
-    """Why `target` cannot be an envelope recipient, by the very rules `send` applies; None
-    when it can. Planning uses it so a bad address fails the file, not the run midway."""
-    if _has_control(target):
-        return "contains a control character"
-    try:
-        _smtp_address(target)
-    except ValueError as exc:
-        return str(exc)
-    return None
-
-
-def _smtp_address(address: str) -> tuple[str, bool]:
-    """A bare `local@domain` as it goes on the wire: an internationalised domain as
-    punycode; True when the local part itself is non-ASCII (SMTPUTF8 needed)."""
-    value = address.strip()
-    local, at, domain = value.rpartition("@")
-    if not at or not local or not domain:
-        raise ValueError("expected local@domain")
-    if _ADDRESS_FORBIDDEN.search(value) or "@" in local or _has_control(value):
-        raise ValueError("spaces, quotes, brackets, commas or semicolons are not allowed")
-    if not domain.isascii():
-        try:
-            domain = domain.encode("idna").decode("ascii")
-        except UnicodeError as exc:
-            raise ValueError("the domain is not a valid internationalised name") from exc
-    if domain.startswith(".") or domain.endswith(".") or ".." in domain:
-        raise ValueError("the domain is malformed")
-    return f"{local}@{domain}", not local.isascii()
 
 
 def _flag(where: str, definition: dict[str, Any], key: str) -> bool:

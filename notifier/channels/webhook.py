@@ -21,35 +21,13 @@ from standardwebhooks import Webhook
 
 from .. import __version__
 from ..intent import Intent
-from . import options as o
 from .base import ChannelConfigError, ChannelError, ErrorKind, Receipt, bounded_wait
 from .deadline import DeadlineTransport, attempt_deadline
+from .webhook_options import SCHEMA
 
-DEFAULT_TIMEOUT_S = 10.0
-# An ASSUMPTION about the receiver, not a fact: one that has not committed a request within
-# timeout + query_delay after it left never will. Before that, a 404 from status_url does not
-# prove "not sent" (the receiver may still be working on the request that timed out).
-DEFAULT_QUERY_DELAY_S = 5.0
 # The most of an answer's body that is read; the rest is dropped. A receipt is a small JSON
 # document: a server streaming megabytes (or forever) must not fill memory or hold the run.
 MAX_BODY_BYTES = 1024 * 1024
-
-
-def _status_url(value: str) -> str | None:
-    return o.http_url(value) or (None if "{key}" in value else "must contain {key}")
-
-
-SCHEMA = o.Schema(
-    {
-        "url": o.Option("str", required=True, check=o.http_url),
-        "status_url": o.Option("str", check=_status_url),
-        "idempotent": o.Option("bool", default=False),
-        "secret_env": o.Option("str"),
-        "timeout": o.Option("number", default=DEFAULT_TIMEOUT_S, check=o.positive),
-        "query_delay": o.Option("number", default=DEFAULT_QUERY_DELAY_S, check=o.not_negative),
-        "rate": o.RATE,
-    }
-)
 
 
 class WebhookChannel:

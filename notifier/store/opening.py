@@ -11,10 +11,8 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Self
 
-from sqlite_utils import Database
-
+from .. import schema
 from ..errors import NotifierError
-from ..schema import APPLICATION_ID, migrations
 from .checks import Checks
 from .core import _HEADER, ROLLED_BACK
 from .exceptions import DatabaseUnwritable, NoDatabase, StorageFailed, StoreRefused
@@ -104,7 +102,7 @@ class Opening(Checks):
         # Under the write lock, so two processes opening an older file at once cannot both
         # decide a migration is pending and both apply it.
         with self._write():
-            migrations.apply(Database(self.conn))
+            schema.apply(self.conn)
 
     def secondary(self) -> Self:
         """Another connection to the same checked file, for a thread of our own."""
@@ -163,14 +161,14 @@ class Opening(Checks):
         app_id = self.conn.execute("PRAGMA application_id").fetchone()[0]
         if not tables and app_id == 0:
             return  # an empty SQLite file: ours to initialise
-        if app_id != APPLICATION_ID:
+        if app_id != schema.APPLICATION_ID:
             listed = ", ".join(sorted(tables)[:6]) or "none"
             raise StoreRefused(
                 f"{self.path}: this SQLite database was not written by notifier (tables: "
                 f"{listed}). Point --db at a notifier receipts database or at a new path."
             )
-        applied = {m.name for m in migrations.applied(Database(self.conn))}
-        self._refuse_newer(applied, {m.name for m in migrations._migrations}, "this file")
+        known = {m.__name__ for m in schema.MIGRATIONS}
+        self._refuse_newer(schema.applied(self.conn), known, "this file")
 
 
 def _check_file_header(path: Path) -> str | None:

@@ -1,0 +1,92 @@
+"""The smtp channel's settings, checked whenever notifier.toml loads, and the address rules
+they share with sending and with planning (an address the channel would refuse fails the
+batch file, not the run). Apart from the channel (smtp.py), so that every command can check
+them without loading smtplib, ssl and the email package (start-up time)."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from typing import Any
+
+from . import options as o
+
+DEFAULT_TIMEOUT_S = 30.0
+_ADDRESS_FORBIDDEN = re.compile(r"[\s<>,;\"()\[\]\\]")
+
+
+def _sender(value: str) -> str | None:
+    if has_control(value):
+        return "must be one line"
+    # The email package is loaded only for a notifier.toml that defines an smtp channel.
+    import email.utils  # noqa: PLC0415
+
+    try:
+        smtp_address(email.utils.parseaddr(value)[1])
+    except ValueError as exc:
+        return f'is not a usable e-mail address ({exc}); write "ops@example.com"'
+    return None
+
+
+def _combined(definition: Any) -> list[str]:
+    problems = []
+    if definition.get("ssl") and definition.get("starttls"):
+        problems.append(
+            "`ssl` (implicit TLS, usually port 465) and `starttls` (upgrade, usually port "
+            "587) exclude each other; set only one of them to true"
+        )
+    if ("username_env" in definition) != ("password_env" in definition):
+        problems.append("set both `username_env` and `password_env`, or neither")
+    return problems
+
+
+SCHEMA = o.Schema(
+    {
+        "host": o.Option("str", required=True),
+        "port": o.Option("int", check=o.port),
+        "sender": o.Option("str", required=True, check=_sender),
+        "starttls": o.Option("bool", default=False),
+        "ssl": o.Option("bool", default=False),
+        "username_env": o.Option("str"),
+        "password_env": o.Option("str"),
+        "timeout": o.Option("number", default=DEFAULT_TIMEOUT_S, check=o.positive),
+        "rate": o.RATE,
+    },
+    _combined,
+)
+
+
+def has_control(value: str) -> bool:
+    """Any C0/C1 control (CR, LF, NUL, TAB, NEL, ...) or a Unicode line/paragraph separator."""
+    return any(unicodedata.category(ch) in ("Cc", "Zl", "Zp") for ch in value)
+
+
+def recipient_problem(target: str) -> str | None:
+    """Why `target` cannot be an envelope recipient, by the very rules `send` applies; None
+    when it can. Planning uses it so a bad address fails the file, not the run midway."""
+    if has_control(target):
+        return "contains a control character"
+    try:
+        smtp_address(target)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def smtp_address(address: str) -> tuple[str, bool]:
+    """A bare `local@domain` as it goes on the wire: an internationalised domain as
+    punycode; True when the local part itself is non-ASCII (SMTPUTF8 needed)."""
+    value = address.strip()
+    local, at, domain = value.rpartition("@")
+    if not at or not local or not domain:
+        raise ValueError("expected local@domain")
+    if _ADDRESS_FORBIDDEN.search(value) or "@" in local or has_control(value):
+        raise ValueError("spaces, quotes, brackets, commas or semicolons are not allowed")
+    if not domain.isascii():
+        try:
+            domain = domain.encode("idna").decode("ascii")
+        except UnicodeError as exc:
+            raise ValueError("the domain is not a valid internationalised name") from exc
+    if domain.startswith(".") or domain.endswith(".") or ".." in domain:
+        raise ValueError("the domain is malformed")
+    return f"{local}@{domain}", not local.isascii()

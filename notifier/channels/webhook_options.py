@@ -1,0 +1,30 @@
+"""The webhook channel's settings: what a `[channels.NAME]` section of type webhook may say,
+checked whenever notifier.toml loads. Apart from the channel (webhook.py), so that every
+command can check them without loading httpx2 and standardwebhooks (start-up time)."""
+
+from __future__ import annotations
+
+from . import options as o
+
+DEFAULT_TIMEOUT_S = 10.0
+# An ASSUMPTION about the receiver, not a fact: one that has not committed a request within
+# timeout + query_delay after it left never will. Before that, a 404 from status_url does not
+# prove "not sent" (the receiver may still be working on the request that timed out).
+DEFAULT_QUERY_DELAY_S = 5.0
+
+
+def _status_url(value: str) -> str | None:
+    return o.http_url(value) or (None if "{key}" in value else "must contain {key}")
+
+
+SCHEMA = o.Schema(
+    {
+        "url": o.Option("str", required=True, check=o.http_url),
+        "status_url": o.Option("str", check=_status_url),
+        "idempotent": o.Option("bool", default=False),
+        "secret_env": o.Option("str"),
+        "timeout": o.Option("number", default=DEFAULT_TIMEOUT_S, check=o.positive),
+        "query_delay": o.Option("number", default=DEFAULT_QUERY_DELAY_S, check=o.not_negative),
+        "rate": o.RATE,
+    }
+)

@@ -1,0 +1,81 @@
+"""Start-up: a read-only command loads none of the libraries that only sending needs."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import subprocess
+import sys
+
+from sqlite_utils import Database, Migrations
+
+from notifier import schema
+
+from .conftest import EXAMPLE, ROOT, Workspace
+
+# HTTP, SMTP, templates, Claude and progress bars load when `send` (or `resume`) uses them;
+# sqlite_utils when a migration must be applied. A look at a run needs none of them.
+SENDING_ONLY = (
+    "httpx2",
+    "httpcore2",
+    "standardwebhooks",
+    "sqlite_utils",
+    "jinja2",
+    "smtplib",
+    "email",
+    "ssl",
+    "anthropic",
+    "rich.progress",
+)
+
+# `python -m notifier ARGS` in a fresh interpreter, then the names of the modules it loaded,
+# one a line, into the file named by the first argument.
+_LOADED = """
+import sys
+from pathlib import Path
+from notifier.cli import main
+
+out = Path(sys.argv.pop(1))
+try:
+    main()
+finally:
+    out.write_text("\\n".join(sorted(sys.modules)))
+"""
+
+
+def test_status_loads_no_library_that_only_sending_needs(ws: Workspace) -> None:
+    """`notifier status` on a database imports none of httpx2, sqlite_utils, jinja2, smtplib,
+    email, ssl, standardwebhooks, anthropic or rich.progress."""
+    assert ws.invoke("send", str(EXAMPLE)).exit_code == 0
+    out = ws.path / "modules.txt"
+    status = subprocess.run(
+        [sys.executable, "-c", _LOADED, str(out), "--db", str(ws.db), "status"],
+        cwd=ws.path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert status.returncode == 0, status.stderr
+    assert "completed" in status.stdout
+    loaded = set(out.read_text().split())
+    assert [name for name in SENDING_ONLY if name in loaded] == []
+
+
+def test_the_plain_sql_read_of_applied_migrations_agrees_with_sqlite_utils(ws: Workspace) -> None:
+    """Which migrations a file has, as every open reads them without sqlite-utils, is what
+    sqlite-utils itself records, before and after it applies the pending ones."""
+
+    def recorded(conn: sqlite3.Connection) -> set[str]:
+        return {m.name for m in Migrations(schema.MIGRATION_SET).applied(Database(conn))}
+
+    assert Migrations.migrations_table == schema.MIGRATIONS_TABLE
+    shutil.copy(ROOT / "tests" / "fixtures" / "m004-inflight-run.db", ws.db_file)
+    conn = sqlite3.connect(ws.db_file)
+    try:
+        m001_to_m003 = {m.__name__ for m in schema.MIGRATIONS[:3]}
+        assert schema.applied(conn) == recorded(conn) == m001_to_m003
+        schema.apply(conn)
+        assert schema.applied(conn) == recorded(conn) == {m.__name__ for m in schema.MIGRATIONS}
+    finally:
+        conn.close()
