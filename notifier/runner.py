@@ -21,7 +21,7 @@ from .channels import Channel, ChannelError, ErrorKind
 from .crash import CrashPlan
 from .judging import Judge, NotStarted, Progress, Sent, Slot, Stop
 from .lease import holder_alive
-from .pipeline import Senders, SharedBucket, TokenBucket
+from .pipeline import Senders, SharedBucket, SharedRead, TokenBucket
 from .reconcile import settle, settle_doubts, settle_items
 from .records import Counts, Item, Outcome, PendingKind
 from .retry import Action, RetryPolicy
@@ -105,6 +105,7 @@ class Runner:
             if (rate := options.rate or rates.get(name))
         }
         self._send_flags = _Flags(self._flags_store, run_id)
+        self._fresh_flags = SharedRead(self._read_send_flags)
         self._loop_flags = self._send_flags if self._flags_store is store else _Flags(store, run_id)
         self._senders: Senders[Slot] = Senders(options.concurrency, self._send_one)
         self._revisit_at = 0.0  # when to look again for query_delay revisits that came due
@@ -501,9 +502,13 @@ class Runner:
         return None
 
     def _cancel_flag(self) -> str | None:
-        """The run's cancel flag as the database holds it now (see _Flags)."""
-        with self._flags_lock:
-            return self._send_flags.read()[0]
+        """The run's cancel flag as the database holds it now (see _Flags), read after this
+        call began (see SharedRead)."""
+        return self._fresh_flags()[0]
+
+    def _read_send_flags(self) -> tuple[str | None, int]:
+        with self._flags_lock:  # the connection is also the shared --rate bucket's
+            return self._send_flags.read()
 
     def _send_stopped(self) -> bool:
         """Stop waiting for a --rate token: interrupted, lease lost or cancel requested."""
