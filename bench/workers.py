@@ -29,7 +29,7 @@ from pathlib import Path
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from throughput import measure, start_sandbox, webhook_config, write_batch
+from throughput import as_installed, measure, start_sandbox, webhook_config, write_batch
 
 CONCURRENCY = 16
 
@@ -171,6 +171,7 @@ def main() -> None:
         ),
     )
     args = parser.parse_args()
+    as_installed()
     print(f"{os.cpu_count()} cores; concurrency {CONCURRENCY} per worker; >= {args.seconds:g} s")
     results = scaling(args.db, args.seconds) | one_worker_at_20ms(args.db, args.seconds)
     one = results["pg1"]
