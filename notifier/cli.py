@@ -55,6 +55,22 @@ def _Failure(message: str, code: ExitCode) -> click.ClickException:
     return _exception_for(code)(message)
 
 
+# Commands that only look at runs: one cut short by a reader that stopped reading (`notifier
+# report | head`) has done what was asked of it.
+_LOOKS = frozenset({"status", "report", "runs"})
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null: Python flushes it once more on the way out, and on a pipe
+    whose reader has gone that flush would fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass  # not a real file (a test's captured output): nothing will flush to a pipe
+
+
 class NotifierGroup(click.Group):
     """The one place where failures become exit codes: a NotifierError carries its own, a
     storage failure is named with its cause and fix, anything else is an internal error
@@ -67,6 +83,16 @@ class NotifierGroup(click.Group):
             raise
         except NotifierError as exc:
             raise _Failure(str(exc), exc.exit_code) from exc
+        except BrokenPipeError as exc:
+            _drop_stdout()
+            if ctx.invoked_subcommand in _LOOKS:
+                raise click.exceptions.Exit(0) from exc  # `| head` had what it wanted
+            raise _Failure(
+                "the output was closed before notifier had written all of it (a pipe into "
+                "`head`?). What the command did is durable: `notifier status` shows where "
+                "the run stands, and `notifier resume` continues it if it did not finish.",
+                ExitCode.INTERNAL,
+            ) from exc
         except Exception as exc:
             if os.environ.get("NOTIFIER_DEBUG"):
                 traceback.print_exc()
@@ -595,7 +621,13 @@ def _print_report(ctx: click.Context, run_id: str | None, fmt: str) -> None:
     store = open_store(env, readonly=True)
     try:
         run = pick_run(store, run_id)
-        _emit(report.build(store, run, attention_only=fmt == "table"), fmt)
+        data = report.build(store, run, attention_only=fmt == "table")
+        try:
+            _emit(data, fmt)
+        finally:
+            # A report cut short (a closed pipe) leaves its item rows half read: their
+            # cursor goes before the store closes, not at exit, on a closed database.
+            getattr(data["items"], "close", lambda: None)()
         if fmt == "table" and run.state is RunState.AWAITING_APPROVAL:
             for line in approval.preview(store, run):  # what an approval would cover
                 click.echo(line)
@@ -603,13 +635,20 @@ def _print_report(ctx: click.Context, run_id: str | None, fmt: str) -> None:
         store.close()
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """rich would exit 1 at once; a closed pipe has one rule, in NotifierGroup.invoke."""
+        self.quiet = True
+        raise BrokenPipeError
+
+
 def _console() -> Console:
     """Tables for people: on a pipe (no terminal width to honour) wide enough not to fold
     run ids and keys. Markup is off: item ids, evidence, file names and error texts come from
     users and downstreams, and `[/x]` in one of them must print as written, not as a tag."""
     if sys.stdout.isatty():
-        return Console(markup=False)
-    return Console(width=200, markup=False)
+        return _Console(markup=False)
+    return _Console(width=200, markup=False)
 
 
 def _emit(data: dict[str, Any], fmt: str) -> None:

@@ -82,3 +82,17 @@ def test_4_a_lost_race_or_illegal_move_is_refused_not_internal(
     assert result.exit_code == ExitCode.REFUSED, result.output
     assert "internal error" not in result.output
     assert str(raised) in result.output
+
+
+@pytest.mark.parametrize("look", [["report", "--format", "csv"], ["status", "--json"]])
+def test_a_reader_that_stops_early_ends_a_look_quietly(ws: Workspace, look: list[str]) -> None:
+    """`notifier report --format csv | head -1`: when the reader closes the pipe, a command
+    that only looks exits 0 with nothing on stderr: no "internal error", no traceback."""
+    ws.write_csv("big.csv", make_rows(2_000))  # a report of several pipe buffers
+    assert ws.invoke("send", "big.csv").exit_code == ExitCode.DONE
+    reader = ws.popen(*look)
+    assert reader.stdout is not None
+    assert reader.stdout.readline()
+    reader.stdout.close()  # as `head -1` does once it has its line
+    _, stderr = reader.communicate(timeout=60)
+    assert (reader.returncode, stderr) == (0, "")
