@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -240,3 +241,20 @@ def test_status_and_resume_start_up_read_only_what_needs_attention(
     assert crashed.returncode == 137, crashed.stderr
     for command in (["status"], ["runs"], ["report"], ["resume"]):
         assert _plans(ws, monkeypatch, command) == [], command
+
+
+def test_the_plan_stage_leaves_no_file_behind(
+    ws: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scratch file a plan is staged in (and attached from, to be copied) is removed
+    after a stored plan, a refused file and a dry run alike: no intent lingers in /tmp."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    ws.write_csv("good.csv", make_rows(300))
+    assert ws.invoke("send", "good.csv").exit_code == 0
+    assert ws.query("SELECT COUNT(*) FROM items WHERE state = 'sent'") == [(300,)]
+    ws.write_csv("bad.csv", [*make_rows(300), ["u301", "", "no recipient", "x", "y"]])
+    assert ws.invoke("send", "bad.csv").exit_code == 2
+    assert ws.invoke("send", "good.csv", "--new-run", "--dry-run").exit_code == 0
+    assert list(scratch.iterdir()) == []

@@ -138,7 +138,7 @@ class Drafts(Ledger):
         """The intents computed from the stored drafts and the run's fingerprint, in one
         transaction, and only once: a run already frozen is never planned again."""
         at = clock.now_iso()
-        with self._write():
+        with self._planning():
             cursor = self.conn.execute(
                 "UPDATE runs SET fingerprint = ?, content_fingerprint = ?, updated_at = ? "
                 "WHERE run_id = ? AND fingerprint = '' AND state = 'planned'",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -58,7 +59,7 @@ class Ledger(StoreCore):
         `items` is normally the PlanStage the CSV was streamed into: its rows are copied in
         chunks, so a million intents never sit in memory at once."""
         at = run["created_at"]
-        with self._write():
+        with self._planning():
             if not new_run:
                 same = self._runs_with_content_fingerprint(run["content_fingerprint"])
                 if same:
@@ -88,7 +89,7 @@ class Ledger(StoreCore):
         column list: sqlite-utils' insert_all inspects every value of every row."""
         rows: Iterable[tuple[Any, ...]]
         if isinstance(items, PlanStage):
-            rows = items.rows()
+            counted = self._copy_stage(run_id, items, at)
         else:
             rows = (
                 (
@@ -103,6 +104,17 @@ class Ledger(StoreCore):
                 )
                 for item in items
             )
+            counted = self._insert_rows(run_id, rows, at)
+        # m004's counters: moves are counted by trigger, inserts here (once, not per row).
+        self.conn.execute(
+            "INSERT INTO run_counts (run_id, state, n) VALUES (?, 'pending', ?) "
+            "ON CONFLICT (run_id, state) DO UPDATE SET n = run_counts.n + excluded.n",
+            (run_id, counted),
+        )
+        return counted
+
+    def _insert_rows(self, run_id: str, rows: Iterable[tuple[Any, ...]], at: str) -> int:
+        """`rows` (the item columns) as pending items of `run_id`; returns how many."""
         counted = 0
 
         def tagged() -> Iterator[tuple[Any, ...]]:
@@ -112,13 +124,25 @@ class Ledger(StoreCore):
                 yield (run_id, *row, at)
 
         self._insert_pending(tagged())
-        # m004's counters: moves are counted by trigger, inserts here (once, not per row).
-        self.conn.execute(
-            "INSERT INTO run_counts (run_id, state, n) VALUES (?, 'pending', ?) "
-            "ON CONFLICT (run_id, state) DO UPDATE SET n = run_counts.n + excluded.n",
-            (run_id, counted),
-        )
         return counted
+
+    def _copy_stage(self, run_id: str, stage: PlanStage, at: str) -> int:
+        """A plan's staged intents as pending items, read a chunk at a time (an engine may
+        copy them more directly)."""
+        return self._insert_rows(run_id, stage.rows(), at)
+
+    def _release_stage(self) -> None:
+        """Let go of what `_copy_stage` held past its transaction (nothing, here)."""
+
+    @contextmanager
+    def _planning(self) -> Iterator[None]:
+        """The write transaction that stores a plan; what copying its stage held is let go
+        once the transaction has ended (SQLite cannot detach a database inside one)."""
+        try:
+            with self._write():
+                yield
+        finally:
+            self._release_stage()
 
     def _insert_pending(self, rows: Iterable[tuple[Any, ...]]) -> None:
         """Item rows (run_id, the item columns, updated_at), all `pending`, none attempted."""

@@ -14,13 +14,16 @@ from typing import Self
 from .. import schema
 from ..errors import NotifierError
 from .checks import Checks
-from .core import _HEADER, ROLLED_BACK
+from .core import _HEADER, _ITEM_COLUMNS, ROLLED_BACK
 from .exceptions import DatabaseUnwritable, NoDatabase, StorageFailed, StoreRefused
+from .stage import PlanStage
 
 
 class Opening(Checks):
     """Opening an SQLite file and the checks that come first: nothing is written to a file
     that fails them, and read-only commands open it read-only."""
+
+    _stage_attached = False  # a plan's stage attached by _copy_stage
 
     path: Path
 
@@ -103,6 +106,26 @@ class Opening(Checks):
         # decide a migration is pending and both apply it.
         with self._write():
             schema.apply(self.conn)
+
+    def _copy_stage(self, run_id: str, stage: PlanStage, at: str) -> int:
+        """One INSERT … SELECT from the stage's file, attached for this transaction: SQLite
+        copies the rows itself, at half the cost of binding each one from Python (about 20 s
+        of a million-row plan). Detached once the transaction has ended (_release_stage)."""
+        stage.finish()
+        self.conn.execute("ATTACH DATABASE ? AS plan_stage", (str(stage.path),))
+        self._stage_attached = True
+        copied = self.conn.execute(
+            f"INSERT INTO items (run_id, {_ITEM_COLUMNS}, state, attempts, updated_at) "
+            f"SELECT ?, {_ITEM_COLUMNS}, 'pending', 0, ? FROM plan_stage.items ORDER BY seq",
+            (run_id, at),
+        )
+        return int(copied.rowcount)
+
+    def _release_stage(self) -> None:
+        if self._stage_attached:
+            self._stage_attached = False
+            with suppress(sqlite3.Error):  # on a failed disk; closing the store lets go too
+                self.conn.execute("DETACH DATABASE plan_stage")
 
     def secondary(self) -> Self:
         """Another connection to the same checked file, for a thread of our own."""

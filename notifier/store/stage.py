@@ -3,8 +3,11 @@ anything touches the receipts database (streaming plan)."""
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from .core import _ITEM_COLUMNS
@@ -13,7 +16,7 @@ from .core import _ITEM_COLUMNS
 class PlanStage:
     """A plan's intents while the CSV streams in, before anything is stored.
 
-    A private scratch database (SQLite makes it a temporary file, deleted when closed), so
+    A private scratch database (a temporary file, deleted when closed), so
     memory stays flat whatever the size of the batch, and the receipts database is not touched
     until the whole file has passed: a bad last row leaves it exactly as it was (or absent).
     It also holds every item id seen, which finds duplicates without a Python set of a
@@ -22,7 +25,11 @@ class PlanStage:
     CHUNK = 5000
 
     def __init__(self) -> None:
-        self.conn = sqlite3.connect("", isolation_level=None)
+        # A file of its own in a private (0700) directory, so that the receipts database
+        # can attach it and copy the rows itself; removed on close.
+        self._dir = Path(tempfile.mkdtemp(prefix="notifier-plan-"))
+        self.path = self._dir / "stage.db"
+        self.conn = sqlite3.connect(self.path, isolation_level=None)
         # Scratch: nothing here must survive a crash, so no journal and no fsync.
         self.conn.execute("PRAGMA journal_mode = OFF")
         self.conn.execute("PRAGMA synchronous = OFF")
@@ -86,6 +93,12 @@ class PlanStage:
             )
             self._buffer.clear()
 
+    def finish(self) -> None:
+        """Every intent written and committed, for another connection to read."""
+        self._flush()
+        if self.conn.in_transaction:
+            self.conn.execute("COMMIT")
+
     def rows(self) -> Iterator[tuple[Any, ...]]:
         """Every staged intent in seq order, read a chunk at a time."""
         self._flush()
@@ -95,3 +108,4 @@ class PlanStage:
 
     def close(self) -> None:
         self.conn.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
