@@ -103,7 +103,7 @@ def api_key() -> str:
 
 
 def row_to_source(row: BatchRow) -> str:
-    return json.dumps(asdict(row), sort_keys=True, ensure_ascii=False)
+    return json.dumps(row._asdict(), sort_keys=True, ensure_ascii=False)
 
 
 def row_from_source(source: str) -> BatchRow:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -120,7 +120,7 @@ def render_row(
         return Problem(row.line, f"template failed to render: {type(exc).__name__}: {exc}")
     if CONTROL.search(subject):
         return Problem(row.line, "the rendered subject contains a line break or control character")
-    return replace(row, subject=subject, body=body)
+    return row._replace(subject=subject, body=body)
 
 
 def render_rows(

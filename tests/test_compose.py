@@ -170,7 +170,7 @@ def test_rows_cancelled_after_a_stop_are_skipped_not_an_internal_error() -> None
     waiting: Future[Draft] = Future()  # queued behind busy threads, not started
     # What the pool's worker does when it reaches a cancelled row: tell the waiters.
     waiting.add_done_callback(lambda future: future.set_running_or_notify_cancel())
-    row = BatchRow(2, 1, "u1", "user1@example.com", "", "", "outbox")
+    row = BatchRow(2, 1, "u1", "user1@example.com", "", "", "outbox", {})
     futures = {stopped: (1, row), waiting: (2, row)}
     with pytest.raises(ComposeStopped, match="401"):
         compose._store_as_completed(None, "run-1", futures, print)  # type: ignore[arg-type]
