@@ -48,7 +48,8 @@ def process_start(pid: int) -> str | None:
     return fields[19]
 
 
-def _pid_exists(pid: int) -> bool:
+def pid_exists(pid: int) -> bool:
+    """Whether a process `pid` exists on this machine (one we may not signal counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -69,7 +70,7 @@ def holder_alive(owner: dict[str, Any], expires_at: str | None) -> bool:
         pid = int(owner.get("pid", -1))
         if pid == os.getpid():
             return owner.get("token") in _ACTIVE_TOKENS
-        if not _pid_exists(pid):
+        if not pid_exists(pid):
             return False
         started = owner.get("started")
         return started is None or process_start(pid) == started

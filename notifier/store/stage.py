@@ -3,9 +3,11 @@ anything touches the receipts database (streaming plan)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,11 +25,15 @@ class PlanStage:
     million ids. Store.create_run copies its rows in chunks inside its one transaction."""
 
     CHUNK = 5000
+    PREFIX = "notifier-plan-"
 
     def __init__(self) -> None:
         # A file of its own in a private (0700) directory, so that the receipts database
-        # can attach it and copy the rows itself; removed on close.
-        self._dir = Path(tempfile.mkdtemp(prefix="notifier-plan-"))
+        # can attach it and copy the rows itself; removed on close. Named after this
+        # process, so that the next plan can remove one a kill -9 left behind: it holds
+        # every recipient and payload of a batch.
+        _remove_abandoned(Path(tempfile.gettempdir()), self.PREFIX)
+        self._dir = Path(tempfile.mkdtemp(prefix=f"{self.PREFIX}{os.getpid()}-"))
         self.path = self._dir / "stage.db"
         self.conn = sqlite3.connect(self.path, isolation_level=None)
         # Scratch: nothing here must survive a crash, so no journal and no fsync.
@@ -109,3 +115,27 @@ class PlanStage:
     def close(self) -> None:
         self.conn.close()
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+# A stage whose process is gone and which nothing has written for this long was abandoned
+# (the age guards against a pid seen from another pid namespace sharing /tmp).
+ABANDONED_AFTER_S = 3600
+
+
+def _remove_abandoned(where: Path, prefix: str) -> None:
+    """Remove the stages of plans whose process died before closing them (kill -9, power
+    loss): this user's `PREFIX<pid>-…` directories whose pid is gone, untouched for an hour."""
+    from ..lease import pid_exists  # noqa: PLC0415  (lease imports the store package)
+
+    for stage in where.glob(f"{prefix}*-*"):
+        pid_text = stage.name.removeprefix(prefix).split("-", 1)[0]
+        try:
+            info = stage.stat()
+            newest = max([info.st_mtime, *(f.stat().st_mtime for f in stage.iterdir())])
+            if not pid_text.isdigit() or info.st_uid != os.getuid():
+                continue
+            if time.time() - newest < ABANDONED_AFTER_S or pid_exists(int(pid_text)):
+                continue
+        except OSError:
+            continue  # gone meanwhile, or not ours to look into
+        shutil.rmtree(stage, ignore_errors=True)
