@@ -71,9 +71,15 @@ def digest_of_payload_json(channel: str, target: str, payload_json: str) -> str:
     target, so the payload's text is spliced in rather than encoded a second time. NFC over
     the spliced whole equals NFC over the whole encoded at once: normalisation depends only
     on canonical equivalence, which concatenation keeps."""
+    return digest_of_normalised(channel, normalise_target(target), payload_json)
+
+
+def digest_of_normalised(channel: str, normalised_target: str, payload_json: str) -> str:
+    """`digest_of_payload_json` for a target already through normalise_target (planning
+    normalises each recipient once, for the digest and the key)."""
     body = nfc(
         f'{{"channel":{_quote(channel)},"contract_version":{_quote(CONTRACT_VERSION)},'
-        f'"payload":{payload_json},"target":{_quote(normalise_target(target))}}}'
+        f'"payload":{payload_json},"target":{_quote(normalised_target)}}}'
     )
     return "sha256:" + sha256_hex(body)
 
@@ -101,8 +107,13 @@ def new_key_nonce() -> str:
 def idempotency_key(run_id: str, nonce: str, item_id: str, target: str) -> str:
     """A printable-ASCII key that names the delivery slot without carrying personal data:
     it travels to third parties as a header, so only a hash of the components goes out."""
+    return key_of_normalised(run_id, nonce, item_id, normalise_target(target))
+
+
+def key_of_normalised(run_id: str, nonce: str, item_id: str, normalised_target: str) -> str:
+    """`idempotency_key` for a target already through normalise_target."""
     # canonical_json of the list, written out: one key per planned row.
-    parts = (run_id, nonce, item_id, normalise_target(target), CONTRACT_VERSION)
+    parts = (run_id, nonce, item_id, normalised_target, CONTRACT_VERSION)
     components = nfc("[" + ",".join(map(_quote, parts)) + "]")
     return KEY_PREFIX + sha256_hex(components)[:KEY_HEX_CHARS]
 

@@ -16,9 +16,10 @@ from .config import Config
 from .intent import (
     CONTRACT_VERSION,
     canonical_json,
-    digest_of_payload_json,
-    idempotency_key,
+    digest_of_normalised,
+    key_of_normalised,
     new_key_nonce,
+    normalise_target,
     payload_json,
 )
 from .state_machine import RunState
@@ -89,25 +90,20 @@ def make_plan(
     stage = stage if stage is not None else PlanStage()
     digests = hashlib.sha256()  # the ordered digests, shared prefix of both fingerprints
     per_channel: Counter[str] = Counter()
+    # Bound once: this loop runs once per row, a million times for a million-row batch.
+    add, hash_digest = stage.add, digests.update
     try:
         for row in rows:
             if problems:
                 continue
             # Stored as the canonical JSON it is digested as: one encoding, no drift.
             payload = payload_json(row.subject, row.body, row.data, row.not_after)
-            digest = digest_of_payload_json(row.channel, row.to, payload)
-            digests.update(digest.encode("ascii") + b"\n")
+            target = normalise_target(row.to)  # once, for the digest and the key
+            digest = digest_of_normalised(row.channel, target, payload)
+            hash_digest(digest.encode("ascii") + b"\n")
             per_channel[row.channel] += 1
-            stage.add(
-                row.seq,
-                row.item_id,
-                row.channel,
-                row.to,
-                payload,
-                idempotency_key(run_id, nonce, row.item_id, row.to),
-                digest,
-                row.not_after,
-            )
+            key = key_of_normalised(run_id, nonce, row.item_id, target)
+            add(row.seq, row.item_id, row.channel, row.to, payload, key, digest, row.not_after)
     except BaseException:
         stage.close()
         raise
