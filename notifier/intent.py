@@ -62,21 +62,16 @@ def sha256_hex(text: str) -> str:
 def intent_digest(channel: str, target: str, payload: Mapping[str, Any]) -> str:
     """`sha256:<hex>` over the canonical JSON of everything that would leave the process:
     {"channel", "contract_version", "payload", "target"}."""
-    return digest_of_payload_json(channel, target, canonical_json(payload))
-
-
-def digest_of_payload_json(channel: str, target: str, payload_json: str) -> str:
-    """`intent_digest` from the payload's canonical JSON, which planning makes anyway (it is
-    what gets stored): the document's keys sort as channel, contract_version, payload,
-    target, so the payload's text is spliced in rather than encoded a second time. NFC over
-    the spliced whole equals NFC over the whole encoded at once: normalisation depends only
-    on canonical equivalence, which concatenation keeps."""
-    return digest_of_normalised(channel, normalise_target(target), payload_json)
+    return digest_of_normalised(channel, normalise_target(target), canonical_json(payload))
 
 
 def digest_of_normalised(channel: str, normalised_target: str, payload_json: str) -> str:
-    """`digest_of_payload_json` for a target already through normalise_target (planning
-    normalises each recipient once, for the digest and the key)."""
+    """`intent_digest` from the payload's canonical JSON, which planning makes anyway (it is
+    what gets stored), for a target already through normalise_target (planning normalises
+    each recipient once, for the digest and the key). The document's keys sort as channel,
+    contract_version, payload, target, so the payload's text is spliced in rather than
+    encoded a second time. NFC over the spliced whole equals NFC over the whole encoded at
+    once: normalisation depends only on canonical equivalence, which concatenation keeps."""
     body = nfc(
         f'{{"channel":{_quote(channel)},"contract_version":{_quote(CONTRACT_VERSION)},'
         f'"payload":{payload_json},"target":{_quote(normalised_target)}}}'

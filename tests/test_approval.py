@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 import time
 
 from notifier.intent import canonical_json, intent_digest
@@ -22,15 +21,6 @@ def plan_for_approval(ws: Workspace, n: int = 4) -> tuple[str, str]:
     fingerprint = re.search(r"fingerprint: (sha256:[0-9a-f]+)", result.output)
     assert run_id and fingerprint, result.output
     return run_id.group(1), fingerprint.group(1)
-
-
-def tamper(ws: Workspace, sql: str, params: tuple[object, ...] = ()) -> None:
-    conn = sqlite3.connect(ws.db_file)
-    try:
-        conn.execute(sql, params)
-        conn.commit()
-    finally:
-        conn.close()
 
 
 def test_require_approval_stores_the_plan_previews_it_and_sends_nothing(ws: Workspace) -> None:
@@ -127,12 +117,11 @@ def test_intents_tampered_with_after_approval_are_refused(ws: Workspace) -> None
     ((channel, target, raw),) = ws.query("SELECT channel, target, payload FROM items WHERE seq = 2")
     payload = json.loads(raw)
     payload["body"] = "Click here: http://evil.example"
-    tamper(
-        ws,
+    ws.write(
         "UPDATE items SET payload = ?, intent_digest = ? WHERE seq = 2",
         (canonical_json(payload), intent_digest(channel, target, payload)),
     )
-    tamper(ws, "UPDATE runs SET fingerprint = 'sha256:forged'")
+    ws.write("UPDATE runs SET fingerprint = 'sha256:forged'")
     refused = ws.invoke("resume")
     assert refused.exit_code == 4, refused.output
     assert "changed after approval" in refused.output
@@ -143,8 +132,8 @@ def test_a_missing_approval_record_is_never_read_as_approved(ws: Workspace) -> N
     """A run in `approved` whose approval record is gone (or garbled) is refused (exit 4)."""
     run_id, fingerprint = plan_for_approval(ws)
     assert ws.invoke("approve", run_id, "--fingerprint", fingerprint).exit_code == 0
-    tamper(ws, "UPDATE runs SET approval = NULL")
+    ws.write("UPDATE runs SET approval = NULL")
     assert ws.invoke("resume").exit_code == 4
-    tamper(ws, 'UPDATE runs SET approval = \'{"operator": "x"}\'')
+    ws.write('UPDATE runs SET approval = \'{"operator": "x"}\'')
     assert ws.invoke("resume").exit_code == 4
     assert ws.outbox_documents() == []
