@@ -56,8 +56,8 @@ class Ledger(StoreCore):
         AlreadyPlanned naming the winner (issue 7, point 5). `new_run` skips the check.
         RunExists: a run with this id is already here.
 
-        `items` is normally the PlanStage the CSV was streamed into: its rows are copied in
-        chunks, so a million intents never sit in memory at once."""
+        `items` is normally the PlanStage the CSV was streamed into: its rows are copied by
+        the database (`_copy_stage`), so a million intents never sit in memory at once."""
         at = run["created_at"]
         with self._planning():
             if not new_run:

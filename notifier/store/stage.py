@@ -22,7 +22,8 @@ class PlanStage:
     memory stays flat whatever the size of the batch, and the receipts database is not touched
     until the whole file has passed: a bad last row leaves it exactly as it was (or absent).
     It also holds every item id seen, which finds duplicates without a Python set of a
-    million ids. Store.create_run copies its rows in chunks inside its one transaction."""
+    million ids. Store.create_run copies its rows inside its one transaction (SQLite
+    attaches the file; PostgreSQL reads it a chunk at a time into COPY)."""
 
     CHUNK = 5000
     PREFIX = "notifier-plan-"
