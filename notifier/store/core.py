@@ -69,6 +69,9 @@ class StoreCore:
     _ORDERED_JOIN = "CROSS JOIN"
     # How a claim locks the rows it picks (PostgreSQL: see postgres.py).
     _CLAIM_LOCK = ""
+    # Whether INSERT/UPDATE may stand inside WITH (PostgreSQL): a group commit's acks and
+    # claim then go to the server as one statement each, not four (see Ledger).
+    _WRITING_CTES = False
 
     def __init__(self, path: Path | str, conn: Any) -> None:
         # For SQLite the file; for PostgreSQL the server and database (never a password),

@@ -33,6 +33,14 @@ from .core import (
 from .exceptions import AlreadyPlanned, LostRace, RunExists
 from .stage import PlanStage
 
+# The events of the items a writing WITH moved (its CTE `rows`), numbered in seq order after
+# the run's last event. Parameters: run_id, at, kind, detail, run_id.
+_EVENTS_OF = (
+    "INSERT INTO events (run_id, seq_no, at, kind, item_seq, detail) "
+    "SELECT ?, COALESCE(last.n, 0) + ROW_NUMBER() OVER (ORDER BY {rows}.seq), ?, ?, "
+    "{rows}.seq, ? FROM (SELECT MAX(seq_no) AS n FROM events WHERE run_id = ?) AS last, {rows}"
+)
+
 
 class Ledger(StoreCore):
     """Point A and point B, plans, decisions, drafts and approvals: every write of the run's
@@ -286,32 +294,46 @@ class Ledger(StoreCore):
         for o in acks:
             params += [o.seq, o.finished_at or at, o.attempt_outcome, o.http_status, o.error,
                        o.retry_after_s, o.receipt_id, o.receipt_source, o.evidence]  # fmt: skip
-        self.conn.execute(
-            "UPDATE attempts SET finished_at = v.column2, outcome = v.column3, "
-            "http_status = v.column4, error = v.column5, retry_after_s = v.column6 "
-            f"FROM (VALUES {values}) AS v WHERE attempts.run_id = ? AND attempts.seq = v.column1 "
-            "AND attempts.finished_at IS NULL",
-            [*params, run_id],
-        )
-        self.conn.execute(
-            "INSERT INTO receipts (idempotency_key, intent_digest, receipt_id, source, evidence, "
-            "recorded_at) SELECT i.idempotency_key, i.intent_digest, v.column7, v.column8, "
-            f"v.column9, ? FROM (VALUES {values}) AS v JOIN items AS i "
-            "ON i.run_id = ? AND i.seq = v.column1",
-            [at, *params, run_id],
-        )
         current = ItemState.IN_FLIGHT
         target = item_next(ItemTrigger.ACK, current)
-        cursor = self.conn.execute(
-            "UPDATE items SET state = ?, updated_at = ?, next_attempt_at = NULL, "
-            "last_error = v.column5, receipt_id = v.column7 "
-            f"FROM (VALUES {values}) AS v WHERE items.run_id = ? AND items.seq = v.column1 "
-            f"AND items.state = {_state_literal(current)}",
-            [target.value, at, *params, run_id],
+        detail = {"from": current.value, "to": target.value}
+        # Each statement reads the answers from `v`: a VALUES list, or the WITH that names it.
+        v = "v" if self._WRITING_CTES else f"(VALUES {values}) AS v"
+        close_attempts = (
+            "UPDATE attempts SET finished_at = v.column2, outcome = v.column3, "
+            "http_status = v.column4, error = v.column5, retry_after_s = v.column6 "
+            f"FROM {v} WHERE attempts.run_id = ? AND attempts.seq = v.column1 "
+            "AND attempts.finished_at IS NULL"
         )
+        add_receipts = (
+            "INSERT INTO receipts (idempotency_key, intent_digest, receipt_id, source, evidence, "
+            "recorded_at) SELECT i.idempotency_key, i.intent_digest, v.column7, v.column8, "
+            f"v.column9, ? FROM {v} JOIN items AS i ON i.run_id = ? AND i.seq = v.column1"
+        )
+        move_items = (
+            "UPDATE items SET state = ?, updated_at = ?, next_attempt_at = NULL, "
+            f"last_error = v.column5, receipt_id = v.column7 FROM {v} "
+            f"WHERE items.run_id = ? AND items.seq = v.column1 "
+            f"AND items.state = {_state_literal(current)}"
+        )
+        if self._WRITING_CTES:
+            # One statement, one round trip to the server instead of four; every part sees
+            # the same snapshot, and the events are numbered from the rows really moved.
+            (moved,) = self.conn.execute(
+                f"WITH v AS (VALUES {values}), closed AS ({close_attempts}), "
+                f"receipted AS ({add_receipts}), moved AS ({move_items} RETURNING items.seq), "
+                f"logged AS ({_EVENTS_OF.format(rows='moved')}) SELECT COUNT(*) FROM moved",
+                [*params, run_id, at, run_id, target.value, at, run_id,
+                 run_id, at, "ack", _dump(detail), run_id],
+            ).fetchone()  # fmt: skip
+            if moved != len(acks):
+                raise LostRace(f"run {run_id}: expected {len(acks)} items in_flight for ack")
+            return
+        self.conn.execute(close_attempts, [*params, run_id])
+        self.conn.execute(add_receipts, [at, *params, run_id])
+        cursor = self.conn.execute(move_items, [target.value, at, *params, run_id])
         if cursor.rowcount != len(acks):
             raise LostRace(f"run {run_id}: expected {len(acks)} items in_flight for ack")
-        detail = {"from": current.value, "to": target.value}
         self._events(run_id, "ack", [o.seq for o in acks], detail, at)
 
     def _events(self, run_id: str, kind: str, seqs: Sequence[int], detail: Any, at: str) -> None:
@@ -372,27 +394,42 @@ class Ledger(StoreCore):
         # in this transaction, and the move is still conditional on it.
         current = ItemState.PENDING
         target = item_next(ItemTrigger.START, current)
+        detail = {"from": current.value, "to": target.value}
         seqs = [item.seq for item in items]
         marks = ", ".join("?" * len(seqs))
-        cursor = self.conn.execute(
+        move_items = (
             "UPDATE items SET state = ?, updated_at = ?, attempts = attempts + 1, "
             "next_attempt_at = NULL, worker_id = ? "
-            f"WHERE run_id = ? AND seq IN ({marks}) AND state = {_state_literal(current)}",
-            [target.value, at, self.worker_id, run_id, *seqs],
+            f"WHERE run_id = ? AND seq IN ({marks}) AND state = {_state_literal(current)}"
         )
-        if cursor.rowcount != len(seqs):
-            raise LostRace(f"run {run_id}: expected {len(seqs)} items pending for start")
-        self._events(run_id, "start", seqs, {"from": current.value, "to": target.value}, at)
+        move_params = [target.value, at, self.worker_id, run_id, *seqs]
         # n counts attempt rows, not the item's attempts: a released attempt (claimed,
         # never started) keeps its row but is not counted as an attempt.
         values = ", ".join(["(?, CAST(? AS DOUBLE PRECISION))"] + ["(?, ?)"] * (len(seqs) - 1))
-        self.conn.execute(
+        open_attempts = (
             "INSERT INTO attempts (run_id, seq, n, started_at, waited_s) "
             "SELECT ?, v.column1, (SELECT COALESCE(MAX(n), 0) + 1 FROM attempts AS a "
             "WHERE a.run_id = ? AND a.seq = v.column1), ?, v.column2 "
-            f"FROM (VALUES {values}) AS v",
-            [run_id, run_id, at, *[x for pair in zip(seqs, waited, strict=True) for x in pair]],
+            f"FROM (VALUES {values}) AS v"
         )
+        open_params = [
+            run_id, run_id, at, *[x for pair in zip(seqs, waited, strict=True) for x in pair]
+        ]  # fmt: skip
+        if self._WRITING_CTES:
+            # The three writes as one statement: one round trip instead of three.
+            (moved,) = self.conn.execute(
+                f"WITH moved AS ({move_items} RETURNING seq), "
+                f"logged AS ({_EVENTS_OF.format(rows='moved')}), "
+                f"opened AS ({open_attempts}) SELECT COUNT(*) FROM moved",
+                [*move_params, run_id, at, "start", _dump(detail), run_id, *open_params],
+            ).fetchone()
+        else:
+            moved = self.conn.execute(move_items, move_params).rowcount
+        if moved != len(seqs):
+            raise LostRace(f"run {run_id}: expected {len(seqs)} items pending for start")
+        if not self._WRITING_CTES:
+            self._events(run_id, "start", seqs, detail, at)
+            self.conn.execute(open_attempts, open_params)
         return [
             replace(item, state=target, attempts=item.attempts + 1, next_attempt_at=None)
             for item in items

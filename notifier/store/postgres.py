@@ -144,6 +144,7 @@ class PostgresOpening(Checks):
     _ORDERED_JOIN = "JOIN"  # PostgreSQL plans the join order itself
     # Two workers' claims never pick the same row, and never wait for each other's rows.
     _CLAIM_LOCK = "FOR UPDATE SKIP LOCKED"
+    _WRITING_CTES = True  # each round trip to the server is felt in a group commit
     _BEGIN_SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ"
     _NOW_S = "EXTRACT(EPOCH FROM clock_timestamp())::float8"
     _LEAST = "LEAST"
