@@ -212,3 +212,34 @@ def test_secrets_never_reach_the_database(ws: Workspace) -> None:
                 assert env["HOOKS_SECRET"] not in str(cell), table
                 assert "TWZLUTlyOEdLWXFy" not in str(cell), table
     assert cells > 0
+
+
+def _scanned_by_claim(url: str, run_id: str) -> list[dict[str, object]]:
+    """The scan nodes of the plan PostgreSQL picks for the claim's move of three items."""
+    with psycopg.connect(url) as conn:
+        (plan,) = conn.execute(
+            "EXPLAIN (FORMAT JSON) UPDATE items SET state = 'in_flight' "
+            "WHERE run_id = %s AND seq IN (1, 2, 3) AND state = 'pending'",
+            (run_id,),
+        ).fetchone()
+    nodes, found = [plan[0]["Plan"]], []
+    while nodes:
+        node = nodes.pop()
+        nodes.extend(node.get("Plans", []))
+        if "Scan" in node["Node Type"]:
+            found.append(node)
+    return found
+
+
+@on_postgres
+def test_a_freshly_planned_run_is_claimed_by_key_not_by_scanning_it(ws: Workspace) -> None:
+    """Right after planning (before autovacuum has looked at the table), the claim's move
+    finds its items by (run_id, seq): PostgreSQL has statistics for the rows just copied,
+    instead of guessing one row and reading every pending item of the run per claim."""
+    ws.write_csv("batch.csv", make_rows(3000))
+    planned = ws.invoke("send", "batch.csv", "--run-id", "fresh", "--require-approval")
+    assert planned.exit_code == 0, planned.output
+    scans = _scanned_by_claim(str(ws.db), "fresh")
+    assert scans, "no scan node in the plan"
+    for node in scans:
+        assert "seq" in str(node.get("Index Cond", "")), node

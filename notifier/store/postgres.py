@@ -289,6 +289,11 @@ class PostgresOpening(Checks):
         with self.conn.raw.cursor().copy(f"COPY items ({columns}) FROM STDIN") as copy:
             for row in rows:
                 copy.write_row((*row, "pending", 0))
+        # Statistics for the rows just copied, before autovacuum gets to them (a minute or
+        # more): without any, the planner guesses one row per run and each claim's move
+        # filtered every pending item of the run instead of looking up its seqs. ANALYZE
+        # samples a bounded number of rows, and runs inside this transaction.
+        self.conn.execute("ANALYZE items")
 
     def data_version(self) -> int:
         """PostgreSQL has no counterpart of SQLite's data_version: a new number each time,
