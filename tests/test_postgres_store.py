@@ -217,12 +217,13 @@ def test_secrets_never_reach_the_database(ws: Workspace) -> None:
 def _scanned_by_claim(url: str, run_id: str) -> list[dict[str, object]]:
     """The scan nodes of the plan PostgreSQL picks for the claim's move of three items."""
     with psycopg.connect(url) as conn:
-        (plan,) = conn.execute(
+        row = conn.execute(
             "EXPLAIN (FORMAT JSON) UPDATE items SET state = 'in_flight' "
             "WHERE run_id = %s AND seq IN (1, 2, 3) AND state = 'pending'",
             (run_id,),
         ).fetchone()
-    nodes, found = [plan[0]["Plan"]], []
+    assert row is not None
+    nodes, found = [row[0][0]["Plan"]], []
     while nodes:
         node = nodes.pop()
         nodes.extend(node.get("Plans", []))
