@@ -22,8 +22,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from . import approval, clock, report
 from .config import load as load_config
@@ -33,6 +31,8 @@ from .state_machine import FINISHED_RUN_STATES, RunState, RunTrigger
 from .store import is_postgres
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from . import compose
     from .batch import BatchRow
     from .records import Run
@@ -155,6 +155,12 @@ def _say_err(line: str) -> None:
 
 @contextmanager
 def _progress(total: int) -> Iterator[Callable[[int], None]]:
+    """A progress bar on a terminal's stderr; elsewhere (a pipe, a log) nothing, and rich
+    is not even loaded."""
+    if not sys.stderr.isatty():
+        yield lambda n: None
+        return
+    from rich.console import Console  # noqa: PLC0415 (start-up time)
     from rich.progress import (  # noqa: PLC0415 (start-up time)
         BarColumn,
         MofNCompleteColumn,
@@ -635,17 +641,18 @@ def _print_report(ctx: click.Context, run_id: str | None, fmt: str) -> None:
         store.close()
 
 
-class _Console(Console):
-    def on_broken_pipe(self) -> None:
-        """rich would exit 1 at once; a closed pipe has one rule, in NotifierGroup.invoke."""
-        self.quiet = True
-        raise BrokenPipeError
-
-
 def _console() -> Console:
     """Tables for people: on a pipe (no terminal width to honour) wide enough not to fold
     run ids and keys. Markup is off: item ids, evidence, file names and error texts come from
     users and downstreams, and `[/x]` in one of them must print as written, not as a tag."""
+    from rich.console import Console  # noqa: PLC0415 (start-up time)
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            """rich would exit 1 at once; a closed pipe has one rule, in NotifierGroup.invoke."""
+            self.quiet = True
+            raise BrokenPipeError
+
     if sys.stdout.isatty():
         return _Console(markup=False)
     return _Console(width=200, markup=False)
@@ -671,6 +678,8 @@ def runs(ctx: click.Context) -> None:
     env = _env(ctx)
     store = open_store(env, readonly=True)
     try:
+        from rich.table import Table  # noqa: PLC0415 (start-up time)
+
         table = Table(show_header=True, header_style="bold")
         for name in ("run", "state", "created"):
             table.add_column(name, no_wrap=True)  # ids are copied from here: never fold them

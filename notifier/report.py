@@ -6,17 +6,16 @@ import csv
 import io
 import json
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
-
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, Any
 
 from . import clock
 from .lease import holder_alive, live_holder
 from .records import Item, PendingKind, Run
 from .state_machine import ItemState, RunState
 from .store import Store
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 ITEM_FIELDS = (
     "seq",
@@ -216,6 +215,10 @@ def iter_csv(report: dict[str, Any]) -> Iterator[str]:
 
 
 def render_table(report: dict[str, Any], console: Console) -> None:
+    # rich loads only for a table: a send on a pipe prints none.
+    from rich.table import Table  # noqa: PLC0415
+    from rich.text import Text  # noqa: PLC0415
+
     counts = report["counts"]
     items = list(report["items"])  # the table is built from the attention items only
     console.print(
