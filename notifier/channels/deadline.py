@@ -101,12 +101,15 @@ class _Backend(httpcore2.NetworkBackend):
 
 
 class DeadlineTransport(httpx2.HTTPTransport):
-    """httpx's own transport, with a connection pool whose sockets honour the deadline."""
+    """httpx's own transport, with a connection pool whose sockets honour the deadline.
 
-    def __init__(self, limits: httpx2.Limits) -> None:
+    `tls`: whether any request may go to an https URL. Building the TLS context (reading
+    the CA bundle) cost every start of a plain-http channel ~70 ms of CPU for nothing."""
+
+    def __init__(self, limits: httpx2.Limits, *, tls: bool = True) -> None:
         super().__init__(limits=limits, trust_env=False)
         self._pool = httpcore2.ConnectionPool(
-            ssl_context=httpx2.create_ssl_context(trust_env=False),
+            ssl_context=httpx2.create_ssl_context(trust_env=False) if tls else None,
             max_connections=limits.max_connections,
             max_keepalive_connections=limits.max_keepalive_connections,
             keepalive_expiry=limits.keepalive_expiry,

@@ -61,8 +61,15 @@ class WebhookChannel:
             trust_env=False,
             follow_redirects=False,
             # The deadline transport bounds each attempt as a whole (timeout = the attempt).
-            transport=transport or DeadlineTransport(limits),
+            transport=transport or DeadlineTransport(limits, tls=self._tls()),
             headers={"User-Agent": f"notifier/{__version__}"},
+        )
+
+    def _tls(self) -> bool:
+        """Whether a request of this channel may need TLS (redirects are never followed)."""
+        return any(
+            url is not None and not url.lower().startswith("http://")
+            for url in (self.url, self.status_url)
         )
 
     def send(self, intent: Intent) -> Receipt:
