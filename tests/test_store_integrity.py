@@ -133,18 +133,23 @@ def test_contradictory_rows_are_refused(
     assert_refused_untouched(ws, ["status"], expected)
 
 
+def planned_store(db: Path | str, items: int) -> Store:
+    """A new store holding run r1, planned with `items` outbox items (keys k1, k2, …)."""
+    store = Store.open(db, create=True)
+    store.create_run(
+        {"run_id": "r1", "state": "planned", "created_at": clock.now_iso(),
+         "batch_path": "b.csv", "fingerprint": "sha256:x", "content_fingerprint": "sha256:c",
+         "channel_snapshot": {}, "options": {}, "contract_version": "v1"},
+        [{"run_id": "r1", "seq": n, "item_id": str(n), "channel": "outbox", "target": "a@b.c",
+          "payload": {}, "idempotency_key": f"k{n}", "intent_digest": "sha256:d"}
+         for n in range(1, items + 1)],
+    )  # fmt: skip
+    return store
+
+
 def test_a_move_that_lost_a_race_fails_loudly(tmp_path: Path) -> None:
     """A conditional UPDATE that finds the item already moved raises instead of overwriting."""
-    store = Store.open(tmp_path / "receipts.db", create=True)
-    at = clock.now_iso()
-    store.create_run(
-        {"run_id": "r1", "state": "planned", "created_at": at, "batch_path": "b.csv",
-         "fingerprint": "sha256:x", "content_fingerprint": "sha256:c",
-         "channel_snapshot": {}, "options": {},
-         "contract_version": "v1"},
-        [{"run_id": "r1", "seq": 1, "item_id": "1", "channel": "outbox", "target": "a@b.c",
-          "payload": {}, "idempotency_key": "k1", "intent_digest": "sha256:d"}],
-    )  # fmt: skip
+    store = planned_store(tmp_path / "receipts.db", 1)
     version = store.acquire_lease("r1", {"host": "h", "pid": 1}, 30, lambda o, e: False)
     [item] = store.claim("r1", version, 1)
     store.record(
@@ -162,18 +167,38 @@ def test_a_move_that_lost_a_race_fails_loudly(tmp_path: Path) -> None:
     store.close()
 
 
+@pytest.mark.both_stores
+def test_a_group_commit_whose_acks_lost_a_race_records_none_of_them(ws: Workspace) -> None:
+    """The acks batched into one group commit move all their items or none: one item
+    settled behind the committer's back rolls back the receipts, attempts and moves of the
+    others too (on PostgreSQL all of them are one statement)."""
+    store = planned_store(ws.db, 3)
+    try:
+        version = store.acquire_lease("r1", {"host": "h", "pid": 1}, 30, lambda o, e: False)
+        assert len(store.claim("r1", version, 3)) == 3
+        settled = Outcome(2, ItemTrigger.RETRY_LATER, "uncertain", expected=ItemState.IN_FLIGHT)
+        store.record("r1", version, [settled])
+        acks = [
+            Outcome(seq, ItemTrigger.ACK, "sent", receipt_id=f"x{seq}", receipt_source="send",
+                    expected=ItemState.IN_FLIGHT)
+            for seq in (1, 2, 3)
+        ]  # fmt: skip
+        with pytest.raises(LostRace):
+            store.step("r1", version, acks, 0)
+        assert [store.item("r1", seq).state.value for seq in (1, 2, 3)] == [
+            "in_flight",
+            "pending",
+            "in_flight",
+        ]
+        assert [a.finished_at for seq in (1, 3) for a in store.attempts("r1", seq)] == [None, None]
+    finally:
+        store.close()
+    assert ws.query("SELECT COUNT(*) FROM receipts") == [(0,)]
+
+
 def test_a_worker_that_lost_its_lease_cannot_write(tmp_path: Path) -> None:
     """Once another process took the lease, the old worker's writes are rejected."""
-    store = Store.open(tmp_path / "receipts.db", create=True)
-    at = clock.now_iso()
-    store.create_run(
-        {"run_id": "r1", "state": "planned", "created_at": at, "batch_path": "b.csv",
-         "fingerprint": "sha256:x", "content_fingerprint": "sha256:c",
-         "channel_snapshot": {}, "options": {},
-         "contract_version": "v1"},
-        [{"run_id": "r1", "seq": 1, "item_id": "1", "channel": "outbox", "target": "a@b.c",
-          "payload": {}, "idempotency_key": "k1", "intent_digest": "sha256:d"}],
-    )  # fmt: skip
+    store = planned_store(tmp_path / "receipts.db", 1)
     dead: Callable[[object, object], bool] = lambda owner, expires: False  # noqa: E731
     old = store.acquire_lease("r1", {"host": "h", "pid": 1}, 30, dead)
     new = store.acquire_lease("r1", {"host": "h", "pid": 2}, 30, dead)
