@@ -13,7 +13,7 @@ start-up (process start to the first request's point A) and `status` on that 1M-
 CSV in one fresh process, plan and send together, and prints its items/s and peak RSS (the
 child's own ru_maxrss).
 
-    python bench/throughput.py [--seconds 10] [--million]
+    python bench/throughput.py [--seconds 10] [--rounds 3] [--million]
     python bench/throughput.py --send-million
 """
 
@@ -24,6 +24,7 @@ import csv
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -129,32 +130,44 @@ def webhook_config(work: Path, url: str) -> None:
     )
 
 
-def case(url: str, latency_ms: float, workers: int, seconds: float) -> dict[str, Any]:
+def case(url: str, latency_ms: float, workers: int, seconds: float, rounds: int) -> dict[str, Any]:
     """One row: items sized so that the plain loop runs >= `seconds` (notifier, slower,
     runs longer). A short probe includes the process's start-up, so it underestimates the
-    rate; the plain run is repeated, larger, until it really lasts that long."""
+    rate; the plain run is repeated, larger, until it really lasts that long. With `rounds`
+    > 1 the plain loop and notifier take turns that many times and the medians are shown
+    (the machine is shared: one turn can land on either side of a target)."""
     probe = measure("plain", url, max(20, workers * 10), workers)
     items = max(workers * 20, int(max(20, workers * 10) / probe["seconds"] * seconds))
     plain = measure("plain", url, items, workers)
     while plain["seconds"] < seconds:
         items = int(items * seconds / plain["seconds"] * 1.1)
         plain = measure("plain", url, items, workers)
+    plains, durables = [plain], []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         write_batch(work / "batch.csv", items)
         webhook_config(work, url)
-        durable = measure("notifier", str(work), items, workers)
+        for turn in range(rounds):
+            if turn:
+                plains.append(measure("plain", url, items, workers))
+            for name in ("receipts.db", "receipts.db-wal", "receipts.db-shm"):
+                (work / name).unlink(missing_ok=True)  # each turn plans the batch anew
+            durables.append(measure("notifier", str(work), items, workers))
+    p_s, d_s = (statistics.median(m["seconds"] for m in ms) for ms in (plains, durables))
+    p_cpu, d_cpu = (statistics.median(m["cpu"] for m in ms) for ms in (plains, durables))
     return {
         "case": f"{latency_ms:g} ms, concurrency {workers}",
         "items": items,
-        "plain_rate": items / plain["seconds"],
-        "notifier_rate": items / durable["seconds"],
-        "rate_ratio": plain["seconds"] / durable["seconds"],
-        "plain_cpu_ms": 1000 * plain["cpu"] / items,
-        "notifier_cpu_ms": 1000 * durable["cpu"] / items,
-        "cpu_ratio": durable["cpu"] / plain["cpu"],
-        "plain_rss": plain["rss_mb"],
-        "notifier_rss": durable["rss_mb"],
+        "plain_rate": items / p_s,
+        "notifier_rate": items / d_s,
+        "rate_ratio": p_s / d_s,
+        "plain_cpu_ms": 1000 * p_cpu / items,
+        "notifier_cpu_ms": 1000 * d_cpu / items,
+        "cpu_ratio": d_cpu / p_cpu,
+        "turns": [
+            (p["seconds"] / d["seconds"], d["cpu"] / p["cpu"])
+            for p, d in zip(plains, durables, strict=True)
+        ],
     }
 
 
@@ -203,6 +216,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--million", action="store_true", help="plan/resume/status at 1M")
+    parser.add_argument("--rounds", type=int, default=1, help="turns per case (medians shown)")
     parser.add_argument(
         "--send-million", action="store_true", help="only: `send` a 1M-row CSV in one process"
     )
@@ -223,7 +237,8 @@ def main() -> None:
             sandbox.terminate()
             sandbox.wait()
         return
-    print(f"{os.cpu_count()} cores; >= {args.seconds:g} s per case; fresh process each")
+    print(f"{os.cpu_count()} cores; >= {args.seconds:g} s per case; fresh process each; "
+          f"{args.rounds} turn(s) per case, medians")  # fmt: skip
     rows = []
     for latency in (0.0, 20.0):
         sandbox, url = start_sandbox(latency)
@@ -233,7 +248,7 @@ def main() -> None:
                 print(f"sandbox ceiling (plain loop, concurrency 32, 0 ms): "
                       f"{4000 / ceiling['seconds']:,.0f} items/s")  # fmt: skip
             for workers in (1, 16):
-                rows.append(case(url, latency, workers, args.seconds))
+                rows.append(case(url, latency, workers, args.seconds, args.rounds))
             if latency == 0:
                 with tempfile.TemporaryDirectory() as tmp:
                     work = Path(tmp)
@@ -253,6 +268,11 @@ def main() -> None:
         print(f"| {r['case']} | {r['items']:,} | {r['plain_rate']:,.0f} | "
               f"{r['notifier_rate']:,.0f} | {r['rate_ratio']:.2f}x | {r['plain_cpu_ms']:.2f} | "
               f"{r['notifier_cpu_ms']:.2f} | {r['cpu_ratio']:.2f}x |")  # fmt: skip
+    if args.rounds > 1:
+        print("\nturns (items/s ratio, CPU ratio):")
+        for r in rows:
+            turns = ", ".join(f"{rate:.2f}x/{cpu:.2f}x" for rate, cpu in r["turns"])
+            print(f"- {r['case']}: {turns}")
     print(f"\npeak RSS of `send --concurrency 16`, 10k items: {ten_k['rss_mb']:.0f} MB")
 
 
