@@ -23,8 +23,8 @@ from ..state_machine import (
 )
 from .core import (
     _ACTIVE,
-    _ITEM_COLUMNS,
     _MAYBE_DELIVERED,
+    _PENDING_COLUMNS,
     StoreCore,
     _dump,
     _plain_ack,
@@ -155,8 +155,8 @@ class Ledger(StoreCore):
     def _insert_pending(self, rows: Iterable[tuple[Any, ...]]) -> None:
         """Item rows (run_id, the item columns, updated_at), all `pending`, none attempted."""
         self.conn.executemany(
-            f"INSERT INTO items (run_id, {_ITEM_COLUMNS}, state, attempts, updated_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?)",
+            f"INSERT INTO items ({_PENDING_COLUMNS}) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0)",
             rows,
         )
 

@@ -14,7 +14,7 @@ from typing import Self
 from .. import schema
 from ..errors import NotifierError
 from .checks import Checks
-from .core import _HEADER, _ITEM_COLUMNS, ROLLED_BACK
+from .core import _HEADER, _ITEM_COLUMNS, _PENDING_COLUMNS, ROLLED_BACK
 from .exceptions import DatabaseUnwritable, NoDatabase, StorageFailed, StoreRefused
 from .stage import PlanStage
 
@@ -115,8 +115,8 @@ class Opening(Checks):
         self.conn.execute("ATTACH DATABASE ? AS plan_stage", (str(stage.path),))
         self._stage_attached = True
         copied = self.conn.execute(
-            f"INSERT INTO items (run_id, {_ITEM_COLUMNS}, state, attempts, updated_at) "
-            f"SELECT ?, {_ITEM_COLUMNS}, 'pending', 0, ? FROM plan_stage.items ORDER BY seq",
+            f"INSERT INTO items ({_PENDING_COLUMNS}) "
+            f"SELECT ?, {_ITEM_COLUMNS}, ?, 'pending', 0 FROM plan_stage.items ORDER BY seq",
             (run_id, at),
         )
         return int(copied.rowcount)

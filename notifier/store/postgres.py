@@ -27,7 +27,7 @@ from psycopg.pq import TransactionStatus
 from .. import clock, schema_pg
 from ..errors import NotifierError
 from .checks import Checks
-from .core import _ITEM_COLUMNS, ROLLED_BACK
+from .core import _PENDING_COLUMNS, ROLLED_BACK
 from .exceptions import DatabaseUnwritable, NoDatabase, StorageFailed, StoreRefused
 
 # How long a write waits for another process's transaction, as SQLite's busy_timeout.
@@ -285,8 +285,7 @@ class PostgresOpening(Checks):
 
     def _insert_pending(self, rows: Iterable[tuple[Any, ...]]) -> None:
         """COPY: a million intents in one stream, several times faster than INSERTs."""
-        columns = f"run_id, {_ITEM_COLUMNS}, updated_at, state, attempts"
-        with self.conn.raw.cursor().copy(f"COPY items ({columns}) FROM STDIN") as copy:
+        with self.conn.raw.cursor().copy(f"COPY items ({_PENDING_COLUMNS}) FROM STDIN") as copy:
             for row in rows:
                 copy.write_row((*row, "pending", 0))
         # Statistics for the rows just copied, before autovacuum gets to them (a minute or
