@@ -326,15 +326,13 @@ class Ledger(StoreCore):
                 [*params, run_id, at, run_id, target.value, at, run_id,
                  run_id, at, "ack", _dump(detail), run_id],
             ).fetchone()  # fmt: skip
-            if moved != len(acks):
-                raise LostRace(f"run {run_id}: expected {len(acks)} items in_flight for ack")
-            return
-        self.conn.execute(close_attempts, [*params, run_id])
-        self.conn.execute(add_receipts, [at, *params, run_id])
-        cursor = self.conn.execute(move_items, [target.value, at, *params, run_id])
-        if cursor.rowcount != len(acks):
+        else:
+            self.conn.execute(close_attempts, [*params, run_id])
+            self.conn.execute(add_receipts, [at, *params, run_id])
+            moved = self.conn.execute(move_items, [target.value, at, *params, run_id]).rowcount
+            self._events(run_id, "ack", [o.seq for o in acks], detail, at)
+        if moved != len(acks):  # raised inside the transaction: every write above is undone
             raise LostRace(f"run {run_id}: expected {len(acks)} items in_flight for ack")
-        self._events(run_id, "ack", [o.seq for o in acks], detail, at)
 
     def _events(self, run_id: str, kind: str, seqs: Sequence[int], detail: Any, at: str) -> None:
         """`_event` for several items at once: one statement numbers them after the run's
@@ -425,11 +423,10 @@ class Ledger(StoreCore):
             ).fetchone()
         else:
             moved = self.conn.execute(move_items, move_params).rowcount
-        if moved != len(seqs):
-            raise LostRace(f"run {run_id}: expected {len(seqs)} items pending for start")
-        if not self._WRITING_CTES:
             self._events(run_id, "start", seqs, detail, at)
             self.conn.execute(open_attempts, open_params)
+        if moved != len(seqs):  # raised inside the transaction: every write above is undone
+            raise LostRace(f"run {run_id}: expected {len(seqs)} items pending for start")
         return [
             replace(item, state=target, attempts=item.attempts + 1, next_attempt_at=None)
             for item in items
