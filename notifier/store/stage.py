@@ -130,12 +130,14 @@ def _remove_abandoned(where: Path, prefix: str) -> None:
 
     for stage in where.glob(f"{prefix}*-*"):
         pid_text = stage.name.removeprefix(prefix).split("-", 1)[0]
+        if not pid_text.isdigit() or pid_exists(int(pid_text)):
+            continue
         try:
             info = stage.stat()
-            newest = max([info.st_mtime, *(f.stat().st_mtime for f in stage.iterdir())])
-            if not pid_text.isdigit() or info.st_uid != os.getuid():
+            if info.st_uid != os.getuid():
                 continue
-            if time.time() - newest < ABANDONED_AFTER_S or pid_exists(int(pid_text)):
+            newest = max([info.st_mtime, *(f.stat().st_mtime for f in stage.iterdir())])
+            if time.time() - newest < ABANDONED_AFTER_S:
                 continue
         except OSError:
             continue  # gone meanwhile, or not ours to look into
