@@ -441,9 +441,7 @@ def _check_row(
                 f"`to` {to!r} is not an e-mail address, which channel {channel!r} needs ({why})",
             )
         )
-    deadline = not_after
-    if layout.not_after is not None:
-        deadline = _deadline(record[layout.not_after], not_after, line, problems)
+    deadline = _deadline(_cell(record, layout.not_after), not_after, line, problems)
     if len(problems) > before:
         return None
     return BatchRow(
