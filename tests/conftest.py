@@ -8,6 +8,7 @@ binaries, else the `[postgres]` variants skip saying why."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import csv
 import glob
@@ -21,6 +22,8 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from email import message_from_bytes
@@ -402,6 +405,45 @@ def inbox(ws: Workspace) -> Iterator[Inbox]:
     (ws.path / "notifier.toml").write_text(
         f'[channels.mail]\ntype = "smtp"\nhost = "127.0.0.1"\nport = {port}\n'
         'sender = "ops@example.com"\n'
+    )
+    try:
+        yield handler
+    finally:
+        controller.stop()
+
+
+class SlowRelay:
+    """An SMTP relay that takes 1 s per message, noting when each MAIL command arrived."""
+
+    def __init__(self) -> None:
+        self.mail_times: list[float] = []
+        self.first_mail = threading.Event()
+        self.seconds = 1.0
+
+    async def handle_MAIL(
+        self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]
+    ) -> str:
+        self.mail_times.append(time.time())
+        self.first_mail.set()
+        envelope.mail_from = address
+        envelope.mail_options.extend(options)
+        return "250 OK"
+
+    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
+        await asyncio.sleep(self.seconds)
+        return "250 OK"
+
+
+@pytest.fixture
+def slow_relay(ws: Workspace) -> Iterator[SlowRelay]:
+    """A real SMTP relay on 127.0.0.1 taking 1 s per message, and a `mail` channel to it."""
+    handler = SlowRelay()
+    port = free_port()
+    controller = Controller(handler, hostname="127.0.0.1", port=port)
+    controller.start()
+    (ws.path / "notifier.toml").write_text(
+        f'[channels.mail]\ntype = "smtp"\nhost = "127.0.0.1"\nport = {port}\n'
+        'sender = "ops@example.com"\ntimeout = 30\n'
     )
     try:
         yield handler

@@ -4,25 +4,21 @@ reported unknown, and a cancel racing a completion or a starting send never exit
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from aiosmtpd.controller import Controller
-from aiosmtpd.smtp import SMTP, Envelope, Session
 
 from notifier import clock
 from notifier.sandbox import Faults, Sandbox
 from notifier.state_machine import RunTrigger
 from notifier.store import Store
 
-from .conftest import DB_ERRORS, Workspace, free_port, make_rows
+from .conftest import DB_ERRORS, SlowRelay, Workspace, make_rows
 
 pytestmark = pytest.mark.both_stores
 
@@ -51,44 +47,6 @@ def finished_attempts(ws: Workspace) -> int:
 
 
 # ---------------------------------------------------------------------- point 8
-
-
-class SlowRelay:
-    """An SMTP relay that takes 1 s per message, noting when each MAIL command arrived."""
-
-    def __init__(self) -> None:
-        self.mail_times: list[float] = []
-        self.first_mail = threading.Event()
-        self.seconds = 1.0
-
-    async def handle_MAIL(
-        self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]
-    ) -> str:
-        self.mail_times.append(time.time())
-        self.first_mail.set()
-        envelope.mail_from = address
-        envelope.mail_options.extend(options)
-        return "250 OK"
-
-    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
-        await asyncio.sleep(self.seconds)
-        return "250 OK"
-
-
-@pytest.fixture
-def slow_relay(ws: Workspace) -> Iterator[SlowRelay]:
-    handler = SlowRelay()
-    port = free_port()
-    controller = Controller(handler, hostname="127.0.0.1", port=port)
-    controller.start()
-    (ws.path / "notifier.toml").write_text(
-        f'[channels.mail]\ntype = "smtp"\nhost = "127.0.0.1"\nport = {port}\n'
-        'sender = "ops@example.com"\ntimeout = 30\n'
-    )
-    try:
-        yield handler
-    finally:
-        controller.stop()
 
 
 def test_no_message_starts_after_cancel_and_unstarted_items_are_released(
