@@ -495,7 +495,10 @@ class Runner:
     def _may_start(self, item: Item) -> str | None:
         """Why `item` must not start now, or None. Called inside the channel lock right before
         the send, so an item queued behind a slow request is checked at the moment it would
-        start, not when it was claimed."""
+        start, not when it was claimed. Ctrl-C stops every send not yet started, like a
+        cancel: the requests already under way finish and are recorded, nothing else leaves."""
+        if self.interrupted.is_set():
+            return "interrupted (Ctrl-C) before it started"
         cancel_requested_at = self._cancel_flag()
         if cancel_requested_at:
             return f"cancel requested at {cancel_requested_at}"

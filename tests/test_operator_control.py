@@ -16,7 +16,7 @@ import pytest
 from notifier import clock
 from notifier.sandbox import Faults, Sandbox
 
-from .conftest import DB_ERRORS, Workspace, make_rows
+from .conftest import DB_ERRORS, SlowRelay, Workspace, make_rows
 
 pytestmark = pytest.mark.both_stores
 
@@ -207,6 +207,41 @@ def test_ctrl_c_pauses_cleanly_and_resume_completes(ws: Workspace, slow_sandbox:
     assert resumed.returncode == 0, resumed.stderr
     assert_each_key_committed_once(ws, slow_sandbox)
     assert ws.status()["counts"]["sent"] == 80
+
+
+def test_ctrl_c_starts_no_queued_send_and_gives_the_queued_items_back(
+    ws: Workspace, slow_relay: SlowRelay
+) -> None:
+    """With a 1 s relay and --concurrency 4 (SMTP sends one at a time, the others queue for
+    the channel), Ctrl-C during the first message: no MAIL starts after the signal but the
+    one under way, the run is paused (exit 130) with nothing in flight, the queued items are
+    back to pending, never attempted, and resume sends each of them once."""
+    ws.write_csv("batch.csv", make_rows(8))
+    worker = ws.popen("send", "batch.csv", "--channel", "mail", "--concurrency", "4")
+    try:
+        assert slow_relay.first_mail.wait(60)
+        worker.send_signal(signal.SIGINT)
+        interrupted = time.time()
+        assert worker.wait(timeout=60) == 130, worker.stderr.read() if worker.stderr else ""
+    finally:
+        worker.kill()
+        worker.wait()
+    assert [t for t in slow_relay.mail_times if t > interrupted] == []
+    status = ws.status()
+    counts = status["counts"]
+    assert status["state"] == "paused" and counts["in_flight"] == counts["unknown"] == 0
+    assert counts["sent"] == len(slow_relay.mail_times) == 1
+    released = {
+        seq for (seq,) in ws.query("SELECT seq FROM attempts WHERE outcome = 'not_started'")
+    }
+    pending = {i["seq"] for i in status["items"] if i["state"] == "pending"}
+    assert len(pending) == 7 and released == pending, "claimed items that never started"
+    assert all(i["attempts"] == 0 for i in status["items"] if i["seq"] in released)
+    slow_relay.seconds = 0
+    resumed = ws.run("resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(slow_relay.mail_times) == 8
+    assert ws.status()["counts"]["sent"] == 8
 
 
 @pytest.mark.parametrize("seed", [1, 2])
