@@ -395,21 +395,28 @@ def free_port() -> int:
         return port
 
 
-@pytest.fixture
-def inbox(ws: Workspace) -> Iterator[Inbox]:
-    """A real SMTP server on 127.0.0.1 and a `mail` channel pointing at it."""
-    handler = Inbox()
+@contextlib.contextmanager
+def smtp_server(ws: Workspace, handler: Any, options: str = "") -> Iterator[None]:
+    """`handler` as a real SMTP server on 127.0.0.1, and a `mail` channel pointing at it."""
     port = free_port()
     controller = Controller(handler, hostname="127.0.0.1", port=port)
     controller.start()
     (ws.path / "notifier.toml").write_text(
         f'[channels.mail]\ntype = "smtp"\nhost = "127.0.0.1"\nport = {port}\n'
-        'sender = "ops@example.com"\n'
+        f'sender = "ops@example.com"\n{options}'
     )
     try:
-        yield handler
+        yield
     finally:
         controller.stop()
+
+
+@pytest.fixture
+def inbox(ws: Workspace) -> Iterator[Inbox]:
+    """A real SMTP server on 127.0.0.1 and a `mail` channel pointing at it."""
+    handler = Inbox()
+    with smtp_server(ws, handler):
+        yield handler
 
 
 class SlowRelay:
@@ -438,14 +445,5 @@ class SlowRelay:
 def slow_relay(ws: Workspace) -> Iterator[SlowRelay]:
     """A real SMTP relay on 127.0.0.1 taking 1 s per message, and a `mail` channel to it."""
     handler = SlowRelay()
-    port = free_port()
-    controller = Controller(handler, hostname="127.0.0.1", port=port)
-    controller.start()
-    (ws.path / "notifier.toml").write_text(
-        f'[channels.mail]\ntype = "smtp"\nhost = "127.0.0.1"\nport = {port}\n'
-        'sender = "ops@example.com"\ntimeout = 30\n'
-    )
-    try:
+    with smtp_server(ws, handler, "timeout = 30\n"):
         yield handler
-    finally:
-        controller.stop()
