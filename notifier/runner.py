@@ -492,11 +492,12 @@ class Runner:
         opens = [t for t in (*self.p.gates.values(), *self.p.holds.values()) if t > now]
         return max(0.001, min([POLL_S, *(t - now for t in opens)]))
 
-    def _may_start(self, item: Item) -> str | None:
-        """Why `item` must not start now, or None. Called inside the channel lock right before
-        the send, so an item queued behind a slow request is checked at the moment it would
-        start, not when it was claimed. Ctrl-C stops every send not yet started, like a
-        cancel: the requests already under way finish and are recorded, nothing else leaves."""
+    def _may_start(self) -> str | None:
+        """Why the next send must not start now, or None. Called inside the channel lock right
+        before the send, so an item queued behind a slow request is checked at the moment it
+        would start, not when it was claimed; also while waiting for a --rate token. Ctrl-C
+        stops every send not yet started, like a cancel: the requests already under way
+        finish and are recorded, nothing else leaves."""
         if self.interrupted.is_set():
             return "interrupted (Ctrl-C) before it started"
         cancel_requested_at = self._cancel_flag()
@@ -514,10 +515,8 @@ class Runner:
             return self._send_flags.read()
 
     def _send_stopped(self) -> bool:
-        """Stop waiting for a --rate token: interrupted, lease lost or cancel requested."""
-        if self.interrupted.is_set() or self.lease_lost.is_set():
-            return True
-        return self._cancel_flag() is not None
+        """Stop waiting for a --rate token: the lease is lost, or the send may not start."""
+        return self.lease_lost.is_set() or self._may_start() is not None
 
     def _send_one(self, item: Item) -> Slot:
         """The result and the moment it arrived, on the wall clock (to record) and on the
@@ -533,7 +532,7 @@ class Runner:
                 # cancel was seen.
                 if not self._lease_allows_send():
                     return None, clock.now(), time.monotonic()
-                reason = self._may_start(item) or self._gated(item)
+                reason = self._may_start() or self._gated(item)
                 if reason is None and not token:
                     reason = "interrupted while waiting for the channel's --rate"
                 if reason is not None:
