@@ -19,6 +19,7 @@ from datetime import datetime
 from . import clock
 from .channels import Channel, ChannelError, ErrorKind
 from .crash import CrashPlan
+from .flags import FlagReader, KnownFlags
 from .judging import Judge, NotStarted, Progress, Sent, Slot, Stop
 from .lease import holder_alive
 from .pipeline import Senders, SharedBucket, SharedRead, TokenBucket
@@ -104,9 +105,15 @@ class Runner:
             for name in channels
             if (rate := options.rate or rates.get(name))
         }
-        self._send_flags = _Flags(self._flags_store, run_id)
+        # The flags as last read by any thread, good until anyone commits (flags.py).
+        self._known = KnownFlags(store.watch_commits())
+        self._send_flags = FlagReader(self._flags_store, run_id, self._known)
         self._fresh_flags = SharedRead(self._read_send_flags)
-        self._loop_flags = self._send_flags if self._flags_store is store else _Flags(store, run_id)
+        self._loop_flags = (
+            self._send_flags
+            if self._flags_store is store
+            else FlagReader(store, run_id, self._known)
+        )
         self._senders: Senders[Slot] = Senders(options.concurrency, self._send_one)
         self._revisit_at = 0.0  # when to look again for query_delay revisits that came due
 
@@ -431,6 +438,10 @@ class Runner:
                 f"{', '.join(map(str, held_back))} were not sent; `notifier resume "
                 f"{self.run_id}` settles them"
             )
+        if self._known.watching:
+            # The flags as of this commit, read before its items go to the senders: their
+            # checks then need no query until someone else commits.
+            self._loop_flags.read()
         if self.crash and seqs:
             self.crash.at("after-receipt", seqs)
         for outcome in outcomes:
@@ -506,8 +517,11 @@ class Runner:
         return None
 
     def _cancel_flag(self) -> str | None:
-        """The run's cancel flag as the database holds it now (see _Flags), read after this
-        call began (see SharedRead)."""
+        """The run's cancel flag as the database holds it now: as last read if nobody has
+        committed since (flags.py), else read after this call began (see SharedRead)."""
+        known = self._known.current()
+        if known is not None:
+            return known[0]
         return self._fresh_flags()[0]
 
     def _read_send_flags(self) -> tuple[str | None, int]:
@@ -744,25 +758,6 @@ class Runner:
         if not self.shared:
             return TokenBucket(rate)
         return SharedBucket(self._flags_store, self._flags_lock, self.run_id, channel, rate)
-
-
-class _Flags:
-    """`run_flags` through one connection, as the database holds them now. The row is read
-    again only when another connection (any process) has committed since the last read:
-    PRAGMA data_version, taken before the row, says so. A cancel or a takeover committed by
-    anyone is never missed, and a check while nothing changed costs one cheap pragma
-    instead of a query (the committer's own commits do not count on its own connection)."""
-
-    def __init__(self, store: Store, run_id: str) -> None:
-        self.store = store
-        self.run_id = run_id
-        self._seen: tuple[int, tuple[str | None, int]] | None = None
-
-    def read(self) -> tuple[str | None, int]:
-        version = self.store.data_version()
-        if self._seen is None or self._seen[0] != version:
-            self._seen = (version, self.store.run_flags(self.run_id))
-        return self._seen[1]
 
 
 def _next_streak(streak: int, outcome: Outcome) -> int:
