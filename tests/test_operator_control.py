@@ -62,15 +62,17 @@ def assert_each_key_committed_once(ws: Workspace, sandbox: Sandbox) -> None:
         assert stats[key]["commits"] == 1, key
 
 
+@pytest.mark.parametrize("concurrency", ["1", "16"])
 def test_cancel_against_a_live_worker_stops_dispatch_and_reports_exactly(
-    ws: Workspace, slow_sandbox: Sandbox
+    ws: Workspace, slow_sandbox: Sandbox, concurrency: str
 ) -> None:
-    """While a worker sends 1000 items at 50 ms each, `cancel --report` returns only after
-    the worker stopped: the sandbox receives nothing afterwards, the counts add up to 1000,
-    and the report's sent list is exactly what the sandbox committed."""
+    """While a worker sends 1000 items at 50 ms each, one at a time or 16 at once,
+    `cancel --report` returns only after the worker stopped: the sandbox receives nothing
+    afterwards, the counts add up to 1000, and the report's sent list is exactly what the
+    sandbox committed."""
     configure(ws, slow_sandbox)
     ws.write_csv("batch.csv", make_rows(1000))
-    worker = ws.popen("send", "batch.csv", "--channel", "hooks")
+    worker = ws.popen("send", "batch.csv", "--channel", "hooks", "--concurrency", concurrency)
     try:
         wait_for(lambda: sent_count(ws) >= 10)
         cancelled = ws.run("cancel", "--report", "--format", "json")
