@@ -9,10 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from notifier.flags import FlagReader, KnownFlags
 from notifier.lease import holder_alive
 from notifier.state_machine import RunTrigger
-from notifier.store import Store
+from notifier.store import Store, walwatch
 
 NOW = "2026-11-30T00:00:00.000000+00:00"
 
@@ -132,3 +134,32 @@ def test_the_watch_never_drops_sqlites_locks(tmp_path: Path) -> None:
     store.close()  # the last connection: SQLite lets go of (and removes) the -shm
     assert not shm.exists() or not locked_by_another_process(shm)
     assert len(os.listdir("/proc/self/fd")) < fds  # the watch's descriptors closed too
+
+
+def test_a_header_it_cannot_read_leaves_sqlites_locks_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A -shm whose header is of a version this code does not know is not watched (every
+    check asks the database), and its mapping is not closed early: that would close a
+    descriptor of the file and drop SQLite's locks too."""
+    monkeypatch.setattr(walwatch, "_WALINDEX_VERSION", 1)
+    db = tmp_path / "receipts.db"
+    store, _ = planned_run(db)
+    assert store.watch_commits() is None
+    assert locked_by_another_process(tmp_path / "receipts.db-shm")
+    store.close()
+
+
+def test_a_shm_file_sqlite_does_not_hold_open_is_never_watched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Were the -shm looked for in the wrong place (a stale copy beside a link, say), its
+    header would never change and a cancel would be missed: only a file this process's
+    SQLite holds open is watched."""
+    db = tmp_path / "receipts.db"
+    stale = tmp_path / "stale-shm"
+    monkeypatch.setattr(walwatch, "_shm_of", lambda database: stale)
+    store, _ = planned_run(db)
+    stale.write_bytes((tmp_path / "receipts.db-shm").read_bytes())  # a valid header
+    assert store.watch_commits() is None
+    store.close()

@@ -87,7 +87,7 @@ class Opening(Checks):
             ) from exc
         key = walwatch.file_key(path)
         if key is not None:
-            walwatch.connected(key)
+            walwatch.connected(key, path)
         # Another process (a cancel, a second resume) may hold the write lock briefly.
         conn.execute("PRAGMA busy_timeout = 10000")
         conn.row_factory = sqlite3.Row
@@ -149,7 +149,7 @@ class Opening(Checks):
         (mode,) = self.conn.execute("PRAGMA journal_mode").fetchone()
         if mode != "wal":
             return None
-        watch = walwatch.watch(self._file_key, self.path)
+        watch = walwatch.watch(self._file_key)
         return None if watch is None else watch.marker
 
     def close(self) -> None:

@@ -13,7 +13,9 @@ included (its read, write and "still in use" locks on the -shm live there). So t
 descriptor is closed only once this process has no connection left to the database: SQLite
 has then let go of its locks itself. Every connection to a receipts database is made by
 store/opening.py, which reports each one opened and closed here. While one is open, SQLite
-never deletes or truncates the -shm file, so the mapping stays valid.
+never deletes or truncates the -shm file, so the mapping stays valid. And only a -shm that
+SQLite itself holds open in this process is watched: a file in the wrong place would never
+change.
 """
 
 from __future__ import annotations
@@ -35,23 +37,23 @@ class WalIndexWatch:
 
     def __init__(self, mapping: mmap.mmap) -> None:
         self._map = mapping
+        version, _unused, _change, initialised = struct.unpack_from("=IIIB", mapping, 0)
+        # A header this code knows how to read; otherwise every check asks SQLite.
+        self.readable = version == _WALINDEX_VERSION and initialised == 1
 
     @classmethod
     def open(cls, fd: int) -> WalIndexWatch | None:
-        """The watch of the -shm file open as `fd`, or None when it holds no header this
-        code can read (not yet initialised, an unknown version): then every check asks
-        SQLite, as before. The mapping holds a duplicate of `fd` (closed with it)."""
+        """A view of the -shm file open as `fd`, or None when it cannot be mapped (too
+        short: not yet initialised). The mapping holds a duplicate of `fd`, so it too is
+        closed only by _Registry.disconnected. (Should mmap itself fail, Python closes that
+        duplicate at once; SQLite maps the same file itself, so it cannot fail here for a
+        reason SQLite would not have met first.)"""
         try:
             if os.fstat(fd).st_size < _HEADER_BYTES:
                 return None
-            mapping = mmap.mmap(fd, _HEADER_BYTES, access=mmap.ACCESS_READ)
+            return cls(mmap.mmap(fd, _HEADER_BYTES, access=mmap.ACCESS_READ))
         except (OSError, ValueError):
             return None
-        version, _unused, _change, initialised = struct.unpack_from("=IIIB", mapping, 0)
-        if version != _WALINDEX_VERSION or initialised != 1:
-            mapping.close()  # only once no connection is left: see _Registry.disconnected
-            return None
-        return cls(mapping)
 
     def marker(self) -> bytes:
         """The header as it is now: equal to an earlier marker only if no transaction has
@@ -70,12 +72,16 @@ class _Registry:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._connections: dict[FileKey, int] = {}
-        # Per file: the descriptor of its -shm and its watch (None: none readable).
+        # Per file: where SQLite keeps its -shm (next to the file, links resolved, as SQLite
+        # names it when the first connection opens), its descriptor and its view (None: it
+        # could not be mapped).
+        self._shm: dict[FileKey, Path] = {}
         self._watches: dict[FileKey, tuple[int, WalIndexWatch | None]] = {}
 
-    def connected(self, key: FileKey) -> None:
+    def connected(self, key: FileKey, database: Path) -> None:
         with self._lock:
             self._connections[key] = self._connections.get(key, 0) + 1
+            self._shm.setdefault(key, _shm_of(database))
 
     def disconnected(self, key: FileKey) -> None:
         """After a connection has closed: the last one closes the file's watch too."""
@@ -84,13 +90,14 @@ class _Registry:
             if left > 0:
                 self._connections[key] = left
                 return
+            self._shm.pop(key, None)
             fd, watch = self._watches.pop(key, (-1, None))
         if watch is not None:
             watch.close()
         if fd >= 0:
             os.close(fd)
 
-    def watch(self, key: FileKey, database: Path) -> WalIndexWatch | None:
+    def watch(self, key: FileKey) -> WalIndexWatch | None:
         """The file's watch, opened on first use (tried once per file while connected);
         only while a connection to it is open."""
         with self._lock:
@@ -98,11 +105,43 @@ class _Registry:
                 return None
             if key not in self._watches:
                 try:
-                    fd = os.open(database.with_name(database.name + "-shm"), os.O_RDONLY)
+                    fd = os.open(self._shm[key], os.O_RDONLY)
                 except OSError:
                     return None
-                self._watches[key] = (fd, WalIndexWatch.open(fd))
-            return self._watches[key][1]
+                if not _open_elsewhere_in_this_process(fd):
+                    # Not the -shm SQLite uses (a stale file beside a link, say): watching it
+                    # would miss commits. No lock of ours is on it, so closing is safe.
+                    os.close(fd)
+                    self._watches[key] = (-1, None)
+                else:
+                    self._watches[key] = (fd, WalIndexWatch.open(fd))
+            watch = self._watches[key][1]
+            return watch if watch is not None and watch.readable else None
+
+
+def _shm_of(database: Path) -> Path:
+    database = database.resolve()  # SQLite follows links to name the -shm
+    return database.with_name(database.name + "-shm")
+
+
+def _open_elsewhere_in_this_process(fd: int) -> bool:
+    """Whether another descriptor of this process (SQLite's) is open on `fd`'s file. Where
+    /proc/self/fd cannot say (not Linux), no: the checks ask SQLite."""
+    mine = os.fstat(fd)
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return False
+    for name in names:
+        if name == str(fd):
+            continue
+        try:
+            other = os.stat(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if (other.st_dev, other.st_ino) == (mine.st_dev, mine.st_ino):
+            return True
+    return False
 
 
 _registry = _Registry()
