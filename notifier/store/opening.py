@@ -146,9 +146,8 @@ class Opening(Checks):
         while this store is open (its connection keeps the watch open)."""
         if self._file_key is None:
             return None
-        (mode,) = self.conn.execute("PRAGMA journal_mode").fetchone()
-        if mode != "wal":
-            return None
+        # No journal_mode check: outside WAL mode SQLite holds no -shm open, so none is
+        # watched (walwatch's own check).
         watch = walwatch.watch(self._file_key)
         return None if watch is None else watch.marker
 

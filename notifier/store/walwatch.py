@@ -24,6 +24,7 @@ import mmap
 import os
 import struct
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 _HEADER_BYTES = 96  # both copies of the header
@@ -45,9 +46,9 @@ class WalIndexWatch:
     def open(cls, fd: int) -> WalIndexWatch | None:
         """A view of the -shm file open as `fd`, or None when it cannot be mapped (too
         short: not yet initialised). The mapping holds a duplicate of `fd`, so it too is
-        closed only by _Registry.disconnected. (Should mmap itself fail, Python closes that
-        duplicate at once; SQLite maps the same file itself, so it cannot fail here for a
-        reason SQLite would not have met first.)"""
+        closed only with the file's last connection. (Should mmap itself fail, Python closes
+        that duplicate at once; SQLite maps the same file itself, so it cannot fail here for
+        a reason SQLite would not have met first.)"""
         try:
             if os.fstat(fd).st_size < _HEADER_BYTES:
                 return None
@@ -64,6 +65,17 @@ class WalIndexWatch:
         self._map.close()
 
 
+@dataclass
+class _File:
+    """One database file as this process has it open."""
+
+    shm: Path  # where SQLite keeps its -shm (named when the first connection opened)
+    connections: int = 0
+    tried: bool = False  # the watch is opened once, on first use
+    fd: int = -1  # the -shm's descriptor, kept until the last connection closes
+    watch: WalIndexWatch | None = None  # None: not SQLite's -shm, or not mappable
+
+
 class _Registry:
     """This process's connections to each database file, and the one watch of each. Every
     descriptor of a -shm file opened here (the watch's, and the duplicate its mapping holds)
@@ -71,52 +83,51 @@ class _Registry:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._connections: dict[FileKey, int] = {}
-        # Per file: where SQLite keeps its -shm (next to the file, links resolved, as SQLite
-        # names it when the first connection opens), its descriptor and its view (None: it
-        # could not be mapped).
-        self._shm: dict[FileKey, Path] = {}
-        self._watches: dict[FileKey, tuple[int, WalIndexWatch | None]] = {}
+        self._files: dict[FileKey, _File] = {}
 
     def connected(self, key: FileKey, database: Path) -> None:
         with self._lock:
-            self._connections[key] = self._connections.get(key, 0) + 1
-            self._shm.setdefault(key, _shm_of(database))
+            self._files.setdefault(key, _File(_shm_of(database))).connections += 1
 
     def disconnected(self, key: FileKey) -> None:
         """After a connection has closed: the last one closes the file's watch too."""
         with self._lock:
-            left = self._connections.pop(key, 0) - 1
-            if left > 0:
-                self._connections[key] = left
+            file = self._files.get(key)
+            if file is None:
                 return
-            self._shm.pop(key, None)
-            fd, watch = self._watches.pop(key, (-1, None))
-        if watch is not None:
-            watch.close()
-        if fd >= 0:
-            os.close(fd)
+            file.connections -= 1
+            if file.connections > 0:
+                return
+            del self._files[key]
+        if file.watch is not None:
+            file.watch.close()
+        if file.fd >= 0:
+            os.close(file.fd)
 
     def watch(self, key: FileKey) -> WalIndexWatch | None:
-        """The file's watch, opened on first use (tried once per file while connected);
-        only while a connection to it is open."""
+        """The file's watch, while a connection to it is open and it can be read."""
         with self._lock:
-            if not self._connections.get(key):
+            file = self._files.get(key)
+            if file is None:
                 return None
-            if key not in self._watches:
-                try:
-                    fd = os.open(self._shm[key], os.O_RDONLY)
-                except OSError:
-                    return None
-                if not _open_elsewhere_in_this_process(fd):
-                    # Not the -shm SQLite uses (a stale file beside a link, say): watching it
-                    # would miss commits. No lock of ours is on it, so closing is safe.
-                    os.close(fd)
-                    self._watches[key] = (-1, None)
-                else:
-                    self._watches[key] = (fd, WalIndexWatch.open(fd))
-            watch = self._watches[key][1]
-            return watch if watch is not None and watch.readable else None
+            if not file.tried:
+                file.tried = True
+                self._open(file)
+            return file.watch if file.watch is not None and file.watch.readable else None
+
+    @staticmethod
+    def _open(file: _File) -> None:
+        try:
+            fd = os.open(file.shm, os.O_RDONLY)
+        except OSError:
+            return
+        if not _open_elsewhere_in_this_process(fd):
+            # Not the -shm SQLite uses (a stale file beside a link, say): watching it would
+            # miss commits. No lock of ours is on it, so closing is safe.
+            os.close(fd)
+            return
+        file.fd = fd
+        file.watch = WalIndexWatch.open(fd)
 
 
 def _shm_of(database: Path) -> Path:
