@@ -22,7 +22,14 @@ from .crash import CrashPlan
 from .flags import FlagReader, KnownFlags
 from .judging import Judge, NotStarted, Progress, Sent, Slot, Stop
 from .lease import holder_alive
-from .pipeline import Senders, SharedBucket, SharedRead, TokenBucket
+from .pipeline import (
+    GATHER_PER_N_AHEAD_S,
+    Senders,
+    SharedBucket,
+    SharedRead,
+    TokenBucket,
+    claim_ahead,
+)
 from .reconcile import settle, settle_doubts, settle_items
 from .records import Counts, Item, Outcome, PendingKind
 from .retry import Action, RetryPolicy
@@ -114,7 +121,13 @@ class Runner:
             if self._flags_store is store
             else FlagReader(store, run_id, self._known)
         )
-        self._senders: Senders[Slot] = Senders(options.concurrency, self._send_one)
+        # Items claimed ahead of the N being sent, point A committed (see claim_ahead).
+        self._ahead = claim_ahead(options.concurrency, channels.values())
+        self._senders: Senders[Slot] = Senders(
+            options.concurrency,
+            self._send_one,
+            gather_s=GATHER_PER_N_AHEAD_S * self._ahead / options.concurrency,
+        )
         self._revisit_at = 0.0  # when to look again for query_delay revisits that came due
 
     # ------------------------------------------------------------------ top level
@@ -349,10 +362,10 @@ class Runner:
         items to the senders: no send starts before its point A is committed, and no outcome
         waits for more than the next commit."""
         size = self.options.concurrency
-        # Up to N more items are claimed ahead (point A committed) and wait for a free
-        # sender, so a slot that frees starts its next send at once instead of after the
-        # next commit's fsync; N = 1 claims nothing ahead (the sequential protocol).
-        capacity = size if size == 1 else 2 * size
+        # Items claimed ahead (point A committed) wait for a free sender, so a slot that
+        # frees starts its next send at once instead of after the next commit's fsync;
+        # N = 1 claims nothing ahead (the sequential protocol).
+        capacity = size + self._ahead
         inflight: dict[int, Item] = {}
         starved = False  # the last claim found nothing more that may start now
         while True:

@@ -120,16 +120,16 @@ def test_bad_crash_spec_is_a_usage_error_before_anything_is_stored(ws: Workspace
 
 @pytest.mark.parametrize("point", POINTS)
 def test_crash_with_a_window_of_8_settles_the_whole_window(ws: Workspace, point: str) -> None:
-    """With --concurrency 8 a crash can leave 8 sends and up to 8 more claimed ahead in
-    flight: resume settles every one of them before anything new starts, and each
-    notification is still delivered once."""
+    """With --concurrency 8 a crash can leave 8 sends and, the outbox being queryable, up to
+    24 more claimed ahead in flight: resume settles every one of them before anything new
+    starts, and each notification is still delivered once."""
     crashed = ws.run(
         "send", str(EXAMPLE), "--concurrency", "8", env={"NOTIFIER_CRASH_AT": f"{point}:20"}
     )
     assert crashed.returncode == 137
     in_flight = [s for (s,) in ws.query("SELECT seq FROM items WHERE state = 'in_flight'")]
     if point != "after-receipt":
-        assert 20 in in_flight and 8 <= len(in_flight) <= 16
+        assert 20 in in_flight and 8 <= len(in_flight) <= 32
     resumed = ws.run("resume")
     assert resumed.returncode == 0, resumed.stderr
     settled_lines = [line for line in resumed.stdout.splitlines() if line.startswith("item ")]

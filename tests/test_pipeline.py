@@ -83,16 +83,16 @@ def test_random_drops_at_16_in_flight_commit_each_key_once(ws: Workspace, sandbo
 def test_resume_settles_all_16_in_flight_before_claiming_a_new_item(
     ws: Workspace, sandbox: Sandbox
 ) -> None:
-    """After a crash with N = 16 (so 16 sending and up to 16 more claimed ahead: at least 16
-    in flight), resume's first moves settle every one of them: every new claim in the
-    database's event order comes after the last settlement."""
+    """After a crash with N = 16 (so 16 sending and, the channel being queryable, up to 48
+    more claimed ahead: at least 16 in flight), resume's first moves settle every one of
+    them: every new claim in the database's event order comes after the last settlement."""
     configure_sandbox(ws, sandbox)
     ws.write_csv("batch.csv", make_rows(100))
     env = {"NOTIFIER_CRASH_AT": "after-send:40"}
     crashed = ws.run("send", "batch.csv", "--channel", "hooks", "--concurrency", "16", env=env)
     assert crashed.returncode == 137, crashed.stderr
     in_flight = {seq for (seq,) in ws.query("SELECT seq FROM items WHERE state = 'in_flight'")}
-    assert 16 <= len(in_flight) <= 32 and 40 in in_flight
+    assert 16 <= len(in_flight) <= 64 and 40 in in_flight
     (crash_mark,) = ws.query("SELECT MAX(seq_no) FROM events")[0]
     resumed = ws.run("resume", "--concurrency", "16")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
@@ -110,6 +110,28 @@ def test_resume_settles_all_16_in_flight_before_claiming_a_new_item(
     assert new_starts, "resume should have claimed the items never started"
     assert min(new_starts) > max(settlement.values())
     assert commits(sandbox) == {key: 1 for key in keys(ws)}
+
+
+@pytest.mark.parametrize(("channel", "ahead"), [("hooks", 12), ("mail", 4)])
+def test_items_are_claimed_ahead_3n_deep_only_where_resume_can_ask_about_them(
+    ws: Workspace, sandbox: Sandbox, channel: str, ahead: int
+) -> None:
+    """At N = 4 the first group commit claims 4 to send and 12 ahead on a queryable channel
+    (a kill -9 leaves them for resume to ask about), but only 4 ahead on SMTP, where each
+    one a kill -9 leaves in flight becomes unknown: crashed right after that commit, the
+    database holds exactly that many in flight, each with its attempt open."""
+    status = f"{sandbox.url}/notifications/{{key}}"
+    mail = '[channels.mail]\ntype = "smtp"\nhost = "127.0.0.1"\nport = 9\nsender = "o@example.com"'
+    configure(ws, sandbox.notifications_url, status_url=status, extra=mail)
+    ws.write_csv("batch.csv", make_rows(40))
+    env = {"NOTIFIER_CRASH_AT": "after-intent:1"}
+    crashed = ws.run("send", "batch.csv", "--channel", channel, "--concurrency", "4", env=env)
+    assert crashed.returncode == 137, crashed.stderr
+    in_flight = [seq for (seq,) in ws.query("SELECT seq FROM items WHERE state = 'in_flight'")]
+    assert in_flight == list(range(1, 4 + ahead + 1))
+    opened = ws.query("SELECT seq FROM attempts WHERE finished_at IS NULL ORDER BY seq")
+    assert [seq for (seq,) in opened] == in_flight
+    assert sandbox.stats()["keys"] == {}, "nothing is sent before its point A is committed"
 
 
 class _SlowOne(BaseHTTPRequestHandler):
