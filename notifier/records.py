@@ -224,12 +224,14 @@ _ITEM_FIELDS = tuple(Item.__dataclass_fields__)
 _RUN_FIELDS = tuple(Run.__dataclass_fields__)
 
 
-def item_from_row(row: sqlite3.Row) -> Item:
+def item_from_row(row: sqlite3.Row, **changes: Any) -> Item:
+    """The item a row of `items` holds, with `changes` made (one object built, not two)."""
     # A file opened read-only before m003 has no not_after column: the default stands.
     present = set(row.keys())
     values = {name: row[name] for name in _ITEM_FIELDS if name in present}
     values["payload"] = json.loads(values["payload"])
     values["state"] = ItemState(values["state"])
+    values.update(changes)
     return Item(**values)
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import Any
 
 from .. import clock
@@ -374,15 +373,14 @@ class Ledger(StoreCore):
         ).fetchall()
         if not rows:
             return []
-        items = [item_from_row(row) for row in rows]
         waited: list[float | None] = []
-        for item in items:
+        for row in rows:
             last = None
-            if item.attempts:
+            if row["attempts"]:
                 last = self.conn.execute(
                     "SELECT finished_at FROM attempts WHERE run_id = ? AND seq = ? "
                     "ORDER BY n DESC LIMIT 1",
-                    (run_id, item.seq),
+                    (run_id, row["seq"]),
                 ).fetchone()
             seconds = None
             if last and last[0]:
@@ -393,7 +391,7 @@ class Ledger(StoreCore):
         current = ItemState.PENDING
         target = item_next(ItemTrigger.START, current)
         detail = {"from": current.value, "to": target.value}
-        seqs = [item.seq for item in items]
+        seqs = [row["seq"] for row in rows]
         marks = ", ".join("?" * len(seqs))
         move_items = (
             "UPDATE items SET state = ?, updated_at = ?, attempts = attempts + 1, "
@@ -427,9 +425,10 @@ class Ledger(StoreCore):
             self.conn.execute(open_attempts, open_params)
         if moved != len(seqs):  # raised inside the transaction: every write above is undone
             raise LostRace(f"run {run_id}: expected {len(seqs)} items pending for start")
+        # The items as the move left them.
         return [
-            replace(item, state=target, attempts=item.attempts + 1, next_attempt_at=None)
-            for item in items
+            item_from_row(row, state=target, attempts=row["attempts"] + 1, next_attempt_at=None)
+            for row in rows
         ]
 
     def _record_one(self, run_id: str, o: Outcome, at: str) -> None:
