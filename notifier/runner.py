@@ -325,20 +325,22 @@ class Runner:
 
     def _stale(self, window: list[Item]) -> tuple[list[Item], list[Outcome]]:
         """Claimed items whose deadline passed are not sent. One never possibly delivered
-        goes back to pending, where the next expiry pass expires it; one whose last attempt
-        may have been delivered becomes unknown, to be settled rather than expired blindly."""
+        goes back to pending, where the next expiry pass expires it; one that an earlier
+        attempt may have reached becomes unknown, to be settled rather than expired blindly."""
         now = clock.now()
         fresh: list[Item] = []
-        outcomes: list[Outcome] = []
+        stale: list[Item] = []
         for item in window:
-            if item.not_after is None or clock.parse(item.not_after) > now:
-                fresh.append(item)
-                continue
-            previous = self.store.attempts(self.run_id, item.seq)[:-1]
-            uncertain = bool(previous) and previous[-1].outcome in (
-                ErrorKind.UNCERTAIN.value,
-                "interrupted",
-            )
+            in_time = item.not_after is None or clock.parse(item.not_after) > now
+            (fresh if in_time else stale).append(item)
+        if not stale:
+            return fresh, []
+        # Any earlier attempt may have reached the recipient, not only the last (a 429 after
+        # a 500 proves nothing about the 500's request); the open one was never started.
+        doubtful = self.store.maybe_delivered(self.run_id, [item.seq for item in stale])
+        outcomes: list[Outcome] = []
+        for item in stale:
+            uncertain = item.seq in doubtful
             outcomes.append(
                 Outcome(
                     item.seq,
@@ -559,7 +561,7 @@ class Runner:
                 # cancel was seen.
                 if not self._lease_allows_send():
                     return None, clock.now(), time.monotonic()
-                reason = self._may_start() or self._gated(item)
+                reason = self._may_start() or self._gated(item) or _past_deadline(item)
                 if reason is None and not token:
                     reason = "interrupted while waiting for the channel's --rate"
                 if reason is not None:
@@ -780,6 +782,16 @@ def _next_streak(streak: int, outcome: Outcome) -> int:
     if outcome.trigger == ItemTrigger.LOSE and outcome.next_attempt_at is None:
         return streak + 1
     return streak
+
+
+def _past_deadline(item: Item) -> str | None:
+    """An item claimed before its not_after may wait past it for a free sender (or the
+    channel's lock, or a --rate token): then it does not start. Released, never attempted,
+    it is expired by the next pass, or settled if an earlier attempt may have reached the
+    recipient."""
+    if item.not_after is not None and clock.parse(item.not_after) <= clock.now():
+        return f"not_after {item.not_after} passed before it started"
+    return None
 
 
 def _seconds_until(moment: datetime) -> float:

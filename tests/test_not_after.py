@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from notifier.sandbox import Faults, Sandbox
 
@@ -116,3 +119,82 @@ def test_a_deadline_passing_after_an_uncertain_attempt_leaves_the_item_unknown(
     assert all(outcome == "uncertain" for _, outcome in attempts[:-1])
     limit = datetime.fromisoformat(deadline)
     assert all(datetime.fromisoformat(started) < limit for started, _ in attempts[:-1])
+
+
+def iso_precise(seconds: float) -> str:
+    return (datetime.now(UTC) + timedelta(seconds=seconds)).isoformat()
+
+
+def test_an_item_that_waits_past_its_deadline_for_a_free_sender_is_never_sent(
+    ws: Workspace,
+) -> None:
+    """At N = 2 against a receiver taking 2.5 s, the items claimed ahead before a 1.5 s
+    deadline still wait for a sender when it passes: none of them starts after it (the
+    check before each send covers the deadline too); they end expired, never attempted."""
+    with Sandbox(faults=Faults(latency_ms=2500)) as sandbox:
+        (ws.path / "notifier.toml").write_text(
+            f'[channels.hooks]\ntype = "webhook"\nurl = "{sandbox.notifications_url}"\n'
+            "timeout = 10\n"
+        )
+        deadline = iso_precise(1.5)
+        rows = [["id", "to", "subject", "body", "not_after"]]
+        rows += [[f"u{i}", f"user{i}@example.com", "S", "B", deadline] for i in range(1, 7)]
+        result = ws.invoke(
+            "send", str(ws.write_csv("b.csv", rows)), "--channel", "hooks", "--concurrency", "2"
+        )
+        delivered = sorted(d["body"]["item_id"] for d in sandbox.deliveries())
+        requests = sandbox.stats()["totals"]["requests"]
+    assert result.exit_code == 0, result.output
+    assert delivered == ["u1", "u2"] and requests == 2
+    states = dict(ws.query("SELECT item_id, state FROM items"))
+    assert states == {"u1": "sent", "u2": "sent", **{f"u{i}": "expired" for i in range(3, 7)}}
+    limit = datetime.fromisoformat(deadline)
+    # Attempts closed as not_started or expired never sent a request.
+    sent = ws.query(
+        "SELECT started_at FROM attempts WHERE outcome NOT IN ('not_started', 'expired')"
+    )
+    assert len(sent) == 2 and all(datetime.fromisoformat(at) < limit for (at,) in sent)
+
+
+class _UncertainThenThrottled(BaseHTTPRequestHandler):
+    """The first POST gets a 500 (it may have been delivered), every later one a 429."""
+
+    posts = 0
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        type(self).posts += 1
+        self.send_response(500 if type(self).posts == 1 else 429)
+        self.send_header("Retry-After", "0")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def test_a_deadline_passing_after_an_uncertain_then_a_throttled_attempt_leaves_it_unknown(
+    ws: Workspace,
+) -> None:
+    """A 429 after a 500 proves nothing about the 500's request: when the deadline passes the
+    item is unknown, to be settled, not expired as never sent (its last attempt alone was
+    never delivered)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _UncertainThenThrottled)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        (ws.path / "notifier.toml").write_text(
+            f'[channels.hooks]\ntype = "webhook"\nurl = "http://127.0.0.1:{server.server_port}/n"'
+            "\nidempotent = true\ntimeout = 5\n"
+            "[retry]\nmax_attempts = 1000\nbackoff_base = 0.05\nbackoff_max = 0.2\n"
+        )
+        rows = [["id", "to", "subject", "body", "not_after"], ["u1", "a@x.example", "S", "B"]]
+        rows[1].append(iso_precise(2))
+        result = ws.invoke("send", str(ws.write_csv("b.csv", rows)), "--channel", "hooks")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.exit_code == 3, result.output
+    ((state, last_error),) = ws.query("SELECT state, last_error FROM items")
+    assert state == "unknown" and "may have been delivered" in last_error
+    outcomes = [o for (o,) in ws.query("SELECT outcome FROM attempts ORDER BY id")]
+    assert outcomes[0] == "uncertain" and "throttled" in outcomes

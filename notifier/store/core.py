@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import NotifierError
 from ..records import (
+    MAYBE_DELIVERED_OUTCOMES,
     Outcome,
     Run,
     run_from_row,
@@ -45,8 +46,17 @@ ROLLED_BACK = (
     "The write was rolled back whole: every outcome recorded before it is safe, and anything "
     "in flight is settled by query on resume."
 )
-# Attempt outcomes after which the item may have reached the recipient.
-_MAYBE_DELIVERED = "'uncertain', 'interrupted'"
+# Whether an item `i` may have reached its recipient: one of its attempts had an outcome
+# that proves nothing (records.MAYBE_DELIVERED_OUTCOMES), and no later query (`not_found`) or
+# operator (`mark_not_sent`) proved otherwise. Any such attempt counts, not only the last: a
+# 429 or a release after a 500 says nothing about the 500's request. Such an item is never
+# called never sent (expired).
+MAYBE_DELIVERED = (
+    "EXISTS (SELECT 1 FROM attempts a WHERE a.run_id = i.run_id AND a.seq = i.seq AND "
+    "a.outcome IN ({}) AND NOT EXISTS (SELECT 1 FROM events e WHERE e.run_id = i.run_id "
+    "AND e.item_seq = i.seq AND e.kind IN ('not_found', 'mark_not_sent') "
+    "AND e.at >= a.finished_at))"
+).format(", ".join(f"'{outcome}'" for outcome in MAYBE_DELIVERED_OUTCOMES))
 
 
 def _state_literal(state: ItemState) -> str:

@@ -22,8 +22,8 @@ from ..state_machine import (
 )
 from .core import (
     _ACTIVE,
-    _MAYBE_DELIVERED,
     _PENDING_COLUMNS,
+    MAYBE_DELIVERED,
     StoreCore,
     _dump,
     _plain_ack,
@@ -203,8 +203,7 @@ class Ledger(StoreCore):
             for (seq,) in self.conn.execute(
                 "SELECT i.seq FROM items i WHERE i.run_id = ? AND i.state = 'pending' "
                 "AND i.not_after IS NOT NULL AND i.not_after <= ? AND (i.attempts = 0 OR "
-                "(SELECT a.outcome FROM attempts a WHERE a.run_id = i.run_id AND a.seq = i.seq "
-                f"ORDER BY a.n DESC LIMIT 1) NOT IN ({_MAYBE_DELIVERED})) ORDER BY i.seq",
+                f"NOT {MAYBE_DELIVERED}) ORDER BY i.seq",
                 (run_id, at),
             )
         ]

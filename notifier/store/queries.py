@@ -7,7 +7,6 @@ from typing import Any
 
 from .. import clock
 from ..records import (
-    MAYBE_DELIVERED_OUTCOMES,
     Attempt,
     Counts,
     Decision,
@@ -21,7 +20,14 @@ from ..state_machine import (
     ItemState,
     RunState,
 )
-from .core import _ACTIVE, _ATTENTION, ATTENTION_STATES, StoreCore, _all_active
+from .core import (
+    _ACTIVE,
+    _ATTENTION,
+    ATTENTION_STATES,
+    MAYBE_DELIVERED,
+    StoreCore,
+    _all_active,
+)
 
 
 class Queries(StoreCore):
@@ -173,23 +179,30 @@ class Queries(StoreCore):
         attempted). An attempt whose outcome was uncertain (timeout, 5xx, 409 in progress,
         a stop mid-request) may have been delivered unless a later query (`not_found`) or an
         operator (`mark_not_sent`) proved otherwise; a throttled or refused one was not."""
-        maybe = ", ".join(f"'{o}'" for o in MAYBE_DELIVERED_OUTCOMES)
         # Through m004's items_retried and events_disproof: only the retried items, and only
         # the disproving events of each, are read (never every pending item or every event).
         # Named, because without statistics SQLite prefers items_pending_channel, which holds
         # every pending item: 0.45 s on a run of a million not yet started.
         rows = self.conn.execute(
-            "SELECT i.seq, EXISTS (SELECT 1 FROM attempts a WHERE a.run_id = i.run_id "
-            f"AND a.seq = i.seq AND a.outcome IN ({maybe}) AND NOT EXISTS (SELECT 1 FROM "
-            "events e WHERE e.run_id = i.run_id AND e.item_seq = i.seq "
-            "AND e.kind IN ('not_found', 'mark_not_sent') AND e.at >= a.finished_at)) "
-            f"FROM items i {self._indexed('items_retried')} WHERE i.run_id = ? "
-            "AND i.state = 'pending' AND i.attempts > 0",
+            f"SELECT i.seq, {MAYBE_DELIVERED} FROM items i {self._indexed('items_retried')} "
+            "WHERE i.run_id = ? AND i.state = 'pending' AND i.attempts > 0",
             (run_id,),
         )
         return {
             seq: PendingKind.MAYBE_DELIVERED if maybe_delivered else PendingKind.RETRY_WAITING
             for seq, maybe_delivered in rows
+        }
+
+    def maybe_delivered(self, run_id: str, seqs: Sequence[int]) -> set[int]:
+        """Those of `seqs` that may have reached their recipient (core.MAYBE_DELIVERED)."""
+        marks = ", ".join("?" * len(seqs))
+        return {
+            seq
+            for (seq,) in self.conn.execute(
+                f"SELECT i.seq FROM items i WHERE i.run_id = ? AND i.seq IN ({marks}) "
+                f"AND {MAYBE_DELIVERED}",
+                (run_id, *seqs),
+            )
         }
 
     def pending_by_channel(self, run_id: str) -> list[tuple[str, str | None]]:
