@@ -76,7 +76,7 @@ class Senders(Generic[R]):
         try:
             if timeout is not None and timeout > 0:
                 done.append(self._done.get(timeout=timeout))
-                if self._threads and self._gather_s > 0:
+                if self._gather_s > 0:  # 0 with size 1: no other sender to wait for
                     time.sleep(self._gather_s)
             while True:
                 done.append(self._done.get_nowait())

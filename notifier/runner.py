@@ -331,8 +331,7 @@ class Runner:
         fresh: list[Item] = []
         stale: list[Item] = []
         for item in window:
-            in_time = item.not_after is None or clock.parse(item.not_after) > now
-            (fresh if in_time else stale).append(item)
+            (stale if _deadline_passed(item, now) else fresh).append(item)
         if not stale:
             return fresh, []
         # Any earlier attempt may have reached the recipient, not only the last (a 429 after
@@ -789,9 +788,15 @@ def _past_deadline(item: Item) -> str | None:
     channel's lock, or a --rate token): then it does not start. Released, never attempted,
     it is expired by the next pass, or settled if an earlier attempt may have reached the
     recipient."""
-    if item.not_after is not None and clock.parse(item.not_after) <= clock.now():
+    if _deadline_passed(item, clock.now()):
         return f"not_after {item.not_after} passed before it started"
     return None
+
+
+def _deadline_passed(item: Item, now: datetime) -> bool:
+    """Whether the item's not_after (if it has one) is over at `now`: checked when it is
+    claimed (`_stale`) and again right before its send (`_past_deadline`)."""
+    return item.not_after is not None and clock.parse(item.not_after) <= now
 
 
 def _seconds_until(moment: datetime) -> float:

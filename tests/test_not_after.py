@@ -14,8 +14,8 @@ from notifier.sandbox import Faults, Sandbox
 from .conftest import Workspace, make_rows
 
 
-def iso_in(seconds: float) -> str:
-    return (datetime.now(UTC) + timedelta(seconds=seconds)).isoformat(timespec="seconds")
+def iso_in(seconds: float, timespec: str = "seconds") -> str:
+    return (datetime.now(UTC) + timedelta(seconds=seconds)).isoformat(timespec=timespec)
 
 
 def test_rows_past_their_deadline_when_resumed_are_expired_and_never_sent(
@@ -121,10 +121,6 @@ def test_a_deadline_passing_after_an_uncertain_attempt_leaves_the_item_unknown(
     assert all(datetime.fromisoformat(started) < limit for started, _ in attempts[:-1])
 
 
-def iso_precise(seconds: float) -> str:
-    return (datetime.now(UTC) + timedelta(seconds=seconds)).isoformat()
-
-
 def test_an_item_that_waits_past_its_deadline_for_a_free_sender_is_never_sent(
     ws: Workspace,
 ) -> None:
@@ -136,7 +132,7 @@ def test_an_item_that_waits_past_its_deadline_for_a_free_sender_is_never_sent(
             f'[channels.hooks]\ntype = "webhook"\nurl = "{sandbox.notifications_url}"\n'
             "timeout = 10\n"
         )
-        deadline = iso_precise(1.5)
+        deadline = iso_in(1.5, "microseconds")
         rows = [["id", "to", "subject", "body", "not_after"]]
         rows += [[f"u{i}", f"user{i}@example.com", "S", "B", deadline] for i in range(1, 7)]
         result = ws.invoke(
@@ -188,7 +184,7 @@ def test_a_deadline_passing_after_an_uncertain_then_a_throttled_attempt_leaves_i
             "[retry]\nmax_attempts = 1000\nbackoff_base = 0.05\nbackoff_max = 0.2\n"
         )
         rows = [["id", "to", "subject", "body", "not_after"], ["u1", "a@x.example", "S", "B"]]
-        rows[1].append(iso_precise(2))
+        rows[1].append(iso_in(2, "microseconds"))
         result = ws.invoke("send", str(ws.write_csv("b.csv", rows)), "--channel", "hooks")
     finally:
         server.shutdown()
