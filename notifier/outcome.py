@@ -11,12 +11,15 @@ from .state_machine import RunState
 
 
 def settled_exit(state: RunState, counts: Counts) -> ExitCode:
-    """3 while some item needs attention (unknown or failed; in a cancelled run, also any item
-    that will now never be sent), else 0. The same rule for `cancel`, `reconcile` and the
-    worker a cancel stopped, so one outcome never gets two codes."""
+    """3 while some item needs attention (unknown, failed, or expired: its not_after passed
+    and it was never sent; in a cancelled run, also any item that will now never be sent),
+    else 0 — so `notifier send … && echo delivered` never lies. The same rule for `send`,
+    `resume`, `cancel`, `reconcile` and the worker a cancel stopped, so one outcome never
+    gets two codes."""
     if state is RunState.CANCELLED:
         return ExitCode.DONE if counts.total == counts.sent else ExitCode.ATTENTION
-    return ExitCode.ATTENTION if counts.unknown or counts.failed else ExitCode.DONE
+    needs_attention = counts.unknown or counts.failed or counts.expired
+    return ExitCode.ATTENTION if needs_attention else ExitCode.DONE
 
 
 def run_exit(result: RunResult) -> ExitCode:
@@ -49,4 +52,9 @@ def run_advice(result: RunResult, run_id: str) -> str:
         return f"`notifier status {run_id}` shows the run and its workers."
     if result.counts.unknown:
         return f"Settle the unknown items with `notifier reconcile --manual {run_id}`."
+    if result.counts.expired:
+        return (
+            f"{result.counts.expired} item(s) passed their not_after and were never sent; "
+            f"`notifier report {run_id}` lists them."
+        )
     return ""
