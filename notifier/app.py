@@ -32,6 +32,7 @@ from .store import (
     AlreadyPlanned,
     LeaseHeld,
     LostRace,
+    NoDatabase,
     PlanStage,
     RunExists,
     Store,
@@ -120,6 +121,28 @@ def dry_run(env: Env, plan: Plan) -> DryRun:
         finally:
             store.close()
     return DryRun(plan, existing)
+
+
+def run_stored(env: Env, run_id: str) -> bool | None:
+    """Whether run `run_id` is in the database (None: the database cannot say right now),
+    for a command interrupted while it was storing that run."""
+    try:
+        if not env.may_hold_runs():
+            return False
+        store = open_store(env, readonly=True)
+    except NoDatabase:
+        return False
+    except Exception:
+        return None
+    try:
+        store.get_run(run_id)
+    except KeyError:
+        return False
+    except Exception:
+        return None
+    finally:
+        store.close()
+    return True
 
 
 def store_plan(

@@ -26,7 +26,7 @@ import click
 from . import approval, clock, report
 from .config import load as load_config
 from .env import Env, open_store, pick_run
-from .errors import BadInput, ExitCode, NotifierError
+from .errors import BadInput, ExitCode, Interrupted, NotifierError
 from .state_machine import FINISHED_RUN_STATES, RunState, RunTrigger
 from .store import is_postgres
 
@@ -83,6 +83,14 @@ class NotifierGroup(click.Group):
             raise
         except NotifierError as exc:
             raise _Failure(str(exc), exc.exit_code) from exc
+        except KeyboardInterrupt as exc:
+            # Ctrl-C outside the places that say more (planning, sending, drafting, manual
+            # decisions): click would print "Aborted!" and exit 1, as if something broke.
+            raise _Failure(
+                "interrupted (Ctrl-C). Every change already made is durable: `notifier "
+                "status` shows where the run stands, and `notifier resume` continues it.",
+                ExitCode.INTERRUPTED,
+            ) from exc
         except BrokenPipeError as exc:
             _drop_stdout()
             if ctx.invoked_subcommand in _LOOKS:
@@ -345,9 +353,12 @@ def send(
             dry_run=dry_run,
         )
         return
-    plan = app.plan_batch(
-        env, batch, channel=channel, run_id=run_id, template=template, not_after=not_after
-    )
+    try:
+        plan = app.plan_batch(
+            env, batch, channel=channel, run_id=run_id, template=template, not_after=not_after
+        )
+    except KeyboardInterrupt:
+        raise Interrupted(_interrupted_planning(batch)) from None
     per_channel = ", ".join(f"{name}: {n}" for name, n in sorted(plan.per_channel.items()))
     if dry_run:
         try:
@@ -360,7 +371,10 @@ def send(
             click.echo(f"already planned as run {run.run_id} ({run.state.value}).")
         return
     then = RunTrigger.REQUEST_APPROVAL if require_approval else None
-    store = app.store_plan(env, plan, batch, options, new_run, then=then)
+    try:
+        store = app.store_plan(env, plan, batch, options, new_run, then=then)
+    except KeyboardInterrupt:
+        raise Interrupted(_interrupted_storing(env, batch, plan.run_id)) from None
     try:
         click.echo(f"planned run {plan.run_id}: {plan.count} notifications ({per_channel})")
         click.echo(f"fingerprint: {plan.fingerprint}")
@@ -375,6 +389,33 @@ def send(
     finally:
         store.close()
     _finish(ctx, plan.run_id, result)
+
+
+def _interrupted_planning(batch: Path) -> str:
+    return (
+        f"interrupted (Ctrl-C) while reading and planning {batch}: nothing was stored and "
+        f"nothing was sent. Run `notifier send {batch}` again to plan and send it."
+    )
+
+
+def _interrupted_storing(env: Env, batch: Path, run_id: str) -> str:
+    """Ctrl-C while the plan was being stored: its one transaction either committed or rolled
+    back; the database says which."""
+    from . import app  # noqa: PLC0415 (start-up time)
+
+    stored = app.run_stored(env, run_id)
+    if stored is False:
+        return _interrupted_planning(batch)
+    if stored:
+        return (
+            f"interrupted (Ctrl-C) right after run {run_id} was stored: nothing was sent. "
+            f"`notifier resume {run_id}` sends it."
+        )
+    return (
+        f"interrupted (Ctrl-C) while storing the plan of {batch} as run {run_id}; nothing was "
+        f"sent. `notifier runs` shows whether it was stored: if so, `notifier resume {run_id}` "
+        f"sends it, else run `notifier send {batch}` again."
+    )
 
 
 def _read_brief(path: Path) -> str:
@@ -403,7 +444,10 @@ def _send_compose(
     from .plan import new_run_id  # noqa: PLC0415
 
     key = app.compose_key()  # before anything is stored
-    rows = app.read_rows(env, batch, channel=channel, run_id=run_id, not_after=not_after)
+    try:
+        rows = app.read_rows(env, batch, channel=channel, run_id=run_id, not_after=not_after)
+    except KeyboardInterrupt:
+        raise Interrupted(_interrupted_planning(batch)) from None
     if template is not None:
         compose.check_template(template, rows, batch)
         options["template"] = template.as_options()

@@ -41,3 +41,10 @@ class Refused(NotifierError):
     """Refused for safety: a live lease, a conflict, a failed integrity check, a lost race."""
 
     exit_code = ExitCode.REFUSED
+
+
+class Interrupted(NotifierError):
+    """Ctrl-C outside a run's sending loop (while planning, between manual decisions): the
+    message says what was already recorded, and what will carry on from there."""
+
+    exit_code = ExitCode.INTERRUPTED

@@ -2,15 +2,19 @@
 
 Interactive by default (one prompt per unknown item); `--item ID --mark … --evidence …` for
 scripts. Every decision is a `decisions` row plus an event, written with the state change.
+Ctrl-C between or during the prompts keeps every decision already recorded, records nothing
+half-made, and exits 130 saying which decisions were recorded.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import click
 
 from . import app
 from .env import Env, open_store, pick_run
-from .errors import BadInput, Refused
+from .errors import BadInput, Interrupted, Refused
 from .records import Counts, Item, Run
 from .state_machine import ItemState
 from .store import Store
@@ -38,9 +42,16 @@ def reconcile_manually(
                 unknown = list(store.items(run.run_id, [ItemState.UNKNOWN]))
                 if not unknown:
                     env.say(f"run {run.run_id} has no unknown items.")
-                for item in unknown:
-                    if not _ask_about(env, store, run, item, lease.version):
-                        break
+                decided: list[str] = []
+                try:
+                    for item in unknown:
+                        if not _ask_about(env, store, run, item, lease.version, decided):
+                            break
+                except KeyboardInterrupt:
+                    # A decision being written when it came was rolled back whole.
+                    app.complete_if_done(store, run.run_id, lease.version)
+                    counts = store.counts(run.run_id)
+                    raise Interrupted(_interrupted(run, decided, counts)) from None
             app.complete_if_done(store, run.run_id, lease.version)
         counts = store.counts(run.run_id)
         env.say(f"run {run.run_id}: {counts.summary()}")
@@ -49,8 +60,34 @@ def reconcile_manually(
         store.close()
 
 
-def _ask_about(env: Env, store: Store, run: Run, item: Item, version: int) -> bool:
-    """Show one unknown item and record the operator's decision; False to stop asking."""
+def _interrupted(run: Run, decided: list[str], counts: Counts) -> str:
+    recorded = (
+        f"{len(decided)} decision(s) recorded before it ({'; '.join(decided)})"
+        if decided
+        else "no decision was recorded"
+    )
+    return (
+        f"interrupted (Ctrl-C): {recorded}; run {run.run_id} has {counts.unknown} unknown "
+        f"item(s) left. `notifier reconcile --manual {run.run_id}` goes on with them."
+    )
+
+
+def _prompt(text: str, **kwargs: Any) -> Any:
+    """click.prompt, except that Ctrl-C stays a KeyboardInterrupt (click turns it, like an
+    end of input, into Abort): the end of input stops asking, Ctrl-C interrupts."""
+    try:
+        return click.prompt(text, **kwargs)
+    except click.Abort as abort:
+        if isinstance(abort.__context__, KeyboardInterrupt):
+            raise KeyboardInterrupt from None
+        raise
+
+
+def _ask_about(
+    env: Env, store: Store, run: Run, item: Item, version: int, decided: list[str]
+) -> bool:
+    """Show one unknown item and record the operator's decision (noted in `decided`); False
+    to stop asking."""
     click.echo("")
     click.echo(f"item {item.item_id} (seq {item.seq}) on channel {item.channel} → {item.target}")
     click.echo(f"  subject:  {item.payload.get('subject', '')}")
@@ -58,7 +95,7 @@ def _ask_about(env: Env, store: Store, run: Run, item: Item, version: int) -> bo
     click.echo(f"  digest:   {item.intent_digest}")
     click.echo(f"  attempts: {item.attempts}   last error: {item.last_error or '-'}")
     try:
-        answer = click.prompt(
+        answer = _prompt(
             "  delivered? [s]ent / [n]ot sent / [a]bandon / s[k]ip / [q]uit",
             type=click.Choice(list(_CHOICES)),
             show_choices=False,
@@ -72,14 +109,15 @@ def _ask_about(env: Env, store: Store, run: Run, item: Item, version: int) -> bo
         return True
     prompt = "  evidence (required)" if decision == "sent" else "  reason"
     try:
-        evidence = click.prompt(prompt, default="" if decision != "sent" else None)
+        evidence = _prompt(prompt, default="" if decision != "sent" else None)
         while decision == "sent" and not evidence.strip():
-            evidence = click.prompt(prompt)
+            evidence = _prompt(prompt)
     except click.Abort:
         return False
     evidence = evidence.strip() or f"operator chose {decision} without a stated reason"
     try:
         env.say(app.decide(env, store, run, item.item_id, decision, evidence, version))
+        decided.append(f"item {item.item_id} → {decision}")
     except Refused as refused:
         # A refused decision (a partial delivery marked not-sent) leaves the item as it was;
         # say why and go on to the next one.

@@ -17,6 +17,7 @@ import os
 import pwd
 import secrets
 import shutil
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -24,7 +25,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from email import message_from_bytes
 from email.message import Message
@@ -45,6 +46,24 @@ EXAMPLE = ROOT / "examples" / "batch.csv"
 STORES = ("sqlite", "postgres")
 # What reading a database that is not there yet (or is being created) raises, on either store.
 DB_ERRORS = (sqlite3.Error, psycopg.Error)
+
+
+def default_sigint() -> None:
+    """`preexec_fn` for every process a test starts: SIGINT back to its default, so that a
+    test's Ctrl-C reaches the child even when the suite itself runs with SIGINT ignored (a
+    background job of a non-interactive shell), whose children would inherit SIG_IGN and,
+    being Python, would then install no KeyboardInterrupt handler either."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    """Until `condition()` holds, polled every 20 ms; fails naming `what` after `timeout`
+    seconds (a bound for a hung process, never a guess at how long something takes)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not reached within {timeout} s: {what}")
+        time.sleep(0.02)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -109,9 +128,11 @@ class Workspace:
             text=True,
             timeout=timeout,
             check=False,  # the exit status is what most tests assert on
+            preexec_fn=default_sigint,
         )
 
     def popen(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        """Start the CLI as a real process, its SIGINT deliverable (see default_sigint)."""
         return subprocess.Popen(
             [sys.executable, "-m", "notifier", "--db", str(self.db), *args],
             cwd=self.path,
@@ -119,6 +140,7 @@ class Workspace:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            preexec_fn=default_sigint,  # noqa: PLW1509 (one signal() call: no lock, no import)
         )
 
     def write_csv(self, name: str, rows: Sequence[Sequence[str]]) -> Path:
