@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from notifier.pipeline import SharedRead
+from notifier.channels.outbox import OutboxChannel
+from notifier.pipeline import SharedRead, claim_ahead
 from notifier.sandbox import Faults, Sandbox
 
 from .conftest import Workspace, make_rows
@@ -83,16 +84,26 @@ def test_random_drops_at_16_in_flight_commit_each_key_once(ws: Workspace, sandbo
 def test_resume_settles_all_16_in_flight_before_claiming_a_new_item(
     ws: Workspace, sandbox: Sandbox
 ) -> None:
-    """After a crash with N = 16 (so 16 sending and, the channel being queryable, up to 48
-    more claimed ahead: at least 16 in flight), resume's first moves settle every one of
-    them: every new claim in the database's event order comes after the last settlement."""
+    """After a crash with N = 16 and a full pipeline in flight (16 handed to the senders and,
+    the channel being queryable, 48 more claimed ahead), resume's first moves settle every
+    one of them: every new claim in the database's event order comes after the last
+    settlement."""
     configure_sandbox(ws, sandbox)
-    ws.write_csv("batch.csv", make_rows(100))
-    env = {"NOTIFIER_CRASH_AT": "after-send:40"}
+    # The crash comes right after the commit that claims item CRASH_AT: items are claimed in
+    # order and one commit claims at most `capacity`, so none beyond CRASH_AT + capacity - 1
+    # was ever claimed, however far the crashed process got; the rows after that are left
+    # for resume to claim in every run. CRASH_AT > capacity: that commit is not the first,
+    # so the senders had items (some answered, some not) when it came.
+    capacity = 16 + claim_ahead(16, [OutboxChannel("hooks", ws.outbox)])
+    crash_at = capacity + 36
+    ws.write_csv("batch.csv", make_rows(crash_at + capacity + 16))
+    env = {"NOTIFIER_CRASH_AT": f"after-intent:{crash_at}"}
     crashed = ws.run("send", "batch.csv", "--channel", "hooks", "--concurrency", "16", env=env)
     assert crashed.returncode == 137, crashed.stderr
     in_flight = {seq for (seq,) in ws.query("SELECT seq FROM items WHERE state = 'in_flight'")}
-    assert 16 <= len(in_flight) <= 64 and 40 in in_flight
+    assert len(in_flight) == capacity and crash_at in in_flight
+    never_claimed = ws.query("SELECT COUNT(*) FROM items WHERE state = 'pending'")[0][0]
+    assert never_claimed >= 17
     (crash_mark,) = ws.query("SELECT MAX(seq_no) FROM events")[0]
     resumed = ws.run("resume", "--concurrency", "16")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
@@ -107,7 +118,7 @@ def test_resume_settles_all_16_in_flight_before_claiming_a_new_item(
             settlement.setdefault(item, seq_no)
     assert set(settlement) == in_flight
     new_starts = [n for n, kind, item in events if kind == "start" and item not in in_flight]
-    assert new_starts, "resume should have claimed the items never started"
+    assert len(new_starts) == never_claimed
     assert min(new_starts) > max(settlement.values())
     assert commits(sandbox) == {key: 1 for key in keys(ws)}
 
