@@ -4,6 +4,7 @@ worker is a real `notifier` process against a real PostgreSQL server and the san
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -24,7 +25,7 @@ from notifier.lease import holder_alive
 from notifier.sandbox import Faults, Sandbox
 from notifier.store import LeaseLost, Store
 
-from .conftest import ROOT, Workspace, make_rows, postgres_schema
+from .conftest import ROOT, Workspace, default_sigint, make_rows, postgres_schema, wait_for
 
 FIXTURES = ROOT / "tests" / "fixtures"
 FAST_RETRY = "[retry]\nmax_attempts = 20\nbackoff_base = 0.02\nbackoff_max = 0.2\n"
@@ -68,6 +69,7 @@ def notifier(ws: Workspace, db: str, *args: str) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=default_sigint,  # noqa: PLW1509 (a test's Ctrl-C must reach it)
     )
 
 
@@ -116,6 +118,32 @@ def report(ws: Workspace, db: str) -> dict[str, Any]:
 
 def commits(sandbox: Sandbox) -> dict[str, int]:
     return {k: v["commits"] for k, v in sandbox.stats()["keys"].items()}
+
+
+def has_sent(db: str, run_id: str, at_least: int) -> bool:
+    sql = "SELECT COUNT(*) FROM items WHERE run_id = ? AND state = 'sent'"
+    return int(rows(db, sql, (run_id,))[0][0]) >= at_least
+
+
+def live_pids(db: str, run_id: str) -> set[int]:
+    return {
+        pid
+        for (pid,) in rows(
+            db, "SELECT pid FROM workers WHERE run_id = ? AND state = 'live'", (run_id,)
+        )
+    }
+
+
+def holders(db: str, run_id: str) -> set[str]:
+    """The workers holding at least one item of `run_id` in flight."""
+    return {
+        worker
+        for (worker,) in rows(
+            db,
+            "SELECT DISTINCT worker_id FROM items WHERE run_id = ? AND state = 'in_flight'",
+            (run_id,),
+        )
+    }
 
 
 def test_worker_on_an_sqlite_file_is_refused_with_the_reason(ws: Workspace) -> None:
@@ -175,28 +203,27 @@ def test_an_m004_postgres_database_gains_workers_and_resumes(ws: Workspace, pg_u
 def test_chaos_three_workers_killed_at_random_each_key_committed_once(
     ws: Workspace, pg_url: str, sandbox: Sandbox
 ) -> None:
-    """Three workers on one run, SIGKILLed at random moments and replaced, against a
-    sandbox that throttles, fails and drops: every key is committed exactly once, and the
-    report says `sent` for exactly the keys the sandbox holds."""
+    """Three workers on one run, SIGKILLed at 8 random points of its progress and replaced,
+    against a sandbox that throttles, fails and drops: every key is committed exactly once,
+    and the report says `sent` for exactly the keys the sandbox holds."""
     configure(ws, sandbox)
     ws.write_csv("batch.csv", make_rows(400))
     rng = random.Random(7)
     run_id = "chaos"
     workers = fleet(ws, pg_url, run_id, 3, 6)
     kills = 0
-    deadline = time.monotonic() + 150
-    while time.monotonic() < deadline:
-        time.sleep(rng.uniform(0.3, 1.2))
-        (state,) = rows(pg_url, "SELECT state FROM runs WHERE run_id = ?", (run_id,))[0]
-        if state == "completed":
-            break
+    # The kills land at random points of the run's progress, not at random times (a fast run
+    # could finish before them): each after a drawn number of the first 300 items is sent,
+    # so at least 100 items remain to be sent with every kill.
+    for mark in sorted(rng.sample(range(10, 300), 8)):
+        wait_for(functools.partial(has_sent, pg_url, run_id, mark), f"{mark} items sent")
         running = [w for w in workers if w.poll() is None]
-        if running and kills < 8:
-            victim = rng.choice(running)
-            victim.send_signal(signal.SIGKILL)
-            victim.wait()
-            kills += 1
-        if sum(w.poll() is None for w in workers) < 3:
+        assert running, "every worker exited with items left to send"
+        victim = rng.choice(running)
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        kills += 1
+        while sum(w.poll() is None for w in workers) < 3:
             workers.append(notifier(ws, pg_url, "worker", run_id, "--concurrency", "6"))
     for worker in workers:
         if worker.poll() is None:
@@ -204,7 +231,7 @@ def test_chaos_three_workers_killed_at_random_each_key_committed_once(
     # Whatever the last kill left behind, one more worker settles it and finishes the run.
     code, out = finish(notifier(ws, pg_url, "worker", run_id))
     assert code == 0, out
-    assert kills >= 3
+    assert kills == 8
     data = report(ws, pg_url)
     assert data["state"] == "completed"
     sent = {item["idempotency_key"] for item in data["items"] if item["state"] == "sent"}
@@ -221,8 +248,7 @@ def test_cancel_stops_every_worker(ws: Workspace, pg_url: str, sandbox: Sandbox)
     configure(ws, sandbox)
     ws.write_csv("batch.csv", make_rows(300))
     first, second = fleet(ws, pg_url, "c1", 2, 4)
-    while len(sandbox.deliveries()) < 20:
-        time.sleep(0.05)
+    wait_for(lambda: len(sandbox.deliveries()) >= 20, "20 deliveries")
     code, out = finish(notifier(ws, pg_url, "cancel", "c1", "--wait", "30"))
     returned = datetime.now(UTC)
     assert code in (0, 3), out
@@ -273,7 +299,9 @@ def test_status_shows_the_live_workers(ws: Workspace, pg_url: str, sandbox: Sand
     configure(ws, sandbox)
     ws.write_csv("batch.csv", make_rows(200))
     first, second = fleet(ws, pg_url, "s1", 2, 2)
-    time.sleep(1.5)
+    # Both have joined: 200 items at 200 ms a request, 4 at once, keep them at work for
+    # about 10 s more, and the status below is asked at once.
+    wait_for(lambda: live_pids(pg_url, "s1") == {first.pid, second.pid}, "both workers live")
     code, out = finish(notifier(ws, pg_url, "status", "s1", "--json"))
     assert code == 0, out
     workers = json.loads(out)["workers"]
@@ -365,9 +393,8 @@ def test_ctrl_c_on_one_worker_leaves_the_run_to_the_other(
     configure(ws, sandbox)
     ws.write_csv("batch.csv", make_rows(120))
     first, second = fleet(ws, pg_url, "i1", 2, 4)
-    while rows(pg_url, "SELECT COUNT(*) FROM workers WHERE state = 'live'") != [(2,)]:
-        time.sleep(0.05)
-    time.sleep(0.5)  # both are sending
+    # Both are sending: each holds items it claimed (point A committed, handed to its senders).
+    wait_for(lambda: len(holders(pg_url, "i1")) == 2, "both workers hold items in flight")
     second.send_signal(signal.SIGINT)
     code, out = finish(second)
     assert code == 130, out
