@@ -4,11 +4,13 @@ reported unknown, and a cancel racing a completion or a starting send never exit
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,7 +20,7 @@ from notifier.sandbox import Faults, Sandbox
 from notifier.state_machine import RunTrigger
 from notifier.store import Store
 
-from .conftest import DB_ERRORS, SlowRelay, Workspace, make_rows
+from .conftest import DB_ERRORS, SlowRelay, Workspace, default_sigint, make_rows
 
 pytestmark = pytest.mark.both_stores
 
@@ -62,7 +64,8 @@ def test_no_message_starts_after_cancel_and_unstarted_items_are_released(
         assert slow_relay.first_mail.wait(60)
         cancelled = ws.invoke("cancel", "--report", "--format", "json")
         returned = time.time()
-        time.sleep(2.5)  # longer than one message takes: anything still queued would show
+        # Once the worker has exited it can start nothing more, and each MAIL it sent was
+        # noted before its reply, which the worker waited for: nothing more can show.
         assert worker.wait(timeout=60) == 3
     finally:
         worker.kill()
@@ -257,6 +260,7 @@ def planned():
     finally:
         conn.close()
 
+open(sys.argv[2], "w").close()  # the test starts the send only once this exists
 deadline = time.monotonic() + 60
 while time.monotonic() < deadline:
     try:
@@ -269,6 +273,11 @@ cli(["--db", db, "cancel"])
 """
 
 
+def started_polling(marker: Path, canceller: subprocess.Popen[str]) -> bool:
+    """The canceller wrote its marker (it is polling), or exited (to be reported)."""
+    return marker.exists() or canceller.poll() is not None
+
+
 def test_cancel_racing_a_starting_send_never_exits_1(ws: Workspace) -> None:
     """A cancel that fires the moment a `send` has stored its plan (run still planned, the
     lease about to be taken) lands in each trial on one side of the race or the other; neither
@@ -277,14 +286,18 @@ def test_cancel_racing_a_starting_send_never_exits_1(ws: Workspace) -> None:
         configure_hooks(ws, sandbox, query=True)
         for trial in range(6):
             ws.write_csv(f"batch{trial}.csv", make_rows(5, start=100 * trial))
+            polling = ws.path / f"polling{trial}"
             canceller = subprocess.Popen(
-                [sys.executable, "-c", CANCEL_AS_SOON_AS_PLANNED, str(ws.db)],
+                [sys.executable, "-c", CANCEL_AS_SOON_AS_PLANNED, str(ws.db), str(polling)],
                 cwd=ws.path,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
+                preexec_fn=default_sigint,  # noqa: PLW1509 (as every process a test starts)
             )
-            time.sleep(0.5 + 0.1 * trial)  # the canceller is polling before the send starts
+            # The canceller is polling before the send starts.
+            wait_for(functools.partial(started_polling, polling, canceller))
+            assert canceller.poll() is None, canceller.communicate()
             sender = ws.run("send", f"batch{trial}.csv", "--channel", "hooks")
             out, err = canceller.communicate(timeout=60)
             assert sender.returncode in (0, 3), sender.stdout + sender.stderr
