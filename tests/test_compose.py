@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 import signal
-import time
+import sqlite3
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future
@@ -19,7 +19,7 @@ from notifier.batch import BatchRow
 from notifier.compose import ComposeStopped, Draft
 from notifier.intent import intent_digest
 
-from .conftest import Workspace
+from .conftest import Workspace, wait_for
 from .fake_messages import FakeMessages, error, text_only_answer
 
 KEY = "sk-ant-test-0123456789"
@@ -45,6 +45,27 @@ def brief(ws: Workspace) -> Path:
     path = ws.path / "brief.txt"
     path.write_text("Tell each customer their plan renews next week. Be brief.", "utf-8")
     return path
+
+
+def drafted_rows(ws: Workspace) -> list[tuple[str]]:
+    """The item ids drafted so far; none while the worker has not created the tables."""
+    try:
+        return ws.query(
+            "SELECT json_extract(source, '$.item_id') FROM drafts WHERE state = 'drafted'"
+        )
+    except sqlite3.OperationalError as exc:
+        # Not there yet: no file, no tables in it, or being created (before WAL mode).
+        if any(m in str(exc) for m in ("unable to open", "no such table", "is locked")):
+            return []
+        raise
+
+
+def sigint_pending(pid: int) -> bool:
+    """Whether SIGINT is still pending for `pid` (sent, not yet taken by its handler)."""
+    bit = 1 << (signal.SIGINT - 1)
+    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    masks = [line.split()[1] for line in status if line.startswith(("SigPnd:", "ShdPnd:"))]
+    return any(int(mask, 16) & bit for mask in masks)
 
 
 def test_compose_drafts_every_row_through_a_forced_tool_and_stores_each_draft(
@@ -85,18 +106,9 @@ def test_kill_9_mid_drafting_then_resume_never_requests_a_stored_draft_again(
     no second request for a drafted row), then sends all of them once."""
     fake.answer_limit = 2
     process = ws.popen("send", str(batch(ws, 6)), "--compose", str(brief(ws)))
-    deadline = time.monotonic() + 60
-    drafted: list[tuple[str]] = []
-    while time.monotonic() < deadline and len(drafted) < 2:
-        time.sleep(0.1)
-        if ws.db_file.exists():
-            try:
-                drafted = ws.query(
-                    "SELECT json_extract(source, '$.item_id') FROM drafts WHERE state = 'drafted'"
-                )
-            except Exception:  # noqa: S112 (the tables may not exist for a moment)
-                continue
-    assert len(drafted) == 2, "two drafts were never stored"
+    wait_for(lambda: len(drafted_rows(ws)) >= 2, "two drafts stored")
+    drafted = drafted_rows(ws)
+    assert len(drafted) == 2
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=30)
     assert process.returncode == -signal.SIGKILL
@@ -256,20 +268,13 @@ def test_ctrl_c_while_drafting_exits_130_keeping_the_drafts_made(
     stored and nothing sent; resume drafts only the rest."""
     fake.answer_limit = 1
     process = ws.popen("send", str(batch(ws, 5)), "--compose", str(brief(ws)))
-    deadline = time.monotonic() + 60
-    drafted: list[tuple[str]] = []
-    while time.monotonic() < deadline and not drafted:
-        time.sleep(0.1)
-        if ws.db_file.exists():
-            try:
-                drafted = ws.query(
-                    "SELECT json_extract(source, '$.item_id') FROM drafts WHERE state = 'drafted'"
-                )
-            except Exception:  # noqa: S112 (the tables may not exist for a moment)
-                continue
+    wait_for(lambda: len(drafted_rows(ws)) >= 1, "a draft stored")
+    drafted = drafted_rows(ws)
     assert len(drafted) == 1
     process.send_signal(signal.SIGINT)
-    time.sleep(0.5)
+    # The process has taken the signal before the held requests are answered (so their
+    # failures meet a stopped drafter, not a retry).
+    wait_for(lambda: not sigint_pending(process.pid), "the SIGINT taken")
     fake.release.set()  # the held requests now fail with a 500, which is not retried
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, stderr
