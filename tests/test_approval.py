@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 import re
-import time
+from datetime import timedelta
 
+import pytest
+
+from notifier import clock
 from notifier.intent import canonical_json, intent_digest
 
 from .conftest import Workspace, make_rows
@@ -93,13 +96,18 @@ def test_approve_with_a_wrong_fingerprint_is_refused(ws: Workspace) -> None:
     assert ws.outbox_documents() == []
 
 
-def test_an_expired_approval_is_refused_by_resume(ws: Workspace) -> None:
+def test_an_expired_approval_is_refused_by_resume(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """After its expiry an approval no longer lets resume send anything (exit 4)."""
     run_id, fingerprint = plan_for_approval(ws)
     result = ws.invoke("approve", run_id, "--fingerprint", fingerprint, "--expires-in", "1s")
     assert result.exit_code == 0, result.output
-    time.sleep(1.5)
-    refused = ws.invoke("resume")
+    # Resume (in this process) runs 2 s in the future: past the 1 s expiry, whatever the time.
+    real_now = clock.now
+    with monkeypatch.context() as later:
+        later.setattr(clock, "now", lambda: real_now() + timedelta(seconds=2))
+        refused = ws.invoke("resume")
     assert refused.exit_code == 4, refused.output
     assert "expired" in refused.output
     assert ws.outbox_documents() == []
