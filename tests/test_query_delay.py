@@ -12,18 +12,21 @@ from typing import Any
 
 import pytest
 
-from .conftest import Workspace, make_rows
+from .conftest import Workspace, make_rows, wait_for
 
 COMMIT_AFTER_S = 1.5  # longer than the client's timeout of 1 s
 
 
 class SlowReceiver:
-    """A non-idempotent receiver that commits a POST only after the client gave up on it,
-    and answers GET /status/KEY with 404 until the commit has happened."""
+    """A non-idempotent receiver that commits a POST only after the client gave up on it and
+    after it has answered a status query with 404 (so the early 404 is always seen, however
+    soon or late the client asks), and answers GET /status/KEY with 404 until the commit."""
 
     def __init__(self, *, commits: bool = True) -> None:
         self.deliveries: list[dict[str, Any]] = []
         self.committed: dict[str, str] = {}
+        self.answered = 0  # POSTs fully handled (committed, or refused)
+        self.said_not_found = threading.Event()
         self.lock = threading.Lock()
         receiver = self
 
@@ -40,11 +43,14 @@ class SlowReceiver:
                 time.sleep(COMMIT_AFTER_S)  # the client has timed out by now
                 if not commits:
                     self._reply(500, {"error": "lost it"})
+                    receiver.note_answered()
                     return
+                receiver.said_not_found.wait(60)
                 with receiver.lock:
                     receiver.deliveries.append({"key": key, **json.loads(body)})
                     receiver.committed[key] = self.headers["Notifier-Intent-Digest"]
                 self._reply(201, {"id": f"r-{len(receiver.deliveries)}"})
+                receiver.note_answered()
 
             def do_GET(self) -> None:
                 key = self.path.rsplit("/", 1)[1]
@@ -52,6 +58,7 @@ class SlowReceiver:
                     digest = receiver.committed.get(key)
                 if digest is None:
                     self._reply(404, {"error": "no such key"})
+                    receiver.said_not_found.set()
                 else:
                     self._reply(200, {"id": key, "intent_digest": digest})
 
@@ -74,6 +81,17 @@ class SlowReceiver:
     def keys(self) -> list[str]:
         with self.lock:
             return [d["key"] for d in self.deliveries]
+
+    def note_answered(self) -> None:
+        with self.lock:
+            self.answered += 1
+
+    def has_answered_every_post_of(self, ws: Workspace) -> bool:
+        """Every request the client made (one attempt row each) has been handled here, so
+        a second POST, had there been one, has committed too."""
+        (attempts,) = ws.query("SELECT COUNT(*) FROM attempts")[0]
+        with self.lock:
+            return self.answered >= int(attempts)
 
 
 def _configure(ws: Workspace, receiver: SlowReceiver, extra: str = "") -> None:
@@ -103,11 +121,12 @@ def slow_receiver(ws: Workspace) -> Iterator[SlowReceiver]:
 def test_late_commit_after_timeout_is_delivered_once_and_reported_sent(
     ws: Workspace, slow_receiver: SlowReceiver
 ) -> None:
-    """A receiver that commits 0.5 s after the client's timeout gets the row exactly once:
-    the 404 of the immediate query does not count before query_delay, the later one finds it."""
+    """A receiver that commits after the client's timeout and its first query gets the row
+    exactly once: the 404 of the immediate query does not count before query_delay, the
+    later one finds it."""
     ws.write_csv("batch.csv", make_rows(1))
     result = ws.invoke("send", "batch.csv", "--channel", "hooks")
-    time.sleep(COMMIT_AFTER_S + 0.5)  # let any second POST the old code made commit too
+    wait_for(lambda: slow_receiver.has_answered_every_post_of(ws), "every POST answered")
     assert len(slow_receiver.keys()) == 1, slow_receiver.deliveries
     assert result.exit_code == 0, result.output
     report = json.loads(ws.invoke("report", "--format", "json").output)
@@ -122,12 +141,12 @@ def test_resume_after_a_kill_mid_request_waits_for_the_late_commit(
     "not sent" (counting from started_at + timeout), so the late commit is found, not doubled."""
     ws.write_csv("batch.csv", make_rows(1))
     # The window's send has timed out (1 s) by the time after-send fires; the receiver
-    # commits at 1.5 s, so a resume started at once sees 404 first.
+    # commits only once it has answered a query with 404, so resume sees 404 first.
     crashed = ws.run("send", "batch.csv", "--channel", "hooks",
                      env={"NOTIFIER_CRASH_AT": "after-send:1"})  # fmt: skip
     assert crashed.returncode == 137, crashed.stderr
     resumed = ws.run("resume")
-    time.sleep(COMMIT_AFTER_S + 0.5)
+    wait_for(lambda: slow_receiver.has_answered_every_post_of(ws), "every POST answered")
     assert len(slow_receiver.keys()) == 1, slow_receiver.deliveries
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert ws.query("SELECT state FROM items") == [("sent",)]
