@@ -153,7 +153,10 @@ def test_second_ctrl_c_exits_at_once_and_resume_settles(ws: Workspace) -> None:
         while sandbox.stats()["totals"]["requests"] < 3 and time.monotonic() < deadline:
             time.sleep(0.02)
         worker.send_signal(signal.SIGINT)
-        time.sleep(0.05)
+        # The second Ctrl-C only once the first was taken (two at once would be one).
+        assert worker.stdout is not None
+        while "Ctrl-C: finishing" not in (line := worker.stdout.readline()):
+            assert line, "the worker ended without taking the first Ctrl-C"
         worker.send_signal(signal.SIGINT)
         assert worker.wait(timeout=10) == 130
         # Left at once: no clean pause was written (a clean stop would say `paused`).
