@@ -8,7 +8,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
@@ -143,6 +143,22 @@ def run_stored(env: Env, run_id: str) -> bool | None:
     finally:
         store.close()
     return True
+
+
+def check_channels(env: Env, names: Iterable[str]) -> None:
+    """Build the channels a run will use, as they stand now, and close them: a secret or a
+    URL list named by an environment variable (`secret_env`, `urls_env`, `password_env`) that
+    is missing or unusable is found before anything is stored, so exit 2 keeps meaning that
+    nothing changed. The messages name the variable, never its value."""
+    for name in sorted(set(names)):
+        try:
+            channel = build_channel(name, dict(env.config.channels[name]), env.base_dir)
+        except ChannelConfigError as exc:
+            raise BadInput(
+                f"{exc} Nothing was stored and nothing was sent; set it and run the same "
+                "command again."
+            ) from exc
+        channel.close()
 
 
 def store_plan(

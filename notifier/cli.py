@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
     from . import compose
     from .batch import BatchRow
+    from .plan import Plan
     from .records import Run
     from .runner import RunOptions, RunResult
     from .store import Store
@@ -371,10 +372,7 @@ def send(
             click.echo(f"already planned as run {run.run_id} ({run.state.value}).")
         return
     then = RunTrigger.REQUEST_APPROVAL if require_approval else None
-    try:
-        store = app.store_plan(env, plan, batch, options, new_run, then=then)
-    except KeyboardInterrupt:
-        raise Interrupted(_interrupted_storing(env, batch, plan.run_id)) from None
+    store = _store_plan(env, plan, batch, options, new_run, then)
     try:
         click.echo(f"planned run {plan.run_id}: {plan.count} notifications ({per_channel})")
         click.echo(f"fingerprint: {plan.fingerprint}")
@@ -389,6 +387,31 @@ def send(
     finally:
         store.close()
     _finish(ctx, plan.run_id, result)
+
+
+def _store_plan(
+    env: Env,
+    plan: Plan,
+    batch: Path,
+    options: dict[str, object],
+    new_run: bool,
+    then: RunTrigger | None,
+) -> Store:
+    """Check the channels the run sends through (their secrets and URLs from the
+    environment), then store the plan: exit 2 means nothing was stored. A run that waits for
+    approval is sent later, perhaps elsewhere: its channels are checked when it is."""
+    from . import app  # noqa: PLC0415 (start-up time)
+
+    try:
+        if then is None:
+            try:
+                app.check_channels(env, plan.per_channel)
+            except BaseException:
+                plan.close()
+                raise
+        return app.store_plan(env, plan, batch, options, new_run, then=then)
+    except KeyboardInterrupt:
+        raise Interrupted(_interrupted_storing(env, batch, plan.run_id)) from None
 
 
 def _interrupted_planning(batch: Path) -> str:
@@ -455,6 +478,8 @@ def _send_compose(
         _dry_run_drafts(settings, key, rows, template)
         return
     options["compose"] = settings.as_options()
+    if "require_approval" not in options:
+        app.check_channels(env, {row.channel for row in rows})
     new_id = run_id or new_run_id()
     store = app.store_drafting_run(env, rows, batch, options, new_id)
     try:

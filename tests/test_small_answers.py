@@ -132,3 +132,50 @@ def test_ctrl_c_in_manual_reconcile_exits_130_saying_what_was_recorded(
     assert ws.query("SELECT seq, decision FROM decisions") == [(1, "mark_sent")]
     states = dict(ws.query("SELECT item_id, state FROM items"))
     assert states == {"u1": "sent", "u2": "unknown", "u3": "sent"}
+
+
+@pytest.mark.both_stores
+@pytest.mark.parametrize(
+    ("channel", "environment", "named"),
+    [
+        (
+            'type = "webhook"\nurl = "http://127.0.0.1:9/n"\nsecret_env = "HOOKS_SECRET"\n',
+            {},
+            "HOOKS_SECRET",
+        ),
+        (
+            'type = "webhook"\nurl = "http://127.0.0.1:9/n"\nsecret_env = "HOOKS_SECRET"\n',
+            {"HOOKS_SECRET": "not-a-signing-secret-9f8e7d"},
+            "HOOKS_SECRET",
+        ),
+        (
+            'type = "webhook"\nurl = "http://127.0.0.1:9/n"\nsecret_env = "HOOKS_SECRET"\n',
+            {"HOOKS_SECRET": "whsec_!!!"},
+            "HOOKS_SECRET",
+        ),
+        ('type = "apprise"\nurls_env = "ALERT_URLS"\n', {}, "ALERT_URLS"),
+    ],
+    ids=["secret-unset", "secret-invalid", "secret-empty", "urls-unset"],
+)
+def test_a_missing_or_bad_secret_from_the_environment_stores_nothing(
+    ws: Workspace,
+    monkeypatch: pytest.MonkeyPatch,
+    channel: str,
+    environment: dict[str, str],
+    named: str,
+) -> None:
+    """A channel's secret or URL list from the environment that is unset or unusable exits 2
+    before the run is stored, naming the variable and never its value."""
+    monkeypatch.delenv("HOOKS_SECRET", raising=False)
+    monkeypatch.delenv("ALERT_URLS", raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    (ws.path / "notifier.toml").write_text(f"[channels.hooks]\n{channel}")
+    batch = ws.write_csv("b.csv", make_rows(2))
+    result = ws.invoke("send", str(batch), "--channel", "hooks")
+    assert result.exit_code == 2, result.output
+    assert named in result.output and "Nothing was stored" in result.output
+    assert "Traceback" not in result.output
+    for value in environment.values():
+        assert value not in result.output
+    assert not ws.has_database() or ws.query("SELECT COUNT(*) FROM runs") == [(0,)]

@@ -8,7 +8,7 @@ the channel is queryable: GET it → 200 found, 404 not found, anything else unc
 
 from __future__ import annotations
 
-import binascii
+import base64
 import email.utils
 import json
 import os
@@ -208,12 +208,17 @@ def _signer(name: str, secret_env: str | None) -> Webhook | None:
             f"export {secret_env}=whsec_… before sending."
         )
     try:
+        # Strictly: the library decodes leniently (skipping stray characters), so a mistyped
+        # secret would sign with other bytes than the receiver's, and an empty one raised late.
+        encoded = secret.removeprefix("whsec_")
+        if not base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True):
+            raise ValueError("empty")
         return Webhook(secret)
-    except (binascii.Error, ValueError) as exc:
+    except Exception:  # never echo it: the message would quote the secret
         raise ChannelConfigError(
             f"channel {name!r}: ${secret_env} is not a Standard Webhooks secret "
-            "(whsec_ followed by base64)."
-        ) from exc
+            "(whsec_ followed by base64); set it to the signing secret the receiver issued."
+        ) from None
 
 
 @dataclass(frozen=True)
