@@ -19,6 +19,10 @@ from .errors import BadInput
 
 DEFAULT_CHANNEL = "outbox"
 DEFAULT_LEASE_TTL_S = 30.0
+# The heartbeat renews the lease every ttl/3, and a worker sends only while it renewed it less
+# than 2/3 of ttl ago: below this a renewal slowed by a busy disk or database lets the lease
+# lapse, and every command then finds that another process took the run over.
+MIN_LEASE_TTL_S = 2.0
 
 _RETRY_KEYS = {"max_attempts", "deadline", "backoff_base", "backoff_max"}
 _LEASE_KEYS = {"ttl"}
@@ -108,6 +112,15 @@ def _lease_ttl(path: Path, table: Any) -> float:
     ttl = table.get("ttl", DEFAULT_LEASE_TTL_S)
     if isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl <= 0:
         raise ConfigError(f"{path}: [lease] ttl must be a positive number of seconds.")
+    if ttl < MIN_LEASE_TTL_S:
+        raise ConfigError(
+            f"{path}: [lease] ttl = {ttl:g} is below the minimum of {MIN_LEASE_TTL_S:g} "
+            f"seconds. The lease is renewed every ttl/3 and a worker sends only while it "
+            "renewed it less than two thirds of ttl ago, so a shorter lease lapses between "
+            "renewals and every command then says another process took over. Set `ttl` to "
+            f"{MIN_LEASE_TTL_S:g} or more (default {DEFAULT_LEASE_TTL_S:g}) in [lease]; "
+            "nothing was changed."
+        )
     return float(ttl)
 
 

@@ -179,3 +179,23 @@ def test_a_missing_or_bad_secret_from_the_environment_stores_nothing(
     for value in environment.values():
         assert value not in result.output
     assert not ws.has_database() or ws.query("SELECT COUNT(*) FROM runs") == [(0,)]
+
+
+@pytest.mark.both_stores
+@pytest.mark.parametrize("ttl", ["0.001", "1.5"])
+def test_a_lease_ttl_below_the_minimum_is_refused_when_the_config_loads(
+    ws: Workspace, ttl: str
+) -> None:
+    """`[lease] ttl` below 2 seconds exits 2 at load, naming the setting, why and the fix,
+    before anything is stored; 2 itself is accepted."""
+    (ws.path / "notifier.toml").write_text(f"[lease]\nttl = {ttl}\n")
+    batch = ws.write_csv("b.csv", make_rows(2))
+    result = ws.invoke("send", str(batch))
+    assert result.exit_code == 2, result.output
+    message = result.output.strip()
+    assert len(message.splitlines()) == 1, message
+    assert "[lease] ttl" in message and "minimum of 2 seconds" in message
+    assert "Set `ttl` to 2 or more" in message and "Traceback" not in message
+    assert not ws.has_database()
+    (ws.path / "notifier.toml").write_text("[lease]\nttl = 2\n")
+    assert ws.invoke("send", str(batch)).exit_code == 0
