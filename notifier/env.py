@@ -5,6 +5,7 @@ without it."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +37,24 @@ class Env:
 
 
 def open_store(env: Env, *, create: bool = False, readonly: bool = False) -> Store:
+    if not is_postgres(env.db_path):
+        _refuse_dangling_link(Path(env.db_path))
     return Store.open(env.db_path, create=create, readonly=readonly)
+
+
+def _refuse_dangling_link(path: Path) -> None:
+    """A --db that is a symbolic link to nothing can be neither opened nor created (the link
+    is in the way): say so, instead of a FileNotFoundError from deep in the store."""
+    if not path.is_symlink() or path.exists():
+        return
+    target = Path(os.readlink(path))
+    shown = target if target.is_absolute() else path.parent / target
+    raise BadInput(
+        f"{path} is a symbolic link to {shown}, which does not exist (or cannot be "
+        "resolved), so notifier can neither open a database there nor create one. Restore "
+        "the database it pointed to or fix the link, or point --db (or NOTIFIER_DB) at the "
+        "database file itself (a new path starts a new database); nothing was changed."
+    )
 
 
 def pick_run(store: Store, run_id: str | None, *, active_only: bool = False) -> Run:

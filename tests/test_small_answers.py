@@ -15,6 +15,9 @@ import sys
 import time
 
 import pytest
+from click.testing import CliRunner
+
+from notifier.cli import cli
 
 from .conftest import Inbox, Workspace, make_rows
 
@@ -199,3 +202,21 @@ def test_a_lease_ttl_below_the_minimum_is_refused_when_the_config_loads(
     assert not ws.has_database()
     (ws.path / "notifier.toml").write_text("[lease]\nttl = 2\n")
     assert ws.invoke("send", str(batch)).exit_code == 0
+
+
+def test_a_dangling_db_symlink_gets_a_clear_message_and_exit_2(ws: Workspace) -> None:
+    """`--db` naming a symbolic link to a missing file exits 2 with one paragraph naming the
+    link, its target and what to do, for a command that would create the database and for
+    one that only reads it; nothing is created."""
+    link = ws.path / "receipts-link.db"
+    link.symlink_to(ws.path / "gone" / "receipts.db")
+    batch = ws.write_csv("b.csv", make_rows(1))
+    for args in (["send", str(batch)], ["status"]):
+        result = CliRunner().invoke(cli, ["--db", str(link), *args], catch_exceptions=False)
+        assert result.exit_code == 2, result.output
+        message = result.output.strip()
+        assert len(message.splitlines()) == 1, message
+        assert f"{link} is a symbolic link to {ws.path / 'gone' / 'receipts.db'}" in message
+        assert "does not exist" in message and "point --db" in message
+        assert "FileNotFoundError" not in message and "internal error" not in message
+    assert not (ws.path / "gone").exists() and link.is_symlink()
