@@ -5,6 +5,7 @@ read-only commands), takes the lease and runs the work."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -542,12 +543,27 @@ def reconcile_by_query(env: Env, run_id: str | None) -> tuple[Run, Counts]:
         store.close()
 
 
+# How the runner words a pause for unknown outcomes (runner.py): the one stop reason whose
+# cause a reconcile settles, item by item.
+_UNKNOWN_REASON = re.compile(r"\d+ item\(s\) with unknown outcome")
+
+
 def complete_if_done(store: Store, run_id: str, lease_version: int) -> None:
-    """A paused or halted run whose every item is now sent or failed is completed."""
+    """A paused or halted run whose every item is now sent or failed (or expired) is
+    completed, its stop reason cleared. One that still waits, paused for unknown outcomes,
+    has that reason brought up to date: the count left, or none once no item is unknown."""
     run = store.get_run(run_id)
     counts = store.counts(run_id)
-    if run.state in (RunState.PAUSED, RunState.HALTED) and not counts.unfinished:
-        store.move_run(run_id, RunTrigger.COMPLETE, lease_version)
+    if run.state not in (RunState.PAUSED, RunState.HALTED):
+        return
+    if not counts.unfinished:
+        store.move_run(run_id, RunTrigger.COMPLETE, lease_version, stop_reason=None)
+        return
+    reason = run.stop_reason
+    if reason is not None and _UNKNOWN_REASON.fullmatch(reason):
+        now = f"{counts.unknown} item(s) with unknown outcome" if counts.unknown else None
+        if now != reason:
+            store.replace_stop_reason(run_id, lease_version, reason, now)
 
 
 MARKS: Mapping[str, ItemTrigger] = {

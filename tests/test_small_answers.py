@@ -220,3 +220,42 @@ def test_a_dangling_db_symlink_gets_a_clear_message_and_exit_2(ws: Workspace) ->
         assert "does not exist" in message and "point --db" in message
         assert "FileNotFoundError" not in message and "internal error" not in message
     assert not (ws.path / "gone").exists() and link.is_symlink()
+
+
+def mark(ws: Workspace, item: str, decision: str) -> None:
+    result = ws.invoke(
+        "reconcile", "--manual", "--item", item, "--mark", decision, "--evidence", "mail log"
+    )
+    assert result.exit_code in (0, 3), result.output
+
+
+@pytest.mark.both_stores
+def test_settling_unknown_items_by_hand_updates_then_clears_the_stop_reason(
+    ws: Workspace, inbox: Inbox
+) -> None:
+    """A run paused for unknown outcomes: each manual decision brings "stopped because" up to
+    date, and once no item is unknown it is gone, though the run still waits to resume."""
+    two_unknown_items(ws)
+    assert ws.status()["stop_reason"] == "2 item(s) with unknown outcome"
+    mark(ws, "u1", "not-sent")
+    assert ws.status()["stop_reason"] == "1 item(s) with unknown outcome"
+    mark(ws, "u2", "sent")
+    report = ws.status()
+    assert report["state"] == "paused" and report["stop_reason"] is None
+    assert "stopped because" not in ws.invoke("status").output
+    assert ws.invoke("resume").exit_code == 0
+    assert ws.status()["state"] == "completed"
+
+
+@pytest.mark.both_stores
+def test_a_run_completed_by_manual_reconcile_shows_no_stop_reason(
+    ws: Workspace, inbox: Inbox
+) -> None:
+    """A run that `reconcile --manual` completes no longer says it stopped because of
+    unknown outcomes."""
+    two_unknown_items(ws)
+    mark(ws, "u1", "sent")
+    mark(ws, "u2", "abandon")
+    report = ws.status()
+    assert report["state"] == "completed" and report["stop_reason"] is None
+    assert "stopped because" not in ws.invoke("status").output

@@ -182,6 +182,20 @@ class Ledger(StoreCore):
                 return current
             return self._move_run(run_id, trigger, clock.now_iso(), **sets)
 
+    def replace_stop_reason(
+        self, run_id: str, lease_version: int, expected: str, reason: str | None
+    ) -> bool:
+        """Replace the run's stop reason `expected` by `reason` (None clears it), fenced, and
+        only while it is still `expected`: a reason another process wrote meanwhile stays.
+        Not a move: the run's state is unchanged. True if it was replaced."""
+        with self._write(run_id, lease_version):
+            cursor = self.conn.execute(
+                "UPDATE runs SET stop_reason = ?, updated_at = ? "
+                "WHERE run_id = ? AND stop_reason = ?",
+                (reason, clock.now_iso(), run_id, expected),
+            )
+            return bool(cursor.rowcount == 1)
+
     def expire_due(self, run_id: str, lease_version: int) -> list[int]:
         """Pending items whose deadline has passed become `expired` (never sent), in one
         fenced transaction. An item whose last attempt may have been delivered is left for
