@@ -78,19 +78,20 @@ def query_delay(channel: Channel) -> float:
 
 
 def not_found_counts_from(channel: Channel, attempt: Attempt | None) -> datetime | None:
-    """The moment from which a 404 for `attempt` proves "not sent": its end plus query_delay.
-    An attempt left open by a kill has no known end: count from its start plus the timeout."""
+    """The moment from which a 404 for `attempt` proves "not sent": the end of its request
+    plus query_delay. An attempt left open by a process that is gone has no known start: its
+    `started_at` is when it was claimed, and an item claimed ahead may have waited in the
+    queue for seconds before its request left, as late as the moment the holder was found
+    gone (now: whoever settles it took the run over first). So its request may run until
+    now plus the timeout. An attempt closed as `interrupted` was closed at that moment."""
     delay = query_delay(channel)
-    if delay <= 0 or attempt is None:
-        return None
     timeout = float(getattr(channel, "timeout_s", 0.0))
-    gave_up = clock.later(timeout, clock.parse(attempt.started_at))
+    if channel.idempotent or attempt is None or delay + timeout <= 0:
+        return None  # a re-send is harmless, or the write is atomic (the outbox)
     if attempt.finished_at is None:
-        ended = gave_up
+        ended = clock.later(timeout, clock.now())
     elif attempt.outcome == "interrupted":
-        # Closed when the next process settled it, after the kill; the request itself ended
-        # at the kill or when the client would have given up, whichever came first.
-        ended = min(gave_up, clock.parse(attempt.finished_at))
+        ended = clock.later(timeout, clock.parse(attempt.finished_at))
     else:
         ended = clock.parse(attempt.finished_at)
     return clock.later(delay, ended)
