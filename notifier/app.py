@@ -6,21 +6,18 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from types import FrameType
 
 from . import approval, clock, compose, crash
 from . import config as config_module
 from .batch import BatchError, BatchRow, Problems, read_batch, stream_batch
 from .channels import Channel, ChannelConfigError, ErrorKind, UnbuildableChannel, build_channel
-from .env import Env, Say, open_store, pick_run
+from .env import Env, open_store, pick_run
 from .errors import BadInput, NeedsAttention, Refused
 from .intent import CONTRACT_VERSION, new_key_nonce
 from .lease import Lease, live_holder
@@ -28,6 +25,7 @@ from .plan import RUN_ID_PATTERN, Plan, make_plan, new_run_id
 from .reconcile import settle, settle_doubts
 from .records import Counts, Run
 from .runner import Runner, RunOptions, RunResult
+from .signals import Interruption, interrupt_guard
 from .state_machine import FINISHED_RUN_STATES, ItemState, ItemTrigger, RunState, RunTrigger
 from .store import (
     AlreadyPlanned,
@@ -233,7 +231,7 @@ def work_run(
     plan = crash.from_env()
     for note in config_module.snapshot_drift(run.channel_snapshot, env.config):
         env.say(f"note: {note}")
-    interrupted = threading.Event()
+    interrupted = Interruption()
     with (
         run_channels(run, env.base_dir) as channels,
         # On PostgreSQL every process that sends holds a worker lease of its own, so more
@@ -306,27 +304,6 @@ def take_lease(store: Store, run: Run, ttl_s: float, *, shared: bool = False) ->
         ) from held
     with lease:
         yield lease
-
-
-@contextmanager
-def interrupt_guard(interrupted: threading.Event, say: Say) -> Iterator[None]:
-    """First Ctrl-C: finish what was already sent, record it, pause. Second: leave now (the
-    next resume settles whatever was in flight)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        if interrupted.is_set():
-            os._exit(130)
-        interrupted.set()
-        say("Ctrl-C: finishing the requests already sent, then pausing (Ctrl-C again to quit now)")
-
-    previous = signal.signal(signal.SIGINT, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 # ---------------------------------------------------------------------- drafts (--compose)

@@ -16,6 +16,7 @@ class ExitCode(IntEnum):
     ATTENTION = 3  # stopped with items needing attention, or paused
     REFUSED = 4  # refused for safety: live lease, conflict, failed check, approval
     INTERRUPTED = 130  # Ctrl-C: the run was paused cleanly
+    TERMINATED = 143  # SIGTERM (systemd, docker stop): the run was paused cleanly
     CRASHED = 137  # NOTIFIER_CRASH_AT: a simulated crash
 
 

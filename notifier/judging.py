@@ -4,6 +4,7 @@ bug while judging costs only that item's certainty, never the other outcomes of 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -44,6 +45,8 @@ class Stop(StrEnum):
     UNKNOWN_LEFT = "unknown_left"  # paused: unknown items wait for a reconcile
     RATE_LIMITED = "rate_limited"  # paused: a Retry-After longer than --max-wait
     INTERRUPTED = "interrupted"  # Ctrl-C: paused cleanly
+    TERMINATED = "terminated"  # SIGTERM: paused cleanly, like a first Ctrl-C
+    APPROVAL_EXPIRED = "approval_expired"  # paused: no send starts without a valid approval
     CANCELLED = "cancelled"
     ALREADY_FINISHED = "already_finished"  # finished by someone else before we started
     HALTED = "halted"  # a safety rule: endpoint gone, too many unknowns in a row
@@ -66,9 +69,18 @@ class Progress:
     gates: dict[str, float] = field(default_factory=dict)  # channel → closed until (monotonic)
     holds: dict[int, float] = field(default_factory=dict)  # item seq → not before (monotonic)
 
+    # Senders close gates too, the moment a throttled answer arrives (runner._warn_senders).
+    _gate_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
     def gate(self, channel: str, until: float) -> None:
         """Close `channel` until the monotonic time `until` (a gate only ever lengthens)."""
-        self.gates[channel] = max(until, self.gates.get(channel, until))
+        with self._gate_lock:
+            self.gates[channel] = max(until, self.gates.get(channel, until))
+
+    def closed_gates(self, now: float) -> dict[str, float]:
+        """The gates still closed at monotonic `now`, as a copy (senders may add to them)."""
+        with self._gate_lock:
+            return {channel: until for channel, until in self.gates.items() if until > now}
 
 
 class Judge:

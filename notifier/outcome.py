@@ -26,7 +26,9 @@ def run_exit(result: RunResult) -> ExitCode:
     """The exit code of a `send` or `resume` that ran to a stop."""
     if result.stop is Stop.INTERRUPTED:
         return ExitCode.INTERRUPTED
-    if result.stop is Stop.CONFLICT:
+    if result.stop is Stop.TERMINATED:
+        return ExitCode.TERMINATED
+    if result.stop in (Stop.CONFLICT, Stop.APPROVAL_EXPIRED):
         return ExitCode.REFUSED
     if result.stop in (Stop.UNKNOWN_LEFT, Stop.RATE_LIMITED, Stop.HALTED):
         return ExitCode.ATTENTION
@@ -35,8 +37,13 @@ def run_exit(result: RunResult) -> ExitCode:
 
 def run_advice(result: RunResult, run_id: str) -> str:
     """What to do next, if anything, after a run stopped."""
-    if result.stop is Stop.INTERRUPTED:
+    if result.stop in (Stop.INTERRUPTED, Stop.TERMINATED):
         return f"Continue with `notifier resume {run_id}`."
+    if result.stop is Stop.APPROVAL_EXPIRED:
+        return (
+            f"Review the run with `notifier status {run_id}`; `notifier approve {run_id} "
+            f"--fingerprint …` renews the approval, then `notifier resume {run_id}` goes on."
+        )
     if result.stop is Stop.RATE_LIMITED:
         return f"Run `notifier resume {run_id}` after that time."
     if result.stop is Stop.UNKNOWN_LEFT:

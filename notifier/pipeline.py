@@ -39,12 +39,13 @@ def claim_ahead(size: int, channels: Iterable[Channel]) -> int:
     fewer context switches, each commit's SQL statements being a wait for the GIL; 7% less
     at 20 ms. But after a kill -9 every item claimed ahead is in flight with nothing sent:
     resume settles it with one query where its channel can be asked (then sends it), and
-    must leave it unknown for an operator where it cannot (SMTP, Apprise). So 3N ahead only
-    when every channel of the run can be asked, N otherwise, and none at N = 1 (the
-    sequential protocol)."""
-    if size <= 1:
+    would have to leave it unknown for an operator where it cannot (SMTP, Apprise). So 3N
+    ahead only when every channel of the run can be asked, and none otherwise (nor at N = 1,
+    the sequential protocol): an item is claimed there only when a sender is free for it,
+    so after a kill the unknown items are the requests really under way."""
+    if size <= 1 or not all(channel.queryable for channel in channels):
         return 0
-    return (3 if all(channel.queryable for channel in channels) else 1) * size
+    return 3 * size
 
 
 class Senders(Generic[R]):

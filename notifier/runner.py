@@ -9,15 +9,16 @@ sequential protocol.
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 
-from . import clock
-from .channels import Channel, ChannelError, ErrorKind
+from . import approval, clock
+from .channels import Channel, ChannelError, ErrorKind, Receipt
 from .crash import CrashPlan
 from .flags import FlagReader, KnownFlags
 from .judging import Judge, NotStarted, Progress, Sent, Slot, Stop
@@ -33,6 +34,7 @@ from .pipeline import (
 from .reconcile import settle, settle_doubts, settle_items
 from .records import Counts, Item, Outcome, PendingKind
 from .retry import Action, RetryPolicy
+from .signals import Interruption
 from .state_machine import FINISHED_RUN_STATES, ItemState, ItemTrigger, RunState, RunTrigger
 from .store import LeaseLost, Store
 
@@ -71,7 +73,7 @@ class Runner:
         *,
         lease_version: int,
         lease_lost: threading.Event,
-        interrupted: threading.Event,
+        interrupted: Interruption,
         crash: CrashPlan | None = None,
         say: Callable[[str], None] = print,
         advance: Callable[[int], None] = lambda n: None,
@@ -94,12 +96,23 @@ class Runner:
         self._reap_at = 0.0
         self.p = Progress(say, advance)
         self.judge = Judge(store, run_id, channels, policy, self.p)
-        # A channel that holds one connection (SMTP) sends one request at a time.
-        self._locks = {
-            name: threading.Lock()
-            for name, channel in channels.items()
-            if not getattr(channel, "thread_safe", False)
-        }
+        # A channel that holds one connection (SMTP) sends one request at a time: it has at
+        # most one item in flight, so after a kill its unknown items are at most the one
+        # request really under way, never a queue claimed behind its lock.
+        self._serial = frozenset(
+            name for name, channel in channels.items() if not getattr(channel, "thread_safe", False)
+        )
+        # The lock is a second line: the claim already keeps one item of such a channel in
+        # flight at a time (see _claim_limits).
+        self._locks = {name: threading.Lock() for name in self._serial}
+        # Set by a sender the moment an answer means the run halts (410, 422, a receipt for
+        # another digest), before the committer has judged it: no other send starts.
+        self._halting: str | None = None
+        # The run's approval, when it needs one: the fingerprint it approved, and its expiry,
+        # at or after which no send starts (read again at each revisit, so `notifier approve`
+        # renewing it mid-run counts). None: the run needs no approval.
+        self._approved: str | None = None
+        self._approval_until: datetime | None = None
         # The send threads read the cancel flag through a connection of their own (this
         # thread's is busy committing while they send), one at a time.
         self._flags_lock = threading.Lock()
@@ -173,6 +186,7 @@ class Runner:
                 paused_until=None,
                 stop_reason=None,
             )
+        self._read_approval()
         # Gates an earlier process was given: its wall-clock time, converted once.
         for channel, until in self.store.throttled_until(self.run_id).items():
             self.p.gate(channel, time.monotonic() + _seconds_until(clock.parse(until)))
@@ -180,6 +194,24 @@ class Runner:
         if halted is not None:
             return halted
         return self._pipeline()
+
+    def _read_approval(self) -> None:
+        """The run's approval as stored now, for a run that needs one (its fingerprint and
+        expiry were checked before the lease was taken: app.check_can_send). A record gone,
+        or bound to another fingerprint, counts as expired: nothing more is sent."""
+        run = self.store.get_run(self.run_id)
+        if not approval.requires_approval(run):
+            return
+        current = approval.stored_approval(run)
+        if current is None or current.fingerprint != (self._approved or current.fingerprint):
+            self._approval_until = datetime.min.replace(tzinfo=UTC)
+            return
+        self._approved = current.fingerprint
+        self._approval_until = clock.parse(current.expires_at)
+
+    def _approval_expired(self) -> bool:
+        """Whether the run needs an approval that has expired (checked before every send)."""
+        return self._approval_until is not None and clock.now() >= self._approval_until
 
     def _settle_first(self) -> RunResult | None:
         """Nothing new starts until every item whose outcome is open has been settled (on a
@@ -252,19 +284,23 @@ class Runner:
         if self.lease_lost.is_set():
             raise LeaseLost(f"run {self.run_id}: another process took over this run")
         if self.interrupted.is_set():
+            stop = (
+                Stop.TERMINATED if self.interrupted.signum == signal.SIGTERM else Stop.INTERRUPTED
+            )
             if self.shared and self._leave(wait_for_busy=False) == "left":
                 return RunResult(
                     self.store.get_run(self.run_id).state,
-                    Stop.INTERRUPTED,
-                    "interrupted: this worker recorded what it sent and left the run to the "
-                    "other workers",
+                    stop,
+                    f"interrupted ({self.interrupted.name}): this worker recorded what it sent "
+                    "and left the run to the other workers",
                     self.store.counts(self.run_id),
                 )
-            self._move_run(RunTrigger.PAUSE, stop_reason="interrupted (Ctrl-C)")
+            self._move_run(RunTrigger.PAUSE, stop_reason=f"interrupted ({self.interrupted.name})")
             return RunResult(
                 RunState.PAUSED,
-                Stop.INTERRUPTED,
-                "interrupted: requests already sent were recorded; the run is paused",
+                stop,
+                f"interrupted ({self.interrupted.name}): requests already sent were recorded; "
+                "the run is paused",
                 self.store.counts(self.run_id),
             )
         if self.shared:
@@ -286,6 +322,18 @@ class Runner:
                     counts,
                 )
             return self.finish_cancel()
+        if self._approval_expired():
+            until = clock.iso(self._approval_until) if self._approval_until else ""
+            reason = f"its approval expired ({until or 'withdrawn'})"
+            moved = self._move_run(RunTrigger.PAUSE, stop_reason=reason)
+            if moved is not RunState.PAUSED:
+                return self._moved_by_another(moved)
+            return RunResult(
+                RunState.PAUSED,
+                Stop.APPROVAL_EXPIRED,
+                f"paused: {reason}; nothing more was sent",
+                self.store.counts(self.run_id),
+            )
         return None
 
     def finish_cancel(self) -> RunResult:
@@ -371,18 +419,22 @@ class Runner:
         starved = False  # the last claim found nothing more that may start now
         while True:
             draining = self.p.halt is not None or self._stopping()
-            if not inflight:
+            if not inflight and draining:
                 # Every ending happens with nothing in flight, exactly as between two windows.
                 if self.p.halt is not None:
                     return self._halt(*self.p.halt)
-                if draining:
-                    stop = self._stop_requested()
-                    if stop is not None:
-                        return stop
-                    continue
+                stop = self._stop_requested()
+                if stop is not None:
+                    return stop
+                continue
             self._revisit(idle=not inflight)
             if self.p.halt is not None:
-                continue
+                # A revisit found a conflict: nothing new starts, and the sends still in
+                # flight are collected below before the run halts (skipping the collection
+                # here would leave them in flight forever, and this loop spinning).
+                if not inflight:
+                    continue
+                draining = True
             if not inflight and starved:
                 ended = self._when_starved()
                 if ended is not None:
@@ -393,12 +445,16 @@ class Runner:
             done = self._senders.results(self._poll_timeout() if wait else None)
             for item, _ in done:
                 del inflight[item.seq]
+            if not draining and any(isinstance(slot[0], NotStarted) for _, slot in done):
+                # A sender held an item back: a stop may have come while this thread waited
+                # (a signal, a cancel), and what it gave back must not be claimed again.
+                draining = self._stopping()
             free = capacity - len(inflight)
             if draining or (size == 1 and done):
                 # N = 1 is the sequential protocol to the letter: point B of an item is its
                 # own commit, before the next item's point A.
                 free = 0
-            claimed = self._commit(done, free)
+            claimed = self._commit(done, free, {item.channel for item in inflight.values()})
             starved = free > 0 and len(claimed) < free
             for item in self._drop_stale(claimed):
                 inflight[item.seq] = item
@@ -418,8 +474,9 @@ class Runner:
         self._sleep_until(wake)
         return None
 
-    def _commit(self, done: list[tuple[Item, Slot]], free: int) -> list[Item]:
-        """Point B of the finished sends and point A of up to `free` new items, one commit."""
+    def _commit(self, done: list[tuple[Item, Slot]], free: int, busy: set[str]) -> list[Item]:
+        """Point B of the finished sends and point A of up to `free` new items, one commit.
+        `busy`: the channels with an item still in flight."""
         seqs = [item.seq for item, _ in done]
         if self.crash and seqs:
             self.crash.at("after-send", seqs)
@@ -435,12 +492,17 @@ class Runner:
         held_back = [item.seq for item, (result, _, _) in done if result is None]
         if held_back or self._would_halt(outcomes):
             free = 0  # nothing new starts in a run about to stop
+        # A channel that sends one at a time gets a new item only once its last one is done,
+        # and then only one: while one is idle, a commit claims a single item.
+        exclude = sorted({*self._closed_gates(), *(self._serial & busy)})
+        if self._serial.difference(exclude):
+            free = min(free, 1)
         claimed = self.store.step(
             self.run_id,
             self.lease_version,
             outcomes,
             free,
-            exclude_channels=self._closed_gates(),
+            exclude_channels=exclude,
             exclude_seqs=self._held(),
         )
         if held_back:
@@ -470,6 +532,8 @@ class Runner:
         if idle or time.monotonic() >= self._revisit_at:
             self._settle_waiting()
             self._expire_due()
+            if self._approval_until is not None:
+                self._read_approval()
             if self.shared:
                 # Gates closed by other workers' throttled answers count here too.
                 for channel, until in self.store.channel_gates(self.run_id).items():
@@ -484,7 +548,7 @@ class Runner:
         nothing is in flight. A lost lease ends at once: nothing more can be recorded."""
         if self.lease_lost.is_set():
             raise LeaseLost(f"run {self.run_id}: another process took over this run")
-        if self.interrupted.is_set():
+        if self.interrupted.is_set() or self._approval_expired():
             return True
         # Only this thread reads through the committer's connection (with N = 1 the senders'
         # reader is this same one, and the sends run in this thread too): no lock.
@@ -514,7 +578,8 @@ class Runner:
         """How long to wait for a finished send: until a gate or hold may open, at most
         POLL_S (so a cancel or Ctrl-C is seen soon)."""
         now = time.monotonic()
-        opens = [t for t in (*self.p.gates.values(), *self.p.holds.values()) if t > now]
+        gates = self.p.closed_gates(now).values()
+        opens = [t for t in (*gates, *self.p.holds.values()) if t > now]
         return max(0.001, min([POLL_S, *(t - now for t in opens)]))
 
     def _may_start(self) -> str | None:
@@ -524,7 +589,12 @@ class Runner:
         stops every send not yet started, like a cancel: the requests already under way
         finish and are recorded, nothing else leaves."""
         if self.interrupted.is_set():
-            return "interrupted (Ctrl-C) before it started"
+            return f"interrupted ({self.interrupted.name}) before it started"
+        halting = self._halting or (self.p.halt[1] if self.p.halt is not None else None)
+        if halting is not None:
+            return f"the run is halting ({halting}) before it started"
+        if self._approval_expired():
+            return "the run's approval expired before it started"
         cancel_requested_at = self._cancel_flag()
         if cancel_requested_at:
             return f"cancel requested at {cancel_requested_at}"
@@ -570,7 +640,33 @@ class Runner:
             result = exc
         except Exception as exc:  # a channel bug: the request may have left, so be careful
             result = ChannelError(ErrorKind.UNCERTAIN, f"unexpected {type(exc).__name__}: {exc}")
-        return result, clock.now(), time.monotonic()
+        mono = time.monotonic()
+        self._warn_senders(item, result, mono)
+        return result, clock.now(), mono
+
+    def _warn_senders(self, item: Item, result: Receipt | ChannelError, mono: float) -> None:
+        """What every other sender must know the moment this answer arrives, not after the
+        committer's next gather and commit (the committer judges it again, in full): a
+        throttled answer closes its channel's gate, and an answer that halts the run (410,
+        422, a receipt for another digest) stops every send not yet started."""
+        if isinstance(result, Receipt):
+            if result.intent_digest and result.intent_digest != item.intent_digest:
+                self._halting = f"conflict on item {item.seq}"
+            return
+        if result.kind in (ErrorKind.GONE, ErrorKind.CONFLICT):
+            self._halting = f"{result.kind.value} answer for item {item.seq}"
+        elif result.kind is ErrorKind.THROTTLED:
+            channel = self.channels[item.channel]
+            # The wait a retry would take (never less than Retry-After); elapsed time only
+            # decides whether this item retries, not how long its channel waits.
+            verdict = self.policy.judge(
+                result,
+                attempts=item.attempts,
+                elapsed_s=0.0,
+                idempotent=channel.idempotent,
+                queryable=channel.queryable,
+            )
+            self.p.gate(item.channel, mono + verdict.wait_s)
 
     def _gated(self, item: Item) -> str | None:
         """A 429/503 closed the item's channel after it was claimed: it does not start now
@@ -620,7 +716,7 @@ class Runner:
 
     def _closed_gates(self) -> list[str]:
         now = time.monotonic()
-        return [name for name, until in self.p.gates.items() if until > now]
+        return list(self.p.closed_gates(now))
 
     def _held(self) -> list[int]:
         """Items still waiting out a backoff given in this process (expired holds dropped)."""

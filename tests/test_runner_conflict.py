@@ -11,6 +11,7 @@ from notifier.judging import Stop
 from notifier.lease import holder_alive
 from notifier.retry import RetryPolicy
 from notifier.runner import Runner, RunOptions
+from notifier.signals import Interruption
 from notifier.state_machine import RunState
 from notifier.store import Store
 
@@ -56,7 +57,7 @@ def test_receipt_for_another_digest_fails_the_item_and_halts(tmp_path: Path) -> 
     channel = AnswersForAnotherIntent()
     result = Runner(
         store, "r1", {"odd": channel}, RetryPolicy(), RunOptions(),
-        lease_version=version, lease_lost=threading.Event(), interrupted=threading.Event(),
+        lease_version=version, lease_lost=threading.Event(), interrupted=Interruption(),
         say=lambda line: None,
     ).run()  # fmt: skip
     assert (result.stop, result.state) == (Stop.CONFLICT, RunState.HALTED)

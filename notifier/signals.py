@@ -1,0 +1,58 @@
+"""How a sending process is asked to stop: Ctrl-C (SIGINT) from an operator, SIGTERM from
+systemd, `docker stop` or Kubernetes. Both mean the same thing the first time: finish the
+requests already sent, record them, send nothing more, pause the run. The second either one
+leaves at once (the next resume settles whatever was in flight)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+# The exit status of a process stopped by a signal, as a shell reports it: 128 + the signal.
+EXIT_STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}
+NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
+
+
+class Interruption(threading.Event):
+    """Set by the first SIGINT or SIGTERM; `signum` says which (SIGINT until then)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.signum = signal.SIGINT
+
+    @property
+    def name(self) -> str:
+        return NAMES[self.signum]
+
+    def trip(self, signum: signal.Signals) -> None:
+        self.signum = signum
+        self.set()
+
+
+@contextmanager
+def interrupt_guard(interrupted: Interruption, say: Callable[[str], None]) -> Iterator[None]:
+    """First SIGINT or SIGTERM: finish what was already sent, record it, pause. A second one
+    of either: leave now, with the exit status of the signal that asked first."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if interrupted.is_set():
+            os._exit(EXIT_STATUS[interrupted.signum])
+        interrupted.trip(signal.Signals(signum))
+        say(
+            f"{interrupted.name}: finishing the requests already sent, then pausing "
+            "(Ctrl-C or SIGTERM again to quit now)"
+        )
+
+    previous = {sig: signal.signal(sig, handler) for sig in EXIT_STATUS}
+    try:
+        yield
+    finally:
+        for sig, before in previous.items():
+            signal.signal(sig, before)

@@ -1,0 +1,147 @@
+"""A scripted webhook receiver on 127.0.0.1 for the tests of every concurrency: it answers
+each POST as the test says (a status per item, a hold until released, a commit some time
+after the request arrived) and notes when each request arrived and what it committed."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+WAIT_S = 30.0  # no hold or wait in these tests lasts longer than this
+
+
+@dataclass
+class Arrival:
+    item_id: str
+    key: str
+    wall: float  # time.time() when the request arrived
+
+
+@dataclass
+class Receiver:
+    """What to answer (`answer(item_id, nth POST of that item)`: a status, or None for 200
+    with a receipt) and what happened."""
+
+    answer: Callable[[str, int], int | None] = lambda item_id, n: None
+    retry_after: str | None = None
+    commit_delay_s: float = 0.0  # the request is committed (and answered) this long after
+    hold: threading.Event | None = None  # every 2xx answer waits for this, when set
+    arrivals: list[Arrival] = field(default_factory=list)
+    commits: dict[str, int] = field(default_factory=dict)
+    digests: dict[str, str] = field(default_factory=dict)
+    url: str = ""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    changed: threading.Condition = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.changed = threading.Condition(self.lock)
+
+    def wait_for(self, predicate: Callable[[Receiver], bool], timeout: float = WAIT_S) -> None:
+        """Block until `predicate(self)` holds (checked on every arrival and commit)."""
+        with self.changed:
+            assert self.changed.wait_for(lambda: predicate(self), timeout), "receiver: timed out"
+
+    def posts(self, item_id: str) -> int:
+        return sum(1 for a in self.arrivals if a.item_id == item_id)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    receiver: Receiver
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        r = self.receiver
+        document = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+        item_id, key = document["item_id"], self.headers["Idempotency-Key"]
+        with r.changed:
+            r.arrivals.append(Arrival(item_id, key, time.time()))
+            n = r.posts(item_id)
+            r.changed.notify_all()
+        status = r.answer(item_id, n)
+        if status is not None:
+            headers = {"Retry-After": r.retry_after} if r.retry_after and status == 429 else {}
+            self._reply(status, {"error": f"scripted {status}"}, headers)
+            return
+        if r.commit_delay_s:
+            time.sleep(r.commit_delay_s)  # the receiver's own slowness, not a test's wait
+        if r.hold is not None:
+            r.hold.wait(WAIT_S)
+        with r.changed:
+            r.commits[key] = r.commits.get(key, 0) + 1
+            r.digests[key] = self.headers["Notifier-Intent-Digest"]
+            r.changed.notify_all()
+        self._reply(200, {"id": "r-" + key, "intent_digest": r.digests[key]})
+
+    def do_GET(self) -> None:
+        key = self.path.rsplit("/", 1)[-1]
+        with self.receiver.lock:
+            digest = self.receiver.digests.get(key)
+        if digest is None:
+            self._reply(404, {"error": "no such key"})
+        else:
+            self._reply(200, {"id": "r-" + key, "intent_digest": digest})
+
+    def _reply(self, status: int, document: Any, headers: dict[str, str] | None = None) -> None:
+        body = json.dumps(document).encode()
+        try:
+            self.send_response(status)
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        except OSError:
+            pass  # the client is gone (killed): what was committed stays committed
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@contextmanager
+def receiving(receiver: Receiver) -> Iterator[Receiver]:
+    """`receiver` serving on a free port of 127.0.0.1 until the block ends."""
+    handler = type("Handler", (_Handler,), {"receiver": receiver})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    receiver.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        yield receiver
+    finally:
+        if receiver.hold is not None:
+            receiver.hold.set()
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def webhook_config(
+    receiver: Receiver,
+    *,
+    idempotent: bool,
+    status: bool,
+    timeout: float = 5,
+    query_delay: float = 0,
+    extra: str = "",
+) -> str:
+    """notifier.toml text for a `hooks` webhook channel sending to `receiver`."""
+    lines = [
+        "[channels.hooks]",
+        'type = "webhook"',
+        f'url = "{receiver.url}/notifications"',
+        f"idempotent = {'true' if idempotent else 'false'}",
+        f"timeout = {timeout}",
+        f"query_delay = {query_delay}",
+    ]
+    if status:
+        lines.append(f'status_url = "{receiver.url}/notifications/{{key}}"')
+    retry = "[retry]\nmax_attempts = 3\nbackoff_base = 0.02\nbackoff_max = 0.1\n"
+    return "\n".join(lines) + "\n" + extra + retry

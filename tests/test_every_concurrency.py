@@ -1,0 +1,339 @@
+"""The promises at every concurrency (issue 20): each test runs at N = 1 and at N = 8 with
+items claimed ahead, on both stores, through the real CLI against a receiver on 127.0.0.1
+(tests/receiver.py), or through the real Runner where only the order of events matters."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+
+import pytest
+
+from notifier import clock
+from notifier.channels import ChannelError, ErrorKind, Receipt
+from notifier.crash import CrashPlan
+from notifier.intent import Intent
+from notifier.judging import Slot, Stop
+from notifier.lease import holder_alive
+from notifier.records import Item
+from notifier.retry import RetryPolicy
+from notifier.runner import Runner, RunOptions
+from notifier.signals import Interruption
+from notifier.store import Store
+
+from .conftest import SlowRelay, Workspace, make_rows, smtp_server
+from .receiver import WAIT_S, Receiver, receiving, webhook_config
+
+pytestmark = pytest.mark.both_stores
+CONCURRENCY = pytest.mark.parametrize("n", [1, 8])
+
+
+def _send(ws: Workspace, rows: int, n: int, *extra: str) -> subprocess.Popen[str]:
+    ws.write_csv("batch.csv", make_rows(rows))
+    return ws.popen("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n), *extra)
+
+
+def _states(ws: Workspace) -> dict[str, int]:
+    return dict(ws.query("SELECT state, COUNT(*) FROM items GROUP BY state"))
+
+
+def _run_state(ws: Workspace) -> str:
+    ((state,),) = ws.query("SELECT state FROM runs")
+    return str(state)
+
+
+def _assert_nothing_left_open(ws: Workspace) -> None:
+    assert "in_flight" not in _states(ws), _states(ws)
+    assert ws.query("SELECT seq FROM attempts WHERE finished_at IS NULL") == []
+
+
+@CONCURRENCY
+@pytest.mark.parametrize(
+    ("answer", "idempotent", "exit_code"),
+    [(410, True, 3), (422, True, 4), (500, False, 3)],
+    ids=["gone", "conflict", "five-unknowns"],
+)
+def test_a_halting_answer_ends_the_run_at_every_concurrency(
+    ws: Workspace, n: int, answer: int, idempotent: bool, exit_code: int
+) -> None:
+    """A 410, a 422, or five unknowns in a row on a channel that can't be asked halts the
+    run and ends the process at any N: the requests in flight are recorded, nothing is left
+    in flight, the rest stays pending, and `cancel` then closes the run."""
+    scripted = {"u3"} if answer != 500 else None
+    receiver = Receiver(
+        answer=lambda item, _n: answer if scripted is None or item in scripted else None
+    )
+    with receiving(receiver):
+        (ws.path / "notifier.toml").write_text(
+            webhook_config(receiver, idempotent=idempotent, status=idempotent)
+        )
+        process = _send(ws, 60, n)
+        out, err = process.communicate(timeout=60)
+        assert process.returncode == exit_code, out + err
+        assert "halted" in out, out
+        assert _run_state(ws) == "halted"
+        _assert_nothing_left_open(ws)
+        assert _states(ws).get("pending", 0) > 0, "nothing new starts once the run halts"
+        cancelled = ws.run("cancel", "--wait", "10", timeout=60)
+        assert cancelled.returncode == 3, cancelled.stdout + cancelled.stderr
+        assert _run_state(ws) == "cancelled"
+
+
+@dataclass
+class _Throttling:
+    """A downstream whose item `throttled` answers 429 (Retry-After 1 s) once; every other
+    request waits for `release` (the wire does not matter here: only the order of events)."""
+
+    throttled: str
+    name: str = "hooks"
+    idempotent: bool = True
+    queryable: bool = True
+    thread_safe: bool = True
+    release: threading.Event = field(default_factory=threading.Event)
+    starts: list[tuple[str, float]] = field(default_factory=list)
+    throttled_at: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def send(self, intent: Intent) -> Receipt:
+        with self.lock:
+            self.starts.append((intent.item_id, time.monotonic()))
+            first = intent.item_id == self.throttled and not self.throttled_at
+            if first:
+                self.throttled_at = time.monotonic()
+        if first:
+            raise ChannelError(ErrorKind.THROTTLED, "HTTP 429", http_status=429, retry_after=1.0)
+        self.release.wait(WAIT_S)
+        return Receipt("r-" + intent.item_id, intent.intent_digest)
+
+    def query(self, key: str) -> Receipt | None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class _HeldCommitter(CrashPlan):
+    """Holds the committer when it takes up item `seq`'s result, before it judges it."""
+
+    reached: threading.Event = field(default_factory=threading.Event)
+    go: threading.Event = field(default_factory=threading.Event)
+
+    def at(self, point: str, seqs: object) -> None:
+        if point == "after-send" and self.seq in seqs:  # type: ignore[operator]
+            self.reached.set()
+            self.go.wait(WAIT_S)
+
+
+def _planned_run(ws: Workspace, items: int) -> Store:
+    store = Store.open(ws.db, create=True)
+    store.create_run(
+        {"run_id": "r1", "state": "planned", "created_at": clock.now_iso(), "batch_path": "b",
+         "fingerprint": "sha256:x", "content_fingerprint": "sha256:c",
+         "channel_snapshot": {"hooks": {"type": "webhook"}}, "options": {},
+         "contract_version": "v1"},
+        [{"run_id": "r1", "seq": i, "item_id": str(i), "channel": "hooks",
+          "target": f"{i}@x.y", "payload": {}, "idempotency_key": f"k{i}",
+          "intent_digest": f"sha256:{i}"} for i in range(1, items + 1)],
+    )  # fmt: skip
+    return store
+
+
+@pytest.mark.parametrize("n", [4, 8])
+@pytest.mark.timeout(60)
+def test_a_throttled_answer_closes_the_channel_before_any_other_sender_starts(
+    ws: Workspace, n: int
+) -> None:
+    """At N = 4 and 8, with items claimed ahead: once a 429 with Retry-After has arrived, no
+    other request of its channel starts until Retry-After has passed, even while the
+    committer has not yet judged the 429 and the other senders free up and find claimed
+    items waiting."""
+    items = n + 3 * n  # the senders' N plus the 3N claimed ahead: one claim takes them all
+    store = _planned_run(ws, items)
+    # The last of the first N to start answers 429.
+    channel = _Throttling(throttled=str(n))
+    held = _HeldCommitter("after-send", n)
+    version = store.acquire_lease("r1", {"host": "h", "pid": os.getpid()}, 30, holder_alive)
+    runner = Runner(
+        store, "r1", {"hooks": channel}, RetryPolicy.from_settings(5, 60, 0.01, 0.05),
+        RunOptions(concurrency=n), lease_version=version, lease_lost=threading.Event(),
+        interrupted=Interruption(), crash=held, say=lambda line: None,
+    )  # fmt: skip
+    taken = []  # every claimed item goes through one sender call: sent, or held back
+    send_one = runner._senders._send
+
+    def counted(item: Item) -> Slot:
+        slot = send_one(item)
+        taken.append(item.seq)
+        return slot
+
+    runner._senders._send = counted
+    results = []
+    thread = threading.Thread(target=lambda: results.append(runner.run()))
+    thread.start()
+    try:
+        assert held.reached.wait(WAIT_S), "the 429 never reached the committer"
+        # Every sender now frees up and takes what was claimed ahead, the committer still
+        # holding the 429 unjudged: wait until each queued item has been taken and decided.
+        channel.release.set()
+        deadline = time.monotonic() + WAIT_S
+        while len(taken) < items:
+            assert time.monotonic() < deadline, "the senders never took the queued items"
+            time.sleep(0.01)
+    finally:
+        channel.release.set()
+        held.go.set()
+        thread.join(WAIT_S)
+        store.close()
+    assert results and results[0].stop is Stop.COMPLETED, results
+    early = [
+        (item, round(at - channel.throttled_at, 3))
+        for item, at in channel.starts
+        if channel.throttled_at < at < channel.throttled_at + 1.0
+    ]
+    assert early == [], "requests started within Retry-After of the 429"
+
+
+@CONCURRENCY
+def test_an_approval_that_expires_mid_run_pauses_it_until_approved_again(
+    ws: Workspace, n: int
+) -> None:
+    """No request starts after the approval's expiry: the run pauses (exit 4) saying how to
+    renew it, a resume is refused until `notifier approve` renews it, then it completes."""
+    receiver = Receiver()
+    with receiving(receiver):
+        (ws.path / "notifier.toml").write_text(
+            webhook_config(receiver, idempotent=True, status=True)
+        )
+        planned = _send(ws, 40, n, "--require-approval")
+        out, err = planned.communicate(timeout=60)
+        assert planned.returncode == 0, out + err
+        fingerprint = ws.query("SELECT fingerprint FROM runs")[0][0]
+        approved = ws.invoke("approve", "--fingerprint", fingerprint, "--expires-in", "2s")
+        assert approved.exit_code == 0, approved.output
+        raw = ws.query("SELECT approval FROM runs")[0][0]
+        expires_at = clock.parse((raw if isinstance(raw, dict) else json.loads(raw))["expires_at"])
+        resumed = ws.run("resume", "--rate", "4", "--concurrency", str(n), timeout=60)
+        assert resumed.returncode == 4, resumed.stdout + resumed.stderr
+        assert "approve" in resumed.stdout + resumed.stderr
+        assert _run_state(ws) == "paused"
+        _assert_nothing_left_open(ws)
+        late = [a for a in receiver.arrivals if a.wall > expires_at.timestamp() + 0.5]
+        assert late == [], "requests left after the approval expired"
+        assert 0 < len(receiver.arrivals) < 40
+        refused = ws.run("resume", timeout=60)
+        assert refused.returncode == 4, refused.stdout + refused.stderr
+        renewed = ws.invoke("approve", "--fingerprint", fingerprint, "--expires-in", "1h")
+        assert renewed.exit_code == 0, renewed.output
+        finished = ws.run("resume", "--concurrency", str(n), timeout=60)
+        assert finished.returncode == 0, finished.stdout + finished.stderr
+        assert receiver.commits == {
+            key: 1 for (key,) in ws.query("SELECT idempotency_key FROM items")
+        }
+
+
+@CONCURRENCY
+def test_smtp_killed_leaves_unknown_only_the_message_really_in_flight(
+    ws: Workspace, n: int
+) -> None:
+    """SMTP sends one message at a time, so it has no queue of claimed items behind its
+    lock: killed mid-run at any N, at most one item is in flight (the one the relay is
+    receiving), and resume leaves at most that one unknown."""
+    relay = SlowRelay()
+    with smtp_server(ws, relay):
+        ws.write_csv("batch.csv", make_rows(20))
+        process = ws.popen("send", "batch.csv", "--channel", "mail", "--concurrency", str(n))
+        try:
+            deadline = time.monotonic() + WAIT_S
+            while len(relay.mail_times) < 2:
+                assert process.poll() is None, process.communicate()
+                assert time.monotonic() < deadline, "the relay never got a second message"
+                time.sleep(0.02)
+        finally:
+            process.kill()
+            process.communicate()
+        assert _states(ws).get("in_flight", 0) <= 1, _states(ws)
+        resumed = ws.run("resume", timeout=120)
+        assert _states(ws).get("unknown", 0) <= 1, resumed.stdout + resumed.stderr
+
+
+@CONCURRENCY
+def test_sigterm_drains_like_ctrl_c_and_exits_143(ws: Workspace, n: int) -> None:
+    """SIGTERM (systemd, docker stop) finishes the requests already sent, records them,
+    starts nothing more, pauses the run and exits 143; resume then sends the rest, each key
+    committed once."""
+    hold = threading.Event()
+    receiver = Receiver(hold=hold)
+    with receiving(receiver):
+        (ws.path / "notifier.toml").write_text(
+            webhook_config(receiver, idempotent=True, status=True)
+        )
+        process = _send(ws, 40, n)
+        try:
+            receiver.wait_for(lambda r: len(r.arrivals) >= n)
+            process.send_signal(signal.SIGTERM)
+            assert process.stdout is not None
+            seen = []
+            for line in process.stdout:  # said once the signal is handled
+                seen.append(line)
+                if line.startswith("SIGTERM:"):
+                    break
+            # The requests under way finish (the receiver answers them) and are recorded.
+            hold.set()
+            out, err = process.communicate(timeout=60)
+            out = "".join(seen) + out
+        finally:
+            hold.set()
+            if process.poll() is None:
+                process.kill()
+        assert process.returncode == 143, out + err
+        assert _run_state(ws) == "paused"
+        _assert_nothing_left_open(ws)
+        sent = {k for (k,) in ws.query("SELECT idempotency_key FROM items WHERE state = 'sent'")}
+        assert sent == set(receiver.commits), "every request already sent was recorded"
+        assert len(sent) < 40
+        # The items claimed ahead (3N at N > 1) never started: back to pending, unattempted.
+        released = ws.query("SELECT seq FROM attempts WHERE outcome = 'not_started'")
+        assert len(released) == (3 * n if n > 1 else 0)
+        pending = {seq for (seq,) in ws.query("SELECT seq FROM items WHERE attempts = 0")}
+        assert {seq for (seq,) in released} <= pending
+        resumed = ws.run("resume", timeout=60)
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        assert receiver.commits == {
+            key: 1 for (key,) in ws.query("SELECT idempotency_key FROM items")
+        }
+
+
+@CONCURRENCY
+@pytest.mark.timeout(90)
+def test_resume_after_kill_waits_the_query_window_from_when_the_request_could_have_left(
+    ws: Workspace, n: int
+) -> None:
+    """A receiver that commits 2.5 s after a request arrives (timeout 3, query_delay 1):
+    killed while items claimed ahead were still being started, resume must not take a 404
+    as proof before timeout + query_delay after each request could have left — every key
+    is committed exactly once."""
+    receiver = Receiver(commit_delay_s=2.5)
+    with receiving(receiver):
+        (ws.path / "notifier.toml").write_text(
+            webhook_config(receiver, idempotent=False, status=True, timeout=3, query_delay=1)
+        )
+        rows = 3 * n if n > 1 else 3
+        process = _send(ws, rows, n)
+        try:
+            # The third wave of requests has arrived: its items were claimed with the first.
+            receiver.wait_for(lambda r: len(r.arrivals) > 2 * n)
+        finally:
+            process.kill()
+            process.communicate()
+        resumed = ws.run("resume", timeout=80)
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        receiver.wait_for(lambda r: len(r.commits) == rows)
+        assert receiver.commits == {
+            key: 1 for (key,) in ws.query("SELECT idempotency_key FROM items")
+        }
