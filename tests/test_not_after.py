@@ -35,7 +35,7 @@ def test_rows_past_their_deadline_when_resumed_are_expired_and_never_sent(
         time.sleep(0.2)
 
     resumed = ws.run("resume")
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert resumed.returncode == 3, resumed.stdout + resumed.stderr  # expired: never sent
     assert "2 pending item(s) are already past their not_after" in resumed.stdout
     assert "2 expired" in resumed.stdout
     assert sorted(d["item_id"] for d in ws.outbox_documents()) == ["u1", "u2", "u5", "u6"]
@@ -52,7 +52,7 @@ def test_not_after_option_in_the_past_sends_nothing(ws: Workspace) -> None:
     """With --not-after already passed, every item expires at its turn; nothing is sent."""
     batch = ws.write_csv("b.csv", make_rows(3))
     result = ws.invoke("send", str(batch), "--not-after", "2020-01-01T00:00:00Z")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 3, result.output
     assert ws.outbox_documents() == []
     assert ws.status()["counts"]["expired"] == 3
 
@@ -140,7 +140,7 @@ def test_an_item_that_waits_past_its_deadline_for_a_free_sender_is_never_sent(
         )
         delivered = sorted(d["body"]["item_id"] for d in sandbox.deliveries())
         requests = sandbox.stats()["totals"]["requests"]
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 3, result.output
     assert delivered == ["u1", "u2"] and requests == 2
     states = dict(ws.query("SELECT item_id, state FROM items"))
     assert states == {"u1": "sent", "u2": "sent", **{f"u{i}": "expired" for i in range(3, 7)}}
