@@ -8,6 +8,7 @@ never writes to the database.
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 import time
@@ -113,8 +114,10 @@ class TokenBucket:
         self._stamp = time.monotonic()
         self._lock = threading.Lock()
 
-    def take(self, stop: Callable[[], bool]) -> bool:
-        """Wait for a token; False (and no token) as soon as `stop()` says so."""
+    def take(self, stop: Callable[[], bool], max_wait_s: float = math.inf) -> float | None:
+        """Wait for a token: None once taken. Without one (as soon as `stop()` says so, or
+        at once when the next token is further than `max_wait_s` away), the seconds until
+        the next token."""
         while True:
             with self._lock:
                 now = time.monotonic()
@@ -122,10 +125,10 @@ class TokenBucket:
                 self._stamp = now
                 if self._tokens >= 1:
                     self._tokens -= 1
-                    return True
+                    return None
                 wait = (1 - self._tokens) / self.rate
-            if stop():
-                return False
+            if wait > max_wait_s or stop():
+                return wait
             time.sleep(min(wait, POLL_S))
 
 
@@ -145,14 +148,15 @@ class SharedBucket:
         with lock:
             store.open_bucket(run_id, channel, rate)
 
-    def take(self, stop: Callable[[], bool]) -> bool:
-        """Wait for a token; False (and no token) as soon as `stop()` says so."""
+    def take(self, stop: Callable[[], bool], max_wait_s: float = math.inf) -> float | None:
+        """TokenBucket.take, the tokens being the database's. The next token is at most
+        1 / rate away (the bucket's state lives in the database, so that is the bound)."""
         while True:
             with self.lock:
                 if self.store.take_token(self.run_id, self.channel, self.rate):
-                    return True
-            if stop():
-                return False
+                    return None
+            if 1 / self.rate > max_wait_s or stop():
+                return 1 / self.rate
             time.sleep(min(1 / self.rate, POLL_S))
 
 

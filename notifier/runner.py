@@ -142,6 +142,9 @@ class Runner:
             gather_s=GATHER_PER_N_AHEAD_S * self._ahead / options.concurrency,
         )
         self._revisit_at = 0.0  # when to look again for query_delay revisits that came due
+        # Set when a --rate allows a channel's next send only after more than --max-wait:
+        # the monotonic time of that send, until which the run pauses.
+        self._rate_wake: float | None = None
 
     # ------------------------------------------------------------------ top level
 
@@ -322,6 +325,8 @@ class Runner:
                     counts,
                 )
             return self.finish_cancel()
+        if self._rate_wake is not None:
+            return self._pause_until(self._rate_wake, "the channel's --rate allows its next send")
         if self._approval_expired():
             until = clock.iso(self._approval_until) if self._approval_until else ""
             reason = f"its approval expired ({until or 'withdrawn'})"
@@ -548,7 +553,7 @@ class Runner:
         nothing is in flight. A lost lease ends at once: nothing more can be recorded."""
         if self.lease_lost.is_set():
             raise LeaseLost(f"run {self.run_id}: another process took over this run")
-        if self.interrupted.is_set() or self._approval_expired():
+        if self.interrupted.is_set() or self._approval_expired() or self._rate_wake is not None:
             return True
         # Only this thread reads through the committer's connection (with N = 1 the senders'
         # reader is this same one, and the sends run in this thread too): no lock.
@@ -624,15 +629,22 @@ class Runner:
         try:
             with self._locks.get(item.channel) or nullcontext():
                 bucket = self._buckets.get(item.channel)
-                token = bucket is None or bucket.take(self._send_stopped)
+                wait = (
+                    None
+                    if bucket is None
+                    else bucket.take(self._send_stopped, self.options.max_wait_s)
+                )
                 # Both checks at the moment the request would start, after any wait for the
                 # channel's lock or a --rate token: the lease is still surely ours, and no
                 # cancel was seen.
                 if not self._lease_allows_send():
                     return None, clock.now(), time.monotonic()
                 reason = self._may_start() or self._gated(item) or _past_deadline(item)
-                if reason is None and not token:
-                    reason = "interrupted while waiting for the channel's --rate"
+                if reason is None and wait is not None:
+                    if wait > self.options.max_wait_s:
+                        # The run pauses until then, rather than wait past --max-wait.
+                        self._rate_wake = time.monotonic() + wait
+                    reason = f"waiting for the channel's --rate ({wait:.1f}s to the next send)"
                 if reason is not None:
                     return NotStarted(reason), clock.now(), time.monotonic()
                 result = self.channels[item.channel].send(item.intent())
@@ -759,7 +771,7 @@ class Runner:
 
     # ------------------------------------------------------------------ endings
 
-    def _pause_until(self, wake: float) -> RunResult:
+    def _pause_until(self, wake: float, cause: str = "the downstream asked to wait") -> RunResult:
         # Persisted for the next process, so as wall-clock time.
         when = clock.iso(clock.later(wake - time.monotonic()))
         reason = f"rate limited until {when} (longer than --max-wait {self.options.max_wait_s:g}s)"
@@ -769,7 +781,7 @@ class Runner:
         return RunResult(
             RunState.PAUSED,
             Stop.RATE_LIMITED,
-            f"paused: the downstream asked to wait until {clock.local(when)}",
+            f"paused: {cause} until {clock.local(when)}",
             self.store.counts(self.run_id),
             paused_until=when,
         )

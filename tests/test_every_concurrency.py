@@ -337,3 +337,26 @@ def test_resume_after_kill_waits_the_query_window_from_when_the_request_could_ha
         assert receiver.commits == {
             key: 1 for (key,) in ws.query("SELECT idempotency_key FROM items")
         }
+
+
+@CONCURRENCY
+def test_a_rate_slower_than_max_wait_pauses_the_run_instead_of_waiting(
+    ws: Workspace, n: int
+) -> None:
+    """`--rate 0.001 --max-wait 5`: the first send goes, the next would be 1000 s away, so
+    the run pauses at once until then (exit 3, paused_until stored) instead of sleeping
+    for hours; nothing is left in flight."""
+    receiver = Receiver()
+    with receiving(receiver):
+        (ws.path / "notifier.toml").write_text(
+            webhook_config(receiver, idempotent=True, status=True)
+        )
+        process = _send(ws, 5, n, "--rate", "0.001", "--max-wait", "5")
+        out, err = process.communicate(timeout=60)
+        assert process.returncode == 3, out + err
+        assert "--rate" in out, out
+        assert _run_state(ws) == "paused"
+        _assert_nothing_left_open(ws)
+        assert len(receiver.arrivals) == 1
+        ((until,),) = ws.query("SELECT paused_until FROM runs")
+        assert (clock.parse(str(until)) - clock.now()).total_seconds() > 900
