@@ -9,7 +9,7 @@ import struct
 from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
-from typing import Self
+from typing import NamedTuple, Self
 
 from .. import schema
 from ..errors import NotifierError
@@ -45,24 +45,61 @@ class Opening(Checks):
                 )
             _check_writable(path)
             _create_atomically(path, lambda p: cls._connect(p, fresh=True))
-        short = _check_file_header(path)
         if not readonly:
             _check_writable(path)
-        store = cls._connect(path, fresh=False, readonly=readonly)
+        # The checks run on a read-only connection, also for a command that goes on to
+        # write: SQLite may write through a read-write connection as it closes (the last one
+        # checkpoints the -wal into the file and deletes the -wal), which a refused file must
+        # never see. Only a file that passed is then opened read-write.
+        checked = cls._checked(path)
+        if readonly:
+            return checked
+        checked.close()
+        store = cls._connect(path, fresh=False)
         try:
-            if short is not None:
-                store._check_pages_in_wal(short)
-            store._check_schema()
-            store.check_invariants()
-        except sqlite3.DatabaseError as exc:
-            store.close()
-            raise StoreRefused(f"{path}: cannot be read as a notifier database ({exc}).") from exc
+            store._prepare()
         except BaseException:
             store.close()
             raise
-        if not readonly:
-            store._prepare()
         return store
+
+    @classmethod
+    def _checked(cls, path: Path) -> Self:
+        """A read-only connection to `path` that passed every check, or StoreRefused.
+
+        Without a -wal the file is read `immutable` (see _connect), without SQLite's locks:
+        another process that opened it meanwhile may checkpoint into it under our reads. So
+        a refusal stands only if the file is as it was before the checks (same inode, size,
+        mtime and -wal or none); if it changed meanwhile they run again, up to 3 times."""
+        attempt = 0
+        while True:
+            attempt += 1
+            before = _file_state(path)
+            short = _check_file_header(path)
+            store = cls._connect(path, fresh=False, readonly=True)
+            try:
+                if short is not None:
+                    store._check_pages_in_wal(short)
+                store._check_schema()
+                store.check_invariants()
+            except sqlite3.DatabaseError as exc:
+                store.close()
+                refusal = StoreRefused(
+                    f"{path}: cannot be read as a notifier database ({exc}); this file was "
+                    f"not changed. Inspect it with `sqlite3 -readonly {path} 'PRAGMA "
+                    "integrity_check'` and restore it from a backup if it is damaged."
+                )
+                refusal.__cause__ = exc
+            except StoreRefused as exc:
+                store.close()
+                refusal = exc
+            except BaseException:
+                store.close()
+                raise
+            else:
+                return store
+            if attempt == 3 or _file_state(path) == before:
+                raise refusal
 
     @classmethod
     def _connect(cls, path: Path, *, fresh: bool, readonly: bool = False) -> Self:
@@ -70,10 +107,11 @@ class Opening(Checks):
         # implicitly by the sqlite3 module behind our back.
         target, uri = str(path), False
         if readonly:
-            # Read-only commands must leave no trace: mode=ro never writes the database. With
-            # no -wal beside it no writer is attached and the file is fully checkpointed, so
-            # `immutable` reads it without creating -wal/-shm (which mode=ro alone would, and
-            # cannot on a read-only file system). With a -wal present, those files exist.
+            # The checks, and read-only commands, leave no trace: mode=ro never writes the
+            # database. With no -wal beside it no writer is attached and the file is fully
+            # checkpointed, so `immutable` reads it without creating -wal/-shm (which mode=ro
+            # alone would, and cannot on a read-only file system). With a -wal present,
+            # those files exist.
             wal = path.with_name(path.name + "-wal")
             target = f"{path.resolve().as_uri()}?mode=ro"
             target += "" if wal.exists() else "&immutable=1"
@@ -212,6 +250,19 @@ class Opening(Checks):
             )
         known = {m.__name__ for m in schema.MIGRATIONS}
         self._refuse_newer(schema.applied(self.conn), known, "this file")
+
+
+class _FileState(NamedTuple):
+    inode: int
+    size: int
+    mtime_ns: int
+    wal: bool  # whether a -wal is beside it
+
+
+def _file_state(path: Path) -> _FileState:
+    stat = path.stat()
+    wal = path.with_name(path.name + "-wal").exists()
+    return _FileState(stat.st_ino, stat.st_size, stat.st_mtime_ns, wal)
 
 
 def _check_file_header(path: Path) -> str | None:
