@@ -249,23 +249,24 @@ db = sys.argv[1]
 def planned():
     if db.startswith("postgresql://"):
         with psycopg.connect(db, autocommit=True) as conn:
-            return conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+            return conn.execute("SELECT MAX(run_id) FROM runs").fetchone()[0]
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
-        return conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+        return conn.execute("SELECT MAX(run_id) FROM runs").fetchone()[0]
     finally:
         conn.close()
 
 open(sys.argv[2], "w").close()  # the test starts the send only once this exists
 deadline = time.monotonic() + 60
-while time.monotonic() < deadline:
+run_id = None
+while time.monotonic() < deadline and run_id is None:
     try:
-        if planned():
-            break
+        run_id = planned()
     except (sqlite3.Error, psycopg.Error):  # not created yet
         pass
     time.sleep(0.001)
-cli(["--db", db, "cancel"])
+# By its id: the send may already have completed it (then there is nothing to cancel).
+cli(["--db", db, "cancel", run_id])
 """
 
 
