@@ -39,6 +39,8 @@ from .state_machine import FINISHED_RUN_STATES, ItemState, ItemTrigger, RunState
 from .store import LeaseLost, Store
 
 POLL_S = 0.2
+# The expiry of an approval whose record is gone or names other content: long past.
+_WITHDRAWN = datetime.min.replace(tzinfo=UTC)
 # How often a worker of a shared run looks for dead workers whose items it must settle.
 REAP_S = 1.0
 
@@ -103,7 +105,7 @@ class Runner:
             name for name, channel in channels.items() if not getattr(channel, "thread_safe", False)
         )
         # The lock is a second line: the claim already keeps one item of such a channel in
-        # flight at a time (see _claim_limits).
+        # flight at a time (see _commit).
         self._locks = {name: threading.Lock() for name in self._serial}
         # Set by a sender the moment an answer means the run halts (410, 422, a receipt for
         # another digest), before the committer has judged it: no other send starts.
@@ -207,7 +209,7 @@ class Runner:
             return
         current = approval.stored_approval(run)
         if current is None or current.fingerprint != (self._approved or current.fingerprint):
-            self._approval_until = datetime.min.replace(tzinfo=UTC)
+            self._approval_until = _WITHDRAWN
             return
         self._approved = current.fingerprint
         self._approval_until = clock.parse(current.expires_at)
@@ -328,8 +330,12 @@ class Runner:
         if self._rate_wake is not None:
             return self._pause_until(self._rate_wake, "the channel's --rate allows its next send")
         if self._approval_expired():
-            until = clock.iso(self._approval_until) if self._approval_until else ""
-            reason = f"its approval expired ({until or 'withdrawn'})"
+            when = self._approval_until
+            reason = (
+                "its approval was withdrawn or bound to other content"
+                if when is None or when == _WITHDRAWN
+                else f"its approval expired at {clock.local(clock.iso(when))}"
+            )
             moved = self._move_run(RunTrigger.PAUSE, stop_reason=reason)
             if moved is not RunState.PAUSED:
                 return self._moved_by_another(moved)
