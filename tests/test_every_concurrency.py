@@ -203,29 +203,41 @@ def test_a_throttled_answer_closes_the_channel_before_any_other_sender_starts(
 def test_an_approval_that_expires_mid_run_pauses_it_until_approved_again(
     ws: Workspace, n: int
 ) -> None:
-    """No request starts after the approval's expiry: the run pauses (exit 4) saying how to
-    renew it, a resume is refused until `notifier approve` renews it, then it completes."""
-    receiver = Receiver()
+    """No request starts after the approval's expiry: the N requests under way when it
+    expires finish, the run pauses (exit 4) saying how to renew it, a resume is refused
+    until `notifier approve` renews it, then it completes, each key committed once."""
+    hold = threading.Event()
+    receiver = Receiver(hold=hold)
     with receiving(receiver):
         (ws.path / "notifier.toml").write_text(
-            webhook_config(receiver, idempotent=True, status=True)
+            webhook_config(receiver, idempotent=True, status=True, timeout=30)
         )
         planned = _send(ws, 40, n, "--require-approval")
         out, err = planned.communicate(timeout=60)
         assert planned.returncode == 0, out + err
         fingerprint = ws.query("SELECT fingerprint FROM runs")[0][0]
-        approved = ws.invoke("approve", "--fingerprint", fingerprint, "--expires-in", "2s")
+        approved = ws.invoke("approve", "--fingerprint", fingerprint, "--expires-in", "6s")
         assert approved.exit_code == 0, approved.output
         raw = ws.query("SELECT approval FROM runs")[0][0]
         expires_at = clock.parse((raw if isinstance(raw, dict) else json.loads(raw))["expires_at"])
-        resumed = ws.run("resume", "--rate", "4", "--concurrency", str(n), timeout=60)
-        assert resumed.returncode == 4, resumed.stdout + resumed.stderr
-        assert "approve" in resumed.stdout + resumed.stderr
+        process = ws.popen("resume", "--concurrency", str(n))
+        try:
+            # N requests started before the expiry; the receiver answers them only after it.
+            receiver.wait_for(lambda r: len(r.arrivals) >= n)
+            while clock.now() <= expires_at:
+                time.sleep(0.05)
+            hold.set()
+            out, err = process.communicate(timeout=60)
+        finally:
+            hold.set()
+            if process.poll() is None:
+                process.kill()
+        assert process.returncode == 4, out + err
+        assert "notifier approve" in out, out
         assert _run_state(ws) == "paused"
         _assert_nothing_left_open(ws)
-        late = [a for a in receiver.arrivals if a.wall > expires_at.timestamp() + 0.5]
-        assert late == [], "requests left after the approval expired"
-        assert 0 < len(receiver.arrivals) < 40
+        assert [a for a in receiver.arrivals if a.wall > expires_at.timestamp()] == []
+        assert len(receiver.arrivals) == n
         refused = ws.run("resume", timeout=60)
         assert refused.returncode == 4, refused.stdout + refused.stderr
         renewed = ws.invoke("approve", "--fingerprint", fingerprint, "--expires-in", "1h")
@@ -310,14 +322,14 @@ def test_sigterm_drains_like_ctrl_c_and_exits_143(ws: Workspace, n: int) -> None
 
 
 @CONCURRENCY
+@pytest.mark.parametrize("then", ["resume", "cancel"])
 @pytest.mark.timeout(90)
-def test_resume_after_kill_waits_the_query_window_from_when_the_request_could_have_left(
-    ws: Workspace, n: int
-) -> None:
-    """A receiver that commits 2.5 s after a request arrives (timeout 3, query_delay 1):
-    killed while items claimed ahead were still being started, resume must not take a 404
-    as proof before timeout + query_delay after each request could have left — every key
-    is committed exactly once."""
+def test_after_a_kill_no_early_404_counts_as_proof(ws: Workspace, n: int, then: str) -> None:
+    """A receiver that commits 2.5 s after a request arrives (timeout 3, query_delay 1),
+    killed while items claimed ahead were still being started: neither `resume` nor
+    `cancel` takes a 404 as proof before timeout + query_delay after each request could have
+    left. Resume commits every key exactly once; cancel reports every key the receiver
+    committed as sent or unknown, never as pending (never sent)."""
     receiver = Receiver(commit_delay_s=2.5)
     with receiving(receiver):
         (ws.path / "notifier.toml").write_text(
@@ -331,12 +343,18 @@ def test_resume_after_kill_waits_the_query_window_from_when_the_request_could_ha
         finally:
             process.kill()
             process.communicate()
-        resumed = ws.run("resume", timeout=80)
-        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-        receiver.wait_for(lambda r: len(r.commits) == rows)
-        assert receiver.commits == {
-            key: 1 for (key,) in ws.query("SELECT idempotency_key FROM items")
-        }
+        keys = {key for (key,) in ws.query("SELECT idempotency_key FROM items")}
+        if then == "resume":
+            resumed = ws.run("resume", timeout=80)
+            assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+            receiver.wait_for(lambda r: len(r.commits) == rows)
+            assert receiver.commits == {key: 1 for key in keys}
+            return
+        cancelled = ws.run("cancel", "--wait", "5", timeout=80)
+        assert cancelled.returncode == 3, cancelled.stdout + cancelled.stderr
+        receiver.wait_for(lambda r: len(r.commits) == len({a.key for a in r.arrivals}))
+        states = dict(ws.query("SELECT idempotency_key, state FROM items"))
+        assert {states[key] for key in receiver.commits} <= {"sent", "unknown"}, states
 
 
 @CONCURRENCY
