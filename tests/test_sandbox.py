@@ -8,6 +8,7 @@ import _thread
 import base64
 import hashlib
 import json
+import signal
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -494,7 +495,13 @@ def test_run_sandbox_announces_and_returns_cleanly_on_ctrl_c() -> None:
         helper.append(threading.Thread(target=press_ctrl_c, args=(url,)))
         helper[0].start()
 
-    run_sandbox("127.0.0.1", 0, Faults(), announce)
+    # interrupt_main() does nothing while SIGINT is ignored (a suite run as a background
+    # job): Python's own Ctrl-C handler for the length of the test.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        run_sandbox("127.0.0.1", 0, Faults(), announce)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     helper[0].join(TIMEOUT)
 
     [message] = announced
