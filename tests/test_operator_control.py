@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import signal
@@ -54,6 +55,10 @@ def sent_count(ws: Workspace) -> int:
         return int(ws.query("SELECT COUNT(*) FROM items WHERE state = 'sent'")[0][0])
     except DB_ERRORS:  # not created yet
         return 0
+
+
+def has_sent_or_ended(ws: Workspace, worker: subprocess.Popen[str], at_least: int) -> bool:
+    return worker.poll() is not None or sent_count(ws) >= at_least
 
 
 def assert_each_key_committed_once(ws: Workspace, sandbox: Sandbox) -> None:
@@ -271,6 +276,15 @@ def test_chaos_sigkill_at_random_moments_still_delivers_each_key_once(
             if states == [("completed",)]:
                 break
             worker = ws.popen(*(send if not states else ("resume",)))
+            if round_ == 0:
+                # The first kill lands at a point of the run's progress, not at a time a fast
+                # machine could finish the run in, so at least one kill always lands.
+                wait_for(functools.partial(has_sent_or_ended, ws, worker, 20))
+                assert worker.poll() is None, "the run ended before its first 20 were sent"
+                worker.send_signal(signal.SIGKILL)
+                worker.wait()
+                kills += 1
+                continue
             try:
                 code = worker.wait(timeout=rng.uniform(0.5, 1.5) * (1 + round_ / 15))
             except subprocess.TimeoutExpired:
