@@ -525,7 +525,7 @@ class NotifierMachine(RuleBasedStateMachine):
                 shutil.rmtree(self.ws.path, ignore_errors=True)
 
 
-# 25 examples of up to 10 real processes each: about 40 s alone, 100 s on a loaded machine.
+# 25 examples of up to 10 real processes each: 100 s in a full run on a loaded machine.
 @pytest.mark.timeout(600)
 def test_random_operations_keep_database_report_and_downstream_in_agreement(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
