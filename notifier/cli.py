@@ -659,6 +659,7 @@ def _resume(
             concurrency or int(run.options.get("concurrency", 1)),
             max_wait if max_wait is not None else float(run.options.get("max_wait", 600)),
             rate=rate or _stored_rate(run.options),
+            restart=not joining,
         )
         remaining = counts.unfinished
         with _progress(remaining) as advance:

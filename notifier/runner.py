@@ -51,6 +51,9 @@ class RunOptions:
     max_wait_s: float = 600.0
     unknown_streak_limit: int = 5
     rate: float | None = None  # --rate: sends per second per channel (over its own `rate`)
+    # `resume` restarts a paused or halted run; a `worker` only joins one that is going, so a
+    # halt (an endpoint gone, a conflict) holds until an operator resumes the run.
+    restart: bool = True
 
 
 @dataclass(frozen=True)
@@ -173,14 +176,18 @@ class Runner:
             # Other workers may be moving the run too: each move only from where it is.
             start = (RunState.PLANNED, RunState.APPROVED)
             self.store.move_run_from(self.run_id, RunTrigger.START, self.lease_version, start)
-            self.store.move_run_from(
-                self.run_id,
-                RunTrigger.RESUME,
-                self.lease_version,
-                (RunState.PAUSED, RunState.HALTED),
-                paused_until=None,
-                stop_reason=None,
-            )
+            if self.options.restart:
+                self.store.move_run_from(
+                    self.run_id,
+                    RunTrigger.RESUME,
+                    self.lease_version,
+                    (RunState.PAUSED, RunState.HALTED),
+                    paused_until=None,
+                    stop_reason=None,
+                )
+            state = self.store.get_run(self.run_id).state
+            if state is not RunState.RUNNING:
+                return self._moved_by_another(state)
         elif run.state in (RunState.PLANNED, RunState.APPROVED):
             self.store.move_run(self.run_id, RunTrigger.START, self.lease_version)
         elif run.state in (RunState.PAUSED, RunState.HALTED):

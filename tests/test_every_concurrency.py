@@ -11,6 +11,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -26,7 +27,15 @@ from notifier.runner import Runner, RunOptions
 from notifier.signals import Interruption
 from notifier.store import Store
 
-from .conftest import SlowRelay, Workspace, make_rows, smtp_server
+from .conftest import (
+    DB_ERRORS,
+    SlowRelay,
+    Workspace,
+    make_rows,
+    postgres_schema,
+    smtp_server,
+    wait_for,
+)
 from .receiver import WAIT_S, Receiver, receiving, webhook_config
 
 pytestmark = pytest.mark.both_stores
@@ -378,3 +387,55 @@ def test_a_rate_slower_than_max_wait_pauses_the_run_instead_of_waiting(
         assert len(receiver.arrivals) == 1
         ((until,),) = ws.query("SELECT paused_until FROM runs")
         assert (clock.parse(str(until)) - clock.now()).total_seconds() > 900
+
+
+@pytest.mark.timeout(90)
+def test_a_halt_ends_every_worker_of_a_shared_postgres_run(
+    tmp_path: Path, postgres_server: str
+) -> None:
+    """Two workers at N = 8 on one PostgreSQL run, both holding items in flight: a 410
+    halts the run and both processes end (neither keeps its lease alive spinning), with
+    nothing left in flight; a worker that joins afterwards sends nothing and leaves the run
+    halted."""
+    hold, gone = threading.Event(), threading.Event()
+    receiver = Receiver(answer=lambda item, _n: 410 if gone.is_set() else None, hold=hold)
+    with receiving(receiver), postgres_schema(postgres_server) as url:
+        (tmp_path / "notifier.toml").write_text(
+            webhook_config(receiver, idempotent=True, status=True, timeout=30)
+        )
+        ws = Workspace(tmp_path, url)
+        ws.write_csv("batch.csv", make_rows(200))
+        first = ws.popen("send", "batch.csv", "--channel", "hooks", "--run-id", "shared",
+                         "--concurrency", "8")  # fmt: skip
+        try:
+            wait_for(lambda: _holders(ws) >= 1, "the first worker sending")
+            second = ws.popen("worker", "shared", "--concurrency", "8")
+            try:
+                wait_for(lambda: _holders(ws) == 2, "both workers holding items")
+                gone.set()  # every request from now on is answered 410
+                hold.set()
+                outcomes = [process.communicate(timeout=60) for process in (first, second)]
+            finally:
+                second.kill()
+        finally:
+            hold.set()
+            first.kill()
+        assert [first.returncode, second.returncode] == [3, 3], outcomes
+        assert _run_state(ws) == "halted", outcomes
+        _assert_nothing_left_open(ws)
+        # A worker joining later does not undo the halt: only `resume` restarts the run.
+        arrived = len(receiver.arrivals)
+        late = ws.run("worker", "shared", "--concurrency", "8", timeout=60)
+        assert late.returncode == 3, late.stdout + late.stderr
+        assert "halted" in late.stdout, late.stdout
+        assert _run_state(ws) == "halted"
+        assert len(receiver.arrivals) == arrived
+
+
+def _holders(ws: Workspace) -> int:
+    """How many workers hold items in flight (0 before the plan is stored)."""
+    try:
+        sql = "SELECT COUNT(DISTINCT worker_id) FROM items WHERE state = 'in_flight'"
+        return int(ws.query(sql)[0][0])
+    except DB_ERRORS:  # not created yet
+        return 0
