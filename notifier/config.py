@@ -24,7 +24,7 @@ DEFAULT_LEASE_TTL_S = 30.0
 # lapse, and every command then finds that another process took the run over.
 MIN_LEASE_TTL_S = 2.0
 
-_RETRY_KEYS = {"max_attempts", "deadline", "backoff_base", "backoff_max"}
+_RETRY_KEYS = {"max_attempts", "deadline", "backoff_base", "backoff_max", "down_after"}
 _LEASE_KEYS = {"ttl"}
 # A misspelled section (`[retyr]`) must not be silently ignored: its settings would not apply.
 _SECTIONS = {"channels", "retry", "lease"}
@@ -40,10 +40,15 @@ class RetrySettings:
     deadline_s: float = retry.DEFAULT_DEADLINE_S
     backoff_base_s: float = retry.DEFAULT_BACKOFF_BASE_S
     backoff_max_s: float = retry.DEFAULT_BACKOFF_MAX_S
+    down_after: int = retry.DEFAULT_DOWN_AFTER
 
     def policy(self) -> retry.RetryPolicy:
         return retry.RetryPolicy.from_settings(
-            self.max_attempts, self.deadline_s, self.backoff_base_s, self.backoff_max_s
+            self.max_attempts,
+            self.deadline_s,
+            self.backoff_base_s,
+            self.backoff_max_s,
+            self.down_after,
         )
 
 
@@ -140,11 +145,14 @@ def _retry_settings(path: Path, table: Any) -> RetrySettings:
             deadline_s=float(table.get("deadline", defaults.deadline_s)),
             backoff_base_s=float(table.get("backoff_base", defaults.backoff_base_s)),
             backoff_max_s=float(table.get("backoff_max", defaults.backoff_max_s)),
+            down_after=int(table.get("down_after", defaults.down_after)),
         )
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{path}: [retry] values must be numbers ({exc}).") from exc
     if settings.max_attempts < 1:
         raise ConfigError(f"{path}: [retry] max_attempts must be at least 1.")
+    if settings.down_after < 1:
+        raise ConfigError(f"{path}: [retry] down_after must be at least 1.")
     return settings
 
 

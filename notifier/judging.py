@@ -47,6 +47,7 @@ class Stop(StrEnum):
     INTERRUPTED = "interrupted"  # Ctrl-C: paused cleanly
     TERMINATED = "terminated"  # SIGTERM: paused cleanly, like a first Ctrl-C
     APPROVAL_EXPIRED = "approval_expired"  # paused: no send starts without a valid approval
+    CHANNEL_DOWN = "channel_down"  # paused: a channel's receiver cannot be reached
     CANCELLED = "cancelled"
     ALREADY_FINISHED = "already_finished"  # finished by someone else before we started
     HALTED = "halted"  # a safety rule: endpoint gone, too many unknowns in a row
@@ -62,7 +63,9 @@ class Progress:
     say: Callable[[str], None]
     advance: Callable[[int], None] = lambda n: None
     unknown_streak: int = 0
-    halt: tuple[Stop, str] | None = None  # (HALTED or CONFLICT, reason)
+    halt: tuple[Stop, str] | None = None  # (HALTED, CONFLICT or CHANNEL_DOWN, reason)
+    # Per channel: requests in a row that could not reach its receiver (runner._note_reach).
+    unreached: dict[str, int] = field(default_factory=dict)
     # In-process waits run on the monotonic clock (time.monotonic()), so a step of the wall
     # clock cannot end them early; the wall-clock next_attempt_at stored with an item is only
     # for the next process.
@@ -156,6 +159,19 @@ class Judge:
                 )
             return _acknowledged(item, result)
         error = result
+        if error.kind is ErrorKind.NOT_SENT and error.unreachable:
+            # Nothing reached the receiver: its channel's failure, never the item's. Back to
+            # pending, the attempt given back (recorded as not_sent), after a backoff; the
+            # runner takes the channel as down when this keeps happening.
+            wait = self.policy.backoff(error, item.attempts)
+            self.p.holds[item.seq] = mono + wait
+            return Outcome(
+                item.seq,
+                ItemTrigger.RELEASE,
+                ErrorKind.NOT_SENT.value,
+                error=str(error),
+                next_attempt_at=clock.iso(clock.later(wait, at)),
+            )
         channel = self.channels[item.channel]
         verdict = self.policy.judge(
             error,

@@ -30,7 +30,7 @@ def run_exit(result: RunResult) -> ExitCode:
         return ExitCode.TERMINATED
     if result.stop in (Stop.CONFLICT, Stop.APPROVAL_EXPIRED):
         return ExitCode.REFUSED
-    if result.stop in (Stop.UNKNOWN_LEFT, Stop.RATE_LIMITED, Stop.HALTED):
+    if result.stop in (Stop.UNKNOWN_LEFT, Stop.RATE_LIMITED, Stop.HALTED, Stop.CHANNEL_DOWN):
         return ExitCode.ATTENTION
     return settled_exit(result.state, result.counts)
 
@@ -46,6 +46,11 @@ def run_advice(result: RunResult, run_id: str) -> str:
         )
     if result.stop is Stop.RATE_LIMITED:
         return f"Run `notifier resume {run_id}` after that time."
+    if result.stop is Stop.CHANNEL_DOWN:
+        return (
+            f"No item failed for it: they wait as pending. Once the receiver answers again, "
+            f"`notifier resume {run_id}` continues."
+        )
     if result.stop is Stop.UNKNOWN_LEFT:
         return f"Settle the unknown items with `notifier reconcile --manual {run_id}`."
     if result.stop in (Stop.HALTED, Stop.CONFLICT):

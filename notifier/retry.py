@@ -23,6 +23,9 @@ DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_DEADLINE_S = 900.0
 DEFAULT_BACKOFF_BASE_S = 0.5
 DEFAULT_BACKOFF_MAX_S = 30.0
+# Requests of one channel in a row that could not reach its receiver (refused, DNS, TLS)
+# before the channel is taken as down and the run pauses.
+DEFAULT_DOWN_AFTER = 5
 
 
 class Action(StrEnum):
@@ -91,8 +94,10 @@ class RetryPolicy:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         deadline_s: float = DEFAULT_DEADLINE_S,
         backoff: wait_base | None = None,
+        down_after: int = DEFAULT_DOWN_AFTER,
     ) -> None:
         self.max_attempts = max_attempts
+        self.down_after = down_after
         self.retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception(_retryable),
             wait=wait_at_least_retry_after(
@@ -106,12 +111,18 @@ class RetryPolicy:
 
     @classmethod
     def from_settings(
-        cls, max_attempts: int, deadline_s: float, backoff_base_s: float, backoff_max_s: float
+        cls,
+        max_attempts: int,
+        deadline_s: float,
+        backoff_base_s: float,
+        backoff_max_s: float,
+        down_after: int = DEFAULT_DOWN_AFTER,
     ) -> RetryPolicy:
         return cls(
             max_attempts=max_attempts,
             deadline_s=deadline_s,
             backoff=tenacity.wait_random_exponential(multiplier=backoff_base_s, max=backoff_max_s),
+            down_after=down_after,
         )
 
     def judge(
@@ -128,10 +139,7 @@ class RetryPolicy:
         action = action_for(error.kind, idempotent=idempotent, queryable=queryable)
         if action is not Action.RETRY:
             return Verdict(action)
-        state = RetryCallState(self.retrying, fn=None, args=(), kwargs={})
-        state.attempt_number = attempts
-        state.start_time = time.monotonic() - elapsed_s
-        state.set_exception((type(error), error, None))
+        state = self._state(error, attempts, elapsed_s)
         throttled = error.kind is ErrorKind.THROTTLED
         if not self.retrying.retry(state) or self.retrying.stop(state):
             # The item is done, but a throttled answer still asks the whole channel to wait:
@@ -144,3 +152,16 @@ class RetryPolicy:
         return Verdict(
             Action.RETRY, wait_s=float(self.retrying.wait(state)), pause_channel=throttled
         )
+
+    def backoff(self, error: ChannelError, attempts: int) -> float:
+        """The wait before the next try of an item whose request never reached its receiver:
+        such an item is never given up on (the channel is down, not the item), so only the
+        wait applies."""
+        return float(self.retrying.wait(self._state(error, attempts, 0.0)))
+
+    def _state(self, error: ChannelError, attempts: int, elapsed_s: float) -> RetryCallState:
+        state = RetryCallState(self.retrying, fn=None, args=(), kwargs={})
+        state.attempt_number = attempts
+        state.start_time = time.monotonic() - elapsed_s
+        state.set_exception((type(error), error, None))
+        return state

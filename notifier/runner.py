@@ -508,7 +508,8 @@ class Runner:
             if result is not None
         ]
         held_back = [item.seq for item, (result, _, _) in done if result is None]
-        if held_back or self._would_halt(outcomes):
+        channel_of = {item.seq: item.channel for item, _ in done}
+        if held_back or self._would_halt(outcomes, channel_of):
             free = 0  # nothing new starts in a run about to stop
         # A channel that sends one at a time gets a new item only once its last one is done,
         # and then only one: while one is idle, a commit claims a single item.
@@ -540,6 +541,7 @@ class Runner:
             self.crash.at("after-receipt", seqs)
         for outcome in outcomes:
             self._after(outcome)
+            self._note_reach(channel_of[outcome.seq], outcome)
         if self.crash and claimed:
             self.crash.at("after-intent", [item.seq for item in claimed])
         return claimed
@@ -579,18 +581,36 @@ class Runner:
             raise LeaseLost(f"run {self.run_id}: another process took over this run")
         return cancel_requested_at is not None
 
-    def _would_halt(self, outcomes: list[Outcome]) -> bool:
-        """Whether recording `outcomes` halts the run (`_after`'s rules, read ahead)."""
+    def _would_halt(self, outcomes: list[Outcome], channel_of: Mapping[int, str]) -> bool:
+        """Whether recording `outcomes` halts or pauses the run (`_after`'s and
+        `_note_reach`'s rules, read ahead)."""
         if self.p.halt is not None:
             return True
         streak = self.p.unknown_streak
+        unreached = dict(self.p.unreached)
         for outcome in outcomes:
             if outcome.trigger == ItemTrigger.CONFLICT:
                 return True
             streak = _next_streak(streak, outcome)
             if streak >= self.options.unknown_streak_limit:
                 return True
+            channel = channel_of[outcome.seq]
+            unreached[channel] = _unreached_after(unreached.get(channel, 0), outcome)
+            if unreached[channel] >= self.policy.down_after:
+                return True
         return False
+
+    def _note_reach(self, channel: str, outcome: Outcome) -> None:
+        """A channel whose requests keep failing to reach its receiver (refused, DNS, TLS)
+        is down: the run pauses, its items pending, none failed for it."""
+        count = _unreached_after(self.p.unreached.get(channel, 0), outcome)
+        self.p.unreached[channel] = count
+        if count >= self.policy.down_after and self.p.halt is None:
+            self.p.halt = (
+                Stop.CHANNEL_DOWN,
+                f"channel {channel!r} is down: {count} requests in a row could not reach its "
+                f"receiver ({outcome.error})",
+            )
 
     def _poll_timeout(self) -> float:
         """How long to wait for a finished send: until a gate or hold may open, at most
@@ -800,10 +820,16 @@ class Runner:
         )
 
     def _halt(self, stop: Stop, reason: str) -> RunResult:
-        moved = self._move_run(RunTrigger.HALT, stop_reason=reason)
-        if moved is not RunState.HALTED:
+        """End the run for a safety rule: halted; or, for a channel that is down (nothing
+        is wrong with its items), paused, so that `resume` goes on once it is back."""
+        trigger, state = RunTrigger.HALT, RunState.HALTED
+        if stop is Stop.CHANNEL_DOWN:
+            trigger, state = RunTrigger.PAUSE, RunState.PAUSED
+        moved = self._move_run(trigger, stop_reason=reason)
+        if moved is not state:
             return self._moved_by_another(moved)
-        return RunResult(RunState.HALTED, stop, f"halted: {reason}", self.store.counts(self.run_id))
+        word = "paused" if state is RunState.PAUSED else "halted"
+        return RunResult(state, stop, f"{word}: {reason}", self.store.counts(self.run_id))
 
     def _finish(self) -> RunResult | None:
         """Close the run: nothing is left to send. None on a shared run while other workers
@@ -893,6 +919,15 @@ class Runner:
         if not self.shared:
             return TokenBucket(rate)
         return SharedBucket(self._flags_store, self._flags_lock, self.run_id, channel, rate)
+
+
+def _unreached_after(count: int, outcome: Outcome) -> int:
+    """Requests of a channel in a row that could not reach its receiver, after `outcome`
+    (one of that channel's): a request given back as not_sent counts, one never started
+    changes nothing, any answer from the receiver starts again from zero."""
+    if outcome.trigger == ItemTrigger.RELEASE:
+        return count + (outcome.attempt_outcome == ErrorKind.NOT_SENT.value)
+    return 0
 
 
 def _next_streak(streak: int, outcome: Outcome) -> int:

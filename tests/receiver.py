@@ -105,10 +105,10 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def receiving(receiver: Receiver) -> Iterator[Receiver]:
-    """`receiver` serving on a free port of 127.0.0.1 until the block ends."""
+def receiving(receiver: Receiver, port: int = 0) -> Iterator[Receiver]:
+    """`receiver` serving on `port` (default: a free one) of 127.0.0.1 until the block ends."""
     handler = type("Handler", (_Handler,), {"receiver": receiver})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = ThreadingHTTPServer(("127.0.0.1", port), handler)
     server.daemon_threads = True
     receiver.url = f"http://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})

@@ -65,8 +65,9 @@ def test_bad_configuration_exits_2_before_anything_is_stored(
 
 
 def test_a_refused_connection_is_not_sent_never_unknown(ws: Workspace) -> None:
-    """A request that provably never left (connection refused) is retried and then failed as
-    not sent, even on a channel that cannot dedupe: never `unknown`."""
+    """A request that provably never left (connection refused) is not sent, even on a
+    channel that cannot dedupe: never `unknown`, and never failed either (the channel is
+    down, not the items): the run pauses with both pending, never attempted."""
     (ws.path / "notifier.toml").write_text(
         '[channels.hooks]\ntype = "webhook"\nurl = "http://127.0.0.1:1/n"\n'
         "[retry]\nmax_attempts = 2\nbackoff_base = 0.01\nbackoff_max = 0.02\n"
@@ -74,5 +75,6 @@ def test_a_refused_connection_is_not_sent_never_unknown(ws: Workspace) -> None:
     ws.write_csv("batch.csv", make_rows(2))
     result = ws.invoke("send", "batch.csv", "--channel", "hooks")
     assert result.exit_code == 3, result.output
-    assert ws.query("SELECT state, COUNT(*) FROM items GROUP BY state") == [("failed", 2)]
+    assert ws.query("SELECT state, SUM(attempts) FROM items GROUP BY state") == [("pending", 0)]
     assert ws.query("SELECT DISTINCT outcome FROM attempts") == [("not_sent",)]
+    assert ws.query("SELECT state FROM runs") == [("paused",)]

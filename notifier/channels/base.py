@@ -64,10 +64,14 @@ class ChannelError(NotifierError):
         *,
         http_status: int | None = None,
         retry_after: float | None = None,
+        unreachable: bool = False,
     ) -> None:
         super().__init__(message)
         self.kind = kind
         self.http_status = http_status
+        # NOT_SENT because the receiver could not be reached at all (refused, DNS, TLS
+        # handshake, a relay refusing the connection): the channel's failure, not the item's.
+        self.unreachable = unreachable
         # Bounded here, where every channel's answer passes, so no absurd value reaches a
         # clock computation.
         self.retry_after = bounded_wait(retry_after)

@@ -363,9 +363,10 @@ class SmtpChannel:
         except smtplib.SMTPResponseException as exc:  # greeting, HELO or STARTTLS refused
             _close_quietly(conn)
             kind = ErrorKind.PERMANENT if 500 <= exc.smtp_code < 600 else ErrorKind.NOT_SENT
-            if isinstance(exc, smtplib.SMTPConnectError):
+            connect = isinstance(exc, smtplib.SMTPConnectError)  # the relay refused us
+            if connect:
                 kind = ErrorKind.NOT_SENT
-            raise self._error(kind, "could not open a session", exc) from exc
+            raise self._error(kind, "could not open a session", exc, unreachable=connect) from exc
         except ssl.SSLCertVerificationError as exc:
             _close_quietly(conn)
             raise self._error(
@@ -375,7 +376,7 @@ class SmtpChannel:
             ) from exc
         except (smtplib.SMTPException, OSError) as exc:  # refused, DNS, timeout, reset
             _close_quietly(conn)
-            raise self._error(ErrorKind.NOT_SENT, "cannot connect", exc) from exc
+            raise self._error(ErrorKind.NOT_SENT, "cannot connect", exc, unreachable=True) from exc
         return conn
 
     def _open_session(self, conn: smtplib.SMTP, context: ssl.SSLContext) -> None:
@@ -458,12 +459,16 @@ class SmtpChannel:
             kind, f"smtp channel {self.name!r}: {self.host} {what} {phase} ({code} {text})"
         )
 
-    def _error(self, kind: ErrorKind, what: str, exc: BaseException) -> ChannelError:
+    def _error(
+        self, kind: ErrorKind, what: str, exc: BaseException, *, unreachable: bool = False
+    ) -> ChannelError:
         detail = self._scrub(f"{type(exc).__name__}: {exc}")[:_REPLY_CHARS]
         if self._watchdog.fired:
             detail = f"no complete answer within {self.timeout:g}s: stalled or trickling"
         return ChannelError(
-            kind, f"smtp channel {self.name!r}: {self.host}:{self.port}: {what} ({detail})"
+            kind,
+            f"smtp channel {self.name!r}: {self.host}:{self.port}: {what} ({detail})",
+            unreachable=unreachable,
         )
 
     def _reply_text(self, reply: bytes) -> str:

@@ -102,14 +102,18 @@ class WebhookChannel:
             answer = self._exchange(request)
         except (httpx2.InvalidURL, UnicodeError) as exc:
             # The URL (or its host name) cannot even be put on the wire: nothing left.
-            raise ChannelError(ErrorKind.NOT_SENT, f"{self.url}: unusable URL ({exc})") from exc
+            raise ChannelError(
+                ErrorKind.NOT_SENT, f"{self.url}: unusable URL ({exc})", unreachable=True
+            ) from exc
         except (
             httpx2.ConnectError,
             httpx2.ConnectTimeout,
             httpx2.PoolTimeout,
             httpx2.UnsupportedProtocol,
         ) as exc:
-            raise ChannelError(ErrorKind.NOT_SENT, f"{self.url}: cannot connect ({exc})") from exc
+            raise ChannelError(
+                ErrorKind.NOT_SENT, f"{self.url}: cannot connect ({exc})", unreachable=True
+            ) from exc
         except (httpx2.HTTPError, httpx2.StreamError) as exc:
             # The request (or part of it) left: the receiver may have acted on it. This
             # includes an answer that cannot be read (httpx2.DecodingError, a broken
