@@ -5,6 +5,7 @@ read-only commands), takes the lease and runs the work."""
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -298,9 +299,12 @@ def take_lease(store: Store, run: Run, ttl_s: float, *, shared: bool = False) ->
                 f"{run.run_id}` shows the run.",
             ) from held
         raise Refused(
-            f"run {run.run_id} is being worked by pid {held.owner.get('pid')} on "
-            f"{held.owner.get('host')} (lease until {held.expires_at}). Wait for it to "
-            "finish, or stop it with `notifier cancel`.",
+            f"run {run.run_id} is being worked by another process, pid "
+            f"{held.owner.get('pid')} on {held.owner.get('host')} (lease until "
+            f"{clock.local(held.expires_at) if held.expires_at else 'it stops'}), so this one "
+            "did nothing. Follow it with `notifier status "
+            f"{run.run_id}`; once it has finished or stopped, `notifier resume {run.run_id}` "
+            f"continues whatever it left. To stop it now: `notifier cancel {run.run_id}`.",
         ) from held
     with lease:
         yield lease
@@ -510,14 +514,34 @@ def reconcile_by_query(env: Env, run_id: str | None) -> tuple[Run, Counts]:
             settlements = settle(
                 store, run.run_id, channels, lease.version, include_unknown=True, say=env.say
             )
-            if not settlements:
+            blind = _unknown_on_unqueryable(store, run.run_id, channels)
+            if not settlements and not blind:
+                env.say("nothing to settle: no item is in flight or unknown.")
+            if blind:
+                names = ", ".join(sorted(blind))
                 env.say(
-                    "nothing to settle: no item is in flight or unknown on a queryable channel."
+                    f"{sum(blind.values())} unknown item(s) on channel(s) {names}, which "
+                    "cannot be asked whether a message arrived (SMTP and Apprise answer no "
+                    "such query): there is nothing `notifier reconcile` can settle for them by "
+                    "query. Check the recipients' side, then settle each by hand with "
+                    f"`notifier reconcile --manual {run.run_id}`."
                 )
             complete_if_done(store, run.run_id, lease.version)
         return store.get_run(run.run_id), store.counts(run.run_id)
     finally:
         store.close()
+
+
+def _unknown_on_unqueryable(
+    store: Store, run_id: str, channels: Mapping[str, Channel]
+) -> dict[str, int]:
+    """Unknown items per channel that cannot be queried: only a person can settle them."""
+    found: dict[str, int] = {}
+    for item in store.items(run_id, [ItemState.UNKNOWN]):
+        channel = channels.get(item.channel)
+        if channel is not None and not channel.queryable:
+            found[item.channel] = found.get(item.channel, 0) + 1
+    return found
 
 
 # How the runner words a pause for unknown outcomes (runner.py): the one stop reason whose
@@ -551,7 +575,16 @@ MARKS: Mapping[str, ItemTrigger] = {
 
 
 def operator_name() -> str:
-    return os.environ.get("USER") or os.environ.get("USERNAME") or "unknown"
+    """Who is at the keyboard, for the audit: $USER, else the login name of this process's
+    uid (cron, containers and `sudo -i` often leave USER unset), else the uid itself."""
+    user = os.environ.get("USER")
+    if user:
+        return user
+    uid = os.getuid()
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:  # a uid with no passwd entry (an arbitrary container uid)
+        return f"uid {uid}"
 
 
 def decide(
