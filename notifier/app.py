@@ -5,6 +5,7 @@ read-only commands), takes the lease and runs the work."""
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -298,9 +299,12 @@ def take_lease(store: Store, run: Run, ttl_s: float, *, shared: bool = False) ->
                 f"{run.run_id}` shows the run.",
             ) from held
         raise Refused(
-            f"run {run.run_id} is being worked by pid {held.owner.get('pid')} on "
-            f"{held.owner.get('host')} (lease until {held.expires_at}). Wait for it to "
-            "finish, or stop it with `notifier cancel`.",
+            f"run {run.run_id} is being worked by another process, pid "
+            f"{held.owner.get('pid')} on {held.owner.get('host')} (lease until "
+            f"{clock.local(held.expires_at) if held.expires_at else 'it stops'}), so this one "
+            "did nothing. Follow it with `notifier status "
+            f"{run.run_id}`; once it has finished or stopped, `notifier resume {run.run_id}` "
+            f"continues whatever it left. To stop it now: `notifier cancel {run.run_id}`.",
         ) from held
     with lease:
         yield lease
@@ -385,13 +389,24 @@ def check_can_send(store: Store, run: Run) -> None:
         raise Refused(str(exc)) from exc
 
 
-def approve(env: Env, run_id: str | None, fingerprint: str, expires_in: str) -> approval.Approval:
+def approve(
+    env: Env, run_id: str | None, fingerprint: str, expires_in: str
+) -> tuple[Run, approval.Approval]:
+    """Approve run `run_id`, or without one the run waiting for approval whose fingerprint
+    `fingerprint` is (never checked against any other run)."""
+    try:
+        span = approval.parse_duration(expires_in)
+    except approval.ApprovalUsage as exc:
+        raise BadInput(str(exc)) from exc
     store = open_store(env)
     try:
-        run = pick_run(store, run_id, active_only=run_id is None)
+        run = (
+            pick_run(store, run_id)
+            if run_id is not None
+            else _run_with_fingerprint(store, fingerprint)
+        )
         try:
-            span = approval.parse_duration(expires_in)
-            return approval.approve(store, run, fingerprint, span, operator_name())
+            return run, approval.approve(store, run, fingerprint, span, operator_name())
         except approval.ApprovalUsage as exc:
             raise BadInput(str(exc)) from exc
         except approval.ApprovalRefused as exc:
@@ -401,6 +416,57 @@ def approve(env: Env, run_id: str | None, fingerprint: str, expires_in: str) -> 
                 f"run {run.run_id} changed while it was being approved ({exc}); nothing was "
                 "approved. Review it again with `notifier status`, then approve.",
             ) from exc
+    finally:
+        store.close()
+
+
+def _run_with_fingerprint(store: Store, fingerprint: str) -> Run:
+    """The one unfinished run needing approval that was planned with `fingerprint`: exit 4
+    when there is none (the refusal names no fingerprint), exit 2 when several share it."""
+    found = [
+        run
+        for run in store.runs_with_fingerprint(fingerprint.strip())
+        if run.state not in FINISHED_RUN_STATES and approval.requires_approval(run)
+    ]
+    if not found:
+        raise Refused(
+            f"no run waiting for approval has fingerprint {approval.abridged(fingerprint)!r}: "
+            "it was mistyped, copied from a run that is closed, or the run's notifications "
+            "changed since that preview. Nothing was approved. `notifier runs` lists the runs; "
+            "`notifier preview RUN` shows a run's notifications with its fingerprint on the "
+            "last line, and `notifier approve RUN --fingerprint sha256:…` approves that run."
+        )
+    if len(found) > 1:
+        names = ", ".join(run.run_id for run in found)
+        raise BadInput(
+            f"runs {names} were planned with the same notifications, so the fingerprint alone "
+            "does not say which one to approve; nothing was approved. Name it: `notifier "
+            f"approve {found[0].run_id} --fingerprint sha256:…`."
+        )
+    return found[0]
+
+
+def reject(env: Env, run_id: str | None, reason: str) -> tuple[Run, str]:
+    """Close a run awaiting approval, nothing sent, with who rejected it, when and why in
+    its audit trail. Without RUN_ID: the newest unfinished run."""
+    if not reason.strip():
+        raise BadInput("--reason is empty: say why the run is rejected (it is kept in its audit).")
+    operator = operator_name()
+    store = open_store(env)
+    try:
+        run = pick_run(store, run_id, active_only=run_id is None)
+        if run.state is not RunState.AWAITING_APPROVAL:
+            advice = (
+                "there is nothing to reject"
+                if run.state in FINISHED_RUN_STATES
+                else f"`notifier cancel {run.run_id}` stops it instead"
+            )
+            raise BadInput(
+                f"run {run.run_id} is {run.state.value}, not awaiting approval, so it cannot be "
+                f"rejected; {advice}."
+            )
+        store.reject_run(run.run_id, operator, reason.strip())
+        return store.get_run(run.run_id), operator
     finally:
         store.close()
 
@@ -510,14 +576,34 @@ def reconcile_by_query(env: Env, run_id: str | None) -> tuple[Run, Counts]:
             settlements = settle(
                 store, run.run_id, channels, lease.version, include_unknown=True, say=env.say
             )
-            if not settlements:
+            blind = _unknown_on_unqueryable(store, run.run_id, channels)
+            if not settlements and not blind:
+                env.say("nothing to settle: no item is in flight or unknown.")
+            if blind:
+                names = ", ".join(sorted(blind))
                 env.say(
-                    "nothing to settle: no item is in flight or unknown on a queryable channel."
+                    f"{sum(blind.values())} unknown item(s) on channel(s) {names}, which "
+                    "cannot be asked whether a message arrived (SMTP and Apprise answer no "
+                    "such query): there is nothing `notifier reconcile` can settle for them by "
+                    "query. Check the recipients' side, then settle each by hand with "
+                    f"`notifier reconcile --manual {run.run_id}`."
                 )
             complete_if_done(store, run.run_id, lease.version)
         return store.get_run(run.run_id), store.counts(run.run_id)
     finally:
         store.close()
+
+
+def _unknown_on_unqueryable(
+    store: Store, run_id: str, channels: Mapping[str, Channel]
+) -> dict[str, int]:
+    """Unknown items per channel that cannot be queried: only a person can settle them."""
+    found: dict[str, int] = {}
+    for item in store.items(run_id, [ItemState.UNKNOWN]):
+        channel = channels.get(item.channel)
+        if channel is not None and not channel.queryable:
+            found[item.channel] = found.get(item.channel, 0) + 1
+    return found
 
 
 # How the runner words a pause for unknown outcomes (runner.py): the one stop reason whose
@@ -551,7 +637,16 @@ MARKS: Mapping[str, ItemTrigger] = {
 
 
 def operator_name() -> str:
-    return os.environ.get("USER") or os.environ.get("USERNAME") or "unknown"
+    """Who is at the keyboard, for the audit: $USER, else the login name of this process's
+    uid (cron, containers and `sudo -i` often leave USER unset), else the uid itself."""
+    user = os.environ.get("USER")
+    if user:
+        return user
+    uid = os.getuid()
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:  # a uid with no passwd entry (an arbitrary container uid)
+        return f"uid {uid}"
 
 
 def decide(

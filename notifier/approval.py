@@ -24,6 +24,8 @@ from .state_machine import FINISHED_RUN_STATES, RunState
 from .store import Store
 
 DEFAULT_EXPIRES_IN = "24h"
+# The longest an approval may hold: whoever approves vouches for the content until then.
+MAX_EXPIRES_IN = timedelta(days=30)
 PREVIEW_ROWS = 3
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 _FIELDS = ("operator", "approved_at", "expires_at", "fingerprint", "state_version")
@@ -58,7 +60,29 @@ def parse_duration(text: str) -> timedelta:
     span = timedelta(days=d, hours=h, minutes=m, seconds=s)
     if span <= timedelta(0):
         raise ApprovalUsage(f"--expires-in {text!r}: the approval must last some time.")
+    if span > MAX_EXPIRES_IN:
+        raise ApprovalUsage(
+            f"--expires-in {text!r} is longer than the 30 days an approval may hold; nothing "
+            "was approved. Approve for 30d or less, and approve again if the run still waits "
+            "to be sent then."
+        )
     return span
+
+
+def abridged(fingerprint: str) -> str:
+    """A fingerprint cut short enough to recognise and too short to paste as an approval:
+    a refusal names what it was given this way, never a whole fingerprint."""
+    text = fingerprint.strip()
+    return text if len(text) <= 19 else text[:19] + "…"
+
+
+def review_advice(run_id: str) -> str:
+    """How to review a run before approving it (what every refusal points to)."""
+    return (
+        f"Review every notification with `notifier preview {run_id}` (its last line is the "
+        f"fingerprint of what it showed), then approve that with `notifier approve {run_id} "
+        "--fingerprint sha256:…`."
+    )
 
 
 def requires_approval(run: Run) -> bool:
@@ -120,14 +144,16 @@ def approve(
     if actual != run.fingerprint:
         raise ApprovalRefused(
             f"run {run.run_id}: its stored intents no longer hash to the fingerprint printed "
-            f"when it was planned ({run.fingerprint}); they were changed after planning. "
-            "Nothing was approved: plan the batch again as a new run."
+            "when it was planned: they were changed after planning, so no preview shows what "
+            "would be sent. Nothing was approved: plan the batch again as a new run (`notifier "
+            "send BATCH.csv --require-approval --new-run`) and review that."
         )
     if fingerprint.strip() != actual:
         raise ApprovalRefused(
-            f"run {run.run_id}: fingerprint {fingerprint.strip()!r} is not this run's "
-            f"({actual}). Nothing was approved: review the preview (`notifier status "
-            f"{run.run_id}`) and approve the fingerprint it shows."
+            f"run {run.run_id}: fingerprint {abridged(fingerprint)!r} is not the fingerprint "
+            "of its notifications as they are stored now: it was copied from another run's "
+            "preview, mistyped, or the notifications changed since that preview. Nothing was "
+            f"approved. {review_advice(run.run_id)}"
         )
     now = clock.now()
     approval = Approval(
@@ -148,33 +174,34 @@ def check_can_send(store: Store, run: Run) -> None:
         return
     if run.state is RunState.AWAITING_APPROVAL:
         raise ApprovalRefused(
-            f"run {run.run_id} is awaiting approval; nothing was sent. Review it with "
-            f"`notifier status {run.run_id}`, then run `notifier approve {run.run_id} "
-            f"--fingerprint {run.fingerprint}` and resume."
+            f"run {run.run_id} is awaiting approval; nothing was sent. "
+            f"{review_advice(run.run_id)} Then `notifier resume {run.run_id}` sends it; "
+            f"`notifier reject {run.run_id} --reason …` closes it instead."
         )
     approval = stored_approval(run)
     if approval is None:
         raise ApprovalRefused(
             f"run {run.run_id} requires an approval but has no valid approval record; nothing "
-            f"was sent. Approve it with `notifier approve {run.run_id} --fingerprint …`."
+            f"was sent. {review_advice(run.run_id)}"
         )
     if clock.parse(approval.expires_at) <= clock.now():
         raise ApprovalRefused(
             f"run {run.run_id}: the approval by {approval.operator} expired at "
-            f"{clock.local(approval.expires_at)}; nothing was sent. Review the run and approve "
-            f"it again with `notifier approve {run.run_id} --fingerprint {approval.fingerprint}`."
+            f"{clock.local(approval.expires_at)}; nothing was sent. {review_advice(run.run_id)}"
         )
     actual = recompute_fingerprint(store, run)
     if actual != approval.fingerprint:
         raise ApprovalRefused(
-            f"run {run.run_id}: the stored intents hash to {actual}, not to the approved "
-            f"fingerprint {approval.fingerprint}: they were changed after approval. Nothing "
-            "was sent; plan the batch again as a new run."
+            f"run {run.run_id}: its stored notifications no longer hash to the fingerprint "
+            f"{approval.operator} approved: they were changed after approval, so they are not "
+            "what was reviewed. Nothing was sent; plan the batch again as a new run (`notifier "
+            "send BATCH.csv --require-approval --new-run`) and review that."
         )
 
 
 def preview(store: Store, run: Run, rows: int = PREVIEW_ROWS) -> list[str]:
-    """Counts per channel and the first rows exactly as stored (and so as they will be sent)."""
+    """Counts per channel and the first rows exactly as stored (and so as they will be sent),
+    and where to read every one of them."""
     per_channel: Counter[str] = Counter()
     first: list[Item] = []
     for item in store.items(run.run_id):
@@ -191,4 +218,9 @@ def preview(store: Store, run: Run, rows: int = PREVIEW_ROWS) -> list[str]:
         lines.append(f"    subject: {item.payload.get('subject', '')}")
         for n, text in enumerate(str(item.payload.get("body", "")).splitlines() or [""]):
             lines.append(("    body:    " if n == 0 else "             ") + text)
+    if total > len(first):
+        lines.append(
+            f"  … and {total - len(first)} more: `notifier preview {run.run_id} --format csv "
+            "--output FILE` writes every one."
+        )
     return lines

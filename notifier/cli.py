@@ -26,8 +26,8 @@ import click
 from . import approval, clock, report
 from .config import load as load_config
 from .env import Env, open_store, pick_run
-from .errors import BadInput, ExitCode, Interrupted, NotifierError
-from .state_machine import FINISHED_RUN_STATES, RunState, RunTrigger
+from .errors import BadInput, ExitCode, Interrupted, NotifierError, Refused
+from .state_machine import FINISHED_RUN_STATES, ItemState, RunState, RunTrigger
 from .store import is_postgres
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ def _Failure(message: str, code: ExitCode) -> click.ClickException:
 
 # Commands that only look at runs: one cut short by a reader that stopped reading (`notifier
 # report | head`) has done what was asked of it.
-_LOOKS = frozenset({"status", "report", "runs"})
+_LOOKS = frozenset({"status", "report", "runs", "preview"})
 
 
 def _drop_stdout() -> None:
@@ -525,22 +525,24 @@ def _await_approval(store: Store, run: Run) -> None:
     for line in approval.preview(store, run):
         click.echo(line)
     click.echo(
-        f"run {run.run_id} is awaiting approval; nothing was sent. Approve it with `notifier "
-        f"approve {run.run_id} --fingerprint {run.fingerprint}`, then send it with "
-        f"`notifier resume {run.run_id}`."
+        f"run {run.run_id} is awaiting approval; nothing was sent. "
+        f"{approval.review_advice(run.run_id)} Then `notifier resume {run.run_id}` sends it."
     )
 
 
 @cli.command()
 @click.argument("run_id", required=False)
 @click.option(
-    "--fingerprint", required=True, help="The sha256:… fingerprint printed with the preview."
+    "--fingerprint",
+    required=True,
+    help="The sha256:… fingerprint on the last line of `notifier preview`. Without RUN_ID: "
+    "approves the run awaiting approval whose fingerprint it is.",
 )
 @click.option(
     "--expires-in",
     default=approval.DEFAULT_EXPIRES_IN,
     show_default=True,
-    help="How long the approval holds: e.g. 30m, 1h, 2d.",
+    help="How long the approval holds: e.g. 30m, 1h, 2d; at most 30d.",
 )
 @click.pass_context
 def approve(ctx: click.Context, run_id: str | None, fingerprint: str, expires_in: str) -> None:
@@ -548,11 +550,77 @@ def approve(ctx: click.Context, run_id: str | None, fingerprint: str, expires_in
     from . import app  # noqa: PLC0415 (start-up time)
 
     env = _env(ctx)
-    granted = app.approve(env, run_id, fingerprint, expires_in)
+    run, granted = app.approve(env, run_id, fingerprint, expires_in)
     click.echo(
-        f"approved by {granted.operator} until {clock.local(granted.expires_at)} for "
-        f"fingerprint {granted.fingerprint} (state version {granted.state_version}). Send "
-        "it with `notifier resume`."
+        f"run {run.run_id} approved by {granted.operator} until "
+        f"{clock.local(granted.expires_at)} for fingerprint {granted.fingerprint} (state "
+        f"version {granted.state_version}). Send it with `notifier resume {run.run_id}`."
+    )
+
+
+@cli.command()
+@click.argument("run_id", required=False)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "jsonl", "csv"]),
+    default="table",
+    show_default=True,
+    help="table: the first rows; jsonl, csv: every notification.",
+)
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    help="Write to this file instead of stdout.",
+)
+@click.pass_context
+def preview(ctx: click.Context, run_id: str | None, fmt: str, output: Path | None) -> None:
+    """Write every notification of a run as it will be sent, then its fingerprint.
+
+    The fingerprint line (`fingerprint: sha256:…`) is the last line printed: on stdout,
+    except after jsonl or csv on stdout (which then holds only notifications), on stderr."""
+    from . import preview as review_module  # noqa: PLC0415 (start-up time)
+
+    env = _env(ctx)
+    store = open_store(env, readonly=True)
+    try:
+        run = pick_run(store, run_id)
+        try:
+            review = review_module.Review(store, run)
+        except approval.ApprovalUsage as exc:
+            raise BadInput(str(exc)) from exc
+        pieces = review_module.WRITERS[fmt](review)
+        if output is None:
+            for piece in pieces:
+                click.echo(piece, nl=False)
+        else:
+            with output.open("w", encoding="utf-8", newline="") as handle:
+                for piece in pieces:
+                    handle.write(piece)
+        try:
+            line = review_module.fingerprint_line(review.fingerprint())
+        except approval.ApprovalRefused as exc:
+            raise Refused(str(exc)) from exc
+    finally:
+        store.close()
+    if output is not None:
+        click.echo(f"wrote the {review.count} notifications of run {run.run_id} to {output}.")
+    click.echo(line, err=output is None and fmt != "table")
+
+
+@cli.command()
+@click.argument("run_id", required=False)
+@click.option("--reason", required=True, help="Why the run is rejected (kept in its audit).")
+@click.pass_context
+def reject(ctx: click.Context, run_id: str | None, reason: str) -> None:
+    """Close a run awaiting approval without sending anything, with the reason audited."""
+    from . import app  # noqa: PLC0415 (start-up time)
+
+    env = _env(ctx)
+    run, operator = app.reject(env, run_id, reason)
+    click.echo(
+        f"run {run.run_id} rejected by {operator} and closed ({run.state.value}); nothing "
+        f"was sent. `notifier report {run.run_id}` shows it."
     )
 
 
@@ -686,18 +754,29 @@ def status(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
 @cli.command(name="report")
 @click.argument("run_id", required=False)
 @_format_option
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    type=click.Choice([s.value for s in ItemState]),
+    help="List only the items in this state (repeatable).",
+)
 @click.pass_context
-def report_command(ctx: click.Context, run_id: str | None, fmt: str) -> None:
+def report_command(
+    ctx: click.Context, run_id: str | None, fmt: str, states: tuple[str, ...]
+) -> None:
     """Report which items were sent, which are unknown, pending or failed."""
-    _print_report(ctx, run_id, fmt)
+    _print_report(ctx, run_id, fmt, [ItemState(s) for s in states])
 
 
-def _print_report(ctx: click.Context, run_id: str | None, fmt: str) -> None:
+def _print_report(
+    ctx: click.Context, run_id: str | None, fmt: str, states: list[ItemState] | None = None
+) -> None:
     env = _env(ctx)
     store = open_store(env, readonly=True)
     try:
         run = pick_run(store, run_id)
-        data = report.build(store, run, attention_only=fmt == "table")
+        data = report.build(store, run, attention_only=fmt == "table", states=states or None)
         try:
             _emit(data, fmt)
         finally:

@@ -41,8 +41,9 @@ def run_advice(result: RunResult, run_id: str) -> str:
         return f"Continue with `notifier resume {run_id}`."
     if result.stop is Stop.APPROVAL_EXPIRED:
         return (
-            f"Review the run with `notifier status {run_id}`; `notifier approve {run_id} "
-            f"--fingerprint …` renews the approval, then `notifier resume {run_id}` goes on."
+            f"Review every notification with `notifier preview {run_id}`; `notifier approve "
+            f"{run_id} --fingerprint sha256:…` with the fingerprint on its last line renews "
+            f"the approval, then `notifier resume {run_id}` goes on."
         )
     if result.stop is Stop.RATE_LIMITED:
         return f"Run `notifier resume {run_id}` after that time."

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import clock
@@ -37,16 +37,28 @@ _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 _ATTENTION = (ItemState.UNKNOWN, ItemState.FAILED, ItemState.IN_FLIGHT)
 
 
-def build(store: Store, run: Run, *, attention_only: bool = False) -> dict[str, Any]:
+def build(
+    store: Store,
+    run: Run,
+    *,
+    attention_only: bool = False,
+    states: Sequence[ItemState] | None = None,
+) -> dict[str, Any]:
     """The report object of the CLI contract (DESIGN section 8). With `attention_only` (the
     table), only the items someone has to look at are read, through indexes: a 1M-item run
     costs what its unknown, failed and retried items cost. Otherwise `items` is an iterator
     read from the database as it is written out (to_json / to_csv stream it): no list of a
-    million dicts."""
+    million dicts. With `states` (`--state`), `items` holds exactly the items in those
+    states, in every format; the counts stay those of the whole run."""
     # `pending` alone would call a retry that may have been delivered "never attempted".
     kinds = store.pending_kinds(run.run_id)
     items: Iterable[dict[str, Any]]
-    if attention_only:
+    if states:
+        items = (
+            _item_row(item, source, evidence, kinds)
+            for item, source, evidence in store.items_with_receipts(run.run_id, states)
+        )
+    elif attention_only:
         doubtful = [s for s, k in kinds.items() if k is PendingKind.MAYBE_DELIVERED]
         chosen = sorted(
             [*store.items(run.run_id, _ATTENTION), *(store.item(run.run_id, s) for s in doubtful)],
@@ -60,6 +72,8 @@ def build(store: Store, run: Run, *, attention_only: bool = False) -> dict[str, 
         )
     counts = store.counts(run.run_id)
     attempted = list(kinds.values())
+    # Added to the contract's keys, only with --state: which items `items` holds.
+    state_filter = {"state_filter": [s.value for s in states]} if states else {}
     return {
         "run_id": run.run_id,
         "state": effective_state(store, run).value,
@@ -80,6 +94,7 @@ def build(store: Store, run: Run, *, attention_only: bool = False) -> dict[str, 
         "drafts": _drafts(store, run),
         # Added to the contract's keys: who works the run now (PostgreSQL: many workers).
         "workers": _workers(store, run),
+        **state_filter,
         "items": items,
         "decisions": [
             {
@@ -255,13 +270,19 @@ def render_table(report: dict[str, Any], console: Console) -> None:
         f"attempted and not delivered (waiting to retry), {detail['maybe_delivered']} "
         "attempted and maybe delivered (waiting to retry)"
     )
+    chosen = report.get("state_filter")
     attention = [
         i
         for i in items
-        if i["state"] in _ATTENTION or i["pending_kind"] == PendingKind.MAYBE_DELIVERED.value
+        if chosen
+        or i["state"] in _ATTENTION
+        or i["pending_kind"] == PendingKind.MAYBE_DELIVERED.value
     ]
+    if chosen and not attention:
+        console.print(f"no item is {' or '.join(chosen)}.")
     if attention:
-        table = Table(title="items needing attention", show_header=True, header_style="bold")
+        title = f"items {' or '.join(chosen)}" if chosen else "items needing attention"
+        table = Table(title=title, show_header=True, header_style="bold")
         for name in ("seq", "id", "to", "state", "attempts", "idempotency_key", "last_error"):
             table.add_column(name, overflow="fold")
         for i in attention:

@@ -65,6 +65,7 @@ class RunTrigger(StrEnum):
     HALT = "halt"
     COMPLETE = "complete"
     CANCEL = "cancel"
+    REJECT = "reject"
 
 
 # States in which an item still needs work: the partial index in the store covers exactly these.
@@ -115,6 +116,8 @@ RUN_TRANSITIONS = [
         [_R.PLANNED, _R.AWAITING_APPROVAL, _R.APPROVED, _R.RUNNING, _R.PAUSED, _R.HALTED],
         _R.CANCELLED,
     ),
+    # `notifier reject`: the reviewer closes a run nobody approved; nothing was ever sent.
+    (_RT.REJECT, _R.AWAITING_APPROVAL, _R.CANCELLED),
 ]
 
 

@@ -25,7 +25,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from email import message_from_bytes
 from email.message import Message
@@ -109,9 +109,10 @@ class Workspace:
         return self.path / "outbox"
 
     def invoke(
-        self, *args: str, input: str | None = None, env: dict[str, str] | None = None
+        self, *args: str, input: str | None = None, env: Mapping[str, str | None] | None = None
     ) -> Result:
-        """Run the CLI in-process, as `notifier --db <ws.db> ARGS`."""
+        """Run the CLI in-process, as `notifier --db <ws.db> ARGS` (an `env` value of None
+        unsets that variable for the command)."""
         return CliRunner().invoke(
             cli, ["--db", str(self.db), *args], input=input, env=env, catch_exceptions=False
         )

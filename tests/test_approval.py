@@ -43,16 +43,21 @@ def test_require_approval_stores_the_plan_previews_it_and_sends_nothing(ws: Work
 def test_resume_refuses_a_run_awaiting_approval_and_names_a_command_that_exists(
     ws: Workspace,
 ) -> None:
-    """`resume` of an unapproved run exits 4 sending nothing, and the `notifier approve`
-    command it names works."""
+    """`resume` of an unapproved run exits 4 sending nothing, and the `notifier preview`
+    command it names ends with the fingerprint its `notifier approve` command takes."""
     run_id, fingerprint = plan_for_approval(ws)
     refused = ws.invoke("resume")
     assert refused.exit_code == 4, refused.output
-    assert f"notifier approve {run_id} --fingerprint {fingerprint}" in refused.output
+    assert fingerprint not in refused.output and f"notifier preview {run_id}" in refused.output
     assert ws.outbox_documents() == []
-    command = re.search(r"`notifier (approve [^`]+)`", refused.output)
+    command = re.search(r"`notifier (preview [^`]+)`", refused.output)
     assert command is not None
-    approved = ws.invoke(*command.group(1).split())
+    shown = ws.invoke(*command.group(1).split())
+    assert shown.exit_code == 0, shown.output
+    assert shown.stdout.splitlines()[-1] == f"fingerprint: {fingerprint}"
+    approve = re.search(r"`notifier (approve \S+ --fingerprint) sha256:…`", refused.output)
+    assert approve is not None
+    approved = ws.invoke(*approve.group(1).split(), fingerprint)
     assert approved.exit_code == 0, approved.output
 
 

@@ -220,7 +220,7 @@ def test_compose_then_approval_then_resume_drafts_nothing_again(
     result = ws.invoke("send", str(batch(ws, 3)), "--compose", str(brief(ws)), "--require-approval")
     assert result.exit_code == 0, result.output
     assert "subject: Draft u1" in result.output
-    fingerprint = re.search(r"--fingerprint (sha256:[0-9a-f]+)", result.output)
+    fingerprint = re.search(r"fingerprint: (sha256:[0-9a-f]+)", result.output)
     assert fingerprint is not None
     requests = len(fake.requests)
     assert ws.invoke("resume").exit_code == 4

@@ -550,6 +550,20 @@ class Ledger(StoreCore):
                 raise LostRace(f"run {run_id} changed while it was being approved")
             self._event(run_id, "approval_renewed", None, approval, at)
 
+    def reject_run(self, run_id: str, operator: str, reason: str) -> None:
+        """Close a run awaiting approval (`reject`: to cancelled) with its audit: who, when
+        and why, in the run's stop reason and in a `rejected` event, in one transaction.
+        A conditional move: a run that left awaiting_approval meanwhile (approved by someone
+        else) raises IllegalMove, nothing written."""
+        at = clock.now_iso()
+        with self._write():
+            self._move_run(
+                run_id, RunTrigger.REJECT, at, stop_reason=f"rejected by {operator}: {reason}"
+            )
+            self._event(
+                run_id, "rejected", None, {"operator": operator, "at": at, "reason": reason}, at
+            )
+
     def state_version(self, run_id: str) -> int:
         """The run's state version: the number of its last event. Every state move and
         every item outcome appends one, so an approval bound to it names one exact state."""

@@ -27,6 +27,7 @@ from .core import (
     MAYBE_DELIVERED,
     StoreCore,
     _all_active,
+    _state_literal,
 )
 
 
@@ -108,13 +109,19 @@ class Queries(StoreCore):
         for row in cursor:
             yield item_from_row(row)
 
-    def items_with_receipts(self, run_id: str) -> Iterator[tuple[Item, str | None, str | None]]:
-        """Every item in seq order with its receipt's source and evidence (None without one),
-        read as the caller goes: the full report streams from this cursor."""
+    def items_with_receipts(
+        self, run_id: str, states: Sequence[ItemState] | None = None
+    ) -> Iterator[tuple[Item, str | None, str | None]]:
+        """Every item in seq order (with `states`, those in one of them) with its receipt's
+        source and evidence (None without one), read as the caller goes: the full report
+        streams from this cursor."""
+        chosen = ""
+        if states:
+            chosen = f" AND i.state IN ({', '.join(_state_literal(s) for s in states)})"
         cursor = self._stream(
             "SELECT i.*, r.source AS receipt_source, r.evidence AS receipt_evidence "
             "FROM items i LEFT JOIN receipts r ON r.idempotency_key = i.idempotency_key "
-            "WHERE i.run_id = ? ORDER BY i.seq",
+            f"WHERE i.run_id = ?{chosen} ORDER BY i.seq",
             (run_id,),
         )
         for row in cursor:
