@@ -55,10 +55,18 @@ def run_advice(result: RunResult, run_id: str) -> str:
     if result.stop is Stop.UNKNOWN_LEFT:
         return f"Settle the unknown items with `notifier reconcile --manual {run_id}`."
     if result.stop in (Stop.HALTED, Stop.CONFLICT):
-        return (
+        advice = (
             f"`notifier status {run_id}` lists the items; fix the cause, then "
-            f"`notifier reconcile {run_id}` or `notifier resume {run_id}`."
+            f"`notifier resume {run_id}`."
         )
+        if result.counts.unknown:
+            # `reconcile` by query settles nothing on a channel that cannot be asked.
+            advice += (
+                f" The {result.counts.unknown} unknown item(s): `notifier reconcile {run_id}` "
+                f"asks the receiver where it can be asked; where it cannot (SMTP, Apprise), "
+                f"`notifier reconcile --manual {run_id}`."
+            )
+        return advice
     if result.stop is Stop.ALREADY_FINISHED:
         return f"`notifier report {run_id}` shows the run."
     if result.stop is Stop.LEFT:

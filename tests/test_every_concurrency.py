@@ -56,6 +56,11 @@ def _run_state(ws: Workspace) -> str:
     return str(state)
 
 
+def _run_id(ws: Workspace) -> str:
+    ((run_id,),) = ws.query("SELECT run_id FROM runs")
+    return str(run_id)
+
+
 def _assert_nothing_left_open(ws: Workspace) -> None:
     assert "in_flight" not in _states(ws), _states(ws)
     assert ws.query("SELECT seq FROM attempts WHERE finished_at IS NULL") == []
@@ -72,7 +77,8 @@ def test_a_halting_answer_ends_the_run_at_every_concurrency(
 ) -> None:
     """A 410, a 422, or five unknowns in a row on a channel that can't be asked halts the
     run and ends the process at any N: the requests in flight are recorded, nothing is left
-    in flight, the rest stays pending, and `cancel` then closes the run."""
+    in flight, the rest stays pending, and `cancel` then closes the run. Unknowns no query
+    can settle are pointed to `reconcile --manual`."""
     scripted = {"u3"} if answer != 500 else None
     receiver = Receiver(
         answer=lambda item, _n: answer if scripted is None or item in scripted else None
@@ -85,6 +91,8 @@ def test_a_halting_answer_ends_the_run_at_every_concurrency(
         out, err = process.communicate(timeout=60)
         assert process.returncode == exit_code, out + err
         assert "halted" in out, out
+        if answer == 500:  # unknowns on a channel that cannot be asked: settled by hand
+            assert f"notifier reconcile --manual {_run_id(ws)}" in out, out
         assert _run_state(ws) == "halted"
         _assert_nothing_left_open(ws)
         assert _states(ws).get("pending", 0) > 0, "nothing new starts once the run halts"
