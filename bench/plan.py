@@ -2,9 +2,12 @@
 
 Prints rows/s and peak RSS for planning (validate + intents + one transaction into SQLite)
 next to a plain, non-durable loop over the same file (csv.reader + json.dumps of each row),
-each measured in its own fresh process so peak RSS is not shared.
+each measured in its own fresh process so peak RSS is not shared. Then, against the database
+that plan made with every item marked sent (issue 21: each row is compared with what earlier
+runs delivered), planning the same file again (every row already delivered: nothing left)
+and planning as many new rows (none delivered: all planned).
 
-    python bench/plan.py [--rows 100000]
+    python bench/plan.py [--rows 100000] [--db postgresql://…]
 """
 
 from __future__ import annotations
@@ -20,11 +23,11 @@ import time
 from pathlib import Path
 
 
-def generate(path: Path, rows: int) -> None:
+def generate(path: Path, rows: int, start: int = 1) -> None:
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(["id", "to", "subject", "body", "first_name", "plan"])
-        for i in range(1, rows + 1):
+        for i in range(start, start + rows):
             writer.writerow(
                 [
                     f"c-{i:07d}",
@@ -55,18 +58,40 @@ def child_plan(batch: Path, db: Path) -> dict[str, float]:
     start = time.perf_counter()
     plan = app.plan_batch(env, batch, channel=None, run_id=None)
     planned = time.perf_counter()
-    store = app.store_plan(env, plan, batch, {"concurrency": 1}, new_run=False)
-    store.close()
+    stored = app.store_plan(env, plan, batch, {"concurrency": 1}, new_run=False)
+    if stored.store is not None:
+        stored.store.close()
     end = time.perf_counter()
     return {
         "rows": plan.count,
+        "planned": stored.prior.left if stored.prior else plan.count,
         "seconds": end - start,
         "validate_s": planned - start,
         "store_s": end - planned,
     }
 
 
-def run_child(kind: str, batch: Path, db: Path) -> dict[str, float]:
+def mark_all_sent(db: str) -> None:
+    """As if every planned item had been delivered (the bench measures planning, not sending
+    a million requests): through the store's own connection, one UPDATE each."""
+    from notifier.store import Store  # noqa: PLC0415
+
+    store = Store.open(db)
+    try:
+        store.conn.execute("BEGIN")
+        store.conn.execute(
+            "INSERT INTO receipts (idempotency_key, intent_digest, receipt_id, source, "
+            "recorded_at) SELECT idempotency_key, intent_digest, idempotency_key, 'bench', "
+            "updated_at FROM items WHERE state = 'pending'"
+        )
+        store.conn.execute("UPDATE items SET state = 'sent' WHERE state = 'pending'")
+        store.conn.execute("UPDATE runs SET state = 'completed'")
+        store.conn.execute("COMMIT")
+    finally:
+        store.close()
+
+
+def run_child(kind: str, batch: Path, db: Path | str) -> dict[str, float]:
     out = subprocess.run(
         [sys.executable, __file__, "--child", kind, "--batch", str(batch), "--db", str(db)],
         capture_output=True,
@@ -82,11 +107,13 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--child")
     parser.add_argument("--batch", type=Path)
-    parser.add_argument("--db", type=Path)
+    parser.add_argument("--db")
     args = parser.parse_args()
     if args.child:
         result = (
-            child_plain(args.batch) if args.child == "plain" else child_plan(args.batch, args.db)
+            child_plain(args.batch)
+            if args.child == "plain"
+            else child_plan(args.batch, Path(args.db) if "://" not in args.db else args.db)
         )
         result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(json.dumps(result))
@@ -95,16 +122,22 @@ def main() -> None:
         batch = Path(tmp) / "batch.csv"
         generate(batch, args.rows)
         size_mb = batch.stat().st_size / 1e6
+        db = args.db or str(Path(tmp) / "receipts.db")
         plain = run_child("plain", batch, Path(tmp) / "unused.db")
-        plan = run_child("plan", batch, Path(tmp) / "receipts.db")
-        db_mb = (Path(tmp) / "receipts.db").stat().st_size / 1e6
+        plan = run_child("plan", batch, db)
+        db_mb = Path(db).stat().st_size / 1e6 if "://" not in db else 0.0
+        mark_all_sent(db)
+        again = run_child("plan", batch, db)
+        fresh = Path(tmp) / "fresh.csv"
+        generate(fresh, args.rows, start=args.rows + 1)
+        new = run_child("plan", fresh, db)
     print(f"batch: {args.rows} rows, {size_mb:.1f} MB CSV")
     print(
         f"plain loop (csv + json, not durable): {plain['rows'] / plain['seconds']:,.0f} rows/s, "
         f"{plain['seconds']:.2f} s, peak RSS {plain['peak_rss_mb']:.0f} MB"
     )
     print(
-        f"notifier plan (validate + intents + one transaction): "
+        f"notifier plan into an empty database (validate + intents + one transaction): "
         f"{plan['rows'] / plan['seconds']:,.0f} rows/s, {plan['seconds']:.2f} s "
         f"(validate+digest {plan['validate_s']:.2f} s, store {plan['store_s']:.2f} s), "
         f"peak RSS {plan['peak_rss_mb']:.0f} MB, database {db_mb:.0f} MB"
@@ -113,6 +146,15 @@ def main() -> None:
         f"ratio plan/plain: time x{plan['seconds'] / plain['seconds']:.1f}, "
         f"peak RSS x{plan['peak_rss_mb'] / plain['peak_rss_mb']:.1f}"
     )
+    for label, result in (
+        ("the same file again, every row already sent", again),
+        ("as many new rows, against the rows already sent", new),
+    ):
+        print(
+            f"plan {label}: {result['seconds']:.2f} s (validate+digest "
+            f"{result['validate_s']:.2f} s, compare+store {result['store_s']:.2f} s), "
+            f"{result['planned']:.0f} planned, peak RSS {result['peak_rss_mb']:.0f} MB"
+        )
 
 
 if __name__ == "__main__":

@@ -29,15 +29,17 @@ from .runner import Runner, RunOptions, RunResult
 from .signals import Interruption, interrupt_guard
 from .state_machine import FINISHED_RUN_STATES, ItemState, ItemTrigger, RunState, RunTrigger
 from .store import (
-    AlreadyPlanned,
     LeaseHeld,
     LostRace,
     NoDatabase,
+    PlanRefused,
     PlanStage,
+    Prior,
     RunExists,
     Store,
     is_postgres,
 )
+from .store.history import CHANGED, DELIVERED, OPEN, RETRIED, UNSETTLED
 from .template import Template, render_stream
 
 # ---------------------------------------------------------------------- send / resume
@@ -46,7 +48,7 @@ from .template import Template, render_stream
 @dataclass(frozen=True)
 class DryRun:
     plan: Plan
-    existing: list[Run]
+    prior: Prior
 
 
 def plan_batch(
@@ -111,16 +113,16 @@ def read_rows(
 
 
 def dry_run(env: Env, plan: Plan) -> DryRun:
-    """What `send` would plan, and the runs that already planned the same content (the
-    content fingerprint, as `send` decides it; nothing is written)."""
-    existing: list[Run] = []
+    """What `send` would plan, compared with the earlier runs of the database as `send`
+    compares it (nothing is written)."""
+    prior = Prior(plan.count)
     if env.may_hold_runs():
         store = open_store(env, readonly=True)
         try:
-            existing = store.runs_with_content_fingerprint(plan.content_fingerprint)
+            prior = store.compare_plan(plan.items)
         finally:
             store.close()
-    return DryRun(plan, existing)
+    return DryRun(plan, prior)
 
 
 def run_stored(env: Env, run_id: str) -> bool | None:
@@ -161,6 +163,15 @@ def check_channels(env: Env, names: Iterable[str]) -> None:
         channel.close()
 
 
+@dataclass(frozen=True)
+class Stored:
+    """A stored plan: its store (None when nothing was left to send, and nothing stored),
+    and how the file's rows compared with earlier runs (None with --new-run)."""
+
+    store: Store | None
+    prior: Prior | None
+
+
 def store_plan(
     env: Env,
     plan: Plan,
@@ -168,23 +179,28 @@ def store_plan(
     options: Mapping[str, object],
     new_run: bool,
     *,
+    resend_changed: bool = False,
     then: RunTrigger | None = None,
-) -> Store:
-    """Store the plan, unless the same content was planned before (one decision with the
-    insert, inside the store's write transaction) and `new_run` was not given. The plan's
-    scratch stage is discarded either way."""
+) -> Stored:
+    """Store what is left of the plan once earlier runs are accounted for (history.py: one
+    decision with the insert, inside the store's write transaction), or with `new_run`
+    every row. The plan's scratch stage is discarded either way."""
     try:
         store = open_store(env, create=True)
     except BaseException:
         plan.close()
         raise
     try:
-        store.create_run(
-            plan.run_row(str(batch), dict(options)), plan.items, new_run=new_run, then=then
+        prior = store.create_run(
+            plan.run_row(str(batch), dict(options)),
+            plan.items,
+            new_run=new_run,
+            resend_changed=resend_changed,
+            then=then,
         )
-    except AlreadyPlanned as planned:
+    except PlanRefused as refused:
         store.close()
-        raise BadInput(already_planned_message(env, batch, planned.run)) from None
+        raise BadInput(refusal_message(batch, refused.prior)) from None
     except RunExists:
         store.close()
         raise BadInput(f"run {plan.run_id!r} already exists: choose another --run-id.") from None
@@ -193,29 +209,67 @@ def store_plan(
         raise
     finally:
         plan.close()
-    return store
+    if prior is not None and not prior.left:
+        store.close()
+        return Stored(None, prior)
+    return Stored(store, prior)
 
 
-def already_planned_message(env: Env, batch: Path, run: Run) -> str:
-    if run.state in FINISHED_RUN_STATES:
-        advice = (
-            f"nothing is left for `notifier resume`; `notifier report {run.run_id}` "
-            "shows who got it"
+def _runs(prior: Prior, verdict: str) -> str:
+    """ "run A", or "runs A, B" (oldest first)."""
+    runs = prior.runs(verdict)
+    return ("run " if len(runs) == 1 else "runs ") + ", ".join(runs)
+
+
+def refusal_message(batch: Path, prior: Prior) -> str:
+    """Why nothing was stored, naming the runs and rows, and the command that will work."""
+    if prior.count(OPEN):
+        runs = prior.runs(OPEN)
+        return (
+            f"{batch}: {prior.count(OPEN)} row(s) are still open (pending, in flight or "
+            f"unknown) in unfinished {_runs(prior, OPEN)}; two runs never hold the same "
+            f"row. Nothing was stored. Continue that run with `notifier resume {runs[-1]}` "
+            f"(or stop it with `notifier cancel {runs[-1]}`), then send the file again to "
+            "send what it did not deliver."
         )
-    else:
-        advice = f"continue it with `notifier resume {run.run_id}`"
-    drift = config_module.snapshot_drift(run.channel_snapshot, env.config)
-    # Tuning is not part of "the same batch", but a changed setting is still worth saying.
-    changed = (
-        f" The channel settings changed since that run was planned ({'; '.join(drift)})."
-        if drift
-        else ""
-    )
+    if prior.count(UNSETTLED):
+        runs = prior.runs(UNSETTLED)
+        return (
+            f"{batch}: {prior.count(UNSETTLED)} row(s) may have been delivered by finished "
+            f"{_runs(prior, UNSETTLED)} (their outcome is unknown). Nothing was stored. "
+            f"Settle them with `notifier reconcile --manual {runs[-1]}`, then send the file "
+            "again."
+        )
+    n = prior.count(CHANGED)
+    listed = ", ".join(f"{item_id} (row {seq})" for seq, item_id in prior.changed_rows)
+    more = f" and {n - len(prior.changed_rows)} more" if n > len(prior.changed_rows) else ""
     return (
-        f"{batch}: this batch was already planned as run {run.run_id} "
-        f"(state {run.state.value}); {advice}.{changed} Pass --new-run only to send every row "
-        "again, to everyone, as a new run."
+        f"{batch}: {n} row(s) were delivered before by {_runs(prior, CHANGED)} with "
+        f"different content: {listed}{more}. Nothing was stored. If the change is meant to "
+        "reach them, send the file again with --resend-changed (each goes out again as a new "
+        "notification); otherwise restore those rows as they were."
     )
+
+
+def prior_summary(prior: Prior) -> list[str]:
+    """The lines `send` prints about earlier runs: what was left out, and what is retried."""
+    lines = []
+    if prior.count(DELIVERED):
+        lines.append(
+            f"{prior.count(DELIVERED)} row(s) already delivered with the same content by "
+            f"{_runs(prior, DELIVERED)}: not sent again."
+        )
+    if prior.count(RETRIED):
+        lines.append(
+            f"{prior.count(RETRIED)} row(s) never delivered by earlier "
+            f"{_runs(prior, RETRIED)} (failed, expired, cancelled or not sent): sent again."
+        )
+    if prior.count(CHANGED):
+        lines.append(
+            f"{prior.count(CHANGED)} row(s) changed since {_runs(prior, CHANGED)} "
+            "delivered them: sent again as new notifications (--resend-changed)."
+        )
+    return lines
 
 
 def work_run(
@@ -680,8 +734,9 @@ def decide(
         "not-sent": (
             "pending (it will be sent with the same key on resume)"
             if run.state not in FINISHED_RUN_STATES
-            else f"pending; run {run.run_id} is {run.state.value}, so nothing will send it. "
-            "To send it, put it in a new batch and `notifier send` that"
+            else f"pending; run {run.run_id} is {run.state.value}, so it will not send it. "
+            f"Send the same file again (`notifier send {run.batch_path}`) to send it: only rows "
+            "never delivered are sent"
         ),
         "abandon": "failed",
     }[mark]

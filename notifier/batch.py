@@ -52,6 +52,7 @@ class BatchRow(NamedTuple):
     channel: str
     data: dict[str, str]
     not_after: str | None = None  # UTC ISO 8601 (clock.iso): the deadline, part of the intent
+    own_id: bool = False  # item_id came from the file's `id` column, not the row's position
 
 
 @dataclass(frozen=True)
@@ -454,4 +455,5 @@ def _check_row(
         channel,
         {name: record[index] for index, name in layout.data},
         clock.iso(deadline) if deadline is not None else None,
+        layout.id is not None,
     )

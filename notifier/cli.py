@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from . import compose
+    from .app import Stored
     from .batch import BatchRow
     from .plan import Plan
     from .records import Run
@@ -192,10 +193,17 @@ def _progress(total: int) -> Iterator[Callable[[int], None]]:
         yield lambda n: progress.advance(task, n)
 
 
-def _finish(ctx: click.Context, run_id: str, result: RunResult, draft_failures: int = 0) -> None:
+def _finish(
+    ctx: click.Context,
+    run_id: str,
+    result: RunResult,
+    draft_failures: int = 0,
+    *,
+    batch: str | None = None,
+) -> None:
     from .outcome import run_advice, run_exit  # noqa: PLC0415 (start-up time)
 
-    advice = run_advice(result, run_id)
+    advice = run_advice(result, run_id, batch or "BATCH.csv")
     click.echo(f"run {run_id}: {result.reason}." + (f" {advice}" if advice else ""))
     code = run_exit(result)
     if draft_failures and code is ExitCode.DONE:
@@ -294,7 +302,16 @@ def _report_draft_failures(store: Store, run: Run) -> int:
     help="Store the plan and stop in awaiting_approval; `notifier approve` lets it send.",
 )
 @click.option("--dry-run", is_flag=True, help="Validate and show the plan; write nothing.")
-@click.option("--new-run", is_flag=True, help="Send a batch again even if it was planned before.")
+@click.option(
+    "--new-run",
+    is_flag=True,
+    help="Plan every row again, even those earlier runs delivered or hold (no identity check).",
+)
+@click.option(
+    "--resend-changed",
+    is_flag=True,
+    help="Send rows delivered before whose content changed, as new notifications.",
+)
 @click.option(
     "--max-wait",
     type=click.FloatRange(0),
@@ -316,6 +333,7 @@ def send(
     concurrency: int,
     dry_run: bool,
     new_run: bool,
+    resend_changed: bool,
     max_wait: float,
     template_path: Path | None,
     require_approval: bool,
@@ -360,33 +378,60 @@ def send(
         )
     except KeyboardInterrupt:
         raise Interrupted(_interrupted_planning(batch)) from None
-    per_channel = ", ".join(f"{name}: {n}" for name, n in sorted(plan.per_channel.items()))
     if dry_run:
-        try:
-            checked = app.dry_run(env, plan)
-        finally:
-            plan.close()
-        click.echo(f"dry run: {plan.count} notifications ({per_channel}); nothing written.")
-        click.echo(f"fingerprint: {plan.fingerprint}")
-        for run in checked.existing:
-            click.echo(f"already planned as run {run.run_id} ({run.state.value}).")
+        _dry_run(env, plan, batch, new_run=new_run, resend_changed=resend_changed)
         return
     then = RunTrigger.REQUEST_APPROVAL if require_approval else None
-    store = _store_plan(env, plan, batch, options, new_run, then)
+    stored = _store_plan(env, plan, batch, options, new_run, resend_changed, then)
+    for line in app.prior_summary(stored.prior) if stored.prior else []:
+        click.echo(line)
+    if stored.store is None:
+        click.echo(
+            f"nothing to send: every row of {batch} was already delivered with the same "
+            "content. `notifier runs` lists the runs; --new-run sends every row again."
+        )
+        return
+    store = stored.store
     try:
-        click.echo(f"planned run {plan.run_id}: {plan.count} notifications ({per_channel})")
-        click.echo(f"fingerprint: {plan.fingerprint}")
         run = store.get_run(plan.run_id)
+        counts = store.counts(plan.run_id)
+        left_out = stored.prior is not None and stored.prior.left < plan.count
+        channels = store.per_channel(run.run_id) if left_out else plan.per_channel
+        per_channel = ", ".join(f"{name}: {n}" for name, n in sorted(channels.items()))
+        click.echo(f"planned run {run.run_id}: {counts.total} notifications ({per_channel})")
+        click.echo(f"fingerprint: {run.fingerprint}")
         if run.state is RunState.AWAITING_APPROVAL:
             _await_approval(store, run)
             return
-        with _progress(plan.count) as advance:
+        with _progress(counts.total) as advance:
             result = app.work_run(
                 env, store, run, RunOptions(concurrency, max_wait, rate=rate), advance=advance
             )
     finally:
         store.close()
-    _finish(ctx, plan.run_id, result)
+    _finish(ctx, plan.run_id, result, batch=str(batch))
+
+
+def _dry_run(env: Env, plan: Plan, batch: Path, *, new_run: bool, resend_changed: bool) -> None:
+    """What `send` would plan, and why; nothing is written."""
+    from . import app  # noqa: PLC0415 (start-up time)
+
+    try:
+        checked = app.dry_run(env, plan)
+    finally:
+        plan.close()
+    per_channel = ", ".join(f"{name}: {n}" for name, n in sorted(plan.per_channel.items()))
+    click.echo(f"dry run: {plan.count} notifications ({per_channel}); nothing written.")
+    click.echo(f"fingerprint: {plan.fingerprint}")
+    prior = checked.prior
+    if new_run:
+        click.echo("--new-run: every row would be planned again.")
+    elif prior.refused(resend_changed):
+        click.echo(f"send would refuse it: {app.refusal_message(batch, prior)}")
+    else:
+        for line in app.prior_summary(prior):
+            click.echo(line)
+        click.echo(f"send would plan {prior.left} of them.")
 
 
 def _store_plan(
@@ -395,8 +440,9 @@ def _store_plan(
     batch: Path,
     options: dict[str, object],
     new_run: bool,
+    resend_changed: bool,
     then: RunTrigger | None,
-) -> Store:
+) -> Stored:
     """Check the channels the run sends through (their secrets and URLs from the
     environment), then store the plan: exit 2 means nothing was stored. A run that waits for
     approval is sent later, perhaps elsewhere: its channels are checked when it is."""
@@ -409,7 +455,9 @@ def _store_plan(
             except BaseException:
                 plan.close()
                 raise
-        return app.store_plan(env, plan, batch, options, new_run, then=then)
+        return app.store_plan(
+            env, plan, batch, options, new_run, resend_changed=resend_changed, then=then
+        )
     except KeyboardInterrupt:
         raise Interrupted(_interrupted_storing(env, batch, plan.run_id)) from None
 
@@ -494,7 +542,7 @@ def _send_compose(
             result = app.work_run(env, store, run, _run_options(options), advance=advance)
     finally:
         store.close()
-    _finish(ctx, new_id, result, failures)
+    _finish(ctx, new_id, result, failures, batch=str(batch))
 
 
 def _run_options(options: dict[str, object]) -> RunOptions:
@@ -734,7 +782,7 @@ def _resume(
             result = app.work_run(env, store, run, options, advance=advance, announce=announce)
     finally:
         store.close()
-    _finish(ctx, run.run_id, result, failures)
+    _finish(ctx, run.run_id, result, failures, batch=run.batch_path)
 
 
 def _stored_rate(options: dict[str, Any]) -> float | None:

@@ -225,6 +225,7 @@ def apply_draft(row: BatchRow, draft: Mapping[str, str], template: Template | No
             row.channel,
             row.data,
             row.not_after,
+            row.own_id,
         )
     result = render_row(template, row, draft)
     if isinstance(result, BatchRow):

@@ -113,6 +113,15 @@ def key_of_normalised(run_id: str, nonce: str, item_id: str, normalised_target: 
     return KEY_PREFIX + sha256_hex(components)[:KEY_HEX_CHARS]
 
 
+def row_identity(own_id: str | None, digest: str) -> str:
+    """What makes two rows of two runs the same notification, with the channel beside it
+    (items.channel, items.identity): the row's own `id` when the file has an id column, else
+    its intent digest, which is exactly its channel, normalised recipient and content. Not
+    the line number a missing id stands in for: inserting a row would shift every one below.
+    m006 back-fills the same two formulas in SQL; the three must stay identical."""
+    return digest if own_id is None else "id:" + own_id
+
+
 def content_fingerprint(digests: Iterable[str], channel_names: Iterable[str]) -> str:
     """What decides "this batch was already planned": what is sent, to whom, through which
     named channels. Transport tuning (timeouts, retry settings, URLs) is left out on

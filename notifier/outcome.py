@@ -35,8 +35,9 @@ def run_exit(result: RunResult) -> ExitCode:
     return settled_exit(result.state, result.counts)
 
 
-def run_advice(result: RunResult, run_id: str) -> str:
-    """What to do next, if anything, after a run stopped."""
+def run_advice(result: RunResult, run_id: str, batch: str = "BATCH.csv") -> str:
+    """What to do next, if anything, after a run stopped. `batch`: the run's file, which
+    sent again delivers what the run did not (issue 21), and nothing twice."""
     if result.stop in (Stop.INTERRUPTED, Stop.TERMINATED):
         return f"Continue with `notifier resume {run_id}`."
     if result.stop is Stop.APPROVAL_EXPIRED:
@@ -57,7 +58,9 @@ def run_advice(result: RunResult, run_id: str) -> str:
     if result.stop in (Stop.HALTED, Stop.CONFLICT):
         advice = (
             f"`notifier status {run_id}` lists the items; fix the cause, then "
-            f"`notifier resume {run_id}`."
+            f"`notifier resume {run_id}`. Once the run is finished, send the same file again "
+            f"(`notifier send {batch}`) to retry the items that failed: only rows never "
+            "delivered are sent."
         )
         if result.counts.unknown:
             # `reconcile` by query settles nothing on a channel that cannot be asked.
@@ -73,6 +76,12 @@ def run_advice(result: RunResult, run_id: str) -> str:
         return f"`notifier status {run_id}` shows the run and its workers."
     if result.counts.unknown:
         return f"Settle the unknown items with `notifier reconcile --manual {run_id}`."
+    if result.counts.failed:
+        return (
+            f"{result.counts.failed} item(s) failed; `notifier report {run_id}` lists them "
+            f"with their errors. Fix the cause, then send the same file again (`notifier send "
+            f"{batch}`): only the rows not delivered are sent, each once."
+        )
     if result.counts.expired:
         return (
             f"{result.counts.expired} item(s) passed their not_after and were never sent; "

@@ -21,6 +21,7 @@ from .intent import (
     new_key_nonce,
     normalise_target,
     payload_json,
+    row_identity,
 )
 from .state_machine import RunState
 from .store import PlanStage
@@ -103,7 +104,18 @@ def make_plan(
             hash_digest(digest.encode("ascii") + b"\n")
             per_channel[row.channel] += 1
             key = key_of_normalised(run_id, nonce, row.item_id, target)
-            add(row.seq, row.item_id, row.channel, row.to, payload, key, digest, row.not_after)
+            identity = row_identity(row.item_id if row.own_id else None, digest)
+            add(
+                row.seq,
+                row.item_id,
+                row.channel,
+                row.to,
+                payload,
+                key,
+                digest,
+                row.not_after,
+                identity,
+            )
     except BaseException:
         stage.close()
         raise

@@ -338,3 +338,28 @@ CREATE TABLE channel_gates (
     PRIMARY KEY (run_id, channel)
 )
 """
+
+
+@migration
+def m006_item_identity(db: Database) -> None:
+    """Issue 21: a row's identity across runs, so that `send` plans only what earlier runs
+    in this database did not deliver. `items.identity` beside `items.channel` is the row's
+    own id ("id:" + id) when its file had an id column, else its intent digest (channel,
+    normalised recipient and content): intent.row_identity, written out here as SQL.
+
+    Old items are back-filled so that what was delivered before this migration counts. A
+    file without an id column gave each row its position as item_id, so a run whose every
+    item_id is its seq is taken as such a file. A file whose ids really were 1, 2, 3, … in
+    order is read the same way: its rows are then matched by content, and a later copy of
+    it with changed content is sent as new rows rather than refused as changed."""
+    _execute_all(db, M006)
+
+
+M006 = """
+ALTER TABLE items ADD COLUMN identity TEXT;
+UPDATE items SET identity = CASE WHEN run_id IN (
+        SELECT run_id FROM items GROUP BY run_id
+        HAVING SUM(CASE WHEN item_id = CAST(seq AS TEXT) THEN 0 ELSE 1 END) = 0
+    ) THEN intent_digest ELSE 'id:' || item_id END;
+CREATE INDEX items_identity ON items(channel, identity)
+"""

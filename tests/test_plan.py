@@ -115,14 +115,14 @@ def test_the_stored_payload_and_the_key_are_the_canonical_json_formulas(
     assert idempotency_key("run-1", "00ff00ff00ff00ff", item_id, target) == KEY_PREFIX + hashed[:40]
 
 
-def test_same_batch_again_is_refused_unless_new_run(ws: Workspace) -> None:
-    """Re-sending a planned batch exits 2 naming the run and `notifier resume`; --new-run
-    sends it again under new keys."""
+def test_same_batch_again_has_nothing_to_send_unless_new_run(ws: Workspace) -> None:
+    """Re-sending a delivered batch plans nothing (exit 0, naming the run that delivered
+    it); --new-run sends it again under new keys."""
     assert ws.invoke("send", str(EXAMPLE)).exit_code == 0
     run_id = ws.query("SELECT run_id FROM runs")[0][0]
     again = ws.invoke("send", str(EXAMPLE))
-    assert again.exit_code == 2
-    assert run_id in again.output and "notifier resume" in again.output
+    assert again.exit_code == 0
+    assert run_id in again.output and "nothing to send" in again.output
     assert ws.query("SELECT COUNT(*) FROM runs") == [(1,)]
     assert len(ws.outbox_documents()) == 100
 
@@ -143,14 +143,16 @@ def test_dry_run_writes_nothing(ws: Workspace) -> None:
 
 
 def test_dry_run_on_a_planned_batch_names_the_run(ws: Workspace) -> None:
-    """A dry run of a batch already planned says which run it is, and changes nothing."""
+    """A dry run of a batch already delivered names the run that delivered it and what
+    send would plan (nothing), and changes nothing."""
     ws.write_csv("b.csv", make_rows(3))
     assert ws.invoke("send", "b.csv").exit_code == 0
     before = ws.db_file.read_bytes()
     run_id = ws.query("SELECT run_id FROM runs")[0][0]
     result = ws.invoke("send", "b.csv", "--dry-run")
     assert result.exit_code == 0
-    assert f"already planned as run {run_id}" in result.output
+    assert f"3 row(s) already delivered with the same content by run {run_id}" in result.output
+    assert "send would plan 0 of them" in result.output
     assert ws.db_file.read_bytes() == before
 
 

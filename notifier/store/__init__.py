@@ -15,16 +15,17 @@ from .checks import Checks
 from .core import ATTENTION_STATES
 from .drafts import Drafts
 from .exceptions import (
-    AlreadyPlanned,
     DatabaseUnwritable,
     LeaseHeld,
     LeaseLost,
     LostRace,
     NoDatabase,
+    PlanRefused,
     RunExists,
     StorageFailed,
     StoreRefused,
 )
+from .history import Prior
 from .leases import Leases
 from .opening import Opening
 from .queries import Queries
@@ -64,13 +65,14 @@ class SqliteStore(Opening, Store):
 
 __all__ = [
     "ATTENTION_STATES",
-    "AlreadyPlanned",
     "DatabaseUnwritable",
     "LeaseHeld",
     "LeaseLost",
     "LostRace",
     "NoDatabase",
+    "PlanRefused",
     "PlanStage",
+    "Prior",
     "RunExists",
     "SqliteStore",
     "StorageFailed",

@@ -37,7 +37,9 @@ ATTENTION_STATES = (ItemState.IN_FLIGHT, ItemState.UNKNOWN, ItemState.FAILED)
 _ATTENTION = "state IN ({})".format(", ".join(f"'{s.value}'" for s in ATTENTION_STATES))
 # Events checked for gaps at each end of a run's history when a database is opened.
 _EVENT_WINDOW = 10_000
-_ITEM_COLUMNS = "seq, item_id, channel, target, payload, idempotency_key, intent_digest, not_after"
+_ITEM_COLUMNS = (
+    "seq, item_id, channel, target, payload, idempotency_key, intent_digest, not_after, identity"
+)
 # A newly planned item: its run, the item columns, then the rest, all `pending` and unattempted.
 _PENDING_COLUMNS = f"run_id, {_ITEM_COLUMNS}, updated_at, state, attempts"
 _HEADER = b"SQLite format 3\x00"

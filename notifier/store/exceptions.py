@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import clock
 from ..errors import BadInput, NeedsAttention, Refused
-from ..records import (
-    Run,
-)
+
+if TYPE_CHECKING:
+    from .history import Prior
 
 
 class StoreRefused(Refused):
@@ -39,12 +39,13 @@ class LeaseLost(Refused):
         return f"{super().__str__()}; this process stopped without writing."
 
 
-class AlreadyPlanned(BadInput):
-    """The same content was planned before, as `run` (the newest such run)."""
+class PlanRefused(BadInput):
+    """Rows of the plan are open in another run, may have been delivered, or were delivered
+    with other content (`prior` says which); nothing was stored."""
 
-    def __init__(self, run: Run) -> None:
-        self.run = run
-        super().__init__(f"already planned as run {run.run_id}")
+    def __init__(self, prior: Prior) -> None:
+        self.prior = prior
+        super().__init__("rows of this batch are held by earlier runs")
 
 
 class RunExists(BadInput):

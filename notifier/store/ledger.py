@@ -7,6 +7,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from .. import clock
+from ..intent import content_fingerprint, run_fingerprint
 from ..records import (
     Item,
     Outcome,
@@ -22,14 +23,15 @@ from ..state_machine import (
 )
 from .core import (
     _ACTIVE,
+    _ITEM_COLUMNS,
     _PENDING_COLUMNS,
     MAYBE_DELIVERED,
-    StoreCore,
     _dump,
     _plain_ack,
     _state_literal,
 )
-from .exceptions import AlreadyPlanned, LostRace, RunExists
+from .exceptions import LostRace, PlanRefused, RunExists
+from .history import DELIVERED, History, Prior
 from .stage import PlanStage
 
 # The events of the items a writing WITH moved (its CTE `rows`), numbered in seq order after
@@ -41,7 +43,7 @@ _EVENTS_OF = (
 )
 
 
-class Ledger(StoreCore):
+class Ledger(History):
     """Point A and point B, plans, decisions, drafts and approvals: every write of the run's
     history."""
 
@@ -51,30 +53,42 @@ class Ledger(StoreCore):
         items: Sequence[dict[str, Any]] | PlanStage,
         *,
         new_run: bool = False,
+        resend_changed: bool = False,
         then: RunTrigger | None = None,
-    ) -> None:
-        """The run row and every intent, in one transaction: a batch is planned whole or not
-        at all. `then` (e.g. `request_approval`) moves the new run in the same transaction, so
-        no crash can leave a run that needs an approval looking merely `planned`.
+    ) -> Prior | None:
+        """The run row and every intent left to send, in one transaction: a batch is planned
+        whole or not at all. `then` (e.g. `request_approval`) moves the new run in the same
+        transaction, so no crash can leave a run that needs an approval looking merely
+        `planned`.
 
-        The "already planned" check is part of the same transaction, which holds the write
-        lock from its first statement (BEGIN IMMEDIATE): two `send`s of one batch cannot both
-        pass the check before either inserts, so exactly one plans it and the other gets
-        AlreadyPlanned naming the winner (issue 7, point 5). `new_run` skips the check.
-        RunExists: a run with this id is already here.
+        A staged plan is first compared with every earlier run (history.py), inside the
+        same transaction, which holds the write lock from its first statement (BEGIN
+        IMMEDIATE): two `send`s of one batch cannot both pass the comparison before either
+        inserts, so one plans the rows and the other finds them open in its run. Raises
+        PlanRefused when a row is open or unsettled elsewhere, or changed (unless
+        `resend_changed`); rows delivered with the same content are left out. Returns the
+        comparison (None with `new_run`, which plans every row again), and stores nothing
+        when nothing is left. RunExists: a run with this id is already here.
 
         `items` is normally the PlanStage the CSV was streamed into: its rows are copied by
         the database (`_copy_stage`), so a million intents never sit in memory at once."""
         at = run["created_at"]
         with self._planning():
-            if not new_run:
-                same = self._runs_with_content_fingerprint(run["content_fingerprint"])
-                if same:
-                    raise AlreadyPlanned(same[0])
             if self.conn.execute(
                 "SELECT 1 FROM runs WHERE run_id = ?", (run["run_id"],)
             ).fetchone():
                 raise RunExists(run["run_id"])
+            prior = None
+            if isinstance(items, PlanStage) and not new_run:
+                stage = self._stage_table(items)
+                prior = self._compare(stage, items.count)
+                if prior.refused(resend_changed):
+                    raise PlanRefused(prior)
+                if not prior.left:
+                    return prior
+                if prior.count(DELIVERED):
+                    self._drop_delivered(stage)
+                    run = {**run, **self._fingerprints(stage, run["channel_snapshot"])}
             self._insert_row(
                 "runs",
                 {
@@ -85,9 +99,24 @@ class Ledger(StoreCore):
                 },
             )
             n = self._insert_items(run["run_id"], items, at)
-            self._event(run["run_id"], "planned", None, {"items": n}, at)
+            detail: dict[str, Any] = {"items": n}
+            if prior is not None and prior.count(DELIVERED):
+                detail["delivered_before"] = prior.count(DELIVERED)
+            self._event(run["run_id"], "planned", None, detail, at)
             if then is not None:
                 self._move_run(run["run_id"], then, at)
+        return prior
+
+    def _fingerprints(self, stage: str, snapshot: dict[str, Any]) -> dict[str, str]:
+        """Both fingerprints of what is left in the stage: an approval covers the intents
+        stored, not the rows of the file that were delivered before."""
+        digests = [
+            d for (d,) in self.conn.execute(f"SELECT intent_digest FROM {stage} ORDER BY seq")
+        ]
+        return {
+            "fingerprint": run_fingerprint(digests, snapshot),
+            "content_fingerprint": content_fingerprint(digests, snapshot),
+        }
 
     def _insert_items(
         self, run_id: str, items: Sequence[dict[str, Any]] | PlanStage, at: str
@@ -108,6 +137,7 @@ class Ledger(StoreCore):
                     item["idempotency_key"],
                     item["intent_digest"],
                     item.get("not_after"),
+                    item.get("identity"),
                 )
                 for item in items
             )
@@ -134,12 +164,19 @@ class Ledger(StoreCore):
         return counted
 
     def _copy_stage(self, run_id: str, stage: PlanStage, at: str) -> int:
-        """A plan's staged intents as pending items, read a chunk at a time (an engine may
-        copy them more directly)."""
-        return self._insert_rows(run_id, stage.rows(), at)
+        """A plan's staged intents (what is left of them) as pending items: one INSERT …
+        SELECT, the database copying the rows itself."""
+        copied = self.conn.execute(
+            f"INSERT INTO items ({_PENDING_COLUMNS}) SELECT ?, {_ITEM_COLUMNS}, ?, 'pending', 0 "
+            f"FROM {self._stage_table(stage)} ORDER BY seq",
+            (run_id, at),
+        )
+        self._gather_statistics()
+        return int(copied.rowcount)
 
-    def _release_stage(self) -> None:
-        """Let go of what `_copy_stage` held past its transaction (nothing, here)."""
+    def _gather_statistics(self) -> None:
+        """After a plan's items are inserted (PostgreSQL's planner needs them; SQLite's
+        does not)."""
 
     @contextmanager
     def _planning(self) -> Iterator[None]:
@@ -155,7 +192,7 @@ class Ledger(StoreCore):
         """Item rows (run_id, the item columns, updated_at), all `pending`, none attempted."""
         self.conn.executemany(
             f"INSERT INTO items ({_PENDING_COLUMNS}) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0)",
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0)",
             rows,
         )
 

@@ -15,7 +15,7 @@ from .. import schema
 from ..errors import NotifierError
 from . import walwatch
 from .checks import Checks
-from .core import _HEADER, _ITEM_COLUMNS, _PENDING_COLUMNS, ROLLED_BACK
+from .core import _HEADER, ROLLED_BACK
 from .exceptions import DatabaseUnwritable, NoDatabase, StorageFailed, StoreRefused
 from .stage import PlanStage
 
@@ -24,7 +24,7 @@ class Opening(Checks):
     """Opening an SQLite file and the checks that come first: nothing is written to a file
     that fails them, and read-only commands open it read-only."""
 
-    _stage_attached = False  # a plan's stage attached by _copy_stage
+    _stage_attached = False  # a plan's stage attached by _stage_table
     _file_key: walwatch.FileKey | None = None  # this connection, counted in walwatch
 
     path: Path
@@ -151,19 +151,15 @@ class Opening(Checks):
         with self._write():
             schema.apply(self.conn)
 
-    def _copy_stage(self, run_id: str, stage: PlanStage, at: str) -> int:
-        """One INSERT … SELECT from the stage's file, attached for this transaction: SQLite
-        copies the rows itself, at half the cost of binding each one from Python (about 20 s
-        of a million-row plan). Detached once the transaction has ended (_release_stage)."""
-        stage.finish()
-        self.conn.execute("ATTACH DATABASE ? AS plan_stage", (str(stage.path),))
-        self._stage_attached = True
-        copied = self.conn.execute(
-            f"INSERT INTO items ({_PENDING_COLUMNS}) "
-            f"SELECT ?, {_ITEM_COLUMNS}, ?, 'pending', 0 FROM plan_stage.items ORDER BY seq",
-            (run_id, at),
-        )
-        return int(copied.rowcount)
+    def _stage_table(self, stage: PlanStage) -> str:
+        """The stage's file, attached until the transaction has ended (_release_stage):
+        SQLite compares and copies the rows itself, at half the cost of binding each one from
+        Python (about 20 s of a million-row plan)."""
+        if not self._stage_attached:
+            stage.finish()
+            self.conn.execute("ATTACH DATABASE ? AS plan_stage", (str(stage.path),))
+            self._stage_attached = True
+        return "plan_stage.items"
 
     def _release_stage(self) -> None:
         if self._stage_attached:

@@ -27,8 +27,9 @@ from psycopg.pq import TransactionStatus
 from .. import clock, schema_pg
 from ..errors import NotifierError
 from .checks import Checks
-from .core import _PENDING_COLUMNS, ROLLED_BACK
+from .core import _ITEM_COLUMNS, _PENDING_COLUMNS, ROLLED_BACK
 from .exceptions import DatabaseUnwritable, NoDatabase, StorageFailed, StoreRefused
+from .stage import PlanStage
 
 # How long a write waits for another process's transaction, as SQLite's busy_timeout.
 LOCK_TIMEOUT_S = 10
@@ -191,6 +192,7 @@ class PostgresOpening(Checks):
             raw.execute("SET default_transaction_read_only = on")
         store = cls(describe(url), PgConnection(raw))
         store.url = url
+        store._readonly = readonly
         return store
 
     def _prepare(self) -> None:
@@ -283,16 +285,48 @@ class PostgresOpening(Checks):
             cursor.execute(query, params)
             yield from cursor
 
+    _stage_copied = False  # the plan's stage copied into this transaction's temp table
+    _readonly = False  # opened for a read-only command
+
+    def _stage_table(self, stage: PlanStage) -> str:
+        """The server cannot read the stage's file: its rows are copied, in one COPY stream,
+        into a temporary table that the transaction's end drops. The comparison with
+        earlier runs and the copy into `items` are then one statement each on the server."""
+        if not self._stage_copied:
+            if self._readonly:
+                # A dry run's snapshot (compare_plan): the first statement of a transaction
+                # that is rolled back, and writes only this temporary table, which the
+                # server refuses to create in a read-only one.
+                self.conn.execute("SET TRANSACTION READ WRITE")
+            self.conn.execute(
+                "CREATE TEMPORARY TABLE plan_stage_items (seq INTEGER, item_id TEXT, "
+                "channel TEXT, target TEXT, payload TEXT, idempotency_key TEXT, "
+                "intent_digest TEXT, not_after TEXT, identity TEXT) ON COMMIT DROP"
+            )
+            with self.conn.raw.cursor().copy(
+                f"COPY plan_stage_items ({_ITEM_COLUMNS}) FROM STDIN"
+            ) as copy:
+                for row in stage.rows():
+                    copy.write_row(row)
+            self._stage_copied = True
+        return "plan_stage_items"
+
+    def _release_stage(self) -> None:
+        self._stage_copied = False  # dropped with its transaction, committed or not
+
+    def _gather_statistics(self) -> None:
+        """Statistics for the rows just copied, before autovacuum gets to them (a minute or
+        more): without any, the planner guesses one row per run and each claim's move
+        filtered every pending item of the run instead of looking up its seqs. ANALYZE
+        samples a bounded number of rows, and runs inside this transaction."""
+        self.conn.execute("ANALYZE items")
+
     def _insert_pending(self, rows: Iterable[tuple[Any, ...]]) -> None:
         """COPY: a million intents in one stream, several times faster than INSERTs."""
         with self.conn.raw.cursor().copy(f"COPY items ({_PENDING_COLUMNS}) FROM STDIN") as copy:
             for row in rows:
                 copy.write_row((*row, "pending", 0))
-        # Statistics for the rows just copied, before autovacuum gets to them (a minute or
-        # more): without any, the planner guesses one row per run and each claim's move
-        # filtered every pending item of the run instead of looking up its seqs. ANALYZE
-        # samples a bounded number of rows, and runs inside this transaction.
-        self.conn.execute("ANALYZE items")
+        self._gather_statistics()
 
     def data_version(self) -> int:
         """PostgreSQL has no counterpart of SQLite's data_version: a new number each time,

@@ -85,6 +85,12 @@ class Queries(StoreCore):
             sql = "SELECT state, COUNT(*) FROM items WHERE run_id = ? GROUP BY state"
         return Counts.of(dict(self.conn.execute(sql, (run_id,)).fetchall()))
 
+    def per_channel(self, run_id: str) -> dict[str, int]:
+        """Items per channel (one pass over the run's rows: for a plan some of whose rows
+        were left out, not for every status)."""
+        sql = "SELECT channel, COUNT(*) FROM items WHERE run_id = ? GROUP BY channel"
+        return {name: int(n) for name, n in self.conn.execute(sql, (run_id,)).fetchall()}
+
     def items(self, run_id: str, states: Sequence[ItemState] | None = None) -> Iterator[Item]:
         if states is None:
             cursor = self._stream("SELECT * FROM items WHERE run_id = ? ORDER BY seq", (run_id,))

@@ -45,7 +45,8 @@ class PlanStage:
         )
         self.conn.execute(
             "CREATE TABLE items (seq INTEGER PRIMARY KEY, item_id TEXT, channel TEXT, "
-            "target TEXT, payload TEXT, idempotency_key TEXT, intent_digest TEXT, not_after TEXT)"
+            "target TEXT, payload TEXT, idempotency_key TEXT, intent_digest TEXT, not_after TEXT, "
+            "identity TEXT)"
         )
         self.conn.execute("BEGIN")  # one scratch transaction: no commit per chunk
         self._buffer: list[tuple[Any, ...]] = []
@@ -86,8 +87,11 @@ class PlanStage:
         key: str,
         digest: str,
         not_after: str | None,
+        identity: str | None,
     ) -> None:
-        self._buffer.append((seq, item_id, channel, target, payload, key, digest, not_after))
+        self._buffer.append(
+            (seq, item_id, channel, target, payload, key, digest, not_after, identity)
+        )
         self.count += 1
         if len(self._buffer) >= self.CHUNK:
             self._flush()
@@ -95,7 +99,7 @@ class PlanStage:
     def _flush(self) -> None:
         if self._buffer:
             self.conn.executemany(
-                f"INSERT INTO items ({_ITEM_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO items ({_ITEM_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 self._buffer,
             )
             self._buffer.clear()
