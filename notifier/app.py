@@ -13,6 +13,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from . import approval, clock, compose, crash
 from . import config as config_module
@@ -199,8 +200,11 @@ def store_plan(
             then=then,
         )
     except PlanRefused as refused:
-        store.close()
-        raise BadInput(refusal_message(batch, refused.prior)) from None
+        try:
+            holder = _open_run_holder(store, refused.prior)
+        finally:
+            store.close()
+        raise BadInput(refusal_message(batch, refused.prior, holder)) from None
     except RunExists:
         store.close()
         raise BadInput(f"run {plan.run_id!r} already exists: choose another --run-id.") from None
@@ -221,10 +225,26 @@ def _runs(prior: Prior, verdict: str) -> str:
     return ("run " if len(runs) == 1 else "runs ") + ", ".join(runs)
 
 
-def refusal_message(batch: Path, prior: Prior) -> str:
+def _open_run_holder(store: Store, prior: Prior) -> dict[str, Any] | None:
+    """Who is working the unfinished run that holds the file's open rows right now (the
+    winner of two simultaneous sends, say), if anyone."""
+    runs = prior.runs(OPEN)
+    return live_holder(store, store.get_run(runs[-1])) if runs else None
+
+
+def refusal_message(batch: Path, prior: Prior, holder: dict[str, Any] | None = None) -> str:
     """Why nothing was stored, naming the runs and rows, and the command that will work."""
     if prior.count(OPEN):
         runs = prior.runs(OPEN)
+        if holder is not None:
+            # `resume` would be refused while that process holds the run.
+            return (
+                f"{batch}: {prior.count(OPEN)} row(s) are being sent right now by run "
+                f"{runs[-1]} (pid {holder.get('pid')} on {holder.get('host')}); two runs never "
+                f"hold the same row. Nothing was stored. Follow it with `notifier status "
+                f"{runs[-1]}`; once it is done, send the file again to send what it did not "
+                "deliver."
+            )
         return (
             f"{batch}: {prior.count(OPEN)} row(s) are still open (pending, in flight or "
             f"unknown) in unfinished {_runs(prior, OPEN)}; two runs never hold the same "

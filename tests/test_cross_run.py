@@ -5,6 +5,7 @@ changed, and retries what was never delivered. Through the real CLI, on both sto
 from __future__ import annotations
 
 import shutil
+import threading
 from pathlib import Path
 
 import psycopg
@@ -195,3 +196,33 @@ def test_a_database_from_before_m006_resumes_and_its_deliveries_count(ws: Worksp
     assert appended.exit_code == 0, appended.output
     assert "5 row(s) already delivered with the same content by run m006-done" in appended.output
     assert len(ws.outbox_documents()) == 14
+
+
+def test_the_loser_of_two_simultaneous_sends_is_told_who_sends_and_what_to_run(
+    ws: Workspace,
+) -> None:
+    """A second `send` of a file whose rows another process is sending right now is
+    refused (exit 2) naming that process and `notifier status`, not `resume` (which its
+    lease would refuse); the first send then finishes every row once."""
+    hold = threading.Event()
+    receiver = Receiver(hold=hold)
+    with receiving(receiver):
+        (ws.path / "notifier.toml").write_text(
+            webhook_config(receiver, idempotent=True, status=True, timeout=30)
+        )
+        ws.write_csv("b.csv", make_rows(4))
+        first = ws.popen("send", "b.csv", "--channel", "hooks")
+        try:
+            receiver.wait_for(lambda r: len(r.arrivals) >= 1)  # the winner is sending
+            loser = ws.run("send", "b.csv", "--channel", "hooks")
+            hold.set()
+            out, err = first.communicate(timeout=60)
+        finally:
+            hold.set()
+            if first.poll() is None:
+                first.kill()
+    assert loser.returncode == 2, loser.stdout + loser.stderr
+    assert f"pid {first.pid}" in loser.stderr and "notifier status" in loser.stderr
+    assert "notifier resume" not in loser.stderr
+    assert first.returncode == 0, out + err
+    assert sorted(receiver.commits.values()) == [1, 1, 1, 1]
