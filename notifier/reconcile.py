@@ -69,11 +69,11 @@ def ask(channel: Channel, item: Item, wait: tenacity.wait.wait_base = QUERY_WAIT
 
 def query_delay(channel: Channel) -> float:
     """How long after an uncertain attempt ended a 404 from `channel` still proves nothing
-    (the receiver may still commit the request). Zero where a re-send is harmless (the
-    channel dedupes by key) or where the channel has no such setting (the outbox's write is
-    atomic, so once its writer is gone the file is there or it never will be)."""
-    if channel.idempotent:
-        return 0.0
+    (the receiver may still commit the request). Zero where the channel has no such setting
+    (the outbox's write is atomic, so once its writer is gone the file is there or it never
+    will be). A channel that dedupes by key waits too: a re-send under the same key is
+    harmless, but a 404 taken as proof can end the item as never delivered (failed, expired,
+    pending in a cancelled run), and sending the file again then plans it under a new key."""
     return float(getattr(channel, "query_delay_s", 0.0))
 
 
@@ -86,8 +86,8 @@ def not_found_counts_from(channel: Channel, attempt: Attempt | None) -> datetime
     now plus the timeout. An attempt closed as `interrupted` was closed at that moment."""
     delay = query_delay(channel)
     timeout = float(getattr(channel, "timeout_s", 0.0))
-    if channel.idempotent or attempt is None or delay + timeout <= 0:
-        return None  # a re-send is harmless, or the write is atomic (the outbox)
+    if attempt is None or delay + timeout <= 0:
+        return None  # the write is atomic (the outbox)
     if attempt.finished_at is None:
         ended = clock.later(timeout, clock.now())
     elif attempt.outcome == "interrupted":
@@ -147,6 +147,20 @@ def settle_item(
         )
         if item.state is ItemState.UNKNOWN:
             return Settlement(item, None, line)
+        if channel.idempotent:
+            # Sent again under the same key, which the receiver dedupes: never proven
+            # undelivered, the item stays "maybe delivered" (cancel and expiry see that).
+            return Settlement(
+                item,
+                Outcome(
+                    item.seq,
+                    ItemTrigger.RETRY_LATER,
+                    closes,
+                    error="outcome unknown after a stop: not found yet",
+                ),
+                f"{head} not found yet (the receiver may still commit it until {when}) → the "
+                "channel dedupes by key; will send again with the same key",
+            )
         return Settlement(
             item,
             Outcome(
@@ -259,7 +273,10 @@ def settle_doubts(
     settled = []
     for seq in doubtful:
         item = store.item(run_id, seq)
-        settlement = _settle_doubt(item, channels[item.channel], wait)
+        channel = channels[item.channel]
+        attempts = store.attempts(run_id, seq)
+        since = not_found_counts_from(channel, attempts[-1] if attempts else None)
+        settlement = _settle_doubt(item, channel, wait, since)
         outcome = settlement.outcome
         assert outcome is not None  # every doubt ends in a move, unknown at worst
         store.record(run_id, lease_version, [replace(outcome, expected=item.state)])
@@ -268,9 +285,26 @@ def settle_doubts(
     return settled
 
 
-def _settle_doubt(item: Item, channel: Channel, wait: tenacity.wait.wait_base) -> Settlement:
+def _settle_doubt(
+    item: Item,
+    channel: Channel,
+    wait: tenacity.wait.wait_base,
+    not_found_from: datetime | None,
+) -> Settlement:
     head = f"item {item.seq} ({item.item_id}) key {item.idempotency_key}:"
     answer = ask(channel, item, wait) if channel.queryable else None
+    if (
+        answer is not None
+        and answer.finding is Finding.NOT_FOUND
+        and not_found_from is not None
+        and clock.now() < not_found_from
+    ):
+        # Too early for a 404 to prove anything: the receiver may still commit the request.
+        answer = Answer(
+            Finding.UNCERTAIN,
+            detail=f"not found yet, but the receiver may still commit it until "
+            f"{clock.iso(not_found_from)} (query_delay)",
+        )
     if answer is not None and answer.finding is Finding.FOUND:
         assert answer.receipt is not None
         return Settlement(

@@ -131,6 +131,7 @@ def webhook_config(
     timeout: float = 5,
     query_delay: float = 0,
     extra: str = "",
+    retry: str = "[retry]\nmax_attempts = 3\nbackoff_base = 0.02\nbackoff_max = 0.1\n",
 ) -> str:
     """notifier.toml text for a `hooks` webhook channel sending to `receiver`."""
     lines = [
@@ -143,5 +144,4 @@ def webhook_config(
     ]
     if status:
         lines.append(f'status_url = "{receiver.url}/notifications/{{key}}"')
-    retry = "[retry]\nmax_attempts = 3\nbackoff_base = 0.02\nbackoff_max = 0.1\n"
     return "\n".join(lines) + "\n" + extra + retry

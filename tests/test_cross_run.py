@@ -226,3 +226,58 @@ def test_the_loser_of_two_simultaneous_sends_is_told_who_sends_and_what_to_run(
     assert "notifier resume" not in loser.stderr
     assert first.returncode == 0, out + err
     assert sorted(receiver.commits.values()) == [1, 1, 1, 1]
+
+
+def test_an_early_404_on_a_channel_that_dedupes_never_ends_an_item_as_undelivered(
+    ws: Workspace,
+) -> None:
+    """An idempotent webhook whose receiver commits 1.5 s after a request arrives (timeout
+    1, query_delay 2, one attempt): the 404 its status query gives at once is not proof, so
+    the item is not failed but asked about again, found and recorded sent; sending the file
+    again sends nothing more (no second delivery under a new key)."""
+    receiver = Receiver(commit_delay_s=1.5)
+    with receiving(receiver):
+        (ws.path / "notifier.toml").write_text(
+            webhook_config(
+                receiver,
+                idempotent=True,
+                status=True,
+                timeout=1,
+                query_delay=2,
+                retry="[retry]\nmax_attempts = 1\n",
+            )
+        )
+        ws.write_csv("b.csv", make_rows(1))
+        first = ws.run("send", "b.csv", "--channel", "hooks")
+        assert first.returncode == 0, first.stdout + first.stderr
+        again = ws.run("send", "b.csv", "--channel", "hooks")
+        assert again.returncode == 0, again.stdout + again.stderr
+        receiver.wait_for(lambda r: len(r.commits) == len(r.arrivals))
+    assert len(receiver.commits) == 1, receiver.commits
+
+
+def test_a_cancel_after_a_kill_never_takes_an_early_404_as_never_delivered(
+    ws: Workspace,
+) -> None:
+    """Killed while its request was at an idempotent receiver that commits 1.5 s after it
+    arrived: `cancel` reports the item as maybe delivered (unknown), not as never sent, and
+    sending the file again is refused until it is settled, so no second delivery."""
+    receiver = Receiver(commit_delay_s=1.5)
+    with receiving(receiver):
+        (ws.path / "notifier.toml").write_text(
+            webhook_config(receiver, idempotent=True, status=True, timeout=10, query_delay=5)
+        )
+        ws.write_csv("b.csv", make_rows(1))
+        sender = ws.popen("send", "b.csv", "--channel", "hooks")
+        try:
+            receiver.wait_for(lambda r: len(r.arrivals) == 1)
+        finally:
+            sender.kill()
+            sender.communicate()
+        cancelled = ws.run("cancel", "--wait", "5")
+        assert cancelled.returncode == 3, cancelled.stdout + cancelled.stderr
+        assert ws.query("SELECT state FROM items") == [("unknown",)]
+        receiver.wait_for(lambda r: len(r.commits) == 1)
+        again = ws.run("send", "b.csv", "--channel", "hooks")
+        assert again.returncode == 2, again.stdout + again.stderr
+    assert len(receiver.commits) == 1, receiver.commits
