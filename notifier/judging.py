@@ -103,11 +103,19 @@ class Judge:
         self.policy = policy
         self.p = progress
 
-    def safely(self, item: Item, result: Sent, at: datetime, mono: float) -> Outcome:
+    def safely(
+        self,
+        item: Item,
+        result: Sent,
+        at: datetime,
+        mono: float,
+        *,
+        may_ask: Callable[[], bool] = lambda: True,
+    ) -> Outcome:
         """`_judge`, but an unexpected exception (a query that breaks, a bug) costs only this
         item's certainty: never the window's other outcomes, never a receipt in hand."""
         try:
-            return self.judge(item, result, at, mono)
+            return self.judge(item, result, at, mono, may_ask=may_ask)
         except Exception as exc:
             problem = f"unexpected {type(exc).__name__} while judging the answer: {exc}"
         if isinstance(result, NotStarted):
@@ -119,7 +127,7 @@ class Judge:
         # channel may retry under the same key; others query or leave it unknown).
         uncertain = ChannelError(ErrorKind.UNCERTAIN, f"{result}; {problem}")
         try:
-            return self.judge(item, uncertain, at, mono)
+            return self.judge(item, uncertain, at, mono, may_ask=may_ask)
         except Exception as exc:
             return Outcome(
                 item.seq,
@@ -131,8 +139,19 @@ class Judge:
                 retry_after_s=result.retry_after,
             )
 
-    def judge(self, item: Item, result: Sent, at: datetime, mono: float) -> Outcome:
-        """Turn one send result into the item's next state (DESIGN section 7)."""
+    def judge(
+        self,
+        item: Item,
+        result: Sent,
+        at: datetime,
+        mono: float,
+        *,
+        may_ask: Callable[[], bool] = lambda: True,
+    ) -> Outcome:
+        """Turn one send result into the item's next state (DESIGN section 7). When
+        `may_ask()` says no (the run is stopping), a maybe-delivered item is not queried
+        now: each query may take the channel's timeout, three times over, while the stop
+        waits."""
         if isinstance(result, NotStarted):
             # Nothing left: back to pending, its attempt closed as not started, and it counts
             # as never attempted (store.record gives the attempt back).
@@ -202,7 +221,7 @@ class Judge:
                 closed, trigger=ItemTrigger.RETRY_LATER, next_attempt_at=clock.iso(next_at)
             )
         if verdict.action in (Action.QUERY, Action.EXHAUSTED) and channel.queryable:
-            return self._by_query(item, error, channel, closed, at, mono)
+            return self._by_query(item, error, channel, closed, at, mono, now=may_ask())
         if verdict.action is Action.CONFLICT:
             return replace(closed, trigger=ItemTrigger.CONFLICT, error=f"conflict: {message}")
         if verdict.action is Action.GONE:
@@ -226,8 +245,18 @@ class Judge:
         closed: Outcome,
         at: datetime,
         mono: float,
+        *,
+        now: bool,
     ) -> Outcome:
-        """A maybe-delivered item on a channel that cannot dedupe: ask before anything else."""
+        """A maybe-delivered item on a channel that cannot dedupe: ask before anything else
+        (or, not `now`, leave it unknown, to be asked about by whoever settles the run
+        next)."""
+        if not now:
+            return replace(
+                closed,
+                error=f"{error}; may have been delivered: asked about after the stop",
+                next_attempt_at=clock.iso(clock.later(query_delay(channel), at)),
+            )
         answer = ask(channel, item)
         message = f"{error}; {answer.detail}"
         if answer.finding is Finding.FOUND and answer.receipt is not None:

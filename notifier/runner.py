@@ -13,7 +13,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
@@ -39,6 +39,10 @@ from .state_machine import FINISHED_RUN_STATES, ItemState, ItemTrigger, RunState
 from .store import LeaseLost, Store
 
 POLL_S = 0.2
+# How the reasons of two pauses begin, so that another worker of a shared run tells them
+# apart (run.stop_reason) and ends with the right exit code and advice.
+APPROVAL_PAUSE = "its approval"
+CHANNEL_DOWN_PAUSE = " is down: "
 # The expiry of an approval whose record is gone or names other content: long past.
 _WITHDRAWN = datetime.min.replace(tzinfo=UTC)
 # How often a worker of a shared run looks for dead workers whose items it must settle.
@@ -113,6 +117,11 @@ class Runner:
         # Set by a sender the moment an answer means the run halts (410, 422, a receipt for
         # another digest), before the committer has judged it: no other send starts.
         self._halting: str | None = None
+        # Uncertain answers in a row from channels that cannot dedupe, as the senders see
+        # them: at the unknown-streak limit no send starts until the committer has judged
+        # them (a streak of unknowns halts the run; it must not grow by N more first).
+        self._doubted = 0
+        self._doubted_lock = threading.Lock()
         # The run's approval, when it needs one: the fingerprint it approved, and its expiry,
         # at or after which no send starts (read again at each revisit, so `notifier approve`
         # renewing it mid-run counts). None: the run needs no approval.
@@ -334,14 +343,22 @@ class Runner:
                     counts,
                 )
             return self.finish_cancel()
+        return self._own_stop()
+
+    def _own_stop(self) -> RunResult | None:
+        """The endings this process found on its own, once nothing is in flight."""
+        if self._halting is not None:
+            # A sender saw an answer that halts the run, which the committer could not judge
+            # as one (a failure while judging it): halt all the same.
+            return self._halt(Stop.HALTED, self._halting)
         if self._rate_wake is not None:
             return self._pause_until(self._rate_wake, "the channel's --rate allows its next send")
         if self._approval_expired():
             when = self._approval_until
-            reason = (
-                "its approval was withdrawn or bound to other content"
+            reason = APPROVAL_PAUSE + (
+                " was withdrawn or bound to other content"
                 if when is None or when == _WITHDRAWN
-                else f"its approval expired at {clock.local(clock.iso(when))}"
+                else f" expired at {clock.local(clock.iso(when))}"
             )
             moved = self._move_run(RunTrigger.PAUSE, stop_reason=reason)
             if moved is not RunState.PAUSED:
@@ -445,7 +462,7 @@ class Runner:
                 if stop is not None:
                     return stop
                 continue
-            self._revisit(idle=not inflight)
+            self._revisit(idle=not inflight, stopping=draining)
             if self.p.halt is not None:
                 # A revisit found a conflict: nothing new starts, and the sends still in
                 # flight are collected below before the run halts (skipping the collection
@@ -472,7 +489,8 @@ class Runner:
                 # N = 1 is the sequential protocol to the letter: point B of an item is its
                 # own commit, before the next item's point A.
                 free = 0
-            claimed = self._commit(done, free, {item.channel for item in inflight.values()})
+            busy = {item.channel for item in inflight.values()}
+            claimed = self._commit(done, free, busy, stopping=draining)
             starved = free > 0 and len(claimed) < free
             for item in self._drop_stale(claimed):
                 inflight[item.seq] = item
@@ -492,15 +510,24 @@ class Runner:
         self._sleep_until(wake)
         return None
 
-    def _commit(self, done: list[tuple[Item, Slot]], free: int, busy: set[str]) -> list[Item]:
+    def _commit(
+        self, done: list[tuple[Item, Slot]], free: int, busy: set[str], *, stopping: bool
+    ) -> list[Item]:
         """Point B of the finished sends and point A of up to `free` new items, one commit.
-        `busy`: the channels with an item still in flight."""
+        `busy`: the channels with an item still in flight. `stopping`: the run is ending, so
+        a maybe-delivered item is left to be asked about later rather than queried now."""
         seqs = [item.seq for item, _ in done]
         if self.crash and seqs:
             self.crash.at("after-send", seqs)
+
+        def may_ask() -> bool:
+            """No query while the run is ending: asked before each, as a stop may come
+            while this commit's earlier answers are being judged."""
+            return not (stopping or self._ending())
+
         outcomes = [
             replace(
-                self.judge.safely(item, result, at, mono),
+                self.judge.safely(item, result, at, mono, may_ask=may_ask),
                 expected=ItemState.IN_FLIGHT,
                 finished_at=clock.iso(at),
             )
@@ -542,15 +569,22 @@ class Runner:
         for outcome in outcomes:
             self._after(outcome)
             self._note_reach(channel_of[outcome.seq], outcome)
+        if outcomes and self.p.unknown_streak < self.options.unknown_streak_limit:
+            # The answers the senders doubted are judged, and they did not halt the run.
+            with self._doubted_lock:
+                self._doubted = 0
         if self.crash and claimed:
             self.crash.at("after-intent", [item.seq for item in claimed])
         return claimed
 
-    def _revisit(self, *, idle: bool) -> None:
+    def _revisit(self, *, idle: bool, stopping: bool) -> None:
         """`_settle_waiting` whenever nothing is in flight, else at most every POLL_S: a
-        stream of sends must not postpone the query_delay revisits, nor pay a query each."""
+        stream of sends must not postpone the query_delay revisits, nor pay a query each.
+        None while the run is stopping: the items waiting to be asked about stay unknown for
+        whoever settles the run next, rather than hold the stop up by their queries."""
         if idle or time.monotonic() >= self._revisit_at:
-            self._settle_waiting()
+            if not stopping:
+                self._settle_waiting()
             self._expire_due()
             if self._approval_until is not None:
                 self._read_approval()
@@ -563,12 +597,29 @@ class Runner:
             self._adopt_and_settle()
             self._reap_at = time.monotonic() + REAP_S
 
+    def _ending(self) -> bool:
+        """Whether the run is ending: a signal, a halt, an expired approval or a cancel (the
+        flag read as the senders read it: one query at most, cheaper than the downstream
+        query it may spare)."""
+        return (
+            self.interrupted.is_set()
+            or self._halting is not None
+            or self.p.halt is not None
+            or self._approval_expired()
+            or self._cancel_flag() is not None
+        )
+
     def _stopping(self) -> bool:
         """Whether to stop starting sends (Ctrl-C, a cancel); the ending itself waits until
         nothing is in flight. A lost lease ends at once: nothing more can be recorded."""
         if self.lease_lost.is_set():
             raise LeaseLost(f"run {self.run_id}: another process took over this run")
-        if self.interrupted.is_set() or self._approval_expired() or self._rate_wake is not None:
+        if (
+            self.interrupted.is_set()
+            or self._halting is not None
+            or self._approval_expired()
+            or self._rate_wake is not None
+        ):
             return True
         # Only this thread reads through the committer's connection (with N = 1 the senders'
         # reader is this same one, and the sends run in this thread too): no lock.
@@ -608,8 +659,8 @@ class Runner:
         if count >= self.policy.down_after and self.p.halt is None:
             self.p.halt = (
                 Stop.CHANNEL_DOWN,
-                f"channel {channel!r} is down: {count} requests in a row could not reach its "
-                f"receiver ({outcome.error})",
+                f"channel {channel!r}{CHANNEL_DOWN_PAUSE}{count} requests in a row could not "
+                f"reach its receiver ({outcome.error})",
             )
 
     def _poll_timeout(self) -> float:
@@ -631,6 +682,8 @@ class Runner:
         halting = self._halting or (self.p.halt[1] if self.p.halt is not None else None)
         if halting is not None:
             return f"the run is halting ({halting}) before it started"
+        if self._doubted >= self.options.unknown_streak_limit:
+            return f"{self._doubted} uncertain answers in a row are being judged"
         if self._approval_expired():
             return "the run's approval expired before it started"
         cancel_requested_at = self._cancel_flag()
@@ -686,7 +739,8 @@ class Runner:
         except Exception as exc:  # a channel bug: the request may have left, so be careful
             result = ChannelError(ErrorKind.UNCERTAIN, f"unexpected {type(exc).__name__}: {exc}")
         mono = time.monotonic()
-        self._warn_senders(item, result, mono)
+        with suppress(Exception):  # a warning only: the committer judges the answer in full
+            self._warn_senders(item, result, mono)
         return result, clock.now(), mono
 
     def _warn_senders(self, item: Item, result: Receipt | ChannelError, mono: float) -> None:
@@ -697,7 +751,12 @@ class Runner:
         if isinstance(result, Receipt):
             if result.intent_digest and result.intent_digest != item.intent_digest:
                 self._halting = f"conflict on item {item.seq}"
+            with self._doubted_lock:
+                self._doubted = 0
             return
+        if result.kind is ErrorKind.UNCERTAIN and not self.channels[item.channel].idempotent:
+            with self._doubted_lock:
+                self._doubted += 1
         if result.kind in (ErrorKind.GONE, ErrorKind.CONFLICT):
             self._halting = f"{result.kind.value} answer for item {item.seq}"
         elif result.kind is ErrorKind.THROTTLED:
@@ -909,8 +968,18 @@ class Runner:
             RunState.CANCELLED: Stop.CANCELLED,
             RunState.HALTED: Stop.HALTED,
         }.get(state)
-        if stop is None:  # paused
-            stop = Stop.RATE_LIMITED if run.paused_until else Stop.UNKNOWN_LEFT
+        if stop is None:  # paused: why, as the worker that paused it wrote it
+            why = run.stop_reason or ""
+            if run.paused_until:
+                stop = Stop.RATE_LIMITED
+            elif why.startswith(APPROVAL_PAUSE):
+                stop = Stop.APPROVAL_EXPIRED
+            elif CHANNEL_DOWN_PAUSE in why:
+                stop = Stop.CHANNEL_DOWN
+            elif why.startswith("interrupted"):
+                stop = Stop.LEFT
+            else:
+                stop = Stop.UNKNOWN_LEFT
         return RunResult(state, stop, reason, counts, paused_until=run.paused_until)
 
     def _bucket(self, channel: str, rate: float) -> TokenBucket | SharedBucket:

@@ -32,6 +32,11 @@ class Receiver:
     retry_after: str | None = None
     commit_delay_s: float = 0.0  # the request is committed (and answered) this long after
     hold: threading.Event | None = None  # every 2xx answer waits for this, when set
+    # The status query's answer: None for the truth (200 or 404), else this status; it is
+    # given `query_delay_s` after the query arrived.
+    query_status: int | None = None
+    query_delay_s: float = 0.0
+    queries: list[float] = field(default_factory=list)  # time.time() of each status query
     arrivals: list[Arrival] = field(default_factory=list)
     commits: dict[str, int] = field(default_factory=dict)
     digests: dict[str, str] = field(default_factory=dict)
@@ -79,10 +84,17 @@ class _Handler(BaseHTTPRequestHandler):
         self._reply(200, {"id": "r-" + key, "intent_digest": r.digests[key]})
 
     def do_GET(self) -> None:
+        r = self.receiver
         key = self.path.rsplit("/", 1)[-1]
-        with self.receiver.lock:
-            digest = self.receiver.digests.get(key)
-        if digest is None:
+        with r.changed:
+            r.queries.append(time.time())
+            digest = r.digests.get(key)
+            r.changed.notify_all()
+        if r.query_delay_s:
+            time.sleep(r.query_delay_s)  # the receiver's own slowness, not a test's wait
+        if r.query_status is not None:
+            self._reply(r.query_status, {"error": f"scripted {r.query_status}"})
+        elif digest is None:
             self._reply(404, {"error": "no such key"})
         else:
             self._reply(200, {"id": "r-" + key, "intent_digest": digest})

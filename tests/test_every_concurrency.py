@@ -21,10 +21,12 @@ from notifier.crash import CrashPlan
 from notifier.intent import Intent
 from notifier.judging import Slot, Stop
 from notifier.lease import holder_alive
+from notifier.outcome import run_advice, run_exit
 from notifier.records import Item
 from notifier.retry import RetryPolicy
-from notifier.runner import Runner, RunOptions
+from notifier.runner import APPROVAL_PAUSE, CHANNEL_DOWN_PAUSE, Runner, RunOptions
 from notifier.signals import Interruption
+from notifier.state_machine import RunState, RunTrigger
 from notifier.store import Store
 
 from .conftest import (
@@ -447,3 +449,91 @@ def _holders(ws: Workspace) -> int:
         return int(ws.query(sql)[0][0])
     except DB_ERRORS:  # not created yet
         return 0
+
+
+@pytest.mark.timeout(90)
+def test_five_unknowns_in_a_row_stop_the_senders_before_the_committer_has_judged_them(
+    ws: Workspace,
+) -> None:
+    """At N = 8 with 3N claimed ahead on a channel that cannot dedupe, whose sends and
+    status queries all answer 500: once five answers in a row are uncertain no sender
+    starts another request, though judging them (their queries, retried) takes seconds:
+    far fewer than 2N requests leave, not every item claimed ahead."""
+    receiver = Receiver(answer=lambda item, _n: 500, query_status=500)
+    with receiving(receiver):
+        (ws.path / "notifier.toml").write_text(
+            webhook_config(receiver, idempotent=False, status=True)
+        )
+        process = _send(ws, 40, 8)
+        out, err = process.communicate(timeout=60)
+    assert process.returncode == 3, out + err
+    assert _run_state(ws) == "halted"
+    assert len(receiver.arrivals) < 16, f"{len(receiver.arrivals)} requests left"
+
+
+@pytest.mark.timeout(90)
+def test_a_stop_does_not_wait_for_queries_to_a_receiver_that_hangs(ws: Workspace) -> None:
+    """At N = 8 against a receiver whose sends and status queries all time out, SIGTERM
+    ends the run without querying about each uncertain answer (each query retried may take
+    three timeouts): after the signal, no more than the one query under way's tries reach
+    the receiver, and the items are left unknown for resume to ask about."""
+    receiver = Receiver(commit_delay_s=3, query_delay_s=3)
+    with receiving(receiver):
+        (ws.path / "notifier.toml").write_text(
+            webhook_config(receiver, idempotent=False, status=True, timeout=1, query_delay=0)
+        )
+        process = _send(ws, 40, 8)
+        try:
+            receiver.wait_for(lambda r: len(r.queries) >= 1)  # judging has begun
+            process.send_signal(signal.SIGTERM)
+            assert process.stdout is not None
+            for line in process.stdout:  # said once the signal is handled
+                if line.startswith("SIGTERM:"):
+                    break
+            signalled = time.time()
+            out, err = process.communicate(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+    assert process.returncode == 143, out + err
+    assert len([t for t in receiver.queries if t > signalled]) <= 3
+    _assert_nothing_left_open(ws)
+    assert _states(ws).get("unknown", 0) >= 1
+
+
+@pytest.mark.parametrize(
+    ("reason", "stop", "exit_code"),
+    [
+        (APPROVAL_PAUSE + " expired at 2026-01-01 10:00:00 UTC", Stop.APPROVAL_EXPIRED, 4),
+        (f"channel 'hooks'{CHANNEL_DOWN_PAUSE}5 requests in a row", Stop.CHANNEL_DOWN, 3),
+        ("1 item(s) with unknown outcome", Stop.UNKNOWN_LEFT, 3),
+    ],
+    ids=["approval", "channel-down", "unknown"],
+)
+def test_a_worker_that_finds_the_run_paused_by_another_ends_as_that_pause_says(
+    tmp_path: Path, reason: str, stop: Stop, exit_code: int
+) -> None:
+    """A worker of a shared run that finds it paused by another worker reports that
+    pause's own ending: an expired approval exits 4 (not 3 with advice about unknowns),
+    a channel that is down exits 3 saying resume goes on once it answers."""
+    store = Store.open(tmp_path / "receipts.db", create=True)
+    try:
+        store.create_run(
+            {"run_id": "r1", "state": "planned", "created_at": clock.now_iso(),
+             "batch_path": "b", "fingerprint": "sha256:x", "content_fingerprint": "sha256:c",
+             "channel_snapshot": {}, "options": {}, "contract_version": "v1"},
+            [],
+        )  # fmt: skip
+        version = store.acquire_lease("r1", {"host": "h", "pid": os.getpid()}, 60, holder_alive)
+        store.move_run("r1", RunTrigger.START, version)
+        store.move_run("r1", RunTrigger.PAUSE, version, stop_reason=reason)  # the other worker
+        runner = Runner(
+            store, "r1", {}, RetryPolicy(), RunOptions(), lease_version=version,
+            lease_lost=threading.Event(), interrupted=Interruption(), say=lambda line: None,
+        )  # fmt: skip
+        result = runner._moved_by_another(RunState.PAUSED)
+    finally:
+        store.close()
+    assert (result.stop, int(run_exit(result))) == (stop, exit_code)
+    if stop is not Stop.UNKNOWN_LEFT:
+        assert "reconcile --manual" not in run_advice(result, "r1")
