@@ -49,6 +49,17 @@ def _send(ws: Workspace, rows: int, n: int, *extra: str) -> subprocess.Popen[str
     return ws.popen("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n), *extra)
 
 
+def _finish(process: subprocess.Popen[str]) -> tuple[str, str]:
+    """The process's output once it exits; killed, never left running, if it has not
+    within 60 s (a wedged sender would otherwise outlive its test)."""
+    try:
+        return process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, err = process.communicate()
+        raise AssertionError(f"still running after 60 s, killed: {out}{err}") from None
+
+
 def _states(ws: Workspace) -> dict[str, int]:
     return dict(ws.query("SELECT state, COUNT(*) FROM items GROUP BY state"))
 
@@ -90,7 +101,7 @@ def test_a_halting_answer_ends_the_run_at_every_concurrency(
             webhook_config(receiver, idempotent=idempotent, status=idempotent)
         )
         process = _send(ws, 60, n)
-        out, err = process.communicate(timeout=60)
+        out, err = _finish(process)
         assert process.returncode == exit_code, out + err
         assert "halted" in out, out
         if answer == 500:  # unknowns on a channel that cannot be asked: settled by hand
@@ -232,7 +243,7 @@ def test_an_approval_that_expires_mid_run_pauses_it_until_approved_again(
             webhook_config(receiver, idempotent=True, status=True, timeout=30)
         )
         planned = _send(ws, 40, n, "--require-approval")
-        out, err = planned.communicate(timeout=60)
+        out, err = _finish(planned)
         assert planned.returncode == 0, out + err
         fingerprint = ws.query("SELECT fingerprint FROM runs")[0][0]
         approved = ws.invoke("approve", "--fingerprint", fingerprint, "--expires-in", "6s")
@@ -389,7 +400,7 @@ def test_a_rate_slower_than_max_wait_pauses_the_run_instead_of_waiting(
             webhook_config(receiver, idempotent=True, status=True)
         )
         process = _send(ws, 5, n, "--rate", "0.001", "--max-wait", "5")
-        out, err = process.communicate(timeout=60)
+        out, err = _finish(process)
         assert process.returncode == 3, out + err
         assert "--rate" in out, out
         assert _run_state(ws) == "paused"
@@ -465,7 +476,7 @@ def test_five_unknowns_in_a_row_stop_the_senders_before_the_committer_has_judged
             webhook_config(receiver, idempotent=False, status=True)
         )
         process = _send(ws, 40, 8)
-        out, err = process.communicate(timeout=60)
+        out, err = _finish(process)
     assert process.returncode == 3, out + err
     assert _run_state(ws) == "halted"
     assert len(receiver.arrivals) < 16, f"{len(receiver.arrivals)} requests left"
