@@ -360,14 +360,8 @@ class Runner:
                 if when is None or when == _WITHDRAWN
                 else f" expired at {clock.local(clock.iso(when))}"
             )
-            moved = self._move_run(RunTrigger.PAUSE, stop_reason=reason)
-            if moved is not RunState.PAUSED:
-                return self._moved_by_another(moved)
-            return RunResult(
-                RunState.PAUSED,
-                Stop.APPROVAL_EXPIRED,
-                f"paused: {reason}; nothing more was sent",
-                self.store.counts(self.run_id),
+            return self._pause(
+                Stop.APPROVAL_EXPIRED, reason, f"paused: {reason}; nothing more was sent"
             )
         return None
 
@@ -867,28 +861,30 @@ class Runner:
         # Persisted for the next process, so as wall-clock time.
         when = clock.iso(clock.later(wake - time.monotonic()))
         reason = f"rate limited until {when} (longer than --max-wait {self.options.max_wait_s:g}s)"
-        moved = self._move_run(RunTrigger.PAUSE, paused_until=when, stop_reason=reason)
+        said = f"paused: {cause} until {clock.local(when)}"
+        return self._pause(Stop.RATE_LIMITED, reason, said, paused_until=when)
+
+    def _pause(
+        self, stop: Stop, reason: str, said: str, *, paused_until: str | None = None
+    ) -> RunResult:
+        """Pause the run for `reason` (stored, for `status` and the other workers); if
+        another worker moved it first, end as that move says."""
+        sets = {"stop_reason": reason} | ({"paused_until": paused_until} if paused_until else {})
+        moved = self._move_run(RunTrigger.PAUSE, **sets)
         if moved is not RunState.PAUSED:
             return self._moved_by_another(moved)
-        return RunResult(
-            RunState.PAUSED,
-            Stop.RATE_LIMITED,
-            f"paused: {cause} until {clock.local(when)}",
-            self.store.counts(self.run_id),
-            paused_until=when,
-        )
+        counts = self.store.counts(self.run_id)
+        return RunResult(RunState.PAUSED, stop, said, counts, paused_until=paused_until)
 
     def _halt(self, stop: Stop, reason: str) -> RunResult:
         """End the run for a safety rule: halted; or, for a channel that is down (nothing
         is wrong with its items), paused, so that `resume` goes on once it is back."""
-        trigger, state = RunTrigger.HALT, RunState.HALTED
         if stop is Stop.CHANNEL_DOWN:
-            trigger, state = RunTrigger.PAUSE, RunState.PAUSED
-        moved = self._move_run(trigger, stop_reason=reason)
-        if moved is not state:
+            return self._pause(stop, reason, f"paused: {reason}")
+        moved = self._move_run(RunTrigger.HALT, stop_reason=reason)
+        if moved is not RunState.HALTED:
             return self._moved_by_another(moved)
-        word = "paused" if state is RunState.PAUSED else "halted"
-        return RunResult(state, stop, f"{word}: {reason}", self.store.counts(self.run_id))
+        return RunResult(RunState.HALTED, stop, f"halted: {reason}", self.store.counts(self.run_id))
 
     def _finish(self) -> RunResult | None:
         """Close the run: nothing is left to send. None on a shared run while other workers
