@@ -529,6 +529,7 @@ class Runner:
             if result is not None
         ]
         held_back = [item.seq for item, (result, _, _) in done if result is None]
+        doubted_here = sum(1 for item, (result, _, _) in done if self._doubts(item, result))
         channel_of = {item.seq: item.channel for item, _ in done}
         if held_back or self._would_halt(outcomes, channel_of):
             free = 0  # nothing new starts in a run about to stop
@@ -563,10 +564,11 @@ class Runner:
         for outcome in outcomes:
             self._after(outcome)
             self._note_reach(channel_of[outcome.seq], outcome)
-        if outcomes and self.p.unknown_streak < self.options.unknown_streak_limit:
-            # The answers the senders doubted are judged, and they did not halt the run.
+        if doubted_here:
+            # These doubted answers are judged now: the committer's streak holds them from
+            # here on (see _may_start). Only these: others may still wait to be judged.
             with self._doubted_lock:
-                self._doubted = 0
+                self._doubted = max(0, self._doubted - doubted_here)
         if self.crash and claimed:
             self.crash.at("after-intent", [item.seq for item in claimed])
         return claimed
@@ -676,8 +678,11 @@ class Runner:
         halting = self._halting or (self.p.halt[1] if self.p.halt is not None else None)
         if halting is not None:
             return f"the run is halting ({halting}) before it started"
-        if self._doubted >= self.options.unknown_streak_limit:
-            return f"{self._doubted} uncertain answers in a row are being judged"
+        # Uncertain answers in a row: those judged (the committer's streak) plus those the
+        # senders saw and the committer has not judged yet.
+        doubted = self._doubted + self.p.unknown_streak
+        if doubted >= self.options.unknown_streak_limit:
+            return f"{doubted} uncertain answers in a row are being judged"
         if self._approval_expired():
             return "the run's approval expired before it started"
         cancel_requested_at = self._cancel_flag()
@@ -748,7 +753,7 @@ class Runner:
             with self._doubted_lock:
                 self._doubted = 0
             return
-        if result.kind is ErrorKind.UNCERTAIN and not self.channels[item.channel].idempotent:
+        if self._doubts(item, result):
             with self._doubted_lock:
                 self._doubted += 1
         if result.kind in (ErrorKind.GONE, ErrorKind.CONFLICT):
@@ -765,6 +770,15 @@ class Runner:
                 queryable=channel.queryable,
             )
             self.p.gate(item.channel, mono + verdict.wait_s)
+
+    def _doubts(self, item: Item, result: Sent | None) -> bool:
+        """An answer that counts toward the uncertain-answers brake: maybe delivered, on a
+        channel that cannot dedupe a second request."""
+        return (
+            isinstance(result, ChannelError)
+            and result.kind is ErrorKind.UNCERTAIN
+            and not self.channels[item.channel].idempotent
+        )
 
     def _gated(self, item: Item) -> str | None:
         """A 429/503 closed the item's channel after it was claimed: it does not start now

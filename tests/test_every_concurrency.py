@@ -479,7 +479,9 @@ def test_five_unknowns_in_a_row_stop_the_senders_before_the_committer_has_judged
         out, err = _finish(process)
     assert process.returncode == 3, out + err
     assert _run_state(ws) == "halted"
-    assert len(receiver.arrivals) < 16, f"{len(receiver.arrivals)} requests left"
+    # N first requests, then at most limit - 1 more: the senders that saw the first four
+    # uncertain answers may each start one before the fifth arrives.
+    assert len(receiver.arrivals) <= 8 + 4, f"{len(receiver.arrivals)} requests left"
 
 
 @pytest.mark.timeout(90)
