@@ -1,4 +1,4 @@
-"""Approvals (DESIGN section 10): a run planned with `--require-approval` waits in
+"""Approvals (docs/design.md section 10): a run planned with `--require-approval` waits in
 `awaiting_approval` until `notifier approve` binds an approval to its fingerprint, its state
 version and the operator, until an expiry. Nothing is sent for such a run unless the intents
 stored *now* still hash to the fingerprint that was approved, and the approval has not

@@ -1,7 +1,7 @@
 """The `notifier` command line: parse options, call app.py, render, map errors to exit codes.
 
-Exit codes (DESIGN section 8): 0 done; 1 internal error; 2 usage or bad input (nothing
-changed); 3 stopped with items needing attention or paused; 4 refused for safety; 130
+Exit codes (docs/design.md sections 7 and 11): 0 done; 1 internal error; 2 usage or bad input
+(nothing changed); 3 stopped with items needing attention or paused; 4 refused for safety; 130
 interrupted; 137 simulated crash.
 
 A command imports what only it uses (app.py and all that sending needs, the sandbox's HTTP

@@ -1,4 +1,4 @@
-"""`send --compose BRIEF`: Claude drafts each row's subject and body (DESIGN section 10).
+"""`send --compose BRIEF`: Claude drafts each row's subject and body (docs/design.md section 10).
 
 Drafting happens while planning. Every draft is stored with its row (with the model and the
 token usage) as soon as it arrives; only when no row is left to draft are the intents, their

@@ -1,5 +1,5 @@
 """Judging one send result: what the answer (or the error) says about delivery, and so the
-item's next state (DESIGN section 7). Every throttled answer closes its channel's gate; a
+item's next state (docs/design.md section 7). Every throttled answer closes its channel's gate; a
 bug while judging costs only that item's certainty, never the other outcomes of a commit."""
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ class Judge:
         *,
         may_ask: Callable[[], bool] = lambda: True,
     ) -> Outcome:
-        """Turn one send result into the item's next state (DESIGN section 7). When
+        """Turn one send result into the item's next state (docs/design.md section 7). When
         `may_ask()` says no (the run is stopping), a maybe-delivered item is not queried
         now: each query may take the channel's timeout, three times over, while the stop
         waits."""

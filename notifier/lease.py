@@ -1,4 +1,4 @@
-"""Who may work a run: one process at a time, fenced by a version number (DESIGN section 9).
+"""Who may work a run: one process at a time, fenced by a version number (docs/design.md section 9).
 
 A lease from this host whose process is gone is dead at once (pid plus the process's start
 time, so a recycled pid does not count); a lease from another host is trusted until it

@@ -1,5 +1,6 @@
 """`notifier preview`: every notification of a run as it will be sent, for a reviewer to read
-before approving it (DESIGN sections 8 and 10), and the fingerprint of exactly what was shown.
+before approving it (docs/design.md sections 10 and 11), and the fingerprint of exactly what was
+shown.
 
 The notifications are read from the store one at a time and written out as they are read (a
 run may hold a million): nothing but the running hash and, for the table, its first rows is

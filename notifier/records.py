@@ -140,7 +140,7 @@ class Counts:
         return self.pending + self.in_flight + self.unknown
 
     def as_json(self) -> dict[str, int]:
-        """The report's `counts` object (DESIGN section 8): total, then every state."""
+        """The report's `counts` object (docs/design.md section 11): total, then every state."""
         return {"total": self.total, **{s.value: getattr(self, s.value) for s in ItemState}}
 
     def summary(self, never_attempted: int | None = None, not_delivered: int = 0) -> str:

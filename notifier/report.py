@@ -44,7 +44,7 @@ def build(
     attention_only: bool = False,
     states: Sequence[ItemState] | None = None,
 ) -> dict[str, Any]:
-    """The report object of the CLI contract (DESIGN section 8). With `attention_only` (the
+    """The report object of the CLI contract (docs/design.md section 11). With `attention_only` (the
     table), only the items someone has to look at are read, through indexes: a 1M-item run
     costs what its unknown, failed and retried items cost. Otherwise `items` is an iterator
     read from the database as it is written out (to_json / to_csv stream it): no list of a
@@ -150,7 +150,7 @@ def _drafts(store: Store, run: Run) -> dict[str, Any] | None:
 
 
 def effective_state(store: Store, run: Run) -> RunState:
-    """A run left `running` by a worker that died is, in effect, paused (DESIGN section 3);
+    """A run left `running` by a worker that died is, in effect, paused (docs/design.md section 3);
     a shared run is running while any of its workers lives."""
     if run.state is RunState.RUNNING and live_holder(store, run) is None:
         return RunState.PAUSED

@@ -1,4 +1,4 @@
-"""Error classes and the retry policy (DESIGN section 7).
+"""Error classes and the retry policy (docs/design.md section 7).
 
 The policy is a tenacity `Retrying` object — which errors are retried, how long to wait
 (exponential backoff with full jitter, never sooner than a Retry-After), when to stop (attempts
@@ -46,7 +46,7 @@ class Verdict:
 
 
 def action_for(kind: ErrorKind, *, idempotent: bool, queryable: bool) -> Action:
-    """The table of DESIGN section 7, for one channel's capabilities."""
+    """The table of docs/design.md section 7, for one channel's capabilities."""
     if kind in (ErrorKind.NOT_SENT, ErrorKind.THROTTLED, ErrorKind.IN_PROGRESS):
         return Action.RETRY
     if kind is ErrorKind.UNCERTAIN:

@@ -1,4 +1,4 @@
-"""A local HTTP notification provider with seeded fault injection (DESIGN section 6).
+"""A local HTTP notification provider with seeded fault injection (docs/design.md section 6).
 
 `notifier sandbox` runs it from the command line; tests, demos and benchmarks start it
 in-process as the stand-in downstream. It behaves like a careful real provider, following

@@ -35,7 +35,7 @@ class RunState(StrEnum):
 
 
 class ItemTrigger(StrEnum):
-    """Every move an item can make (DESIGN section 3); the table below says from where."""
+    """Every move an item can make (docs/design.md section 3); the table below says from where."""
 
     START = "start"
     ACK = "ack"

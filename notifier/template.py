@@ -1,5 +1,6 @@
 """`send --template FILE`: a TOML file with `subject` and `body`, rendered with Jinja2 for
-every row while planning, so the digest covers exactly the rendered text (DESIGN section 10).
+every row while planning, so the digest covers exactly the rendered text (docs/design.md
+section 10).
 
 The environment is sandboxed (a template cannot reach Python internals through attribute
 access), undefined variables raise instead of rendering as empty strings (a typo must not send

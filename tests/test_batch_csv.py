@@ -1,5 +1,5 @@
-"""CSV reading: every rejection of DESIGN section 8 stops before anything is stored, and the
-awkward-but-valid files (BOM, CRLF, quoted newlines, non-ASCII) are read correctly."""
+"""CSV reading: every rejection of docs/design.md section 11 stops before anything is stored, and
+the awkward-but-valid files (BOM, CRLF, quoted newlines, non-ASCII) are read correctly."""
 
 from __future__ import annotations
 

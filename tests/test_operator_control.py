@@ -1,5 +1,5 @@
 """Operator control with real processes: cancel against a live worker and a dead one, leases
-(two resumes, kill -9, expiry), and Ctrl-C (DESIGN sections 8-9)."""
+(two resumes, kill -9, expiry), and Ctrl-C (docs/design.md sections 8, 9 and 11)."""
 
 from __future__ import annotations
 

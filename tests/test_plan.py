@@ -1,4 +1,4 @@
-"""Planning: keys and digests per DESIGN section 5, fingerprint refusal, dry runs."""
+"""Planning: keys and digests per docs/design.md section 5, fingerprint refusal, dry runs."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def test_the_digest_is_sha256_of_the_whole_intent_encoded_at_once(
     channel: str, target: str, subject: str, data: dict[str, str]
 ) -> None:
     """Whatever the text, the digest equals sha256 over the NFC of the whole intent document
-    encoded in one json.dumps (the formula of DESIGN section 5), not only over its parts."""
+    encoded in one json.dumps (the formula of docs/design.md section 5), not only over its parts."""
     payload = {"subject": subject, "body": subject[::-1], "data": data}
     whole = {
         "contract_version": CONTRACT_VERSION,

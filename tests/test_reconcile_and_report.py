@@ -1,4 +1,4 @@
-"""Reconcile (by query and by hand) and the report formats (DESIGN section 8)."""
+"""Reconcile (by query and by hand) and the report formats (docs/design.md section 11)."""
 
 from __future__ import annotations
 

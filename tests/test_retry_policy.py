@@ -1,4 +1,5 @@
-"""The retry policy: what is retried, how long it waits, when it stops (DESIGN section 7)."""
+"""The retry policy: what is retried, how long it waits, when it stops (docs/design.md
+section 7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The sandbox provider (DESIGN section 6): Idempotency-Key draft semantics, seeded faults,
+"""The sandbox provider (docs/design.md section 6): Idempotency-Key draft semantics, seeded faults,
 keep-alive, and a clean start/stop. Every test runs its own sandbox on an ephemeral port of
 127.0.0.1 and talks to it over real HTTP."""
 

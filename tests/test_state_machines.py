@@ -1,4 +1,4 @@
-"""The state machines allow exactly the moves of DESIGN section 3, and nothing else."""
+"""The state machines allow exactly the moves of docs/design.md section 3, and nothing else."""
 
 from __future__ import annotations
 

@@ -127,7 +127,7 @@ def test_newer_schema_is_refused(ws: Workspace) -> None:
 def test_contradictory_rows_are_refused(
     ws: Workspace, statements: list[str], expected: str
 ) -> None:
-    """Each invariant of DESIGN section 4 is checked on open."""
+    """Each invariant of docs/design.md section 4 is checked on open."""
     sent_run(ws)
     tamper(ws, *statements)
     assert_refused_untouched(ws, ["status"], expected)

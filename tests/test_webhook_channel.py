@@ -1,5 +1,5 @@
 """The webhook channel's wire format and error classes, with httpx2.MockTransport where only
-the payload shape matters (DESIGN sections 6-8)."""
+the payload shape matters (docs/design.md sections 6, 7 and 11)."""
 
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ def test_missing_secret_variable_is_a_config_error(monkeypatch: pytest.MonkeyPat
     ],
 )
 def test_status_classes_follow_the_design_table(status: int, kind: ErrorKind) -> None:
-    """Each HTTP status maps to the error class of DESIGN section 7."""
+    """Each HTTP status maps to the error class of docs/design.md section 7."""
     assert classify_status(status) is kind
     transport = httpx2.MockTransport(
         lambda r: httpx2.Response(status, headers={"Retry-After": "7"})

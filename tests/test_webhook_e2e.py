@@ -1,5 +1,5 @@
 """Real downstream: the CLI sending through the webhook channel to the sandbox provider on
-127.0.0.1, with its faults switched on (DESIGN sections 6-8)."""
+127.0.0.1, with its faults switched on (docs/design.md sections 6, 7 and 11)."""
 
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ def bounded_wait(seconds: float | None) -> float | None:
 
 
 class ErrorKind(StrEnum):
-    """What an error says about the downstream effect (DESIGN section 7)."""
+    """What an error says about the downstream effect (docs/design.md section 7)."""
 
     NOT_SENT = "not_sent"  # the request never left (refused, DNS): nothing happened
     THROTTLED = "throttled"  # 429/503: seen but not processed; slow the whole channel
