@@ -32,9 +32,10 @@ class NotStarted:
 
 # What one send slot produced: an answer, an error, or no request at all.
 Sent = Receipt | ChannelError | NotStarted
-# A send slot's result with the moment it came (wall clock, monotonic); None: not sent,
-# this worker could not prove it still held the run.
-Slot = tuple[Sent | None, datetime, float]
+# A send slot's result with the moment it came (wall clock, monotonic) and the moment its
+# request left (None: no request); result None: not sent, this worker could not prove it
+# still held the run.
+Slot = tuple[Sent | None, datetime, float, datetime | None]
 
 
 class Stop(StrEnum):

@@ -111,6 +111,9 @@ class Outcome:
     # The state the caller saw the item in; the UPDATE is conditional on it still holding.
     expected: ItemState | None = None
     finished_at: str | None = None  # when the answer arrived (default: when recorded)
+    # When the request left. The attempt was opened with its claim time, which for an item
+    # claimed ahead is earlier: a Retry-After or a query window counts from the request.
+    started_at: str | None = None
     # A throttled answer closes the item's channel until then (shared by a run's workers).
     gate_until: str | None = None
 

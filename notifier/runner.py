@@ -524,12 +524,13 @@ class Runner:
                 self.judge.safely(item, result, at, mono, may_ask=may_ask),
                 expected=ItemState.IN_FLIGHT,
                 finished_at=clock.iso(at),
+                started_at=None if started is None else clock.iso(started),
             )
-            for item, (result, at, mono) in done
+            for item, (result, at, mono, started) in done
             if result is not None
         ]
-        held_back = [item.seq for item, (result, _, _) in done if result is None]
-        doubted_here = sum(1 for item, (result, _, _) in done if self._doubts(item, result))
+        held_back = [item.seq for item, (result, *_) in done if result is None]
+        doubted_here = sum(1 for item, (result, *_) in done if self._doubts(item, result))
         channel_of = {item.seq: item.channel for item, _ in done}
         if held_back or self._would_halt(outcomes, channel_of):
             free = 0  # nothing new starts in a run about to stop
@@ -711,6 +712,7 @@ class Runner:
         monotonic clock (to wait): waits (Retry-After) count from then. None: not sent at
         all, because this worker can no longer prove the run is its own."""
         result: Sent
+        started: datetime | None = None
         try:
             with self._locks.get(item.channel) or nullcontext():
                 bucket = self._buckets.get(item.channel)
@@ -723,7 +725,7 @@ class Runner:
                 # channel's lock or a --rate token: the lease is still surely ours, and no
                 # cancel was seen.
                 if not self._lease_allows_send():
-                    return None, clock.now(), time.monotonic()
+                    return None, clock.now(), time.monotonic(), None
                 reason = self._may_start() or self._gated(item) or _past_deadline(item)
                 if reason is None and wait is not None:
                     if wait > self.options.max_wait_s:
@@ -731,7 +733,10 @@ class Runner:
                         self._rate_wake = time.monotonic() + wait
                     reason = f"waiting for the channel's --rate ({wait:.1f}s to the next send)"
                 if reason is not None:
-                    return NotStarted(reason), clock.now(), time.monotonic()
+                    return NotStarted(reason), clock.now(), time.monotonic(), None
+                # The attempt's real start: an item claimed ahead waited in the queue
+                # since its claim, which opened the attempt (see Outcome.started_at).
+                started = clock.now()
                 result = self.channels[item.channel].send(item.intent())
         except ChannelError as exc:
             result = exc
@@ -740,7 +745,7 @@ class Runner:
         mono = time.monotonic()
         with suppress(Exception):  # a warning only: the committer judges the answer in full
             self._warn_senders(item, result, mono)
-        return result, clock.now(), mono
+        return result, clock.now(), mono, started
 
     def _warn_senders(self, item: Item, result: Receipt | ChannelError, mono: float) -> None:
         """What every other sender must know the moment this answer arrives, not after the

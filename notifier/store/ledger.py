@@ -336,13 +336,14 @@ class Ledger(History):
         # The first row's CASTs type the VALUES columns: PostgreSQL cannot infer the type of
         # a column that is all NULL parameters (http_status and retry_after_s often are).
         values = ", ".join(
-            ["(?, ?, ?, CAST(? AS INTEGER), ?, CAST(? AS DOUBLE PRECISION), ?, ?, ?)"]
-            + ["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * (len(acks) - 1)
+            ["(?, ?, ?, CAST(? AS INTEGER), ?, CAST(? AS DOUBLE PRECISION), ?, ?, ?, ?)"]
+            + ["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * (len(acks) - 1)
         )
         params: list[Any] = []
         for o in acks:
             params += [o.seq, o.finished_at or at, o.attempt_outcome, o.http_status, o.error,
-                       o.retry_after_s, o.receipt_id, o.receipt_source, o.evidence]  # fmt: skip
+                       o.retry_after_s, o.receipt_id, o.receipt_source, o.evidence,
+                       o.started_at]  # fmt: skip
         current = ItemState.IN_FLIGHT
         target = item_next(ItemTrigger.ACK, current)
         detail = {"from": current.value, "to": target.value}
@@ -350,7 +351,8 @@ class Ledger(History):
         v = "v" if self._WRITING_CTES else f"(VALUES {values}) AS v"
         close_attempts = (
             "UPDATE attempts SET finished_at = v.column2, outcome = v.column3, "
-            "http_status = v.column4, error = v.column5, retry_after_s = v.column6 "
+            "http_status = v.column4, error = v.column5, retry_after_s = v.column6, "
+            "started_at = COALESCE(v.column10, attempts.started_at) "
             f"FROM {v} WHERE attempts.run_id = ? AND attempts.seq = v.column1 "
             "AND attempts.finished_at IS NULL"
         )
@@ -485,13 +487,15 @@ class Ledger(History):
         if o.attempt_outcome is not None:
             self.conn.execute(
                 "UPDATE attempts SET finished_at = ?, outcome = ?, http_status = ?, error = ?, "
-                "retry_after_s = ? WHERE run_id = ? AND seq = ? AND finished_at IS NULL",
+                "retry_after_s = ?, started_at = COALESCE(?, started_at) "
+                "WHERE run_id = ? AND seq = ? AND finished_at IS NULL",
                 (
                     o.finished_at or at,
                     o.attempt_outcome,
                     o.http_status,
                     o.error,
                     o.retry_after_s,
+                    o.started_at,
                     run_id,
                     o.seq,
                 ),
