@@ -38,7 +38,6 @@ from .store import (
     Prior,
     RunExists,
     Store,
-    is_postgres,
 )
 from .store.history import CHANGED, DELIVERED, OPEN, RETRIED, UNSETTLED
 from .template import Template, render_stream
@@ -309,9 +308,9 @@ def work_run(
     interrupted = Interruption()
     with (
         run_channels(run, env.base_dir) as channels,
-        # On PostgreSQL every process that sends holds a worker lease of its own, so more
-        # workers (`notifier worker`) can join the run from any machine.
-        take_lease(store, run, env.config.lease_ttl_s, shared=is_postgres(env.db_path)) as lease,
+        # Where the store shares runs, every process that sends holds a worker lease of its
+        # own, so more workers (`notifier worker`) can join the run from any machine.
+        take_lease(store, run, env.config.lease_ttl_s, shared=store.shares_runs) as lease,
         interrupt_guard(interrupted, env.say),
     ):
         announce()
