@@ -1,5 +1,6 @@
 """--db is parsed once into a Target (issue 22), and what the commands need of it is asked in
-their own terms: nothing above store/ asks which engine it names."""
+their own terms: nothing above store/ asks which engine it names. The lease a sending process
+holds is one of two kinds behind one protocol, picked by what the store says of itself."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from notifier import lease as lease_module
 from notifier.store import NotADatabasePath, parse_target
 from notifier.store.target import PostgresUrl, SqliteFile
 
-from .conftest import ROOT
+from .conftest import ROOT, Workspace, make_rows
 
 
 def test_a_path_is_an_sqlite_file_beside_which_relative_paths_resolve(tmp_path: Path) -> None:
@@ -38,6 +40,27 @@ def test_a_url_is_a_server_whose_runs_are_shared_and_never_shown_with_its_passwo
     assert target.local_dir == tmp_path  # where the command runs
     assert "hunter2" not in str(target) and "hunter2" not in repr(target)
     assert str(target) == "postgresql://ops@db.example:5433/receipts"
+
+
+@pytest.mark.both_stores
+def test_the_lease_of_a_sending_process_is_the_kind_its_store_shares(ws: Workspace) -> None:
+    """On a store that shares runs, a sending process joins as a worker (SharedLease: its
+    writes fenced by its own lease while held); else it holds the run's one lease. The
+    Target says the same as the store it opens."""
+    ws.write_csv("batch.csv", make_rows(1))
+    assert ws.invoke("send", "batch.csv").exit_code == 0
+    store = parse_target(ws.db).open()
+    try:
+        assert store.shares_runs == parse_target(ws.db).shares_runs == (ws.store == "postgres")
+        (run,) = store.runs()
+        kind = lease_module.for_sending(store)
+        assert kind is (lease_module.SharedLease if store.shares_runs else lease_module.SoleLease)
+        with kind(store, run.run_id, 30.0) as held:
+            assert held.surely_valid()
+            assert (store.worker_id is not None) == store.shares_runs
+        assert store.worker_id is None
+    finally:
+        store.close()
 
 
 def test_nothing_above_the_store_asks_which_engine_it_has() -> None:
