@@ -53,8 +53,11 @@ def child_plan(batch: Path, db: Path) -> dict[str, float]:
     # Imported here so the plain baseline process does not pay for notifier at all.
     from notifier import app, config  # noqa: PLC0415
     from notifier.env import Env  # noqa: PLC0415
+    from notifier.store import parse_target  # noqa: PLC0415
 
-    env = Env(db_path=db, config=config.load(None, explicit=False), say=lambda line: None)
+    env = Env(
+        target=parse_target(db), config=config.load(None, explicit=False), say=lambda line: None
+    )
     start = time.perf_counter()
     plan = app.plan_batch(env, batch, channel=None, run_id=None)
     planned = time.perf_counter()

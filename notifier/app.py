@@ -22,7 +22,7 @@ from .channels import Channel, ChannelConfigError, ErrorKind, UnbuildableChannel
 from .env import Env, open_store, pick_run
 from .errors import BadInput, NeedsAttention, Refused
 from .intent import CONTRACT_VERSION, new_key_nonce
-from .lease import Lease, live_holder
+from .lease import Lease, LeaseKind, SoleLease, for_sending, live_holder
 from .plan import RUN_ID_PATTERN, Plan, make_plan, new_run_id
 from .reconcile import settle, settle_doubts
 from .records import Counts, Run
@@ -38,7 +38,6 @@ from .store import (
     Prior,
     RunExists,
     Store,
-    is_postgres,
 )
 from .store.history import CHANGED, DELIVERED, OPEN, RETRIED, UNSETTLED
 from .template import Template, render_stream
@@ -309,9 +308,9 @@ def work_run(
     interrupted = Interruption()
     with (
         run_channels(run, env.base_dir) as channels,
-        # On PostgreSQL every process that sends holds a worker lease of its own, so more
-        # workers (`notifier worker`) can join the run from any machine.
-        take_lease(store, run, env.config.lease_ttl_s, shared=is_postgres(env.db_path)) as lease,
+        # Where the store shares runs, every process that sends holds a worker lease of its
+        # own, so more workers (`notifier worker`) can join the run from any machine.
+        take_lease(store, run, env.config.lease_ttl_s, kind=for_sending(store)) as lease,
         interrupt_guard(interrupted, env.say),
     ):
         announce()
@@ -361,9 +360,11 @@ def run_channels(
 
 
 @contextmanager
-def take_lease(store: Store, run: Run, ttl_s: float, *, shared: bool = False) -> Iterator[Lease]:
+def take_lease(
+    store: Store, run: Run, ttl_s: float, *, kind: LeaseKind = SoleLease
+) -> Iterator[Lease]:
     try:
-        lease = Lease(store, run.run_id, ttl_s, shared=shared)
+        lease = kind(store, run.run_id, ttl_s)
     except LeaseHeld as held:
         if store.get_run(run.run_id).cancel_requested_at:
             # A `cancel` holds the run for a moment while it closes it.
@@ -626,7 +627,7 @@ def _cancel_without_worker(env: Env, store: Store, run: Run) -> Run:
     to retry) by query, then mark the run cancelled. Raises LeaseHeld if a worker took the
     run meanwhile."""
     with run_channels(run, env.base_dir, tolerate_broken=True) as channels:
-        lease = Lease(store, run.run_id, env.config.lease_ttl_s)
+        lease = SoleLease(store, run.run_id, env.config.lease_ttl_s)
         with lease:
             if store.get_run(run.run_id).state in FINISHED_RUN_STATES:
                 return store.get_run(run.run_id)  # completed by a worker before our lease

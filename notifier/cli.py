@@ -28,7 +28,7 @@ from .config import load as load_config
 from .env import Env, open_store, pick_run
 from .errors import BadInput, ExitCode, Interrupted, NotifierError, Refused
 from .state_machine import FINISHED_RUN_STATES, ItemState, RunState, RunTrigger
-from .store import is_postgres
+from .store import NotADatabasePath, parse_target
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -133,9 +133,11 @@ class NotifierGroup(click.Group):
 @click.pass_context
 def cli(ctx: click.Context, db: str, config_path: Path | None) -> None:
     """Send a batch of notifications durably: nothing lost, nothing sent twice."""
-    if not is_postgres(db) and Path(db).is_dir():
-        raise click.BadParameter(f"{db} is a directory; name a file in it.", param_hint="--db")
-    ctx.obj = {"db": db if is_postgres(db) else Path(db), "config": config_path}
+    try:
+        target = parse_target(db)
+    except NotADatabasePath as exc:
+        raise click.BadParameter(str(exc), param_hint="--db") from None
+    ctx.obj = {"db": target, "config": config_path}
 
 
 _format_option = click.option(
@@ -152,7 +154,7 @@ def _env(ctx: click.Context, *, machine_output: bool = False) -> Env:
     """With `machine_output` (JSON or CSV on stdout), running commentary goes to stderr."""
     explicit = ctx.obj["config"] is not None
     config = load_config(ctx.obj["config"] or Path("notifier.toml"), explicit=explicit)
-    return Env(db_path=ctx.obj["db"], config=config, say=_say_err if machine_output else _say)
+    return Env(target=ctx.obj["db"], config=config, say=_say_err if machine_output else _say)
 
 
 def _say(line: str) -> None:
@@ -718,7 +720,7 @@ def worker(
     rate: float | None,
 ) -> None:
     """Join a run in a PostgreSQL database as one more worker, on any machine."""
-    if not is_postgres(ctx.obj["db"]):
+    if not ctx.obj["db"].shares_runs:
         raise BadInput(
             f"{ctx.obj['db']}: `notifier worker` shares a run among processes through "
             "PostgreSQL (--db postgresql://…); an SQLite file is worked by one process at a "

@@ -5,7 +5,6 @@ without it."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,47 +13,29 @@ from .config import Config
 from .errors import BadInput
 from .records import Run
 from .state_machine import FINISHED_RUN_STATES
-from .store import Store, is_postgres
+from .store import Store, Target
 
 Say = Callable[[str], None]
 
 
 @dataclass(frozen=True)
 class Env:
-    db_path: Path | str  # an SQLite file, or a postgresql:// URL
+    target: Target  # the --db, parsed once: an SQLite file or a PostgreSQL URL
     config: Config
     say: Say
 
     @property
     def base_dir(self) -> Path:
-        """Where relative channel paths (an outbox) are resolved: beside an SQLite file,
-        else the working directory."""
-        return Path.cwd() if is_postgres(self.db_path) else Path(self.db_path).parent
+        """Where relative channel paths (an outbox) are resolved."""
+        return self.target.local_dir
 
     def may_hold_runs(self) -> bool:
         """Whether a read-only look may find runs (a server always may; a file must exist)."""
-        return is_postgres(self.db_path) or Path(self.db_path).exists()
+        return self.target.may_hold_runs()
 
 
 def open_store(env: Env, *, create: bool = False, readonly: bool = False) -> Store:
-    if not is_postgres(env.db_path):
-        _refuse_dangling_link(Path(env.db_path))
-    return Store.open(env.db_path, create=create, readonly=readonly)
-
-
-def _refuse_dangling_link(path: Path) -> None:
-    """A --db that is a symbolic link to nothing can be neither opened nor created (the link
-    is in the way): say so, instead of a FileNotFoundError from deep in the store."""
-    if not path.is_symlink() or path.exists():
-        return
-    target = Path(os.readlink(path))
-    shown = target if target.is_absolute() else path.parent / target
-    raise BadInput(
-        f"{path} is a symbolic link to {shown}, which does not exist (or cannot be "
-        "resolved), so notifier can neither open a database there nor create one. Restore "
-        "the database it pointed to or fix the link, or point --db (or NOTIFIER_DB) at the "
-        "database file itself (a new path starts a new database); nothing was changed."
-    )
+    return env.target.open(create=create, readonly=readonly)
 
 
 def pick_run(store: Store, run_id: str | None, *, active_only: bool = False) -> Run:

@@ -1,4 +1,6 @@
-"""Who may work a run: one process at a time, fenced by a version number (docs/design.md section 9).
+"""Who may work a run, fenced by a version number (docs/design.md section 9): the run's one
+lease (SoleLease), or, where the store lets workers share a run, a worker lease each
+(SharedLease). Both are a Lease; for_sending() says which one a process that sends holds.
 
 A lease from this host whose process is gone is dead at once (pid plus the process's start
 time, so a recycled pid does not count); a lease from another host is trusted until it
@@ -21,9 +23,11 @@ import socket
 import sqlite3
 import threading
 import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from . import clock
 from .records import Run
@@ -87,31 +91,70 @@ def live_holder(store: Store, run: Run) -> dict[str, Any] | None:
     return None
 
 
-class Lease:
-    """A held lease with its heartbeat. Use as a context manager around the work.
+class Lease(Protocol):
+    """A held lease with its heartbeat, used as a context manager around the work: what the
+    commands and the runner read of it, whichever kind it is."""
 
-    With `shared`, a worker lease of its own beside other workers of the run (PostgreSQL):
-    the store is set to fence this process's writes by it and to record it on each claim."""
+    run_id: str
+    version: int  # the fencing version every write of the holder carries
+    lost: threading.Event  # set once the heartbeat finds the lease gone, or cannot keep it
 
-    def __init__(self, store: Store, run_id: str, ttl_s: float, *, shared: bool = False) -> None:
+    def surely_valid(self) -> bool: ...
+
+    def release(self) -> None: ...
+
+    def __enter__(self) -> Lease: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+# How a lease of one kind is taken: SoleLease or SharedLease (store, run_id, ttl_s).
+LeaseKind = Callable[[Store, str, float], Lease]
+
+
+def for_sending(store: Store) -> LeaseKind:
+    """The lease a process that sends a run holds: a worker lease of its own where the store
+    lets many processes share a run (more may join it from any machine), else the run's one
+    lease. Every other command that works a run holds the run's one lease (SoleLease)."""
+    return SharedLease if store.shares_runs else SoleLease
+
+
+class _HeldLease(ABC):
+    """What both kinds share: the owner, the heartbeat thread that renews the lease every
+    third of its TTL, surely_valid() and release(). A kind says how its lease is acquired,
+    renewed and released."""
+
+    def __init__(self, store: Store, run_id: str, ttl_s: float) -> None:
         self.store = store
         self.run_id = run_id
         self.ttl_s = ttl_s
-        self.shared = shared
         self.owner = new_owner()
         # Read before acquiring: the lease is valid from no later than this moment.
         renewed = time.monotonic()
-        if shared:
-            self.version = store.join_run(run_id, self.owner, ttl_s, holder_alive)
-            store.worker_id = self.owner["token"]
-        else:
-            self.version = store.acquire_lease(run_id, self.owner, ttl_s, holder_alive)
+        self.version = self._acquire()
         self._renewed = renewed
         _ACTIVE_TOKENS.add(self.owner["token"])
         self.lost = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="lease-heartbeat", daemon=True)
         self._thread.start()
+
+    @abstractmethod
+    def _acquire(self) -> int:
+        """Take the lease (LeaseHeld if someone else holds it); its fencing version."""
+
+    @abstractmethod
+    def _renew(self, store: Store) -> bool:
+        """Extend the lease through `store` (the heartbeat's own connection); False if it
+        was taken over meanwhile."""
+
+    @abstractmethod
+    def _release(self) -> None:
+        """Give the lease up, so the next holder need not wait for it to expire."""
+
+    @abstractmethod
+    def _forget(self) -> None:
+        """After release, lost or not: undo what holding the lease changed in the store."""
 
     def surely_valid(self) -> bool:
         """True while nobody else can have taken the run over: not lost, and renewed less
@@ -148,11 +191,6 @@ class Lease:
         finally:
             store.close()
 
-    def _renew(self, store: Store) -> bool:
-        if self.shared:
-            return store.renew_worker(self.owner["token"], self.version, self.ttl_s)
-        return store.renew_lease(self.run_id, self.version, self.ttl_s)
-
     def release(self) -> None:
         self._stop.set()
         self._thread.join()
@@ -161,15 +199,48 @@ class Lease:
             # On a full or failing disk the release cannot be written; the lease then dies
             # with this process (same host) or at its expiry, and the first error stands.
             with suppress(StorageFailed):
-                if self.shared:
-                    self.store.release_worker(self.owner["token"], self.version)
-                else:
-                    self.store.release_lease(self.run_id, self.version)
-        if self.shared:
-            self.store.worker_id = None
+                self._release()
+        self._forget()
 
     def __enter__(self) -> Lease:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+class SoleLease(_HeldLease):
+    """The run's one lease: one process alone works the run (on SQLite always; on
+    PostgreSQL for every command but sending, e.g. cancel, reconcile, drafting)."""
+
+    def _acquire(self) -> int:
+        return self.store.acquire_lease(self.run_id, self.owner, self.ttl_s, holder_alive)
+
+    def _renew(self, store: Store) -> bool:
+        return store.renew_lease(self.run_id, self.version, self.ttl_s)
+
+    def _release(self) -> None:
+        self.store.release_lease(self.run_id, self.version)
+
+    def _forget(self) -> None:
+        pass  # holding the run's lease changed nothing in the store object
+
+
+class SharedLease(_HeldLease):
+    """A worker lease of its own, beside the other workers sending the same run (PostgreSQL).
+    While it is held, the store fences this process's writes by it and records it on each
+    claim (store.worker_id), so a live worker can settle exactly the items of a dead one."""
+
+    def _acquire(self) -> int:
+        version = self.store.join_run(self.run_id, self.owner, self.ttl_s, holder_alive)
+        self.store.worker_id = self.owner["token"]
+        return version
+
+    def _renew(self, store: Store) -> bool:
+        return store.renew_worker(self.owner["token"], self.version, self.ttl_s)
+
+    def _release(self) -> None:
+        self.store.release_worker(self.owner["token"], self.version)
+
+    def _forget(self) -> None:
+        self.store.worker_id = None

@@ -110,7 +110,7 @@ def test_heartbeat_survives_an_unexpected_error_and_flags_the_lease(
             raise RuntimeError("disk on fire")
 
         monkeypatch.setattr(Store, "renew_lease", broken_renew)
-        held = lease_module.Lease(store, run.run_id, ttl_s=0.3)
+        held = lease_module.SoleLease(store, run.run_id, ttl_s=0.3)
         try:
             assert held.surely_valid()
             assert held.lost.wait(10), "the heartbeat died without flagging the lease"

@@ -353,7 +353,7 @@ def test_a_lease_whose_heartbeat_stalled_is_not_surely_ours_after_two_thirds_of_
     monkeypatch.setattr(Store, "renew_lease", stuck_renewal)
     store = planned_store(ws.db, 1)
     try:
-        held = lease_module.Lease(store, "r1", ttl_s=ttl)
+        held = lease_module.SoleLease(store, "r1", ttl_s=ttl)
         try:
             assert entered.wait(30), "the heartbeat never tried to renew"
             assert not held.lost.is_set()

@@ -21,7 +21,7 @@ from notifier.env import Env
 from notifier.errors import BadInput, ExitCode
 from notifier.intent import content_fingerprint
 from notifier.sandbox import Sandbox
-from notifier.store import Store
+from notifier.store import Store, parse_target
 
 from .conftest import Workspace, make_rows
 
@@ -154,7 +154,9 @@ def test_two_plans_racing_to_insert_make_exactly_one_run(
     open in the winner's run, which it names with `notifier resume`."""
     ws.write_csv("batch.csv", make_rows(20))
     Store.open(ws.db, create=True).close()
-    env = Env(ws.db, load_config(ws.path / "notifier.toml", explicit=False), lambda s: None)
+    env = Env(
+        parse_target(ws.db), load_config(ws.path / "notifier.toml", explicit=False), lambda s: None
+    )
     both_at_insert = threading.Barrier(2, timeout=30)
     original = Store.create_run
 

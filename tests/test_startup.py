@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-import shutil
-import sqlite3
 import subprocess
 import sys
 
-from sqlite_utils import Database, Migrations
+from .conftest import EXAMPLE, Workspace
 
-from notifier import schema
-
-from .conftest import EXAMPLE, ROOT, Workspace
-
-# HTTP, SMTP, templates, Claude and progress bars load when `send` (or `resume`) uses them;
-# sqlite_utils when a migration must be applied. A look at a run needs none of them.
+# HTTP, SMTP, templates, Claude and progress bars load when `send` (or `resume`) uses them.
+# A look at a run needs none of them.
 SENDING_ONLY = (
     "httpx2",
     "httpcore2",
     "standardwebhooks",
-    "sqlite_utils",
     "jinja2",
     "smtplib",
     "email",
@@ -60,8 +53,8 @@ def loaded_by(ws: Workspace, *args: str) -> tuple[set[str], str]:
 
 
 def test_status_loads_no_library_that_only_sending_needs(ws: Workspace) -> None:
-    """`notifier status` on a database imports none of httpx2, sqlite_utils, jinja2, smtplib,
-    email, ssl, standardwebhooks, anthropic or rich.progress."""
+    """`notifier status` on a database imports none of httpx2, jinja2, smtplib, email,
+    ssl, standardwebhooks, anthropic or rich.progress."""
     assert ws.invoke("send", str(EXAMPLE)).exit_code == 0
     loaded, output = loaded_by(ws, "status")
     assert "completed" in output
@@ -74,22 +67,3 @@ def test_send_on_a_pipe_loads_no_rich(ws: Workspace) -> None:
     loaded, _ = loaded_by(ws, "send", str(EXAMPLE))
     assert "notifier.runner" in loaded  # it did send
     assert sorted(name for name in loaded if name.split(".")[0] == "rich") == []
-
-
-def test_the_plain_sql_read_of_applied_migrations_agrees_with_sqlite_utils(ws: Workspace) -> None:
-    """Which migrations a file has, as every open reads them without sqlite-utils, is what
-    sqlite-utils itself records, before and after it applies the pending ones."""
-
-    def recorded(conn: sqlite3.Connection) -> set[str]:
-        return {m.name for m in Migrations(schema.MIGRATION_SET).applied(Database(conn))}
-
-    assert Migrations.migrations_table == schema.MIGRATIONS_TABLE
-    shutil.copy(ROOT / "tests" / "fixtures" / "m004-inflight-run.db", ws.db_file)
-    conn = sqlite3.connect(ws.db_file)
-    try:
-        m001_to_m003 = {m.__name__ for m in schema.MIGRATIONS[:3]}
-        assert schema.applied(conn) == recorded(conn) == m001_to_m003
-        schema.apply(conn)
-        assert schema.applied(conn) == recorded(conn) == {m.__name__ for m in schema.MIGRATIONS}
-    finally:
-        conn.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Set
+
 from .core import _ACTIVE, _ATTENTION, _EVENT_WINDOW, StoreCore
 from .exceptions import StoreRefused
 
@@ -10,7 +12,7 @@ class Checks(StoreCore):
     """Refusing a database whose rows contradict each other, at a cost bounded by what needs
     attention, never by the size of the runs."""
 
-    def _refuse_newer(self, applied: set[str], known: set[str], untouched: str) -> None:
+    def _refuse_newer(self, applied: Set[str], known: Set[str], untouched: str) -> None:
         """A migration this version does not know means a newer notifier wrote the database:
         refuse it before anything is written (`untouched` names what stays as it was)."""
         newer = sorted(applied - known)

@@ -18,7 +18,6 @@ from ..records import (
     Run,
     run_from_row,
 )
-from ..schema import stored_content_fingerprint
 from ..state_machine import (
     ACTIVE_ITEM_STATES,
     ItemState,
@@ -29,6 +28,7 @@ from ..state_machine import (
     run_next,
 )
 from .exceptions import LeaseLost, LostRace
+from .migrations import stored_content_fingerprint
 
 _ACTIVE = "state IN ({})".format(", ".join(f"'{s.value}'" for s in ACTIVE_ITEM_STATES))
 # The states someone has to look at; repeating m004's partial index condition word for word

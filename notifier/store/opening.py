@@ -11,9 +11,8 @@ from contextlib import suppress
 from pathlib import Path
 from typing import NamedTuple, Self
 
-from .. import schema
 from ..errors import NotifierError
-from . import walwatch
+from . import migrations, walwatch
 from .checks import Checks
 from .core import _HEADER, ROLLED_BACK
 from .exceptions import DatabaseUnwritable, NoDatabase, StorageFailed, StoreRefused
@@ -149,7 +148,7 @@ class Opening(Checks):
         # Under the write lock, so two processes opening an older file at once cannot both
         # decide a migration is pending and both apply it.
         with self._write():
-            schema.apply(self.conn)
+            migrations.SQLITE.apply(self.conn)
 
     def _stage_table(self, stage: PlanStage) -> str:
         """The stage's file, attached until the transaction has ended (_release_stage):
@@ -238,14 +237,13 @@ class Opening(Checks):
         app_id = self.conn.execute("PRAGMA application_id").fetchone()[0]
         if not tables and app_id == 0:
             return  # an empty SQLite file: ours to initialise
-        if app_id != schema.APPLICATION_ID:
+        if app_id != migrations.APPLICATION_ID:
             listed = ", ".join(sorted(tables)[:6]) or "none"
             raise StoreRefused(
                 f"{self.path}: this SQLite database was not written by notifier (tables: "
                 f"{listed}). Point --db at a notifier receipts database or at a new path."
             )
-        known = {m.__name__ for m in schema.MIGRATIONS}
-        self._refuse_newer(schema.applied(self.conn), known, "this file")
+        self._refuse_newer(migrations.SQLITE.applied(self.conn), migrations.NAMES, "this file")
 
 
 class _FileState(NamedTuple):

@@ -24,8 +24,8 @@ from psycopg import sql as pg_sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 
-from .. import clock, schema_pg
 from ..errors import NotifierError
+from . import migrations
 from .checks import Checks
 from .core import _ITEM_COLUMNS, _PENDING_COLUMNS, ROLLED_BACK
 from .exceptions import DatabaseUnwritable, NoDatabase, StorageFailed, StoreRefused
@@ -197,7 +197,7 @@ class PostgresOpening(Checks):
 
     def _prepare(self) -> None:
         with self._write():
-            schema_pg.apply(self.conn, clock.now_iso())
+            migrations.POSTGRES.apply(self.conn)
 
     def secondary(self) -> Self:
         store = type(self)._connect(self.url)
@@ -239,15 +239,14 @@ class PostgresOpening(Checks):
         }
         if not tables:
             return True
-        if schema_pg.MIGRATIONS_TABLE not in tables:
+        if migrations.POSTGRES.table not in tables:
             listed = ", ".join(sorted(tables)[:6])
             raise StoreRefused(
                 f"{self.path}: this PostgreSQL schema was not written by notifier (tables: "
                 f"{listed}). Point --db at a notifier database, or at an empty database or "
                 "schema (options=-csearch_path=NAME in the URL)."
             )
-        known = {m.name for m in schema_pg.MIGRATIONS}
-        self._refuse_newer(schema_pg.applied(self.conn), known, "the database")
+        self._refuse_newer(migrations.POSTGRES.applied(self.conn), migrations.NAMES, "the database")
         return False
 
     def _storage_failure(self, exc: Exception) -> NotifierError:

@@ -10,3 +10,5 @@ from .postgres import PostgresOpening
 
 class PostgresStore(PostgresOpening, Store):
     """A receipts database in a PostgreSQL schema, shared by workers on many machines."""
+
+    shares_runs = True

@@ -1,12 +1,118 @@
-"""Which engine a --db target names, without importing either driver."""
+"""The --db target, parsed once: an SQLite file or a PostgreSQL URL. What the commands need
+to know of it is asked in their own terms (where relative paths resolve, whether a run can be
+shared among processes, whether it may hold runs yet, how to open it), so that nothing above
+store/ asks which engine it names. Neither driver is imported until a target is opened."""
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar, Protocol
+
+from ..errors import BadInput
+
+if TYPE_CHECKING:
+    from . import Store
 
 SCHEMES = ("postgresql://", "postgres://")
 
 
-def is_postgres(target: str | Path) -> bool:
-    """A postgresql:// URL (a PostgreSQL store); anything else is an SQLite file."""
-    return isinstance(target, str) and target.startswith(SCHEMES)
+class NotADatabasePath(ValueError):
+    """A --db that cannot name a database at all (a directory)."""
+
+
+class Target(Protocol):
+    # Whether many processes may work one run at once, each under a worker lease of its own
+    # (`notifier worker`); as the store it opens says (Store.shares_runs).
+    shares_runs: ClassVar[bool]
+
+    @property
+    def local_dir(self) -> Path:
+        """Where relative channel paths (an outbox) are resolved."""
+        ...
+
+    def may_hold_runs(self) -> bool:
+        """Whether a read-only look may find runs here, before anything is opened."""
+        ...
+
+    def open(self, *, create: bool = False, readonly: bool = False) -> Store:
+        """The checked store (StoreRefused, NoDatabase, …): Store.open's contract."""
+        ...
+
+
+def parse(db: str | Path) -> Target:
+    """The target --db (or NOTIFIER_DB) names: a postgresql:// URL, else an SQLite file.
+    NotADatabasePath for a directory."""
+    if isinstance(db, str) and db.startswith(SCHEMES):
+        return PostgresUrl(db)
+    path = Path(db)
+    if path.is_dir():
+        raise NotADatabasePath(f"{db} is a directory; name a file in it.")
+    return SqliteFile(path)
+
+
+@dataclass(frozen=True)
+class SqliteFile:
+    """A receipts database in one SQLite file, worked by one process at a time."""
+
+    path: Path
+    shares_runs: ClassVar[bool] = False
+
+    @property
+    def local_dir(self) -> Path:
+        return self.path.parent  # beside the file: the outbox travels with its database
+
+    def may_hold_runs(self) -> bool:
+        return self.path.exists()
+
+    def open(self, *, create: bool = False, readonly: bool = False) -> Store:
+        _refuse_dangling_link(self.path)
+        from . import SqliteStore  # noqa: PLC0415 - the package imports this module
+
+        return SqliteStore.open(self.path, create=create, readonly=readonly)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+
+@dataclass(frozen=True)
+class PostgresUrl:
+    """A receipts database in a PostgreSQL schema, whose runs workers on many machines may
+    share."""
+
+    url: str = field(repr=False)  # may hold a password: never in a message or a repr
+    shares_runs: ClassVar[bool] = True
+
+    @property
+    def local_dir(self) -> Path:
+        return Path.cwd()  # a server has no directory of ours: where the command runs
+
+    def may_hold_runs(self) -> bool:
+        return True  # only the server can say, once connected
+
+    def open(self, *, create: bool = False, readonly: bool = False) -> Store:
+        # psycopg only when a server is named (see postgres_store.py).
+        from .postgres_store import PostgresStore  # noqa: PLC0415
+
+        return PostgresStore.open(self.url, create=create, readonly=readonly)
+
+    def __str__(self) -> str:
+        from .postgres import describe  # noqa: PLC0415 - psycopg, only for a message
+
+        return describe(self.url)
+
+
+def _refuse_dangling_link(path: Path) -> None:
+    """A --db that is a symbolic link to nothing can be neither opened nor created (the link
+    is in the way): say so, instead of a FileNotFoundError from deep in the store."""
+    if not path.is_symlink() or path.exists():
+        return
+    target = Path(os.readlink(path))
+    shown = target if target.is_absolute() else path.parent / target
+    raise BadInput(
+        f"{path} is a symbolic link to {shown}, which does not exist (or cannot be "
+        "resolved), so notifier can neither open a database there nor create one. Restore "
+        "the database it pointed to or fix the link, or point --db (or NOTIFIER_DB) at the "
+        "database file itself (a new path starts a new database); nothing was changed."
+    )

@@ -1,0 +1,232 @@
+"""The database schema as numbered migrations, each with its SQLite and its PostgreSQL form,
+and the one runner that applies them and records which were applied.
+
+A shipped migration is never edited: a change is a new `Migration("mNNN_…", …)` appended to
+MIGRATIONS, with both forms. A form is either DDL text (schema_sqlite.py, schema_postgres.py;
+statements one blank line apart) or a Python function given the store's connection, for a
+back-fill that SQL alone does not express.
+
+Every open reads the record of applied migrations with plain SQL, and refuses a database that
+has one this version does not know (checks.py). The records keep the names and tables of
+earlier versions, which applied the SQLite migrations with sqlite-utils: a database written by
+any earlier version opens and resumes, and one written by this version reads the same to them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import unicodedata
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from .. import clock
+from . import schema_postgres, schema_sqlite
+
+# The migration set every record names (earlier versions' sqlite-utils Migrations("notifier")).
+MIGRATION_SET = "notifier"
+APPLICATION_ID = schema_sqlite.APPLICATION_ID
+
+# A migration's form on one engine: DDL text, or a function of the store's connection (an
+# sqlite3.Connection, or postgres.PgConnection, which takes the same `?` parameters).
+Form = str | Callable[[Any], None]
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One step of the schema, by name, in each engine's own form."""
+
+    name: str
+    sqlite: Form
+    postgres: Form
+
+
+def stored_content_fingerprint(conn: Any, run_id: str) -> str:
+    """The content fingerprint of a run, from its stored items (for m002's back-fill on
+    either engine, and for a read-only look at a database m002 has not been applied to yet).
+
+    The formula is written out here rather than imported, because a shipped migration must not
+    change when intent.py does; it equals intent.content_fingerprint (a test pins that)."""
+    h = hashlib.sha256()
+    channels: set[str] = set()
+    for digest, channel in conn.execute(
+        "SELECT intent_digest, channel FROM items WHERE run_id = ? ORDER BY seq", (run_id,)
+    ):
+        h.update(digest.encode("ascii"))
+        h.update(b"\n")
+        channels.add(channel)
+    names = json.dumps(sorted(channels), separators=(",", ":"), ensure_ascii=False)
+    h.update(unicodedata.normalize("NFC", names).encode("utf-8"))
+    return "sha256:" + h.hexdigest()
+
+
+def _m002(conn: Any) -> None:
+    """Issue 7, points 3 and 4: a per-run key nonce, and the content fingerprint that decides
+    "already planned" (ordered intent digests + channel names, no transport tuning).
+
+    Old runs keep their keys (keys are stored, never recomputed), so their nonce stays NULL.
+    Their content fingerprint is back-filled from their stored items so that an old run
+    still blocks a re-send of the same batch. The same statements on both engines."""
+    conn.execute("ALTER TABLE runs ADD COLUMN key_nonce TEXT")
+    conn.execute("ALTER TABLE runs ADD COLUMN content_fingerprint TEXT")
+    for (run_id,) in conn.execute("SELECT run_id FROM runs").fetchall():
+        conn.execute(
+            "UPDATE runs SET content_fingerprint = ? WHERE run_id = ?",
+            (stored_content_fingerprint(conn, run_id), run_id),
+        )
+    conn.execute("CREATE INDEX runs_content_fingerprint ON runs(content_fingerprint)")
+
+
+# Issue 21: a row's identity across runs, so that `send` plans only what earlier runs in this
+# database did not deliver. `items.identity` beside `items.channel` is the row's own id
+# ("id:" + id) when its file had an id column, else its intent digest (channel, normalised
+# recipient and content): intent.row_identity, written out here as SQL, the same on both
+# engines.
+#
+# Old items are back-filled so that what was delivered before this migration counts. A file
+# without an id column gave each row its position as item_id, so a run whose every item_id
+# is its seq is taken as such a file. A file whose ids really were 1, 2, 3, … in order is
+# read the same way: its rows are then matched by content, and a later copy of it with
+# changed content is sent as new rows rather than refused as changed.
+_M006 = """
+ALTER TABLE items ADD COLUMN identity TEXT;
+
+UPDATE items SET identity = CASE WHEN run_id IN (
+        SELECT run_id FROM items GROUP BY run_id
+        HAVING SUM(CASE WHEN item_id = CAST(seq AS TEXT) THEN 0 ELSE 1 END) = 0
+    ) THEN intent_digest ELSE 'id:' || item_id END;
+
+CREATE INDEX items_identity ON items(channel, identity)
+"""
+
+# Every migration, in the order they apply.
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration("m001_initial", schema_sqlite.M001, schema_postgres.M001),
+    Migration("m002_key_nonce_content_fingerprint", _m002, _m002),
+    # Item deadlines (`not_after`, also inside the digested payload; the column only lets a
+    # claim find due deadlines through an index) and Claude drafts, stored per row before the
+    # intents are computed, so a resumed run never asks for a draft twice.
+    Migration("m003_deadlines_and_drafts", schema_sqlite.M003, schema_postgres.M003),
+    # Issue 8, point 4: the cost of `status`, `resume`, `cancel` and `runs` depends on the
+    # items that need attention, never on the size of the run. `run_counts` holds, per run
+    # and state, how many items are in it. Triggers on `items` keep it in the same transaction
+    # as every state move, whichever code path makes the move, so the counts cannot drift
+    # from the rows; existing runs are back-filled. Inserts are counted by the one function
+    # that inserts items (Store._insert_items), once per plan: a trigger firing a million
+    # times would add a third to planning a million rows. The partial indexes let every
+    # start-up and report query read only the rows it is about.
+    Migration("m004_counts_and_attention_indexes", schema_sqlite.M004, schema_postgres.M004),
+    # Issue 11: many workers on one run (PostgreSQL). Each worker holds a lease row of its
+    # own (`workers`); a claimed item records which worker holds it (`items.worker_id`), so a
+    # live worker can settle exactly the items of a dead one. `rate_buckets` is a channel's
+    # --rate bucket shared by all the workers of a run, and `channel_gates` the time until
+    # which a throttled answer to any of them closed a channel. On SQLite one process works a
+    # run, under the run's own lease; the tables exist so that both engines keep one schema.
+    Migration("m005_workers", schema_sqlite.M005, schema_postgres.M005),
+    Migration("m006_item_identity", _M006, _M006),
+)
+NAMES = frozenset(m.name for m in MIGRATIONS)
+
+
+def statements(script: str) -> list[str]:
+    """The statements of a DDL text, in order, without their `;`. Each runs to its `;`, or,
+    the last one written without `;`, to the end of the text: as SQLite reads a statement, and
+    keeps its text in sqlite_master. So the texts stored there are those the code before this
+    runner stored, to the byte (a trailing line break included), as a test pins."""
+    found = []
+    for chunk in script.split(";\n\n"):
+        text = chunk.lstrip()
+        if text.rstrip().endswith(";"):
+            text = text.rstrip()[:-1]
+        if text.strip():
+            found.append(text)
+    return found
+
+
+@dataclass(frozen=True)
+class Migrator:
+    """The runner, for one engine: which form of each migration it applies, how it runs one
+    statement, and where it records what was applied. SQLITE and POSTGRES below are the two."""
+
+    form: Callable[[Migration], Form]
+    run: Callable[[Any, str], None]  # one statement of a DDL text
+    table: str  # the record of applied migrations
+    table_ddl: str
+    table_exists: str  # a query with one `?`, the table's name: a row when it exists
+    stamp: Callable[[], str]  # applied_at
+
+    def applied(self, conn: Any) -> set[str]:
+        """The names of the migrations applied to `conn`'s database (none if it never had
+        one)."""
+        if not self._recorded(conn):
+            return set()
+        return {
+            name
+            for (name,) in conn.execute(
+                f"SELECT name FROM {self.table} WHERE migration_set = ?", (MIGRATION_SET,)
+            ).fetchall()
+        }
+
+    def _recorded(self, conn: Any) -> bool:
+        """Whether the database has the table of records yet."""
+        return bool(conn.execute(self.table_exists, (self.table,)).fetchone())
+
+    def apply(self, conn: Any, migrations: Sequence[Migration] = MIGRATIONS) -> list[str]:
+        """Apply the migrations `conn`'s database lacks, in order, each recorded with it,
+        inside the caller's write transaction (under its write lock, so two processes opening
+        an older database at once cannot both apply one; DDL is transactional on both
+        engines, so a crash leaves all of them or none). Returns the names applied.
+
+        `migrations` is a prefix of MIGRATIONS only where a test builds a database as an
+        earlier version left it."""
+        done = self.applied(conn)
+        pending = [m for m in migrations if m.name not in done]
+        if pending and not self._recorded(conn):
+            for statement in statements(self.table_ddl):
+                self.run(conn, statement)
+        for migration in pending:
+            form = self.form(migration)
+            if isinstance(form, str):
+                for statement in statements(form):
+                    self.run(conn, statement)
+            else:
+                form(conn)
+            conn.execute(
+                f"INSERT INTO {self.table} (migration_set, name, applied_at) VALUES (?, ?, ?)",
+                (MIGRATION_SET, migration.name, self.stamp()),
+            )
+        return [m.name for m in pending]
+
+
+def _run_sqlite(conn: Any, statement: str) -> None:
+    # SQLite reads a CREATE TRIGGER as complete only with the `;` after its END.
+    conn.execute(statement + ";")
+
+
+def _run_postgres(conn: Any, statement: str) -> None:
+    # As written, without parameter parsing: a PL/pgSQL body may hold anything.
+    conn.execute_script(statement)
+
+
+SQLITE = Migrator(
+    form=lambda m: m.sqlite,
+    run=_run_sqlite,
+    table=schema_sqlite.MIGRATIONS_TABLE,
+    table_ddl=schema_sqlite.MIGRATIONS_TABLE_DDL,
+    table_exists="SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+    # The text sqlite-utils wrote for earlier versions, so one file keeps one format.
+    stamp=lambda: str(datetime.now(UTC)),
+)
+POSTGRES = Migrator(
+    form=lambda m: m.postgres,
+    run=_run_postgres,
+    table=schema_postgres.MIGRATIONS_TABLE,
+    table_ddl=schema_postgres.MIGRATIONS_TABLE_DDL,
+    table_exists=(
+        "SELECT 1 FROM information_schema.tables "
+        "WHERE table_schema = current_schema() AND table_name = ?"
+    ),
+    stamp=clock.now_iso,
+)

@@ -1,0 +1,74 @@
+"""--db is parsed once into a Target (issue 22), and what the commands need of it is asked in
+their own terms: nothing above store/ asks which engine it names. The lease a sending process
+holds is one of two kinds behind one protocol, picked by what the store says of itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from notifier import lease as lease_module
+from notifier.store import NotADatabasePath, parse_target
+from notifier.store.target import PostgresUrl, SqliteFile
+
+from .conftest import ROOT, Workspace, make_rows
+
+
+def test_a_path_is_an_sqlite_file_beside_which_relative_paths_resolve(tmp_path: Path) -> None:
+    target = parse_target(tmp_path / "receipts.db")
+    assert isinstance(target, SqliteFile)
+    assert target.local_dir == tmp_path
+    assert not target.shares_runs
+    assert not target.may_hold_runs()  # nothing there yet
+    assert str(target) == str(tmp_path / "receipts.db")
+
+
+def test_a_directory_names_no_database(tmp_path: Path) -> None:
+    with pytest.raises(NotADatabasePath, match="is a directory; name a file in it"):
+        parse_target(str(tmp_path))
+
+
+@pytest.mark.parametrize("scheme", ["postgresql", "postgres"])
+def test_a_url_is_a_server_whose_runs_are_shared_and_never_shown_with_its_password(
+    scheme: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    target = parse_target(f"{scheme}://ops:hunter2@db.example:5433/receipts")
+    assert isinstance(target, PostgresUrl)
+    assert target.shares_runs and target.may_hold_runs()
+    assert target.local_dir == tmp_path  # where the command runs
+    assert "hunter2" not in str(target) and "hunter2" not in repr(target)
+    assert str(target) == "postgresql://ops@db.example:5433/receipts"
+
+
+@pytest.mark.both_stores
+def test_the_lease_of_a_sending_process_is_the_kind_its_store_shares(ws: Workspace) -> None:
+    """On a store that shares runs, a sending process joins as a worker (SharedLease: its
+    writes fenced by its own lease while held); else it holds the run's one lease. The
+    Target says the same as the store it opens."""
+    ws.write_csv("batch.csv", make_rows(1))
+    assert ws.invoke("send", "batch.csv").exit_code == 0
+    store = parse_target(ws.db).open()
+    try:
+        assert store.shares_runs == parse_target(ws.db).shares_runs == (ws.store == "postgres")
+        (run,) = store.runs()
+        kind = lease_module.for_sending(store)
+        assert kind is (lease_module.SharedLease if store.shares_runs else lease_module.SoleLease)
+        with kind(store, run.run_id, 30.0) as held:
+            assert held.surely_valid()
+            assert (store.worker_id is not None) == store.shares_runs
+        assert store.worker_id is None
+    finally:
+        store.close()
+
+
+def test_nothing_above_the_store_asks_which_engine_it_has() -> None:
+    """The engine is store/'s business: no module outside notifier/store/ tests for it."""
+    outside = [
+        path
+        for path in (ROOT / "notifier").rglob("*.py")
+        if "store" not in path.relative_to(ROOT / "notifier").parts
+        and "is_postgres" in path.read_text("utf-8")
+    ]
+    assert outside == []
