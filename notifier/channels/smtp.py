@@ -31,7 +31,7 @@ from typing import Any
 from .. import clock
 from ..intent import Intent
 from .base import ChannelConfigError, ChannelError, ErrorKind, Receipt
-from .smtp_options import DEFAULT_TIMEOUT_S, SCHEMA, has_control, smtp_address
+from .smtp_options import CAPABILITIES, DEFAULT_TIMEOUT_S, SCHEMA, has_control, smtp_address
 
 DEFAULT_PORT = 25
 DEFAULT_SSL_PORT = 465
@@ -74,12 +74,9 @@ class _Watchdog:
 class SmtpChannel:
     """Sends each intent as one text/plain UTF-8 message to `intent.target`."""
 
-    idempotent = False  # SMTP cannot dedupe: a re-send is a second e-mail
-    queryable = False  # nor can it be asked whether it holds a message
-    thread_safe = False  # one SMTP session: the runner sends one message at a time
-
     def __init__(self, name: str, definition: dict[str, Any]) -> None:
         self.name = name
+        self.idempotent, self.queryable, self.thread_safe = CAPABILITIES
         where = f"channel {name!r} (smtp)"
         problems = SCHEMA.problems(where, definition)
         if problems:

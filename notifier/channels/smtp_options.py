@@ -7,12 +7,23 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Mapping
 from typing import Any
 
 from . import options as o
+from .base import Capabilities
 
 DEFAULT_TIMEOUT_S = 30.0
 _ADDRESS_FORBIDDEN = re.compile(r"[\s<>,;\"()\[\]\\]")
+# What a batch file's `to` must look like before the stricter rules below are asked.
+_EMAIL = re.compile(r"^[^@\s<>,;\"]+@[^@\s<>,;\"]+\.[^@\s<>,;\"]+$")
+# SMTP cannot dedupe (a re-send is a second e-mail), nor can it be asked whether it holds a
+# message; one SMTP session per channel, so the runner sends one message at a time.
+CAPABILITIES = Capabilities(idempotent=False, queryable=False, thread_safe=False)
+
+
+def capabilities(definition: Mapping[str, Any]) -> Capabilities:
+    return CAPABILITIES
 
 
 def _sender(value: str) -> str | None:
@@ -59,6 +70,15 @@ SCHEMA = o.Schema(
 def has_control(value: str) -> bool:
     """Any C0/C1 control (CR, LF, NUL, TAB, NEL, ...) or a Unicode line/paragraph separator."""
     return any(unicodedata.category(ch) in ("Cc", "Zl", "Zp") for ch in value)
+
+
+def target_problem(target: str, channel: str) -> str | None:
+    """Why a batch row's `to` cannot go through this smtp channel, as planning reports it."""
+    why = recipient_problem(target)
+    if why is None and _EMAIL.match(target):
+        return None
+    why = why or "expected local@domain"
+    return f"`to` {target!r} is not an e-mail address, which channel {channel!r} needs ({why})"
 
 
 def recipient_problem(target: str) -> str | None:
