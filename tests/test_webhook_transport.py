@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -306,6 +307,43 @@ def test_waiting_for_a_free_connection_times_out_as_a_pool_timeout(
     assert server.accepted == 1
 
 
+def raised_through(transport: httpx2.BaseTransport, url: str, content: bytes) -> type[Exception]:
+    """The class of the error one POST through `transport` ends in (timeouts: TIMEOUT_S)."""
+    with (
+        httpx2.Client(transport=transport, timeout=TIMEOUT_S) as client,
+        pytest.raises(httpx2.HTTPError) as caught,
+        client.stream("POST", url, content=content) as response,
+    ):
+        response.read()
+    return type(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "size"),
+    [(stall, 1), (hang_up, 1), (reset, 1), (truncate_body, 1), (never_read, 32 * 1024 * 1024)],
+    ids=lambda value: getattr(value, "__name__", str(value)),
+)
+def test_errors_are_those_httpx_own_transport_raises(
+    serve: Callable[[Behaviour], Server], behaviour: Behaviour, size: int
+) -> None:
+    """Where a single network operation fails, the deadline transport raises the very httpx
+    error that httpx's HTTPTransport raises for it (the channel classifies those)."""
+    content = b"x" * size
+    server = serve(behaviour)
+    limits = httpx2.Limits(max_connections=1)
+    ours = raised_through(DeadlineTransport(limits, tls=False), server.url, content)
+    theirs = raised_through(httpx2.HTTPTransport(trust_env=False), server.url, content)
+    assert ours is theirs
+
+
+def test_a_refused_connection_is_the_error_httpx_own_transport_raises(refusing: str) -> None:
+    """Connection refused: the same httpx error as HTTPTransport's (ConnectError)."""
+    limits = httpx2.Limits(max_connections=1)
+    ours = raised_through(DeadlineTransport(limits, tls=False), refusing, b"x")
+    theirs = raised_through(httpx2.HTTPTransport(trust_env=False), refusing, b"x")
+    assert ours is theirs is httpx2.ConnectError
+
+
 def test_connections_are_kept_alive_between_attempts(
     serve: Callable[[Behaviour], Server],
 ) -> None:
@@ -318,3 +356,52 @@ def test_connections_are_kept_alive_between_attempts(
     finally:
         hooks.close()
     assert server.accepted == 1
+
+
+@pytest.fixture
+def contexts(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Every ssl.SSLContext built from now on, however it is built (ssl.create_default_
+    context, httpcore's default context and httpx's all end in SSLContext.__new__)."""
+    built: list[object] = []
+    real = ssl.SSLContext.__new__
+
+    def counting(cls: type[ssl.SSLContext], *args: Any, **kwargs: Any) -> ssl.SSLContext:
+        context = real(cls, *args, **kwargs)
+        built.append(context)
+        return context
+
+    monkeypatch.setattr(ssl.SSLContext, "__new__", counting)
+    return built
+
+
+@pytest.mark.parametrize(
+    ("url", "status_url", "tls"),
+    [
+        ("http://127.0.0.1:9/n", "http://127.0.0.1:9/n/{key}", False),
+        ("https://hooks.example/n", None, True),
+        ("http://127.0.0.1:9/n", "HTTPS://status.example/{key}", True),
+    ],
+)
+def test_a_tls_context_is_built_only_for_a_channel_that_may_need_it(
+    contexts: list[object], url: str, status_url: str | None, tls: bool
+) -> None:
+    """Reading the CA bundle costs every start ~70 ms: a channel whose URLs are all plain
+    http builds no TLS context at all; one https URL (send or query) builds one."""
+    definition = {"type": "webhook", "url": url}
+    if status_url is not None:
+        definition["status_url"] = status_url
+    WebhookChannel("hooks", definition).close()
+    assert len(contexts) == (1 if tls else 0)
+
+
+def test_a_plain_http_send_builds_no_tls_context(
+    contexts: list[object], serve: Callable[[Behaviour], Server]
+) -> None:
+    """Nor does sending over plain http build one later, on the way to the server."""
+    server = serve(receipt)
+    hooks = channel(server.url)
+    try:
+        assert hooks.send(intent()).receipt_id == "dlv_1"
+    finally:
+        hooks.close()
+    assert contexts == []
