@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import NamedTuple, Protocol
 
 from . import clock
-from .channels.smtp_options import recipient_problem
+from .channels import target_problem
 from .errors import BadInput
 
 RESERVED = ("to", "subject", "body", "id", "channel", "not_after")
@@ -35,7 +35,6 @@ MAX_FIELD_CHARS = 4 * 1024 * 1024
 # control character) could smuggle extra headers into an e-mail or a webhook log line.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 CONTROL = _CONTROL  # templates and drafts check what they produce with the same rule
-_EMAIL = re.compile(r"^[^@\s<>,;\"]+@[^@\s<>,;\"]+\.[^@\s<>,;\"]+$")
 
 
 class BatchRow(NamedTuple):
@@ -434,14 +433,8 @@ def _check_row(
                 f"or use one of: {known}",
             )
         )
-    elif kind == "smtp" and to and (not _EMAIL.match(to) or recipient_problem(to)):
-        why = recipient_problem(to) or "expected local@domain"
-        problems.append(
-            Problem(
-                line,
-                f"`to` {to!r} is not an e-mail address, which channel {channel!r} needs ({why})",
-            )
-        )
+    elif to and (problem := target_problem(kind, to, channel)) is not None:
+        problems.append(Problem(line, problem))
     deadline = _deadline(_cell(record, layout.not_after), not_after, line, problems)
     if len(problems) > before:
         return None

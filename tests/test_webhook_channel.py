@@ -161,31 +161,3 @@ def test_query_found_not_found_and_uncertain() -> None:
     with pytest.raises(ChannelError) as caught:
         hooks.query("k500")
     assert caught.value.kind is ErrorKind.UNCERTAIN
-
-
-@pytest.mark.parametrize(
-    ("url", "status_url", "contexts"),
-    [
-        ("http://127.0.0.1:9/n", "http://127.0.0.1:9/n/{key}", 0),
-        ("https://hooks.example/n", None, 1),
-        ("http://127.0.0.1:9/n", "HTTPS://status.example/{key}", 1),
-    ],
-)
-def test_tls_context_is_built_only_for_a_channel_that_may_need_it(
-    monkeypatch: pytest.MonkeyPatch, url: str, status_url: str | None, contexts: int
-) -> None:
-    """Reading the CA bundle costs every start ~70 ms: a channel whose URLs are all plain
-    http builds no TLS context; one https URL (send or query) is enough to build it."""
-    built: list[object] = []
-    real = httpx2.create_ssl_context
-
-    def counting(*args: object, **kwargs: object) -> object:
-        built.append(args)
-        return real(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(httpx2, "create_ssl_context", counting)
-    definition = {"type": "webhook", "url": url}
-    if status_url is not None:
-        definition["status_url"] = status_url
-    WebhookChannel("hooks", definition).close()
-    assert len(built) == contexts

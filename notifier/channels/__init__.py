@@ -7,23 +7,12 @@ from pathlib import Path
 from typing import Any
 
 from ..intent import Intent
-from . import apprise, outbox, smtp_options, webhook_options
-from .apprise import AppriseChannel
-from .base import Channel, ChannelConfigError, ChannelError, ErrorKind, Receipt
-from .options import Schema, nearest
-from .outbox import OutboxChannel
-
-# The channel registry: each type's one option table lives in its own module. Every command
-# checks notifier.toml against them, so the webhook's and smtp's sit apart from their
-# channels, which load httpx2 or smtplib only when a run builds one (start-up time).
-SCHEMAS: dict[str, Schema] = {
-    "outbox": outbox.SCHEMA,
-    "webhook": webhook_options.SCHEMA,
-    "smtp": smtp_options.SCHEMA,
-    "apprise": apprise.SCHEMA,
-}
+from .base import Capabilities, Channel, ChannelConfigError, ChannelError, ErrorKind, Receipt
+from .options import nearest
+from .registry import TYPES
 
 __all__ = [
+    "Capabilities",
     "Channel",
     "ChannelConfigError",
     "ChannelError",
@@ -31,17 +20,30 @@ __all__ = [
     "Receipt",
     "UnbuildableChannel",
     "build_channel",
+    "capabilities",
     "definition_problems",
+    "target_problem",
 ]
 
 
 def definition_problems(where: str, definition: Mapping[str, Any]) -> list[str]:
     """Everything wrong with a channel definition, checked against its type's schema."""
     kind = definition.get("type")
-    if not isinstance(kind, str) or kind not in SCHEMAS:
-        hint = nearest(kind, SCHEMAS) if isinstance(kind, str) else ""
-        return [f"{where}: type {kind!r}{hint} is not one of {', '.join(sorted(SCHEMAS))}"]
-    return SCHEMAS[kind].problems(where, definition)
+    if not isinstance(kind, str) or kind not in TYPES:
+        hint = nearest(kind, TYPES) if isinstance(kind, str) else ""
+        return [f"{where}: type {kind!r}{hint} is not one of {', '.join(sorted(TYPES))}"]
+    return TYPES[kind].schema.problems(where, definition)
+
+
+def capabilities(definition: Mapping[str, Any]) -> Capabilities:
+    """What a channel built from `definition` (already checked) will promise."""
+    return TYPES[definition["type"]].capabilities(definition)
+
+
+def target_problem(kind: str, target: str, channel: str) -> str | None:
+    """Why a batch row's `to` cannot go through `channel`, of type `kind`; None when it can."""
+    entry = TYPES.get(kind)
+    return None if entry is None else entry.target_problem(target, channel)
 
 
 class UnbuildableChannel:
@@ -69,16 +71,6 @@ class UnbuildableChannel:
 def build_channel(name: str, definition: dict[str, Any], base_dir: Path) -> Channel:
     """Instantiate the channel `name` from its (snapshotted) definition."""
     kind = definition.get("type")
-    if kind == "outbox":
-        return OutboxChannel(name, base_dir / str(definition.get("dir") or "outbox"))
-    if kind == "webhook":
-        from .webhook import WebhookChannel  # noqa: PLC0415 (httpx2: see SCHEMAS)
-
-        return WebhookChannel(name, definition)
-    if kind == "smtp":
-        from .smtp import SmtpChannel  # noqa: PLC0415 (smtplib: see SCHEMAS)
-
-        return SmtpChannel(name, definition)
-    if kind == "apprise":
-        return AppriseChannel(name, definition)  # imports the optional `apprise` lazily
-    raise ChannelConfigError(f"channel {name!r}: unknown type {kind!r}")
+    if not isinstance(kind, str) or kind not in TYPES:
+        raise ChannelConfigError(f"channel {name!r}: unknown type {kind!r}")
+    return TYPES[kind].build(name, definition, base_dir)

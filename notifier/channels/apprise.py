@@ -17,13 +17,14 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from ..intent import Intent
 from . import options as o
-from .base import ChannelConfigError, ChannelError, ErrorKind, Receipt
+from .base import Capabilities, ChannelConfigError, ChannelError, ErrorKind, Receipt
 
 if TYPE_CHECKING:
     from apprise import Apprise, NotifyBase
@@ -53,6 +54,13 @@ SCHEMA = o.Schema(
     },
     _urls_given,
 )
+# Apprise has no idempotency keys, nor any way to ask a service what it received; thread-safe
+# because every send builds its own Apprise object and plugin instances.
+CAPABILITIES = Capabilities(idempotent=False, queryable=False, thread_safe=True)
+
+
+def capabilities(definition: Mapping[str, Any]) -> Capabilities:
+    return CAPABILITIES
 
 
 @dataclass(frozen=True)
@@ -64,12 +72,9 @@ class _Url:
 class AppriseChannel:
     """Sends `subject` as the Apprise title and `body` as plain text to every URL."""
 
-    idempotent = False  # Apprise has no idempotency keys
-    queryable = False  # nor any way to ask a service what it received
-    thread_safe = True  # every send builds its own Apprise object and plugin instances
-
     def __init__(self, name: str, definition: dict[str, Any]) -> None:
         self.name = name
+        self.idempotent, self.queryable, self.thread_safe = CAPABILITIES
         where = f"channel {name!r} (apprise)"
         problems = SCHEMA.problems(where, definition)
         if problems:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from ..errors import BadInput, NotifierError
 from ..intent import Intent
@@ -77,11 +77,21 @@ class ChannelError(NotifierError):
         self.retry_after = bounded_wait(retry_after)
 
 
-class Channel(Protocol):
-    name: str
+class Capabilities(NamedTuple):
+    """What a channel type promises, which decides what an uncertain answer means for an
+    item. Each type states them once (its `capabilities` function, in the channel registry);
+    its channel unpacks them into the attributes below."""
+
     idempotent: bool  # the downstream dedupes by key: re-sending with the same key is safe
     queryable: bool  # query(key) can prove whether a delivery exists
     thread_safe: bool  # send() may run on several threads at once (--concurrency)
+
+
+class Channel(Protocol):
+    name: str
+    idempotent: bool  # see Capabilities
+    queryable: bool
+    thread_safe: bool
 
     def send(self, intent: Intent) -> Receipt:
         """Deliver `intent` under its idempotency key; raise ChannelError on failure."""

@@ -9,23 +9,32 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from .. import clock
 from ..intent import Intent
 from . import options as o
-from .base import ChannelError, ErrorKind, Receipt
+from .base import Capabilities, ChannelError, ErrorKind, Receipt
 
 SCHEMA = o.Schema({"dir": o.Option("str", default="outbox"), "rate": o.RATE})
+# Thread-safe: one file per key, written under a unique temp name.
+CAPABILITIES = Capabilities(idempotent=True, queryable=True, thread_safe=True)
+
+
+def capabilities(definition: Mapping[str, Any]) -> Capabilities:
+    return CAPABILITIES
+
+
+def build(name: str, definition: Mapping[str, Any], base_dir: Path) -> OutboxChannel:
+    return OutboxChannel(name, base_dir / str(definition.get("dir") or "outbox"))
 
 
 class OutboxChannel:
-    idempotent = True
-    queryable = True
-    thread_safe = True  # one file per key, written under a unique temp name
-
     def __init__(self, name: str, directory: Path) -> None:
         self.name = name
+        self.idempotent, self.queryable, self.thread_safe = CAPABILITIES
         self.directory = directory
 
     def _path(self, key: str) -> Path:

@@ -13,12 +13,9 @@ never appear in a message, a receipt or anything else this module returns.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import email.policy
 import email.utils
-import ipaddress
-import os
 import re
 import smtplib
 import socket
@@ -30,8 +27,9 @@ from typing import Any
 
 from .. import clock
 from ..intent import Intent
+from . import smtp_options as settings
 from .base import ChannelConfigError, ChannelError, ErrorKind, Receipt
-from .smtp_options import DEFAULT_TIMEOUT_S, SCHEMA, has_control, smtp_address
+from .smtp_options import CAPABILITIES, DEFAULT_TIMEOUT_S, SCHEMA, has_control, smtp_address
 
 DEFAULT_PORT = 25
 DEFAULT_SSL_PORT = 465
@@ -74,12 +72,9 @@ class _Watchdog:
 class SmtpChannel:
     """Sends each intent as one text/plain UTF-8 message to `intent.target`."""
 
-    idempotent = False  # SMTP cannot dedupe: a re-send is a second e-mail
-    queryable = False  # nor can it be asked whether it holds a message
-    thread_safe = False  # one SMTP session: the runner sends one message at a time
-
     def __init__(self, name: str, definition: dict[str, Any]) -> None:
         self.name = name
+        self.idempotent, self.queryable, self.thread_safe = CAPABILITIES
         where = f"channel {name!r} (smtp)"
         problems = SCHEMA.problems(where, definition)
         if problems:
@@ -88,8 +83,8 @@ class SmtpChannel:
         if not isinstance(host, str) or not host.strip() or has_control(host):
             raise ChannelConfigError(f"{where}: set `host` to the SMTP server's name or address.")
         self.host = host.strip()
-        self.use_ssl = _flag(where, definition, "ssl")
-        self.use_starttls = _flag(where, definition, "starttls")
+        self.use_ssl = settings.flag(where, definition, "ssl")
+        self.use_starttls = settings.flag(where, definition, "starttls")
         if self.use_ssl and self.use_starttls:
             raise ChannelConfigError(
                 f"{where}: `ssl` (implicit TLS, usually port 465) and `starttls` (upgrade, "
@@ -129,19 +124,19 @@ class SmtpChannel:
         self._sender_utf8 = sender_utf8
         self._message_id_domain = envelope_sender.rpartition("@")[2]
 
-        self._username_env, self._password_env = _credential_names(where, definition)
+        self._username_env, self._password_env = settings.credential_names(where, definition)
         self._username: str | None = None
         self._password: str | None = None
         if self._username_env is not None and self._password_env is not None:
-            self._username = _read_env(where, self._username_env, "username_env")
-            self._password = _read_env(where, self._password_env, "password_env")
-            if not (self.use_ssl or self.use_starttls or _is_loopback(self.host)):
+            self._username = settings.read_env(where, self._username_env, "username_env")
+            self._password = settings.read_env(where, self._password_env, "password_env")
+            if not (self.use_ssl or self.use_starttls or settings.is_loopback(self.host)):
                 raise ChannelConfigError(
                     f"{where}: refusing to send the credentials from ${self._username_env} / "
                     f"${self._password_env} in clear text to {self.host}; set starttls = true "
                     "(or ssl = true). Plain-text login is allowed only to a loopback host."
                 )
-        self._secrets = _secret_forms(self._username, self._password)
+        self._secrets = settings.secret_forms(self._username, self._password)
 
         self._conn: smtplib.SMTP | None = None
         self._lock = threading.Lock()
@@ -483,63 +478,6 @@ class SmtpChannel:
 
 
 # ---------------------------------------------------------------------- helpers
-
-
-def _flag(where: str, definition: dict[str, Any], key: str) -> bool:
-    value = definition.get(key, False)
-    if not isinstance(value, bool):
-        raise ChannelConfigError(f"{where}: `{key}` must be true or false, not {value!r}.")
-    return value
-
-
-def _credential_names(where: str, definition: dict[str, Any]) -> tuple[str | None, str | None]:
-    names: list[str | None] = []
-    for key in ("username_env", "password_env"):
-        value = definition.get(key)
-        if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise ChannelConfigError(
-                f"{where}: `{key}` must be the NAME of an environment variable, e.g. "
-                f'{key} = "SMTP_{key.split("_")[0].upper()}".'
-            )
-        names.append(value.strip() if isinstance(value, str) else None)
-    username_env, password_env = names
-    if (username_env is None) != (password_env is None):
-        raise ChannelConfigError(
-            f"{where}: set both `username_env` and `password_env` (the names of the "
-            "environment variables holding the login), or neither."
-        )
-    return username_env, password_env
-
-
-def _read_env(where: str, variable: str, key: str) -> str:
-    value = os.environ.get(variable)
-    if not value:
-        raise ChannelConfigError(
-            f"{where}: environment variable {variable} (named by `{key}`) is not set or empty; "
-            f"export {variable} before running notifier."
-        )
-    return value
-
-
-def _is_loopback(host: str) -> bool:
-    if host.lower() in ("localhost", "localhost.localdomain"):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def _secret_forms(username: str | None, password: str | None) -> tuple[str, ...]:
-    """The password as it could appear in an echoed reply: raw, base64 (LOGIN), and the
-    base64 of the PLAIN initial response."""
-    if not password:
-        return ()
-    forms = [password, base64.b64encode(password.encode("utf-8")).decode("ascii")]
-    if username:
-        plain = f"\0{username}\0{password}".encode()
-        forms.append(base64.b64encode(plain).decode("ascii"))
-    return tuple(sorted(forms, key=len, reverse=True))
 
 
 def _dot_stuffed(data: bytes) -> bytes:

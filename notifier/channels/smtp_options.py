@@ -5,14 +5,28 @@ them without loading smtplib, ssl and the email package (start-up time)."""
 
 from __future__ import annotations
 
+import base64
+import ipaddress
+import os
 import re
 import unicodedata
+from collections.abc import Mapping
 from typing import Any
 
 from . import options as o
+from .base import Capabilities, ChannelConfigError
 
 DEFAULT_TIMEOUT_S = 30.0
 _ADDRESS_FORBIDDEN = re.compile(r"[\s<>,;\"()\[\]\\]")
+# What a batch file's `to` must look like before the stricter rules below are asked.
+_EMAIL = re.compile(r"^[^@\s<>,;\"]+@[^@\s<>,;\"]+\.[^@\s<>,;\"]+$")
+# SMTP cannot dedupe (a re-send is a second e-mail), nor can it be asked whether it holds a
+# message; one SMTP session per channel, so the runner sends one message at a time.
+CAPABILITIES = Capabilities(idempotent=False, queryable=False, thread_safe=False)
+
+
+def capabilities(definition: Mapping[str, Any]) -> Capabilities:
+    return CAPABILITIES
 
 
 def _sender(value: str) -> str | None:
@@ -61,6 +75,15 @@ def has_control(value: str) -> bool:
     return any(unicodedata.category(ch) in ("Cc", "Zl", "Zp") for ch in value)
 
 
+def target_problem(target: str, channel: str) -> str | None:
+    """Why a batch row's `to` cannot go through this smtp channel, as planning reports it."""
+    why = recipient_problem(target)
+    if why is None and _EMAIL.match(target):
+        return None
+    why = why or "expected local@domain"
+    return f"`to` {target!r} is not an e-mail address, which channel {channel!r} needs ({why})"
+
+
 def recipient_problem(target: str) -> str | None:
     """Why `target` cannot be an envelope recipient, by the very rules `send` applies; None
     when it can. Planning uses it so a bad address fails the file, not the run midway."""
@@ -90,3 +113,64 @@ def smtp_address(address: str) -> tuple[str, bool]:
     if domain.startswith(".") or domain.endswith(".") or ".." in domain:
         raise ValueError("the domain is malformed")
     return f"{local}@{domain}", not local.isascii()
+
+
+# What the channel reads from a definition when it is built (beyond the schema, which has
+# already checked it), and the forms its login secret could take in a server's reply.
+
+
+def flag(where: str, definition: dict[str, Any], key: str) -> bool:
+    value = definition.get(key, False)
+    if not isinstance(value, bool):
+        raise ChannelConfigError(f"{where}: `{key}` must be true or false, not {value!r}.")
+    return value
+
+
+def credential_names(where: str, definition: dict[str, Any]) -> tuple[str | None, str | None]:
+    names: list[str | None] = []
+    for key in ("username_env", "password_env"):
+        value = definition.get(key)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise ChannelConfigError(
+                f"{where}: `{key}` must be the NAME of an environment variable, e.g. "
+                f'{key} = "SMTP_{key.split("_")[0].upper()}".'
+            )
+        names.append(value.strip() if isinstance(value, str) else None)
+    username_env, password_env = names
+    if (username_env is None) != (password_env is None):
+        raise ChannelConfigError(
+            f"{where}: set both `username_env` and `password_env` (the names of the "
+            "environment variables holding the login), or neither."
+        )
+    return username_env, password_env
+
+
+def read_env(where: str, variable: str, key: str) -> str:
+    value = os.environ.get(variable)
+    if not value:
+        raise ChannelConfigError(
+            f"{where}: environment variable {variable} (named by `{key}`) is not set or empty; "
+            f"export {variable} before running notifier."
+        )
+    return value
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def secret_forms(username: str | None, password: str | None) -> tuple[str, ...]:
+    """The password as it could appear in an echoed reply: raw, base64 (LOGIN), and the
+    base64 of the PLAIN initial response."""
+    if not password:
+        return ()
+    forms = [password, base64.b64encode(password.encode("utf-8")).decode("ascii")]
+    if username:
+        plain = f"\0{username}\0{password}".encode()
+        forms.append(base64.b64encode(plain).decode("ascii"))
+    return tuple(sorted(forms, key=len, reverse=True))

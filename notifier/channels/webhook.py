@@ -23,7 +23,7 @@ from .. import __version__
 from ..intent import Intent
 from .base import ChannelConfigError, ChannelError, ErrorKind, Receipt, bounded_wait
 from .deadline import DeadlineTransport, attempt_deadline
-from .webhook_options import SCHEMA
+from .webhook_options import SCHEMA, capabilities
 
 # The most of an answer's body that is read; the rest is dropped. A receipt is a small JSON
 # document: a server streaming megabytes (or forever) must not fill memory or hold the run.
@@ -31,8 +31,6 @@ MAX_BODY_BYTES = 1024 * 1024
 
 
 class WebhookChannel:
-    thread_safe = True  # httpx2's Client pools connections safely across threads
-
     def __init__(
         self,
         name: str,
@@ -45,8 +43,7 @@ class WebhookChannel:
             raise ChannelConfigError("; ".join(problems))
         self.url = str(definition["url"])
         self.status_url: str | None = definition.get("status_url")
-        self.idempotent = bool(definition.get("idempotent", False))
-        self.queryable = self.status_url is not None
+        self.idempotent, self.queryable, self.thread_safe = capabilities(definition)
         self._signer = _signer(name, definition.get("secret_env"))
         self.timeout = float(SCHEMA.value(definition, "timeout"))
         self.timeout_s = self.timeout

@@ -4,7 +4,11 @@ command can check them without loading httpx2 and standardwebhooks (start-up tim
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from . import options as o
+from .base import Capabilities
 
 DEFAULT_TIMEOUT_S = 10.0
 # An ASSUMPTION about the receiver, not a fact: one that has not committed a request within
@@ -28,3 +32,13 @@ SCHEMA = o.Schema(
         "rate": o.RATE,
     }
 )
+
+
+def capabilities(definition: Mapping[str, Any]) -> Capabilities:
+    """Idempotent only as the receiver's owner declares it; queryable with a status_url;
+    thread-safe because httpx2's Client pools connections safely across threads."""
+    return Capabilities(
+        idempotent=bool(definition.get("idempotent", False)),
+        queryable=definition.get("status_url") is not None,
+        thread_safe=True,
+    )
