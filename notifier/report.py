@@ -13,6 +13,7 @@ from .lease import holder_alive, live_holder
 from .records import Item, PendingKind, Run
 from .state_machine import ItemState, RunState
 from .store import Store
+from .store.drafts import run_counts
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -70,7 +71,7 @@ def build(
             _item_row(item, source, evidence, kinds)
             for item, source, evidence in store.items_with_receipts(run.run_id)
         )
-    counts = store.counts(run.run_id)
+    counts = run_counts(store, run)  # a run still drafting: its rows
     attempted = list(kinds.values())
     # Added to the contract's keys, only with --state: which items `items` holds.
     state_filter = {"state_filter": [s.value for s in states]} if states else {}
@@ -241,7 +242,9 @@ def render_table(report: dict[str, Any], console: Console) -> None:
             ("run ", "bold"), (report["run_id"], "bold"), "  state: ", (report["state"], "bold")
         )
     )
-    console.print(f"fingerprint: {report['fingerprint']}")
+    drafting = report.get("drafts") and not report["fingerprint"]
+    fingerprint = "none yet: computed once every row is drafted" if drafting else None
+    console.print(f"fingerprint: {fingerprint or report['fingerprint']}")
     if report.get("stop_reason"):
         console.print(f"stopped because: {report['stop_reason']}")
     drafts = report.get("drafts")

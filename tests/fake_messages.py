@@ -78,6 +78,9 @@ class FakeMessages:
         self.script: deque[Canned] = deque()  # answered first, whatever the row
         self.per_row: dict[str, deque[Canned]] = {}
         self.answer_limit: int | None = None  # after this many answers, hold every request
+        self.unknown_models: set[str] = set()  # 404 from the Models and Messages APIs
+        self.echo_model = False  # answer with the model asked for (else claude-test-1)
+        self.model_lookups: list[str] = []
         self.release = threading.Event()
         self._answered = 0
         self._lock = threading.Lock()
@@ -93,13 +96,32 @@ class FakeMessages:
         with self._lock:
             return [r.row_id for r in self.requests]
 
-    def default(self, row: dict[str, Any]) -> Canned:
-        return tool_answer(f"Draft {row.get('id')}", f"Dear {row.get('name', 'you')}, hello.")
+    def default(self, row: dict[str, Any], model: str = "claude-test-1") -> Canned:
+        return tool_answer(
+            f"Draft {row.get('id')}", f"Dear {row.get('name', 'you')}, hello.", model
+        )
+
+    def model_answer(self, model: str) -> Canned:
+        """GET /v1/models/{model}: the Models API."""
+        with self._lock:
+            self.model_lookups.append(model)
+        if model in self.unknown_models:
+            return error(404, "not_found_error", f"model: {model}")
+        return Canned(
+            200,
+            {"type": "model", "id": model, "display_name": model,
+             "created_at": "2025-01-01T00:00:00Z"},
+        )  # fmt: skip
 
     def _answer(self, payload: dict[str, Any], headers: dict[str, str]) -> Canned | None:
         """The canned answer for this request, or None to hold it until `release`."""
         row = _row_of(payload)
         row_id = str(row.get("id", ""))
+        model = str(payload.get("model", ""))
+        if model in self.unknown_models:
+            with self._lock:
+                self.requests.append(Recorded(time.monotonic(), row_id, headers, payload))
+            return error(404, "not_found_error", f"model: {model}")
         with self._lock:
             self.requests.append(Recorded(time.monotonic(), row_id, headers, payload))
             hold = self.answer_limit is not None and self._answered >= self.answer_limit
@@ -112,25 +134,50 @@ class FakeMessages:
                 return queue.popleft()
             if self.script:
                 return self.script.popleft()
-        return self.default(row)
+        return self.default(row, model if self.echo_model else "claude-test-1")
+
+    def on_get(self, path: str) -> Canned:
+        """GET outside /v1/models: the batch endpoints (FakeBatches) answer these."""
+        return error(404, "not_found_error", f"no such path: {path}")
+
+    def on_post(self, path: str, payload: dict[str, Any]) -> Canned:
+        return error(404, "not_found_error", f"no such path: {path}")
 
     @contextmanager
     def running(self) -> Iterator[FakeMessages]:
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                path = self.path.split("?", 1)[0]
+                if path.startswith("/v1/models/"):
+                    self._reply(fake.model_answer(path.removeprefix("/v1/models/")))
+                    return
+                self._reply(fake.on_get(self.path))
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length", "0"))
                 payload = json.loads(self.rfile.read(length) or b"{}")
                 headers = {k.lower(): v for k, v in self.headers.items()}
+                if self.path.split("?", 1)[0] != "/v1/messages":
+                    self._reply(fake.on_post(self.path, payload))
+                    return
                 canned = fake._answer(payload, headers)
                 if canned is None:
                     fake.release.wait(30)
                     canned = error(500, "api_error", "released after hold")
-                data = json.dumps(canned.body).encode()
+                self._reply(canned)
+
+            def _reply(self, canned: Canned) -> None:
+                data = (
+                    canned.body["jsonl"].encode()
+                    if "jsonl" in canned.body
+                    else json.dumps(canned.body).encode()
+                )
                 with suppress(OSError):  # the client may have been killed meanwhile
                     self.send_response(canned.status)
-                    self.send_header("content-type", "application/json")
+                    kind = "application/binary" if "jsonl" in canned.body else "application/json"
+                    self.send_header("content-type", kind)
                     self.send_header("content-length", str(len(data)))
                     for name, value in canned.headers.items():
                         self.send_header(name, value)
