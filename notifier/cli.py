@@ -957,6 +957,10 @@ def cancel(
 
     env = _env(ctx, machine_output=with_report and fmt != "table")
     result = app.cancel(env, run_id, wait_s)
+    if result.run.options.get("compose") and result.run.state is RunState.CANCELLED:
+        from . import drafting  # noqa: PLC0415 (start-up time)
+
+        drafting.cancel_batches(env, result.run.run_id)  # batches a drafting left submitted
     env.say(result.message)
     if with_report:
         store = open_store(env)

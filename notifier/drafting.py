@@ -8,12 +8,14 @@ nothing of the SDK): the SDK loads only in the functions that talk to the API.""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import compose
 from .batch import BatchRow
+from .env import open_store
 from .errors import BadInput
 
 if TYPE_CHECKING:
@@ -98,3 +100,44 @@ def chunk_rows() -> int:
     if value.isdigit() and int(value) > 0:
         return int(value)
     return CHUNK_ROWS
+
+
+def draft(store: Store, run: Run, key: str, say: Callable[[str], None]) -> compose.Progress:
+    """Draft the rows of `run` without a draft (its lease held): through Message Batches
+    when the run chose them, else one request per row."""
+    from . import claude  # noqa: PLC0415 (the SDK loads only when drafting)
+
+    settings = compose.Settings.from_options(run.options)
+    if settings.batch_api:
+        from .batches import BatchDrafting  # noqa: PLC0415
+
+        by_batches = BatchDrafting(store, run, settings, key, say)
+        try:
+            return by_batches.draft(chunk_rows())
+        finally:
+            by_batches.close()
+    drafter = claude.Drafter(settings, key)
+    try:
+        return compose.draft_pending(store, run.run_id, drafter, say)
+    finally:
+        drafter.close()
+
+
+def cancel_batches(env: Env, run_id: str) -> None:
+    """After `notifier cancel` of a run that drafted through batches: cancel (and record)
+    any batch still submitted, e.g. one left by a drafting process that was interrupted."""
+    store = open_store(env)
+    try:
+        if not store.chunks(run_id, ["creating", "submitted"]):
+            return
+        import anthropic  # noqa: PLC0415 (the SDK loads only when drafting)
+
+        from .batches import cancel_batches as cancel  # noqa: PLC0415
+
+        client = anthropic.Anthropic(api_key=compose.api_key(), max_retries=2)
+        try:
+            cancel(store, run_id, client, env.say)
+        finally:
+            client.close()
+    finally:
+        store.close()

@@ -143,6 +143,8 @@ def _drafts(store: Store, run: Run) -> dict[str, Any] | None:
         return None
     summary: dict[str, Any] = dict(store.draft_summary(run.run_id))
     summary["model"] = run.options["compose"].get("model")
+    if run.options["compose"].get("batch_api"):
+        summary["chunks"] = store.chunk_summary(run.run_id)  # Message Batches progress
     summary["failures"] = [
         {"seq": seq, "line": line, "error": error}
         for seq, line, error in store.draft_failures(run.run_id)
@@ -247,15 +249,7 @@ def render_table(report: dict[str, Any], console: Console) -> None:
     console.print(f"fingerprint: {fingerprint or report['fingerprint']}")
     if report.get("stop_reason"):
         console.print(f"stopped because: {report['stop_reason']}")
-    drafts = report.get("drafts")
-    if drafts:
-        console.print(
-            f"drafts ({drafts['model']}): {drafts['drafted']} of {drafts['total']} drafted, "
-            f"{drafts['failed']} failed, {drafts['pending']} to draft; tokens: "
-            f"{drafts['input_tokens']} in, {drafts['output_tokens']} out"
-        )
-        for failure in drafts["failures"]:
-            console.print(f"  row {failure['seq']} (line {failure['line']}): {failure['error']}")
+    _render_drafts(report.get("drafts"), console)
     summary = Table(show_header=True, header_style="bold")
     columns = ("total", "sent", "unknown", "pending", "failed", "in_flight", "expired")
     for name in columns:
@@ -308,3 +302,23 @@ def render_table(report: dict[str, Any], console: Console) -> None:
                 str(d["seq"]), d["id"], d["decision"], d["operator"], d["at"], d["evidence"]
             )
         console.print(table)
+
+
+def _render_drafts(drafts: dict[str, Any] | None, console: Console) -> None:
+    """A --compose run's drafting: rows drafted, failed, to draft, tokens, batch chunks."""
+    if not drafts:
+        return
+    console.print(
+        f"drafts ({drafts['model']}): {drafts['drafted']} of {drafts['total']} drafted, "
+        f"{drafts['failed']} failed, {drafts['pending']} to draft; tokens: "
+        f"{drafts['input_tokens']} in, {drafts['output_tokens']} out"
+    )
+    chunks = drafts.get("chunks")
+    if chunks:
+        console.print(
+            f"  chunks: {chunks['chunks']} ({chunks['done']} done, {chunks['submitted']} "
+            f"submitted, {chunks['creating']} creating, {chunks['canceled']} cancelled); "
+            f"batches created: {chunks['batches_created']}"
+        )
+    for failure in drafts["failures"]:
+        console.print(f"  row {failure['seq']} (line {failure['line']}): {failure['error']}")

@@ -363,3 +363,39 @@ UPDATE items SET identity = CASE WHEN run_id IN (
     ) THEN intent_digest ELSE 'id:' || item_id END;
 CREATE INDEX items_identity ON items(channel, identity)
 """
+
+
+# ---- m007: issue 24, Message Batches chunks (self-contained: port as one block) ----------
+
+
+@migration
+def m007_draft_chunks(db: Database) -> None:
+    """Issue 24: a --compose run drafting through Message Batches keeps one row per chunk,
+    an intent like any send's: recorded `creating` (its rows, the digest of its requests, a
+    time lower bound) before the batch is created, `submitted` with the batch id after, then
+    `done` once its results are stored, or `canceled`. A chunk still `creating` on resume is
+    settled by asking the API (batches since `not_before` with `request_count` requests whose
+    results carry the chunk's custom_ids), or created again when `recreate` is set."""
+    _execute_all(db, M007)
+
+
+M007 = """
+CREATE TABLE draft_chunks (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    chunk INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    seqs TEXT NOT NULL,
+    request_count INTEGER NOT NULL,
+    requests_digest TEXT NOT NULL,
+    model TEXT NOT NULL,
+    not_before TEXT NOT NULL,
+    batch_id TEXT,
+    recreate INTEGER NOT NULL DEFAULT 0,
+    created INTEGER NOT NULL DEFAULT 0,
+    note TEXT,
+    updated_at TEXT NOT NULL,
+    PRIMARY KEY (run_id, chunk)
+);
+CREATE INDEX draft_chunks_open ON draft_chunks(run_id, chunk)
+    WHERE state IN ('creating', 'submitted')
+"""

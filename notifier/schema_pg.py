@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .schema import M006, MIGRATION_SET, stored_content_fingerprint
+from .schema import M006, M007, MIGRATION_SET, stored_content_fingerprint
 
 # Which migrations a database has had, as sqlite-utils keeps them in `_sqlite_migrations`. Its
 # presence is also what marks a PostgreSQL schema as notifier's own (SQLite has the header's
@@ -262,6 +262,8 @@ MIGRATIONS = (
     PgMigration("m005_workers", _statements(_M005)),
     # The same SQL on both engines: schema.m006_item_identity says why.
     PgMigration("m006_item_identity", _statements(M006.replace(";\n", ";\n\n"))),
+    # Issue 24, batch chunks: the same SQL on both engines (schema.m007_draft_chunks).
+    PgMigration("m007_draft_chunks", _statements(M007.replace(";\n", ";\n\n"))),
 )
 
 

@@ -12,16 +12,16 @@ from ..records import Counts, Run, StoredDraft
 from ..state_machine import (
     RunTrigger,
 )
+from .chunks import Chunks
 from .core import _dump
 from .exceptions import LostRace
-from .ledger import Ledger
 from .stage import PlanStage
 
 if TYPE_CHECKING:
     from . import Store
 
 
-class Drafts(Ledger):
+class Drafts(Chunks):
     """The drafts of a --compose run, and the one freeze of its plan."""
 
     def create_drafting_run(
@@ -80,6 +80,25 @@ class Drafts(Ledger):
             if cursor.rowcount != 1:
                 raise LostRace(f"run {run_id} row {seq}: already drafted")
             self._event(run_id, "drafted", seq, {"model": draft["model"]}, at)
+
+    def save_result(self, run_id: str, seq: int, draft: dict[str, Any]) -> bool:
+        """A batch result's draft, only if the row has none yet (streaming a batch's results
+        again after a crash stores nothing twice). Whether it was stored."""
+        try:
+            self.save_draft(run_id, seq, draft)
+        except LostRace:
+            return False
+        return True
+
+    def fail_result(
+        self, run_id: str, seq: int, error: str, usage: tuple[str, int, int] | None = None
+    ) -> bool:
+        """A batch result's failure, only if the row has no draft yet."""
+        try:
+            self.fail_draft(run_id, seq, error, usage=usage)
+        except LostRace:
+            return False
+        return True
 
     def fail_draft(
         self,
