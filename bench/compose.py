@@ -31,7 +31,8 @@ from tests.fake_messages import FakeBatches  # noqa: E402
 
 
 def one(path_name: str, rows: int, db: str | None) -> dict[str, object]:
-    with tempfile.TemporaryDirectory() as tmp, FakeBatches().running() as fake:
+    fake = FakeBatches()
+    with tempfile.TemporaryDirectory() as tmp, fake.running():
         work = Path(tmp)
         batch = work / "rows.csv"
         with batch.open("w", newline="") as handle:
