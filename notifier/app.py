@@ -431,14 +431,10 @@ def draft_run(env: Env, store: Store, run: Run) -> Run:
     drafting cannot finish now; what was drafted stays stored."""
     if not compose.unfrozen(run):
         return run
-    from . import claude  # noqa: PLC0415 (the SDK loads only when drafting)
+    from . import drafting  # noqa: PLC0415 (the SDK loads only when drafting)
 
-    drafter = claude.Drafter(compose.Settings.from_options(run.options), compose_key())
-    try:
-        with take_lease(store, run, env.config.lease_ttl_s):
-            progress = compose.draft_pending(store, run.run_id, drafter, env.say)
-    finally:
-        drafter.close()
+    with take_lease(store, run, env.config.lease_ttl_s):
+        progress = drafting.draft(store, run, compose_key(), env.say)
     done = f"{progress.drafted} drafted, {progress.failed} failed, {progress.pending} to draft"
     if progress.stopped is not None:
         raise NeedsAttention(f"run {run.run_id}: {progress.stopped} ({done}.)")

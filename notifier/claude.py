@@ -17,17 +17,20 @@ from contextlib import suppress
 
 import anthropic
 import tenacity
-from anthropic.types import Message, MessageParam, ToolChoiceToolParam, ToolParam
+from anthropic.types import Message, ToolParam
+from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
 from tenacity import RetryCallState
 
 from .batch import BatchRow
 from .compose import (
     KEY_ENV,
     ComposeStopped,
+    ComposeUsage,
     Draft,
     DraftDeferred,
     DraftRejected,
     Settings,
+    check_draft_text,
     prompt_row,
 )
 
@@ -94,7 +97,8 @@ class Drafter:
         except anthropic.NotFoundError as exc:
             raise ComposeStopped(
                 f"the Messages API does not know model {self.settings.model!r} "
-                f"({_api_message(exc)}); drafting stopped."
+                f"({_api_message(exc)}); drafting stopped. `notifier resume --model NAME` "
+                "drafts the rows left with another model."
             ) from exc
         except anthropic.APIStatusError as exc:
             if _transient(exc):
@@ -102,24 +106,47 @@ class Drafter:
             raise DraftRejected(f"{exc.status_code}: {_api_message(exc)}") from exc
         except anthropic.APIConnectionError as exc:
             raise DraftDeferred(f"cannot reach the Messages API: {exc}") from exc
-        return _parse(message)
+        return parse(message)
+
+    def check_model(self) -> None:
+        """Before anything is stored: ask the Models API whether it knows the model; a 404
+        is a usage error (exit 2). Anything else (unreachable, refused) proves nothing here:
+        the first draft request will say."""
+        try:
+            self.client.models.retrieve(self.settings.model)
+        except anthropic.NotFoundError as exc:
+            raise UnknownModel(
+                f"the Claude API does not know model {self.settings.model!r} "
+                f"({_api_message(exc)}); nothing was stored. Name a model the API lists "
+                "(e.g. `--model claude-sonnet-4-5`) and run the command again."
+            ) from exc
+        except anthropic.APIError:
+            return
 
     def _sleep(self, seconds: float) -> None:
         self.stopping.wait(seconds)
 
     def _request(self, row: BatchRow) -> Message:
-        messages: list[MessageParam] = [
-            {"role": "user", "content": "Recipient row:\n" + prompt_row(row)}
-        ]
-        choice: ToolChoiceToolParam = {"type": "tool", "name": TOOL_NAME}
-        return self.client.messages.create(
-            model=self.settings.model,
-            max_tokens=MAX_TOKENS,
-            system=INSTRUCTIONS + self.settings.brief,
-            messages=messages,
-            tools=[TOOL],
-            tool_choice=choice,
-        )
+        return self.client.messages.create(**request_params(self.settings, row))
+
+
+class UnknownModel(ComposeUsage):
+    """The API does not know the model: exit 2, nothing stored."""
+
+
+def request_params(settings: Settings, row: BatchRow) -> MessageCreateParamsNonStreaming:
+    """One row's Messages request, as the synchronous path sends it (batch requests carry
+    the same parameters)."""
+    return {
+        "model": settings.model,
+        "max_tokens": MAX_TOKENS,
+        "system": INSTRUCTIONS + settings.brief,
+        "messages": [
+            {"role": "user", "content": "Recipient row:\n" + prompt_row(row, settings.columns)}
+        ],
+        "tools": [TOOL],
+        "tool_choice": {"type": "tool", "name": TOOL_NAME},
+    }
 
 
 def _transient(exc: BaseException) -> bool:
@@ -147,8 +174,17 @@ def _api_message(exc: anthropic.APIStatusError) -> str:
     return str(exc.message)
 
 
+def parse(message: Message) -> Draft:
+    """The tool call's input as a Draft, or DraftRejected saying what was wrong (carrying
+    the answer's usage: an unusable answer is paid for all the same)."""
+    usage = (message.model, message.usage.input_tokens, message.usage.output_tokens)
+    try:
+        return _parse(message)
+    except DraftRejected as exc:
+        raise DraftRejected(str(exc), usage) from None
+
+
 def _parse(message: Message) -> Draft:
-    """The tool call's input as a Draft, or DraftRejected saying what was wrong."""
     calls = [
         block
         for block in message.content
@@ -163,10 +199,8 @@ def _parse(message: Message) -> Draft:
     subject, body = given.get("subject"), given.get("body")
     if not isinstance(subject, str) or not isinstance(body, str):
         raise DraftRejected("malformed answer: the tool input lacks a text subject and body")
-    # A subject is one line (it becomes an e-mail header): fold any line break the model
-    # put in it rather than refuse an otherwise good draft.
-    subject = " ".join(subject.split())
-    if not subject or not body.strip():
-        raise DraftRejected("malformed answer: the subject or the body is empty")
+    # A subject is one line (it becomes an e-mail header): a line break the model put in
+    # it is folded rather than refused; control characters are refused, as in a CSV.
+    subject, body = check_draft_text(subject, body)
     usage = message.usage
     return Draft(subject, body, message.model, usage.input_tokens, usage.output_tokens)

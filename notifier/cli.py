@@ -293,6 +293,17 @@ def _report_draft_failures(store: Store, run: Run) -> int:
     help="With --compose: the Claude model that drafts.",
 )
 @click.option(
+    "--batch-api",
+    is_flag=True,
+    help="With --compose: draft through the Message Batches API (half the price; by default "
+    "above 1000 rows).",
+)
+@click.option(
+    "--compose-columns",
+    metavar="A,B",
+    help="With --compose: the columns the model sees (default: every column but `to`).",
+)
+@click.option(
     "--not-after",
     "not_after_text",
     metavar="DATETIME",
@@ -342,6 +353,8 @@ def send(
     not_after_text: str | None,
     compose_path: Path | None,
     model: str,
+    batch_api: bool,
+    compose_columns: str | None,
     rate: float | None,
 ) -> None:
     """Validate BATCH.csv, store every intent, then send each notification durably."""
@@ -365,9 +378,10 @@ def send(
             ctx,
             env,
             batch,
-            compose.Settings(_read_brief(compose_path), model),
+            compose.Settings(_read_brief(compose_path), model, batch_api=batch_api),
             template,
             options,
+            columns=compose_columns,
             channel=channel,
             run_id=run_id,
             not_after=not_after,
@@ -506,6 +520,7 @@ def _send_compose(
     template: Template | None,
     options: dict[str, object],
     *,
+    columns: str | None,
     channel: str | None,
     run_id: str | None,
     not_after: datetime | None,
@@ -513,7 +528,7 @@ def _send_compose(
 ) -> None:
     """send --compose: store the rows, draft them (stored one by one), freeze the intents,
     then wait for approval or send."""
-    from . import app, compose  # noqa: PLC0415 (start-up time)
+    from . import app, compose, drafting  # noqa: PLC0415 (start-up time)
     from .plan import new_run_id  # noqa: PLC0415
 
     key = app.compose_key()  # before anything is stored
@@ -521,6 +536,8 @@ def _send_compose(
         rows = app.read_rows(env, batch, channel=channel, run_id=run_id, not_after=not_after)
     except KeyboardInterrupt:
         raise Interrupted(_interrupted_planning(batch)) from None
+    settings = drafting.settle_settings(settings, rows, batch, columns, dry_run=dry_run)
+    drafting.check_model(settings, key)  # an unknown model: exit 2, nothing stored
     if template is not None:
         compose.check_template(template, rows, batch)
         options["template"] = template.as_options()
@@ -699,15 +716,24 @@ def _overrides(command: Callable[..., None]) -> Callable[..., None]:
 
 @cli.command()
 @_overrides
+@click.option("--model", help="A run still drafting: the model for the rows not drafted yet.")
+@click.option(
+    "--recreate",
+    is_flag=True,
+    help="A run drafting through batches: create again a batch whose creation is in doubt "
+    "(it may be paid twice) instead of waiting to recognise it.",
+)
 def resume(
     ctx: click.Context,
     run_id: str | None,
     concurrency: int | None,
     max_wait: float | None,
     rate: float | None,
+    model: str | None,
+    recreate: bool,
 ) -> None:
     """Settle every in-flight item by asking the downstream, then continue in order."""
-    _resume(ctx, run_id, concurrency, max_wait, rate, joining=False)
+    _resume(ctx, run_id, concurrency, max_wait, rate, joining=False, model=model, recreate=recreate)
 
 
 @cli.command()
@@ -737,6 +763,8 @@ def _resume(
     rate: float | None,
     *,
     joining: bool,
+    model: str | None = None,
+    recreate: bool = False,
 ) -> None:
     """`resume`, or with `joining` a `worker`, which finds a run already finished normal."""
     from . import app, compose, crash  # noqa: PLC0415 (start-up time)
@@ -755,6 +783,10 @@ def _resume(
                 ctx.exit(settled_exit(run.state, counts))
             raise BadInput(f"run {run.run_id} is {run.state.value}; there is nothing to resume.")
         drafting = compose.unfrozen(run)
+        if model is not None or recreate:
+            from . import drafting as drafts  # noqa: PLC0415 (start-up time)
+
+            run = drafts.resume_overrides(env, store, run, model, recreate)
         run = _draft(ctx, env, store, run)
         failures = _report_draft_failures(store, run) if drafting else 0
         if drafting and run.state is RunState.AWAITING_APPROVAL:
@@ -885,8 +917,10 @@ def runs(ctx: click.Context) -> None:
         for name in ("total", "sent", "unknown", "pending", "failed"):
             table.add_column(name, justify="right")
         table.add_column("batch", overflow="fold")
+        from .store.drafts import run_counts  # noqa: PLC0415 (start-up time)
+
         for run in store.runs():
-            c = store.counts(run.run_id)
+            c = run_counts(store, run)
             table.add_row(
                 run.run_id,
                 report.effective_state(store, run).value,
@@ -925,6 +959,10 @@ def cancel(
 
     env = _env(ctx, machine_output=with_report and fmt != "table")
     result = app.cancel(env, run_id, wait_s)
+    if result.run.options.get("compose") and result.run.state is RunState.CANCELLED:
+        from . import drafting  # noqa: PLC0415 (start-up time)
+
+        drafting.cancel_batches(env, result.run.run_id)  # batches a drafting left submitted
     env.say(result.message)
     if with_report:
         store = open_store(env)

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from .batch import BatchRow
+from .batch import CONTROL, MAX_FIELD_CHARS, BatchRow
 from .config import Config
 from .errors import BadInput, NeedsAttention, NotifierError
 from .intent import canonical_json
@@ -33,6 +34,13 @@ from .template import Template, from_sources, render_row, render_rows
 KEY_ENV = "ANTHROPIC_API_KEY"
 CONCURRENCY = 4  # requests in flight at once while drafting
 DRY_RUN_ROWS = 3
+# Drafted text is held to the CSV's rules: a subject is one header line (RFC 5322 folds
+# nothing longer than 998 characters), a body no longer than a CSV field may be.
+MAX_SUBJECT_CHARS = 998
+MAX_BODY_CHARS = MAX_FIELD_CHARS
+_BODY_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # newline and tab are text
+# The row's fields besides its data columns, as the model may see them (`to` only if named).
+ROW_FIELDS = ("id", "to", "subject", "body", "not_after")
 
 
 class ComposeUsage(BadInput):
@@ -45,7 +53,12 @@ class ComposeStopped(NeedsAttention):
 
 
 class DraftRejected(NotifierError):
-    """This row's answer was unusable: the row fails, the others go on."""
+    """This row's answer was unusable: the row fails, the others go on. The usage of an
+    answer that was paid for is kept with the failure (`usage`: model, tokens in, out)."""
+
+    def __init__(self, message: str, usage: tuple[str, int, int] | None = None) -> None:
+        super().__init__(message)
+        self.usage = usage
 
 
 class DraftDeferred(NotifierError):
@@ -76,14 +89,27 @@ class Settings:
 
     brief: str
     model: str
+    columns: tuple[str, ...] | None = None  # None: every column but `to`
+    batch_api: bool = False
 
-    def as_options(self) -> dict[str, str]:
-        return {"brief": self.brief, "model": self.model}
+    def as_options(self) -> dict[str, Any]:
+        return {
+            "brief": self.brief,
+            "model": self.model,
+            "columns": list(self.columns) if self.columns is not None else None,
+            "batch_api": self.batch_api,
+        }
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> Settings:
         compose = options["compose"]
-        return cls(brief=str(compose["brief"]), model=str(compose["model"]))
+        columns = compose.get("columns")
+        return cls(
+            brief=str(compose["brief"]),
+            model=str(compose["model"]),
+            columns=tuple(columns) if columns is not None else None,
+            batch_api=bool(compose.get("batch_api", False)),
+        )
 
 
 def unfrozen(run: Run) -> bool:
@@ -110,13 +136,73 @@ def row_from_source(source: str) -> BatchRow:
     return BatchRow(**json.loads(source))
 
 
-def prompt_row(row: BatchRow) -> str:
-    """The row as the model sees it: its columns as canonical JSON."""
+def row_values(row: BatchRow) -> dict[str, Any]:
     values: dict[str, Any] = dict(row.data)
     values.update(id=row.item_id, to=row.to, subject=row.subject, body=row.body)
     if row.not_after:
         values["not_after"] = row.not_after
+    return values
+
+
+def prompt_row(row: BatchRow, columns: Sequence[str] | None = None) -> str:
+    """The row as the model sees it, as canonical JSON: the `columns` named, else every
+    column but `to` (a recipient's address goes to the API only when asked for)."""
+    values = row_values(row)
+    if columns is None:
+        values.pop("to", None)
+    else:
+        values = {name: values[name] for name in columns if name in values}
     return canonical_json(values)
+
+
+def parse_columns(
+    text: str | None, rows: Sequence[BatchRow], batch: Path
+) -> tuple[str, ...] | None:
+    """--compose-columns a,b,c: names that exist in the file (exit 2 otherwise)."""
+    if text is None:
+        return None
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    known = set(ROW_FIELDS) | (set(rows[0].data) if rows else set())
+    unknown = [n for n in names if n not in known]
+    if not names or unknown:
+        raise ComposeUsage(
+            f"--compose-columns {text!r}: {', '.join(map(repr, unknown)) or 'no column'} is "
+            f"not a column of {batch} (it has: {', '.join(sorted(known))}); nothing was "
+            "stored. Name the columns the model should see, e.g. --compose-columns id,name."
+        )
+    return names
+
+
+def check_draft_text(subject: str, body: str) -> tuple[str, str]:
+    """Drafted text under the rules CSV text is held to (DraftRejected saying which broke):
+    a subject of one line (line breaks folded) without control characters, a body without
+    control characters but newline and tab, neither empty nor too long."""
+    subject = " ".join(re.split(r"[ \t\r\n]+", subject.strip()))
+    body = body.replace("\r\n", "\n")
+    if not subject or not body.strip():
+        raise DraftRejected("malformed answer: the subject or the body is empty")
+    if CONTROL.search(subject):
+        raise DraftRejected(
+            f"the drafted subject contains a control character ({_first(CONTROL, subject)}), "
+            "which a CSV subject may not"
+        )
+    if _BODY_CONTROL.search(body):
+        raise DraftRejected(
+            f"the drafted body contains a control character ({_first(_BODY_CONTROL, body)}); "
+            "only newline and tab are allowed"
+        )
+    if len(subject) > MAX_SUBJECT_CHARS:
+        raise DraftRejected(
+            f"the drafted subject is {len(subject)} characters, over {MAX_SUBJECT_CHARS}"
+        )
+    if len(body) > MAX_BODY_CHARS:
+        raise DraftRejected(f"the drafted body is {len(body)} characters, over {MAX_BODY_CHARS}")
+    return subject, body
+
+
+def _first(pattern: re.Pattern[str], text: str) -> str:
+    found = pattern.search(text)
+    return f"U+{ord(found.group()):04X}" if found else "?"
 
 
 # ---------------------------------------------------------------------- drafting a run
@@ -183,7 +269,7 @@ def _store_as_completed(
                     other.cancel()  # not started yet: they stay undrafted
             continue
         except DraftRejected as exc:
-            store.fail_draft(run_id, seq, str(exc))
+            store.fail_draft(run_id, seq, str(exc), usage=exc.usage)
             say(f"draft for item {row.item_id} (line {row.line}) failed: {exc}")
             continue
         except DraftDeferred as exc:
@@ -245,18 +331,29 @@ def freeze(store: Store, run_id: str, config: Config, then: RunTrigger | None) -
         else None
     )
     rows: list[BatchRow] = []
+    failed: dict[int, str] = {}
     for stored in store.drafts(run_id):
-        if stored.state != "drafted":
+        if stored.state == "pending":
             continue
         row = row_from_source(stored.source)
+        if stored.state == "failed":
+            # Planned as it came, then failed with its reason in the same transaction: a
+            # row whose draft failed counts as failed, and a later send plans it again.
+            failed[stored.seq] = f"draft failed: {stored.error}"
+            rows.append(row)
+            continue
         draft = {"subject": str(stored.subject), "body": str(stored.body)}
         try:
             rows.append(apply_draft(row, draft, template))
         except DraftRejected as exc:
             store.fail_draft(run_id, stored.seq, str(exc), expected="drafted")
+            failed[stored.seq] = f"draft failed: {exc}"
+            rows.append(row)
     plan = make_plan(rows, config, run_id, snapshot=run.channel_snapshot, nonce=run.key_nonce)
     try:
-        store.freeze_plan(run_id, plan.fingerprint, plan.content_fingerprint, plan.items, then)
+        store.freeze_plan(
+            run_id, plan.fingerprint, plan.content_fingerprint, plan.items, then, failed
+        )
     finally:
         plan.close()
     return plan

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from .errors import BadInput, ExitCode
 
 POINTS = ("after-intent", "after-send", "after-receipt")
+# Drafting through Message Batches (issue 24): after a chunk's intent is stored and after its
+# batch is created (SEQ: the chunk's number), after a result is stored (SEQ: the row's seq).
+DRAFT_POINTS = ("after-chunk-intent", "after-batch-create", "mid-stream")
 ENV = "NOTIFIER_CRASH_AT"
 FREEZE_ENV = "NOTIFIER_FREEZE_AT"
 EXIT_STATUS = int(ExitCode.CRASHED)
@@ -52,9 +55,10 @@ def from_env(environ: dict[str, str] | None = None) -> CrashPlan | None:
     if not value:
         return None
     point, _, seq = value.partition(":")
-    if point not in POINTS or not seq.isdigit() or int(seq) < 1:
+    if point not in POINTS + DRAFT_POINTS or not seq.isdigit() or int(seq) < 1:
         raise CrashSpecError(
-            f"{name}={value!r} is not POINT:SEQ with POINT one of {', '.join(POINTS)} and SEQ "
+            f"{name}={value!r} is not POINT:SEQ with POINT one of "
+            f"{', '.join(POINTS + DRAFT_POINTS)} and SEQ "
             "an item's 1-based position, e.g. after-send:20"
         )
     return CrashPlan(point, int(seq), freeze=name == FREEZE_ENV)

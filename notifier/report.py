@@ -13,6 +13,7 @@ from .lease import holder_alive, live_holder
 from .records import Item, PendingKind, Run
 from .state_machine import ItemState, RunState
 from .store import Store
+from .store.drafts import run_counts
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -70,7 +71,7 @@ def build(
             _item_row(item, source, evidence, kinds)
             for item, source, evidence in store.items_with_receipts(run.run_id)
         )
-    counts = store.counts(run.run_id)
+    counts = run_counts(store, run)  # a run still drafting: its rows
     attempted = list(kinds.values())
     # Added to the contract's keys, only with --state: which items `items` holds.
     state_filter = {"state_filter": [s.value for s in states]} if states else {}
@@ -142,6 +143,8 @@ def _drafts(store: Store, run: Run) -> dict[str, Any] | None:
         return None
     summary: dict[str, Any] = dict(store.draft_summary(run.run_id))
     summary["model"] = run.options["compose"].get("model")
+    if run.options["compose"].get("batch_api"):
+        summary["chunks"] = store.chunk_summary(run.run_id)  # Message Batches progress
     summary["failures"] = [
         {"seq": seq, "line": line, "error": error}
         for seq, line, error in store.draft_failures(run.run_id)
@@ -241,18 +244,12 @@ def render_table(report: dict[str, Any], console: Console) -> None:
             ("run ", "bold"), (report["run_id"], "bold"), "  state: ", (report["state"], "bold")
         )
     )
-    console.print(f"fingerprint: {report['fingerprint']}")
+    drafting = report.get("drafts") and not report["fingerprint"]
+    fingerprint = "none yet: computed once every row is drafted" if drafting else None
+    console.print(f"fingerprint: {fingerprint or report['fingerprint']}")
     if report.get("stop_reason"):
         console.print(f"stopped because: {report['stop_reason']}")
-    drafts = report.get("drafts")
-    if drafts:
-        console.print(
-            f"drafts ({drafts['model']}): {drafts['drafted']} of {drafts['total']} drafted, "
-            f"{drafts['failed']} failed, {drafts['pending']} to draft; tokens: "
-            f"{drafts['input_tokens']} in, {drafts['output_tokens']} out"
-        )
-        for failure in drafts["failures"]:
-            console.print(f"  row {failure['seq']} (line {failure['line']}): {failure['error']}")
+    _render_drafts(report.get("drafts"), console)
     summary = Table(show_header=True, header_style="bold")
     columns = ("total", "sent", "unknown", "pending", "failed", "in_flight", "expired")
     for name in columns:
@@ -305,3 +302,23 @@ def render_table(report: dict[str, Any], console: Console) -> None:
                 str(d["seq"]), d["id"], d["decision"], d["operator"], d["at"], d["evidence"]
             )
         console.print(table)
+
+
+def _render_drafts(drafts: dict[str, Any] | None, console: Console) -> None:
+    """A --compose run's drafting: rows drafted, failed, to draft, tokens, batch chunks."""
+    if not drafts:
+        return
+    console.print(
+        f"drafts ({drafts['model']}): {drafts['drafted']} of {drafts['total']} drafted, "
+        f"{drafts['failed']} failed, {drafts['pending']} to draft; tokens: "
+        f"{drafts['input_tokens']} in, {drafts['output_tokens']} out"
+    )
+    chunks = drafts.get("chunks")
+    if chunks:
+        console.print(
+            f"  chunks: {chunks['chunks']} ({chunks['done']} done, {chunks['submitted']} "
+            f"submitted, {chunks['creating']} creating, {chunks['canceled']} cancelled); "
+            f"batches created: {chunks['batches_created']}"
+        )
+    for failure in drafts["failures"]:
+        console.print(f"  row {failure['seq']} (line {failure['line']}): {failure['error']}")

@@ -3,23 +3,25 @@ intents exactly once."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import json
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .. import clock
-from ..records import (
-    StoredDraft,
-)
+from ..records import Counts, Run, StoredDraft
 from ..state_machine import (
     RunTrigger,
 )
+from .chunks import Chunks
 from .core import _dump
 from .exceptions import LostRace
-from .ledger import Ledger
 from .stage import PlanStage
 
+if TYPE_CHECKING:
+    from . import Store
 
-class Drafts(Ledger):
+
+class Drafts(Chunks):
     """The drafts of a --compose run, and the one freeze of its plan."""
 
     def create_drafting_run(
@@ -79,9 +81,43 @@ class Drafts(Ledger):
                 raise LostRace(f"run {run_id} row {seq}: already drafted")
             self._event(run_id, "drafted", seq, {"model": draft["model"]}, at)
 
-    def fail_draft(self, run_id: str, seq: int, error: str, expected: str = "pending") -> None:
+    def save_result(self, run_id: str, seq: int, draft: dict[str, Any]) -> bool:
+        """A batch result's draft, only if the row has none yet (streaming a batch's results
+        again after a crash stores nothing twice). Whether it was stored."""
+        try:
+            self.save_draft(run_id, seq, draft)
+        except LostRace:
+            return False
+        return True
+
+    def fail_result(
+        self, run_id: str, seq: int, error: str, usage: tuple[str, int, int] | None = None
+    ) -> bool:
+        """A batch result's failure, only if the row has no draft yet."""
+        try:
+            self.fail_draft(run_id, seq, error, usage=usage)
+        except LostRace:
+            return False
+        return True
+
+    def fail_draft(
+        self,
+        run_id: str,
+        seq: int,
+        error: str,
+        expected: str = "pending",
+        usage: tuple[str, int, int] | None = None,
+    ) -> None:
+        """The row's draft failed for `error`; `usage` (model, tokens in, out) is what the
+        unusable answer cost, counted with the run's tokens all the same."""
         at = clock.now_iso()
         with self._write():
+            if usage is not None:
+                self.conn.execute(
+                    "UPDATE drafts SET model = ?, input_tokens = ?, output_tokens = ? "
+                    "WHERE run_id = ? AND seq = ? AND state = ?",
+                    (*usage, run_id, seq, expected),
+                )
             cursor = self.conn.execute(
                 "UPDATE drafts SET state = 'failed', error = ?, drafted_at = ? "
                 "WHERE run_id = ? AND seq = ? AND state = ?",
@@ -90,6 +126,30 @@ class Drafts(Ledger):
             if cursor.rowcount != 1:
                 raise LostRace(f"run {run_id} row {seq}: expected draft {expected}")
             self._event(run_id, "draft_failed", seq, {"error": error}, at)
+
+    def set_compose_model(self, run_id: str, model: str) -> tuple[str, int]:
+        """`resume --model`: the model for the rows not drafted yet (the drafts made keep
+        theirs, recorded per row). Returns the model it replaces and how many rows it
+        will draft."""
+        at = clock.now_iso()
+        with self._write():
+            row = self.conn.execute(
+                "SELECT options FROM runs WHERE run_id = ? AND fingerprint = ''", (run_id,)
+            ).fetchone()
+            if row is None:
+                raise LostRace(f"run {run_id}: its drafts are already frozen")
+            options = json.loads(row[0])
+            before = str(options["compose"]["model"])
+            options["compose"]["model"] = model
+            self.conn.execute(
+                "UPDATE runs SET options = ?, updated_at = ? WHERE run_id = ?",
+                (_dump(options), at, run_id),
+            )
+            (pending,) = self.conn.execute(
+                "SELECT COUNT(*) FROM drafts WHERE run_id = ? AND state = 'pending'", (run_id,)
+            ).fetchone()
+            self._event(run_id, "model_changed", None, {"from": before, "to": model}, at)
+        return before, int(pending)
 
     def drafts(self, run_id: str) -> list[StoredDraft]:
         return [
@@ -134,9 +194,11 @@ class Drafts(Ledger):
         content_fingerprint: str,
         items: Sequence[dict[str, Any]] | PlanStage,
         then: RunTrigger | None = None,
+        failed: Mapping[int, str] | None = None,
     ) -> None:
         """The intents computed from the stored drafts and the run's fingerprint, in one
-        transaction, and only once: a run already frozen is never planned again."""
+        transaction, and only once: a run already frozen is never planned again. The rows
+        in `failed` (seq: why its draft failed) are planned and failed at once, with it."""
         at = clock.now_iso()
         with self._planning():
             cursor = self.conn.execute(
@@ -147,6 +209,23 @@ class Drafts(Ledger):
             if cursor.rowcount != 1:
                 raise LostRace(f"run {run_id}: its plan was already frozen")
             n = self._insert_items(run_id, items, at)
-            self._event(run_id, "frozen", None, {"items": n}, at)
+            for seq, error in (failed or {}).items():
+                # m004's trigger moves the count from pending to failed.
+                self.conn.execute(
+                    "UPDATE items SET state = 'failed', last_error = ?, updated_at = ? "
+                    "WHERE run_id = ? AND seq = ? AND state = 'pending'",
+                    (error, at, run_id, seq),
+                )
+            self._event(run_id, "frozen", None, {"items": n, "failed": len(failed or {})}, at)
             if then is not None:
                 self._move_run(run_id, then, at)
+
+
+def run_counts(store: Store, run: Run) -> Counts:
+    """The run's item counts; for a --compose run still drafting (no intents yet), its
+    rows: every row whose draft did not fail counts as pending, every failure as failed (so
+    `status` and `runs` show its real total before its intents exist)."""
+    if not (run.options.get("compose") and run.fingerprint == ""):
+        return store.counts(run.run_id)
+    summary = store.draft_summary(run.run_id)
+    return Counts.of({"pending": summary["total"] - summary["failed"], "failed": summary["failed"]})

@@ -101,6 +101,28 @@ UPDATE items SET identity = CASE WHEN run_id IN (
 CREATE INDEX items_identity ON items(channel, identity)
 """
 
+_M007 = """
+CREATE TABLE draft_chunks (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    chunk INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    seqs TEXT NOT NULL,
+    request_count INTEGER NOT NULL,
+    requests_digest TEXT NOT NULL,
+    model TEXT NOT NULL,
+    not_before TEXT NOT NULL,
+    batch_id TEXT,
+    recreate INTEGER NOT NULL DEFAULT 0,
+    created INTEGER NOT NULL DEFAULT 0,
+    note TEXT,
+    updated_at TEXT NOT NULL,
+    PRIMARY KEY (run_id, chunk)
+);
+
+CREATE INDEX draft_chunks_open ON draft_chunks(run_id, chunk)
+    WHERE state IN ('creating', 'submitted')
+"""
+
 # Every migration, in the order they apply.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration("m001_initial", schema_sqlite.M001, schema_postgres.M001),
@@ -126,6 +148,13 @@ MIGRATIONS: tuple[Migration, ...] = (
     # run, under the run's own lease; the tables exist so that both engines keep one schema.
     Migration("m005_workers", schema_sqlite.M005, schema_postgres.M005),
     Migration("m006_item_identity", _M006, _M006),
+    # Issue 24: a --compose run drafting through Message Batches keeps one row per chunk, an
+    # intent like any send's: recorded `creating` (its rows, the digest of its requests, a
+    # time lower bound) before the batch is created, `submitted` with the batch id after, then
+    # `done` once its results are stored, or `canceled`. A chunk still `creating` on resume is
+    # settled by asking the API (batches since `not_before` with `request_count` requests
+    # whose results carry the chunk's custom_ids), or created again when `recreate` is set.
+    Migration("m007_draft_chunks", _M007, _M007),
 )
 NAMES = frozenset(m.name for m in MIGRATIONS)
 

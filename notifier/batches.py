@@ -1,0 +1,328 @@
+"""`send --compose --batch-api`: drafting through the Message Batches API, each chunk of
+rows a durable intent (docs/guarantees.md, "Drafts through Message Batches").
+
+Creating a batch is a paid side effect without an idempotency key, so a chunk is handled as
+a send is: its intent first (rows, digest of its requests, a time lower bound: `creating`),
+then `create`, then the receipt (batch id: `submitted`). Results are stored by custom_id as
+they stream, each only if its row has no draft yet, so streaming again after a crash stores
+nothing twice; the chunk is `done` once all are stored. On resume a chunk still `creating`
+is settled by asking: batches created since its time bound with as many requests, adopted if
+their results carry the chunk's custom_ids; created again only when none can be ours (or
+when the operator chose `--recreate`). A batch not ended yet can only be recognised by its
+results, so such a candidate is waited for.
+
+Imported only when drafting: it loads the SDK.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+import anthropic
+import tenacity
+from anthropic.types.messages import MessageBatch, MessageBatchIndividualResponse
+from anthropic.types.messages.batch_create_params import Request
+
+from . import clock, crash
+from .batch import BatchRow
+from .claude import _api_message, _transient, _wait_honouring_retry_after, parse
+from .claude import request_params as params_of
+from .compose import KEY_ENV, ComposeStopped, DraftRejected, Progress, Settings, row_from_source
+from .errors import NeedsAttention
+from .intent import canonical_json
+from .records import Run
+from .store import Store
+
+CHUNK_ROWS = 2000  # rows per batch: a fiftieth of the API's 100,000 requests per batch
+MAX_ROUNDS = 4  # chunks a row may go through (expired, canceled, transient) in one command
+POLL_FIRST_S = 5.0
+POLL_MAX_S = 60.0
+POLL_ENV = "NOTIFIER_BATCH_POLL_S"  # rehearsals: the first poll interval, in seconds
+CLOCK_SKEW = timedelta(minutes=5)  # the API's clock may run behind ours by this much
+PERMANENT_ERRORS = ("invalid_request_error",)  # the row's request itself is wrong
+T = TypeVar("T")
+
+
+class DraftingCancelled(NeedsAttention):
+    """`notifier cancel` during drafting: the submitted batches were cancelled."""
+
+
+def custom_prefix(run: Run) -> str:
+    """The run's part of every custom_id: its key nonce, letters and digits only (custom_ids
+    are 1-64 characters of [A-Za-z0-9_-]); `{prefix}_{chunk}_{seq}` stays under 40."""
+    return "n" + re.sub(r"[^A-Za-z0-9]", "", run.key_nonce or run.run_id)[:16]
+
+
+class BatchDrafting:
+    def __init__(
+        self, store: Store, run: Run, settings: Settings, key: str, say: Callable[[str], None]
+    ) -> None:
+        self.store, self.run, self.settings, self.say = store, run, settings, say
+        self.client = anthropic.Anthropic(api_key=key, max_retries=0, timeout=300.0)
+        self.prefix = custom_prefix(run)
+        self.crash = crash.from_env()
+        self.poll_first = _poll_first()
+        self.sources = {d.seq: d.source for d in store.drafts(run.run_id)}
+
+    def close(self) -> None:
+        self.client.close()
+
+    # ------------------------------------------------------------------ the rounds
+
+    def draft(self, rows_per_chunk: int) -> Progress:
+        """Settle, submit, wait, stream, until no row is left or MAX_ROUNDS chunks passed."""
+        run_id = self.run.run_id
+        try:
+            for _ in range(MAX_ROUNDS):
+                for chunk in self.store.chunks(run_id, ["creating"]):
+                    self._settle(chunk.chunk)
+                self._submit_new(rows_per_chunk)
+                submitted = self.store.chunks(run_id, ["submitted"])
+                if not submitted:
+                    break
+                for chunk in submitted:
+                    assert chunk.batch_id is not None
+                    self._wait_ended(chunk.batch_id)
+                    self._stream(chunk.chunk, chunk.batch_id)
+        except ComposeStopped as exc:
+            return self._progress(str(exc))
+        return self._progress(None)
+
+    def _progress(self, stopped: str | None) -> Progress:
+        summary = self.store.draft_summary(self.run.run_id)
+        return Progress(summary["drafted"], summary["failed"], summary["pending"], stopped)
+
+    def _submit_new(self, rows_per_chunk: int) -> None:
+        """Chunk the rows without a draft and outside any open chunk: intent, create,
+        batch id, one chunk at a time."""
+        run_id = self.run.run_id
+        known = self.store.chunks(run_id)
+        covered = {seq for c in known if c.state in ("creating", "submitted") for seq in c.seqs}
+        pending = [seq for seq, _ in self.store.pending_drafts(run_id) if seq not in covered]
+        number = max((c.chunk for c in known), default=0)
+        for start in range(0, len(pending), rows_per_chunk):
+            seqs = pending[start : start + rows_per_chunk]
+            number += 1
+            requests = self._requests(number, seqs, self.settings.model)
+            not_before = (datetime.now(UTC) - CLOCK_SKEW).isoformat()
+            self.store.record_chunk(
+                run_id, number, seqs, _digest(requests), self.settings.model, not_before
+            )
+            self._at("after-chunk-intent", number)
+            self._create(number, requests, note=None)
+
+    def _create(self, number: int, requests: list[Request], note: str | None) -> None:
+        batch = self._call(lambda: self.client.messages.batches.create(requests=requests))
+        self._at("after-batch-create", number)
+        self.store.chunk_submitted(self.run.run_id, number, batch.id, created=True, note=note)
+        self.say(f"chunk {number}: batch {batch.id} created ({len(requests)} rows)")
+
+    # ------------------------------------------------------------------ settling a doubt
+
+    def _settle(self, number: int) -> None:
+        """A chunk left `creating`: its batch may exist. Adopt the one whose results carry
+        its custom_ids; create it only when none can be ours, or the operator chose to."""
+        [chunk] = [c for c in self.store.chunks(self.run.run_id) if c.chunk == number]
+        requests = self._requests(number, chunk.seqs, chunk.model)
+        if _digest(requests) != chunk.requests_digest:
+            raise NeedsAttention(
+                f"run {self.run.run_id}: chunk {number}'s requests no longer hash to the digest "
+                "recorded before its batch was created, so whether a batch is ours cannot be "
+                f"told; nothing was created. `notifier status {self.run.run_id}` shows it."
+            )
+        if chunk.recreate:
+            self._create(number, requests, note="created again by --recreate")
+            return
+        found = self._find(number, chunk.request_count, datetime.fromisoformat(chunk.not_before))
+        if found is not None:
+            self.store.chunk_submitted(
+                self.run.run_id, number, found, created=False, note="adopted after asking"
+            )
+            self.say(f"chunk {number}: batch {found} carries its custom_ids: adopted")
+            return
+        self.say(f"chunk {number}: no batch since its intent carries its custom_ids: creating")
+        self._create(number, requests, note="created after asking: none was ours")
+
+    def _find(self, number: int, count: int, since: datetime) -> str | None:
+        candidates = self._call(lambda: _listed_since(self.client, since, count))
+        mine = f"{self.prefix}_{number}_"
+        for batch_id in candidates:
+            self.say(f"chunk {number}: batch {batch_id} may be its own; reading its results")
+            self._wait_ended(batch_id)  # only its results can tell, once it has ended
+            if any(r.custom_id.startswith(mine) for r in self._results(batch_id)):
+                return batch_id
+        return None
+
+    # ------------------------------------------------------------------ waiting, results
+
+    def _wait_ended(self, batch_id: str) -> MessageBatch:
+        """Poll with backoff until the batch ends; `notifier cancel` meanwhile cancels it."""
+        wait = self.poll_first
+        while True:
+            batch = self._call(lambda: self.client.messages.batches.retrieve(batch_id))
+            if batch.processing_status == "ended":
+                return batch
+            if self.store.get_run(self.run.run_id).cancel_requested_at:
+                self._cancel_open()
+                raise DraftingCancelled(
+                    f"run {self.run.run_id}: cancel requested while drafting; the submitted "
+                    "batches were cancelled."
+                )
+            time.sleep(wait)
+            wait = min(POLL_MAX_S, wait * 1.5)
+
+    def _cancel_open(self) -> None:
+        cancel_batches(self.store, self.run.run_id, self.client, self.say)
+
+    def _results(self, batch_id: str) -> Iterable[MessageBatchIndividualResponse]:
+        return self._call(lambda: list(self.client.messages.batches.results(batch_id)))
+
+    def _stream(self, number: int, batch_id: str) -> None:
+        """Store each result of the chunk's batch by custom_id (those already stored are
+        left as they are), then mark the chunk done. Expired, canceled and transiently
+        errored rows stay without a draft: a later chunk asks again."""
+        run_id, mine = self.run.run_id, f"{self.prefix}_{number}_"
+        tally = {"drafted": 0, "failed": 0, "again": 0}
+        try:
+            self._store_results(batch_id, mine, tally)
+        except anthropic.APIError as exc:
+            raise ComposeStopped(
+                f"the results of batch {batch_id} (chunk {number}) broke off ({exc}); the "
+                "results read are stored. Run `notifier resume` to read them again."
+            ) from exc
+        note = ", ".join(f"{n} {k}" for k, n in tally.items())
+        self.store.end_chunk(run_id, number, "done", note)
+        self.say(f"chunk {number}: results stored ({note})")
+
+    def _store_results(self, batch_id: str, mine: str, tally: dict[str, int]) -> None:
+        run_id = self.run.run_id
+        for entry in self._call(lambda: self.client.messages.batches.results(batch_id)):
+            if not entry.custom_id.startswith(mine):
+                continue
+            seq = int(entry.custom_id.removeprefix(mine))
+            result = entry.result
+            if result.type == "succeeded":
+                try:
+                    draft = parse(result.message)
+                except DraftRejected as exc:
+                    self.store.fail_result(run_id, seq, str(exc), exc.usage)
+                    tally["failed"] += 1
+                else:
+                    self.store.save_result(run_id, seq, _as_dict(draft))
+                    tally["drafted"] += 1
+            elif result.type == "errored" and result.error.error.type in PERMANENT_ERRORS:
+                error = result.error.error
+                self.store.fail_result(run_id, seq, f"{error.type}: {error.message}")
+                tally["failed"] += 1
+            else:
+                tally["again"] += 1  # expired, canceled, or a transient error
+            self._at("mid-stream", seq)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _requests(self, number: int, seqs: Sequence[int], model: str) -> list[Request]:
+        settings = Settings(self.settings.brief, model, self.settings.columns, True)
+        return [
+            {
+                "custom_id": f"{self.prefix}_{number}_{seq}",
+                "params": params_of(settings, _row(self.sources[seq])),
+            }
+            for seq in seqs
+        ]
+
+    def _at(self, point: str, seq: int) -> None:
+        if self.crash is not None:
+            self.crash.at(point, [seq])
+
+    def _call(self, action: Callable[[], T]) -> T:
+        """One API call, transient failures retried honouring retry-after; a refused key
+        stops drafting for every row."""
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(_transient),
+            stop=tenacity.stop_after_attempt(8),
+            wait=_wait_honouring_retry_after,
+            reraise=True,
+        )
+        try:
+            return retrying(action)
+        except (anthropic.AuthenticationError, anthropic.PermissionDeniedError) as exc:
+            raise ComposeStopped(
+                f"the Message Batches API refused the key in {KEY_ENV} ({exc.status_code}: "
+                f"{_api_message(exc)}); drafting stopped. Fix the key, then run `notifier "
+                "resume` to draft the rest."
+            ) from exc
+        except anthropic.APIStatusError as exc:
+            raise ComposeStopped(
+                f"the Message Batches API answered {exc.status_code} ({_api_message(exc)}); "
+                "drafting stopped with every chunk recorded. Run `notifier resume` to go on."
+            ) from exc
+        except anthropic.APIConnectionError as exc:
+            raise ComposeStopped(
+                f"cannot reach the Message Batches API ({exc}); drafting stopped with every "
+                "chunk recorded. Run `notifier resume` to go on."
+            ) from exc
+
+
+def cancel_batches(
+    store: Store, run_id: str, client: anthropic.Anthropic, say: Callable[[str], None]
+) -> int:
+    """Cancel the run's submitted batches and record it (results already in stay stored;
+    a chunk still `creating` is recorded cancelled: nothing will create or adopt it)."""
+    n = 0
+    for chunk in store.chunks(run_id, ["creating", "submitted"]):
+        if chunk.batch_id is not None:
+            try:
+                client.messages.batches.cancel(chunk.batch_id)
+            except anthropic.APIStatusError as exc:
+                say(f"chunk {chunk.chunk}: batch {chunk.batch_id} not cancelled: {exc.message}")
+        store.end_chunk(run_id, chunk.chunk, "canceled", f"cancelled at {clock.now_iso()}")
+        say(f"chunk {chunk.chunk}: batch {chunk.batch_id or '(not created)'} cancelled")
+        n += 1
+    return n
+
+
+def _listed_since(client: anthropic.Anthropic, since: datetime, count: int) -> list[str]:
+    """Batches created since `since` with `count` requests, newest first."""
+    found = []
+    for batch in client.messages.batches.list(limit=100):
+        if batch.created_at < since:
+            break
+        counts = batch.request_counts
+        total = (
+            counts.processing + counts.succeeded + counts.errored + counts.canceled
+            + counts.expired
+        )  # fmt: skip
+        if total == count:
+            found.append(batch.id)
+    return found
+
+
+def _digest(requests: list[Request]) -> str:
+    return "sha256:" + hashlib.sha256(canonical_json(requests).encode("utf-8")).hexdigest()
+
+
+def _row(source: str) -> BatchRow:
+    return row_from_source(source)
+
+
+def _as_dict(draft: Any) -> dict[str, Any]:
+    return {
+        "subject": draft.subject,
+        "body": draft.body,
+        "model": draft.model,
+        "input_tokens": draft.input_tokens,
+        "output_tokens": draft.output_tokens,
+    }
+
+
+def _poll_first() -> float:
+    try:
+        return max(0.01, float(os.environ.get(POLL_ENV, POLL_FIRST_S)))
+    except ValueError:
+        return POLL_FIRST_S

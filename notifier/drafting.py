@@ -1,0 +1,143 @@
+"""Drafting a --compose run, as the commands see it: the settings a send starts with, the
+model checked before anything is stored, what `resume --model` / `--recreate` change, and
+which path drafts (one request per row, or Message Batches: batches.py).
+
+Kept out of cli.py and app.py (both past their size) and out of compose.py (which knows
+nothing of the SDK): the SDK loads only in the functions that talk to the API."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from . import compose
+from .batch import BatchRow
+from .env import open_store
+from .errors import BadInput
+
+if TYPE_CHECKING:
+    from .env import Env
+    from .records import Run
+    from .store import Store
+
+# Above this many rows a --compose send drafts through Message Batches even without
+# --batch-api (README, "Content"): half the price, and no request per row held open.
+BATCH_API_ABOVE_ROWS = 1000
+CHUNK_ENV = "NOTIFIER_BATCH_CHUNK_ROWS"  # rehearsals: smaller chunks than the default
+
+
+def settle_settings(
+    settings: compose.Settings,
+    rows: list[BatchRow],
+    batch: Path,
+    columns: str | None,
+    *,
+    dry_run: bool,
+) -> compose.Settings:
+    """The settings a send drafts with: the columns checked against the file (exit 2), and
+    the batch path chosen (never for a dry run, whose three drafts are asked for at once)."""
+    try:
+        chosen = compose.parse_columns(columns, rows, batch)
+    except compose.ComposeUsage as exc:
+        raise BadInput(str(exc)) from exc
+    batch_api = not dry_run and (settings.batch_api or len(rows) > BATCH_API_ABOVE_ROWS)
+    return replace(settings, columns=chosen, batch_api=batch_api)
+
+
+def check_model(settings: compose.Settings, key: str) -> None:
+    """Exit 2, before anything is stored, when the Models API does not know the model."""
+    from . import claude  # noqa: PLC0415 (the SDK loads only when drafting)
+
+    drafter = claude.Drafter(settings, key)
+    try:
+        drafter.check_model()
+    except claude.UnknownModel as exc:
+        raise BadInput(str(exc)) from exc
+    finally:
+        drafter.close()
+
+
+def resume_overrides(env: Env, store: Store, run: Run, model: str | None, recreate: bool) -> Run:
+    """`resume --model NAME` (rows not drafted yet) and `--recreate` (chunks in doubt), both
+    recorded with the run before drafting resumes; refused (exit 2) for a run not drafting."""
+    from . import app  # noqa: PLC0415 (start-up time)
+
+    if not compose.unfrozen(run):
+        given = "--model" if model is not None else "--recreate"
+        raise BadInput(
+            f"run {run.run_id} is not drafting (its drafts are frozen into intents), so "
+            f"{given} changes nothing; nothing was changed. `notifier redraft {run.run_id} "
+            "--item ID` redrafts rows of a run awaiting approval."
+        )
+    if model is not None:
+        settings = compose.Settings.from_options(run.options)
+        drafting_with = replace(settings, model=model)
+        check_model(drafting_with, app.compose_key())
+        before, pending = store.set_compose_model(run.run_id, model)
+        env.say(
+            f"run {run.run_id}: the {pending} row(s) not drafted yet will be drafted with "
+            f"{model} (was {before}); the drafts already made keep their model."
+        )
+    if recreate:
+        chosen = store.choose_recreate(run.run_id)
+        env.say(
+            f"run {run.run_id}: --recreate: {chosen} batch chunk(s) whose creation is in doubt "
+            "will be created again without looking for them (a chunk created before is paid "
+            "twice)."
+        )
+    return store.get_run(run.run_id)
+
+
+def chunk_rows() -> int:
+    """Rows per batch chunk: far below the API's 100,000 requests and 256 MB per batch, so
+    a chunk in doubt costs little."""
+    from .batches import CHUNK_ROWS  # noqa: PLC0415
+
+    value = os.environ.get(CHUNK_ENV, "").strip()
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    return CHUNK_ROWS
+
+
+def draft(store: Store, run: Run, key: str, say: Callable[[str], None]) -> compose.Progress:
+    """Draft the rows of `run` without a draft (its lease held): through Message Batches
+    when the run chose them, else one request per row."""
+    from . import claude  # noqa: PLC0415 (the SDK loads only when drafting)
+
+    settings = compose.Settings.from_options(run.options)
+    if settings.batch_api:
+        from .batches import BatchDrafting  # noqa: PLC0415
+
+        by_batches = BatchDrafting(store, run, settings, key, say)
+        try:
+            return by_batches.draft(chunk_rows())
+        finally:
+            by_batches.close()
+    drafter = claude.Drafter(settings, key)
+    try:
+        return compose.draft_pending(store, run.run_id, drafter, say)
+    finally:
+        drafter.close()
+
+
+def cancel_batches(env: Env, run_id: str) -> None:
+    """After `notifier cancel` of a run that drafted through batches: cancel (and record)
+    any batch still submitted, e.g. one left by a drafting process that was interrupted."""
+    store = open_store(env)
+    try:
+        if not store.chunks(run_id, ["creating", "submitted"]):
+            return
+        import anthropic  # noqa: PLC0415 (the SDK loads only when drafting)
+
+        from .batches import cancel_batches as cancel  # noqa: PLC0415
+
+        client = anthropic.Anthropic(api_key=compose.api_key(), max_retries=2)
+        try:
+            cancel(store, run_id, client, env.say)
+        finally:
+            client.close()
+    finally:
+        store.close()

@@ -1,0 +1,129 @@
+"""Message Batches chunks of a --compose run (m007): each chunk an intent recorded before
+its batch is created, its batch id after, and its end once every result is stored."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .. import clock
+from .exceptions import LostRace
+from .ledger import Ledger
+
+OPEN = ("creating", "submitted")
+
+
+@dataclass(frozen=True)
+class Chunk:
+    run_id: str
+    chunk: int
+    state: str  # creating | submitted | done | canceled
+    seqs: tuple[int, ...]
+    request_count: int
+    requests_digest: str
+    model: str
+    not_before: str
+    batch_id: str | None
+    recreate: bool
+    created: int  # batches created for it (more than 1 only with --recreate)
+    note: str | None
+
+
+_COLUMNS = (
+    "run_id, chunk, state, seqs, request_count, requests_digest, model, not_before, "
+    "batch_id, recreate, created, note"
+)
+
+
+class Chunks(Ledger):
+    def chunks(self, run_id: str, states: Sequence[str] | None = None) -> list[Chunk]:
+        rows = self.conn.execute(
+            f"SELECT {_COLUMNS} FROM draft_chunks WHERE run_id = ? ORDER BY chunk", (run_id,)
+        ).fetchall()
+        found = [
+            Chunk(r[0], int(r[1]), r[2], tuple(json.loads(r[3])), int(r[4]), r[5], r[6], r[7],
+                  r[8], bool(r[9]), int(r[10]), r[11])
+            for r in rows
+        ]  # fmt: skip
+        return [c for c in found if states is None or c.state in states]
+
+    def record_chunk(
+        self,
+        run_id: str,
+        chunk: int,
+        seqs: Sequence[int],
+        requests_digest: str,
+        model: str,
+        not_before: str,
+    ) -> None:
+        """The intent of chunk number `chunk` (one past the last: its custom_ids, in the
+        digest, carry it), before its batch is created."""
+        at = clock.now_iso()
+        with self._write():
+            self.conn.execute(
+                "INSERT INTO draft_chunks (run_id, chunk, state, seqs, request_count, "
+                "requests_digest, model, not_before, updated_at) "
+                "VALUES (?, ?, 'creating', ?, ?, ?, ?, ?, ?)",
+                (run_id, chunk, json.dumps(list(seqs)), len(seqs), requests_digest, model,
+                 not_before, at),
+            )  # fmt: skip
+            self._event(run_id, "chunk_creating", None, {"chunk": chunk, "rows": len(seqs)}, at)
+
+    def chunk_submitted(
+        self, run_id: str, chunk: int, batch_id: str, *, created: bool, note: str | None = None
+    ) -> None:
+        """The chunk's batch: created by us just now (`created`) or adopted after asking."""
+        at = clock.now_iso()
+        with self._write():
+            cursor = self.conn.execute(
+                "UPDATE draft_chunks SET state = 'submitted', batch_id = ?, recreate = 0, "
+                "created = created + ?, note = ?, updated_at = ? "
+                "WHERE run_id = ? AND chunk = ? AND state = 'creating'",
+                (batch_id, 1 if created else 0, note, at, run_id, chunk),
+            )
+            if cursor.rowcount != 1:
+                raise LostRace(f"run {run_id} chunk {chunk}: not creating")
+            kind = "chunk_submitted" if created else "chunk_adopted"
+            self._event(run_id, kind, None, {"chunk": chunk, "batch_id": batch_id}, at)
+
+    def end_chunk(self, run_id: str, chunk: int, state: str, note: str | None = None) -> None:
+        """`done` (every result stored) or `canceled` (by `notifier cancel`)."""
+        at = clock.now_iso()
+        with self._write():
+            self.conn.execute(
+                "UPDATE draft_chunks SET state = ?, note = COALESCE(?, note), updated_at = ? "
+                "WHERE run_id = ? AND chunk = ? AND state IN ('creating', 'submitted')",
+                (state, note, at, run_id, chunk),
+            )
+            self._event(run_id, f"chunk_{state}", None, {"chunk": chunk, "note": note}, at)
+
+    def choose_recreate(self, run_id: str) -> int:
+        """`resume --recreate`: the chunks still `creating` are created again without asking
+        (the operator accepts paying twice for one created before). Returns how many."""
+        at = clock.now_iso()
+        with self._write():
+            cursor = self.conn.execute(
+                "UPDATE draft_chunks SET recreate = 1, updated_at = ? "
+                "WHERE run_id = ? AND state = 'creating'",
+                (at, run_id),
+            )
+            n = int(cursor.rowcount)
+            self._event(run_id, "recreate_chosen", None, {"chunks": n}, at)
+        return n
+
+    def chunk_summary(self, run_id: str) -> dict[str, int]:
+        """Chunks per state and the batches created for them (status's drafting line)."""
+        summary = {"chunks": 0, "creating": 0, "submitted": 0, "done": 0, "canceled": 0}
+        summary["batches_created"] = 0
+        if not self._has_table("draft_chunks"):  # read-only, before m007
+            return summary
+        for state, n, created in self.conn.execute(
+            "SELECT state, COUNT(*), COALESCE(SUM(created), 0) FROM draft_chunks "
+            "WHERE run_id = ? GROUP BY state",
+            (run_id,),
+        ):
+            summary[state] = int(n)
+            summary["chunks"] += int(n)
+            summary["batches_created"] += int(created)
+        return summary

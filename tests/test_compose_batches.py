@@ -1,0 +1,213 @@
+"""Issue 24: `send --compose --batch-api` drafts through the Message Batches API (the real
+`anthropic` SDK against FakeBatches on 127.0.0.1), each chunk a durable intent: recorded
+before `create`, its batch id after, its results stored by custom_id; a crash at each point
+is resumed without a second batch for a chunk (unless `--recreate`), every row drafted once."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import deque
+from collections.abc import Iterator
+
+import pytest
+
+from notifier.intent import intent_digest
+
+from .conftest import DB_ERRORS, Workspace, wait_for
+from .fake_messages import FakeBatches, error, text_only_answer
+from .test_compose import KEY, batch, brief
+
+pytestmark = pytest.mark.both_stores
+ROWS = [f"u{i}" for i in range(1, 6)]
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeBatches]:
+    """The fake API with batch endpoints; chunks of 2 rows, polls 10 ms apart."""
+    server = FakeBatches()
+    with server.running():
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+        monkeypatch.setenv("NOTIFIER_BATCH_CHUNK_ROWS", "2")
+        monkeypatch.setenv("NOTIFIER_BATCH_POLL_S", "0.01")
+        yield server
+
+
+def send(ws: Workspace, n: int = 5, *extra: str) -> list[str]:
+    return ["send", str(batch(ws, n)), "--compose", str(brief(ws)), "--batch-api", *extra]
+
+
+def chunk_states(ws: Workspace) -> list[tuple[int, str, int]]:
+    try:
+        return ws.query("SELECT chunk, state, created FROM draft_chunks ORDER BY chunk")
+    except DB_ERRORS:
+        return []
+
+
+def assert_drafted_once_and_digests_hold(ws: Workspace) -> None:
+    """Every row drafted exactly once (one draft event per row) and every stored digest is
+    the digest of its stored intent."""
+    drafted = ws.query(
+        "SELECT item_seq, COUNT(*) FROM events WHERE kind = 'drafted' GROUP BY item_seq"
+    )
+    assert sorted(drafted) == [(i, 1) for i in range(1, 6)]
+    for channel, target, payload, digest in ws.query(
+        "SELECT channel, target, payload, intent_digest FROM items"
+    ):
+        assert intent_digest(channel, target, json.loads(payload)) == digest
+
+
+def test_batch_api_drafts_every_row_in_chunks_one_batch_each(
+    ws: Workspace, fake: FakeBatches
+) -> None:
+    """Five rows in chunks of two: three batches created, custom_ids within the API's rules
+    carrying nonce, chunk and row, no per-row Messages request, every row drafted once and
+    sent; status shows chunks, rows drafted and tokens."""
+    result = ws.invoke(*send(ws))
+    assert result.exit_code == 0, result.output
+    assert len(fake.created()) == 3 and fake.requests == []
+    ids = [r["custom_id"] for b in fake.created() for r in fake.batches[b]["requests"]]
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]{1,64}", c) for c in ids)
+    assert [c.split("_")[1:] for c in ids] == [
+        ["1", "1"],
+        ["1", "2"],
+        ["2", "3"],
+        ["2", "4"],
+        ["3", "5"],
+    ]
+    assert sorted(fake.succeeded) == ROWS
+    assert_drafted_once_and_digests_hold(ws)
+    assert sorted(d["item_id"] for d in ws.outbox_documents()) == ROWS
+    drafts = ws.status()["drafts"]
+    assert drafts["chunks"]["done"] == 3 and drafts["drafted"] == 5
+    assert drafts["input_tokens"] == 55 and drafts["output_tokens"] == 35
+    table = ws.invoke("status").output
+    assert "chunks: 3 (3 done" in table, table
+
+
+@pytest.mark.parametrize(
+    ("point", "created"),
+    [("after-chunk-intent:2", 3), ("after-batch-create:2", 3), ("mid-stream:3", 3)],
+)
+def test_a_crash_at_each_point_resumes_without_a_second_batch(
+    ws: Workspace, fake: FakeBatches, point: str, created: int
+) -> None:
+    """Killed after chunk 2's intent, after its create (batch unrecorded), or mid-stream:
+    resume settles by asking (adopting the batch that carries chunk 2's custom_ids, never
+    chunk 1's of the same size), so the fake saw one batch per chunk and each row was
+    drafted once."""
+    crashed = ws.run(*send(ws), env={"NOTIFIER_CRASH_AT": point})
+    assert crashed.returncode == 137, crashed.stderr
+    resumed = ws.invoke("resume")
+    assert resumed.exit_code == 0, resumed.output
+    assert len(fake.created()) == created
+    assert sorted(fake.succeeded) == ROWS  # no row was paid for twice
+    assert [state for _, state, _ in chunk_states(ws)] == ["done", "done", "done"]
+    assert_drafted_once_and_digests_hold(ws)
+    assert sorted(d["item_id"] for d in ws.outbox_documents()) == ROWS
+    if point.startswith("after-batch-create"):
+        assert "adopted" in resumed.output
+
+
+def test_recreate_is_the_operators_choice_to_pay_twice(ws: Workspace, fake: FakeBatches) -> None:
+    """After a crash right after create, `resume --recreate` creates chunk 2 again without
+    asking (four batches), says so, and still stores one draft per row."""
+    crashed = ws.run(*send(ws), env={"NOTIFIER_CRASH_AT": "after-batch-create:2"})
+    assert crashed.returncode == 137, crashed.stderr
+    resumed = ws.invoke("resume", "--recreate")
+    assert resumed.exit_code == 0, resumed.output
+    assert "--recreate: 1 batch chunk(s)" in resumed.output
+    assert len(fake.created()) == 4
+    orphan = fake.created()[1]  # created by the crashed send, never recorded
+    recorded = [b for (b,) in ws.query("SELECT batch_id FROM draft_chunks ORDER BY chunk")]
+    assert orphan not in recorded and len(set(recorded)) == 3
+    assert chunk_states(ws)[1] == (2, "done", 1)
+    assert_drafted_once_and_digests_hold(ws)
+
+
+def test_expired_and_transient_rows_go_into_a_later_chunk_invalid_ones_fail(
+    ws: Workspace, fake: FakeBatches
+) -> None:
+    """An expired row and an overloaded row are asked again in a later chunk; a row the API
+    calls an invalid request fails with the API's message; an unusable answer fails with its
+    tokens counted."""
+    fake.expire_once.add("u1")
+    fake.error_once["u2"] = ("overloaded_error", "Overloaded")
+    fake.error_once["u3"] = ("invalid_request_error", "prompt is too long")
+    fake.per_row["u4"] = deque([text_only_answer()])
+    result = ws.invoke(*send(ws))
+    assert result.exit_code == 3, result.output
+    assert len(fake.created()) == 4  # three chunks, then one for u1 and u2
+    assert fake.batches[fake.created()[3]]["requests"][0]["custom_id"].endswith("_4_1")
+    assert sorted(fake.succeeded) == ["u1", "u2", "u4", "u5"]
+    status = ws.status()
+    assert status["counts"]["sent"] == 3 and status["counts"]["failed"] == 2
+    errors = {i["id"]: i["last_error"] for i in status["items"] if i["state"] == "failed"}
+    assert "invalid_request_error: prompt is too long" in errors["u3"]
+    assert "no notification_draft tool call" in errors["u4"]
+    assert status["drafts"]["output_tokens"] == 3 * 7 + 9
+
+
+def test_polling_honours_retry_after(ws: Workspace, fake: FakeBatches) -> None:
+    """A 429 with retry-after: 1 on a poll: the next poll comes no sooner than a second."""
+    fake.retrieve_script.append(error(429, "rate_limit_error", "slow", {"retry-after": "1"}))
+    result = ws.invoke(*send(ws, 2))
+    assert result.exit_code == 0, result.output
+    assert fake.retrieved_at[1] - fake.retrieved_at[0] >= 0.9
+
+
+def test_cancel_while_drafting_cancels_the_submitted_batches(
+    ws: Workspace, fake: FakeBatches
+) -> None:
+    """`notifier cancel` while batches are processing: the drafting process cancels every
+    submitted batch, records each chunk cancelled, and the run ends cancelled, nothing
+    sent."""
+    fake.polls_in_progress = 10**6
+    process = ws.popen(*send(ws))
+    wait_for(lambda: [s for _, s, _ in chunk_states(ws)] == ["submitted"] * 3, "3 submitted")
+    cancelled = ws.invoke("cancel")
+    assert cancelled.exit_code == 0, cancelled.output
+    process.communicate(timeout=60)
+    assert sorted(fake.cancelled) == sorted(fake.created())
+    assert [s for _, s, _ in chunk_states(ws)] == ["canceled"] * 3
+    assert ws.status()["state"] == "cancelled" and ws.outbox_documents() == []
+
+
+def test_cancel_after_an_interrupted_drafting_cancels_the_batches_it_left(
+    ws: Workspace, fake: FakeBatches
+) -> None:
+    """Drafting killed with batches submitted: `notifier cancel` itself cancels them."""
+    fake.polls_in_progress = 10**6
+    process = ws.popen(*send(ws))
+    wait_for(lambda: [s for _, s, _ in chunk_states(ws)] == ["submitted"] * 3, "3 submitted")
+    process.kill()
+    process.communicate(timeout=60)
+    cancelled = ws.invoke("cancel")
+    assert cancelled.exit_code == 0, cancelled.output
+    assert sorted(fake.cancelled) == sorted(fake.created())
+    assert [s for _, s, _ in chunk_states(ws)] == ["canceled"] * 3
+
+
+def test_dry_run_with_batch_api_keeps_the_synchronous_three_drafts(
+    ws: Workspace, fake: FakeBatches
+) -> None:
+    """--dry-run --compose --batch-api: three synchronous drafts, no batch, nothing stored."""
+    result = ws.invoke(*send(ws, 5, "--dry-run"))
+    assert result.exit_code == 0, result.output
+    assert sorted(fake.rows_requested()) == ["u1", "u2", "u3"] and fake.created() == []
+    assert not ws.has_database()
+
+
+def test_above_the_documented_row_count_drafting_uses_batches_by_default(
+    ws: Workspace, fake: FakeBatches, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """1001 rows without --batch-api (threshold 1000) draft through one batch, not 1001
+    Messages requests."""
+    monkeypatch.setenv("NOTIFIER_BATCH_CHUNK_ROWS", "2000")
+    result = ws.invoke(
+        "send", str(batch(ws, 1001)), "--compose", str(brief(ws)), "--require-approval"
+    )
+    assert result.exit_code == 0, result.output
+    assert len(fake.created()) == 1 and fake.requests == []
+    assert ws.status()["drafts"]["drafted"] == 1001
