@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -37,6 +36,7 @@ from .compose import KEY_ENV, ComposeStopped, DraftRejected, Progress, Settings,
 from .errors import NeedsAttention
 from .intent import canonical_json
 from .records import Run
+from .signals import Interruption
 from .store import Store
 
 CHUNK_ROWS = 2000  # rows per batch: a fiftieth of the API's 100,000 requests per batch
@@ -47,6 +47,10 @@ POLL_ENV = "NOTIFIER_BATCH_POLL_S"  # rehearsals: the first poll interval, in se
 CLOCK_SKEW = timedelta(minutes=5)  # the API's clock may run behind ours by this much
 PERMANENT_ERRORS = ("invalid_request_error",)  # the row's request itself is wrong
 T = TypeVar("T")
+
+
+class _Interrupted(Exception):
+    """Ctrl-C or SIGTERM seen while drafting through batches: stop where it is safe."""
 
 
 class DraftingCancelled(NeedsAttention):
@@ -61,9 +65,18 @@ def custom_prefix(run: Run) -> str:
 
 class BatchDrafting:
     def __init__(
-        self, store: Store, run: Run, settings: Settings, key: str, say: Callable[[str], None]
+        self,
+        store: Store,
+        run: Run,
+        settings: Settings,
+        key: str,
+        say: Callable[[str], None],
+        interrupted: Interruption | None = None,
+        advance: Callable[[int], None] = lambda n: None,
     ) -> None:
         self.store, self.run, self.settings, self.say = store, run, settings, say
+        self.interrupted = interrupted if interrupted is not None else Interruption()
+        self.advance = advance
         self.client = anthropic.Anthropic(api_key=key, max_retries=0, timeout=300.0)
         self.prefix = custom_prefix(run)
         self.crash = crash.from_env()
@@ -81,6 +94,7 @@ class BatchDrafting:
         try:
             for _ in range(MAX_ROUNDS):
                 for chunk in self.store.chunks(run_id, ["creating"]):
+                    self._check_interrupted()
                     self._settle(chunk.chunk)
                 self._submit_new(rows_per_chunk)
                 submitted = self.store.chunks(run_id, ["submitted"])
@@ -92,11 +106,32 @@ class BatchDrafting:
                     self._stream(chunk.chunk, chunk.batch_id)
         except ComposeStopped as exc:
             return self._progress(str(exc))
+        except _Interrupted:
+            left = len(self.store.chunks(run_id, ["submitted"]))
+            self.store.note_drafting(
+                run_id,
+                "drafting_interrupted",
+                {"signal": self.interrupted.name, "batches_left": left},
+            )
+            return self._progress(None, interrupted=True)
         return self._progress(None)
 
-    def _progress(self, stopped: str | None) -> Progress:
+    def _progress(self, stopped: str | None, *, interrupted: bool = False) -> Progress:
         summary = self.store.draft_summary(self.run.run_id)
-        return Progress(summary["drafted"], summary["failed"], summary["pending"], stopped)
+        return Progress(
+            summary["drafted"],
+            summary["failed"],
+            summary["pending"],
+            stopped,
+            self.interrupted if interrupted else None,
+        )
+
+    def _check_interrupted(self) -> None:
+        """After Ctrl-C or SIGTERM: nothing more is created, polled or read. A `create`
+        under way when the signal came has ended and its batch id is recorded (the signal
+        does not cut a call short), so every batch paid for is known to `resume`."""
+        if self.interrupted.is_set():
+            raise _Interrupted
 
     def _submit_new(self, rows_per_chunk: int) -> None:
         """Chunk the rows without a draft and outside any open chunk: intent, create,
@@ -108,6 +143,7 @@ class BatchDrafting:
         number = max((c.chunk for c in known), default=0)
         for start in range(0, len(pending), rows_per_chunk):
             seqs = pending[start : start + rows_per_chunk]
+            self._check_interrupted()
             number += 1
             requests = self._requests(number, seqs, self.settings.model)
             not_before = (datetime.now(UTC) - CLOCK_SKEW).isoformat()
@@ -168,13 +204,14 @@ class BatchDrafting:
             batch = self._call(lambda: self.client.messages.batches.retrieve(batch_id))
             if batch.processing_status == "ended":
                 return batch
+            self._check_interrupted()
             if self.store.get_run(self.run.run_id).cancel_requested_at:
                 self._cancel_open()
                 raise DraftingCancelled(
                     f"run {self.run.run_id}: cancel requested while drafting; the submitted "
                     "batches were cancelled."
                 )
-            time.sleep(wait)
+            self.interrupted.wait(wait)
             wait = min(POLL_MAX_S, wait * 1.5)
 
     def _cancel_open(self) -> None:
@@ -211,10 +248,12 @@ class BatchDrafting:
                 try:
                     draft = parse(result.message)
                 except DraftRejected as exc:
-                    self.store.fail_result(run_id, seq, str(exc), exc.usage)
+                    if self.store.fail_result(run_id, seq, str(exc), exc.usage):
+                        self.advance(1)
                     tally["failed"] += 1
                 else:
-                    self.store.save_result(run_id, seq, _as_dict(draft))
+                    if self.store.save_result(run_id, seq, _as_dict(draft)):
+                        self.advance(1)
                     tally["drafted"] += 1
             elif result.type == "errored" and result.error.error.type in PERMANENT_ERRORS:
                 error = result.error.error
@@ -223,6 +262,7 @@ class BatchDrafting:
             else:
                 tally["again"] += 1  # expired, canceled, or a transient error
             self._at("mid-stream", seq)
+            self._check_interrupted()  # the chunk stays submitted: resume reads it again
 
     # ------------------------------------------------------------------ helpers
 
@@ -240,33 +280,45 @@ class BatchDrafting:
         if self.crash is not None:
             self.crash.at(point, [seq])
 
+    def _sleep(self, seconds: float) -> None:
+        self.interrupted.wait(seconds)  # a Ctrl-C ends a wait between retries at once
+
     def _call(self, action: Callable[[], T]) -> T:
         """One API call, transient failures retried honouring retry-after; a refused key
         stops drafting for every row."""
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception(_transient),
-            stop=tenacity.stop_after_attempt(8),
+            stop=tenacity.stop_after_attempt(8) | tenacity.stop_when_event_set(self.interrupted),
             wait=_wait_honouring_retry_after,
+            sleep=self._sleep,
             reraise=True,
         )
         try:
             return retrying(action)
-        except (anthropic.AuthenticationError, anthropic.PermissionDeniedError) as exc:
-            raise ComposeStopped(
-                f"the Message Batches API refused the key in {KEY_ENV} ({exc.status_code}: "
-                f"{_api_message(exc)}); drafting stopped. Fix the key, then run `notifier "
-                "resume` to draft the rest."
-            ) from exc
-        except anthropic.APIStatusError as exc:
-            raise ComposeStopped(
-                f"the Message Batches API answered {exc.status_code} ({_api_message(exc)}); "
-                "drafting stopped with every chunk recorded. Run `notifier resume` to go on."
-            ) from exc
-        except anthropic.APIConnectionError as exc:
-            raise ComposeStopped(
-                f"cannot reach the Message Batches API ({exc}); drafting stopped with every "
-                "chunk recorded. Run `notifier resume` to go on."
-            ) from exc
+        except anthropic.APIError as exc:
+            if self.interrupted.is_set():
+                raise _Interrupted from exc  # no retry after Ctrl-C: resume asks again
+            raise _stopped(exc) from exc
+
+
+def _stopped(exc: anthropic.APIError) -> ComposeStopped:
+    """Why drafting stopped, for a call that failed for good: a refused key, or an API that
+    stayed unwilling or out of reach through every retry."""
+    if isinstance(exc, (anthropic.AuthenticationError, anthropic.PermissionDeniedError)):
+        return ComposeStopped(
+            f"the Message Batches API refused the key in {KEY_ENV} ({exc.status_code}: "
+            f"{_api_message(exc)}); drafting stopped. Fix the key, then run `notifier "
+            "resume` to draft the rest."
+        )
+    if isinstance(exc, anthropic.APIStatusError):
+        return ComposeStopped(
+            f"the Message Batches API answered {exc.status_code} ({_api_message(exc)}); "
+            "drafting stopped with every chunk recorded. Run `notifier resume` to go on."
+        )
+    return ComposeStopped(
+        f"cannot reach the Message Batches API ({exc}); drafting stopped with every "
+        "chunk recorded. Run `notifier resume` to go on."
+    )
 
 
 def cancel_batches(

@@ -691,6 +691,23 @@ def reject(ctx: click.Context, run_id: str | None, reason: str) -> None:
     )
 
 
+@cli.command()
+@click.argument("run_id", required=False)
+@click.option(
+    "--item", "items", multiple=True, required=True, help="The id of a row to redraft (repeat)."
+)
+@click.pass_context
+def redraft(ctx: click.Context, run_id: str | None, items: tuple[str, ...]) -> None:
+    """Redraft rows of a --compose run awaiting approval; it must then be approved again."""
+    from . import redraft as redrafting  # noqa: PLC0415 (start-up time)
+
+    result = redrafting.command(_env(ctx), run_id, items)
+    for line in redrafting.summary(result):
+        click.echo(line)
+    if result.kept:  # asked for, not done: those rows keep their draft
+        ctx.exit(ExitCode.ATTENTION)
+
+
 def _overrides(command: Callable[..., None]) -> Callable[..., None]:
     """The options `resume` and `worker` share: what may differ from the run's own."""
     for option in reversed(

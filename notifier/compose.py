@@ -16,7 +16,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -27,6 +27,7 @@ from .errors import BadInput, NeedsAttention, NotifierError
 from .intent import canonical_json
 from .plan import Plan, make_plan
 from .records import Run
+from .signals import Interruption
 from .state_machine import RunTrigger
 from .store import Store
 from .template import Template, from_sources, render_row, render_rows
@@ -214,6 +215,8 @@ class Progress:
     failed: int
     pending: int
     stopped: str | None = None  # why drafting stopped for every row
+    interrupted: Interruption | None = None  # set: Ctrl-C or SIGTERM stopped drafting
+    kept: int = 0  # answers that arrived after the interruption, stored all the same
 
 
 def draft_pending(
@@ -222,62 +225,111 @@ def draft_pending(
     drafter: Drafts,
     say: Callable[[str], None],
     concurrency: int = CONCURRENCY,
+    *,
+    interrupted: Interruption | None = None,
+    advance: Callable[[int], None] = lambda n: None,
 ) -> Progress:
     """Draft every row of the run that has no draft yet, `concurrency` at a time, storing
-    each result as it arrives (this thread writes; the pool only talks to the API)."""
+    each result as it arrives (this thread writes; the pool only talks to the API).
+
+    Once `interrupted` is set (Ctrl-C, SIGTERM: signals.interrupt_guard), no new request and
+    no retry starts, but the requests already sent are waited for and their answers stored:
+    they are paid for. `advance(n)` counts rows settled (a progress bar)."""
     pending = store.pending_drafts(run_id)
-    stopped: str | None = None
+    rows = [(seq, row_from_source(source)) for seq, source in pending]
     with ThreadPoolExecutor(max(1, concurrency), thread_name_prefix="draft") as pool:
-        rows = [(seq, row_from_source(source)) for seq, source in pending]
         futures: dict[Future[Draft], tuple[int, BatchRow]] = {
             pool.submit(drafter.draft, row): (seq, row) for seq, row in rows
         }
+        storing = _Storing(store, run_id, drafter, futures, say, advance)
         try:
-            _store_as_completed(store, run_id, futures, say)
-        except ComposeStopped as exc:
-            stopped = str(exc)
+            storing.run(interrupted)
         except KeyboardInterrupt:
-            # Ctrl-C: no new request, no retry; what is in flight ends without being
-            # stored (a draft has no side effect: resume asks for it again).
-            drafter.stop()
-            for other in futures:
-                other.cancel()
+            # Without a guard (not the main thread): no new request, no retry; what is in
+            # flight ends without being stored (a draft has no side effect: resume asks).
+            storing.stop_new()
             raise
     summary = store.draft_summary(run_id)
-    return Progress(summary["drafted"], summary["failed"], summary["pending"], stopped)
+    return Progress(
+        summary["drafted"],
+        summary["failed"],
+        summary["pending"],
+        storing.stopped,
+        interrupted if storing.noticed else None,
+        storing.kept,
+    )
 
 
-def _store_as_completed(
-    store: Store,
-    run_id: str,
-    futures: Mapping[Future[Draft], tuple[int, BatchRow]],
-    say: Callable[[str], None],
-) -> None:
-    """Store each result as it arrives; ComposeStopped (after cancelling the rows not
-    started) when drafting must stop for every row."""
-    stopped: ComposeStopped | None = None
-    for future in as_completed(futures):
+class _Storing:
+    """The results of one drafting pass, stored as they arrive."""
+
+    TICK_S = 0.1  # how soon an interruption is noticed while answers are awaited
+
+    def __init__(
+        self,
+        store: Store,
+        run_id: str,
+        drafter: Drafts,
+        futures: Mapping[Future[Draft], tuple[int, BatchRow]],
+        say: Callable[[str], None],
+        advance: Callable[[int], None],
+    ) -> None:
+        self.store, self.run_id, self.drafter = store, run_id, drafter
+        self.futures, self.say, self.advance = futures, say, advance
+        self.stopped: str | None = None
+        self.noticed = False  # the interruption was seen: nothing new was asked after it
+        self.kept = 0
+
+    def stop_new(self) -> None:
+        """No new request and no retry; requests already sent go on to their answer."""
+        self.drafter.stop()
+        for other in self.futures:
+            other.cancel()  # not started yet: they stay undrafted
+
+    def run(self, interrupted: Interruption | None) -> None:
+        waiting = set(self.futures)
+        tick = None if interrupted is None else self.TICK_S
+        while waiting:
+            done, waiting = wait(waiting, timeout=tick, return_when=FIRST_COMPLETED)
+            if interrupted is not None and interrupted.is_set() and not self.noticed:
+                self.noticed = True
+                self.stop_new()
+                in_flight = sum(1 for f in waiting if not f.cancelled())
+                self.store.note_drafting(
+                    self.run_id, "drafting_interrupted", {"signal": interrupted.name,
+                                                          "in_flight": in_flight},
+                )  # fmt: skip
+                self.say(
+                    f"{interrupted.name} while drafting: waiting for the {in_flight} "
+                    "answer(s) already requested, to store them."
+                )
+            for future in done:
+                self._settle(future)
+
+    def _settle(self, future: Future[Draft]) -> None:
         if future.cancelled():
-            continue  # cancelled by the stop below before a thread took it: stays undrafted
-        seq, row = futures[future]
+            return  # cancelled by a stop before a thread took it: stays undrafted
+        seq, row = self.futures[future]
         try:
             draft = future.result()
         except ComposeStopped as exc:
-            if stopped is None:
-                stopped = exc
-                for other in futures:
-                    other.cancel()  # not started yet: they stay undrafted
-            continue
+            if self.stopped is None:
+                self.stopped = str(exc)
+                self.stop_new()
+            return
         except DraftRejected as exc:
-            store.fail_draft(run_id, seq, str(exc), usage=exc.usage)
-            say(f"draft for item {row.item_id} (line {row.line}) failed: {exc}")
-            continue
+            self.store.fail_draft(self.run_id, seq, str(exc), usage=exc.usage)
+            self.say(f"draft for item {row.item_id} (line {row.line}) failed: {exc}")
+            self.advance(1)
+            return
         except DraftDeferred as exc:
-            say(f"draft for item {row.item_id} not made yet: {exc}")
-            continue
-        store.save_draft(run_id, seq, asdict(draft))
-    if stopped is not None:
-        raise stopped
+            if not self.noticed:
+                self.say(f"draft for item {row.item_id} not made yet: {exc}")
+            return
+        self.store.save_draft(self.run_id, seq, asdict(draft))
+        self.advance(1)
+        if self.noticed:
+            self.kept += 1
 
 
 def first_drafts(drafter: Drafts, rows: Sequence[BatchRow]) -> list[tuple[BatchRow, Draft | str]]:

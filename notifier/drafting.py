@@ -8,7 +8,10 @@ nothing of the SDK): the SDK loads only in the functions that talk to the API.""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,7 +19,8 @@ from typing import TYPE_CHECKING
 from . import compose
 from .batch import BatchRow
 from .env import open_store
-from .errors import BadInput
+from .errors import BadInput, ExitCode, Interrupted
+from .signals import Interruption, interrupt_guard
 
 if TYPE_CHECKING:
     from .env import Env
@@ -104,23 +108,111 @@ def chunk_rows() -> int:
 
 def draft(store: Store, run: Run, key: str, say: Callable[[str], None]) -> compose.Progress:
     """Draft the rows of `run` without a draft (its lease held): through Message Batches
-    when the run chose them, else one request per row."""
+    when the run chose them, else one request per row. Ctrl-C or SIGTERM (the first) stops
+    asking for more but keeps what was asked for: the synchronous path waits for the answers
+    in flight and stores them; the batch path leaves its submitted batches for `resume`.
+    Either way DraftingInterrupted (130, 143 for SIGTERM) says what was kept; a second
+    signal leaves at once (signals.interrupt_guard)."""
     from . import claude  # noqa: PLC0415 (the SDK loads only when drafting)
 
     settings = compose.Settings.from_options(run.options)
-    if settings.batch_api:
-        from .batches import BatchDrafting  # noqa: PLC0415
+    interrupted = Interruption()
+    total = store.draft_summary(run.run_id)
+    with interrupt_guard(interrupted, say), progress_bar(total["total"]) as advance:
+        advance(total["total"] - total["pending"])
+        if settings.batch_api:
+            from .batches import BatchDrafting  # noqa: PLC0415
 
-        by_batches = BatchDrafting(store, run, settings, key, say)
-        try:
-            return by_batches.draft(chunk_rows())
-        finally:
-            by_batches.close()
-    drafter = claude.Drafter(settings, key)
-    try:
-        return compose.draft_pending(store, run.run_id, drafter, say)
-    finally:
-        drafter.close()
+            by_batches = BatchDrafting(store, run, settings, key, say, interrupted, advance)
+            try:
+                progress = by_batches.draft(chunk_rows())
+            finally:
+                by_batches.close()
+        else:
+            drafter = claude.Drafter(settings, key)
+            try:
+                progress = compose.draft_pending(
+                    store, run.run_id, drafter, say, interrupted=interrupted, advance=advance
+                )
+            finally:
+                drafter.close()
+    if progress.interrupted is not None:
+        raise interruption(store, run, progress, batches=settings.batch_api)
+    return progress
+
+
+class DraftingInterrupted(Interrupted):
+    """Ctrl-C while drafting (130): what was asked for is kept, `resume` goes on."""
+
+
+class DraftingTerminated(DraftingInterrupted):
+    """SIGTERM while drafting (143), kept alike."""
+
+    exit_code = ExitCode.TERMINATED
+
+
+def interruption(
+    store: Store, run: Run, progress: compose.Progress, *, batches: bool
+) -> DraftingInterrupted:
+    """The error a drafting interrupted by `progress.interrupted` leaves with: how many
+    drafts were kept, what was left with the API, and the command that goes on."""
+    signal_seen = progress.interrupted
+    assert signal_seen is not None
+    name, run_id = signal_seen.name, run.run_id
+    done = (
+        f"{progress.drafted} row(s) drafted, {progress.failed} failed, {progress.pending} "
+        "still to draft"
+    )
+    if batches:
+        open_chunks = store.chunks(run_id, ["creating", "submitted"])
+        batch_ids = [c.batch_id for c in open_chunks if c.batch_id]
+        text = (
+            f"run {run_id}: interrupted while drafting ({name}): polling stopped; the "
+            f"{len(batch_ids)} batch(es) already submitted ({', '.join(batch_ids) or 'none'}) "
+            "are recorded and left with the API, which keeps their results for 29 days, so "
+            f"nothing paid for is lost ({done}; nothing was sent). `notifier resume {run_id}` "
+            "reads their results without creating them again; `notifier cancel "
+            f"{run_id}` cancels them instead."
+        )
+    else:
+        text = (
+            f"run {run_id}: interrupted while drafting ({name}): no new request was made, and "
+            f"the {progress.kept} draft(s) answered after the interruption were waited for "
+            f"and kept ({done}; nothing was sent). `notifier resume {run_id}` drafts the "
+            "rest without asking again for any draft kept."
+        )
+    kind = DraftingTerminated if signal_seen.signum == signal.SIGTERM else DraftingInterrupted
+    return kind(text)
+
+
+@contextmanager
+def progress_bar(total: int) -> Iterator[Callable[[int], None]]:
+    """A drafting progress bar on a terminal's stderr; elsewhere (a pipe, a log) nothing,
+    and rich is not even loaded."""
+    if not sys.stderr.isatty():
+        yield lambda n: None
+        return
+    from rich.console import Console  # noqa: PLC0415 (start-up time)
+    from rich.progress import (  # noqa: PLC0415 (start-up time)
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("drafting"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    ) as bar:
+        task = bar.add_task("draft", total=total)
+        yield lambda n: bar.advance(task, n)
 
 
 def cancel_batches(env: Env, run_id: str) -> None:

@@ -84,6 +84,8 @@ class FakeMessages:
         self.model_lookups: list[str] = []
         self.http_calls = 0  # every HTTP request the fake answered
         self.release = threading.Event()
+        self.held = 0  # requests held now, waiting for `release`
+        self.answer_held = False  # once released, answer held requests as usual (else 500)
         self._answered = 0
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -138,6 +140,20 @@ class FakeMessages:
                 return self.script.popleft()
         return self.default(row, model if self.echo_model else "claude-test-1")
 
+    def _hold(self, payload: dict[str, Any]) -> Canned:
+        """A held request's answer once `release` is set: the usual draft with
+        `answer_held`, else a 500."""
+        with self._lock:
+            self.held += 1
+        try:
+            self.release.wait(30)
+        finally:
+            with self._lock:
+                self.held -= 1
+        if self.answer_held:
+            return self.default(_row_of(payload))
+        return error(500, "api_error", "released after hold")
+
     def on_get(self, path: str) -> Canned:
         """GET outside /v1/models: the batch endpoints (FakeBatches) answer these."""
         return error(404, "not_found_error", f"no such path: {path}")
@@ -168,8 +184,7 @@ class FakeMessages:
                     return
                 canned = fake._answer(payload, headers)
                 if canned is None:
-                    fake.release.wait(30)
-                    canned = error(500, "api_error", "released after hold")
+                    canned = fake._hold(payload)
                 self._reply(canned)
 
             def _reply(self, canned: Canned) -> None:

@@ -127,6 +127,12 @@ class Drafts(Chunks):
                 raise LostRace(f"run {run_id} row {seq}: expected draft {expected}")
             self._event(run_id, "draft_failed", seq, {"error": error}, at)
 
+    def note_drafting(self, run_id: str, kind: str, detail: Mapping[str, Any]) -> None:
+        """An event of the run's drafting for the audit (an interruption, a redraft)."""
+        at = clock.now_iso()
+        with self._write():
+            self._event(run_id, kind, None, dict(detail), at)
+
     def set_compose_model(self, run_id: str, model: str) -> tuple[str, int]:
         """`resume --model`: the model for the rows not drafted yet (the drafts made keep
         theirs, recorded per row). Returns the model it replaces and how many rows it
@@ -150,6 +156,61 @@ class Drafts(Chunks):
             ).fetchone()
             self._event(run_id, "model_changed", None, {"from": before, "to": model}, at)
         return before, int(pending)
+
+    def apply_redraft(
+        self,
+        run_id: str,
+        before: str,
+        fingerprint: str,
+        content_fingerprint: str,
+        rows: Sequence[tuple[int, Mapping[str, Any], str, str, str | None]],
+        operator: str,
+    ) -> None:
+        """`notifier redraft`: each row's new draft (seq, draft, payload JSON, digest,
+        identity) and its recomputed intent, the run's new fingerprints and its approval
+        cleared, in one transaction, only while the run still awaits approval with the
+        fingerprint `before` (LostRace otherwise, nothing written). The key stays: it names
+        the row's slot, and nothing was sent under it. Tokens add up: both drafts were paid."""
+        at = clock.now_iso()
+        with self._write():
+            cursor = self.conn.execute(
+                "UPDATE runs SET fingerprint = ?, content_fingerprint = ?, approval = NULL, "
+                "updated_at = ? WHERE run_id = ? AND state = 'awaiting_approval' "
+                "AND fingerprint = ?",
+                (fingerprint, content_fingerprint, at, run_id, before),
+            )
+            if cursor.rowcount != 1:
+                raise LostRace(f"run {run_id} changed while it was being redrafted")
+            for seq, draft, payload, digest, identity in rows:
+                self.conn.execute(
+                    "UPDATE drafts SET state = 'drafted', subject = ?, body = ?, model = ?, "
+                    "input_tokens = COALESCE(input_tokens, 0) + ?, "
+                    "output_tokens = COALESCE(output_tokens, 0) + ?, error = NULL, "
+                    "drafted_at = ? WHERE run_id = ? AND seq = ?",
+                    (draft["subject"], draft["body"], draft["model"], draft["input_tokens"],
+                     draft["output_tokens"], at, run_id, seq),
+                )  # fmt: skip
+                # A row whose first draft failed is planned again (m004's trigger moves
+                # its count); one ever attempted is not touched (LostRace).
+                moved = self.conn.execute(
+                    "UPDATE items SET payload = ?, intent_digest = ?, identity = ?, "
+                    "state = 'pending', last_error = NULL, updated_at = ? "
+                    "WHERE run_id = ? AND seq = ? AND state IN ('pending', 'failed') "
+                    "AND attempts = 0",
+                    (payload, digest, identity, at, run_id, seq),
+                )
+                if moved.rowcount != 1:
+                    raise LostRace(f"run {run_id} row {seq}: its intent was already used")
+                self._event(run_id, "redrafted", seq, {"model": draft["model"],
+                                                       "intent_digest": digest}, at)  # fmt: skip
+            self._event(
+                run_id,
+                "redraft",
+                None,
+                {"operator": operator, "rows": [seq for seq, *_ in rows],
+                 "fingerprint_before": before, "fingerprint": fingerprint},
+                at,
+            )  # fmt: skip
 
     def drafts(self, run_id: str) -> list[StoredDraft]:
         return [

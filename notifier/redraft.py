@@ -1,0 +1,273 @@
+"""`notifier redraft [RUN_ID] --item ID…`: new drafts for selected rows of a --compose run
+still awaiting approval (docs/guarantees.md, "Drafts").
+
+Nothing of such a run was sent (`awaiting_approval` is reached only from `planned`), so its
+intents may still change: the named rows are drafted again, their intents recomputed
+exactly as the freeze computes them (intent digest, identity; the idempotency key names
+the row's delivery slot, not its content, so it stays, and nothing ever went out under it),
+and the run's fingerprint follows. In one transaction, conditional on the run still
+awaiting approval with the fingerprint read here: the drafts, the intents, the fingerprint,
+and the approval record cleared, with a `redraft` event naming who, which rows and both
+fingerprints. An approval binds to the fingerprint and the state version, so the old
+fingerprint (and any approval under way) is refused from then on: the run must be reviewed
+and approved again.
+
+A row whose new draft fails keeps the draft it had (the others are applied); a row whose
+first draft had failed is planned again (`failed` to `pending`) when its new draft works.
+The SDK loads only here, when a redraft is asked for."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+
+from . import compose
+from .batch import BatchRow
+from .config import Config
+from .env import Env, open_store, pick_run
+from .errors import BadInput, NeedsAttention, Refused
+from .intent import content_fingerprint, run_fingerprint
+from .plan import make_plan
+from .records import Run
+from .state_machine import RunState
+from .store import LostRace, Store
+from .template import from_sources
+
+
+class RedraftUsage(BadInput):
+    """Redraft cannot apply to this run or these rows (exit 2): nothing was changed."""
+
+
+@dataclass(frozen=True)
+class Redrafted:
+    seq: int
+    item_id: str
+    draft: compose.Draft
+    payload: str
+    digest: str
+    identity: str | None
+
+
+@dataclass(frozen=True)
+class Result:
+    run: Run
+    before: str  # the fingerprint the redraft replaced
+    redrafted: list[Redrafted]
+    kept: list[tuple[str, str]]  # (item id, why its new draft failed): its old one stands
+
+
+def check_run(run: Run) -> None:
+    """Exit 2 unless `run` is a --compose run awaiting approval."""
+    rid = run.run_id
+    if not run.options.get("compose"):
+        raise RedraftUsage(
+            f"run {rid} was not drafted by Claude (no --compose), so it has no drafts to redraft; "
+            "nothing was changed. Change the CSV or the template and plan it again as a new run "
+            "(`notifier send BATCH.csv --require-approval --new-run`)."
+        )
+    if run.state is RunState.AWAITING_APPROVAL:
+        return
+    if compose.unfrozen(run):
+        why = (
+            f"it is still drafting; `notifier resume {rid}` finishes the drafts (and, planned "
+            "with --require-approval, stops for approval: redraft applies then)"
+        )
+    elif run.state is RunState.APPROVED:
+        why = (
+            "it is already approved, and a redraft would change what was approved; to change "
+            f"it, `notifier cancel {rid}` and plan it again (`notifier send BATCH.csv --compose "
+            "BRIEF --require-approval --new-run`)"
+        )
+    else:
+        why = (
+            "only a run awaiting approval has sent nothing, so only its drafts may change; "
+            f"`notifier status {rid}` shows where it stands"
+        )
+    raise RedraftUsage(
+        f"run {rid} is {run.state.value}, not awaiting approval, so its rows cannot be "
+        f"redrafted; nothing was changed: {why}."
+    )
+
+
+def pick_rows(store: Store, run: Run, item_ids: Sequence[str]) -> list[tuple[int, BatchRow]]:
+    """The rows named by `item_ids` (seq, row as stored before drafting); exit 2 naming any
+    id the run does not have."""
+    wanted = list(dict.fromkeys(i.strip() for i in item_ids if i.strip()))
+    if not wanted:
+        raise RedraftUsage(
+            f"redraft of run {run.run_id} names no row; nothing was changed. Name each row to "
+            f"redraft with --item ID (`notifier preview {run.run_id} --format csv` lists them)."
+        )
+    by_id = {}
+    for stored in store.drafts(run.run_id):
+        row = compose.row_from_source(stored.source)
+        by_id[row.item_id] = (stored.seq, row)
+    unknown = [i for i in wanted if i not in by_id]
+    if unknown:
+        raise RedraftUsage(
+            f"run {run.run_id} has no row with id {', '.join(map(repr, unknown))}; nothing was "
+            f"changed. `notifier preview {run.run_id} --format csv` lists its rows' ids; run "
+            f"`notifier redraft {run.run_id} --item ID` with ids from there."
+        )
+    return [by_id[i] for i in wanted]
+
+
+def ask(
+    drafter: compose.Drafts, rows: Sequence[tuple[int, BatchRow]], concurrency: int
+) -> list[tuple[int, BatchRow, compose.Draft | str]]:
+    """A new draft for every row (or the reason it failed), `concurrency` at a time.
+    ComposeStopped (exit 3, nothing changed) when drafting must stop for every row."""
+
+    def one(row: BatchRow) -> compose.Draft | str:
+        try:
+            return drafter.draft(row)
+        except (compose.DraftRejected, compose.DraftDeferred) as exc:
+            return str(exc)
+
+    with ThreadPoolExecutor(max(1, concurrency), thread_name_prefix="redraft") as pool:
+        answers = list(pool.map(one, [row for _, row in rows]))
+    return [(seq, row, answer) for (seq, row), answer in zip(rows, answers, strict=True)]
+
+
+def intents(
+    run: Run, answers: Sequence[tuple[int, BatchRow, compose.Draft | str]], config: Config
+) -> tuple[list[Redrafted], list[tuple[str, str]]]:
+    """Each new draft as its row's intent, computed by make_plan exactly as the freeze does
+    (the run's template, snapshot and key nonce); a draft the template rejects is kept out."""
+    template_options = run.options.get("template")
+    template = (
+        from_sources(template_options["subject"], template_options["body"], "stored template")
+        if template_options
+        else None
+    )
+    kept: list[tuple[str, str]] = []
+    ready: list[tuple[int, BatchRow, compose.Draft]] = []
+    for seq, row, answer in answers:
+        if isinstance(answer, str):
+            kept.append((row.item_id, answer))
+            continue
+        try:
+            final = compose.apply_draft(row, asdict(answer), template)
+        except compose.DraftRejected as exc:
+            kept.append((row.item_id, str(exc)))
+            continue
+        ready.append((seq, final, answer))
+    if not ready:
+        return [], kept
+    plan = make_plan(
+        [row for _, row, _ in ready],
+        config,
+        run.run_id,
+        snapshot=run.channel_snapshot,
+        nonce=run.key_nonce,
+    )
+    try:
+        staged = {r[0]: r for r in plan.items.rows()}
+    finally:
+        plan.close()
+    redrafted = []
+    for seq, row, answer in ready:
+        _, _, _, _, payload, _key, digest, _, identity = staged[seq]
+        redrafted.append(Redrafted(seq, row.item_id, answer, payload, digest, identity))
+    return redrafted, kept
+
+
+def redraft(
+    store: Store,
+    run: Run,
+    item_ids: Sequence[str],
+    key: str,
+    config: Config,
+    operator: str,
+    say: Callable[[str], None],
+) -> Result:
+    """Redraft the named rows of `run` (its lease held by the caller) and store the new
+    intents and fingerprint, voiding any approval. NeedsAttention (3) when no row got a new
+    draft, nothing changed."""
+    from . import claude  # noqa: PLC0415 (the SDK loads only when drafting)
+
+    check_run(run)
+    rows = pick_rows(store, run, item_ids)
+    settings = compose.Settings.from_options(run.options)
+    drafter = claude.Drafter(settings, key)
+    try:
+        try:
+            answers = ask(drafter, rows, compose.CONCURRENCY)
+        except compose.ComposeStopped as exc:
+            raise NeedsAttention(f"run {run.run_id}: {exc} Nothing was redrafted.") from exc
+    finally:
+        drafter.close()
+    redrafted, kept = intents(run, answers, config)
+    for item_id, why in kept:
+        say(f"row {item_id}: the new draft failed ({why}); it keeps the draft it had")
+    if not redrafted:
+        raise NeedsAttention(
+            f"run {run.run_id}: no row got a new draft, so nothing was changed and its "
+            f"fingerprint stands. Run `notifier redraft {run.run_id} --item ID` again once the "
+            "cause above is fixed."
+        )
+    changed = {r.seq: r.digest for r in redrafted}
+    digests = [changed.get(item.seq, item.intent_digest) for item in store.items(run.run_id)]
+    fingerprint = run_fingerprint(digests, run.channel_snapshot)
+    content = content_fingerprint(digests, list(run.channel_snapshot))
+    store.apply_redraft(
+        run.run_id,
+        run.fingerprint,
+        fingerprint,
+        content,
+        [(r.seq, asdict(r.draft), r.payload, r.digest, r.identity) for r in redrafted],
+        operator,
+    )
+    return Result(store.get_run(run.run_id), run.fingerprint, redrafted, kept)
+
+
+def command(env: Env, run_id: str | None, item_ids: Sequence[str]) -> Result:
+    """`notifier redraft`: the run (without RUN_ID the newest, as the contract says) checked, its
+    lease held while its rows are redrafted (no resume or second redraft meanwhile)."""
+    from . import app  # noqa: PLC0415 (start-up time)
+
+    store = open_store(env)
+    try:
+        run = pick_run(store, run_id)
+        check_run(run)
+        pick_rows(store, run, item_ids)  # exit 2 before the key or the lease is looked at
+        key = app.compose_key()
+        with app.take_lease(store, run, env.config.lease_ttl_s):
+            return redraft(
+                store,
+                store.get_run(run.run_id),
+                item_ids,
+                key,
+                env.config,
+                app.operator_name(),
+                env.say,
+            )
+    except LostRace as exc:
+        raise Refused(
+            f"run {run_id or 'the newest run'} changed while it was being redrafted ({exc}): "
+            "another command approved, rejected or redrafted it; nothing was changed by this "
+            "one. `notifier status` shows where it stands."
+        ) from exc
+    finally:
+        store.close()
+
+
+def summary(result: Result) -> list[str]:
+    """What the command prints: each row's new subject, the fingerprint change, the fix."""
+    rid = result.run.run_id
+    lines = []
+    for r in result.redrafted:
+        lines.append(
+            f"row {r.item_id}: redrafted with {r.draft.model} ({r.draft.input_tokens}+"
+            f"{r.draft.output_tokens} tokens); subject: {r.draft.subject}"
+        )
+    lines.append(
+        f"run {rid}: {len(result.redrafted)} row(s) redrafted"
+        + (f", {len(result.kept)} kept their draft" if result.kept else "")
+        + f"; its fingerprint is now {result.run.fingerprint} (was "
+        f"{result.before[:19]}…), so any approval of the old one is void. Review with "
+        f"`notifier preview {rid}`, then approve again with `notifier approve {rid} "
+        f"--fingerprint {result.run.fingerprint}`."
+    )
+    return lines
