@@ -30,6 +30,8 @@ class ScriptedRelay:
         self.rcpt_once: list[str] = []  # answers to the next RCPT commands, then 250
         self.answered: list[str] = []  # every scripted (non-250) answer given, in order
         self.close_after_message = False  # close each connection after its 250 to DATA
+        self.idle_421 = False  # answer 421 (and close) to a connection's second MAIL
+        self._carried: set[str] = set()  # connections that carried a message
         self.delay_s = 0.0  # held before answering the final dot
         self.active = 0
         self.max_active = 0
@@ -44,6 +46,11 @@ class ScriptedRelay:
         self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]
     ) -> str:
         self.mail_count += 1
+        if self.idle_421 and str(session.peer) in self._carried:
+            self._carried.discard(str(session.peer))
+            self.answered.append("421 4.4.2 Idle too long, closing")
+            self._close_soon(server)
+            return "421 4.4.2 Idle too long, closing"
         if self.mail_answers:
             answer = self.mail_answers.pop(0)
             self.answered.append(answer)
@@ -80,6 +87,7 @@ class ScriptedRelay:
         self.raw.append(content)
         self.messages.append(message_from_bytes(content))
         self.peers.append(str(session.peer))
+        self._carried.add(str(session.peer))
         if self.close_after_message:
             self._close_soon(server)
         return "250 OK"
