@@ -56,8 +56,9 @@ def test_no_message_starts_after_cancel_and_unstarted_items_are_released(
 ) -> None:
     """With a 1 s relay and --concurrency 4, a cancel during the first message: no MAIL reaches
     the relay after cancel returned, at most those that had passed their check as the cancel
-    landed (one per sender) start after the request, and every item not sent was never claimed (SMTP claims
-    nothing ahead, so nothing queues behind its senders): pending, reported never attempted."""
+    landed (one per sender) start after the request, and every item not sent was never
+    claimed (SMTP claims nothing ahead, so nothing queues behind its senders): pending,
+    reported never attempted."""
     ws.write_csv("batch.csv", make_rows(12))
     worker = ws.popen("send", "batch.csv", "--channel", "mail", "--concurrency", "4")
     try:
