@@ -59,7 +59,12 @@ def list_unsubscribe(url: str | None, mailto: str | None) -> list[tuple[str, str
         uris.append(f"<{value}>")
     if not uris:
         return []
-    headers = [("List-Unsubscribe", ", ".join(uris))]
+    # One line when it fits in 78 characters (RFC 5322 2.1.1), else folded between the two
+    # URIs: each is at most 900 characters, so no line passes the hard limit of 998.
+    joined = ", ".join(uris)
+    if len("List-Unsubscribe: ") + len(joined) > 78:
+        joined = ",\r\n ".join(uris)
+    headers = [("List-Unsubscribe", joined)]
     if url is not None:
         headers.append(("List-Unsubscribe-Post", "List-Unsubscribe=One-Click"))
     return headers
