@@ -71,19 +71,18 @@ def test_list_unsubscribe_headers_are_exactly_as_rfc_8058_says(ws: Workspace) ->
 
 
 def test_a_long_url_folds_between_the_two_uris_not_inside_one(ws: Workspace) -> None:
-    """A 900-character URL: the header is folded after the comma, so no line passes 998
-    characters and each URI reads back whole."""
+    """A 900-character URL and a 230-character mailto: the header is folded after the
+    comma, so no line passes 998 characters and each URI reads back whole."""
     long_url = "https://example.com/u?token=" + "a" * (900 - 28)
+    mailto = "mailto:u@example.com?subject=" + "s" * 200
     with relay(ws) as handler:
-        ws.write_csv(
-            "batch.csv", [HEADER, ["u1", "a@example.com", "S", "B", long_url, "u@example.com"]]
-        )
+        ws.write_csv("batch.csv", [HEADER, ["u1", "a@example.com", "S", "B", long_url, mailto]])
         result = ws.invoke("send", "batch.csv", "--channel", "mail")
         assert result.exit_code == 0, result.output
     [raw] = handler.raw
     assert max(len(line) for line in raw.split(b"\r\n")) <= 998
     parsed = email.message_from_bytes(raw, policy=email.policy.default)
-    assert str(parsed["List-Unsubscribe"]) == f"<{long_url}>, <mailto:u@example.com>"
+    assert str(parsed["List-Unsubscribe"]) == f"<{long_url}>, <{mailto}>"
 
 
 def _nothing_stored(ws: Workspace) -> bool:
