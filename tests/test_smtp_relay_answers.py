@@ -44,7 +44,8 @@ def test_451_storm_pauses_the_channel_then_delivers_everything_once(ws: Workspac
         result = ws.invoke("send", "batch.csv", "--channel", "mail", "--concurrency", str(n))
         assert result.exit_code == 0, result.output
         assert each_key_once(ws, handler)
-    outcomes = _outcomes(ws)
+    # Besides: items claimed as the gate closed, held back unsent ("not_started").
+    outcomes = [o for o in _outcomes(ws) if o != "not_started"]
     assert outcomes.count("throttled") == 6, outcomes
     assert outcomes.count("sent") == 12 and len(outcomes) == 18, outcomes
     assert ws.query("SELECT COUNT(*) FROM items WHERE state <> 'sent'") == [(0,)]
@@ -61,7 +62,8 @@ def test_421_before_data_is_retried_and_delivered_once(ws: Workspace, n: int) ->
         assert result.exit_code == 0, result.output
         assert each_key_once(ws, handler)
         assert handler.answered == ["421 4.3.2 Shutting down, try later"]
-    assert sorted(_outcomes(ws)) == ["sent"] * 5 + ["throttled"]
+    outcomes = [o for o in _outcomes(ws) if o != "not_started"]  # held back by the gate
+    assert sorted(outcomes) == ["sent"] * 5 + ["throttled"]
 
 
 def test_rcpt_5_1_1_fails_that_item_only_with_the_recipient_marked(ws: Workspace) -> None:

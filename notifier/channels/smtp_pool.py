@@ -11,17 +11,79 @@ and is closed after anything else. STARTTLS and the login are done per connectio
 from __future__ import annotations
 
 import contextlib
+import heapq
+import itertools
 import smtplib
 import socket
 import ssl
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from . import smtp_replies as replies
 from .base import ChannelError, ErrorKind
 
 _REPLY_CHARS = 200  # how much of a server reply an error message quotes
+
+
+class _Deadlines:
+    """One thread that ends every SMTP step that outlives its deadline, for all the
+    watchdogs of the process: a thread started per step would cost a pool of busy senders
+    more CPU than building their messages. A step arms a deadline (a heap push) and disarms
+    it when done; the thread sleeps until the earliest one, which is woken only when a
+    deadline earlier than all others arrives (steps share one timeout, so rarely)."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, _Armed]] = []
+        self._cond = threading.Condition()
+        self._order = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def arm(self, seconds: float, fire: Callable[[], None]) -> _Armed:
+        armed = _Armed(fire)
+        deadline = time.monotonic() + seconds
+        with self._cond:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="smtp-watchdog", daemon=True)
+                self._thread.start()
+            first = not self._heap or deadline < self._heap[0][0]
+            heapq.heappush(self._heap, (deadline, next(self._order), armed))
+            if first:
+                self._cond.notify()
+        return armed
+
+    def disarm(self, armed: _Armed) -> None:
+        with self._cond:  # under the lock: a deadline never fires for a step that ended
+            armed.done = True
+
+    def _run(self) -> None:
+        with self._cond:
+            while True:
+                while self._heap and self._heap[0][2].done:
+                    heapq.heappop(self._heap)
+                if not self._heap:
+                    self._cond.wait()
+                    continue
+                remaining = self._heap[0][0] - time.monotonic()
+                if remaining > 0:
+                    self._cond.wait(remaining)
+                    continue
+                armed = heapq.heappop(self._heap)[2]
+                armed.done = True
+                with contextlib.suppress(Exception):
+                    armed.fire()
+
+
+class _Armed:
+    __slots__ = ("done", "fire")
+
+    def __init__(self, fire: Callable[[], None]) -> None:
+        self.fire = fire
+        self.done = False
+
+
+_DEADLINES = _Deadlines()
 
 
 class Watchdog:
@@ -37,13 +99,11 @@ class Watchdog:
 
     @contextlib.contextmanager
     def step(self) -> Iterator[None]:
-        timer = threading.Timer(self.seconds, self._fire)
-        timer.daemon = True
-        timer.start()
+        armed = _DEADLINES.arm(self.seconds, self._fire)
         try:
             yield
         finally:
-            timer.cancel()
+            _DEADLINES.disarm(armed)
 
     def _fire(self) -> None:
         self.fired = True
