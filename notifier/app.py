@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from . import approval, clock, compose, crash
+from . import approval, clock, compose, crash, unsubscribe
 from . import config as config_module
 from .batch import BatchError, BatchRow, Problems, read_batch, stream_batch
 from .channels import Channel, ChannelConfigError, ErrorKind, UnbuildableChannel, build_channel
@@ -75,6 +75,7 @@ def plan_batch(
             problems,
             stage,
             not_after,
+            unsubscribe.required(env.config.channels),
         )
         if template is not None:
             rows = render_stream(template, rows, problems)
@@ -109,7 +110,8 @@ def read_rows(
     --compose, which holds its rows anyway (see compose.py)."""
     check_send_options(env, channel=channel, run_id=run_id)
     types = env.config.channel_types()
-    return read_batch(batch, types, channel or config_module.DEFAULT_CHANNEL, not_after)
+    required = unsubscribe.required(env.config.channels)
+    return read_batch(batch, types, channel or config_module.DEFAULT_CHANNEL, not_after, required)
 
 
 def dry_run(env: Env, plan: Plan) -> DryRun:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 import csv
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -19,8 +19,10 @@ from typing import NamedTuple, Protocol
 from . import clock
 from .channels import target_problem
 from .errors import BadInput
+from .unsubscribe import COLUMNS as UNSUBSCRIBE_COLUMNS
+from .unsubscribe import row_unsubscribe
 
-RESERVED = ("to", "subject", "body", "id", "channel", "not_after")
+RESERVED = ("to", "subject", "body", "id", "channel", "not_after", *UNSUBSCRIBE_COLUMNS)
 MAX_REPORTED = 20
 # Problems kept in memory (all are counted): a file with a million bad rows must not hold a
 # million messages; BatchError prints the first MAX_REPORTED and the count.
@@ -52,6 +54,10 @@ class BatchRow(NamedTuple):
     data: dict[str, str]
     not_after: str | None = None  # UTC ISO 8601 (clock.iso): the deadline, part of the intent
     own_id: bool = False  # item_id came from the file's `id` column, not the row's position
+    # One-click unsubscribe (RFC 8058), as intent.unsubscribe_url/_mailto normalised them:
+    # part of the intent, so of its digest, only when the row has one.
+    unsubscribe_url: str | None = None
+    unsubscribe_mailto: str | None = None
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,10 @@ class Problems:
     def __init__(self) -> None:
         self.kept: list[Problem] = []
         self.count = 0
+
+    def extend(self, problems: Iterator[Problem]) -> None:
+        for problem in problems:
+            self.append(problem)
 
     def append(self, problem: Problem) -> None:
         self.count += 1
@@ -143,13 +153,22 @@ def read_batch(
     channel_types: Mapping[str, str],
     default_channel: str,
     not_after: datetime | None = None,
+    require_unsubscribe: Collection[str] = frozenset(),
 ) -> list[BatchRow]:
     """Parse and validate `path`; raise BatchError listing every problem found. `not_after`
     (send --not-after) is every row's deadline; a row's own `not_after` may only make it
     earlier. All rows in a list: for --compose; `send` streams with stream_batch."""
     problems = Problems()
     rows = list(
-        stream_batch(path, channel_types, default_channel, problems, _IdsInMemory(), not_after)
+        stream_batch(
+            path,
+            channel_types,
+            default_channel,
+            problems,
+            _IdsInMemory(),
+            not_after,
+            require_unsubscribe,
+        )
     )
     if problems:
         raise BatchError(path, problems)
@@ -163,11 +182,13 @@ def stream_batch(
     problems: Problems,
     ids: IdLedger,
     not_after: datetime | None = None,
+    require_unsubscribe: Collection[str] = frozenset(),
 ) -> Iterator[BatchRow]:
     """Yield each valid row as it is read, noting every problem (with its line) in
     `problems`; the caller raises BatchError once the stream is exhausted if there is any.
     A file that cannot be read or is not UTF-8 raises BatchError at once (its problems are
-    about the file, not its rows)."""
+    about the file, not its rows). `require_unsubscribe`: channels whose rows must each
+    have an unsubscribe_url or unsubscribe_mailto."""
     try:
         handle = path.open(encoding="utf-8-sig", newline="")
     except OSError as exc:
@@ -175,7 +196,14 @@ def stream_batch(
     try:
         with handle:
             yield from _parse(
-                path, handle, channel_types, default_channel, not_after, problems, ids
+                path,
+                handle,
+                channel_types,
+                default_channel,
+                not_after,
+                problems,
+                ids,
+                require_unsubscribe,
             )
     except UnicodeDecodeError as exc:
         raise BatchError(path, _decoding_problems(path)) from exc
@@ -219,6 +247,7 @@ def _parse(
     not_after: datetime | None,
     problems: Problems,
     ids: IdLedger,
+    require_unsubscribe: Collection[str] = frozenset(),
 ) -> Iterator[BatchRow]:
     # The limit is process-wide in the csv module; notifier reads batches only here.
     csv.field_size_limit(MAX_FIELD_CHARS)
@@ -250,6 +279,7 @@ def _parse(
                 default_channel,
                 problems,
                 not_after,
+                require_unsubscribe,
             )
             if rows % ID_CHUNK == 0:
                 _note_duplicates(ids, problems)
@@ -358,6 +388,8 @@ class _Layout:
     id: int | None
     channel: int | None
     not_after: int | None
+    unsubscribe_url: int | None
+    unsubscribe_mailto: int | None
     data: tuple[tuple[int, str], ...]
 
     @classmethod
@@ -374,6 +406,8 @@ class _Layout:
             at("id"),
             at("channel"),
             at("not_after"),
+            at("unsubscribe_url"),
+            at("unsubscribe_mailto"),
             data,
         )
 
@@ -392,6 +426,7 @@ def _check_row(
     default_channel: str,
     problems: Problems,
     not_after: datetime | None = None,
+    require_unsubscribe: Collection[str] = frozenset(),
 ) -> BatchRow | None:
     if len(record) != layout.width:
         problems.append(
@@ -436,6 +471,9 @@ def _check_row(
     elif to and (problem := target_problem(kind, to, channel)) is not None:
         problems.append(Problem(line, problem))
     deadline = _deadline(_cell(record, layout.not_after), not_after, line, problems)
+    cells = (_cell(record, layout.unsubscribe_url), _cell(record, layout.unsubscribe_mailto))
+    url, mailto, why = row_unsubscribe(*cells, channel, channel in require_unsubscribe)
+    problems.extend(Problem(line, message) for message in why)
     if len(problems) > before:
         return None
     return BatchRow(
@@ -449,4 +487,6 @@ def _check_row(
         {name: record[index] for index, name in layout.data},
         clock.iso(deadline) if deadline is not None else None,
         layout.id is not None,
+        url,
+        mailto,
     )

@@ -353,18 +353,7 @@ def check_template(template: Template, rows: Sequence[BatchRow], path: Path) -> 
 def apply_draft(row: BatchRow, draft: Mapping[str, str], template: Template | None) -> BatchRow:
     """The row as it will be sent: the draft, or the template rendered with `draft`."""
     if template is None:
-        return BatchRow(
-            row.line,
-            row.seq,
-            row.item_id,
-            row.to,
-            draft["subject"],
-            draft["body"],
-            row.channel,
-            row.data,
-            row.not_after,
-            row.own_id,
-        )
+        return row._replace(subject=draft["subject"], body=draft["body"])
     result = render_row(template, row, draft)
     if isinstance(result, BatchRow):
         return result

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import secrets
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 CONTRACT_VERSION = "v1"
 KEY_PREFIX = "ntf1-"
@@ -80,16 +82,75 @@ def digest_of_normalised(channel: str, normalised_target: str, payload_json: str
 
 
 def payload_json(
-    subject: str, body: str, data: Mapping[str, str], not_after: str | None = None
+    subject: str,
+    body: str,
+    data: Mapping[str, str],
+    not_after: str | None = None,
+    unsubscribe_url: str | None = None,
+    unsubscribe_mailto: str | None = None,
 ) -> str:
     """canonical_json(make_payload(...)), written out directly: planning makes one per row,
     and the general encoder costs twice as much for this fixed shape. Keys in sorted order:
-    body, data (its own keys sorted), not_after, subject."""
+    body, data (its own keys sorted), not_after, subject, unsubscribe_mailto,
+    unsubscribe_url (the optional ones only when present)."""
     fields = ",".join(f"{_quote(name)}:{_quote(data[name])}" for name in sorted(data))
     deadline = "" if not_after is None else f',"not_after":{_quote(not_after)}'
+    tail = ""
+    if unsubscribe_mailto is not None:
+        tail += f',"unsubscribe_mailto":{_quote(unsubscribe_mailto)}'
+    if unsubscribe_url is not None:
+        tail += f',"unsubscribe_url":{_quote(unsubscribe_url)}'
     return nfc(
-        f'{{"body":{_quote(body)},"data":{{{fields}}}{deadline},"subject":{_quote(subject)}}}'
+        f'{{"body":{_quote(body)},"data":{{{fields}}}{deadline},"subject":{_quote(subject)}{tail}}}'
     )
+
+
+# One-click unsubscribe (RFC 8058, RFC 2369): what a row's `unsubscribe_url` and
+# `unsubscribe_mailto` may hold. Each goes into a List-Unsubscribe header between angle
+# brackets, on a line of at most 998 characters (RFC 5322), so: URI characters only
+# (RFC 3986; anything else percent-encoded), and a bounded length.
+UNSUBSCRIBE_MAX_CHARS = 900
+_URI_CHARS = re.compile(r"^[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]+$")
+_MAILTO_ADDRESS = re.compile(r"^[^@\s<>,;\"?/]+@[^@\s<>,;\"?/]+\.[^@\s<>,;\"?/]+$")
+
+
+def unsubscribe_url(text: str) -> str:
+    """The https URL as it is digested and sent; ValueError saying why it cannot be one."""
+    value = text.strip()
+    if len(value) > UNSUBSCRIBE_MAX_CHARS:
+        raise ValueError(f"is longer than {UNSUBSCRIBE_MAX_CHARS} characters")
+    if not _URI_CHARS.match(value):
+        raise ValueError(
+            "holds a space or a character a URL may not carry as it is: percent-encode it"
+        )
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError as exc:
+        raise ValueError(f"is not a URL ({exc})") from exc
+    if parts.scheme.lower() != "https" or not parts.hostname or "." not in parts.hostname:
+        raise ValueError(
+            "must be an https:// URL with a host (RFC 8058 one-click needs https), e.g. "
+            "https://example.com/unsubscribe?u=123"
+        )
+    return "https" + value[len(parts.scheme) :]
+
+
+def unsubscribe_mailto(text: str) -> str:
+    """`unsub@example.com` or `mailto:unsub@example.com?subject=…` as the mailto: URI that
+    is digested and sent; ValueError saying why it cannot be one."""
+    value = text.strip()
+    value = "mailto:" + (value[7:] if value[:7].lower() == "mailto:" else value)
+    if len(value) > UNSUBSCRIBE_MAX_CHARS:
+        raise ValueError(f"is longer than {UNSUBSCRIBE_MAX_CHARS} characters")
+    address = value[7:].partition("?")[0]
+    if not _URI_CHARS.match(value) or not _MAILTO_ADDRESS.match(address):
+        raise ValueError(
+            "must be an ASCII e-mail address or mailto: URI, e.g. unsubscribe@example.com "
+            "or mailto:unsubscribe@example.com?subject=unsubscribe (percent-encode anything "
+            "else)"
+        )
+    return value
 
 
 def new_key_nonce() -> str:
@@ -173,12 +234,28 @@ class Intent:
         data = self.payload.get("data", {})
         return data if isinstance(data, Mapping) else {}
 
+    @property
+    def unsubscribe_url(self) -> str | None:
+        value = self.payload.get("unsubscribe_url")
+        return value if isinstance(value, str) else None
+
+    @property
+    def unsubscribe_mailto(self) -> str | None:
+        value = self.payload.get("unsubscribe_mailto")
+        return value if isinstance(value, str) else None
+
 
 def make_payload(
-    subject: str, body: str, data: Mapping[str, str], not_after: str | None = None
+    subject: str,
+    body: str,
+    data: Mapping[str, str],
+    not_after: str | None = None,
+    unsubscribe_url: str | None = None,
+    unsubscribe_mailto: str | None = None,
 ) -> dict[str, Any]:
-    """The payload as digested. The deadline is part of it, so the digest and an approval
-    cover it; absent when there is none, so a payload without one digests as it always has."""
+    """The payload as digested. The deadline and the unsubscribe addresses are part of it,
+    so the digest and an approval cover them; each is absent when there is none, so a
+    payload without them digests as it always has."""
     payload: dict[str, Any] = {
         "subject": nfc(subject),
         "body": nfc(body),
@@ -186,4 +263,8 @@ def make_payload(
     }
     if not_after is not None:
         payload["not_after"] = not_after
+    if unsubscribe_url is not None:
+        payload["unsubscribe_url"] = unsubscribe_url
+    if unsubscribe_mailto is not None:
+        payload["unsubscribe_mailto"] = unsubscribe_mailto
     return payload

@@ -49,6 +49,17 @@ def claim_ahead(size: int, channels: Iterable[Channel]) -> int:
     return 3 * size
 
 
+def in_flight_cap(channel: Channel) -> int | None:
+    """The most items of `channel` in flight at once (None: only the run's concurrency):
+    1 for a channel that sends one request at a time (not thread-safe), else its own
+    `max_in_flight` when it has one (SMTP: max_connections). The claim never takes more,
+    so an item is never claimed to wait for a connection inside the channel."""
+    if not getattr(channel, "thread_safe", False):
+        return 1
+    cap = getattr(channel, "max_in_flight", None)
+    return cap if isinstance(cap, int) and cap > 0 else None
+
+
 class Senders(Generic[R]):
     """Up to `size` sends at once. With size 1 there is no thread at all: `submit` sends
     right away in the caller's thread, so N = 1 is exactly the sequential protocol.

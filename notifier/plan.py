@@ -98,7 +98,14 @@ def make_plan(
             if problems:
                 continue
             # Stored as the canonical JSON it is digested as: one encoding, no drift.
-            payload = payload_json(row.subject, row.body, row.data, row.not_after)
+            payload = payload_json(
+                row.subject,
+                row.body,
+                row.data,
+                row.not_after,
+                row.unsubscribe_url,
+                row.unsubscribe_mailto,
+            )
             target = normalise_target(row.to)  # once, for the digest and the key
             digest = digest_of_normalised(row.channel, target, payload)
             hash_digest(digest.encode("ascii") + b"\n")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext, suppress
 from dataclasses import dataclass, replace
@@ -30,6 +31,7 @@ from .pipeline import (
     SharedRead,
     TokenBucket,
     claim_ahead,
+    in_flight_cap,
 )
 from .reconcile import settle, settle_doubts, settle_items
 from .records import Counts, Item, Outcome, PendingKind
@@ -105,15 +107,15 @@ class Runner:
         self._reap_at = 0.0
         self.p = Progress(say, advance)
         self.judge = Judge(store, run_id, channels, policy, self.p)
-        # A channel that holds one connection (SMTP) sends one request at a time: it has at
-        # most one item in flight, so after a kill its unknown items are at most the one
-        # request really under way, never a queue claimed behind its lock.
-        self._serial = frozenset(
-            name for name, channel in channels.items() if not getattr(channel, "thread_safe", False)
-        )
+        # A channel with a cap on its sends at once (one connection, or a pool of them:
+        # SMTP) never has more items in flight, so after a kill its unknown items are at
+        # most the requests really under way, never a queue claimed behind it (in_flight_cap).
+        self._caps = {
+            name: cap for name, channel in channels.items() if (cap := in_flight_cap(channel))
+        }
         # The lock is a second line: the claim already keeps one item of such a channel in
         # flight at a time (see _commit).
-        self._locks = {name: threading.Lock() for name in self._serial}
+        self._locks = {name: threading.Lock() for name, cap in self._caps.items() if cap == 1}
         # Set by a sender the moment an answer means the run halts (410, 422, a receipt for
         # another digest), before the committer has judged it: no other send starts.
         self._halting: str | None = None
@@ -483,7 +485,7 @@ class Runner:
                 # N = 1 is the sequential protocol to the letter: point B of an item is its
                 # own commit, before the next item's point A.
                 free = 0
-            busy = {item.channel for item in inflight.values()}
+            busy = Counter(item.channel for item in inflight.values())
             claimed = self._commit(done, free, busy, stopping=draining)
             starved = free > 0 and len(claimed) < free
             for item in self._drop_stale(claimed):
@@ -505,10 +507,10 @@ class Runner:
         return None
 
     def _commit(
-        self, done: list[tuple[Item, Slot]], free: int, busy: set[str], *, stopping: bool
+        self, done: list[tuple[Item, Slot]], free: int, busy: Counter[str], *, stopping: bool
     ) -> list[Item]:
         """Point B of the finished sends and point A of up to `free` new items, one commit.
-        `busy`: the channels with an item still in flight. `stopping`: the run is ending, so
+        `busy`: items still in flight, per channel. `stopping`: the run is ending, so
         a maybe-delivered item is left to be asked about later rather than queried now."""
         seqs = [item.seq for item, _ in done]
         if self.crash and seqs:
@@ -534,11 +536,12 @@ class Runner:
         channel_of = {item.seq: item.channel for item, _ in done}
         if held_back or self._would_halt(outcomes, channel_of):
             free = 0  # nothing new starts in a run about to stop
-        # A channel that sends one at a time gets a new item only once its last one is done,
-        # and then only one: while one is idle, a commit claims a single item.
-        exclude = sorted({*self._closed_gates(), *(self._serial & busy)})
-        if self._serial.difference(exclude):
-            free = min(free, 1)
+        # A capped channel gets new items only while under its cap, and no more than the
+        # room left: while one has room, a commit claims at most that many items.
+        full = {name for name, cap in self._caps.items() if busy[name] >= cap}
+        exclude = sorted({*self._closed_gates(), *full})
+        room = [cap - busy[name] for name, cap in self._caps.items() if name not in exclude]
+        free = min([free, *room])
         claimed = self.store.step(
             self.run_id,
             self.lease_version,

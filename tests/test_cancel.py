@@ -55,9 +55,10 @@ def test_no_message_starts_after_cancel_and_unstarted_items_are_released(
     ws: Workspace, slow_relay: SlowRelay
 ) -> None:
     """With a 1 s relay and --concurrency 4, a cancel during the first message: no MAIL reaches
-    the relay after cancel returned, at most the one that had passed its check as the cancel
-    landed starts after the request, and every item not sent was never claimed (SMTP sends
-    one at a time, so nothing queues behind it): pending, reported never attempted."""
+    the relay after cancel returned, at most those that had passed their check as the cancel
+    landed (one per sender) start after the request, and every item not sent was never
+    claimed (SMTP claims nothing ahead, so nothing queues behind its senders): pending,
+    reported never attempted."""
     ws.write_csv("batch.csv", make_rows(12))
     worker = ws.popen("send", "batch.csv", "--channel", "mail", "--concurrency", "4")
     try:
@@ -74,7 +75,9 @@ def test_no_message_starts_after_cancel_and_unstarted_items_are_released(
     report = json.loads(cancelled.stdout)
     requested = clock.parse(report["cancel_requested_at"]).timestamp()
     assert [t for t in slow_relay.mail_times if t > returned] == []
-    assert len([t for t in slow_relay.mail_times if t > requested]) <= 1
+    # Each of the 4 senders may have passed its check as the cancel landed (its connection
+    # still opening): at most those start after the request.
+    assert len([t for t in slow_relay.mail_times if t > requested]) <= 4
     counts = report["counts"]
     assert report["state"] == "cancelled" and counts["in_flight"] == counts["unknown"] == 0
     assert counts["sent"] == len(slow_relay.mail_times)
@@ -89,8 +92,8 @@ def test_cancel_says_plainly_when_the_worker_does_not_confirm_in_time(
     ws: Workspace, slow_relay: SlowRelay
 ) -> None:
     """A relay taking 4 s per message and `cancel --wait 0.5`: cancel exits 3 saying the worker
-    did not confirm in time; the worker then starts nothing more (only the message already in
-    progress reached the relay) and closes the run as cancelled."""
+    did not confirm in time; the worker then starts nothing more (only the messages already
+    in progress, at most one per sender, reached the relay) and closes the run as cancelled."""
     slow_relay.seconds = 4.0
     ws.write_csv("batch.csv", make_rows(6))
     worker = ws.popen("send", "batch.csv", "--channel", "mail", "--concurrency", "3")
@@ -103,10 +106,11 @@ def test_cancel_says_plainly_when_the_worker_does_not_confirm_in_time(
         worker.wait()
     assert cancelled.exit_code == 3, cancelled.output
     assert "did not confirm within 0.5s" in cancelled.output
-    assert len(slow_relay.mail_times) == 1
+    assert 1 <= len(slow_relay.mail_times) <= 3
     assert ws.query("SELECT state FROM runs") == [("cancelled",)]
-    # SMTP sends one at a time: the other five were never claimed, so never attempted.
-    assert ws.query("SELECT COUNT(*) FROM attempts") == [(1,)]
+    # SMTP claims nothing ahead: the items not under way were never claimed, so never
+    # attempted.
+    assert ws.query("SELECT COUNT(*) FROM attempts") == [(len(slow_relay.mail_times),)]
 
 
 # ---------------------------------------------------------------------- point 9

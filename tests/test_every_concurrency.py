@@ -283,9 +283,9 @@ def test_an_approval_that_expires_mid_run_pauses_it_until_approved_again(
 def test_smtp_killed_leaves_unknown_only_the_message_really_in_flight(
     ws: Workspace, n: int
 ) -> None:
-    """SMTP sends one message at a time, so it has no queue of claimed items behind its
-    lock: killed mid-run at any N, at most one item is in flight (the one the relay is
-    receiving), and resume leaves at most that one unknown."""
+    """SMTP sends through a pool of at most N connections and claims nothing ahead, so it
+    has no queue of claimed items behind it: killed mid-run at any N, at most N items are in
+    flight (those the relay is receiving), and resume leaves at most those unknown."""
     relay = SlowRelay()
     with smtp_server(ws, relay):
         ws.write_csv("batch.csv", make_rows(20))
@@ -299,9 +299,9 @@ def test_smtp_killed_leaves_unknown_only_the_message_really_in_flight(
         finally:
             process.kill()
             process.communicate()
-        assert _states(ws).get("in_flight", 0) <= 1, _states(ws)
+        assert _states(ws).get("in_flight", 0) <= n, _states(ws)
         resumed = ws.run("resume", timeout=120)
-        assert _states(ws).get("unknown", 0) <= 1, resumed.stdout + resumed.stderr
+        assert _states(ws).get("unknown", 0) <= n, resumed.stdout + resumed.stderr
 
 
 @CONCURRENCY

@@ -221,10 +221,11 @@ def test_ctrl_c_pauses_cleanly_and_resume_completes(ws: Workspace, slow_sandbox:
 def test_ctrl_c_during_smtp_at_concurrency_4_leaves_the_rest_never_attempted(
     ws: Workspace, slow_relay: SlowRelay
 ) -> None:
-    """With a 1 s relay and --concurrency 4 (SMTP sends one at a time, so nothing is claimed
-    behind the message under way), Ctrl-C during the first message: no MAIL starts after
-    the signal, the run is paused (exit 130) with nothing in flight, the other items are
-    pending with no attempt at all, and resume sends each of them once."""
+    """With a 1 s relay and --concurrency 4 (SMTP claims one item per sender and nothing
+    behind them), Ctrl-C during the first message: only the (at most 4) messages whose
+    senders had started may reach the relay, the run is paused (exit 130) with nothing in
+    flight, the other items are pending with no attempt at all, and resume sends each of
+    them once."""
     ws.write_csv("batch.csv", make_rows(8))
     worker = ws.popen("send", "batch.csv", "--channel", "mail", "--concurrency", "4")
     try:
@@ -235,14 +236,16 @@ def test_ctrl_c_during_smtp_at_concurrency_4_leaves_the_rest_never_attempted(
     finally:
         worker.kill()
         worker.wait()
-    assert [t for t in slow_relay.mail_times if t > interrupted] == []
+    # The other senders may still have been opening their connections as the signal came.
+    assert len([t for t in slow_relay.mail_times if t > interrupted]) <= 3
     status = ws.status()
     counts = status["counts"]
     assert status["state"] == "paused" and counts["in_flight"] == counts["unknown"] == 0
-    assert counts["sent"] == len(slow_relay.mail_times) == 1
+    started = len(slow_relay.mail_times)
+    assert counts["sent"] == started and 1 <= started <= 4
     pending = [i for i in status["items"] if i["state"] == "pending"]
-    assert len(pending) == 7 and all(i["attempts"] == 0 for i in pending)
-    assert ws.query("SELECT COUNT(*) FROM attempts") == [(1,)], "only the one message started"
+    assert len(pending) == 8 - started and all(i["attempts"] == 0 for i in pending)
+    assert ws.query("SELECT COUNT(*) FROM attempts") == [(started,)], "only those started"
     slow_relay.seconds = 0
     resumed = ws.run("resume")
     assert resumed.returncode == 0, resumed.stderr

@@ -123,15 +123,15 @@ def test_resume_settles_all_16_in_flight_before_claiming_a_new_item(
     assert commits(sandbox) == {key: 1 for key in keys(ws)}
 
 
-@pytest.mark.parametrize(("channel", "claimed"), [("hooks", 16), ("mail", 1)])
+@pytest.mark.parametrize(("channel", "claimed"), [("hooks", 16), ("mail", 4)])
 def test_items_are_claimed_ahead_3n_deep_only_where_resume_can_ask_about_them(
     ws: Workspace, sandbox: Sandbox, channel: str, claimed: int
 ) -> None:
     """At N = 4 the first group commit claims 4 to send and 12 ahead on a queryable channel
-    (a kill -9 leaves them for resume to ask about), but on SMTP, which sends one message at
-    a time and where each item a kill -9 leaves in flight becomes unknown, only the one it
-    can send: crashed right after that commit, the database holds exactly that many in
-    flight, each with its attempt open."""
+    (a kill -9 leaves them for resume to ask about), but on SMTP, where each item a kill -9
+    leaves in flight becomes unknown, only the 4 its senders can send at once (one
+    connection each, nothing ahead): crashed right after that commit, the database holds
+    exactly that many in flight, each with its attempt open."""
     status = f"{sandbox.url}/notifications/{{key}}"
     mail = '[channels.mail]\ntype = "smtp"\nhost = "127.0.0.1"\nport = 9\nsender = "o@example.com"'
     configure(ws, sandbox.notifications_url, status_url=status, extra=mail)

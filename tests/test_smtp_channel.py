@@ -250,7 +250,7 @@ def test_header_injection_is_refused_before_anything_is_sent(
         with pytest.raises(ChannelError) as info:
             channel.send(make_intent(target=target, subject=subject))
         assert info.value.kind is ErrorKind.PERMANENT
-        assert channel._conn is None
+        assert channel.pool.opened == 0
     finally:
         channel.close()
     assert server.handler.messages == []
@@ -272,14 +272,15 @@ def test_connection_refused_is_not_sent() -> None:
     ("reply", "kind"),
     [
         ("550 5.1.1 No such user", ErrorKind.PERMANENT),
-        ("451 4.3.0 Try again later", ErrorKind.NOT_SENT),
+        ("451 4.3.0 Try again later", ErrorKind.THROTTLED),
+        ("454 4.7.1 Relay access denied for now", ErrorKind.NOT_SENT),
     ],
 )
 def test_refused_recipient_is_classified_and_session_stays_usable(
     server: Server, reply: str, kind: ErrorKind
 ) -> None:
-    """RCPT answered 5xx is PERMANENT, 4xx is NOT_SENT; after RSET the same session
-    delivers the next message."""
+    """RCPT answered 5xx is PERMANENT, 451 THROTTLED (the relay asks to slow down), another
+    4xx NOT_SENT; after RSET the same session delivers the next message."""
     channel = SmtpChannel("mail", server.definition())
     try:
         server.handler.rcpt_reply = reply
@@ -301,11 +302,13 @@ def test_refused_recipient_is_classified_and_session_stays_usable(
     ("reply", "kind"),
     [
         ("554 5.7.1 Message rejected as spam", ErrorKind.PERMANENT),
-        ("451 4.7.1 Greylisted, try again", ErrorKind.NOT_SENT),
+        ("451 4.7.1 Greylisted, try again", ErrorKind.THROTTLED),
+        ("454 4.3.0 Try again", ErrorKind.NOT_SENT),
     ],
 )
 def test_final_reply_after_data_is_classified(server: Server, reply: str, kind: ErrorKind) -> None:
-    """A 5xx final reply after the message data is PERMANENT, a 4xx one NOT_SENT."""
+    """A 5xx final reply after the message data is PERMANENT, a 451 THROTTLED, another 4xx
+    NOT_SENT."""
     server.handler.data_reply = reply
     channel = SmtpChannel("mail", server.definition())
     try:
@@ -326,7 +329,7 @@ def test_lost_final_reply_is_uncertain_and_next_send_starts_clean(server: Server
             channel.send(make_intent(seq=1))
         assert info.value.kind is ErrorKind.UNCERTAIN
         assert len(server.handler.messages) == 1  # it did arrive: "maybe delivered"
-        assert channel._conn is None
+        assert channel.pool.opened == 1
 
         server.handler.data_delay = 0.0
         channel.send(make_intent(seq=2))

@@ -65,10 +65,18 @@ class ChannelError(NotifierError):
         http_status: int | None = None,
         retry_after: float | None = None,
         unreachable: bool = False,
+        suppress_recipient: str | None = None,
+        suppress_reason: str | None = None,
     ) -> None:
         super().__init__(message)
         self.kind = kind
         self.http_status = http_status
+        # A PERMANENT answer that rejects this one recipient for good (SMTP 550/551/553 with
+        # a 5.1.x code at RCPT): the recipient, normalised as the intent's target is, and the
+        # receiver's reply as the reason. Whoever keeps a suppression list reads these; the
+        # item fails either way.
+        self.suppress_recipient = suppress_recipient
+        self.suppress_reason = suppress_reason
         # NOT_SENT because the receiver could not be reached at all (refused, DNS, TLS
         # handshake, a relay refusing the connection): the channel's failure, not the item's.
         self.unreachable = unreachable

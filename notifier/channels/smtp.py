@@ -1,11 +1,13 @@
-"""E-mail over SMTP (stdlib smtplib), one session for a whole batch.
+"""E-mail over SMTP (stdlib smtplib), through a pool of connections (smtp_pool.py).
 
 SMTP can neither dedupe by key nor be asked what it holds, so this channel is neither
-idempotent nor queryable: a failure after the message data has started to travel is
-UNCERTAIN and upstream turns it into `unknown` instead of sending twice. Everything before
-that point (connect, MAIL, RCPT, the DATA command) is classified from the server's reply:
-4xx = NOT_SENT (safe to retry), 5xx = PERMANENT. The Message-ID is derived from the
-idempotency key, so a human (or a mailbox search) can still match a delivery to its intent.
+idempotent nor queryable: a failure once the message data's final dot has been sent, before
+the relay answered, is UNCERTAIN and upstream turns it into `unknown` instead of sending
+twice. Everything before that point (connect, MAIL, RCPT, the DATA command, the data
+itself) is classified from the relay's reply by smtp_replies.py: 421/450/451/452 =
+THROTTLED (the channel waits), other 4xx = NOT_SENT (safe to retry), 5xx = PERMANENT, and a
+lost connection = NOT_SENT. The Message-ID is derived from the idempotency key, so a human
+(or a mailbox search) can still match a delivery to its intent.
 
 Credentials come only from the environment variables the definition names; their values
 never appear in a message, a receipt or anything else this module returns.
@@ -13,60 +15,53 @@ never appear in a message, a receipt or anything else this module returns.
 
 from __future__ import annotations
 
-import contextlib
 import email.policy
 import email.utils
 import re
 import smtplib
-import socket
-import ssl
-import threading
-from collections.abc import Iterator
+from email.headerregistry import HeaderRegistry
 from email.message import EmailMessage
 from typing import Any
 
 from .. import clock
-from ..intent import Intent
+from ..intent import Intent, normalise_target
 from . import smtp_options as settings
+from . import smtp_replies as replies
 from .base import ChannelConfigError, ChannelError, ErrorKind, Receipt
-from .smtp_options import CAPABILITIES, DEFAULT_TIMEOUT_S, SCHEMA, has_control, smtp_address
+from .smtp_options import DEFAULT_TIMEOUT_S, SCHEMA, capabilities, has_control, smtp_address
+from .smtp_pool import Pool, Relay, Session
 
 DEFAULT_PORT = 25
 DEFAULT_SSL_PORT = 465
 DEFAULT_STARTTLS_PORT = 587
-_REPLY_CHARS = 200  # how much of a server reply an error message quotes
 _KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _DIGEST = re.compile(r"^[\x21-\x7e]{1,200}$")
 _LINE_START_DOT = re.compile(rb"(?m)^\.")
+# Printable ASCII, no leading/trailing/double space, no "=?" (which a reader would take for
+# an encoded word), no quote, comma or parenthesis (structured headers would rewrite them).
+_PLAIN_HEADER = re.compile(r"^(?!.*=\?)(?!.*  )[!#-'*-+\--~](?:[ !#-'*-+\--~]*[!#-'*-+\--~])?$")
 
 
-class _Watchdog:
-    """Bounds each SMTP step as a whole. The socket timeout bounds each read, so a server
-    that trickles its reply a byte at a time, or never ends a line, would hold the run for
-    as long as it likes; at the step's deadline the session's socket is shut down, which
-    ends the blocked read with a disconnect that the step classifies as usual."""
+class _Headers(HeaderRegistry):
+    """The email package's header registry, remembering the class it makes for each header
+    name: the stock one builds a new class on every lookup, a large part of what a message
+    costs."""
 
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.conn: smtplib.SMTP | None = None
-        self.fired = False
+    def __init__(self) -> None:
+        super().__init__()
+        self._classes: dict[str, type] = {}
 
-    @contextlib.contextmanager
-    def step(self) -> Iterator[None]:
-        timer = threading.Timer(self.seconds, self._fire)
-        timer.daemon = True
-        timer.start()
-        try:
-            yield
-        finally:
-            timer.cancel()
+    def __getitem__(self, name: str) -> type:
+        cls = self._classes.get(name.lower())
+        if cls is None:
+            cls = self._classes[name.lower()] = super().__getitem__(name)
+        return cls
 
-    def _fire(self) -> None:
-        self.fired = True
-        sock = getattr(self.conn, "sock", None)
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+
+# refold_source="none": the raw headers (validated by _build) go in as they are and stay on one
+# line; a folded digest would read back with a leading space. Built once, not per message.
+_POLICY = email.policy.SMTP.clone(refold_source="none", header_factory=_Headers())
+_UTF8_POLICY = email.policy.SMTPUTF8.clone(refold_source="none", header_factory=_Headers())
 
 
 class SmtpChannel:
@@ -74,11 +69,14 @@ class SmtpChannel:
 
     def __init__(self, name: str, definition: dict[str, Any]) -> None:
         self.name = name
-        self.idempotent, self.queryable, self.thread_safe = CAPABILITIES
         where = f"channel {name!r} (smtp)"
         problems = SCHEMA.problems(where, definition)
         if problems:
             raise ChannelConfigError("; ".join(problems))
+        self.idempotent, self.queryable, self.thread_safe = capabilities(definition)
+        # Most connections (so sends) at once; None: one per sender, the run's concurrency.
+        # The runner never has more of this channel's items in flight (claimed) than this.
+        self.max_in_flight: int | None = SCHEMA.value(definition, "max_connections")
         host = definition.get("host")
         if not isinstance(host, str) or not host.strip() or has_control(host):
             raise ChannelConfigError(f"{where}: set `host` to the SMTP server's name or address.")
@@ -136,84 +134,40 @@ class SmtpChannel:
                     f"${self._password_env} in clear text to {self.host}; set starttls = true "
                     "(or ssl = true). Plain-text login is allowed only to a loopback host."
                 )
-        self._secrets = settings.secret_forms(self._username, self._password)
-
-        self._conn: smtplib.SMTP | None = None
-        self._lock = threading.Lock()
-        self._watchdog = _Watchdog(self.timeout)
+        self.pool = Pool(
+            Relay(
+                name=name,
+                host=self.host,
+                port=self.port,
+                use_ssl=self.use_ssl,
+                use_starttls=self.use_starttls,
+                timeout=self.timeout,
+                username=self._username,
+                password=self._password,
+                username_env=self._username_env,
+                password_env=self._password_env,
+                secrets=settings.secret_forms(self._username, self._password),
+            ),
+            self.max_in_flight,
+        )
+        self._relay = self.pool.relay
 
     # ------------------------------------------------------------------ public surface
 
     def send(self, intent: Intent) -> Receipt:
         message_id, recipient, data, needs_utf8 = self._build(intent)
-        with self._lock:
-            self._watchdog.fired = False  # set by a cut-off step, named in the error
-            try:
-                self._transaction(recipient, data, needs_utf8)
-            except ChannelError:
-                raise  # each classification already left the session clean (RSET) or closed
-            except BaseException:
-                self._drop()  # interrupted mid-transaction: never reuse that session
-                raise
+        session = self.pool.checkout()
+        try:
+            session.watchdog.fired = False  # set by a cut-off step, named in the error
+            self._transaction(session, intent.target, recipient, data, needs_utf8)
+        except ChannelError:
+            raise  # each classification already left the connection clean (RSET) or dropped
+        except BaseException:
+            session.drop()  # interrupted mid-transaction: never reuse that connection
+            raise
+        finally:
+            self.pool.checkin(session)
         return Receipt(receipt_id=message_id, intent_digest=None)
-
-    def _transaction(self, recipient: str, data: bytes, needs_utf8: bool) -> None:
-        """MAIL, RCPT, DATA, the message, the final reply; returns when it was accepted."""
-        conn = self._mail_from(needs_utf8)
-
-        try:
-            with self._watchdog.step():
-                code, reply = conn.rcpt(recipient)
-        except (smtplib.SMTPServerDisconnected, OSError) as exc:
-            self._drop()
-            raise self._error(ErrorKind.NOT_SENT, "connection lost at RCPT", exc) from exc
-        if code not in (250, 251):
-            raise self._refused("RCPT TO", code, reply)
-
-        try:
-            with self._watchdog.step():
-                code, reply = conn.docmd("DATA")
-        except (smtplib.SMTPServerDisconnected, OSError) as exc:
-            self._drop()
-            raise self._error(ErrorKind.NOT_SENT, "connection lost at DATA", exc) from exc
-        if code != 354:
-            raise self._refused("DATA", code, reply)
-
-        # From the first byte of the message on, a lost answer means "maybe delivered".
-        try:
-            with self._watchdog.step():
-                conn.send(_dot_stuffed(data))
-                code, reply = conn.getreply()
-        except (smtplib.SMTPException, OSError) as exc:
-            self._drop()
-            raise self._error(
-                ErrorKind.UNCERTAIN,
-                "connection lost after the message data was sent, before the server "
-                "answered: it may have been delivered",
-                exc,
-            ) from exc
-        if code == 250:
-            return
-        text = self._reply_text(reply)
-        if 400 <= code < 500:
-            if code == 421:
-                self._drop()
-            raise ChannelError(
-                ErrorKind.NOT_SENT,
-                f"smtp channel {self.name!r}: {self.host} did not accept the message "
-                f"(temporary failure {code} {text})",
-            )
-        if 500 <= code < 600:
-            raise ChannelError(
-                ErrorKind.PERMANENT,
-                f"smtp channel {self.name!r}: {self.host} rejected the message ({code} {text})",
-            )
-        self._drop()
-        raise ChannelError(
-            ErrorKind.UNCERTAIN,
-            f"smtp channel {self.name!r}: unexpected final reply {code} {text} from "
-            f"{self.host}: the message may have been delivered",
-        )
 
     def query(self, key: str) -> Receipt | None:
         raise ChannelError(
@@ -223,15 +177,152 @@ class SmtpChannel:
         )
 
     def close(self) -> None:
-        with self._lock:
-            conn, self._conn = self._conn, None
-            if conn is None:
-                return
+        self.pool.close()
+
+    # ------------------------------------------------------------------ the transaction
+
+    def _transaction(
+        self, session: Session, target: str, recipient: str, data: bytes, needs_utf8: bool
+    ) -> None:
+        """MAIL, RCPT, DATA, the message, the final reply; returns when it was accepted."""
+        conn = self._mail_from(session, needs_utf8)
+        step = session.watchdog.step
+
+        try:
+            with step():
+                code, reply = conn.rcpt(recipient)
+        except (smtplib.SMTPServerDisconnected, OSError) as exc:
+            session.drop()
+            raise self._lost(session, "connection lost at RCPT", exc) from exc
+        if code not in (250, 251):
+            raise self._refused(session, "RCPT TO", code, reply, target=target)
+
+        try:
+            with step():
+                code, reply = conn.docmd("DATA")
+        except (smtplib.SMTPServerDisconnected, OSError) as exc:
+            session.drop()
+            raise self._lost(session, "connection lost at DATA", exc) from exc
+        if code != 354:
+            raise self._refused(session, "DATA", code, reply)
+
+        # Until the final dot has left, the relay cannot have accepted the message (RFC
+        # 5321 4.1.1.4): a connection lost while the data is being written (sendall failed,
+        # so its last bytes, the dot, never left) is NOT_SENT. From the dot on, a lost
+        # answer means "maybe delivered".
+        dot_sent = False
+        try:
+            with step():
+                conn.send(_dot_stuffed(data))
+                dot_sent = True
+                code, reply = conn.getreply()
+        except (smtplib.SMTPException, OSError) as exc:
+            session.drop()
+            if not dot_sent:
+                raise self._lost(
+                    session,
+                    "connection lost while the message data was being sent, before its "
+                    "final dot: the relay cannot have accepted it",
+                    exc,
+                ) from exc
+            raise self._relay.error(
+                ErrorKind.UNCERTAIN,
+                "connection lost after the message data was sent, before the server "
+                "answered: it may have been delivered",
+                exc,
+                fired=session.watchdog.fired,
+            ) from exc
+        if code == 250:
+            return
+        text = self._relay.reply_text(reply)
+        if 400 <= code < 600:
+            kind = replies.kind_of(code)
+            if code == 421:
+                session.drop()
+            raise ChannelError(
+                kind,
+                f"smtp channel {self.name!r}: {self.host} {replies.what(kind)} the end of "
+                f"the message data ({code} {text}); {replies.consequence(kind)}",
+            )
+        session.drop()
+        raise ChannelError(
+            ErrorKind.UNCERTAIN,
+            f"smtp channel {self.name!r}: unexpected final reply {code} {text} from "
+            f"{self.host}: the message may have been delivered",
+        )
+
+    def _mail_from(self, session: Session, needs_utf8: bool) -> smtplib.SMTP:
+        """Open (or reuse) the session's connection and start a transaction with MAIL FROM.
+        A connection the relay closed while it was idle (disconnect, or 421 at MAIL) is
+        reopened once: nothing has been accepted at this point, so that is always safe,
+        and it is no failure of the message."""
+        options = ["SMTPUTF8"] if needs_utf8 else []
+        for attempt in (1, 2):
+            reused = session.conn is not None
+            conn = session.conn if session.conn is not None else self.pool.open(session)
+            if needs_utf8 and not conn.has_extn("smtputf8"):
+                raise ChannelError(
+                    ErrorKind.PERMANENT,
+                    f"smtp channel {self.name!r}: {self.host} does not offer SMTPUTF8, which a "
+                    "non-ASCII address needs; use an ASCII address or another server",
+                )
+            retry = reused and attempt == 1
             try:
-                with contextlib.suppress(smtplib.SMTPException, OSError):
-                    conn.quit()
-            finally:
-                _close_quietly(conn)
+                with session.watchdog.step():
+                    code, reply = conn.mail(self._envelope_sender, options)
+            except (smtplib.SMTPServerDisconnected, OSError) as exc:
+                session.drop()
+                if retry:
+                    continue
+                raise self._lost(session, "connection lost at MAIL", exc) from exc
+            if code == 421 and retry:
+                session.drop()
+                continue
+            if code != 250:
+                raise self._refused(session, "MAIL FROM", code, reply)
+            return conn
+        raise AssertionError("unreachable: the second attempt always returns or raises")
+
+    def _lost(self, session: Session, what: str, exc: BaseException) -> ChannelError:
+        """The connection broke before the message was complete: nothing was accepted."""
+        return self._relay.error(ErrorKind.NOT_SENT, what, exc, fired=session.watchdog.fired)
+
+    def _refused(
+        self, session: Session, phase: str, code: int, reply: bytes, *, target: str = ""
+    ) -> ChannelError:
+        """A refused MAIL/RCPT/DATA command: nothing was accepted. Keep the connection
+        usable (RSET) unless the relay is closing it or answered nonsense."""
+        text = self._relay.reply_text(reply)
+        kind = replies.kind_of(code)
+        if code == 421 or not 400 <= code < 600:
+            session.drop()
+        elif session.conn is not None:
+            try:
+                with session.watchdog.step():
+                    if session.conn.rset()[0] != 250:
+                        session.drop()
+            except (smtplib.SMTPException, OSError):
+                session.drop()
+        if phase == "RCPT TO" and replies.rejects_recipient(code, text):
+            return ChannelError(
+                kind,
+                f"smtp channel {self.name!r}: {self.host} permanently rejected the recipient "
+                f"at RCPT TO ({code} {text}); nothing was sent, the item fails, and the "
+                "address should not be mailed again (it is marked for suppression)",
+                suppress_recipient=normalise_target(target),
+                suppress_reason=f"{code} {text}",
+            )
+        if not 400 <= code < 600:
+            return ChannelError(
+                kind,
+                f"smtp channel {self.name!r}: {self.host} answered {phase} unexpectedly "
+                f"({code} {text}); nothing was accepted, the message is sent again later",
+            )
+        return ChannelError(
+            kind,
+            f"smtp channel {self.name!r}: {self.host} {replies.what(kind)} {phase} "
+            f"({code} {text}); {replies.consequence(kind)}",
+        )
 
     # ------------------------------------------------------------------ the message
 
@@ -271,20 +362,35 @@ class SmtpChannel:
                 f"smtp channel {self.name!r}: the idempotency key or digest is not a plain "
                 "ASCII token; refusing to put it in a header",
             )
+        unsubscribe = settings.list_unsubscribe(intent.unsubscribe_url, intent.unsubscribe_mailto)
+        if isinstance(unsubscribe, str):
+            raise ChannelError(
+                ErrorKind.PERMANENT,
+                f"smtp channel {self.name!r}: {unsubscribe}; refusing to put it in a header",
+            )
         needs_utf8 = recipient_utf8 or self._sender_utf8
-        # refold_source="none": the two X-Notifier headers go in raw (validated tokens above)
-        # and stay on one line; a folded digest would read back with a leading space.
-        base_policy = email.policy.SMTPUTF8 if needs_utf8 else email.policy.SMTP
-        policy = base_policy.clone(refold_source="none")
+        policy = _UTF8_POLICY if needs_utf8 else _POLICY
         message_id = f"<{key}@{self._message_id_domain}>"
         msg = EmailMessage(policy=policy)
-        msg["From"] = self.sender
-        msg["To"] = recipient
-        msg["Subject"] = subject
-        msg["Date"] = email.utils.format_datetime(clock.now())
-        msg["Message-ID"] = message_id
+        # A plain short ASCII value goes in raw: what the policy would write for it, byte for
+        # byte, without parsing it (the header parser is most of the CPU a message costs,
+        # which is what a pool of busy senders runs short of). Anything else is parsed,
+        # encoded and folded by the policy.
+        for name, value in (
+            ("From", self.sender),
+            ("To", recipient),
+            ("Subject", subject),
+            ("Date", email.utils.format_datetime(clock.now())),
+            ("Message-ID", message_id),
+        ):
+            if _PLAIN_HEADER.match(value) and len(name) + 2 + len(value) <= 78:
+                msg.set_raw(name, value)
+            else:
+                msg[name] = value
         msg.set_raw("X-Notifier-Key", key)
         msg.set_raw("X-Notifier-Intent-Digest", intent.intent_digest)
+        for name, value in unsubscribe:
+            msg.set_raw(name, value)
         body = intent.body
         # 7bit when it can be, else quoted-printable: never 8bit data to a server that has
         # not offered 8BITMIME.
@@ -296,186 +402,6 @@ class SmtpChannel:
         )
         return message_id, recipient, msg.as_bytes(policy=policy), needs_utf8
 
-    # ------------------------------------------------------------------ the session
-
-    def _mail_from(self, needs_utf8: bool) -> smtplib.SMTP:
-        """Open (or reuse) the session and start a transaction with MAIL FROM. A session the
-        server dropped while idle (disconnect, or 421 at MAIL) is reopened once: nothing
-        has been accepted at this point, so that is always safe."""
-        options = ["SMTPUTF8"] if needs_utf8 else []
-        for attempt in (1, 2):
-            conn, reused = self._session()
-            if needs_utf8 and not conn.has_extn("smtputf8"):
-                raise ChannelError(
-                    ErrorKind.PERMANENT,
-                    f"smtp channel {self.name!r}: {self.host} does not offer SMTPUTF8, which a "
-                    "non-ASCII address needs; use an ASCII address or another server",
-                )
-            retry = reused and attempt == 1
-            try:
-                with self._watchdog.step():
-                    code, reply = conn.mail(self._envelope_sender, options)
-            except (smtplib.SMTPServerDisconnected, OSError) as exc:
-                self._drop()
-                if retry:
-                    continue
-                raise self._error(ErrorKind.NOT_SENT, "connection lost at MAIL", exc) from exc
-            if code == 421 and retry:
-                self._drop()
-                continue
-            if code != 250:
-                raise self._refused("MAIL FROM", code, reply)
-            return conn
-        raise AssertionError("unreachable: the second attempt always returns or raises")
-
-    def _session(self) -> tuple[smtplib.SMTP, bool]:
-        """The open session (reused=True) or a new one; raises a classified ChannelError."""
-        if self._conn is not None:
-            return self._conn, True
-        self._conn = self._connect()
-        return self._conn, False
-
-    def _connect(self) -> smtplib.SMTP:
-        context = ssl.create_default_context()
-        conn: smtplib.SMTP | None = None
-        try:
-            if self.use_ssl:
-                conn = smtplib.SMTP_SSL(timeout=self.timeout, context=context)
-            else:
-                conn = smtplib.SMTP(timeout=self.timeout)
-            # Connecting outside the constructor puts the greeting under the watchdog too;
-            # the constructor is what normally records the name TLS verifies against.
-            conn._host = self.host  # type: ignore[attr-defined]
-            self._watchdog.conn = conn
-            with self._watchdog.step():
-                conn.connect(self.host, self.port)
-            # A new session's greeting, EHLO, STARTTLS and login together are one step.
-            with self._watchdog.step():
-                self._open_session(conn, context)
-        except ChannelError:
-            _close_quietly(conn)
-            raise
-        except smtplib.SMTPResponseException as exc:  # greeting, HELO or STARTTLS refused
-            _close_quietly(conn)
-            kind = ErrorKind.PERMANENT if 500 <= exc.smtp_code < 600 else ErrorKind.NOT_SENT
-            connect = isinstance(exc, smtplib.SMTPConnectError)  # the relay refused us
-            if connect:
-                kind = ErrorKind.NOT_SENT
-            raise self._error(kind, "could not open a session", exc, unreachable=connect) from exc
-        except ssl.SSLCertVerificationError as exc:
-            _close_quietly(conn)
-            raise self._error(
-                ErrorKind.PERMANENT,
-                "the server's TLS certificate does not verify; check `host`",
-                exc,
-            ) from exc
-        except (smtplib.SMTPException, OSError) as exc:  # refused, DNS, timeout, reset
-            _close_quietly(conn)
-            raise self._error(ErrorKind.NOT_SENT, "cannot connect", exc, unreachable=True) from exc
-        return conn
-
-    def _open_session(self, conn: smtplib.SMTP, context: ssl.SSLContext) -> None:
-        conn.ehlo_or_helo_if_needed()
-        if self.use_starttls:
-            if not conn.has_extn("starttls"):
-                raise ChannelError(
-                    ErrorKind.PERMANENT,
-                    f"smtp channel {self.name!r}: {self.host}:{self.port} does not offer "
-                    "STARTTLS; check host/port, or use ssl = true for implicit TLS",
-                )
-            conn.starttls(context=context)
-            conn.ehlo()
-        if self._username is not None and self._password is not None:
-            self._login(conn, self._username, self._password)
-
-    def _login(self, conn: smtplib.SMTP, username: str, password: str) -> None:
-        check = f"check ${self._username_env} and ${self._password_env}"
-        try:
-            conn.login(username, password)
-        except smtplib.SMTPAuthenticationError as exc:
-            if 400 <= exc.smtp_code < 500:
-                raise ChannelError(
-                    ErrorKind.NOT_SENT,
-                    f"smtp channel {self.name!r}: {self.host} could not authenticate right "
-                    f"now (temporary failure {exc.smtp_code})",
-                ) from None
-            # `from None`: the chained exception would carry the server's reply verbatim.
-            raise ChannelError(
-                ErrorKind.PERMANENT,
-                f"smtp channel {self.name!r}: {self.host} refused the login "
-                f"({exc.smtp_code}); {check}",
-            ) from None
-        except smtplib.SMTPNotSupportedError:
-            raise ChannelError(
-                ErrorKind.PERMANENT,
-                f"smtp channel {self.name!r}: {self.host} does not offer AUTH on this "
-                "connection (does it need starttls = true?); or remove username_env",
-            ) from None
-        except smtplib.SMTPServerDisconnected:
-            raise
-        except smtplib.SMTPResponseException as exc:
-            raise ChannelError(
-                ErrorKind.NOT_SENT if 400 <= exc.smtp_code < 500 else ErrorKind.PERMANENT,
-                f"smtp channel {self.name!r}: login failed ({exc.smtp_code}); {check}",
-            ) from None
-        except smtplib.SMTPException:
-            raise ChannelError(
-                ErrorKind.PERMANENT,
-                f"smtp channel {self.name!r}: {self.host} offers no login method smtplib "
-                "supports (PLAIN, LOGIN, CRAM-MD5)",
-            ) from None
-
-    def _drop(self) -> None:
-        conn, self._conn = self._conn, None
-        _close_quietly(conn)
-
-    def _refused(self, phase: str, code: int, reply: bytes) -> ChannelError:
-        """A refused MAIL/RCPT/DATA command: nothing was accepted. Keep the session usable
-        (RSET) unless the server is closing it or answered nonsense."""
-        text = self._reply_text(reply)
-        if 400 <= code < 500:
-            kind = ErrorKind.NOT_SENT
-            what = "temporarily refused"
-        elif 500 <= code < 600:
-            kind = ErrorKind.PERMANENT
-            what = "refused"
-        else:
-            kind = ErrorKind.NOT_SENT
-            what = "answered unexpectedly"
-        if code == 421 or not 400 <= code < 600:
-            self._drop()
-        elif self._conn is not None:
-            try:
-                if self._conn.rset()[0] != 250:
-                    self._drop()
-            except (smtplib.SMTPException, OSError):
-                self._drop()
-        return ChannelError(
-            kind, f"smtp channel {self.name!r}: {self.host} {what} {phase} ({code} {text})"
-        )
-
-    def _error(
-        self, kind: ErrorKind, what: str, exc: BaseException, *, unreachable: bool = False
-    ) -> ChannelError:
-        detail = self._scrub(f"{type(exc).__name__}: {exc}")[:_REPLY_CHARS]
-        if self._watchdog.fired:
-            detail = f"no complete answer within {self.timeout:g}s: stalled or trickling"
-        return ChannelError(
-            kind,
-            f"smtp channel {self.name!r}: {self.host}:{self.port}: {what} ({detail})",
-            unreachable=unreachable,
-        )
-
-    def _reply_text(self, reply: bytes) -> str:
-        text = " ".join(reply.decode("utf-8", "replace").split())
-        return self._scrub(text)[:_REPLY_CHARS]
-
-    def _scrub(self, text: str) -> str:
-        """Defence in depth: a server that echoes what it was sent must not leak a secret."""
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return text
-
 
 # ---------------------------------------------------------------------- helpers
 
@@ -486,9 +412,3 @@ def _dot_stuffed(data: bytes) -> bytes:
     if not stuffed.endswith(b"\r\n"):
         stuffed += b"\r\n"
     return stuffed + b".\r\n"
-
-
-def _close_quietly(conn: smtplib.SMTP | None) -> None:
-    if conn is not None:
-        with contextlib.suppress(OSError):
-            conn.close()

@@ -13,6 +13,7 @@ import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
+from ..intent import unsubscribe_mailto, unsubscribe_url
 from . import options as o
 from .base import Capabilities, ChannelConfigError
 
@@ -21,12 +22,52 @@ _ADDRESS_FORBIDDEN = re.compile(r"[\s<>,;\"()\[\]\\]")
 # What a batch file's `to` must look like before the stricter rules below are asked.
 _EMAIL = re.compile(r"^[^@\s<>,;\"]+@[^@\s<>,;\"]+\.[^@\s<>,;\"]+$")
 # SMTP cannot dedupe (a re-send is a second e-mail), nor can it be asked whether it holds a
-# message; one SMTP session per channel, so the runner sends one message at a time.
-CAPABILITIES = Capabilities(idempotent=False, queryable=False, thread_safe=False)
+# message. Its senders each take a connection of the channel's pool (smtp_pool.py), so
+# several send at once; with max_connections = 1, one at a time (not thread-safe: the
+# runner keeps one item in flight).
+CAPABILITIES = Capabilities(idempotent=False, queryable=False, thread_safe=True)
 
 
 def capabilities(definition: Mapping[str, Any]) -> Capabilities:
+    if definition.get("max_connections") == 1:
+        return CAPABILITIES._replace(thread_safe=False)
     return CAPABILITIES
+
+
+def requires_unsubscribe(definition: Mapping[str, Any]) -> bool:
+    """Whether every row sent through this channel must carry an unsubscribe address."""
+    return definition.get("require_unsubscribe") is True
+
+
+def list_unsubscribe(url: str | None, mailto: str | None) -> list[tuple[str, str]] | str:
+    """The RFC 2369 / RFC 8058 headers for a message, checked again as they are sent (the
+    payload was checked when planned): `List-Unsubscribe: <https://…>, <mailto:…>`, and
+    `List-Unsubscribe-Post: List-Unsubscribe=One-Click` whenever there is an https URL
+    (one-click is defined for https only). A problem as a string."""
+    uris: list[str] = []
+    for value, check, column in (
+        (url, unsubscribe_url, "unsubscribe_url"),
+        (mailto, unsubscribe_mailto, "unsubscribe_mailto"),
+    ):
+        if value is None:
+            continue
+        try:
+            if check(value) != value:
+                raise ValueError("is not in the form planning stores")
+        except ValueError as exc:
+            return f"the stored `{column}` {exc}"
+        uris.append(f"<{value}>")
+    if not uris:
+        return []
+    # One line when it fits in 78 characters (RFC 5322 2.1.1), else folded between the two
+    # URIs: each is at most 900 characters, so no line passes the hard limit of 998.
+    joined = ", ".join(uris)
+    if len("List-Unsubscribe: ") + len(joined) > 78:
+        joined = ",\r\n ".join(uris)
+    headers = [("List-Unsubscribe", joined)]
+    if url is not None:
+        headers.append(("List-Unsubscribe-Post", "List-Unsubscribe=One-Click"))
+    return headers
 
 
 def _sender(value: str) -> str | None:
@@ -64,6 +105,10 @@ SCHEMA = o.Schema(
         "username_env": o.Option("str"),
         "password_env": o.Option("str"),
         "timeout": o.Option("number", default=DEFAULT_TIMEOUT_S, check=o.positive),
+        # Connections to the relay at once, one per sender; unset: the run's --concurrency.
+        "max_connections": o.Option("int", check=o.positive),
+        # Refuse a batch file with a row that has neither unsubscribe_url nor _mailto.
+        "require_unsubscribe": o.Option("bool", default=False),
         "rate": o.RATE,
     },
     _combined,

@@ -70,18 +70,20 @@ class WebhookChannel:
         )
 
     def send(self, intent: Intent) -> Receipt:
-        body = json.dumps(
-            {
-                "to": intent.target,
-                "subject": intent.subject,
-                "body": intent.body,
-                "data": dict(intent.data),
-                "run_id": intent.run_id,
-                "item_id": intent.item_id,
-            },
-            ensure_ascii=False,
-            separators=(",", ":"),
-        )
+        document: dict[str, Any] = {
+            "to": intent.target,
+            "subject": intent.subject,
+            "body": intent.body,
+            "data": dict(intent.data),
+            "run_id": intent.run_id,
+            "item_id": intent.item_id,
+        }
+        # Only when the row has them: every other body stays byte for byte as it was.
+        if intent.unsubscribe_url is not None:
+            document["unsubscribe_url"] = intent.unsubscribe_url
+        if intent.unsubscribe_mailto is not None:
+            document["unsubscribe_mailto"] = intent.unsubscribe_mailto
+        body = json.dumps(document, ensure_ascii=False, separators=(",", ":"))
         headers = {
             "Content-Type": "application/json",
             "Idempotency-Key": intent.idempotency_key,

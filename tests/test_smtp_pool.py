@@ -1,0 +1,102 @@
+"""The SMTP channel's pool of connections (issue 23), through the real CLI against an
+aiosmtpd relay: each sender has a connection of its own and reuses it, a connection the relay
+closed is reopened without costing the message anything, `max_connections` caps both the
+connections and the items in flight, and a kill -9 leaves in flight only the requests that
+were really under way."""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import Workspace, make_rows, wait_for
+from .smtp_relay import FAST_RETRY, each_key_once, relay
+
+CONCURRENCY = pytest.mark.parametrize("n", [1, 8])
+
+
+def _states(ws: Workspace) -> dict[str, int]:
+    return dict(ws.query("SELECT state, COUNT(*) FROM items GROUP BY state"))
+
+
+@CONCURRENCY
+def test_each_sender_reuses_a_connection_of_its_own(ws: Workspace, n: int) -> None:
+    """32 messages at 50 ms each: at most N connections carry them all (reused, never one
+    per message), and at N = 8 several are under way at once (not serialised on one)."""
+    with relay(ws) as handler:
+        handler.delay_s = 0.05
+        ws.write_csv("batch.csv", make_rows(32))
+        result = ws.invoke("send", "batch.csv", "--channel", "mail", "--concurrency", str(n))
+        assert result.exit_code == 0, result.output
+        assert each_key_once(ws, handler)
+    assert len(set(handler.peers)) <= n
+    assert handler.max_active <= n
+    if n > 1:
+        assert handler.max_active > 1, "the sends were serialised on one connection"
+
+
+@CONCURRENCY
+@pytest.mark.parametrize("closing", ["after-message", "idle-421"])
+def test_a_connection_the_relay_closed_is_reopened_at_no_cost_to_the_message(
+    ws: Workspace, n: int, closing: str
+) -> None:
+    """The relay closes every connection after its message (or answers 421 to the next
+    MAIL on it): the next send opens a new connection and succeeds at its first attempt;
+    no attempt is recorded as failed or throttled."""
+    with relay(ws, FAST_RETRY) as handler:
+        handler.close_after_message = closing == "after-message"
+        handler.idle_421 = closing == "idle-421"
+        ws.write_csv("batch.csv", make_rows(12))
+        result = ws.invoke("send", "batch.csv", "--channel", "mail", "--concurrency", str(n))
+        assert result.exit_code == 0, result.output
+        assert each_key_once(ws, handler)
+    assert ws.query("SELECT outcome, COUNT(*) FROM attempts GROUP BY outcome") == [("sent", 12)]
+    assert len(set(handler.peers)) == 12  # a new connection for every message
+    if closing == "idle-421":
+        assert len(handler.answered) >= 12 - n  # every reused connection was refused once
+
+
+def test_max_connections_caps_the_connections_and_the_sends_at_once(ws: Workspace) -> None:
+    """max_connections = 2 at --concurrency 8: never more than 2 connections nor 2 messages
+    under way, and every message arrives once."""
+    with relay(ws, "max_connections = 2\n") as handler:
+        handler.delay_s = 0.05
+        ws.write_csv("batch.csv", make_rows(16))
+        result = ws.invoke("send", "batch.csv", "--channel", "mail", "--concurrency", "8")
+        assert result.exit_code == 0, result.output
+        assert each_key_once(ws, handler)
+    assert len(set(handler.peers)) <= 2
+    assert handler.max_active == 2
+
+
+@pytest.mark.both_stores
+@pytest.mark.parametrize(("options", "cap"), [("", 8), ("max_connections = 3\n", 3)])
+def test_kill_9_at_n8_leaves_in_flight_only_the_requests_under_way(
+    ws: Workspace, options: str, cap: int
+) -> None:
+    """Killed while the relay holds every message it has, at --concurrency 8: at most `cap`
+    items (8, or max_connections) are in flight, every other one never attempted; resume
+    leaves at most `cap` unknown (maybe delivered) and sends the rest once."""
+    with relay(ws, options) as handler:
+        handler.delay_s = 30.0  # held until the kill
+        ws.write_csv("batch.csv", make_rows(40))
+        process = ws.popen("send", "batch.csv", "--channel", "mail", "--concurrency", "8")
+        try:
+            wait_for(lambda: handler.active >= cap, f"{cap} messages under way at the relay")
+        finally:
+            process.kill()
+            process.communicate()
+        assert handler.max_active == cap
+        states = _states(ws)
+        assert states.get("in_flight", 0) <= cap, states
+        never = ws.query(
+            "SELECT COUNT(*) FROM items i WHERE state = 'pending' AND NOT EXISTS "
+            "(SELECT 1 FROM attempts a WHERE a.run_id = i.run_id AND a.seq = i.seq)"
+        )
+        assert never == [(40 - states.get("in_flight", 0),)], states
+        handler.delay_s = 0.0
+        resumed = ws.run("resume", "--concurrency", "8", timeout=120)
+        assert resumed.returncode == 3, resumed.stdout + resumed.stderr
+    states = _states(ws)
+    assert states.get("unknown", 0) <= cap and states.get("sent", 0) == 40 - states["unknown"]
+    keys = [k for (k,) in ws.query("SELECT idempotency_key FROM items WHERE state = 'sent'")]
+    assert all(handler.message_ids().count(f"<{k}@example.com>") == 1 for k in keys)
