@@ -11,7 +11,8 @@ Unset (production), the factor is 1.0 and nothing changes. It is read here and o
 each call, so a test may set it with monkeypatch for an in-process CLI as well.
 
 Scaled: the wait the retry policy gives (its backoff, never less than a Retry-After), the
-same wait restored from the database by a new process, and the Claude drafter's retry wait.
+same wait restored from the database by a new process, the pause between the tries of a
+status query, and the Claude drafter's retry wait.
 Not scaled: the bounds an operator sets on waiting (--max-wait, cancel --wait, the retry
 deadline), a request's timeout, an approval's expiry, --rate, and a lease's TTL: those are
 measured against the world (a frozen holder, a loaded machine's heartbeat), and scaling them

@@ -3,12 +3,18 @@ wait is that fraction of itself, a Retry-After included; set wrong, it refuses t
 
 from __future__ import annotations
 
+import itertools
+import time
+
 import pytest
 import tenacity
 
 from notifier import waits
-from notifier.channels import ChannelError, ErrorKind
+from notifier.channels import ChannelError, ErrorKind, Receipt
+from notifier.reconcile import Finding, ask
+from notifier.records import Item
 from notifier.retry import RetryPolicy
+from notifier.state_machine import ItemState
 from notifier.store import Store
 
 from .conftest import Workspace, make_rows
@@ -39,6 +45,26 @@ def test_on_every_retry_wait_is_scaled(fast_waits: float) -> None:
     policy = RetryPolicy(max_attempts=5, backoff=tenacity.wait_fixed(0.4))
     refused = ChannelError(ErrorKind.NOT_SENT, "refused")
     assert policy.backoff(refused, 1) == pytest.approx(0.4 * fast_waits)
+
+
+@pytest.mark.timeout(10)
+def test_on_the_pauses_between_status_queries_are_scaled(fast_waits: float) -> None:
+    """The tries of a status query that keeps failing are spaced the factor of the
+    query's wait: never closer (the wait is kept), never the whole of it."""
+    asked: list[float] = []
+
+    class Failing:
+        def query(self, key: str) -> Receipt | None:
+            asked.append(time.monotonic())
+            raise ChannelError(ErrorKind.UNCERTAIN, "504")
+
+    item = Item("r", 1, "u1", "hooks", "t", {}, "k1", "sha256:x", ItemState.PENDING, 1,
+                None, None, None)  # fmt: skip
+    answer = ask(Failing(), item, tenacity.wait_fixed(0.8))  # type: ignore[arg-type]
+    assert answer.finding is Finding.UNCERTAIN
+    gaps = [b - a for a, b in itertools.pairwise(asked)]
+    assert len(gaps) == 2
+    assert all(0.95 * 0.8 * fast_waits <= gap < 0.8 for gap in gaps), gaps
 
 
 @pytest.mark.parametrize("raw", ["0", "-1", "2", "nan", "fast", "inf"])
