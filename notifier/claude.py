@@ -21,6 +21,7 @@ from anthropic.types import Message, ToolParam
 from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
 from tenacity import RetryCallState
 
+from . import waits
 from .batch import BatchRow
 from .compose import (
     KEY_ENV,
@@ -162,7 +163,7 @@ def _wait_honouring_retry_after(state: RetryCallState) -> float:
         header = error.response.headers.get("retry-after")
         with suppress(ValueError):  # an HTTP-date: the backoff stands
             wait = max(wait, float(header)) if header else wait
-    return wait
+    return waits.scaled(wait)  # the test switch (waits.py)
 
 
 def _api_message(exc: anthropic.APIStatusError) -> str:

@@ -13,7 +13,7 @@ from enum import StrEnum
 
 import tenacity
 
-from . import clock
+from . import clock, waits
 from .channels import Channel, ChannelError, ErrorKind, Receipt
 from .records import Attempt, Item, Outcome, PendingKind
 from .state_machine import ItemState, ItemTrigger
@@ -49,7 +49,7 @@ def ask(channel: Channel, item: Item, wait: tenacity.wait.wait_base = QUERY_WAIT
             )
         ),
         stop=tenacity.stop_after_attempt(QUERY_ATTEMPTS),
-        wait=wait,
+        wait=lambda state: waits.scaled(wait(state)),  # the test switch (waits.py)
         reraise=True,
     )
     try:

@@ -17,6 +17,7 @@ import tenacity
 from tenacity import RetryCallState
 from tenacity.wait import wait_base
 
+from . import waits
 from .channels.base import ChannelError, ErrorKind
 
 DEFAULT_MAX_ATTEMPTS = 5
@@ -63,7 +64,8 @@ def action_for(kind: ErrorKind, *, idempotent: bool, queryable: bool) -> Action:
 
 
 class wait_at_least_retry_after(wait_base):
-    """The backoff, but never less than the Retry-After the downstream asked for."""
+    """The backoff, but never less than the Retry-After the downstream asked for (both as
+    the test switch scales them: waits.py)."""
 
     def __init__(self, backoff: wait_base) -> None:
         self.backoff = backoff
@@ -73,7 +75,7 @@ class wait_at_least_retry_after(wait_base):
         error = retry_state.outcome.exception() if retry_state.outcome else None
         if isinstance(error, ChannelError) and error.retry_after is not None:
             wait = max(wait, error.retry_after)
-        return wait
+        return waits.scaled(wait)
 
 
 def _retryable(error: BaseException) -> bool:

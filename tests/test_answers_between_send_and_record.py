@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 
-from notifier import clock, judging
+from notifier import clock, judging, waits
 
 from .conftest import Workspace, make_rows
+from .support.waits import scale_waits
 
 # A body that claims to be gzip but is not: reading it raises httpx2.DecodingError.
 BROKEN_GZIP = (("Content-Encoding", "gzip"),), b"this is not gzip at all"
@@ -92,7 +93,9 @@ def receiver() -> Iterator[tuple[Receiver, str]]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     try:
         yield state, f"http://127.0.0.1:{server.server_address[1]}"
@@ -144,10 +147,10 @@ def throttled(seconds: str) -> Reply:
 
 
 def test_throttled_answer_gates_channel_even_when_attempts_exhausted(
-    ws: Workspace, receiver: tuple[Receiver, str]
+    ws: Workspace, receiver: tuple[Receiver, str], fast_waits: float
 ) -> None:
     """A 429 with Retry-After 2 on an item's last allowed attempt still closes the channel:
-    the next request on it arrives at least 2 s later."""
+    the next request on it arrives no sooner than that wait (scaled by the test switch)."""
     state, url = receiver
     state.posts["u1"] = [throttled("2")]
     configure(ws, url, idempotent=True, status=False, max_attempts=1)
@@ -156,14 +159,18 @@ def test_throttled_answer_gates_channel_even_when_attempts_exhausted(
     assert states(ws) == {"u1": "failed", "u2": "sent"}
     (first,) = state.arrivals("u1")
     (second,) = state.arrivals("u2")
-    assert second - first >= 1.9
+    assert second - first >= 0.95 * waits.scaled(2)
 
 
 def test_throttled_gate_of_an_exhausted_item_survives_a_crash(
-    ws: Workspace, receiver: tuple[Receiver, str]
+    ws: Workspace, receiver: tuple[Receiver, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A process killed right after recording a 429 (Retry-After 3) on an item's last attempt:
-    `resume` in a new process still keeps the channel closed until 3 s after that answer."""
+    `resume` in a new process still keeps the channel closed until 3 s (scaled by the test
+    switch) after that answer."""
+    # Half, not less: the resume must start well inside the gate for the gate to be what
+    # holds it back (checked below), however slowly the crashed process dies.
+    scale_waits(monkeypatch, 0.5)
     state, url = receiver
     state.posts["u1"] = [throttled("3")]
     configure(ws, url, idempotent=True, status=False, max_attempts=1)
@@ -173,11 +180,15 @@ def test_throttled_gate_of_an_exhausted_item_survives_a_crash(
     )
     assert crashed.returncode == 137, crashed.stderr
     assert states(ws) == {"u1": "failed", "u2": "pending"}
+    resumed_at = time.monotonic()
     result = ws.invoke("resume", run_id(ws))
     assert result.exit_code == 3, result.output  # u1 failed: completed with failures
     (first,) = state.arrivals("u1")
     (second,) = state.arrivals("u2")
-    assert second - first >= 2.9
+    gate = waits.scaled(3)
+    # Without the restored gate, u2 would have gone as soon as the resume began.
+    assert resumed_at - first < 0.8 * gate, "the resume began too late to test the gate"
+    assert second - first >= 0.95 * gate
 
 
 # ---------------------------------------------------------------------------- point 7
@@ -187,7 +198,9 @@ def test_wall_clock_jump_does_not_cut_a_retry_after_short(
     ws: Workspace, receiver: tuple[Receiver, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The wall clock jumping an hour forward right after a 429 with Retry-After 2 does not
-    end the wait: the retry still arrives at least 2 s after the 429."""
+    end the wait: the retry still arrives no sooner than that wait (scaled) after the 429."""
+    # Half, not less: the jump, 0.3 s after the 429, must land well inside the wait.
+    scale_waits(monkeypatch, 0.5)
     state, url = receiver
     state.posts["u1"] = [throttled("2")]
     throttled_at: list[float] = []
@@ -211,7 +224,7 @@ def test_wall_clock_jump_does_not_cut_a_retry_after_short(
     result = send(ws, 1)
     assert result.exit_code == 0, result.output
     first, second = state.arrivals("u1")
-    assert second - first >= 1.9
+    assert second - first >= 0.95 * waits.scaled(2)
 
 
 def test_wall_clock_jump_does_not_cut_an_item_backoff_short(
@@ -219,6 +232,7 @@ def test_wall_clock_jump_does_not_cut_an_item_backoff_short(
 ) -> None:
     """An item's own wait (a 409 with Retry-After 2, which does not close the channel) is
     timed on the monotonic clock too: a wall-clock jump of an hour does not end it early."""
+    scale_waits(monkeypatch, 0.5)  # the jump, 0.3 s in, lands inside both waits (1 s, 0.5 s)
     state, url = receiver
     state.posts["u1"] = [Reply(409, (("Retry-After", "2"),), b"in progress")]
     # u2's shorter wait wakes the runner after the jump, when u1 looks due by the wall clock.
@@ -237,7 +251,7 @@ def test_wall_clock_jump_does_not_cut_an_item_backoff_short(
     result = send(ws, 2)
     assert result.exit_code == 0, result.output
     first, second = state.arrivals("u1")
-    assert second - first >= 1.9
+    assert second - first >= 0.95 * waits.scaled(2)
 
 
 # ---------------------------------------------------------------------------- point 10

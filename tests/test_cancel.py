@@ -279,6 +279,7 @@ def started_polling(marker: Path, canceller: subprocess.Popen[str]) -> bool:
     return marker.exists() or canceller.poll() is not None
 
 
+@pytest.mark.slow
 def test_cancel_racing_a_starting_send_never_exits_1(ws: Workspace) -> None:
     """A cancel that fires the moment a `send` has stored its plan (run still planned, the
     lease about to be taken) lands in each trial on one side of the race or the other; neither

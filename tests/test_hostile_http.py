@@ -61,7 +61,9 @@ def hostile(ws: Workspace) -> Iterator[ThreadingHTTPServer]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Hostile)
     server.daemon_threads = True
     server.arrivals = []  # type: ignore[attr-defined]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
     port = server.server_address[1]
     (ws.path / "notifier.toml").write_text(
         f'[channels.hooks]\ntype = "webhook"\nurl = "http://127.0.0.1:{port}/n"\ntimeout = 1\n'

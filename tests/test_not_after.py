@@ -176,7 +176,9 @@ def test_a_deadline_passing_after_an_uncertain_then_a_throttled_attempt_leaves_i
     item is unknown, to be settled, not expired as never sent (its last attempt alone was
     never delivered)."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), _UncertainThenThrottled)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
     try:
         (ws.path / "notifier.toml").write_text(
             f'[channels.hooks]\ntype = "webhook"\nurl = "http://127.0.0.1:{server.server_port}/n"'

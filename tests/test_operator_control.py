@@ -253,9 +253,10 @@ def test_ctrl_c_during_smtp_at_concurrency_4_leaves_the_rest_never_attempted(
     assert ws.status()["counts"]["sent"] == 8
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2])
 def test_chaos_sigkill_at_random_moments_still_delivers_each_key_once(
-    ws: Workspace, seed: int
+    ws: Workspace, seed: int, fast_waits: float
 ) -> None:
     """Kill -9 the worker at random moments, resume, repeat: every notification ends up
     delivered exactly once and the database stays consistent (it opens without complaint)."""

@@ -176,7 +176,9 @@ def test_one_slow_request_does_not_stall_the_others(ws: Workspace) -> None:
     _SlowOne.answered = []
     server = ThreadingHTTPServer(("127.0.0.1", 0), _SlowOne)
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     try:
         configure(ws, f"http://127.0.0.1:{server.server_address[1]}/hook")

@@ -69,7 +69,9 @@ class _AlwaysReplayed(BaseHTTPRequestHandler):
 @pytest.fixture
 def replaying_receiver() -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _AlwaysReplayed)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/notifications"

@@ -81,7 +81,8 @@ KILLS = st.one_of(
 
 def _faults(seed: int, *, idempotent: bool) -> Faults:
     # At most one fault per POST; together they leave most requests answered normally. The
-    # Retry-After of 0.2 s goes on the wire as `1` (delay-seconds round up).
+    # Retry-After of 0.2 s goes on the wire as `1` (delay-seconds round up), which the test
+    # switch (fast_waits) makes a wait of a quarter second again.
     return Faults(
         seed=seed,
         throttle_rate=0.06,
@@ -530,9 +531,10 @@ class NotifierMachine(RuleBasedStateMachine):
 
 
 # 25 examples of up to 10 real processes each: 100 s in a full run on a loaded machine.
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_random_operations_keep_database_report_and_downstream_in_agreement(
-    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, fast_waits: float
 ) -> None:
     """Random send / SIGKILL / resume / cancel / reconcile / manual-mark sequences against
     faulty sandboxes never commit a key twice, never leave a commit unaccounted for, and keep

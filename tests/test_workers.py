@@ -200,8 +200,9 @@ def test_an_m004_postgres_database_gains_workers_and_resumes(ws: Workspace, pg_u
     ],
     indirect=True,
 )
+@pytest.mark.slow
 def test_chaos_three_workers_killed_at_random_each_key_committed_once(
-    ws: Workspace, pg_url: str, sandbox: Sandbox
+    ws: Workspace, pg_url: str, sandbox: Sandbox, fast_waits: float
 ) -> None:
     """Three workers on one run, SIGKILLed at 8 random points of its progress and replaced,
     against a sandbox that throttles, fails and drops: every key is committed exactly once,

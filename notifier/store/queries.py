@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .. import clock
+from .. import clock, waits
 from ..records import (
     Attempt,
     Counts,
@@ -175,7 +175,8 @@ class Queries(StoreCore):
             "AND a.retry_after_s IS NOT NULL ORDER BY a.run_id, a.seq",
             (run_id,),
         ):
-            later(channel, clock.iso(clock.later(wait_s, clock.parse(finished_at))))
+            # As the retry policy waited it (the test switch scales both: waits.py).
+            later(channel, clock.iso(clock.later(waits.scaled(wait_s), clock.parse(finished_at))))
         return until
 
     def channel_gates(self, run_id: str) -> dict[str, str]:

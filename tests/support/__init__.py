@@ -1,0 +1,10 @@
+"""What the tests share, one module per concern; tests/conftest.py turns them into fixtures.
+
+- `workspace`: a test's directory and database, and driving the real CLI in it;
+- `postgres`: the PostgreSQL server the `[postgres]` variants use, a schema per test;
+- `smtp`: real SMTP servers on 127.0.0.1 (an inbox, a slow relay);
+- `net`: free ports on 127.0.0.1 for the servers a test starts;
+- `runs`: runs built directly in the store, planned or half sent, for tests whose subject
+  comes after the sending;
+- `waits`: the test switch that scales notifier's waits (notifier/waits.py).
+"""

@@ -1,0 +1,73 @@
+"""Real SMTP servers on 127.0.0.1 for the `mail` channel: an inbox keeping what it accepted,
+and a slow relay noting when each message began."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from email import message_from_bytes
+from email.message import Message
+from typing import Any
+
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import SMTP, Envelope, Session
+
+from .net import free_port
+from .workspace import Workspace
+
+
+class Inbox:
+    """An aiosmtpd handler keeping every message it accepted."""
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+
+    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
+        content = envelope.content
+        assert isinstance(content, bytes)
+        self.messages.append(message_from_bytes(content))
+        return "250 OK"
+
+    def message_ids(self) -> list[str]:
+        return [str(m["Message-ID"]) for m in self.messages]
+
+
+@contextlib.contextmanager
+def smtp_server(ws: Workspace, handler: Any, options: str = "") -> Iterator[None]:
+    """`handler` as a real SMTP server on 127.0.0.1, and a `mail` channel pointing at it."""
+    port = free_port()
+    controller = Controller(handler, hostname="127.0.0.1", port=port)
+    controller.start()
+    (ws.path / "notifier.toml").write_text(
+        f'[channels.mail]\ntype = "smtp"\nhost = "127.0.0.1"\nport = {port}\n'
+        f'sender = "ops@example.com"\n{options}'
+    )
+    try:
+        yield
+    finally:
+        controller.stop()
+
+
+class SlowRelay:
+    """An SMTP relay that takes 1 s per message, noting when each MAIL command arrived."""
+
+    def __init__(self) -> None:
+        self.mail_times: list[float] = []
+        self.first_mail = threading.Event()
+        self.seconds = 1.0
+
+    async def handle_MAIL(
+        self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]
+    ) -> str:
+        self.mail_times.append(time.time())
+        self.first_mail.set()
+        envelope.mail_from = address
+        envelope.mail_options.extend(options)
+        return "250 OK"
+
+    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
+        await asyncio.sleep(self.seconds)
+        return "250 OK"

@@ -1,0 +1,214 @@
+"""A test's workspace: its own directory holding one database (a receipts.db file, or a
+PostgreSQL schema of its own), its outbox and batch files, and the real CLI run in it
+(in-process with CliRunner, or as a subprocess where it must die or be signalled)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from click.testing import CliRunner, Result
+
+from notifier.cli import cli
+from notifier.store.postgres import native
+
+from .postgres import schema_of
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+EXAMPLE = ROOT / "examples" / "batch.csv"
+STORES = ("sqlite", "postgres")
+# What reading a database that is not there yet (or is being created) raises, on either store.
+DB_ERRORS = (sqlite3.Error, psycopg.Error)
+
+
+def default_sigint() -> None:
+    """`preexec_fn` for every process a test starts: SIGINT back to its default, so that a
+    test's Ctrl-C reaches the child even when the suite itself runs with SIGINT ignored (a
+    background job of a non-interactive shell), whose children would inherit SIG_IGN and,
+    being Python, would then install no KeyboardInterrupt handler either."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    """Until `condition()` holds, polled every 20 ms; fails naming `what` after `timeout`
+    seconds (a bound for a hung process, never a guess at how long something takes)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not reached within {timeout} s: {what}")
+        time.sleep(0.02)
+
+
+@dataclass
+class Workspace:
+    """A directory holding one database (a receipts.db file, or a PostgreSQL schema of its
+    own when `url` is set), its outbox and any batch files a test writes."""
+
+    path: Path
+    url: str = ""  # the schema's store URL, for a [postgres] test
+
+    @property
+    def store(self) -> str:
+        return "postgres" if self.url else "sqlite"
+
+    @property
+    def db(self) -> Path | str:
+        """What `--db` gets: the SQLite file's path, or the PostgreSQL URL."""
+        return self.url or self.db_file
+
+    @property
+    def db_file(self) -> Path:
+        """The SQLite file, for a test about the file itself (its bytes, -wal, permissions)."""
+        assert not self.url, "an SQLite-only test was given a PostgreSQL workspace"
+        return self.path / "receipts.db"
+
+    @property
+    def outbox(self) -> Path:
+        return self.path / "outbox"
+
+    def invoke(
+        self, *args: str, input: str | None = None, env: Mapping[str, str | None] | None = None
+    ) -> Result:
+        """Run the CLI in-process, as `notifier --db <ws.db> ARGS` (an `env` value of None
+        unsets that variable for the command)."""
+        return CliRunner().invoke(
+            cli, ["--db", str(self.db), *args], input=input, env=env, catch_exceptions=False
+        )
+
+    def run(
+        self, *args: str, env: dict[str, str] | None = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        """Run the CLI as a real process (needed where it must die or be signalled)."""
+        return subprocess.run(
+            [sys.executable, "-m", "notifier", "--db", str(self.db), *args],
+            cwd=self.path,
+            env={**os.environ, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,  # the exit status is what most tests assert on
+            preexec_fn=default_sigint,
+        )
+
+    def popen(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        """Start the CLI as a real process, its SIGINT deliverable (see default_sigint)."""
+        return subprocess.Popen(
+            [sys.executable, "-m", "notifier", "--db", str(self.db), *args],
+            cwd=self.path,
+            env={**os.environ, **(env or {})},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=default_sigint,  # noqa: PLW1509 (one signal() call: no lock, no import)
+        )
+
+    def write_csv(self, name: str, rows: Sequence[Sequence[str]]) -> Path:
+        path = self.path / name
+        with path.open("w", newline="", encoding="utf-8") as handle:
+            csv.writer(handle).writerows(rows)
+        return path
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Read the real database with plain sqlite3 or psycopg, as an operator would
+        (read-only: a test must never create the database a worker is about to create).
+        `?` parameters on both."""
+        if self.url:
+            with psycopg.connect(self.url, autocommit=True) as pg:
+                pg.execute("SET default_transaction_read_only = on")
+                cursor = psycopg.RawCursor(pg).execute(native(sql)[0], params)
+                return [tuple(r) for r in cursor]
+        conn = sqlite3.connect(f"file:{self.db_file}?mode=ro", uri=True)
+        try:
+            return [tuple(r) for r in conn.execute(sql, params)]
+        finally:
+            conn.close()
+
+    def write(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """Change the database behind notifier's back, as a test that forges a state does."""
+        if self.url:
+            with psycopg.connect(self.url, autocommit=True) as pg:
+                psycopg.RawCursor(pg).execute(native(sql)[0], params)
+            return
+        conn = sqlite3.connect(self.db_file)
+        try:
+            conn.execute(sql, params)
+            conn.commit()
+        finally:
+            conn.close()
+
+    def has_database(self) -> bool:
+        """Whether anything was created yet: the file, or any table in the schema."""
+        if not self.url:
+            return self.db_file.exists()
+        return bool(self._pg_tables())
+
+    def _pg_tables(self) -> set[str]:
+        return {
+            name
+            for (name,) in self.query(
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_schema = current_schema()"
+            )
+        }
+
+    def reset(self) -> None:
+        """Start again from no database, in the same workspace."""
+        if self.url:
+            schema = schema_of(self.url)
+            with psycopg.connect(self.url, autocommit=True) as pg:
+                pg.execute(f"DROP SCHEMA {schema} CASCADE")
+                pg.execute(f"CREATE SCHEMA {schema}")
+            return
+        for suffix in ("", "-wal", "-shm"):
+            self.path.joinpath(f"receipts.db{suffix}").unlink(missing_ok=True)
+
+    def outbox_documents(self) -> list[dict[str, Any]]:
+        if not self.outbox.exists():
+            return []
+        return [json.loads(p.read_text("utf-8")) for p in sorted(self.outbox.glob("*.json"))]
+
+    def status(self) -> dict[str, Any]:
+        result = self.invoke("status", "--json")
+        assert result.exit_code == 0, result.output
+        data: dict[str, Any] = json.loads(result.output)
+        return data
+
+
+def assert_counters_match_items(ws: Workspace) -> None:
+    """After every test: m004's per-run counters equal a count of the item rows, whatever
+    moves the test made (so the whole suite checks that no move path skips them)."""
+    if ws.url:
+        if "run_counts" not in ws._pg_tables():
+            return
+    else:
+        if not ws.db_file.exists():
+            return
+        try:
+            if not ws.query(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'run_counts'"
+            ):
+                return
+        except sqlite3.DatabaseError:
+            return  # a test that damaged or replaced the file on purpose
+    kept = set(ws.query("SELECT run_id, state, n FROM run_counts WHERE n != 0"))
+    counted = set(ws.query("SELECT run_id, state, COUNT(*) FROM items GROUP BY run_id, state"))
+    assert kept == counted, f"run_counts drifted from the items: {kept ^ counted}"
+
+
+def make_rows(n: int, *, start: int = 1) -> list[list[str]]:
+    """A header and `n` plain rows addressed to example.com."""
+    rows = [["id", "to", "subject", "body", "name"]]
+    for i in range(start, start + n):
+        rows.append([f"u{i}", f"user{i}@example.com", f"Hello {i}", f"Body of {i}", f"User {i}"])
+    return rows
