@@ -9,6 +9,7 @@ from pathlib import Path
 
 from notifier import app, config
 from notifier.env import Env
+from notifier.store import target
 
 from .workspace import Workspace
 
@@ -29,7 +30,7 @@ def plan_run(
     nothing sent: every item pending, never attempted. The run's id."""
     batch = ws.write_csv(name, rows)
     env = Env(
-        db_path=ws.db,
+        target=target.parse(ws.db),
         config=config.load(ws.path / "notifier.toml", explicit=False),
         say=lambda line: None,
     )
