@@ -69,6 +69,12 @@ def _run_state(ws: Workspace) -> str:
     return str(state)
 
 
+def _judged(ws: Workspace, item_id: str) -> bool:
+    """Whether the committer has recorded an answer for `item_id` (no longer in flight)."""
+    rows = ws.query("SELECT state FROM items WHERE item_id = ?", (item_id,))
+    return bool(rows) and rows[0][0] not in ("pending", "in_flight")
+
+
 def _run_id(ws: Workspace) -> str:
     ((run_id,),) = ws.query("SELECT run_id FROM runs")
     return str(run_id)
@@ -93,9 +99,17 @@ def test_a_halting_answer_ends_the_run_at_every_concurrency(
     in flight, the rest stays pending, and `cancel` then closes the run. Unknowns no query
     can settle are pointed to `reconcile --manual`."""
     scripted = {"u3"} if answer != 500 else None
-    receiver = Receiver(
-        answer=lambda item, _n: answer if scripted is None or item in scripted else None
-    )
+
+    def answer_for(item: str, _n: int) -> int | None:
+        if scripted is None or item in scripted:
+            return answer
+        if int(item[1:]) > 3:
+            # Items after u3 are answered once u3's answer is judged: a busy machine that
+            # delays u3's answer cannot let the other senders finish the batch before it.
+            wait_for(lambda: _judged(ws, "u3"), "u3's answer judged", timeout=WAIT_S)
+        return None
+
+    receiver = Receiver(answer=answer_for)
     with receiving(receiver):
         (ws.path / "notifier.toml").write_text(
             webhook_config(receiver, idempotent=idempotent, status=idempotent)
