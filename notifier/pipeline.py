@@ -169,38 +169,3 @@ class SharedBucket:
             if 1 / self.rate > max_wait_s or stop():
                 return 1 / self.rate
             time.sleep(min(1 / self.rate, POLL_S))
-
-
-class SharedRead(Generic[R]):
-    """One database read for many sender threads at once. Each caller gets the result of a
-    read that began after it asked, never an older one; a read serves every caller that
-    asked before it began. Sixteen senders checking the cancel flag before each send then
-    cost one round trip per wave instead of one each, queued behind a lock (on PostgreSQL
-    each is a trip to the server)."""
-
-    def __init__(self, read: Callable[[], R]) -> None:
-        self._read = read
-        self._cond = threading.Condition()
-        self._reading = False
-        self._done = 0  # reads completed
-        self._latest: tuple[R, ...] = ()  # the last read's value, once there is one
-
-    def __call__(self) -> R:
-        with self._cond:
-            # A read already under way began before this call: wait for the one after it.
-            wanted = self._done + (2 if self._reading else 1)
-            while self._done < wanted:
-                if self._reading:
-                    self._cond.wait()
-                    continue
-                self._reading = True
-                self._cond.release()
-                try:
-                    value = self._read()
-                finally:
-                    self._cond.acquire()
-                    self._reading = False
-                    self._cond.notify_all()
-                self._done += 1
-                self._latest = (value,)
-            return self._latest[0]

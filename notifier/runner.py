@@ -21,14 +21,12 @@ from datetime import UTC, datetime
 from . import approval, clock
 from .channels import Channel, ChannelError, ErrorKind, Receipt
 from .crash import CrashPlan
-from .flags import FlagReader, KnownFlags
 from .judging import Judge, NotStarted, Progress, Sent, Slot, Stop
 from .lease import holder_alive
 from .pipeline import (
     GATHER_PER_N_AHEAD_S,
     Senders,
     SharedBucket,
-    SharedRead,
     TokenBucket,
     claim_ahead,
     in_flight_cap,
@@ -129,10 +127,16 @@ class Runner:
         # renewing it mid-run counts). None: the run needs no approval.
         self._approved: str | None = None
         self._approval_until: datetime | None = None
-        # The send threads read the cancel flag through a connection of their own (this
-        # thread's is busy committing while they send), one at a time.
-        self._flags_lock = threading.Lock()
-        self._flags_store = store.secondary() if options.concurrency > 1 else store
+        # The run's cancel request as this thread last read it, after each transaction that
+        # claimed items and at each turn: the senders check it before each send (_may_start)
+        # instead of asking the database. `cancel` returns only once this process has moved
+        # the run to cancelled, with nothing in flight: a send that starts on a value not yet
+        # refreshed is one that cancel waits for (docs/guarantees.md, Cancel).
+        self._cancel_seen: str | None = None
+        # A shared run's --rate buckets live in the database: the senders take their tokens
+        # through a connection of their own (this thread's is busy committing), one at a time.
+        self._bucket_lock = threading.Lock()
+        self._bucket_store: Store | None = None
         # One token bucket per rate-limited channel, shared by all its senders: --rate for
         # the run, else the channel's own `rate`.
         rates = channel_rates or {}
@@ -141,15 +145,6 @@ class Runner:
             for name in channels
             if (rate := options.rate or rates.get(name))
         }
-        # The flags as last read by any thread, good until anyone commits (flags.py).
-        self._known = KnownFlags(store.watch_commits())
-        self._send_flags = FlagReader(self._flags_store, run_id, self._known)
-        self._fresh_flags = SharedRead(self._read_send_flags)
-        self._loop_flags = (
-            self._send_flags
-            if self._flags_store is store
-            else FlagReader(store, run_id, self._known)
-        )
         # Items claimed ahead of the N being sent, point A committed (see claim_ahead).
         self._ahead = claim_ahead(options.concurrency, channels.values())
         self._senders: Senders[Slot] = Senders(
@@ -169,8 +164,8 @@ class Runner:
             return self._run()
         finally:
             self._senders.close()
-            if self._flags_store is not self.store:
-                self._flags_store.close()
+            if self._bucket_store is not None and self._bucket_store is not self.store:
+                self._bucket_store.close()
 
     def _run(self) -> RunResult:
         run = self.store.get_run(self.run_id)
@@ -559,10 +554,10 @@ class Runner:
                 f"{', '.join(map(str, held_back))} were not sent; `notifier resume "
                 f"{self.run_id}` settles them"
             )
-        if self._known.watching:
-            # The flags as of this commit, read before its items go to the senders: their
-            # checks then need no query until someone else commits.
-            self._loop_flags.read()
+        if claimed:
+            # Read after this commit, before its items go to the senders: an item claimed
+            # after a cancel was committed never starts.
+            self._read_flags()
         if self.crash and seqs:
             self.crash.at("after-receipt", seqs)
         for outcome in outcomes:
@@ -599,14 +594,13 @@ class Runner:
 
     def _ending(self) -> bool:
         """Whether the run is ending: a signal, a halt, an expired approval or a cancel (the
-        flag read as the senders read it: one query at most, cheaper than the downstream
-        query it may spare)."""
+        flag read now: one query, cheaper than the downstream query it may spare)."""
         return (
             self.interrupted.is_set()
             or self._halting is not None
             or self.p.halt is not None
             or self._approval_expired()
-            or self._cancel_flag() is not None
+            or self.store.run_flags(self.run_id)[0] is not None
         )
 
     def _stopping(self) -> bool:
@@ -621,16 +615,22 @@ class Runner:
             or self._rate_wake is not None
         ):
             return True
-        # Only this thread reads through the committer's connection (with N = 1 the senders'
-        # reader is this same one, and the sends run in this thread too): no lock.
+        return self._read_flags()
+
+    def _read_flags(self) -> bool:
+        """Read the run's flags on this thread's connection and publish its cancel request
+        to the senders (`_cancel_seen`). Whether the run stops starting sends: a cancel, or
+        on a shared run another worker halted, paused or closed it."""
         if self.shared:
-            # Another worker may have halted, paused or closed the run.
             cancel, state = self.store.run_signals(self.run_id)
-            return cancel is not None or state is not RunState.RUNNING
-        cancel_requested_at, version = self._loop_flags.read()
-        if version != self.lease_version:
-            raise LeaseLost(f"run {self.run_id}: another process took over this run")
-        return cancel_requested_at is not None
+            moved = state is not RunState.RUNNING
+        else:
+            cancel, version = self.store.run_flags(self.run_id)
+            if version != self.lease_version:
+                raise LeaseLost(f"run {self.run_id}: another process took over this run")
+            moved = False
+        self._cancel_seen = cancel
+        return cancel is not None or moved
 
     def _would_halt(self, outcomes: list[Outcome], channel_of: Mapping[int, str]) -> bool:
         """Whether recording `outcomes` halts or pauses the run (`_after`'s and
@@ -689,22 +689,9 @@ class Runner:
             return f"{doubted} uncertain answers in a row are being judged"
         if self._approval_expired():
             return "the run's approval expired before it started"
-        cancel_requested_at = self._cancel_flag()
-        if cancel_requested_at:
-            return f"cancel requested at {cancel_requested_at}"
+        if self._cancel_seen is not None:
+            return f"cancel requested at {self._cancel_seen}"
         return None
-
-    def _cancel_flag(self) -> str | None:
-        """The run's cancel flag as the database holds it now: as last read if nobody has
-        committed since (flags.py), else read after this call began (see SharedRead)."""
-        known = self._known.current()
-        if known is not None:
-            return known[0]
-        return self._fresh_flags()[0]
-
-    def _read_send_flags(self) -> tuple[str | None, int]:
-        with self._flags_lock:  # the connection is also the shared --rate bucket's
-            return self._send_flags.read()
 
     def _send_stopped(self) -> bool:
         """Stop waiting for a --rate token: the lease is lost, or the send may not start."""
@@ -1005,7 +992,10 @@ class Runner:
         database for all its workers (so ten workers do not send ten times the rate)."""
         if not self.shared:
             return TokenBucket(rate)
-        return SharedBucket(self._flags_store, self._flags_lock, self.run_id, channel, rate)
+        if self._bucket_store is None:
+            concurrent = self.options.concurrency > 1
+            self._bucket_store = self.store.secondary() if concurrent else self.store
+        return SharedBucket(self._bucket_store, self._bucket_lock, self.run_id, channel, rate)
 
 
 def _unreached_after(count: int, outcome: Outcome) -> int:

@@ -12,6 +12,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ from notifier.lease import holder_alive
 from notifier.outcome import run_advice, run_exit
 from notifier.records import Item
 from notifier.retry import RetryPolicy
-from notifier.runner import APPROVAL_PAUSE, CHANNEL_DOWN_PAUSE, Runner, RunOptions
+from notifier.runner import APPROVAL_PAUSE, CHANNEL_DOWN_PAUSE, Runner, RunOptions, RunResult
 from notifier.signals import Interruption
 from notifier.state_machine import RunState, RunTrigger
 from notifier.store import Store
@@ -241,6 +242,124 @@ def test_a_throttled_answer_closes_the_channel_before_any_other_sender_starts(
         if channel.throttled_at < at < channel.throttled_at + waits.scaled(1.0)
     ]
     assert early == [], "requests started within Retry-After of the 429"
+
+
+@dataclass
+class _Recording:
+    """A downstream that notes which items' requests started and answers each 200 once
+    `release` is set (the wire does not matter here: only the order of events)."""
+
+    name: str = "hooks"
+    idempotent: bool = True
+    queryable: bool = True
+    thread_safe: bool = True
+    release: threading.Event = field(default_factory=threading.Event)
+    started: list[int] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def send(self, intent: Intent) -> Receipt:
+        with self.lock:
+            self.started.append(int(intent.item_id))
+        self.release.wait(WAIT_S)
+        return Receipt("r-" + intent.item_id, intent.intent_digest)
+
+    def query(self, key: str) -> Receipt | None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+def _runner(ws: Workspace, items: int, n: int, channel: _Recording) -> tuple[Store, Runner]:
+    store = _planned_run(ws, items)
+    version = store.acquire_lease("r1", {"host": "h", "pid": os.getpid()}, 30, holder_alive)
+    runner = Runner(
+        store, "r1", {"hooks": channel}, RetryPolicy.from_settings(5, 60, 0.01, 0.05),
+        RunOptions(concurrency=n), lease_version=version, lease_lost=threading.Event(),
+        interrupted=Interruption(), say=lambda line: None,
+    )  # fmt: skip
+    return store, runner
+
+
+def _released(ws: Workspace) -> set[int]:
+    """Items whose claim was given back never attempted (their attempt closed not_started)."""
+    rows = ws.query(
+        "SELECT a.seq FROM attempts AS a JOIN items AS i ON i.run_id = a.run_id "
+        "AND i.seq = a.seq WHERE a.outcome = 'not_started' AND i.state = 'pending' "
+        "AND i.attempts = 0"
+    )
+    return {int(seq) for (seq,) in rows}
+
+
+@CONCURRENCY
+@pytest.mark.timeout(60)
+def test_no_item_claimed_after_a_cancel_was_committed_starts(
+    ws: Workspace, n: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cancel committed just before a commit that claims items (at N = 1, and at 8 with 3N
+    claimed ahead): the committer reads the run's flags after that commit and the senders
+    check what it read, so none of those items starts; each is released never attempted and
+    the run ends cancelled with nothing in flight."""
+    channel = _Recording()
+    channel.release.set()
+    store, runner = _runner(ws, 40, n, channel)
+    canceller = Store.open(ws.db)
+    step = store.step
+    after_cancel: list[int] = []  # the items claimed by the first commit after the cancel
+
+    def cancel_then_step(*args: Any, **kwargs: Any) -> list[Item]:
+        claim = args[3] > 0 and channel.started and not after_cancel
+        if claim:
+            assert canceller.request_cancel("r1")
+        claimed = step(*args, **kwargs)
+        if claim:
+            after_cancel.extend(item.seq for item in claimed)
+        return claimed
+
+    monkeypatch.setattr(store, "step", cancel_then_step)
+    try:
+        result = runner.run()
+    finally:
+        store.close()
+        canceller.close()
+    assert result.stop is Stop.CANCELLED, result
+    assert after_cancel, "no commit claimed items after the cancel"
+    assert set(after_cancel).isdisjoint(channel.started)
+    assert set(after_cancel) <= _released(ws)
+    assert _run_state(ws) == "cancelled"
+    _assert_nothing_left_open(ws)
+
+
+@pytest.mark.parametrize("n", [8, 16])
+@pytest.mark.timeout(60)
+def test_items_claimed_ahead_never_start_once_the_worker_saw_a_cancel(
+    ws: Workspace, n: int
+) -> None:
+    """N requests under way and 3N items claimed ahead, waiting for a sender: once the
+    committer has read the cancel (it looks at each turn, at least every 0.2 s), the
+    senders that free up start none of the 3N; they are released never attempted."""
+    channel = _Recording()
+    store, runner = _runner(ws, 5 * n, n, channel)
+    canceller = Store.open(ws.db)
+    results: list[RunResult] = []
+    thread = threading.Thread(target=lambda: results.append(runner.run()))
+    thread.start()
+    try:
+        wait_for(lambda: len(channel.started) == n, "N requests under way")
+        assert canceller.request_cancel("r1")
+        wait_for(lambda: runner._cancel_seen is not None, "the committer read the cancel")
+        channel.release.set()
+        thread.join(WAIT_S)
+    finally:
+        channel.release.set()
+        thread.join(WAIT_S)
+        store.close()
+        canceller.close()
+    assert results and results[0].stop is Stop.CANCELLED, results
+    assert len(channel.started) == n
+    assert len(_released(ws)) == 3 * n
+    assert _run_state(ws) == "cancelled"
+    _assert_nothing_left_open(ws)
 
 
 @CONCURRENCY

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from notifier.channels.outbox import OutboxChannel
-from notifier.pipeline import SharedRead, claim_ahead
+from notifier.pipeline import claim_ahead
 from notifier.sandbox import Faults, Sandbox
 
 from .conftest import Workspace, make_rows
@@ -234,45 +234,3 @@ def test_rate_must_be_positive(ws: Workspace) -> None:
     result = ws.invoke("send", "batch.csv", "--channel", "hooks")
     assert result.exit_code == 2
     assert "`rate` must be greater than 0" in result.output
-
-
-def test_a_shared_read_never_answers_with_a_read_that_began_before_the_call() -> None:
-    """A caller arriving while a read is under way waits for the next read, not that one (it
-    may predate a cancel); callers that arrive together share one read."""
-    began: list[threading.Event] = []
-    release: list[threading.Event] = []
-    reads = 0
-
-    def read() -> int:
-        nonlocal reads
-        reads += 1
-        number = reads
-        began.append(threading.Event())
-        release.append(threading.Event())
-        began[-1].set()
-        release[number - 1].wait(5)
-        return number
-
-    shared = SharedRead(read)
-    answers: dict[str, int] = {}
-
-    def call(name: str) -> threading.Thread:
-        thread = threading.Thread(target=lambda: answers.__setitem__(name, shared()))
-        thread.start()
-        return thread
-
-    first = call("first")
-    deadline = time.monotonic() + 5
-    while not began and time.monotonic() < deadline:
-        time.sleep(0.001)
-    late = [call("late1"), call("late2")]  # arrive while read 1 is under way
-    time.sleep(0.05)
-    release[0].set()
-    first.join(5)
-    while len(began) < 2 and time.monotonic() < deadline:
-        time.sleep(0.001)
-    release[1].set()
-    for thread in late:
-        thread.join(5)
-    assert answers == {"first": 1, "late1": 2, "late2": 2}
-    assert reads == 2

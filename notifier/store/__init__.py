@@ -7,7 +7,6 @@ migrations are migrations.py's. All SQL lives in this package."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar, Self
 
@@ -50,11 +49,6 @@ class Store(Drafts, Leases, Queries, Buckets, Checks):
     def secondary(self) -> Self:
         """Another connection to the same checked database, for a thread of our own."""
         raise NotImplementedError
-
-    def watch_commits(self) -> Callable[[], bytes] | None:
-        """A function returning a marker that changes with every commit to the database,
-        by anyone, read without a query; None where the engine has none (PostgreSQL)."""
-        return None
 
     def close(self) -> None:
         raise NotImplementedError

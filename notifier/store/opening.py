@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import NamedTuple, Self
 
 from ..errors import NotifierError
-from . import migrations, walwatch
+from . import migrations
 from .checks import Checks
 from .core import _HEADER, ROLLED_BACK
 from .exceptions import DatabaseUnwritable, NoDatabase, StorageFailed, StoreRefused
@@ -24,7 +24,6 @@ class Opening(Checks):
     that fails them, and read-only commands open it read-only."""
 
     _stage_attached = False  # a plan's stage attached by _stage_table
-    _file_key: walwatch.FileKey | None = None  # this connection, counted in walwatch
 
     path: Path
 
@@ -122,9 +121,6 @@ class Opening(Checks):
                 f"{path}: cannot open or create the database ({exc}). Check that the "
                 "directory exists and is writable, or choose another --db."
             ) from exc
-        key = walwatch.file_key(path)
-        if key is not None:
-            walwatch.connected(key, path)
         # Another process (a cancel, a second resume) may hold the write lock briefly.
         conn.execute("PRAGMA busy_timeout = 10000")
         conn.row_factory = sqlite3.Row
@@ -134,7 +130,6 @@ class Opening(Checks):
         # index pages all over the file; the default 2 MiB thrashes.
         conn.execute("PRAGMA cache_size = -65536")
         store = cls(path, conn)
-        store._file_key = key
         if fresh:
             store._prepare()
         return store
@@ -173,22 +168,8 @@ class Opening(Checks):
         store.worker_id = self.worker_id
         return store
 
-    def watch_commits(self) -> Callable[[], bytes] | None:
-        """A function returning the file's commit marker (walwatch.py): equal to an earlier
-        one only if nobody has committed since. None when the file has none to read. Valid
-        while this store is open (its connection keeps the watch open)."""
-        if self._file_key is None:
-            return None
-        # No journal_mode check: outside WAL mode SQLite holds no -shm open, so none is
-        # watched (walwatch's own check).
-        watch = walwatch.watch(self._file_key)
-        return None if watch is None else watch.marker
-
     def close(self) -> None:
         self.conn.close()
-        if self._file_key is not None:
-            walwatch.disconnected(self._file_key)  # after the close: see walwatch.py
-            self._file_key = None
 
     def _storage_failure(self, exc: Exception) -> NotifierError:
         """Name what went wrong with the file, the safe state it leaves, and the fix."""

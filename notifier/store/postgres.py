@@ -12,7 +12,6 @@ LOCKED, so two transactions can never claim the same item even without that lock
 from __future__ import annotations
 
 import functools
-import itertools
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -151,7 +150,6 @@ class PostgresOpening(Checks):
     _LEAST = "LEAST"
     conn: PgConnection
     url: str
-    _versions = itertools.count()
 
     @classmethod
     def open(cls, path: Path | str, *, create: bool = False, readonly: bool = False) -> Self:
@@ -326,11 +324,6 @@ class PostgresOpening(Checks):
             for row in rows:
                 copy.write_row((*row, "pending", 0))
         self._gather_statistics()
-
-    def data_version(self) -> int:
-        """PostgreSQL has no counterpart of SQLite's data_version: a new number each time,
-        so a reader never trusts what it read before and reads the row again."""
-        return next(self._versions)
 
     def _indexed(self, index: str) -> str:
         return ""  # PostgreSQL's planner has statistics; SQLite's INDEXED BY has no twin

@@ -70,12 +70,6 @@ class Queries(StoreCore):
         ).fetchone()
         return cancel_requested_at, RunState(state)
 
-    def data_version(self) -> int:
-        """A number that changes whenever another connection (in any process) commits to the
-        file: a reader that sees it unchanged knows nothing it read before has changed."""
-        (version,) = self.conn.execute("PRAGMA data_version").fetchone()
-        return int(version)
-
     def counts(self, run_id: str) -> Counts:
         """Items per state, from the counters m004's triggers keep with every move: one
         indexed read of at most one row per state, whatever the size of the run."""
