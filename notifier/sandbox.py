@@ -17,35 +17,51 @@ Faults (latency, 429 with Retry-After, 503, 500, "commit then drop the connectio
 forced answers per item) are drawn from one seeded random generator, so a seed always gives
 the same sequence of answers for the same sequence of requests.
 
-Standard library only. The handler speaks HTTP/1.1 with keep-alive and disables Nagle's
-algorithm: without it, every small response waits ~40 ms for the client's delayed ACK.
+The fault model and the state behind the answers are in sandbox_state.py; this module is
+the HTTP server around them. Standard library only. The handler speaks HTTP/1.1 with
+keep-alive and disables Nagle's algorithm: without it, every small response waits ~40 ms
+for the client's delayed ACK.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
-import enum
-import hashlib
 import json
-import math
-import random
 import socket
 import socketserver
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final
 from urllib.parse import unquote
 
+# Faults and payload_identity are part of this module's interface (tests and demos import
+# them from here); NO_KEY names the stats key of deliveries without an Idempotency-Key.
+from .sandbox_state import (
+    NO_KEY,
+    Fault,
+    Faults,
+    Reply,
+    State,
+    error_reply,
+    json_reply,
+    payload_identity,
+)
+
+__all__ = [
+    "MAX_BODY_BYTES",
+    "NOTIFICATIONS_PATH",
+    "NO_KEY",
+    "Faults",
+    "Sandbox",
+    "payload_identity",
+    "run_sandbox",
+]
+
 NOTIFICATIONS_PATH: Final = "/notifications"
 _KEY_PREFIX: Final = NOTIFICATIONS_PATH + "/"
-# The stats key under which non-idempotent deliveries without an Idempotency-Key count.
-NO_KEY: Final = "-"
 # Larger bodies are refused (413) rather than read into memory.
 MAX_BODY_BYTES: Final = 10 * 1024 * 1024
 # How often the serving loop checks for stop(); a real Ctrl-C interrupts it at once.
@@ -54,268 +70,12 @@ _POLL_INTERVAL: Final = 0.05
 _NO_BODY_STATUSES: Final = frozenset({204, 304})
 
 
-@dataclass(frozen=True)
-class Faults:
-    """What the sandbox does wrong, and how often. Rates are fractions of POSTs (0..1); at
-    most one fault applies per POST, so the rates must add up to at most 1."""
-
-    seed: int = 0
-    latency_ms: float = 0.0
-    fail_rate: float = 0.0
-    throttle_rate: float = 0.0
-    retry_after: float = 1.0
-    error_rate: float = 0.0
-    drop_rate: float = 0.0
-    idempotent: bool = True
-    force_status: Mapping[str, int] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        rates = {
-            "throttle_rate": self.throttle_rate,
-            "fail_rate": self.fail_rate,
-            "error_rate": self.error_rate,
-            "drop_rate": self.drop_rate,
-        }
-        for name, value in rates.items():
-            if not 0.0 <= value <= 1.0:  # also rejects NaN
-                raise ValueError(f"{name} must be between 0 and 1, got {value}")
-        total = sum(rates.values())
-        if total > 1.0 + 1e-9:
-            raise ValueError(
-                f"fault rates add up to {total:g}; at most one fault applies per request, "
-                "so their sum must be at most 1"
-            )
-        if not (math.isfinite(self.latency_ms) and self.latency_ms >= 0):
-            raise ValueError(f"latency_ms must be a finite number >= 0, got {self.latency_ms}")
-        if not (math.isfinite(self.retry_after) and self.retry_after >= 0):
-            raise ValueError(f"retry_after must be a finite number >= 0, got {self.retry_after}")
-        for item_id, status in self.force_status.items():
-            if not 200 <= status <= 599:
-                raise ValueError(f"force_status for {item_id!r} must be 200..599, got {status}")
-
-    @property
-    def retry_after_header(self) -> str:
-        """`Retry-After` as RFC 9110 delay-seconds (digits only): whole values as they are,
-        fractions rounded up, so the client never comes back sooner than configured."""
-        return str(math.ceil(self.retry_after))
-
-
-def payload_identity(body: Any) -> str:
-    """`sha256:<hex>` over the canonical JSON of a request body (sorted keys, no whitespace,
-    UTF-8): identifies "the same payload" when no `Notifier-Intent-Digest` header is sent."""
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
-
-
-@dataclass(frozen=True)
-class _Reply:
-    status: int
-    body: bytes
-    headers: tuple[tuple[str, str], ...] = ()
-
-
-def _json_bytes(document: Any) -> bytes:
-    return json.dumps(document, ensure_ascii=False).encode("utf-8")
-
-
-def _json_reply(status: int, document: Any, *headers: tuple[str, str]) -> _Reply:
-    return _Reply(status, _json_bytes(document), headers)
-
-
-def _error(status: int, message: str, **extra: Any) -> _Reply:
-    return _json_reply(status, {"error": message, **extra})
-
-
-class _Fault(enum.Enum):
-    NONE = "none"
-    FORCED = "forced"
-    THROTTLE = "throttle"
-    FAIL = "fail"
-    ERROR = "error"
-    DROP = "drop"
-
-
-@dataclass
-class _KeyRecord:
-    """Everything known about one idempotency key."""
-
-    digest: str
-    processing: bool
-    first_id: str | None = None
-    reply: _Reply | None = None
-    commits: int = 0
-    replays: int = 0
-    refused: int = 0
-
-
-class _State:
-    """All shared state of one sandbox, guarded by one lock (never held while sleeping)."""
-
-    def __init__(self, faults: Faults) -> None:
-        self.faults = faults
-        self.force_status = dict(faults.force_status)
-        self.lock = threading.Lock()
-        self.rng = random.Random(faults.seed)
-        self.keys: dict[str, _KeyRecord] = {}
-        self.deliveries: list[dict[str, Any]] = []
-        self.requests = 0
-        self.faulted = 0
-        self.dropped = 0
-        self.connections = 0
-
-    def decide(self, item_id: Any) -> tuple[_Fault, _Reply | None]:
-        """The fault for one POST and, unless it is processed normally, its answer. Forced
-        statuses are deterministic and draw nothing; every other POST draws exactly one
-        number, so the sequence of decisions depends only on the seed and the requests."""
-        faults = self.faults
-        with self.lock:
-            if isinstance(item_id, str | int) and not isinstance(item_id, bool):
-                forced = self.force_status.get(str(item_id))
-                if forced is not None:
-                    self.faulted += 1
-                    return _Fault.FORCED, _error(forced, f"forced status {forced}")
-            draw = self.rng.random()
-            threshold = faults.throttle_rate
-            if draw < threshold:
-                self.faulted += 1
-                return _Fault.THROTTLE, _json_reply(
-                    429,
-                    {"error": "throttled", "retry_after": faults.retry_after},
-                    ("Retry-After", faults.retry_after_header),
-                )
-            threshold += faults.fail_rate
-            if draw < threshold:
-                self.faulted += 1
-                return _Fault.FAIL, _error(503, "service unavailable")
-            threshold += faults.error_rate
-            if draw < threshold:
-                self.faulted += 1
-                return _Fault.ERROR, _error(500, "internal error")
-            threshold += faults.drop_rate
-            if draw < threshold:
-                self.dropped += 1
-                return _Fault.DROP, None
-            return _Fault.NONE, None
-
-    def claim(self, key: str, digest: str) -> _Reply | None:
-        """Idempotent mode: mark a new key as processing (None: the caller must commit), or
-        answer a key seen before (replay, 422 for another payload, 409 while processing)."""
-        with self.lock:
-            record = self.keys.get(key)
-            if record is None:
-                self.keys[key] = _KeyRecord(digest=digest, processing=True)
-                return None
-            if record.digest != digest:
-                record.refused += 1
-                return _error(
-                    422,
-                    "idempotency key already used with a different payload",
-                    idempotency_key=key,
-                )
-            if record.processing or record.reply is None:
-                record.refused += 1
-                return _error(
-                    409,
-                    "a request with this idempotency key is still being processed",
-                    idempotency_key=key,
-                )
-            record.replays += 1
-            first = record.reply
-            replayed = ("Idempotent-Replayed", "true")
-            return _Reply(first.status, first.body, (*first.headers, replayed))
-
-    def commit(
-        self,
-        key: str | None,
-        digest: str,
-        body: dict[str, Any],
-        raw: bytes,
-        headers: dict[str, str],
-    ) -> _Reply:
-        """Record one new delivery and count it under its key."""
-        with self.lock:
-            delivery_id = f"dlv_{len(self.deliveries) + 1}"
-            reply = _json_reply(
-                201,
-                {
-                    "id": delivery_id,
-                    "status": "delivered",
-                    "idempotency_key": key,
-                    "intent_digest": digest,
-                },
-            )
-            self.deliveries.append(
-                {
-                    "id": delivery_id,
-                    "idempotency_key": key,
-                    "intent_digest": digest,
-                    "body": body,
-                    "raw_body": raw.decode("utf-8"),
-                    "headers": headers,
-                    "committed_at": datetime.now(UTC).isoformat(),
-                }
-            )
-            stats_key = NO_KEY if key is None else key
-            record = self.keys.get(stats_key)
-            if record is None:
-                record = self.keys[stats_key] = _KeyRecord(digest=digest, processing=False)
-            if record.first_id is None:
-                record.first_id = delivery_id
-                record.digest = digest
-                record.reply = reply
-            record.processing = False
-            record.commits += 1
-            return reply
-
-    def lookup(self, key: str) -> _Reply:
-        """`GET /notifications/{key}`."""
-        with self.lock:
-            record = self.keys.get(key)
-            if record is None:
-                return _json_reply(404, {"error": "not found"})
-            if record.processing:
-                return _json_reply(409, {"status": "processing"})
-            return _json_reply(
-                200,
-                {
-                    "id": record.first_id,
-                    "idempotency_key": key,
-                    "intent_digest": record.digest,
-                    "status": "delivered",
-                    "deliveries": record.commits,
-                },
-            )
-
-    def stats(self) -> dict[str, Any]:
-        with self.lock:
-            keys = {
-                key: {"commits": r.commits, "replays": r.replays, "refused": r.refused}
-                for key, r in self.keys.items()
-            }
-            return {
-                "keys": keys,
-                "totals": {
-                    "commits": len(self.deliveries),
-                    "replays": sum(r.replays for r in self.keys.values()),
-                    "refused": sum(r.refused for r in self.keys.values()),
-                    "requests": self.requests,
-                    "faulted": self.faulted,
-                    "dropped": self.dropped,
-                    "connections": self.connections,
-                },
-            }
-
-    def snapshot_deliveries(self) -> list[dict[str, Any]]:
-        with self.lock:
-            return copy.deepcopy(self.deliveries)
-
-
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     # The default backlog of 5 drops SYNs (a one-second stall) when many clients connect.
     request_queue_size = 128
 
-    def __init__(self, address: tuple[str, int], state: _State) -> None:
+    def __init__(self, address: tuple[str, int], state: State) -> None:
         self.state = state
         self._connections: set[socket.socket] = set()
         self._closing = False
@@ -399,7 +159,7 @@ class _Handler(BaseHTTPRequestHandler):
         if raw is None:
             return
         if self._path() != NOTIFICATIONS_PATH:
-            self._send(_error(404, "not found"))
+            self._send(error_reply(404, "not found"))
             return
         reply, drop = self._post_notification(raw)
         if drop:
@@ -413,26 +173,26 @@ class _Handler(BaseHTTPRequestHandler):
         path = self._path()
         state = self.server.state
         if path == "/stats":
-            self._send(_json_reply(200, state.stats()))
+            self._send(json_reply(200, state.stats()))
         elif path == "/deliveries":
-            self._send(_json_reply(200, state.snapshot_deliveries()))
+            self._send(json_reply(200, state.snapshot_deliveries()))
         elif path.startswith(_KEY_PREFIX) and len(path) > len(_KEY_PREFIX):
             self._send(state.lookup(unquote(path[len(_KEY_PREFIX) :])))
         else:
-            self._send(_error(404, "not found"))
+            self._send(error_reply(404, "not found"))
 
     def do_HEAD(self) -> None:
         self.do_GET()
 
     def _not_found(self) -> None:
         if self._read_body() is not None:
-            self._send(_error(404, "not found"))
+            self._send(error_reply(404, "not found"))
 
     do_PUT = do_PATCH = do_DELETE = do_OPTIONS = _not_found
 
     # --- POST /notifications -------------------------------------------------------------
 
-    def _post_notification(self, raw: bytes) -> tuple[_Reply, bool]:
+    def _post_notification(self, raw: bytes) -> tuple[Reply, bool]:
         """The answer to one POST, and whether to drop the connection instead of sending it.
         Sleeps the configured latency before answering, never holding the lock."""
         state = self.server.state
@@ -443,13 +203,13 @@ class _Handler(BaseHTTPRequestHandler):
         body = _parse_object(raw)
         if body is None:
             self._latency()
-            return _error(400, "the body must be a JSON object (UTF-8)"), False
+            return error_reply(400, "the body must be a JSON object (UTF-8)"), False
 
         fault, faulted_reply = state.decide(body.get("item_id"))
         if faulted_reply is not None:
             self._latency()
             return faulted_reply, False
-        drop = fault is _Fault.DROP
+        drop = fault is Fault.DROP
 
         key = self.headers.get("Idempotency-Key") or None
         digest = self.headers.get("Notifier-Intent-Digest") or payload_identity(body)
@@ -457,7 +217,7 @@ class _Handler(BaseHTTPRequestHandler):
         if faults.idempotent:
             if key is None:
                 self._latency()
-                return _error(400, "missing Idempotency-Key header"), drop
+                return error_reply(400, "missing Idempotency-Key header"), drop
             answered = state.claim(key, digest)
             if answered is not None:
                 self._latency()
@@ -487,7 +247,7 @@ class _Handler(BaseHTTPRequestHandler):
         it cannot be read and the connection would be out of step."""
         if self.headers.get("Transfer-Encoding"):
             self.close_connection = True
-            self._send(_error(411, "send the body with a Content-Length"))
+            self._send(error_reply(411, "send the body with a Content-Length"))
             return None
         try:
             length = int(self.headers.get("Content-Length") or "0")
@@ -495,11 +255,11 @@ class _Handler(BaseHTTPRequestHandler):
                 raise ValueError(length)
         except ValueError:
             self.close_connection = True
-            self._send(_error(400, "invalid Content-Length"))
+            self._send(error_reply(400, "invalid Content-Length"))
             return None
         if length > MAX_BODY_BYTES:
             self.close_connection = True
-            self._send(_error(413, f"bodies are limited to {MAX_BODY_BYTES} bytes"))
+            self._send(error_reply(413, f"bodies are limited to {MAX_BODY_BYTES} bytes"))
             return None
         raw = self.rfile.read(length)
         if len(raw) < length:  # the client went away mid-body
@@ -507,7 +267,7 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         return raw
 
-    def _send(self, reply: _Reply) -> None:
+    def _send(self, reply: Reply) -> None:
         self.send_response(reply.status)
         for name, value in reply.headers:
             self.send_header(name, value)
@@ -541,9 +301,10 @@ class Sandbox:
     `url` reports the real one); `start()` serves in a daemon thread, `serve_forever()` in
     the calling thread. Use it as a context manager to start and stop it."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, faults: Faults = Faults()) -> None:
+    # Faults is a frozen dataclass (sandbox_state.py): one default shared by every call is safe.
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, faults: Faults = Faults()) -> None:  # noqa: B008
         self.faults = faults
-        self._state = _State(self.faults)
+        self._state = State(self.faults)
         server_class = _Server6 if ":" in host else _Server
         self._server = server_class((host, port), self._state)
         self._lifecycle = threading.Lock()

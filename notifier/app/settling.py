@@ -1,0 +1,223 @@
+"""Stopping and settling a run: `cancel`, `reconcile` by query, and the decisions by hand
+that `reconcile --manual` (manual.py) records."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping
+from contextlib import suppress
+from dataclasses import dataclass
+
+from ..channels import Channel, ErrorKind
+from ..env import Env, open_store, pick_run
+from ..errors import BadInput, Refused
+from ..lease import SoleLease, live_holder
+from ..reconcile import settle, settle_doubts
+from ..records import Counts, Run
+from ..state_machine import FINISHED_RUN_STATES, ItemState, ItemTrigger, RunState, RunTrigger
+from ..store import LeaseHeld, Store
+from .approving import operator_name
+from .working import run_channels, take_lease
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    run: Run
+    confirmed: bool  # no request of the run can start any more
+    message: str
+    counts: Counts
+
+
+def cancel(env: Env, run_id: str | None, wait_s: float) -> CancelResult:
+    """Returns once no request of the run can start any more (the worker moved the run to
+    cancelled, or there was no worker and this process did), or says that the worker did not
+    confirm in time (exit 3). A run that finished meanwhile is reported as it is."""
+    store = open_store(env)
+    try:
+        run = pick_run(store, run_id, active_only=True)
+        if run.state in FINISHED_RUN_STATES or not store.request_cancel(run.run_id):
+            return _already_finished(store, store.get_run(run.run_id))
+        deadline = time.monotonic() + wait_s
+        while True:
+            run = _wait_for_worker(store, run.run_id, deadline)
+            if run.state in FINISHED_RUN_STATES:
+                break
+            holder = live_holder(store, run)
+            if holder is not None:
+                return CancelResult(
+                    run,
+                    False,
+                    f"run {run.run_id}: cancel recorded, but the worker (pid "
+                    f"{holder.get('pid')} on {holder.get('host')}) did not "
+                    f"confirm within {wait_s:g}s, so a request may still start until it does. "
+                    f"Check with `notifier status {run.run_id}`, or wait longer with "
+                    f"`notifier cancel {run.run_id} --wait 120`.",
+                    store.counts(run.run_id),
+                )
+            try:
+                run = _cancel_without_worker(env, store, run)
+                break
+            except LeaseHeld:
+                # A `send` or `resume` took the lease between our look and our take (e.g. a
+                # send that had just planned the run): it sees the flag; wait for it instead.
+                continue
+        if run.state is not RunState.CANCELLED:
+            return _already_finished(store, run)
+        counts = store.counts(run.run_id)
+        message = f"run {run.run_id} cancelled."
+        if counts.unknown:
+            message += (
+                f" {counts.unknown} item(s) may have been delivered and are unknown: settle "
+                f"them with `notifier reconcile --manual {run.run_id}`."
+            )
+        return CancelResult(run, True, message, counts)
+    finally:
+        store.close()
+
+
+def _already_finished(store: Store, run: Run) -> CancelResult:
+    return CancelResult(
+        run,
+        True,
+        f"run {run.run_id} is already {run.state.value}; nothing to cancel.",
+        store.counts(run.run_id),
+    )
+
+
+def _wait_for_worker(store: Store, run_id: str, deadline: float) -> Run:
+    while True:
+        run = store.get_run(run_id)
+        live = live_holder(store, run) is not None
+        if run.state in FINISHED_RUN_STATES or not live or time.monotonic() >= deadline:
+            return run
+        time.sleep(0.05)
+
+
+def _cancel_without_worker(env: Env, store: Store, run: Run) -> Run:
+    """No live worker: settle what it left in flight (and every maybe-delivered item waiting
+    to retry) by query, then mark the run cancelled. Raises LeaseHeld if a worker took the
+    run meanwhile."""
+    with run_channels(run, env.base_dir, tolerate_broken=True) as channels:
+        lease = SoleLease(store, run.run_id, env.config.lease_ttl_s)
+        with lease:
+            if store.get_run(run.run_id).state in FINISHED_RUN_STATES:
+                return store.get_run(run.run_id)  # completed by a worker before our lease
+            settle(store, run.run_id, channels, lease.version, include_unknown=True, say=env.say)
+            settle_doubts(store, run.run_id, channels, lease.version, say=env.say)
+            store.move_run(run.run_id, RunTrigger.CANCEL, lease.version, stop_reason=None)
+    return store.get_run(run.run_id)
+
+
+# ---------------------------------------------------------------------- reconcile
+
+
+def reconcile_by_query(env: Env, run_id: str | None) -> tuple[Run, Counts]:
+    store = open_store(env)
+    try:
+        run = pick_run(store, run_id)
+        with (
+            run_channels(run, env.base_dir) as channels,
+            take_lease(store, run, env.config.lease_ttl_s) as lease,
+        ):
+            settlements = settle(
+                store, run.run_id, channels, lease.version, include_unknown=True, say=env.say
+            )
+            blind = _unknown_on_unqueryable(store, run.run_id, channels)
+            if not settlements and not blind:
+                env.say("nothing to settle: no item is in flight or unknown.")
+            if blind:
+                names = ", ".join(sorted(blind))
+                env.say(
+                    f"{sum(blind.values())} unknown item(s) on channel(s) {names}, which "
+                    "cannot be asked whether a message arrived (SMTP and Apprise answer no "
+                    "such query): there is nothing `notifier reconcile` can settle for them by "
+                    "query. Check the recipients' side, then settle each by hand with "
+                    f"`notifier reconcile --manual {run.run_id}`."
+                )
+            complete_if_done(store, run.run_id, lease.version)
+        return store.get_run(run.run_id), store.counts(run.run_id)
+    finally:
+        store.close()
+
+
+def _unknown_on_unqueryable(
+    store: Store, run_id: str, channels: Mapping[str, Channel]
+) -> dict[str, int]:
+    """Unknown items per channel that cannot be queried: only a person can settle them."""
+    found: dict[str, int] = {}
+    for item in store.items(run_id, [ItemState.UNKNOWN]):
+        channel = channels.get(item.channel)
+        if channel is not None and not channel.queryable:
+            found[item.channel] = found.get(item.channel, 0) + 1
+    return found
+
+
+# How the runner words a pause for unknown outcomes (runner.py): the one stop reason whose
+# cause a reconcile settles, item by item.
+_UNKNOWN_REASON = re.compile(r"\d+ item\(s\) with unknown outcome")
+
+
+def complete_if_done(store: Store, run_id: str, lease_version: int) -> None:
+    """A paused or halted run whose every item is now sent or failed (or expired) is
+    completed, its stop reason cleared. One that still waits, paused for unknown outcomes,
+    has that reason brought up to date: the count left, or none once no item is unknown."""
+    run = store.get_run(run_id)
+    counts = store.counts(run_id)
+    if run.state not in (RunState.PAUSED, RunState.HALTED):
+        return
+    if not counts.unfinished:
+        store.move_run(run_id, RunTrigger.COMPLETE, lease_version, stop_reason=None)
+        return
+    reason = run.stop_reason
+    if reason is not None and _UNKNOWN_REASON.fullmatch(reason):
+        now = f"{counts.unknown} item(s) with unknown outcome" if counts.unknown else None
+        if now != reason:
+            store.replace_stop_reason(run_id, lease_version, reason, now)
+
+
+MARKS: Mapping[str, ItemTrigger] = {
+    "sent": ItemTrigger.MARK_SENT,
+    "not-sent": ItemTrigger.MARK_NOT_SENT,
+    "abandon": ItemTrigger.ABANDON,
+}
+
+
+def decide(
+    env: Env, store: Store, run: Run, item_ref: str, mark: str, evidence: str, lease_version: int
+) -> str:
+    item = store.item_by_id(run.run_id, item_ref)
+    if item is None and item_ref.isdigit():
+        with suppress(KeyError):
+            item = store.item(run.run_id, int(item_ref))
+    if item is None:
+        raise BadInput(f"run {run.run_id} has no item {item_ref!r}.")
+    if item.state is not ItemState.UNKNOWN:
+        raise BadInput(
+            f"item {item.item_id} (seq {item.seq}) is {item.state.value}, not unknown: only "
+            "unknown items are settled by hand.",
+        )
+    if not evidence.strip():
+        raise BadInput("--evidence is required: say what the decision rests on.")
+    if mark == "not-sent" and any(
+        a.outcome == ErrorKind.PARTIAL.value for a in store.attempts(run.run_id, item.seq)
+    ):
+        raise Refused(
+            f"item {item.item_id} (seq {item.seq}) was delivered to some of channel "
+            f"{item.channel!r}'s destinations ({item.last_error}); marking it not-sent would "
+            "send it again to all of them, including those that got it. Refused: mark it "
+            "`--mark sent --evidence …` (say who did not get it) or `--mark abandon`.",
+        )
+    store.decide(run.run_id, item.seq, MARKS[mark], operator_name(), evidence, lease_version)
+    after = {
+        "sent": "sent",
+        "not-sent": (
+            "pending (it will be sent with the same key on resume)"
+            if run.state not in FINISHED_RUN_STATES
+            else f"pending; run {run.run_id} is {run.state.value}, so it will not send it. "
+            f"Send the same file again (`notifier send {run.batch_path}`) to send it: only rows "
+            "never delivered are sent"
+        ),
+        "abandon": "failed",
+    }[mark]
+    return f"item {item.item_id} (seq {item.seq}) → {after}; evidence recorded."

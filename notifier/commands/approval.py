@@ -1,0 +1,124 @@
+"""The commands around a run planned with --require-approval: preview it, approve it (bound
+to its fingerprint), reject it, or redraft some of its rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .. import approval, clock
+from ..cli import cli, command_env
+from ..env import open_store, pick_run
+from ..errors import BadInput, ExitCode, Refused
+
+
+@cli.command()
+@click.argument("run_id", required=False)
+@click.option(
+    "--fingerprint",
+    required=True,
+    help="The sha256:… fingerprint on the last line of `notifier preview`. Without RUN_ID: "
+    "approves the run awaiting approval whose fingerprint it is.",
+)
+@click.option(
+    "--expires-in",
+    default=approval.DEFAULT_EXPIRES_IN,
+    show_default=True,
+    help="How long the approval holds: e.g. 30m, 1h, 2d; at most 30d.",
+)
+@click.pass_context
+def approve(ctx: click.Context, run_id: str | None, fingerprint: str, expires_in: str) -> None:
+    """Approve a run planned with --require-approval, bound to its fingerprint."""
+    from .. import app  # noqa: PLC0415 (start-up time)
+
+    env = command_env(ctx)
+    run, granted = app.approve(env, run_id, fingerprint, expires_in)
+    click.echo(
+        f"run {run.run_id} approved by {granted.operator} until "
+        f"{clock.local(granted.expires_at)} for fingerprint {granted.fingerprint} (state "
+        f"version {granted.state_version}). Send it with `notifier resume {run.run_id}`."
+    )
+
+
+@cli.command()
+@click.argument("run_id", required=False)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "jsonl", "csv"]),
+    default="table",
+    show_default=True,
+    help="table: the first rows; jsonl, csv: every notification.",
+)
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    help="Write to this file instead of stdout.",
+)
+@click.pass_context
+def preview(ctx: click.Context, run_id: str | None, fmt: str, output: Path | None) -> None:
+    """Write every notification of a run as it will be sent, then its fingerprint.
+
+    The fingerprint line (`fingerprint: sha256:…`) is the last line printed: on stdout,
+    except after jsonl or csv on stdout (which then holds only notifications), on stderr."""
+    from .. import preview as review_module  # noqa: PLC0415 (start-up time)
+
+    env = command_env(ctx)
+    store = open_store(env, readonly=True)
+    try:
+        run = pick_run(store, run_id)
+        try:
+            review = review_module.Review(store, run)
+        except approval.ApprovalUsage as exc:
+            raise BadInput(str(exc)) from exc
+        pieces = review_module.WRITERS[fmt](review)
+        if output is None:
+            for piece in pieces:
+                click.echo(piece, nl=False)
+        else:
+            with output.open("w", encoding="utf-8", newline="") as handle:
+                for piece in pieces:
+                    handle.write(piece)
+        try:
+            line = review_module.fingerprint_line(review.fingerprint())
+        except approval.ApprovalRefused as exc:
+            raise Refused(str(exc)) from exc
+    finally:
+        store.close()
+    if output is not None:
+        click.echo(f"wrote the {review.count} notifications of run {run.run_id} to {output}.")
+    click.echo(line, err=output is None and fmt != "table")
+
+
+@cli.command()
+@click.argument("run_id", required=False)
+@click.option("--reason", required=True, help="Why the run is rejected (kept in its audit).")
+@click.pass_context
+def reject(ctx: click.Context, run_id: str | None, reason: str) -> None:
+    """Close a run awaiting approval without sending anything, with the reason audited."""
+    from .. import app  # noqa: PLC0415 (start-up time)
+
+    env = command_env(ctx)
+    run, operator = app.reject(env, run_id, reason)
+    click.echo(
+        f"run {run.run_id} rejected by {operator} and closed ({run.state.value}); nothing "
+        f"was sent. `notifier report {run.run_id}` shows it."
+    )
+
+
+@cli.command()
+@click.argument("run_id", required=False)
+@click.option(
+    "--item", "items", multiple=True, required=True, help="The id of a row to redraft (repeat)."
+)
+@click.pass_context
+def redraft(ctx: click.Context, run_id: str | None, items: tuple[str, ...]) -> None:
+    """Redraft rows of a --compose run awaiting approval; it must then be approved again."""
+    from .. import redraft as redrafting  # noqa: PLC0415 (start-up time)
+
+    result = redrafting.command(command_env(ctx), run_id, items)
+    for line in redrafting.summary(result):
+        click.echo(line)
+    if result.kept:  # asked for, not done: those rows keep their draft
+        ctx.exit(ExitCode.ATTENTION)

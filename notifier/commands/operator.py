@@ -1,0 +1,214 @@
+"""The commands that look at runs and stop or settle them: status, report, runs, cancel,
+reconcile. `status`, `report` and `runs` are read-only and must start fast: nothing here
+loads app.py (and all that sending needs) at import time."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from .. import approval, report
+from ..cli import cli, command_env
+from ..env import open_store, pick_run
+from ..errors import BadInput, ExitCode
+from ..state_machine import ItemState, RunState
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+_format_option = click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "csv"]),
+    default="table",
+    show_default=True,
+    help="How to print the report.",
+)
+
+
+@cli.command()
+@click.argument("run_id", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print the report object as JSON.")
+@click.pass_context
+def status(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
+    """Show where a run stands (default: the newest run)."""
+    _print_report(ctx, run_id, "json" if as_json else "table")
+
+
+@cli.command(name="report")
+@click.argument("run_id", required=False)
+@_format_option
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    type=click.Choice([s.value for s in ItemState]),
+    help="List only the items in this state (repeatable).",
+)
+@click.pass_context
+def report_command(
+    ctx: click.Context, run_id: str | None, fmt: str, states: tuple[str, ...]
+) -> None:
+    """Report which items were sent, which are unknown, pending or failed."""
+    _print_report(ctx, run_id, fmt, [ItemState(s) for s in states])
+
+
+def _print_report(
+    ctx: click.Context, run_id: str | None, fmt: str, states: list[ItemState] | None = None
+) -> None:
+    env = command_env(ctx)
+    store = open_store(env, readonly=True)
+    try:
+        run = pick_run(store, run_id)
+        data = report.build(store, run, attention_only=fmt == "table", states=states or None)
+        try:
+            _emit(data, fmt)
+        finally:
+            # A report cut short (a closed pipe) leaves its item rows half read: their
+            # cursor goes before the store closes, not at exit, on a closed database.
+            getattr(data["items"], "close", lambda: None)()
+        if fmt == "table" and run.state is RunState.AWAITING_APPROVAL:
+            for line in approval.preview(store, run):  # what an approval would cover
+                click.echo(line)
+    finally:
+        store.close()
+
+
+def _console() -> Console:
+    """Tables for people: on a pipe (no terminal width to honour) wide enough not to fold
+    run ids and keys. Markup is off: item ids, evidence, file names and error texts come from
+    users and downstreams, and `[/x]` in one of them must print as written, not as a tag."""
+    from rich.console import Console  # noqa: PLC0415 (start-up time)
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            """rich would exit 1 at once; a closed pipe has one rule, in NotifierGroup.invoke."""
+            self.quiet = True
+            raise BrokenPipeError
+
+    if sys.stdout.isatty():
+        return _Console(markup=False)
+    return _Console(width=200, markup=False)
+
+
+def _emit(data: dict[str, Any], fmt: str) -> None:
+    # Written as the items are read: a million-item report never sits in memory.
+    if fmt == "json":
+        for piece in report.iter_json(data):
+            click.echo(piece, nl=False)
+        click.echo("")
+    elif fmt == "csv":
+        for piece in report.iter_csv(data):
+            click.echo(piece, nl=False)
+    else:
+        report.render_table(data, _console())
+
+
+@cli.command()
+@click.pass_context
+def runs(ctx: click.Context) -> None:
+    """List every run in the database, newest first."""
+    env = command_env(ctx)
+    store = open_store(env, readonly=True)
+    try:
+        from rich.table import Table  # noqa: PLC0415 (start-up time)
+
+        table = Table(show_header=True, header_style="bold")
+        for name in ("run", "state", "created"):
+            table.add_column(name, no_wrap=True)  # ids are copied from here: never fold them
+        for name in ("total", "sent", "unknown", "pending", "failed"):
+            table.add_column(name, justify="right")
+        table.add_column("batch", overflow="fold")
+        from ..store.drafts import run_counts  # noqa: PLC0415 (start-up time)
+
+        for run in store.runs():
+            c = run_counts(store, run)
+            table.add_row(
+                run.run_id,
+                report.effective_state(store, run).value,
+                run.created_at[:19],
+                str(c.total),
+                str(c.sent),
+                str(c.unknown),
+                str(c.pending + c.in_flight),
+                str(c.failed),
+                run.batch_path,
+            )
+        _console().print(table)
+    finally:
+        store.close()
+
+
+@cli.command()
+@click.argument("run_id", required=False)
+@click.option("--report", "with_report", is_flag=True, help="Print the report when done.")
+@_format_option
+@click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(0),
+    default=30,
+    show_default=True,
+    help="Seconds to wait for a live worker to stop.",
+)
+@click.pass_context
+def cancel(
+    ctx: click.Context, run_id: str | None, with_report: bool, fmt: str, wait_s: float
+) -> None:
+    """Stop dispatch now, settle in-flight items, and mark the run cancelled."""
+    from .. import app  # noqa: PLC0415 (start-up time)
+    from ..outcome import settled_exit  # noqa: PLC0415
+
+    env = command_env(ctx, machine_output=with_report and fmt != "table")
+    result = app.cancel(env, run_id, wait_s)
+    if result.run.options.get("compose") and result.run.state is RunState.CANCELLED:
+        from .. import drafting  # noqa: PLC0415 (start-up time)
+
+        drafting.cancel_batches(env, result.run.run_id)  # batches a drafting left submitted
+    env.say(result.message)
+    if with_report:
+        store = open_store(env)
+        try:
+            run = store.get_run(result.run.run_id)
+            _emit(report.build(store, run, attention_only=fmt == "table"), fmt)
+        finally:
+            store.close()
+    if not result.confirmed:
+        ctx.exit(ExitCode.ATTENTION)
+    ctx.exit(settled_exit(result.run.state, result.counts))
+
+
+@cli.command()
+@click.argument("run_id", required=False)
+@click.option("--manual", is_flag=True, help="Settle unknown items by hand, with evidence.")
+@click.option("--item", "item_ref", help="With --manual: the item id to settle.")
+@click.option(
+    "--mark", type=click.Choice(["sent", "not-sent", "abandon"]), help="With --item: the decision."
+)
+@click.option("--evidence", help="With --item: what the decision rests on.")
+@click.pass_context
+def reconcile(
+    ctx: click.Context,
+    run_id: str | None,
+    manual: bool,
+    item_ref: str | None,
+    mark: str | None,
+    evidence: str | None,
+) -> None:
+    """Settle in-flight and unknown items by query, or by hand with --manual."""
+    from .. import app  # noqa: PLC0415 (start-up time)
+    from ..manual import reconcile_manually  # noqa: PLC0415
+    from ..outcome import settled_exit  # noqa: PLC0415
+
+    env = command_env(ctx)
+    if not manual:
+        if item_ref or mark or evidence:
+            raise BadInput("--item, --mark and --evidence go with --manual.")
+        run, counts = app.reconcile_by_query(env, run_id)
+        click.echo(f"run {run.run_id}: {run.state.value}")
+        ctx.exit(settled_exit(run.state, counts))
+    run, counts = reconcile_manually(env, run_id, item_ref, mark, evidence)
+    ctx.exit(settled_exit(run.state, counts))

@@ -1,0 +1,149 @@
+"""`notifier resume` and `notifier worker`: continue a stored run, alone or as one of many
+workers sharing it through PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from .. import clock
+from ..cli import cli, command_env
+from ..env import open_store, pick_run
+from ..errors import BadInput, ExitCode
+from ..state_machine import FINISHED_RUN_STATES, RunState
+from . import running
+
+
+def _overrides(command: Callable[..., None]) -> Callable[..., None]:
+    """The options `resume` and `worker` share: what may differ from the run's own."""
+    for option in reversed(
+        (
+            click.argument("run_id", required=False),
+            click.option(
+                "--concurrency", type=click.IntRange(1, 64), help="Override the run's window size."
+            ),
+            click.option(
+                "--max-wait", type=click.FloatRange(0), help="Override the run's --max-wait."
+            ),
+            click.option(
+                "--rate",
+                type=click.FloatRange(0, min_open=True),
+                help="Override the run's --rate (sends per second on each channel).",
+            ),
+            click.pass_context,
+        )
+    ):
+        command = option(command)
+    return command
+
+
+@cli.command()
+@_overrides
+@click.option("--model", help="A run still drafting: the model for the rows not drafted yet.")
+@click.option(
+    "--recreate",
+    is_flag=True,
+    help="A run drafting through batches: create again a batch whose creation is in doubt "
+    "(it may be paid twice) instead of waiting to recognise it.",
+)
+def resume(
+    ctx: click.Context,
+    run_id: str | None,
+    concurrency: int | None,
+    max_wait: float | None,
+    rate: float | None,
+    model: str | None,
+    recreate: bool,
+) -> None:
+    """Settle every in-flight item by asking the downstream, then continue in order."""
+    _resume(ctx, run_id, concurrency, max_wait, rate, joining=False, model=model, recreate=recreate)
+
+
+@cli.command()
+@_overrides
+def worker(
+    ctx: click.Context,
+    run_id: str | None,
+    concurrency: int | None,
+    max_wait: float | None,
+    rate: float | None,
+) -> None:
+    """Join a run in a PostgreSQL database as one more worker, on any machine."""
+    if not ctx.obj["db"].shares_runs:
+        raise BadInput(
+            f"{ctx.obj['db']}: `notifier worker` shares a run among processes through "
+            "PostgreSQL (--db postgresql://…); an SQLite file is worked by one process at a "
+            "time: use `notifier resume`."
+        )
+    _resume(ctx, run_id, concurrency, max_wait, rate, joining=True)
+
+
+def _resume(
+    ctx: click.Context,
+    run_id: str | None,
+    concurrency: int | None,
+    max_wait: float | None,
+    rate: float | None,
+    *,
+    joining: bool,
+    model: str | None = None,
+    recreate: bool = False,
+) -> None:
+    """`resume`, or with `joining` a `worker`, which finds a run already finished normal."""
+    from .. import app, compose, crash  # noqa: PLC0415 (start-up time)
+    from ..outcome import settled_exit  # noqa: PLC0415
+    from ..runner import RunOptions  # noqa: PLC0415
+
+    env = command_env(ctx)
+    crash.from_env()
+    store = open_store(env)
+    try:
+        run = pick_run(store, run_id, active_only=not joining or run_id is None)
+        if run.state in FINISHED_RUN_STATES:
+            if joining:
+                counts = store.counts(run.run_id)
+                click.echo(f"run {run.run_id} is already {run.state.value}: {counts.summary()}")
+                ctx.exit(settled_exit(run.state, counts))
+            raise BadInput(f"run {run.run_id} is {run.state.value}; there is nothing to resume.")
+        drafting = compose.unfrozen(run)
+        if model is not None or recreate:
+            from .. import drafting as drafts  # noqa: PLC0415 (start-up time)
+
+            run = drafts.resume_overrides(env, store, run, model, recreate)
+        run = running.draft(ctx, env, store, run)
+        failures = running.report_draft_failures(store, run) if drafting else 0
+        if drafting and run.state is RunState.AWAITING_APPROVAL:
+            click.echo(f"fingerprint: {run.fingerprint}")
+            running.await_approval(store, run)
+            ctx.exit(ExitCode.ATTENTION if failures else ExitCode.DONE)
+        app.check_can_send(store, run)
+        counts = store.counts(run.run_id)
+
+        def announce() -> None:
+            click.echo(f"resuming run {run.run_id}: {counts.summary()}")
+            stale = store.past_deadline(run.run_id, clock.now_iso())
+            if stale:
+                click.echo(
+                    f"{stale} pending item(s) are already past their not_after: they will be "
+                    "expired, not sent."
+                )
+
+        options = RunOptions(
+            concurrency or int(run.options.get("concurrency", 1)),
+            max_wait if max_wait is not None else float(run.options.get("max_wait", 600)),
+            rate=rate or _stored_rate(run.options),
+            restart=not joining,
+        )
+        remaining = counts.unfinished
+        with running.progress(remaining) as advance:
+            result = app.work_run(env, store, run, options, advance=advance, announce=announce)
+    finally:
+        store.close()
+    running.finish(ctx, run.run_id, result, failures, batch=run.batch_path)
+
+
+def _stored_rate(options: dict[str, Any]) -> float | None:
+    rate = options.get("rate")
+    return float(rate) if rate else None

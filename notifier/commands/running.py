@@ -1,0 +1,100 @@
+"""What `send` and `resume` (and `worker`) share once a run is stored: drafting it on
+screen, the progress bar, the closing line with its exit code, the wait for approval."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+import click
+
+from .. import approval
+from ..env import Env
+from ..errors import ExitCode
+
+if TYPE_CHECKING:
+    from ..records import Run
+    from ..runner import RunResult
+    from ..store import Store
+
+
+@contextmanager
+def progress(total: int) -> Iterator[Callable[[int], None]]:
+    """A progress bar on a terminal's stderr; elsewhere (a pipe, a log) nothing, and rich
+    is not even loaded."""
+    if not sys.stderr.isatty():
+        yield lambda n: None
+        return
+    from rich.console import Console  # noqa: PLC0415 (start-up time)
+    from rich.progress import (  # noqa: PLC0415 (start-up time)
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("sending"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    ) as progress:
+        task = progress.add_task("send", total=total)
+        yield lambda n: progress.advance(task, n)
+
+
+def finish(
+    ctx: click.Context,
+    run_id: str,
+    result: RunResult,
+    draft_failures: int = 0,
+    *,
+    batch: str | None = None,
+) -> None:
+    from ..outcome import run_advice, run_exit  # noqa: PLC0415 (start-up time)
+
+    advice = run_advice(result, run_id, batch or "BATCH.csv")
+    click.echo(f"run {run_id}: {result.reason}." + (f" {advice}" if advice else ""))
+    code = run_exit(result)
+    if draft_failures and code is ExitCode.DONE:
+        code = ExitCode.ATTENTION  # the rows whose draft failed were never planned
+    ctx.exit(code)
+
+
+def draft(ctx: click.Context, env: Env, store: Store, run: Run) -> Run:
+    """Draft what a --compose run lacks; Ctrl-C leaves with 130, the drafts made stored."""
+    from .. import app  # noqa: PLC0415 (start-up time)
+
+    try:
+        return app.draft_run(env, store, run)
+    except KeyboardInterrupt:
+        click.echo(
+            f"interrupted while drafting: the drafts already made are stored and nothing was "
+            f"sent. `notifier resume {run.run_id}` drafts the rest.",
+            err=True,
+        )
+        ctx.exit(ExitCode.INTERRUPTED)
+        raise  # unreachable: ctx.exit raises
+
+
+def report_draft_failures(store: Store, run: Run) -> int:
+    failures = store.draft_failures(run.run_id)
+    for seq, line, error in failures:
+        click.echo(f"row {seq} (line {line}) was not drafted and will not be sent: {error}")
+    return len(failures)
+
+
+def await_approval(store: Store, run: Run) -> None:
+    for line in approval.preview(store, run):
+        click.echo(line)
+    click.echo(
+        f"run {run.run_id} is awaiting approval; nothing was sent. "
+        f"{approval.review_advice(run.run_id)} Then `notifier resume {run.run_id}` sends it."
+    )

@@ -1,0 +1,384 @@
+"""`notifier send`: plan a batch (or draft it with --compose), store it, then send it.
+
+Planning and storing are one concern with many ways to stop (a dry run, a refusal, Ctrl-C
+while reading or storing): they are kept here, apart from `resume`, which starts from a
+stored run."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from ..cli import cli, command_env
+from ..env import Env
+from ..errors import BadInput, ExitCode, Interrupted
+from ..state_machine import RunState, RunTrigger
+from . import running
+
+if TYPE_CHECKING:
+    from .. import compose
+    from ..app import Stored
+    from ..batch import BatchRow
+    from ..plan import Plan
+    from ..runner import RunOptions
+    from ..template import Template
+
+
+# `send --compose` drafts with this model unless --model names another.
+DEFAULT_MODEL = "claude-sonnet-5"
+
+
+def _dry_run_drafts(
+    settings: compose.Settings, key: str, rows: list[BatchRow], template: Template | None
+) -> None:
+    from .. import claude, compose  # noqa: PLC0415 (the SDK loads only when drafting)
+
+    drafter = claude.Drafter(settings, key)
+    try:
+        shown = compose.first_drafts(drafter, rows[: compose.DRY_RUN_ROWS])
+    finally:
+        drafter.close()
+    for row, draft in shown:
+        click.echo(f"  #{row.seq} {row.item_id} → {row.to} via {row.channel}")
+        if isinstance(draft, str):
+            click.echo(f"    {draft}")
+            continue
+        final = compose.apply_draft(row, asdict(draft), template)
+        click.echo(f"    subject: {final.subject}")
+        for n, text in enumerate(final.body.splitlines() or [""]):
+            click.echo(("    body:    " if n == 0 else "             ") + text)
+        click.echo(f"    ({draft.model}, {draft.input_tokens}+{draft.output_tokens} tokens)")
+    click.echo(
+        f"dry run: drafted the first {len(shown)} of {len(rows)} rows with {settings.model}; "
+        "nothing stored."
+    )
+
+
+@cli.command()
+@click.argument("batch", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--channel", help="Channel for rows without a `channel` column value.")
+@click.option("--run-id", help="Name the run (default: generated).")
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="Requests in flight at once (the window size).",
+)
+@click.option(
+    "--template",
+    "template_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="TOML with `subject` and `body` (Jinja2), rendered with each row's columns.",
+)
+@click.option(
+    "--compose",
+    "compose_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    metavar="BRIEF",
+    help="Have Claude draft each row's subject and body from this brief (ANTHROPIC_API_KEY).",
+)
+@click.option(
+    "--model",
+    default=DEFAULT_MODEL,
+    show_default=True,
+    help="With --compose: the Claude model that drafts.",
+)
+@click.option(
+    "--batch-api",
+    is_flag=True,
+    help="With --compose: draft through the Message Batches API (half the price; by default "
+    "above 1000 rows).",
+)
+@click.option(
+    "--compose-columns",
+    metavar="A,B",
+    help="With --compose: the columns the model sees (default: every column but `to`).",
+)
+@click.option(
+    "--not-after",
+    "not_after_text",
+    metavar="DATETIME",
+    help="Deadline (ISO 8601 with a zone): an item not sent by then expires, never sent.",
+)
+@click.option(
+    "--require-approval",
+    is_flag=True,
+    help="Store the plan and stop in awaiting_approval; `notifier approve` lets it send.",
+)
+@click.option("--dry-run", is_flag=True, help="Validate and show the plan; write nothing.")
+@click.option(
+    "--new-run",
+    is_flag=True,
+    help="Plan every row again, even those earlier runs delivered or hold (no identity check).",
+)
+@click.option(
+    "--resend-changed",
+    is_flag=True,
+    help="Send rows delivered before whose content changed, as new notifications.",
+)
+@click.option(
+    "--max-wait",
+    type=click.FloatRange(0),
+    default=600,
+    show_default=True,
+    help="Longest Retry-After to wait out, in seconds; longer pauses the run.",
+)
+@click.option(
+    "--rate",
+    type=click.FloatRange(0, min_open=True),
+    help="Most sends per second on each channel (overrides a channel's `rate`).",
+)
+@click.pass_context
+def send(
+    ctx: click.Context,
+    batch: Path,
+    channel: str | None,
+    run_id: str | None,
+    concurrency: int,
+    dry_run: bool,
+    new_run: bool,
+    resend_changed: bool,
+    max_wait: float,
+    template_path: Path | None,
+    require_approval: bool,
+    not_after_text: str | None,
+    compose_path: Path | None,
+    model: str,
+    batch_api: bool,
+    compose_columns: str | None,
+    rate: float | None,
+) -> None:
+    """Validate BATCH.csv, store every intent, then send each notification durably."""
+    from .. import app, compose, crash  # noqa: PLC0415 (start-up time)
+    from ..runner import RunOptions  # noqa: PLC0415
+
+    env = command_env(ctx)
+    crash.from_env()  # a mistyped NOTIFIER_CRASH_AT is a usage error before anything is stored
+    template = None
+    if template_path is not None:
+        from ..template import load  # noqa: PLC0415 (start-up time)
+
+        template = load(template_path)
+    not_after = _deadline_option(not_after_text)
+    # Kept with the run, so `resume` sends at the same pace unless told otherwise.
+    options: dict[str, object] = {"concurrency": concurrency, "max_wait": max_wait, "rate": rate}
+    if require_approval:
+        options["require_approval"] = True
+    if compose_path is not None:
+        _send_compose(
+            ctx,
+            env,
+            batch,
+            compose.Settings(_read_brief(compose_path), model, batch_api=batch_api),
+            template,
+            options,
+            columns=compose_columns,
+            channel=channel,
+            run_id=run_id,
+            not_after=not_after,
+            dry_run=dry_run,
+        )
+        return
+    try:
+        plan = app.plan_batch(
+            env, batch, channel=channel, run_id=run_id, template=template, not_after=not_after
+        )
+    except KeyboardInterrupt:
+        raise Interrupted(_interrupted_planning(batch)) from None
+    if dry_run:
+        _dry_run(env, plan, batch, new_run=new_run, resend_changed=resend_changed)
+        return
+    then = RunTrigger.REQUEST_APPROVAL if require_approval else None
+    stored = _store_plan(env, plan, batch, options, new_run, resend_changed, then)
+    for line in app.prior_summary(stored.prior) if stored.prior else []:
+        click.echo(line)
+    if stored.store is None:
+        click.echo(
+            f"nothing to send: every row of {batch} was already delivered with the same "
+            "content. `notifier runs` lists the runs; --new-run sends every row again."
+        )
+        return
+    store = stored.store
+    try:
+        run = store.get_run(plan.run_id)
+        counts = store.counts(plan.run_id)
+        left_out = stored.prior is not None and stored.prior.left < plan.count
+        channels = store.per_channel(run.run_id) if left_out else plan.per_channel
+        per_channel = ", ".join(f"{name}: {n}" for name, n in sorted(channels.items()))
+        click.echo(f"planned run {run.run_id}: {counts.total} notifications ({per_channel})")
+        click.echo(f"fingerprint: {run.fingerprint}")
+        if run.state is RunState.AWAITING_APPROVAL:
+            running.await_approval(store, run)
+            return
+        with running.progress(counts.total) as advance:
+            result = app.work_run(
+                env, store, run, RunOptions(concurrency, max_wait, rate=rate), advance=advance
+            )
+    finally:
+        store.close()
+    running.finish(ctx, plan.run_id, result, batch=str(batch))
+
+
+def _dry_run(env: Env, plan: Plan, batch: Path, *, new_run: bool, resend_changed: bool) -> None:
+    """What `send` would plan, and why; nothing is written."""
+    from .. import app  # noqa: PLC0415 (start-up time)
+
+    try:
+        checked = app.dry_run(env, plan)
+    finally:
+        plan.close()
+    per_channel = ", ".join(f"{name}: {n}" for name, n in sorted(plan.per_channel.items()))
+    click.echo(f"dry run: {plan.count} notifications ({per_channel}); nothing written.")
+    click.echo(f"fingerprint: {plan.fingerprint}")
+    prior = checked.prior
+    if new_run:
+        click.echo("--new-run: every row would be planned again.")
+    elif prior.refused(resend_changed):
+        click.echo(f"send would refuse it: {app.refusal_message(batch, prior)}")
+    else:
+        for line in app.prior_summary(prior):
+            click.echo(line)
+        click.echo(f"send would plan {prior.left} of them.")
+
+
+def _store_plan(
+    env: Env,
+    plan: Plan,
+    batch: Path,
+    options: dict[str, object],
+    new_run: bool,
+    resend_changed: bool,
+    then: RunTrigger | None,
+) -> Stored:
+    """Check the channels the run sends through (their secrets and URLs from the
+    environment), then store the plan: exit 2 means nothing was stored. A run that waits for
+    approval is sent later, perhaps elsewhere: its channels are checked when it is."""
+    from .. import app  # noqa: PLC0415 (start-up time)
+
+    try:
+        if then is None:
+            try:
+                app.check_channels(env, plan.per_channel)
+            except BaseException:
+                plan.close()
+                raise
+        return app.store_plan(
+            env, plan, batch, options, new_run, resend_changed=resend_changed, then=then
+        )
+    except KeyboardInterrupt:
+        raise Interrupted(_interrupted_storing(env, batch, plan.run_id)) from None
+
+
+def _interrupted_planning(batch: Path) -> str:
+    return (
+        f"interrupted (Ctrl-C) while reading and planning {batch}: nothing was stored and "
+        f"nothing was sent. Run `notifier send {batch}` again to plan and send it."
+    )
+
+
+def _interrupted_storing(env: Env, batch: Path, run_id: str) -> str:
+    """Ctrl-C while the plan was being stored: its one transaction either committed or rolled
+    back; the database says which."""
+    from .. import app  # noqa: PLC0415 (start-up time)
+
+    stored = app.run_stored(env, run_id)
+    if stored is False:
+        return _interrupted_planning(batch)
+    if stored:
+        return (
+            f"interrupted (Ctrl-C) right after run {run_id} was stored: nothing was sent. "
+            f"`notifier resume {run_id}` sends it."
+        )
+    return (
+        f"interrupted (Ctrl-C) while storing the plan of {batch} as run {run_id}; nothing was "
+        f"sent. `notifier runs` shows whether it was stored: if so, `notifier resume {run_id}` "
+        f"sends it, else run `notifier send {batch}` again."
+    )
+
+
+def _read_brief(path: Path) -> str:
+    brief = path.read_text("utf-8").strip()
+    if not brief:
+        raise BadInput(f"{path}: the brief is empty: say what the notifications should say.")
+    return brief
+
+
+def _send_compose(
+    ctx: click.Context,
+    env: Env,
+    batch: Path,
+    settings: compose.Settings,
+    template: Template | None,
+    options: dict[str, object],
+    *,
+    columns: str | None,
+    channel: str | None,
+    run_id: str | None,
+    not_after: datetime | None,
+    dry_run: bool,
+) -> None:
+    """send --compose: store the rows, draft them (stored one by one), freeze the intents,
+    then wait for approval or send."""
+    from .. import app, compose, drafting  # noqa: PLC0415 (start-up time)
+    from ..plan import new_run_id  # noqa: PLC0415
+
+    key = app.compose_key()  # before anything is stored
+    try:
+        rows = app.read_rows(env, batch, channel=channel, run_id=run_id, not_after=not_after)
+    except KeyboardInterrupt:
+        raise Interrupted(_interrupted_planning(batch)) from None
+    settings = drafting.settle_settings(settings, rows, batch, columns, dry_run=dry_run)
+    drafting.check_model(settings, key)  # an unknown model: exit 2, nothing stored
+    if template is not None:
+        compose.check_template(template, rows, batch)
+        options["template"] = template.as_options()
+    if dry_run:
+        _dry_run_drafts(settings, key, rows, template)
+        return
+    options["compose"] = settings.as_options()
+    if "require_approval" not in options:
+        app.check_channels(env, {row.channel for row in rows})
+    new_id = run_id or new_run_id()
+    store = app.store_drafting_run(env, rows, batch, options, new_id)
+    try:
+        click.echo(f"planned run {new_id}: {len(rows)} rows to draft with {settings.model}")
+        run = running.draft(ctx, env, store, store.get_run(new_id))
+        failures = running.report_draft_failures(store, run)
+        click.echo(f"fingerprint: {run.fingerprint}")
+        if run.state is RunState.AWAITING_APPROVAL:
+            running.await_approval(store, run)
+            ctx.exit(ExitCode.ATTENTION if failures else ExitCode.DONE)
+        with running.progress(store.counts(run.run_id).total) as advance:
+            result = app.work_run(env, store, run, _run_options(options), advance=advance)
+    finally:
+        store.close()
+    running.finish(ctx, new_id, result, failures, batch=str(batch))
+
+
+def _run_options(options: dict[str, object]) -> RunOptions:
+    from ..runner import RunOptions  # noqa: PLC0415 (start-up time)
+
+    rate = options.get("rate")
+    return RunOptions(
+        int(str(options["concurrency"])),
+        float(str(options["max_wait"])),
+        rate=float(str(rate)) if rate is not None else None,
+    )
+
+
+def _deadline_option(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    from ..batch import parse_deadline  # noqa: PLC0415 (start-up time)
+
+    try:
+        return parse_deadline(text)
+    except ValueError as exc:
+        raise BadInput(
+            f"--not-after: {exc}. Use ISO 8601 with a zone, e.g. 2026-12-01T09:00:00+01:00."
+        ) from exc
