@@ -41,6 +41,7 @@ from .store import Store
 
 CHUNK_ROWS = 2000  # rows per batch: a fiftieth of the API's 100,000 requests per batch
 MAX_ROUNDS = 4  # chunks a row may go through (expired, canceled, transient) in one command
+CREATE_ATTEMPTS = 3  # creates of one chunk left unanswered in one command, each asked after
 POLL_FIRST_S = 5.0
 POLL_MAX_S = 60.0
 POLL_ENV = "NOTIFIER_BATCH_POLL_S"  # rehearsals: the first poll interval, in seconds
@@ -51,6 +52,11 @@ T = TypeVar("T")
 
 class _Interrupted(Exception):
     """Ctrl-C or SIGTERM seen while drafting through batches: stop where it is safe."""
+
+
+class _CreateInDoubt(Exception):
+    """`create` failed in a way that does not prove nothing was made (no answer, a timeout,
+    a 5xx or 529): the chunk's batch may exist, so it is settled by asking, never retried."""
 
 
 class DraftingCancelled(NeedsAttention):
@@ -151,10 +157,53 @@ class BatchDrafting:
                 run_id, number, seqs, _digest(requests), self.settings.model, not_before
             )
             self._at("after-chunk-intent", number)
-            self._create(number, requests, note=None)
+            since = datetime.fromisoformat(not_before)
+            self._create_or_adopt(number, requests, since, ask_first=False, note=None)
+
+    def _create_or_adopt(
+        self,
+        number: int,
+        requests: list[Request],
+        since: datetime,
+        *,
+        ask_first: bool,
+        note: str | None,
+    ) -> None:
+        """Create the chunk's batch; when a create goes unanswered, ask (list the batches
+        since its time bound, adopt ours) before creating again, CREATE_ATTEMPTS at most.
+        The chunk stays `creating` throughout, so `resume` asks the same way."""
+        for attempt in range(CREATE_ATTEMPTS):
+            if ask_first:
+                found = self._find(number, len(requests), since)
+                if found is not None:
+                    self.store.chunk_submitted(
+                        self.run.run_id, number, found, created=False, note="adopted after asking"
+                    )
+                    self.say(f"chunk {number}: batch {found} carries its custom_ids: adopted")
+                    return
+                self.say(
+                    f"chunk {number}: no batch since its intent carries its custom_ids: creating"
+                )
+                note = "created after asking: none was ours"
+            try:
+                self._create(number, requests, note)
+                return
+            except _CreateInDoubt as exc:
+                self.say(
+                    f"chunk {number}: no answer to creating its batch ({exc}); asking whether "
+                    "it was made before creating it again"
+                )
+            ask_first = True
+            self._sleep(min(POLL_MAX_S, self.poll_first * 2**attempt))
+            self._check_interrupted()
+        raise ComposeStopped(
+            f"chunk {number}: {CREATE_ATTEMPTS} attempts to create its batch went unanswered "
+            "(the API may have made them); the chunk stays recorded as creating. Run `notifier "
+            "resume` to go on: it asks which batch is the chunk's before creating one."
+        )
 
     def _create(self, number: int, requests: list[Request], note: str | None) -> None:
-        batch = self._call(lambda: self.client.messages.batches.create(requests=requests))
+        batch = self._create_once(requests)
         self._at("after-batch-create", number)
         self.store.chunk_submitted(self.run.run_id, number, batch.id, created=True, note=note)
         self.say(f"chunk {number}: batch {batch.id} created ({len(requests)} rows)")
@@ -172,18 +221,9 @@ class BatchDrafting:
                 "recorded before its batch was created, so whether a batch is ours cannot be "
                 f"told; nothing was created. `notifier status {self.run.run_id}` shows it."
             )
-        if chunk.recreate:
-            self._create(number, requests, note="created again by --recreate")
-            return
-        found = self._find(number, chunk.request_count, datetime.fromisoformat(chunk.not_before))
-        if found is not None:
-            self.store.chunk_submitted(
-                self.run.run_id, number, found, created=False, note="adopted after asking"
-            )
-            self.say(f"chunk {number}: batch {found} carries its custom_ids: adopted")
-            return
-        self.say(f"chunk {number}: no batch since its intent carries its custom_ids: creating")
-        self._create(number, requests, note="created after asking: none was ours")
+        since = datetime.fromisoformat(chunk.not_before)
+        note = "created again by --recreate" if chunk.recreate else None
+        self._create_or_adopt(number, requests, since, ask_first=not chunk.recreate, note=note)
 
     def _find(self, number: int, count: int, since: datetime) -> str | None:
         candidates = self._call(lambda: _listed_since(self.client, since, count))
@@ -283,6 +323,25 @@ class BatchDrafting:
     def _sleep(self, seconds: float) -> None:
         self.interrupted.wait(seconds)  # a Ctrl-C ends a wait between retries at once
 
+    def _create_once(self, requests: list[Request]) -> MessageBatch:
+        """`batches.create`, retried only after an answer proving nothing was made (429);
+        any other 4xx stops drafting; anything else is in doubt (_CreateInDoubt)."""
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(anthropic.RateLimitError),
+            stop=tenacity.stop_after_attempt(8) | tenacity.stop_when_event_set(self.interrupted),
+            wait=_wait_honouring_retry_after,
+            sleep=self._sleep,
+            reraise=True,
+        )
+        try:
+            return retrying(lambda: self.client.messages.batches.create(requests=requests))
+        except anthropic.APIError as exc:
+            if self.interrupted.is_set():
+                raise _Interrupted from exc  # the chunk stays creating: resume asks
+            if _nothing_made(exc):
+                raise _stopped(exc) from exc
+            raise _CreateInDoubt(str(exc)) from exc
+
     def _call(self, action: Callable[[], T]) -> T:
         """One API call, transient failures retried honouring retry-after; a refused key
         stops drafting for every row."""
@@ -299,6 +358,16 @@ class BatchDrafting:
             if self.interrupted.is_set():
                 raise _Interrupted from exc  # no retry after Ctrl-C: resume asks again
             raise _stopped(exc) from exc
+
+
+def _nothing_made(exc: anthropic.APIError) -> bool:
+    """An answer to `create` that proves no batch was made: a 4xx refusing the request,
+    except 408 and 499 (the request may have been read before the connection ended)."""
+    return (
+        isinstance(exc, anthropic.APIStatusError)
+        and 400 <= exc.status_code < 500
+        and exc.status_code not in (408, 499)
+    )
 
 
 def _stopped(exc: anthropic.APIError) -> ComposeStopped:

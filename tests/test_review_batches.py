@@ -1,0 +1,78 @@
+"""Review of `--batch-api`: a create whose answer was lost is settled by asking, never
+retried blindly; `cancel` asks before ending a chunk whose batch may exist."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from .conftest import Workspace
+from .fake_messages import Canned, FakeBatches, error
+from .test_compose import KEY
+from .test_compose_batches import ROWS, send
+
+pytestmark = pytest.mark.both_stores
+
+
+class LosesCreateAnswers(FakeBatches):
+    """FakeBatches whose first `lose` creates make the batch, then answer `status`."""
+
+    def __init__(self, lose: int = 1, status: int = 500, made: bool = True) -> None:
+        super().__init__()
+        self.lose, self.status, self.made = lose, status, made
+
+    def on_post(self, path: str, payload: dict[str, Any]) -> Canned:
+        if path == "/v1/messages/batches" and self.lose > 0:
+            self.lose -= 1
+            if self.made:
+                super().on_post(path, payload)
+            return error(self.status, "api_error", "an error answered to a create")
+        return super().on_post(path, payload)
+
+
+def serve(monkeypatch: pytest.MonkeyPatch, server: FakeBatches) -> Iterator[FakeBatches]:
+    with server.running():
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+        monkeypatch.setenv("NOTIFIER_BATCH_CHUNK_ROWS", "2")
+        monkeypatch.setenv("NOTIFIER_BATCH_POLL_S", "0.01")
+        yield server
+
+
+def test_a_lost_create_answer_is_settled_by_asking_not_retried(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 500 to a create that made its batch: that batch is adopted, no second one made."""
+    for fake in serve(monkeypatch, LosesCreateAnswers()):
+        result = ws.invoke(*send(ws))
+        assert result.exit_code == 0, result.output
+        assert len(fake.created()) == 3, result.output
+        assert "carries its custom_ids: adopted" in result.output
+        assert sorted(fake.succeeded) == ROWS
+
+
+def test_a_create_refused_with_429_is_retried_once_made(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 429 to a create proves nothing was made: it is retried, one batch per chunk."""
+    server = LosesCreateAnswers(status=429, made=False)
+    for fake in serve(monkeypatch, server):
+        result = ws.invoke(*send(ws))
+        assert result.exit_code == 0, result.output
+        assert len(fake.created()) == 3 and "asking" not in result.output
+
+
+def test_creates_unanswered_every_time_stop_with_the_chunk_creating(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Creates that never answer (none made) stop drafting, chunk `creating`; resume creates."""
+    for fake in serve(monkeypatch, LosesCreateAnswers(lose=3, status=529, made=False)):
+        result = ws.invoke(*send(ws))
+        assert result.exit_code == 3, result.output
+        assert fake.created() == []
+        assert ws.query("SELECT chunk, state FROM draft_chunks") == [(1, "creating")]
+        resumed = ws.invoke("resume")
+        assert resumed.exit_code == 0, resumed.output
+        assert len(fake.created()) == 3 and sorted(fake.succeeded) == ROWS
