@@ -38,6 +38,7 @@ from .intent import canonical_json
 from .records import Run
 from .signals import Interruption
 from .store import Store
+from .store.chunks import Chunk
 
 CHUNK_ROWS = 2000  # rows per batch: a fiftieth of the API's 100,000 requests per batch
 MAX_ROUNDS = 4  # chunks a row may go through (expired, canceled, transient) in one command
@@ -393,19 +394,73 @@ def _stopped(exc: anthropic.APIError) -> ComposeStopped:
 def cancel_batches(
     store: Store, run_id: str, client: anthropic.Anthropic, say: Callable[[str], None]
 ) -> int:
-    """Cancel the run's submitted batches and record it (results already in stay stored;
-    a chunk still `creating` is recorded cancelled: nothing will create or adopt it)."""
-    n = 0
+    """Cancel the run's open chunks and record it (results already in stay stored). A chunk
+    still `creating` may have a batch nobody recorded: the batches that may be its own are
+    looked up as resume would and cancelled first. A chunk whose batch the API could not be
+    asked about stays open, so `cancel` run again finishes it. Returns how many stay open."""
+    mine = custom_prefix(store.get_run(run_id))
+    left = 0
     for chunk in store.chunks(run_id, ["creating", "submitted"]):
-        if chunk.batch_id is not None:
-            try:
-                client.messages.batches.cancel(chunk.batch_id)
-            except anthropic.APIStatusError as exc:
-                say(f"chunk {chunk.chunk}: batch {chunk.batch_id} not cancelled: {exc.message}")
+        try:
+            if chunk.batch_id is not None:
+                _cancel_batch(client, chunk.chunk, chunk.batch_id, say)
+                ended = f"batch {chunk.batch_id} cancelled"
+            else:
+                found = _cancel_maybe_ours(client, chunk, f"{mine}_{chunk.chunk}_", say)
+                ended = f"batch(es) {', '.join(found)} cancelled" if found else "no batch was made"
+        except anthropic.APIError as exc:
+            left += 1
+            say(_not_asked(run_id, chunk.chunk, chunk.batch_id, str(exc)))
+            continue
         store.end_chunk(run_id, chunk.chunk, "canceled", f"cancelled at {clock.now_iso()}")
-        say(f"chunk {chunk.chunk}: batch {chunk.batch_id or '(not created)'} cancelled")
-        n += 1
-    return n
+        say(f"chunk {chunk.chunk}: {ended}")
+    return left
+
+
+def _not_asked(run_id: str, number: int, batch_id: str | None, cause: str) -> str:
+    """Why a chunk stays open after `cancel`: the API could not be asked (`cause`)."""
+    what = (
+        f"its batch {batch_id} may still be running"
+        if batch_id is not None
+        else "its batch may have been created without its answer being recorded"
+    )
+    return (
+        f"run {run_id}: chunk {number} was not cancelled: {what}, and the Message Batches API "
+        f"could not be asked ({cause}). The chunk stays open, so nothing is claimed about it; "
+        f"run `notifier cancel {run_id}` again once the API can be reached."
+    )
+
+
+def _cancel_batch(
+    client: anthropic.Anthropic, number: int, batch_id: str, say: Callable[[str], None]
+) -> None:
+    """Cancel one batch; a 4xx (e.g. it has ended) is said, anything else raised."""
+    try:
+        client.messages.batches.cancel(batch_id)
+    except anthropic.APIStatusError as exc:
+        if not _nothing_made(exc):
+            raise
+        say(f"chunk {number}: batch {batch_id} not cancelled: {exc.message}")
+
+
+def _cancel_maybe_ours(
+    client: anthropic.Anthropic, chunk: Chunk, mine: str, say: Callable[[str], None]
+) -> list[str]:
+    """The batches since the chunk's time bound with its request count: an ended one is
+    the chunk's if its results carry `mine` (nothing left to cancel); one still running
+    cannot be told before it ends, so it is cancelled as maybe the chunk's."""
+    found = []
+    since = datetime.fromisoformat(chunk.not_before)
+    for batch_id in _listed_since(client, since, chunk.request_count):
+        batch = client.messages.batches.retrieve(batch_id)
+        if batch.processing_status == "ended":
+            if any(r.custom_id.startswith(mine) for r in client.messages.batches.results(batch_id)):
+                say(f"chunk {chunk.chunk}: batch {batch_id} was its own and has ended")
+            continue
+        say(f"chunk {chunk.chunk}: batch {batch_id} may be its own (still running): cancelling")
+        _cancel_batch(client, chunk.chunk, batch_id, say)
+        found.append(batch_id)
+    return found
 
 
 def _listed_since(client: anthropic.Anthropic, since: datetime, count: int) -> list[str]:

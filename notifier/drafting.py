@@ -215,20 +215,32 @@ def progress_bar(total: int) -> Iterator[Callable[[int], None]]:
         yield lambda n: bar.advance(task, n)
 
 
-def cancel_batches(env: Env, run_id: str) -> None:
+def cancel_batches(env: Env, run_id: str) -> int:
     """After `notifier cancel` of a run that drafted through batches: cancel (and record)
-    any batch still submitted, e.g. one left by a drafting process that was interrupted."""
+    any batch still open, e.g. one left by a drafting process that was interrupted or
+    killed. Returns how many chunks stay open (the API could not be asked about them)."""
     store = open_store(env)
     try:
-        if not store.chunks(run_id, ["creating", "submitted"]):
-            return
+        open_chunks = store.chunks(run_id, ["creating", "submitted"])
+        if not open_chunks:
+            return 0
+        try:
+            key = compose.api_key()
+        except compose.ComposeUsage:
+            env.say(
+                f"run {run_id}: {len(open_chunks)} batch chunk(s) may still be running with "
+                f"the Message Batches API, but {compose.KEY_ENV} is not set, so they could not "
+                "be looked up or cancelled; they stay open and nothing is claimed about them. "
+                f"Export {compose.KEY_ENV} and run `notifier cancel {run_id}` again."
+            )
+            return len(open_chunks)
         import anthropic  # noqa: PLC0415 (the SDK loads only when drafting)
 
         from .batches import cancel_batches as cancel  # noqa: PLC0415
 
-        client = anthropic.Anthropic(api_key=compose.api_key(), max_retries=2)
+        client = anthropic.Anthropic(api_key=key, max_retries=2)
         try:
-            cancel(store, run_id, client, env.say)
+            return cancel(store, run_id, client, env.say)
         finally:
             client.close()
     finally:

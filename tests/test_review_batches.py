@@ -76,3 +76,59 @@ def test_creates_unanswered_every_time_stop_with_the_chunk_creating(
         resumed = ws.invoke("resume")
         assert resumed.exit_code == 0, resumed.output
         assert len(fake.created()) == 3 and sorted(fake.succeeded) == ROWS
+
+
+def test_cancel_after_a_crash_after_create_cancels_the_unrecorded_batch(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`cancel` of a chunk left `creating` finds and cancels the batch that may be its own."""
+    server = FakeBatches()
+    server.polls_in_progress = 10**6
+    for fake in serve(monkeypatch, server):
+        crashed = ws.run(*send(ws), env={"NOTIFIER_CRASH_AT": "after-batch-create:1"})
+        assert crashed.returncode == 137, crashed.stderr
+        cancelled = ws.invoke("cancel")
+        assert sorted(fake.cancelled) == sorted(fake.created()) != [], cancelled.output
+        assert "(not created)" not in cancelled.output
+        assert ws.query("SELECT state FROM draft_chunks") == [("canceled",)]
+
+
+def test_cancel_without_the_key_leaves_a_creating_chunk_open_and_says_why(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the key, `cancel` leaves a `creating` chunk open (exit 3); with it, cancels."""
+    server = FakeBatches()
+    server.polls_in_progress = 10**6
+    for fake in serve(monkeypatch, server):
+        crashed = ws.run(*send(ws), env={"NOTIFIER_CRASH_AT": "after-batch-create:1"})
+        assert crashed.returncode == 137, crashed.stderr
+        monkeypatch.delenv("ANTHROPIC_API_KEY")
+        refused = ws.invoke("cancel")
+        assert refused.exit_code == 3, refused.output
+        assert "ANTHROPIC_API_KEY is not set" in refused.output
+        assert "(not created)" not in refused.output and fake.cancelled == []
+        assert ws.query("SELECT state FROM draft_chunks") == [("creating",)]
+        monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+        run_id = ws.query("SELECT run_id FROM runs")[0][0]
+        again = ws.invoke("cancel", run_id)
+        assert fake.cancelled == fake.created() != [], again.output
+        assert ws.query("SELECT state FROM draft_chunks") == [("canceled",)]
+
+
+def test_cancel_out_of_reach_leaves_every_open_chunk_open(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the API out of reach, each open chunk is tried, none is claimed cancelled."""
+    server = FakeBatches()
+    server.polls_in_progress = 10**6
+    for _ in serve(monkeypatch, server):
+        crashed = ws.run(*send(ws), env={"NOTIFIER_CRASH_AT": "after-batch-create:2"})
+        assert crashed.returncode == 137, crashed.stderr
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")  # nothing listens
+    result = ws.invoke("cancel")
+    assert result.exit_code == 3, result.output
+    assert result.output.count("could not be asked") == 2, result.output
+    assert ws.query("SELECT state FROM draft_chunks ORDER BY chunk") == [
+        ("submitted",),
+        ("creating",),
+    ]
