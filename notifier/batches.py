@@ -204,6 +204,7 @@ class BatchDrafting:
         )
 
     def _create(self, number: int, requests: list[Request], note: str | None) -> None:
+        self.store.chunk_create_started(self.run.run_id, number)
         batch = self._create_once(requests)
         self._at("after-batch-create", number)
         self.store.chunk_submitted(self.run.run_id, number, batch.id, created=True, note=note)

@@ -70,6 +70,20 @@ class Chunks(Ledger):
             )  # fmt: skip
             self._event(run_id, "chunk_creating", None, {"chunk": chunk, "rows": len(seqs)}, at)
 
+    def chunk_create_started(self, run_id: str, chunk: int) -> None:
+        """A create of the chunk's batch starts: a `--recreate` consent is spent by it, in
+        the same transaction, so a crash after the create leaves the next resume asking."""
+        at = clock.now_iso()
+        with self._write():
+            cursor = self.conn.execute(
+                "UPDATE draft_chunks SET recreate = 0, updated_at = ? "
+                "WHERE run_id = ? AND chunk = ? AND state = 'creating'",
+                (at, run_id, chunk),
+            )
+            if cursor.rowcount != 1:
+                raise LostRace(f"run {run_id} chunk {chunk}: not creating")
+            self._event(run_id, "chunk_create_started", None, {"chunk": chunk}, at)
+
     def chunk_submitted(
         self, run_id: str, chunk: int, batch_id: str, *, created: bool, note: str | None = None
     ) -> None:
