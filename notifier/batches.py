@@ -35,6 +35,7 @@ from .claude import request_params as params_of
 from .compose import KEY_ENV, ComposeStopped, DraftRejected, Progress, Settings, row_from_source
 from .errors import NeedsAttention
 from .intent import canonical_json
+from .lease import Lease
 from .records import Run
 from .signals import Interruption
 from .store import Store
@@ -78,10 +79,12 @@ class BatchDrafting:
         settings: Settings,
         key: str,
         say: Callable[[str], None],
+        lease: Lease,
         interrupted: Interruption | None = None,
         advance: Callable[[int], None] = lambda n: None,
     ) -> None:
         self.store, self.run, self.settings, self.say = store, run, settings, say
+        self.lease = lease  # its version fences every chunk write; create needs it surely held
         self.interrupted = interrupted if interrupted is not None else Interruption()
         self.advance = advance
         self.client = anthropic.Anthropic(api_key=key, max_retries=0, timeout=300.0)
@@ -155,8 +158,9 @@ class BatchDrafting:
             requests = self._requests(number, seqs, self.settings.model)
             not_before = (datetime.now(UTC) - CLOCK_SKEW).isoformat()
             self.store.record_chunk(
-                run_id, number, seqs, _digest(requests), self.settings.model, not_before
-            )
+                run_id, number, seqs, _digest(requests), self.settings.model, not_before,
+                self.lease.version,
+            )  # fmt: skip
             self._at("after-chunk-intent", number)
             since = datetime.fromisoformat(not_before)
             self._create_or_adopt(number, requests, since, ask_first=False, note=None)
@@ -178,8 +182,9 @@ class BatchDrafting:
                 found = self._find(number, len(requests), since)
                 if found is not None:
                     self.store.chunk_submitted(
-                        self.run.run_id, number, found, created=False, note="adopted after asking"
-                    )
+                        self.run.run_id, number, found, created=False,
+                        note="adopted after asking", lease_version=self.lease.version,
+                    )  # fmt: skip
                     self.say(f"chunk {number}: batch {found} carries its custom_ids: adopted")
                     return
                 self.say(
@@ -204,10 +209,19 @@ class BatchDrafting:
         )
 
     def _create(self, number: int, requests: list[Request], note: str | None) -> None:
-        self.store.chunk_create_started(self.run.run_id, number)
+        self.store.chunk_create_started(self.run.run_id, number, self.lease.version)
+        if not self.lease.surely_valid():  # checked right before the paid call, as sends are
+            raise ComposeStopped(
+                f"chunk {number}: this process can no longer be sure it holds the run's lease "
+                "(another may have taken the run over), so its batch was not created; the "
+                "chunk stays recorded as creating. Run `notifier resume` to go on."
+            )
         batch = self._create_once(requests)
         self._at("after-batch-create", number)
-        self.store.chunk_submitted(self.run.run_id, number, batch.id, created=True, note=note)
+        self.store.chunk_submitted(
+            self.run.run_id, number, batch.id, created=True, note=note,
+            lease_version=self.lease.version,
+        )  # fmt: skip
         self.say(f"chunk {number}: batch {batch.id} created ({len(requests)} rows)")
 
     # ------------------------------------------------------------------ settling a doubt
@@ -276,7 +290,7 @@ class BatchDrafting:
                 "results read are stored. Run `notifier resume` to read them again."
             ) from exc
         note = ", ".join(f"{n} {k}" for k, n in tally.items())
-        self.store.end_chunk(run_id, number, "done", note)
+        self.store.end_chunk(run_id, number, "done", note, self.lease.version)
         self.say(f"chunk {number}: results stored ({note})")
 
     def _store_results(self, batch_id: str, mine: str, tally: dict[str, int]) -> None:

@@ -24,6 +24,7 @@ from .signals import Interruption, interrupt_guard
 
 if TYPE_CHECKING:
     from .env import Env
+    from .lease import Lease
     from .records import Run
     from .store import Store
 
@@ -106,8 +107,10 @@ def chunk_rows() -> int:
     return CHUNK_ROWS
 
 
-def draft(store: Store, run: Run, key: str, say: Callable[[str], None]) -> compose.Progress:
-    """Draft the rows of `run` without a draft (its lease held): through Message Batches
+def draft(
+    store: Store, run: Run, key: str, say: Callable[[str], None], lease: Lease
+) -> compose.Progress:
+    """Draft the rows of `run` without a draft (its `lease` held): through Message Batches
     when the run chose them, else one request per row. Ctrl-C or SIGTERM (the first) stops
     asking for more but keeps what was asked for: the synchronous path waits for the answers
     in flight and stores them; the batch path leaves its submitted batches for `resume`.
@@ -123,7 +126,7 @@ def draft(store: Store, run: Run, key: str, say: Callable[[str], None]) -> compo
         if settings.batch_api:
             from .batches import BatchDrafting  # noqa: PLC0415
 
-            by_batches = BatchDrafting(store, run, settings, key, say, interrupted, advance)
+            by_batches = BatchDrafting(store, run, settings, key, say, lease, interrupted, advance)
             try:
                 progress = by_batches.draft(chunk_rows())
             finally:

@@ -132,3 +132,43 @@ def test_cancel_out_of_reach_leaves_every_open_chunk_open(
         ("submitted",),
         ("creating",),
     ]
+
+
+def test_a_drafter_not_surely_holding_its_lease_creates_nothing(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No `create` unless the lease is surely held right before it; resume creates then."""
+    for fake in serve(monkeypatch, FakeBatches()):
+        with monkeypatch.context() as patched:
+            patched.setattr("notifier.lease._HeldLease.surely_valid", lambda self: False)
+            stopped = ws.invoke(*send(ws))
+        assert stopped.exit_code == 3, stopped.output
+        assert "lease" in stopped.output and fake.created() == []
+        assert ws.query("SELECT state FROM draft_chunks") == [("creating",)]
+        resumed = ws.invoke("resume")
+        assert resumed.exit_code == 0, resumed.output
+        assert len(fake.created()) == 3 and sorted(fake.succeeded) == ROWS
+
+
+class TakenOverOnCreate(FakeBatches):
+    """FakeBatches that, making the first batch, moves the run's lease on (a takeover)."""
+
+    def __init__(self, ws: Workspace) -> None:
+        super().__init__()
+        self.ws = ws
+
+    def on_post(self, path: str, payload: dict[str, Any]) -> Canned:
+        if path == "/v1/messages/batches" and not self.order:
+            self.ws.write("UPDATE runs SET lease_version = lease_version + 1")
+        return super().on_post(path, payload)
+
+
+def test_chunk_writes_are_fenced_by_the_drafters_lease(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A drafter whose lease was taken over during create records nothing more."""
+    for fake in serve(monkeypatch, TakenOverOnCreate(ws)):
+        result = ws.invoke(*send(ws))
+        assert result.exit_code != 0 and "took over" in result.output, result.output
+        assert len(fake.created()) == 1
+        assert ws.query("SELECT state, batch_id FROM draft_chunks") == [("creating", None)]
