@@ -1,5 +1,6 @@
 """Review of `--batch-api`: a create whose answer was lost is settled by asking, never
-retried blindly; `cancel` asks before ending a chunk whose batch may exist."""
+retried blindly; `cancel` asks before ending a chunk whose batch may exist; chunk writes
+are fenced by the drafter's lease, and create needs it surely held."""
 
 from __future__ import annotations
 
