@@ -35,12 +35,15 @@ from .claude import request_params as params_of
 from .compose import KEY_ENV, ComposeStopped, DraftRejected, Progress, Settings, row_from_source
 from .errors import NeedsAttention
 from .intent import canonical_json
+from .lease import Lease
 from .records import Run
 from .signals import Interruption
 from .store import Store
+from .store.chunks import Chunk
 
 CHUNK_ROWS = 2000  # rows per batch: a fiftieth of the API's 100,000 requests per batch
 MAX_ROUNDS = 4  # chunks a row may go through (expired, canceled, transient) in one command
+CREATE_ATTEMPTS = 3  # creates of one chunk left unanswered in one command, each asked after
 POLL_FIRST_S = 5.0
 POLL_MAX_S = 60.0
 POLL_ENV = "NOTIFIER_BATCH_POLL_S"  # rehearsals: the first poll interval, in seconds
@@ -51,6 +54,11 @@ T = TypeVar("T")
 
 class _Interrupted(Exception):
     """Ctrl-C or SIGTERM seen while drafting through batches: stop where it is safe."""
+
+
+class _CreateInDoubt(Exception):
+    """`create` failed in a way that does not prove nothing was made (no answer, a timeout,
+    a 5xx or 529): the chunk's batch may exist, so it is settled by asking, never retried."""
 
 
 class DraftingCancelled(NeedsAttention):
@@ -71,10 +79,12 @@ class BatchDrafting:
         settings: Settings,
         key: str,
         say: Callable[[str], None],
+        lease: Lease,
         interrupted: Interruption | None = None,
         advance: Callable[[int], None] = lambda n: None,
     ) -> None:
         self.store, self.run, self.settings, self.say = store, run, settings, say
+        self.lease = lease  # its version fences every chunk write; create needs it surely held
         self.interrupted = interrupted if interrupted is not None else Interruption()
         self.advance = advance
         self.client = anthropic.Anthropic(api_key=key, max_retries=0, timeout=300.0)
@@ -148,15 +158,70 @@ class BatchDrafting:
             requests = self._requests(number, seqs, self.settings.model)
             not_before = (datetime.now(UTC) - CLOCK_SKEW).isoformat()
             self.store.record_chunk(
-                run_id, number, seqs, _digest(requests), self.settings.model, not_before
-            )
+                run_id, number, seqs, _digest(requests), self.settings.model, not_before,
+                self.lease.version,
+            )  # fmt: skip
             self._at("after-chunk-intent", number)
-            self._create(number, requests, note=None)
+            since = datetime.fromisoformat(not_before)
+            self._create_or_adopt(number, requests, since, ask_first=False, note=None)
+
+    def _create_or_adopt(
+        self,
+        number: int,
+        requests: list[Request],
+        since: datetime,
+        *,
+        ask_first: bool,
+        note: str | None,
+    ) -> None:
+        """Create the chunk's batch; when a create goes unanswered, ask (list the batches
+        since its time bound, adopt ours) before creating again, CREATE_ATTEMPTS at most.
+        The chunk stays `creating` throughout, so `resume` asks the same way."""
+        for attempt in range(CREATE_ATTEMPTS):
+            if ask_first:
+                found = self._find(number, len(requests), since)
+                if found is not None:
+                    self.store.chunk_submitted(
+                        self.run.run_id, number, found, created=False,
+                        note="adopted after asking", lease_version=self.lease.version,
+                    )  # fmt: skip
+                    self.say(f"chunk {number}: batch {found} carries its custom_ids: adopted")
+                    return
+                self.say(
+                    f"chunk {number}: no batch since its intent carries its custom_ids: creating"
+                )
+                note = "created after asking: none was ours"
+            try:
+                self._create(number, requests, note)
+                return
+            except _CreateInDoubt as exc:
+                self.say(
+                    f"chunk {number}: no answer to creating its batch ({exc}); asking whether "
+                    "it was made before creating it again"
+                )
+            ask_first = True
+            self._sleep(min(POLL_MAX_S, self.poll_first * 2**attempt))
+            self._check_interrupted()
+        raise ComposeStopped(
+            f"chunk {number}: {CREATE_ATTEMPTS} attempts to create its batch went unanswered "
+            "(the API may have made them); the chunk stays recorded as creating. Run `notifier "
+            "resume` to go on: it asks which batch is the chunk's before creating one."
+        )
 
     def _create(self, number: int, requests: list[Request], note: str | None) -> None:
-        batch = self._call(lambda: self.client.messages.batches.create(requests=requests))
+        self.store.chunk_create_started(self.run.run_id, number, self.lease.version)
+        if not self.lease.surely_valid():  # checked right before the paid call, as sends are
+            raise ComposeStopped(
+                f"chunk {number}: this process can no longer be sure it holds the run's lease "
+                "(another may have taken the run over), so its batch was not created; the "
+                "chunk stays recorded as creating. Run `notifier resume` to go on."
+            )
+        batch = self._create_once(requests)
         self._at("after-batch-create", number)
-        self.store.chunk_submitted(self.run.run_id, number, batch.id, created=True, note=note)
+        self.store.chunk_submitted(
+            self.run.run_id, number, batch.id, created=True, note=note,
+            lease_version=self.lease.version,
+        )  # fmt: skip
         self.say(f"chunk {number}: batch {batch.id} created ({len(requests)} rows)")
 
     # ------------------------------------------------------------------ settling a doubt
@@ -172,18 +237,9 @@ class BatchDrafting:
                 "recorded before its batch was created, so whether a batch is ours cannot be "
                 f"told; nothing was created. `notifier status {self.run.run_id}` shows it."
             )
-        if chunk.recreate:
-            self._create(number, requests, note="created again by --recreate")
-            return
-        found = self._find(number, chunk.request_count, datetime.fromisoformat(chunk.not_before))
-        if found is not None:
-            self.store.chunk_submitted(
-                self.run.run_id, number, found, created=False, note="adopted after asking"
-            )
-            self.say(f"chunk {number}: batch {found} carries its custom_ids: adopted")
-            return
-        self.say(f"chunk {number}: no batch since its intent carries its custom_ids: creating")
-        self._create(number, requests, note="created after asking: none was ours")
+        since = datetime.fromisoformat(chunk.not_before)
+        note = "created again by --recreate" if chunk.recreate else None
+        self._create_or_adopt(number, requests, since, ask_first=not chunk.recreate, note=note)
 
     def _find(self, number: int, count: int, since: datetime) -> str | None:
         candidates = self._call(lambda: _listed_since(self.client, since, count))
@@ -234,7 +290,7 @@ class BatchDrafting:
                 "results read are stored. Run `notifier resume` to read them again."
             ) from exc
         note = ", ".join(f"{n} {k}" for k, n in tally.items())
-        self.store.end_chunk(run_id, number, "done", note)
+        self.store.end_chunk(run_id, number, "done", note, self.lease.version)
         self.say(f"chunk {number}: results stored ({note})")
 
     def _store_results(self, batch_id: str, mine: str, tally: dict[str, int]) -> None:
@@ -283,6 +339,25 @@ class BatchDrafting:
     def _sleep(self, seconds: float) -> None:
         self.interrupted.wait(seconds)  # a Ctrl-C ends a wait between retries at once
 
+    def _create_once(self, requests: list[Request]) -> MessageBatch:
+        """`batches.create`, retried only after an answer proving nothing was made (429);
+        any other 4xx stops drafting; anything else is in doubt (_CreateInDoubt)."""
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(anthropic.RateLimitError),
+            stop=tenacity.stop_after_attempt(8) | tenacity.stop_when_event_set(self.interrupted),
+            wait=_wait_honouring_retry_after,
+            sleep=self._sleep,
+            reraise=True,
+        )
+        try:
+            return retrying(lambda: self.client.messages.batches.create(requests=requests))
+        except anthropic.APIError as exc:
+            if self.interrupted.is_set():
+                raise _Interrupted from exc  # the chunk stays creating: resume asks
+            if _nothing_made(exc):
+                raise _stopped(exc) from exc
+            raise _CreateInDoubt(str(exc)) from exc
+
     def _call(self, action: Callable[[], T]) -> T:
         """One API call, transient failures retried honouring retry-after; a refused key
         stops drafting for every row."""
@@ -299,6 +374,16 @@ class BatchDrafting:
             if self.interrupted.is_set():
                 raise _Interrupted from exc  # no retry after Ctrl-C: resume asks again
             raise _stopped(exc) from exc
+
+
+def _nothing_made(exc: anthropic.APIError) -> bool:
+    """An answer to `create` that proves no batch was made: a 4xx refusing the request,
+    except 408 and 499 (the request may have been read before the connection ended)."""
+    return (
+        isinstance(exc, anthropic.APIStatusError)
+        and 400 <= exc.status_code < 500
+        and exc.status_code not in (408, 499)
+    )
 
 
 def _stopped(exc: anthropic.APIError) -> ComposeStopped:
@@ -324,19 +409,73 @@ def _stopped(exc: anthropic.APIError) -> ComposeStopped:
 def cancel_batches(
     store: Store, run_id: str, client: anthropic.Anthropic, say: Callable[[str], None]
 ) -> int:
-    """Cancel the run's submitted batches and record it (results already in stay stored;
-    a chunk still `creating` is recorded cancelled: nothing will create or adopt it)."""
-    n = 0
+    """Cancel the run's open chunks and record it (results already in stay stored). A chunk
+    still `creating` may have a batch nobody recorded: the batches that may be its own are
+    looked up as resume would and cancelled first. A chunk whose batch the API could not be
+    asked about stays open, so `cancel` run again finishes it. Returns how many stay open."""
+    mine = custom_prefix(store.get_run(run_id))
+    left = 0
     for chunk in store.chunks(run_id, ["creating", "submitted"]):
-        if chunk.batch_id is not None:
-            try:
-                client.messages.batches.cancel(chunk.batch_id)
-            except anthropic.APIStatusError as exc:
-                say(f"chunk {chunk.chunk}: batch {chunk.batch_id} not cancelled: {exc.message}")
+        try:
+            if chunk.batch_id is not None:
+                _cancel_batch(client, chunk.chunk, chunk.batch_id, say)
+                ended = f"batch {chunk.batch_id} cancelled"
+            else:
+                found = _cancel_maybe_ours(client, chunk, f"{mine}_{chunk.chunk}_", say)
+                ended = f"batch(es) {', '.join(found)} cancelled" if found else "no batch was made"
+        except anthropic.APIError as exc:
+            left += 1
+            say(_not_asked(run_id, chunk.chunk, chunk.batch_id, str(exc)))
+            continue
         store.end_chunk(run_id, chunk.chunk, "canceled", f"cancelled at {clock.now_iso()}")
-        say(f"chunk {chunk.chunk}: batch {chunk.batch_id or '(not created)'} cancelled")
-        n += 1
-    return n
+        say(f"chunk {chunk.chunk}: {ended}")
+    return left
+
+
+def _not_asked(run_id: str, number: int, batch_id: str | None, cause: str) -> str:
+    """Why a chunk stays open after `cancel`: the API could not be asked (`cause`)."""
+    what = (
+        f"its batch {batch_id} may still be running"
+        if batch_id is not None
+        else "its batch may have been created without its answer being recorded"
+    )
+    return (
+        f"run {run_id}: chunk {number} was not cancelled: {what}, and the Message Batches API "
+        f"could not be asked ({cause}). The chunk stays open, so nothing is claimed about it; "
+        f"run `notifier cancel {run_id}` again once the API can be reached."
+    )
+
+
+def _cancel_batch(
+    client: anthropic.Anthropic, number: int, batch_id: str, say: Callable[[str], None]
+) -> None:
+    """Cancel one batch; a 4xx (e.g. it has ended) is said, anything else raised."""
+    try:
+        client.messages.batches.cancel(batch_id)
+    except anthropic.APIStatusError as exc:
+        if not _nothing_made(exc):
+            raise
+        say(f"chunk {number}: batch {batch_id} not cancelled: {exc.message}")
+
+
+def _cancel_maybe_ours(
+    client: anthropic.Anthropic, chunk: Chunk, mine: str, say: Callable[[str], None]
+) -> list[str]:
+    """The batches since the chunk's time bound with its request count: an ended one is
+    the chunk's if its results carry `mine` (nothing left to cancel); one still running
+    cannot be told before it ends, so it is cancelled as maybe the chunk's."""
+    found = []
+    since = datetime.fromisoformat(chunk.not_before)
+    for batch_id in _listed_since(client, since, chunk.request_count):
+        batch = client.messages.batches.retrieve(batch_id)
+        if batch.processing_status == "ended":
+            if any(r.custom_id.startswith(mine) for r in client.messages.batches.results(batch_id)):
+                say(f"chunk {chunk.chunk}: batch {batch_id} was its own and has ended")
+            continue
+        say(f"chunk {chunk.chunk}: batch {batch_id} may be its own (still running): cancelling")
+        _cancel_batch(client, chunk.chunk, batch_id, say)
+        found.append(batch_id)
+    return found
 
 
 def _listed_since(client: anthropic.Anthropic, since: datetime, count: int) -> list[str]:

@@ -24,6 +24,7 @@ from .signals import Interruption, interrupt_guard
 
 if TYPE_CHECKING:
     from .env import Env
+    from .lease import Lease
     from .records import Run
     from .store import Store
 
@@ -106,8 +107,10 @@ def chunk_rows() -> int:
     return CHUNK_ROWS
 
 
-def draft(store: Store, run: Run, key: str, say: Callable[[str], None]) -> compose.Progress:
-    """Draft the rows of `run` without a draft (its lease held): through Message Batches
+def draft(
+    store: Store, run: Run, key: str, say: Callable[[str], None], lease: Lease
+) -> compose.Progress:
+    """Draft the rows of `run` without a draft (its `lease` held): through Message Batches
     when the run chose them, else one request per row. Ctrl-C or SIGTERM (the first) stops
     asking for more but keeps what was asked for: the synchronous path waits for the answers
     in flight and stores them; the batch path leaves its submitted batches for `resume`.
@@ -123,7 +126,7 @@ def draft(store: Store, run: Run, key: str, say: Callable[[str], None]) -> compo
         if settings.batch_api:
             from .batches import BatchDrafting  # noqa: PLC0415
 
-            by_batches = BatchDrafting(store, run, settings, key, say, interrupted, advance)
+            by_batches = BatchDrafting(store, run, settings, key, say, lease, interrupted, advance)
             try:
                 progress = by_batches.draft(chunk_rows())
             finally:
@@ -215,20 +218,32 @@ def progress_bar(total: int) -> Iterator[Callable[[int], None]]:
         yield lambda n: bar.advance(task, n)
 
 
-def cancel_batches(env: Env, run_id: str) -> None:
+def cancel_batches(env: Env, run_id: str) -> int:
     """After `notifier cancel` of a run that drafted through batches: cancel (and record)
-    any batch still submitted, e.g. one left by a drafting process that was interrupted."""
+    any batch still open, e.g. one left by a drafting process that was interrupted or
+    killed. Returns how many chunks stay open (the API could not be asked about them)."""
     store = open_store(env)
     try:
-        if not store.chunks(run_id, ["creating", "submitted"]):
-            return
+        open_chunks = store.chunks(run_id, ["creating", "submitted"])
+        if not open_chunks:
+            return 0
+        try:
+            key = compose.api_key()
+        except compose.ComposeUsage:
+            env.say(
+                f"run {run_id}: {len(open_chunks)} batch chunk(s) may still be running with "
+                f"the Message Batches API, but {compose.KEY_ENV} is not set, so they could not "
+                "be looked up or cancelled; they stay open and nothing is claimed about them. "
+                f"Export {compose.KEY_ENV} and run `notifier cancel {run_id}` again."
+            )
+            return len(open_chunks)
         import anthropic  # noqa: PLC0415 (the SDK loads only when drafting)
 
         from .batches import cancel_batches as cancel  # noqa: PLC0415
 
-        client = anthropic.Anthropic(api_key=compose.api_key(), max_retries=2)
+        client = anthropic.Anthropic(api_key=key, max_retries=2)
         try:
-            cancel(store, run_id, client, env.say)
+            return cancel(store, run_id, client, env.say)
         finally:
             client.close()
     finally:

@@ -126,6 +126,21 @@ def test_recreate_is_the_operators_choice_to_pay_twice(ws: Workspace, fake: Fake
     assert_drafted_once_and_digests_hold(ws)
 
 
+def test_recreate_consent_is_spent_by_the_create_even_if_it_crashes(
+    ws: Workspace, fake: FakeBatches
+) -> None:
+    """A crash right after a --recreate create: the next plain resume asks and adopts."""
+    crashed = ws.run(*send(ws), env={"NOTIFIER_CRASH_AT": "after-batch-create:1"})
+    assert crashed.returncode == 137, crashed.stderr
+    again = ws.run("resume", "--recreate", env={"NOTIFIER_CRASH_AT": "after-batch-create:1"})
+    assert again.returncode == 137, again.stderr
+    assert len(fake.created()) == 2
+    resumed = ws.invoke("resume")
+    assert resumed.exit_code == 0, resumed.output
+    assert "adopted" in resumed.output and len(fake.created()) == 4  # chunks 2 and 3
+    assert_drafted_once_and_digests_hold(ws)
+
+
 def test_expired_and_transient_rows_go_into_a_later_chunk_invalid_ones_fail(
     ws: Workspace, fake: FakeBatches
 ) -> None:

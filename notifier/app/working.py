@@ -129,8 +129,8 @@ def draft_run(env: Env, store: Store, run: Run) -> Run:
         return run
     from .. import drafting  # noqa: PLC0415 (the SDK loads only when drafting)
 
-    with take_lease(store, run, env.config.lease_ttl_s):
-        progress = drafting.draft(store, run, compose_key(), env.say)
+    with take_lease(store, run, env.config.lease_ttl_s) as lease:
+        progress = drafting.draft(store, run, compose_key(), env.say, lease)
     done = f"{progress.drafted} drafted, {progress.failed} failed, {progress.pending} to draft"
     if progress.stopped is not None:
         raise NeedsAttention(f"run {run.run_id}: {progress.stopped} ({done}.)")

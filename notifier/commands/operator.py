@@ -164,10 +164,11 @@ def cancel(
 
     env = command_env(ctx, machine_output=with_report and fmt != "table")
     result = app.cancel(env, run_id, wait_s)
+    chunks_open = 0  # batch chunks the API could not be asked about: cancel again
     if result.run.options.get("compose") and result.run.state is RunState.CANCELLED:
         from .. import drafting  # noqa: PLC0415 (start-up time)
 
-        drafting.cancel_batches(env, result.run.run_id)  # batches a drafting left submitted
+        chunks_open = drafting.cancel_batches(env, result.run.run_id)  # left by a drafting
     env.say(result.message)
     if with_report:
         store = open_store(env)
@@ -176,7 +177,7 @@ def cancel(
             _emit(report.build(store, run, attention_only=fmt == "table"), fmt)
         finally:
             store.close()
-    if not result.confirmed:
+    if not result.confirmed or chunks_open:
         ctx.exit(ExitCode.ATTENTION)
     ctx.exit(settled_exit(result.run.state, result.counts))
 

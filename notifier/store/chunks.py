@@ -56,11 +56,12 @@ class Chunks(Ledger):
         requests_digest: str,
         model: str,
         not_before: str,
+        lease_version: int | None = None,
     ) -> None:
         """The intent of chunk number `chunk` (one past the last: its custom_ids, in the
         digest, carry it), before its batch is created."""
         at = clock.now_iso()
-        with self._write():
+        with self._write(run_id, lease_version):
             self.conn.execute(
                 "INSERT INTO draft_chunks (run_id, chunk, state, seqs, request_count, "
                 "requests_digest, model, not_before, updated_at) "
@@ -70,12 +71,35 @@ class Chunks(Ledger):
             )  # fmt: skip
             self._event(run_id, "chunk_creating", None, {"chunk": chunk, "rows": len(seqs)}, at)
 
+    def chunk_create_started(
+        self, run_id: str, chunk: int, lease_version: int | None = None
+    ) -> None:
+        """A create of the chunk's batch starts: a `--recreate` consent is spent by it, in
+        the same transaction, so a crash after the create leaves the next resume asking."""
+        at = clock.now_iso()
+        with self._write(run_id, lease_version):
+            cursor = self.conn.execute(
+                "UPDATE draft_chunks SET recreate = 0, updated_at = ? "
+                "WHERE run_id = ? AND chunk = ? AND state = 'creating'",
+                (at, run_id, chunk),
+            )
+            if cursor.rowcount != 1:
+                raise LostRace(f"run {run_id} chunk {chunk}: not creating")
+            self._event(run_id, "chunk_create_started", None, {"chunk": chunk}, at)
+
     def chunk_submitted(
-        self, run_id: str, chunk: int, batch_id: str, *, created: bool, note: str | None = None
+        self,
+        run_id: str,
+        chunk: int,
+        batch_id: str,
+        *,
+        created: bool,
+        note: str | None = None,
+        lease_version: int | None = None,
     ) -> None:
         """The chunk's batch: created by us just now (`created`) or adopted after asking."""
         at = clock.now_iso()
-        with self._write():
+        with self._write(run_id, lease_version):
             cursor = self.conn.execute(
                 "UPDATE draft_chunks SET state = 'submitted', batch_id = ?, recreate = 0, "
                 "created = created + ?, note = ?, updated_at = ? "
@@ -87,10 +111,18 @@ class Chunks(Ledger):
             kind = "chunk_submitted" if created else "chunk_adopted"
             self._event(run_id, kind, None, {"chunk": chunk, "batch_id": batch_id}, at)
 
-    def end_chunk(self, run_id: str, chunk: int, state: str, note: str | None = None) -> None:
-        """`done` (every result stored) or `canceled` (by `notifier cancel`)."""
+    def end_chunk(
+        self,
+        run_id: str,
+        chunk: int,
+        state: str,
+        note: str | None = None,
+        lease_version: int | None = None,
+    ) -> None:
+        """`done` (every result stored) or `canceled` (by `notifier cancel`). The chunk
+        writes of a drafting process carry its `lease_version` (fenced); `cancel`'s do not."""
         at = clock.now_iso()
-        with self._write():
+        with self._write(run_id, lease_version):
             self.conn.execute(
                 "UPDATE draft_chunks SET state = ?, note = COALESCE(?, note), updated_at = ? "
                 "WHERE run_id = ? AND chunk = ? AND state IN ('creating', 'submitted')",
