@@ -133,6 +133,7 @@ class Runner:
         # the run to cancelled, with nothing in flight: a send that starts on a value not yet
         # refreshed is one that cancel waits for (docs/guarantees.md, Cancel).
         self._cancel_seen: str | None = None
+        self._flags_due = 0.0  # at N = 1, when a --rate wait next reads the flags
         # A shared run's --rate buckets live in the database: the senders take their tokens
         # through a connection of their own (this thread's is busy committing), one at a time.
         self._bucket_lock = threading.Lock()
@@ -163,6 +164,10 @@ class Runner:
         try:
             return self._run()
         finally:
+            # Whatever ended the committer (a storage failure included), a sender that has
+            # taken an item starts no request nobody would record.
+            if self._halting is None:
+                self._halting = "the worker is stopping"
             self._senders.close()
             if self._bucket_store is not None and self._bucket_store is not self.store:
                 self._bucket_store.close()
@@ -600,22 +605,32 @@ class Runner:
             or self._halting is not None
             or self.p.halt is not None
             or self._approval_expired()
-            or self.store.run_flags(self.run_id)[0] is not None
+            or self._cancel_read_now()
         )
+
+    def _cancel_read_now(self) -> bool:
+        """The cancel flag as the database holds it now, published to the senders too: a
+        cancel seen here stops them before the committer's next turn."""
+        cancel = self.store.run_flags(self.run_id)[0]
+        if cancel is not None:
+            self._cancel_seen = cancel
+        return cancel is not None
 
     def _stopping(self) -> bool:
         """Whether to stop starting sends (Ctrl-C, a cancel); the ending itself waits until
         nothing is in flight. A lost lease ends at once: nothing more can be recorded."""
         if self.lease_lost.is_set():
             raise LeaseLost(f"run {self.run_id}: another process took over this run")
-        if (
-            self.interrupted.is_set()
+        # The flags are read even when already stopping: a cancel that comes during a rate
+        # pause or a drain must still reach the senders holding claimed items.
+        moved = self._read_flags()
+        return (
+            moved
+            or self.interrupted.is_set()
             or self._halting is not None
             or self._approval_expired()
             or self._rate_wake is not None
-        ):
-            return True
-        return self._read_flags()
+        )
 
     def _read_flags(self) -> bool:
         """Read the run's flags on this thread's connection and publish its cancel request
@@ -694,7 +709,17 @@ class Runner:
         return None
 
     def _send_stopped(self) -> bool:
-        """Stop waiting for a --rate token: the lease is lost, or the send may not start."""
+        """Stop waiting for a --rate token: the lease is lost, or the send may not start. At
+        N = 1 the wait is on the committer's own thread, whose turn it holds up: the flags
+        are read here then (at most every POLL_S), or a cancel would go unseen for the whole
+        wait."""
+        if self.options.concurrency == 1 and time.monotonic() >= self._flags_due:
+            self._flags_due = time.monotonic() + POLL_S
+            try:
+                if self._read_flags():
+                    return True
+            except LeaseLost:
+                self.lease_lost.set()
         return self.lease_lost.is_set() or self._may_start() is not None
 
     def _send_one(self, item: Item) -> Slot:

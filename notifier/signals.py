@@ -9,7 +9,7 @@ import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from types import FrameType
 
 # The exit status of a process stopped by a signal, as a shell reports it: 128 + the signal.
@@ -45,10 +45,15 @@ def interrupt_guard(interrupted: Interruption, say: Callable[[str], None]) -> It
         if interrupted.is_set():
             os._exit(EXIT_STATUS[interrupted.signum])
         interrupted.trip(signal.Signals(signum))
-        say(
-            f"{interrupted.name}: finishing the requests already sent, then pausing "
-            "(Ctrl-C or SIGTERM again to quit now)"
-        )
+        # A handler runs between any two bytecodes, inside a send too (a socket call checks
+        # for signals after each chunk): if it raised (stderr a closed pipe), the send would
+        # fail at a point it cannot account for, and a message handed to the relay could be
+        # judged not sent.
+        with suppress(Exception):
+            say(
+                f"{interrupted.name}: finishing the requests already sent, then pausing "
+                "(Ctrl-C or SIGTERM again to quit now)"
+            )
 
     previous = {sig: signal.signal(sig, handler) for sig in EXIT_STATUS}
     try:
