@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,6 +18,7 @@ from . import compose
 from .batch import BatchRow
 from .env import open_store
 from .errors import BadInput, ExitCode, Interrupted
+from .progress import progress_bar
 from .signals import Interruption, interrupt_guard
 
 if TYPE_CHECKING:
@@ -121,7 +120,7 @@ def draft(
     settings = compose.Settings.from_options(run.options)
     interrupted = Interruption()
     total = store.draft_summary(run.run_id)
-    with interrupt_guard(interrupted, say), progress_bar(total["total"]) as advance:
+    with interrupt_guard(interrupted, say), progress_bar(total["total"], "drafting") as advance:
         advance(total["total"] - total["pending"])
         if settings.batch_api:
             from .batches import BatchDrafting  # noqa: PLC0415
@@ -186,36 +185,6 @@ def interruption(
         )
     kind = DraftingTerminated if signal_seen.signum == signal.SIGTERM else DraftingInterrupted
     return kind(text)
-
-
-@contextmanager
-def progress_bar(total: int) -> Iterator[Callable[[int], None]]:
-    """A drafting progress bar on a terminal's stderr; elsewhere (a pipe, a log) nothing,
-    and rich is not even loaded."""
-    if not sys.stderr.isatty():
-        yield lambda n: None
-        return
-    from rich.console import Console  # noqa: PLC0415 (start-up time)
-    from rich.progress import (  # noqa: PLC0415 (start-up time)
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-    )
-
-    console = Console(stderr=True)
-    with Progress(
-        TextColumn("drafting"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-        disable=not console.is_terminal,
-    ) as bar:
-        task = bar.add_task("draft", total=total)
-        yield lambda n: bar.advance(task, n)
 
 
 def cancel_batches(env: Env, run_id: str) -> int:

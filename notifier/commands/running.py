@@ -3,9 +3,8 @@ screen, the progress bar, the closing line with its exit code, the wait for appr
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
 import click
@@ -13,6 +12,7 @@ import click
 from .. import approval
 from ..env import Env
 from ..errors import ExitCode
+from ..progress import progress_bar
 
 if TYPE_CHECKING:
     from ..records import Run
@@ -20,34 +20,9 @@ if TYPE_CHECKING:
     from ..store import Store
 
 
-@contextmanager
-def progress(total: int) -> Iterator[Callable[[int], None]]:
-    """A progress bar on a terminal's stderr; elsewhere (a pipe, a log) nothing, and rich
-    is not even loaded."""
-    if not sys.stderr.isatty():
-        yield lambda n: None
-        return
-    from rich.console import Console  # noqa: PLC0415 (start-up time)
-    from rich.progress import (  # noqa: PLC0415 (start-up time)
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-    )
-
-    console = Console(stderr=True)
-    with Progress(
-        TextColumn("sending"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-        disable=not console.is_terminal,
-    ) as progress:
-        task = progress.add_task("send", total=total)
-        yield lambda n: progress.advance(task, n)
+def progress(total: int) -> AbstractContextManager[Callable[[int], None]]:
+    """The sending progress bar (notifier/progress.py)."""
+    return progress_bar(total, "sending")
 
 
 def finish(
