@@ -13,7 +13,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from . import clock
@@ -29,6 +29,11 @@ MAX_EXPIRES_IN = timedelta(days=30)
 PREVIEW_ROWS = 3
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 _FIELDS = ("operator", "approved_at", "expires_at", "fingerprint", "state_version")
+# How the reason of a pause for the approval begins, so that another worker of a shared run
+# tells it apart (run.stop_reason) and ends with the right exit code and advice.
+APPROVAL_PAUSE = "its approval"
+# The expiry of an approval whose record is gone or names other content: long past.
+_WITHDRAWN = datetime.min.replace(tzinfo=UTC)
 
 
 class ApprovalRefused(Refused):
@@ -224,3 +229,41 @@ def preview(store: Store, run: Run, rows: int = PREVIEW_ROWS) -> list[str]:
             "--output FILE` writes every one."
         )
     return lines
+
+
+class Watch:
+    """A sending run's approval as last read: the fingerprint approved and its expiry, at or
+    after which no send starts. Read again at each revisit, so `notifier approve` renewing it
+    mid-run counts. A run that needs no approval is never expired."""
+
+    def __init__(self, store: Store, run_id: str) -> None:
+        self.store = store
+        self.run_id = run_id
+        self._approved: str | None = None
+        self.until: datetime | None = None  # None: the run needs no approval
+
+    def read(self) -> None:
+        """The approval as stored now (its fingerprint and expiry were checked before the
+        lease was taken: check_can_send). A record gone, or bound to another fingerprint,
+        counts as expired: nothing more is sent."""
+        run = self.store.get_run(self.run_id)
+        if not requires_approval(run):
+            return
+        current = stored_approval(run)
+        if current is None or current.fingerprint != (self._approved or current.fingerprint):
+            self.until = _WITHDRAWN
+            return
+        self._approved = current.fingerprint
+        self.until = clock.parse(current.expires_at)
+
+    def expired(self) -> bool:
+        """Whether the run needs an approval that has expired (checked before every send)."""
+        return self.until is not None and clock.now() >= self.until
+
+    def pause_reason(self) -> str:
+        """Why the run pauses once expired, beginning with APPROVAL_PAUSE."""
+        return APPROVAL_PAUSE + (
+            " was withdrawn or bound to other content"
+            if self.until is None or self.until == _WITHDRAWN
+            else f" expired at {clock.local(clock.iso(self.until))}"
+        )

@@ -30,3 +30,8 @@ def local(text: str | None) -> str:
     if not text:
         return "-"
     return parse(text).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def seconds_until(moment: datetime) -> float:
+    """Seconds from now (wall clock) to `moment`; 0 when it has passed."""
+    return max(0.0, (moment - now()).total_seconds())

@@ -25,7 +25,7 @@ NEVER_REACHED = frozenset({ErrorKind.NOT_SENT.value, ErrorKind.THROTTLED.value, 
 
 @dataclass(frozen=True)
 class NotStarted:
-    """A claimed item that `_may_start` held back: no request left for it."""
+    """A claimed item that `Dispatch.may_start` held back: no request left for it."""
 
     reason: str
 
@@ -65,7 +65,7 @@ class Progress:
     advance: Callable[[int], None] = lambda n: None
     unknown_streak: int = 0
     halt: tuple[Stop, str] | None = None  # (HALTED, CONFLICT or CHANNEL_DOWN, reason)
-    # Per channel: requests in a row that could not reach its receiver (runner._note_reach).
+    # Per channel: requests in a row that could not reach its receiver (Brakes.note_reach).
     unreached: dict[str, int] = field(default_factory=dict)
     # In-process waits run on the monotonic clock (time.monotonic()), so a step of the wall
     # clock cannot end them early; the wall-clock next_attempt_at stored with an item is only
@@ -73,7 +73,7 @@ class Progress:
     gates: dict[str, float] = field(default_factory=dict)  # channel → closed until (monotonic)
     holds: dict[int, float] = field(default_factory=dict)  # item seq → not before (monotonic)
 
-    # Senders close gates too, the moment a throttled answer arrives (runner._warn_senders).
+    # Senders close gates too, the moment a throttled answer arrives (Dispatch._warn).
     _gate_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def gate(self, channel: str, until: float) -> None:
@@ -333,6 +333,27 @@ class Judge:
         return any(
             a.outcome in (ErrorKind.UNCERTAIN.value, "interrupted")
             for a in self.store.attempts(self.run_id, item.seq)
+        )
+
+    def retry_or_give_up(self, item: Item, outcome: Outcome) -> Outcome:
+        """A waiting item proven undelivered is sent again like any retry: after the
+        backoff, and only while its attempts and deadline last."""
+        if outcome.trigger != ItemTrigger.NOT_FOUND:
+            return outcome
+        retry = self.policy.judge(
+            ChannelError(ErrorKind.UNCERTAIN, item.last_error or "outcome unknown"),
+            attempts=item.attempts,
+            elapsed_s=self.elapsed(item),
+            idempotent=True,
+            queryable=True,
+        )
+        if retry.action is Action.RETRY:
+            return replace(outcome, next_attempt_at=clock.iso(clock.later(retry.wait_s)))
+        return replace(
+            outcome,
+            trigger=ItemTrigger.GIVE_UP,
+            error=f"gave up after {item.attempts} attempts: not delivered (query after "
+            "query_delay)",
         )
 
 

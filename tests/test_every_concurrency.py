@@ -347,7 +347,7 @@ def test_items_claimed_ahead_never_start_once_the_worker_saw_a_cancel(
     try:
         wait_for(lambda: len(channel.started) == n, "N requests under way")
         assert canceller.request_cancel("r1")
-        wait_for(lambda: runner._cancel_seen is not None, "the committer read the cancel")
+        wait_for(lambda: runner.dispatch.cancel_seen is not None, "the committer read the cancel")
         channel.release.set()
         thread.join(WAIT_S)
     finally:
@@ -680,7 +680,7 @@ def test_a_worker_that_finds_the_run_paused_by_another_ends_as_that_pause_says(
             store, "r1", {}, RetryPolicy(), RunOptions(), lease_version=version,
             lease_lost=threading.Event(), interrupted=Interruption(), say=lambda line: None,
         )  # fmt: skip
-        result = runner._moved_by_another(RunState.PAUSED)
+        result = runner.coord.moved_by_another(RunState.PAUSED)
     finally:
         store.close()
     assert (result.stop, int(run_exit(result))) == (stop, exit_code)

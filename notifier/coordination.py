@@ -1,0 +1,369 @@
+"""How one process coordinates a run with whoever else may move it: two strategies, chosen
+once when the runner is built (`for_run`).
+
+- `Sole`: this process holds the run's one lease (SQLite, or a PostgreSQL run sent alone).
+  Every move is its own; a lease version that moved means another process took over.
+- `Shared`: a PostgreSQL run that several workers send together, each on a worker lease of
+  its own. A move lands only from `running` (another worker may have moved the run first,
+  and this one then ends as that move says); dead workers' items are adopted and settled;
+  a worker that stops leaves the run to the others unless it is the last.
+
+Both end a run the same way (pause, halt, finish, cancel); only the steps above differ.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from . import clock
+from .approval import APPROVAL_PAUSE
+from .channels import Channel
+from .judging import Progress, Stop
+from .lease import holder_alive
+from .pipeline import SharedBucket, TokenBucket
+from .reconcile import settle, settle_doubts, settle_items
+from .records import Counts, PendingKind, Run
+from .state_machine import ItemTrigger, RunState, RunTrigger
+from .store import LeaseLost, Store
+
+# How the reason of a pause for a channel that is down reads, so that another worker of a
+# shared run tells it apart (run.stop_reason).
+CHANNEL_DOWN_PAUSE = " is down: "
+# How often a worker of a shared run looks for dead workers whose items it must settle.
+REAP_S = 1.0
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    concurrency: int = 1
+    max_wait_s: float = 600.0
+    unknown_streak_limit: int = 5
+    rate: float | None = None  # --rate: sends per second per channel (over its own `rate`)
+    # `resume` restarts a paused or halted run; a `worker` only joins one that is going, so a
+    # halt (an endpoint gone, a conflict) holds until an operator resumes the run.
+    restart: bool = True
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """How a run stopped: its state, why, what happened (no command hints) and the counts."""
+
+    state: RunState
+    stop: Stop
+    reason: str
+    counts: Counts
+    paused_until: str | None = None
+
+
+class Coordination:
+    """The run-level moves of one sending process; the strategies below differ only in how
+    they start, watch, move and leave the run."""
+
+    def __init__(
+        self,
+        store: Store,
+        run_id: str,
+        channels: Mapping[str, Channel],
+        lease_version: int,
+        progress: Progress,
+        options: RunOptions,
+    ) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.channels = channels
+        self.lease_version = lease_version
+        self.p = progress
+        self.options = options
+
+    # ------------------------------------------------------------------ the strategy
+
+    def start(self, run: Run) -> RunState:
+        """Move the run to running; the state it is in after (running, or another's move)."""
+        raise NotImplementedError
+
+    def settle_open(self) -> tuple[Stop, str] | None:
+        """Settle every item whose outcome is open before anything new starts; the halt a
+        conflict found, if any."""
+        raise NotImplementedError
+
+    def signals(self) -> tuple[str | None, RunState | None]:
+        """The run's cancel request, and the state another process moved it to (None while
+        it is running as this process left it)."""
+        raise NotImplementedError
+
+    def move(self, trigger: RunTrigger, **sets: str | None) -> RunState:
+        raise NotImplementedError
+
+    def leave(self, *, wait_for_busy: bool) -> str:
+        """ "left" (the others finish the run), "wait" (others still hold items) or "last"."""
+        return "last"
+
+    def watch(self) -> None:
+        """What other processes did that this one must heed, at each revisit."""
+
+    def may_close(self, counts: Counts) -> bool:
+        """Whether the run may be closed with these counts, nothing left to claim."""
+        return True
+
+    def bucket(self, channel: str, rate: float) -> TokenBucket | SharedBucket:
+        return TokenBucket(rate)
+
+    def close(self) -> None:
+        """Release what the strategy opened."""
+
+    # ------------------------------------------------------------------ endings
+
+    def pause(
+        self, stop: Stop, reason: str, said: str, *, paused_until: str | None = None
+    ) -> RunResult:
+        """Pause the run for `reason` (stored, for `status` and the other workers); if
+        another worker moved it first, end as that move says."""
+        sets = {"stop_reason": reason} | ({"paused_until": paused_until} if paused_until else {})
+        moved = self.move(RunTrigger.PAUSE, **sets)
+        if moved is not RunState.PAUSED:
+            return self.moved_by_another(moved)
+        counts = self.store.counts(self.run_id)
+        return RunResult(RunState.PAUSED, stop, said, counts, paused_until=paused_until)
+
+    def halt(self, stop: Stop, reason: str) -> RunResult:
+        """End the run for a safety rule: halted; or, for a channel that is down (nothing
+        is wrong with its items), paused, so that `resume` goes on once it is back."""
+        if stop is Stop.CHANNEL_DOWN:
+            return self.pause(stop, reason, f"paused: {reason}")
+        moved = self.move(RunTrigger.HALT, stop_reason=reason)
+        if moved is not RunState.HALTED:
+            return self.moved_by_another(moved)
+        return RunResult(RunState.HALTED, stop, f"halted: {reason}", self.store.counts(self.run_id))
+
+    def finish(self) -> RunResult | None:
+        """Close the run: nothing is left to send. None while other workers of a shared run
+        still hold items (this one waits for them, or for their leases to die)."""
+        counts = self.store.counts(self.run_id)
+        if not self.may_close(counts):
+            return None
+        summary = counts.summary()
+        if counts.unknown:
+            reason = f"{counts.unknown} item(s) with unknown outcome"
+            moved = self.move(RunTrigger.PAUSE, stop_reason=reason)
+            if moved is not RunState.PAUSED:
+                return self.moved_by_another(moved)
+            return RunResult(RunState.PAUSED, Stop.UNKNOWN_LEFT, summary, counts)
+        moved = self.move(RunTrigger.COMPLETE)
+        if moved is not RunState.COMPLETED:
+            return self.moved_by_another(moved)
+        return RunResult(RunState.COMPLETED, Stop.COMPLETED, f"completed: {summary}", counts)
+
+    def finish_cancel(self) -> RunResult:
+        """Close a cancelled run. Items waiting to retry after an uncertain attempt may have
+        been delivered: settled by query, or made unknown, before the run is closed."""
+        settle_doubts(self.store, self.run_id, self.channels, self.lease_version, say=self.p.say)
+        self.move(RunTrigger.CANCEL, stop_reason=None)
+        counts = self.store.counts(self.run_id)
+        kinds = list(self.store.pending_kinds(self.run_id).values())
+        return RunResult(
+            RunState.CANCELLED,
+            Stop.CANCELLED,
+            "cancelled: "
+            + counts.summary(counts.pending - len(kinds), kinds.count(PendingKind.RETRY_WAITING)),
+            counts,
+        )
+
+    def left(self, stop: Stop, reason: str) -> RunResult:
+        """This worker left the run to the others, which end it."""
+        counts = self.store.counts(self.run_id)
+        return RunResult(self.store.get_run(self.run_id).state, stop, reason, counts)
+
+    def moved_by_another(self, state: RunState) -> RunResult:
+        """This worker's ending when another worker (or a cancel) moved the run first."""
+        run = self.store.get_run(self.run_id)
+        counts = self.store.counts(self.run_id)
+        reason = f"{state.value} by another worker: {run.stop_reason or counts.summary()}"
+        stop = {
+            RunState.COMPLETED: Stop.COMPLETED,
+            RunState.CANCELLED: Stop.CANCELLED,
+            RunState.HALTED: Stop.HALTED,
+        }.get(state)
+        if stop is None:  # paused: why, as the worker that paused it wrote it
+            why = run.stop_reason or ""
+            if run.paused_until:
+                stop = Stop.RATE_LIMITED
+            elif why.startswith(APPROVAL_PAUSE):
+                stop = Stop.APPROVAL_EXPIRED
+            elif CHANNEL_DOWN_PAUSE in why:
+                stop = Stop.CHANNEL_DOWN
+            elif why.startswith("interrupted"):
+                stop = Stop.LEFT
+            else:
+                stop = Stop.UNKNOWN_LEFT
+        return RunResult(state, stop, reason, counts, paused_until=run.paused_until)
+
+
+class Sole(Coordination):
+    """One process holds the run: every move is its own, from wherever the run is."""
+
+    def start(self, run: Run) -> RunState:
+        if run.state in (RunState.PLANNED, RunState.APPROVED):
+            self.store.move_run(self.run_id, RunTrigger.START, self.lease_version)
+        elif run.state in (RunState.PAUSED, RunState.HALTED):
+            self.store.move_run(
+                self.run_id,
+                RunTrigger.RESUME,
+                self.lease_version,
+                paused_until=None,
+                stop_reason=None,
+            )
+        return RunState.RUNNING
+
+    def settle_open(self) -> tuple[Stop, str] | None:
+        settlements = settle(
+            self.store,
+            self.run_id,
+            self.channels,
+            self.lease_version,
+            include_unknown=True,
+            say=self.p.say,
+        )
+        for s in settlements:
+            if s.outcome is not None and s.outcome.trigger == ItemTrigger.CONFLICT:
+                return Stop.CONFLICT, f"conflict on item {s.item.seq}: {s.outcome.error}"
+        return None
+
+    def signals(self) -> tuple[str | None, RunState | None]:
+        cancel, version = self.store.run_flags(self.run_id)
+        if version != self.lease_version:
+            raise LeaseLost(f"run {self.run_id}: another process took over this run")
+        return cancel, None
+
+    def move(self, trigger: RunTrigger, **sets: str | None) -> RunState:
+        return self.store.move_run(self.run_id, trigger, self.lease_version, **sets)
+
+
+class Shared(Coordination):
+    """Many workers send one run (PostgreSQL), each on a worker lease of its own
+    (store.worker_id): each move only from `running`, dead workers' items adopted."""
+
+    def __init__(
+        self,
+        store: Store,
+        run_id: str,
+        channels: Mapping[str, Channel],
+        lease_version: int,
+        progress: Progress,
+        options: RunOptions,
+    ) -> None:
+        super().__init__(store, run_id, channels, lease_version, progress, options)
+        self._reap_at = 0.0
+        # The --rate buckets live in the database: the senders take their tokens through a
+        # connection of their own (the committer's is busy committing), one at a time.
+        self._bucket_store: Store | None = None
+        self._bucket_lock = threading.Lock()
+
+    def start(self, run: Run) -> RunState:
+        start = (RunState.PLANNED, RunState.APPROVED)
+        self.store.move_run_from(self.run_id, RunTrigger.START, self.lease_version, start)
+        if self.options.restart:
+            self.store.move_run_from(
+                self.run_id,
+                RunTrigger.RESUME,
+                self.lease_version,
+                (RunState.PAUSED, RunState.HALTED),
+                paused_until=None,
+                stop_reason=None,
+            )
+        return self.store.get_run(self.run_id).state
+
+    def settle_open(self) -> tuple[Stop, str] | None:
+        """Every item whose outcome is open that no live worker holds, adopted first."""
+        self.adopt_and_settle()
+        return self.p.halt
+
+    def signals(self) -> tuple[str | None, RunState | None]:
+        cancel, state = self.store.run_signals(self.run_id)
+        return cancel, None if state is RunState.RUNNING else state
+
+    def move(self, trigger: RunTrigger, **sets: str | None) -> RunState:
+        """Only from `running`: another worker may have moved the run first (then its
+        state is returned, unchanged)."""
+        return self.store.move_run_from(
+            self.run_id, trigger, self.lease_version, (RunState.RUNNING,), **sets
+        )
+
+    def leave(self, *, wait_for_busy: bool) -> str:
+        return self.store.leave_unless_last(
+            self.run_id,
+            self.store.worker_id or "",
+            self.lease_version,
+            holder_alive,
+            wait_for_busy=wait_for_busy,
+        )
+
+    def watch(self) -> None:
+        """Gates closed by other workers' throttled answers count here too; dead workers'
+        items are adopted at most every REAP_S."""
+        for channel, until in self.store.channel_gates(self.run_id).items():
+            self.p.gate(channel, time.monotonic() + clock.seconds_until(clock.parse(until)))
+        if time.monotonic() >= self._reap_at:
+            self.adopt_and_settle()
+            self._reap_at = time.monotonic() + REAP_S
+
+    def finish(self) -> RunResult | None:
+        ending = self.leave(wait_for_busy=True)
+        if ending == "wait":
+            return None
+        if ending == "left":
+            return self.left(
+                Stop.LEFT, "nothing left for this worker; the other workers finish the run"
+            )
+        if self.adopt_and_settle():
+            return None  # settled what a dead worker left: look again before closing
+        return super().finish()
+
+    def may_close(self, counts: Counts) -> bool:
+        return not counts.in_flight  # held by a worker not yet known dead: wait for it
+
+    def adopt_and_settle(self) -> bool:
+        """Fence out dead workers, adopt what they left in flight (and unknown items no live
+        worker holds) and settle it by query, before this worker sends anything more.
+        Whether anything was adopted."""
+        adopted = self.store.reap_dead_workers(
+            self.run_id, self.store.worker_id or "", self.lease_version, holder_alive
+        )
+        if not adopted:
+            return False
+        self.p.say(f"settling {len(adopted)} item(s) left by a worker that died")
+        items = [self.store.item(self.run_id, seq) for seq in adopted]
+        for s in settle_items(
+            self.store, self.run_id, self.channels, self.lease_version, items, self.p.say
+        ):
+            if s.outcome is not None and s.outcome.trigger == ItemTrigger.CONFLICT:
+                self.p.halt = (Stop.CONFLICT, f"conflict on item {s.item.seq}: {s.outcome.error}")
+        return True
+
+    def bucket(self, channel: str, rate: float) -> TokenBucket | SharedBucket:
+        """One bucket in the database for all the run's workers (so ten workers do not send
+        ten times the rate)."""
+        if self._bucket_store is None:
+            concurrent = self.options.concurrency > 1
+            self._bucket_store = self.store.secondary() if concurrent else self.store
+        return SharedBucket(self._bucket_store, self._bucket_lock, self.run_id, channel, rate)
+
+    def close(self) -> None:
+        if self._bucket_store is not None and self._bucket_store is not self.store:
+            self._bucket_store.close()
+
+
+def for_run(
+    store: Store,
+    run_id: str,
+    channels: Mapping[str, Channel],
+    lease_version: int,
+    progress: Progress,
+    options: RunOptions,
+) -> Coordination:
+    """The strategy for this process: shared when it holds a worker lease of its own (a
+    PostgreSQL `worker`, or `send`/`resume` on a run workers share), else sole."""
+    strategy = Shared if store.worker_id is not None else Sole
+    return strategy(store, run_id, channels, lease_version, progress, options)

@@ -1,0 +1,224 @@
+"""The sender side of a run: what a sender thread checks at the moment its request would
+leave, the request itself, and what it tells every other sender the moment an answer
+arrives (the committer judges each answer again, in full, and is the only one that writes).
+
+A check made when an item was claimed is not enough: an item claimed ahead may wait behind
+a slow request, a channel's lock or a --rate token, while a cancel, a halt, a 429 or an
+expired approval arrives. So every one of them is checked again here, right before the send.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from contextlib import nullcontext, suppress
+from datetime import datetime
+
+from . import clock
+from .channels import Channel, ChannelError, ErrorKind, Receipt
+from .coordination import RunOptions
+from .deadlines import past_deadline
+from .judging import NotStarted, Progress, Sent, Slot
+from .pipeline import SharedBucket, TokenBucket, in_flight_cap
+from .records import Item
+from .retry import RetryPolicy
+from .signals import Interruption
+from .store import LeaseLost
+
+POLL_S = 0.2
+
+
+class Dispatch:
+    """Starts sends for one run's sender threads (or, at N = 1, the committer's own)."""
+
+    def __init__(
+        self,
+        channels: Mapping[str, Channel],
+        policy: RetryPolicy,
+        options: RunOptions,
+        progress: Progress,
+        *,
+        interrupted: Interruption,
+        lease_lost: threading.Event,
+        lease_valid: Callable[[], bool],
+        approval_expired: Callable[[], bool],
+        read_flags: Callable[[], bool],
+        buckets: Mapping[str, TokenBucket | SharedBucket],
+    ) -> None:
+        self.channels = channels
+        self.policy = policy
+        self.options = options
+        self.p = progress
+        self.interrupted = interrupted
+        self.lease_lost = lease_lost
+        self.lease_valid = lease_valid  # Lease.surely_valid: checked right before each send
+        self.approval_expired = approval_expired
+        # The committer's read of the run's flags (it publishes `cancel_seen`): at N = 1 a
+        # --rate wait holds up the committer's own turn, so the wait reads them itself.
+        self.read_flags = read_flags
+        self.buckets = buckets
+        # A channel with a cap on its sends at once (one connection, or a pool of them:
+        # SMTP) never has more items in flight, so after a kill its unknown items are at
+        # most the requests really under way, never a queue claimed behind it (in_flight_cap).
+        self.caps = {
+            name: cap for name, channel in channels.items() if (cap := in_flight_cap(channel))
+        }
+        # The lock is a second line: the claim already keeps one item of such a channel in
+        # flight at a time (Runner._commit).
+        self._locks = {name: threading.Lock() for name, cap in self.caps.items() if cap == 1}
+        # Set by a sender the moment an answer means the run halts (410, 422, a receipt for
+        # another digest), before the committer has judged it: no other send starts.
+        self.halting: str | None = None
+        # Uncertain answers in a row from channels that cannot dedupe, as the senders see
+        # them: at the unknown-streak limit no send starts until the committer has judged
+        # them (a streak of unknowns halts the run; it must not grow by N more first).
+        self._doubted = 0
+        self._doubted_lock = threading.Lock()
+        # The run's cancel request as the committer last read it, after each transaction
+        # that claimed items and at each turn: the senders check it before each send instead
+        # of asking the database. `cancel` returns only once this process has moved the run
+        # to cancelled, with nothing in flight: a send that starts on a value not yet
+        # refreshed is one that cancel waits for (docs/guarantees.md, Cancel).
+        self.cancel_seen: str | None = None
+        self._flags_due = 0.0  # at N = 1, when a --rate wait next reads the flags
+        # Set when a --rate allows a channel's next send only after more than --max-wait:
+        # the monotonic time of that send, until which the run pauses.
+        self.rate_wake: float | None = None
+
+    def may_start(self) -> str | None:
+        """Why the next send must not start now, or None. Called inside the channel lock right
+        before the send, so an item queued behind a slow request is checked at the moment it
+        would start, not when it was claimed; also while waiting for a --rate token. Ctrl-C
+        stops every send not yet started, like a cancel: the requests already under way
+        finish and are recorded, nothing else leaves."""
+        if self.interrupted.is_set():
+            return f"interrupted ({self.interrupted.name}) before it started"
+        halting = self.halting or (self.p.halt[1] if self.p.halt is not None else None)
+        if halting is not None:
+            return f"the run is halting ({halting}) before it started"
+        # Uncertain answers in a row: those judged (the committer's streak) plus those the
+        # senders saw and the committer has not judged yet.
+        doubted = self._doubted + self.p.unknown_streak
+        if doubted >= self.options.unknown_streak_limit:
+            return f"{doubted} uncertain answers in a row are being judged"
+        if self.approval_expired():
+            return "the run's approval expired before it started"
+        if self.cancel_seen is not None:
+            return f"cancel requested at {self.cancel_seen}"
+        return None
+
+    def judged(self, doubted: int) -> None:
+        """`doubted` answers the senders counted were judged by the committer: its streak
+        holds them from here on. Only these: others may still wait to be judged."""
+        if doubted:
+            with self._doubted_lock:
+                self._doubted = max(0, self._doubted - doubted)
+
+    def doubts(self, item: Item, result: Sent | None) -> bool:
+        """An answer that counts toward the uncertain-answers brake: maybe delivered, on a
+        channel that cannot dedupe a second request."""
+        return (
+            isinstance(result, ChannelError)
+            and result.kind is ErrorKind.UNCERTAIN
+            and not self.channels[item.channel].idempotent
+        )
+
+    def send_one(self, item: Item) -> Slot:
+        """The result and the moment it arrived, on the wall clock (to record) and on the
+        monotonic clock (to wait): waits (Retry-After) count from then. None: not sent at
+        all, because this worker can no longer prove the run is its own."""
+        result: Sent
+        started: datetime | None = None
+        try:
+            with self._locks.get(item.channel) or nullcontext():
+                bucket = self.buckets.get(item.channel)
+                wait = (
+                    None
+                    if bucket is None
+                    else bucket.take(self._send_stopped, self.options.max_wait_s)
+                )
+                # Both checks at the moment the request would start, after any wait for the
+                # channel's lock or a --rate token: the lease is still surely ours, and no
+                # cancel was seen.
+                if not self._lease_allows_send():
+                    return None, clock.now(), time.monotonic(), None
+                reason = self.may_start() or self._gated(item) or past_deadline(item)
+                if reason is None and wait is not None:
+                    if wait > self.options.max_wait_s:
+                        # The run pauses until then, rather than wait past --max-wait.
+                        self.rate_wake = time.monotonic() + wait
+                    reason = f"waiting for the channel's --rate ({wait:.1f}s to the next send)"
+                if reason is not None:
+                    return NotStarted(reason), clock.now(), time.monotonic(), None
+                # The attempt's real start: an item claimed ahead waited in the queue
+                # since its claim, which opened the attempt (see Outcome.started_at).
+                started = clock.now()
+                result = self.channels[item.channel].send(item.intent())
+        except ChannelError as exc:
+            result = exc
+        except Exception as exc:  # a channel bug: the request may have left, so be careful
+            result = ChannelError(ErrorKind.UNCERTAIN, f"unexpected {type(exc).__name__}: {exc}")
+        mono = time.monotonic()
+        with suppress(Exception):  # a warning only: the committer judges the answer in full
+            self._warn(item, result, mono)
+        return result, clock.now(), mono, started
+
+    def _send_stopped(self) -> bool:
+        """Stop waiting for a --rate token: the lease is lost, or the send may not start. At
+        N = 1 the wait is on the committer's own thread, whose turn it holds up: the flags
+        are read here then (at most every POLL_S), or a cancel would go unseen for the whole
+        wait."""
+        if self.options.concurrency == 1 and time.monotonic() >= self._flags_due:
+            self._flags_due = time.monotonic() + POLL_S
+            try:
+                if self.read_flags():
+                    return True
+            except LeaseLost:
+                self.lease_lost.set()
+        return self.lease_lost.is_set() or self.may_start() is not None
+
+    def _warn(self, item: Item, result: Receipt | ChannelError, mono: float) -> None:
+        """What every other sender must know the moment this answer arrives, not after the
+        committer's next gather and commit: a throttled answer closes its channel's gate,
+        and an answer that halts the run (410, 422, a receipt for another digest) stops
+        every send not yet started."""
+        if isinstance(result, Receipt):
+            if result.intent_digest and result.intent_digest != item.intent_digest:
+                self.halting = f"conflict on item {item.seq}"
+            with self._doubted_lock:
+                self._doubted = 0
+            return
+        if self.doubts(item, result):
+            with self._doubted_lock:
+                self._doubted += 1
+        if result.kind in (ErrorKind.GONE, ErrorKind.CONFLICT):
+            self.halting = f"{result.kind.value} answer for item {item.seq}"
+        elif result.kind is ErrorKind.THROTTLED:
+            channel = self.channels[item.channel]
+            # The wait a retry would take (never less than Retry-After); elapsed time only
+            # decides whether this item retries, not how long its channel waits.
+            verdict = self.policy.judge(
+                result,
+                attempts=item.attempts,
+                elapsed_s=0.0,
+                idempotent=channel.idempotent,
+                queryable=channel.queryable,
+            )
+            self.p.gate(item.channel, mono + verdict.wait_s)
+
+    def _gated(self, item: Item) -> str | None:
+        """A 429/503 closed the item's channel after it was claimed: it does not start now
+        (released, never attempted) and is claimed again once the gate opens."""
+        until = self.p.gates.get(item.channel)
+        if until is not None and until > time.monotonic():
+            return f"channel {item.channel!r} paused by a throttled answer"
+        return None
+
+    def _lease_allows_send(self) -> bool:
+        """Fencing guards writes, not sends: a worker frozen after point A and thawed after
+        another took the run over must not send. Checked right before each send."""
+        if self.lease_lost.is_set() or not self.lease_valid():
+            self.lease_lost.set()
+            return False
+        return True
