@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -28,8 +27,9 @@ import tenacity
 from anthropic.types.messages import MessageBatch, MessageBatchIndividualResponse
 from anthropic.types.messages.batch_create_params import Request
 
-from . import clock, crash
+from . import crash
 from .batch import BatchRow
+from .batch_api import cancel_batches, custom_prefix, listed_since, nothing_made
 from .claude import _api_message, _transient, _wait_honouring_retry_after, parse
 from .claude import request_params as params_of
 from .compose import KEY_ENV, ComposeStopped, DraftRejected, Progress, Settings, row_from_source
@@ -39,7 +39,6 @@ from .lease import Lease
 from .records import Run
 from .signals import Interruption
 from .store import Store
-from .store.chunks import Chunk
 
 CHUNK_ROWS = 2000  # rows per batch: a fiftieth of the API's 100,000 requests per batch
 MAX_ROUNDS = 4  # chunks a row may go through (expired, canceled, transient) in one command
@@ -63,12 +62,6 @@ class _CreateInDoubt(Exception):
 
 class DraftingCancelled(NeedsAttention):
     """`notifier cancel` during drafting: the submitted batches were cancelled."""
-
-
-def custom_prefix(run: Run) -> str:
-    """The run's part of every custom_id: its key nonce, letters and digits only (custom_ids
-    are 1-64 characters of [A-Za-z0-9_-]); `{prefix}_{chunk}_{seq}` stays under 40."""
-    return "n" + re.sub(r"[^A-Za-z0-9]", "", run.key_nonce or run.run_id)[:16]
 
 
 class BatchDrafting:
@@ -242,7 +235,7 @@ class BatchDrafting:
         self._create_or_adopt(number, requests, since, ask_first=not chunk.recreate, note=note)
 
     def _find(self, number: int, count: int, since: datetime) -> str | None:
-        candidates = self._call(lambda: _listed_since(self.client, since, count))
+        candidates = self._call(lambda: listed_since(self.client, since, count))
         mine = f"{self.prefix}_{number}_"
         for batch_id in candidates:
             self.say(f"chunk {number}: batch {batch_id} may be its own; reading its results")
@@ -354,7 +347,7 @@ class BatchDrafting:
         except anthropic.APIError as exc:
             if self.interrupted.is_set():
                 raise _Interrupted from exc  # the chunk stays creating: resume asks
-            if _nothing_made(exc):
+            if nothing_made(exc):
                 raise _stopped(exc) from exc
             raise _CreateInDoubt(str(exc)) from exc
 
@@ -376,16 +369,6 @@ class BatchDrafting:
             raise _stopped(exc) from exc
 
 
-def _nothing_made(exc: anthropic.APIError) -> bool:
-    """An answer to `create` that proves no batch was made: a 4xx refusing the request,
-    except 408 and 499 (the request may have been read before the connection ended)."""
-    return (
-        isinstance(exc, anthropic.APIStatusError)
-        and 400 <= exc.status_code < 500
-        and exc.status_code not in (408, 499)
-    )
-
-
 def _stopped(exc: anthropic.APIError) -> ComposeStopped:
     """Why drafting stopped, for a call that failed for good: a refused key, or an API that
     stayed unwilling or out of reach through every retry."""
@@ -404,94 +387,6 @@ def _stopped(exc: anthropic.APIError) -> ComposeStopped:
         f"cannot reach the Message Batches API ({exc}); drafting stopped with every "
         "chunk recorded. Run `notifier resume` to go on."
     )
-
-
-def cancel_batches(
-    store: Store, run_id: str, client: anthropic.Anthropic, say: Callable[[str], None]
-) -> int:
-    """Cancel the run's open chunks and record it (results already in stay stored). A chunk
-    still `creating` may have a batch nobody recorded: the batches that may be its own are
-    looked up as resume would and cancelled first. A chunk whose batch the API could not be
-    asked about stays open, so `cancel` run again finishes it. Returns how many stay open."""
-    mine = custom_prefix(store.get_run(run_id))
-    left = 0
-    for chunk in store.chunks(run_id, ["creating", "submitted"]):
-        try:
-            if chunk.batch_id is not None:
-                _cancel_batch(client, chunk.chunk, chunk.batch_id, say)
-                ended = f"batch {chunk.batch_id} cancelled"
-            else:
-                found = _cancel_maybe_ours(client, chunk, f"{mine}_{chunk.chunk}_", say)
-                ended = f"batch(es) {', '.join(found)} cancelled" if found else "no batch was made"
-        except anthropic.APIError as exc:
-            left += 1
-            say(_not_asked(run_id, chunk.chunk, chunk.batch_id, str(exc)))
-            continue
-        store.end_chunk(run_id, chunk.chunk, "canceled", f"cancelled at {clock.now_iso()}")
-        say(f"chunk {chunk.chunk}: {ended}")
-    return left
-
-
-def _not_asked(run_id: str, number: int, batch_id: str | None, cause: str) -> str:
-    """Why a chunk stays open after `cancel`: the API could not be asked (`cause`)."""
-    what = (
-        f"its batch {batch_id} may still be running"
-        if batch_id is not None
-        else "its batch may have been created without its answer being recorded"
-    )
-    return (
-        f"run {run_id}: chunk {number} was not cancelled: {what}, and the Message Batches API "
-        f"could not be asked ({cause}). The chunk stays open, so nothing is claimed about it; "
-        f"run `notifier cancel {run_id}` again once the API can be reached."
-    )
-
-
-def _cancel_batch(
-    client: anthropic.Anthropic, number: int, batch_id: str, say: Callable[[str], None]
-) -> None:
-    """Cancel one batch; a 4xx (e.g. it has ended) is said, anything else raised."""
-    try:
-        client.messages.batches.cancel(batch_id)
-    except anthropic.APIStatusError as exc:
-        if not _nothing_made(exc):
-            raise
-        say(f"chunk {number}: batch {batch_id} not cancelled: {exc.message}")
-
-
-def _cancel_maybe_ours(
-    client: anthropic.Anthropic, chunk: Chunk, mine: str, say: Callable[[str], None]
-) -> list[str]:
-    """The batches since the chunk's time bound with its request count: an ended one is
-    the chunk's if its results carry `mine` (nothing left to cancel); one still running
-    cannot be told before it ends, so it is cancelled as maybe the chunk's."""
-    found = []
-    since = datetime.fromisoformat(chunk.not_before)
-    for batch_id in _listed_since(client, since, chunk.request_count):
-        batch = client.messages.batches.retrieve(batch_id)
-        if batch.processing_status == "ended":
-            if any(r.custom_id.startswith(mine) for r in client.messages.batches.results(batch_id)):
-                say(f"chunk {chunk.chunk}: batch {batch_id} was its own and has ended")
-            continue
-        say(f"chunk {chunk.chunk}: batch {batch_id} may be its own (still running): cancelling")
-        _cancel_batch(client, chunk.chunk, batch_id, say)
-        found.append(batch_id)
-    return found
-
-
-def _listed_since(client: anthropic.Anthropic, since: datetime, count: int) -> list[str]:
-    """Batches created since `since` with `count` requests, newest first."""
-    found = []
-    for batch in client.messages.batches.list(limit=100):
-        if batch.created_at < since:
-            break
-        counts = batch.request_counts
-        total = (
-            counts.processing + counts.succeeded + counts.errored + counts.canceled
-            + counts.expired
-        )  # fmt: skip
-        if total == count:
-            found.append(batch.id)
-    return found
 
 
 def _digest(requests: list[Request]) -> str:

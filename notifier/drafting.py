@@ -208,7 +208,7 @@ def cancel_batches(env: Env, run_id: str) -> int:
             return len(open_chunks)
         import anthropic  # noqa: PLC0415 (the SDK loads only when drafting)
 
-        from .batches import cancel_batches as cancel  # noqa: PLC0415
+        from .batch_api import cancel_batches as cancel  # noqa: PLC0415
 
         client = anthropic.Anthropic(api_key=key, max_retries=2)
         try:
