@@ -79,6 +79,7 @@ class _Server(ThreadingHTTPServer):
         self.state = state
         self._connections: set[socket.socket] = set()
         self._closing = False
+        self._all_closed = threading.Condition(state.lock)  # notified as each one closes
         super().__init__(address, _Handler)
 
     def server_bind(self) -> None:
@@ -87,6 +88,23 @@ class _Server(ThreadingHTTPServer):
         socketserver.TCPServer.server_bind(self)
         self.server_name = str(self.server_address[0])
         self.server_port = int(self.server_address[1])
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        # Tracked here, in the serving thread, the moment it is accepted (not once its
+        # handler thread gets to run): `Sandbox.quiesce` must see every accepted connection.
+        self.track(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        try:
+            super().shutdown_request(request)
+        finally:
+            self.untrack(request)
+
+    def wait_all_closed(self, timeout: float) -> bool:
+        """Wait until no accepted connection is open; whether that happened in time."""
+        with self._all_closed:
+            return self._all_closed.wait_for(lambda: not self._connections, timeout)
 
     def track(self, connection: socket.socket) -> None:
         with self.state.lock:
@@ -99,6 +117,7 @@ class _Server(ThreadingHTTPServer):
     def untrack(self, connection: socket.socket) -> None:
         with self.state.lock:
             self._connections.discard(connection)
+            self._all_closed.notify_all()
 
     def close_connections(self) -> None:
         """Shut down every open keep-alive connection, so no handler thread lingers waiting
@@ -133,16 +152,6 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         """Silence the default one-line-per-request log on stderr."""
-
-    def setup(self) -> None:
-        super().setup()
-        self.server.track(self.connection)
-
-    def finish(self) -> None:
-        try:
-            super().finish()
-        finally:
-            self.server.untrack(self.connection)
 
     def handle(self) -> None:
         try:
@@ -373,6 +382,21 @@ class Sandbox:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+    def quiesce(self, timeout: float = 30.0) -> None:
+        """Return once every request sent to the sandbox before this call has been handled,
+        for when no client is running any more (one was just killed, say). A probe through
+        the listener is accepted only after every connection queued before it; then every
+        open connection is awaited until it closes: a dead client's kernel closed its end, so
+        each handler reads what was sent, answers, sees the end and closes. TimeoutError if a
+        connection stays open (a client still running)."""
+        address = (str(self._server.server_address[0]), int(self._server.server_address[1]))
+        with socket.create_connection(address, timeout=timeout) as probe:
+            probe.sendall(b"GET /stats HTTP/1.1\r\nHost: sandbox\r\nConnection: close\r\n\r\n")
+            while probe.recv(65536):  # the answer, then the end: the probe was handled
+                pass
+        if not self._server.wait_all_closed(timeout):
+            raise TimeoutError(f"{self.url}: connections still open after {timeout:g} s")
 
     def stats(self) -> dict[str, Any]:
         """The same document as `GET /stats`."""

@@ -9,7 +9,10 @@ import base64
 import hashlib
 import json
 import signal
+import subprocess
+import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -530,3 +533,29 @@ def test_invalid_faults_are_rejected(faults: dict[str, Any]) -> None:
     Retry-After and impossible forced statuses raise ValueError."""
     with pytest.raises(ValueError):
         Faults(**faults)
+
+
+def test_quiesce_returns_once_a_killed_clients_request_is_handled() -> None:
+    """`quiesce` waits for the request a client sent before it was killed with SIGKILL:
+    the sandbox has read the body and is in its latency when the client dies; once quiesce
+    returns, the delivery is committed (the stateful test's checks rely on it)."""
+    client = (
+        "import sys, httpx2\n"
+        "httpx2.post(sys.argv[1], json={'item_id': 'k1'}, headers={'Idempotency-Key': 'k1'},"
+        " timeout=60)\n"
+    )
+    with Sandbox(faults=Faults(latency_ms=1500)) as sandbox:
+        proc = subprocess.Popen([sys.executable, "-c", client, sandbox.notifications_url])
+        try:
+            deadline = time.monotonic() + TIMEOUT
+            while (
+                sandbox.stats()["totals"]["requests"] < 1
+            ):  # the body is read: the latency has begun
+                assert proc.poll() is None and time.monotonic() < deadline, "never reached"
+                time.sleep(0.005)
+        finally:
+            proc.kill()
+            proc.wait(TIMEOUT)
+        assert sandbox.deliveries() == []  # still in its latency
+        sandbox.quiesce(timeout=TIMEOUT)
+        assert [d["idempotency_key"] for d in sandbox.deliveries()] == ["k1"]

@@ -50,9 +50,6 @@ BATCH_SIZE = 12
 CHANNELS = ("idem", "plain", "blind")
 FINISHED = ("completed", "cancelled")
 STATE_COUNTS = ("sent", "unknown", "pending", "failed", "in_flight")
-# A killed client's last request may still be inside the sandbox's handler thread (it read
-# the body and is about to commit): an honest operator, and the checks, wait that long first.
-QUIESCE_S = 0.3
 # Generous: a step never comes near it unless something hangs, which is itself a failure.
 PROCESS_TIMEOUT_S = 90.0
 RETRY = "[retry]\nmax_attempts = 4\nbackoff_base = 0.02\nbackoff_max = 0.1\n"
@@ -200,7 +197,10 @@ class NotifierMachine(RuleBasedStateMachine):
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
         code, output = self.finish(proc)
-        time.sleep(QUIESCE_S)
+        # A killed client's last requests may still be in the sandboxes' hands (a body read,
+        # the commit not yet made): the checks see the sandboxes once they have handled them.
+        for sandbox in self.sandboxes():
+            sandbox.quiesce()
         return code, output
 
     def where(self) -> str:
