@@ -5,12 +5,15 @@ a run is held is not sent, and suppressed items never make the exit code non-zer
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from typing import Any
 
 import pytest
 from aiosmtpd.smtp import SMTP, Envelope, Session
+
+from notifier.sandbox import Faults, Sandbox
 
 from .conftest import Workspace, make_rows, smtp_server, wait_for
 from .smtp_relay import ScriptedRelay
@@ -39,17 +42,11 @@ class Relay(ScriptedRelay):
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         self.held += 1
         while not self.release.is_set():
-            await _pause()
+            await asyncio.sleep(0.01)
         return await super().handle_DATA(server, session, envelope)
 
     def recipients(self) -> list[str]:
         return [str(m["To"]) for m in self.messages]
-
-
-async def _pause() -> None:
-    import asyncio  # noqa: PLC0415
-
-    await asyncio.sleep(0.01)
 
 
 @pytest.fixture
@@ -77,7 +74,7 @@ def test_suppressed_rows_never_reach_the_relay_and_the_run_exits_0(
     assert added.exit_code == 0, added.output
     sent = ws.invoke("send", "batch.csv", "--channel", "mail", "--concurrency", str(n))
     assert sent.exit_code == 0, sent.output
-    assert "3 suppressed" in sent.output
+    assert "3 of them suppressed" in sent.output and "3 suppressed" in sent.output
     suppressed = {"user3@example.com", "user7@example.com", "user20@example.com"}
     assert not suppressed & set(relay.rcpts)
     assert not suppressed & set(relay.recipients())
@@ -189,3 +186,39 @@ def test_a_cancelled_run_of_sent_and_suppressed_items_exits_0(ws: Workspace) -> 
     assert planned.exit_code == 0, planned.output
     cancelled = ws.invoke("cancel")
     assert cancelled.exit_code == 0, cancelled.output
+
+
+@pytest.mark.parametrize("n", CONCURRENCY)
+def test_suppressed_rows_never_reach_a_webhook(ws: Workspace, n: int) -> None:
+    """On a webhook channel (items claimed ahead of the senders at N = 8) a row whose
+    recipient is suppressed is never posted: the sandbox commits only the other keys."""
+    with Sandbox(faults=Faults(latency_ms=5)) as sandbox:
+        (ws.path / "notifier.toml").write_text(
+            f'[channels.hooks]\ntype = "webhook"\nurl = "{sandbox.notifications_url}"\n'
+            f'status_url = "{sandbox.url}/notifications/{{key}}"\nidempotent = true\n'
+        )
+        ws.write_csv("batch.csv", make_rows(30))
+        suppressed = [f"user{i}@example.com" for i in (2, 9, 10, 30)]
+        assert ws.invoke("suppress", "add", *suppressed).exit_code == 0
+        sent = ws.invoke("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n))
+        assert sent.exit_code == 0, sent.output
+        committed = {k for k, v in sandbox.stats()["keys"].items() if v["commits"]}
+    keys = dict(ws.query("SELECT target, idempotency_key FROM items"))
+    assert committed == {k for to, k in keys.items() if to not in suppressed}
+    assert ws.status()["counts"]["suppressed"] == 4
+
+
+def test_removed_from_the_list_the_same_file_sends_the_row(ws: Workspace, relay: Relay) -> None:
+    """A row suppressed in one run is not delivered, so once its address is removed from
+    the list, sending the same file again sends exactly that row (and nothing twice)."""
+    ws.write_csv("batch.csv", make_rows(5))
+    assert ws.invoke("suppress", "add", "user5@example.com").exit_code == 0
+    assert ws.invoke("send", "batch.csv", "--channel", "mail").exit_code == 0
+    assert "user5@example.com" not in relay.rcpts and len(relay.messages) == 4
+    again = ws.invoke("send", "batch.csv", "--channel", "mail")
+    assert again.exit_code == 0, again.output  # still suppressed: planned so again
+    assert "user5@example.com" not in relay.rcpts
+    assert ws.invoke("suppress", "remove", "User5@Example.com").exit_code == 0
+    last = ws.invoke("send", "batch.csv", "--channel", "mail")
+    assert last.exit_code == 0, last.output
+    assert relay.rcpts.count("user5@example.com") == 1 and len(relay.messages) == 5
