@@ -222,3 +222,22 @@ def test_removed_from_the_list_the_same_file_sends_the_row(ws: Workspace, relay:
     last = ws.invoke("send", "batch.csv", "--channel", "mail")
     assert last.exit_code == 0, last.output
     assert relay.rcpts.count("user5@example.com") == 1 and len(relay.messages) == 5
+
+
+def test_a_kill_right_after_the_rejection_is_recorded_keeps_the_suppression(
+    ws: Workspace, relay: Relay
+) -> None:
+    """kill -9 right after the commit that recorded a 5.1.1 failure: the failure and the
+    suppression were one transaction, so both are there; resume finishes the run without
+    asking the relay for that address again."""
+    relay.rcpt_answers["user4@example.com"] = "550 5.1.1 no such user"
+    ws.write_csv("batch.csv", make_rows(8))
+    crashed = ws.run("send", "batch.csv", "--channel", "mail",
+                     env={"NOTIFIER_CRASH_AT": "after-receipt:4"})  # fmt: skip
+    assert crashed.returncode == 137, crashed.stderr
+    assert ws.query("SELECT state FROM items WHERE seq = 4") == [("failed",)]
+    assert ws.query("SELECT address, source FROM suppressions") == [("user4@example.com", "relay")]
+    resumed = ws.run("resume")
+    assert resumed.returncode == 3, resumed.stdout + resumed.stderr  # the one failed item
+    assert relay.rcpts.count("user4@example.com") == 1
+    assert (ws.status()["counts"]["sent"], len(relay.messages)) == (7, 7)
