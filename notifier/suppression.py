@@ -64,6 +64,13 @@ def address_key(target: str) -> str:
     return normalise_target(target).lower()
 
 
+def sql_keys_alike(target: str) -> bool:
+    """Whether SQL's form of the key (store/suppressions.py: trimmed of spaces, ASCII
+    letters lower-cased) is `address_key(target)`: for an ASCII target whose only
+    surrounding whitespace is spaces. Otherwise the key is computed here, in Python."""
+    return target.isascii() and target.strip() == target.strip(" ")
+
+
 def address_problem(text: str) -> str | None:
     """Why `text` cannot be suppressed as an e-mail address, or None."""
     value = normalise_target(text)

@@ -241,3 +241,15 @@ def test_a_kill_right_after_the_rejection_is_recorded_keeps_the_suppression(
     assert resumed.returncode == 3, resumed.stdout + resumed.stderr  # the one failed item
     assert relay.rcpts.count("user4@example.com") == 1
     assert (ws.status()["counts"]["sent"], len(relay.messages)) == (7, 7)
+
+
+def test_a_non_ascii_capital_is_matched_at_the_claim(ws: Workspace) -> None:
+    """`ünal@…` suppressed, the row to `ÜNAL@…`: SQL (ASCII lower-casing only) does not
+    match it at plan time, the claim's check in Python does, so it is never sent."""
+    ws.write_csv("batch.csv", [["id", "to", "subject", "body"], ["1", "ÜNAL@example.com", "s", "b"],
+                               ["2", "eve@example.com", "s", "b"]])  # fmt: skip
+    assert ws.invoke("suppress", "add", "ünal@Example.com").exit_code == 0
+    sent = ws.invoke("send", "batch.csv")
+    assert sent.exit_code == 0, sent.output
+    assert [d["item_id"] for d in ws.outbox_documents()] == ["2"]
+    assert ws.query("SELECT seq, state FROM items ORDER BY seq") == [(1, "suppressed"), (2, "sent")]

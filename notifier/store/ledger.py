@@ -425,7 +425,8 @@ class Ledger(History, Suppressions):
             params.extend(exclude_seqs)
         while True:  # read again while the suppression check moves some out of pending
             found = self.conn.execute(
-                f"SELECT * FROM items WHERE {where} ORDER BY seq LIMIT ? {self._CLAIM_LOCK}",
+                f"SELECT *, {self._on_list()} FROM items WHERE {where} ORDER BY seq LIMIT ? "
+                f"{self._CLAIM_LOCK}",
                 [*params, limit],
             ).fetchall()
             gone = self._suppressed_claims(run_id, found, at) if found else set()

@@ -10,7 +10,7 @@ from typing import Any
 from .. import clock
 from ..records import Outcome
 from ..state_machine import ItemState, ItemTrigger, item_next
-from ..suppression import Entry, Source, Suppression, address_key
+from ..suppression import Entry, Source, Suppression, address_key, sql_keys_alike
 from ..who import operator_name
 from .core import StoreCore, _dump, _state_literal
 
@@ -23,6 +23,13 @@ class Suppressions(StoreCore):
     # the "C" collation; SQLite's LOWER does only ASCII). Non-ASCII capitals are left to the
     # claim's check, which computes the key in Python.
     _ADDRESS_OF = "LOWER(TRIM({}))"
+
+    def _on_list(self) -> str:
+        """A column for the claim's SELECT: whether the row's recipient is on the list, as
+        far as SQL can tell (see _suppressed_claims). Read by the claim's own query, it costs
+        no statement of its own: one primary-key probe per row."""
+        address = self._ADDRESS_OF.format("items.target")
+        return f"EXISTS (SELECT 1 FROM suppressions s WHERE s.address = {address}) AS on_list"
 
     # ---------------------------------------------------------------- the list
 
@@ -141,8 +148,11 @@ class Suppressions(StoreCore):
     def _suppressed_claims(self, run_id: str, rows: Sequence[Any], at: str) -> set[int]:
         """The claim's check, inside the claim's transaction, before any of `rows` (pending
         items about to be claimed) is moved: those whose recipient is on the list become
-        `suppressed` instead, and their seqs are returned for the claim to leave out. One
-        indexed lookup for the whole batch.
+        `suppressed` instead, and their seqs are returned for the claim to leave out. The
+        claim's SELECT already asked the list (its `on_list` column, _on_list): for the usual
+        recipient, ASCII and without surrounding tabs, that SQL match is the Python key's, so
+        nothing more is read; only rows SQL cannot judge (non-ASCII capitals) are looked up
+        here, in one indexed read for the whole batch.
 
         What this covers: every `suppress add` (or import, or relay rejection) committed
         before the claim's transaction, whatever the run's state then (running, paused,
@@ -151,29 +161,29 @@ class Suppressions(StoreCore):
         suppressed after its item was claimed (in_flight), while the item waits for its
         sender or is being sent. Such an item is sent; at most the items claimed ahead
         (about the concurrency, N) are in that window at any moment."""
+        hits = [row["seq"] for row in rows if row["on_list"]]
         keys: dict[str, list[int]] = {}
         for row in rows:
-            keys.setdefault(address_key(row["target"]), []).append(row["seq"])
-        marks = ", ".join("?" * len(keys))
-        found = [
-            address
+            if not row["on_list"] and not sql_keys_alike(row["target"]):
+                keys.setdefault(address_key(row["target"]), []).append(row["seq"])
+        if keys:
+            marks = ", ".join("?" * len(keys))
             for (address,) in self.conn.execute(
                 f"SELECT address FROM suppressions WHERE address IN ({marks})", list(keys)
-            )
-        ]
+            ).fetchall():
+                hits += keys[address]
         suppressed: set[int] = set()
-        for address in found:
-            for seq in keys[address]:
-                self._move_item(
-                    run_id,
-                    seq,
-                    ItemState.PENDING,
-                    ItemTrigger.SUPPRESS,
-                    at,
-                    last_error="suppressed: the recipient was put on the suppression list "
-                    "before its send",
-                )
-                suppressed.add(seq)
+        for seq in sorted(hits):
+            self._move_item(
+                run_id,
+                seq,
+                ItemState.PENDING,
+                ItemTrigger.SUPPRESS,
+                at,
+                last_error="suppressed: the recipient was put on the suppression list "
+                "before its send",
+            )
+            suppressed.add(seq)
         return suppressed
 
     def _suppress_rejected(self, run_id: str, outcomes: Sequence[Outcome], at: str) -> None:
