@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import threading
 from typing import Any
 
@@ -253,3 +254,31 @@ def test_a_non_ascii_capital_is_matched_at_the_claim(ws: Workspace) -> None:
     assert sent.exit_code == 0, sent.output
     assert [d["item_id"] for d in ws.outbox_documents()] == ["2"]
     assert ws.query("SELECT seq, state FROM items ORDER BY seq") == [(1, "suppressed"), (2, "sent")]
+
+
+@pytest.mark.parametrize("n", CONCURRENCY)
+def test_an_address_suppressed_while_the_run_is_paused_is_not_sent_on_resume(
+    ws: Workspace, relay: Relay, n: int
+) -> None:
+    """Ctrl-C while the relay holds the first n messages: the run pauses (exit 130); `suppress
+    add` then puts later recipients on the list; `resume` never sends them and exits 0."""
+    relay.release.clear()
+    ws.write_csv("batch.csv", make_rows(20))
+    worker = ws.popen("send", "batch.csv", "--channel", "mail", "--concurrency", str(n))
+    try:
+        wait_for(lambda: relay.held >= n, f"{n} messages held at the relay")
+        worker.send_signal(signal.SIGINT)
+        relay.release.set()
+        assert worker.wait(timeout=60) == 130, worker.stderr.read() if worker.stderr else ""
+    finally:
+        relay.release.set()
+        worker.kill()
+        worker.wait()
+    assert ws.status()["state"] == "paused"
+    late = [f"user{i}@example.com" for i in (15, 17, 20)]
+    assert ws.invoke("suppress", "add", *late).exit_code == 0
+    resumed = ws.run("resume")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert not set(late) & set(relay.rcpts)
+    data = report(ws)
+    assert (data["counts"]["sent"], data["counts"]["suppressed"]) == (17, 3)
