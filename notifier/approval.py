@@ -219,7 +219,9 @@ def preview(store: Store, run: Run, rows: int = PREVIEW_ROWS) -> list[str]:
     for item in first:
         deadline = item.payload.get("not_after")
         head = f"  #{item.seq} {item.item_id} → {item.target} via {item.channel}"
-        lines.append(head + (f", not after {deadline}" if deadline else ""))
+        head += f", not after {deadline}" if deadline else ""
+        # A reviewer sees which rows will not go out at all.
+        lines.append(head + (" (suppressed: never sent)" if item.state == "suppressed" else ""))
         lines.append(f"    subject: {item.payload.get('subject', '')}")
         for n, text in enumerate(str(item.payload.get("body", "")).splitlines() or [""]):
             lines.append(("    body:    " if n == 0 else "             ") + text)

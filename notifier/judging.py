@@ -229,7 +229,7 @@ class Judge:
             self.p.halt = (Stop.HALTED, f"endpoint gone (item {item.seq}): {message}")
             return replace(closed, trigger=ItemTrigger.GIVE_UP)
         if verdict.action is Action.FAIL:
-            return replace(closed, trigger=ItemTrigger.GIVE_UP)
+            return replace(_suppressing(closed, error, channel), trigger=ItemTrigger.GIVE_UP)
         if verdict.action is Action.EXHAUSTED and not self._maybe_delivered(item, error):
             return replace(
                 closed,
@@ -355,6 +355,18 @@ class Judge:
             error=f"gave up after {item.attempts} attempts: not delivered (query after "
             "query_delay)",
         )
+
+
+def _suppressing(closed: Outcome, error: ChannelError, channel: Channel) -> Outcome:
+    """A failure that rejects its recipient for good carries the address to the suppression
+    list, where its channel's `suppress_on_reject` is on (SMTP's default; other channel types
+    have no such option: off). Stored with the failure, in its transaction
+    (store/suppressions.py)."""
+    if error.suppress_recipient and getattr(channel, "suppress_on_reject", False):
+        return replace(
+            closed, suppress_address=error.suppress_recipient, suppress_reason=error.suppress_reason
+        )
+    return closed
 
 
 def _acknowledged(item: Item, receipt: Receipt) -> Outcome:

@@ -13,11 +13,13 @@ from .state_machine import RunState
 def settled_exit(state: RunState, counts: Counts) -> ExitCode:
     """3 while some item needs attention (unknown, failed, or expired: its not_after passed
     and it was never sent; in a cancelled run, also any item that will now never be sent),
-    else 0 — so `notifier send … && echo delivered` never lies. The same rule for `send`,
+    else 0 — so `notifier send … && echo delivered` never lies. A suppressed item needs
+    no attention: not sending it is what the operator asked for. The same rule for `send`,
     `resume`, `cancel`, `reconcile` and the worker a cancel stopped, so one outcome never
     gets two codes."""
     if state is RunState.CANCELLED:
-        return ExitCode.DONE if counts.total == counts.sent else ExitCode.ATTENTION
+        done = counts.sent + counts.suppressed
+        return ExitCode.DONE if counts.total == done else ExitCode.ATTENTION
     needs_attention = counts.unknown or counts.failed or counts.expired
     return ExitCode.ATTENTION if needs_attention else ExitCode.DONE
 

@@ -116,6 +116,10 @@ class Outcome:
     started_at: str | None = None
     # A throttled answer closes the item's channel until then (shared by a run's workers).
     gate_until: str | None = None
+    # A permanent rejection of the recipient, on a channel whose `suppress_on_reject` is on:
+    # the address (normalised) and the reply, put on the suppression list with the failure.
+    suppress_address: str | None = None
+    suppress_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,7 @@ class Counts:
     unknown: int = 0
     failed: int = 0
     expired: int = 0
+    suppressed: int = 0
 
     @classmethod
     def of(cls, by_state: Mapping[str, int]) -> Counts:
@@ -148,7 +153,7 @@ class Counts:
 
     def summary(self, never_attempted: int | None = None, not_delivered: int = 0) -> str:
         """The one line every command prints about a run's items: "N sent, [N in flight,] N
-        unknown, N failed, N pending", and expired ones when there are.
+        unknown, N failed, N pending", and expired and suppressed ones when there are.
         With `never_attempted` (a cancel), pending is split by why: a cancelled run must not
         call a retry that was attempted "never attempted"."""
         line = f"{self.sent} sent, "
@@ -169,6 +174,8 @@ class Counts:
             )
         if self.expired:
             line += f", {self.expired} expired (past not_after, never sent)"
+        if self.suppressed:
+            line += f", {self.suppressed} suppressed (on the suppression list, never sent)"
         return line
 
 

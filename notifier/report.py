@@ -251,7 +251,9 @@ def render_table(report: dict[str, Any], console: Console) -> None:
         console.print(f"stopped because: {report['stop_reason']}")
     _render_drafts(report.get("drafts"), console)
     summary = Table(show_header=True, header_style="bold")
-    columns = ("total", "sent", "unknown", "pending", "failed", "in_flight", "expired")
+    columns = (
+        "total", "sent", "unknown", "pending", "failed", "in_flight", "expired", "suppressed"
+    )  # fmt: skip
     for name in columns:
         summary.add_column(name, justify="right")
     summary.add_row(*(str(counts.get(name, 0)) for name in columns))

@@ -21,6 +21,9 @@ class ItemState(StrEnum):
     UNKNOWN = "unknown"
     FAILED = "failed"
     EXPIRED = "expired"  # its not_after passed before its turn came: never sent
+    # Its recipient is on the suppression list (notifier/suppression.py): never sent, and not
+    # a failure either: the operator (or the relay's permanent rejection) asked for it.
+    SUPPRESSED = "suppressed"
 
 
 class RunState(StrEnum):
@@ -52,6 +55,7 @@ class ItemTrigger(StrEnum):
     MARK_NOT_SENT = "mark_not_sent"
     ABANDON = "abandon"
     EXPIRE = "expire"
+    SUPPRESS = "suppress"
 
 
 class RunTrigger(StrEnum):
@@ -70,7 +74,12 @@ class RunTrigger(StrEnum):
 
 # States in which an item still needs work: the partial index in the store covers exactly these.
 ACTIVE_ITEM_STATES = (ItemState.PENDING, ItemState.IN_FLIGHT, ItemState.UNKNOWN)
-TERMINAL_ITEM_STATES = (ItemState.SENT, ItemState.FAILED, ItemState.EXPIRED)
+TERMINAL_ITEM_STATES = (
+    ItemState.SENT,
+    ItemState.FAILED,
+    ItemState.EXPIRED,
+    ItemState.SUPPRESSED,
+)
 FINISHED_RUN_STATES = (RunState.COMPLETED, RunState.CANCELLED)
 
 _I = ItemState
@@ -99,6 +108,10 @@ ITEM_TRANSITIONS = [
     # Only from pending: an item whose last attempt may have been delivered is settled
     # first (store.expire_due leaves it to the runner), never expired blindly.
     (_T.EXPIRE, _I.PENDING, _I.EXPIRED),
+    # Only from pending, like EXPIRE: at plan time (the row was stored pending in the same
+    # transaction) and at the claim, before the send starts. A claimed item (in_flight) may
+    # already be on its way to the relay: it is sent and recorded as it turns out.
+    (_T.SUPPRESS, _I.PENDING, _I.SUPPRESSED),
 ]
 
 _R = RunState

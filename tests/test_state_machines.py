@@ -59,6 +59,7 @@ def test_design_table_for_items() -> None:
         # A query_delay wait whose delayed query could not decide: a plain unknown.
         ("undecided", "unknown"): "unknown",
         ("expire", "pending"): "expired",
+        ("suppress", "pending"): "suppressed",
     }
 
 

@@ -10,7 +10,8 @@ the read-only commands), take the lease and run the work. One module per concern
 Callers use `app.NAME`: every name they need is re-exported here, so where a function lives
 is this package's business (and a test can still replace `app.plan_batch`)."""
 
-from .approving import approve, operator_name, reject
+from ..who import operator_name
+from .approving import approve, reject
 from .planning import (
     DryRun,
     Stored,

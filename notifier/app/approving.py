@@ -3,15 +3,13 @@ for the audit of every decision by hand."""
 
 from __future__ import annotations
 
-import os
-import pwd
-
 from .. import approval
 from ..env import Env, open_store, pick_run
 from ..errors import BadInput, Refused
 from ..records import Run
 from ..state_machine import FINISHED_RUN_STATES, RunState
 from ..store import LostRace, Store
+from ..who import operator_name
 
 
 def approve(
@@ -94,16 +92,3 @@ def reject(env: Env, run_id: str | None, reason: str) -> tuple[Run, str]:
         return store.get_run(run.run_id), operator
     finally:
         store.close()
-
-
-def operator_name() -> str:
-    """Who is at the keyboard, for the audit: $USER, else the login name of this process's
-    uid (cron, containers and `sudo -i` often leave USER unset), else the uid itself."""
-    user = os.environ.get("USER")
-    if user:
-        return user
-    uid = os.getuid()
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:  # a uid with no passwd entry (an arbitrary container uid)
-        return f"uid {uid}"

@@ -263,7 +263,8 @@ def prior_summary(prior: Prior) -> list[str]:
     if prior.count(RETRIED):
         lines.append(
             f"{prior.count(RETRIED)} row(s) never delivered by earlier "
-            f"{_runs(prior, RETRIED)} (failed, expired, cancelled or not sent): sent again."
+            f"{_runs(prior, RETRIED)} (failed, expired, suppressed, cancelled or not "
+            "sent): sent again, unless suppressed now."
         )
     if prior.count(CHANGED):
         lines.append(

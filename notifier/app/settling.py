@@ -17,7 +17,7 @@ from ..reconcile import settle, settle_doubts
 from ..records import Counts, Run
 from ..state_machine import FINISHED_RUN_STATES, ItemState, ItemTrigger, RunState, RunTrigger
 from ..store import LeaseHeld, Store
-from .approving import operator_name
+from ..who import operator_name
 from .working import run_channels, take_lease
 
 

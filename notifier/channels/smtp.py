@@ -77,6 +77,8 @@ class SmtpChannel:
         # Most connections (so sends) at once; None: one per sender, the run's concurrency.
         # The runner never has more of this channel's items in flight (claimed) than this.
         self.max_in_flight: int | None = SCHEMA.value(definition, "max_connections")
+        # Read by the judge of a failed item (channels of other types lack it: off).
+        self.suppress_on_reject: bool = SCHEMA.value(definition, "suppress_on_reject")
         host = definition.get("host")
         if not isinstance(host, str) or not host.strip() or has_control(host):
             raise ChannelConfigError(f"{where}: set `host` to the SMTP server's name or address.")

@@ -109,6 +109,9 @@ SCHEMA = o.Schema(
         "max_connections": o.Option("int", check=o.positive),
         # Refuse a batch file with a row that has neither unsubscribe_url nor _mailto.
         "require_unsubscribe": o.Option("bool", default=False),
+        # A permanent rejection of a recipient (550/551/553 with 5.1.x at RCPT) puts the
+        # address on the suppression list, with the relay's reply as the reason.
+        "suppress_on_reject": o.Option("bool", default=True),
         "rate": o.RATE,
     },
     _combined,

@@ -119,7 +119,7 @@ def runs(ctx: click.Context) -> None:
         table = Table(show_header=True, header_style="bold")
         for name in ("run", "state", "created"):
             table.add_column(name, no_wrap=True)  # ids are copied from here: never fold them
-        for name in ("total", "sent", "unknown", "pending", "failed"):
+        for name in ("total", "sent", "unknown", "pending", "failed", "suppressed"):
             table.add_column(name, justify="right")
         table.add_column("batch", overflow="fold")
         from ..store.drafts import run_counts  # noqa: PLC0415 (start-up time)
@@ -135,6 +135,7 @@ def runs(ctx: click.Context) -> None:
                 str(c.unknown),
                 str(c.pending + c.in_flight),
                 str(c.failed),
+                str(c.suppressed),
                 run.batch_path,
             )
         _console().print(table)

@@ -211,6 +211,11 @@ def send(
         channels = store.per_channel(run.run_id) if left_out else plan.per_channel
         per_channel = ", ".join(f"{name}: {n}" for name, n in sorted(channels.items()))
         click.echo(f"planned run {run.run_id}: {counts.total} notifications ({per_channel})")
+        if counts.suppressed:
+            click.echo(
+                f"{counts.suppressed} of them suppressed (their recipient is on the suppression "
+                "list): stored, never sent. `notifier suppress list` shows the list."
+            )
         click.echo(f"fingerprint: {run.fingerprint}")
         if run.state is RunState.AWAITING_APPROVAL:
             running.await_approval(store, run)

@@ -33,6 +33,7 @@ from .core import (
 from .exceptions import LostRace, PlanRefused, RunExists
 from .history import DELIVERED, History, Prior
 from .stage import PlanStage
+from .suppressions import Suppressions
 
 # The events of the items a writing WITH moved (its CTE `rows`), numbered in seq order after
 # the run's last event. Parameters: run_id, at, kind, detail, run_id.
@@ -43,7 +44,7 @@ _EVENTS_OF = (
 )
 
 
-class Ledger(History):
+class Ledger(History, Suppressions):
     """Point A and point B, plans, decisions, drafts and approvals: every write of the run's
     history."""
 
@@ -148,6 +149,7 @@ class Ledger(History):
             "ON CONFLICT (run_id, state) DO UPDATE SET n = run_counts.n + excluded.n",
             (run_id, counted),
         )
+        self._suppress_planned(run_id, at)  # after the counts: the move's trigger counts it
         return counted
 
     def _insert_rows(self, run_id: str, rows: Iterable[tuple[Any, ...]], at: str) -> int:
@@ -298,6 +300,7 @@ class Ledger(History):
         with self._write(run_id, lease_version):
             for outcome in outcomes:
                 self._record_one(run_id, outcome, at)
+            self._suppress_rejected(run_id, outcomes, at)
 
     def step(
         self,
@@ -322,6 +325,7 @@ class Ledger(History):
                 if not _plain_ack(outcome):
                     self._record_one(run_id, outcome, at)
             self._record_acks(run_id, acks, at)
+            self._suppress_rejected(run_id, outcomes, at)
             if claim_limit <= 0:
                 return []
             return self._claim(run_id, at, claim_limit, exclude_channels, exclude_seqs)
@@ -419,10 +423,16 @@ class Ledger(History):
         if exclude_seqs:
             where += " AND seq NOT IN ({})".format(", ".join("?" * len(exclude_seqs)))
             params.extend(exclude_seqs)
-        rows = self.conn.execute(
-            f"SELECT * FROM items WHERE {where} ORDER BY seq LIMIT ? {self._CLAIM_LOCK}",
-            [*params, limit],
-        ).fetchall()
+        while True:  # read again while the suppression check moves some out of pending
+            found = self.conn.execute(
+                f"SELECT *, {self._on_list()} FROM items WHERE {where} ORDER BY seq LIMIT ? "
+                f"{self._CLAIM_LOCK}",
+                [*params, limit],
+            ).fetchall()
+            gone = self._suppressed_claims(run_id, found, at) if found else set()
+            rows = [row for row in found if row["seq"] not in gone]
+            if not gone:
+                break
         if not rows:
             return []
         waited: list[float | None] = []

@@ -155,6 +155,12 @@ MIGRATIONS: tuple[Migration, ...] = (
     # settled by asking the API (batches since `not_before` with `request_count` requests
     # whose results carry the chunk's custom_ids), or created again when `recreate` is set.
     Migration("m007_draft_chunks", _M007, _M007),
+    # Issue 23: the suppression list (`suppressions`, one row per normalised address, with
+    # its reason and source: operator, import or relay) and its audit trail
+    # (`suppression_audit`: every add and remove with the operator and the time). Items of a
+    # suppressed recipient are `suppressed`, a new state needing no schema change: states are
+    # text, and m004's counters count whatever state an item moves to.
+    Migration("m008_suppression", schema_sqlite.M008, schema_postgres.M008),
 )
 NAMES = frozenset(m.name for m in MIGRATIONS)
 

@@ -226,3 +226,26 @@ CREATE TABLE channel_gates (
     PRIMARY KEY (run_id, channel)
 )
 """
+
+# m008_suppression (issue 23): addresses never to be sent to, keyed by their normalised form
+# (suppression.address_key), and the audit of every add and remove (who, when, from where).
+M008 = """
+CREATE TABLE suppressions (
+    address TEXT PRIMARY KEY,
+    reason TEXT,
+    source TEXT NOT NULL,
+    operator TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+
+CREATE TABLE suppression_audit (
+    id INTEGER PRIMARY KEY,
+    at TEXT NOT NULL,
+    operator TEXT NOT NULL,
+    action TEXT NOT NULL,
+    address TEXT NOT NULL,
+    source TEXT NOT NULL,
+    reason TEXT,
+    run_id TEXT
+)
+"""

@@ -1,0 +1,200 @@
+"""The suppression list's SQL (m008): the list and its audit, and the three places an item
+meets it: when it is planned, when it is claimed for sending, and when a relay rejects its
+recipient for good. Every item move here is a conditional UPDATE through state_machine.py."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .. import clock
+from ..records import Outcome
+from ..state_machine import ItemState, ItemTrigger, item_next
+from ..suppression import Entry, Source, Suppression, address_key, sql_keys_alike
+from ..who import operator_name
+from .core import StoreCore, _dump, _state_literal
+
+
+class Suppressions(StoreCore):
+    """The suppression list, shared by every run of the database."""
+
+    # The SQL form of suppression.address_key on a stored target, as far as SQL can compute
+    # it alike on both engines: trimmed, ASCII letters lower-cased (PostgreSQL's LOWER under
+    # the "C" collation; SQLite's LOWER does only ASCII). Non-ASCII capitals are left to the
+    # claim's check, which computes the key in Python.
+    _ADDRESS_OF = "LOWER(TRIM({}))"
+
+    def _on_list(self) -> str:
+        """A column for the claim's SELECT: whether the row's recipient is on the list, as
+        far as SQL can tell (see _suppressed_claims). Read by the claim's own query, it costs
+        no statement of its own: one primary-key probe per row."""
+        address = self._ADDRESS_OF.format("items.target")
+        return f"EXISTS (SELECT 1 FROM suppressions s WHERE s.address = {address}) AS on_list"
+
+    # ---------------------------------------------------------------- the list
+
+    def suppress(
+        self,
+        entries: Sequence[Entry],
+        source: Source,
+        operator: str,
+        *,
+        run_id: str | None = None,
+    ) -> list[str]:
+        """Add `entries` to the list, each audited, in one transaction (an import is stored
+        whole or not at all). An address already there keeps its row (its first reason and
+        source). Returns the addresses newly added."""
+        with self._write():
+            return self._add(entries, source, operator, clock.now_iso(), run_id)
+
+    def _add(
+        self,
+        entries: Sequence[Entry],
+        source: Source,
+        operator: str,
+        at: str,
+        run_id: str | None,
+    ) -> list[str]:
+        added: list[str] = []
+        for entry in entries:
+            cursor = self.conn.execute(
+                "INSERT INTO suppressions (address, reason, source, operator, created_at) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (address) DO NOTHING",
+                (entry.address, entry.reason, source.value, operator, at),
+            )
+            if cursor.rowcount == 1:
+                added.append(entry.address)
+                self._audit("add", entry, source, operator, at, run_id)
+        return added
+
+    def unsuppress(self, addresses: Sequence[str], operator: str) -> list[str]:
+        """Remove `addresses` (keys) from the list, each removal audited with the row it
+        removed; returns those that were there."""
+        at = clock.now_iso()
+        removed: list[str] = []
+        with self._write():
+            for address in addresses:
+                row = self.conn.execute(
+                    "SELECT reason, source FROM suppressions WHERE address = ?", (address,)
+                ).fetchone()
+                if row is None:
+                    continue
+                self.conn.execute("DELETE FROM suppressions WHERE address = ?", (address,))
+                entry = Entry(address, row[0])
+                self._audit("remove", entry, Source(row[1]), operator, at, None)
+                removed.append(address)
+        return removed
+
+    def _audit(
+        self, action: str, entry: Entry, source: Source, operator: str, at: str, run_id: str | None
+    ) -> None:
+        self.conn.execute(
+            "INSERT INTO suppression_audit (at, operator, action, address, source, reason, "
+            "run_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (at, operator, action, entry.address, source.value, entry.reason, run_id),
+        )
+
+    def suppressions(self) -> list[Suppression]:
+        """The whole list, by address (none from a database before m008, opened read-only)."""
+        if not self._has_table("suppressions"):
+            return []
+        return [
+            Suppression(address, reason, Source(source), operator, created_at)
+            for address, reason, source, operator, created_at in self.conn.execute(
+                "SELECT address, reason, source, operator, created_at FROM suppressions "
+                "ORDER BY address"
+            )
+        ]
+
+    def suppression_audit(self) -> list[dict[str, Any]]:
+        """Every add and remove, oldest first."""
+        if not self._has_table("suppression_audit"):
+            return []
+        names = ("at", "operator", "action", "address", "source", "reason", "run_id")
+        rows = self.conn.execute(
+            f"SELECT {', '.join(names)} FROM suppression_audit ORDER BY id"
+        ).fetchall()
+        return [dict(zip(names, row, strict=True)) for row in rows]
+
+    # ---------------------------------------------------------------- items
+
+    def _suppress_planned(self, run_id: str, at: str) -> None:
+        """At plan time, inside the plan's transaction: the new run's pending items whose
+        recipient is on the list become `suppressed` (their intents stay stored, so the
+        fingerprint, an approval and the report cover them). An empty list, the common
+        case, costs one read; otherwise one pass over the run's items, each looked up by
+        the list's primary key."""
+        if self.conn.execute("SELECT 1 FROM suppressions LIMIT 1").fetchone() is None:
+            return
+        current = ItemState.PENDING
+        target = item_next(ItemTrigger.SUPPRESS, current)
+        moved = self.conn.execute(
+            "UPDATE items SET state = ?, updated_at = ?, last_error = ? "
+            f"WHERE run_id = ? AND state = {_state_literal(current)} AND "
+            f"{self._ADDRESS_OF.format('target')} IN (SELECT address FROM suppressions)",
+            (target.value, at, "suppressed: the recipient is on the suppression list", run_id),
+        ).rowcount
+        if moved:
+            # At plan time every suppressed item of the run is one just moved.
+            detail = _dump({"from": current.value, "to": target.value, "when": "plan"})
+            self.conn.execute(
+                "INSERT INTO events (run_id, seq_no, at, kind, item_seq, detail) "
+                "SELECT ?, COALESCE(last.n, 0) + ROW_NUMBER() OVER (ORDER BY i.seq), ?, ?, "
+                "i.seq, ? FROM (SELECT MAX(seq_no) AS n FROM events WHERE run_id = ?) AS last, "
+                "items AS i WHERE i.run_id = ? AND i.state = ?",
+                (run_id, at, ItemTrigger.SUPPRESS.value, detail, run_id, run_id, target.value),
+            )
+
+    def _suppressed_claims(self, run_id: str, rows: Sequence[Any], at: str) -> set[int]:
+        """The claim's check, inside the claim's transaction, before any of `rows` (pending
+        items about to be claimed) is moved: those whose recipient is on the list become
+        `suppressed` instead, and their seqs are returned for the claim to leave out. The
+        claim's SELECT already asked the list (its `on_list` column, _on_list): for the usual
+        recipient, ASCII and without surrounding tabs, that SQL match is the Python key's, so
+        nothing more is read; only rows SQL cannot judge (non-ASCII capitals) are looked up
+        here, in one indexed read for the whole batch.
+
+        What this covers: every `suppress add` (or import, or relay rejection) committed
+        before the claim's transaction, whatever the run's state then (running, paused,
+        held by a wait): the claim and the list are read in one transaction, so nothing
+        can slip between the check and the move. The window that remains: an address
+        suppressed after its item was claimed (in_flight), while the item waits for its
+        sender or is being sent. Such an item is sent; at most the items claimed ahead
+        (about the concurrency, N) are in that window at any moment."""
+        hits = [row["seq"] for row in rows if row["on_list"]]
+        keys: dict[str, list[int]] = {}
+        for row in rows:
+            if not row["on_list"] and not sql_keys_alike(row["target"]):
+                keys.setdefault(address_key(row["target"]), []).append(row["seq"])
+        if keys:
+            marks = ", ".join("?" * len(keys))
+            for (address,) in self.conn.execute(
+                f"SELECT address FROM suppressions WHERE address IN ({marks})", list(keys)
+            ).fetchall():
+                hits += keys[address]
+        suppressed: set[int] = set()
+        for seq in sorted(hits):
+            self._move_item(
+                run_id,
+                seq,
+                ItemState.PENDING,
+                ItemTrigger.SUPPRESS,
+                at,
+                last_error="suppressed: the recipient was put on the suppression list "
+                "before its send",
+            )
+            suppressed.add(seq)
+        return suppressed
+
+    def _suppress_rejected(self, run_id: str, outcomes: Sequence[Outcome], at: str) -> None:
+        """A relay's permanent rejection of a recipient (outcome.suppress_reason, set where
+        its channel's `suppress_on_reject` is on) puts the address on the list with the reply
+        as its reason (source `relay`), in the transaction that records the failure."""
+        rejected = [o for o in outcomes if o.suppress_address is not None]
+        if not rejected:
+            return
+        entries = [
+            Entry(address_key(o.suppress_address or ""), o.suppress_reason) for o in rejected
+        ]
+        # The operator is whoever runs the send that met the rejection.
+        self._add(entries, Source.RELAY, operator_name(), at, run_id)
