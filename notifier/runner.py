@@ -18,7 +18,7 @@ from contextlib import nullcontext, suppress
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from . import approval, clock
+from . import approval, clock, schedule
 from .channels import Channel, ChannelError, ErrorKind, Receipt
 from .crash import CrashPlan
 from .judging import Judge, NotStarted, Progress, Sent, Slot, Stop
@@ -502,7 +502,7 @@ class Runner:
                 self._sleep_until(time.monotonic() + POLL_S)
             return finished
         if wake - time.monotonic() > self.options.max_wait_s:
-            return self._pause_until(wake)
+            return self._pause_until(wake, schedule.pause_cause(self.store, self.run_id))
         self._sleep_until(wake)
         return None
 
@@ -742,6 +742,7 @@ class Runner:
                 if not self._lease_allows_send():
                     return None, clock.now(), time.monotonic(), None
                 reason = self._may_start() or self._gated(item) or _past_deadline(item)
+                reason = reason or schedule.closed(item)
                 if reason is None and wait is not None:
                     if wait > self.options.max_wait_s:
                         # The run pauses until then, rather than wait past --max-wait.

@@ -110,6 +110,8 @@ SCHEMA = o.Schema(
         # Refuse a batch file with a row that has neither unsubscribe_url nor _mailto.
         "require_unsubscribe": o.Option("bool", default=False),
         "rate": o.RATE,
+        "window": o.WINDOW,
+        "domain_rates": o.DOMAIN_RATES,
     },
     _combined,
 )

@@ -21,6 +21,7 @@ from ..state_machine import (
     RunTrigger,
     item_next,
 )
+from . import waiting
 from .core import (
     _ACTIVE,
     _ITEM_COLUMNS,
@@ -138,6 +139,9 @@ class Ledger(History):
                     item["intent_digest"],
                     item.get("not_after"),
                     item.get("identity"),
+                    item.get("not_before"),
+                    item.get("send_window"),
+                    item.get("send_tz"),
                 )
                 for item in items
             )
@@ -192,7 +196,7 @@ class Ledger(History):
         """Item rows (run_id, the item columns, updated_at), all `pending`, none attempted."""
         self.conn.executemany(
             f"INSERT INTO items ({_PENDING_COLUMNS}) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0)",
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0)",
             rows,
         )
 
@@ -411,8 +415,8 @@ class Ledger(History):
         exclude_seqs: Sequence[int],
     ) -> list[Item]:
         where = f"run_id = ? AND {_ACTIVE} AND state = 'pending' "
-        where += "AND (next_attempt_at IS NULL OR next_attempt_at <= ?)"
-        params: list[Any] = [run_id, at]
+        where += f"AND (next_attempt_at IS NULL OR next_attempt_at <= ?) AND {waiting.DUE}"
+        params: list[Any] = [run_id, at, at]
         if exclude_channels:
             where += " AND channel NOT IN ({})".format(", ".join("?" * len(exclude_channels)))
             params.extend(exclude_channels)
@@ -423,6 +427,7 @@ class Ledger(History):
             f"SELECT * FROM items WHERE {where} ORDER BY seq LIMIT ? {self._CLAIM_LOCK}",
             [*params, limit],
         ).fetchall()
+        rows = waiting.keep_open(self.conn, run_id, rows, at)
         if not rows:
             return []
         waited: list[float | None] = []

@@ -155,6 +155,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     # settled by asking the API (batches since `not_before` with `request_count` requests
     # whose results carry the chunk's custom_ids), or created again when `recreate` is set.
     Migration("m007_draft_chunks", _M007, _M007),
+    # Issue 23: send windows and a start time (schema_sqlite.M009 says what each column is).
+    # Not part of the intent: when an item goes out is not what goes out.
+    Migration("m009_send_windows", schema_sqlite.M009, schema_postgres.M009),
 )
 NAMES = frozenset(m.name for m in MIGRATIONS)
 

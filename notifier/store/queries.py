@@ -20,6 +20,7 @@ from ..state_machine import (
     ItemState,
     RunState,
 )
+from . import waiting as _waiting
 from .core import (
     _ACTIVE,
     _ATTENTION,
@@ -226,17 +227,31 @@ class Queries(StoreCore):
                 )
             ]
         # One index probe per channel of the run (NULL, due now, sorts first), never a walk
-        # over its pending items.
-        found = []
+        # over its pending items; and one for the first of them still waiting for its start
+        # time or window (store/waiting.py), which is due only then.
+        found: list[tuple[str, str | None]] = []
+        at = clock.now_iso()
         for channel in sorted(self.get_run(run_id).channel_snapshot):
             row = self.conn.execute(
                 f"SELECT next_attempt_at FROM items {indexed} WHERE run_id = ? "
-                "AND state = 'pending' AND channel = ? ORDER BY next_attempt_at LIMIT 1",
-                (run_id, channel),
+                f"AND state = 'pending' AND channel = ? AND {_waiting.DUE} "
+                "ORDER BY next_attempt_at LIMIT 1",
+                (run_id, channel, at),
             ).fetchone()
-            if row is not None:
-                found.append((channel, row[0] or None))
+            if row is not None and not row[0]:
+                found.append((channel, None))
+                continue
+            opening = _waiting.next_opening(self.conn, run_id, channel, at)
+            times = [t for t in (row[0] if row else None, opening) if t]
+            if times:
+                found.append((channel, min(times)))
         return found
+
+    def waiting(self, run_id: str) -> _waiting.Waiting:
+        """Items waiting for their start time or send window (none in a file before m009)."""
+        if "not_before" not in self._columns("items"):
+            return _waiting.Waiting(0, None)
+        return _waiting.waiting(self.conn, run_id, clock.now_iso())
 
     def waiting_for_query(self, run_id: str, due_by: str | None = None) -> list[Item]:
         """Unknown items that wait for their channel's query_delay before a 404 may count
