@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from . import approval, clock, schedule
 from .channels import Channel, ChannelError, ErrorKind, Receipt
 from .crash import CrashPlan
+from .domain_rates import DomainRates
 from .judging import Judge, NotStarted, Progress, Sent, Slot, Stop
 from .lease import holder_alive
 from .pipeline import (
@@ -146,6 +147,7 @@ class Runner:
             for name in channels
             if (rate := options.rate or rates.get(name))
         }
+        self._domains = DomainRates(store.get_run(run_id).channel_snapshot, self._bucket)
         # Items claimed ahead of the N being sent, point A committed (see claim_ahead).
         self._ahead = claim_ahead(options.concurrency, channels.values())
         self._senders: Senders[Slot] = Senders(
@@ -736,6 +738,7 @@ class Runner:
                     if bucket is None
                     else bucket.take(self._send_stopped, self.options.max_wait_s)
                 )
+                wait = wait or self._domains.take(item, self._send_stopped, self.options.max_wait_s)
                 # Both checks at the moment the request would start, after any wait for the
                 # channel's lock or a --rate token: the lease is still surely ours, and no
                 # cancel was seen.
