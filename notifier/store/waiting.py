@@ -57,14 +57,6 @@ class Waiting:
     count: int
     next_at: str | None
 
-    def line(self) -> str | None:
-        if not self.count:
-            return None
-        return (
-            f"{self.count} item(s) wait for their start time or send window; the next opens "
-            f"at {clock.local(self.next_at)}"
-        )
-
 
 def waiting(conn: Any, run_id: str, at: str) -> Waiting:
     """How many pending items may not be sent yet at `at`, and the earliest of their times."""
