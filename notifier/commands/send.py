@@ -184,6 +184,13 @@ def send(
     options: dict[str, object] = {"concurrency": concurrency, "max_wait": max_wait, "rate": rate}
     if require_approval:
         options["require_approval"] = True
+    if compose_path is not None and (not_before_text or tz or window):
+        # Drafted rows are frozen into intents later, from what is stored of them, which
+        # keeps no start time yet: refused rather than silently ignored.
+        raise BadInput(
+            "--not-before, --tz and --window do not work with --compose yet: send without "
+            "them, or plan the drafted rows with a template instead (--template)."
+        )
     if compose_path is not None:
         _send_compose(
             ctx,
