@@ -182,3 +182,45 @@ def test_the_domain_rate_holds_across_two_workers(
         within = sum(1 for t in gmail[i:] if t < first + 0.9)
         assert within <= 8, f"{within} gmail.com requests within a second"
     assert gmail[-1] - gmail[0] >= 4.5
+
+
+def test_a_changed_start_time_is_not_a_changed_row(ws: Workspace, receiver: Receiver) -> None:
+    """The same rows sent again with a `not_before` and a window are the same intents (same
+    digests): --resend-changed sends none of them again."""
+    rows = make_rows(3)
+    first = ws.run("send", str(ws.write_csv("a.csv", rows)), "--channel", "hooks")
+    assert first.returncode == 0, first.stdout + first.stderr
+    digests = ws.query("SELECT intent_digest FROM items ORDER BY seq")
+    rows[0] += ["not_before", "tz"]
+    for row in rows[1:]:
+        row.extend(["2020-01-01T09:00:00", "Europe/Paris"])
+    changed = ws.run(
+        "send", str(ws.write_csv("b.csv", rows)), "--channel", "hooks", "--resend-changed",
+        "--window", "Mon-Sun 00:00-24:00",
+    )  # fmt: skip
+    assert changed.returncode == 0, changed.stdout + changed.stderr
+    assert "3 row(s) already delivered with the same content" in changed.stdout
+    assert len(receiver.arrivals) == 3, changed.stdout + changed.stderr
+    assert ws.query("SELECT intent_digest FROM items WHERE seq <= 3 ORDER BY seq")[:3] == digests
+
+
+def test_a_row_whose_window_opens_after_its_deadline_is_reported(
+    ws: Workspace, receiver: Receiver
+) -> None:
+    """A row whose deadline comes before its window next opens is named in a warning when
+    planning (the row without a deadline is not), and nothing is sent while the window is
+    shut: the run pauses, its next opening past --max-wait."""
+    soon = (datetime.now(UTC) + timedelta(seconds=2)).replace(microsecond=0)
+    shut = window_from(soon + timedelta(hours=2), 60, "UTC")
+    rows = make_rows(2)
+    rows[0].append("not_after")
+    rows[1].append(soon.isoformat())
+    rows[2].append("")
+    result = ws.run(
+        "send", str(ws.write_csv("b.csv", rows)), "--channel", "hooks", "--window", shut,
+        "--max-wait", "1",
+    )  # fmt: skip
+    out = result.stdout + result.stderr
+    assert "1 row(s) cannot be sent before their not_after" in out and "line(s) 2" in out
+    assert result.returncode == 3, out
+    assert receiver.arrivals == []
