@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, tzinfo
+from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
@@ -55,6 +56,7 @@ class Window:
     ranges: tuple[Range, ...]
 
 
+@lru_cache(maxsize=256)  # parsed again at each claim and before each send of a windowed item
 def parse_window(spec: str) -> Window:
     """The window `spec` describes; ValueError saying what is wrong with it."""
     parts = spec.split(",")
