@@ -105,11 +105,15 @@ def schedule_stream(
 ) -> Iterator[BatchRow]:
     """Each row with its schedule columns taken out of its data and its earliest send time
     set; a row whose `not_before` or `tz` is bad is noted in `problems` and left out."""
-    for row in rows:
+    stream = iter(rows)
+    for row in stream:
         picked = {n: v for n, v in row.data.items() if n.casefold() in COLUMNS}
         if not picked and schedule.idle:
+            # Every row has the header's columns: nothing to do for this one, nor the rest
+            # (a million-row plan pays nothing per row for a feature it does not use).
             yield row
-            continue
+            yield from stream
+            return
         cells = {n.casefold(): v.strip() for n, v in picked.items()}
         data = {n: v for n, v in row.data.items() if n not in picked}
         tz_name = cells.get("tz") or schedule.tz
