@@ -58,6 +58,10 @@ class BatchRow(NamedTuple):
     # part of the intent, so of its digest, only when the row has one.
     unsubscribe_url: str | None = None
     unsubscribe_mailto: str | None = None
+    # When it may go out (schedule.py): not part of the intent.
+    not_before: str | None = None
+    send_window: str | None = None
+    send_tz: str | None = None
 
 
 @dataclass(frozen=True)

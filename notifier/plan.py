@@ -122,6 +122,7 @@ def make_plan(
                 digest,
                 row.not_after,
                 identity,
+                (row.not_before, row.send_window, row.send_tz),
             )
     except BaseException:
         stage.close()

@@ -80,6 +80,10 @@ class Item:
     receipt_id: str | None
     last_error: str | None
     not_after: str | None = None  # the deadline in the payload, copied for the claim's index
+    # When it may go out (schema_sqlite.M009): not part of the intent.
+    not_before: str | None = None
+    send_window: str | None = None
+    send_tz: str | None = None
 
     def intent(self) -> Intent:
         return Intent(

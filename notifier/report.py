@@ -92,6 +92,9 @@ def build(
             PendingKind.RETRY_WAITING.value: attempted.count(PendingKind.RETRY_WAITING),
             PendingKind.MAYBE_DELIVERED.value: attempted.count(PendingKind.MAYBE_DELIVERED),
         },
+        # Added to the contract's keys: pending items whose start time or send window is
+        # still ahead, and when the first of them may go (issue 23).
+        "waiting": _waiting(store, run),
         "drafts": _drafts(store, run),
         # Added to the contract's keys: who works the run now (PostgreSQL: many workers).
         "workers": _workers(store, run),
@@ -109,6 +112,11 @@ def build(
             for d in store.decisions(run.run_id)
         ],
     }
+
+
+def _waiting(store: Store, run: Run) -> dict[str, Any]:
+    waiting = store.waiting(run.run_id)
+    return {"count": waiting.count, "next_opens_at": waiting.next_at}
 
 
 def _item_row(
@@ -269,6 +277,12 @@ def render_table(report: dict[str, Any], console: Console) -> None:
         f"attempted and not delivered (waiting to retry), {detail['maybe_delivered']} "
         "attempted and maybe delivered (waiting to retry)"
     )
+    waiting = report.get("waiting") or {}
+    if waiting.get("count"):
+        console.print(
+            f"waiting: {waiting['count']} pending item(s) wait for their start time or send "
+            f"window; the next opens at {clock.local(waiting['next_opens_at'])}"
+        )
     chosen = report.get("state_filter")
     attention = [
         i

@@ -16,12 +16,13 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
-from . import approval, clock
+from . import approval, clock, schedule
 from .brakes import Brakes
 from .channels import Channel
 from .coordination import CHANNEL_DOWN_PAUSE, RunOptions, RunResult, for_run
 from .crash import CrashPlan
 from .deadlines import split_stale
+from .domain_rates import DomainRates
 from .judging import Judge, NotStarted, Progress, Slot, Stop
 from .pipeline import GATHER_PER_N_AHEAD_S, Senders, claim_ahead
 from .reconcile import settle_items
@@ -95,6 +96,7 @@ class Runner:
             approval_expired=self.approval.expired,
             read_flags=self._read_flags,
             buckets=buckets,
+            domains=DomainRates(store.get_run(run_id).channel_snapshot, self.coord.bucket),
         )
         # Items claimed ahead of the N being sent, point A committed (see claim_ahead).
         self._ahead = claim_ahead(options.concurrency, channels.values())
@@ -306,7 +308,7 @@ class Runner:
                 self._sleep_until(time.monotonic() + POLL_S)
             return finished
         if wake - time.monotonic() > self.options.max_wait_s:
-            return self._pause_until(wake)
+            return self._pause_until(wake, schedule.pause_cause(self.store, self.run_id))
         self._sleep_until(wake)
         return None
 

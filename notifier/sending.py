@@ -15,10 +15,11 @@ from collections.abc import Callable, Mapping
 from contextlib import nullcontext, suppress
 from datetime import datetime
 
-from . import clock
+from . import clock, schedule
 from .channels import Channel, ChannelError, ErrorKind, Receipt
 from .coordination import RunOptions
 from .deadlines import past_deadline
+from .domain_rates import DomainRates
 from .judging import NotStarted, Progress, Sent, Slot
 from .pipeline import SharedBucket, TokenBucket, in_flight_cap
 from .records import Item
@@ -45,6 +46,7 @@ class Dispatch:
         approval_expired: Callable[[], bool],
         read_flags: Callable[[], bool],
         buckets: Mapping[str, TokenBucket | SharedBucket],
+        domains: DomainRates,
     ) -> None:
         self.channels = channels
         self.policy = policy
@@ -58,6 +60,7 @@ class Dispatch:
         # --rate wait holds up the committer's own turn, so the wait reads them itself.
         self.read_flags = read_flags
         self.buckets = buckets
+        self.domains = domains  # domain_rates: a channel's token first, then its domain's
         # A channel with a cap on its sends at once (one connection, or a pool of them:
         # SMTP) never has more items in flight, so after a kill its unknown items are at
         # most the requests really under way, never a queue claimed behind it (in_flight_cap).
@@ -138,12 +141,14 @@ class Dispatch:
                     if bucket is None
                     else bucket.take(self._send_stopped, self.options.max_wait_s)
                 )
+                wait = wait or self.domains.take(item, self._send_stopped, self.options.max_wait_s)
                 # Both checks at the moment the request would start, after any wait for the
                 # channel's lock or a --rate token: the lease is still surely ours, and no
                 # cancel was seen.
                 if not self._lease_allows_send():
                     return None, clock.now(), time.monotonic(), None
                 reason = self.may_start() or self._gated(item) or past_deadline(item)
+                reason = reason or schedule.closed(item)  # a send window closed meanwhile
                 if reason is None and wait is not None:
                     if wait > self.options.max_wait_s:
                         # The run pauses until then, rather than wait past --max-wait.

@@ -19,6 +19,7 @@ from ..errors import BadInput
 from ..intent import CONTRACT_VERSION, new_key_nonce
 from ..lease import live_holder
 from ..plan import RUN_ID_PATTERN, Plan, make_plan, new_run_id
+from ..schedule import Schedule, schedule_stream
 from ..state_machine import RunState, RunTrigger
 from ..store import NoDatabase, PlanRefused, PlanStage, Prior, RunExists, Store
 from ..store.history import CHANGED, DELIVERED, OPEN, RETRIED, UNSETTLED
@@ -39,6 +40,7 @@ def plan_batch(
     run_id: str | None,
     template: Template | None = None,
     not_after: datetime | None = None,
+    schedule: Schedule | None = None,
 ) -> Plan:
     """Validate the whole file, render it, and compute every intent, streaming: rows are
     read, rendered and turned into intents one by one into the plan's scratch stage, so
@@ -57,6 +59,8 @@ def plan_batch(
             not_after,
             unsubscribe.required(env.config.channels),
         )
+        if schedule is not None:
+            rows = schedule_stream(rows, schedule, problems)
         if template is not None:
             rows = render_stream(template, rows, problems)
         plan = make_plan(rows, env.config, run_id or new_run_id(), stage=stage, problems=problems)

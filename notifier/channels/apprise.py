@@ -51,6 +51,8 @@ SCHEMA = o.Schema(
         "urls_env": o.Option("str"),
         "timeout": o.Option("number", check=o.positive),
         "rate": o.RATE,
+        "window": o.WINDOW,
+        "domain_rates": o.DOMAIN_RATES,
     },
     _urls_given,
 )

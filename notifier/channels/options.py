@@ -15,12 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..windows import parse_window
+
 Check = Callable[[Any], str | None]  # a problem with the value, or None when it is fine
 
 
 @dataclass(frozen=True)
 class Option:
-    kind: str  # "str" | "bool" | "int" | "number" | "list[str]"
+    kind: str  # "str" | "bool" | "int" | "number" | "list[str]" | "table"
     required: bool = False
     default: Any = None
     check: Check | None = None
@@ -83,6 +85,8 @@ def _type_problem(kind: str, value: Any) -> str | None:
         return None if isinstance(value, int) else "must be a whole number"
     if kind == "number":
         return None if isinstance(value, int | float) else "must be a number"
+    if kind == "table":
+        return None  # its check says what it must hold
     if kind == "list[str]":
         if isinstance(value, list) and all(isinstance(v, str) and v.strip() for v in value):
             return None
@@ -121,3 +125,28 @@ def http_url(value: Any) -> str | None:
 # Every channel type takes `rate`: most sends per second, one token bucket shared by all the
 # channel's senders (the runner reads it; `--rate` overrides it for a run).
 RATE = Option("number", check=positive)
+
+
+def _window(value: Any) -> str | None:
+    try:
+        parse_window(value)
+    except ValueError as exc:
+        return f"is not a send window: {exc}"
+    return None
+
+
+def _domain_rates(value: Any) -> str | None:
+    if not isinstance(value, dict) or not value:
+        return 'must be a table of domain = sends per second, e.g. "gmail.com" = 5'
+    for domain, rate in value.items():
+        if not isinstance(domain, str) or "@" in domain or not domain.strip():
+            return f"has {domain!r}, which is not a domain name like gmail.com"
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or rate <= 0:
+            return f"gives {domain!r} the rate {rate!r}: a number greater than 0"
+    return None
+
+
+# Every channel type also takes `window` (when its items may be sent; windows.py) and
+# `domain_rates` (sends per second per recipient domain; domain_rates.py).
+WINDOW = Option("str", check=_window)
+DOMAIN_RATES = Option("table", check=_domain_rates)

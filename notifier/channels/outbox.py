@@ -18,7 +18,14 @@ from ..intent import Intent
 from . import options as o
 from .base import Capabilities, ChannelError, ErrorKind, Receipt
 
-SCHEMA = o.Schema({"dir": o.Option("str", default="outbox"), "rate": o.RATE})
+SCHEMA = o.Schema(
+    {
+        "dir": o.Option("str", default="outbox"),
+        "rate": o.RATE,
+        "window": o.WINDOW,
+        "domain_rates": o.DOMAIN_RATES,
+    }
+)
 # Thread-safe: one file per key, written under a unique temp name.
 CAPABILITIES = Capabilities(idempotent=True, queryable=True, thread_safe=True)
 

@@ -113,6 +113,8 @@ SCHEMA = o.Schema(
         # address on the suppression list, with the relay's reply as the reason.
         "suppress_on_reject": o.Option("bool", default=True),
         "rate": o.RATE,
+        "window": o.WINDOW,
+        "domain_rates": o.DOMAIN_RATES,
     },
     _combined,
 )

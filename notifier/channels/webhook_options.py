@@ -30,6 +30,8 @@ SCHEMA = o.Schema(
         "timeout": o.Option("number", default=DEFAULT_TIMEOUT_S, check=o.positive),
         "query_delay": o.Option("number", default=DEFAULT_QUERY_DELAY_S, check=o.not_negative),
         "rate": o.RATE,
+        "window": o.WINDOW,
+        "domain_rates": o.DOMAIN_RATES,
     }
 )
 

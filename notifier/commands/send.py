@@ -106,6 +106,18 @@ def _dry_run_drafts(
     help="Deadline (ISO 8601 with a zone): an item not sent by then expires, never sent.",
 )
 @click.option(
+    "--not-before",
+    "not_before_text",
+    metavar="DATETIME",
+    help="Send nothing before then (ISO 8601; without a zone, in --tz).",
+)
+@click.option("--tz", metavar="NAME", help="IANA zone of rows without a `tz` column (UTC).")
+@click.option(
+    "--window",
+    metavar="SPEC",
+    help='When items may be sent, e.g. "Mon-Fri 09:00-18:00, Sat 10:00-14:00" (each row\'s tz).',
+)
+@click.option(
     "--require-approval",
     is_flag=True,
     help="Store the plan and stop in awaiting_approval; `notifier approve` lets it send.",
@@ -152,9 +164,12 @@ def send(
     batch_api: bool,
     compose_columns: str | None,
     rate: float | None,
+    not_before_text: str | None,
+    tz: str | None,
+    window: str | None,
 ) -> None:
     """Validate BATCH.csv, store every intent, then send each notification durably."""
-    from .. import app, compose, crash  # noqa: PLC0415 (start-up time)
+    from .. import app, compose, crash, schedule  # noqa: PLC0415 (start-up time)
     from ..runner import RunOptions  # noqa: PLC0415
 
     env = command_env(ctx)
@@ -169,6 +184,13 @@ def send(
     options: dict[str, object] = {"concurrency": concurrency, "max_wait": max_wait, "rate": rate}
     if require_approval:
         options["require_approval"] = True
+    if compose_path is not None and (not_before_text or tz or window):
+        # Drafted rows are frozen into intents later, from what is stored of them, which
+        # keeps no start time yet: refused rather than silently ignored.
+        raise BadInput(
+            "--not-before, --tz and --window do not work with --compose yet: send without "
+            "them, or plan the drafted rows with a template instead (--template)."
+        )
     if compose_path is not None:
         _send_compose(
             ctx,
@@ -184,12 +206,21 @@ def send(
             dry_run=dry_run,
         )
         return
+    when = schedule.from_options(not_before_text, tz, window, env.config.channels)
     try:
         plan = app.plan_batch(
-            env, batch, channel=channel, run_id=run_id, template=template, not_after=not_after
+            env,
+            batch,
+            channel=channel,
+            run_id=run_id,
+            template=template,
+            not_after=not_after,
+            schedule=when,
         )
     except KeyboardInterrupt:
         raise Interrupted(_interrupted_planning(batch)) from None
+    if (late := schedule.late_warning(when)) is not None:
+        click.echo(late, err=True)
     if dry_run:
         _dry_run(env, plan, batch, new_run=new_run, resend_changed=resend_changed)
         return

@@ -38,7 +38,8 @@ _ATTENTION = "state IN ({})".format(", ".join(f"'{s.value}'" for s in ATTENTION_
 # Events checked for gaps at each end of a run's history when a database is opened.
 _EVENT_WINDOW = 10_000
 _ITEM_COLUMNS = (
-    "seq, item_id, channel, target, payload, idempotency_key, intent_digest, not_after, identity"
+    "seq, item_id, channel, target, payload, idempotency_key, intent_digest, not_after, identity, "
+    "not_before, send_window, send_tz"
 )
 # A newly planned item: its run, the item columns, then the rest, all `pending` and unattempted.
 _PENDING_COLUMNS = f"run_id, {_ITEM_COLUMNS}, updated_at, state, attempts"

@@ -21,6 +21,7 @@ from ..state_machine import (
     RunTrigger,
     item_next,
 )
+from . import waiting
 from .core import (
     _ACTIVE,
     _ITEM_COLUMNS,
@@ -139,6 +140,9 @@ class Ledger(History, Suppressions):
                     item["intent_digest"],
                     item.get("not_after"),
                     item.get("identity"),
+                    item.get("not_before"),
+                    item.get("send_window"),
+                    item.get("send_tz"),
                 )
                 for item in items
             )
@@ -194,7 +198,7 @@ class Ledger(History, Suppressions):
         """Item rows (run_id, the item columns, updated_at), all `pending`, none attempted."""
         self.conn.executemany(
             f"INSERT INTO items ({_PENDING_COLUMNS}) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0)",
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0)",
             rows,
         )
 
@@ -415,8 +419,8 @@ class Ledger(History, Suppressions):
         exclude_seqs: Sequence[int],
     ) -> list[Item]:
         where = f"run_id = ? AND {_ACTIVE} AND state = 'pending' "
-        where += "AND (next_attempt_at IS NULL OR next_attempt_at <= ?)"
-        params: list[Any] = [run_id, at]
+        where += f"AND (next_attempt_at IS NULL OR next_attempt_at <= ?) AND {waiting.DUE}"
+        params: list[Any] = [run_id, at, at]
         if exclude_channels:
             where += " AND channel NOT IN ({})".format(", ".join("?" * len(exclude_channels)))
             params.extend(exclude_channels)
@@ -433,6 +437,7 @@ class Ledger(History, Suppressions):
             rows = [row for row in found if row["seq"] not in gone]
             if not gone:
                 break
+        rows = waiting.keep_open(self.conn, run_id, rows, at)
         if not rows:
             return []
         waited: list[float | None] = []

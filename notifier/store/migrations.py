@@ -161,6 +161,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     # suppressed recipient are `suppressed`, a new state needing no schema change: states are
     # text, and m004's counters count whatever state an item moves to.
     Migration("m008_suppression", schema_sqlite.M008, schema_postgres.M008),
+    # Issue 23: send windows and a start time (schema_sqlite.M009 says what each column is).
+    # Not part of the intent: when an item goes out is not what goes out.
+    Migration("m009_send_windows", schema_sqlite.M009, schema_postgres.M009),
 )
 NAMES = frozenset(m.name for m in MIGRATIONS)
 

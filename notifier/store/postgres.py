@@ -298,7 +298,8 @@ class PostgresOpening(Checks):
             self.conn.execute(
                 "CREATE TEMPORARY TABLE plan_stage_items (seq INTEGER, item_id TEXT, "
                 "channel TEXT, target TEXT, payload TEXT, idempotency_key TEXT, "
-                "intent_digest TEXT, not_after TEXT, identity TEXT) ON COMMIT DROP"
+                "intent_digest TEXT, not_after TEXT, identity TEXT, not_before TEXT, "
+                "send_window TEXT, send_tz TEXT) ON COMMIT DROP"
             )
             with self.conn.raw.cursor().copy(
                 f"COPY plan_stage_items ({_ITEM_COLUMNS}) FROM STDIN"

@@ -20,6 +20,7 @@ from ..state_machine import (
     ItemState,
     RunState,
 )
+from . import waiting as _waiting
 from .core import (
     _ACTIVE,
     _ATTENTION,
@@ -214,29 +215,55 @@ class Queries(StoreCore):
         }
 
     def pending_by_channel(self, run_id: str) -> list[tuple[str, str | None]]:
-        """Per channel with pending items: the earliest next_attempt_at (None: due now)."""
+        """Per channel with pending items: the earliest next_attempt_at (None: due now), or
+        when an item still waiting for its start time or window (store/waiting.py) is due,
+        whichever comes first."""
+        at = clock.now_iso()
+        # A file before m009 (opened read-only) has no start times: every item is due.
+        windowed = "not_before" in self._columns("items")
+        due, due_at = (_waiting.DUE, (at,)) if windowed else ("1 = 1", ())
         indexed = self._indexed("items_pending_channel")
-        if not indexed:  # a file older than m004, opened read-only
-            return [
-                (channel, earliest or None)
-                for channel, earliest in self.conn.execute(
+        if not indexed:  # PostgreSQL, or a file older than m004 opened read-only
+            earliest = {
+                channel: first or None
+                for channel, first in self.conn.execute(
                     f"SELECT channel, MIN(COALESCE(next_attempt_at, '')) FROM items "
-                    f"WHERE run_id = ? AND {_ACTIVE} AND state = 'pending' GROUP BY channel",
-                    (run_id,),
+                    f"WHERE run_id = ? AND {_ACTIVE} AND state = 'pending' AND {due} "
+                    "GROUP BY channel",
+                    (run_id, *due_at),
                 )
-            ]
-        # One index probe per channel of the run (NULL, due now, sorts first), never a walk
-        # over its pending items.
-        found = []
+            }
+        else:
+            # One index probe per channel of the run (NULL, due now, sorts first), never a
+            # walk over its pending items.
+            earliest = {}
+            for channel in sorted(self.get_run(run_id).channel_snapshot):
+                row = self.conn.execute(
+                    f"SELECT next_attempt_at FROM items {indexed} WHERE run_id = ? "
+                    f"AND state = 'pending' AND channel = ? AND {due} "
+                    "ORDER BY next_attempt_at LIMIT 1",
+                    (run_id, channel, *due_at),
+                ).fetchone()
+                if row is not None:
+                    earliest[channel] = row[0] or None
+        if not windowed:
+            return sorted(earliest.items())
+        found: list[tuple[str, str | None]] = []
         for channel in sorted(self.get_run(run_id).channel_snapshot):
-            row = self.conn.execute(
-                f"SELECT next_attempt_at FROM items {indexed} WHERE run_id = ? "
-                "AND state = 'pending' AND channel = ? ORDER BY next_attempt_at LIMIT 1",
-                (run_id, channel),
-            ).fetchone()
-            if row is not None:
-                found.append((channel, row[0] or None))
+            if channel in earliest and earliest[channel] is None:
+                found.append((channel, None))
+                continue
+            opening = _waiting.next_opening(self.conn, run_id, channel, at)
+            times = [t for t in (earliest.get(channel), opening) if t]
+            if times:
+                found.append((channel, min(times)))
         return found
+
+    def waiting(self, run_id: str) -> _waiting.Waiting:
+        """Items waiting for their start time or send window (none in a file before m009)."""
+        if "not_before" not in self._columns("items"):
+            return _waiting.Waiting(0, None)
+        return _waiting.waiting(self.conn, run_id, clock.now_iso())
 
     def waiting_for_query(self, run_id: str, due_by: str | None = None) -> list[Item]:
         """Unknown items that wait for their channel's query_delay before a 404 may count

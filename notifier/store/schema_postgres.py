@@ -249,3 +249,17 @@ CREATE TABLE suppression_audit (
     run_id TEXT
 )
 """
+
+# Issue 23, send windows: the earliest instant an item may be sent (UTC ISO, as not_after),
+# and the window and time zone it was planned with, kept so that a claim finding the window
+# closed again (a range ended, a paused run resumed late) can compute the next opening.
+M009 = """
+ALTER TABLE items ADD COLUMN not_before TEXT;
+
+ALTER TABLE items ADD COLUMN send_window TEXT;
+
+ALTER TABLE items ADD COLUMN send_tz TEXT;
+
+CREATE INDEX items_not_before ON items(run_id, channel, not_before)
+    WHERE state = 'pending' AND not_before IS NOT NULL
+"""

@@ -46,7 +46,7 @@ class PlanStage:
         self.conn.execute(
             "CREATE TABLE items (seq INTEGER PRIMARY KEY, item_id TEXT, channel TEXT, "
             "target TEXT, payload TEXT, idempotency_key TEXT, intent_digest TEXT, not_after TEXT, "
-            "identity TEXT)"
+            "identity TEXT, not_before TEXT, send_window TEXT, send_tz TEXT)"
         )
         self.conn.execute("BEGIN")  # one scratch transaction: no commit per chunk
         self._buffer: list[tuple[Any, ...]] = []
@@ -88,9 +88,11 @@ class PlanStage:
         digest: str,
         not_after: str | None,
         identity: str | None,
+        when: tuple[str | None, str | None, str | None] = (None, None, None),
     ) -> None:
+        """`when`: not_before, send_window, send_tz (schema_sqlite.M009)."""
         self._buffer.append(
-            (seq, item_id, channel, target, payload, key, digest, not_after, identity)
+            (seq, item_id, channel, target, payload, key, digest, not_after, identity, *when)
         )
         self.count += 1
         if len(self._buffer) >= self.CHUNK:
@@ -99,7 +101,7 @@ class PlanStage:
     def _flush(self) -> None:
         if self._buffer:
             self.conn.executemany(
-                f"INSERT INTO items ({_ITEM_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO items ({_ITEM_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 self._buffer,
             )
             self._buffer.clear()

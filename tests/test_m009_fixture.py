@@ -1,0 +1,45 @@
+"""Migration m009 (send windows) on a database written by the code before it, on both
+engines: a committed fixture with a run left in flight by a killed process opens, gains the
+`not_before`, `send_window` and `send_tz` columns, and resumes without sending any item
+twice; its items, planned without a start time, wait for none."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from .conftest import Workspace
+
+pytestmark = pytest.mark.both_stores
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_an_m007_database_with_a_run_in_flight_resumes_after_m009(ws: Workspace) -> None:
+    """The run killed after item 6 left (items 1-5 sent, 6 in flight, 7-20 pending) resumes
+    under m009: item 6 is found in the outbox and not written again, every other item once,
+    none waits for a start time, and m009 is recorded."""
+    if ws.url:
+        with psycopg.connect(ws.url, autocommit=True) as conn:
+            conn.execute((FIXTURES / "m009-inflight-run-pg.sql").read_text().encode())
+        shutil.copytree(FIXTURES / "m009-inflight-run-pg.outbox", ws.outbox)
+    else:
+        shutil.copy(FIXTURES / "m009-inflight-run.db", ws.db_file)
+        shutil.copytree(FIXTURES / "m009-inflight-run.outbox", ws.outbox)
+    assert len(ws.outbox_documents()) == 6
+    resumed = ws.run("resume", "m009-fixture")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "receipt found" in resumed.stdout, resumed.stdout
+    documents = ws.outbox_documents()
+    assert sorted(d["item_id"] for d in documents) == sorted(f"m5-{i}" for i in range(1, 21))
+    assert ws.status()["counts"]["sent"] == 20
+    assert ws.query(
+        "SELECT COUNT(*) FROM items WHERE not_before IS NULL AND send_window IS NULL "
+        "AND send_tz IS NULL"
+    ) == [(20,)]
+    table = "notifier_migrations" if ws.url else "_sqlite_migrations"
+    names = [name for (name,) in ws.query(f"SELECT name FROM {table} ORDER BY name")]
+    assert names[-1] == "m009_send_windows"
+    assert "m007_draft_chunks" in names

@@ -1,0 +1,231 @@
+"""Send windows, a start time and rates per recipient domain (issue 23), through the real
+CLI against a loopback receiver (and the sandbox), on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from notifier.sandbox import Sandbox
+
+from .conftest import Workspace, make_rows
+from .receiver import Receiver, receiving, webhook_config
+from .test_workers import configure, finish, notifier
+
+pytestmark = pytest.mark.both_stores
+DAY_NAMES = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+# From a request's start to its arrival at the receiver, on a loaded two-core machine.
+TRANSIT_S = 0.5
+ZONE = "Asia/Kolkata"  # +05:30, so a window read in UTC would be hours off
+
+
+@pytest.fixture
+def receiver(ws: Workspace) -> Iterator[Receiver]:
+    with receiving(Receiver()) as running:
+        (ws.path / "notifier.toml").write_text(
+            webhook_config(running, idempotent=True, status=True)
+        )
+        yield running
+
+
+def window_from(start: datetime, seconds: int, tz: str) -> str:
+    """A one-range window on `tz`'s wall clock from `start` for `seconds` (it may cross
+    midnight: a range whose end is before its start ends the next day)."""
+    local = start.astimezone(ZoneInfo(tz))
+    end = local + timedelta(seconds=seconds)
+    return f"{DAY_NAMES[local.weekday()]} {local:%H:%M:%S}-{end:%H:%M:%S}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("concurrency", [1, 8])
+def test_a_window_keeps_every_send_inside_it(
+    ws: Workspace, receiver: Receiver, concurrency: int
+) -> None:
+    """A window opening 3 s after the send and open for 3 s, at --rate 5 for 40 rows: nothing
+    arrives before it opens or after it closes (items claimed ahead wait for a token past
+    its end, and are not started); the rest wait for next week's window, so the run pauses
+    (exit 3) saying so."""
+    opens = (datetime.now(UTC) + timedelta(seconds=3)).replace(microsecond=0)
+    closes = opens + timedelta(seconds=3)
+    batch = ws.write_csv("b.csv", make_rows(40))
+    result = ws.run(
+        "send", str(batch), "--channel", "hooks", "--window", window_from(opens, 3, ZONE),
+        "--tz", ZONE, "--rate", "5", "--concurrency", str(concurrency), "--max-wait", "30",
+    )  # fmt: skip
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "wait for their start time or send window" in result.stdout + result.stderr
+    arrived = [a.wall for a in receiver.arrivals]
+    assert 5 <= len(arrived) < 40
+    # A send starts only while the window is open (checked right before the request); the
+    # request reaches the receiver a moment later, so the end gets a transit allowance.
+    assert min(arrived) >= opens.timestamp()
+    assert max(arrived) < closes.timestamp() + TRANSIT_S
+    status = ws.status()
+    assert status["counts"]["pending"] == status["waiting"]["count"] == 40 - len(arrived)
+    first = datetime.fromisoformat(status["waiting"]["next_opens_at"])
+    assert first == opens + timedelta(days=7)  # next week's window, to the second
+    table = ws.run("status")
+    assert f"{40 - len(arrived)} pending item(s) wait for their start time" in table.stdout
+
+
+def test_not_before_holds_after_kill_and_resume(ws: Workspace, receiver: Receiver) -> None:
+    """Rows 3-5 may not go before a not_before (naive, in their own tz) 4 s ahead: the
+    send is killed (-9) after row 2, resumed at once, and rows 3-5 arrive no earlier."""
+    start = (datetime.now(UTC) + timedelta(seconds=4)).replace(microsecond=0)
+    local = start.astimezone(ZoneInfo(ZONE)).replace(tzinfo=None).isoformat()
+    rows = make_rows(5)
+    rows[0] += ["not_before", "tz"]
+    for i, row in enumerate(rows[1:], start=1):
+        row.extend([local, ZONE] if i >= 3 else ["", ""])
+    batch = ws.write_csv("b.csv", rows)
+    crashed = ws.run(
+        "send", str(batch), "--channel", "hooks", env={"NOTIFIER_CRASH_AT": "after-receipt:2"}
+    )
+    assert crashed.returncode == 137, crashed.stderr
+    assert datetime.now(UTC) < start  # the kill came before the start time
+    resumed = ws.run("resume", "--max-wait", "30")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    late = [a.wall for a in receiver.arrivals if a.item_id in ("u3", "u4", "u5")]
+    assert len(late) == 3 and min(late) >= start.timestamp()
+    assert {a.item_id for a in receiver.arrivals} == {f"u{i}" for i in range(1, 6)}
+
+
+@pytest.mark.parametrize(
+    ("args", "cells", "said"),
+    [
+        (["--window", "Mon 09:00-25:00"], None, "--window"),
+        (["--window", "Someday 09:00-10:00"], None, "--window"),
+        (["--tz", "Mars/Olympus"], None, "--tz"),
+        (["--not-before", "tomorrow"], None, "--not-before"),
+        ([], ("Mars/Olympus", ""), "line 3: `tz`"),
+        ([], ("UTC", "soon"), "line 3: `not_before`"),
+    ],
+)
+def test_bad_window_or_zone_exits_2_and_stores_nothing(
+    ws: Workspace,
+    receiver: Receiver,
+    args: list[str],
+    cells: tuple[str, str] | None,
+    said: str,
+) -> None:
+    """A bad --window, --tz or --not-before, or a bad `tz` or `not_before` cell, is exit 2
+    naming it (and the line), with nothing stored and nothing sent."""
+    rows = make_rows(2)
+    if cells is not None:
+        rows[0] += ["tz", "not_before"]
+        rows[1] += ["UTC", ""]
+        rows[2] += list(cells)
+    batch = ws.write_csv("b.csv", rows)
+    result = ws.run("send", str(batch), "--channel", "hooks", *args)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert said in result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    assert not ws.has_database() or ws.query("SELECT COUNT(*) FROM runs") == [(0,)]
+    assert receiver.arrivals == []
+
+
+def test_a_bad_channel_window_exits_2(ws: Workspace, receiver: Receiver) -> None:
+    """A channel's `window` that is not one is refused with the configuration: exit 2."""
+    toml = ws.path / "notifier.toml"
+    toml.write_text(toml.read_text().replace("[retry]", 'window = "Mon 9-5"\n[retry]', 1))
+    result = ws.run("send", str(ws.write_csv("b.csv", make_rows(1))), "--channel", "hooks")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "window" in result.stdout + result.stderr
+    assert receiver.arrivals == []
+
+
+@pytest.mark.slow
+def test_the_domain_rate_holds_across_two_workers(ws: Workspace) -> None:
+    """`"gmail.com" = 4` on the channel, 24 gmail.com rows among 48, two workers of 4
+    senders on PostgreSQL (one process of 8 on SQLite, whose buckets are the process's):
+    tokens taken in any second are at most 4 + 4 (a full bucket of max(1, rate) = 4
+    tokens, plus 4 refilled in that second), so arrivals within one second, whose tokens
+    were taken within 1 + TRANSIT_S seconds, are at most 4 + 4 * 1.5 = 10, and all 24 span at
+    least (24 - 4) / 4 - TRANSIT_S = 4.5 s; a bucket per worker would let 16 through in the
+    first second, and no bucket all 24."""
+    with Sandbox() as sandbox:
+        configure(ws, sandbox)
+        toml = ws.path / "notifier.toml"
+        toml.write_text(
+            toml.read_text().replace(
+                "[retry]", '[channels.hooks.domain_rates]\n"GMail.com" = 4\n[retry]', 1
+            )
+        )
+        rows = make_rows(48)
+        for row in rows[1::2]:
+            row[1] = row[1].replace("example.com", "gmail.com")
+        ws.write_csv("batch.csv", rows)
+        db = str(ws.db)
+        code, out = finish(
+            notifier(ws, db, "send", "batch.csv", "--channel", "hooks", "--run-id", "d1",
+                     "--require-approval")
+        )  # fmt: skip
+        fingerprint = next(line.split()[-1] for line in out.splitlines() if "fingerprint:" in line)
+        code, out = finish(notifier(ws, db, "approve", "d1", "--fingerprint", fingerprint))
+        assert code == 0, out
+        if ws.store == "postgres":
+            workers = [notifier(ws, db, "worker", "d1", "--concurrency", "4") for _ in range(2)]
+        else:  # one process works a SQLite run
+            workers = [notifier(ws, db, "resume", "d1", "--concurrency", "8")]
+        for worker in workers:
+            code, out = finish(worker)
+            assert code == 0, out
+        deliveries = sandbox.deliveries()
+    assert len(deliveries) == 48
+    gmail = sorted(
+        datetime.fromisoformat(d["committed_at"]).timestamp()
+        for d in deliveries
+        if "@gmail.com" in d["raw_body"]
+    )
+    assert len(gmail) == 24
+    burst, rate = 4, 4
+    bound = burst + rate * (1 + TRANSIT_S)
+    for i, first in enumerate(gmail):
+        within = sum(1 for t in gmail[i:] if t < first + 1)
+        assert within <= bound, f"{within} gmail.com requests within a second"
+    assert gmail[-1] - gmail[0] >= (24 - burst) / rate - TRANSIT_S
+
+
+def test_a_changed_start_time_is_not_a_changed_row(ws: Workspace, receiver: Receiver) -> None:
+    """The same rows sent again with a `not_before` and a window are the same intents (same
+    digests): --resend-changed sends none of them again."""
+    rows = make_rows(3)
+    first = ws.run("send", str(ws.write_csv("a.csv", rows)), "--channel", "hooks")
+    assert first.returncode == 0, first.stdout + first.stderr
+    digests = ws.query("SELECT intent_digest FROM items ORDER BY seq")
+    rows[0] += ["not_before", "tz"]
+    for row in rows[1:]:
+        row.extend(["2020-01-01T09:00:00", "Europe/Paris"])
+    changed = ws.run(
+        "send", str(ws.write_csv("b.csv", rows)), "--channel", "hooks", "--resend-changed",
+        "--window", "Mon-Sun 00:00-24:00",
+    )  # fmt: skip
+    assert changed.returncode == 0, changed.stdout + changed.stderr
+    assert "3 row(s) already delivered with the same content" in changed.stdout
+    assert len(receiver.arrivals) == 3, changed.stdout + changed.stderr
+    assert ws.query("SELECT intent_digest FROM items WHERE seq <= 3 ORDER BY seq")[:3] == digests
+
+
+def test_a_row_whose_window_opens_after_its_deadline_is_reported(
+    ws: Workspace, receiver: Receiver
+) -> None:
+    """A row whose deadline comes before its window next opens is named in a warning when
+    planning (the row without a deadline is not), and nothing is sent while the window is
+    shut: the run pauses, its next opening past --max-wait."""
+    soon = (datetime.now(UTC) + timedelta(seconds=2)).replace(microsecond=0)
+    shut = window_from(soon + timedelta(hours=2), 60, "UTC")
+    rows = make_rows(2)
+    rows[0].append("not_after")
+    rows[1].append(soon.isoformat())
+    rows[2].append("")
+    result = ws.run(
+        "send", str(ws.write_csv("b.csv", rows)), "--channel", "hooks", "--window", shut,
+        "--max-wait", "1",
+    )  # fmt: skip
+    out = result.stdout + result.stderr
+    assert "1 row(s) cannot be sent before their not_after" in out and "line(s) 2" in out
+    assert result.returncode == 3, out
+    assert receiver.arrivals == []
