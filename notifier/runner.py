@@ -23,6 +23,7 @@ from .channels import Channel, ChannelError, ErrorKind, Receipt
 from .crash import CrashPlan
 from .judging import Judge, NotStarted, Progress, Sent, Slot, Stop
 from .lease import holder_alive
+from .observe import NULL_OBSERVER, Observer
 from .pipeline import (
     GATHER_PER_N_AHEAD_S,
     Senders,
@@ -88,6 +89,7 @@ class Runner:
         advance: Callable[[int], None] = lambda n: None,
         lease_valid: Callable[[], bool] = lambda: True,
         channel_rates: Mapping[str, float | None] | None = None,
+        observer: Observer = NULL_OBSERVER,
     ) -> None:
         self.store = store
         self.run_id = run_id
@@ -103,7 +105,8 @@ class Runner:
         # its own (store.worker_id).
         self.shared = store.worker_id is not None
         self._reap_at = 0.0
-        self.p = Progress(say, advance)
+        self.observer = observer  # metrics and JSON logs (notifier/observe); a no-op without
+        self.p = Progress(say, advance, on_gate=observer.gated)
         self.judge = Judge(store, run_id, channels, policy, self.p)
         # A channel with a cap on its sends at once (one connection, or a pool of them:
         # SMTP) never has more items in flight, so after a kill its unknown items are at
@@ -565,6 +568,7 @@ class Runner:
             self._read_flags()
         if self.crash and seqs:
             self.crash.at("after-receipt", seqs)
+        self.observer.recorded(done, outcomes)
         for outcome in outcomes:
             self._after(outcome)
             self._note_reach(channel_of[outcome.seq], outcome)
@@ -731,11 +735,14 @@ class Runner:
         try:
             with self._locks.get(item.channel) or nullcontext():
                 bucket = self._buckets.get(item.channel)
+                asked = time.monotonic()
                 wait = (
                     None
                     if bucket is None
                     else bucket.take(self._send_stopped, self.options.max_wait_s)
                 )
+                if bucket is not None:
+                    self.observer.rate_waited(item.channel, time.monotonic() - asked)
                 # Both checks at the moment the request would start, after any wait for the
                 # channel's lock or a --rate token: the lease is still surely ours, and no
                 # cancel was seen.
@@ -752,12 +759,14 @@ class Runner:
                 # The attempt's real start: an item claimed ahead waited in the queue
                 # since its claim, which opened the attempt (see Outcome.started_at).
                 started = clock.now()
+                self.observer.attempt_started(item)
                 result = self.channels[item.channel].send(item.intent())
         except ChannelError as exc:
             result = exc
         except Exception as exc:  # a channel bug: the request may have left, so be careful
             result = ChannelError(ErrorKind.UNCERTAIN, f"unexpected {type(exc).__name__}: {exc}")
         mono = time.monotonic()
+        self.observer.answered(item, result, started)
         with suppress(Exception):  # a warning only: the committer judges the answer in full
             self._warn_senders(item, result, mono)
         return result, clock.now(), mono, started

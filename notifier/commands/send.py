@@ -17,12 +17,13 @@ from ..cli import cli, command_env
 from ..env import Env
 from ..errors import BadInput, ExitCode, Interrupted
 from ..state_machine import RunState, RunTrigger
-from . import running
+from . import observing, running
 
 if TYPE_CHECKING:
     from .. import compose
     from ..app import Stored
     from ..batch import BatchRow
+    from ..observe import Observer
     from ..plan import Plan
     from ..runner import RunOptions
     from ..template import Template
@@ -133,6 +134,7 @@ def _dry_run_drafts(
     type=click.FloatRange(0, min_open=True),
     help="Most sends per second on each channel (overrides a channel's `rate`).",
 )
+@observing.observe_options
 @click.pass_context
 def send(
     ctx: click.Context,
@@ -152,6 +154,9 @@ def send(
     batch_api: bool,
     compose_columns: str | None,
     rate: float | None,
+    metrics_port: int | None,
+    log_format: str,
+    log_bodies: bool,
 ) -> None:
     """Validate BATCH.csv, store every intent, then send each notification durably."""
     from .. import app, compose, crash  # noqa: PLC0415 (start-up time)
@@ -159,6 +164,10 @@ def send(
 
     env = command_env(ctx)
     crash.from_env()  # a mistyped NOTIFIER_CRASH_AT is a usage error before anything is stored
+    # A --metrics-port in use is a usage error too: the port is bound before anything is stored.
+    observer = observing.make_observer(env, metrics_port, log_format, log_bodies)
+    ctx.call_on_close(observer.close)
+    quiet = log_format == "json"  # stderr carries the JSON lines: no progress bar
     template = None
     if template_path is not None:
         from ..template import load  # noqa: PLC0415 (start-up time)
@@ -182,6 +191,8 @@ def send(
             run_id=run_id,
             not_after=not_after,
             dry_run=dry_run,
+            observer=observer,
+            quiet=quiet,
         )
         return
     try:
@@ -215,9 +226,15 @@ def send(
         if run.state is RunState.AWAITING_APPROVAL:
             running.await_approval(store, run)
             return
-        with running.progress(counts.total) as advance:
+        observer.planned(run.run_id, counts.total, dict(channels))
+        with running.progress(counts.total, quiet=quiet) as advance:
             result = app.work_run(
-                env, store, run, RunOptions(concurrency, max_wait, rate=rate), advance=advance
+                env,
+                store,
+                run,
+                RunOptions(concurrency, max_wait, rate=rate),
+                advance=advance,
+                observer=observer,
             )
     finally:
         store.close()
@@ -321,6 +338,8 @@ def _send_compose(
     run_id: str | None,
     not_after: datetime | None,
     dry_run: bool,
+    observer: Observer,
+    quiet: bool,
 ) -> None:
     """send --compose: store the rows, draft them (stored one by one), freeze the intents,
     then wait for approval or send."""
@@ -353,8 +372,12 @@ def _send_compose(
         if run.state is RunState.AWAITING_APPROVAL:
             running.await_approval(store, run)
             ctx.exit(ExitCode.ATTENTION if failures else ExitCode.DONE)
-        with running.progress(store.counts(run.run_id).total) as advance:
-            result = app.work_run(env, store, run, _run_options(options), advance=advance)
+        total = store.counts(run.run_id).total
+        observer.planned(run.run_id, total, {})
+        with running.progress(total, quiet=quiet) as advance:
+            result = app.work_run(
+                env, store, run, _run_options(options), advance=advance, observer=observer
+            )
     finally:
         store.close()
     running.finish(ctx, new_id, result, failures, batch=str(batch))
