@@ -1,0 +1,244 @@
+"""Watching a run from outside (issue 23): the --metrics-port endpoint scraped mid-run agrees
+with `status` and `notifier metrics`, no label carries a recipient, key, item id or subject,
+every --log-format json line parses and carries its fields, bodies only with --log-bodies, a
+port in use is exit 2 before anything is stored. Through the real CLI, at N = 1 and N = 8,
+on both stores, against a receiver on 127.0.0.1 that holds every answer until released."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import urllib.request
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from .conftest import EXAMPLE, Workspace, free_port, make_rows, wait_for
+from .receiver import Receiver, receiving, webhook_config
+from .test_startup import loaded_by
+
+pytestmark = pytest.mark.both_stores
+
+# Fields every event about one item's attempt carries.
+ITEM_FIELDS = {"ts", "event", "run_id", "seq", "item", "key", "channel", "attempt"}
+
+
+class HoldAfter(threading.Event):
+    """A receiver's hold that lets the first `free` answers through at once: the run is
+    mid-way with some items sent (this process's counters have samples) and the rest held."""
+
+    def __init__(self, free: int) -> None:
+        super().__init__()
+        self.free = free
+        self._count = threading.Lock()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        with self._count:
+            self.free -= 1
+            if self.free >= 0:
+                return True
+        return super().wait(timeout)
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        text: str = answer.read().decode("utf-8")
+        return text
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of an exposition: (name, sorted labels) → value."""
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def item_counts(text: str, run_id: str) -> dict[str, int]:
+    """notifier_items of `run_id`, state → count."""
+    return {
+        s.labels["state"]: int(s.value)
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "notifier_items" and s.labels["run_id"] == run_id
+    }
+
+
+def db_figures(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The samples that come from the database (what `notifier metrics` prints too)."""
+    return {
+        k: v
+        for k, v in samples(text).items()
+        if not k[0].startswith(("notifier_sends", "notifier_attempt_duration", "notifier_rate"))
+        and not k[0].startswith("notifier_channel_gated")
+    }
+
+
+def status_counts(ws: Workspace, run_id: str) -> dict[str, int]:
+    result = ws.invoke("status", run_id, "--json")
+    assert result.exit_code == 0, result.output
+    counts: dict[str, int] = json.loads(result.output)["counts"]
+    counts.pop("total")
+    return counts
+
+
+def private_texts(ws: Workspace, rows: list[list[str]]) -> set[str]:
+    """What no label may ever carry: recipients, item ids, subjects, bodies, keys."""
+    texts = {value for row in rows[1:] for value in row[:4]}
+    texts |= {key for (key,) in ws.query("SELECT idempotency_key FROM items")}
+    return texts
+
+
+def json_lines(stderr: str) -> list[dict[str, Any]]:
+    """Every stderr line as JSON (one that does not parse fails the test)."""
+    return [json.loads(line) for line in stderr.splitlines()]
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("n", [1, 8])
+def test_metrics_scraped_mid_run_agree_with_status(ws: Workspace, n: int) -> None:
+    """While every sender waits for an answer (the run provably mid-way: items in flight and
+    items pending), the endpoint's items by state equal `status --json` and `notifier
+    metrics` taken at that moment, no label carries private text; after the run every
+    stderr line is a JSON event with its fields, and no subject or body is among them."""
+    answered = 2  # answered at once; every later request is held
+    hold = HoldAfter(answered)
+    receiver = Receiver(hold=hold)
+    rows = make_rows(4 * n + 3)
+    port = free_port()
+    with receiving(receiver):
+        (ws.path / "notifier.toml").write_text(
+            webhook_config(receiver, idempotent=True, status=True)
+        )
+        ws.write_csv("batch.csv", rows)
+        process = ws.popen(
+            "send", "batch.csv", "--channel", "hooks", "--concurrency", str(n),
+            "--run-id", "watched", "--metrics-port", str(port), "--log-format", "json",
+        )  # fmt: skip
+        try:
+            receiver.wait_for(lambda r: len(r.arrivals) == answered + n)
+            # Recorded: their commit claimed the items after them too; nothing moves now.
+            wait_for(
+                lambda: (
+                    ws.query("SELECT COUNT(*) FROM items WHERE state = 'sent'") == [(answered,)]
+                ),
+                "the answered items recorded",
+            )
+            first = scrape(port)
+            status = status_counts(ws, "watched")
+            printed = ws.invoke("metrics", "watched")
+            second = scrape(port)
+            hold.set()
+            out, err = process.communicate(timeout=60)
+        finally:
+            hold.set()
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+    assert process.returncode == 0, out + err
+    assert item_counts(first, "watched") == status
+    assert status["in_flight"] >= n and status["pending"] >= 1, status  # mid-way
+    assert printed.exit_code == 0, printed.output
+    assert db_figures(printed.output) == db_figures(first) == db_figures(second)
+    assert samples(first)[("notifier_unknown_items", (("run_id", "watched"),))] == 0
+    assert samples(first)[("notifier_run_state", (("run_id", "watched"), ("state", "running")))]
+
+    sends = (
+        "notifier_sends_total",
+        (("channel", "hooks"), ("outcome", "sent"), ("run_id", "watched")),
+    )
+    assert samples(first)[sends] == answered
+    durations = (
+        "notifier_attempt_duration_seconds_count",
+        (("channel", "hooks"), ("run_id", "watched")),
+    )
+    assert samples(first)[durations] == answered
+
+    private = private_texts(ws, rows)
+    labels = {v for (_, pairs) in samples(first) for _, v in pairs}
+    assert labels & private == set()
+
+    events = json_lines(err)
+    names = [e["event"] for e in events]
+    assert names[0] == "plan" and names[-1] == "complete", names
+    for kind in ("attempt_started", "answer", "outcome"):
+        about = [e for e in events if e["event"] == kind]
+        assert len(about) == len(rows) - 1, kind
+        assert all(e.keys() >= ITEM_FIELDS for e in about), about[:1]
+    assert all(
+        "duration_ms" in e and e["outcome"] == "sent" for e in events if e["event"] == "answer"
+    )
+    assert all(e["run_id"] == "watched" for e in events)
+    for row in rows[1:]:
+        assert row[1] not in err and row[2] not in err and row[3] not in err
+
+    # After the run, from the database: every attempt counted, by channel and outcome.
+    final = ws.invoke("metrics", "watched")
+    figures = samples(final.output)
+    key = (
+        "notifier_attempts_total",
+        (("channel", "hooks"), ("outcome", "sent"), ("run_id", "watched")),
+    )
+    assert figures[key] == len(rows) - 1
+    assert item_counts(final.output, "watched") == status_counts(ws, "watched")
+
+
+def test_log_bodies_adds_recipient_subject_and_body(ws: Workspace) -> None:
+    """With --log-bodies each attempt_started carries its recipient, subject and body;
+    without it none of them appears anywhere on stderr."""
+    bare = ws.run("send", str(EXAMPLE), "--run-id", "bare", "--log-format", "json")
+    assert bare.returncode == 0, bare.stdout + bare.stderr
+    assert "ada.liskov1@example.org" not in bare.stderr
+    assert "Scheduled maintenance" not in bare.stderr
+    assert all("subject" not in e for e in json_lines(bare.stderr))
+    full = ws.run(
+        "send", str(EXAMPLE), "--run-id", "full", "--new-run", "--log-format", "json",
+        "--log-bodies",
+    )  # fmt: skip
+    assert full.returncode == 0, full.stdout + full.stderr
+    started = [e for e in json_lines(full.stderr) if e["event"] == "attempt_started"]
+    assert started and all({"to", "subject", "body"} <= e.keys() for e in started)
+    assert started[0]["to"] == "ada.liskov1@example.org"
+    assert "Scheduled maintenance" in started[0]["subject"]
+
+
+@pytest.mark.parametrize("command", ["send", "resume"])
+def test_a_metrics_port_in_use_is_exit_2_before_anything_is_stored(
+    ws: Workspace, command: str
+) -> None:
+    """A --metrics-port another process listens on: exit 2 naming the port and the fix, no
+    traceback, and nothing stored or sent (send stores no run; resume leaves it planned)."""
+    if command == "resume":  # an approved run: `resume` alone would send it
+        planned = ws.invoke("send", str(EXAMPLE), "--run-id", "later", "--require-approval")
+        assert planned.exit_code == 0, planned.output
+        ((fingerprint,),) = ws.query("SELECT fingerprint FROM runs")
+        approved = ws.invoke("approve", "later", "--fingerprint", fingerprint)
+        assert approved.exit_code == 0, approved.output
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        args = [str(EXAMPLE)] if command == "send" else ["later"]
+        done = ws.run(command, *args, "--metrics-port", str(port))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"--metrics-port {port}" in done.stderr and "free --metrics-port" in done.stderr
+    assert "Traceback" not in done.stderr
+    if command == "send":
+        assert not ws.has_database() or ws.query("SELECT COUNT(*) FROM runs") == [(0,)]
+    else:
+        assert ws.query("SELECT state FROM runs") == [("approved",)]
+        assert ws.query("SELECT COUNT(*) FROM attempts") == [(0,)]
+
+
+def test_status_and_a_plain_send_load_no_prometheus_client(ws: Workspace) -> None:
+    """Imports stay lazy: a send without --metrics-port, and `status`, never import
+    prometheus_client; `notifier metrics` does."""
+    loaded, _ = loaded_by(ws, "send", str(EXAMPLE))
+    assert "notifier.runner" in loaded and "prometheus_client" not in loaded
+    loaded, output = loaded_by(ws, "status")
+    assert "completed" in output and "prometheus_client" not in loaded
+    loaded, output = loaded_by(ws, "metrics")
+    assert "prometheus_client" in loaded and "notifier_items" in output
