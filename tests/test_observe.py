@@ -242,3 +242,52 @@ def test_status_and_a_plain_send_load_no_prometheus_client(ws: Workspace) -> Non
     assert "completed" in output and "prometheus_client" not in loaded
     loaded, output = loaded_by(ws, "metrics")
     assert "prometheus_client" in loaded and "notifier_items" in output
+
+
+@pytest.mark.timeout(90)
+def test_throttled_answers_gate_seconds_and_rate_waits_are_counted(ws: Workspace) -> None:
+    """A 429 with Retry-After: 1 closes the channel: mid-run the endpoint counts the throttled
+    answer, about a second of gate, and the sends that waited for a --rate 1 token; the JSON
+    log has the gate event."""
+    hold = HoldAfter(2)  # the retry of u1 and u2 answered, u3 held
+    receiver = Receiver(
+        hold=hold,
+        answer=lambda item_id, n: 429 if (item_id, n) == ("u1", 1) else None,
+        retry_after="1",
+    )
+    port = free_port()
+    with receiving(receiver):
+        (ws.path / "notifier.toml").write_text(
+            webhook_config(receiver, idempotent=True, status=True)
+        )
+        ws.write_csv("batch.csv", make_rows(4))
+        process = ws.popen(
+            "send", "batch.csv", "--channel", "hooks", "--run-id", "gated", "--rate", "1",
+            "--metrics-port", str(port), "--log-format", "json",
+        )  # fmt: skip
+        try:
+            receiver.wait_for(lambda r: len(r.arrivals) == 4)
+            wait_for(
+                lambda: ws.query("SELECT COUNT(*) FROM items WHERE state = 'sent'") == [(2,)],
+                "u1 and u2 recorded",
+            )
+            figures = samples(scrape(port))
+            hold.set()
+            out, err = process.communicate(timeout=60)
+        finally:
+            hold.set()
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+    assert process.returncode == 0, out + err
+    labels = (("channel", "hooks"), ("run_id", "gated"))
+    throttled = (
+        "notifier_sends_total",
+        (("channel", "hooks"), ("outcome", "throttled"), labels[1]),
+    )
+    assert figures[throttled] == 1
+    assert 0.9 <= figures[("notifier_channel_gated_seconds_total", labels)] <= 5
+    assert figures[("notifier_rate_waits_total", labels)] >= 1
+    assert figures[("notifier_rate_wait_seconds_total", labels)] > 0.5
+    gates = [e for e in json_lines(err) if e["event"] == "gate"]
+    assert gates and gates[0]["channel"] == "hooks" and gates[0]["seconds"] >= 0.9
