@@ -291,3 +291,48 @@ def test_throttled_answers_gate_seconds_and_rate_waits_are_counted(ws: Workspace
     assert figures[("notifier_rate_wait_seconds_total", labels)] > 0.5
     gates = [e for e in json_lines(err) if e["event"] == "gate"]
     assert gates and gates[0]["channel"] == "hooks" and gates[0]["seconds"] >= 0.9
+
+
+@pytest.mark.timeout(90)
+def test_two_workers_endpoints_agree_with_status(ws: Workspace) -> None:
+    """A run shared by `send` and a `worker` (PostgreSQL), both holding requests: each
+    process's endpoint reports the same database figures as `status` (one truth for the
+    fleet), and the worker's JSON log starts with its `worker` event."""
+    if ws.store != "postgres":
+        pytest.skip("workers share a run through PostgreSQL")
+    hold = threading.Event()
+    receiver = Receiver(hold=hold)
+    ports = free_port(), free_port()
+    with receiving(receiver):
+        (ws.path / "notifier.toml").write_text(
+            webhook_config(receiver, idempotent=True, status=True)
+        )
+        ws.write_csv("batch.csv", make_rows(30))
+        first = ws.popen(
+            "send", "batch.csv", "--channel", "hooks", "--concurrency", "2", "--run-id", "fleet",
+            "--metrics-port", str(ports[0]),
+        )  # fmt: skip
+        second = None
+        try:
+            receiver.wait_for(lambda r: len(r.arrivals) == 2)
+            second = ws.popen(
+                "worker", "fleet", "--concurrency", "2", "--metrics-port", str(ports[1]),
+                "--log-format", "json",
+            )  # fmt: skip
+            receiver.wait_for(lambda r: len(r.arrivals) == 4)
+            scraped = [scrape(port) for port in ports]
+            status = status_counts(ws, "fleet")
+            hold.set()
+            results = [p.communicate(timeout=60) for p in (first, second)]
+        finally:
+            hold.set()
+            for process in (first, second):
+                if process is not None and process.poll() is None:
+                    process.kill()
+                    process.communicate()
+    assert first.returncode == 0 and second.returncode == 0, results
+    assert status["in_flight"] >= 4 and status["pending"] >= 1, status
+    assert db_figures(scraped[0]) == db_figures(scraped[1])
+    assert item_counts(scraped[0], "fleet") == status
+    events = json_lines(results[1][1])
+    assert events[0]["event"] == "worker" and events[0]["run_id"] == "fleet"
