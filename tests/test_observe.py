@@ -336,3 +336,15 @@ def test_two_workers_endpoints_agree_with_status(ws: Workspace) -> None:
     assert item_counts(scraped[0], "fleet") == status
     events = json_lines(results[1][1])
     assert events[0]["event"] == "worker" and events[0]["run_id"] == "fleet"
+
+
+def test_notifier_metrics_on_bad_input_is_exit_2_and_creates_nothing(ws: Workspace) -> None:
+    """`notifier metrics` is a look: with no database it creates none, and an unknown run id
+    is exit 2 naming it, as `status` does."""
+    missing = ws.run("metrics")
+    assert missing.returncode == 2 and "database here yet" in missing.stderr
+    assert not ws.has_database()
+    assert ws.invoke("send", str(EXAMPLE), "--run-id", "known").exit_code == 0
+    unknown = ws.run("metrics", "nosuch")
+    assert unknown.returncode == 2 and "'nosuch'" in unknown.stderr, unknown.stderr
+    assert "Traceback" not in unknown.stderr

@@ -81,15 +81,14 @@ class JsonLog(Observer):
 
     def answered(self, item: Item, result: Sent, started: datetime | None) -> None:
         outcome = answer_outcome(result)
-        if outcome is None:
-            return
+        if outcome is None or started is None:
+            return  # no request left: its outcome event says what was made of it
         fields = _item(item)
         fields["outcome"] = outcome
         status = getattr(result, "http_status", None)
         if status is not None:
             fields["http_status"] = status
-        if started is not None:
-            fields["duration_ms"] = round((clock.now() - started).total_seconds() * 1000, 1)
+        fields["duration_ms"] = round((clock.now() - started).total_seconds() * 1000, 1)
         self.emit("answer", **fields)
 
     def recorded(self, done: Sequence[tuple[Item, object]], outcomes: Sequence[Outcome]) -> None:

@@ -195,13 +195,12 @@ class ProcessMetrics(Observer):
 
     def answered(self, item: Item, result: Sent, started: datetime | None) -> None:
         outcome = answer_outcome(result)
-        if outcome is None:
-            return
+        if outcome is None or started is None:
+            return  # no request left (a failure before it, judged uncertain): not a send
         run_id = self.run_id()
         self.sends.labels(run_id, item.channel, outcome).inc()
-        if started is not None:
-            seconds = max(0.0, (clock.now() - started).total_seconds())
-            self.durations.labels(run_id, item.channel).observe(seconds)
+        seconds = max(0.0, (clock.now() - started).total_seconds())
+        self.durations.labels(run_id, item.channel).observe(seconds)
 
     def gated(self, channel: str, now: float, until: float) -> None:
         self.gates.close(channel, now, until)
