@@ -40,7 +40,7 @@ def _Failure(message: str, code: ExitCode) -> click.ClickException:
 
 # Commands that only look at runs: one cut short by a reader that stopped reading (`notifier
 # report | head`) has done what was asked of it.
-_LOOKS = frozenset({"status", "report", "runs", "preview"})
+_LOOKS = frozenset({"status", "report", "runs", "preview", "metrics"})
 
 
 def _drop_stdout() -> None:

@@ -5,6 +5,7 @@ bug while judging costs only that item's certainty, never the other outcomes of 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -73,6 +74,8 @@ class Progress:
     gates: dict[str, float] = field(default_factory=dict)  # channel → closed until (monotonic)
     holds: dict[int, float] = field(default_factory=dict)  # item seq → not before (monotonic)
 
+    # Told of every gate closed or lengthened: (channel, now, until), monotonic (metrics, logs).
+    on_gate: Callable[[str, float, float], None] | None = None
     # Senders close gates too, the moment a throttled answer arrives (Dispatch._warn).
     _gate_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -80,6 +83,8 @@ class Progress:
         """Close `channel` until the monotonic time `until` (a gate only ever lengthens)."""
         with self._gate_lock:
             self.gates[channel] = max(until, self.gates.get(channel, until))
+        if self.on_gate is not None:
+            self.on_gate(channel, time.monotonic(), until)
 
     def closed_gates(self, now: float) -> dict[str, float]:
         """The gates still closed at monotonic `now`, as a copy (senders may add to them)."""

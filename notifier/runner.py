@@ -24,7 +24,8 @@ from .crash import CrashPlan
 from .deadlines import split_stale
 from .domain_rates import DomainRates
 from .judging import Judge, NotStarted, Progress, Slot, Stop
-from .pipeline import GATHER_PER_N_AHEAD_S, Senders, claim_ahead
+from .observe import NULL_OBSERVER, Observer
+from .pipeline import GATHER_PER_N_AHEAD_S, POLL_S, Senders, claim_ahead
 from .reconcile import settle_items
 from .records import Item
 from .retry import RetryPolicy
@@ -36,8 +37,6 @@ from .store import LeaseLost, Store
 # Kept here for the callers that know them from the runner.
 APPROVAL_PAUSE = approval.APPROVAL_PAUSE
 __all__ = ["APPROVAL_PAUSE", "CHANNEL_DOWN_PAUSE", "RunOptions", "RunResult", "Runner"]
-
-POLL_S = 0.2
 
 
 class Runner:
@@ -59,6 +58,7 @@ class Runner:
         advance: Callable[[int], None] = lambda n: None,
         lease_valid: Callable[[], bool] = lambda: True,
         channel_rates: Mapping[str, float | None] | None = None,
+        observer: Observer = NULL_OBSERVER,
     ) -> None:
         self.store = store
         self.run_id = run_id
@@ -69,7 +69,8 @@ class Runner:
         self.lease_lost = lease_lost
         self.interrupted = interrupted
         self.crash = crash
-        self.p = Progress(say, advance)
+        self.observer = observer  # metrics and JSON logs (notifier/observe); a no-op without
+        self.p = Progress(say, advance, on_gate=observer.gated)
         self.judge = Judge(store, run_id, channels, policy, self.p)
         self.brakes = Brakes(
             self.p, streak_limit=options.unknown_streak_limit, down_after=policy.down_after
@@ -95,6 +96,7 @@ class Runner:
             lease_valid=lease_valid,
             approval_expired=self.approval.expired,
             read_flags=self._read_flags,
+            observer=observer,
             buckets=buckets,
             domains=DomainRates(store.get_run(run_id).channel_snapshot, self.coord.bucket),
         )
@@ -372,6 +374,7 @@ class Runner:
             self._read_flags()
         if self.crash and seqs:
             self.crash.at("after-receipt", seqs)
+        self.observer.recorded(done, outcomes)
         for outcome in outcomes:
             self.brakes.after(outcome)
             self.brakes.note_reach(channel_of[outcome.seq], outcome)

@@ -21,13 +21,12 @@ from .coordination import RunOptions
 from .deadlines import past_deadline
 from .domain_rates import DomainRates
 from .judging import NotStarted, Progress, Sent, Slot
-from .pipeline import SharedBucket, TokenBucket, in_flight_cap
+from .observe import Observer
+from .pipeline import POLL_S, SharedBucket, TokenBucket, in_flight_cap
 from .records import Item
 from .retry import RetryPolicy
 from .signals import Interruption
 from .store import LeaseLost
-
-POLL_S = 0.2
 
 
 class Dispatch:
@@ -45,6 +44,7 @@ class Dispatch:
         lease_valid: Callable[[], bool],
         approval_expired: Callable[[], bool],
         read_flags: Callable[[], bool],
+        observer: Observer,
         buckets: Mapping[str, TokenBucket | SharedBucket],
         domains: DomainRates,
     ) -> None:
@@ -59,6 +59,7 @@ class Dispatch:
         # The committer's read of the run's flags (it publishes `cancel_seen`): at N = 1 a
         # --rate wait holds up the committer's own turn, so the wait reads them itself.
         self.read_flags = read_flags
+        self.observer = observer  # metrics and JSON logs; a no-op without either
         self.buckets = buckets
         self.domains = domains  # domain_rates: a channel's token first, then its domain's
         # A channel with a cap on its sends at once (one connection, or a pool of them:
@@ -136,11 +137,14 @@ class Dispatch:
         try:
             with self._locks.get(item.channel) or nullcontext():
                 bucket = self.buckets.get(item.channel)
+                asked = time.monotonic()
                 wait = (
                     None
                     if bucket is None
                     else bucket.take(self._send_stopped, self.options.max_wait_s)
                 )
+                if bucket is not None:
+                    self.observer.rate_waited(item.channel, time.monotonic() - asked)
                 wait = wait or self.domains.take(item, self._send_stopped, self.options.max_wait_s)
                 # Both checks at the moment the request would start, after any wait for the
                 # channel's lock or a --rate token: the lease is still surely ours, and no
@@ -159,12 +163,14 @@ class Dispatch:
                 # The attempt's real start: an item claimed ahead waited in the queue
                 # since its claim, which opened the attempt (see Outcome.started_at).
                 started = clock.now()
+                self.observer.attempt_started(item)
                 result = self.channels[item.channel].send(item.intent())
         except ChannelError as exc:
             result = exc
         except Exception as exc:  # a channel bug: the request may have left, so be careful
             result = ChannelError(ErrorKind.UNCERTAIN, f"unexpected {type(exc).__name__}: {exc}")
         mono = time.monotonic()
+        self.observer.answered(item, result, started)
         with suppress(Exception):  # a warning only: the committer judges the answer in full
             self._warn(item, result, mono)
         return result, clock.now(), mono, started

@@ -19,6 +19,7 @@ SENDING_ONLY = (
     "ssl",
     "anthropic",
     "rich.progress",
+    "prometheus_client",  # --metrics-port and `notifier metrics` only
 )
 
 # `python -m notifier ARGS` in a fresh interpreter, then the names of the modules it loaded,

@@ -13,6 +13,7 @@ from ..channels import Channel, ChannelConfigError, UnbuildableChannel, build_ch
 from ..env import Env
 from ..errors import BadInput, NeedsAttention, Refused
 from ..lease import Lease, LeaseKind, SoleLease, for_sending
+from ..observe import NULL_OBSERVER, Observer
 from ..records import Run
 from ..runner import Runner, RunOptions, RunResult
 from ..signals import Interruption, interrupt_guard
@@ -28,9 +29,11 @@ def work_run(
     *,
     advance: Callable[[int], None] = lambda n: None,
     announce: Callable[[], None] = lambda: None,
+    observer: Observer = NULL_OBSERVER,
 ) -> RunResult:
     """Take the run's lease, then settle and send until done, stopped or interrupted.
-    `announce` runs once the lease is held: nothing says "resuming" before it is."""
+    `announce` runs once the lease is held: nothing says "resuming" before it is.
+    `observer` is told what happens (--metrics-port, --log-format json)."""
     plan = crash.from_env()
     for note in config_module.snapshot_drift(run.channel_snapshot, env.config):
         env.say(f"note: {note}")
@@ -59,8 +62,9 @@ def work_run(
             channel_rates={
                 name: definition.get("rate") for name, definition in run.channel_snapshot.items()
             },
+            observer=observer,
         )
-        return runner.run()
+        return observer.ended(runner.run())
 
 
 @contextmanager

@@ -13,7 +13,7 @@ from ..cli import cli, command_env
 from ..env import open_store, pick_run
 from ..errors import BadInput, ExitCode
 from ..state_machine import FINISHED_RUN_STATES, RunState
-from . import running
+from . import observing, running
 
 
 def _overrides(command: Callable[..., None]) -> Callable[..., None]:
@@ -32,6 +32,7 @@ def _overrides(command: Callable[..., None]) -> Callable[..., None]:
                 type=click.FloatRange(0, min_open=True),
                 help="Override the run's --rate (sends per second on each channel).",
             ),
+            observing.observe_options,
             click.pass_context,
         )
     ):
@@ -54,11 +55,25 @@ def resume(
     concurrency: int | None,
     max_wait: float | None,
     rate: float | None,
+    metrics_port: int | None,
+    log_format: str,
+    log_bodies: bool,
     model: str | None,
     recreate: bool,
 ) -> None:
     """Settle every in-flight item by asking the downstream, then continue in order."""
-    _resume(ctx, run_id, concurrency, max_wait, rate, joining=False, model=model, recreate=recreate)
+    watch = (metrics_port, log_format, log_bodies)
+    _resume(
+        ctx,
+        run_id,
+        concurrency,
+        max_wait,
+        rate,
+        watch,
+        joining=False,
+        model=model,
+        recreate=recreate,
+    )
 
 
 @cli.command()
@@ -69,6 +84,9 @@ def worker(
     concurrency: int | None,
     max_wait: float | None,
     rate: float | None,
+    metrics_port: int | None,
+    log_format: str,
+    log_bodies: bool,
 ) -> None:
     """Join a run in a PostgreSQL database as one more worker, on any machine."""
     if not ctx.obj["db"].shares_runs:
@@ -77,7 +95,8 @@ def worker(
             "PostgreSQL (--db postgresql://…); an SQLite file is worked by one process at a "
             "time: use `notifier resume`."
         )
-    _resume(ctx, run_id, concurrency, max_wait, rate, joining=True)
+    watch = (metrics_port, log_format, log_bodies)
+    _resume(ctx, run_id, concurrency, max_wait, rate, watch, joining=True)
 
 
 def _resume(
@@ -86,6 +105,7 @@ def _resume(
     concurrency: int | None,
     max_wait: float | None,
     rate: float | None,
+    watch: tuple[int | None, str, bool],
     *,
     joining: bool,
     model: str | None = None,
@@ -98,6 +118,9 @@ def _resume(
 
     env = command_env(ctx)
     crash.from_env()
+    # --metrics-port is bound before anything is stored (a port in use: exit 2).
+    observer = observing.make_observer(env, *watch)
+    ctx.call_on_close(observer.close)
     store = open_store(env)
     try:
         run = pick_run(store, run_id, active_only=not joining or run_id is None)
@@ -137,8 +160,11 @@ def _resume(
             restart=not joining,
         )
         remaining = counts.unfinished
-        with running.progress(remaining) as advance:
-            result = app.work_run(env, store, run, options, advance=advance, announce=announce)
+        observer.planned(run.run_id, counts.total, {}, "worker" if joining else "resume")
+        with running.progress(remaining, quiet=watch[1] == "json") as advance:
+            result = app.work_run(
+                env, store, run, options, advance=advance, announce=announce, observer=observer
+            )
     finally:
         store.close()
     running.finish(ctx, run.run_id, result, failures, batch=run.batch_path)

@@ -4,7 +4,7 @@ screen, the progress bar, the closing line with its exit code, the wait for appr
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING
 
 import click
@@ -20,8 +20,11 @@ if TYPE_CHECKING:
     from ..store import Store
 
 
-def progress(total: int) -> AbstractContextManager[Callable[[int], None]]:
-    """The sending progress bar (notifier/progress.py)."""
+def progress(total: int, *, quiet: bool = False) -> AbstractContextManager[Callable[[int], None]]:
+    """The sending progress bar (notifier/progress.py); none when `quiet` (stderr carries
+    JSON logs, where a bar's redraws would break the lines)."""
+    if quiet:
+        return nullcontext(lambda n: None)
     return progress_bar(total, "sending")
 
 

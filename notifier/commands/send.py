@@ -17,14 +17,17 @@ from ..cli import cli, command_env
 from ..env import Env
 from ..errors import BadInput, ExitCode, Interrupted
 from ..state_machine import RunState, RunTrigger
-from . import running
+from . import observing, running
 
 if TYPE_CHECKING:
     from .. import compose
     from ..app import Stored
     from ..batch import BatchRow
+    from ..observe import Observer
     from ..plan import Plan
+    from ..records import Counts, Run
     from ..runner import RunOptions
+    from ..store import Store
     from ..template import Template
 
 
@@ -145,6 +148,7 @@ def _dry_run_drafts(
     type=click.FloatRange(0, min_open=True),
     help="Most sends per second on each channel (overrides a channel's `rate`).",
 )
+@observing.observe_options
 @click.pass_context
 def send(
     ctx: click.Context,
@@ -167,6 +171,9 @@ def send(
     not_before_text: str | None,
     tz: str | None,
     window: str | None,
+    metrics_port: int | None,
+    log_format: str,
+    log_bodies: bool,
 ) -> None:
     """Validate BATCH.csv, store every intent, then send each notification durably."""
     from .. import app, compose, crash, schedule  # noqa: PLC0415 (start-up time)
@@ -174,6 +181,10 @@ def send(
 
     env = command_env(ctx)
     crash.from_env()  # a mistyped NOTIFIER_CRASH_AT is a usage error before anything is stored
+    # A --metrics-port in use is a usage error too: the port is bound before anything is stored.
+    observer = observing.make_observer(env, metrics_port, log_format, log_bodies)
+    ctx.call_on_close(observer.close)
+    quiet = log_format == "json"  # stderr carries the JSON lines: no progress bar
     template = None
     if template_path is not None:
         from ..template import load  # noqa: PLC0415 (start-up time)
@@ -204,6 +215,8 @@ def send(
             run_id=run_id,
             not_after=not_after,
             dry_run=dry_run,
+            observer=observer,
+            quiet=quiet,
         )
         return
     when = schedule.from_options(not_before_text, tz, window, env.config.channels)
@@ -236,28 +249,40 @@ def send(
         return
     store = stored.store
     try:
-        run = store.get_run(plan.run_id)
-        counts = store.counts(plan.run_id)
-        left_out = stored.prior is not None and stored.prior.left < plan.count
-        channels = store.per_channel(run.run_id) if left_out else plan.per_channel
-        per_channel = ", ".join(f"{name}: {n}" for name, n in sorted(channels.items()))
-        click.echo(f"planned run {run.run_id}: {counts.total} notifications ({per_channel})")
-        if counts.suppressed:
-            click.echo(
-                f"{counts.suppressed} of them suppressed (their recipient is on the suppression "
-                "list): stored, never sent. `notifier suppress list` shows the list."
-            )
+        run, counts, channels = _announce(store, plan, stored)
         click.echo(f"fingerprint: {run.fingerprint}")
         if run.state is RunState.AWAITING_APPROVAL:
             running.await_approval(store, run)
             return
-        with running.progress(counts.total) as advance:
+        observer.planned(run.run_id, counts.total, dict(channels))
+        with running.progress(counts.total, quiet=quiet) as advance:
             result = app.work_run(
-                env, store, run, RunOptions(concurrency, max_wait, rate=rate), advance=advance
+                env,
+                store,
+                run,
+                RunOptions(concurrency, max_wait, rate=rate),
+                advance=advance,
+                observer=observer,
             )
     finally:
         store.close()
     running.finish(ctx, plan.run_id, result, batch=str(batch))
+
+
+def _announce(store: Store, plan: Plan, stored: Stored) -> tuple[Run, Counts, dict[str, int]]:
+    """Say what was planned: the run, its count per channel, and the rows suppressed."""
+    run = store.get_run(plan.run_id)
+    counts = store.counts(plan.run_id)
+    left_out = stored.prior is not None and stored.prior.left < plan.count
+    channels = store.per_channel(run.run_id) if left_out else plan.per_channel
+    per_channel = ", ".join(f"{name}: {n}" for name, n in sorted(channels.items()))
+    click.echo(f"planned run {run.run_id}: {counts.total} notifications ({per_channel})")
+    if counts.suppressed:
+        click.echo(
+            f"{counts.suppressed} of them suppressed (their recipient is on the suppression "
+            "list): stored, never sent. `notifier suppress list` shows the list."
+        )
+    return run, counts, dict(channels)
 
 
 def _dry_run(env: Env, plan: Plan, batch: Path, *, new_run: bool, resend_changed: bool) -> None:
@@ -357,6 +382,8 @@ def _send_compose(
     run_id: str | None,
     not_after: datetime | None,
     dry_run: bool,
+    observer: Observer,
+    quiet: bool,
 ) -> None:
     """send --compose: store the rows, draft them (stored one by one), freeze the intents,
     then wait for approval or send."""
@@ -389,8 +416,12 @@ def _send_compose(
         if run.state is RunState.AWAITING_APPROVAL:
             running.await_approval(store, run)
             ctx.exit(ExitCode.ATTENTION if failures else ExitCode.DONE)
-        with running.progress(store.counts(run.run_id).total) as advance:
-            result = app.work_run(env, store, run, _run_options(options), advance=advance)
+        total = store.counts(run.run_id).total
+        observer.planned(run.run_id, total, {})
+        with running.progress(total, quiet=quiet) as advance:
+            result = app.work_run(
+                env, store, run, _run_options(options), advance=advance, observer=observer
+            )
     finally:
         store.close()
     running.finish(ctx, new_id, result, failures, batch=str(batch))

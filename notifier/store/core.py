@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +145,11 @@ class StoreCore:
             yield
         finally:
             self._roll_back()  # nothing was written
+
+    def reading(self) -> AbstractContextManager[None]:
+        """`_snapshot` for readers outside the store (notifier/observe/metrics.py): the
+        figures of one scrape all come from one committed state."""
+        return self._snapshot()
 
     def _fence(self, run_id: str | None, lease_version: int) -> None:
         """Abort the transaction unless the caller's lease is still valid: the run's, or

@@ -295,6 +295,17 @@ class Queries(StoreCore):
             params.append(seq)
         return [Attempt(*tuple(r)) for r in self.conn.execute(sql + " ORDER BY id", params)]
 
+    def attempt_tally(self, run_id: str) -> list[tuple[str, str, int]]:
+        """(channel, outcome, count) of the run's finished attempts, for `notifier metrics`:
+        one pass over the run's attempts (its unique index leads with run_id)."""
+        rows = self.conn.execute(
+            "SELECT i.channel, a.outcome, COUNT(*) FROM attempts a JOIN items i "
+            "ON i.run_id = a.run_id AND i.seq = a.seq "
+            "WHERE a.run_id = ? AND a.outcome IS NOT NULL GROUP BY i.channel, a.outcome",
+            (run_id,),
+        )
+        return [(str(channel), str(outcome), int(n)) for channel, outcome, n in rows]
+
     def decisions(self, run_id: str) -> list[Decision]:
         return [
             Decision(*tuple(r))

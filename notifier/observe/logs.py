@@ -1,0 +1,135 @@
+"""--log-format json: one JSON object per event on stderr, for a log pipeline (stdout keeps
+the reports). Events: plan, attempt_started, answer, outcome, gate, and the run's ending
+(complete, pause, halt, cancel, or the state another worker left it in).
+
+stdlib `logging` with a small formatter, not structlog: the events are a fixed handful
+emitted from one module, so a processor chain would buy nothing, and a dependency fewer is
+one fewer thing to install on every worker. Writes go through a logging handler, whose lock
+keeps the lines of concurrent senders whole.
+
+What a line never carries: a secret (no channel definition is logged), the recipient, the
+subject, the body or the row's other columns, unless --log-bodies asks for them (then on
+attempt_started only). The idempotency key is there: it is what the downstream logs, so
+it joins the two."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from .. import clock
+from . import Observer, answer_outcome
+
+if TYPE_CHECKING:
+    from ..judging import Sent
+    from ..records import Item, Outcome
+    from ..runner import RunResult
+
+LOGGER = "notifier.events"
+# The run's ending, by the state it ended in: the event's name.
+_ENDINGS = {"completed": "complete", "paused": "pause", "halted": "halt", "cancelled": "cancel"}
+
+
+class JsonFormatter(logging.Formatter):
+    """A record's `fields` as one JSON object, after `ts` (UTC, milliseconds) and `event`."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        at = datetime.fromtimestamp(record.created, UTC)
+        line: dict[str, Any] = {
+            "ts": at.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "event": record.getMessage(),
+        }
+        line.update(getattr(record, "fields", {}))
+        return json.dumps(line, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+class JsonLog(Observer):
+    """The events of one command, to stderr as JSON lines."""
+
+    def __init__(self, *, bodies: bool = False) -> None:
+        self.bodies = bodies
+        self.run_id = ""
+        self._handler = logging.StreamHandler(sys.stderr)
+        self._handler.setFormatter(JsonFormatter())
+        self._log = logging.getLogger(LOGGER)
+        self._log.setLevel(logging.INFO)
+        self._log.propagate = False  # never through a root handler, as plain text
+        self._log.addHandler(self._handler)
+
+    def emit(self, event: str, **fields: Any) -> None:
+        self._log.info(event, extra={"fields": {"run_id": self.run_id, **fields}})
+
+    def planned(
+        self, run_id: str, total: int, per_channel: dict[str, int], event: str = "plan"
+    ) -> None:
+        self.run_id = run_id
+        self.emit(event, items=total, channels=dict(sorted(per_channel.items())))
+
+    def attempt_started(self, item: Item) -> None:
+        extra: dict[str, Any] = {}
+        if self.bodies:
+            extra = {
+                "to": item.target,
+                "subject": item.payload.get("subject"),
+                "body": item.payload.get("body"),
+            }
+        self.emit("attempt_started", **_item(item), **extra)
+
+    def answered(self, item: Item, result: Sent, started: datetime | None) -> None:
+        outcome = answer_outcome(result)
+        if outcome is None or started is None:
+            return  # no request left: its outcome event says what was made of it
+        fields = _item(item)
+        fields["outcome"] = outcome
+        status = getattr(result, "http_status", None)
+        if status is not None:
+            fields["http_status"] = status
+        fields["duration_ms"] = round((clock.now() - started).total_seconds() * 1000, 1)
+        self.emit("answer", **fields)
+
+    def recorded(self, done: Sequence[tuple[Item, object]], outcomes: Sequence[Outcome]) -> None:
+        by_seq = {item.seq: item for item, _ in done}
+        for outcome in outcomes:
+            item = by_seq.get(outcome.seq)
+            fields: dict[str, Any] = _item(item) if item is not None else {"seq": outcome.seq}
+            fields["outcome"] = outcome.trigger.value
+            if outcome.attempt_outcome is not None:
+                fields["attempt_outcome"] = outcome.attempt_outcome
+            if outcome.error:
+                # The text the human report prints: the receiver's reply, never the row's.
+                fields["error"] = outcome.error
+            self.emit("outcome", **fields)
+
+    def gated(self, channel: str, now: float, until: float) -> None:
+        self.emit("gate", channel=channel, seconds=round(max(0.0, until - now), 3))
+
+    def ended(self, result: RunResult) -> RunResult:
+        state = result.state.value
+        self.emit(
+            _ENDINGS.get(state, state),
+            state=state,
+            stop=result.stop.value,
+            reason=result.reason,
+            counts=result.counts.as_json(),
+            paused_until=result.paused_until,
+        )
+        return result
+
+    def close(self) -> None:
+        self._handler.flush()
+        self._log.removeHandler(self._handler)
+
+
+def _item(item: Item) -> dict[str, Any]:
+    """The fields that name an item and its attempt, never its content."""
+    return {
+        "seq": item.seq,
+        "item": item.item_id,
+        "key": item.idempotency_key,
+        "channel": item.channel,
+        "attempt": item.attempts,
+    }
