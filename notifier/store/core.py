@@ -86,6 +86,13 @@ class StoreCore:
     # Whether INSERT/UPDATE may stand inside WITH (PostgreSQL): a group commit's acks and
     # claim then go to the server as one statement each, not four (see Ledger).
     _WRITING_CTES = False
+    # How a transaction reads a row it goes on to write, holding it to COMMIT against any
+    # other writer of that row (PostgreSQL: see postgres.py). Empty on SQLite, where BEGIN
+    # IMMEDIATE already holds the whole file for the transaction.
+    _ROW_LOCK = ""
+    # How a fenced transaction reads its worker's lease row: held (shared) to COMMIT, so a
+    # reap of that worker waits for the commit, or the commit sees the reap.
+    _SHARE_LOCK = ""
 
     def __init__(self, path: Path | str, conn: Any) -> None:
         # For SQLite the file; for PostgreSQL the server and database (never a password),
@@ -115,7 +122,7 @@ class StoreCore:
             raise
         try:
             yield
-            self.conn.execute("COMMIT")
+            self._commit()
         except self._STORAGE_ERRORS as exc:
             self._roll_back()
             raise self._storage_failure(exc) from exc
@@ -125,6 +132,9 @@ class StoreCore:
 
     def _begin(self) -> None:
         self.conn.execute("BEGIN IMMEDIATE")
+
+    def _commit(self) -> None:
+        self.conn.execute("COMMIT")
 
     def _begin_fenced(self, run_id: str | None, lease_version: int | None) -> None:
         """BEGIN, then with `lease_version` the fence (an engine may send both at once)."""
@@ -154,10 +164,13 @@ class StoreCore:
     def _fence_query(self, run_id: str | None) -> tuple[str, str | None]:
         """The read of the version the caller's lease must still hold, and its one key."""
         if self.worker_id is not None:
-            return "SELECT version FROM workers WHERE worker_id = ? AND state = 'live'", (
-                self.worker_id
+            return (
+                f"SELECT version FROM workers WHERE worker_id = ? AND state = 'live' "
+                f"{self._SHARE_LOCK}",
+                self.worker_id,
             )
-        return "SELECT lease_version FROM runs WHERE run_id = ?", run_id
+        # The run's own lease is exclusive: its transactions take the run's row for good.
+        return f"SELECT lease_version FROM runs WHERE run_id = ? {self._ROW_LOCK}", run_id
 
     @staticmethod
     def _check_fence(run_id: str | None, lease_version: int, row: Any) -> None:
@@ -175,6 +188,7 @@ class StoreCore:
         raise NotImplementedError
 
     def _event(self, run_id: str, kind: str, item_seq: int | None, detail: Any, at: str) -> None:
+        """One event, numbered after the run's last (PostgreSQL numbers it at COMMIT)."""
         self.conn.execute(
             "INSERT INTO events (run_id, seq_no, at, kind, item_seq, detail) "
             "SELECT ?, COALESCE(MAX(seq_no), 0) + 1, ?, ?, CAST(? AS INTEGER), ? FROM events "
@@ -202,7 +216,7 @@ class StoreCore:
         return target
 
     def _move_run(self, run_id: str, trigger: RunTrigger, at: str, **sets: Any) -> RunState:
-        current = self.get_run(run_id).state
+        current = self._locked_run(run_id).state
         target = run_next(trigger, current)
         assignments = "".join(f", {column} = :{column}" for column in sets)
         cursor = self.conn.execute(
@@ -247,6 +261,16 @@ class StoreCore:
     def runs(self) -> list[Run]:
         rows = self.conn.execute("SELECT * FROM runs ORDER BY created_at DESC, rowid DESC")
         return [run_from_row(r) for r in rows]
+
+    def _locked_run(self, run_id: str) -> Run:
+        """The run, read to be written in this transaction: its row is held to COMMIT, so a
+        state read here is still the state when the conditional move runs."""
+        row = self.conn.execute(
+            f"SELECT * FROM runs WHERE run_id = ? {self._ROW_LOCK}", (run_id,)
+        ).fetchone()
+        if row is None:
+            raise KeyError(run_id)
+        return run_from_row(row)
 
     def get_run(self, run_id: str) -> Run:
         row = self.conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()

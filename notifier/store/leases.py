@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import clock
-from ..records import Worker
+from ..records import Run, Worker
 from .core import StoreCore, _dump
 from .exceptions import LeaseHeld
 
@@ -39,13 +39,12 @@ class Leases(StoreCore):
         decides liveness (lease.py). Dead workers are fenced out in the same transaction."""
         at = clock.now()
         with self._write():
-            run = self.get_run(run_id)
-            if run.lease_owner and holder_alive(run.lease_owner, run.lease_expires_at):
-                raise LeaseHeld(run.lease_owner, run.lease_expires_at)
-            for worker in self._live_workers(run_id):
-                if holder_alive(worker.owner, worker.expires_at):
-                    raise LeaseHeld(worker.owner, worker.expires_at)
-                self._reap(worker, clock.iso(at))
+            # Dead workers are fenced out before the run's row is taken: a reap waits for a
+            # commit the worker may still be making, and that commit ends by taking the run's
+            # row (postgres.py), which this transaction must not be holding meanwhile.
+            self._check_free(self.get_run(run_id), run_id, holder_alive, clock.iso(at))
+            run = self._locked_run(run_id)  # from here on no worker joins, nor takes it
+            self._check_free(run, run_id, holder_alive, clock.iso(at))
             version = run.lease_version + 1
             self.conn.execute(
                 "UPDATE runs SET lease_owner = ?, lease_version = ?, lease_expires_at = ? "
@@ -66,6 +65,15 @@ class Leases(StoreCore):
                 clock.iso(at),
             )
         return version
+
+    def _check_free(self, run: Run, run_id: str, holder_alive: Alive, at: str) -> None:
+        """LeaseHeld unless no live process holds the run; the dead workers are reaped."""
+        if run.lease_owner and holder_alive(run.lease_owner, run.lease_expires_at):
+            raise LeaseHeld(run.lease_owner, run.lease_expires_at)
+        for worker in self._live_workers(run_id):
+            if holder_alive(worker.owner, worker.expires_at):
+                raise LeaseHeld(worker.owner, worker.expires_at)
+            self._reap(worker, at)
 
     def renew_lease(self, run_id: str, lease_version: int, ttl_s: float) -> bool:
         with self._write():
@@ -93,7 +101,8 @@ class Leases(StoreCore):
         exclusive lease. Returns the worker's fencing version."""
         at = clock.now()
         with self._write():
-            run = self.get_run(run_id)
+            # The run's row, held to COMMIT: an exclusive lease is taken under it too.
+            run = self._locked_run(run_id)
             if run.lease_owner and holder_alive(run.lease_owner, run.lease_expires_at):
                 raise LeaseHeld(run.lease_owner, run.lease_expires_at)
             self._insert_row(
@@ -164,8 +173,10 @@ class Leases(StoreCore):
             return []  # the usual case: one read, no write transaction
         at = clock.now_iso()
         with self._write(run_id, version):
-            for worker in candidates:
+            for worker in candidates:  # before the run's row: see acquire_lease
                 self._reap(worker, at)
+            # Two live workers reaping at once adopt in turn: the second finds nothing left.
+            self._locked_run(run_id)
             adopted = self._orphans(run_id, worker_id)
             for start in range(0, len(adopted), 500):
                 chunk = adopted[start : start + 500]
@@ -197,6 +208,8 @@ class Leases(StoreCore):
         holds items; else "left": its lease is released in this same transaction, so of
         two workers leaving at once exactly one finds itself last."""
         with self._write(run_id, version):
+            # Two workers leaving at once read each other's lease in turn, never both live.
+            self._locked_run(run_id)
             others = [
                 w
                 for w in self._live_workers(run_id)

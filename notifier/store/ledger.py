@@ -34,14 +34,6 @@ from .exceptions import LostRace, PlanRefused, RunExists
 from .history import DELIVERED, History, Prior
 from .stage import PlanStage
 
-# The events of the items a writing WITH moved (its CTE `rows`), numbered in seq order after
-# the run's last event. Parameters: run_id, at, kind, detail, run_id.
-_EVENTS_OF = (
-    "INSERT INTO events (run_id, seq_no, at, kind, item_seq, detail) "
-    "SELECT ?, COALESCE(last.n, 0) + ROW_NUMBER() OVER (ORDER BY {rows}.seq), ?, ?, "
-    "{rows}.seq, ? FROM (SELECT MAX(seq_no) AS n FROM events WHERE run_id = ?) AS last, {rows}"
-)
-
 
 class Ledger(History):
     """Point A and point B, plans, decisions, drafts and approvals: every write of the run's
@@ -184,9 +176,15 @@ class Ledger(History):
         once the transaction has ended (SQLite cannot detach a database inside one)."""
         try:
             with self._write():
+                self._serialise_plans()
                 yield
         finally:
             self._release_stage()
+
+    def _serialise_plans(self) -> None:
+        """Plans one at a time: each compares its rows with every run's before it inserts
+        (SQLite's BEGIN IMMEDIATE already holds the file; PostgreSQL takes a lock of its own
+        that only plans take)."""
 
     def _insert_pending(self, rows: Iterable[tuple[Any, ...]]) -> None:
         """Item rows (run_id, the item columns, updated_at), all `pending`, none attempted."""
@@ -214,7 +212,7 @@ class Ledger(History):
         one of `allowed` when the transaction reads it; otherwise another worker moved it
         first, and its state is returned unchanged."""
         with self._write(run_id, lease_version):
-            current = self.get_run(run_id).state
+            current = self._locked_run(run_id).state
             if current not in allowed:
                 return current
             return self._move_run(run_id, trigger, clock.now_iso(), **sets)
@@ -243,18 +241,20 @@ class Ledger(History):
             return []  # the common case costs one indexed read, no write transaction
         expired: list[int] = []
         with self._write(run_id, lease_version):
-            for seq in self._due_for_expiry(run_id, at):
+            # Locked as claims lock theirs: an item another worker is claiming right now is
+            # left to its claim, not moved under it (a lost race would stop this worker).
+            for seq in self._due_for_expiry(run_id, at, self._CLAIM_LOCK):
                 self._move_item(run_id, seq, ItemState.PENDING, ItemTrigger.EXPIRE, at)
                 expired.append(seq)
         return expired
 
-    def _due_for_expiry(self, run_id: str, at: str) -> list[int]:
+    def _due_for_expiry(self, run_id: str, at: str, lock: str = "") -> list[int]:
         return [
             seq
             for (seq,) in self.conn.execute(
                 "SELECT i.seq FROM items i WHERE i.run_id = ? AND i.state = 'pending' "
                 "AND i.not_after IS NOT NULL AND i.not_after <= ? AND (i.attempts = 0 OR "
-                f"NOT {MAYBE_DELIVERED}) ORDER BY i.seq",
+                f"NOT {MAYBE_DELIVERED}) ORDER BY i.seq {lock}",
                 (run_id, at),
             )
         ]
@@ -368,15 +368,21 @@ class Ledger(History):
             f"AND items.state = {_state_literal(current)}"
         )
         if self._WRITING_CTES:
-            # One statement, one round trip to the server instead of four; every part sees
-            # the same snapshot, and the events are numbered from the rows really moved.
-            (moved,) = self.conn.execute(
-                f"WITH v AS (VALUES {values}), closed AS ({close_attempts}), "
-                f"receipted AS ({add_receipts}), moved AS ({move_items} RETURNING items.seq), "
-                f"logged AS ({_EVENTS_OF.format(rows='moved')}) SELECT COUNT(*) FROM moved",
-                [*params, run_id, at, run_id, target.value, at, run_id,
-                 run_id, at, "ack", _dump(detail), run_id],
-            ).fetchone()  # fmt: skip
+            # One statement, one round trip to the server instead of three; every part sees
+            # the same snapshot, and the events are those of the rows really moved (PostgreSQL
+            # numbers them at COMMIT: see postgres.py).
+            seqs = [
+                seq
+                for (seq,) in self.conn.execute(
+                    f"WITH v AS (VALUES {values}), closed AS ({close_attempts}), "
+                    f"receipted AS ({add_receipts}), "
+                    f"moved AS ({move_items} RETURNING items.seq) "
+                    "SELECT seq FROM moved ORDER BY seq",
+                    [*params, run_id, at, run_id, target.value, at, run_id],
+                ).fetchall()
+            ]
+            moved = len(seqs)
+            self._events(run_id, "ack", seqs, detail, at)
         else:
             self.conn.execute(close_attempts, [*params, run_id])
             self.conn.execute(add_receipts, [at, *params, run_id])
@@ -464,13 +470,17 @@ class Ledger(History):
             run_id, run_id, at, *[x for pair in zip(seqs, waited, strict=True) for x in pair]
         ]  # fmt: skip
         if self._WRITING_CTES:
-            # The three writes as one statement: one round trip instead of three.
-            (moved,) = self.conn.execute(
-                f"WITH moved AS ({move_items} RETURNING seq), "
-                f"logged AS ({_EVENTS_OF.format(rows='moved')}), "
-                f"opened AS ({open_attempts}) SELECT COUNT(*) FROM moved",
-                [*move_params, run_id, at, "start", _dump(detail), run_id, *open_params],
-            ).fetchone()
+            # The two writes as one statement: one round trip instead of two.
+            moved_seqs = [
+                seq
+                for (seq,) in self.conn.execute(
+                    f"WITH moved AS ({move_items} RETURNING seq), "
+                    f"opened AS ({open_attempts}) SELECT seq FROM moved ORDER BY seq",
+                    [*move_params, *open_params],
+                ).fetchall()
+            ]
+            moved = len(moved_seqs)
+            self._events(run_id, "start", moved_seqs, detail, at)
         else:
             moved = self.conn.execute(move_items, move_params).rowcount
             self._events(run_id, "start", seqs, detail, at)
@@ -577,9 +587,11 @@ class Ledger(History):
         awaiting approval moves to `approved`; a run already past that gets a fresh record."""
         at = clock.now_iso()
         with self._write():
+            # The run's row first: every write that appends to its history numbers its
+            # events under that row (postgres.py), so the version read next cannot change.
+            run = self._locked_run(run_id)
             if self.state_version(run_id) != state_version:
                 raise LostRace(f"run {run_id} changed while it was being approved")
-            run = self.get_run(run_id)
             if run.state is RunState.AWAITING_APPROVAL:
                 self._move_run(run_id, RunTrigger.APPROVE, at, approval=_dump(approval))
                 return

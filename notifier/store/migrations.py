@@ -123,6 +123,12 @@ CREATE INDEX draft_chunks_open ON draft_chunks(run_id, chunk)
     WHERE state IN ('creating', 'submitted')
 """
 
+
+def _m008_sqlite(conn: Any) -> None:
+    """Nothing to change: one SQLite writer at a time, so counters updated at each move are
+    never waited for by another transaction."""
+
+
 # Every migration, in the order they apply.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration("m001_initial", schema_sqlite.M001, schema_postgres.M001),
@@ -155,6 +161,10 @@ MIGRATIONS: tuple[Migration, ...] = (
     # settled by asking the API (batches since `not_before` with `request_count` requests
     # whose results carry the chunk's custom_ids), or created again when `recreate` is set.
     Migration("m007_draft_chunks", _M007, _M007),
+    # Issue 22: PostgreSQL workers write one run concurrently, with no lock of the schema;
+    # the run counters' triggers fire at COMMIT (schema_postgres.M008). SQLite has one
+    # writer at a time, so its triggers stay as they are.
+    Migration("m008_counts_at_commit", _m008_sqlite, schema_postgres.M008),
 )
 NAMES = frozenset(m.name for m in MIGRATIONS)
 
