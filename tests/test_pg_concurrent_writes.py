@@ -23,7 +23,7 @@ from notifier import clock
 from notifier.lease import holder_alive
 from notifier.records import Outcome
 from notifier.state_machine import ItemState, ItemTrigger
-from notifier.store import Store
+from notifier.store import LeaseLost, Store
 
 from .conftest import Workspace, make_rows, postgres_schema
 
@@ -242,3 +242,55 @@ def test_a_reap_waits_for_the_reaped_workers_open_commit(ws: Workspace, pg_url: 
         (3, "in_flight", "worker-new"), (4, "in_flight", "worker-new"),
     ]  # fmt: skip
     assert_history_whole(pg_url, "fence")
+
+
+def test_two_workers_reaping_each_other_end_without_a_crash(ws: Workspace, pg_url: str) -> None:
+    """Two live workers that each take the other for dead and reap it at the same moment
+    deadlock on each other's lease row: the server's victim runs its write again, finds
+    itself reaped and stops with LeaseLost (never a storage failure); the other's reap
+    stands and adopts the victim's items."""
+    plan(ws, pg_url, "mutual", "batch.csv", 1)
+    x, x_version = worker(pg_url, "mutual", "worker-x")
+    y, y_version = worker(pg_url, "mutual", "worker-y")
+    try:
+        x.claim("mutual", x_version, 2)
+        y.claim("mutual", y_version, 2)
+        fenced, go = threading.Event(), threading.Event()
+        check = x._check_fence
+
+        def held(run_id: str | None, version: int, row: Any) -> None:
+            check(run_id, version, row)  # X's lease row is now held (shared) to its COMMIT
+            if not fenced.is_set():
+                fenced.set()
+                assert go.wait(BOUND_S)
+
+        x._check_fence = held  # type: ignore[method-assign,assignment]
+
+        def reaping(store: Store, me: str, version: int, other: str) -> Callable[[], object]:
+            def alive(owner: dict[str, Any], _expires: str | None) -> bool:
+                return bool(owner["token"] != other)  # each takes the other for dead
+
+            return lambda: store.reap_dead_workers("mutual", me, version, alive)
+
+        x_thread, x_result = in_thread(reaping(x, "worker-x", x_version, "worker-y"))
+        assert fenced.wait(BOUND_S)
+        y_thread, y_result = in_thread(reaping(y, "worker-y", y_version, "worker-x"))
+        try:
+            # Y holds its own lease row and waits to reap X; X then goes on to reap Y.
+            assert until(lambda: waiting_on_a_lock(pg_url, y))
+        finally:
+            go.set()
+            x_thread.join(BOUND_S)
+            y_thread.join(BOUND_S)
+    finally:
+        x.close()
+        y.close()
+    outcomes = {"worker-x": x_result, "worker-y": y_result}
+    lost = [w for w, result in outcomes.items() if isinstance(result[0], LeaseLost)]
+    assert len(lost) == 1, outcomes
+    (survivor,) = set(outcomes) - set(lost)
+    assert outcomes[survivor] == [[3, 4] if survivor == "worker-x" else [1, 2]]
+    assert sorted(rows(pg_url, "SELECT worker_id, state FROM workers")) == sorted(
+        [(survivor, "live"), (lost[0], "reaped")]
+    )
+    assert_history_whole(pg_url, "mutual")

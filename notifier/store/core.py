@@ -4,12 +4,13 @@ conditional UPDATE, and every worker write is fenced by its lease version."""
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from ..errors import NotifierError
 from ..records import (
@@ -27,7 +28,7 @@ from ..state_machine import (
     item_next,
     run_next,
 )
-from .exceptions import LeaseLost, LostRace
+from .exceptions import LeaseLost, LostRace, WriteConflict
 from .migrations import stored_content_fingerprint
 
 _ACTIVE = "state IN ({})".format(", ".join(f"'{s.value}'" for s in ACTIVE_ITEM_STATES))
@@ -59,6 +60,32 @@ MAYBE_DELIVERED = (
     "AND e.item_seq = i.seq AND e.kind IN ('not_found', 'mark_not_sent') "
     "AND e.at >= a.finished_at))"
 ).format(", ".join(f"'{outcome}'" for outcome in MAYBE_DELIVERED_OUTCOMES))
+
+
+# How many times a write the server aborted to break a deadlock runs in all (see retried).
+_CONFLICT_RUNS = 3
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def retried(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """A write method run again when the server aborted its transaction as a deadlock's
+    victim (WriteConflict, PostgreSQL only): nothing of it was written, and its fence and
+    reads are simply made again. The writes of a run take their rows in one order (the run's
+    row last, at COMMIT: postgres.py), so this is for the rare cycle that order cannot rule
+    out, e.g. two live workers each reaping the other at once."""
+
+    @functools.wraps(method)
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        for attempt in range(1, _CONFLICT_RUNS + 1):
+            try:
+                return method(*args, **kwargs)
+            except WriteConflict:
+                if attempt == _CONFLICT_RUNS:
+                    raise
+        raise AssertionError("unreachable")
+
+    return run
 
 
 def _state_literal(state: ItemState) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import clock
 from ..records import Run, Worker
-from .core import StoreCore, _dump
+from .core import StoreCore, _dump, retried
 from .exceptions import LeaseHeld
 
 Alive = Callable[[dict[str, Any], str | None], bool]
@@ -31,6 +31,7 @@ class Leases(StoreCore):
 
     # ---------------------------------------------------------------- the run's lease
 
+    @retried
     def acquire_lease(
         self, run_id: str, owner: dict[str, Any], ttl_s: float, holder_alive: Alive
     ) -> int:
@@ -93,6 +94,7 @@ class Leases(StoreCore):
 
     # ---------------------------------------------------------------- worker leases
 
+    @retried
     def join_run(
         self, run_id: str, owner: dict[str, Any], ttl_s: float, holder_alive: Alive
     ) -> int:
@@ -123,6 +125,7 @@ class Leases(StoreCore):
             self._event(run_id, "worker_joined", None, {"owner": owner}, clock.iso(at))
         return 1
 
+    @retried
     def renew_worker(self, worker_id: str, version: int, ttl_s: float) -> bool:
         """Extend a live worker's lease; False once it was fenced out (reaped)."""
         at = clock.now()
@@ -134,6 +137,7 @@ class Leases(StoreCore):
             )
         return bool(cursor.rowcount == 1)
 
+    @retried
     def release_worker(self, worker_id: str, version: int) -> None:
         with self._write():
             self.conn.execute(
@@ -158,6 +162,7 @@ class Leases(StoreCore):
         ).fetchall()
         return [Worker(*tuple(row)) for row in rows]
 
+    @retried
     def reap_dead_workers(
         self, run_id: str, worker_id: str, version: int, holder_alive: Alive
     ) -> list[int]:
@@ -200,6 +205,7 @@ class Leases(StoreCore):
             ).fetchall()
         ]
 
+    @retried
     def leave_unless_last(
         self, run_id: str, worker_id: str, version: int, holder_alive: Alive, *, wait_for_busy: bool
     ) -> str:

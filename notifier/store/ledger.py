@@ -29,6 +29,7 @@ from .core import (
     _dump,
     _plain_ack,
     _state_literal,
+    retried,
 )
 from .exceptions import LostRace, PlanRefused, RunExists
 from .history import DELIVERED, History, Prior
@@ -200,6 +201,7 @@ class Ledger(History):
         with self._write(run_id, lease_version):
             return self._move_run(run_id, trigger, clock.now_iso(), **sets)
 
+    @retried
     def move_run_from(
         self,
         run_id: str,
@@ -217,6 +219,7 @@ class Ledger(History):
                 return current
             return self._move_run(run_id, trigger, clock.now_iso(), **sets)
 
+    @retried
     def replace_stop_reason(
         self, run_id: str, lease_version: int, expected: str, reason: str | None
     ) -> bool:
@@ -231,6 +234,7 @@ class Ledger(History):
             )
             return bool(cursor.rowcount == 1)
 
+    @retried
     def expire_due(self, run_id: str, lease_version: int) -> list[int]:
         """Pending items whose deadline has passed become `expired` (never sent), in one
         fenced transaction. An item whose last attempt may have been delivered is left for
@@ -289,6 +293,7 @@ class Ledger(History):
             exclude_seqs=exclude_seqs,
         )
 
+    @retried
     def record(self, run_id: str, lease_version: int | None, outcomes: Sequence[Outcome]) -> None:
         """Point B for a window: every outcome (receipt, attempt closed, state moved) in one
         transaction."""
@@ -299,6 +304,7 @@ class Ledger(History):
             for outcome in outcomes:
                 self._record_one(run_id, outcome, at)
 
+    @retried
     def step(
         self,
         run_id: str,

@@ -27,7 +27,13 @@ from ..errors import NotifierError
 from . import migrations
 from .checks import Checks
 from .core import _ITEM_COLUMNS, _PENDING_COLUMNS, ROLLED_BACK, _dump
-from .exceptions import DatabaseUnwritable, NoDatabase, StorageFailed, StoreRefused
+from .exceptions import (
+    DatabaseUnwritable,
+    NoDatabase,
+    StorageFailed,
+    StoreRefused,
+    WriteConflict,
+)
 from .stage import PlanStage
 
 # How long a write waits for another process's transaction, as SQLite's busy_timeout.
@@ -324,6 +330,11 @@ class PostgresOpening(Checks):
             return DatabaseUnwritable(
                 f"{self.path}: the server refuses writes ({cause}). Nothing was changed by "
                 "this write. Point --db at a writable primary, then run the command again."
+            )
+        if isinstance(exc, pg_errors.DeadlockDetected | pg_errors.SerializationFailure):
+            return WriteConflict(
+                f"{self.path}: the server aborted this write in a conflict with another "
+                f"writer ({cause}), again on each retry. {ROLLED_BACK} Run the command again."
             )
         if isinstance(exc, pg_errors.LockNotAvailable | pg_errors.QueryCanceled):
             return StorageFailed(
