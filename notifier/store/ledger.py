@@ -55,9 +55,10 @@ class Ledger(History):
         `planned`.
 
         A staged plan is first compared with every earlier run (history.py), inside the
-        same transaction, which holds the write lock from its first statement (BEGIN
-        IMMEDIATE): two `send`s of one batch cannot both pass the comparison before either
-        inserts, so one plans the rows and the other finds them open in its run. Raises
+        same transaction, which plans take one at a time from its first statement (SQLite's
+        BEGIN IMMEDIATE; PostgreSQL's plan lock, _serialise_plans): two `send`s of one batch
+        cannot both pass the comparison before either inserts, so one plans the rows and
+        the other finds them open in its run. Raises
         PlanRefused when a row is open or unsettled elsewhere, or changed (unless
         `resend_changed`); rows delivered with the same content are left out. Returns the
         comparison (None with `new_run`, which plans every row again), and stores nothing

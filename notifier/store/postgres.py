@@ -1,12 +1,22 @@
 """The PostgreSQL store (`--db postgresql://…`): the SQLite store's seams and SQL over
 psycopg 3, so several workers on several machines can share one run.
 
-Writes keep SQLite's model: one writer at a time per database. Each write transaction first
-takes a transaction-scoped advisory lock, the counterpart of SQLite's BEGIN IMMEDIATE: the
-check-then-write steps the ledger relies on (event numbers contiguous per run, "already
-planned", a run's state read then moved) stay atomic, while the slow part, the sends
-themselves, runs in parallel in every worker. Claims also take their rows FOR UPDATE SKIP
-LOCKED, so two transactions can never claim the same item even without that lock.
+Writers do not take turns per schema, as SQLite's do per file (BEGIN IMMEDIATE): each
+write transaction locks only the rows it needs, so the item writes of two workers' group
+commits on one run go on side by side, and two runs never wait for each other at all.
+
+- A run's events are numbered at COMMIT (`_commit`), under its `runs` row taken FOR NO KEY
+  UPDATE as the transaction's last step: contiguous and unique per run. The run counters'
+  triggers fire at COMMIT too (m008), under that row.
+- A run's state read then moved, a join, the exclusive lease, leaving, adopting: the run's
+  row is read FOR NO KEY UPDATE first (`_locked_run`).
+- Fencing: a worker's lease row is read FOR SHARE and held to COMMIT, so a reap waits for a
+  commit in progress, or the commit sees the reap and aborts.
+- Claims take their rows FOR UPDATE SKIP LOCKED; buckets and gates are single statements.
+- Plans (their "already planned" comparison) and migrations each take an advisory lock of
+  their own; no write of a run does.
+
+A deadlock's victim is run again (core.retried). docs/design.md says the same at length.
 """
 
 from __future__ import annotations
