@@ -242,9 +242,12 @@ class PostgresOpening(Checks):
     _SHARE_LOCK = "FOR SHARE"
 
     def _prepare(self) -> None:
+        if migrations.POSTGRES.applied(self.conn) >= migrations.NAMES:
+            return  # the usual open: nothing to apply, no lock to wait for
         with self._write():
             # Migrations one process at a time: two opening an older schema at once must not
-            # both find one pending. Only opens take this lock; no write of a run ever does.
+            # both find one pending (apply reads them again under the lock). Only opens that
+            # migrate take this lock; no write of a run ever does.
             self.conn.execute(_SCHEMA_LOCK.format(key="notifier"))
             migrations.POSTGRES.apply(self.conn)
 
