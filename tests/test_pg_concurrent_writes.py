@@ -207,16 +207,18 @@ def test_writes_to_two_runs_never_wait_for_each_other(ws: Workspace, pg_url: str
 
 
 def test_a_reap_waits_for_the_reaped_workers_open_commit(ws: Workspace, pg_url: str) -> None:
-    """A worker reaped while its group commit is open: the reap waits for that commit (whose
-    writes the lease still covered) and adopts only what it left in flight, never an item
-    the commit settled."""
+    """A worker reaped while its group commit (a claim) is open: the reap waits for that
+    commit, which the lease still covered, so nothing the reaped worker writes lands after
+    its reap; the reap then adopts everything it holds in flight (the new claim too), never
+    an item it settled."""
     plan(ws, pg_url, "fence", "batch.csv", 1)
     old, old_version = worker(pg_url, "fence", "worker-old")
     new, new_version = worker(pg_url, "fence", "worker-new")
     try:
         assert [i.seq for i in old.claim("fence", old_version, 4)] == [1, 2, 3, 4]
+        assert old.step("fence", old_version, acks([1, 2]), 0) == []
         held = HeldAtCommit(old)
-        thread, _ = in_thread(lambda: old.step("fence", old_version, acks([1, 2]), 0))
+        thread, claimed = in_thread(lambda: old.step("fence", old_version, [], 2))
         assert held.reached.wait(BOUND_S)
 
         def alive(owner: dict[str, Any], _expires: str | None) -> bool:
@@ -235,11 +237,12 @@ def test_a_reap_waits_for_the_reaped_workers_open_commit(ws: Workspace, pg_url: 
         old.close()
         new.close()
     assert waited
-    assert adopted == [[3, 4]]
+    assert [[i.seq for i in items] for items in claimed] == [[5, 6]]  # type: ignore[attr-defined]
+    assert adopted == [[3, 4, 5, 6]]
     assert rows(pg_url, "SELECT seq, state, worker_id FROM items WHERE run_id = 'fence' "
-                "AND seq <= 4 ORDER BY seq") == [
+                "AND seq <= 6 ORDER BY seq") == [
         (1, "sent", "worker-old"), (2, "sent", "worker-old"),
-        (3, "in_flight", "worker-new"), (4, "in_flight", "worker-new"),
+        *[(seq, "in_flight", "worker-new") for seq in (3, 4, 5, 6)],
     ]  # fmt: skip
     assert_history_whole(pg_url, "fence")
 
