@@ -4,12 +4,13 @@ conditional UPDATE, and every worker write is fenced by its lease version."""
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from ..errors import NotifierError
 from ..records import (
@@ -27,7 +28,7 @@ from ..state_machine import (
     item_next,
     run_next,
 )
-from .exceptions import LeaseLost, LostRace
+from .exceptions import LeaseLost, LostRace, WriteConflict
 from .migrations import stored_content_fingerprint
 
 _ACTIVE = "state IN ({})".format(", ".join(f"'{s.value}'" for s in ACTIVE_ITEM_STATES))
@@ -62,6 +63,32 @@ MAYBE_DELIVERED = (
 ).format(", ".join(f"'{outcome}'" for outcome in MAYBE_DELIVERED_OUTCOMES))
 
 
+# How many times a write the server aborted to break a deadlock runs in all (see retried).
+_CONFLICT_RUNS = 3
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def retried(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """A write method run again when the server aborted its transaction as a deadlock's
+    victim (WriteConflict, PostgreSQL only): nothing of it was written, and its fence and
+    reads are simply made again. The writes of a run take their rows in one order (the run's
+    row last, at COMMIT: postgres.py), so this is for the rare cycle that order cannot rule
+    out, e.g. two live workers each reaping the other at once."""
+
+    @functools.wraps(method)
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        for attempt in range(1, _CONFLICT_RUNS + 1):
+            try:
+                return method(*args, **kwargs)
+            except WriteConflict:
+                if attempt == _CONFLICT_RUNS:
+                    raise
+        raise AssertionError("unreachable")
+
+    return run
+
+
 def _state_literal(state: ItemState) -> str:
     """An item state as an SQL literal, for the condition of a conditional move. Bound as a
     parameter, it made SQLite prepare the statement again on every execution (it weighs a
@@ -87,6 +114,13 @@ class StoreCore:
     # Whether INSERT/UPDATE may stand inside WITH (PostgreSQL): a group commit's acks and
     # claim then go to the server as one statement each, not four (see Ledger).
     _WRITING_CTES = False
+    # How a transaction reads a row it goes on to write, holding it to COMMIT against any
+    # other writer of that row (PostgreSQL: see postgres.py). Empty on SQLite, where BEGIN
+    # IMMEDIATE already holds the whole file for the transaction.
+    _ROW_LOCK = ""
+    # How a fenced transaction reads its worker's lease row: held (shared) to COMMIT, so a
+    # reap of that worker waits for the commit, or the commit sees the reap.
+    _SHARE_LOCK = ""
 
     def __init__(self, path: Path | str, conn: Any) -> None:
         # For SQLite the file; for PostgreSQL the server and database (never a password),
@@ -116,7 +150,7 @@ class StoreCore:
             raise
         try:
             yield
-            self.conn.execute("COMMIT")
+            self._commit()
         except self._STORAGE_ERRORS as exc:
             self._roll_back()
             raise self._storage_failure(exc) from exc
@@ -126,6 +160,9 @@ class StoreCore:
 
     def _begin(self) -> None:
         self.conn.execute("BEGIN IMMEDIATE")
+
+    def _commit(self) -> None:
+        self.conn.execute("COMMIT")
 
     def _begin_fenced(self, run_id: str | None, lease_version: int | None) -> None:
         """BEGIN, then with `lease_version` the fence (an engine may send both at once)."""
@@ -160,10 +197,13 @@ class StoreCore:
     def _fence_query(self, run_id: str | None) -> tuple[str, str | None]:
         """The read of the version the caller's lease must still hold, and its one key."""
         if self.worker_id is not None:
-            return "SELECT version FROM workers WHERE worker_id = ? AND state = 'live'", (
-                self.worker_id
+            return (
+                f"SELECT version FROM workers WHERE worker_id = ? AND state = 'live' "
+                f"{self._SHARE_LOCK}",
+                self.worker_id,
             )
-        return "SELECT lease_version FROM runs WHERE run_id = ?", run_id
+        # The run's own lease is exclusive: its transactions take the run's row for good.
+        return f"SELECT lease_version FROM runs WHERE run_id = ? {self._ROW_LOCK}", run_id
 
     @staticmethod
     def _check_fence(run_id: str | None, lease_version: int, row: Any) -> None:
@@ -181,11 +221,29 @@ class StoreCore:
         raise NotImplementedError
 
     def _event(self, run_id: str, kind: str, item_seq: int | None, detail: Any, at: str) -> None:
+        """One event, numbered after the run's last (PostgreSQL numbers it at COMMIT)."""
         self.conn.execute(
             "INSERT INTO events (run_id, seq_no, at, kind, item_seq, detail) "
             "SELECT ?, COALESCE(MAX(seq_no), 0) + 1, ?, ?, CAST(? AS INTEGER), ? FROM events "
             "WHERE run_id = ?",
             (run_id, at, kind, item_seq, _dump(detail), run_id),
+        )
+
+    def _events(self, run_id: str, kind: str, seqs: Sequence[int], detail: Any, at: str) -> None:
+        """`_event` for several items at once: one statement numbers them after the run's
+        last event (a bare MAX over the primary key: one seek to the index's edge)."""
+        values = ", ".join(
+            ["(CAST(? AS INTEGER), CAST(? AS INTEGER))"] + ["(?, ?)"] * (len(seqs) - 1)
+        )
+        params: list[Any] = [run_id, at, kind, _dump(detail), run_id]
+        for i, seq in enumerate(seqs, start=1):
+            params += [i, seq]
+        self.conn.execute(
+            "INSERT INTO events (run_id, seq_no, at, kind, item_seq, detail) "
+            "SELECT ?, COALESCE(last.n, 0) + v.column1, ?, ?, v.column2, ? "
+            "FROM (SELECT MAX(seq_no) AS n FROM events WHERE run_id = ?) AS last, "
+            f"(VALUES {values}) AS v",
+            params,
         )
 
     def _move_item(
@@ -208,7 +266,7 @@ class StoreCore:
         return target
 
     def _move_run(self, run_id: str, trigger: RunTrigger, at: str, **sets: Any) -> RunState:
-        current = self.get_run(run_id).state
+        current = self._locked_run(run_id).state
         target = run_next(trigger, current)
         assignments = "".join(f", {column} = :{column}" for column in sets)
         cursor = self.conn.execute(
@@ -253,6 +311,16 @@ class StoreCore:
     def runs(self) -> list[Run]:
         rows = self.conn.execute("SELECT * FROM runs ORDER BY created_at DESC, rowid DESC")
         return [run_from_row(r) for r in rows]
+
+    def _locked_run(self, run_id: str) -> Run:
+        """The run, read to be written in this transaction: its row is held to COMMIT, so a
+        state read here is still the state when the conditional move runs."""
+        row = self.conn.execute(
+            f"SELECT * FROM runs WHERE run_id = ? {self._ROW_LOCK}", (run_id,)
+        ).fetchone()
+        if row is None:
+            raise KeyError(run_id)
+        return run_from_row(row)
 
     def get_run(self, run_id: str) -> Run:
         row = self.conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()

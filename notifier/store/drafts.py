@@ -140,7 +140,8 @@ class Drafts(Chunks):
         at = clock.now_iso()
         with self._write():
             row = self.conn.execute(
-                "SELECT options FROM runs WHERE run_id = ? AND fingerprint = ''", (run_id,)
+                f"SELECT options FROM runs WHERE run_id = ? AND fingerprint = '' {self._ROW_LOCK}",
+                (run_id,),
             ).fetchone()
             if row is None:
                 raise LostRace(f"run {run_id}: its drafts are already frozen")

@@ -28,6 +28,12 @@ class StorageFailed(NeedsAttention):
     was rolled back whole; everything committed before it is safe."""
 
 
+class WriteConflict(StorageFailed):
+    """The server aborted the transaction to break a deadlock with another writer (or a
+    serialization conflict): nothing of it was written, and it may simply run again
+    (core.retried). Raised past the retries, it is a StorageFailed like any other."""
+
+
 class LostRace(Refused):
     """A conditional UPDATE matched nothing: someone else moved the row first."""
 

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import clock
-from ..records import Worker
-from .core import StoreCore, _dump
+from ..records import Run, Worker
+from .core import StoreCore, _dump, retried
 from .exceptions import LeaseHeld
 
 Alive = Callable[[dict[str, Any], str | None], bool]
@@ -31,6 +31,7 @@ class Leases(StoreCore):
 
     # ---------------------------------------------------------------- the run's lease
 
+    @retried
     def acquire_lease(
         self, run_id: str, owner: dict[str, Any], ttl_s: float, holder_alive: Alive
     ) -> int:
@@ -39,13 +40,12 @@ class Leases(StoreCore):
         decides liveness (lease.py). Dead workers are fenced out in the same transaction."""
         at = clock.now()
         with self._write():
-            run = self.get_run(run_id)
-            if run.lease_owner and holder_alive(run.lease_owner, run.lease_expires_at):
-                raise LeaseHeld(run.lease_owner, run.lease_expires_at)
-            for worker in self._live_workers(run_id):
-                if holder_alive(worker.owner, worker.expires_at):
-                    raise LeaseHeld(worker.owner, worker.expires_at)
-                self._reap(worker, clock.iso(at))
+            # Dead workers are fenced out before the run's row is taken: a reap waits for a
+            # commit the worker may still be making, and that commit ends by taking the run's
+            # row (postgres.py), which this transaction must not be holding meanwhile.
+            self._check_free(self.get_run(run_id), run_id, holder_alive, clock.iso(at))
+            run = self._locked_run(run_id)  # from here on no worker joins, nor takes it
+            self._check_free(run, run_id, holder_alive, clock.iso(at))
             version = run.lease_version + 1
             self.conn.execute(
                 "UPDATE runs SET lease_owner = ?, lease_version = ?, lease_expires_at = ? "
@@ -67,6 +67,15 @@ class Leases(StoreCore):
             )
         return version
 
+    def _check_free(self, run: Run, run_id: str, holder_alive: Alive, at: str) -> None:
+        """LeaseHeld unless no live process holds the run; the dead workers are reaped."""
+        if run.lease_owner and holder_alive(run.lease_owner, run.lease_expires_at):
+            raise LeaseHeld(run.lease_owner, run.lease_expires_at)
+        for worker in self._live_workers(run_id):
+            if holder_alive(worker.owner, worker.expires_at):
+                raise LeaseHeld(worker.owner, worker.expires_at)
+            self._reap(worker, at)
+
     def renew_lease(self, run_id: str, lease_version: int, ttl_s: float) -> bool:
         with self._write():
             cursor = self.conn.execute(
@@ -85,6 +94,7 @@ class Leases(StoreCore):
 
     # ---------------------------------------------------------------- worker leases
 
+    @retried
     def join_run(
         self, run_id: str, owner: dict[str, Any], ttl_s: float, holder_alive: Alive
     ) -> int:
@@ -93,7 +103,8 @@ class Leases(StoreCore):
         exclusive lease. Returns the worker's fencing version."""
         at = clock.now()
         with self._write():
-            run = self.get_run(run_id)
+            # The run's row, held to COMMIT: an exclusive lease is taken under it too.
+            run = self._locked_run(run_id)
             if run.lease_owner and holder_alive(run.lease_owner, run.lease_expires_at):
                 raise LeaseHeld(run.lease_owner, run.lease_expires_at)
             self._insert_row(
@@ -114,6 +125,7 @@ class Leases(StoreCore):
             self._event(run_id, "worker_joined", None, {"owner": owner}, clock.iso(at))
         return 1
 
+    @retried
     def renew_worker(self, worker_id: str, version: int, ttl_s: float) -> bool:
         """Extend a live worker's lease; False once it was fenced out (reaped)."""
         at = clock.now()
@@ -125,6 +137,7 @@ class Leases(StoreCore):
             )
         return bool(cursor.rowcount == 1)
 
+    @retried
     def release_worker(self, worker_id: str, version: int) -> None:
         with self._write():
             self.conn.execute(
@@ -149,6 +162,7 @@ class Leases(StoreCore):
         ).fetchall()
         return [Worker(*tuple(row)) for row in rows]
 
+    @retried
     def reap_dead_workers(
         self, run_id: str, worker_id: str, version: int, holder_alive: Alive
     ) -> list[int]:
@@ -164,8 +178,10 @@ class Leases(StoreCore):
             return []  # the usual case: one read, no write transaction
         at = clock.now_iso()
         with self._write(run_id, version):
-            for worker in candidates:
+            for worker in candidates:  # before the run's row: see acquire_lease
                 self._reap(worker, at)
+            # Two live workers reaping at once adopt in turn: the second finds nothing left.
+            self._locked_run(run_id)
             adopted = self._orphans(run_id, worker_id)
             for start in range(0, len(adopted), 500):
                 chunk = adopted[start : start + 500]
@@ -189,6 +205,7 @@ class Leases(StoreCore):
             ).fetchall()
         ]
 
+    @retried
     def leave_unless_last(
         self, run_id: str, worker_id: str, version: int, holder_alive: Alive, *, wait_for_busy: bool
     ) -> str:
@@ -197,6 +214,8 @@ class Leases(StoreCore):
         holds items; else "left": its lease is released in this same transaction, so of
         two workers leaving at once exactly one finds itself last."""
         with self._write(run_id, version):
+            # Two workers leaving at once read each other's lease in turn, never both live.
+            self._locked_run(run_id)
             others = [
                 w
                 for w in self._live_workers(run_id)

@@ -30,19 +30,12 @@ from .core import (
     _dump,
     _plain_ack,
     _state_literal,
+    retried,
 )
 from .exceptions import LostRace, PlanRefused, RunExists
 from .history import DELIVERED, History, Prior
 from .stage import PlanStage
 from .suppressions import Suppressions
-
-# The events of the items a writing WITH moved (its CTE `rows`), numbered in seq order after
-# the run's last event. Parameters: run_id, at, kind, detail, run_id.
-_EVENTS_OF = (
-    "INSERT INTO events (run_id, seq_no, at, kind, item_seq, detail) "
-    "SELECT ?, COALESCE(last.n, 0) + ROW_NUMBER() OVER (ORDER BY {rows}.seq), ?, ?, "
-    "{rows}.seq, ? FROM (SELECT MAX(seq_no) AS n FROM events WHERE run_id = ?) AS last, {rows}"
-)
 
 
 class Ledger(History, Suppressions):
@@ -64,9 +57,10 @@ class Ledger(History, Suppressions):
         `planned`.
 
         A staged plan is first compared with every earlier run (history.py), inside the
-        same transaction, which holds the write lock from its first statement (BEGIN
-        IMMEDIATE): two `send`s of one batch cannot both pass the comparison before either
-        inserts, so one plans the rows and the other finds them open in its run. Raises
+        same transaction, which plans take one at a time from its first statement (SQLite's
+        BEGIN IMMEDIATE; PostgreSQL's plan lock, _serialise_plans): two `send`s of one batch
+        cannot both pass the comparison before either inserts, so one plans the rows and
+        the other finds them open in its run. Raises
         PlanRefused when a row is open or unsettled elsewhere, or changed (unless
         `resend_changed`); rows delivered with the same content are left out. Returns the
         comparison (None with `new_run`, which plans every row again), and stores nothing
@@ -190,9 +184,15 @@ class Ledger(History, Suppressions):
         once the transaction has ended (SQLite cannot detach a database inside one)."""
         try:
             with self._write():
+                self._serialise_plans()
                 yield
         finally:
             self._release_stage()
+
+    def _serialise_plans(self) -> None:
+        """Plans one at a time: each compares its rows with every run's before it inserts
+        (SQLite's BEGIN IMMEDIATE already holds the file; PostgreSQL takes a lock of its own
+        that only plans take)."""
 
     def _insert_pending(self, rows: Iterable[tuple[Any, ...]]) -> None:
         """Item rows (run_id, the item columns, updated_at), all `pending`, none attempted."""
@@ -208,6 +208,7 @@ class Ledger(History, Suppressions):
         with self._write(run_id, lease_version):
             return self._move_run(run_id, trigger, clock.now_iso(), **sets)
 
+    @retried
     def move_run_from(
         self,
         run_id: str,
@@ -220,11 +221,12 @@ class Ledger(History, Suppressions):
         one of `allowed` when the transaction reads it; otherwise another worker moved it
         first, and its state is returned unchanged."""
         with self._write(run_id, lease_version):
-            current = self.get_run(run_id).state
+            current = self._locked_run(run_id).state
             if current not in allowed:
                 return current
             return self._move_run(run_id, trigger, clock.now_iso(), **sets)
 
+    @retried
     def replace_stop_reason(
         self, run_id: str, lease_version: int, expected: str, reason: str | None
     ) -> bool:
@@ -239,6 +241,7 @@ class Ledger(History, Suppressions):
             )
             return bool(cursor.rowcount == 1)
 
+    @retried
     def expire_due(self, run_id: str, lease_version: int) -> list[int]:
         """Pending items whose deadline has passed become `expired` (never sent), in one
         fenced transaction. An item whose last attempt may have been delivered is left for
@@ -249,18 +252,20 @@ class Ledger(History, Suppressions):
             return []  # the common case costs one indexed read, no write transaction
         expired: list[int] = []
         with self._write(run_id, lease_version):
-            for seq in self._due_for_expiry(run_id, at):
+            # Locked as claims lock theirs: an item another worker is claiming right now is
+            # left to its claim, not moved under it (a lost race would stop this worker).
+            for seq in self._due_for_expiry(run_id, at, self._CLAIM_LOCK):
                 self._move_item(run_id, seq, ItemState.PENDING, ItemTrigger.EXPIRE, at)
                 expired.append(seq)
         return expired
 
-    def _due_for_expiry(self, run_id: str, at: str) -> list[int]:
+    def _due_for_expiry(self, run_id: str, at: str, lock: str = "") -> list[int]:
         return [
             seq
             for (seq,) in self.conn.execute(
                 "SELECT i.seq FROM items i WHERE i.run_id = ? AND i.state = 'pending' "
                 "AND i.not_after IS NOT NULL AND i.not_after <= ? AND (i.attempts = 0 OR "
-                f"NOT {MAYBE_DELIVERED}) ORDER BY i.seq",
+                f"NOT {MAYBE_DELIVERED}) ORDER BY i.seq {lock}",
                 (run_id, at),
             )
         ]
@@ -295,6 +300,7 @@ class Ledger(History, Suppressions):
             exclude_seqs=exclude_seqs,
         )
 
+    @retried
     def record(self, run_id: str, lease_version: int | None, outcomes: Sequence[Outcome]) -> None:
         """Point B for a window: every outcome (receipt, attempt closed, state moved) in one
         transaction."""
@@ -306,6 +312,7 @@ class Ledger(History, Suppressions):
                 self._record_one(run_id, outcome, at)
             self._suppress_rejected(run_id, outcomes, at)
 
+    @retried
     def step(
         self,
         run_id: str,
@@ -376,15 +383,21 @@ class Ledger(History, Suppressions):
             f"AND items.state = {_state_literal(current)}"
         )
         if self._WRITING_CTES:
-            # One statement, one round trip to the server instead of four; every part sees
-            # the same snapshot, and the events are numbered from the rows really moved.
-            (moved,) = self.conn.execute(
-                f"WITH v AS (VALUES {values}), closed AS ({close_attempts}), "
-                f"receipted AS ({add_receipts}), moved AS ({move_items} RETURNING items.seq), "
-                f"logged AS ({_EVENTS_OF.format(rows='moved')}) SELECT COUNT(*) FROM moved",
-                [*params, run_id, at, run_id, target.value, at, run_id,
-                 run_id, at, "ack", _dump(detail), run_id],
-            ).fetchone()  # fmt: skip
+            # One statement, one round trip to the server instead of three; every part sees
+            # the same snapshot, and the events are those of the rows really moved (PostgreSQL
+            # numbers them at COMMIT: see postgres.py).
+            seqs = [
+                seq
+                for (seq,) in self.conn.execute(
+                    f"WITH v AS (VALUES {values}), closed AS ({close_attempts}), "
+                    f"receipted AS ({add_receipts}), "
+                    f"moved AS ({move_items} RETURNING items.seq) "
+                    "SELECT seq FROM moved ORDER BY seq",
+                    [*params, run_id, at, run_id, target.value, at, run_id],
+                ).fetchall()
+            ]
+            moved = len(seqs)
+            self._events(run_id, "ack", seqs, detail, at)
         else:
             self.conn.execute(close_attempts, [*params, run_id])
             self.conn.execute(add_receipts, [at, *params, run_id])
@@ -392,23 +405,6 @@ class Ledger(History, Suppressions):
             self._events(run_id, "ack", [o.seq for o in acks], detail, at)
         if moved != len(acks):  # raised inside the transaction: every write above is undone
             raise LostRace(f"run {run_id}: expected {len(acks)} items in_flight for ack")
-
-    def _events(self, run_id: str, kind: str, seqs: Sequence[int], detail: Any, at: str) -> None:
-        """`_event` for several items at once: one statement numbers them after the run's
-        last event (a bare MAX over the primary key: one seek to the index's edge)."""
-        values = ", ".join(
-            ["(CAST(? AS INTEGER), CAST(? AS INTEGER))"] + ["(?, ?)"] * (len(seqs) - 1)
-        )
-        params: list[Any] = [run_id, at, kind, _dump(detail), run_id]
-        for i, seq in enumerate(seqs, start=1):
-            params += [i, seq]
-        self.conn.execute(
-            "INSERT INTO events (run_id, seq_no, at, kind, item_seq, detail) "
-            "SELECT ?, COALESCE(last.n, 0) + v.column1, ?, ?, v.column2, ? "
-            "FROM (SELECT MAX(seq_no) AS n FROM events WHERE run_id = ?) AS last, "
-            f"(VALUES {values}) AS v",
-            params,
-        )
 
     def _claim(
         self,
@@ -479,13 +475,17 @@ class Ledger(History, Suppressions):
             run_id, run_id, at, *[x for pair in zip(seqs, waited, strict=True) for x in pair]
         ]  # fmt: skip
         if self._WRITING_CTES:
-            # The three writes as one statement: one round trip instead of three.
-            (moved,) = self.conn.execute(
-                f"WITH moved AS ({move_items} RETURNING seq), "
-                f"logged AS ({_EVENTS_OF.format(rows='moved')}), "
-                f"opened AS ({open_attempts}) SELECT COUNT(*) FROM moved",
-                [*move_params, run_id, at, "start", _dump(detail), run_id, *open_params],
-            ).fetchone()
+            # The two writes as one statement: one round trip instead of two.
+            moved_seqs = [
+                seq
+                for (seq,) in self.conn.execute(
+                    f"WITH moved AS ({move_items} RETURNING seq), "
+                    f"opened AS ({open_attempts}) SELECT seq FROM moved ORDER BY seq",
+                    [*move_params, *open_params],
+                ).fetchall()
+            ]
+            moved = len(moved_seqs)
+            self._events(run_id, "start", moved_seqs, detail, at)
         else:
             moved = self.conn.execute(move_items, move_params).rowcount
             self._events(run_id, "start", seqs, detail, at)
@@ -592,9 +592,11 @@ class Ledger(History, Suppressions):
         awaiting approval moves to `approved`; a run already past that gets a fresh record."""
         at = clock.now_iso()
         with self._write():
+            # The run's row first: every write that appends to its history numbers its
+            # events under that row (postgres.py), so the version read next cannot change.
+            run = self._locked_run(run_id)
             if self.state_version(run_id) != state_version:
                 raise LostRace(f"run {run_id} changed while it was being approved")
-            run = self.get_run(run_id)
             if run.state is RunState.AWAITING_APPROVAL:
                 self._move_run(run_id, RunTrigger.APPROVE, at, approval=_dump(approval))
                 return

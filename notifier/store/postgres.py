@@ -1,12 +1,22 @@
 """The PostgreSQL store (`--db postgresql://…`): the SQLite store's seams and SQL over
 psycopg 3, so several workers on several machines can share one run.
 
-Writes keep SQLite's model: one writer at a time per database. Each write transaction first
-takes a transaction-scoped advisory lock, the counterpart of SQLite's BEGIN IMMEDIATE: the
-check-then-write steps the ledger relies on (event numbers contiguous per run, "already
-planned", a run's state read then moved) stay atomic, while the slow part, the sends
-themselves, runs in parallel in every worker. Claims also take their rows FOR UPDATE SKIP
-LOCKED, so two transactions can never claim the same item even without that lock.
+Writers do not take turns per schema, as SQLite's do per file (BEGIN IMMEDIATE): each
+write transaction locks only the rows it needs, so the item writes of two workers' group
+commits on one run go on side by side, and two runs never wait for each other at all.
+
+- A run's events are numbered at COMMIT (`_commit`), under its `runs` row taken FOR NO KEY
+  UPDATE as the transaction's last step: contiguous and unique per run. The run counters'
+  triggers fire at COMMIT too (m010), under that row.
+- A run's state read then moved, a join, the exclusive lease, leaving, adopting: the run's
+  row is read FOR NO KEY UPDATE first (`_locked_run`).
+- Fencing: a worker's lease row is read FOR SHARE and held to COMMIT, so a reap waits for a
+  commit in progress, or the commit sees the reap and aborts.
+- Claims take their rows FOR UPDATE SKIP LOCKED; buckets and gates are single statements.
+- Plans (their "already planned" comparison) and migrations each take an advisory lock of
+  their own; no write of a run does.
+
+A deadlock's victim is run again (core.retried). docs/design.md says the same at length.
 """
 
 from __future__ import annotations
@@ -26,12 +36,34 @@ from psycopg.pq import TransactionStatus
 from ..errors import NotifierError
 from . import migrations
 from .checks import Checks
-from .core import _ITEM_COLUMNS, _PENDING_COLUMNS, ROLLED_BACK
-from .exceptions import DatabaseUnwritable, NoDatabase, StorageFailed, StoreRefused
+from .core import _ITEM_COLUMNS, _PENDING_COLUMNS, ROLLED_BACK, _dump
+from .exceptions import (
+    DatabaseUnwritable,
+    NoDatabase,
+    StorageFailed,
+    StoreRefused,
+    WriteConflict,
+)
 from .stage import PlanStage
 
 # How long a write waits for another process's transaction, as SQLite's busy_timeout.
 LOCK_TIMEOUT_S = 10
+# A transaction-scoped lock of the schema, for what must run one at a time in it: opens
+# applying migrations, and plans (never a run's writes: see _commit).
+_SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('{key}:' || current_schema()))"
+# A transaction's events (_commit): every column an array, in the order written; each run's
+# numbered on from its last event. Parameters: the runs, then run_id, kind, item_seq,
+# detail, at per event.
+_NUMBERED_EVENTS = (
+    "WITH last AS (SELECT r.run_id, (SELECT MAX(e.seq_no) FROM events e WHERE e.run_id = "
+    "r.run_id) AS n FROM unnest(CAST(? AS TEXT[])) AS r(run_id)) "
+    "INSERT INTO events (run_id, seq_no, at, kind, item_seq, detail) "
+    "SELECT v.run_id, COALESCE(last.n, 0) + ROW_NUMBER() OVER (PARTITION BY v.run_id "
+    "ORDER BY v.o), v.at, v.kind, v.item_seq, v.detail "
+    "FROM unnest(CAST(? AS TEXT[]), CAST(? AS TEXT[]), CAST(? AS INTEGER[]), "
+    "CAST(? AS TEXT[]), CAST(? AS TEXT[])) WITH ORDINALITY AS v(run_id, kind, item_seq, "
+    "detail, at, o) JOIN last ON last.run_id = v.run_id"
+)
 
 
 def describe(url: str) -> str:
@@ -191,11 +223,8 @@ class PostgresOpening(Checks):
         store = cls(describe(url), PgConnection(raw))
         store.url = url
         store._readonly = readonly
+        store._due_events = []
         return store
-
-    def _prepare(self) -> None:
-        with self._write():
-            migrations.POSTGRES.apply(self.conn)
 
     def secondary(self) -> Self:
         store = type(self)._connect(self.url)
@@ -205,26 +234,82 @@ class PostgresOpening(Checks):
     def close(self) -> None:
         self.conn.close()
 
-    # One writer per database schema at a time, as SQLite's write lock; held to COMMIT.
-    _BEGIN = "BEGIN; SELECT pg_advisory_xact_lock(hashtext('notifier:' || current_schema()))"
+    # A row read to be written, held to COMMIT against every other writer of it; NO KEY:
+    # rows that refer to it (items, events…) may still be inserted meanwhile.
+    _ROW_LOCK = "FOR NO KEY UPDATE"
+    # A worker's fence: its lease row held shared to COMMIT, so a reap (an UPDATE of that
+    # row) waits for the commit, or the commit's read sees the reap and aborts.
+    _SHARE_LOCK = "FOR SHARE"
 
-    def _begin(self) -> None:
-        self.conn.execute_script(self._BEGIN)  # both statements in one round trip
+    def _prepare(self) -> None:
+        if migrations.POSTGRES.applied(self.conn) >= migrations.NAMES:
+            return  # the usual open: nothing to apply, no lock to wait for
+        with self._write():
+            # Migrations one process at a time: two opening an older schema at once must not
+            # both find one pending (apply reads them again under the lock). Only opens that
+            # migrate take this lock; no write of a run ever does.
+            self.conn.execute(_SCHEMA_LOCK.format(key="notifier"))
+            migrations.POSTGRES.apply(self.conn)
+
+    def _serialise_plans(self) -> None:
+        """Plans one at a time (Ledger._planning): a plan compares its rows with every run's
+        before it inserts, so two `send`s of one batch must not both pass the comparison.
+        Only plans take this lock: the workers' writes never wait for it."""
+        self.conn.execute(_SCHEMA_LOCK.format(key="notifier-plans"))
 
     def _begin_fenced(self, run_id: str | None, lease_version: int | None) -> None:
-        """BEGIN, the lock and the fence's read in one round trip: a group commit of the
-        pipeline is a dozen round trips to the server, and each is felt. The read is its own
-        statement after the lock, so it sees what any writer before us committed."""
+        """BEGIN and the fence's locking read in one round trip: a group commit of the
+        pipeline is a handful of round trips to the server, and each is felt."""
+        self._due_events = []
         if lease_version is None:
-            self._begin()
+            self.conn.execute("BEGIN")
             return
         sql, key = self._fence_query(run_id)
-        cursor = self.conn.execute_script(
-            f"{self._BEGIN}; {sql.replace('?', self.conn.literal(key))}"
-        )
-        cursor.nextset()  # the lock's result
+        cursor = self.conn.execute_script(f"BEGIN; {sql.replace('?', self.conn.literal(key))}")
         cursor.nextset()  # the fence's
         self._check_fence(run_id, lease_version, cursor.fetchone())
+
+    # ---------------------------------------------------------------- events, at COMMIT
+
+    # Events wait in the transaction until COMMIT (see _commit): (run_id, kind, item_seq,
+    # detail, at), in the order they were written.
+    _due_events: list[tuple[str, str, int | None, str | None, str]]
+
+    def _event(self, run_id: str, kind: str, item_seq: int | None, detail: Any, at: str) -> None:
+        self._due_events.append((run_id, kind, item_seq, _dump(detail), at))
+
+    def _events(self, run_id: str, kind: str, seqs: Sequence[int], detail: Any, at: str) -> None:
+        text = _dump(detail)
+        self._due_events.extend((run_id, kind, seq, text, at) for seq in seqs)
+
+    def _commit(self) -> None:
+        """The transaction's events, numbered, then COMMIT, in one round trip.
+
+        What serialises two writers of one run is its `runs` row, taken here, as late as a
+        transaction can take it: the item writes of two workers' group commits go on side
+        by side, and only this last step runs one at a time per run. Under the row, the
+        next statement reads the run's last event number afresh (READ COMMITTED: each
+        statement its own snapshot), so the numbers stay contiguous and unique; the run
+        counters (m010) move at COMMIT, under the row too, so their updates never
+        interleave. Rows are taken in run_id order, so two transactions never wait for each
+        other's. Two runs never share a row: they never wait for each other at all."""
+        due, self._due_events = self._due_events, []
+        if not due:
+            self.conn.execute("COMMIT")
+            return
+        runs = sorted({event[0] for event in due})
+        with self.conn.raw.pipeline():
+            self.conn.execute(
+                "SELECT 1 FROM runs WHERE run_id = ANY(CAST(? AS TEXT[])) ORDER BY run_id "
+                f"{self._ROW_LOCK}",
+                (runs,),
+            )
+            self.conn.execute(_NUMBERED_EVENTS, [runs, *map(list, zip(*due, strict=True))])
+            self.conn.execute("COMMIT")
+
+    def _roll_back(self) -> None:
+        self._due_events = []
+        super()._roll_back()
 
     def _check_schema(self) -> bool:
         """True for an empty schema (ours to initialise); refuse a foreign or newer one."""
@@ -258,6 +343,11 @@ class PostgresOpening(Checks):
             return DatabaseUnwritable(
                 f"{self.path}: the server refuses writes ({cause}). Nothing was changed by "
                 "this write. Point --db at a writable primary, then run the command again."
+            )
+        if isinstance(exc, pg_errors.DeadlockDetected | pg_errors.SerializationFailure):
+            return WriteConflict(
+                f"{self.path}: the server aborted this write in a conflict with another "
+                f"writer ({cause}), again on each retry. {ROLLED_BACK} Run the command again."
             )
         if isinstance(exc, pg_errors.LockNotAvailable | pg_errors.QueryCanceled):
             return StorageFailed(

@@ -263,3 +263,21 @@ ALTER TABLE items ADD COLUMN send_tz TEXT;
 CREATE INDEX items_not_before ON items(run_id, channel, not_before)
     WHERE state = 'pending' AND not_before IS NOT NULL
 """
+
+# Issue 22: the run counters move at COMMIT. Two workers' group commits on one run then
+# write their items side by side: an immediate trigger held the run's counter rows from a
+# transaction's first move to its COMMIT, so the second waited on the first (and two such
+# transactions moving items in different orders could deadlock on them). Deferred, the
+# updates run at COMMIT, after the transaction has taken its run's row (postgres.py), so
+# commits of one run update them one at a time, and still in the same transaction.
+M010 = """
+DROP TRIGGER items_count_move ON items;
+
+DROP TRIGGER items_count_delete ON items;
+
+CREATE CONSTRAINT TRIGGER items_count_move AFTER UPDATE OF state ON items
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION notifier_count_items();
+
+CREATE CONSTRAINT TRIGGER items_count_delete AFTER DELETE ON items
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION notifier_count_items()
+"""

@@ -12,7 +12,7 @@ from ..records import Outcome
 from ..state_machine import ItemState, ItemTrigger, item_next
 from ..suppression import Entry, Source, Suppression, address_key, sql_keys_alike
 from ..who import operator_name
-from .core import StoreCore, _dump, _state_literal
+from .core import StoreCore, _state_literal
 
 
 class Suppressions(StoreCore):
@@ -135,15 +135,17 @@ class Suppressions(StoreCore):
             (target.value, at, "suppressed: the recipient is on the suppression list", run_id),
         ).rowcount
         if moved:
-            # At plan time every suppressed item of the run is one just moved.
-            detail = _dump({"from": current.value, "to": target.value, "when": "plan"})
-            self.conn.execute(
-                "INSERT INTO events (run_id, seq_no, at, kind, item_seq, detail) "
-                "SELECT ?, COALESCE(last.n, 0) + ROW_NUMBER() OVER (ORDER BY i.seq), ?, ?, "
-                "i.seq, ? FROM (SELECT MAX(seq_no) AS n FROM events WHERE run_id = ?) AS last, "
-                "items AS i WHERE i.run_id = ? AND i.state = ?",
-                (run_id, at, ItemTrigger.SUPPRESS.value, detail, run_id, run_id, target.value),
-            )
+            # At plan time every suppressed item of the run is one just moved. Numbered as
+            # every event is (on PostgreSQL at COMMIT, under the run's row: see _commit).
+            seqs = [
+                seq
+                for (seq,) in self.conn.execute(
+                    "SELECT seq FROM items WHERE run_id = ? AND state = ? ORDER BY seq",
+                    (run_id, target.value),
+                )
+            ]
+            detail = {"from": current.value, "to": target.value, "when": "plan"}
+            self._events(run_id, ItemTrigger.SUPPRESS.value, seqs, detail, at)
 
     def _suppressed_claims(self, run_id: str, rows: Sequence[Any], at: str) -> set[int]:
         """The claim's check, inside the claim's transaction, before any of `rows` (pending

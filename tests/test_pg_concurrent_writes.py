@@ -1,0 +1,299 @@
+"""PostgreSQL workers write concurrently (issue 22): no lock of the whole schema. Two
+workers' group commits on one run overlap and commit contiguous, unique event numbers with no
+lost update; writes to two runs never wait for each other; a worker's fence still holds while
+another reaps it. Each test drives the store's real group commit (`Store.step`, as the
+pipeline's committer calls it) on connections of its own, holding one transaction open at
+its COMMIT while the other writes. The sequential fence tests are test_workers.py's
+test_a_reaped_worker_writes_nothing and test_chaos_three_workers_killed_at_random_each_key_
+committed_once."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from notifier import clock
+from notifier.lease import holder_alive
+from notifier.records import Outcome
+from notifier.state_machine import ItemState, ItemTrigger
+from notifier.store import LeaseLost, Store
+
+from .conftest import Workspace, make_rows, postgres_schema
+
+# How long a writer may wait for a lock before its write fails: far below the store's 10 s,
+# so a write that the other transaction blocks fails the test quickly instead of hanging.
+LOCK_WAIT = "2s"
+# A bound on waiting for the other thread to reach a point it reaches at once when nothing
+# blocks it.
+BOUND_S = 20.0
+
+
+@pytest.fixture
+def pg_url(postgres_server: str) -> Iterator[str]:
+    """A schema of its own on the tests' PostgreSQL server (skips without one)."""
+    with postgres_schema(postgres_server) as url:
+        yield url
+
+
+def plan(ws: Workspace, db: str, run_id: str, csv: str, start: int) -> None:
+    """A run of 12 items, planned by the real CLI and left awaiting approval (nothing sent)."""
+    ws.write_csv(csv, make_rows(12, start=start))
+    done = subprocess.run(
+        [sys.executable, "-m", "notifier", "--db", db, "send", csv, "--run-id", run_id,
+         "--require-approval"],
+        cwd=ws.path, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode in (0, 3), done.stdout + done.stderr
+
+
+def rows(db: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    with psycopg.connect(db) as conn:
+        return [tuple(r) for r in conn.execute(sql.replace("?", "%s"), params)]
+
+
+def worker(db: str, run_id: str, token: str) -> tuple[Store, int]:
+    """A store connection working `run_id` under a worker lease of its own, as `worker`
+    does, that gives up on any lock after LOCK_WAIT."""
+    store = Store.open(db)
+    owner = {"host": f"host-{token}", "pid": 1, "started": None, "token": token}
+    version = store.join_run(run_id, owner, 60, holder_alive)
+    store.worker_id = token
+    store.conn.execute(f"SET lock_timeout = '{LOCK_WAIT}'")
+    return store, version
+
+
+def acks(seqs: list[int]) -> list[Outcome]:
+    """Answered sends, as the pipeline records them (Ledger._record_acks)."""
+    return [
+        Outcome(seq, ItemTrigger.ACK, attempt_outcome="accepted", receipt_id=f"r-{seq}",
+                receipt_source="send", expected=ItemState.IN_FLIGHT, finished_at=clock.now_iso())
+        for seq in seqs
+    ]  # fmt: skip
+
+
+class HeldAtCommit:
+    """`store`'s next write transaction stops just before its COMMIT (every statement of the
+    group commit has run) until `release`; `reached` is set when it gets there. `then` runs
+    there first, in the transaction."""
+
+    def __init__(self, store: Store, then: Callable[[], object] = lambda: None) -> None:
+        self.reached = threading.Event()
+        self.released = threading.Event()
+        commit = store._commit
+
+        def held() -> None:
+            then()
+            self.reached.set()
+            assert self.released.wait(BOUND_S)
+            commit()
+
+        store._commit = held  # type: ignore[method-assign]
+
+
+def until(condition: Callable[[], bool]) -> bool:
+    """Whether `condition` came true within BOUND_S (polled: it is another server session's)."""
+    deadline = time.monotonic() + BOUND_S
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def waiting_on_a_lock(db: str, store: Store) -> bool:
+    """Whether `store`'s server session is waiting for a lock another session holds."""
+    pid = store.conn.raw.info.backend_pid
+    sql = "SELECT wait_event_type FROM pg_stat_activity WHERE pid = ?"
+    return rows(db, sql, (pid,)) == [("Lock",)]
+
+
+def in_thread(work: Callable[[], object]) -> tuple[threading.Thread, list[object]]:
+    """`work` on a thread of its own; its result, or what it raised, lands in the list."""
+    result: list[object] = []
+
+    def run() -> None:
+        try:
+            result.append(work())
+        except BaseException as exc:
+            result.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, result
+
+
+def assert_history_whole(db: str, run_id: str) -> None:
+    """Event numbers 1..n with none twice, and the run's counters equal to its items."""
+    numbers = [n for (n,) in rows(db, "SELECT seq_no FROM events WHERE run_id = ? ORDER BY seq_no",
+                                  (run_id,))]  # fmt: skip
+    assert numbers == list(range(1, len(numbers) + 1))
+    counted = rows(db, "SELECT state, n FROM run_counts WHERE run_id = ? AND n > 0 ORDER BY state",
+                   (run_id,))  # fmt: skip
+    actual = rows(db, "SELECT state, COUNT(*) FROM items WHERE run_id = ? GROUP BY state "
+                  "ORDER BY state", (run_id,))  # fmt: skip
+    assert counted == actual
+
+
+def test_two_group_commits_on_one_run_overlap(ws: Workspace, pg_url: str) -> None:
+    """While one worker's group commit of a run is open (its acks and claim written), a
+    second worker's group commit of the same run writes and commits; both then hold: every
+    ack and claim recorded once, events numbered 1..n, counters equal to the items."""
+    plan(ws, pg_url, "one", "batch.csv", 1)
+    a, a_version = worker(pg_url, "one", "worker-a")
+    b, b_version = worker(pg_url, "one", "worker-b")
+    try:
+        assert [i.seq for i in a.claim("one", a_version, 3)] == [1, 2, 3]
+        assert [i.seq for i in b.claim("one", b_version, 3)] == [4, 5, 6]
+        held = HeldAtCommit(a)
+        thread, a_claimed = in_thread(lambda: a.step("one", a_version, acks([1, 2, 3]), 2))
+        assert held.reached.wait(BOUND_S)
+        try:
+            # A's transaction is open, its items written and its claim's rows locked: B's
+            # acks move other rows, and its claim skips A's.
+            b_claimed = b.step("one", b_version, acks([4, 5, 6]), 2)
+        finally:
+            held.released.set()
+            thread.join(BOUND_S)
+        assert [i.seq for i in b_claimed] == [9, 10]
+        assert [[i.seq for i in claimed] for claimed in a_claimed] == [[7, 8]]  # type: ignore[attr-defined]
+    finally:
+        a.close()
+        b.close()
+    states = rows(pg_url, "SELECT seq, state, worker_id FROM items WHERE run_id = 'one' "
+                  "AND seq <= 10 ORDER BY seq")  # fmt: skip
+    assert states == [(s, "sent", "worker-a") for s in (1, 2, 3)] + [
+        (s, "sent", "worker-b") for s in (4, 5, 6)
+    ] + [(7, "in_flight", "worker-a"), (8, "in_flight", "worker-a"),
+         (9, "in_flight", "worker-b"), (10, "in_flight", "worker-b")]  # fmt: skip
+    assert rows(pg_url, "SELECT COUNT(*) FROM receipts") == [(6,)]
+    kinds = "SELECT kind, COUNT(*) FROM events WHERE run_id = 'one' AND kind IN ('ack', 'start') "
+    assert rows(pg_url, kinds + "GROUP BY kind ORDER BY kind") == [("ack", 6), ("start", 10)]
+    assert_history_whole(pg_url, "one")
+
+
+def test_writes_to_two_runs_never_wait_for_each_other(ws: Workspace, pg_url: str) -> None:
+    """A group commit of one run, held open at its COMMIT with the run's row taken (as its
+    COMMIT takes it), keeps a group commit of another run in the same schema from nothing:
+    the second writes, numbers its events and commits meanwhile."""
+    plan(ws, pg_url, "left", "left.csv", 1)
+    plan(ws, pg_url, "right", "right.csv", 101)
+    a, a_version = worker(pg_url, "left", "worker-a")
+    b, b_version = worker(pg_url, "right", "worker-b")
+    try:
+        a.claim("left", a_version, 2)
+        b.claim("right", b_version, 2)
+        held = HeldAtCommit(a, then=lambda: a._locked_run("left"))
+        thread, _ = in_thread(lambda: a.step("left", a_version, acks([1, 2]), 1))
+        assert held.reached.wait(BOUND_S)
+        try:
+            assert [i.seq for i in b.step("right", b_version, acks([1, 2]), 1)] == [3]
+        finally:
+            held.released.set()
+            thread.join(BOUND_S)
+    finally:
+        a.close()
+        b.close()
+    for run_id in ("left", "right"):
+        sql = "SELECT seq, state FROM items WHERE run_id = ? AND seq <= 3 ORDER BY seq"
+        assert rows(pg_url, sql, (run_id,)) == [(1, "sent"), (2, "sent"), (3, "in_flight")]
+        assert_history_whole(pg_url, run_id)
+
+
+def test_a_reap_waits_for_the_reaped_workers_open_commit(ws: Workspace, pg_url: str) -> None:
+    """A worker reaped while its group commit (a claim) is open: the reap waits for that
+    commit, which the lease still covered, so nothing the reaped worker writes lands after
+    its reap; the reap then adopts everything it holds in flight (the new claim too), never
+    an item it settled."""
+    plan(ws, pg_url, "fence", "batch.csv", 1)
+    old, old_version = worker(pg_url, "fence", "worker-old")
+    new, new_version = worker(pg_url, "fence", "worker-new")
+    try:
+        assert [i.seq for i in old.claim("fence", old_version, 4)] == [1, 2, 3, 4]
+        assert old.step("fence", old_version, acks([1, 2]), 0) == []
+        held = HeldAtCommit(old)
+        thread, claimed = in_thread(lambda: old.step("fence", old_version, [], 2))
+        assert held.reached.wait(BOUND_S)
+
+        def alive(owner: dict[str, Any], _expires: str | None) -> bool:
+            return bool(owner["token"] != "worker-old")  # the old worker counts as dead
+
+        reaper, adopted = in_thread(
+            lambda: new.reap_dead_workers("fence", "worker-new", new_version, alive)
+        )
+        # The reap must wait for a lock (the old lease covers this commit), not finish.
+        waited = until(lambda: not reaper.is_alive() or waiting_on_a_lock(pg_url, new))
+        waited = waited and reaper.is_alive()
+        held.released.set()
+        thread.join(BOUND_S)
+        reaper.join(BOUND_S)
+    finally:
+        old.close()
+        new.close()
+    assert waited
+    assert [[i.seq for i in items] for items in claimed] == [[5, 6]]  # type: ignore[attr-defined]
+    assert adopted == [[3, 4, 5, 6]]
+    assert rows(pg_url, "SELECT seq, state, worker_id FROM items WHERE run_id = 'fence' "
+                "AND seq <= 6 ORDER BY seq") == [
+        (1, "sent", "worker-old"), (2, "sent", "worker-old"),
+        *[(seq, "in_flight", "worker-new") for seq in (3, 4, 5, 6)],
+    ]  # fmt: skip
+    assert_history_whole(pg_url, "fence")
+
+
+def test_two_workers_reaping_each_other_end_without_a_crash(ws: Workspace, pg_url: str) -> None:
+    """Two live workers that each take the other for dead and reap it at the same moment
+    deadlock on each other's lease row: the server's victim runs its write again, finds
+    itself reaped and stops with LeaseLost (never a storage failure); the other's reap
+    stands and adopts the victim's items."""
+    plan(ws, pg_url, "mutual", "batch.csv", 1)
+    x, x_version = worker(pg_url, "mutual", "worker-x")
+    y, y_version = worker(pg_url, "mutual", "worker-y")
+    try:
+        x.claim("mutual", x_version, 2)
+        y.claim("mutual", y_version, 2)
+        fenced, go = threading.Event(), threading.Event()
+        check = x._check_fence
+
+        def held(run_id: str | None, version: int, row: Any) -> None:
+            check(run_id, version, row)  # X's lease row is now held (shared) to its COMMIT
+            if not fenced.is_set():
+                fenced.set()
+                assert go.wait(BOUND_S)
+
+        x._check_fence = held  # type: ignore[method-assign,assignment]
+
+        def reaping(store: Store, me: str, version: int, other: str) -> Callable[[], object]:
+            def alive(owner: dict[str, Any], _expires: str | None) -> bool:
+                return bool(owner["token"] != other)  # each takes the other for dead
+
+            return lambda: store.reap_dead_workers("mutual", me, version, alive)
+
+        x_thread, x_result = in_thread(reaping(x, "worker-x", x_version, "worker-y"))
+        assert fenced.wait(BOUND_S)
+        y_thread, y_result = in_thread(reaping(y, "worker-y", y_version, "worker-x"))
+        try:
+            # Y holds its own lease row and waits to reap X; X then goes on to reap Y.
+            assert until(lambda: waiting_on_a_lock(pg_url, y))
+        finally:
+            go.set()
+            x_thread.join(BOUND_S)
+            y_thread.join(BOUND_S)
+    finally:
+        x.close()
+        y.close()
+    outcomes = {"worker-x": x_result, "worker-y": y_result}
+    lost = [w for w, result in outcomes.items() if isinstance(result[0], LeaseLost)]
+    assert len(lost) == 1, outcomes
+    (survivor,) = set(outcomes) - set(lost)
+    assert outcomes[survivor] == [[3, 4] if survivor == "worker-x" else [1, 2]]
+    assert sorted(rows(pg_url, "SELECT worker_id, state FROM workers")) == sorted(
+        [(survivor, "live"), (lost[0], "reaped")]
+    )
+    assert_history_whole(pg_url, "mutual")
