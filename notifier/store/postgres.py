@@ -252,7 +252,7 @@ class PostgresOpening(Checks):
             migrations.POSTGRES.apply(self.conn)
 
     def _serialise_plans(self) -> None:
-        """Plans one at a time (Ledger._planning): a plan compares its rows with every run's
+        """Plans one at a time (Planning._planning): a plan compares its rows with every run's
         before it inserts, so two `send`s of one batch must not both pass the comparison.
         Only plans take this lock: the workers' writes never wait for it."""
         self.conn.execute(_SCHEMA_LOCK.format(key="notifier-plans"))

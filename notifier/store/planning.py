@@ -1,0 +1,186 @@
+"""Storing a plan: a run and every intent of it, in one transaction, after comparing its
+rows with every earlier run's (history.py), so a batch sent again sends only what is new."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from ..intent import content_fingerprint, run_fingerprint
+from ..state_machine import (
+    RunTrigger,
+)
+from .core import (
+    _ITEM_COLUMNS,
+    _PENDING_COLUMNS,
+    _dump,
+)
+from .exceptions import PlanRefused, RunExists
+from .history import DELIVERED, History, Prior
+from .stage import PlanStage
+from .suppressions import Suppressions
+
+
+class Planning(History, Suppressions):
+    """A new run and its intents, all `pending`, stored whole or not at all."""
+
+    def create_run(
+        self,
+        run: dict[str, Any],
+        items: Sequence[dict[str, Any]] | PlanStage,
+        *,
+        new_run: bool = False,
+        resend_changed: bool = False,
+        then: RunTrigger | None = None,
+    ) -> Prior | None:
+        """The run row and every intent left to send, in one transaction: a batch is planned
+        whole or not at all. `then` (e.g. `request_approval`) moves the new run in the same
+        transaction, so no crash can leave a run that needs an approval looking merely
+        `planned`.
+
+        A staged plan is first compared with every earlier run (history.py), inside the
+        same transaction, which plans take one at a time from its first statement (SQLite's
+        BEGIN IMMEDIATE; PostgreSQL's plan lock, _serialise_plans): two `send`s of one batch
+        cannot both pass the comparison before either inserts, so one plans the rows and
+        the other finds them open in its run. Raises
+        PlanRefused when a row is open or unsettled elsewhere, or changed (unless
+        `resend_changed`); rows delivered with the same content are left out. Returns the
+        comparison (None with `new_run`, which plans every row again), and stores nothing
+        when nothing is left. RunExists: a run with this id is already here.
+
+        `items` is normally the PlanStage the CSV was streamed into: its rows are copied by
+        the database (`_copy_stage`), so a million intents never sit in memory at once."""
+        at = run["created_at"]
+        with self._planning():
+            if self.conn.execute(
+                "SELECT 1 FROM runs WHERE run_id = ?", (run["run_id"],)
+            ).fetchone():
+                raise RunExists(run["run_id"])
+            prior = None
+            if isinstance(items, PlanStage) and not new_run:
+                stage = self._stage_table(items)
+                prior = self._compare(stage, items.count)
+                if prior.refused(resend_changed):
+                    raise PlanRefused(prior)
+                if not prior.left:
+                    return prior
+                if prior.count(DELIVERED):
+                    self._drop_delivered(stage)
+                    run = {**run, **self._fingerprints(stage, run["channel_snapshot"])}
+            self._insert_row(
+                "runs",
+                {
+                    **run,
+                    "channel_snapshot": _dump(run["channel_snapshot"]),
+                    "options": _dump(run["options"]),
+                    "updated_at": at,
+                },
+            )
+            n = self._insert_items(run["run_id"], items, at)
+            detail: dict[str, Any] = {"items": n}
+            if prior is not None and prior.count(DELIVERED):
+                detail["delivered_before"] = prior.count(DELIVERED)
+            self._event(run["run_id"], "planned", None, detail, at)
+            if then is not None:
+                self._move_run(run["run_id"], then, at)
+        return prior
+
+    def _fingerprints(self, stage: str, snapshot: dict[str, Any]) -> dict[str, str]:
+        """Both fingerprints of what is left in the stage: an approval covers the intents
+        stored, not the rows of the file that were delivered before."""
+        digests = [
+            d for (d,) in self.conn.execute(f"SELECT intent_digest FROM {stage} ORDER BY seq")
+        ]
+        return {
+            "fingerprint": run_fingerprint(digests, snapshot),
+            "content_fingerprint": content_fingerprint(digests, snapshot),
+        }
+
+    def _insert_items(
+        self, run_id: str, items: Sequence[dict[str, Any]] | PlanStage, at: str
+    ) -> int:
+        """Insert the intents (all `pending`); returns how many. executemany with a fixed
+        column list: sqlite-utils' insert_all inspects every value of every row."""
+        rows: Iterable[tuple[Any, ...]]
+        if isinstance(items, PlanStage):
+            counted = self._copy_stage(run_id, items, at)
+        else:
+            rows = (
+                (
+                    item["seq"],
+                    item["item_id"],
+                    item["channel"],
+                    item["target"],
+                    _dump(item["payload"]),
+                    item["idempotency_key"],
+                    item["intent_digest"],
+                    item.get("not_after"),
+                    item.get("identity"),
+                    item.get("not_before"),
+                    item.get("send_window"),
+                    item.get("send_tz"),
+                )
+                for item in items
+            )
+            counted = self._insert_rows(run_id, rows, at)
+        # m004's counters: moves are counted by trigger, inserts here (once, not per row).
+        self.conn.execute(
+            "INSERT INTO run_counts (run_id, state, n) VALUES (?, 'pending', ?) "
+            "ON CONFLICT (run_id, state) DO UPDATE SET n = run_counts.n + excluded.n",
+            (run_id, counted),
+        )
+        self._suppress_planned(run_id, at)  # after the counts: the move's trigger counts it
+        return counted
+
+    def _insert_rows(self, run_id: str, rows: Iterable[tuple[Any, ...]], at: str) -> int:
+        """`rows` (the item columns) as pending items of `run_id`; returns how many."""
+        counted = 0
+
+        def tagged() -> Iterator[tuple[Any, ...]]:
+            nonlocal counted
+            for row in rows:
+                counted += 1
+                yield (run_id, *row, at)
+
+        self._insert_pending(tagged())
+        return counted
+
+    def _copy_stage(self, run_id: str, stage: PlanStage, at: str) -> int:
+        """A plan's staged intents (what is left of them) as pending items: one INSERT …
+        SELECT, the database copying the rows itself."""
+        copied = self.conn.execute(
+            f"INSERT INTO items ({_PENDING_COLUMNS}) SELECT ?, {_ITEM_COLUMNS}, ?, 'pending', 0 "
+            f"FROM {self._stage_table(stage)} ORDER BY seq",
+            (run_id, at),
+        )
+        self._gather_statistics()
+        return int(copied.rowcount)
+
+    def _gather_statistics(self) -> None:
+        """After a plan's items are inserted (PostgreSQL's planner needs them; SQLite's
+        does not)."""
+
+    @contextmanager
+    def _planning(self) -> Iterator[None]:
+        """The write transaction that stores a plan; what copying its stage held is let go
+        once the transaction has ended (SQLite cannot detach a database inside one)."""
+        try:
+            with self._write():
+                self._serialise_plans()
+                yield
+        finally:
+            self._release_stage()
+
+    def _serialise_plans(self) -> None:
+        """Plans one at a time: each compares its rows with every run's before it inserts
+        (SQLite's BEGIN IMMEDIATE already holds the file; PostgreSQL takes a lock of its own
+        that only plans take)."""
+
+    def _insert_pending(self, rows: Iterable[tuple[Any, ...]]) -> None:
+        """Item rows (run_id, the item columns, updated_at), all `pending`, none attempted."""
+        self.conn.executemany(
+            f"INSERT INTO items ({_PENDING_COLUMNS}) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0)",
+            rows,
+        )
