@@ -41,5 +41,5 @@ def test_an_m007_database_with_a_run_in_flight_resumes_after_m009(ws: Workspace)
     ) == [(20,)]
     table = "notifier_migrations" if ws.url else "_sqlite_migrations"
     names = [name for (name,) in ws.query(f"SELECT name FROM {table} ORDER BY name")]
-    assert names[-1] == "m009_send_windows"
+    assert "m009_send_windows" in names
     assert "m007_draft_chunks" in names

@@ -371,6 +371,11 @@ def test_ctrl_c_mid_run_logs_a_pause_and_only_json_on_stderr(ws: Workspace, n: i
         try:
             receiver.wait_for(lambda r: len(r.arrivals) == n)
             process.send_signal(signal.SIGINT)
+            # The answers go back only once the Ctrl-C was taken: released earlier, a sender
+            # could start its next item before the signal reached the process.
+            assert process.stdout is not None
+            while "Ctrl-C: finishing" not in (line := process.stdout.readline()):
+                assert line, "the send ended without taking the Ctrl-C"
             hold.set()
             out, err = process.communicate(timeout=60)
         finally:
