@@ -494,6 +494,6 @@ class Runner:
     def _pause_until(self, wake: float, cause: str = "the downstream asked to wait") -> RunResult:
         # Persisted for the next process, so as wall-clock time.
         when = clock.iso(clock.later(wake - time.monotonic()))
-        reason = f"rate limited until {when} (longer than --max-wait {self.options.max_wait_s:g}s)"
+        reason = f"{cause} until {when} (longer than --max-wait {self.options.max_wait_s:g}s)"
         said = f"paused: {cause} until {clock.local(when)}"
         return self.coord.pause(Stop.RATE_LIMITED, reason, said, paused_until=when)

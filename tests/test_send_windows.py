@@ -65,6 +65,7 @@ def test_a_window_keeps_every_send_inside_it(
     assert max(arrived) < closes.timestamp() + TRANSIT_S
     status = ws.status()
     assert status["counts"]["pending"] == status["waiting"]["count"] == 40 - len(arrived)
+    assert "wait for their start time or send window until" in status["stop_reason"]
     first = datetime.fromisoformat(status["waiting"]["next_opens_at"])
     assert first == opens + timedelta(days=7)  # next week's window, to the second
     table = ws.run("status")
