@@ -149,7 +149,7 @@ class _MovesOneAfterTheClaimReads:
 
     def execute(self, sql: str, params: Any = ()) -> Any:
         cursor = self._conn.execute(sql, params)
-        if self.fired or not sql.startswith("SELECT * FROM items WHERE"):
+        if self.fired or not (sql.startswith("SELECT *") and " FROM items WHERE " in sql):
             return cursor
         self.fired = True
         rows = cursor.fetchall()

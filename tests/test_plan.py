@@ -166,7 +166,7 @@ def test_run_id_option_and_status_json(ws: Workspace) -> None:
     assert status["fingerprint"].startswith("sha256:")
     assert status["counts"] == {
         "total": 5, "sent": 5, "unknown": 0, "pending": 0, "failed": 0, "in_flight": 0,
-        "expired": 0,
+        "expired": 0, "suppressed": 0,
     }  # fmt: skip
     first = status["items"][0]
     for field in ("seq", "id", "channel", "to", "state", "idempotency_key", "intent_digest",

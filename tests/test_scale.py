@@ -129,6 +129,7 @@ def test_an_m003_database_gains_counters_and_resumes(ws: Workspace) -> None:
         "unknown": 0,
         "failed": 0,
         "expired": 0,
+        "suppressed": 0,
     }
     assert ws.query("SELECT name FROM sqlite_master WHERE name = 'run_counts'") == []
     resumed = ws.invoke("resume", "m004-fixture")

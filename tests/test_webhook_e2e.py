@@ -182,7 +182,7 @@ def test_gone_endpoint_halts_the_run(ws: Workspace, sandbox: Sandbox) -> None:
     status = ws.status()
     assert status["state"] == "halted"
     assert status["counts"] == {"total": 6, "sent": 2, "unknown": 0, "pending": 3, "failed": 1,
-                                "in_flight": 0, "expired": 0}  # fmt: skip
+                                "in_flight": 0, "expired": 0, "suppressed": 0}  # fmt: skip
     assert ws.query("SELECT COUNT(*) FROM attempts WHERE seq > 3") == [(0,)]
 
 
