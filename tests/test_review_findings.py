@@ -20,11 +20,6 @@ def relay(ws: Workspace) -> Any:
         yield handler
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="observe/logs.py puts outcome.error in the `outcome` event; an SMTP 5.1.x RCPT "
-    "reply (smtp.py) echoes the recipient, which then appears without --log-bodies",
-)
 @pytest.mark.parametrize("n", [1, 8])
 def test_json_log_never_names_a_recipient_rejected_at_rcpt(
     ws: Workspace, relay: Relay, n: int
