@@ -47,12 +47,6 @@ def receiver(ws: Workspace) -> Iterator[Receiver]:
         yield running
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="store/ledger._claim: a claim whose rows keep_open all re-schedules returns none, "
-    "and Runner._next_wake then reads the due items of other channels as held, so the run "
-    "pauses until another channel's window instead of sending what may go now",
-)
 def test_a_window_closing_mid_run_does_not_pause_the_items_of_other_channels(
     ws: Workspace, receiver: Receiver
 ) -> None:
