@@ -76,12 +76,6 @@ def test_a_window_closing_mid_run_does_not_pause_the_items_of_other_channels(
     assert dict(sent).get("hooks") == 6, (sent, result.stdout + result.stderr)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="store/suppressions._suppressed_claims moves any pending item to `suppressed` "
-    "(never sent, exit 0), even one whose earlier attempt may have been delivered; "
-    "expire_due leaves such items for settling (MAYBE_DELIVERED), the claim's check does not",
-)
 def test_a_maybe_delivered_item_is_not_called_suppressed_never_sent(
     ws: Workspace, receiver: Receiver
 ) -> None:
