@@ -9,7 +9,10 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 import pytest
+
+from notifier.store.postgres_store import PostgresStore
 
 from .conftest import Workspace, make_rows, smtp_server
 from .receiver import Receiver, receiving, webhook_config
@@ -107,3 +110,30 @@ def test_a_maybe_delivered_item_is_not_called_suppressed_never_sent(
     resumed = ws.run("resume")
     (state,) = [i["state"] for i in report(ws)["items"] if i["id"] == "u3"]
     assert not (state == "suppressed" and resumed.returncode == 0), resumed.stdout
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason='postgres_store._ADDRESS_OF puts COLLATE "C" on the comparison, so the claim\'s '
+    "on_list probe cannot use the suppressions primary key (default collation): a sequential "
+    "scan of the whole list for every row claimed",
+)
+def test_the_claims_suppression_probe_uses_the_lists_primary_key(ws: Workspace) -> None:
+    """On PostgreSQL each claimed row asks the list by its primary key, not by a full scan."""
+    if not ws.url:
+        pytest.skip("PostgreSQL: SQLite's LOWER(TRIM()) needs no collation")
+    listed = ws.write_csv(
+        "bounced.csv", [["address"], *([f"bounced{i}@example.net"] for i in range(20_000))]
+    )
+    imported = ws.invoke("suppress", "import", str(listed))
+    assert imported.exit_code == 0, imported.output
+    with psycopg.connect(ws.url, autocommit=True) as pg:
+        pg.execute("ANALYZE suppressions")
+        probe = PostgresStore._ADDRESS_OF.format("'User1@Example.com'")
+        plan = "\n".join(
+            row[0]
+            for row in pg.execute(
+                f"EXPLAIN SELECT EXISTS (SELECT 1 FROM suppressions s WHERE s.address = {probe})"
+            )
+        )
+    assert "suppressions_pkey" in plan, plan
