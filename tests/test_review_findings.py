@@ -112,12 +112,6 @@ def test_a_maybe_delivered_item_is_not_called_suppressed_never_sent(
     assert not (state == "suppressed" and resumed.returncode == 0), resumed.stdout
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason='postgres_store._ADDRESS_OF puts COLLATE "C" on the comparison, so the claim\'s '
-    "on_list probe cannot use the suppressions primary key (default collation): a sequential "
-    "scan of the whole list for every row claimed",
-)
 def test_the_claims_suppression_probe_uses_the_lists_primary_key(ws: Workspace) -> None:
     """On PostgreSQL each claimed row asks the list by its primary key, not by a full scan."""
     if not ws.url:
