@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -101,7 +102,12 @@ class JsonLog(Observer):
                 fields["attempt_outcome"] = outcome.attempt_outcome
             if outcome.error:
                 # The text the human report prints: the receiver's reply, never the row's.
-                fields["error"] = outcome.error
+                # A reply may echo the recipient (an SMTP 5.1.x at RCPT names it): left out
+                # unless --log-bodies asks for recipients.
+                error = outcome.error
+                if item is not None and not self.bodies:
+                    error = _without_recipient(error, item)
+                fields["error"] = error
             self.emit("outcome", **fields)
 
     def gated(self, channel: str, now: float, until: float) -> None:
@@ -122,6 +128,14 @@ class JsonLog(Observer):
     def close(self) -> None:
         self._handler.flush()
         self._log.removeHandler(self._handler)
+
+
+def _without_recipient(text: str, item: Item) -> str:
+    """`text` with the item's recipient (in any case, trimmed or not) as `<recipient>`."""
+    for form in {item.target, item.target.strip()}:
+        if form:
+            text = re.sub(re.escape(form), "<recipient>", text, flags=re.IGNORECASE)
+    return text
 
 
 def _item(item: Item) -> dict[str, Any]:

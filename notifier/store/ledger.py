@@ -257,17 +257,7 @@ class Ledger(Planning):
         if exclude_seqs:
             where += " AND seq NOT IN ({})".format(", ".join("?" * len(exclude_seqs)))
             params.extend(exclude_seqs)
-        while True:  # read again while the suppression check moves some out of pending
-            found = self.conn.execute(
-                f"SELECT *, {self._on_list()} FROM items WHERE {where} ORDER BY seq LIMIT ? "
-                f"{self._CLAIM_LOCK}",
-                [*params, limit],
-            ).fetchall()
-            gone = self._suppressed_claims(run_id, found, at) if found else set()
-            rows = [row for row in found if row["seq"] not in gone]
-            if not gone:
-                break
-        rows = waiting.keep_open(self.conn, run_id, rows, at)
+        rows = self._claimable(run_id, where, params, limit, at)
         if not rows:
             return []
         waited: list[float | None] = []
@@ -331,6 +321,31 @@ class Ledger(Planning):
             item_from_row(row, state=target, attempts=row["attempts"] + 1, next_attempt_at=None)
             for row in rows
         ]
+
+    def _claimable(
+        self, run_id: str, where: str, params: Sequence[Any], limit: int, at: str
+    ) -> list[Any]:
+        """Up to `limit` pending rows matching `where` that may be claimed now, locked as
+        claims lock theirs. Read again while the suppression check moves some out of
+        pending, or a closed window gives some a later not_before: rows left out so must not
+        stand in for the due rows after them (a claim of none reads as "nothing may start
+        now")."""
+        reopened: set[int] = set()
+        while True:
+            found = self.conn.execute(
+                f"SELECT *, {self._on_list()} FROM items WHERE {where} ORDER BY seq LIMIT ? "
+                f"{self._CLAIM_LOCK}",
+                [*params, limit],
+            ).fetchall()
+            gone = self._suppressed_claims(run_id, found, at) if found else set()
+            rows = [row for row in found if row["seq"] not in gone]
+            if gone:
+                continue
+            kept = waiting.keep_open(self.conn, run_id, rows, at)
+            dropped = {row["seq"] for row in rows} - {row["seq"] for row in kept}
+            if not dropped or dropped <= reopened:  # the latter: no progress, never a spin
+                return kept
+            reopened |= dropped
 
     def _record_one(self, run_id: str, o: Outcome, at: str) -> None:
         if o.attempt_outcome is not None:

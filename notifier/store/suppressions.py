@@ -12,7 +12,7 @@ from ..records import Outcome
 from ..state_machine import ItemState, ItemTrigger, item_next
 from ..suppression import Entry, Source, Suppression, address_key, sql_keys_alike
 from ..who import operator_name
-from .core import StoreCore, _state_literal
+from .core import MAYBE_DELIVERED, StoreCore, _state_literal
 
 
 class Suppressions(StoreCore):
@@ -175,7 +175,22 @@ class Suppressions(StoreCore):
             ).fetchall():
                 hits += keys[address]
         suppressed: set[int] = set()
-        for seq in sorted(hits):
+        for seq in sorted(self._maybe_delivered(run_id, hits)):
+            # An earlier attempt may have reached the recipient: calling it suppressed (never
+            # sent) would claim what nobody knows, as expiring it would (ledger.expire_due).
+            # It is not sent again either: unknown, for a query or an operator to settle.
+            self._move_item(
+                run_id,
+                seq,
+                ItemState.PENDING,
+                ItemTrigger.DOUBT,
+                at,
+                next_attempt_at=None,  # asked about by `reconcile`, not waited for here
+                last_error="suppressed after an attempt that may have been delivered: not "
+                "sent again; settle it with `notifier reconcile`",
+            )
+            suppressed.add(seq)
+        for seq in sorted(set(hits) - suppressed):
             self._move_item(
                 run_id,
                 seq,
@@ -187,6 +202,20 @@ class Suppressions(StoreCore):
             )
             suppressed.add(seq)
         return suppressed
+
+    def _maybe_delivered(self, run_id: str, seqs: Sequence[int]) -> set[int]:
+        """Of `seqs` (pending), those with an attempt that may have been delivered."""
+        if not seqs:
+            return set()
+        marks = ", ".join("?" * len(seqs))
+        return {
+            seq
+            for (seq,) in self.conn.execute(
+                f"SELECT i.seq FROM items i WHERE i.run_id = ? AND i.seq IN ({marks}) "
+                f"AND i.attempts > 0 AND {MAYBE_DELIVERED}",
+                [run_id, *seqs],
+            )
+        }
 
     def _suppress_rejected(self, run_id: str, outcomes: Sequence[Outcome], at: str) -> None:
         """A relay's permanent rejection of a recipient (outcome.suppress_reason, set where
