@@ -12,7 +12,7 @@ from ..records import Outcome
 from ..state_machine import ItemState, ItemTrigger, item_next
 from ..suppression import Entry, Source, Suppression, address_key, sql_keys_alike
 from ..who import operator_name
-from .core import MAYBE_DELIVERED, StoreCore, _state_literal
+from .core import MAYBE_DELIVERED, StoreCore, _state_literal, retried
 
 
 class Suppressions(StoreCore):
@@ -33,6 +33,7 @@ class Suppressions(StoreCore):
 
     # ---------------------------------------------------------------- the list
 
+    @retried  # a relay's rejection recorded by a worker may insert the same address
     def suppress(
         self,
         entries: Sequence[Entry],
@@ -56,7 +57,9 @@ class Suppressions(StoreCore):
         run_id: str | None,
     ) -> list[str]:
         added: list[str] = []
-        for entry in entries:
+        # In address order, as every writer of the list: two never wait for each other's rows
+        # in a cycle (an import beside a worker suppressing a rejected recipient).
+        for entry in sorted(entries, key=lambda e: e.address):
             cursor = self.conn.execute(
                 "INSERT INTO suppressions (address, reason, source, operator, created_at) "
                 "VALUES (?, ?, ?, ?, ?) ON CONFLICT (address) DO NOTHING",
@@ -67,6 +70,7 @@ class Suppressions(StoreCore):
                 self._audit("add", entry, source, operator, at, run_id)
         return added
 
+    @retried
     def unsuppress(self, addresses: Sequence[str], operator: str) -> list[str]:
         """Remove `addresses` (keys) from the list, each removal audited with the row it
         removed; returns those that were there."""
