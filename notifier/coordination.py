@@ -245,21 +245,12 @@ class Shared(Coordination):
     """Many workers send one run (PostgreSQL), each on a worker lease of its own
     (store.worker_id): each move only from `running`, dead workers' items adopted."""
 
-    def __init__(
-        self,
-        store: Store,
-        run_id: str,
-        channels: Mapping[str, Channel],
-        lease_version: int,
-        progress: Progress,
-        options: RunOptions,
-    ) -> None:
-        super().__init__(store, run_id, channels, lease_version, progress, options)
-        self._reap_at = 0.0
-        # The --rate buckets live in the database: the senders take their tokens through a
-        # connection of their own (the committer's is busy committing), one at a time.
-        self._bucket_store: Store | None = None
-        self._bucket_lock = threading.Lock()
+    _reap_at = 0.0  # when next to look for dead workers (monotonic clock)
+    # The --rate buckets live in the database: the senders take their tokens through a
+    # connection of their own (the committer's is busy committing), one at a time. Both
+    # made by the first bucket (while the runner is built, before any sender starts).
+    _bucket_store: Store | None = None
+    _bucket_lock: threading.Lock
 
     def start(self, run: Run) -> RunState:
         start = (RunState.PLANNED, RunState.APPROVED)
@@ -348,6 +339,7 @@ class Shared(Coordination):
         if self._bucket_store is None:
             concurrent = self.options.concurrency > 1
             self._bucket_store = self.store.secondary() if concurrent else self.store
+            self._bucket_lock = threading.Lock()
         return SharedBucket(self._bucket_store, self._bucket_lock, self.run_id, channel, rate)
 
     def close(self) -> None:

@@ -14,7 +14,7 @@ import click
 from ..cli import cli, command_env
 from ..env import open_store
 from ..errors import BadInput
-from ..suppression import MAX_REASON_CHARS, Source, address_key, entries, read_import
+from ..suppression import MAX_REASON_CHARS, Entry, Source, address_key, entries, read_import
 from ..who import operator_name
 
 
@@ -35,12 +35,7 @@ def add(ctx: click.Context, addresses: tuple[str, ...], reason: str | None) -> N
             "shorter one. Nothing was stored."
         )
     found = entries(list(addresses), reason.strip() or None if reason else None)
-    store = open_store(command_env(ctx), create=True)
-    try:
-        added = store.suppress(found, Source.OPERATOR, operator_name())
-    finally:
-        store.close()
-    _said(found_keys=[e.address for e in found], added=added)
+    _store_entries(ctx, found, Source.OPERATOR)
 
 
 @suppress.command("import")
@@ -49,17 +44,17 @@ def add(ctx: click.Context, addresses: tuple[str, ...], reason: str | None) -> N
 def import_(ctx: click.Context, file: Path) -> None:
     """Suppress every address in FILE.csv: a column `address` (or `email`, else the first
     column), and an optional `reason` column. A file with a bad line stores nothing."""
-    found = read_import(file)
+    _store_entries(ctx, read_import(file), Source.IMPORT)
+
+
+def _store_entries(ctx: click.Context, found: list[Entry], source: Source) -> None:
+    """Put `found` on the list in one transaction and say how many were new."""
     store = open_store(command_env(ctx), create=True)
     try:
-        added = store.suppress(found, Source.IMPORT, operator_name())
+        added = store.suppress(found, source, operator_name())
     finally:
         store.close()
-    _said(found_keys=[e.address for e in found], added=added)
-
-
-def _said(found_keys: list[str], added: list[str]) -> None:
-    already = len(found_keys) - len(added)
+    already = len(found) - len(added)
     line = f"suppressed {len(added)} address(es)"
     if already:
         line += f"; {already} already on the list (kept as they were)"
