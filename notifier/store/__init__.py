@@ -1,9 +1,10 @@
-"""The receipts store, split along its seams: opening and checks (opening.py for an SQLite
-file, postgres.py for a PostgreSQL server; checks.py for both), the ledger of writes
+"""The receipts store, split along its seams: one engine per database (engine.py: the
+protocol and the dialect record; sqlite.py for an SQLite file, postgres.py for a PostgreSQL
+server), the checks every open runs (checks.py, both engines), the ledger of writes
 (ledger.py) and of drafts (drafts.py), leases (leases.py) and queries (queries.py), over one
-shared core (core.py). `Store` is their union. target.py parses --db once into a Target (an
-SQLite file or a PostgreSQL URL), which opens the store of its engine; the schema and its
-migrations are migrations.py's. All SQL lives in this package."""
+shared core (core.py). `Store` is their union, over one engine. target.py parses --db once
+into a Target (an SQLite file or a PostgreSQL URL), which opens the store of its engine;
+the schema and its migrations are migrations.py's. All SQL lives in this package."""
 
 from __future__ import annotations
 
@@ -27,14 +28,13 @@ from .exceptions import (
 )
 from .history import Prior
 from .leases import Leases
-from .opening import Opening
 from .queries import Queries
 from .stage import PlanStage
 from .target import NotADatabasePath, Target
 from .target import parse as parse_target
 
 
-class Store(Drafts, Leases, Queries, Buckets, Checks):
+class Store(Drafts, Leases, Queries, Buckets):
     """One receipts database: `Store.open(target)`, where the target is a path (SQLite, the
     embedded default) or a postgresql:// URL."""
 
@@ -47,15 +47,30 @@ class Store(Drafts, Leases, Queries, Buckets, Checks):
         return parse_target(path).open(create=create, readonly=readonly)
 
     def secondary(self) -> Self:
-        """Another connection to the same checked database, for a thread of our own."""
-        raise NotImplementedError
+        """Another connection to the same checked database, for a thread of our own,
+        working under the same worker lease."""
+        store = type(self)(self.engine.secondary())
+        store.worker_id = self.worker_id
+        return store
 
     def close(self) -> None:
-        raise NotImplementedError
+        self.engine.close()
+
+    def check_invariants(self) -> None:
+        """Refuse a database whose rows contradict each other (checks.py), as every open
+        does before anything is written."""
+        Checks(self.engine).check_invariants()
 
 
-class SqliteStore(Opening, Store):
+class SqliteStore(Store):
     """A receipts database in one SQLite file."""
+
+    @classmethod
+    def open(cls, path: Path | str, *, create: bool = False, readonly: bool = False) -> Self:
+        """The SQLite engine's checked open (sqlite.py), and the store over it."""
+        from .sqlite import SqliteEngine  # noqa: PLC0415 - sqlite imports the parts
+
+        return cls(SqliteEngine.open(path, create=create, readonly=readonly))
 
 
 __all__ = [

@@ -140,7 +140,8 @@ class Drafts(Chunks):
         at = clock.now_iso()
         with self._write():
             row = self.conn.execute(
-                f"SELECT options FROM runs WHERE run_id = ? AND fingerprint = '' {self._ROW_LOCK}",
+                "SELECT options FROM runs WHERE run_id = ? AND fingerprint = '' "
+                f"{self.dialect.row_lock}",
                 (run_id,),
             ).fetchone()
             if row is None:

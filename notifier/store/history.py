@@ -110,34 +110,26 @@ class Prior:
 class History(StoreCore):
     """Comparing a staged plan with every earlier run of the database."""
 
-    def _stage_table(self, stage: PlanStage) -> str:
-        """The name under which this connection reads `stage`'s items until the current
-        transaction ends (each engine makes it visible its own way)."""
-        raise NotImplementedError
-
     def compare_plan(self, stage: PlanStage) -> Prior:
         """What `send` would decide for `stage`, reading only (for --dry-run). A database
         from before m006 has no identities yet: every row reads as new there, until the next
         send migrates it."""
-        if "identity" not in self._columns("items"):
+        if "identity" not in self.engine.columns("items"):
             return Prior(stage.count)
         try:
             with self._snapshot():
-                return self._compare(self._stage_table(stage), stage.count)
+                return self._compare(self.engine.stage_table(stage), stage.count)
         finally:
-            self._release_stage()
-
-    def _release_stage(self) -> None:
-        """Let go of what `_stage_table` held past its transaction."""
+            self.engine.release_stage()
 
     def _compare(self, stage: str, total: int) -> Prior:
         by_run: dict[str, dict[str, int]] = {}
-        sql = _BY_RUN.format(stage=stage, join=self._ORDERED_JOIN)
+        sql = _BY_RUN.format(stage=stage, join=self.dialect.ordered_join)
         for verdict, run_id, n in self.conn.execute(sql).fetchall():
             by_run.setdefault(verdict, {})[run_id] = int(n)
         changed: list[tuple[int, str]] = []
         if CHANGED in by_run:
-            sql = _CHANGED_ROWS.format(stage=stage, join=self._ORDERED_JOIN)
+            sql = _CHANGED_ROWS.format(stage=stage, join=self.dialect.ordered_join)
             changed = [(int(seq), item_id) for seq, item_id in self.conn.execute(sql)]
         return Prior(total, by_run, changed)
 

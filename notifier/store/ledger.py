@@ -88,7 +88,7 @@ class Ledger(Planning):
         with self._write(run_id, lease_version):
             # Locked as claims lock theirs: an item another worker is claiming right now is
             # left to its claim, not moved under it (a lost race would stop this worker).
-            for seq in self._due_for_expiry(run_id, at, self._CLAIM_LOCK):
+            for seq in self._due_for_expiry(run_id, at, self.dialect.claim_lock):
                 self._move_item(run_id, seq, ItemState.PENDING, ItemTrigger.EXPIRE, at)
                 expired.append(seq)
         return expired
@@ -197,7 +197,7 @@ class Ledger(Planning):
         target = item_next(ItemTrigger.ACK, current)
         detail = {"from": current.value, "to": target.value}
         # Each statement reads the answers from `v`: a VALUES list, or the WITH that names it.
-        v = "v" if self._WRITING_CTES else f"(VALUES {values}) AS v"
+        v = "v" if self.dialect.writing_ctes else f"(VALUES {values}) AS v"
         close_attempts = (
             "UPDATE attempts SET finished_at = v.column2, outcome = v.column3, "
             "http_status = v.column4, error = v.column5, retry_after_s = v.column6, "
@@ -216,7 +216,7 @@ class Ledger(Planning):
             f"WHERE items.run_id = ? AND items.seq = v.column1 "
             f"AND items.state = {_state_literal(current)}"
         )
-        if self._WRITING_CTES:
+        if self.dialect.writing_ctes:
             # One statement, one round trip to the server instead of three; every part sees
             # the same snapshot, and the events are those of the rows really moved (PostgreSQL
             # numbers them at COMMIT: see postgres.py).
@@ -298,7 +298,7 @@ class Ledger(Planning):
         open_params = [
             run_id, run_id, at, *[x for pair in zip(seqs, waited, strict=True) for x in pair]
         ]  # fmt: skip
-        if self._WRITING_CTES:
+        if self.dialect.writing_ctes:
             # The two writes as one statement: one round trip instead of two.
             moved_seqs = [
                 seq
@@ -334,7 +334,7 @@ class Ledger(Planning):
         while True:
             found = self.conn.execute(
                 f"SELECT *, {self._on_list()} FROM items WHERE {where} ORDER BY seq LIMIT ? "
-                f"{self._CLAIM_LOCK}",
+                f"{self.dialect.claim_lock}",
                 [*params, limit],
             ).fetchall()
             gone = self._suppressed_claims(run_id, found, at) if found else set()

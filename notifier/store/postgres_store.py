@@ -4,16 +4,19 @@ file must not pay."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Self
+
 from . import Store
-from .postgres import PostgresOpening
+from .postgres import PostgresEngine
 
 
-class PostgresStore(PostgresOpening, Store):
+class PostgresStore(Store):
     """A receipts database in a PostgreSQL schema, shared by workers on many machines."""
 
     shares_runs = True
-    # LOWER lower-cases ASCII letters only under the "C" collation, as SQLite's does: plan
-    # time matches a suppressed address alike on both engines (suppressions.py). The result
-    # is compared in the database's collation, the primary key's: compared under "C", the
-    # claim's probe could not use the key and scanned the whole list for every row.
-    _ADDRESS_OF = '(LOWER(TRIM({}) COLLATE "C") COLLATE "default")'
+
+    @classmethod
+    def open(cls, path: Path | str, *, create: bool = False, readonly: bool = False) -> Self:
+        """The PostgreSQL engine's checked open (postgres.py), and the store over it."""
+        return cls(PostgresEngine.open(path, create=create, readonly=readonly))
