@@ -9,7 +9,7 @@ the schema and its migrations are migrations.py's. All SQL lives in this package
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar, Self
+from typing import Self
 
 from .buckets import Buckets
 from .checks import Checks
@@ -26,8 +26,8 @@ from .exceptions import (
     StorageFailed,
     StoreRefused,
 )
-from .history import Prior
 from .leases import Leases
+from .prior import Prior
 from .queries import Queries
 from .stage import PlanStage
 from .target import NotADatabasePath, Target
@@ -35,16 +35,22 @@ from .target import parse as parse_target
 
 
 class Store(Drafts, Leases, Queries, Buckets):
-    """One receipts database: `Store.open(target)`, where the target is a path (SQLite, the
-    embedded default) or a postgresql:// URL."""
-
-    # Whether many processes may work one run at once, each under a worker lease of its own
-    # (lease.for_sending picks the lease by it); the engine's answer, as its Target's.
-    shares_runs: ClassVar[bool] = False
+    """One receipts database: `Store.open(db)`, where `db` is a path (SQLite, the embedded
+    default), a postgresql:// URL, or the Target either parses to; the store over that
+    target's engine."""
 
     @classmethod
-    def open(cls, path: Path | str, *, create: bool = False, readonly: bool = False) -> Store:
-        return parse_target(path).open(create=create, readonly=readonly)
+    def open(cls, db: Path | str | Target, *, create: bool = False, readonly: bool = False) -> Self:
+        """The checked store (StoreRefused, NoDatabase, …): nothing is written to a database
+        that fails the checks, nor with `readonly`."""
+        target = parse_target(db) if isinstance(db, Path | str) else db
+        return cls(target.engine(create=create, readonly=readonly))
+
+    @property
+    def shares_runs(self) -> bool:
+        """Whether many processes may work one run at once, each under a worker lease of its
+        own (lease.for_sending picks the lease by it); the engine's answer, as its Target's."""
+        return self.dialect.shares_runs
 
     def secondary(self) -> Self:
         """Another connection to the same checked database, for a thread of our own,
@@ -62,17 +68,6 @@ class Store(Drafts, Leases, Queries, Buckets):
         Checks(self.engine).check_invariants()
 
 
-class SqliteStore(Store):
-    """A receipts database in one SQLite file."""
-
-    @classmethod
-    def open(cls, path: Path | str, *, create: bool = False, readonly: bool = False) -> Self:
-        """The SQLite engine's checked open (sqlite.py), and the store over it."""
-        from .sqlite import SqliteEngine  # noqa: PLC0415 - sqlite imports the parts
-
-        return cls(SqliteEngine.open(path, create=create, readonly=readonly))
-
-
 __all__ = [
     "ATTENTION_STATES",
     "DatabaseUnwritable",
@@ -85,7 +80,6 @@ __all__ = [
     "PlanStage",
     "Prior",
     "RunExists",
-    "SqliteStore",
     "StorageFailed",
     "Store",
     "StoreRefused",

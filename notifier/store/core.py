@@ -38,13 +38,6 @@ ATTENTION_STATES = (ItemState.IN_FLIGHT, ItemState.UNKNOWN, ItemState.FAILED)
 _ATTENTION = "state IN ({})".format(", ".join(f"'{s.value}'" for s in ATTENTION_STATES))
 # Events checked for gaps at each end of a run's history when a database is opened.
 _EVENT_WINDOW = 10_000
-_ITEM_COLUMNS = (
-    "seq, item_id, channel, target, payload, idempotency_key, intent_digest, not_after, identity, "
-    "not_before, send_window, send_tz"
-)
-# A newly planned item: its run, the item columns, then the rest, all `pending` and unattempted.
-_PENDING_COLUMNS = f"run_id, {_ITEM_COLUMNS}, updated_at, state, attempts"
-_HEADER = b"SQLite format 3\x00"
 # What a failed write leaves behind, as every storage failure message says.
 ROLLED_BACK = (
     "The write was rolled back whole: every outcome recorded before it is safe, and anything "

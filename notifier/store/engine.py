@@ -51,6 +51,9 @@ class Dialect:
     # Whether INSERT/UPDATE may stand inside WITH: a group commit's acks and claim then go to
     # the server as one statement each, not four (ledger.py).
     writing_ctes: bool
+    # Whether many processes may work one run at once, each under a worker lease of its own
+    # (PostgreSQL's row locks; one SQLite file has one writer at a time).
+    shares_runs: bool
 
 
 # A lease fence: the locking read of the version a writer's lease must still hold, and its

@@ -17,19 +17,12 @@ every row at once: a million rows are never compared one by one in Python."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-
 from .core import StoreCore
+from .prior import CHANGED, DELIVERED, OPEN, RETRIED, UNSETTLED, Prior
 from .stage import PlanStage
 
-OPEN, UNSETTLED, DELIVERED, CHANGED, RETRIED = (
-    "open",
-    "unsettled",
-    "delivered",
-    "changed",
-    "retried",
-)
+__all__ = ["CHANGED", "DELIVERED", "OPEN", "RETRIED", "UNSETTLED", "History", "Prior"]
+
 # Refused rows listed by name in a message; the rest are counted.
 LISTED = 10
 
@@ -77,34 +70,6 @@ DELETE FROM {stage} WHERE EXISTS (SELECT 1 FROM items p
     WHERE p.channel = {stage}.channel AND p.identity = {stage}.identity
     AND p.state = 'sent' AND p.intent_digest = {stage}.intent_digest)
 """
-
-
-@dataclass(frozen=True)
-class Prior:
-    """A plan's rows against earlier runs: per verdict, how many rows, by the run named for
-    them (the newest run in which the verdict holds), oldest run first."""
-
-    total: int  # rows in the plan
-    by_run: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
-    changed_rows: list[tuple[int, str]] = field(default_factory=list)  # (seq, id), first ten
-
-    def count(self, verdict: str) -> int:
-        return sum(self.by_run.get(verdict, {}).values())
-
-    def runs(self, verdict: str) -> list[str]:
-        return list(self.by_run.get(verdict, {}))
-
-    @property
-    def left(self) -> int:
-        """Rows that a send would plan (refusals aside)."""
-        return self.total - self.count(DELIVERED)
-
-    def refused(self, resend_changed: bool) -> bool:
-        return bool(
-            self.count(OPEN)
-            or self.count(UNSETTLED)
-            or (self.count(CHANGED) and not resend_changed)
-        )
 
 
 class History(StoreCore):

@@ -12,13 +12,11 @@ from ..state_machine import (
     RunTrigger,
 )
 from .core import (
-    _ITEM_COLUMNS,
-    _PENDING_COLUMNS,
     _dump,
 )
 from .exceptions import PlanRefused, RunExists
 from .history import DELIVERED, History, Prior
-from .stage import PlanStage
+from .stage import _ITEM_COLUMNS, _PENDING_COLUMNS, PlanStage
 from .suppressions import Suppressions
 
 

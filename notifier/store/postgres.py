@@ -39,7 +39,7 @@ from psycopg.pq import TransactionStatus
 from ..errors import NotifierError
 from . import migrations
 from .checks import Checks, refuse_newer
-from .core import _ITEM_COLUMNS, _PENDING_COLUMNS, ROLLED_BACK
+from .core import ROLLED_BACK
 from .engine import Dialect, Fence, written
 from .exceptions import (
     DatabaseUnwritable,
@@ -48,7 +48,7 @@ from .exceptions import (
     StoreRefused,
     WriteConflict,
 )
-from .stage import PlanStage
+from .stage import _ITEM_COLUMNS, _PENDING_COLUMNS, PlanStage
 
 # How long a write waits for another process's transaction, as SQLite's busy_timeout.
 LOCK_TIMEOUT_S = 10
@@ -189,6 +189,7 @@ POSTGRES = Dialect(
     # claim's probe could not use the key and scanned the whole list for every row.
     address_of='(LOWER(TRIM({}) COLLATE "C") COLLATE "default")',
     writing_ctes=True,  # each round trip to the server is felt in a group commit
+    shares_runs=True,
 )
 
 

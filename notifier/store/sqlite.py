@@ -15,10 +15,10 @@ from typing import Any, NamedTuple, Self
 from ..errors import NotifierError
 from . import migrations
 from .checks import Checks, refuse_newer
-from .core import _PENDING_COLUMNS, ROLLED_BACK
+from .core import ROLLED_BACK
 from .engine import Dialect, Fence, written
 from .exceptions import DatabaseUnwritable, NoDatabase, StorageFailed, StoreRefused
-from .stage import PlanStage
+from .stage import _PENDING_COLUMNS, PlanStage
 
 _HEADER = b"SQLite format 3\x00"
 
@@ -37,6 +37,7 @@ SQLITE = Dialect(
     # capitals are left to the claim's check, which computes the key in Python.
     address_of="LOWER(TRIM({}))",
     writing_ctes=False,
+    shares_runs=False,
 )
 
 
