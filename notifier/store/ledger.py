@@ -227,7 +227,7 @@ class Ledger(Planning):
         moved = writes.run(self.conn, self.dialect, group)
         seqs = moved.seqs if moved.seqs is not None else [o.seq for o in acks]
         self._events(run_id, "ack", seqs, detail, at)
-        if moved.count != len(acks):  # raised inside the transaction: every write is undone
+        if moved.rowcount != len(acks):  # raised inside the transaction: every write is undone
             raise LostRace(f"run {run_id}: expected {len(acks)} items in_flight for ack")
 
     def _claim(
@@ -289,7 +289,7 @@ class Ledger(Planning):
         )  # fmt: skip
         moved = writes.run(self.conn, self.dialect, Group([move_items, open_attempts], 0))
         self._events(run_id, "start", seqs if moved.seqs is None else moved.seqs, detail, at)
-        if moved.count != len(seqs):  # raised inside the transaction: every write is undone
+        if moved.rowcount != len(seqs):  # raised inside the transaction: every write is undone
             raise LostRace(f"run {run_id}: expected {len(seqs)} items pending for start")
         # The items as the move left them.
         return [

@@ -2,19 +2,20 @@
 (data-modifying WITHs) where writes may stand in a WITH (PostgreSQL: each round trip to the
 server is felt in a group commit), else one statement each (SQLite). The ledger builds a
 group once; which form it takes is the dialect's `writing_ctes`, never a branch of its own.
+
+NamedTuples, not frozen dataclasses: a group commit builds five of these, and a frozen
+dataclass's __init__ (object.__setattr__ per field) is felt on the hot path.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from .engine import Dialect
 
 
-@dataclass(frozen=True)
-class Write:
+class Write(NamedTuple):
     """One data-modifying statement of a group. `{v}` in its text stands for the group's
     VALUES rows (see Group.values); `before` are its parameters written before `{v}`,
     `after` those after it."""
@@ -24,8 +25,7 @@ class Write:
     after: Sequence[Any] = ()
 
 
-@dataclass(frozen=True)
-class Group:
+class Group(NamedTuple):
     """Writes in order, the one at `counted` being the conditional move whose rows say what
     the group did (as one statement, it returns `returning`: the seqs it moved)."""
 
@@ -34,15 +34,14 @@ class Group:
     returning: str = "seq"
     # The rows several writes read, `VALUES` text and its parameters ("" for none).
     values: str = ""
-    values_params: Sequence[Any] = field(default_factory=tuple)
+    values_params: Sequence[Any] = ()
 
 
-@dataclass(frozen=True)
-class Moved:
+class Moved(NamedTuple):
     """What the counted write moved: how many rows, and which seqs (in seq order) where the
     statement could say (None: one statement each, where only the count is known)."""
 
-    count: int
+    rowcount: int
     seqs: list[int] | None
 
 
@@ -52,11 +51,15 @@ def run(conn: Any, dialect: Dialect, group: Group) -> Moved:
     if dialect.writing_ctes:
         return _as_one(conn, group)
     moved = 0
-    source = f"(VALUES {group.values}) AS v" if group.values else ""
+    source = f"(VALUES {group.values}) AS v"
     for i, write in enumerate(group.writes):
-        params = [*write.before, *(group.values_params if "{v}" in write.sql else ()),
-                  *write.after]  # fmt: skip
-        cursor = conn.execute(write.sql.replace("{v}", source), params)
+        sql, params = write.sql, write.before
+        if "{v}" in sql:
+            sql = sql.replace("{v}", source)
+            params = [*params, *group.values_params, *write.after]
+        elif write.after:
+            params = [*params, *write.after]
+        cursor = conn.execute(sql, params)
         if i == group.counted:
             moved = cursor.rowcount
     return Moved(moved, None)
