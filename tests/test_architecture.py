@@ -220,3 +220,8 @@ def test_nothing_points_outside_the_repository() -> None:
         if needle in text.lower()
     ]
     assert found == []
+
+
+def test_the_readme_is_under_250_lines() -> None:
+    """README.md stays a user's page (under 250 lines); measurements live in docs/."""
+    assert len((ROOT / "README.md").read_text("utf-8").splitlines()) < 250
