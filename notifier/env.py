@@ -35,7 +35,7 @@ class Env:
 
 
 def open_store(env: Env, *, create: bool = False, readonly: bool = False) -> Store:
-    return env.target.open(create=create, readonly=readonly)
+    return Store.open(env.target, create=create, readonly=readonly)
 
 
 def pick_run(store: Store, run_id: str | None, *, active_only: bool = False) -> Run:

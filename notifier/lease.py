@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from . import clock
+from .pids import pid_exists
 from .records import Run
 from .store import StorageFailed, Store
 
@@ -49,17 +50,6 @@ def process_start(pid: int) -> str | None:
     if fields[0] in ("Z", "X"):
         return None  # a zombie has exited; only its exit status is left to collect
     return fields[19]
-
-
-def pid_exists(pid: int) -> bool:
-    """Whether a process `pid` exists on this machine (one we may not signal counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def new_owner() -> dict[str, Any]:

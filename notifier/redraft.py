@@ -168,7 +168,7 @@ def intents(
         plan.close()
     redrafted = []
     for seq, row, answer in ready:
-        # The stage's row: store.core._ITEM_COLUMNS, in that order.
+        # The stage's row: store.stage._ITEM_COLUMNS, in that order.
         payload, digest, identity = staged[seq][4], staged[seq][6], staged[seq][8]
         redrafted.append(Redrafted(seq, row.item_id, answer, payload, digest, identity))
     return redrafted, kept

@@ -18,16 +18,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from . import clock
 from .batch import BatchRow, Problem, Problems
 from .errors import BadInput
 from .records import Item
 from .windows import Window, earliest, is_open, next_open, parse_window, zone
-
-if TYPE_CHECKING:
-    from .store import Store
 
 # The CSV columns read here (case-insensitively), taken out of a row's data columns so that
 # they never reach the payload or its digest.
@@ -190,7 +187,19 @@ def closed(item: Item) -> str | None:
     return None
 
 
-def pause_cause(store: Store, run_id: str) -> str:
+class _Waiting(Protocol):
+    @property
+    def count(self) -> int: ...
+
+
+class _Waits(Protocol):
+    """What pause_cause reads of the store (a Store): typed so, the store's own modules may
+    import this one (store/waiting.py reopens windows with it) without a cycle."""
+
+    def waiting(self, run_id: str) -> _Waiting: ...
+
+
+def pause_cause(store: _Waits, run_id: str) -> str:
     """What a run that pauses rather than wait past --max-wait says it waits for."""
     waiting = store.waiting(run_id)
     if waiting.count:

@@ -10,8 +10,6 @@ from collections.abc import Iterator, Mapping
 from functools import cache
 from pathlib import Path
 
-import pytest
-
 from .conftest import ROOT
 
 PACKAGE = ROOT / "notifier"
@@ -143,11 +141,6 @@ def test_no_import_cycle_outside_the_store() -> None:
     assert cycles(outside) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="store/ imports its own package and the modules above it (stage -> lease, "
-    "waiting -> schedule): the store's restructuring removes those cycles",
-)
 def test_no_import_cycle_through_the_store() -> None:
     """No import cycle at all in notifier/, the store's modules included."""
     assert cycles(graph()) == []

@@ -10,7 +10,7 @@ import sqlite3
 import pytest
 
 from notifier.store import Store, StoreRefused
-from notifier.store.opening import Opening
+from notifier.store.checks import Checks
 
 from .conftest import EXAMPLE, Workspace, make_rows
 
@@ -46,9 +46,9 @@ def test_a_refused_file_gets_no_wal_or_shm_from_a_writing_command(
 
 
 def _refusing(first_call: list[bool], change_the_file: bool, db: os.PathLike[str]) -> object:
-    original = Opening.check_invariants
+    original = Checks.check_invariants
 
-    def check_invariants(self: Opening) -> None:
+    def check_invariants(self: Checks) -> None:
         first_call.append(True)
         if len(first_call) == 1:
             if change_the_file:  # another process checkpointed under our immutable reads
@@ -65,7 +65,7 @@ def test_a_refusal_while_the_file_changed_is_checked_again(
 ) -> None:
     assert ws.invoke("send", str(EXAMPLE)).exit_code == 0
     calls: list[bool] = []
-    monkeypatch.setattr(Opening, "check_invariants", _refusing(calls, True, ws.db_file))
+    monkeypatch.setattr(Checks, "check_invariants", _refusing(calls, True, ws.db_file))
     store = Store.open(ws.db)
     store.close()
     assert len(calls) == 2
@@ -76,7 +76,7 @@ def test_a_refusal_of_an_unchanged_file_stands(
 ) -> None:
     assert ws.invoke("send", str(EXAMPLE)).exit_code == 0
     calls: list[bool] = []
-    monkeypatch.setattr(Opening, "check_invariants", _refusing(calls, False, ws.db_file))
+    monkeypatch.setattr(Checks, "check_invariants", _refusing(calls, False, ws.db_file))
     with pytest.raises(StoreRefused, match="a torn read"):
         Store.open(ws.db)
     assert len(calls) == 1

@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from notifier.store.postgres_store import PostgresStore
+from notifier.store.postgres import POSTGRES
 
 from .conftest import Workspace, make_rows, smtp_server
 from .receiver import Receiver, receiving, webhook_config
@@ -123,7 +123,7 @@ def test_the_claims_suppression_probe_uses_the_lists_primary_key(ws: Workspace) 
     assert imported.exit_code == 0, imported.output
     with psycopg.connect(ws.url, autocommit=True) as pg:
         pg.execute("ANALYZE suppressions")
-        probe = PostgresStore._ADDRESS_OF.format("'User1@Example.com'")
+        probe = POSTGRES.address_of.format("'User1@Example.com'")
         plan = "\n".join(
             row[0]
             for row in pg.execute(

@@ -18,7 +18,7 @@ import pytest
 from notifier import report
 from notifier.intent import content_fingerprint, run_fingerprint
 from notifier.plan import fingerprint_of
-from notifier.store import SqliteStore
+from notifier.store.sqlite import SqliteEngine
 
 from .conftest import Workspace, make_rows
 
@@ -192,15 +192,15 @@ def _plans(ws: Workspace, monkeypatch: pytest.MonkeyPatch, command: list[str]) -
     """The queries `command` issues that walk a whole table of rows: SQLite's plan (EXPLAIN
     QUERY PLAN) for every SELECT it ran, keeping each SCAN of items, attempts or events."""
     seen: list[str] = []
-    original = SqliteStore._connect
+    original = SqliteEngine._connect
 
-    def traced(*args: Any, **kwargs: Any) -> SqliteStore:
-        store = original(*args, **kwargs)
-        store.conn.set_trace_callback(seen.append)
-        return store
+    def traced(*args: Any, **kwargs: Any) -> SqliteEngine:
+        engine = original(*args, **kwargs)
+        engine.conn.set_trace_callback(seen.append)
+        return engine
 
     with monkeypatch.context() as patch:
-        patch.setattr(SqliteStore, "_connect", traced)
+        patch.setattr(SqliteEngine, "_connect", traced)
         result = ws.invoke(*command)
     assert result.exit_code in (0, 3), result.output
     conn = sqlite3.connect(f"file:{ws.db_file}?mode=ro", uri=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from notifier import lease as lease_module
-from notifier.store import NotADatabasePath, parse_target
+from notifier.store import NotADatabasePath, Store, parse_target
 from notifier.store.target import PostgresUrl, SqliteFile
 
 from .conftest import Workspace, make_rows
@@ -49,7 +49,7 @@ def test_the_lease_of_a_sending_process_is_the_kind_its_store_shares(ws: Workspa
     Target says the same as the store it opens."""
     ws.write_csv("batch.csv", make_rows(1))
     assert ws.invoke("send", "batch.csv").exit_code == 0
-    store = parse_target(ws.db).open()
+    store = Store.open(parse_target(ws.db))
     try:
         assert store.shares_runs == parse_target(ws.db).shares_runs == (ws.store == "postgres")
         (run,) = store.runs()

@@ -8,15 +8,11 @@ from .core import StoreCore
 class Buckets(StoreCore):
     """A channel's --rate as one token bucket in the database."""
 
-    # Seconds since the epoch on the database's own clock (one clock for every worker).
-    _NOW_S = "((julianday('now') - 2440587.5) * 86400.0)"
-    _LEAST = "MIN"
-
     def open_bucket(self, run_id: str, channel: str, rate: float) -> None:
         """The bucket of `channel`, full, unless a worker of the run made it already."""
         self.conn.execute(
-            "INSERT INTO rate_buckets (run_id, channel, tokens, refilled_at) "
-            f"VALUES (?, ?, CAST(? AS DOUBLE PRECISION), {self._NOW_S}) ON CONFLICT DO NOTHING",
+            "INSERT INTO rate_buckets (run_id, channel, tokens, refilled_at) VALUES "
+            f"(?, ?, CAST(? AS DOUBLE PRECISION), {self.dialect.now_s}) ON CONFLICT DO NOTHING",
             (run_id, channel, max(1.0, rate)),
         )
 
@@ -25,9 +21,10 @@ class Buckets(StoreCore):
         second, holding at most max(1, rate)); False when none is left now. One statement,
         atomic on its own: a token is never handed to two workers."""
         capacity = max(1.0, rate)
-        refilled = f"{self._LEAST}(:capacity, tokens + ({self._NOW_S} - refilled_at) * :rate)"
+        least, now_s = self.dialect.least, self.dialect.now_s
+        refilled = f"{least}(:capacity, tokens + ({now_s} - refilled_at) * :rate)"
         cursor = self.conn.execute(
-            f"UPDATE rate_buckets SET tokens = {refilled} - 1, refilled_at = {self._NOW_S} "
+            f"UPDATE rate_buckets SET tokens = {refilled} - 1, refilled_at = {now_s} "
             f"WHERE run_id = :run_id AND channel = :channel AND {refilled} >= 1",
             {"capacity": capacity, "rate": float(rate), "run_id": run_id, "channel": channel},
         )

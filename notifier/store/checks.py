@@ -3,32 +3,45 @@
 from __future__ import annotations
 
 from collections.abc import Set
+from pathlib import Path
+from typing import Any
 
-from .core import _ACTIVE, _ATTENTION, _EVENT_WINDOW, StoreCore
+from .core import _ACTIVE, _ATTENTION, _EVENT_WINDOW
+from .engine import Engine
 from .exceptions import StoreRefused
 
 
-class Checks(StoreCore):
-    """Refusing a database whose rows contradict each other, at a cost bounded by what needs
-    attention, never by the size of the runs."""
+def refuse_newer(path: Path | str, applied: Set[str], known: Set[str], untouched: str) -> None:
+    """A migration this version does not know means a newer notifier wrote the database:
+    refuse it before anything is written (`untouched` names what stays as it was)."""
+    newer = sorted(applied - known)
+    if newer:
+        raise StoreRefused(
+            f"{path}: written by a newer version of notifier (schema {newer[-1]} is "
+            f"unknown here). Upgrade notifier; {untouched} was not changed."
+        )
 
-    def _refuse_newer(self, applied: Set[str], known: Set[str], untouched: str) -> None:
-        """A migration this version does not know means a newer notifier wrote the database:
-        refuse it before anything is written (`untouched` names what stays as it was)."""
-        newer = sorted(applied - known)
-        if newer:
-            raise StoreRefused(
-                f"{self.path}: written by a newer version of notifier (schema {newer[-1]} is "
-                f"unknown here). Upgrade notifier; {untouched} was not changed."
-            )
+
+class Checks:
+    """Refusing a database whose rows contradict each other, at a cost bounded by what needs
+    attention, never by the size of the runs. Run by every open before anything is written,
+    on the engine alone (no store exists yet)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.path = engine.path
+
+    @property
+    def conn(self) -> Any:  # read at each use: a test may stand another in its place
+        return self.engine.conn
 
     def check_invariants(self) -> None:
         """Refuse a database whose rows contradict each other: resuming on top of it could
         re-send or skip notifications. The checks read one committed state: a worker
         committing between two of their queries must not look like a contradiction."""
-        if not self._has_table("items"):
+        if not self.engine.has_table("items"):
             return
-        with self._snapshot():
+        with self.engine.snapshot():
             self._check_invariants()
 
     def _check_invariants(self) -> None:
@@ -37,14 +50,14 @@ class Checks(StoreCore):
         # "every sent item has a receipt" is first compared as two counts (each receipt is
         # written with its item's move to sent, and only then), and the items are searched
         # one by one only when the counts disagree.
-        if not self._has_table("run_counts") or self._receipts_disagree_with_sent():
+        if not self.engine.has_table("run_counts") or self._receipts_disagree_with_sent():
             for run_id, seq in self.conn.execute(
                 "SELECT i.run_id, i.seq FROM items i WHERE i.state = 'sent' AND NOT EXISTS "
                 "(SELECT 1 FROM receipts r WHERE r.idempotency_key = i.idempotency_key) LIMIT 5"
             ):
                 problems.append(f"run {run_id} item {seq} is sent but has no receipt")
         for run_id, seq in self.conn.execute(
-            f"SELECT i.run_id, i.seq FROM items i {self._indexed('items_attention')} "
+            f"SELECT i.run_id, i.seq FROM items i {self.engine.indexed('items_attention')} "
             f"WHERE {_ATTENTION} AND i.state = 'in_flight' "
             "AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.run_id = i.run_id "
             "AND a.seq = i.seq AND a.finished_at IS NULL) LIMIT 5"
@@ -52,7 +65,7 @@ class Checks(StoreCore):
             problems.append(f"run {run_id} item {seq} is in flight but has no open attempt")
         # Driven by the receipts: costs what was sent so far, not the size of the runs.
         for run_id, seq in self.conn.execute(
-            f"SELECT i.run_id, i.seq FROM receipts r {self._ORDERED_JOIN} items i "
+            f"SELECT i.run_id, i.seq FROM receipts r {self.engine.dialect.ordered_join} items i "
             "ON i.idempotency_key = r.idempotency_key "
             "WHERE i.state = 'sent' AND r.intent_digest != i.intent_digest LIMIT 5"
         ):

@@ -148,7 +148,7 @@ class Chunks(Ledger):
         """Chunks per state and the batches created for them (status's drafting line)."""
         summary = {"chunks": 0, "creating": 0, "submitted": 0, "done": 0, "canceled": 0}
         summary["batches_created"] = 0
-        if not self._has_table("draft_chunks"):  # read-only, before m007
+        if not self.engine.has_table("draft_chunks"):  # read-only, before m007
             return summary
         for state, n, created in self.conn.execute(
             "SELECT state, COUNT(*), COALESCE(SUM(created), 0) FROM draft_chunks "

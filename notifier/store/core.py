@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import functools
 import json
-import sqlite3
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
@@ -28,6 +27,7 @@ from ..state_machine import (
     item_next,
     run_next,
 )
+from .engine import Engine, Fence
 from .exceptions import LeaseLost, LostRace, WriteConflict
 from .migrations import stored_content_fingerprint
 
@@ -38,13 +38,6 @@ ATTENTION_STATES = (ItemState.IN_FLIGHT, ItemState.UNKNOWN, ItemState.FAILED)
 _ATTENTION = "state IN ({})".format(", ".join(f"'{s.value}'" for s in ATTENTION_STATES))
 # Events checked for gaps at each end of a run's history when a database is opened.
 _EVENT_WINDOW = 10_000
-_ITEM_COLUMNS = (
-    "seq, item_id, channel, target, payload, idempotency_key, intent_digest, not_after, identity, "
-    "not_before, send_window, send_tz"
-)
-# A newly planned item: its run, the item columns, then the rest, all `pending` and unattempted.
-_PENDING_COLUMNS = f"run_id, {_ITEM_COLUMNS}, updated_at, state, attempts"
-_HEADER = b"SQLite format 3\x00"
 # What a failed write leaves behind, as every storage failure message says.
 ROLLED_BACK = (
     "The write was rolled back whole: every outcome recorded before it is safe, and anything "
@@ -98,51 +91,47 @@ def _state_literal(state: ItemState) -> str:
 
 
 class StoreCore:
-    """The connection and what every seam shares: the write transaction (fenced by the
-    lease version), the event log, and the conditional moves through the state machine.
+    """What every seam shares, over one engine (engine.py): the write transaction (fenced by
+    the lease version), the event log, and the conditional moves through the state machine.
 
     The SQL is written once for both engines: `?` and `:name` parameters (the PostgreSQL
     connection translates them), CASTs where PostgreSQL cannot infer a parameter's type, and
-    the few engine-specific fragments below, which the PostgreSQL store overrides."""
+    the few engine-specific fragments of the engine's `dialect`."""
 
-    # Errors of the driver that mean "the database could not be written" (see _write).
-    _STORAGE_ERRORS: tuple[type[Exception], ...] = (sqlite3.OperationalError,)
-    # SQLite's CROSS JOIN fixes the join order (its planner otherwise starts from items).
-    _ORDERED_JOIN = "CROSS JOIN"
-    # How a claim locks the rows it picks (PostgreSQL: see postgres.py).
-    _CLAIM_LOCK = ""
-    # Whether INSERT/UPDATE may stand inside WITH (PostgreSQL): a group commit's acks and
-    # claim then go to the server as one statement each, not four (see Ledger).
-    _WRITING_CTES = False
-    # How a transaction reads a row it goes on to write, holding it to COMMIT against any
-    # other writer of that row (PostgreSQL: see postgres.py). Empty on SQLite, where BEGIN
-    # IMMEDIATE already holds the whole file for the transaction.
-    _ROW_LOCK = ""
-    # How a fenced transaction reads its worker's lease row: held (shared) to COMMIT, so a
-    # reap of that worker waits for the commit, or the commit sees the reap.
-    _SHARE_LOCK = ""
-
-    def __init__(self, path: Path | str, conn: Any) -> None:
-        # For SQLite the file; for PostgreSQL the server and database (never a password),
-        # as messages name it.
-        self.path = path
-        self.conn = conn
-        self._indexes: set[str] | None = None  # read once: see _indexed
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.dialect = engine.dialect
         # Set while this connection works a run under a worker lease of its own (many
         # workers on one PostgreSQL run): writes are fenced by that lease, claims record it.
         self.worker_id: str | None = None
+
+    @property
+    def path(self) -> Path | str:
+        """For SQLite the file; for PostgreSQL the server and database (never a password),
+        as messages name it."""
+        return self.engine.path
+
+    @property
+    def conn(self) -> Any:
+        return self.engine.conn
+
+    @conn.setter
+    def conn(self, conn: Any) -> None:  # tests stand a recording connection in its place
+        self.engine.conn = conn
 
     # ---------------------------------------------------------------- writing
 
     @contextmanager
     def _write(self, run_id: str | None = None, lease_version: int | None = None) -> Iterator[None]:
-        """One write transaction. IMMEDIATE takes the write lock up front: db.atomic()'s
-        deferred BEGIN can fail with SQLITE_BUSY_SNAPSHOT when a concurrent `cancel` commits
-        between our read and our write, and busy_timeout cannot retry that. With
-        `lease_version`, the transaction is fenced: it aborts if the lease moved on."""
+        """One write transaction, holding what it writes from its BEGIN (SQLite: BEGIN
+        IMMEDIATE, the write lock up front: a deferred BEGIN can fail with
+        SQLITE_BUSY_SNAPSHOT when a concurrent `cancel` commits between our read and our
+        write, and busy_timeout cannot retry that). With `lease_version`, the transaction is
+        fenced: it aborts if the lease moved on."""
+        errors = self.dialect.storage_errors
         try:
             self._begin_fenced(run_id, lease_version)
-        except self._STORAGE_ERRORS as exc:
+        except errors as exc:
             self._roll_back()
             raise self._storage_failure(exc) from exc
         except BaseException:
@@ -151,59 +140,45 @@ class StoreCore:
         try:
             yield
             self._commit()
-        except self._STORAGE_ERRORS as exc:
+        except errors as exc:
             self._roll_back()
             raise self._storage_failure(exc) from exc
         except BaseException:
             self._roll_back()
             raise
 
-    def _begin(self) -> None:
-        self.conn.execute("BEGIN IMMEDIATE")
-
     def _commit(self) -> None:
-        self.conn.execute("COMMIT")
+        self.engine.commit()
 
     def _begin_fenced(self, run_id: str | None, lease_version: int | None) -> None:
         """BEGIN, then with `lease_version` the fence (an engine may send both at once)."""
-        self._begin()
-        if lease_version is not None:
-            self._fence(run_id, lease_version)
+        if lease_version is None:
+            self.engine.begin_write(None)
+            return
+        row = self.engine.begin_write(self._fence_query(run_id))
+        self._check_fence(run_id, lease_version, row)
 
-    # A read transaction: every query in it sees the same committed state (SQLite's WAL
-    # snapshot is taken by its first read).
-    _BEGIN_SNAPSHOT = "BEGIN"
-
-    @contextmanager
-    def _snapshot(self) -> Iterator[None]:
+    def _snapshot(self) -> AbstractContextManager[None]:
         """Reads that see one committed state, whatever other processes commit meanwhile."""
-        self.conn.execute(self._BEGIN_SNAPSHOT)
-        try:
-            yield
-        finally:
-            self._roll_back()  # nothing was written
+        return self.engine.snapshot()
 
     def reading(self) -> AbstractContextManager[None]:
         """`_snapshot` for readers outside the store (notifier/observe/metrics.py): the
         figures of one scrape all come from one committed state."""
         return self._snapshot()
 
-    def _fence(self, run_id: str | None, lease_version: int) -> None:
-        """Abort the transaction unless the caller's lease is still valid: the run's, or
-        with `worker_id` the worker's own (a reaped worker's version has moved on)."""
-        sql, key = self._fence_query(run_id)
-        self._check_fence(run_id, lease_version, self.conn.execute(sql, (key,)).fetchone())
-
-    def _fence_query(self, run_id: str | None) -> tuple[str, str | None]:
-        """The read of the version the caller's lease must still hold, and its one key."""
+    def _fence_query(self, run_id: str | None) -> Fence:
+        """The read of the version the caller's lease must still hold, and its one key:
+        the run's, or with `worker_id` the worker's own (a reaped worker's version has moved
+        on)."""
         if self.worker_id is not None:
             return (
                 f"SELECT version FROM workers WHERE worker_id = ? AND state = 'live' "
-                f"{self._SHARE_LOCK}",
+                f"{self.dialect.share_lock}",
                 self.worker_id,
             )
         # The run's own lease is exclusive: its transactions take the run's row for good.
-        return f"SELECT lease_version FROM runs WHERE run_id = ? {self._ROW_LOCK}", run_id
+        return f"SELECT lease_version FROM runs WHERE run_id = ? {self.dialect.row_lock}", run_id
 
     @staticmethod
     def _check_fence(run_id: str | None, lease_version: int, row: Any) -> None:
@@ -211,40 +186,20 @@ class StoreCore:
             raise LeaseLost(f"run {run_id}: another process took over this run")
 
     def _roll_back(self) -> None:
-        if self.conn.in_transaction:
-            with suppress(Exception):  # a failed disk may refuse even the rollback
-                self.conn.execute("ROLLBACK")
+        self.engine.roll_back()
 
     def _storage_failure(self, exc: Exception) -> NotifierError:
         """Name what went wrong with the database, the safe state it leaves, and the fix
         (each engine names its own causes)."""
-        raise NotImplementedError
+        return self.engine.storage_failure(exc)
 
     def _event(self, run_id: str, kind: str, item_seq: int | None, detail: Any, at: str) -> None:
         """One event, numbered after the run's last (PostgreSQL numbers it at COMMIT)."""
-        self.conn.execute(
-            "INSERT INTO events (run_id, seq_no, at, kind, item_seq, detail) "
-            "SELECT ?, COALESCE(MAX(seq_no), 0) + 1, ?, ?, CAST(? AS INTEGER), ? FROM events "
-            "WHERE run_id = ?",
-            (run_id, at, kind, item_seq, _dump(detail), run_id),
-        )
+        self.engine.event(run_id, kind, item_seq, _dump(detail), at)
 
     def _events(self, run_id: str, kind: str, seqs: Sequence[int], detail: Any, at: str) -> None:
-        """`_event` for several items at once: one statement numbers them after the run's
-        last event (a bare MAX over the primary key: one seek to the index's edge)."""
-        values = ", ".join(
-            ["(CAST(? AS INTEGER), CAST(? AS INTEGER))"] + ["(?, ?)"] * (len(seqs) - 1)
-        )
-        params: list[Any] = [run_id, at, kind, _dump(detail), run_id]
-        for i, seq in enumerate(seqs, start=1):
-            params += [i, seq]
-        self.conn.execute(
-            "INSERT INTO events (run_id, seq_no, at, kind, item_seq, detail) "
-            "SELECT ?, COALESCE(last.n, 0) + v.column1, ?, ?, v.column2, ? "
-            "FROM (SELECT MAX(seq_no) AS n FROM events WHERE run_id = ?) AS last, "
-            f"(VALUES {values}) AS v",
-            params,
-        )
+        """`_event` for several items at once."""
+        self.engine.events(run_id, kind, seqs, _dump(detail), at)
 
     def _move_item(
         self, run_id: str, seq: int, current: ItemState, trigger: ItemTrigger, at: str, **sets: Any
@@ -285,28 +240,10 @@ class StoreCore:
         )
         return target
 
-    def _indexed(self, index: str) -> str:
-        """`INDEXED BY index` when the file has it (a read-only open of a file older than
-        m004 does not): without statistics SQLite may prefer a full index of the run over a
-        partial one of the few rows asked for."""
-        if self._indexes is None:
-            self._indexes = {
-                r[0]
-                for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
-            }
-        return f"INDEXED BY {index}" if index in self._indexes else ""
-
-    def _stream(self, sql: str, params: Sequence[Any]) -> Iterator[Any]:
-        """Rows read as the caller goes (SQLite's cursor steps through the file)."""
-        yield from self.conn.execute(sql, params)
-
     def _insert_row(self, table: str, row: dict[str, Any]) -> None:
         columns = ", ".join(row)
         values = ", ".join(f":{column}" for column in row)
         self.conn.execute(f"INSERT INTO {table} ({columns}) VALUES ({values})", row)
-
-    def _columns(self, table: str) -> set[str]:
-        return {r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")}
 
     def runs(self) -> list[Run]:
         rows = self.conn.execute("SELECT * FROM runs ORDER BY created_at DESC, rowid DESC")
@@ -316,7 +253,7 @@ class StoreCore:
         """The run, read to be written in this transaction: its row is held to COMMIT, so a
         state read here is still the state when the conditional move runs."""
         row = self.conn.execute(
-            f"SELECT * FROM runs WHERE run_id = ? {self._ROW_LOCK}", (run_id,)
+            f"SELECT * FROM runs WHERE run_id = ? {self.dialect.row_lock}", (run_id,)
         ).fetchone()
         if row is None:
             raise KeyError(run_id)
@@ -329,7 +266,7 @@ class StoreCore:
         return run_from_row(row)
 
     def _runs_with_content_fingerprint(self, content_fingerprint: str) -> list[Run]:
-        if "content_fingerprint" not in self._columns("runs"):
+        if "content_fingerprint" not in self.engine.columns("runs"):
             # Opened read-only before m002 was applied: compute what m002 would store.
             return [
                 run
@@ -341,13 +278,6 @@ class StoreCore:
             (content_fingerprint,),
         )
         return [run_from_row(r) for r in rows]
-
-    def _has_table(self, name: str) -> bool:
-        return bool(
-            self.conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
-            ).fetchone()
-        )
 
 
 def _dump(value: Any) -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .. import clock
 from ..records import Counts, Run, StoredDraft
@@ -16,9 +16,6 @@ from .chunks import Chunks
 from .core import _dump
 from .exceptions import LostRace
 from .stage import PlanStage
-
-if TYPE_CHECKING:
-    from . import Store
 
 
 class Drafts(Chunks):
@@ -140,7 +137,8 @@ class Drafts(Chunks):
         at = clock.now_iso()
         with self._write():
             row = self.conn.execute(
-                f"SELECT options FROM runs WHERE run_id = ? AND fingerprint = '' {self._ROW_LOCK}",
+                "SELECT options FROM runs WHERE run_id = ? AND fingerprint = '' "
+                f"{self.dialect.row_lock}",
                 (run_id,),
             ).fetchone()
             if row is None:
@@ -283,7 +281,15 @@ class Drafts(Chunks):
                 self._move_run(run_id, then, at)
 
 
-def run_counts(store: Store, run: Run) -> Counts:
+class _Counted(Protocol):
+    """What run_counts reads of the store (a Store, which this module must not import)."""
+
+    def counts(self, run_id: str) -> Counts: ...
+
+    def draft_summary(self, run_id: str) -> dict[str, int]: ...
+
+
+def run_counts(store: _Counted, run: Run) -> Counts:
     """The run's item counts; for a --compose run still drafting (no intents yet), its
     rows: every row whose draft did not fail counts as pending, every failure as failed (so
     `status` and `runs` show its real total before its intents exist)."""

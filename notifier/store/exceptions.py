@@ -8,7 +8,7 @@ from .. import clock
 from ..errors import BadInput, NeedsAttention, Refused
 
 if TYPE_CHECKING:
-    from .history import Prior
+    from .prior import Prior
 
 
 class StoreRefused(Refused):

@@ -17,19 +17,12 @@ every row at once: a million rows are never compared one by one in Python."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-
 from .core import StoreCore
+from .prior import CHANGED, DELIVERED, OPEN, RETRIED, UNSETTLED, Prior
 from .stage import PlanStage
 
-OPEN, UNSETTLED, DELIVERED, CHANGED, RETRIED = (
-    "open",
-    "unsettled",
-    "delivered",
-    "changed",
-    "retried",
-)
+__all__ = ["CHANGED", "DELIVERED", "OPEN", "RETRIED", "UNSETTLED", "History", "Prior"]
+
 # Refused rows listed by name in a message; the rest are counted.
 LISTED = 10
 
@@ -79,65 +72,29 @@ DELETE FROM {stage} WHERE EXISTS (SELECT 1 FROM items p
 """
 
 
-@dataclass(frozen=True)
-class Prior:
-    """A plan's rows against earlier runs: per verdict, how many rows, by the run named for
-    them (the newest run in which the verdict holds), oldest run first."""
-
-    total: int  # rows in the plan
-    by_run: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
-    changed_rows: list[tuple[int, str]] = field(default_factory=list)  # (seq, id), first ten
-
-    def count(self, verdict: str) -> int:
-        return sum(self.by_run.get(verdict, {}).values())
-
-    def runs(self, verdict: str) -> list[str]:
-        return list(self.by_run.get(verdict, {}))
-
-    @property
-    def left(self) -> int:
-        """Rows that a send would plan (refusals aside)."""
-        return self.total - self.count(DELIVERED)
-
-    def refused(self, resend_changed: bool) -> bool:
-        return bool(
-            self.count(OPEN)
-            or self.count(UNSETTLED)
-            or (self.count(CHANGED) and not resend_changed)
-        )
-
-
 class History(StoreCore):
     """Comparing a staged plan with every earlier run of the database."""
-
-    def _stage_table(self, stage: PlanStage) -> str:
-        """The name under which this connection reads `stage`'s items until the current
-        transaction ends (each engine makes it visible its own way)."""
-        raise NotImplementedError
 
     def compare_plan(self, stage: PlanStage) -> Prior:
         """What `send` would decide for `stage`, reading only (for --dry-run). A database
         from before m006 has no identities yet: every row reads as new there, until the next
         send migrates it."""
-        if "identity" not in self._columns("items"):
+        if "identity" not in self.engine.columns("items"):
             return Prior(stage.count)
         try:
             with self._snapshot():
-                return self._compare(self._stage_table(stage), stage.count)
+                return self._compare(self.engine.stage_table(stage), stage.count)
         finally:
-            self._release_stage()
-
-    def _release_stage(self) -> None:
-        """Let go of what `_stage_table` held past its transaction."""
+            self.engine.release_stage()
 
     def _compare(self, stage: str, total: int) -> Prior:
         by_run: dict[str, dict[str, int]] = {}
-        sql = _BY_RUN.format(stage=stage, join=self._ORDERED_JOIN)
+        sql = _BY_RUN.format(stage=stage, join=self.dialect.ordered_join)
         for verdict, run_id, n in self.conn.execute(sql).fetchall():
             by_run.setdefault(verdict, {})[run_id] = int(n)
         changed: list[tuple[int, str]] = []
         if CHANGED in by_run:
-            sql = _CHANGED_ROWS.format(stage=stage, join=self._ORDERED_JOIN)
+            sql = _CHANGED_ROWS.format(stage=stage, join=self.dialect.ordered_join)
             changed = [(int(seq), item_id) for seq, item_id in self.conn.execute(sql)]
         return Prior(total, by_run, changed)
 

@@ -149,7 +149,7 @@ class Leases(StoreCore):
     def live_workers(self, run_id: str) -> list[Worker]:
         """The workers whose lease rows say live (dead or not: lease.holder_alive decides),
         each with how many items it holds in flight."""
-        if not self._has_table("workers"):
+        if not self.engine.has_table("workers"):
             return []  # opened read-only before m005
         return self._live_workers(run_id)
 

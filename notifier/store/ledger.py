@@ -19,7 +19,7 @@ from ..state_machine import (
     RunTrigger,
     item_next,
 )
-from . import waiting
+from . import waiting, writes
 from .core import (
     _ACTIVE,
     MAYBE_DELIVERED,
@@ -30,6 +30,7 @@ from .core import (
 )
 from .exceptions import LostRace
 from .planning import Planning
+from .writes import Group, Write
 
 
 class Ledger(Planning):
@@ -88,7 +89,7 @@ class Ledger(Planning):
         with self._write(run_id, lease_version):
             # Locked as claims lock theirs: an item another worker is claiming right now is
             # left to its claim, not moved under it (a lost race would stop this worker).
-            for seq in self._due_for_expiry(run_id, at, self._CLAIM_LOCK):
+            for seq in self._due_for_expiry(run_id, at, self.dialect.claim_lock):
                 self._move_item(run_id, seq, ItemState.PENDING, ItemTrigger.EXPIRE, at)
                 expired.append(seq)
         return expired
@@ -196,48 +197,37 @@ class Ledger(Planning):
         current = ItemState.IN_FLIGHT
         target = item_next(ItemTrigger.ACK, current)
         detail = {"from": current.value, "to": target.value}
-        # Each statement reads the answers from `v`: a VALUES list, or the WITH that names it.
-        v = "v" if self._WRITING_CTES else f"(VALUES {values}) AS v"
-        close_attempts = (
+        # Each statement reads the answers from `{v}`: a VALUES list, or the WITH naming it.
+        close_attempts = Write(
             "UPDATE attempts SET finished_at = v.column2, outcome = v.column3, "
             "http_status = v.column4, error = v.column5, retry_after_s = v.column6, "
             "started_at = COALESCE(v.column10, attempts.started_at) "
-            f"FROM {v} WHERE attempts.run_id = ? AND attempts.seq = v.column1 "
-            "AND attempts.finished_at IS NULL"
+            "FROM {v} WHERE attempts.run_id = ? AND attempts.seq = v.column1 "
+            "AND attempts.finished_at IS NULL",
+            after=[run_id],
         )
-        add_receipts = (
+        add_receipts = Write(
             "INSERT INTO receipts (idempotency_key, intent_digest, receipt_id, source, evidence, "
             "recorded_at) SELECT i.idempotency_key, i.intent_digest, v.column7, v.column8, "
-            f"v.column9, ? FROM {v} JOIN items AS i ON i.run_id = ? AND i.seq = v.column1"
+            "v.column9, ? FROM {v} JOIN items AS i ON i.run_id = ? AND i.seq = v.column1",
+            before=[at],
+            after=[run_id],
         )
-        move_items = (
+        move_items = Write(
             "UPDATE items SET state = ?, updated_at = ?, next_attempt_at = NULL, "
-            f"last_error = v.column5, receipt_id = v.column7 FROM {v} "
-            f"WHERE items.run_id = ? AND items.seq = v.column1 "
-            f"AND items.state = {_state_literal(current)}"
+            "last_error = v.column5, receipt_id = v.column7 FROM {v} "
+            "WHERE items.run_id = ? AND items.seq = v.column1 "
+            f"AND items.state = {_state_literal(current)}",
+            before=[target.value, at],
+            after=[run_id],
         )
-        if self._WRITING_CTES:
-            # One statement, one round trip to the server instead of three; every part sees
-            # the same snapshot, and the events are those of the rows really moved (PostgreSQL
-            # numbers them at COMMIT: see postgres.py).
-            seqs = [
-                seq
-                for (seq,) in self.conn.execute(
-                    f"WITH v AS (VALUES {values}), closed AS ({close_attempts}), "
-                    f"receipted AS ({add_receipts}), "
-                    f"moved AS ({move_items} RETURNING items.seq) "
-                    "SELECT seq FROM moved ORDER BY seq",
-                    [*params, run_id, at, run_id, target.value, at, run_id],
-                ).fetchall()
-            ]
-            moved = len(seqs)
-            self._events(run_id, "ack", seqs, detail, at)
-        else:
-            self.conn.execute(close_attempts, [*params, run_id])
-            self.conn.execute(add_receipts, [at, *params, run_id])
-            moved = self.conn.execute(move_items, [target.value, at, *params, run_id]).rowcount
-            self._events(run_id, "ack", [o.seq for o in acks], detail, at)
-        if moved != len(acks):  # raised inside the transaction: every write above is undone
+        # As one statement, every part sees the same snapshot, and the events are those of
+        # the rows really moved (PostgreSQL numbers them at COMMIT: see postgres.py).
+        group = Group([close_attempts, add_receipts, move_items], 2, "items.seq", values, params)
+        moved = writes.run(self.conn, self.dialect, group)
+        seqs = moved.seqs if moved.seqs is not None else [o.seq for o in acks]
+        self._events(run_id, "ack", seqs, detail, at)
+        if moved.rowcount != len(acks):  # raised inside the transaction: every write is undone
             raise LostRace(f"run {run_id}: expected {len(acks)} items in_flight for ack")
 
     def _claim(
@@ -280,41 +270,26 @@ class Ledger(Planning):
         detail = {"from": current.value, "to": target.value}
         seqs = [row["seq"] for row in rows]
         marks = ", ".join("?" * len(seqs))
-        move_items = (
+        move_items = Write(
             "UPDATE items SET state = ?, updated_at = ?, attempts = attempts + 1, "
             "next_attempt_at = NULL, worker_id = ? "
-            f"WHERE run_id = ? AND seq IN ({marks}) AND state = {_state_literal(current)}"
+            f"WHERE run_id = ? AND seq IN ({marks}) AND state = {_state_literal(current)}",
+            before=[target.value, at, self.worker_id, run_id, *seqs],
         )
-        move_params = [target.value, at, self.worker_id, run_id, *seqs]
         # n counts attempt rows, not the item's attempts: a released attempt (claimed,
         # never started) keeps its row but is not counted as an attempt.
         values = ", ".join(["(?, CAST(? AS DOUBLE PRECISION))"] + ["(?, ?)"] * (len(seqs) - 1))
-        open_attempts = (
+        open_attempts = Write(
             "INSERT INTO attempts (run_id, seq, n, started_at, waited_s) "
             "SELECT ?, v.column1, (SELECT COALESCE(MAX(n), 0) + 1 FROM attempts AS a "
             "WHERE a.run_id = ? AND a.seq = v.column1), ?, v.column2 "
-            f"FROM (VALUES {values}) AS v"
-        )
-        open_params = [
-            run_id, run_id, at, *[x for pair in zip(seqs, waited, strict=True) for x in pair]
-        ]  # fmt: skip
-        if self._WRITING_CTES:
-            # The two writes as one statement: one round trip instead of two.
-            moved_seqs = [
-                seq
-                for (seq,) in self.conn.execute(
-                    f"WITH moved AS ({move_items} RETURNING seq), "
-                    f"opened AS ({open_attempts}) SELECT seq FROM moved ORDER BY seq",
-                    [*move_params, *open_params],
-                ).fetchall()
-            ]
-            moved = len(moved_seqs)
-            self._events(run_id, "start", moved_seqs, detail, at)
-        else:
-            moved = self.conn.execute(move_items, move_params).rowcount
-            self._events(run_id, "start", seqs, detail, at)
-            self.conn.execute(open_attempts, open_params)
-        if moved != len(seqs):  # raised inside the transaction: every write above is undone
+            f"FROM (VALUES {values}) AS v",
+            before=[run_id, run_id, at, *[x for pair in zip(seqs, waited, strict=True)
+                                          for x in pair]],
+        )  # fmt: skip
+        moved = writes.run(self.conn, self.dialect, Group([move_items, open_attempts], 0))
+        self._events(run_id, "start", seqs if moved.seqs is None else moved.seqs, detail, at)
+        if moved.rowcount != len(seqs):  # raised inside the transaction: every write is undone
             raise LostRace(f"run {run_id}: expected {len(seqs)} items pending for start")
         # The items as the move left them.
         return [
@@ -334,7 +309,7 @@ class Ledger(Planning):
         while True:
             found = self.conn.execute(
                 f"SELECT *, {self._on_list()} FROM items WHERE {where} ORDER BY seq LIMIT ? "
-                f"{self._CLAIM_LOCK}",
+                f"{self.dialect.claim_lock}",
                 [*params, limit],
             ).fetchall()
             gone = self._suppressed_claims(run_id, found, at) if found else set()

@@ -12,13 +12,11 @@ from ..state_machine import (
     RunTrigger,
 )
 from .core import (
-    _ITEM_COLUMNS,
-    _PENDING_COLUMNS,
     _dump,
 )
 from .exceptions import PlanRefused, RunExists
 from .history import DELIVERED, History, Prior
-from .stage import PlanStage
+from .stage import _ITEM_COLUMNS, _PENDING_COLUMNS, PlanStage
 from .suppressions import Suppressions
 
 
@@ -59,7 +57,7 @@ class Planning(History, Suppressions):
                 raise RunExists(run["run_id"])
             prior = None
             if isinstance(items, PlanStage) and not new_run:
-                stage = self._stage_table(items)
+                stage = self.engine.stage_table(items)
                 prior = self._compare(stage, items.count)
                 if prior.refused(resend_changed):
                     raise PlanRefused(prior)
@@ -143,7 +141,7 @@ class Planning(History, Suppressions):
                 counted += 1
                 yield (run_id, *row, at)
 
-        self._insert_pending(tagged())
+        self.engine.insert_pending(tagged())
         return counted
 
     def _copy_stage(self, run_id: str, stage: PlanStage, at: str) -> int:
@@ -151,15 +149,11 @@ class Planning(History, Suppressions):
         SELECT, the database copying the rows itself."""
         copied = self.conn.execute(
             f"INSERT INTO items ({_PENDING_COLUMNS}) SELECT ?, {_ITEM_COLUMNS}, ?, 'pending', 0 "
-            f"FROM {self._stage_table(stage)} ORDER BY seq",
+            f"FROM {self.engine.stage_table(stage)} ORDER BY seq",
             (run_id, at),
         )
-        self._gather_statistics()
+        self.engine.gather_statistics()
         return int(copied.rowcount)
-
-    def _gather_statistics(self) -> None:
-        """After a plan's items are inserted (PostgreSQL's planner needs them; SQLite's
-        does not)."""
 
     @contextmanager
     def _planning(self) -> Iterator[None]:
@@ -167,20 +161,7 @@ class Planning(History, Suppressions):
         once the transaction has ended (SQLite cannot detach a database inside one)."""
         try:
             with self._write():
-                self._serialise_plans()
+                self.engine.serialise_plans()
                 yield
         finally:
-            self._release_stage()
-
-    def _serialise_plans(self) -> None:
-        """Plans one at a time: each compares its rows with every run's before it inserts
-        (SQLite's BEGIN IMMEDIATE already holds the file; PostgreSQL takes a lock of its own
-        that only plans take)."""
-
-    def _insert_pending(self, rows: Iterable[tuple[Any, ...]]) -> None:
-        """Item rows (run_id, the item columns, updated_at), all `pending`, none attempted."""
-        self.conn.executemany(
-            f"INSERT INTO items ({_PENDING_COLUMNS}) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0)",
-            rows,
-        )
+            self.engine.release_stage()

@@ -1,15 +1,17 @@
-"""The PostgreSQL store (`--db postgresql://…`): the SQLite store's seams and SQL over
-psycopg 3, so several workers on several machines can share one run.
+"""The PostgreSQL engine (engine.py; `--db postgresql://…`): the store's parts and SQL over
+psycopg 3, so several workers on several machines can share one run. Imported only when a
+postgresql:// target is opened: psycopg's import costs every command about 0.3 s of
+start-up, which `status` or `resume` on an SQLite file must not pay.
 
 Writers do not take turns per schema, as SQLite's do per file (BEGIN IMMEDIATE): each
 write transaction locks only the rows it needs, so the item writes of two workers' group
 commits on one run go on side by side, and two runs never wait for each other at all.
 
-- A run's events are numbered at COMMIT (`_commit`), under its `runs` row taken FOR NO KEY
+- A run's events are numbered at COMMIT (`commit`), under its `runs` row taken FOR NO KEY
   UPDATE as the transaction's last step: contiguous and unique per run. The run counters'
   triggers fire at COMMIT too (m010), under that row.
 - A run's state read then moved, a join, the exclusive lease, leaving, adopting: the run's
-  row is read FOR NO KEY UPDATE first (`_locked_run`).
+  row is read FOR NO KEY UPDATE first (core's `_locked_run`).
 - Fencing: a worker's lease row is read FOR SHARE and held to COMMIT, so a reap waits for a
   commit in progress, or the commit sees the reap and aborts.
 - Claims take their rows FOR UPDATE SKIP LOCKED; buckets and gates are single statements.
@@ -24,6 +26,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Self
 
@@ -35,8 +38,9 @@ from psycopg.pq import TransactionStatus
 
 from ..errors import NotifierError
 from . import migrations
-from .checks import Checks
-from .core import _ITEM_COLUMNS, _PENDING_COLUMNS, ROLLED_BACK, _dump
+from .checks import Checks, refuse_newer
+from .core import ROLLED_BACK
+from .engine import Dialect, Fence, written
 from .exceptions import (
     DatabaseUnwritable,
     NoDatabase,
@@ -44,12 +48,12 @@ from .exceptions import (
     StoreRefused,
     WriteConflict,
 )
-from .stage import PlanStage
+from .stage import _ITEM_COLUMNS, _PENDING_COLUMNS, PlanStage
 
 # How long a write waits for another process's transaction, as SQLite's busy_timeout.
 LOCK_TIMEOUT_S = 10
 # A transaction-scoped lock of the schema, for what must run one at a time in it: opens
-# applying migrations, and plans (never a run's writes: see _commit).
+# applying migrations, and plans (never a run's writes: see PostgresEngine.commit).
 _SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('{key}:' || current_schema()))"
 # A transaction's events (_commit): every column an array, in the order written; each run's
 # numbered on from its last event. Parameters: the runs, then run_id, kind, item_seq,
@@ -168,38 +172,61 @@ class PgConnection:
         self.raw.close()
 
 
-class PostgresOpening(Checks):
-    """Connecting to the server and the checks that come first, as for an SQLite file: a
-    schema that is not notifier's, or is newer, is refused untouched."""
+POSTGRES = Dialect(
+    name="postgresql",
+    storage_errors=(psycopg.OperationalError, pg_errors.ReadOnlySqlTransaction),
+    ordered_join="JOIN",  # PostgreSQL plans the join order itself
+    claim_lock="FOR UPDATE SKIP LOCKED",
+    # NO KEY: rows that refer to the one held (items, events…) may still be inserted.
+    row_lock="FOR NO KEY UPDATE",
+    share_lock="FOR SHARE",
+    begin_snapshot="BEGIN ISOLATION LEVEL REPEATABLE READ",
+    now_s="EXTRACT(EPOCH FROM clock_timestamp())::float8",
+    least="LEAST",
+    # LOWER lower-cases ASCII letters only under the "C" collation, as SQLite's does: plan
+    # time matches a suppressed address alike on both engines (suppressions.py). The result
+    # is compared in the database's collation, the primary key's: compared under "C", the
+    # claim's probe could not use the key and scanned the whole list for every row.
+    address_of='(LOWER(TRIM({}) COLLATE "C") COLLATE "default")',
+    writing_ctes=True,  # each round trip to the server is felt in a group commit
+    shares_runs=True,
+)
 
-    _STORAGE_ERRORS = (psycopg.OperationalError, pg_errors.ReadOnlySqlTransaction)
-    _ORDERED_JOIN = "JOIN"  # PostgreSQL plans the join order itself
-    # Two workers' claims never pick the same row, and never wait for each other's rows.
-    _CLAIM_LOCK = "FOR UPDATE SKIP LOCKED"
-    _WRITING_CTES = True  # each round trip to the server is felt in a group commit
-    _BEGIN_SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ"
-    _NOW_S = "EXTRACT(EPOCH FROM clock_timestamp())::float8"
-    _LEAST = "LEAST"
-    conn: PgConnection
-    url: str
+
+class PostgresEngine:
+    """Connecting to the server and the checks that come first, as for an SQLite file: a
+    schema that is not notifier's, or is newer, is refused untouched. Then the engine's part
+    of every transaction (engine.Engine)."""
+
+    dialect = POSTGRES
+
+    def __init__(self, url: str, conn: PgConnection, *, readonly: bool = False) -> None:
+        self.url = url
+        self.path = describe(url)
+        self.conn: Any = conn
+        self._readonly = readonly  # opened for a read-only command
+        # Events wait in the transaction until COMMIT (see commit): (run_id, kind,
+        # item_seq, detail, at), in the order they were written.
+        self._due_events: list[tuple[str, str, int | None, str | None, str]] = []
+        self._stage_copied = False  # the plan's stage copied into this transaction's table
 
     @classmethod
     def open(cls, path: Path | str, *, create: bool = False, readonly: bool = False) -> Self:
         url = str(path)
-        store = cls._connect(url, readonly=readonly)
+        engine = cls._connect(url, readonly=readonly)
         try:
-            if store._check_schema() and not create:
+            if engine._check_schema() and not create:
                 raise NoDatabase(
-                    f"{store.path}: no notifier database here yet. Run `notifier send "
+                    f"{engine.path}: no notifier database here yet. Run `notifier send "
                     "BATCH.csv` first, or point --db (or NOTIFIER_DB) at an existing one."
                 )
-            store.check_invariants()
+            Checks(engine).check_invariants()
             if not readonly:
-                store._prepare()
+                engine._prepare()
         except BaseException:
-            store.close()
+            engine.close()
             raise
-        return store
+        return engine
 
     @classmethod
     def _connect(cls, url: str, *, readonly: bool = False) -> Self:
@@ -220,69 +247,59 @@ class PostgresOpening(Checks):
         raw.execute(f"SET lock_timeout = '{LOCK_TIMEOUT_S}s'")
         if readonly:  # the server itself refuses any write from a read-only command
             raw.execute("SET default_transaction_read_only = on")
-        store = cls(describe(url), PgConnection(raw))
-        store.url = url
-        store._readonly = readonly
-        store._due_events = []
-        return store
+        return cls(url, PgConnection(raw), readonly=readonly)
 
     def secondary(self) -> Self:
-        store = type(self)._connect(self.url)
-        store.worker_id = self.worker_id
-        return store
-
-    def close(self) -> None:
-        self.conn.close()
-
-    # A row read to be written, held to COMMIT against every other writer of it; NO KEY:
-    # rows that refer to it (items, events…) may still be inserted meanwhile.
-    _ROW_LOCK = "FOR NO KEY UPDATE"
-    # A worker's fence: its lease row held shared to COMMIT, so a reap (an UPDATE of that
-    # row) waits for the commit, or the commit's read sees the reap and aborts.
-    _SHARE_LOCK = "FOR SHARE"
+        return type(self)._connect(self.url)
 
     def _prepare(self) -> None:
         if migrations.POSTGRES.applied(self.conn) >= migrations.NAMES:
             return  # the usual open: nothing to apply, no lock to wait for
-        with self._write():
+        with written(self):
             # Migrations one process at a time: two opening an older schema at once must not
             # both find one pending (apply reads them again under the lock). Only opens that
             # migrate take this lock; no write of a run ever does.
             self.conn.execute(_SCHEMA_LOCK.format(key="notifier"))
             migrations.POSTGRES.apply(self.conn)
 
-    def _serialise_plans(self) -> None:
+    def serialise_plans(self) -> None:
         """Plans one at a time (Planning._planning): a plan compares its rows with every run's
         before it inserts, so two `send`s of one batch must not both pass the comparison.
         Only plans take this lock: the workers' writes never wait for it."""
         self.conn.execute(_SCHEMA_LOCK.format(key="notifier-plans"))
 
-    def _begin_fenced(self, run_id: str | None, lease_version: int | None) -> None:
+    def begin_write(self, fence: Fence | None) -> Any:
         """BEGIN and the fence's locking read in one round trip: a group commit of the
         pipeline is a handful of round trips to the server, and each is felt."""
         self._due_events = []
-        if lease_version is None:
+        if fence is None:
             self.conn.execute("BEGIN")
-            return
-        sql, key = self._fence_query(run_id)
+            return None
+        sql, key = fence
         cursor = self.conn.execute_script(f"BEGIN; {sql.replace('?', self.conn.literal(key))}")
         cursor.nextset()  # the fence's
-        self._check_fence(run_id, lease_version, cursor.fetchone())
+        return cursor.fetchone()
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        self.conn.execute(self.dialect.begin_snapshot)
+        try:
+            yield
+        finally:
+            self.roll_back()  # nothing was written
 
     # ---------------------------------------------------------------- events, at COMMIT
 
-    # Events wait in the transaction until COMMIT (see _commit): (run_id, kind, item_seq,
-    # detail, at), in the order they were written.
-    _due_events: list[tuple[str, str, int | None, str | None, str]]
+    def event(self, run_id: str, kind: str, item_seq: int | None, detail: str | None,
+              at: str) -> None:  # fmt: skip
+        self._due_events.append((run_id, kind, item_seq, detail, at))
 
-    def _event(self, run_id: str, kind: str, item_seq: int | None, detail: Any, at: str) -> None:
-        self._due_events.append((run_id, kind, item_seq, _dump(detail), at))
+    def events(
+        self, run_id: str, kind: str, seqs: Sequence[int], detail: str | None, at: str
+    ) -> None:
+        self._due_events.extend((run_id, kind, seq, detail, at) for seq in seqs)
 
-    def _events(self, run_id: str, kind: str, seqs: Sequence[int], detail: Any, at: str) -> None:
-        text = _dump(detail)
-        self._due_events.extend((run_id, kind, seq, text, at) for seq in seqs)
-
-    def _commit(self) -> None:
+    def commit(self) -> None:
         """The transaction's events, numbered, then COMMIT, in one round trip.
 
         What serialises two writers of one run is its `runs` row, taken here, as late as a
@@ -301,15 +318,20 @@ class PostgresOpening(Checks):
         with self.conn.raw.pipeline():
             self.conn.execute(
                 "SELECT 1 FROM runs WHERE run_id = ANY(CAST(? AS TEXT[])) ORDER BY run_id "
-                f"{self._ROW_LOCK}",
+                f"{self.dialect.row_lock}",
                 (runs,),
             )
             self.conn.execute(_NUMBERED_EVENTS, [runs, *map(list, zip(*due, strict=True))])
             self.conn.execute("COMMIT")
 
-    def _roll_back(self) -> None:
+    def roll_back(self) -> None:
         self._due_events = []
-        super()._roll_back()
+        if self.conn.in_transaction:
+            with suppress(Exception):  # a lost connection may refuse even the rollback
+                self.conn.execute("ROLLBACK")
+
+    def close(self) -> None:
+        self.conn.close()
 
     def _check_schema(self) -> bool:
         """True for an empty schema (ours to initialise); refuse a foreign or newer one."""
@@ -329,10 +351,12 @@ class PostgresOpening(Checks):
                 f"{listed}). Point --db at a notifier database, or at an empty database or "
                 "schema (options=-csearch_path=NAME in the URL)."
             )
-        self._refuse_newer(migrations.POSTGRES.applied(self.conn), migrations.NAMES, "the database")
+        refuse_newer(
+            self.path, migrations.POSTGRES.applied(self.conn), migrations.NAMES, "the database"
+        )
         return False
 
-    def _storage_failure(self, exc: Exception) -> NotifierError:
+    def storage_failure(self, exc: Exception) -> NotifierError:
         cause = _first_line(exc)
         if isinstance(exc, pg_errors.DiskFull):
             return StorageFailed(
@@ -360,7 +384,7 @@ class PostgresOpening(Checks):
             "the server and the connection to it, then run `notifier resume`."
         )
 
-    def _stream(self, sql: str, params: Sequence[Any]) -> Iterator[Any]:
+    def stream(self, sql: str, params: Sequence[Any]) -> Iterator[Any]:
         """Rows from a server-side cursor, a chunk at a time: a client-side cursor would hold
         every row of a million-item report in memory at once."""
         query, _ = native(sql)
@@ -372,10 +396,7 @@ class PostgresOpening(Checks):
             cursor.execute(query, params)
             yield from cursor
 
-    _stage_copied = False  # the plan's stage copied into this transaction's temp table
-    _readonly = False  # opened for a read-only command
-
-    def _stage_table(self, stage: PlanStage) -> str:
+    def stage_table(self, stage: PlanStage) -> str:
         """The server cannot read the stage's file: its rows are copied, in one COPY stream,
         into a temporary table that the transaction's end drops. The comparison with
         earlier runs and the copy into `items` are then one statement each on the server."""
@@ -399,33 +420,33 @@ class PostgresOpening(Checks):
             self._stage_copied = True
         return "plan_stage_items"
 
-    def _release_stage(self) -> None:
+    def release_stage(self) -> None:
         self._stage_copied = False  # dropped with its transaction, committed or not
 
-    def _gather_statistics(self) -> None:
+    def gather_statistics(self) -> None:
         """Statistics for the rows just copied, before autovacuum gets to them (a minute or
         more): without any, the planner guesses one row per run and each claim's move
         filtered every pending item of the run instead of looking up its seqs. ANALYZE
         samples a bounded number of rows, and runs inside this transaction."""
         self.conn.execute("ANALYZE items")
 
-    def _insert_pending(self, rows: Iterable[tuple[Any, ...]]) -> None:
+    def insert_pending(self, rows: Iterable[tuple[Any, ...]]) -> None:
         """COPY: a million intents in one stream, several times faster than INSERTs."""
         with self.conn.raw.cursor().copy(f"COPY items ({_PENDING_COLUMNS}) FROM STDIN") as copy:
             for row in rows:
                 copy.write_row((*row, "pending", 0))
-        self._gather_statistics()
+        self.gather_statistics()
 
-    def _indexed(self, index: str) -> str:
+    def indexed(self, index: str) -> str:
         return ""  # PostgreSQL's planner has statistics; SQLite's INDEXED BY has no twin
 
-    def _has_table(self, name: str) -> bool:
+    def has_table(self, name: str) -> bool:
         (found,) = self.conn.execute(
             "SELECT to_regclass(CAST(? AS TEXT)) IS NOT NULL", (name,)
         ).fetchone()
         return bool(found)
 
-    def _columns(self, table: str) -> set[str]:
+    def columns(self, table: str) -> set[str]:
         return {
             r[0]
             for r in self.conn.execute(

@@ -74,7 +74,7 @@ class Queries(StoreCore):
     def counts(self, run_id: str) -> Counts:
         """Items per state, from the counters m004's triggers keep with every move: one
         indexed read of at most one row per state, whatever the size of the run."""
-        if self._has_table("run_counts"):
+        if self.engine.has_table("run_counts"):
             sql = "SELECT state, n FROM run_counts WHERE run_id = ?"
         else:  # opened read-only before m004 was applied: count the rows
             sql = "SELECT state, COUNT(*) FROM items WHERE run_id = ? GROUP BY state"
@@ -88,7 +88,9 @@ class Queries(StoreCore):
 
     def items(self, run_id: str, states: Sequence[ItemState] | None = None) -> Iterator[Item]:
         if states is None:
-            cursor = self._stream("SELECT * FROM items WHERE run_id = ? ORDER BY seq", (run_id,))
+            cursor = self.engine.stream(
+                "SELECT * FROM items WHERE run_id = ? ORDER BY seq", (run_id,)
+            )
         else:
             marks = ", ".join("?" * len(states))
             # Repeating a partial index's own condition lets SQLite use it: the attention
@@ -96,7 +98,7 @@ class Queries(StoreCore):
             # else the active one.
             indexed = ""
             if all(s in ATTENTION_STATES for s in states):
-                active, indexed = _ATTENTION, self._indexed("items_attention")
+                active, indexed = _ATTENTION, self.engine.indexed("items_attention")
             elif _all_active(states):
                 active = _ACTIVE
             else:
@@ -119,7 +121,7 @@ class Queries(StoreCore):
         chosen = ""
         if states:
             chosen = f" AND i.state IN ({', '.join(_state_literal(s) for s in states)})"
-        cursor = self._stream(
+        cursor = self.engine.stream(
             "SELECT i.*, r.source AS receipt_source, r.evidence AS receipt_evidence "
             "FROM items i LEFT JOIN receipts r ON r.idempotency_key = i.idempotency_key "
             f"WHERE i.run_id = ?{chosen} ORDER BY i.seq",
@@ -193,7 +195,7 @@ class Queries(StoreCore):
         # Named, because without statistics SQLite prefers items_pending_channel, which holds
         # every pending item: 0.45 s on a run of a million not yet started.
         rows = self.conn.execute(
-            f"SELECT i.seq, {MAYBE_DELIVERED} FROM items i {self._indexed('items_retried')} "
+            f"SELECT i.seq, {MAYBE_DELIVERED} FROM items i {self.engine.indexed('items_retried')} "
             "WHERE i.run_id = ? AND i.state = 'pending' AND i.attempts > 0",
             (run_id,),
         )
@@ -220,9 +222,9 @@ class Queries(StoreCore):
         whichever comes first."""
         at = clock.now_iso()
         # A file before m009 (opened read-only) has no start times: every item is due.
-        windowed = "not_before" in self._columns("items")
+        windowed = "not_before" in self.engine.columns("items")
         due, due_at = (_waiting.DUE, (at,)) if windowed else ("1 = 1", ())
-        indexed = self._indexed("items_pending_channel")
+        indexed = self.engine.indexed("items_pending_channel")
         if not indexed:  # PostgreSQL, or a file older than m004 opened read-only
             earliest = {
                 channel: first or None
@@ -261,7 +263,7 @@ class Queries(StoreCore):
 
     def waiting(self, run_id: str) -> _waiting.Waiting:
         """Items waiting for their start time or send window (none in a file before m009)."""
-        if "not_before" not in self._columns("items"):
+        if "not_before" not in self.engine.columns("items"):
             return _waiting.Waiting(0, None)
         return _waiting.waiting(self.conn, run_id, clock.now_iso())
 
@@ -270,7 +272,7 @@ class Queries(StoreCore):
         (next_attempt_at = when to ask again); with `due_by`, only those due by then."""
         # items_attention (m004) holds the unknown items: never a walk over the pending ones.
         sql = (
-            f"SELECT * FROM items {self._indexed('items_attention')} WHERE run_id = ? "
+            f"SELECT * FROM items {self.engine.indexed('items_attention')} WHERE run_id = ? "
             f"AND {_ATTENTION} AND state = 'unknown' AND next_attempt_at IS NOT NULL"
         )
         params: list[Any] = [run_id]

@@ -12,7 +12,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .core import _ITEM_COLUMNS
+from ..pids import pid_exists
+
+_ITEM_COLUMNS = (
+    "seq, item_id, channel, target, payload, idempotency_key, intent_digest, not_after, identity, "
+    "not_before, send_window, send_tz"
+)
+# A newly planned item: its run, the item columns, then the rest, all `pending` and unattempted.
+_PENDING_COLUMNS = f"run_id, {_ITEM_COLUMNS}, updated_at, state, attempts"
 
 
 class PlanStage:
@@ -132,8 +139,6 @@ ABANDONED_AFTER_S = 3600
 def _remove_abandoned(where: Path, prefix: str) -> None:
     """Remove the stages of plans whose process died before closing them (kill -9, power
     loss): this user's `PREFIX<pid>-…` directories whose pid is gone, untouched for an hour."""
-    from ..lease import pid_exists  # noqa: PLC0415  (lease imports the store package)
-
     for stage in where.glob(f"{prefix}*-*"):
         pid_text = stage.name.removeprefix(prefix).split("-", 1)[0]
         if not pid_text.isdigit() or pid_exists(int(pid_text)):

@@ -18,17 +18,11 @@ from .core import MAYBE_DELIVERED, StoreCore, _state_literal, retried
 class Suppressions(StoreCore):
     """The suppression list, shared by every run of the database."""
 
-    # The SQL form of suppression.address_key on a stored target, as far as SQL can compute
-    # it alike on both engines: trimmed, ASCII letters lower-cased (PostgreSQL's LOWER under
-    # the "C" collation; SQLite's LOWER does only ASCII). Non-ASCII capitals are left to the
-    # claim's check, which computes the key in Python.
-    _ADDRESS_OF = "LOWER(TRIM({}))"
-
     def _on_list(self) -> str:
         """A column for the claim's SELECT: whether the row's recipient is on the list, as
         far as SQL can tell (see _suppressed_claims). Read by the claim's own query, it costs
         no statement of its own: one primary-key probe per row."""
-        address = self._ADDRESS_OF.format("items.target")
+        address = self.dialect.address_of.format("items.target")
         return f"EXISTS (SELECT 1 FROM suppressions s WHERE s.address = {address}) AS on_list"
 
     # ---------------------------------------------------------------- the list
@@ -100,7 +94,7 @@ class Suppressions(StoreCore):
 
     def suppressions(self) -> list[Suppression]:
         """The whole list, by address (none from a database before m008, opened read-only)."""
-        if not self._has_table("suppressions"):
+        if not self.engine.has_table("suppressions"):
             return []
         return [
             Suppression(address, reason, Source(source), operator, created_at)
@@ -112,7 +106,7 @@ class Suppressions(StoreCore):
 
     def suppression_audit(self) -> list[dict[str, Any]]:
         """Every add and remove, oldest first."""
-        if not self._has_table("suppression_audit"):
+        if not self.engine.has_table("suppression_audit"):
             return []
         names = ("at", "operator", "action", "address", "source", "reason", "run_id")
         rows = self.conn.execute(
@@ -135,7 +129,7 @@ class Suppressions(StoreCore):
         moved = self.conn.execute(
             "UPDATE items SET state = ?, updated_at = ?, last_error = ? "
             f"WHERE run_id = ? AND state = {_state_literal(current)} AND "
-            f"{self._ADDRESS_OF.format('target')} IN (SELECT address FROM suppressions)",
+            f"{self.dialect.address_of.format('target')} IN (SELECT address FROM suppressions)",
             (target.value, at, "suppressed: the recipient is on the suppression list", run_id),
         ).rowcount
         if moved:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 from ..errors import BadInput
 
 if TYPE_CHECKING:
-    from . import Store
+    from .engine import Engine
 
 SCHEMES = ("postgresql://", "postgres://")
 
@@ -24,7 +24,7 @@ class NotADatabasePath(ValueError):
 
 class Target(Protocol):
     # Whether many processes may work one run at once, each under a worker lease of its own
-    # (`notifier worker`); as the store it opens says (Store.shares_runs).
+    # (`notifier worker`); as the store over its engine says (Store.shares_runs).
     shares_runs: ClassVar[bool]
 
     @property
@@ -36,8 +36,8 @@ class Target(Protocol):
         """Whether a read-only look may find runs here, before anything is opened."""
         ...
 
-    def open(self, *, create: bool = False, readonly: bool = False) -> Store:
-        """The checked store (StoreRefused, NoDatabase, …): Store.open's contract."""
+    def engine(self, *, create: bool = False, readonly: bool = False) -> Engine:
+        """The checked engine (StoreRefused, NoDatabase, …) that Store.open builds on."""
         ...
 
 
@@ -66,11 +66,11 @@ class SqliteFile:
     def may_hold_runs(self) -> bool:
         return self.path.exists()
 
-    def open(self, *, create: bool = False, readonly: bool = False) -> Store:
+    def engine(self, *, create: bool = False, readonly: bool = False) -> Engine:
         _refuse_dangling_link(self.path)
-        from . import SqliteStore  # noqa: PLC0415 - the package imports this module
+        from .sqlite import SqliteEngine  # noqa: PLC0415 - only when a target is opened
 
-        return SqliteStore.open(self.path, create=create, readonly=readonly)
+        return SqliteEngine.open(self.path, create=create, readonly=readonly)
 
     def __str__(self) -> str:
         return str(self.path)
@@ -91,11 +91,11 @@ class PostgresUrl:
     def may_hold_runs(self) -> bool:
         return True  # only the server can say, once connected
 
-    def open(self, *, create: bool = False, readonly: bool = False) -> Store:
-        # psycopg only when a server is named (see postgres_store.py).
-        from .postgres_store import PostgresStore  # noqa: PLC0415
+    def engine(self, *, create: bool = False, readonly: bool = False) -> Engine:
+        # psycopg only when a server is named (see postgres.py).
+        from .postgres import PostgresEngine  # noqa: PLC0415
 
-        return PostgresStore.open(self.url, create=create, readonly=readonly)
+        return PostgresEngine.open(self.url, create=create, readonly=readonly)
 
     def __str__(self) -> str:
         from .postgres import describe  # noqa: PLC0415 - psycopg, only for a message

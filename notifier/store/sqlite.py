@@ -1,4 +1,5 @@
-"""Opening and checking the database file."""
+"""The SQLite engine (engine.py): one receipts database in one file, opened and checked
+before anything is written to it, written by one process at a time (BEGIN IMMEDIATE)."""
 
 from __future__ import annotations
 
@@ -6,26 +7,52 @@ import os
 import secrets
 import sqlite3
 import struct
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import NamedTuple, Self
+from typing import Any, NamedTuple, Self
 
 from ..errors import NotifierError
 from . import migrations
-from .checks import Checks
-from .core import _HEADER, ROLLED_BACK
+from .checks import Checks, refuse_newer
+from .core import ROLLED_BACK
+from .engine import Dialect, Fence, written
 from .exceptions import DatabaseUnwritable, NoDatabase, StorageFailed, StoreRefused
-from .stage import PlanStage
+from .stage import _PENDING_COLUMNS, PlanStage
+
+_HEADER = b"SQLite format 3\x00"
+
+SQLITE = Dialect(
+    name="sqlite",
+    storage_errors=(sqlite3.OperationalError,),
+    ordered_join="CROSS JOIN",  # SQLite's planner otherwise starts from items
+    claim_lock="",  # BEGIN IMMEDIATE holds the whole file: one writer at a time
+    row_lock="",
+    share_lock="",
+    begin_snapshot="BEGIN",  # the WAL snapshot is taken by the transaction's first read
+    now_s="((julianday('now') - 2440587.5) * 86400.0)",
+    least="MIN",
+    # suppression.address_key on a stored target, as far as SQL can compute it alike on both
+    # engines: trimmed, ASCII letters lower-cased (SQLite's LOWER does only ASCII). Non-ASCII
+    # capitals are left to the claim's check, which computes the key in Python.
+    address_of="LOWER(TRIM({}))",
+    writing_ctes=False,
+    shares_runs=False,
+)
 
 
-class Opening(Checks):
+class SqliteEngine:
     """Opening an SQLite file and the checks that come first: nothing is written to a file
-    that fails them, and read-only commands open it read-only."""
+    that fails them, and read-only commands open it read-only. Then the engine's part of
+    every transaction (engine.Engine)."""
 
-    _stage_attached = False  # a plan's stage attached by _stage_table
+    dialect = SQLITE
 
-    path: Path
+    def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
+        self.path = path
+        self.conn: Any = conn
+        self._indexes: set[str] | None = None  # read once: see indexed
+        self._stage_attached = False  # a plan's stage attached by stage_table
 
     # ---------------------------------------------------------------- opening
 
@@ -53,13 +80,13 @@ class Opening(Checks):
         if readonly:
             return checked
         checked.close()
-        store = cls._connect(path, fresh=False)
+        engine = cls._connect(path, fresh=False)
         try:
-            store._prepare()
+            engine._prepare()
         except BaseException:
-            store.close()
+            engine.close()
             raise
-        return store
+        return engine
 
     @classmethod
     def _checked(cls, path: Path) -> Self:
@@ -74,14 +101,14 @@ class Opening(Checks):
             attempt += 1
             before = _file_state(path)
             short = _check_file_header(path)
-            store = cls._connect(path, fresh=False, readonly=True)
+            engine = cls._connect(path, fresh=False, readonly=True)
             try:
                 if short is not None:
-                    store._check_pages_in_wal(short)
-                store._check_schema()
-                store.check_invariants()
+                    engine._check_pages_in_wal(short)
+                engine._check_schema()
+                Checks(engine).check_invariants()
             except sqlite3.DatabaseError as exc:
-                store.close()
+                engine.close()
                 refusal = StoreRefused(
                     f"{path}: cannot be read as a notifier database ({exc}); this file was "
                     f"not changed. Inspect it with `sqlite3 -readonly {path} 'PRAGMA "
@@ -89,13 +116,13 @@ class Opening(Checks):
                 )
                 refusal.__cause__ = exc
             except StoreRefused as exc:
-                store.close()
+                engine.close()
                 refusal = exc
             except BaseException:
-                store.close()
+                engine.close()
                 raise
             else:
-                return store
+                return engine
             if attempt == 3 or _file_state(path) == before:
                 raise refusal
 
@@ -129,10 +156,10 @@ class Opening(Checks):
         # 64 MiB of page cache: keys are random hashes, so planning a large batch touches
         # index pages all over the file; the default 2 MiB thrashes.
         conn.execute("PRAGMA cache_size = -65536")
-        store = cls(path, conn)
+        engine = cls(path, conn)
         if fresh:
-            store._prepare()
-        return store
+            engine._prepare()
+        return engine
 
     def _prepare(self) -> None:
         """Pragmas that write to the file, then migrations: only after every check passed."""
@@ -142,11 +169,11 @@ class Opening(Checks):
         self.conn.execute("PRAGMA synchronous = FULL")
         # Under the write lock, so two processes opening an older file at once cannot both
         # decide a migration is pending and both apply it.
-        with self._write():
+        with written(self):
             migrations.SQLITE.apply(self.conn)
 
-    def _stage_table(self, stage: PlanStage) -> str:
-        """The stage's file, attached until the transaction has ended (_release_stage):
+    def stage_table(self, stage: PlanStage) -> str:
+        """The stage's file, attached until the transaction has ended (release_stage):
         SQLite compares and copies the rows itself, at half the cost of binding each one from
         Python (about 20 s of a million-row plan)."""
         if not self._stage_attached:
@@ -155,7 +182,7 @@ class Opening(Checks):
             self._stage_attached = True
         return "plan_stage.items"
 
-    def _release_stage(self) -> None:
+    def release_stage(self) -> None:
         if self._stage_attached:
             self._stage_attached = False
             with suppress(sqlite3.Error):  # on a failed disk; closing the store lets go too
@@ -163,15 +190,14 @@ class Opening(Checks):
 
     def secondary(self) -> Self:
         """Another connection to the same checked file, for a thread of our own."""
-        store = type(self)._connect(self.path, fresh=False)
-        store.conn.execute("PRAGMA synchronous = FULL")
-        store.worker_id = self.worker_id
-        return store
+        engine = type(self)._connect(self.path, fresh=False)
+        engine.conn.execute("PRAGMA synchronous = FULL")
+        return engine
 
     def close(self) -> None:
         self.conn.close()
 
-    def _storage_failure(self, exc: Exception) -> NotifierError:
+    def storage_failure(self, exc: Exception) -> NotifierError:
         """Name what went wrong with the file, the safe state it leaves, and the fix."""
         code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
         safe = ROLLED_BACK
@@ -197,6 +223,98 @@ class Opening(Checks):
                 "Make the file and its directory writable, then run the command again."
             )
         return StorageFailed(f"{self.path}: the database could not be written ({exc}). {safe}")
+
+    # ---------------------------------------------------------------- transactions
+
+    def begin_write(self, fence: Fence | None) -> Any:
+        """BEGIN IMMEDIATE: the write lock up front (see core.StoreCore._write)."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        if fence is None:
+            return None
+        sql, key = fence
+        return self.conn.execute(sql, (key,)).fetchone()
+
+    def commit(self) -> None:
+        self.conn.execute("COMMIT")
+
+    def roll_back(self) -> None:
+        if self.conn.in_transaction:
+            with suppress(Exception):  # a failed disk may refuse even the rollback
+                self.conn.execute("ROLLBACK")
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        self.conn.execute(self.dialect.begin_snapshot)
+        try:
+            yield
+        finally:
+            self.roll_back()  # nothing was written
+
+    def stream(self, sql: str, params: Sequence[Any]) -> Iterator[Any]:
+        """Rows read as the caller goes (SQLite's cursor steps through the file)."""
+        yield from self.conn.execute(sql, params)
+
+    def insert_pending(self, rows: Iterable[tuple[Any, ...]]) -> None:
+        self.conn.executemany(
+            f"INSERT INTO items ({_PENDING_COLUMNS}) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0)",
+            rows,
+        )
+
+    def event(self, run_id: str, kind: str, item_seq: int | None, detail: str | None,
+              at: str) -> None:  # fmt: skip
+        """Numbered after the run's last event, in the transaction (one writer at a time)."""
+        self.conn.execute(
+            "INSERT INTO events (run_id, seq_no, at, kind, item_seq, detail) "
+            "SELECT ?, COALESCE(MAX(seq_no), 0) + 1, ?, ?, ?, ? FROM events WHERE run_id = ?",
+            (run_id, at, kind, item_seq, detail, run_id),
+        )
+
+    def events(
+        self, run_id: str, kind: str, seqs: Sequence[int], detail: str | None, at: str
+    ) -> None:
+        """One statement numbers them after the run's last event (a bare MAX over the
+        primary key: one seek to the index's edge)."""
+        values = ", ".join(["(?, ?)"] * len(seqs))
+        params: list[Any] = [run_id, at, kind, detail, run_id]
+        for i, seq in enumerate(seqs, start=1):
+            params += [i, seq]
+        self.conn.execute(
+            "INSERT INTO events (run_id, seq_no, at, kind, item_seq, detail) "
+            "SELECT ?, COALESCE(last.n, 0) + v.column1, ?, ?, v.column2, ? "
+            "FROM (SELECT MAX(seq_no) AS n FROM events WHERE run_id = ?) AS last, "
+            f"(VALUES {values}) AS v",
+            params,
+        )
+
+    def serialise_plans(self) -> None:
+        """Nothing to take: BEGIN IMMEDIATE already holds the file."""
+
+    def gather_statistics(self) -> None:
+        """Nothing to gather: SQLite's INDEXED BY hints (indexed) stand in for them."""
+
+    def indexed(self, index: str) -> str:
+        """`INDEXED BY index` when the file has it (a read-only open of a file older than
+        m004 does not): without statistics SQLite may prefer a full index of the run over a
+        partial one of the few rows asked for."""
+        if self._indexes is None:
+            self._indexes = {
+                r[0]
+                for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
+            }
+        return f"INDEXED BY {index}" if index in self._indexes else ""
+
+    def has_table(self, name: str) -> bool:
+        return bool(
+            self.conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
+            ).fetchone()
+        )
+
+    def columns(self, table: str) -> set[str]:
+        return {r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")}
+
+    # ---------------------------------------------------------------- checks
 
     def _check_pages_in_wal(self, short: str) -> None:
         """The file is shorter than its header promises, but a write-ahead log sits beside
@@ -224,7 +342,7 @@ class Opening(Checks):
                 f"{self.path}: this SQLite database was not written by notifier (tables: "
                 f"{listed}). Point --db at a notifier receipts database or at a new path."
             )
-        self._refuse_newer(migrations.SQLITE.applied(self.conn), migrations.NAMES, "this file")
+        refuse_newer(self.path, migrations.SQLITE.applied(self.conn), migrations.NAMES, "this file")
 
 
 class _FileState(NamedTuple):
@@ -280,14 +398,14 @@ def _check_file_header(path: Path) -> str | None:
     )
 
 
-def _create_atomically(path: Path, connect: Callable[[Path], Opening]) -> None:
+def _create_atomically(path: Path, connect: Callable[[Path], SqliteEngine]) -> None:
     """Make a new, fully initialised database at `path`, unless another process got there
     first. It is built under a temporary name and linked into place in one step: a process
     racing us never sees a half-made (0-byte) file, which would rightly be refused."""
     temporary = path.with_name(f".{path.name}.creating-{os.getpid()}-{secrets.token_hex(4)}")
     try:
-        store = connect(temporary)
-        store.close()  # the last connection checkpoints the log: one self-contained file
+        engine = connect(temporary)
+        engine.close()  # the last connection checkpoints the log: one self-contained file
         try:
             os.link(temporary, path)
         except FileExistsError:

@@ -1,0 +1,43 @@
+"""A plan's verdicts against earlier runs (history.py decides them): plain data, which the
+store's failures (exceptions.PlanRefused) carry without importing the store."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+OPEN, UNSETTLED, DELIVERED, CHANGED, RETRIED = (
+    "open",
+    "unsettled",
+    "delivered",
+    "changed",
+    "retried",
+)
+
+
+@dataclass(frozen=True)
+class Prior:
+    """A plan's rows against earlier runs: per verdict, how many rows, by the run named for
+    them (the newest run in which the verdict holds), oldest run first."""
+
+    total: int  # rows in the plan
+    by_run: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    changed_rows: list[tuple[int, str]] = field(default_factory=list)  # (seq, id), first ten
+
+    def count(self, verdict: str) -> int:
+        return sum(self.by_run.get(verdict, {}).values())
+
+    def runs(self, verdict: str) -> list[str]:
+        return list(self.by_run.get(verdict, {}))
+
+    @property
+    def left(self) -> int:
+        """Rows that a send would plan (refusals aside)."""
+        return self.total - self.count(DELIVERED)
+
+    def refused(self, resend_changed: bool) -> bool:
+        return bool(
+            self.count(OPEN)
+            or self.count(UNSETTLED)
+            or (self.count(CHANGED) and not resend_changed)
+        )
