@@ -15,7 +15,7 @@ from datetime import datetime
 import tenacity
 
 from . import clock, waits
-from .channels import Channel, ChannelError, ErrorKind
+from .channels import Channel, ChannelError, ErrorKind, Receipt
 from .decide import Answer, Caps, Finding, History, Moment, Settling, decide
 from .decide import not_found_counts_from as counts_from
 from .records import Attempt, Item, Outcome, PendingKind
@@ -29,6 +29,10 @@ __all__ = ["Answer", "Finding", "Settlement", "ask", "settle", "settle_doubts", 
 # long, so a few quick tries and then the item is reported as undecided.
 QUERY_ATTEMPTS = 3
 QUERY_WAIT = tenacity.wait_exponential(multiplier=0.2, max=2)
+
+
+class _Stopped(Exception):
+    """A further try of a query not made: go_on() said no during the wait before it."""
 
 
 class _stop_unless(tenacity.stop.stop_base):
@@ -61,8 +65,22 @@ def ask(
         wait=lambda state: waits.scaled(wait(state)),  # the test switch (waits.py)
         reraise=True,
     )
+    tries = 0
+
+    def query(key: str) -> Receipt | None:
+        # go_on() again right before each further try: the stop above is checked before
+        # the wait between tries, and a stop that comes during that wait must not be
+        # followed by one more request.
+        nonlocal tries
+        tries += 1
+        if tries > 1 and not go_on():
+            raise _Stopped
+        return channel.query(key)
+
     try:
-        receipt = retrying(channel.query, item.idempotency_key)
+        receipt = retrying(query, item.idempotency_key)
+    except _Stopped:
+        return Answer(Finding.UNCERTAIN, detail="query not tried again: the run is stopping")
     except ChannelError as exc:
         return Answer(Finding.UNCERTAIN, detail=f"query failed: {exc}")
     if receipt is None:
