@@ -5,7 +5,6 @@ tries is not followed by one more request. In-process (the retry loop, not the w
 from __future__ import annotations
 
 import pytest
-import tenacity
 
 from notifier.channels import ChannelError, ErrorKind, Receipt
 from notifier.reconcile import Finding, ask
