@@ -1,10 +1,6 @@
-"""The `notifier` command line: the click group, its global options, and the one place where
-failures become exit codes. The commands live in notifier/commands/, one module per concern;
-each parses its options, calls app.py and renders.
-
-Exit codes (docs/design.md sections 7 and 11): 0 done; 1 internal error; 2 usage or bad input
-(nothing changed); 3 stopped with items needing attention or paused; 4 refused for safety; 130
-interrupted; 137 simulated crash.
+"""The `notifier` command line, assembled: the group (notifier/commands/group.py: global
+options and the one place where failures become exit codes) with every command of
+notifier/commands, one module per concern; each parses its options, calls app.py and renders.
 
 A command imports what only it uses (app.py and all that sending needs, the sandbox's HTTP
 server) when it runs, so that `status`, `report` and `runs` start fast.
@@ -12,133 +8,21 @@ server) when it runs, so that `status`, `report` and `runs` start fast.
 
 from __future__ import annotations
 
-import functools
-import os
-import sys
-import traceback
-from pathlib import Path
-from typing import Any
+# Each module adds its commands to `cli` as it is imported: importing them is assembling.
+from .commands import approval, observing, operator, resume, sandbox, send, suppress
+from .commands.group import cli
 
-import click
-
-from .config import load as load_config
-from .env import Env
-from .errors import ExitCode, NotifierError
-from .store import NotADatabasePath, parse_target
-
-
-@functools.cache
-def _exception_for(code: ExitCode) -> type[click.ClickException]:
-    """A click exception class that exits with `code` (click reads exit_code from the class)."""
-    return type(f"Exit{int(code)}", (click.ClickException,), {"exit_code": int(code)})
-
-
-def _Failure(message: str, code: ExitCode) -> click.ClickException:
-    """A failure on its way out: click prints its message and exits with `code`."""
-    return _exception_for(code)(message)
-
-
-# Commands that only look at runs: one cut short by a reader that stopped reading (`notifier
-# report | head`) has done what was asked of it.
-_LOOKS = frozenset({"status", "report", "runs", "preview", "metrics"})
-
-
-def _drop_stdout() -> None:
-    """Point stdout at /dev/null: Python flushes it once more on the way out, and on a pipe
-    whose reader has gone that flush would fail again."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError):
-        pass  # not a real file (a test's captured output): nothing will flush to a pipe
-
-
-class NotifierGroup(click.Group):
-    """The one place where failures become exit codes: a NotifierError carries its own, a
-    storage failure is named with its cause and fix, anything else is an internal error
-    (exit 1) without a traceback unless NOTIFIER_DEBUG."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except (click.ClickException, click.exceptions.Exit, click.Abort):
-            raise
-        except NotifierError as exc:
-            raise _Failure(str(exc), exc.exit_code) from exc
-        except KeyboardInterrupt as exc:
-            # Ctrl-C outside the places that say more (planning, sending, drafting, manual
-            # decisions): click would print "Aborted!" and exit 1, as if something broke.
-            raise _Failure(
-                "interrupted (Ctrl-C). Every change already made is durable: `notifier "
-                "status` shows where the run stands, and `notifier resume` continues it.",
-                ExitCode.INTERRUPTED,
-            ) from exc
-        except BrokenPipeError as exc:
-            _drop_stdout()
-            if ctx.invoked_subcommand in _LOOKS:
-                raise click.exceptions.Exit(0) from exc  # `| head` had what it wanted
-            raise _Failure(
-                "the output was closed before notifier had written all of it (a pipe into "
-                "`head`?). What the command did is durable: `notifier status` shows where "
-                "the run stands, and `notifier resume` continues it if it did not finish.",
-                ExitCode.INTERNAL,
-            ) from exc
-        except Exception as exc:
-            if os.environ.get("NOTIFIER_DEBUG"):
-                traceback.print_exc()
-            raise _Failure(
-                f"internal error: {type(exc).__name__}: {exc}. Nothing was lost: every "
-                "state change is durable; `notifier status` shows where the run stands. "
-                "Set NOTIFIER_DEBUG=1 for a traceback.",
-                ExitCode.INTERNAL,
-            ) from exc
-
-
-@click.group(cls=NotifierGroup)
-@click.version_option(package_name="notifier")
-@click.option(
-    "--db",
-    envvar="NOTIFIER_DB",
-    default="receipts.db",
-    show_default=True,
-    help="The receipts database: a file (SQLite), or a postgresql:// URL shared by many "
-    "workers (env NOTIFIER_DB).",
-)
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Channel definitions (default: ./notifier.toml when present).",
-)
-@click.pass_context
-def cli(ctx: click.Context, db: str, config_path: Path | None) -> None:
-    """Send a batch of notifications durably: nothing lost, nothing sent twice."""
-    try:
-        target = parse_target(db)
-    except NotADatabasePath as exc:
-        raise click.BadParameter(str(exc), param_hint="--db") from None
-    ctx.obj = {"db": target, "config": config_path}
-
-
-def command_env(ctx: click.Context, *, machine_output: bool = False) -> Env:
-    """With `machine_output` (JSON or CSV on stdout), running commentary goes to stderr."""
-    explicit = ctx.obj["config"] is not None
-    config = load_config(ctx.obj["config"] or Path("notifier.toml"), explicit=explicit)
-    return Env(target=ctx.obj["db"], config=config, say=say_err if machine_output else say)
-
-
-def say(line: str) -> None:
-    click.echo(line)
-
-
-def say_err(line: str) -> None:
-    click.echo(line, err=True)
-
-
-# Last, because each module of notifier/commands adds its commands to `cli` (above) as it is
-# imported: at the top of this file, that would be an import cycle.
-from . import commands  # noqa: E402, F401
+__all__ = [
+    "approval",
+    "cli",
+    "main",
+    "observing",
+    "operator",
+    "resume",
+    "sandbox",
+    "send",
+    "suppress",
+]
 
 
 def main() -> None:

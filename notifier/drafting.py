@@ -51,6 +51,14 @@ def settle_settings(
     return replace(settings, columns=chosen, batch_api=batch_api)
 
 
+def compose_key() -> str:
+    """The Anthropic API key a --compose run drafts with; exit 2 when there is none."""
+    try:
+        return compose.api_key()
+    except compose.ComposeUsage as exc:
+        raise BadInput(str(exc)) from exc
+
+
 def check_model(settings: compose.Settings, key: str) -> None:
     """Exit 2, before anything is stored, when the Models API does not know the model."""
     from . import claude  # noqa: PLC0415 (the SDK loads only when drafting)
@@ -67,8 +75,6 @@ def check_model(settings: compose.Settings, key: str) -> None:
 def resume_overrides(env: Env, store: Store, run: Run, model: str | None, recreate: bool) -> Run:
     """`resume --model NAME` (rows not drafted yet) and `--recreate` (chunks in doubt), both
     recorded with the run before drafting resumes; refused (exit 2) for a run not drafting."""
-    from . import app  # noqa: PLC0415 (start-up time)
-
     if not compose.unfrozen(run):
         given = "--model" if model is not None else "--recreate"
         raise BadInput(
@@ -79,7 +85,7 @@ def resume_overrides(env: Env, store: Store, run: Run, model: str | None, recrea
     if model is not None:
         settings = compose.Settings.from_options(run.options)
         drafting_with = replace(settings, model=model)
-        check_model(drafting_with, app.compose_key())
+        check_model(drafting_with, compose_key())
         before, pending = store.set_compose_model(run.run_id, model)
         env.say(
             f"run {run.run_id}: the {pending} row(s) not drafted yet will be drafted with "

@@ -1,6 +1,7 @@
 """One error model: every failure an operator can act on is a `NotifierError` carrying its exit
-code from the one `ExitCode` table of the CLI contract (docs/design.md section 7). cli.py turns it
-into the exit status in exactly one place; nothing else decides exit codes for errors.
+code from the one `ExitCode` table of the CLI contract (docs/design.md section 7). The click
+group (commands/group.py) turns it into the exit status in exactly one place; nothing else
+decides exit codes for errors.
 """
 
 from __future__ import annotations

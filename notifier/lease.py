@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-import sqlite3
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -175,9 +174,11 @@ class _HeldLease(ABC):
                 started = time.monotonic()
                 try:
                     renewed = self._renew(store)
-                except (sqlite3.OperationalError, StorageFailed):
-                    # The file was busy for longer than busy_timeout, or the disk is full: try
-                    # next beat. A renewal that keeps failing simply ages out of surely_valid().
+                except StorageFailed:
+                    # The database was busy for longer than its lock timeout, or its disk is
+                    # full (the store raises every storage error of its engine as
+                    # StorageFailed): try next beat. A renewal that keeps failing simply ages
+                    # out of surely_valid().
                     continue
                 except Exception:
                     # Anything else is a bug or a broken store: a heartbeat that stops renewing

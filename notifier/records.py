@@ -4,11 +4,10 @@ layer passes them around without touching SQL."""
 from __future__ import annotations
 
 import json
-import sqlite3
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from .intent import Intent
 from .state_machine import ItemState, ItemTrigger, RunState
@@ -234,11 +233,20 @@ class StoredDraft:
     error: str | None
 
 
+class Row(Protocol):
+    """A row as the store reads it, by column name (`row["state"]`), whichever engine read
+    it: the records above the store do not know which one that was."""
+
+    def keys(self) -> Iterable[str]: ...
+
+    def __getitem__(self, column: str, /) -> Any: ...
+
+
 _ITEM_FIELDS = tuple(Item.__dataclass_fields__)
 _RUN_FIELDS = tuple(Run.__dataclass_fields__)
 
 
-def item_from_row(row: sqlite3.Row, **changes: Any) -> Item:
+def item_from_row(row: Row, **changes: Any) -> Item:
     """The item a row of `items` holds, with `changes` made (one object built, not two)."""
     # A file opened read-only before m003 has no not_after column: the default stands.
     present = set(row.keys())
@@ -249,7 +257,7 @@ def item_from_row(row: sqlite3.Row, **changes: Any) -> Item:
     return Item(**values)
 
 
-def run_from_row(row: sqlite3.Row) -> Run:
+def run_from_row(row: Row) -> Run:
     # A read-only command does not migrate, so an older file may lack the newer columns.
     present = set(row.keys())
     values: dict[str, Any] = {name: row[name] if name in present else None for name in _RUN_FIELDS}

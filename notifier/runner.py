@@ -159,7 +159,7 @@ class Runner:
             self.lease_version,
             due,
             self.p.say,
-            adjust=self.judge.retry_or_give_up,
+            policy=self.policy,
         )
         for s in settlements:
             if s.outcome is None:
@@ -294,11 +294,19 @@ class Runner:
                 # own commit, before the next item's point A.
                 free = 0
             busy = Counter(item.channel for item in inflight.values())
-            claimed = self._commit(done, free, busy, stopping=draining)
+            claimed = self._commit(done, free, busy)
             starved = free > 0 and len(claimed) < free
             for item in self._drop_stale(claimed):
                 inflight[item.seq] = item
-                self._senders.submit(item)
+                self._hand_out(item)
+
+    def _hand_out(self, item: Item) -> None:
+        """To a sender. A retry's earlier attempts go with it, read here, where the store
+        is (a sender has no connection): whether an uncertain answer needs a status query
+        rests on them (the policy's deadline)."""
+        if item.attempts > 1:
+            self.dispatch.histories[item.seq] = self.judge.history_of(item)
+        self._senders.submit(item)
 
     def _when_starved(self) -> RunResult | None:
         """Nothing in flight and nothing could be claimed: finish, pause until a long wait
@@ -314,29 +322,21 @@ class Runner:
         self._sleep_until(wake)
         return None
 
-    def _commit(
-        self, done: list[tuple[Item, Slot]], free: int, busy: Counter[str], *, stopping: bool
-    ) -> list[Item]:
+    def _commit(self, done: list[tuple[Item, Slot]], free: int, busy: Counter[str]) -> list[Item]:
         """Point B of the finished sends and point A of up to `free` new items, one commit.
-        `busy`: items still in flight, per channel. `stopping`: the run is ending, so
-        a maybe-delivered item is left to be asked about later rather than queried now."""
+        `busy`: items still in flight, per channel. Any status query was asked by the
+        item's sender already: this thread only decides and records."""
         seqs = [item.seq for item, _ in done]
         if self.crash and seqs:
             self.crash.at("after-send", seqs)
-
-        def may_ask() -> bool:
-            """No query while the run is ending: asked before each, as a stop may come
-            while this commit's earlier answers are being judged."""
-            return not (stopping or self._ending())
-
         outcomes = [
             replace(
-                self.judge.safely(item, result, at, mono, may_ask=may_ask),
+                self.judge.safely(item, result, at, mono, finding),
                 expected=ItemState.IN_FLIGHT,
                 finished_at=clock.iso(at),
                 started_at=None if started is None else clock.iso(started),
             )
-            for item, (result, at, mono, started) in done
+            for item, (result, at, mono, started, finding) in done
             if result is not None
         ]
         held_back = [item.seq for item, (result, *_) in done if result is None]
@@ -396,25 +396,6 @@ class Runner:
                 self.approval.read()
             self.coord.watch()  # other workers' gates, dead workers' items
             self._revisit_at = time.monotonic() + POLL_S
-
-    def _ending(self) -> bool:
-        """Whether the run is ending: a signal, a halt, an expired approval or a cancel (the
-        flag read now: one query, cheaper than the downstream query it may spare)."""
-        return (
-            self.interrupted.is_set()
-            or self.dispatch.halting is not None
-            or self.p.halt is not None
-            or self.approval.expired()
-            or self._cancel_read_now()
-        )
-
-    def _cancel_read_now(self) -> bool:
-        """The cancel flag as the database holds it now, published to the senders too: a
-        cancel seen here stops them before the committer's next turn."""
-        cancel = self.store.run_flags(self.run_id)[0]
-        if cancel is not None:
-            self.dispatch.cancel_seen = cancel
-        return cancel is not None
 
     def _stopping(self) -> bool:
         """Whether to stop starting sends (Ctrl-C, a cancel); the ending itself waits until

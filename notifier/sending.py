@@ -1,6 +1,8 @@
 """The sender side of a run: what a sender thread checks at the moment its request would
-leave, the request itself, and what it tells every other sender the moment an answer
-arrives (the committer judges each answer again, in full, and is the only one that writes).
+leave, the request itself, what it tells every other sender the moment an answer arrives,
+and, after an uncertain answer that the decision says only a status query can settle, that
+query (the committer decides each answer in full, with the query's finding, and is the only
+one that writes: while one sender waits for its query, the other answers are recorded).
 
 A check made when an item was claimed is not enough: an item claimed ahead may wait behind
 a slow request, a channel's lock or a --rate token, while a cancel, a halt, a 429 or an
@@ -19,10 +21,12 @@ from . import clock, schedule
 from .channels import Channel, ChannelError, ErrorKind, Receipt
 from .coordination import RunOptions
 from .deadlines import past_deadline
+from .decide import AfterSend, Answer, Caps, Finding, History, Unasked, decide
 from .domain_rates import DomainRates
 from .judging import NotStarted, Progress, Sent, Slot
 from .observe import Observer
 from .pipeline import POLL_S, SharedBucket, TokenBucket, in_flight_cap
+from .reconcile import ask
 from .records import Item
 from .retry import RetryPolicy
 from .signals import Interruption
@@ -89,6 +93,9 @@ class Dispatch:
         # Set when a --rate allows a channel's next send only after more than --max-wait:
         # the monotonic time of that send, until which the run pauses.
         self.rate_wake: float | None = None
+        # The earlier attempts of each retry handed to a sender, read by the committer when
+        # it claimed the item: whether an uncertain answer needs a query rests on them.
+        self.histories: dict[int, History] = {}
 
     def may_start(self) -> str | None:
         """Why the next send must not start now, or None. Called inside the channel lock right
@@ -134,6 +141,7 @@ class Dispatch:
         all, because this worker can no longer prove the run is its own."""
         result: Sent
         started: datetime | None = None
+        history = self.histories.pop(item.seq, History())
         try:
             with self._locks.get(item.channel) or nullcontext():
                 bucket = self.buckets.get(item.channel)
@@ -150,7 +158,7 @@ class Dispatch:
                 # channel's lock or a --rate token: the lease is still surely ours, and no
                 # cancel was seen.
                 if not self._lease_allows_send():
-                    return None, clock.now(), time.monotonic(), None
+                    return None, clock.now(), time.monotonic(), None, None
                 reason = self.may_start() or self._gated(item) or past_deadline(item)
                 reason = reason or schedule.closed(item)  # a send window closed meanwhile
                 if reason is None and wait is not None:
@@ -159,7 +167,7 @@ class Dispatch:
                         self.rate_wake = time.monotonic() + wait
                     reason = f"waiting for the channel's --rate ({wait:.1f}s to the next send)"
                 if reason is not None:
-                    return NotStarted(reason), clock.now(), time.monotonic(), None
+                    return NotStarted(reason), clock.now(), time.monotonic(), None, None
                 # The attempt's real start: an item claimed ahead waited in the queue
                 # since its claim, which opened the attempt (see Outcome.started_at).
                 started = clock.now()
@@ -169,11 +177,68 @@ class Dispatch:
             result = exc
         except Exception as exc:  # a channel bug: the request may have left, so be careful
             result = ChannelError(ErrorKind.UNCERTAIN, f"unexpected {type(exc).__name__}: {exc}")
-        mono = time.monotonic()
+        mono, at = time.monotonic(), clock.now()
         self.observer.answered(item, result, started)
         with suppress(Exception):  # a warning only: the committer judges the answer in full
             self._warn(item, result, mono)
-        return result, clock.now(), mono, started
+        return result, at, mono, started, self._query(item, result, history, at)
+
+    def _query(
+        self, item: Item, result: Sent, history: History, at: datetime
+    ) -> Answer | Unasked | None:
+        """The status query an uncertain answer needs before it means anything (the
+        decision says so: a channel that can be asked, and cannot dedupe or is out of
+        attempts), asked here, on this sender's thread, so the committer goes on recording
+        the other answers meanwhile. None: no query wanted (or a bug deciding that: the
+        committer then leaves the item unknown, asked about later); Unasked: the run is
+        stopping, no new request starts (the item waits, unknown, for whoever settles the
+        run next)."""
+        if not isinstance(result, ChannelError):
+            return None
+        channel = self.channels[item.channel]
+        try:
+            wanted = decide(
+                item,
+                AfterSend(result),
+                caps=Caps.of(channel),
+                policy=self.policy,
+                history=history,
+                now=at,
+            ).ask
+        except Exception:
+            return None
+        if not wanted:
+            return None
+        if not self._may_ask():
+            return Unasked()
+        try:
+            # Each further try is asked for too: a stop does not wait for three timeouts.
+            return ask(channel, item, go_on=self._may_ask)
+        except Exception as exc:  # a channel bug: the query decides nothing
+            return Answer(
+                Finding.UNCERTAIN, detail=f"query failed: unexpected {type(exc).__name__}: {exc}"
+            )
+
+    def _may_ask(self) -> bool:
+        """Whether a status query may start (or try again): not once the run is stopping
+        (a signal, a halt, an expired approval, a cancel, a --rate pause, a lost lease),
+        when each query, tried three times, may take the channel's timeout while the stop
+        waits. At N = 1 this is the committer's own thread: the run's flags are read now."""
+        if self.options.concurrency == 1:
+            try:
+                if self.read_flags():
+                    return False
+            except LeaseLost:
+                self.lease_lost.set()
+        return not (
+            self.lease_lost.is_set()
+            or self.interrupted.is_set()
+            or self.halting is not None
+            or self.p.halt is not None
+            or self.approval_expired()
+            or self.cancel_seen is not None
+            or self.rate_wake is not None
+        )
 
     def _send_stopped(self) -> bool:
         """Stop waiting for a --rate token: the lease is lost, or the send may not start. At

@@ -49,6 +49,12 @@ class Receiver:
     retry_after: str | None = None
     commit_delay_s: float = 0.0  # the request is committed (and answered) this long after
     hold: threading.Event | None = None  # every 2xx answer waits for this, when set
+    # A scripted status is answered after the request was committed (a proxy's 5xx for a
+    # request the receiver did take): the delivery happened, its answer is lost.
+    commit_first: bool = False
+    # Every status query waits for this before it answers, when set (the query has arrived:
+    # it is in `queries`).
+    query_hold: threading.Event | None = None
     # The status query's answer: None for the truth (200 or 404), else this status; it is
     # given `query_delay_s` after the query arrived.
     query_status: int | None = None
@@ -86,6 +92,8 @@ class _Handler(BaseHTTPRequestHandler):
             n = r.posts(item_id)
             r.changed.notify_all()
         status = r.answer(item_id, n)
+        if status is not None and r.commit_first:
+            self._commit(key)
         if status is not None:
             headers = {"Retry-After": r.retry_after} if r.retry_after and status == 429 else {}
             self._reply(status, {"error": f"scripted {status}"}, headers)
@@ -94,11 +102,15 @@ class _Handler(BaseHTTPRequestHandler):
             time.sleep(r.commit_delay_s)  # the receiver's own slowness, not a test's wait
         if r.hold is not None:
             r.hold.wait(WAIT_S)
+        self._commit(key)
+        self._reply(200, {"id": "r-" + key, "intent_digest": r.digests[key]})
+
+    def _commit(self, key: str) -> None:
+        r = self.receiver
         with r.changed:
             r.commits[key] = r.commits.get(key, 0) + 1
             r.digests[key] = self.headers["Notifier-Intent-Digest"]
             r.changed.notify_all()
-        self._reply(200, {"id": "r-" + key, "intent_digest": r.digests[key]})
 
     def do_GET(self) -> None:
         r = self.receiver
@@ -107,6 +119,8 @@ class _Handler(BaseHTTPRequestHandler):
             r.queries.append(time.time())
             digest = r.digests.get(key)
             r.changed.notify_all()
+        if r.query_hold is not None:
+            r.query_hold.wait(WAIT_S)
         if r.query_delay_s:
             time.sleep(r.query_delay_s)  # the receiver's own slowness, not a test's wait
         if r.query_status is not None:
@@ -147,6 +161,8 @@ def receiving(receiver: Receiver, port: int = 0) -> Iterator[Receiver]:
     finally:
         if receiver.hold is not None:
             receiver.hold.set()
+        if receiver.query_hold is not None:
+            receiver.query_hold.set()
         server.shutdown()
         server.server_close()
         thread.join()

@@ -13,11 +13,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import ModuleType
 from typing import Any
 
 import pytest
 
-from notifier import clock, judging, waits
+from notifier import clock, judging, sending, waits
 
 from .conftest import Workspace, make_rows
 from .support.waits import scale_waits
@@ -257,19 +258,27 @@ def test_wall_clock_jump_does_not_cut_an_item_backoff_short(
 # ---------------------------------------------------------------------------- point 10
 
 
+@pytest.mark.parametrize(
+    ("module", "name"), [(sending, "ask"), (judging, "decide")], ids=["query", "decision"]
+)
 def test_an_exception_while_judging_keeps_the_window(
-    ws: Workspace, receiver: tuple[Receiver, str], monkeypatch: pytest.MonkeyPatch
+    ws: Workspace,
+    receiver: tuple[Receiver, str],
+    monkeypatch: pytest.MonkeyPatch,
+    module: ModuleType,
+    name: str,
 ) -> None:
-    """An unexpected exception while judging one item's answer (here the status query
-    itself breaks) makes that item unknown and keeps the window's 201s as sent."""
+    """An unexpected exception while judging one item's answer (the status query its
+    sender asks breaks, or the committer's decision itself) makes that item unknown and
+    keeps the window's 201s as sent."""
     state, url = receiver
     state.posts["u1"] = [Reply(500, (), b"boom")]
 
-    def broken_ask(*args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError("query machinery broke")
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("machinery broke")
 
     # The wire does not matter here: what is pinned is the runner's handling of a bug.
-    monkeypatch.setattr(judging, "ask", broken_ask)
+    monkeypatch.setattr(module, name, broken)
     configure(ws, url, idempotent=False, status=True, max_attempts=3)
     result = send(ws, 4, "--concurrency", "4")
     assert result.exit_code == 3, result.output

@@ -6,20 +6,25 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
 
 from notifier import lease as lease_module
 from notifier.sandbox import Faults, Sandbox
-from notifier.store import Store
+from notifier.store import StorageFailed, Store
 
-from .conftest import Workspace, make_rows
+from .conftest import Workspace, make_rows, wait_for
 
 pytestmark = pytest.mark.both_stores
 
@@ -116,6 +121,73 @@ def test_heartbeat_survives_an_unexpected_error_and_flags_the_lease(
             assert held.lost.wait(10), "the heartbeat died without flagging the lease"
             assert calls.is_set()
             assert not held.surely_valid()
+        finally:
+            held.release()
+    finally:
+        store.close()
+
+
+@contextmanager
+def _write_lock(ws: Workspace, run_id: str) -> Iterator[None]:
+    """Another program holding what a renewal must write, until the block ends: the SQLite
+    file's write lock, or the run's row on PostgreSQL."""
+    if ws.url:
+        with psycopg.connect(ws.url) as pg:
+            pg.execute("SELECT 1 FROM runs WHERE run_id = %s FOR UPDATE", (run_id,))
+            yield
+            pg.rollback()
+        return
+    conn = sqlite3.connect(ws.db_file, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        yield
+        conn.execute("ROLLBACK")
+    finally:
+        conn.close()
+
+
+@pytest.mark.timeout(90)
+def test_heartbeat_outlasts_a_database_locked_past_its_lock_timeout(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A renewal that waits out the lock timeout reaches the lease as the store's
+    StorageFailed (no engine error): the heartbeat keeps the lease and renews it once the
+    lock goes."""
+    ws.write_csv("batch.csv", make_rows(1))
+    sent = ws.invoke("send", "batch.csv")  # any run will do: the lease is what is tested
+    assert sent.exit_code == 0, sent.output
+    outcomes: list[object] = []  # what each renewal returned or raised, in order
+    renew = Store.renew_lease
+
+    def watched_renew(self: Store, run_id: str, version: int, ttl_s: float) -> Any:
+        try:
+            renewed = renew(self, run_id, version, ttl_s)
+        except Exception as exc:
+            outcomes.append(exc)
+            raise
+        outcomes.append(renewed)
+        return renewed
+
+    monkeypatch.setattr(Store, "renew_lease", watched_renew)
+    store = Store.open(ws.db)
+    try:
+        (run,) = store.runs()
+        held = lease_module.SoleLease(store, run.run_id, ttl_s=3)
+        try:
+            with _write_lock(ws, run.run_id):
+                wait_for(
+                    lambda: any(isinstance(o, Exception) for o in outcomes),
+                    "a renewal that waited out the lock timeout",
+                )
+                failures = [o for o in outcomes if isinstance(o, Exception)]
+                assert all(isinstance(o, StorageFailed) for o in failures), failures
+                assert not held.lost.is_set()
+            after = len(outcomes)
+            wait_for(
+                lambda: True in outcomes[after:] and held.surely_valid(),
+                "a renewal once the lock went",
+            )
+            assert not held.lost.is_set()
         finally:
             held.release()
     finally:

@@ -12,7 +12,7 @@ from notifier import lease as lease_module
 from notifier.store import NotADatabasePath, parse_target
 from notifier.store.target import PostgresUrl, SqliteFile
 
-from .conftest import ROOT, Workspace, make_rows
+from .conftest import Workspace, make_rows
 
 
 def test_a_path_is_an_sqlite_file_beside_which_relative_paths_resolve(tmp_path: Path) -> None:
@@ -61,14 +61,3 @@ def test_the_lease_of_a_sending_process_is_the_kind_its_store_shares(ws: Workspa
         assert store.worker_id is None
     finally:
         store.close()
-
-
-def test_nothing_above_the_store_asks_which_engine_it_has() -> None:
-    """The engine is store/'s business: no module outside notifier/store/ tests for it."""
-    outside = [
-        path
-        for path in (ROOT / "notifier").rglob("*.py")
-        if "store" not in path.relative_to(ROOT / "notifier").parts
-        and "is_postgres" in path.read_text("utf-8")
-    ]
-    assert outside == []

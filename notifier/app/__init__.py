@@ -10,6 +10,7 @@ the read-only commands), take the lease and run the work. One module per concern
 Callers use `app.NAME`: every name they need is re-exported here, so where a function lives
 is this package's business (and a test can still replace `app.plan_batch`)."""
 
+from ..drafting import compose_key
 from ..who import operator_name
 from .approving import approve, reject
 from .planning import (
@@ -27,7 +28,7 @@ from .planning import (
     store_plan,
 )
 from .settling import MARKS, CancelResult, cancel, complete_if_done, decide, reconcile_by_query
-from .working import check_can_send, compose_key, draft_run, run_channels, take_lease, work_run
+from .working import check_can_send, draft_run, run_channels, take_lease, work_run
 
 __all__ = [
     "MARKS",

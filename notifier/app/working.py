@@ -10,6 +10,7 @@ from pathlib import Path
 from .. import approval, clock, compose, crash
 from .. import config as config_module
 from ..channels import Channel, ChannelConfigError, UnbuildableChannel, build_channel
+from ..drafting import compose_key, draft
 from ..env import Env
 from ..errors import BadInput, NeedsAttention, Refused
 from ..lease import Lease, LeaseKind, SoleLease, for_sending
@@ -118,23 +119,14 @@ def take_lease(
         yield lease
 
 
-def compose_key() -> str:
-    try:
-        return compose.api_key()
-    except compose.ComposeUsage as exc:
-        raise BadInput(str(exc)) from exc
-
-
 def draft_run(env: Env, store: Store, run: Run) -> Run:
     """For a --compose run not frozen yet: draft every row without a draft, then compute and
     store the intents (and, with --require-approval, wait for approval). NeedsAttention (3) when
     drafting cannot finish now; what was drafted stays stored."""
     if not compose.unfrozen(run):
         return run
-    from .. import drafting  # noqa: PLC0415 (the SDK loads only when drafting)
-
     with take_lease(store, run, env.config.lease_ttl_s) as lease:
-        progress = drafting.draft(store, run, compose_key(), env.say, lease)
+        progress = draft(store, run, compose_key(), env.say, lease)
     done = f"{progress.drafted} drafted, {progress.failed} failed, {progress.pending} to draft"
     if progress.stopped is not None:
         raise NeedsAttention(f"run {run.run_id}: {progress.stopped} ({done}.)")

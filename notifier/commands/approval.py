@@ -8,9 +8,9 @@ from pathlib import Path
 import click
 
 from .. import approval, clock
-from ..cli import cli, command_env
 from ..env import open_store, pick_run
 from ..errors import BadInput, ExitCode, Refused
+from .group import cli, command_env
 
 
 @cli.command()

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..cli import cli, command_env
 from ..env import Env, open_store, pick_run
+from .group import cli, command_env
 
 if TYPE_CHECKING:
     from ..observe import Observer

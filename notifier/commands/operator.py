@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from .. import approval, report
-from ..cli import cli, command_env
 from ..env import open_store, pick_run
 from ..errors import BadInput, ExitCode
 from ..state_machine import ItemState, RunState
+from .group import cli, command_env
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -9,11 +9,11 @@ from typing import Any
 import click
 
 from .. import clock
-from ..cli import cli, command_env
 from ..env import open_store, pick_run
 from ..errors import BadInput, ExitCode
 from ..state_machine import FINISHED_RUN_STATES, RunState
 from . import observing, running
+from .group import cli, command_env
 
 
 def _overrides(command: Callable[..., None]) -> Callable[..., None]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import click
 
-from ..cli import cli, say
 from ..errors import BadInput
+from .group import cli, say
 
 
 @cli.command()

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..cli import cli, command_env
 from ..env import Env
 from ..errors import BadInput, ExitCode, Interrupted
 from ..state_machine import RunState, RunTrigger
 from . import observing, running
+from .group import cli, command_env
 
 if TYPE_CHECKING:
     from .. import compose

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import click
 
-from ..cli import cli, command_env
 from ..env import open_store
 from ..errors import BadInput
 from ..suppression import MAX_REASON_CHARS, Entry, Source, address_key, entries, read_import
 from ..who import operator_name
+from .group import cli, command_env
 
 
 @cli.group()

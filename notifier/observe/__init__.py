@@ -15,9 +15,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ..coordination import RunResult
     from ..judging import Sent
     from ..records import Item, Outcome
-    from ..runner import RunResult
 
 
 class Observer:

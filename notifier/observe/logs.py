@@ -26,9 +26,9 @@ from .. import clock
 from . import Observer, answer_outcome
 
 if TYPE_CHECKING:
+    from ..coordination import RunResult
     from ..judging import Sent
     from ..records import Item, Outcome
-    from ..runner import RunResult
 
 LOGGER = "notifier.events"
 # The run's ending, by the state it ended in: the event's name.

@@ -1,0 +1,170 @@
+"""The typed records the one decision (decide.py) rests on and returns: what a send
+produced, what a status query found, what a channel can do, what the item's earlier
+attempts were, and what to do about it. Pure data, and pure functions of it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from . import clock
+from .channels import Channel, ChannelError, ErrorKind, Receipt
+from .records import Attempt, Item, Outcome
+
+# Attempt outcomes that prove the request never reached the downstream (or was seen and
+# refused unprocessed, 429/503); any other earlier attempt may have delivered.
+NEVER_REACHED = frozenset({ErrorKind.NOT_SENT.value, ErrorKind.THROTTLED.value, "not_started"})
+
+
+@dataclass(frozen=True)
+class NotStarted:
+    """A claimed item that `Dispatch.may_start` held back: no request left for it."""
+
+    reason: str
+
+
+# What one send slot produced: an answer, an error, or no request at all.
+Sent = Receipt | ChannelError | NotStarted
+
+
+class Finding(StrEnum):
+    FOUND = "found"
+    NOT_FOUND = "not_found"
+    CONFLICT = "conflict"
+    UNCERTAIN = "uncertain"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a status query by key found (reconcile.ask)."""
+
+    finding: Finding
+    receipt: Receipt | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Unasked:
+    """A query the decision wanted was not made: the run was stopping."""
+
+
+@dataclass(frozen=True)
+class Caps:
+    """What a channel's capabilities say about an uncertain answer."""
+
+    idempotent: bool
+    queryable: bool
+    query_delay_s: float = 0.0
+    timeout_s: float = 0.0
+    suppress_on_reject: bool = False
+
+    @classmethod
+    def of(cls, channel: Channel) -> Caps:
+        return cls(
+            idempotent=channel.idempotent,
+            queryable=channel.queryable,
+            # Zero where the channel has no such setting (the outbox: its write is atomic).
+            query_delay_s=float(getattr(channel, "query_delay_s", 0.0)),
+            timeout_s=float(getattr(channel, "timeout_s", 0.0)),
+            # SMTP's option (default on); other channel types have none: off.
+            suppress_on_reject=bool(getattr(channel, "suppress_on_reject", False)),
+        )
+
+
+@dataclass(frozen=True)
+class History:
+    """The item's attempts as stored (store.attempts), oldest first; the open one (being
+    judged) included. Empty for a first attempt: nothing earlier can matter then."""
+
+    attempts: tuple[Attempt, ...] = ()
+
+    @classmethod
+    def of(cls, attempts: Sequence[Attempt]) -> History:
+        return cls(tuple(attempts))
+
+    def elapsed_s(self, item: Item, now: datetime) -> float:
+        """Since the first attempt that started (the policy's deadline counts from it)."""
+        started = [a for a in self.attempts if a.outcome != "not_started"]
+        if item.attempts <= 1 or not started:
+            return 0.0
+        return (now - clock.parse(started[0].started_at)).total_seconds()
+
+    def may_have_reached(self, item: Item) -> bool:
+        """Whether an attempt before the current one may have reached the downstream: then a
+        replayed answer is the normal dedupe of our own earlier request. Finished attempts
+        only: the open one is the attempt being judged (attempt numbers are not
+        item.attempts: a released, never-started attempt keeps its row)."""
+        return item.attempts > 1 and any(
+            a.finished_at is not None and a.outcome not in NEVER_REACHED for a in self.attempts
+        )
+
+    def maybe_delivered(self) -> bool:
+        """Whether some earlier attempt ended uncertain or interrupted."""
+        return any(a.outcome in (ErrorKind.UNCERTAIN.value, "interrupted") for a in self.attempts)
+
+    @property
+    def last(self) -> Attempt | None:
+        return self.attempts[-1] if self.attempts else None
+
+
+def not_found_counts_from(caps: Caps, attempt: Attempt | None, now: datetime) -> datetime | None:
+    """The moment from which a 404 for `attempt` proves "not sent": the end of its request
+    plus query_delay. An attempt left open by a process that is gone has no known start: its
+    `started_at` is when it was claimed, and an item claimed ahead may have waited in the
+    queue for seconds before its request left, as late as the moment the holder was found
+    gone (`now`: whoever settles it took the run over first). So its request may run until
+    `now` plus the timeout. An attempt closed as `interrupted` was closed at that moment.
+    A channel that dedupes by key waits too: a 404 taken as proof can end the item as never
+    delivered (failed, expired, pending in a cancelled run), and sending the file again then
+    plans it under a new key."""
+    if attempt is None or caps.query_delay_s + caps.timeout_s <= 0:
+        return None  # the write is atomic (the outbox)
+    if attempt.finished_at is None:
+        ended = clock.later(caps.timeout_s, now)
+    elif attempt.outcome == "interrupted":
+        ended = clock.later(caps.timeout_s, clock.parse(attempt.finished_at))
+    else:
+        ended = clock.parse(attempt.finished_at)
+    return clock.later(caps.query_delay_s, ended)
+
+
+class Moment(StrEnum):
+    """Who settles an item by a query's finding, which decides what a 404 leads to."""
+
+    SETTLE = "settle"  # resume, reconcile, a dead worker's items: in_flight or unknown
+    REVISIT = "revisit"  # the runner: an unknown item whose query_delay came due
+    CANCEL = "cancel"  # cancel: a pending item whose earlier attempt may have been delivered
+
+
+@dataclass(frozen=True)
+class AfterSend:
+    """A send's result and, where the decision asked for one, its status query's answer
+    (None: not asked yet; Unasked: the run was stopping)."""
+
+    result: Sent
+    finding: Answer | Unasked | None = None
+
+
+@dataclass(frozen=True)
+class Settling:
+    """A query's finding about an item not under a send (None: the channel cannot be
+    queried), and from when a 404 counts (`not_found_counts_from`, at the question)."""
+
+    moment: Moment
+    finding: Answer | None
+    not_found_from: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to record (None: nothing established, nothing changes) and what this process
+    does meanwhile: hold the item back, close its channel, halt the run."""
+
+    outcome: Outcome | None
+    line: str = ""  # what a settlement says, one line
+    ask: bool = False  # the answer means nothing until the channel is asked by key
+    hold_s: float | None = None  # the item waits this long in this process
+    gate_s: float | None = None  # its channel closes this long (a throttled answer)
+    halt: str | None = None  # the run halts for this (an endpoint gone)
