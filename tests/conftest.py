@@ -59,6 +59,13 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The `slow` tests first, each group in its own order: under pytest-xdist a long test
+    handed out last runs alone at the end while the other workers idle. (A stable sort on a
+    marker: every worker collects the same order, which xdist requires.)"""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """`both_stores` tests get `ws` parametrised indirectly, so every fixture built on `ws`
     (inbox, sandboxes, relays) follows the store of the test."""

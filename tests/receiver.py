@@ -23,6 +23,23 @@ class Arrival:
     wall: float  # time.time() when the request arrived
 
 
+class HoldAfter(threading.Event):
+    """A receiver's hold that lets the first `free` answers through at once and holds every
+    later one until set: a run mid-way with some items sent and the rest held."""
+
+    def __init__(self, free: int) -> None:
+        super().__init__()
+        self.free = free
+        self._count = threading.Lock()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        with self._count:
+            self.free -= 1
+            if self.free >= 0:
+                return True
+        return super().wait(timeout)
+
+
 @dataclass
 class Receiver:
     """What to answer (`answer(item_id, nth POST of that item)`: a status, or None for 200

@@ -279,36 +279,36 @@ def started_polling(marker: Path, canceller: subprocess.Popen[str]) -> bool:
     return marker.exists() or canceller.poll() is not None
 
 
+# Six trials, each a test of its own so that xdist's workers run them side by side.
 @pytest.mark.slow
-def test_cancel_racing_a_starting_send_never_exits_1(ws: Workspace) -> None:
+@pytest.mark.parametrize("trial", range(6))
+def test_cancel_racing_a_starting_send_never_exits_1(ws: Workspace, trial: int) -> None:
     """A cancel that fires the moment a `send` has stored its plan (run still planned, the
     lease about to be taken) lands in each trial on one side of the race or the other; neither
     process exits 1 (illegal move, lost race) or 4, and the run ends cancelled or completed."""
     with Sandbox() as sandbox:
         configure_hooks(ws, sandbox, query=True)
-        for trial in range(6):
-            ws.write_csv(f"batch{trial}.csv", make_rows(5, start=100 * trial))
-            polling = ws.path / f"polling{trial}"
-            canceller = subprocess.Popen(
-                [sys.executable, "-c", CANCEL_AS_SOON_AS_PLANNED, str(ws.db), str(polling)],
-                cwd=ws.path,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                preexec_fn=default_sigint,  # noqa: PLW1509 (as every process a test starts)
-            )
-            # The canceller is polling before the send starts.
-            wait_for(functools.partial(started_polling, polling, canceller))
-            assert canceller.poll() is None, canceller.communicate()
-            sender = ws.run("send", f"batch{trial}.csv", "--channel", "hooks")
-            out, err = canceller.communicate(timeout=60)
-            assert sender.returncode in (0, 3), sender.stdout + sender.stderr
-            assert canceller.returncode in (0, 3), out + err
-            assert "internal error" not in sender.stderr + err
-            (state,) = ws.query("SELECT state FROM runs WHERE batch_path = ?",
-                                (f"batch{trial}.csv",))[0]  # fmt: skip
-            assert state in ("cancelled", "completed")
-            ws.reset()
+        ws.write_csv(f"batch{trial}.csv", make_rows(5, start=100 * trial))
+        polling = ws.path / f"polling{trial}"
+        canceller = subprocess.Popen(
+            [sys.executable, "-c", CANCEL_AS_SOON_AS_PLANNED, str(ws.db), str(polling)],
+            cwd=ws.path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=default_sigint,  # noqa: PLW1509 (as every process a test starts)
+        )
+        # The canceller is polling before the send starts.
+        wait_for(functools.partial(started_polling, polling, canceller))
+        assert canceller.poll() is None, canceller.communicate()
+        sender = ws.run("send", f"batch{trial}.csv", "--channel", "hooks")
+        out, err = canceller.communicate(timeout=60)
+        assert sender.returncode in (0, 3), sender.stdout + sender.stderr
+        assert canceller.returncode in (0, 3), out + err
+        assert "internal error" not in sender.stderr + err
+        (state,) = ws.query("SELECT state FROM runs WHERE batch_path = ?",
+                            (f"batch{trial}.csv",))[0]  # fmt: skip
+        assert state in ("cancelled", "completed")
 
 
 def test_send_whose_run_was_cancelled_before_it_took_the_lease(

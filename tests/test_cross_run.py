@@ -259,10 +259,14 @@ def test_an_early_404_on_a_channel_that_dedupes_never_ends_an_item_as_undelivere
 def test_a_cancel_after_a_kill_never_takes_an_early_404_as_never_delivered(
     ws: Workspace,
 ) -> None:
-    """Killed while its request was at an idempotent receiver that commits 1.5 s after it
-    arrived: `cancel` reports the item as maybe delivered (unknown), not as never sent, and
-    sending the file again is refused until it is settled, so no second delivery."""
-    receiver = Receiver(commit_delay_s=1.5)
+    """Killed while its request was at an idempotent receiver that commits it only later
+    (after `cancel` asked: a 404 that is early): `cancel` reports the item as maybe delivered
+    (unknown), not as never sent, and sending the file again is refused until it is settled,
+    so no second delivery."""
+    # The commit waits for this, not for a time: on a loaded machine `cancel` may start
+    # seconds after the kill, and must still find the request not yet committed.
+    committed_later = threading.Event()
+    receiver = Receiver(hold=committed_later)
     with receiving(receiver):
         (ws.path / "notifier.toml").write_text(
             webhook_config(receiver, idempotent=True, status=True, timeout=10, query_delay=5)
@@ -275,6 +279,7 @@ def test_a_cancel_after_a_kill_never_takes_an_early_404_as_never_delivered(
             sender.kill()
             sender.communicate()
         cancelled = ws.run("cancel", "--wait", "5")
+        committed_later.set()
         assert cancelled.returncode == 3, cancelled.stdout + cancelled.stderr
         assert ws.query("SELECT state FROM items") == [("unknown",)]
         receiver.wait_for(lambda r: len(r.commits) == 1)

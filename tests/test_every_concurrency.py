@@ -39,7 +39,7 @@ from .conftest import (
     smtp_server,
     wait_for,
 )
-from .receiver import WAIT_S, Receiver, receiving, webhook_config
+from .receiver import WAIT_S, HoldAfter, Receiver, receiving, webhook_config
 
 pytestmark = pytest.mark.both_stores
 CONCURRENCY = pytest.mark.parametrize("n", [1, 8])
@@ -491,12 +491,16 @@ def test_sigterm_drains_like_ctrl_c_and_exits_143(ws: Workspace, n: int) -> None
 @pytest.mark.parametrize("then", ["resume", "cancel"])
 @pytest.mark.timeout(90)
 def test_after_a_kill_no_early_404_counts_as_proof(ws: Workspace, n: int, then: str) -> None:
-    """A receiver that commits 2.5 s after a request arrives (timeout 3, query_delay 1),
-    killed while items claimed ahead were still being started: neither `resume` nor
-    `cancel` takes a 404 as proof before timeout + query_delay after each request could have
-    left. Resume commits every key exactly once; cancel reports every key the receiver
-    committed as sent or unknown, never as pending (never sent)."""
-    receiver = Receiver(commit_delay_s=2.5)
+    """A receiver that commits 2.5 s after a request arrives (resume) or, past the first two
+    waves, only once `cancel` has asked (timeout 3, query_delay 1), killed while items
+    claimed ahead were still being started: neither `resume` nor `cancel` takes a 404 as
+    proof before timeout + query_delay after each request could have left. Resume commits
+    every key exactly once; cancel reports every key the receiver committed as sent or
+    unknown, never as pending (never sent)."""
+    # For cancel a condition, not a time: on a loaded machine `cancel` may start seconds
+    # after the kill, and the requests of the third wave must still be uncommitted then.
+    hold = HoldAfter(2 * n) if then == "cancel" else None
+    receiver = Receiver(commit_delay_s=2.5 if then == "resume" else 0.0, hold=hold)
     with receiving(receiver):
         (ws.path / "notifier.toml").write_text(
             webhook_config(receiver, idempotent=False, status=True, timeout=3, query_delay=1)
@@ -517,6 +521,8 @@ def test_after_a_kill_no_early_404_counts_as_proof(ws: Workspace, n: int, then: 
             assert receiver.commits == {key: 1 for key in keys}
             return
         cancelled = ws.run("cancel", "--wait", "5", timeout=80)
+        assert hold is not None
+        hold.set()
         assert cancelled.returncode == 3, cancelled.stdout + cancelled.stderr
         receiver.wait_for(lambda r: len(r.commits) == len({a.key for a in r.arrivals}))
         states = dict(ws.query("SELECT idempotency_key, state FROM items"))

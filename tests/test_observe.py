@@ -17,30 +17,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from .conftest import EXAMPLE, Workspace, free_port, make_rows, wait_for
-from .receiver import Receiver, receiving, webhook_config
+from .receiver import WAIT_S, HoldAfter, Receiver, receiving, webhook_config
 from .test_startup import loaded_by
 
 pytestmark = pytest.mark.both_stores
 
 # Fields every event about one item's attempt carries.
 ITEM_FIELDS = {"ts", "event", "run_id", "seq", "item", "key", "channel", "attempt"}
-
-
-class HoldAfter(threading.Event):
-    """A receiver's hold that lets the first `free` answers through at once: the run is
-    mid-way with some items sent (this process's counters have samples) and the rest held."""
-
-    def __init__(self, free: int) -> None:
-        super().__init__()
-        self.free = free
-        self._count = threading.Lock()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        with self._count:
-            self.free -= 1
-            if self.free >= 0:
-                return True
-        return super().wait(timeout)
 
 
 def scrape(port: int) -> str:
@@ -306,7 +289,9 @@ def test_two_workers_endpoints_agree_with_status(ws: Workspace) -> None:
     ports = free_port(), free_port()
     with receiving(receiver):
         (ws.path / "notifier.toml").write_text(
-            webhook_config(receiver, idempotent=True, status=True)
+            # A held request must not time out before the test lets it go (WAIT_S at most):
+            # else `send` sends again, and the 3rd and 4th arrivals need not be the worker's.
+            webhook_config(receiver, idempotent=True, status=True, timeout=2 * WAIT_S)
         )
         ws.write_csv("batch.csv", make_rows(30))
         first = ws.popen(

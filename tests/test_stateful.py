@@ -7,9 +7,11 @@ Three webhook channels share the batch: `idem` (idempotent, queryable), `plain` 
 idempotent, queryable) and `blind` (neither: its doubtful items become `unknown`, so manual
 marks have something to settle). Sends and resumes are real processes, so the kills are real.
 
-The seed is fixed (NOTIFIER_STATEFUL_SEED overrides it) and printed; the whole test takes
-about two minutes on two cores. Every step is logged, and each failed check carries the log,
-because a replay of a failing example may not fail again: kills land where the clock says.
+The seed is fixed (NOTIFIER_STATEFUL_SEED overrides it) and printed; the 25 examples run as
+5 parts of 5, part k from seed SEED + k, so that pytest-xdist's workers run them side by side
+(about two minutes on two cores in all). Every step is logged, and each failed check carries
+the log, because a replay of a failing example may not fail again: kills land where the clock
+says.
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ from notifier.store import Store
 from .conftest import Workspace
 
 SEED = int(os.environ.get("NOTIFIER_STATEFUL_SEED", "20261201"))
+# 25 examples in all, split so that xdist's workers share them: one 25-example test was the
+# last to finish a parallel run by minutes. Same number of examples, each part its own seed.
+PARTS, EXAMPLES_PER_PART = 5, 5
 # NOTIFIER_STATEFUL_VERBOSE=1 (with pytest -s) prints every example's steps, passing or not.
 VERBOSE = bool(os.environ.get("NOTIFIER_STATEFUL_VERBOSE"))
 BATCH_SIZE = 12
@@ -123,6 +128,8 @@ def _batch_rows() -> list[list[str]]:
 class NotifierMachine(RuleBasedStateMachine):
     """One workspace, one batch, two faulty sandboxes per example."""
 
+    example_seed = SEED  # the seed this machine's examples came from (a part's: SEED + part)
+
     def __init__(self, base: Path) -> None:
         super().__init__()
         self.ws = Workspace(base)
@@ -138,7 +145,7 @@ class NotifierMachine(RuleBasedStateMachine):
     # ------------------------------------------------------------------ helpers
 
     def fail(self, what: str) -> str:
-        return f"{what}\nsteps so far (seed {SEED}):\n  " + "\n  ".join(self.log)
+        return f"{what}\nsteps so far (seed {self.example_seed}):\n  " + "\n  ".join(self.log)
 
     def step(self, line: str) -> None:
         self.ok = False
@@ -530,27 +537,35 @@ class NotifierMachine(RuleBasedStateMachine):
                 shutil.rmtree(self.ws.path, ignore_errors=True)
 
 
-# 25 examples of up to 10 real processes each: 100 s in a full run on a loaded machine.
+# 5 examples of up to 10 real processes each per part: 100 s for the 5 parts in a serial run
+# on a loaded machine.
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+@pytest.mark.parametrize("part", range(PARTS))
 def test_random_operations_keep_database_report_and_downstream_in_agreement(
-    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, fast_waits: float
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    fast_waits: float,
+    part: int,
 ) -> None:
     """Random send / SIGKILL / resume / cancel / reconcile / manual-mark sequences against
     faulty sandboxes never commit a key twice, never leave a commit unaccounted for, and keep
     the file's invariants and the report's counts."""
     monkeypatch.delenv("NOTIFIER_CRASH_AT", raising=False)
     monkeypatch.delenv("NOTIFIER_DB", raising=False)
-    print(f"stateful test seed: {SEED} (NOTIFIER_STATEFUL_SEED overrides it)")
+    part_seed = SEED + part
+    print(f"stateful test seed: {part_seed} = {SEED} (NOTIFIER_STATEFUL_SEED overrides) + {part}")
 
     class Machine(NotifierMachine):
+        example_seed = part_seed
+
         def __init__(self) -> None:
             super().__init__(tmp_path_factory.mktemp("stateful"))
 
     run_state_machine_as_test(
-        seed(SEED)(Machine),
+        seed(part_seed)(Machine),
         settings=settings(
-            max_examples=25,
+            max_examples=EXAMPLES_PER_PART,
             stateful_step_count=10,
             deadline=None,
             database=None,
