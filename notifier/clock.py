@@ -1,12 +1,22 @@
-"""Timestamps as fixed-width ISO-8601 UTC text, so that SQL string comparison orders them."""
+"""Timestamps as fixed-width ISO-8601 UTC text, so that SQL string comparison orders them.
+
+The test switch for the wall clock (as waits.py is for waits): NOTIFIER_TEST_CLOCK_SHIFT_S
+moves this process's `now` that many seconds on, so a test can run `resume` after a
+deadline it froze into a plan without sleeping until that deadline, however long the plan
+took on a loaded machine. Read once, at import: every command is a process of its own. Unset
+(production), the shift is 0 and nothing changes."""
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime, timedelta
+
+SHIFT_ENV = "NOTIFIER_TEST_CLOCK_SHIFT_S"
+_SHIFT = timedelta(seconds=float(os.environ.get(SHIFT_ENV) or 0))
 
 
 def now() -> datetime:
-    return datetime.now(UTC)
+    return datetime.now(UTC) + _SHIFT
 
 
 def iso(moment: datetime) -> str:
