@@ -110,14 +110,20 @@ class Dispatch:
             return f"the run is halting ({halting}) before it started"
         # Uncertain answers in a row: those judged (the committer's streak) plus those the
         # senders saw and the committer has not judged yet.
-        doubted = self._doubted + self.p.unknown_streak
-        if doubted >= self.options.unknown_streak_limit:
+        if self.braked():
+            doubted = self._doubted + self.p.unknown_streak
             return f"{doubted} uncertain answers in a row are being judged"
         if self.approval_expired():
             return "the run's approval expired before it started"
         if self.cancel_seen is not None:
             return f"cancel requested at {self.cancel_seen}"
         return None
+
+    def braked(self) -> bool:
+        """Whether the uncertain-answers brake holds every send back: the answers judged
+        (the committer's streak) plus those the senders saw and the committer has not
+        judged yet (their status queries may still be under way) reach the limit."""
+        return self._doubted + self.p.unknown_streak >= self.options.unknown_streak_limit
 
     def judged(self, doubted: int) -> None:
         """`doubted` answers the senders counted were judged by the committer: its streak
