@@ -219,11 +219,18 @@ class Dispatch:
             return Unasked()
         try:
             # Each further try is asked for too: a stop does not wait for three timeouts.
-            return ask(channel, item, go_on=self._may_ask)
+            answer = ask(channel, item, go_on=self._may_ask)
         except Exception as exc:  # a channel bug: the query decides nothing
             return Answer(
                 Finding.UNCERTAIN, detail=f"query failed: unexpected {type(exc).__name__}: {exc}"
             )
+        if answer.finding is Finding.UNCERTAIN and not self._may_ask():
+            # The stop cut its tries short: the item waits, unknown, to be asked about by
+            # whoever settles the run next, like one not asked at all. Recorded as a plain
+            # unknown, every sender's query cut short by one Ctrl-C would count toward the
+            # unknown-streak halt, and a run that is only stopping would halt.
+            return Unasked()
+        return answer
 
     def _may_ask(self) -> bool:
         """Whether a status query may start (or try again): not once the run is stopping
