@@ -102,3 +102,35 @@ def test_queries_cut_short_by_a_stop_leave_the_items_to_be_asked_not_a_halt(
         "SELECT COUNT(*) FROM items WHERE state = 'unknown' AND next_attempt_at IS NOT NULL"
     )
     assert waiting == [(N,)], "each is asked about again by whoever settles the run next"
+
+
+@pytest.mark.timeout(120)
+def test_no_query_tries_again_once_the_stop_is_seen(ws: Workspace) -> None:
+    """At N = 8, every send times out (uncertain) and every status query is answered 503 at
+    once, so each sender waits out its query's backoff before the next try: SIGTERM comes in
+    that wait, and no sender tries again after the stop was seen (docs/guarantees.md,
+    Cancel: "no query starts or tries again once the cancel is seen")."""
+    receiver = Receiver(commit_delay_s=3, query_status=503)
+    with receiving(receiver):
+        (ws.path / "notifier.toml").write_text(
+            webhook_config(receiver, idempotent=False, status=True, timeout=1)
+        )
+        ws.write_csv("batch.csv", make_rows(ROWS))
+        process = ws.popen("send", "batch.csv", "--channel", "hooks", "--concurrency", str(N))
+        try:
+            receiver.wait_for(lambda r: len(r.queries) >= N)  # every sender's first try
+            process.send_signal(signal.SIGTERM)
+            assert process.stdout is not None
+            for line in process.stdout:  # said once the signal is handled
+                if line.startswith("SIGTERM:"):
+                    break
+            seen = time.time()
+            out, err = process.communicate(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+    assert process.returncode == 143, out + err
+    # A try whose check came just before the signal was handled may still arrive after it.
+    late = [t for t in receiver.queries if t > seen]
+    assert len(late) <= 1, f"{len(late)} query tries started after the stop was seen"
