@@ -280,7 +280,11 @@ class Runner:
                     return ended
                 starved = False
                 continue
-            wait = bool(inflight) and (len(inflight) >= capacity or starved or draining)
+            # While the senders' brake holds every send back (uncertain answers whose status
+            # queries are under way on their senders), wait for those answers: an item
+            # claimed now is only released unstarted, and claimed again, over and over.
+            braked = bool(inflight) and self.dispatch.braked()
+            wait = bool(inflight) and (len(inflight) >= capacity or starved or draining or braked)
             done = self._senders.results(self._poll_timeout() if wait else None)
             for item, _ in done:
                 del inflight[item.seq]
@@ -289,7 +293,7 @@ class Runner:
                 # (a signal, a cancel), and what it gave back must not be claimed again.
                 draining = self._stopping()
             free = capacity - len(inflight)
-            if draining or (size == 1 and done):
+            if draining or braked or (size == 1 and done):
                 # N = 1 is the sequential protocol to the letter: point B of an item is its
                 # own commit, before the next item's point A.
                 free = 0

@@ -110,14 +110,20 @@ class Dispatch:
             return f"the run is halting ({halting}) before it started"
         # Uncertain answers in a row: those judged (the committer's streak) plus those the
         # senders saw and the committer has not judged yet.
-        doubted = self._doubted + self.p.unknown_streak
-        if doubted >= self.options.unknown_streak_limit:
+        if self.braked():
+            doubted = self._doubted + self.p.unknown_streak
             return f"{doubted} uncertain answers in a row are being judged"
         if self.approval_expired():
             return "the run's approval expired before it started"
         if self.cancel_seen is not None:
             return f"cancel requested at {self.cancel_seen}"
         return None
+
+    def braked(self) -> bool:
+        """Whether the uncertain-answers brake holds every send back: the answers judged
+        (the committer's streak) plus those the senders saw and the committer has not
+        judged yet (their status queries may still be under way) reach the limit."""
+        return self._doubted + self.p.unknown_streak >= self.options.unknown_streak_limit
 
     def judged(self, doubted: int) -> None:
         """`doubted` answers the senders counted were judged by the committer: its streak
@@ -213,11 +219,18 @@ class Dispatch:
             return Unasked()
         try:
             # Each further try is asked for too: a stop does not wait for three timeouts.
-            return ask(channel, item, go_on=self._may_ask)
+            answer = ask(channel, item, go_on=self._may_ask)
         except Exception as exc:  # a channel bug: the query decides nothing
             return Answer(
                 Finding.UNCERTAIN, detail=f"query failed: unexpected {type(exc).__name__}: {exc}"
             )
+        if answer.finding is Finding.UNCERTAIN and not self._may_ask():
+            # The stop cut its tries short: the item waits, unknown, to be asked about by
+            # whoever settles the run next, like one not asked at all. Recorded as a plain
+            # unknown, every sender's query cut short by one Ctrl-C would count toward the
+            # unknown-streak halt, and a run that is only stopping would halt.
+            return Unasked()
+        return answer
 
     def _may_ask(self) -> bool:
         """Whether a status query may start (or try again): not once the run is stopping
