@@ -630,7 +630,7 @@ def test_five_unknowns_in_a_row_stop_the_senders_before_the_committer_has_judged
 def test_a_stop_does_not_wait_for_queries_to_a_receiver_that_hangs(ws: Workspace) -> None:
     """At N = 8 against a receiver whose sends and status queries all time out, SIGTERM
     ends the run without querying about each uncertain answer (each query retried may take
-    three timeouts): after the signal, no more than the one query under way's tries reach
+    three timeouts): after the signal, no more than the tries under way (one per sender) reach
     the receiver, and the items are left unknown for resume to ask about."""
     receiver = Receiver(commit_delay_s=3, query_delay_s=3)
     with receiving(receiver):
@@ -651,7 +651,11 @@ def test_a_stop_does_not_wait_for_queries_to_a_receiver_that_hangs(ws: Workspace
             if process.poll() is None:
                 process.kill()
     assert process.returncode == 143, out + err
-    assert len([t for t in receiver.queries if t > signalled]) <= 3
+    # Each of the 8 senders may have one try under way, decided before the signal was
+    # handled (its arrival may be stamped after `signalled`); none tries again after it
+    # (tests/test_review_decide.py pins that exactly). Without the check, each would try
+    # twice more.
+    assert len([t for t in receiver.queries if t > signalled]) <= 8
     _assert_nothing_left_open(ws)
     assert _states(ws).get("unknown", 0) >= 1
 
