@@ -227,7 +227,7 @@ class SqliteEngine:
     # ---------------------------------------------------------------- transactions
 
     def begin_write(self, fence: Fence | None) -> Any:
-        """BEGIN IMMEDIATE: the write lock up front (see core.StoreCore._write)."""
+        """BEGIN IMMEDIATE: the write lock up front (see core.Core.write)."""
         self.conn.execute("BEGIN IMMEDIATE")
         if fence is None:
             return None
