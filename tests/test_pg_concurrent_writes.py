@@ -1,7 +1,7 @@
 """PostgreSQL workers write concurrently (issue 22): no lock of the whole schema. Two
 workers' group commits on one run overlap and commit contiguous, unique event numbers with no
 lost update; writes to two runs never wait for each other; a worker's fence still holds while
-another reaps it. Each test drives the store's real group commit (`Store.step`, as the
+another reaps it. Each test drives the store's real group commit (`Ledger.step`, as the
 pipeline's committer calls it) on connections of its own, holding one transaction open at
 its COMMIT while the other writes. The sequential fence tests are test_workers.py's
 test_a_reaped_worker_writes_nothing and test_chaos_three_workers_killed_at_random_each_key_
