@@ -26,7 +26,7 @@ class Dialect:
     """An engine's differences in the store's SQL, as data (one frozen record per engine)."""
 
     name: str
-    # Errors of the driver that mean "the database could not be written" (core._write).
+    # Errors of the driver that mean "the database could not be written" (core.Core.write).
     storage_errors: tuple[type[Exception], ...]
     # The word that joins two tables in the order written (SQLite's CROSS JOIN fixes it: its
     # planner otherwise starts from items; PostgreSQL plans the order itself).

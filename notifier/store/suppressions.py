@@ -23,7 +23,7 @@ class Suppressions:
 
     def on_list(self) -> str:
         """A column for the claim's SELECT: whether the row's recipient is on the list, as
-        far as SQL can tell (see _suppressed_claims). Read by the claim's own query, it costs
+        far as SQL can tell (see suppressed_claims). Read by the claim's own query, it costs
         no statement of its own: one primary-key probe per row."""
         address = self.core.dialect.address_of.format("items.target")
         return f"EXISTS (SELECT 1 FROM suppressions s WHERE s.address = {address}) AS on_list"
@@ -153,7 +153,7 @@ class Suppressions:
         """The claim's check, inside the claim's transaction, before any of `rows` (pending
         items about to be claimed) is moved: those whose recipient is on the list become
         `suppressed` instead, and their seqs are returned for the claim to leave out. The
-        claim's SELECT already asked the list (its `on_list` column, _on_list): for the usual
+        claim's SELECT already asked the list (its `on_list` column, on_list): for the usual
         recipient, ASCII and without surrounding tabs, that SQL match is the Python key's, so
         nothing more is read; only rows SQL cannot judge (non-ASCII capitals) are looked up
         here, in one indexed read for the whole batch.
