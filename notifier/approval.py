@@ -104,7 +104,8 @@ def recompute_fingerprint(store: Store, run: Run) -> str:
     """The approval fingerprint from the stored intents as they are now: every item's digest
     recomputed from its channel, target and payload, in order, plus the stored snapshot."""
     digests = (
-        intent_digest(item.channel, item.target, item.payload) for item in store.items(run.run_id)
+        intent_digest(item.channel, item.target, item.payload)
+        for item in store.queries.items(run.run_id)
     )
     return run_fingerprint(digests, run.channel_snapshot)
 
@@ -144,7 +145,7 @@ def approve(
             f"run {run.run_id} is still drafting, so there is nothing to approve yet: run "
             f"`notifier resume {run.run_id}` to finish the drafts and print the preview."
         )
-    version = store.state_version(run.run_id)
+    version = store.ledger.state_version(run.run_id)
     actual = recompute_fingerprint(store, run)
     if actual != run.fingerprint:
         raise ApprovalRefused(
@@ -168,7 +169,7 @@ def approve(
         fingerprint=actual,
         state_version=version,
     )
-    store.record_approval(run.run_id, approval.as_json(), version)
+    store.ledger.record_approval(run.run_id, approval.as_json(), version)
     return approval
 
 
@@ -209,7 +210,7 @@ def preview(store: Store, run: Run, rows: int = PREVIEW_ROWS) -> list[str]:
     and where to read every one of them."""
     per_channel: Counter[str] = Counter()
     first: list[Item] = []
-    for item in store.items(run.run_id):
+    for item in store.queries.items(run.run_id):
         per_channel[item.channel] += 1
         if len(first) < rows:
             first.append(item)
@@ -248,7 +249,7 @@ class Watch:
         """The approval as stored now (its fingerprint and expiry were checked before the
         lease was taken: check_can_send). A record gone, or bound to another fingerprint,
         counts as expired: nothing more is sent."""
-        run = self.store.get_run(self.run_id)
+        run = self.store.core.get_run(self.run_id)
         if not requires_approval(run):
             return
         current = stored_approval(run)

@@ -56,9 +56,9 @@ def cancel_batches(
     still `creating` may have a batch nobody recorded: the batches that may be its own are
     looked up as resume would and cancelled first. A chunk whose batch the API could not be
     asked about stays open, so `cancel` run again finishes it. Returns how many stay open."""
-    mine = custom_prefix(store.get_run(run_id))
+    mine = custom_prefix(store.core.get_run(run_id))
     left = 0
-    for chunk in store.chunks(run_id, ["creating", "submitted"]):
+    for chunk in store.chunks.chunks(run_id, ["creating", "submitted"]):
         try:
             if chunk.batch_id is not None:
                 _cancel_batch(client, chunk.chunk, chunk.batch_id, say)
@@ -70,7 +70,7 @@ def cancel_batches(
             left += 1
             say(_not_asked(run_id, chunk.chunk, chunk.batch_id, str(exc)))
             continue
-        store.end_chunk(run_id, chunk.chunk, "canceled", f"cancelled at {clock.now_iso()}")
+        store.chunks.end_chunk(run_id, chunk.chunk, "canceled", f"cancelled at {clock.now_iso()}")
         say(f"chunk {chunk.chunk}: {ended}")
     return left
 

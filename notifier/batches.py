@@ -84,7 +84,7 @@ class BatchDrafting:
         self.prefix = custom_prefix(run)
         self.crash = crash.from_env()
         self.poll_first = _poll_first()
-        self.sources = {d.seq: d.source for d in store.drafts(run.run_id)}
+        self.sources = {d.seq: d.source for d in store.drafts.drafts(run.run_id)}
 
     def close(self) -> None:
         self.client.close()
@@ -96,11 +96,11 @@ class BatchDrafting:
         run_id = self.run.run_id
         try:
             for _ in range(MAX_ROUNDS):
-                for chunk in self.store.chunks(run_id, ["creating"]):
+                for chunk in self.store.chunks.chunks(run_id, ["creating"]):
                     self._check_interrupted()
                     self._settle(chunk.chunk)
                 self._submit_new(rows_per_chunk)
-                submitted = self.store.chunks(run_id, ["submitted"])
+                submitted = self.store.chunks.chunks(run_id, ["submitted"])
                 if not submitted:
                     break
                 for chunk in submitted:
@@ -110,8 +110,8 @@ class BatchDrafting:
         except ComposeStopped as exc:
             return self._progress(str(exc))
         except _Interrupted:
-            left = len(self.store.chunks(run_id, ["submitted"]))
-            self.store.note_drafting(
+            left = len(self.store.chunks.chunks(run_id, ["submitted"]))
+            self.store.drafts.note_drafting(
                 run_id,
                 "drafting_interrupted",
                 {"signal": self.interrupted.name, "batches_left": left},
@@ -120,7 +120,7 @@ class BatchDrafting:
         return self._progress(None)
 
     def _progress(self, stopped: str | None, *, interrupted: bool = False) -> Progress:
-        summary = self.store.draft_summary(self.run.run_id)
+        summary = self.store.drafts.draft_summary(self.run.run_id)
         return Progress(
             summary["drafted"],
             summary["failed"],
@@ -140,9 +140,9 @@ class BatchDrafting:
         """Chunk the rows without a draft and outside any open chunk: intent, create,
         batch id, one chunk at a time."""
         run_id = self.run.run_id
-        known = self.store.chunks(run_id)
+        known = self.store.chunks.chunks(run_id)
         covered = {seq for c in known if c.state in ("creating", "submitted") for seq in c.seqs}
-        pending = [seq for seq, _ in self.store.pending_drafts(run_id) if seq not in covered]
+        pending = [seq for seq, _ in self.store.drafts.pending_drafts(run_id) if seq not in covered]
         number = max((c.chunk for c in known), default=0)
         for start in range(0, len(pending), rows_per_chunk):
             seqs = pending[start : start + rows_per_chunk]
@@ -150,7 +150,7 @@ class BatchDrafting:
             number += 1
             requests = self._requests(number, seqs, self.settings.model)
             not_before = (datetime.now(UTC) - CLOCK_SKEW).isoformat()
-            self.store.record_chunk(
+            self.store.chunks.record_chunk(
                 run_id, number, seqs, _digest(requests), self.settings.model, not_before,
                 self.lease.version,
             )  # fmt: skip
@@ -174,7 +174,7 @@ class BatchDrafting:
             if ask_first:
                 found = self._find(number, len(requests), since)
                 if found is not None:
-                    self.store.chunk_submitted(
+                    self.store.chunks.chunk_submitted(
                         self.run.run_id, number, found, created=False,
                         note="adopted after asking", lease_version=self.lease.version,
                     )  # fmt: skip
@@ -202,7 +202,7 @@ class BatchDrafting:
         )
 
     def _create(self, number: int, requests: list[Request], note: str | None) -> None:
-        self.store.chunk_create_started(self.run.run_id, number, self.lease.version)
+        self.store.chunks.chunk_create_started(self.run.run_id, number, self.lease.version)
         if not self.lease.surely_valid():  # checked right before the paid call, as sends are
             raise ComposeStopped(
                 f"chunk {number}: this process can no longer be sure it holds the run's lease "
@@ -211,7 +211,7 @@ class BatchDrafting:
             )
         batch = self._create_once(requests)
         self._at("after-batch-create", number)
-        self.store.chunk_submitted(
+        self.store.chunks.chunk_submitted(
             self.run.run_id, number, batch.id, created=True, note=note,
             lease_version=self.lease.version,
         )  # fmt: skip
@@ -222,7 +222,7 @@ class BatchDrafting:
     def _settle(self, number: int) -> None:
         """A chunk left `creating`: its batch may exist. Adopt the one whose results carry
         its custom_ids; create it only when none can be ours, or the operator chose to."""
-        [chunk] = [c for c in self.store.chunks(self.run.run_id) if c.chunk == number]
+        [chunk] = [c for c in self.store.chunks.chunks(self.run.run_id) if c.chunk == number]
         requests = self._requests(number, chunk.seqs, chunk.model)
         if _digest(requests) != chunk.requests_digest:
             raise NeedsAttention(
@@ -254,7 +254,7 @@ class BatchDrafting:
             if batch.processing_status == "ended":
                 return batch
             self._check_interrupted()
-            if self.store.get_run(self.run.run_id).cancel_requested_at:
+            if self.store.core.get_run(self.run.run_id).cancel_requested_at:
                 self._cancel_open()
                 raise DraftingCancelled(
                     f"run {self.run.run_id}: cancel requested while drafting; the submitted "
@@ -283,7 +283,7 @@ class BatchDrafting:
                 "results read are stored. Run `notifier resume` to read them again."
             ) from exc
         note = ", ".join(f"{n} {k}" for k, n in tally.items())
-        self.store.end_chunk(run_id, number, "done", note, self.lease.version)
+        self.store.chunks.end_chunk(run_id, number, "done", note, self.lease.version)
         self.say(f"chunk {number}: results stored ({note})")
 
     def _store_results(self, batch_id: str, mine: str, tally: dict[str, int]) -> None:
@@ -297,16 +297,16 @@ class BatchDrafting:
                 try:
                     draft = parse(result.message)
                 except DraftRejected as exc:
-                    if self.store.fail_result(run_id, seq, str(exc), exc.usage):
+                    if self.store.drafts.fail_result(run_id, seq, str(exc), exc.usage):
                         self.advance(1)
                     tally["failed"] += 1
                 else:
-                    if self.store.save_result(run_id, seq, _as_dict(draft)):
+                    if self.store.drafts.save_result(run_id, seq, _as_dict(draft)):
                         self.advance(1)
                     tally["drafted"] += 1
             elif result.type == "errored" and result.error.error.type in PERMANENT_ERRORS:
                 error = result.error.error
-                self.store.fail_result(run_id, seq, f"{error.type}: {error.message}")
+                self.store.drafts.fail_result(run_id, seq, f"{error.type}: {error.message}")
                 tally["failed"] += 1
             else:
                 tally["again"] += 1  # expired, canceled, or a transient error

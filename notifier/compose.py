@@ -235,7 +235,7 @@ def draft_pending(
     Once `interrupted` is set (Ctrl-C, SIGTERM: signals.interrupt_guard), no new request and
     no retry starts, but the requests already sent are waited for and their answers stored:
     they are paid for. `advance(n)` counts rows settled (a progress bar)."""
-    pending = store.pending_drafts(run_id)
+    pending = store.drafts.pending_drafts(run_id)
     rows = [(seq, row_from_source(source)) for seq, source in pending]
     with ThreadPoolExecutor(max(1, concurrency), thread_name_prefix="draft") as pool:
         futures: dict[Future[Draft], tuple[int, BatchRow]] = {
@@ -249,7 +249,7 @@ def draft_pending(
             # flight ends without being stored (a draft has no side effect: resume asks).
             storing.stop_new()
             raise
-    summary = store.draft_summary(run_id)
+    summary = store.drafts.draft_summary(run_id)
     return Progress(
         summary["drafted"],
         summary["failed"],
@@ -295,7 +295,7 @@ class _Storing:
                 self.noticed = True
                 self.stop_new()
                 in_flight = sum(1 for f in waiting if not f.cancelled())
-                self.store.note_drafting(
+                self.store.drafts.note_drafting(
                     self.run_id, "drafting_interrupted", {"signal": interrupted.name,
                                                           "in_flight": in_flight},
                 )  # fmt: skip
@@ -318,7 +318,7 @@ class _Storing:
                 self.stop_new()
             return
         except DraftRejected as exc:
-            self.store.fail_draft(self.run_id, seq, str(exc), usage=exc.usage)
+            self.store.drafts.fail_draft(self.run_id, seq, str(exc), usage=exc.usage)
             self.say(f"draft for item {row.item_id} (line {row.line}) failed: {exc}")
             self.advance(1)
             return
@@ -326,7 +326,7 @@ class _Storing:
             if not self.noticed:
                 self.say(f"draft for item {row.item_id} not made yet: {exc}")
             return
-        self.store.save_draft(self.run_id, seq, asdict(draft))
+        self.store.drafts.save_draft(self.run_id, seq, asdict(draft))
         self.advance(1)
         if self.noticed:
             self.kept += 1
@@ -364,7 +364,7 @@ def freeze(store: Store, run_id: str, config: Config, then: RunTrigger | None) -
     """Every row drafted (or failed): compute the intents from the stored drafts, in order,
     and store them with the fingerprint in one transaction. Rows whose draft failed are not
     planned; `then` (request_approval) moves the run in the same transaction."""
-    run = store.get_run(run_id)
+    run = store.core.get_run(run_id)
     template_options = run.options.get("template")
     template = (
         from_sources(template_options["subject"], template_options["body"], "stored template")
@@ -373,7 +373,7 @@ def freeze(store: Store, run_id: str, config: Config, then: RunTrigger | None) -
     )
     rows: list[BatchRow] = []
     failed: dict[int, str] = {}
-    for stored in store.drafts(run_id):
+    for stored in store.drafts.drafts(run_id):
         if stored.state == "pending":
             continue
         row = row_from_source(stored.source)
@@ -387,12 +387,12 @@ def freeze(store: Store, run_id: str, config: Config, then: RunTrigger | None) -
         try:
             rows.append(apply_draft(row, draft, template))
         except DraftRejected as exc:
-            store.fail_draft(run_id, stored.seq, str(exc), expected="drafted")
+            store.drafts.fail_draft(run_id, stored.seq, str(exc), expected="drafted")
             failed[stored.seq] = f"draft failed: {exc}"
             rows.append(row)
     plan = make_plan(rows, config, run_id, snapshot=run.channel_snapshot, nonce=run.key_nonce)
     try:
-        store.freeze_plan(
+        store.drafts.freeze_plan(
             run_id, plan.fingerprint, plan.content_fingerprint, plan.items, then, failed
         )
     finally:

@@ -27,7 +27,7 @@ from .pipeline import SharedBucket, TokenBucket
 from .reconcile import settle, settle_doubts, settle_items
 from .records import Counts, PendingKind, Run
 from .state_machine import ItemTrigger, RunState, RunTrigger
-from .store import LeaseLost, Store
+from .store import LeaseLost, Store, WorkerFence
 
 # How the reason of a pause for a channel that is down reads, so that another worker of a
 # shared run tells it apart (run.stop_reason).
@@ -125,7 +125,7 @@ class Coordination:
         moved = self.move(RunTrigger.PAUSE, **sets)
         if moved is not RunState.PAUSED:
             return self.moved_by_another(moved)
-        counts = self.store.counts(self.run_id)
+        counts = self.store.queries.counts(self.run_id)
         return RunResult(RunState.PAUSED, stop, said, counts, paused_until=paused_until)
 
     def halt(self, stop: Stop, reason: str) -> RunResult:
@@ -136,12 +136,14 @@ class Coordination:
         moved = self.move(RunTrigger.HALT, stop_reason=reason)
         if moved is not RunState.HALTED:
             return self.moved_by_another(moved)
-        return RunResult(RunState.HALTED, stop, f"halted: {reason}", self.store.counts(self.run_id))
+        return RunResult(
+            RunState.HALTED, stop, f"halted: {reason}", self.store.queries.counts(self.run_id)
+        )
 
     def finish(self) -> RunResult | None:
         """Close the run: nothing is left to send. None while other workers of a shared run
         still hold items (this one waits for them, or for their leases to die)."""
-        counts = self.store.counts(self.run_id)
+        counts = self.store.queries.counts(self.run_id)
         if not self.may_close(counts):
             return None
         summary = counts.summary()
@@ -161,8 +163,8 @@ class Coordination:
         been delivered: settled by query, or made unknown, before the run is closed."""
         settle_doubts(self.store, self.run_id, self.channels, self.lease_version, say=self.p.say)
         self.move(RunTrigger.CANCEL, stop_reason=None)
-        counts = self.store.counts(self.run_id)
-        kinds = list(self.store.pending_kinds(self.run_id).values())
+        counts = self.store.queries.counts(self.run_id)
+        kinds = list(self.store.queries.pending_kinds(self.run_id).values())
         return RunResult(
             RunState.CANCELLED,
             Stop.CANCELLED,
@@ -173,13 +175,13 @@ class Coordination:
 
     def left(self, stop: Stop, reason: str) -> RunResult:
         """This worker left the run to the others, which end it."""
-        counts = self.store.counts(self.run_id)
-        return RunResult(self.store.get_run(self.run_id).state, stop, reason, counts)
+        counts = self.store.queries.counts(self.run_id)
+        return RunResult(self.store.core.get_run(self.run_id).state, stop, reason, counts)
 
     def moved_by_another(self, state: RunState) -> RunResult:
         """This worker's ending when another worker (or a cancel) moved the run first."""
-        run = self.store.get_run(self.run_id)
-        counts = self.store.counts(self.run_id)
+        run = self.store.core.get_run(self.run_id)
+        counts = self.store.queries.counts(self.run_id)
         reason = f"{state.value} by another worker: {run.stop_reason or counts.summary()}"
         stop = {
             RunState.COMPLETED: Stop.COMPLETED,
@@ -206,9 +208,9 @@ class Sole(Coordination):
 
     def start(self, run: Run) -> RunState:
         if run.state in (RunState.PLANNED, RunState.APPROVED):
-            self.store.move_run(self.run_id, RunTrigger.START, self.lease_version)
+            self.store.ledger.move_run(self.run_id, RunTrigger.START, self.lease_version)
         elif run.state in (RunState.PAUSED, RunState.HALTED):
-            self.store.move_run(
+            self.store.ledger.move_run(
                 self.run_id,
                 RunTrigger.RESUME,
                 self.lease_version,
@@ -232,18 +234,19 @@ class Sole(Coordination):
         return None
 
     def signals(self) -> tuple[str | None, RunState | None]:
-        cancel, version = self.store.run_flags(self.run_id)
+        cancel, version = self.store.queries.run_flags(self.run_id)
         if version != self.lease_version:
             raise LeaseLost(f"run {self.run_id}: another process took over this run")
         return cancel, None
 
     def move(self, trigger: RunTrigger, **sets: str | None) -> RunState:
-        return self.store.move_run(self.run_id, trigger, self.lease_version, **sets)
+        return self.store.ledger.move_run(self.run_id, trigger, self.lease_version, **sets)
 
 
 class Shared(Coordination):
     """Many workers send one run (PostgreSQL), each on a worker lease of its own
-    (store.worker_id): each move only from `running`, dead workers' items adopted."""
+    (`worker_id`, which fences `store`): each move only from `running`, dead workers' items
+    adopted."""
 
     _reap_at = 0.0  # when next to look for dead workers (monotonic clock)
     # The --rate buckets live in the database: the senders take their tokens through a
@@ -252,11 +255,24 @@ class Shared(Coordination):
     _bucket_store: Store | None = None
     _bucket_lock: threading.Lock
 
+    def __init__(
+        self,
+        worker_id: str,
+        store: Store,
+        run_id: str,
+        channels: Mapping[str, Channel],
+        lease_version: int,
+        progress: Progress,
+        options: RunOptions,
+    ) -> None:
+        super().__init__(store, run_id, channels, lease_version, progress, options)
+        self.worker_id = worker_id
+
     def start(self, run: Run) -> RunState:
         start = (RunState.PLANNED, RunState.APPROVED)
-        self.store.move_run_from(self.run_id, RunTrigger.START, self.lease_version, start)
+        self.store.ledger.move_run_from(self.run_id, RunTrigger.START, self.lease_version, start)
         if self.options.restart:
-            self.store.move_run_from(
+            self.store.ledger.move_run_from(
                 self.run_id,
                 RunTrigger.RESUME,
                 self.lease_version,
@@ -264,7 +280,7 @@ class Shared(Coordination):
                 paused_until=None,
                 stop_reason=None,
             )
-        return self.store.get_run(self.run_id).state
+        return self.store.core.get_run(self.run_id).state
 
     def settle_open(self) -> tuple[Stop, str] | None:
         """Every item whose outcome is open that no live worker holds, adopted first."""
@@ -272,20 +288,20 @@ class Shared(Coordination):
         return self.p.halt
 
     def signals(self) -> tuple[str | None, RunState | None]:
-        cancel, state = self.store.run_signals(self.run_id)
+        cancel, state = self.store.queries.run_signals(self.run_id)
         return cancel, None if state is RunState.RUNNING else state
 
     def move(self, trigger: RunTrigger, **sets: str | None) -> RunState:
         """Only from `running`: another worker may have moved the run first (then its
         state is returned, unchanged)."""
-        return self.store.move_run_from(
+        return self.store.ledger.move_run_from(
             self.run_id, trigger, self.lease_version, (RunState.RUNNING,), **sets
         )
 
     def leave(self, *, wait_for_busy: bool) -> str:
-        return self.store.leave_unless_last(
+        return self.store.leases.leave_unless_last(
             self.run_id,
-            self.store.worker_id or "",
+            self.worker_id,
             self.lease_version,
             holder_alive,
             wait_for_busy=wait_for_busy,
@@ -294,7 +310,7 @@ class Shared(Coordination):
     def watch(self) -> None:
         """Gates closed by other workers' throttled answers count here too; dead workers'
         items are adopted at most every REAP_S."""
-        for channel, until in self.store.channel_gates(self.run_id).items():
+        for channel, until in self.store.queries.channel_gates(self.run_id).items():
             self.p.gate(channel, time.monotonic() + clock.seconds_until(clock.parse(until)))
         if time.monotonic() >= self._reap_at:
             self.adopt_and_settle()
@@ -319,13 +335,13 @@ class Shared(Coordination):
         """Fence out dead workers, adopt what they left in flight (and unknown items no live
         worker holds) and settle it by query, before this worker sends anything more.
         Whether anything was adopted."""
-        adopted = self.store.reap_dead_workers(
-            self.run_id, self.store.worker_id or "", self.lease_version, holder_alive
+        adopted = self.store.leases.reap_dead_workers(
+            self.run_id, self.worker_id, self.lease_version, holder_alive
         )
         if not adopted:
             return False
         self.p.say(f"settling {len(adopted)} item(s) left by a worker that died")
-        items = [self.store.item(self.run_id, seq) for seq in adopted]
+        items = [self.store.queries.item(self.run_id, seq) for seq in adopted]
         for s in settle_items(
             self.store, self.run_id, self.channels, self.lease_version, items, self.p.say
         ):
@@ -355,7 +371,10 @@ def for_run(
     progress: Progress,
     options: RunOptions,
 ) -> Coordination:
-    """The strategy for this process: shared when it holds a worker lease of its own (a
-    PostgreSQL `worker`, or `send`/`resume` on a run workers share), else sole."""
-    strategy = Shared if store.worker_id is not None else Sole
-    return strategy(store, run_id, channels, lease_version, progress, options)
+    """The strategy for this process: shared when `store` is fenced by a worker lease of its
+    own (a PostgreSQL `worker`, or `send`/`resume` on a run workers share: SharedLease's
+    store), else sole. The fencing is fixed when the store is made, so this choice is too."""
+    fencing = store.fencing
+    if isinstance(fencing, WorkerFence):
+        return Shared(fencing.worker_id, store, run_id, channels, lease_version, progress, options)
+    return Sole(store, run_id, channels, lease_version, progress, options)

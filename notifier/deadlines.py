@@ -42,7 +42,7 @@ def split_stale(store: Store, run_id: str, window: list[Item]) -> tuple[list[Ite
         return fresh, []
     # Any earlier attempt may have reached the recipient, not only the last (a 429 after
     # a 500 proves nothing about the 500's request); the open one was never started.
-    doubtful = store.maybe_delivered(run_id, [item.seq for item in stale])
+    doubtful = store.queries.maybe_delivered(run_id, [item.seq for item in stale])
     outcomes: list[Outcome] = []
     for item in stale:
         uncertain = item.seq in doubtful

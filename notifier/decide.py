@@ -88,7 +88,7 @@ def _after_send(
     result = sent.result
     if isinstance(result, NotStarted):
         # Nothing left: back to pending, its attempt closed as not started, and it counts
-        # as never attempted (store.record gives the attempt back).
+        # as never attempted (store.ledger.record gives the attempt back).
         return Decision(Outcome(item.seq, ItemTrigger.RELEASE, "not_started"))
     if isinstance(result, Receipt):
         return Decision(_by_receipt(item, result, history))

@@ -86,19 +86,19 @@ def resume_overrides(env: Env, store: Store, run: Run, model: str | None, recrea
         settings = compose.Settings.from_options(run.options)
         drafting_with = replace(settings, model=model)
         check_model(drafting_with, compose_key())
-        before, pending = store.set_compose_model(run.run_id, model)
+        before, pending = store.drafts.set_compose_model(run.run_id, model)
         env.say(
             f"run {run.run_id}: the {pending} row(s) not drafted yet will be drafted with "
             f"{model} (was {before}); the drafts already made keep their model."
         )
     if recreate:
-        chosen = store.choose_recreate(run.run_id)
+        chosen = store.chunks.choose_recreate(run.run_id)
         env.say(
             f"run {run.run_id}: --recreate: {chosen} batch chunk(s) whose creation is in doubt "
             "will be created again without looking for them (a chunk created before is paid "
             "twice)."
         )
-    return store.get_run(run.run_id)
+    return store.core.get_run(run.run_id)
 
 
 def chunk_rows() -> int:
@@ -125,7 +125,7 @@ def draft(
 
     settings = compose.Settings.from_options(run.options)
     interrupted = Interruption()
-    total = store.draft_summary(run.run_id)
+    total = store.drafts.draft_summary(run.run_id)
     with interrupt_guard(interrupted, say), progress_bar(total["total"], "drafting") as advance:
         advance(total["total"] - total["pending"])
         if settings.batch_api:
@@ -172,7 +172,7 @@ def interruption(
         "still to draft"
     )
     if batches:
-        open_chunks = store.chunks(run_id, ["creating", "submitted"])
+        open_chunks = store.chunks.chunks(run_id, ["creating", "submitted"])
         batch_ids = [c.batch_id for c in open_chunks if c.batch_id]
         text = (
             f"run {run_id}: interrupted while drafting ({name}): polling stopped; the "
@@ -199,7 +199,7 @@ def cancel_batches(env: Env, run_id: str) -> int:
     killed. Returns how many chunks stay open (the API could not be asked about them)."""
     store = open_store(env)
     try:
-        open_chunks = store.chunks(run_id, ["creating", "submitted"])
+        open_chunks = store.chunks.chunks(run_id, ["creating", "submitted"])
         if not open_chunks:
             return 0
         try:

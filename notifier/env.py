@@ -43,12 +43,12 @@ def pick_run(store: Store, run_id: str | None, *, active_only: bool = False) -> 
     cancelled)."""
     if run_id is not None:
         try:
-            return store.get_run(run_id)
+            return store.core.get_run(run_id)
         except KeyError:
             raise BadInput(
                 f"{store.path}: no run {run_id!r}. `notifier runs` lists the runs.",
             ) from None
-    run = store.newest_run(exclude=FINISHED_RUN_STATES if active_only else ())
+    run = store.queries.newest_run(exclude=FINISHED_RUN_STATES if active_only else ())
     if run is None:
         what = "unfinished run" if active_only else "run"
         raise BadInput(f"{store.path}: there is no {what}. `notifier runs` lists the runs.")

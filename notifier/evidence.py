@@ -75,7 +75,7 @@ class Caps:
 
 @dataclass(frozen=True)
 class History:
-    """The item's attempts as stored (store.attempts), oldest first; the open one (being
+    """The item's attempts as stored (store.queries.attempts), oldest first; the open one (being
     judged) included. Empty for a first attempt: nothing earlier can matter then."""
 
     attempts: tuple[Attempt, ...] = ()

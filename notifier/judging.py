@@ -195,4 +195,4 @@ class Judge:
         return self.history_of(item)
 
     def history_of(self, item: Item) -> History:
-        return History.of(self.store.attempts(self.run_id, item.seq))
+        return History.of(self.store.queries.attempts(self.run_id, item.seq))

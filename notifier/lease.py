@@ -74,7 +74,7 @@ def live_holder(store: Store, run: Run) -> dict[str, Any] | None:
     """Who still works `run`: the holder of its lease, or any live worker of a shared run."""
     if run.lease_owner and holder_alive(run.lease_owner, run.lease_expires_at):
         return run.lease_owner
-    for worker in store.live_workers(run.run_id):
+    for worker in store.leases.live_workers(run.run_id):
         if holder_alive(worker.owner, worker.expires_at):
             return worker.owner
     return None
@@ -85,6 +85,9 @@ class Lease(Protocol):
     commands and the runner read of it, whichever kind it is."""
 
     run_id: str
+    # The store the holder works the run through, fenced by this lease: the store the lease
+    # was taken on (SoleLease), or one made for this worker over its connection (SharedLease).
+    store: Store
     version: int  # the fencing version every write of the holder carries
     lost: threading.Event  # set once the heartbeat finds the lease gone, or cannot keep it
 
@@ -114,10 +117,10 @@ class _HeldLease(ABC):
     renewed and released."""
 
     def __init__(self, store: Store, run_id: str, ttl_s: float) -> None:
-        self.store = store
         self.run_id = run_id
         self.ttl_s = ttl_s
         self.owner = new_owner()
+        self.store = self._fenced(store)
         # Read before acquiring: the lease is valid from no later than this moment.
         renewed = time.monotonic()
         self.version = self._acquire()
@@ -127,6 +130,10 @@ class _HeldLease(ABC):
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="lease-heartbeat", daemon=True)
         self._thread.start()
+
+    @abstractmethod
+    def _fenced(self, store: Store) -> Store:
+        """The store this lease's holder writes through, fenced by this lease."""
 
     @abstractmethod
     def _acquire(self) -> int:
@@ -140,10 +147,6 @@ class _HeldLease(ABC):
     @abstractmethod
     def _release(self) -> None:
         """Give the lease up, so the next holder need not wait for it to expire."""
-
-    @abstractmethod
-    def _forget(self) -> None:
-        """After release, lost or not: undo what holding the lease changed in the store."""
 
     def surely_valid(self) -> bool:
         """True while nobody else can have taken the run over: not lost, and renewed less
@@ -191,7 +194,6 @@ class _HeldLease(ABC):
             # with this process (same host) or at its expiry, and the first error stands.
             with suppress(StorageFailed):
                 self._release()
-        self._forget()
 
     def __enter__(self) -> Lease:
         return self
@@ -204,34 +206,34 @@ class SoleLease(_HeldLease):
     """The run's one lease: one process alone works the run (on SQLite always; on
     PostgreSQL for every command but sending, e.g. cancel, reconcile, drafting)."""
 
+    def _fenced(self, store: Store) -> Store:
+        return store  # a store is fenced by the run's lease unless made for a worker
+
     def _acquire(self) -> int:
-        return self.store.acquire_lease(self.run_id, self.owner, self.ttl_s, holder_alive)
+        return self.store.leases.acquire_lease(self.run_id, self.owner, self.ttl_s, holder_alive)
 
     def _renew(self, store: Store) -> bool:
-        return store.renew_lease(self.run_id, self.version, self.ttl_s)
+        return store.leases.renew_lease(self.run_id, self.version, self.ttl_s)
 
     def _release(self) -> None:
-        self.store.release_lease(self.run_id, self.version)
-
-    def _forget(self) -> None:
-        pass  # holding the run's lease changed nothing in the store object
+        self.store.leases.release_lease(self.run_id, self.version)
 
 
 class SharedLease(_HeldLease):
     """A worker lease of its own, beside the other workers sending the same run (PostgreSQL).
-    While it is held, the store fences this process's writes by it and records it on each
-    claim (store.worker_id), so a live worker can settle exactly the items of a dead one."""
+    Its `store` is made for this worker (Store.for_worker, over the same connection): it
+    fences the holder's writes by this lease and records it on each claim, so a live worker
+    can settle exactly the items of a dead one. The store the lease was taken on is left as
+    it was, fenced by the run's lease."""
+
+    def _fenced(self, store: Store) -> Store:
+        return store.for_worker(self.owner["token"])
 
     def _acquire(self) -> int:
-        version = self.store.join_run(self.run_id, self.owner, self.ttl_s, holder_alive)
-        self.store.worker_id = self.owner["token"]
-        return version
+        return self.store.leases.join_run(self.run_id, self.owner, self.ttl_s, holder_alive)
 
     def _renew(self, store: Store) -> bool:
-        return store.renew_worker(self.owner["token"], self.version, self.ttl_s)
+        return store.leases.renew_worker(self.owner["token"], self.version, self.ttl_s)
 
     def _release(self) -> None:
-        self.store.release_worker(self.owner["token"], self.version)
-
-    def _forget(self) -> None:
-        self.store.worker_id = None
+        self.store.leases.release_worker(self.owner["token"], self.version)

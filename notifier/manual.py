@@ -39,7 +39,7 @@ def reconcile_manually(
                 assert item_ref is not None and mark is not None and evidence is not None
                 env.say(app.decide(env, store, run, item_ref, mark, evidence, lease.version))
             else:
-                unknown = list(store.items(run.run_id, [ItemState.UNKNOWN]))
+                unknown = list(store.queries.items(run.run_id, [ItemState.UNKNOWN]))
                 if not unknown:
                     env.say(f"run {run.run_id} has no unknown items.")
                 decided: list[str] = []
@@ -50,12 +50,12 @@ def reconcile_manually(
                 except KeyboardInterrupt:
                     # A decision being written when it came was rolled back whole.
                     app.complete_if_done(store, run.run_id, lease.version)
-                    counts = store.counts(run.run_id)
+                    counts = store.queries.counts(run.run_id)
                     raise Interrupted(_interrupted(run, decided, counts)) from None
             app.complete_if_done(store, run.run_id, lease.version)
-        counts = store.counts(run.run_id)
+        counts = store.queries.counts(run.run_id)
         env.say(f"run {run.run_id}: {counts.summary()}")
-        return store.get_run(run.run_id), counts
+        return store.core.get_run(run.run_id), counts
     finally:
         store.close()
 

@@ -157,14 +157,14 @@ class SharedBucket:
         self.channel = channel
         self.rate = rate
         with lock:
-            store.open_bucket(run_id, channel, rate)
+            store.buckets.open_bucket(run_id, channel, rate)
 
     def take(self, stop: Callable[[], bool], max_wait_s: float = math.inf) -> float | None:
         """TokenBucket.take, the tokens being the database's. The next token is at most
         1 / rate away (the bucket's state lives in the database, so that is the bound)."""
         while True:
             with self.lock:
-                if self.store.take_token(self.run_id, self.channel, self.rate):
+                if self.store.buckets.take_token(self.run_id, self.channel, self.rate):
                     return None
             if 1 / self.rate > max_wait_s or stop():
                 return 1 / self.rate

@@ -48,7 +48,7 @@ class Review:
         self._done = False
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        for item in self.store.items(self.run.run_id):
+        for item in self.store.queries.items(self.run.run_id):
             # Recomputed, not read: the fingerprint must cover the text written out.
             digest = intent_digest(item.channel, item.target, item.payload)
             self._hash.update(digest.encode("ascii") + b"\n")

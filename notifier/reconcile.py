@@ -151,7 +151,7 @@ def settle(
     channel can be queried), each recorded before the next is asked about."""
     states = [ItemState.IN_FLIGHT, ItemState.UNKNOWN] if include_unknown else [ItemState.IN_FLIGHT]
     return settle_items(
-        store, run_id, channels, lease_version, list(store.items(run_id, states)), say, wait
+        store, run_id, channels, lease_version, list(store.queries.items(run_id, states)), say, wait
     )
 
 
@@ -174,13 +174,15 @@ def settle_items(
         channel = channels[item.channel]
         if item.state is ItemState.UNKNOWN and not channel.queryable:
             continue
-        history = History.of(store.attempts(run_id, item.seq))
+        history = History.of(store.queries.attempts(run_id, item.seq))
         since = not_found_counts_from(channel, history.last)
         settlement = settle_item(
             item, channel, wait, since, moment=moment, policy=policy, history=history
         )
         if settlement.outcome is not None:
-            store.record(run_id, lease_version, [replace(settlement.outcome, expected=item.state)])
+            store.ledger.record(
+                run_id, lease_version, [replace(settlement.outcome, expected=item.state)]
+            )
         say(settlement.line)
         settled.append(settlement)
     return settled
@@ -199,18 +201,18 @@ def settle_doubts(
     (it was waiting to retry on a channel that dedupes) is settled by query where the channel
     can be queried, and otherwise becomes unknown: a cancelled run never reports a
     maybe-delivered item as never attempted."""
-    kinds = store.pending_kinds(run_id)
+    kinds = store.queries.pending_kinds(run_id)
     doubtful = [seq for seq, kind in kinds.items() if kind is PendingKind.MAYBE_DELIVERED]
     settled = []
     for seq in doubtful:
-        item = store.item(run_id, seq)
+        item = store.queries.item(run_id, seq)
         channel = channels[item.channel]
-        attempts = store.attempts(run_id, seq)
+        attempts = store.queries.attempts(run_id, seq)
         since = not_found_counts_from(channel, attempts[-1] if attempts else None)
         settlement = settle_item(item, channel, wait, since, moment=Moment.CANCEL)
         outcome = settlement.outcome
         assert outcome is not None  # every doubt ends in a move, unknown at worst
-        store.record(run_id, lease_version, [replace(outcome, expected=item.state)])
+        store.ledger.record(run_id, lease_version, [replace(outcome, expected=item.state)])
         say(settlement.line)
         settled.append(settlement)
     return settled

@@ -100,7 +100,7 @@ def pick_rows(store: Store, run: Run, item_ids: Sequence[str]) -> list[tuple[int
             f"redraft with --item ID (`notifier preview {run.run_id} --format csv` lists them)."
         )
     by_id = {}
-    for stored in store.drafts(run.run_id):
+    for stored in store.drafts.drafts(run.run_id):
         row = compose.row_from_source(stored.source)
         by_id[row.item_id] = (stored.seq, row)
     unknown = [i for i in wanted if i not in by_id]
@@ -209,10 +209,12 @@ def redraft(
             "cause above is fixed."
         )
     changed = {r.seq: r.digest for r in redrafted}
-    digests = [changed.get(item.seq, item.intent_digest) for item in store.items(run.run_id)]
+    digests = [
+        changed.get(item.seq, item.intent_digest) for item in store.queries.items(run.run_id)
+    ]
     fingerprint = run_fingerprint(digests, run.channel_snapshot)
     content = content_fingerprint(digests, list(run.channel_snapshot))
-    store.apply_redraft(
+    store.drafts.apply_redraft(
         run.run_id,
         run.fingerprint,
         fingerprint,
@@ -220,7 +222,7 @@ def redraft(
         [(r.seq, asdict(r.draft), r.payload, r.digest, r.identity) for r in redrafted],
         operator,
     )
-    return Result(store.get_run(run.run_id), run.fingerprint, redrafted, kept)
+    return Result(store.core.get_run(run.run_id), run.fingerprint, redrafted, kept)
 
 
 def command(env: Env, run_id: str | None, item_ids: Sequence[str]) -> Result:
@@ -237,7 +239,7 @@ def command(env: Env, run_id: str | None, item_ids: Sequence[str]) -> Result:
         with app.take_lease(store, run, env.config.lease_ttl_s):
             return redraft(
                 store,
-                store.get_run(run.run_id),
+                store.core.get_run(run.run_id),
                 item_ids,
                 key,
                 env.config,

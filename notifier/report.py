@@ -52,24 +52,27 @@ def build(
     million dicts. With `states` (`--state`), `items` holds exactly the items in those
     states, in every format; the counts stay those of the whole run."""
     # `pending` alone would call a retry that may have been delivered "never attempted".
-    kinds = store.pending_kinds(run.run_id)
+    kinds = store.queries.pending_kinds(run.run_id)
     items: Iterable[dict[str, Any]]
     if states:
         items = (
             _item_row(item, source, evidence, kinds)
-            for item, source, evidence in store.items_with_receipts(run.run_id, states)
+            for item, source, evidence in store.queries.items_with_receipts(run.run_id, states)
         )
     elif attention_only:
         doubtful = [s for s, k in kinds.items() if k is PendingKind.MAYBE_DELIVERED]
         chosen = sorted(
-            [*store.items(run.run_id, _ATTENTION), *(store.item(run.run_id, s) for s in doubtful)],
+            [
+                *store.queries.items(run.run_id, _ATTENTION),
+                *(store.queries.item(run.run_id, s) for s in doubtful),
+            ],
             key=lambda i: i.seq,
         )
         items = [_item_row(item, None, None, kinds) for item in chosen]
     else:
         items = (
             _item_row(item, source, evidence, kinds)
-            for item, source, evidence in store.items_with_receipts(run.run_id)
+            for item, source, evidence in store.queries.items_with_receipts(run.run_id)
         )
     counts = run_counts(store, run)  # a run still drafting: its rows
     attempted = list(kinds.values())
@@ -109,13 +112,13 @@ def build(
                 "decision": d.decision,
                 "evidence": d.evidence,
             }
-            for d in store.decisions(run.run_id)
+            for d in store.queries.decisions(run.run_id)
         ],
     }
 
 
 def _waiting(store: Store, run: Run) -> dict[str, Any]:
-    waiting = store.waiting(run.run_id)
+    waiting = store.queries.waiting(run.run_id)
     return {"count": waiting.count, "next_opens_at": waiting.next_at}
 
 
@@ -149,13 +152,13 @@ def _drafts(store: Store, run: Run) -> dict[str, Any] | None:
     """--compose runs: drafting progress, tokens spent, and the rows whose draft failed."""
     if not run.options.get("compose"):
         return None
-    summary: dict[str, Any] = dict(store.draft_summary(run.run_id))
+    summary: dict[str, Any] = dict(store.drafts.draft_summary(run.run_id))
     summary["model"] = run.options["compose"].get("model")
     if run.options["compose"].get("batch_api"):
-        summary["chunks"] = store.chunk_summary(run.run_id)  # Message Batches progress
+        summary["chunks"] = store.chunks.chunk_summary(run.run_id)  # Message Batches progress
     summary["failures"] = [
         {"seq": seq, "line": line, "error": error}
-        for seq, line, error in store.draft_failures(run.run_id)
+        for seq, line, error in store.drafts.draft_failures(run.run_id)
     ]
     return summary
 
@@ -179,7 +182,7 @@ def _workers(store: Store, run: Run) -> list[dict[str, Any]]:
             "expires_at": w.expires_at,
             "in_flight": w.in_flight,
         }
-        for w in store.live_workers(run.run_id)
+        for w in store.leases.live_workers(run.run_id)
         if holder_alive(w.owner, w.expires_at)
     ]
 

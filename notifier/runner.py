@@ -98,7 +98,7 @@ class Runner:
             read_flags=self._read_flags,
             observer=observer,
             buckets=buckets,
-            domains=DomainRates(store.get_run(run_id).channel_snapshot, self.coord.bucket),
+            domains=DomainRates(store.core.get_run(run_id).channel_snapshot, self.coord.bucket),
         )
         # Items claimed ahead of the N being sent, point A committed (see claim_ahead).
         self._ahead = claim_ahead(options.concurrency, channels.values())
@@ -123,7 +123,7 @@ class Runner:
             self.coord.close()
 
     def _run(self) -> RunResult:
-        run = self.store.get_run(self.run_id)
+        run = self.store.core.get_run(self.run_id)
         if run.state in FINISHED_RUN_STATES:
             # A `cancel` (or another process) finished the run between our plan or read and
             # our lease: there is nothing to send, and no move is legal any more.
@@ -131,14 +131,14 @@ class Runner:
                 run.state,
                 Stop.ALREADY_FINISHED,
                 f"already {run.state.value}; nothing was sent by this process",
-                self.store.counts(self.run_id),
+                self.store.queries.counts(self.run_id),
             )
         state = self.coord.start(run)
         if state is not RunState.RUNNING:
             return self.coord.moved_by_another(state)
         self.approval.read()
         # Gates an earlier process was given: its wall-clock time, converted once.
-        for channel, until in self.store.throttled_until(self.run_id).items():
+        for channel, until in self.store.queries.throttled_until(self.run_id).items():
             self.p.gate(channel, time.monotonic() + clock.seconds_until(clock.parse(until)))
         # Nothing new starts until every item whose outcome is open has been settled.
         halted = self.coord.settle_open()
@@ -149,7 +149,7 @@ class Runner:
     def _settle_waiting(self) -> None:
         """Ask again about unknown items whose query_delay has passed (a 404 now counts). A
         conflict halts the run once nothing is in flight."""
-        due = self.store.waiting_for_query(self.run_id, due_by=clock.now_iso())
+        due = self.store.queries.waiting_for_query(self.run_id, due_by=clock.now_iso())
         if not due:
             return
         settlements = settle_items(
@@ -188,14 +188,14 @@ class Runner:
                 stop,
                 f"interrupted ({self.interrupted.name}): requests already sent were recorded; "
                 "the run is paused",
-                self.store.counts(self.run_id),
+                self.store.queries.counts(self.run_id),
             )
         cancel_requested_at, moved = self.coord.signals()
         if moved is not None:
             return self.coord.moved_by_another(moved)
         if cancel_requested_at:
             if self.coord.leave(wait_for_busy=False) == "left":
-                counts = self.store.counts(self.run_id)
+                counts = self.store.queries.counts(self.run_id)
                 return RunResult(
                     RunState.CANCELLED,
                     Stop.CANCELLED,
@@ -226,7 +226,7 @@ class Runner:
     # ------------------------------------------------------------------ the pipeline
 
     def _expire_due(self) -> None:
-        expired = self.store.expire_due(self.run_id, self.lease_version)
+        expired = self.store.ledger.expire_due(self.run_id, self.lease_version)
         if expired:
             self.p.advance(len(expired))
             shown = ", ".join(str(seq) for seq in expired[:10])
@@ -238,7 +238,7 @@ class Runner:
         (or unknown, see deadlines.split_stale) at once, never handed to a sender."""
         fresh, stale = split_stale(self.store, self.run_id, claimed)
         if stale:
-            self.store.record(self.run_id, self.lease_version, stale)
+            self.store.ledger.record(self.run_id, self.lease_version, stale)
             for outcome in stale:
                 self.brakes.after(outcome)
         return fresh
@@ -322,7 +322,7 @@ class Runner:
                 self._sleep_until(time.monotonic() + POLL_S)
             return finished
         if wake - time.monotonic() > self.options.max_wait_s:
-            return self._pause_until(wake, schedule.pause_cause(self.store, self.run_id))
+            return self._pause_until(wake, schedule.pause_cause(self.store.queries, self.run_id))
         self._sleep_until(wake)
         return None
 
@@ -355,7 +355,7 @@ class Runner:
         exclude = sorted({*self.p.closed_gates(time.monotonic()), *full})
         room = [cap - busy[name] for name, cap in caps.items() if name not in exclude]
         free = min([free, *room])
-        claimed = self.store.step(
+        claimed = self.store.ledger.step(
             self.run_id,
             self.lease_version,
             outcomes,
@@ -447,14 +447,14 @@ class Runner:
         pending."""
         now = time.monotonic()
         wakes = []
-        for channel, earliest in self.store.pending_by_channel(self.run_id):
+        for channel, earliest in self.store.queries.pending_by_channel(self.run_id):
             # A stored time is wall-clock (from an earlier process or this one): converted.
             wake = now + (clock.seconds_until(clock.parse(earliest)) if earliest else 0.0)
             wakes.append(max(wake, self.p.gates.get(channel, wake)))
         # An item waiting for its query_delay keeps the run open until it is asked again.
         wakes.extend(
             now + clock.seconds_until(clock.parse(item.next_attempt_at))
-            for item in self.store.waiting_for_query(self.run_id)
+            for item in self.store.queries.waiting_for_query(self.run_id)
             if item.next_attempt_at is not None
         )
         if not wakes:
@@ -470,7 +470,7 @@ class Runner:
         while (remaining := wake - time.monotonic()) > 0:
             if self.interrupted.is_set() or self.lease_lost.is_set():
                 return
-            if self.store.run_flags(self.run_id)[0]:
+            if self.store.queries.run_flags(self.run_id)[0]:
                 return  # cancel requested: the main loop finishes the run
             time.sleep(min(remaining, POLL_S))
 

@@ -193,15 +193,16 @@ class _Waiting(Protocol):
 
 
 class _Waits(Protocol):
-    """What pause_cause reads of the store (a Store): typed so, the store's own modules may
-    import this one (store/waiting.py reopens windows with it) without a cycle."""
+    """What pause_cause reads of the store (its queries, Store.queries): typed so, the
+    store's own modules may import this one (store/waiting.py reopens windows with it)
+    without a cycle."""
 
     def waiting(self, run_id: str) -> _Waiting: ...
 
 
-def pause_cause(store: _Waits, run_id: str) -> str:
+def pause_cause(queries: _Waits, run_id: str) -> str:
     """What a run that pauses rather than wait past --max-wait says it waits for."""
-    waiting = store.waiting(run_id)
+    waiting = queries.waiting(run_id)
     if waiting.count:
         return f"{waiting.count} item(s) wait for their start time or send window"
     return "the downstream asked to wait"

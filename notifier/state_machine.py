@@ -106,7 +106,7 @@ ITEM_TRANSITIONS = [
     (_T.MARK_NOT_SENT, _I.UNKNOWN, _I.PENDING),
     (_T.ABANDON, _I.UNKNOWN, _I.FAILED),
     # Only from pending: an item whose last attempt may have been delivered is settled
-    # first (store.expire_due leaves it to the runner), never expired blindly.
+    # first (store.ledger.expire_due leaves it to the runner), never expired blindly.
     (_T.EXPIRE, _I.PENDING, _I.EXPIRED),
     # Only from pending, like EXPIRE: at plan time (the row was stored pending in the same
     # transaction) and at the claim, before the send starts. A claimed item (in_flight) may

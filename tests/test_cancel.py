@@ -19,6 +19,8 @@ from notifier import clock
 from notifier.sandbox import Faults, Sandbox
 from notifier.state_machine import RunTrigger
 from notifier.store import Store
+from notifier.store.ledger import Ledger
+from notifier.store.planning import Planning
 
 from .conftest import DB_ERRORS, SlowRelay, Workspace, default_sigint, make_rows
 
@@ -211,7 +213,7 @@ def test_cancel_racing_a_completion_reports_the_completed_run(
     ws: Workspace, monkeypatch: pytest.MonkeyPatch, when: str
 ) -> None:
     """A worker completes the run just before or just after cancel writes its request (forced
-    here by completing it around Store.request_cancel): cancel says the run is already
+    here by completing it around Ledger.request_cancel): cancel says the run is already
     completed and exits 0, never an illegal move (exit 1); the run stays completed."""
     with Sandbox() as sandbox:
         configure_hooks(ws, sandbox, query=True)
@@ -220,16 +222,16 @@ def test_cancel_racing_a_completion_reports_the_completed_run(
                          env={"NOTIFIER_CRASH_AT": "after-receipt:3"})  # fmt: skip
         assert crashed.returncode == 137  # every item sent, run left `running`
     (run_id,) = ws.query("SELECT run_id FROM runs")[0]
-    original = Store.request_cancel
+    original = Ledger.request_cancel
 
     def complete() -> None:
         other = Store.open(ws.db)
         try:
-            other.move_run(run_id, RunTrigger.COMPLETE)
+            other.ledger.move_run(run_id, RunTrigger.COMPLETE)
         finally:
             other.close()
 
-    def racing(self: Store, rid: str) -> Any:
+    def racing(self: Ledger, rid: str) -> Any:
         if when == "before":
             complete()
         result = original(self, rid)
@@ -237,7 +239,7 @@ def test_cancel_racing_a_completion_reports_the_completed_run(
             complete()
         return result
 
-    monkeypatch.setattr(Store, "request_cancel", racing)
+    monkeypatch.setattr(Ledger, "request_cancel", racing)
     cancelled = ws.invoke("cancel")
     assert cancelled.exit_code == 0, cancelled.output
     assert "already completed" in cancelled.output
@@ -317,11 +319,11 @@ def test_send_whose_run_was_cancelled_before_it_took_the_lease(
     """The other side of that race, forced: a `cancel` process closes the run right after
     `send` stored its plan and before it takes the lease. The send then finds the run
     cancelled, sends nothing and exits 3 (not 1); the cancel exited 0."""
-    original = Store.create_run
+    original = Planning.create_run
     cancels: list[subprocess.CompletedProcess[str]] = []
 
     def planned_then_cancelled(
-        self: Store, run: dict[str, Any], items: Any, **options: Any
+        self: Planning, run: dict[str, Any], items: Any, **options: Any
     ) -> None:
         original(self, run, items, **options)
         cancels.append(ws.run("cancel"))
@@ -329,7 +331,7 @@ def test_send_whose_run_was_cancelled_before_it_took_the_lease(
     with Sandbox() as sandbox:
         configure_hooks(ws, sandbox, query=True)
         ws.write_csv("batch.csv", make_rows(3))
-        monkeypatch.setattr(Store, "create_run", planned_then_cancelled)
+        monkeypatch.setattr(Planning, "create_run", planned_then_cancelled)
         sent = ws.invoke("send", "batch.csv", "--channel", "hooks")
         assert sandbox.stats()["totals"]["requests"] == 0
     assert [c.returncode for c in cancels] == [3], cancels[0].stderr

@@ -177,7 +177,7 @@ class _HeldCommitter(CrashPlan):
 
 def _planned_run(ws: Workspace, items: int) -> Store:
     store = Store.open(ws.db, create=True)
-    store.create_run(
+    store.plans.create_run(
         {"run_id": "r1", "state": "planned", "created_at": clock.now_iso(), "batch_path": "b",
          "fingerprint": "sha256:x", "content_fingerprint": "sha256:c",
          "channel_snapshot": {"hooks": {"type": "webhook"}}, "options": {},
@@ -203,7 +203,7 @@ def test_a_throttled_answer_closes_the_channel_before_any_other_sender_starts(
     # The last of the first N to start answers 429.
     channel = _Throttling(throttled=str(n))
     held = _HeldCommitter("after-send", n)
-    version = store.acquire_lease("r1", {"host": "h", "pid": os.getpid()}, 30, holder_alive)
+    version = store.leases.acquire_lease("r1", {"host": "h", "pid": os.getpid()}, 30, holder_alive)
     runner = Runner(
         store, "r1", {"hooks": channel}, RetryPolicy.from_settings(5, 60, 0.01, 0.05),
         RunOptions(concurrency=n), lease_version=version, lease_lost=threading.Event(),
@@ -272,7 +272,7 @@ class _Recording:
 
 def _runner(ws: Workspace, items: int, n: int, channel: _Recording) -> tuple[Store, Runner]:
     store = _planned_run(ws, items)
-    version = store.acquire_lease("r1", {"host": "h", "pid": os.getpid()}, 30, holder_alive)
+    version = store.leases.acquire_lease("r1", {"host": "h", "pid": os.getpid()}, 30, holder_alive)
     runner = Runner(
         store, "r1", {"hooks": channel}, RetryPolicy.from_settings(5, 60, 0.01, 0.05),
         RunOptions(concurrency=n), lease_version=version, lease_lost=threading.Event(),
@@ -304,19 +304,19 @@ def test_no_item_claimed_after_a_cancel_was_committed_starts(
     channel.release.set()
     store, runner = _runner(ws, 40, n, channel)
     canceller = Store.open(ws.db)
-    step = store.step
+    step = store.ledger.step
     after_cancel: list[int] = []  # the items claimed by the first commit after the cancel
 
     def cancel_then_step(*args: Any, **kwargs: Any) -> list[Item]:
         claim = args[3] > 0 and channel.started and not after_cancel
         if claim:
-            assert canceller.request_cancel("r1")
+            assert canceller.ledger.request_cancel("r1")
         claimed = step(*args, **kwargs)
         if claim:
             after_cancel.extend(item.seq for item in claimed)
         return claimed
 
-    monkeypatch.setattr(store, "step", cancel_then_step)
+    monkeypatch.setattr(store.ledger, "step", cancel_then_step)
     try:
         result = runner.run()
     finally:
@@ -346,7 +346,7 @@ def test_items_claimed_ahead_never_start_once_the_worker_saw_a_cancel(
     thread.start()
     try:
         wait_for(lambda: len(channel.started) == n, "N requests under way")
-        assert canceller.request_cancel("r1")
+        assert canceller.ledger.request_cancel("r1")
         wait_for(lambda: runner.dispatch.cancel_seen is not None, "the committer read the cancel")
         channel.release.set()
         thread.join(WAIT_S)
@@ -677,15 +677,19 @@ def test_a_worker_that_finds_the_run_paused_by_another_ends_as_that_pause_says(
     a channel that is down exits 3 saying resume goes on once it answers."""
     store = Store.open(tmp_path / "receipts.db", create=True)
     try:
-        store.create_run(
+        store.plans.create_run(
             {"run_id": "r1", "state": "planned", "created_at": clock.now_iso(),
              "batch_path": "b", "fingerprint": "sha256:x", "content_fingerprint": "sha256:c",
              "channel_snapshot": {}, "options": {}, "contract_version": "v1"},
             [],
         )  # fmt: skip
-        version = store.acquire_lease("r1", {"host": "h", "pid": os.getpid()}, 60, holder_alive)
-        store.move_run("r1", RunTrigger.START, version)
-        store.move_run("r1", RunTrigger.PAUSE, version, stop_reason=reason)  # the other worker
+        version = store.leases.acquire_lease(
+            "r1", {"host": "h", "pid": os.getpid()}, 60, holder_alive
+        )
+        store.ledger.move_run("r1", RunTrigger.START, version)
+        store.ledger.move_run(
+            "r1", RunTrigger.PAUSE, version, stop_reason=reason
+        )  # the other worker
         runner = Runner(
             store, "r1", {}, RetryPolicy(), RunOptions(), lease_version=version,
             lease_lost=threading.Event(), interrupted=Interruption(), say=lambda line: None,

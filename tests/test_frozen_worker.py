@@ -23,6 +23,7 @@ import pytest
 from notifier import lease as lease_module
 from notifier.sandbox import Faults, Sandbox
 from notifier.store import StorageFailed, Store
+from notifier.store.leases import Leases
 
 from .conftest import Workspace, make_rows, wait_for
 
@@ -107,14 +108,14 @@ def test_heartbeat_survives_an_unexpected_error_and_flags_the_lease(
     assert sent.exit_code == 0, sent.output
     store = Store.open(ws.db)
     try:
-        (run,) = store.runs()
+        (run,) = store.core.runs()
         calls = threading.Event()
 
-        def broken_renew(self: Store, run_id: str, version: int, ttl_s: float) -> bool:
+        def broken_renew(self: Leases, run_id: str, version: int, ttl_s: float) -> bool:
             calls.set()
             raise RuntimeError("disk on fire")
 
-        monkeypatch.setattr(Store, "renew_lease", broken_renew)
+        monkeypatch.setattr(Leases, "renew_lease", broken_renew)
         held = lease_module.SoleLease(store, run.run_id, ttl_s=0.3)
         try:
             assert held.surely_valid()
@@ -157,9 +158,9 @@ def test_heartbeat_outlasts_a_database_locked_past_its_lock_timeout(
     sent = ws.invoke("send", "batch.csv")  # any run will do: the lease is what is tested
     assert sent.exit_code == 0, sent.output
     outcomes: list[object] = []  # what each renewal returned or raised, in order
-    renew = Store.renew_lease
+    renew = Leases.renew_lease
 
-    def watched_renew(self: Store, run_id: str, version: int, ttl_s: float) -> Any:
+    def watched_renew(self: Leases, run_id: str, version: int, ttl_s: float) -> Any:
         try:
             renewed = renew(self, run_id, version, ttl_s)
         except Exception as exc:
@@ -168,10 +169,10 @@ def test_heartbeat_outlasts_a_database_locked_past_its_lock_timeout(
         outcomes.append(renewed)
         return renewed
 
-    monkeypatch.setattr(Store, "renew_lease", watched_renew)
+    monkeypatch.setattr(Leases, "renew_lease", watched_renew)
     store = Store.open(ws.db)
     try:
-        (run,) = store.runs()
+        (run,) = store.core.runs()
         held = lease_module.SoleLease(store, run.run_id, ttl_s=3)
         try:
             with _write_lock(ws, run.run_id):

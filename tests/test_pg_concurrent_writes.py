@@ -1,7 +1,7 @@
 """PostgreSQL workers write concurrently (issue 22): no lock of the whole schema. Two
 workers' group commits on one run overlap and commit contiguous, unique event numbers with no
 lost update; writes to two runs never wait for each other; a worker's fence still holds while
-another reaps it. Each test drives the store's real group commit (`Store.step`, as the
+another reaps it. Each test drives the store's real group commit (`Ledger.step`, as the
 pipeline's committer calls it) on connections of its own, holding one transaction open at
 its COMMIT while the other writes. The sequential fence tests are test_workers.py's
 test_a_reaped_worker_writes_nothing and test_chaos_three_workers_killed_at_random_each_key_
@@ -61,10 +61,9 @@ def rows(db: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...
 def worker(db: str, run_id: str, token: str) -> tuple[Store, int]:
     """A store connection working `run_id` under a worker lease of its own, as `worker`
     does, that gives up on any lock after LOCK_WAIT."""
-    store = Store.open(db)
     owner = {"host": f"host-{token}", "pid": 1, "started": None, "token": token}
-    version = store.join_run(run_id, owner, 60, holder_alive)
-    store.worker_id = token
+    store = Store.open(db).for_worker(token)  # one connection, closed with the worker store
+    version = store.leases.join_run(run_id, owner, 60, holder_alive)
     store.conn.execute(f"SET lock_timeout = '{LOCK_WAIT}'")
     return store, version
 
@@ -86,7 +85,7 @@ class HeldAtCommit:
     def __init__(self, store: Store, then: Callable[[], object] = lambda: None) -> None:
         self.reached = threading.Event()
         self.released = threading.Event()
-        commit = store._commit
+        commit = store.core._commit
 
         def held() -> None:
             then()
@@ -94,7 +93,7 @@ class HeldAtCommit:
             assert self.released.wait(BOUND_S)
             commit()
 
-        store._commit = held  # type: ignore[method-assign]
+        store.core._commit = held  # type: ignore[method-assign]
 
 
 def until(condition: Callable[[], bool]) -> bool:
@@ -149,15 +148,15 @@ def test_two_group_commits_on_one_run_overlap(ws: Workspace, pg_url: str) -> Non
     a, a_version = worker(pg_url, "one", "worker-a")
     b, b_version = worker(pg_url, "one", "worker-b")
     try:
-        assert [i.seq for i in a.claim("one", a_version, 3)] == [1, 2, 3]
-        assert [i.seq for i in b.claim("one", b_version, 3)] == [4, 5, 6]
+        assert [i.seq for i in a.ledger.claim("one", a_version, 3)] == [1, 2, 3]
+        assert [i.seq for i in b.ledger.claim("one", b_version, 3)] == [4, 5, 6]
         held = HeldAtCommit(a)
-        thread, a_claimed = in_thread(lambda: a.step("one", a_version, acks([1, 2, 3]), 2))
+        thread, a_claimed = in_thread(lambda: a.ledger.step("one", a_version, acks([1, 2, 3]), 2))
         assert held.reached.wait(BOUND_S)
         try:
             # A's transaction is open, its items written and its claim's rows locked: B's
             # acks move other rows, and its claim skips A's.
-            b_claimed = b.step("one", b_version, acks([4, 5, 6]), 2)
+            b_claimed = b.ledger.step("one", b_version, acks([4, 5, 6]), 2)
         finally:
             held.released.set()
             thread.join(BOUND_S)
@@ -187,13 +186,13 @@ def test_writes_to_two_runs_never_wait_for_each_other(ws: Workspace, pg_url: str
     a, a_version = worker(pg_url, "left", "worker-a")
     b, b_version = worker(pg_url, "right", "worker-b")
     try:
-        a.claim("left", a_version, 2)
-        b.claim("right", b_version, 2)
-        held = HeldAtCommit(a, then=lambda: a._locked_run("left"))
-        thread, _ = in_thread(lambda: a.step("left", a_version, acks([1, 2]), 1))
+        a.ledger.claim("left", a_version, 2)
+        b.ledger.claim("right", b_version, 2)
+        held = HeldAtCommit(a, then=lambda: a.core.locked_run("left"))
+        thread, _ = in_thread(lambda: a.ledger.step("left", a_version, acks([1, 2]), 1))
         assert held.reached.wait(BOUND_S)
         try:
-            assert [i.seq for i in b.step("right", b_version, acks([1, 2]), 1)] == [3]
+            assert [i.seq for i in b.ledger.step("right", b_version, acks([1, 2]), 1)] == [3]
         finally:
             held.released.set()
             thread.join(BOUND_S)
@@ -215,17 +214,17 @@ def test_a_reap_waits_for_the_reaped_workers_open_commit(ws: Workspace, pg_url: 
     old, old_version = worker(pg_url, "fence", "worker-old")
     new, new_version = worker(pg_url, "fence", "worker-new")
     try:
-        assert [i.seq for i in old.claim("fence", old_version, 4)] == [1, 2, 3, 4]
-        assert old.step("fence", old_version, acks([1, 2]), 0) == []
+        assert [i.seq for i in old.ledger.claim("fence", old_version, 4)] == [1, 2, 3, 4]
+        assert old.ledger.step("fence", old_version, acks([1, 2]), 0) == []
         held = HeldAtCommit(old)
-        thread, claimed = in_thread(lambda: old.step("fence", old_version, [], 2))
+        thread, claimed = in_thread(lambda: old.ledger.step("fence", old_version, [], 2))
         assert held.reached.wait(BOUND_S)
 
         def alive(owner: dict[str, Any], _expires: str | None) -> bool:
             return bool(owner["token"] != "worker-old")  # the old worker counts as dead
 
         reaper, adopted = in_thread(
-            lambda: new.reap_dead_workers("fence", "worker-new", new_version, alive)
+            lambda: new.leases.reap_dead_workers("fence", "worker-new", new_version, alive)
         )
         # The reap must wait for a lock (the old lease covers this commit), not finish.
         waited = until(lambda: not reaper.is_alive() or waiting_on_a_lock(pg_url, new))
@@ -256,10 +255,10 @@ def test_two_workers_reaping_each_other_end_without_a_crash(ws: Workspace, pg_ur
     x, x_version = worker(pg_url, "mutual", "worker-x")
     y, y_version = worker(pg_url, "mutual", "worker-y")
     try:
-        x.claim("mutual", x_version, 2)
-        y.claim("mutual", y_version, 2)
+        x.ledger.claim("mutual", x_version, 2)
+        y.ledger.claim("mutual", y_version, 2)
         fenced, go = threading.Event(), threading.Event()
-        check = x._check_fence
+        check = x.core._check_fence
 
         def held(run_id: str | None, version: int, row: Any) -> None:
             check(run_id, version, row)  # X's lease row is now held (shared) to its COMMIT
@@ -267,13 +266,13 @@ def test_two_workers_reaping_each_other_end_without_a_crash(ws: Workspace, pg_ur
                 fenced.set()
                 assert go.wait(BOUND_S)
 
-        x._check_fence = held  # type: ignore[method-assign,assignment]
+        x.core._check_fence = held  # type: ignore[method-assign,assignment]
 
         def reaping(store: Store, me: str, version: int, other: str) -> Callable[[], object]:
             def alive(owner: dict[str, Any], _expires: str | None) -> bool:
                 return bool(owner["token"] != other)  # each takes the other for dead
 
-            return lambda: store.reap_dead_workers("mutual", me, version, alive)
+            return lambda: store.leases.reap_dead_workers("mutual", me, version, alive)
 
         x_thread, x_result = in_thread(reaping(x, "worker-x", x_version, "worker-y"))
         assert fenced.wait(BOUND_S)

@@ -24,6 +24,7 @@ from notifier import lease as lease_module
 from notifier.records import Run
 from notifier.sandbox import Faults, Sandbox
 from notifier.store import LostRace, Store
+from notifier.store.leases import Leases
 
 from .conftest import Workspace, make_rows
 
@@ -113,7 +114,7 @@ def test_status_query_answering_another_digest_is_a_conflict(
 def planned_store(db: Path | str, items: int) -> Store:
     """A new store holding run r1, planned with `items` outbox items (keys k1, k2, …)."""
     store = Store.open(db, create=True)
-    store.create_run(
+    store.plans.create_run(
         {"run_id": "r1", "state": "planned", "created_at": clock.now_iso(),
          "batch_path": "b.csv", "fingerprint": "sha256:x", "content_fingerprint": "sha256:c",
          "channel_snapshot": {}, "options": {}, "contract_version": "v1"},
@@ -180,19 +181,19 @@ def test_a_claim_whose_update_moves_fewer_rows_than_it_read_raises_and_writes_no
     """A claim moving fewer rows than it selected raises LostRace and writes nothing."""
     store = planned_store(ws.db, 3)
     try:
-        version = store.acquire_lease("r1", {"host": "h", "pid": 1}, 30, lambda o, e: False)
+        version = store.leases.acquire_lease("r1", {"host": "h", "pid": 1}, 30, lambda o, e: False)
         before = _ledger(ws)
         assert before["items"] and all(row[1] == "pending" for row in before["items"])
         racing = _MovesOneAfterTheClaimReads(store.conn, seq=2)
         store.conn = racing
         with pytest.raises(LostRace, match="expected 3 items pending for start"):
-            store.claim("r1", version, 3)
+            store.ledger.claim("r1", version, 3)
         assert racing.fired
         store.conn = racing._conn
         assert not store.conn.in_transaction
         assert _ledger(ws) == before
         # The store is still usable: a claim nobody races moves all three.
-        assert [i.seq for i in store.claim("r1", version, 3)] == [1, 2, 3]
+        assert [i.seq for i in store.ledger.claim("r1", version, 3)] == [1, 2, 3]
     finally:
         store.close()
 
@@ -350,7 +351,7 @@ def test_a_lease_whose_heartbeat_stalled_is_not_surely_ours_after_two_thirds_of_
         unblock.wait(60)  # until the test lets go (it always does, in its finally)
         return True
 
-    monkeypatch.setattr(Store, "renew_lease", stuck_renewal)
+    monkeypatch.setattr(Leases, "renew_lease", stuck_renewal)
     store = planned_store(ws.db, 1)
     try:
         held = lease_module.SoleLease(store, "r1", ttl_s=ttl)

@@ -107,8 +107,8 @@ def test_an_approval_bound_to_the_state_before_a_redraft_is_refused(
     awaiting(ws, fake)
     store = Store.open(ws.db)
     try:
-        [run] = store.runs()
-        version = store.state_version(run.run_id)
+        [run] = store.core.runs()
+        version = store.ledger.state_version(run.run_id)
         assert ws.invoke("redraft", "--item", "u1").exit_code == 0
         approval = {
             "operator": "someone",
@@ -118,7 +118,7 @@ def test_an_approval_bound_to_the_state_before_a_redraft_is_refused(
             "state_version": version,
         }
         with pytest.raises(LostRace):
-            store.record_approval(run.run_id, approval, version)
+            store.ledger.record_approval(run.run_id, approval, version)
     finally:
         store.close()
     assert ws.query("SELECT state, approval FROM runs") == [("awaiting_approval", None)]

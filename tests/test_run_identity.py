@@ -22,6 +22,7 @@ from notifier.errors import BadInput, ExitCode
 from notifier.intent import content_fingerprint
 from notifier.sandbox import Sandbox
 from notifier.store import Store, parse_target
+from notifier.store.planning import Planning
 
 from .conftest import Workspace, make_rows
 
@@ -160,14 +161,14 @@ def test_two_plans_racing_to_insert_make_exactly_one_run(
         parse_target(ws.db), load_config(ws.path / "notifier.toml", explicit=False), lambda s: None
     )
     both_at_insert = threading.Barrier(2, timeout=30)
-    original = Store.create_run
+    original = Planning.create_run
 
-    def create_run(self: Store, *args: Any, **kwargs: Any) -> None:
+    def create_run(self: Planning, *args: Any, **kwargs: Any) -> None:
         # Both plans have passed whatever check comes before the insert.
         both_at_insert.wait()
         original(self, *args, **kwargs)
 
-    monkeypatch.setattr(Store, "create_run", create_run)
+    monkeypatch.setattr(Planning, "create_run", create_run)
     outcomes: list[Store | BadInput] = []
 
     def plan_and_store() -> None:

@@ -44,7 +44,7 @@ def test_receipt_for_another_digest_fails_the_item_and_halts(tmp_path: Path) -> 
     """The item is failed as a conflict, nothing after it is sent, and the run halts with
     the exit code for a safety refusal."""
     store = Store.open(tmp_path / "receipts.db", create=True)
-    store.create_run(
+    store.plans.create_run(
         {"run_id": "r1", "state": "planned", "created_at": "2026-11-30T00:00:00.000000+00:00",
          "batch_path": "b.csv", "fingerprint": "sha256:x", "content_fingerprint": "sha256:c",
          "channel_snapshot": {},
@@ -53,7 +53,7 @@ def test_receipt_for_another_digest_fails_the_item_and_halts(tmp_path: Path) -> 
           "payload": {}, "idempotency_key": f"k{n}", "intent_digest": f"sha256:{n}"}
          for n in (1, 2, 3)],
     )  # fmt: skip
-    version = store.acquire_lease("r1", {"host": "h", "pid": 1}, 30, holder_alive)
+    version = store.leases.acquire_lease("r1", {"host": "h", "pid": 1}, 30, holder_alive)
     channel = AnswersForAnotherIntent()
     result = Runner(
         store, "r1", {"odd": channel}, RetryPolicy(), RunOptions(),
@@ -62,8 +62,8 @@ def test_receipt_for_another_digest_fails_the_item_and_halts(tmp_path: Path) -> 
     ).run()  # fmt: skip
     assert (result.stop, result.state) == (Stop.CONFLICT, RunState.HALTED)
     assert channel.sent == ["1", "2"]
-    assert [(i.item_id, i.state.value) for i in store.items("r1")] == [
+    assert [(i.item_id, i.state.value) for i in store.queries.items("r1")] == [
         ("1", "sent"), ("2", "failed"), ("3", "pending"),
     ]  # fmt: skip
-    assert "conflict" in (store.item("r1", 2).last_error or "")
+    assert "conflict" in (store.queries.item("r1", 2).last_error or "")
     store.close()

@@ -444,7 +444,7 @@ class NotifierMachine(RuleBasedStateMachine):
         # Opening runs check_invariants(); a refusal here fails the step.
         store = Store.open(self.ws.db, readonly=True)
         try:
-            return [run.run_id for run in store.runs()]
+            return [run.run_id for run in store.core.runs()]
         finally:
             store.close()
 

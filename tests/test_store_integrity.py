@@ -136,7 +136,7 @@ def test_contradictory_rows_are_refused(
 def planned_store(db: Path | str, items: int) -> Store:
     """A new store holding run r1, planned with `items` outbox items (keys k1, k2, …)."""
     store = Store.open(db, create=True)
-    store.create_run(
+    store.plans.create_run(
         {"run_id": "r1", "state": "planned", "created_at": clock.now_iso(),
          "batch_path": "b.csv", "fingerprint": "sha256:x", "content_fingerprint": "sha256:c",
          "channel_snapshot": {}, "options": {}, "contract_version": "v1"},
@@ -150,19 +150,19 @@ def planned_store(db: Path | str, items: int) -> Store:
 def test_a_move_that_lost_a_race_fails_loudly(tmp_path: Path) -> None:
     """A conditional UPDATE that finds the item already moved raises instead of overwriting."""
     store = planned_store(tmp_path / "receipts.db", 1)
-    version = store.acquire_lease("r1", {"host": "h", "pid": 1}, 30, lambda o, e: False)
-    [item] = store.claim("r1", version, 1)
-    store.record(
+    version = store.leases.acquire_lease("r1", {"host": "h", "pid": 1}, 30, lambda o, e: False)
+    [item] = store.ledger.claim("r1", version, 1)
+    store.ledger.record(
         "r1", version, [Outcome(1, ItemTrigger.ACK, "sent", receipt_id="x", receipt_source="send")]
     )
     with pytest.raises(LostRace):
         # A second settlement that still believes the item is in flight.
-        store.record(
+        store.ledger.record(
             "r1",
             version,
             [Outcome(1, ItemTrigger.RETRY_LATER, "uncertain", expected=ItemState.IN_FLIGHT)],
         )
-    assert store.item("r1", 1).state.value == "sent"
+    assert store.queries.item("r1", 1).state.value == "sent"
     assert item.state.value == "in_flight"
     store.close()
 
@@ -174,23 +174,26 @@ def test_a_group_commit_whose_acks_lost_a_race_records_none_of_them(ws: Workspac
     others too (on PostgreSQL all of them are one statement)."""
     store = planned_store(ws.db, 3)
     try:
-        version = store.acquire_lease("r1", {"host": "h", "pid": 1}, 30, lambda o, e: False)
-        assert len(store.claim("r1", version, 3)) == 3
+        version = store.leases.acquire_lease("r1", {"host": "h", "pid": 1}, 30, lambda o, e: False)
+        assert len(store.ledger.claim("r1", version, 3)) == 3
         settled = Outcome(2, ItemTrigger.RETRY_LATER, "uncertain", expected=ItemState.IN_FLIGHT)
-        store.record("r1", version, [settled])
+        store.ledger.record("r1", version, [settled])
         acks = [
             Outcome(seq, ItemTrigger.ACK, "sent", receipt_id=f"x{seq}", receipt_source="send",
                     expected=ItemState.IN_FLIGHT)
             for seq in (1, 2, 3)
         ]  # fmt: skip
         with pytest.raises(LostRace):
-            store.step("r1", version, acks, 0)
-        assert [store.item("r1", seq).state.value for seq in (1, 2, 3)] == [
+            store.ledger.step("r1", version, acks, 0)
+        assert [store.queries.item("r1", seq).state.value for seq in (1, 2, 3)] == [
             "in_flight",
             "pending",
             "in_flight",
         ]
-        assert [a.finished_at for seq in (1, 3) for a in store.attempts("r1", seq)] == [None, None]
+        assert [a.finished_at for seq in (1, 3) for a in store.queries.attempts("r1", seq)] == [
+            None,
+            None,
+        ]
     finally:
         store.close()
     assert ws.query("SELECT COUNT(*) FROM receipts") == [(0,)]
@@ -200,13 +203,13 @@ def test_a_worker_that_lost_its_lease_cannot_write(tmp_path: Path) -> None:
     """Once another process took the lease, the old worker's writes are rejected."""
     store = planned_store(tmp_path / "receipts.db", 1)
     dead: Callable[[object, object], bool] = lambda owner, expires: False  # noqa: E731
-    old = store.acquire_lease("r1", {"host": "h", "pid": 1}, 30, dead)
-    new = store.acquire_lease("r1", {"host": "h", "pid": 2}, 30, dead)
+    old = store.leases.acquire_lease("r1", {"host": "h", "pid": 1}, 30, dead)
+    new = store.leases.acquire_lease("r1", {"host": "h", "pid": 2}, 30, dead)
     assert new == old + 1
     with pytest.raises(LeaseLost):
-        store.claim("r1", old, 1)
-    assert store.item("r1", 1).state.value == "pending"
-    assert len(store.claim("r1", new, 1)) == 1
+        store.ledger.claim("r1", old, 1)
+    assert store.queries.item("r1", 1).state.value == "pending"
+    assert len(store.ledger.claim("r1", new, 1)) == 1
     store.close()
 
 
@@ -270,11 +273,11 @@ def test_a_commit_between_two_checks_is_not_taken_for_a_contradiction(ws: Worksp
     ws.write_csv("batch.csv", make_rows(3))
     assert ws.invoke("send", "batch.csv").exit_code == 0
     store, other = Store.open(ws.db), Store.open(ws.db)
-    run_id = store.runs()[0].run_id
+    run_id = store.core.runs()[0].run_id
 
     def commit() -> None:
-        with other._write():
-            other._event(run_id, "note", None, None, clock.now_iso())
+        with other.core.write():
+            other.core.event(run_id, "note", None, None, clock.now_iso())
 
     try:
         store.conn = _CommitsBetween(store.conn, commit)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from notifier import lease as lease_module
-from notifier.store import NotADatabasePath, Store, parse_target
+from notifier.store import NotADatabasePath, RunFence, Store, WorkerFence, parse_target
 from notifier.store.target import PostgresUrl, SqliteFile
 
 from .conftest import Workspace, make_rows
@@ -44,20 +44,21 @@ def test_a_url_is_a_server_whose_runs_are_shared_and_never_shown_with_its_passwo
 
 @pytest.mark.both_stores
 def test_the_lease_of_a_sending_process_is_the_kind_its_store_shares(ws: Workspace) -> None:
-    """On a store that shares runs, a sending process joins as a worker (SharedLease: its
-    writes fenced by its own lease while held); else it holds the run's one lease. The
-    Target says the same as the store it opens."""
+    """On a store that shares runs, a sending process joins as a worker (SharedLease: the
+    lease's store is fenced by its own worker lease); else it holds the run's one lease and
+    works through the store it took it on. The Target says the same as the store it opens."""
     ws.write_csv("batch.csv", make_rows(1))
     assert ws.invoke("send", "batch.csv").exit_code == 0
     store = Store.open(parse_target(ws.db))
     try:
         assert store.shares_runs == parse_target(ws.db).shares_runs == (ws.store == "postgres")
-        (run,) = store.runs()
+        (run,) = store.core.runs()
         kind = lease_module.for_sending(store)
         assert kind is (lease_module.SharedLease if store.shares_runs else lease_module.SoleLease)
         with kind(store, run.run_id, 30.0) as held:
             assert held.surely_valid()
-            assert (store.worker_id is not None) == store.shares_runs
-        assert store.worker_id is None
+            assert isinstance(held.store.fencing, WorkerFence) == store.shares_runs
+            assert (held.store is store) != store.shares_runs
+            assert store.fencing == RunFence()
     finally:
         store.close()

@@ -98,7 +98,7 @@ def test_a_new_process_restores_a_gate_as_scaled(
     def gate() -> str:
         store = Store.open(ws.db, readonly=True)
         try:
-            return store.throttled_until(run_id)["outbox"]
+            return store.queries.throttled_until(run_id)["outbox"]
         finally:
             store.close()
 

@@ -337,17 +337,17 @@ def test_a_reaped_worker_writes_nothing(ws: Workspace, pg_url: str) -> None:
     old, new = Store.open(pg_url), Store.open(pg_url)
     try:
         gone = {"host": "elsewhere-1", "pid": 1, "started": None, "token": "old-worker"}
-        old_version = old.join_run("f1", gone, 0.05, holder_alive)
-        old.worker_id = "old-worker"
-        assert [item.seq for item in old.claim("f1", old_version, 2)] == [1, 2]
+        old_version = old.leases.join_run("f1", gone, 0.05, holder_alive)
+        old = old.for_worker("old-worker")  # shares the connection: closed as `old`
+        assert [item.seq for item in old.ledger.claim("f1", old_version, 2)] == [1, 2]
         time.sleep(0.2)  # its lease expires: another host is trusted only until then
         live = {"host": "elsewhere-2", "pid": 2, "started": None, "token": "new-worker"}
-        new_version = new.join_run("f1", live, 30, holder_alive)
-        new.worker_id = "new-worker"
-        assert new.reap_dead_workers("f1", "new-worker", new_version, holder_alive) == [1, 2]
+        new_version = new.leases.join_run("f1", live, 30, holder_alive)
+        new = new.for_worker("new-worker")
+        assert new.leases.reap_dead_workers("f1", "new-worker", new_version, holder_alive) == [1, 2]
         with pytest.raises(LeaseLost):
-            old.claim("f1", old_version, 1)
-        assert not old.renew_worker("old-worker", old_version, 30)
+            old.ledger.claim("f1", old_version, 1)
+        assert not old.leases.renew_worker("old-worker", old_version, 30)
     finally:
         old.close()
         new.close()

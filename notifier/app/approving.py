@@ -48,7 +48,7 @@ def _run_with_fingerprint(store: Store, fingerprint: str) -> Run:
     when there is none (the refusal names no fingerprint), exit 2 when several share it."""
     found = [
         run
-        for run in store.runs_with_fingerprint(fingerprint.strip())
+        for run in store.queries.runs_with_fingerprint(fingerprint.strip())
         if run.state not in FINISHED_RUN_STATES and approval.requires_approval(run)
     ]
     if not found:
@@ -88,7 +88,7 @@ def reject(env: Env, run_id: str | None, reason: str) -> tuple[Run, str]:
                 f"run {run.run_id} is {run.state.value}, not awaiting approval, so it cannot be "
                 f"rejected; {advice}."
             )
-        store.reject_run(run.run_id, operator, reason.strip())
-        return store.get_run(run.run_id), operator
+        store.ledger.reject_run(run.run_id, operator, reason.strip())
+        return store.core.get_run(run.run_id), operator
     finally:
         store.close()

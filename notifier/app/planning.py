@@ -105,7 +105,7 @@ def dry_run(env: Env, plan: Plan) -> DryRun:
     if env.may_hold_runs():
         store = open_store(env, readonly=True)
         try:
-            prior = store.compare_plan(plan.items)
+            prior = store.history.compare_plan(plan.items)
         finally:
             store.close()
     return DryRun(plan, prior)
@@ -123,7 +123,7 @@ def run_stored(env: Env, run_id: str) -> bool | None:
     except Exception:
         return None
     try:
-        store.get_run(run_id)
+        store.core.get_run(run_id)
     except KeyError:
         return False
     except Exception:
@@ -177,7 +177,7 @@ def store_plan(
         plan.close()
         raise
     try:
-        prior = store.create_run(
+        prior = store.plans.create_run(
             plan.run_row(str(batch), dict(options)),
             plan.items,
             new_run=new_run,
@@ -214,7 +214,7 @@ def _open_run_holder(store: Store, prior: Prior) -> dict[str, Any] | None:
     """Who is working the unfinished run that holds the file's open rows right now (the
     winner of two simultaneous sends, say), if anyone."""
     runs = prior.runs(OPEN)
-    return live_holder(store, store.get_run(runs[-1])) if runs else None
+    return live_holder(store, store.core.get_run(runs[-1])) if runs else None
 
 
 def refusal_message(batch: Path, prior: Prior, holder: dict[str, Any] | None = None) -> str:
@@ -297,9 +297,9 @@ def store_drafting_run(
     store = open_store(env, create=True)
     try:
         with suppress(KeyError):
-            store.get_run(run_id)
+            store.core.get_run(run_id)
             raise BadInput(f"run {run_id!r} already exists: choose another --run-id.")
-        store.create_drafting_run(
+        store.drafts.create_drafting_run(
             run, [(row.seq, row.line, compose.row_to_source(row)) for row in rows]
         )
     except BaseException:

@@ -36,8 +36,8 @@ def cancel(env: Env, run_id: str | None, wait_s: float) -> CancelResult:
     store = open_store(env)
     try:
         run = pick_run(store, run_id, active_only=True)
-        if run.state in FINISHED_RUN_STATES or not store.request_cancel(run.run_id):
-            return _already_finished(store, store.get_run(run.run_id))
+        if run.state in FINISHED_RUN_STATES or not store.ledger.request_cancel(run.run_id):
+            return _already_finished(store, store.core.get_run(run.run_id))
         deadline = time.monotonic() + wait_s
         while True:
             run = _wait_for_worker(store, run.run_id, deadline)
@@ -53,7 +53,7 @@ def cancel(env: Env, run_id: str | None, wait_s: float) -> CancelResult:
                     f"confirm within {wait_s:g}s, so a request may still start until it does. "
                     f"Check with `notifier status {run.run_id}`, or wait longer with "
                     f"`notifier cancel {run.run_id} --wait 120`.",
-                    store.counts(run.run_id),
+                    store.queries.counts(run.run_id),
                 )
             try:
                 run = _cancel_without_worker(env, store, run)
@@ -64,7 +64,7 @@ def cancel(env: Env, run_id: str | None, wait_s: float) -> CancelResult:
                 continue
         if run.state is not RunState.CANCELLED:
             return _already_finished(store, run)
-        counts = store.counts(run.run_id)
+        counts = store.queries.counts(run.run_id)
         message = f"run {run.run_id} cancelled."
         if counts.unknown:
             message += (
@@ -81,13 +81,13 @@ def _already_finished(store: Store, run: Run) -> CancelResult:
         run,
         True,
         f"run {run.run_id} is already {run.state.value}; nothing to cancel.",
-        store.counts(run.run_id),
+        store.queries.counts(run.run_id),
     )
 
 
 def _wait_for_worker(store: Store, run_id: str, deadline: float) -> Run:
     while True:
-        run = store.get_run(run_id)
+        run = store.core.get_run(run_id)
         live = live_holder(store, run) is not None
         if run.state in FINISHED_RUN_STATES or not live or time.monotonic() >= deadline:
             return run
@@ -101,12 +101,12 @@ def _cancel_without_worker(env: Env, store: Store, run: Run) -> Run:
     with run_channels(run, env.base_dir, tolerate_broken=True) as channels:
         lease = SoleLease(store, run.run_id, env.config.lease_ttl_s)
         with lease:
-            if store.get_run(run.run_id).state in FINISHED_RUN_STATES:
-                return store.get_run(run.run_id)  # completed by a worker before our lease
+            if store.core.get_run(run.run_id).state in FINISHED_RUN_STATES:
+                return store.core.get_run(run.run_id)  # completed by a worker before our lease
             settle(store, run.run_id, channels, lease.version, include_unknown=True, say=env.say)
             settle_doubts(store, run.run_id, channels, lease.version, say=env.say)
-            store.move_run(run.run_id, RunTrigger.CANCEL, lease.version, stop_reason=None)
-    return store.get_run(run.run_id)
+            store.ledger.move_run(run.run_id, RunTrigger.CANCEL, lease.version, stop_reason=None)
+    return store.core.get_run(run.run_id)
 
 
 # ---------------------------------------------------------------------- reconcile
@@ -136,7 +136,7 @@ def reconcile_by_query(env: Env, run_id: str | None) -> tuple[Run, Counts]:
                     f"`notifier reconcile --manual {run.run_id}`."
                 )
             complete_if_done(store, run.run_id, lease.version)
-        return store.get_run(run.run_id), store.counts(run.run_id)
+        return store.core.get_run(run.run_id), store.queries.counts(run.run_id)
     finally:
         store.close()
 
@@ -146,7 +146,7 @@ def _unknown_on_unqueryable(
 ) -> dict[str, int]:
     """Unknown items per channel that cannot be queried: only a person can settle them."""
     found: dict[str, int] = {}
-    for item in store.items(run_id, [ItemState.UNKNOWN]):
+    for item in store.queries.items(run_id, [ItemState.UNKNOWN]):
         channel = channels.get(item.channel)
         if channel is not None and not channel.queryable:
             found[item.channel] = found.get(item.channel, 0) + 1
@@ -162,18 +162,18 @@ def complete_if_done(store: Store, run_id: str, lease_version: int) -> None:
     """A paused or halted run whose every item is now sent or failed (or expired) is
     completed, its stop reason cleared. One that still waits, paused for unknown outcomes,
     has that reason brought up to date: the count left, or none once no item is unknown."""
-    run = store.get_run(run_id)
-    counts = store.counts(run_id)
+    run = store.core.get_run(run_id)
+    counts = store.queries.counts(run_id)
     if run.state not in (RunState.PAUSED, RunState.HALTED):
         return
     if not counts.unfinished:
-        store.move_run(run_id, RunTrigger.COMPLETE, lease_version, stop_reason=None)
+        store.ledger.move_run(run_id, RunTrigger.COMPLETE, lease_version, stop_reason=None)
         return
     reason = run.stop_reason
     if reason is not None and _UNKNOWN_REASON.fullmatch(reason):
         now = f"{counts.unknown} item(s) with unknown outcome" if counts.unknown else None
         if now != reason:
-            store.replace_stop_reason(run_id, lease_version, reason, now)
+            store.ledger.replace_stop_reason(run_id, lease_version, reason, now)
 
 
 MARKS: Mapping[str, ItemTrigger] = {
@@ -186,10 +186,10 @@ MARKS: Mapping[str, ItemTrigger] = {
 def decide(
     env: Env, store: Store, run: Run, item_ref: str, mark: str, evidence: str, lease_version: int
 ) -> str:
-    item = store.item_by_id(run.run_id, item_ref)
+    item = store.queries.item_by_id(run.run_id, item_ref)
     if item is None and item_ref.isdigit():
         with suppress(KeyError):
-            item = store.item(run.run_id, int(item_ref))
+            item = store.queries.item(run.run_id, int(item_ref))
     if item is None:
         raise BadInput(f"run {run.run_id} has no item {item_ref!r}.")
     if item.state is not ItemState.UNKNOWN:
@@ -200,7 +200,7 @@ def decide(
     if not evidence.strip():
         raise BadInput("--evidence is required: say what the decision rests on.")
     if mark == "not-sent" and any(
-        a.outcome == ErrorKind.PARTIAL.value for a in store.attempts(run.run_id, item.seq)
+        a.outcome == ErrorKind.PARTIAL.value for a in store.queries.attempts(run.run_id, item.seq)
     ):
         raise Refused(
             f"item {item.item_id} (seq {item.seq}) was delivered to some of channel "
@@ -208,7 +208,7 @@ def decide(
             "send it again to all of them, including those that got it. Refused: mark it "
             "`--mark sent --evidence …` (say who did not get it) or `--mark abandon`.",
         )
-    store.decide(run.run_id, item.seq, MARKS[mark], operator_name(), evidence, lease_version)
+    store.ledger.decide(run.run_id, item.seq, MARKS[mark], operator_name(), evidence, lease_version)
     after = {
         "sent": "sent",
         "not-sent": (

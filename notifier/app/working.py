@@ -48,7 +48,7 @@ def work_run(
     ):
         announce()
         runner = Runner(
-            store,
+            lease.store,  # fenced by the lease this process holds (a worker's own, or the run's)
             run.run_id,
             channels,
             env.config.retry.policy(),
@@ -100,7 +100,7 @@ def take_lease(
     try:
         lease = kind(store, run.run_id, ttl_s)
     except LeaseHeld as held:
-        if store.get_run(run.run_id).cancel_requested_at:
+        if store.core.get_run(run.run_id).cancel_requested_at:
             # A `cancel` holds the run for a moment while it closes it.
             raise NeedsAttention(
                 f"run {run.run_id} was cancelled (by pid {held.owner.get('pid')}) before this "
@@ -137,7 +137,7 @@ def draft_run(env: Env, store: Store, run: Run) -> Run:
         )
     then = RunTrigger.REQUEST_APPROVAL if run.options.get("require_approval") else None
     compose.freeze(store, run.run_id, env.config, then)
-    return store.get_run(run.run_id)
+    return store.core.get_run(run.run_id)
 
 
 def check_can_send(store: Store, run: Run) -> None:

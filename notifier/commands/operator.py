@@ -124,7 +124,7 @@ def runs(ctx: click.Context) -> None:
         table.add_column("batch", overflow="fold")
         from ..store.drafts import run_counts  # noqa: PLC0415 (start-up time)
 
-        for run in store.runs():
+        for run in store.core.runs():
             c = run_counts(store, run)
             table.add_row(
                 run.run_id,
@@ -174,7 +174,7 @@ def cancel(
     if with_report:
         store = open_store(env)
         try:
-            run = store.get_run(result.run.run_id)
+            run = store.core.get_run(result.run.run_id)
             _emit(report.build(store, run, attention_only=fmt == "table"), fmt)
         finally:
             store.close()

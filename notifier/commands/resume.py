@@ -126,7 +126,7 @@ def _resume(
         run = pick_run(store, run_id, active_only=not joining or run_id is None)
         if run.state in FINISHED_RUN_STATES:
             if joining:
-                counts = store.counts(run.run_id)
+                counts = store.queries.counts(run.run_id)
                 click.echo(f"run {run.run_id} is already {run.state.value}: {counts.summary()}")
                 ctx.exit(settled_exit(run.state, counts))
             raise BadInput(f"run {run.run_id} is {run.state.value}; there is nothing to resume.")
@@ -142,11 +142,11 @@ def _resume(
             running.await_approval(store, run)
             ctx.exit(ExitCode.ATTENTION if failures else ExitCode.DONE)
         app.check_can_send(store, run)
-        counts = store.counts(run.run_id)
+        counts = store.queries.counts(run.run_id)
 
         def announce() -> None:
             click.echo(f"resuming run {run.run_id}: {counts.summary()}")
-            stale = store.past_deadline(run.run_id, clock.now_iso())
+            stale = store.ledger.past_deadline(run.run_id, clock.now_iso())
             if stale:
                 click.echo(
                     f"{stale} pending item(s) are already past their not_after: they will be "

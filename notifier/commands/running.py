@@ -63,7 +63,7 @@ def draft(ctx: click.Context, env: Env, store: Store, run: Run) -> Run:
 
 
 def report_draft_failures(store: Store, run: Run) -> int:
-    failures = store.draft_failures(run.run_id)
+    failures = store.drafts.draft_failures(run.run_id)
     for seq, line, error in failures:
         click.echo(f"row {seq} (line {line}) was not drafted and will not be sent: {error}")
     return len(failures)

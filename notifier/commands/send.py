@@ -271,10 +271,10 @@ def send(
 
 def _announce(store: Store, plan: Plan, stored: Stored) -> tuple[Run, Counts, dict[str, int]]:
     """Say what was planned: the run, its count per channel, and the rows suppressed."""
-    run = store.get_run(plan.run_id)
-    counts = store.counts(plan.run_id)
+    run = store.core.get_run(plan.run_id)
+    counts = store.queries.counts(plan.run_id)
     left_out = stored.prior is not None and stored.prior.left < plan.count
-    channels = store.per_channel(run.run_id) if left_out else plan.per_channel
+    channels = store.queries.per_channel(run.run_id) if left_out else plan.per_channel
     per_channel = ", ".join(f"{name}: {n}" for name, n in sorted(channels.items()))
     click.echo(f"planned run {run.run_id}: {counts.total} notifications ({per_channel})")
     if counts.suppressed:
@@ -410,13 +410,13 @@ def _send_compose(
     store = app.store_drafting_run(env, rows, batch, options, new_id)
     try:
         click.echo(f"planned run {new_id}: {len(rows)} rows to draft with {settings.model}")
-        run = running.draft(ctx, env, store, store.get_run(new_id))
+        run = running.draft(ctx, env, store, store.core.get_run(new_id))
         failures = running.report_draft_failures(store, run)
         click.echo(f"fingerprint: {run.fingerprint}")
         if run.state is RunState.AWAITING_APPROVAL:
             running.await_approval(store, run)
             ctx.exit(ExitCode.ATTENTION if failures else ExitCode.DONE)
-        total = store.counts(run.run_id).total
+        total = store.queries.counts(run.run_id).total
         observer.planned(run.run_id, total, {})
         with running.progress(total, quiet=quiet) as advance:
             result = app.work_run(

@@ -51,7 +51,7 @@ def _store_entries(ctx: click.Context, found: list[Entry], source: Source) -> No
     """Put `found` on the list in one transaction and say how many were new."""
     store = open_store(command_env(ctx), create=True)
     try:
-        added = store.suppress(found, source, operator_name())
+        added = store.suppressions.suppress(found, source, operator_name())
     finally:
         store.close()
     already = len(found) - len(added)
@@ -75,7 +75,7 @@ def list_(ctx: click.Context, fmt: str) -> None:
     """Every suppressed address, with its reason, source, operator and time."""
     store = open_store(command_env(ctx, machine_output=fmt != "table"), readonly=True)
     try:
-        rows = store.suppressions()
+        rows = store.suppressions.suppressions()
     finally:
         store.close()
     names = ("address", "reason", "source", "operator", "created_at")
@@ -126,7 +126,7 @@ def remove(ctx: click.Context, addresses: tuple[str, ...]) -> None:
     keys = list(dict.fromkeys(address_key(a) for a in addresses))
     store = open_store(command_env(ctx))
     try:
-        removed = store.unsuppress(keys, operator_name())
+        removed = store.suppressions.unsuppress(keys, operator_name())
     finally:
         store.close()
     line = f"removed {len(removed)} address(es) from the suppression list"

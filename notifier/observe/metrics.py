@@ -107,7 +107,7 @@ class RunCollector(Collector):
         with store.reading():
             for run_id in run_ids:
                 try:
-                    run = store.get_run(run_id)
+                    run = store.core.get_run(run_id)
                 except KeyError:
                     continue  # a run id given before its plan is stored
                 counts = run_counts(store, run)
@@ -117,9 +117,9 @@ class RunCollector(Collector):
                 now = effective_state(store, run)
                 for rs in RunState:
                     state.add_metric([run_id, rs.value], 1 if rs is now else 0)
-                for channel, outcome, n in store.attempt_tally(run_id):
+                for channel, outcome, n in store.queries.attempt_tally(run_id):
                     attempts.add_metric([run_id, channel, outcome], n)
-                summary = store.draft_summary(run_id)  # 0 for a run drafted by no model
+                summary = store.drafts.draft_summary(run_id)  # 0 for a run drafted by no model
                 tokens_in.add_metric([run_id], summary["input_tokens"])
                 tokens_out.add_metric([run_id], summary["output_tokens"])
         return [items, unknown, state, attempts, tokens_in, tokens_out]

@@ -1,20 +1,27 @@
 """The receipts store, split along its seams: one engine per database (engine.py: the
 protocol and the dialect record; sqlite.py for an SQLite file, postgres.py for a PostgreSQL
-server), the checks every open runs (checks.py, both engines), the ledger of writes
-(ledger.py) and of drafts (drafts.py), leases (leases.py) and queries (queries.py), over one
-shared core (core.py). `Store` is their union, over one engine. target.py parses --db once
-into a Target (an SQLite file or a PostgreSQL URL), which opens the store of its engine;
-the schema and its migrations are migrations.py's. All SQL lives in this package."""
+server), the checks every open runs (checks.py, both engines), and the store's parts, each
+an object holding the one core (core.py: the write transaction and its fence, events, the
+conditional moves): the plan (planning.py, over history.py and suppressions.py), the ledger
+of writes (ledger.py), drafts and chunks (drafts.py, chunks.py), leases (leases.py), queries
+(queries.py) and rate buckets (buckets.py). No part inherits from another; one that needs
+another is handed it. `Store` composes them over one engine, its fencing (the run's lease,
+or one worker's) fixed when it is made. target.py parses --db once into a Target (an SQLite
+file or a PostgreSQL URL), which opens the store of its engine; the schema and its
+migrations are migrations.py's. All SQL lives in this package."""
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 from .buckets import Buckets
 from .checks import Checks
-from .core import ATTENTION_STATES
+from .chunks import Chunks
+from .core import ATTENTION_STATES, RUN_FENCE, Core, Fencing, RunFence, WorkerFence
 from .drafts import Drafts
+from .engine import Engine
 from .exceptions import (
     DatabaseUnwritable,
     LeaseHeld,
@@ -26,18 +33,49 @@ from .exceptions import (
     StorageFailed,
     StoreRefused,
 )
+from .history import History
 from .leases import Leases
+from .ledger import Ledger
+from .planning import Planning
 from .prior import Prior
 from .queries import Queries
 from .stage import PlanStage
+from .suppressions import Suppressions
 from .target import NotADatabasePath, Target
 from .target import parse as parse_target
 
 
-class Store(Drafts, Leases, Queries, Buckets):
+class Store:
     """One receipts database: `Store.open(db)`, where `db` is a path (SQLite, the embedded
     default), a postgresql:// URL, or the Target either parses to; the store over that
-    target's engine."""
+    target's engine.
+
+    Its parts, each an object over the one `core` (core.py: the write transaction, the
+    fence, events, the conditional moves and the run rows: `core.get_run`, `core.runs`):
+
+    - `plans`: storing a plan (planning.py), over `history` (what earlier runs did with
+      its rows: history.py) and `suppressions` (the suppression list: suppressions.py);
+    - `ledger`: every write of a run's history once planned (ledger.py);
+    - `drafts` and `chunks`: a --compose run's drafts and its Batch API chunks;
+    - `leases`: the run's lease and the worker leases (leases.py);
+    - `queries`: reading runs, items and their history (queries.py);
+    - `buckets`: the --rate buckets the workers of a run share (buckets.py).
+
+    Its fencing is fixed when it is made: by the run's lease, or, from `for_worker`, by one
+    worker's own lease; nothing changes it afterwards."""
+
+    def __init__(self, engine: Engine, fencing: Fencing = RUN_FENCE) -> None:
+        self.engine = engine
+        self.core = core = Core(engine, fencing)
+        self.history = History(core)
+        self.suppressions = Suppressions(core)
+        self.plans = Planning(core, self.history, self.suppressions)
+        self.ledger = Ledger(core, self.suppressions)
+        self.drafts = Drafts(core, self.plans)
+        self.chunks = Chunks(core)
+        self.leases = Leases(core)
+        self.queries = Queries(core)
+        self.buckets = Buckets(core)
 
     @classmethod
     def open(cls, db: Path | str | Target, *, create: bool = False, readonly: bool = False) -> Self:
@@ -47,17 +85,45 @@ class Store(Drafts, Leases, Queries, Buckets):
         return cls(target.engine(create=create, readonly=readonly))
 
     @property
+    def path(self) -> Path | str:
+        """For SQLite the file; for PostgreSQL the server and database (never a password),
+        as messages name it."""
+        return self.engine.path
+
+    @property
+    def conn(self) -> Any:
+        return self.engine.conn
+
+    @conn.setter
+    def conn(self, conn: Any) -> None:  # tests stand a recording connection in its place
+        self.engine.conn = conn
+
+    @property
+    def fencing(self) -> Fencing:
+        """Whose lease fences this store's writes (core.py), as fixed when it was made."""
+        return self.core.fencing
+
+    @property
     def shares_runs(self) -> bool:
         """Whether many processes may work one run at once, each under a worker lease of its
         own (lease.for_sending picks the lease by it); the engine's answer, as its Target's."""
-        return self.dialect.shares_runs
+        return self.engine.dialect.shares_runs
+
+    def for_worker(self, worker_id: str) -> Self:
+        """This store, over the same connection, fenced by the worker lease `worker_id`:
+        its writes abort once that lease moved on, and its claims record the worker. This
+        store keeps its own fencing; the two share one connection, so close only this one."""
+        return type(self)(self.engine, WorkerFence(worker_id))
 
     def secondary(self) -> Self:
-        """Another connection to the same checked database, for a thread of our own,
-        working under the same worker lease."""
-        store = type(self)(self.engine.secondary())
-        store.worker_id = self.worker_id
-        return store
+        """Another connection to the same checked database, for a thread of our own, fenced
+        as this store is."""
+        return type(self)(self.engine.secondary(), self.core.fencing)
+
+    def reading(self) -> AbstractContextManager[None]:
+        """Reads that see one committed state, for readers outside the store
+        (notifier/observe/metrics.py): the figures of one scrape all come from one state."""
+        return self.core.snapshot()
 
     def close(self) -> None:
         self.engine.close()
@@ -80,9 +146,11 @@ __all__ = [
     "PlanStage",
     "Prior",
     "RunExists",
+    "RunFence",
     "StorageFailed",
     "Store",
     "StoreRefused",
     "Target",
+    "WorkerFence",
     "parse_target",
 ]

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .. import clock
+from .core import Core
 from .exceptions import LostRace
-from .ledger import Ledger
 
 OPEN = ("creating", "submitted")
 
@@ -36,9 +36,12 @@ _COLUMNS = (
 )
 
 
-class Chunks(Ledger):
+class Chunks:
+    def __init__(self, core: Core) -> None:
+        self.core = core
+
     def chunks(self, run_id: str, states: Sequence[str] | None = None) -> list[Chunk]:
-        rows = self.conn.execute(
+        rows = self.core.conn.execute(
             f"SELECT {_COLUMNS} FROM draft_chunks WHERE run_id = ? ORDER BY chunk", (run_id,)
         ).fetchall()
         found = [
@@ -61,15 +64,15 @@ class Chunks(Ledger):
         """The intent of chunk number `chunk` (one past the last: its custom_ids, in the
         digest, carry it), before its batch is created."""
         at = clock.now_iso()
-        with self._write(run_id, lease_version):
-            self.conn.execute(
+        with self.core.write(run_id, lease_version):
+            self.core.conn.execute(
                 "INSERT INTO draft_chunks (run_id, chunk, state, seqs, request_count, "
                 "requests_digest, model, not_before, updated_at) "
                 "VALUES (?, ?, 'creating', ?, ?, ?, ?, ?, ?)",
                 (run_id, chunk, json.dumps(list(seqs)), len(seqs), requests_digest, model,
                  not_before, at),
             )  # fmt: skip
-            self._event(run_id, "chunk_creating", None, {"chunk": chunk, "rows": len(seqs)}, at)
+            self.core.event(run_id, "chunk_creating", None, {"chunk": chunk, "rows": len(seqs)}, at)
 
     def chunk_create_started(
         self, run_id: str, chunk: int, lease_version: int | None = None
@@ -77,15 +80,15 @@ class Chunks(Ledger):
         """A create of the chunk's batch starts: a `--recreate` consent is spent by it, in
         the same transaction, so a crash after the create leaves the next resume asking."""
         at = clock.now_iso()
-        with self._write(run_id, lease_version):
-            cursor = self.conn.execute(
+        with self.core.write(run_id, lease_version):
+            cursor = self.core.conn.execute(
                 "UPDATE draft_chunks SET recreate = 0, updated_at = ? "
                 "WHERE run_id = ? AND chunk = ? AND state = 'creating'",
                 (at, run_id, chunk),
             )
             if cursor.rowcount != 1:
                 raise LostRace(f"run {run_id} chunk {chunk}: not creating")
-            self._event(run_id, "chunk_create_started", None, {"chunk": chunk}, at)
+            self.core.event(run_id, "chunk_create_started", None, {"chunk": chunk}, at)
 
     def chunk_submitted(
         self,
@@ -99,8 +102,8 @@ class Chunks(Ledger):
     ) -> None:
         """The chunk's batch: created by us just now (`created`) or adopted after asking."""
         at = clock.now_iso()
-        with self._write(run_id, lease_version):
-            cursor = self.conn.execute(
+        with self.core.write(run_id, lease_version):
+            cursor = self.core.conn.execute(
                 "UPDATE draft_chunks SET state = 'submitted', batch_id = ?, recreate = 0, "
                 "created = created + ?, note = ?, updated_at = ? "
                 "WHERE run_id = ? AND chunk = ? AND state = 'creating'",
@@ -109,7 +112,7 @@ class Chunks(Ledger):
             if cursor.rowcount != 1:
                 raise LostRace(f"run {run_id} chunk {chunk}: not creating")
             kind = "chunk_submitted" if created else "chunk_adopted"
-            self._event(run_id, kind, None, {"chunk": chunk, "batch_id": batch_id}, at)
+            self.core.event(run_id, kind, None, {"chunk": chunk, "batch_id": batch_id}, at)
 
     def end_chunk(
         self,
@@ -122,35 +125,35 @@ class Chunks(Ledger):
         """`done` (every result stored) or `canceled` (by `notifier cancel`). The chunk
         writes of a drafting process carry its `lease_version` (fenced); `cancel`'s do not."""
         at = clock.now_iso()
-        with self._write(run_id, lease_version):
-            self.conn.execute(
+        with self.core.write(run_id, lease_version):
+            self.core.conn.execute(
                 "UPDATE draft_chunks SET state = ?, note = COALESCE(?, note), updated_at = ? "
                 "WHERE run_id = ? AND chunk = ? AND state IN ('creating', 'submitted')",
                 (state, note, at, run_id, chunk),
             )
-            self._event(run_id, f"chunk_{state}", None, {"chunk": chunk, "note": note}, at)
+            self.core.event(run_id, f"chunk_{state}", None, {"chunk": chunk, "note": note}, at)
 
     def choose_recreate(self, run_id: str) -> int:
         """`resume --recreate`: the chunks still `creating` are created again without asking
         (the operator accepts paying twice for one created before). Returns how many."""
         at = clock.now_iso()
-        with self._write():
-            cursor = self.conn.execute(
+        with self.core.write():
+            cursor = self.core.conn.execute(
                 "UPDATE draft_chunks SET recreate = 1, updated_at = ? "
                 "WHERE run_id = ? AND state = 'creating'",
                 (at, run_id),
             )
             n = int(cursor.rowcount)
-            self._event(run_id, "recreate_chosen", None, {"chunks": n}, at)
+            self.core.event(run_id, "recreate_chosen", None, {"chunks": n}, at)
         return n
 
     def chunk_summary(self, run_id: str) -> dict[str, int]:
         """Chunks per state and the batches created for them (status's drafting line)."""
         summary = {"chunks": 0, "creating": 0, "submitted": 0, "done": 0, "canceled": 0}
         summary["batches_created"] = 0
-        if not self.engine.has_table("draft_chunks"):  # read-only, before m007
+        if not self.core.engine.has_table("draft_chunks"):  # read-only, before m007
             return summary
-        for state, n, created in self.conn.execute(
+        for state, n, created in self.core.conn.execute(
             "SELECT state, COUNT(*), COALESCE(SUM(created), 0) FROM draft_chunks "
             "WHERE run_id = ? GROUP BY state",
             (run_id,),

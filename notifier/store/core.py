@@ -1,6 +1,7 @@
 """The store's shared core: connection, write transactions, events and state moves. All
 SQL lives in this package; every state change goes through state_machine.py with a
-conditional UPDATE, and every worker write is fenced by its lease version."""
+conditional UPDATE, and every fenced write is fenced by its lease version: the run's lease
+(RunFence), or one worker's own lease (WorkerFence), fixed when the core is made."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import functools
 import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
@@ -90,20 +92,51 @@ def _state_literal(state: ItemState) -> str:
     return f"'{ItemState(state).value}'"
 
 
-class StoreCore:
-    """What every seam shares, over one engine (engine.py): the write transaction (fenced by
-    the lease version), the event log, and the conditional moves through the state machine.
+@dataclass(frozen=True)
+class RunFence:
+    """Fenced by the run's one lease (runs.lease_version): one process alone works the run,
+    and its claims record no worker."""
+
+
+@dataclass(frozen=True)
+class WorkerFence:
+    """Fenced by the worker lease `worker_id` (workers.version), one of many workers sharing
+    a run: a reaped worker's version has moved on, and its claims record it, so a live worker
+    can settle exactly the items of a dead one."""
+
+    worker_id: str
+
+
+# Whose lease fences a core's writes; fixed when the core is made (Store.for_worker makes
+# another core over the same connection rather than changing this one).
+Fencing = RunFence | WorkerFence
+RUN_FENCE = RunFence()
+
+
+class Core:
+    """What every part of the store shares, over one engine (engine.py): the write
+    transaction (fenced by the lease version of its `fencing`), the event log, the
+    conditional moves through the state machine, and the run rows.
 
     The SQL is written once for both engines: `?` and `:name` parameters (the PostgreSQL
     connection translates them), CASTs where PostgreSQL cannot infer a parameter's type, and
     the few engine-specific fragments of the engine's `dialect`."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, fencing: Fencing = RUN_FENCE) -> None:
         self.engine = engine
         self.dialect = engine.dialect
-        # Set while this connection works a run under a worker lease of its own (many
-        # workers on one PostgreSQL run): writes are fenced by that lease, claims record it.
-        self.worker_id: str | None = None
+        self._fencing = fencing
+
+    @property
+    def fencing(self) -> Fencing:
+        """Whose lease fences this core's writes; read-only, as fixed when it was made."""
+        return self._fencing
+
+    @property
+    def worker_id(self) -> str | None:
+        """The worker whose lease fences this core (claims record it), None under the run's
+        lease."""
+        return self._fencing.worker_id if isinstance(self._fencing, WorkerFence) else None
 
     @property
     def path(self) -> Path | str:
@@ -115,14 +148,10 @@ class StoreCore:
     def conn(self) -> Any:
         return self.engine.conn
 
-    @conn.setter
-    def conn(self, conn: Any) -> None:  # tests stand a recording connection in its place
-        self.engine.conn = conn
-
     # ---------------------------------------------------------------- writing
 
     @contextmanager
-    def _write(self, run_id: str | None = None, lease_version: int | None = None) -> Iterator[None]:
+    def write(self, run_id: str | None = None, lease_version: int | None = None) -> Iterator[None]:
         """One write transaction, holding what it writes from its BEGIN (SQLite: BEGIN
         IMMEDIATE, the write lock up front: a deferred BEGIN can fail with
         SQLITE_BUSY_SNAPSHOT when a concurrent `cancel` commits between our read and our
@@ -158,24 +187,19 @@ class StoreCore:
         row = self.engine.begin_write(self._fence_query(run_id))
         self._check_fence(run_id, lease_version, row)
 
-    def _snapshot(self) -> AbstractContextManager[None]:
+    def snapshot(self) -> AbstractContextManager[None]:
         """Reads that see one committed state, whatever other processes commit meanwhile."""
         return self.engine.snapshot()
 
-    def reading(self) -> AbstractContextManager[None]:
-        """`_snapshot` for readers outside the store (notifier/observe/metrics.py): the
-        figures of one scrape all come from one committed state."""
-        return self._snapshot()
-
     def _fence_query(self, run_id: str | None) -> Fence:
         """The read of the version the caller's lease must still hold, and its one key:
-        the run's, or with `worker_id` the worker's own (a reaped worker's version has moved
-        on)."""
-        if self.worker_id is not None:
+        the run's, or under a WorkerFence the worker's own (a reaped worker's version has
+        moved on)."""
+        if isinstance(self._fencing, WorkerFence):
             return (
                 f"SELECT version FROM workers WHERE worker_id = ? AND state = 'live' "
                 f"{self.dialect.share_lock}",
-                self.worker_id,
+                self._fencing.worker_id,
             )
         # The run's own lease is exclusive: its transactions take the run's row for good.
         return f"SELECT lease_version FROM runs WHERE run_id = ? {self.dialect.row_lock}", run_id
@@ -193,15 +217,15 @@ class StoreCore:
         (each engine names its own causes)."""
         return self.engine.storage_failure(exc)
 
-    def _event(self, run_id: str, kind: str, item_seq: int | None, detail: Any, at: str) -> None:
+    def event(self, run_id: str, kind: str, item_seq: int | None, detail: Any, at: str) -> None:
         """One event, numbered after the run's last (PostgreSQL numbers it at COMMIT)."""
         self.engine.event(run_id, kind, item_seq, _dump(detail), at)
 
-    def _events(self, run_id: str, kind: str, seqs: Sequence[int], detail: Any, at: str) -> None:
-        """`_event` for several items at once."""
+    def events(self, run_id: str, kind: str, seqs: Sequence[int], detail: Any, at: str) -> None:
+        """`event` for several items at once."""
         self.engine.events(run_id, kind, seqs, _dump(detail), at)
 
-    def _move_item(
+    def move_item(
         self, run_id: str, seq: int, current: ItemState, trigger: ItemTrigger, at: str, **sets: Any
     ) -> ItemState:
         target = item_next(trigger, current)
@@ -217,11 +241,11 @@ class StoreCore:
                 f"{current.value} for {trigger}); this process stopped without overwriting "
                 f"anything. `notifier status {run_id}` shows where it stands."
             )
-        self._event(run_id, trigger, seq, {"from": current.value, "to": target.value}, at)
+        self.event(run_id, trigger, seq, {"from": current.value, "to": target.value}, at)
         return target
 
-    def _move_run(self, run_id: str, trigger: RunTrigger, at: str, **sets: Any) -> RunState:
-        current = self._locked_run(run_id).state
+    def move_run(self, run_id: str, trigger: RunTrigger, at: str, **sets: Any) -> RunState:
+        current = self.locked_run(run_id).state
         target = run_next(trigger, current)
         assignments = "".join(f", {column} = :{column}" for column in sets)
         cursor = self.conn.execute(
@@ -235,12 +259,12 @@ class StoreCore:
                 f"{current.value} for {trigger}); this process stopped without overwriting "
                 f"anything. `notifier status {run_id}` shows where it stands."
             )
-        self._event(
+        self.event(
             run_id, f"run_{trigger}", None, {"from": current.value, "to": target.value, **sets}, at
         )
         return target
 
-    def _insert_row(self, table: str, row: dict[str, Any]) -> None:
+    def insert_row(self, table: str, row: dict[str, Any]) -> None:
         columns = ", ".join(row)
         values = ", ".join(f":{column}" for column in row)
         self.conn.execute(f"INSERT INTO {table} ({columns}) VALUES ({values})", row)
@@ -249,7 +273,7 @@ class StoreCore:
         rows = self.conn.execute("SELECT * FROM runs ORDER BY created_at DESC, rowid DESC")
         return [run_from_row(r) for r in rows]
 
-    def _locked_run(self, run_id: str) -> Run:
+    def locked_run(self, run_id: str) -> Run:
         """The run, read to be written in this transaction: its row is held to COMMIT, so a
         state read here is still the state when the conditional move runs."""
         row = self.conn.execute(
@@ -265,7 +289,7 @@ class StoreCore:
             raise KeyError(run_id)
         return run_from_row(row)
 
-    def _runs_with_content_fingerprint(self, content_fingerprint: str) -> list[Run]:
+    def runs_with_content_fingerprint(self, content_fingerprint: str) -> list[Run]:
         if "content_fingerprint" not in self.engine.columns("runs"):
             # Opened read-only before m002 was applied: compute what m002 would store.
             return [
@@ -291,7 +315,7 @@ def _all_active(states: Sequence[ItemState]) -> bool:
 
 
 def _plain_ack(o: Outcome) -> bool:
-    """An answered send as the pipeline records it: batched by Store._record_acks."""
+    """An answered send as the pipeline records it: batched by Ledger._record_acks."""
     return (
         o.trigger == ItemTrigger.ACK
         and o.expected is ItemState.IN_FLIGHT

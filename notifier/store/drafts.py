@@ -12,14 +12,18 @@ from ..records import Counts, Run, StoredDraft
 from ..state_machine import (
     RunTrigger,
 )
-from .chunks import Chunks
-from .core import _dump
+from .core import Core, _dump
 from .exceptions import LostRace
+from .planning import Planning
 from .stage import PlanStage
 
 
-class Drafts(Chunks):
+class Drafts:
     """The drafts of a --compose run, and the one freeze of its plan."""
+
+    def __init__(self, core: Core, plans: Planning) -> None:
+        self.core = core
+        self.plans = plans
 
     def create_drafting_run(
         self, run: dict[str, Any], sources: Sequence[tuple[int, int, str]]
@@ -27,8 +31,8 @@ class Drafts(Chunks):
         """The run row (fingerprint empty: not frozen yet) and one pending draft per row
         (seq, line, source), in one transaction."""
         at = run["created_at"]
-        with self._write():
-            self._insert_row(
+        with self.core.write():
+            self.core.insert_row(
                 "runs",
                 {
                     **run,
@@ -38,17 +42,17 @@ class Drafts(Chunks):
                     "updated_at": at,
                 },
             )
-            self.conn.executemany(
+            self.core.conn.executemany(
                 "INSERT INTO drafts (run_id, seq, line, source, state) "
                 "VALUES (?, ?, ?, ?, 'pending')",
                 ((run["run_id"], seq, line, source) for seq, line, source in sources),
             )
-            self._event(run["run_id"], "planned", None, {"drafts": len(sources)}, at)
+            self.core.event(run["run_id"], "planned", None, {"drafts": len(sources)}, at)
 
     def pending_drafts(self, run_id: str) -> list[tuple[int, str]]:
         return [
             (seq, source)
-            for seq, source in self.conn.execute(
+            for seq, source in self.core.conn.execute(
                 "SELECT seq, source FROM drafts WHERE run_id = ? AND state = 'pending' "
                 "ORDER BY seq",
                 (run_id,),
@@ -58,8 +62,8 @@ class Drafts(Chunks):
     def save_draft(self, run_id: str, seq: int, draft: dict[str, Any]) -> None:
         """A draft, durable before any digest is computed from it; only ever once per row."""
         at = clock.now_iso()
-        with self._write():
-            cursor = self.conn.execute(
+        with self.core.write():
+            cursor = self.core.conn.execute(
                 "UPDATE drafts SET state = 'drafted', subject = ?, body = ?, model = ?, "
                 "input_tokens = ?, output_tokens = ?, error = NULL, drafted_at = ? "
                 "WHERE run_id = ? AND seq = ? AND state = 'pending'",
@@ -76,7 +80,7 @@ class Drafts(Chunks):
             )
             if cursor.rowcount != 1:
                 raise LostRace(f"run {run_id} row {seq}: already drafted")
-            self._event(run_id, "drafted", seq, {"model": draft["model"]}, at)
+            self.core.event(run_id, "drafted", seq, {"model": draft["model"]}, at)
 
     def save_result(self, run_id: str, seq: int, draft: dict[str, Any]) -> bool:
         """A batch result's draft, only if the row has none yet (streaming a batch's results
@@ -108,37 +112,37 @@ class Drafts(Chunks):
         """The row's draft failed for `error`; `usage` (model, tokens in, out) is what the
         unusable answer cost, counted with the run's tokens all the same."""
         at = clock.now_iso()
-        with self._write():
+        with self.core.write():
             if usage is not None:
-                self.conn.execute(
+                self.core.conn.execute(
                     "UPDATE drafts SET model = ?, input_tokens = ?, output_tokens = ? "
                     "WHERE run_id = ? AND seq = ? AND state = ?",
                     (*usage, run_id, seq, expected),
                 )
-            cursor = self.conn.execute(
+            cursor = self.core.conn.execute(
                 "UPDATE drafts SET state = 'failed', error = ?, drafted_at = ? "
                 "WHERE run_id = ? AND seq = ? AND state = ?",
                 (error, at, run_id, seq, expected),
             )
             if cursor.rowcount != 1:
                 raise LostRace(f"run {run_id} row {seq}: expected draft {expected}")
-            self._event(run_id, "draft_failed", seq, {"error": error}, at)
+            self.core.event(run_id, "draft_failed", seq, {"error": error}, at)
 
     def note_drafting(self, run_id: str, kind: str, detail: Mapping[str, Any]) -> None:
         """An event of the run's drafting for the audit (an interruption, a redraft)."""
         at = clock.now_iso()
-        with self._write():
-            self._event(run_id, kind, None, dict(detail), at)
+        with self.core.write():
+            self.core.event(run_id, kind, None, dict(detail), at)
 
     def set_compose_model(self, run_id: str, model: str) -> tuple[str, int]:
         """`resume --model`: the model for the rows not drafted yet (the drafts made keep
         theirs, recorded per row). Returns the model it replaces and how many rows it
         will draft."""
         at = clock.now_iso()
-        with self._write():
-            row = self.conn.execute(
+        with self.core.write():
+            row = self.core.conn.execute(
                 "SELECT options FROM runs WHERE run_id = ? AND fingerprint = '' "
-                f"{self.dialect.row_lock}",
+                f"{self.core.dialect.row_lock}",
                 (run_id,),
             ).fetchone()
             if row is None:
@@ -146,14 +150,14 @@ class Drafts(Chunks):
             options = json.loads(row[0])
             before = str(options["compose"]["model"])
             options["compose"]["model"] = model
-            self.conn.execute(
+            self.core.conn.execute(
                 "UPDATE runs SET options = ?, updated_at = ? WHERE run_id = ?",
                 (_dump(options), at, run_id),
             )
-            (pending,) = self.conn.execute(
+            (pending,) = self.core.conn.execute(
                 "SELECT COUNT(*) FROM drafts WHERE run_id = ? AND state = 'pending'", (run_id,)
             ).fetchone()
-            self._event(run_id, "model_changed", None, {"from": before, "to": model}, at)
+            self.core.event(run_id, "model_changed", None, {"from": before, "to": model}, at)
         return before, int(pending)
 
     def apply_redraft(
@@ -171,8 +175,8 @@ class Drafts(Chunks):
         fingerprint `before` (LostRace otherwise, nothing written). The key stays: it names
         the row's slot, and nothing was sent under it. Tokens add up: both drafts were paid."""
         at = clock.now_iso()
-        with self._write():
-            cursor = self.conn.execute(
+        with self.core.write():
+            cursor = self.core.conn.execute(
                 "UPDATE runs SET fingerprint = ?, content_fingerprint = ?, approval = NULL, "
                 "updated_at = ? WHERE run_id = ? AND state = 'awaiting_approval' "
                 "AND fingerprint = ?",
@@ -181,7 +185,7 @@ class Drafts(Chunks):
             if cursor.rowcount != 1:
                 raise LostRace(f"run {run_id} changed while it was being redrafted")
             for seq, draft, payload, digest, identity in rows:
-                self.conn.execute(
+                self.core.conn.execute(
                     "UPDATE drafts SET state = 'drafted', subject = ?, body = ?, model = ?, "
                     "input_tokens = COALESCE(input_tokens, 0) + ?, "
                     "output_tokens = COALESCE(output_tokens, 0) + ?, error = NULL, "
@@ -191,7 +195,7 @@ class Drafts(Chunks):
                 )  # fmt: skip
                 # A row whose first draft failed is planned again (m004's trigger moves
                 # its count); one ever attempted is not touched (LostRace).
-                moved = self.conn.execute(
+                moved = self.core.conn.execute(
                     "UPDATE items SET payload = ?, intent_digest = ?, identity = ?, "
                     "state = 'pending', last_error = NULL, updated_at = ? "
                     "WHERE run_id = ? AND seq = ? AND state IN ('pending', 'failed') "
@@ -200,9 +204,9 @@ class Drafts(Chunks):
                 )
                 if moved.rowcount != 1:
                     raise LostRace(f"run {run_id} row {seq}: its intent was already used")
-                self._event(run_id, "redrafted", seq, {"model": draft["model"],
+                self.core.event(run_id, "redrafted", seq, {"model": draft["model"],
                                                        "intent_digest": digest}, at)  # fmt: skip
-            self._event(
+            self.core.event(
                 run_id,
                 "redraft",
                 None,
@@ -214,7 +218,7 @@ class Drafts(Chunks):
     def drafts(self, run_id: str) -> list[StoredDraft]:
         return [
             StoredDraft(*tuple(r))
-            for r in self.conn.execute(
+            for r in self.core.conn.execute(
                 "SELECT seq, line, source, state, subject, body, model, input_tokens, "
                 "output_tokens, error FROM drafts WHERE run_id = ? ORDER BY seq",
                 (run_id,),
@@ -223,12 +227,12 @@ class Drafts(Chunks):
 
     def draft_summary(self, run_id: str) -> dict[str, int]:
         summary = {"total": 0, "drafted": 0, "failed": 0, "pending": 0}
-        for state, n in self.conn.execute(
+        for state, n in self.core.conn.execute(
             "SELECT state, COUNT(*) FROM drafts WHERE run_id = ? GROUP BY state", (run_id,)
         ):
             summary[state] = n
             summary["total"] += n
-        tokens = self.conn.execute(
+        tokens = self.core.conn.execute(
             "SELECT COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0) "
             "FROM drafts WHERE run_id = ?",
             (run_id,),
@@ -240,7 +244,7 @@ class Drafts(Chunks):
         """(seq, line, error) of every row whose draft failed."""
         return [
             (seq, line, error)
-            for seq, line, error in self.conn.execute(
+            for seq, line, error in self.core.conn.execute(
                 "SELECT seq, line, error FROM drafts WHERE run_id = ? AND state = 'failed' "
                 "ORDER BY seq",
                 (run_id,),
@@ -260,33 +264,39 @@ class Drafts(Chunks):
         transaction, and only once: a run already frozen is never planned again. The rows
         in `failed` (seq: why its draft failed) are planned and failed at once, with it."""
         at = clock.now_iso()
-        with self._planning():
-            cursor = self.conn.execute(
+        with self.plans.transaction():
+            cursor = self.core.conn.execute(
                 "UPDATE runs SET fingerprint = ?, content_fingerprint = ?, updated_at = ? "
                 "WHERE run_id = ? AND fingerprint = '' AND state = 'planned'",
                 (fingerprint, content_fingerprint, at, run_id),
             )
             if cursor.rowcount != 1:
                 raise LostRace(f"run {run_id}: its plan was already frozen")
-            n = self._insert_items(run_id, items, at)
+            n = self.plans.insert_items(run_id, items, at)
             for seq, error in (failed or {}).items():
                 # m004's trigger moves the count from pending to failed.
-                self.conn.execute(
+                self.core.conn.execute(
                     "UPDATE items SET state = 'failed', last_error = ?, updated_at = ? "
                     "WHERE run_id = ? AND seq = ? AND state = 'pending'",
                     (error, at, run_id, seq),
                 )
-            self._event(run_id, "frozen", None, {"items": n, "failed": len(failed or {})}, at)
+            self.core.event(run_id, "frozen", None, {"items": n, "failed": len(failed or {})}, at)
             if then is not None:
-                self._move_run(run_id, then, at)
+                self.core.move_run(run_id, then, at)
+
+
+class _Counts(Protocol):
+    def counts(self, run_id: str) -> Counts: ...
 
 
 class _Counted(Protocol):
     """What run_counts reads of the store (a Store, which this module must not import)."""
 
-    def counts(self, run_id: str) -> Counts: ...
+    @property
+    def queries(self) -> _Counts: ...
 
-    def draft_summary(self, run_id: str) -> dict[str, int]: ...
+    @property
+    def drafts(self) -> Drafts: ...
 
 
 def run_counts(store: _Counted, run: Run) -> Counts:
@@ -294,6 +304,6 @@ def run_counts(store: _Counted, run: Run) -> Counts:
     rows: every row whose draft did not fail counts as pending, every failure as failed (so
     `status` and `runs` show its real total before its intents exist)."""
     if not (run.options.get("compose") and run.fingerprint == ""):
-        return store.counts(run.run_id)
-    summary = store.draft_summary(run.run_id)
+        return store.queries.counts(run.run_id)
+    summary = store.drafts.draft_summary(run.run_id)
     return Counts.of({"pending": summary["total"] - summary["failed"], "failed": summary["failed"]})

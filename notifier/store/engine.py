@@ -26,7 +26,7 @@ class Dialect:
     """An engine's differences in the store's SQL, as data (one frozen record per engine)."""
 
     name: str
-    # Errors of the driver that mean "the database could not be written" (core._write).
+    # Errors of the driver that mean "the database could not be written" (core.Core.write).
     storage_errors: tuple[type[Exception], ...]
     # The word that joins two tables in the order written (SQLite's CROSS JOIN fixes it: its
     # planner otherwise starts from items; PostgreSQL plans the order itself).
@@ -57,7 +57,7 @@ class Dialect:
 
 
 # A lease fence: the locking read of the version a writer's lease must still hold, and its
-# one key (core.StoreCore._fence_query).
+# one key (core.Core._fence_query).
 Fence = tuple[str, Any]
 
 
@@ -151,7 +151,7 @@ class Engine(Protocol):
 
 @contextmanager
 def written(engine: Engine) -> Iterator[None]:
-    """One unfenced write transaction of the engine's own, as core.StoreCore._write makes
+    """One unfenced write transaction of the engine's own, as core.Core.write makes
     the store's: for what an open writes (migrations) before any store exists."""
     try:
         engine.begin_write(None)

@@ -17,7 +17,7 @@ every row at once: a million rows are never compared one by one in Python."""
 
 from __future__ import annotations
 
-from .core import StoreCore
+from .core import Core
 from .prior import CHANGED, DELIVERED, OPEN, RETRIED, UNSETTLED, Prior
 from .stage import PlanStage
 
@@ -72,31 +72,34 @@ DELETE FROM {stage} WHERE EXISTS (SELECT 1 FROM items p
 """
 
 
-class History(StoreCore):
+class History:
     """Comparing a staged plan with every earlier run of the database."""
+
+    def __init__(self, core: Core) -> None:
+        self.core = core
 
     def compare_plan(self, stage: PlanStage) -> Prior:
         """What `send` would decide for `stage`, reading only (for --dry-run). A database
         from before m006 has no identities yet: every row reads as new there, until the next
         send migrates it."""
-        if "identity" not in self.engine.columns("items"):
+        if "identity" not in self.core.engine.columns("items"):
             return Prior(stage.count)
         try:
-            with self._snapshot():
-                return self._compare(self.engine.stage_table(stage), stage.count)
+            with self.core.snapshot():
+                return self.compare(self.core.engine.stage_table(stage), stage.count)
         finally:
-            self.engine.release_stage()
+            self.core.engine.release_stage()
 
-    def _compare(self, stage: str, total: int) -> Prior:
+    def compare(self, stage: str, total: int) -> Prior:
         by_run: dict[str, dict[str, int]] = {}
-        sql = _BY_RUN.format(stage=stage, join=self.dialect.ordered_join)
-        for verdict, run_id, n in self.conn.execute(sql).fetchall():
+        sql = _BY_RUN.format(stage=stage, join=self.core.dialect.ordered_join)
+        for verdict, run_id, n in self.core.conn.execute(sql).fetchall():
             by_run.setdefault(verdict, {})[run_id] = int(n)
         changed: list[tuple[int, str]] = []
         if CHANGED in by_run:
-            sql = _CHANGED_ROWS.format(stage=stage, join=self.dialect.ordered_join)
-            changed = [(int(seq), item_id) for seq, item_id in self.conn.execute(sql)]
+            sql = _CHANGED_ROWS.format(stage=stage, join=self.core.dialect.ordered_join)
+            changed = [(int(seq), item_id) for seq, item_id in self.core.conn.execute(sql)]
         return Prior(total, by_run, changed)
 
-    def _drop_delivered(self, stage: str) -> None:
-        self.conn.execute(_DROP_DELIVERED.format(stage=stage))
+    def drop_delivered(self, stage: str) -> None:
+        self.core.conn.execute(_DROP_DELIVERED.format(stage=stage))

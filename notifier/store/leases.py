@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import clock
 from ..records import Run, Worker
-from .core import StoreCore, _dump, retried
+from .core import Core, _dump, retried
 from .exceptions import LeaseHeld
 
 Alive = Callable[[dict[str, Any], str | None], bool]
@@ -26,8 +26,11 @@ _WORKER_COLUMNS = (
 )
 
 
-class Leases(StoreCore):
+class Leases:
     """Who may work a run: take, renew and release the fenced leases."""
+
+    def __init__(self, core: Core) -> None:
+        self.core = core
 
     # ---------------------------------------------------------------- the run's lease
 
@@ -39,15 +42,15 @@ class Leases(StoreCore):
         worker's); returns the new fencing version. `holder_alive(owner, expires_at)`
         decides liveness (lease.py). Dead workers are fenced out in the same transaction."""
         at = clock.now()
-        with self._write():
+        with self.core.write():
             # Dead workers are fenced out before the run's row is taken: a reap waits for a
             # commit the worker may still be making, and that commit ends by taking the run's
             # row (postgres.py), which this transaction must not be holding meanwhile.
-            self._check_free(self.get_run(run_id), run_id, holder_alive, clock.iso(at))
-            run = self._locked_run(run_id)  # from here on no worker joins, nor takes it
+            self._check_free(self.core.get_run(run_id), run_id, holder_alive, clock.iso(at))
+            run = self.core.locked_run(run_id)  # from here on no worker joins, nor takes it
             self._check_free(run, run_id, holder_alive, clock.iso(at))
             version = run.lease_version + 1
-            self.conn.execute(
+            self.core.conn.execute(
                 "UPDATE runs SET lease_owner = ?, lease_version = ?, lease_expires_at = ? "
                 "WHERE run_id = ? AND lease_version = ?",
                 (
@@ -58,7 +61,7 @@ class Leases(StoreCore):
                     run.lease_version,
                 ),
             )
-            self._event(
+            self.core.event(
                 run_id,
                 "lease_taken",
                 None,
@@ -77,16 +80,16 @@ class Leases(StoreCore):
             self._reap(worker, at)
 
     def renew_lease(self, run_id: str, lease_version: int, ttl_s: float) -> bool:
-        with self._write():
-            cursor = self.conn.execute(
+        with self.core.write():
+            cursor = self.core.conn.execute(
                 "UPDATE runs SET lease_expires_at = ? WHERE run_id = ? AND lease_version = ?",
                 (clock.iso(clock.later(ttl_s)), run_id, lease_version),
             )
         return bool(cursor.rowcount == 1)
 
     def release_lease(self, run_id: str, lease_version: int) -> None:
-        with self._write():
-            self.conn.execute(
+        with self.core.write():
+            self.core.conn.execute(
                 "UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL "
                 "WHERE run_id = ? AND lease_version = ?",
                 (run_id, lease_version),
@@ -102,12 +105,12 @@ class Leases(StoreCore):
         other live worker; refused (LeaseHeld) while a live process holds the run's
         exclusive lease. Returns the worker's fencing version."""
         at = clock.now()
-        with self._write():
+        with self.core.write():
             # The run's row, held to COMMIT: an exclusive lease is taken under it too.
-            run = self._locked_run(run_id)
+            run = self.core.locked_run(run_id)
             if run.lease_owner and holder_alive(run.lease_owner, run.lease_expires_at):
                 raise LeaseHeld(run.lease_owner, run.lease_expires_at)
-            self._insert_row(
+            self.core.insert_row(
                 "workers",
                 {
                     "worker_id": owner["token"],
@@ -122,15 +125,15 @@ class Leases(StoreCore):
                     "expires_at": clock.iso(clock.later(ttl_s, at)),
                 },
             )
-            self._event(run_id, "worker_joined", None, {"owner": owner}, clock.iso(at))
+            self.core.event(run_id, "worker_joined", None, {"owner": owner}, clock.iso(at))
         return 1
 
     @retried
     def renew_worker(self, worker_id: str, version: int, ttl_s: float) -> bool:
         """Extend a live worker's lease; False once it was fenced out (reaped)."""
         at = clock.now()
-        with self._write():
-            cursor = self.conn.execute(
+        with self.core.write():
+            cursor = self.core.conn.execute(
                 "UPDATE workers SET heartbeat_at = ?, expires_at = ? "
                 "WHERE worker_id = ? AND version = ? AND state = 'live'",
                 (clock.iso(at), clock.iso(clock.later(ttl_s, at)), worker_id, version),
@@ -139,8 +142,8 @@ class Leases(StoreCore):
 
     @retried
     def release_worker(self, worker_id: str, version: int) -> None:
-        with self._write():
-            self.conn.execute(
+        with self.core.write():
+            self.core.conn.execute(
                 "UPDATE workers SET state = 'released' "
                 "WHERE worker_id = ? AND version = ? AND state = 'live'",
                 (worker_id, version),
@@ -149,12 +152,12 @@ class Leases(StoreCore):
     def live_workers(self, run_id: str) -> list[Worker]:
         """The workers whose lease rows say live (dead or not: lease.holder_alive decides),
         each with how many items it holds in flight."""
-        if not self.engine.has_table("workers"):
+        if not self.core.engine.has_table("workers"):
             return []  # opened read-only before m005
         return self._live_workers(run_id)
 
     def _live_workers(self, run_id: str) -> list[Worker]:
-        rows = self.conn.execute(
+        rows = self.core.conn.execute(
             f"SELECT {_WORKER_COLUMNS}, (SELECT COUNT(*) FROM items i WHERE i.run_id = w.run_id "
             f"AND i.{_HELD} AND i.state = 'in_flight' AND i.worker_id = w.worker_id) "
             "FROM workers w WHERE w.run_id = ? AND w.state = 'live' ORDER BY w.joined_at",
@@ -177,16 +180,16 @@ class Leases(StoreCore):
         if not candidates and not self._orphans(run_id, worker_id):
             return []  # the usual case: one read, no write transaction
         at = clock.now_iso()
-        with self._write(run_id, version):
+        with self.core.write(run_id, version):
             for worker in candidates:  # before the run's row: see acquire_lease
                 self._reap(worker, at)
             # Two live workers reaping at once adopt in turn: the second finds nothing left.
-            self._locked_run(run_id)
+            self.core.locked_run(run_id)
             adopted = self._orphans(run_id, worker_id)
             for start in range(0, len(adopted), 500):
                 chunk = adopted[start : start + 500]
                 marks = ", ".join("?" * len(chunk))
-                self.conn.execute(
+                self.core.conn.execute(
                     f"UPDATE items SET worker_id = ? WHERE run_id = ? AND seq IN ({marks})",
                     (worker_id, run_id, *chunk),
                 )
@@ -196,7 +199,7 @@ class Leases(StoreCore):
         """Items in flight or unknown that no live worker holds."""
         return [
             seq
-            for (seq,) in self.conn.execute(
+            for (seq,) in self.core.conn.execute(
                 "SELECT seq FROM items i WHERE i.run_id = ? AND i.state IN "
                 "('in_flight', 'unknown') AND (i.worker_id IS NULL OR i.worker_id != ?) "
                 "AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.worker_id = i.worker_id "
@@ -213,9 +216,9 @@ class Leases(StoreCore):
         closes the run itself); "wait" (with `wait_for_busy`) while another live worker still
         holds items; else "left": its lease is released in this same transaction, so of
         two workers leaving at once exactly one finds itself last."""
-        with self._write(run_id, version):
+        with self.core.write(run_id, version):
             # Two workers leaving at once read each other's lease in turn, never both live.
-            self._locked_run(run_id)
+            self.core.locked_run(run_id)
             others = [
                 w
                 for w in self._live_workers(run_id)
@@ -225,11 +228,11 @@ class Leases(StoreCore):
                 return "last"
             if wait_for_busy and any(w.in_flight or self._holds_unknown(w) for w in others):
                 return "wait"
-            self.conn.execute(
+            self.core.conn.execute(
                 "UPDATE workers SET state = 'released' WHERE worker_id = ? AND state = 'live'",
                 (worker_id,),
             )
-            self._event(
+            self.core.event(
                 run_id,
                 "worker_left",
                 None,
@@ -241,7 +244,7 @@ class Leases(StoreCore):
     def _holds_unknown(self, worker: Worker) -> bool:
         """Whether `worker` holds an unknown item it will ask about again (query_delay)."""
         return bool(
-            self.conn.execute(
+            self.core.conn.execute(
                 f"SELECT 1 FROM items WHERE run_id = ? AND worker_id = ? AND {_HELD} "
                 "AND state = 'unknown' AND next_attempt_at IS NOT NULL LIMIT 1",
                 (worker.run_id, worker.worker_id),
@@ -250,10 +253,10 @@ class Leases(StoreCore):
 
     def _reap(self, worker: Worker, at: str) -> None:
         """Fence a dead worker out: its renewals and fenced writes fail from now on."""
-        cursor = self.conn.execute(
+        cursor = self.core.conn.execute(
             "UPDATE workers SET state = 'reaped', version = version + 1 "
             "WHERE worker_id = ? AND version = ? AND state = 'live'",
             (worker.worker_id, worker.version),
         )
         if cursor.rowcount == 1:
-            self._event(worker.run_id, "worker_reaped", None, {"worker": worker.worker_id}, at)
+            self.core.event(worker.run_id, "worker_reaped", None, {"worker": worker.worker_id}, at)

@@ -23,25 +23,30 @@ from . import waiting, writes
 from .core import (
     _ACTIVE,
     MAYBE_DELIVERED,
+    Core,
     _dump,
     _plain_ack,
     _state_literal,
     retried,
 )
 from .exceptions import LostRace
-from .planning import Planning
+from .suppressions import Suppressions
 from .writes import Group, Write
 
 
-class Ledger(Planning):
+class Ledger:
     """Point A and point B, decisions, cancels and approvals: every write of a run's history
     once it is planned (planning.py stores the plan itself)."""
+
+    def __init__(self, core: Core, suppressions: Suppressions) -> None:
+        self.core = core
+        self.suppressions = suppressions
 
     def move_run(
         self, run_id: str, trigger: RunTrigger, lease_version: int | None = None, **sets: Any
     ) -> RunState:
-        with self._write(run_id, lease_version):
-            return self._move_run(run_id, trigger, clock.now_iso(), **sets)
+        with self.core.write(run_id, lease_version):
+            return self.core.move_run(run_id, trigger, clock.now_iso(), **sets)
 
     @retried
     def move_run_from(
@@ -55,11 +60,11 @@ class Ledger(Planning):
         """`move_run` for a run other workers share: the move happens only if the run is in
         one of `allowed` when the transaction reads it; otherwise another worker moved it
         first, and its state is returned unchanged."""
-        with self._write(run_id, lease_version):
-            current = self._locked_run(run_id).state
+        with self.core.write(run_id, lease_version):
+            current = self.core.locked_run(run_id).state
             if current not in allowed:
                 return current
-            return self._move_run(run_id, trigger, clock.now_iso(), **sets)
+            return self.core.move_run(run_id, trigger, clock.now_iso(), **sets)
 
     @retried
     def replace_stop_reason(
@@ -68,8 +73,8 @@ class Ledger(Planning):
         """Replace the run's stop reason `expected` by `reason` (None clears it), fenced, and
         only while it is still `expected`: a reason another process wrote meanwhile stays.
         Not a move: the run's state is unchanged. True if it was replaced."""
-        with self._write(run_id, lease_version):
-            cursor = self.conn.execute(
+        with self.core.write(run_id, lease_version):
+            cursor = self.core.conn.execute(
                 "UPDATE runs SET stop_reason = ?, updated_at = ? "
                 "WHERE run_id = ? AND stop_reason = ?",
                 (reason, clock.now_iso(), run_id, expected),
@@ -86,18 +91,18 @@ class Ledger(Planning):
         if not due:
             return []  # the common case costs one indexed read, no write transaction
         expired: list[int] = []
-        with self._write(run_id, lease_version):
+        with self.core.write(run_id, lease_version):
             # Locked as claims lock theirs: an item another worker is claiming right now is
             # left to its claim, not moved under it (a lost race would stop this worker).
-            for seq in self._due_for_expiry(run_id, at, self.dialect.claim_lock):
-                self._move_item(run_id, seq, ItemState.PENDING, ItemTrigger.EXPIRE, at)
+            for seq in self._due_for_expiry(run_id, at, self.core.dialect.claim_lock):
+                self.core.move_item(run_id, seq, ItemState.PENDING, ItemTrigger.EXPIRE, at)
                 expired.append(seq)
         return expired
 
     def _due_for_expiry(self, run_id: str, at: str, lock: str = "") -> list[int]:
         return [
             seq
-            for (seq,) in self.conn.execute(
+            for (seq,) in self.core.conn.execute(
                 "SELECT i.seq FROM items i WHERE i.run_id = ? AND i.state = 'pending' "
                 "AND i.not_after IS NOT NULL AND i.not_after <= ? AND (i.attempts = 0 OR "
                 f"NOT {MAYBE_DELIVERED}) ORDER BY i.seq {lock}",
@@ -107,7 +112,7 @@ class Ledger(Planning):
 
     def past_deadline(self, run_id: str, at: str) -> int:
         """How many unfinished items are already past their deadline at `at`."""
-        (n,) = self.conn.execute(
+        (n,) = self.core.conn.execute(
             "SELECT COUNT(*) FROM items WHERE run_id = ? AND state = 'pending' "
             "AND not_after IS NOT NULL AND not_after <= ?",
             (run_id, at),
@@ -142,10 +147,10 @@ class Ledger(Planning):
         if not outcomes:
             return
         at = clock.now_iso()
-        with self._write(run_id, lease_version):
+        with self.core.write(run_id, lease_version):
             for outcome in outcomes:
                 self._record_one(run_id, outcome, at)
-            self._suppress_rejected(run_id, outcomes, at)
+            self.suppressions.suppress_rejected(run_id, outcomes, at)
 
     @retried
     def step(
@@ -165,13 +170,13 @@ class Ledger(Planning):
         if not outcomes and claim_limit <= 0:
             return []
         at = clock.now_iso()
-        with self._write(run_id, lease_version):
+        with self.core.write(run_id, lease_version):
             acks = [o for o in outcomes if _plain_ack(o)]
             for outcome in outcomes:
                 if not _plain_ack(outcome):
                     self._record_one(run_id, outcome, at)
             self._record_acks(run_id, acks, at)
-            self._suppress_rejected(run_id, outcomes, at)
+            self.suppressions.suppress_rejected(run_id, outcomes, at)
             if claim_limit <= 0:
                 return []
             return self._claim(run_id, at, claim_limit, exclude_channels, exclude_seqs)
@@ -224,9 +229,9 @@ class Ledger(Planning):
         # As one statement, every part sees the same snapshot, and the events are those of
         # the rows really moved (PostgreSQL numbers them at COMMIT: see postgres.py).
         group = Group([close_attempts, add_receipts, move_items], 2, "items.seq", values, params)
-        moved = writes.run(self.conn, self.dialect, group)
+        moved = writes.run(self.core.conn, self.core.dialect, group)
         seqs = moved.seqs if moved.seqs is not None else [o.seq for o in acks]
-        self._events(run_id, "ack", seqs, detail, at)
+        self.core.events(run_id, "ack", seqs, detail, at)
         if moved.rowcount != len(acks):  # raised inside the transaction: every write is undone
             raise LostRace(f"run {run_id}: expected {len(acks)} items in_flight for ack")
 
@@ -254,7 +259,7 @@ class Ledger(Planning):
         for row in rows:
             last = None
             if row["attempts"]:
-                last = self.conn.execute(
+                last = self.core.conn.execute(
                     "SELECT finished_at FROM attempts WHERE run_id = ? AND seq = ? "
                     "ORDER BY n DESC LIMIT 1",
                     (run_id, row["seq"]),
@@ -274,7 +279,7 @@ class Ledger(Planning):
             "UPDATE items SET state = ?, updated_at = ?, attempts = attempts + 1, "
             "next_attempt_at = NULL, worker_id = ? "
             f"WHERE run_id = ? AND seq IN ({marks}) AND state = {_state_literal(current)}",
-            before=[target.value, at, self.worker_id, run_id, *seqs],
+            before=[target.value, at, self.core.worker_id, run_id, *seqs],
         )
         # n counts attempt rows, not the item's attempts: a released attempt (claimed,
         # never started) keeps its row but is not counted as an attempt.
@@ -287,8 +292,8 @@ class Ledger(Planning):
             before=[run_id, run_id, at, *[x for pair in zip(seqs, waited, strict=True)
                                           for x in pair]],
         )  # fmt: skip
-        moved = writes.run(self.conn, self.dialect, Group([move_items, open_attempts], 0))
-        self._events(run_id, "start", seqs if moved.seqs is None else moved.seqs, detail, at)
+        moved = writes.run(self.core.conn, self.core.dialect, Group([move_items, open_attempts], 0))
+        self.core.events(run_id, "start", seqs if moved.seqs is None else moved.seqs, detail, at)
         if moved.rowcount != len(seqs):  # raised inside the transaction: every write is undone
             raise LostRace(f"run {run_id}: expected {len(seqs)} items pending for start")
         # The items as the move left them.
@@ -307,16 +312,17 @@ class Ledger(Planning):
         now")."""
         reopened: set[int] = set()
         while True:
-            found = self.conn.execute(
-                f"SELECT *, {self._on_list()} FROM items WHERE {where} ORDER BY seq LIMIT ? "
-                f"{self.dialect.claim_lock}",
+            found = self.core.conn.execute(
+                f"SELECT *, {self.suppressions.on_list()} FROM items WHERE {where} "
+                "ORDER BY seq LIMIT ? "
+                f"{self.core.dialect.claim_lock}",
                 [*params, limit],
             ).fetchall()
-            gone = self._suppressed_claims(run_id, found, at) if found else set()
+            gone = self.suppressions.suppressed_claims(run_id, found, at) if found else set()
             rows = [row for row in found if row["seq"] not in gone]
             if gone:
                 continue
-            kept = waiting.keep_open(self.conn, run_id, rows, at)
+            kept = waiting.keep_open(self.core.conn, run_id, rows, at)
             dropped = {row["seq"] for row in rows} - {row["seq"] for row in kept}
             if not dropped or dropped <= reopened:  # the latter: no progress, never a spin
                 return kept
@@ -324,7 +330,7 @@ class Ledger(Planning):
 
     def _record_one(self, run_id: str, o: Outcome, at: str) -> None:
         if o.attempt_outcome is not None:
-            self.conn.execute(
+            self.core.conn.execute(
                 "UPDATE attempts SET finished_at = ?, outcome = ?, http_status = ?, error = ?, "
                 "retry_after_s = ?, started_at = COALESCE(?, started_at) "
                 "WHERE run_id = ? AND seq = ? AND finished_at IS NULL",
@@ -348,7 +354,7 @@ class Ledger(Planning):
             sets["last_error"] = o.error
         if o.gate_until is not None:
             # The latest time any worker's downstream asked the channel to stay away.
-            self.conn.execute(
+            self.core.conn.execute(
                 "INSERT INTO channel_gates (run_id, channel, closed_until) "
                 "SELECT run_id, channel, ? FROM items WHERE run_id = ? AND seq = ? "
                 "ON CONFLICT (run_id, channel) DO UPDATE SET closed_until = excluded.closed_until "
@@ -358,7 +364,7 @@ class Ledger(Planning):
         if o.receipt_source is not None:
             sets["receipt_id"] = o.receipt_id
             # The receipt carries the digest stored with the intent, copied in SQL.
-            self.conn.execute(
+            self.core.conn.execute(
                 "INSERT INTO receipts (idempotency_key, intent_digest, receipt_id, source, "
                 "evidence, recorded_at) SELECT idempotency_key, intent_digest, ?, ?, ?, ? "
                 "FROM items WHERE run_id = ? AND seq = ?",
@@ -367,18 +373,18 @@ class Ledger(Planning):
         if o.trigger == ItemTrigger.RELEASE:
             # Claimed but never started: it does not count as an attempt (the move below is
             # conditional on in_flight, so a lost race rolls this back too).
-            self.conn.execute(
+            self.core.conn.execute(
                 "UPDATE items SET attempts = attempts - 1 WHERE run_id = ? AND seq = ? "
                 "AND state = 'in_flight' AND attempts > 0",
                 (run_id, o.seq),
             )
         current = o.expected
         if current is None:
-            (state,) = self.conn.execute(
+            (state,) = self.core.conn.execute(
                 "SELECT state FROM items WHERE run_id = ? AND seq = ?", (run_id, o.seq)
             ).fetchone()
             current = ItemState(state)
-        self._move_item(run_id, o.seq, current, o.trigger, at, **sets)
+        self.core.move_item(run_id, o.seq, current, o.trigger, at, **sets)
 
     def decide(
         self,
@@ -392,13 +398,13 @@ class Ledger(Planning):
         """A manual reconcile decision: the move, its audit row and, for `mark_sent`, a
         receipt whose source is `manual` — all in one transaction."""
         at = clock.now_iso()
-        with self._write(run_id, lease_version):
-            self.conn.execute(
+        with self.core.write(run_id, lease_version):
+            self.core.conn.execute(
                 "INSERT INTO decisions (run_id, seq, operator, at, decision, evidence) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
                 (run_id, seq, operator, at, trigger, evidence),
             )
-            self._event(
+            self.core.event(
                 run_id,
                 "decision",
                 seq,
@@ -415,22 +421,22 @@ class Ledger(Planning):
         `state_version` (its last event number): otherwise LostRace, nothing written. A run
         awaiting approval moves to `approved`; a run already past that gets a fresh record."""
         at = clock.now_iso()
-        with self._write():
+        with self.core.write():
             # The run's row first: every write that appends to its history numbers its
             # events under that row (postgres.py), so the version read next cannot change.
-            run = self._locked_run(run_id)
+            run = self.core.locked_run(run_id)
             if self.state_version(run_id) != state_version:
                 raise LostRace(f"run {run_id} changed while it was being approved")
             if run.state is RunState.AWAITING_APPROVAL:
-                self._move_run(run_id, RunTrigger.APPROVE, at, approval=_dump(approval))
+                self.core.move_run(run_id, RunTrigger.APPROVE, at, approval=_dump(approval))
                 return
-            cursor = self.conn.execute(
+            cursor = self.core.conn.execute(
                 "UPDATE runs SET approval = ?, updated_at = ? WHERE run_id = ? AND state = ?",
                 (_dump(approval), at, run_id, run.state.value),
             )
             if cursor.rowcount != 1:
                 raise LostRace(f"run {run_id} changed while it was being approved")
-            self._event(run_id, "approval_renewed", None, approval, at)
+            self.core.event(run_id, "approval_renewed", None, approval, at)
 
     def reject_run(self, run_id: str, operator: str, reason: str) -> None:
         """Close a run awaiting approval (`reject`: to cancelled) with its audit: who, when
@@ -438,18 +444,18 @@ class Ledger(Planning):
         A conditional move: a run that left awaiting_approval meanwhile (approved by someone
         else) raises IllegalMove, nothing written."""
         at = clock.now_iso()
-        with self._write():
-            self._move_run(
+        with self.core.write():
+            self.core.move_run(
                 run_id, RunTrigger.REJECT, at, stop_reason=f"rejected by {operator}: {reason}"
             )
-            self._event(
+            self.core.event(
                 run_id, "rejected", None, {"operator": operator, "at": at, "reason": reason}, at
             )
 
     def state_version(self, run_id: str) -> int:
         """The run's state version: the number of its last event. Every state move and
         every item outcome appends one, so an approval bound to it names one exact state."""
-        row = self.conn.execute(
+        row = self.core.conn.execute(
             "SELECT MAX(seq_no) FROM events WHERE run_id = ?", (run_id,)
         ).fetchone()
         return int(row[0] or 0)
@@ -459,13 +465,13 @@ class Ledger(Planning):
         worker completed it between the caller's read and this write."""
         at = clock.now_iso()
         finished = ", ".join(f"'{s.value}'" for s in FINISHED_RUN_STATES)
-        with self._write():
-            cursor = self.conn.execute(
+        with self.core.write():
+            cursor = self.core.conn.execute(
                 "UPDATE runs SET cancel_requested_at = COALESCE(cancel_requested_at, ?), "
                 f"updated_at = ? WHERE run_id = ? AND state NOT IN ({finished})",
                 (at, at, run_id),
             )
             if cursor.rowcount != 1:
                 return False
-            self._event(run_id, "cancel_requested", None, None, at)
+            self.core.event(run_id, "cancel_requested", None, None, at)
         return True

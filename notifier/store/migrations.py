@@ -142,7 +142,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     # and state, how many items are in it. Triggers on `items` keep it in the same transaction
     # as every state move, whichever code path makes the move, so the counts cannot drift
     # from the rows; existing runs are back-filled. Inserts are counted by the one function
-    # that inserts items (Store._insert_items), once per plan: a trigger firing a million
+    # that inserts items (Planning.insert_items), once per plan: a trigger firing a million
     # times would add a third to planning a million rows. The partial indexes let every
     # start-up and report query read only the rows it is about.
     Migration("m004_counts_and_attention_indexes", schema_sqlite.M004, schema_postgres.M004),

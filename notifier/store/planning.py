@@ -12,6 +12,7 @@ from ..state_machine import (
     RunTrigger,
 )
 from .core import (
+    Core,
     _dump,
 )
 from .exceptions import PlanRefused, RunExists
@@ -20,8 +21,13 @@ from .stage import _ITEM_COLUMNS, _PENDING_COLUMNS, PlanStage
 from .suppressions import Suppressions
 
 
-class Planning(History, Suppressions):
+class Planning:
     """A new run and its intents, all `pending`, stored whole or not at all."""
+
+    def __init__(self, core: Core, history: History, suppressions: Suppressions) -> None:
+        self.core = core
+        self.history = history
+        self.suppressions = suppressions
 
     def create_run(
         self,
@@ -50,23 +56,23 @@ class Planning(History, Suppressions):
         `items` is normally the PlanStage the CSV was streamed into: its rows are copied by
         the database (`_copy_stage`), so a million intents never sit in memory at once."""
         at = run["created_at"]
-        with self._planning():
-            if self.conn.execute(
+        with self.transaction():
+            if self.core.conn.execute(
                 "SELECT 1 FROM runs WHERE run_id = ?", (run["run_id"],)
             ).fetchone():
                 raise RunExists(run["run_id"])
             prior = None
             if isinstance(items, PlanStage) and not new_run:
-                stage = self.engine.stage_table(items)
-                prior = self._compare(stage, items.count)
+                stage = self.core.engine.stage_table(items)
+                prior = self.history.compare(stage, items.count)
                 if prior.refused(resend_changed):
                     raise PlanRefused(prior)
                 if not prior.left:
                     return prior
                 if prior.count(DELIVERED):
-                    self._drop_delivered(stage)
+                    self.history.drop_delivered(stage)
                     run = {**run, **self._fingerprints(stage, run["channel_snapshot"])}
-            self._insert_row(
+            self.core.insert_row(
                 "runs",
                 {
                     **run,
@@ -75,27 +81,27 @@ class Planning(History, Suppressions):
                     "updated_at": at,
                 },
             )
-            n = self._insert_items(run["run_id"], items, at)
+            n = self.insert_items(run["run_id"], items, at)
             detail: dict[str, Any] = {"items": n}
             if prior is not None and prior.count(DELIVERED):
                 detail["delivered_before"] = prior.count(DELIVERED)
-            self._event(run["run_id"], "planned", None, detail, at)
+            self.core.event(run["run_id"], "planned", None, detail, at)
             if then is not None:
-                self._move_run(run["run_id"], then, at)
+                self.core.move_run(run["run_id"], then, at)
         return prior
 
     def _fingerprints(self, stage: str, snapshot: dict[str, Any]) -> dict[str, str]:
         """Both fingerprints of what is left in the stage: an approval covers the intents
         stored, not the rows of the file that were delivered before."""
         digests = [
-            d for (d,) in self.conn.execute(f"SELECT intent_digest FROM {stage} ORDER BY seq")
+            d for (d,) in self.core.conn.execute(f"SELECT intent_digest FROM {stage} ORDER BY seq")
         ]
         return {
             "fingerprint": run_fingerprint(digests, snapshot),
             "content_fingerprint": content_fingerprint(digests, snapshot),
         }
 
-    def _insert_items(
+    def insert_items(
         self, run_id: str, items: Sequence[dict[str, Any]] | PlanStage, at: str
     ) -> int:
         """Insert the intents (all `pending`); returns how many. executemany with a fixed
@@ -123,12 +129,13 @@ class Planning(History, Suppressions):
             )
             counted = self._insert_rows(run_id, rows, at)
         # m004's counters: moves are counted by trigger, inserts here (once, not per row).
-        self.conn.execute(
+        self.core.conn.execute(
             "INSERT INTO run_counts (run_id, state, n) VALUES (?, 'pending', ?) "
             "ON CONFLICT (run_id, state) DO UPDATE SET n = run_counts.n + excluded.n",
             (run_id, counted),
         )
-        self._suppress_planned(run_id, at)  # after the counts: the move's trigger counts it
+        # After the counts: the move's trigger counts it.
+        self.suppressions.suppress_planned(run_id, at)
         return counted
 
     def _insert_rows(self, run_id: str, rows: Iterable[tuple[Any, ...]], at: str) -> int:
@@ -141,27 +148,27 @@ class Planning(History, Suppressions):
                 counted += 1
                 yield (run_id, *row, at)
 
-        self.engine.insert_pending(tagged())
+        self.core.engine.insert_pending(tagged())
         return counted
 
     def _copy_stage(self, run_id: str, stage: PlanStage, at: str) -> int:
         """A plan's staged intents (what is left of them) as pending items: one INSERT …
         SELECT, the database copying the rows itself."""
-        copied = self.conn.execute(
+        copied = self.core.conn.execute(
             f"INSERT INTO items ({_PENDING_COLUMNS}) SELECT ?, {_ITEM_COLUMNS}, ?, 'pending', 0 "
-            f"FROM {self.engine.stage_table(stage)} ORDER BY seq",
+            f"FROM {self.core.engine.stage_table(stage)} ORDER BY seq",
             (run_id, at),
         )
-        self.engine.gather_statistics()
+        self.core.engine.gather_statistics()
         return int(copied.rowcount)
 
     @contextmanager
-    def _planning(self) -> Iterator[None]:
+    def transaction(self) -> Iterator[None]:
         """The write transaction that stores a plan; what copying its stage held is let go
         once the transaction has ended (SQLite cannot detach a database inside one)."""
         try:
-            with self._write():
-                self.engine.serialise_plans()
+            with self.core.write():
+                self.core.engine.serialise_plans()
                 yield
         finally:
-            self.engine.release_stage()
+            self.core.engine.release_stage()

@@ -11,7 +11,7 @@ commits on one run go on side by side, and two runs never wait for each other at
   UPDATE as the transaction's last step: contiguous and unique per run. The run counters'
   triggers fire at COMMIT too (m010), under that row.
 - A run's state read then moved, a join, the exclusive lease, leaving, adopting: the run's
-  row is read FOR NO KEY UPDATE first (core's `_locked_run`).
+  row is read FOR NO KEY UPDATE first (core's `locked_run`).
 - Fencing: a worker's lease row is read FOR SHARE and held to COMMIT, so a reap waits for a
   commit in progress, or the commit sees the reap and aborts.
 - Claims take their rows FOR UPDATE SKIP LOCKED; buckets and gates are single statements.
@@ -263,7 +263,7 @@ class PostgresEngine:
             migrations.POSTGRES.apply(self.conn)
 
     def serialise_plans(self) -> None:
-        """Plans one at a time (Planning._planning): a plan compares its rows with every run's
+        """Plans one at a time (Planning.transaction): a plan compares its rows with every run's
         before it inserts, so two `send`s of one batch must not both pass the comparison.
         Only plans take this lock: the workers' writes never wait for it."""
         self.conn.execute(_SCHEMA_LOCK.format(key="notifier-plans"))

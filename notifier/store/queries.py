@@ -26,26 +26,29 @@ from .core import (
     _ATTENTION,
     ATTENTION_STATES,
     MAYBE_DELIVERED,
-    StoreCore,
+    Core,
     _all_active,
     _state_literal,
 )
 
 
-class Queries(StoreCore):
+class Queries:
     """Reading runs, items and their history, through indexes on what needs attention."""
+
+    def __init__(self, core: Core) -> None:
+        self.core = core
 
     # ---------------------------------------------------------------- reading
 
     def newest_run(self, exclude: Sequence[RunState] = ()) -> Run | None:
-        for run in self.runs():
+        for run in self.core.runs():
             if run.state not in exclude:
                 return run
         return None
 
     def runs_with_fingerprint(self, fingerprint: str) -> list[Run]:
         """Runs with this approval fingerprint (content + channel definitions), newest first."""
-        rows = self.conn.execute(
+        rows = self.core.conn.execute(
             "SELECT * FROM runs WHERE fingerprint = ? ORDER BY created_at DESC, rowid DESC",
             (fingerprint,),
         )
@@ -54,11 +57,11 @@ class Queries(StoreCore):
     def runs_with_content_fingerprint(self, content_fingerprint: str) -> list[Run]:
         """Runs that planned the same content (digests + channel names), newest first. For
         display only (`--dry-run`): the decision is taken inside create_run."""
-        return self._runs_with_content_fingerprint(content_fingerprint)
+        return self.core.runs_with_content_fingerprint(content_fingerprint)
 
     def run_flags(self, run_id: str) -> tuple[str | None, int]:
         """The two things a worker polls between windows: cancel request and lease version."""
-        row = self.conn.execute(
+        row = self.core.conn.execute(
             "SELECT cancel_requested_at, lease_version FROM runs WHERE run_id = ?", (run_id,)
         ).fetchone()
         return row[0], row[1]
@@ -66,7 +69,7 @@ class Queries(StoreCore):
     def run_signals(self, run_id: str) -> tuple[str | None, RunState]:
         """What a worker of a shared run polls between turns, in one read: the cancel
         request, and the run's state (another worker may have halted, paused or closed it)."""
-        cancel_requested_at, state = self.conn.execute(
+        cancel_requested_at, state = self.core.conn.execute(
             "SELECT cancel_requested_at, state FROM runs WHERE run_id = ?", (run_id,)
         ).fetchone()
         return cancel_requested_at, RunState(state)
@@ -74,21 +77,21 @@ class Queries(StoreCore):
     def counts(self, run_id: str) -> Counts:
         """Items per state, from the counters m004's triggers keep with every move: one
         indexed read of at most one row per state, whatever the size of the run."""
-        if self.engine.has_table("run_counts"):
+        if self.core.engine.has_table("run_counts"):
             sql = "SELECT state, n FROM run_counts WHERE run_id = ?"
         else:  # opened read-only before m004 was applied: count the rows
             sql = "SELECT state, COUNT(*) FROM items WHERE run_id = ? GROUP BY state"
-        return Counts.of(dict(self.conn.execute(sql, (run_id,)).fetchall()))
+        return Counts.of(dict(self.core.conn.execute(sql, (run_id,)).fetchall()))
 
     def per_channel(self, run_id: str) -> dict[str, int]:
         """Items per channel (one pass over the run's rows: for a plan some of whose rows
         were left out, not for every status)."""
         sql = "SELECT channel, COUNT(*) FROM items WHERE run_id = ? GROUP BY channel"
-        return {name: int(n) for name, n in self.conn.execute(sql, (run_id,)).fetchall()}
+        return {name: int(n) for name, n in self.core.conn.execute(sql, (run_id,)).fetchall()}
 
     def items(self, run_id: str, states: Sequence[ItemState] | None = None) -> Iterator[Item]:
         if states is None:
-            cursor = self.engine.stream(
+            cursor = self.core.engine.stream(
                 "SELECT * FROM items WHERE run_id = ? ORDER BY seq", (run_id,)
             )
         else:
@@ -98,12 +101,12 @@ class Queries(StoreCore):
             # else the active one.
             indexed = ""
             if all(s in ATTENTION_STATES for s in states):
-                active, indexed = _ATTENTION, self.engine.indexed("items_attention")
+                active, indexed = _ATTENTION, self.core.engine.indexed("items_attention")
             elif _all_active(states):
                 active = _ACTIVE
             else:
                 active = "1"
-            cursor = self.conn.execute(
+            cursor = self.core.conn.execute(
                 f"SELECT * FROM items {indexed} WHERE run_id = ? AND {active} "
                 f"AND state IN ({marks}) "
                 "ORDER BY seq",
@@ -121,7 +124,7 @@ class Queries(StoreCore):
         chosen = ""
         if states:
             chosen = f" AND i.state IN ({', '.join(_state_literal(s) for s in states)})"
-        cursor = self.engine.stream(
+        cursor = self.core.engine.stream(
             "SELECT i.*, r.source AS receipt_source, r.evidence AS receipt_evidence "
             "FROM items i LEFT JOIN receipts r ON r.idempotency_key = i.idempotency_key "
             f"WHERE i.run_id = ?{chosen} ORDER BY i.seq",
@@ -131,7 +134,7 @@ class Queries(StoreCore):
             yield item_from_row(row), row["receipt_source"], row["receipt_evidence"]
 
     def item(self, run_id: str, seq: int) -> Item:
-        row = self.conn.execute(
+        row = self.core.conn.execute(
             "SELECT * FROM items WHERE run_id = ? AND seq = ?", (run_id, seq)
         ).fetchone()
         if row is None:
@@ -139,7 +142,7 @@ class Queries(StoreCore):
         return item_from_row(row)
 
     def item_by_id(self, run_id: str, item_id: str) -> Item | None:
-        row = self.conn.execute(
+        row = self.core.conn.execute(
             "SELECT * FROM items WHERE run_id = ? AND item_id = ?", (run_id, item_id)
         ).fetchone()
         return item_from_row(row) if row else None
@@ -156,7 +159,7 @@ class Queries(StoreCore):
                 until[channel] = moment
 
         # items_waiting and attempts_throttled (m004): only the waiting and throttled rows.
-        for channel, moment in self.conn.execute(
+        for channel, moment in self.core.conn.execute(
             "SELECT i.channel, MAX(i.next_attempt_at) FROM items i "
             "WHERE i.run_id = ? AND i.state = 'pending' "
             "AND i.next_attempt_at IS NOT NULL AND (SELECT a.outcome FROM attempts a "
@@ -165,7 +168,7 @@ class Queries(StoreCore):
             (run_id,),
         ):
             later(channel, moment)
-        for channel, finished_at, wait_s in self.conn.execute(
+        for channel, finished_at, wait_s in self.core.conn.execute(
             "SELECT i.channel, a.finished_at, a.retry_after_s FROM attempts a "
             "JOIN items i ON i.run_id = a.run_id AND i.seq = a.seq "
             "WHERE a.run_id = ? AND a.outcome = 'throttled' AND a.finished_at IS NOT NULL "
@@ -180,7 +183,7 @@ class Queries(StoreCore):
         """Per channel, until when a throttled answer (of any worker) closed it: one row per
         channel, read by every worker of a shared run several times a second."""
         return dict(
-            self.conn.execute(
+            self.core.conn.execute(
                 "SELECT channel, closed_until FROM channel_gates WHERE run_id = ?", (run_id,)
             ).fetchall()
         )
@@ -194,8 +197,9 @@ class Queries(StoreCore):
         # the disproving events of each, are read (never every pending item or every event).
         # Named, because without statistics SQLite prefers items_pending_channel, which holds
         # every pending item: 0.45 s on a run of a million not yet started.
-        rows = self.conn.execute(
-            f"SELECT i.seq, {MAYBE_DELIVERED} FROM items i {self.engine.indexed('items_retried')} "
+        rows = self.core.conn.execute(
+            f"SELECT i.seq, {MAYBE_DELIVERED} FROM items i "
+            f"{self.core.engine.indexed('items_retried')} "
             "WHERE i.run_id = ? AND i.state = 'pending' AND i.attempts > 0",
             (run_id,),
         )
@@ -209,7 +213,7 @@ class Queries(StoreCore):
         marks = ", ".join("?" * len(seqs))
         return {
             seq
-            for (seq,) in self.conn.execute(
+            for (seq,) in self.core.conn.execute(
                 f"SELECT i.seq FROM items i WHERE i.run_id = ? AND i.seq IN ({marks}) "
                 f"AND {MAYBE_DELIVERED}",
                 (run_id, *seqs),
@@ -222,13 +226,13 @@ class Queries(StoreCore):
         whichever comes first."""
         at = clock.now_iso()
         # A file before m009 (opened read-only) has no start times: every item is due.
-        windowed = "not_before" in self.engine.columns("items")
+        windowed = "not_before" in self.core.engine.columns("items")
         due, due_at = (_waiting.DUE, (at,)) if windowed else ("1 = 1", ())
-        indexed = self.engine.indexed("items_pending_channel")
+        indexed = self.core.engine.indexed("items_pending_channel")
         if not indexed:  # PostgreSQL, or a file older than m004 opened read-only
             earliest = {
                 channel: first or None
-                for channel, first in self.conn.execute(
+                for channel, first in self.core.conn.execute(
                     f"SELECT channel, MIN(COALESCE(next_attempt_at, '')) FROM items "
                     f"WHERE run_id = ? AND {_ACTIVE} AND state = 'pending' AND {due} "
                     "GROUP BY channel",
@@ -239,8 +243,8 @@ class Queries(StoreCore):
             # One index probe per channel of the run (NULL, due now, sorts first), never a
             # walk over its pending items.
             earliest = {}
-            for channel in sorted(self.get_run(run_id).channel_snapshot):
-                row = self.conn.execute(
+            for channel in sorted(self.core.get_run(run_id).channel_snapshot):
+                row = self.core.conn.execute(
                     f"SELECT next_attempt_at FROM items {indexed} WHERE run_id = ? "
                     f"AND state = 'pending' AND channel = ? AND {due} "
                     "ORDER BY next_attempt_at LIMIT 1",
@@ -251,11 +255,11 @@ class Queries(StoreCore):
         if not windowed:
             return sorted(earliest.items())
         found: list[tuple[str, str | None]] = []
-        for channel in sorted(self.get_run(run_id).channel_snapshot):
+        for channel in sorted(self.core.get_run(run_id).channel_snapshot):
             if channel in earliest and earliest[channel] is None:
                 found.append((channel, None))
                 continue
-            opening = _waiting.next_opening(self.conn, run_id, channel, at)
+            opening = _waiting.next_opening(self.core.conn, run_id, channel, at)
             times = [t for t in (earliest.get(channel), opening) if t]
             if times:
                 found.append((channel, min(times)))
@@ -263,28 +267,28 @@ class Queries(StoreCore):
 
     def waiting(self, run_id: str) -> _waiting.Waiting:
         """Items waiting for their start time or send window (none in a file before m009)."""
-        if "not_before" not in self.engine.columns("items"):
+        if "not_before" not in self.core.engine.columns("items"):
             return _waiting.Waiting(0, None)
-        return _waiting.waiting(self.conn, run_id, clock.now_iso())
+        return _waiting.waiting(self.core.conn, run_id, clock.now_iso())
 
     def waiting_for_query(self, run_id: str, due_by: str | None = None) -> list[Item]:
         """Unknown items that wait for their channel's query_delay before a 404 may count
         (next_attempt_at = when to ask again); with `due_by`, only those due by then."""
         # items_attention (m004) holds the unknown items: never a walk over the pending ones.
         sql = (
-            f"SELECT * FROM items {self.engine.indexed('items_attention')} WHERE run_id = ? "
+            f"SELECT * FROM items {self.core.engine.indexed('items_attention')} WHERE run_id = ? "
             f"AND {_ATTENTION} AND state = 'unknown' AND next_attempt_at IS NOT NULL"
         )
         params: list[Any] = [run_id]
         if due_by is not None:
             sql += " AND next_attempt_at <= ?"
             params.append(due_by)
-        if self.worker_id is not None:
+        if self.core.worker_id is not None:
             # On a shared run, each worker revisits the items it holds (its own, or adopted
             # from a dead worker), never another live worker's.
             sql += " AND worker_id = ?"
-            params.append(self.worker_id)
-        return [item_from_row(r) for r in self.conn.execute(sql + " ORDER BY seq", params)]
+            params.append(self.core.worker_id)
+        return [item_from_row(r) for r in self.core.conn.execute(sql + " ORDER BY seq", params)]
 
     def attempts(self, run_id: str, seq: int | None = None) -> list[Attempt]:
         sql = (
@@ -295,12 +299,12 @@ class Queries(StoreCore):
         if seq is not None:
             sql += " AND seq = ?"
             params.append(seq)
-        return [Attempt(*tuple(r)) for r in self.conn.execute(sql + " ORDER BY id", params)]
+        return [Attempt(*tuple(r)) for r in self.core.conn.execute(sql + " ORDER BY id", params)]
 
     def attempt_tally(self, run_id: str) -> list[tuple[str, str, int]]:
         """(channel, outcome, count) of the run's finished attempts, for `notifier metrics`:
         one pass over the run's attempts (its unique index leads with run_id)."""
-        rows = self.conn.execute(
+        rows = self.core.conn.execute(
             "SELECT i.channel, a.outcome, COUNT(*) FROM attempts a JOIN items i "
             "ON i.run_id = a.run_id AND i.seq = a.seq "
             "WHERE a.run_id = ? AND a.outcome IS NOT NULL GROUP BY i.channel, a.outcome",
@@ -311,7 +315,7 @@ class Queries(StoreCore):
     def decisions(self, run_id: str) -> list[Decision]:
         return [
             Decision(*tuple(r))
-            for r in self.conn.execute(
+            for r in self.core.conn.execute(
                 "SELECT d.seq, i.item_id, d.operator, d.at, d.decision, d.evidence "
                 "FROM decisions d JOIN items i ON i.run_id = d.run_id AND i.seq = d.seq "
                 "WHERE d.run_id = ? ORDER BY d.id",

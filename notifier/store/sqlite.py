@@ -128,7 +128,7 @@ class SqliteEngine:
 
     @classmethod
     def _connect(cls, path: Path, *, fresh: bool, readonly: bool = False) -> Self:
-        # isolation_level=None: transactions are begun explicitly (see _write), never
+        # isolation_level=None: transactions are begun explicitly (see core.Core.write), never
         # implicitly by the sqlite3 module behind our back.
         target, uri = str(path), False
         if readonly:
@@ -227,7 +227,7 @@ class SqliteEngine:
     # ---------------------------------------------------------------- transactions
 
     def begin_write(self, fence: Fence | None) -> Any:
-        """BEGIN IMMEDIATE: the write lock up front (see core.StoreCore._write)."""
+        """BEGIN IMMEDIATE: the write lock up front (see core.Core.write)."""
         self.conn.execute("BEGIN IMMEDIATE")
         if fence is None:
             return None

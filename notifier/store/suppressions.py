@@ -12,17 +12,20 @@ from ..records import Outcome
 from ..state_machine import ItemState, ItemTrigger, item_next
 from ..suppression import Entry, Source, Suppression, address_key, sql_keys_alike
 from ..who import operator_name
-from .core import MAYBE_DELIVERED, StoreCore, _state_literal, retried
+from .core import MAYBE_DELIVERED, Core, _state_literal, retried
 
 
-class Suppressions(StoreCore):
+class Suppressions:
     """The suppression list, shared by every run of the database."""
 
-    def _on_list(self) -> str:
+    def __init__(self, core: Core) -> None:
+        self.core = core
+
+    def on_list(self) -> str:
         """A column for the claim's SELECT: whether the row's recipient is on the list, as
-        far as SQL can tell (see _suppressed_claims). Read by the claim's own query, it costs
+        far as SQL can tell (see suppressed_claims). Read by the claim's own query, it costs
         no statement of its own: one primary-key probe per row."""
-        address = self.dialect.address_of.format("items.target")
+        address = self.core.dialect.address_of.format("items.target")
         return f"EXISTS (SELECT 1 FROM suppressions s WHERE s.address = {address}) AS on_list"
 
     # ---------------------------------------------------------------- the list
@@ -39,7 +42,7 @@ class Suppressions(StoreCore):
         """Add `entries` to the list, each audited, in one transaction (an import is stored
         whole or not at all). An address already there keeps its row (its first reason and
         source). Returns the addresses newly added."""
-        with self._write():
+        with self.core.write():
             return self._add(entries, source, operator, clock.now_iso(), run_id)
 
     def _add(
@@ -54,7 +57,7 @@ class Suppressions(StoreCore):
         # In address order, as every writer of the list: two never wait for each other's rows
         # in a cycle (an import beside a worker suppressing a rejected recipient).
         for entry in sorted(entries, key=lambda e: e.address):
-            cursor = self.conn.execute(
+            cursor = self.core.conn.execute(
                 "INSERT INTO suppressions (address, reason, source, operator, created_at) "
                 "VALUES (?, ?, ?, ?, ?) ON CONFLICT (address) DO NOTHING",
                 (entry.address, entry.reason, source.value, operator, at),
@@ -70,14 +73,14 @@ class Suppressions(StoreCore):
         removed; returns those that were there."""
         at = clock.now_iso()
         removed: list[str] = []
-        with self._write():
+        with self.core.write():
             for address in addresses:
-                row = self.conn.execute(
+                row = self.core.conn.execute(
                     "SELECT reason, source FROM suppressions WHERE address = ?", (address,)
                 ).fetchone()
                 if row is None:
                     continue
-                self.conn.execute("DELETE FROM suppressions WHERE address = ?", (address,))
+                self.core.conn.execute("DELETE FROM suppressions WHERE address = ?", (address,))
                 entry = Entry(address, row[0])
                 self._audit("remove", entry, Source(row[1]), operator, at, None)
                 removed.append(address)
@@ -86,7 +89,7 @@ class Suppressions(StoreCore):
     def _audit(
         self, action: str, entry: Entry, source: Source, operator: str, at: str, run_id: str | None
     ) -> None:
-        self.conn.execute(
+        self.core.conn.execute(
             "INSERT INTO suppression_audit (at, operator, action, address, source, reason, "
             "run_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
             (at, operator, action, entry.address, source.value, entry.reason, run_id),
@@ -94,11 +97,11 @@ class Suppressions(StoreCore):
 
     def suppressions(self) -> list[Suppression]:
         """The whole list, by address (none from a database before m008, opened read-only)."""
-        if not self.engine.has_table("suppressions"):
+        if not self.core.engine.has_table("suppressions"):
             return []
         return [
             Suppression(address, reason, Source(source), operator, created_at)
-            for address, reason, source, operator, created_at in self.conn.execute(
+            for address, reason, source, operator, created_at in self.core.conn.execute(
                 "SELECT address, reason, source, operator, created_at FROM suppressions "
                 "ORDER BY address"
             )
@@ -106,30 +109,31 @@ class Suppressions(StoreCore):
 
     def suppression_audit(self) -> list[dict[str, Any]]:
         """Every add and remove, oldest first."""
-        if not self.engine.has_table("suppression_audit"):
+        if not self.core.engine.has_table("suppression_audit"):
             return []
         names = ("at", "operator", "action", "address", "source", "reason", "run_id")
-        rows = self.conn.execute(
+        rows = self.core.conn.execute(
             f"SELECT {', '.join(names)} FROM suppression_audit ORDER BY id"
         ).fetchall()
         return [dict(zip(names, row, strict=True)) for row in rows]
 
     # ---------------------------------------------------------------- items
 
-    def _suppress_planned(self, run_id: str, at: str) -> None:
+    def suppress_planned(self, run_id: str, at: str) -> None:
         """At plan time, inside the plan's transaction: the new run's pending items whose
         recipient is on the list become `suppressed` (their intents stay stored, so the
         fingerprint, an approval and the report cover them). An empty list, the common
         case, costs one read; otherwise one pass over the run's items, each looked up by
         the list's primary key."""
-        if self.conn.execute("SELECT 1 FROM suppressions LIMIT 1").fetchone() is None:
+        if self.core.conn.execute("SELECT 1 FROM suppressions LIMIT 1").fetchone() is None:
             return
         current = ItemState.PENDING
         target = item_next(ItemTrigger.SUPPRESS, current)
-        moved = self.conn.execute(
+        moved = self.core.conn.execute(
             "UPDATE items SET state = ?, updated_at = ?, last_error = ? "
             f"WHERE run_id = ? AND state = {_state_literal(current)} AND "
-            f"{self.dialect.address_of.format('target')} IN (SELECT address FROM suppressions)",
+            f"{self.core.dialect.address_of.format('target')} "
+            "IN (SELECT address FROM suppressions)",
             (target.value, at, "suppressed: the recipient is on the suppression list", run_id),
         ).rowcount
         if moved:
@@ -137,19 +141,19 @@ class Suppressions(StoreCore):
             # every event is (on PostgreSQL at COMMIT, under the run's row: see _commit).
             seqs = [
                 seq
-                for (seq,) in self.conn.execute(
+                for (seq,) in self.core.conn.execute(
                     "SELECT seq FROM items WHERE run_id = ? AND state = ? ORDER BY seq",
                     (run_id, target.value),
                 )
             ]
             detail = {"from": current.value, "to": target.value, "when": "plan"}
-            self._events(run_id, ItemTrigger.SUPPRESS.value, seqs, detail, at)
+            self.core.events(run_id, ItemTrigger.SUPPRESS.value, seqs, detail, at)
 
-    def _suppressed_claims(self, run_id: str, rows: Sequence[Any], at: str) -> set[int]:
+    def suppressed_claims(self, run_id: str, rows: Sequence[Any], at: str) -> set[int]:
         """The claim's check, inside the claim's transaction, before any of `rows` (pending
         items about to be claimed) is moved: those whose recipient is on the list become
         `suppressed` instead, and their seqs are returned for the claim to leave out. The
-        claim's SELECT already asked the list (its `on_list` column, _on_list): for the usual
+        claim's SELECT already asked the list (its `on_list` column, on_list): for the usual
         recipient, ASCII and without surrounding tabs, that SQL match is the Python key's, so
         nothing more is read; only rows SQL cannot judge (non-ASCII capitals) are looked up
         here, in one indexed read for the whole batch.
@@ -168,7 +172,7 @@ class Suppressions(StoreCore):
                 keys.setdefault(address_key(row["target"]), []).append(row["seq"])
         if keys:
             marks = ", ".join("?" * len(keys))
-            for (address,) in self.conn.execute(
+            for (address,) in self.core.conn.execute(
                 f"SELECT address FROM suppressions WHERE address IN ({marks})", list(keys)
             ).fetchall():
                 hits += keys[address]
@@ -177,7 +181,7 @@ class Suppressions(StoreCore):
             # An earlier attempt may have reached the recipient: calling it suppressed (never
             # sent) would claim what nobody knows, as expiring it would (ledger.expire_due).
             # It is not sent again either: unknown, for a query or an operator to settle.
-            self._move_item(
+            self.core.move_item(
                 run_id,
                 seq,
                 ItemState.PENDING,
@@ -189,7 +193,7 @@ class Suppressions(StoreCore):
             )
             suppressed.add(seq)
         for seq in sorted(set(hits) - suppressed):
-            self._move_item(
+            self.core.move_item(
                 run_id,
                 seq,
                 ItemState.PENDING,
@@ -208,14 +212,14 @@ class Suppressions(StoreCore):
         marks = ", ".join("?" * len(seqs))
         return {
             seq
-            for (seq,) in self.conn.execute(
+            for (seq,) in self.core.conn.execute(
                 f"SELECT i.seq FROM items i WHERE i.run_id = ? AND i.seq IN ({marks}) "
                 f"AND i.attempts > 0 AND {MAYBE_DELIVERED}",
                 [run_id, *seqs],
             )
         }
 
-    def _suppress_rejected(self, run_id: str, outcomes: Sequence[Outcome], at: str) -> None:
+    def suppress_rejected(self, run_id: str, outcomes: Sequence[Outcome], at: str) -> None:
         """A relay's permanent rejection of a recipient (outcome.suppress_reason, set where
         its channel's `suppress_on_reject` is on) puts the address on the list with the reply
         as its reason (source `relay`), in the transaction that records the failure."""

@@ -1,0 +1,129 @@
+"""Whose lease fences a store's writes is fixed when the store is made (issue 22): a store
+made for a worker (Store.for_worker, as SharedLease makes its own) is fenced by that
+worker's lease, and the store it was made from stays fenced by the run's lease. Through the
+real CLI and the real database."""
+
+from __future__ import annotations
+
+import pytest
+
+from notifier.lease import SharedLease, holder_alive
+from notifier.records import Run
+from notifier.store import LeaseLost, RunFence, Store, WorkerFence
+
+from .conftest import Workspace, make_rows
+
+_NOBODY = {"host": "elsewhere", "pid": 1, "started": None, "token": "run-holder"}
+
+
+def planned(ws: Workspace, items: int) -> Run:
+    """Run f1, planned by the CLI with `items` items, held for approval (nothing sent)."""
+    ws.write_csv("batch.csv", make_rows(items))
+    result = ws.invoke("send", "batch.csv", "--run-id", "f1", "--require-approval")
+    assert result.exit_code in (0, 3), result.output
+    store = Store.open(ws.db)
+    try:
+        run = store.core.get_run("f1")
+    finally:
+        store.close()
+    assert run.state.value == "awaiting_approval"
+    return run
+
+
+def run_lease(store: Store) -> int:
+    """Take the run's lease and let it go again (its version stays the fence), twice: the
+    run's version is then above every worker lease's first version (1), so a store fenced
+    by the wrong one of the two cannot pass by coincidence."""
+    version = 0
+    for _ in range(2):
+        version = store.leases.acquire_lease("f1", _NOBODY, 30, lambda owner, at: False)
+        store.leases.release_lease("f1", version)
+    assert version > 1
+    return version
+
+
+@pytest.mark.both_stores
+@pytest.mark.timeout(60)
+def test_a_store_made_for_a_worker_leaves_its_origin_fenced_by_the_run_lease(
+    ws: Workspace,
+) -> None:
+    """A store made for a worker with no live lease of its own has every fenced write
+    refused (LeaseLost, nothing written), while the store it was made from, and that
+    store's secondary connection, still write under the run's lease."""
+    planned(ws, 3)
+    store = Store.open(ws.db)
+    try:
+        version = run_lease(store)
+        worker = store.for_worker("no-such-worker")
+        assert worker.fencing == WorkerFence("no-such-worker")
+        with pytest.raises(LeaseLost):
+            worker.ledger.claim("f1", version, 1)
+        assert store.fencing == RunFence()
+        assert [item.seq for item in store.ledger.claim("f1", version, 1)] == [1]
+        secondary = store.secondary()
+        try:
+            assert secondary.fencing == RunFence()
+            assert [item.seq for item in secondary.ledger.claim("f1", version, 1)] == [2]
+        finally:
+            secondary.close()
+    finally:
+        store.close()
+    assert ws.query("SELECT seq, state, worker_id FROM items ORDER BY seq") == [
+        (1, "in_flight", None),
+        (2, "in_flight", None),
+        (3, "pending", None),
+    ]
+
+
+# Only PostgreSQL lets workers share a run (Store.shares_runs).
+@pytest.mark.parametrize("ws", ["postgres"], indirect=True)
+@pytest.mark.timeout(60)
+def test_a_worker_lease_fences_its_own_store_not_the_one_it_was_taken_on(
+    ws: Workspace,
+) -> None:
+    """While a worker lease is held, its store and that store's secondary are fenced by it
+    (their claims record the worker; once another worker reaps it, they are refused), and
+    the store the lease was taken on stays fenced by the run's lease (its claims record no
+    worker; the worker's version is refused there)."""
+    planned(ws, 4)
+    store = Store.open(ws.db)
+    reaper = Store.open(ws.db).for_worker("reaper")  # one connection, closed as `reaper`
+    try:
+        version = run_lease(store)
+        held = SharedLease(store, "f1", 30.0)
+        with held:
+            token = held.owner["token"]
+            assert held.store is not store
+            assert held.store.fencing == WorkerFence(token)
+            assert store.fencing == RunFence()
+            assert [item.seq for item in held.store.ledger.claim("f1", held.version, 1)] == [1]
+            secondary = held.store.secondary()
+            try:
+                assert secondary.fencing == WorkerFence(token)
+                assert [item.seq for item in secondary.ledger.claim("f1", held.version, 1)] == [2]
+                # Another worker finds this one dead and reaps it: its version moves on.
+                joined = reaper.leases.join_run(
+                    "f1", {**_NOBODY, "token": "reaper"}, 30, holder_alive
+                )
+                adopted = reaper.leases.reap_dead_workers(
+                    "f1", "reaper", joined, lambda owner, at: owner["token"] != token
+                )
+                assert adopted == [1, 2]
+                for fenced in (held.store, secondary):
+                    with pytest.raises(LeaseLost):
+                        fenced.ledger.claim("f1", held.version, 1)
+            finally:
+                secondary.close()
+            with pytest.raises(LeaseLost):
+                store.ledger.claim("f1", held.version, 1)
+            assert [item.seq for item in store.ledger.claim("f1", version, 1)] == [3]
+        assert store.fencing == RunFence()
+    finally:
+        reaper.close()
+        store.close()
+    assert ws.query("SELECT seq, state, worker_id FROM items ORDER BY seq") == [
+        (1, "in_flight", "reaper"),
+        (2, "in_flight", "reaper"),
+        (3, "in_flight", None),
+        (4, "pending", None),
+    ]
