@@ -97,31 +97,6 @@ def describe(url: str) -> str:
     return f"postgresql://{user}{host}:{port}/{info.get('dbname', '')}"
 
 
-class Row(tuple[Any, ...]):
-    """A result row read like sqlite3.Row: by position, by column name, and keys()."""
-
-    _names: dict[str, int]
-
-    def __getitem__(self, key: Any) -> Any:
-        if isinstance(key, str):
-            return super().__getitem__(self._names[key])
-        return super().__getitem__(key)
-
-    def keys(self) -> list[str]:
-        return list(self._names)
-
-
-def _row_factory(cursor: Any) -> Any:
-    names = {column.name: i for i, column in enumerate(cursor.description or ())}
-
-    def make(values: Sequence[Any]) -> Row:
-        row = Row(values)
-        row._names = names
-        return row
-
-    return make
-
-
 # A quoted literal (copied as it is), or a ? or :name parameter.
 _PARAMETERS = re.compile(r"'(?:[^']|'')*'|\?|(?<![:\w]):([A-Za-z_]\w*)")
 
@@ -251,7 +226,7 @@ class PostgresEngine:
             raw = psycopg.connect(
                 url,
                 autocommit=True,
-                row_factory=_row_factory,
+                row_factory=namedtuple_row,
                 cursor_factory=psycopg.RawCursor,
                 connect_timeout=10,
             )
@@ -277,7 +252,7 @@ class PostgresEngine:
         thousands of characters, past psycopg's query cache, and parsing them each time
         cost more CPU than the rest of the commit."""
         text, names = self._compile(statement)
-        cursor = psycopg.RawCursor(self.conn.raw, row_factory=namedtuple_row)
+        cursor = psycopg.RawCursor(self.conn.raw)
         return cursor.execute(text, [params[name] for name in names] if params else None)
 
     def execute_many(self, statement: str, rows: Iterable[Mapping[str, Any]]) -> None:

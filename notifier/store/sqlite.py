@@ -176,7 +176,7 @@ class SqliteEngine:
             ) from exc
         # Another process (a cancel, a second resume) may hold the write lock briefly.
         conn.execute("PRAGMA busy_timeout = 10000")
-        conn.row_factory = sqlite3.Row
+        conn.row_factory = _named_row
         # Attempts, receipts and decisions must point at items that exist.
         conn.execute("PRAGMA foreign_keys = ON")
         # 64 MiB of page cache: keys are random hashes, so planning a large batch touches
@@ -253,9 +253,7 @@ class SqliteEngine:
     # ---------------------------------------------------------------- statements
 
     def execute(self, statement: str, params: Mapping[str, Any] | None = None) -> Rows:
-        cursor = self.conn.cursor()
-        cursor.row_factory = _named_row
-        return cursor.execute(self._compile(statement), params or {})  # type: ignore[no-any-return]
+        return self.conn.execute(self._compile(statement), params or {})  # type: ignore[no-any-return]
 
     def execute_many(self, statement: str, rows: Iterable[Mapping[str, Any]]) -> None:
         self.conn.executemany(self._compile(statement), rows)
