@@ -4,7 +4,7 @@ layer passes them around without touching SQL."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
@@ -234,12 +234,10 @@ class StoredDraft:
 
 
 class Row(Protocol):
-    """A row as the store reads it, by column name (`row["state"]`), whichever engine read
-    it: the records above the store do not know which one that was."""
+    """A row as the store reads it: a named tuple (`row.state`), whichever engine read it,
+    so the records above the store do not know which one that was."""
 
-    def keys(self) -> Iterable[str]: ...
-
-    def __getitem__(self, column: str, /) -> Any: ...
+    def _asdict(self) -> dict[str, Any]: ...
 
 
 _ITEM_FIELDS = tuple(Item.__dataclass_fields__)
@@ -249,8 +247,8 @@ _RUN_FIELDS = tuple(Run.__dataclass_fields__)
 def item_from_row(row: Row, **changes: Any) -> Item:
     """The item a row of `items` holds, with `changes` made (one object built, not two)."""
     # A file opened read-only before m003 has no not_after column: the default stands.
-    present = set(row.keys())
-    values = {name: row[name] for name in _ITEM_FIELDS if name in present}
+    columns = row._asdict()
+    values = {name: columns[name] for name in _ITEM_FIELDS if name in columns}
     values["payload"] = json.loads(values["payload"])
     values["state"] = ItemState(values["state"])
     values.update(changes)
@@ -259,8 +257,8 @@ def item_from_row(row: Row, **changes: Any) -> Item:
 
 def run_from_row(row: Row) -> Run:
     # A read-only command does not migrate, so an older file may lack the newer columns.
-    present = set(row.keys())
-    values: dict[str, Any] = {name: row[name] if name in present else None for name in _RUN_FIELDS}
+    columns = row._asdict()
+    values: dict[str, Any] = {name: columns.get(name) for name in _RUN_FIELDS}
     values["state"] = RunState(values["state"])
     values["channel_snapshot"] = json.loads(values["channel_snapshot"])
     values["options"] = json.loads(values["options"])

@@ -10,12 +10,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import psycopg
 import pytest
 
 from notifier.store import Store, migrations
+from notifier.store.engine import Engine
 from notifier.store.migrations import MIGRATIONS, Migrator
-from notifier.store.postgres import PgConnection
+from notifier.store.postgres import PostgresEngine
+from notifier.store.sqlite import SqliteEngine
 
 from .conftest import ROOT, Workspace
 
@@ -23,45 +24,47 @@ FIXTURES = ROOT / "tests" / "fixtures"
 
 
 @contextmanager
-def connected(ws: Workspace) -> Iterator[tuple[Any, Migrator]]:
-    """A plain connection to the workspace's database, and the runner of its engine."""
+def connected(ws: Workspace) -> Iterator[tuple[Engine, Migrator]]:
+    """The workspace's database through its engine, connected but neither checked nor
+    migrated (as an earlier version's open left it), and the runner of that engine."""
+    engine: Engine
     if ws.url:
-        pg = PgConnection(
-            psycopg.connect(ws.url, autocommit=True, cursor_factory=psycopg.RawCursor)
-        )
-        try:
-            yield pg, migrations.POSTGRES
-        finally:
-            pg.close()
-        return
-    conn = sqlite3.connect(ws.db_file, isolation_level=None)
+        engine, migrator = PostgresEngine._connect(ws.url), migrations.POSTGRES
+    else:
+        engine, migrator = SqliteEngine._connect(ws.db_file, fresh=False), migrations.SQLITE
     try:
-        yield conn, migrations.SQLITE
+        yield engine, migrator
     finally:
-        conn.close()
+        engine.close()
 
 
-def seed_m001_run(conn: Any) -> None:
+def seed_m001_run(conn: Engine) -> None:
     """A paused run in m001's columns alone: a sent item (with its receipt), a pending one
     and a failed one, so that each later migration's back-fill has rows to fill."""
     conn.execute(
         "INSERT INTO runs (run_id, state, created_at, updated_at, batch_path, fingerprint, "
         "channel_snapshot, options, contract_version) VALUES ('r1', 'paused', "
         "'2026-01-01T00:00:00.000000+00:00', '2026-01-01T00:00:00.000000+00:00', 'b.csv', "
-        "'sha256:f', '{}', '{}', '1')"
+        "'sha256:f', '{{}}', '{{}}', '1')"
     )
     for seq, state in ((1, "sent"), (2, "pending"), (3, "failed")):
         conn.execute(
             "INSERT INTO items (run_id, seq, item_id, channel, target, payload, "
             "idempotency_key, intent_digest, state, updated_at) VALUES "
-            "('r1', ?, ?, 'outbox', 'a@example.com', '{}', ?, ?, ?, "
-            "'2026-01-01T00:00:00.000000+00:00')",
-            (seq, str(seq), f"key-{seq}", f"sha256:{seq:064x}", state),
+            "('r1', %(seq)s, %(item_id)s, 'outbox', 'a@example.com', '{{}}', %(key)s, "
+            "%(digest)s, %(state)s, '2026-01-01T00:00:00.000000+00:00')",
+            {
+                "seq": seq,
+                "item_id": str(seq),
+                "key": f"key-{seq}",
+                "digest": f"sha256:{seq:064x}",
+                "state": state,
+            },
         )
     conn.execute(
         "INSERT INTO receipts (idempotency_key, intent_digest, source, recorded_at) VALUES "
-        "('key-1', ?, 'send', '2026-01-01T00:00:00.000000+00:00')",
-        (f"sha256:{1:064x}",),
+        "('key-1', %(digest)s, 'send', '2026-01-01T00:00:00.000000+00:00')",
+        {"digest": f"sha256:{1:064x}"},
     )
 
 
@@ -98,9 +101,9 @@ def test_a_database_at_every_earlier_migration_opens_up_to_date(ws: Workspace, l
         assert migrator.apply(conn) == []
     if not level:
         return
-    assert ws.query("SELECT content_fingerprint FROM runs") == [
-        (migrations.stored_content_fingerprint(_Reader(ws), "r1"),)
-    ]
+    with connected(ws) as (engine, _):
+        fingerprint = migrations.stored_content_fingerprint(engine, "r1")
+    assert ws.query("SELECT content_fingerprint FROM runs") == [(fingerprint,)]
     assert sorted(ws.query("SELECT state, n FROM run_counts")) == [
         ("failed", 1),
         ("pending", 1),
@@ -108,16 +111,6 @@ def test_a_database_at_every_earlier_migration_opens_up_to_date(ws: Workspace, l
     ]
     # Every item_id is its seq (a file without an id column): identity is the intent digest.
     assert ws.query("SELECT identity = intent_digest FROM items") == [(True,)] * 3
-
-
-class _Reader:
-    """ws.query, as the connection stored_content_fingerprint reads through."""
-
-    def __init__(self, ws: Workspace) -> None:
-        self.ws = ws
-
-    def execute(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        return self.ws.query(sql, params)
 
 
 def test_sqlite_schema_text_is_what_earlier_versions_stored(ws: Workspace) -> None:

@@ -295,7 +295,7 @@ class Core:
             return [
                 run
                 for run in self.runs()
-                if stored_content_fingerprint(self.conn, run.run_id) == content_fingerprint
+                if stored_content_fingerprint(self.engine, run.run_id) == content_fingerprint
             ]
         rows = self.conn.execute(
             "SELECT * FROM runs WHERE content_fingerprint = ? ORDER BY created_at DESC, rowid DESC",

@@ -10,7 +10,7 @@ each hold one engine; neither is imported by the other, nor by the parts.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +56,20 @@ class Dialect:
     shares_runs: bool
 
 
+class Rows(Protocol):
+    """What a statement returns, on either engine: the driver's own cursor, its rows named
+    tuples (a column by position or by name, `row.state`)."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+
 # A lease fence: the locking read of the version a writer's lease must still hold, and its
 # one key (core.Core._fence_query).
 Fence = tuple[str, Any]
@@ -75,6 +89,19 @@ class Engine(Protocol):
 
     # The driver's connection: execute(sql, params) with `?` or `:name` parameters.
     conn: Any
+
+    def execute(self, statement: str, params: Mapping[str, Any] | None = None) -> Rows:
+        """A statement of statements.py (its notation), compiled for this engine the first
+        time, sent with `params` by name."""
+        ...
+
+    def execute_many(self, statement: str, rows: Iterable[Mapping[str, Any]]) -> None:
+        """`execute` once per mapping of `rows`."""
+        ...
+
+    def execute_ddl(self, statement: str) -> None:
+        """A statement of DDL as written, no parameters (a trigger's body may hold anything)."""
+        ...
 
     def begin_write(self, fence: Fence | None) -> Any:
         """BEGIN a write transaction holding what it writes; with `fence`, then read the

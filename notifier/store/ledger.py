@@ -258,11 +258,11 @@ class Ledger:
         waited: list[float | None] = []
         for row in rows:
             last = None
-            if row["attempts"]:
+            if row.attempts:
                 last = self.core.conn.execute(
                     "SELECT finished_at FROM attempts WHERE run_id = ? AND seq = ? "
                     "ORDER BY n DESC LIMIT 1",
-                    (run_id, row["seq"]),
+                    (run_id, row.seq),
                 ).fetchone()
             seconds = None
             if last and last[0]:
@@ -273,7 +273,7 @@ class Ledger:
         current = ItemState.PENDING
         target = item_next(ItemTrigger.START, current)
         detail = {"from": current.value, "to": target.value}
-        seqs = [row["seq"] for row in rows]
+        seqs = [row.seq for row in rows]
         marks = ", ".join("?" * len(seqs))
         move_items = Write(
             "UPDATE items SET state = ?, updated_at = ?, attempts = attempts + 1, "
@@ -298,7 +298,7 @@ class Ledger:
             raise LostRace(f"run {run_id}: expected {len(seqs)} items pending for start")
         # The items as the move left them.
         return [
-            item_from_row(row, state=target, attempts=row["attempts"] + 1, next_attempt_at=None)
+            item_from_row(row, state=target, attempts=row.attempts + 1, next_attempt_at=None)
             for row in rows
         ]
 
@@ -319,11 +319,11 @@ class Ledger:
                 [*params, limit],
             ).fetchall()
             gone = self.suppressions.suppressed_claims(run_id, found, at) if found else set()
-            rows = [row for row in found if row["seq"] not in gone]
+            rows = [row for row in found if row.seq not in gone]
             if gone:
                 continue
             kept = waiting.keep_open(self.core.conn, run_id, rows, at)
-            dropped = {row["seq"] for row in rows} - {row["seq"] for row in kept}
+            dropped = {row.seq for row in rows} - {row.seq for row in kept}
             if not dropped or dropped <= reopened:  # the latter: no progress, never a spin
                 return kept
             reopened |= dropped

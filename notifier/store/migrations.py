@@ -20,18 +20,21 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .. import clock
 from . import schema_postgres, schema_sqlite
+
+if TYPE_CHECKING:
+    from .engine import Engine
 
 # The migration set every record names (earlier versions' sqlite-utils Migrations("notifier")).
 MIGRATION_SET = "notifier"
 APPLICATION_ID = schema_sqlite.APPLICATION_ID
 
-# A migration's form on one engine: DDL text, or a function of the store's connection (an
-# sqlite3.Connection, or postgres.PgConnection, which takes the same `?` parameters).
-Form = str | Callable[[Any], None]
+# A migration's form on one engine: DDL text, or a function of the engine (engine.Engine),
+# whose statements take their parameters as statements.py writes them.
+Form = str | Callable[["Engine"], None]
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,7 @@ class Migration:
     postgres: Form
 
 
-def stored_content_fingerprint(conn: Any, run_id: str) -> str:
+def stored_content_fingerprint(engine: Engine, run_id: str) -> str:
     """The content fingerprint of a run, from its stored items (for m002's back-fill on
     either engine, and for a read-only look at a database m002 has not been applied to yet).
 
@@ -51,8 +54,9 @@ def stored_content_fingerprint(conn: Any, run_id: str) -> str:
     change when intent.py does; it equals intent.content_fingerprint (a test pins that)."""
     h = hashlib.sha256()
     channels: set[str] = set()
-    for digest, channel in conn.execute(
-        "SELECT intent_digest, channel FROM items WHERE run_id = ? ORDER BY seq", (run_id,)
+    for digest, channel in engine.execute(
+        "SELECT intent_digest, channel FROM items WHERE run_id = %(run_id)s ORDER BY seq",
+        {"run_id": run_id},
     ):
         h.update(digest.encode("ascii"))
         h.update(b"\n")
@@ -62,21 +66,23 @@ def stored_content_fingerprint(conn: Any, run_id: str) -> str:
     return "sha256:" + h.hexdigest()
 
 
-def _m002(conn: Any) -> None:
+def _m002(engine: Engine) -> None:
     """Issue 7, points 3 and 4: a per-run key nonce, and the content fingerprint that decides
     "already planned" (ordered intent digests + channel names, no transport tuning).
 
     Old runs keep their keys (keys are stored, never recomputed), so their nonce stays NULL.
     Their content fingerprint is back-filled from their stored items so that an old run
-    still blocks a re-send of the same batch. The same statements on both engines."""
-    conn.execute("ALTER TABLE runs ADD COLUMN key_nonce TEXT")
-    conn.execute("ALTER TABLE runs ADD COLUMN content_fingerprint TEXT")
-    for (run_id,) in conn.execute("SELECT run_id FROM runs").fetchall():
-        conn.execute(
-            "UPDATE runs SET content_fingerprint = ? WHERE run_id = ?",
-            (stored_content_fingerprint(conn, run_id), run_id),
+    still blocks a re-send of the same batch. The same statements on both engines (as
+    shipped; issue 22 changed only how they are sent: through the engine, with parameters by
+    name)."""
+    engine.execute("ALTER TABLE runs ADD COLUMN key_nonce TEXT")
+    engine.execute("ALTER TABLE runs ADD COLUMN content_fingerprint TEXT")
+    for (run_id,) in engine.execute("SELECT run_id FROM runs").fetchall():
+        engine.execute(
+            "UPDATE runs SET content_fingerprint = %(fingerprint)s WHERE run_id = %(run_id)s",
+            {"fingerprint": stored_content_fingerprint(engine, run_id), "run_id": run_id},
         )
-    conn.execute("CREATE INDEX runs_content_fingerprint ON runs(content_fingerprint)")
+    engine.execute("CREATE INDEX runs_content_fingerprint ON runs(content_fingerprint)")
 
 
 # Issue 21: a row's identity across runs, so that `send` plans only what earlier runs in this
@@ -124,7 +130,7 @@ CREATE INDEX draft_chunks_open ON draft_chunks(run_id, chunk)
 """
 
 
-def _m010_sqlite(conn: Any) -> None:
+def _m010_sqlite(engine: Engine) -> None:
     """Nothing to change: one SQLite writer at a time, so counters updated at each move are
     never waited for by another transaction."""
 
@@ -199,82 +205,65 @@ class Migrator:
     statement, and where it records what was applied. SQLITE and POSTGRES below are the two."""
 
     form: Callable[[Migration], Form]
-    run: Callable[[Any, str], None]  # one statement of a DDL text
+    suffix: str  # after each statement of a DDL text, as the engine reads one whole
     table: str  # the record of applied migrations
     table_ddl: str
-    table_exists: str  # a query with one `?`, the table's name: a row when it exists
     stamp: Callable[[], str]  # applied_at
 
-    def applied(self, conn: Any) -> set[str]:
-        """The names of the migrations applied to `conn`'s database (none if it never had
+    def applied(self, engine: Engine) -> set[str]:
+        """The names of the migrations applied to `engine`'s database (none if it never had
         one)."""
-        if not self._recorded(conn):
+        if not engine.has_table(self.table):
             return set()
         return {
             name
-            for (name,) in conn.execute(
-                f"SELECT name FROM {self.table} WHERE migration_set = ?", (MIGRATION_SET,)
+            for (name,) in engine.execute(
+                f"SELECT name FROM {self.table} WHERE migration_set = %(set)s",
+                {"set": MIGRATION_SET},
             ).fetchall()
         }
 
-    def _recorded(self, conn: Any) -> bool:
-        """Whether the database has the table of records yet."""
-        return bool(conn.execute(self.table_exists, (self.table,)).fetchone())
-
-    def apply(self, conn: Any, migrations: Sequence[Migration] = MIGRATIONS) -> list[str]:
-        """Apply the migrations `conn`'s database lacks, in order, each recorded with it,
+    def apply(self, engine: Engine, migrations: Sequence[Migration] = MIGRATIONS) -> list[str]:
+        """Apply the migrations `engine`'s database lacks, in order, each recorded with it,
         inside the caller's write transaction (under its write lock, so two processes opening
         an older database at once cannot both apply one; DDL is transactional on both
         engines, so a crash leaves all of them or none). Returns the names applied.
 
         `migrations` is a prefix of MIGRATIONS only where a test builds a database as an
         earlier version left it."""
-        done = self.applied(conn)
+        done = self.applied(engine)
         pending = [m for m in migrations if m.name not in done]
-        if pending and not self._recorded(conn):
+        if pending and not engine.has_table(self.table):
             for statement in statements(self.table_ddl):
-                self.run(conn, statement)
+                engine.execute_ddl(statement + self.suffix)
         for migration in pending:
             form = self.form(migration)
             if isinstance(form, str):
                 for statement in statements(form):
-                    self.run(conn, statement)
+                    engine.execute_ddl(statement + self.suffix)
             else:
-                form(conn)
-            conn.execute(
-                f"INSERT INTO {self.table} (migration_set, name, applied_at) VALUES (?, ?, ?)",
-                (MIGRATION_SET, migration.name, self.stamp()),
+                form(engine)
+            engine.execute(
+                f"INSERT INTO {self.table} (migration_set, name, applied_at) "
+                "VALUES (%(set)s, %(name)s, %(at)s)",
+                {"set": MIGRATION_SET, "name": migration.name, "at": self.stamp()},
             )
         return [m.name for m in pending]
 
 
-def _run_sqlite(conn: Any, statement: str) -> None:
-    # SQLite reads a CREATE TRIGGER as complete only with the `;` after its END.
-    conn.execute(statement + ";")
-
-
-def _run_postgres(conn: Any, statement: str) -> None:
-    # As written, without parameter parsing: a PL/pgSQL body may hold anything.
-    conn.execute_script(statement)
-
-
 SQLITE = Migrator(
     form=lambda m: m.sqlite,
-    run=_run_sqlite,
+    # SQLite reads a CREATE TRIGGER as complete only with the `;` after its END.
+    suffix=";",
     table=schema_sqlite.MIGRATIONS_TABLE,
     table_ddl=schema_sqlite.MIGRATIONS_TABLE_DDL,
-    table_exists="SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
     # The text sqlite-utils wrote for earlier versions, so one file keeps one format.
     stamp=lambda: str(datetime.now(UTC)),
 )
 POSTGRES = Migrator(
     form=lambda m: m.postgres,
-    run=_run_postgres,
+    suffix="",
     table=schema_postgres.MIGRATIONS_TABLE,
     table_ddl=schema_postgres.MIGRATIONS_TABLE_DDL,
-    table_exists=(
-        "SELECT 1 FROM information_schema.tables "
-        "WHERE table_schema = current_schema() AND table_name = ?"
-    ),
     stamp=clock.now_iso,
 )

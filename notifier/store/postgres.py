@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Self
@@ -35,12 +35,13 @@ from psycopg import errors as pg_errors
 from psycopg import sql as pg_sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
+from psycopg.rows import namedtuple_row
 
 from ..errors import NotifierError
-from . import migrations
+from . import migrations, statements
 from .checks import Checks, refuse_newer
 from .core import ROLLED_BACK
-from .engine import Dialect, Fence, written
+from .engine import Dialect, Fence, Rows, written
 from .exceptions import (
     DatabaseUnwritable,
     NoDatabase,
@@ -54,19 +55,33 @@ from .stage import _ITEM_COLUMNS, _PENDING_COLUMNS, PlanStage
 LOCK_TIMEOUT_S = 10
 # A transaction-scoped lock of the schema, for what must run one at a time in it: opens
 # applying migrations, and plans (never a run's writes: see PostgresEngine.commit).
-_SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('{key}:' || current_schema()))"
-# A transaction's events (_commit): every column an array, in the order written; each run's
-# numbered on from its last event. Parameters: the runs, then run_id, kind, item_seq,
-# detail, at per event.
+_SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext(%(key)s || ':' || current_schema()))"
+# The engine's own statements (statements.py's notation), used on PostgreSQL only.
+_TABLES = "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+_HAS_TABLE = (
+    "SELECT 1 FROM information_schema.tables "
+    "WHERE table_schema = current_schema() AND table_name = %(name)s"
+)
+_COLUMNS = (
+    "SELECT column_name FROM information_schema.columns "
+    "WHERE table_schema = current_schema() AND table_name = %(table)s"
+)
+# The runs a transaction wrote events of, their rows taken in run_id order (commit).
+_LOCK_RUNS = (
+    "SELECT 1 FROM runs WHERE run_id = ANY(CAST(%(runs)s AS TEXT[])) ORDER BY run_id {row_lock}"
+)
+# A transaction's events (commit): every column an array, in the order written; each run's
+# numbered on from its last event.
 _NUMBERED_EVENTS = (
     "WITH last AS (SELECT r.run_id, (SELECT MAX(e.seq_no) FROM events e WHERE e.run_id = "
-    "r.run_id) AS n FROM unnest(CAST(? AS TEXT[])) AS r(run_id)) "
+    "r.run_id) AS n FROM unnest(CAST(%(runs)s AS TEXT[])) AS r(run_id)) "
     "INSERT INTO events (run_id, seq_no, at, kind, item_seq, detail) "
     "SELECT v.run_id, COALESCE(last.n, 0) + ROW_NUMBER() OVER (PARTITION BY v.run_id "
     "ORDER BY v.o), v.at, v.kind, v.item_seq, v.detail "
-    "FROM unnest(CAST(? AS TEXT[]), CAST(? AS TEXT[]), CAST(? AS INTEGER[]), "
-    "CAST(? AS TEXT[]), CAST(? AS TEXT[])) WITH ORDINALITY AS v(run_id, kind, item_seq, "
-    "detail, at, o) JOIN last ON last.run_id = v.run_id"
+    "FROM unnest(CAST(%(run_ids)s AS TEXT[]), CAST(%(kinds)s AS TEXT[]), "
+    "CAST(%(item_seqs)s AS INTEGER[]), CAST(%(details)s AS TEXT[]), CAST(%(ats)s AS TEXT[])) "
+    "WITH ORDINALITY AS v(run_id, kind, item_seq, detail, at, o) "
+    "JOIN last ON last.run_id = v.run_id"
 )
 
 
@@ -80,31 +95,6 @@ def describe(url: str) -> str:
     port = info.get("port") or "5432"
     user = f"{info['user']}@" if info.get("user") else ""
     return f"postgresql://{user}{host}:{port}/{info.get('dbname', '')}"
-
-
-class Row(tuple[Any, ...]):
-    """A result row read like sqlite3.Row: by position, by column name, and keys()."""
-
-    _names: dict[str, int]
-
-    def __getitem__(self, key: Any) -> Any:
-        if isinstance(key, str):
-            return super().__getitem__(self._names[key])
-        return super().__getitem__(key)
-
-    def keys(self) -> list[str]:
-        return list(self._names)
-
-
-def _row_factory(cursor: Any) -> Any:
-    names = {column.name: i for i, column in enumerate(cursor.description or ())}
-
-    def make(values: Sequence[Any]) -> Row:
-        row = Row(values)
-        row._names = names
-        return row
-
-    return make
 
 
 # A quoted literal (copied as it is), or a ? or :name parameter.
@@ -209,6 +199,8 @@ class PostgresEngine:
         # item_seq, detail, at), in the order they were written.
         self._due_events: list[tuple[str, str, int | None, str | None, str]] = []
         self._stage_copied = False  # the plan's stage copied into this transaction's table
+        # statements.py's, with `$n` parameters, and the names bound to them in order
+        self._compiled: dict[str, tuple[str, tuple[str, ...]]] = {}
 
     @classmethod
     def open(cls, path: Path | str, *, create: bool = False, readonly: bool = False) -> Self:
@@ -234,7 +226,7 @@ class PostgresEngine:
             raw = psycopg.connect(
                 url,
                 autocommit=True,
-                row_factory=_row_factory,
+                row_factory=namedtuple_row,
                 cursor_factory=psycopg.RawCursor,
                 connect_timeout=10,
             )
@@ -252,21 +244,48 @@ class PostgresEngine:
     def secondary(self) -> Self:
         return type(self)._connect(self.url)
 
+    # ---------------------------------------------------------------- statements
+
+    def execute(self, statement: str, params: Mapping[str, Any] | None = None) -> Rows:
+        """Through psycopg's RawCursor, which takes PostgreSQL's own `$n` parameters and
+        parses no query text of its own: the set-based statements of a group commit run to
+        thousands of characters, past psycopg's query cache, and parsing them each time
+        cost more CPU than the rest of the commit."""
+        text, names = self._compile(statement)
+        cursor = psycopg.RawCursor(self.conn.raw)
+        return cursor.execute(text, [params[name] for name in names] if params else None)
+
+    def execute_many(self, statement: str, rows: Iterable[Mapping[str, Any]]) -> None:
+        text, names = self._compile(statement)
+        cursor = psycopg.RawCursor(self.conn.raw)
+        cursor.executemany(text, ([row[name] for name in names] for row in rows))
+
+    def execute_ddl(self, statement: str) -> None:
+        self.conn.raw.execute(statement.encode())  # bytes: sent as written, nothing parsed
+
+    def _compile(self, statement: str) -> tuple[str, tuple[str, ...]]:
+        compiled = self._compiled.get(statement)
+        if compiled is None:
+            hints = {index: self.indexed(index) for index in statements.HINTED_INDEXES}
+            compiled = statements.for_postgres(statement, statements.fragments(self.dialect, hints))
+            self._compiled[statement] = compiled
+        return compiled
+
     def _prepare(self) -> None:
-        if migrations.POSTGRES.applied(self.conn) >= migrations.NAMES:
+        if migrations.POSTGRES.applied(self) >= migrations.NAMES:
             return  # the usual open: nothing to apply, no lock to wait for
         with written(self):
             # Migrations one process at a time: two opening an older schema at once must not
             # both find one pending (apply reads them again under the lock). Only opens that
             # migrate take this lock; no write of a run ever does.
-            self.conn.execute(_SCHEMA_LOCK.format(key="notifier"))
-            migrations.POSTGRES.apply(self.conn)
+            self.execute(_SCHEMA_LOCK, {"key": "notifier"})
+            migrations.POSTGRES.apply(self)
 
     def serialise_plans(self) -> None:
         """Plans one at a time (Planning.transaction): a plan compares its rows with every run's
         before it inserts, so two `send`s of one batch must not both pass the comparison.
         Only plans take this lock: the workers' writes never wait for it."""
-        self.conn.execute(_SCHEMA_LOCK.format(key="notifier-plans"))
+        self.execute(_SCHEMA_LOCK, {"key": "notifier-plans"})
 
     def begin_write(self, fence: Fence | None) -> Any:
         """BEGIN and the fence's locking read in one round trip: a group commit of the
@@ -315,14 +334,15 @@ class PostgresEngine:
             self.conn.execute("COMMIT")
             return
         runs = sorted({event[0] for event in due})
+        run_ids, kinds, item_seqs, details, ats = map(list, zip(*due, strict=True))
         with self.conn.raw.pipeline():
-            self.conn.execute(
-                "SELECT 1 FROM runs WHERE run_id = ANY(CAST(? AS TEXT[])) ORDER BY run_id "
-                f"{self.dialect.row_lock}",
-                (runs,),
-            )
-            self.conn.execute(_NUMBERED_EVENTS, [runs, *map(list, zip(*due, strict=True))])
-            self.conn.execute("COMMIT")
+            self.execute(_LOCK_RUNS, {"runs": runs})
+            self.execute(
+                _NUMBERED_EVENTS,
+                {"runs": runs, "run_ids": run_ids, "kinds": kinds, "item_seqs": item_seqs,
+                 "details": details, "ats": ats},
+            )  # fmt: skip
+            self.execute("COMMIT")
 
     def roll_back(self) -> None:
         self._due_events = []
@@ -335,13 +355,7 @@ class PostgresEngine:
 
     def _check_schema(self) -> bool:
         """True for an empty schema (ours to initialise); refuse a foreign or newer one."""
-        tables = {
-            r[0]
-            for r in self.conn.execute(
-                "SELECT table_name FROM information_schema.tables "
-                "WHERE table_schema = current_schema()"
-            )
-        }
+        tables = {r[0] for r in self.execute(_TABLES)}
         if not tables:
             return True
         if migrations.POSTGRES.table not in tables:
@@ -351,9 +365,7 @@ class PostgresEngine:
                 f"{listed}). Point --db at a notifier database, or at an empty database or "
                 "schema (options=-csearch_path=NAME in the URL)."
             )
-        refuse_newer(
-            self.path, migrations.POSTGRES.applied(self.conn), migrations.NAMES, "the database"
-        )
+        refuse_newer(self.path, migrations.POSTGRES.applied(self), migrations.NAMES, "the database")
         return False
 
     def storage_failure(self, exc: Exception) -> NotifierError:
@@ -441,20 +453,10 @@ class PostgresEngine:
         return ""  # PostgreSQL's planner has statistics; SQLite's INDEXED BY has no twin
 
     def has_table(self, name: str) -> bool:
-        (found,) = self.conn.execute(
-            "SELECT to_regclass(CAST(? AS TEXT)) IS NOT NULL", (name,)
-        ).fetchone()
-        return bool(found)
+        return bool(self.execute(_HAS_TABLE, {"name": name}).fetchone())
 
     def columns(self, table: str) -> set[str]:
-        return {
-            r[0]
-            for r in self.conn.execute(
-                "SELECT column_name FROM information_schema.columns "
-                "WHERE table_schema = current_schema() AND table_name = ?",
-                (table,),
-            )
-        }
+        return {r[0] for r in self.execute(_COLUMNS, {"table": table})}
 
 
 def _first_line(exc: BaseException) -> str:

@@ -131,7 +131,7 @@ class Queries:
             (run_id,),
         )
         for row in cursor:
-            yield item_from_row(row), row["receipt_source"], row["receipt_evidence"]
+            yield item_from_row(row), row.receipt_source, row.receipt_evidence
 
     def item(self, run_id: str, seq: int) -> Item:
         row = self.core.conn.execute(

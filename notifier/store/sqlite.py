@@ -3,24 +3,49 @@ before anything is written to it, written by one process at a time (BEGIN IMMEDI
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import sqlite3
 import struct
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections import namedtuple
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, NamedTuple, Self
 
 from ..errors import NotifierError
-from . import migrations
+from . import migrations, statements
 from .checks import Checks, refuse_newer
 from .core import ROLLED_BACK
-from .engine import Dialect, Fence, written
+from .engine import Dialect, Fence, Rows, written
 from .exceptions import DatabaseUnwritable, NoDatabase, StorageFailed, StoreRefused
 from .stage import _PENDING_COLUMNS, PlanStage
 
 _HEADER = b"SQLite format 3\x00"
+
+# The engine's own statements (statements.py's notation), used on SQLite only.
+_TABLES = "SELECT name FROM sqlite_master WHERE type = 'table'"
+_HAS_TABLE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = %(name)s"
+_INDEXES = "SELECT name FROM sqlite_master WHERE type = 'index'"
+# One event, numbered after the run's last in the transaction (one writer at a time).
+_EVENT = (
+    "INSERT INTO events (run_id, seq_no, at, kind, item_seq, detail) "
+    "SELECT %(run_id)s, COALESCE(MAX(seq_no), 0) + 1, %(at)s, %(kind)s, %(item_seq)s, "
+    "%(detail)s FROM events WHERE run_id = %(run_id)s"
+)
+# Several items' events: `{values}` is (n, %(sN)s) for the n-th item.
+_EVENTS = (
+    "INSERT INTO events (run_id, seq_no, at, kind, item_seq, detail) "
+    "SELECT %(run_id)s, COALESCE(last.n, 0) + v.column1, %(at)s, %(kind)s, v.column2, "
+    "%(detail)s FROM (SELECT MAX(seq_no) AS n FROM events WHERE run_id = %(run_id)s) AS last, "
+    "(VALUES {values}) AS v"
+)
+# sqlite3's positional form: rows of a plan are bound as they come, without a mapping each.
+_INSERT_PENDING = (
+    f"INSERT INTO items ({_PENDING_COLUMNS}) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0)"
+)
 
 SQLITE = Dialect(
     name="sqlite",
@@ -52,6 +77,7 @@ class SqliteEngine:
         self.path = path
         self.conn: Any = conn
         self._indexes: set[str] | None = None  # read once: see indexed
+        self._compiled: dict[str, str] = {}  # statements.py's, in sqlite3's named style
         self._stage_attached = False  # a plan's stage attached by stage_table
 
     # ---------------------------------------------------------------- opening
@@ -150,7 +176,7 @@ class SqliteEngine:
             ) from exc
         # Another process (a cancel, a second resume) may hold the write lock briefly.
         conn.execute("PRAGMA busy_timeout = 10000")
-        conn.row_factory = sqlite3.Row
+        conn.row_factory = _named_row
         # Attempts, receipts and decisions must point at items that exist.
         conn.execute("PRAGMA foreign_keys = ON")
         # 64 MiB of page cache: keys are random hashes, so planning a large batch touches
@@ -170,7 +196,7 @@ class SqliteEngine:
         # Under the write lock, so two processes opening an older file at once cannot both
         # decide a migration is pending and both apply it.
         with written(self):
-            migrations.SQLITE.apply(self.conn)
+            migrations.SQLITE.apply(self)
 
     def stage_table(self, stage: PlanStage) -> str:
         """The stage's file, attached until the transaction has ended (release_stage):
@@ -178,7 +204,7 @@ class SqliteEngine:
         Python (about 20 s of a million-row plan)."""
         if not self._stage_attached:
             stage.finish()
-            self.conn.execute("ATTACH DATABASE ? AS plan_stage", (str(stage.path),))
+            self.execute("ATTACH DATABASE %(path)s AS plan_stage", {"path": str(stage.path)})
             self._stage_attached = True
         return "plan_stage.items"
 
@@ -224,6 +250,25 @@ class SqliteEngine:
             )
         return StorageFailed(f"{self.path}: the database could not be written ({exc}). {safe}")
 
+    # ---------------------------------------------------------------- statements
+
+    def execute(self, statement: str, params: Mapping[str, Any] | None = None) -> Rows:
+        return self.conn.execute(self._compile(statement), params or {})  # type: ignore[no-any-return]
+
+    def execute_many(self, statement: str, rows: Iterable[Mapping[str, Any]]) -> None:
+        self.conn.executemany(self._compile(statement), rows)
+
+    def execute_ddl(self, statement: str) -> None:
+        self.conn.execute(statement)
+
+    def _compile(self, statement: str) -> str:
+        compiled = self._compiled.get(statement)
+        if compiled is None:
+            hints = {index: self.indexed(index) for index in statements.HINTED_INDEXES}
+            compiled = statements.for_sqlite(statement, statements.fragments(self.dialect, hints))
+            self._compiled[statement] = compiled
+        return compiled
+
     # ---------------------------------------------------------------- transactions
 
     def begin_write(self, fence: Fence | None) -> Any:
@@ -255,19 +300,15 @@ class SqliteEngine:
         yield from self.conn.execute(sql, params)
 
     def insert_pending(self, rows: Iterable[tuple[Any, ...]]) -> None:
-        self.conn.executemany(
-            f"INSERT INTO items ({_PENDING_COLUMNS}) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0)",
-            rows,
-        )
+        # Positional, as the rows come (a million of them: no mapping made per row).
+        self.conn.executemany(_INSERT_PENDING, rows)
 
     def event(self, run_id: str, kind: str, item_seq: int | None, detail: str | None,
               at: str) -> None:  # fmt: skip
         """Numbered after the run's last event, in the transaction (one writer at a time)."""
-        self.conn.execute(
-            "INSERT INTO events (run_id, seq_no, at, kind, item_seq, detail) "
-            "SELECT ?, COALESCE(MAX(seq_no), 0) + 1, ?, ?, ?, ? FROM events WHERE run_id = ?",
-            (run_id, at, kind, item_seq, detail, run_id),
+        self.execute(
+            _EVENT,
+            {"run_id": run_id, "at": at, "kind": kind, "item_seq": item_seq, "detail": detail},
         )
 
     def events(
@@ -275,17 +316,10 @@ class SqliteEngine:
     ) -> None:
         """One statement numbers them after the run's last event (a bare MAX over the
         primary key: one seek to the index's edge)."""
-        values = ", ".join(["(?, ?)"] * len(seqs))
-        params: list[Any] = [run_id, at, kind, detail, run_id]
-        for i, seq in enumerate(seqs, start=1):
-            params += [i, seq]
-        self.conn.execute(
-            "INSERT INTO events (run_id, seq_no, at, kind, item_seq, detail) "
-            "SELECT ?, COALESCE(last.n, 0) + v.column1, ?, ?, v.column2, ? "
-            "FROM (SELECT MAX(seq_no) AS n FROM events WHERE run_id = ?) AS last, "
-            f"(VALUES {values}) AS v",
-            params,
-        )
+        values = ", ".join(f"({i}, %(s{i})s)" for i in range(1, len(seqs) + 1))
+        params: dict[str, Any] = {"run_id": run_id, "at": at, "kind": kind, "detail": detail}
+        params.update((f"s{i}", seq) for i, seq in enumerate(seqs, start=1))
+        self.execute(_EVENTS.format(values=values), params)
 
     def serialise_plans(self) -> None:
         """Nothing to take: BEGIN IMMEDIATE already holds the file."""
@@ -298,21 +332,14 @@ class SqliteEngine:
         m004 does not): without statistics SQLite may prefer a full index of the run over a
         partial one of the few rows asked for."""
         if self._indexes is None:
-            self._indexes = {
-                r[0]
-                for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
-            }
+            self._indexes = {r[0] for r in self.conn.execute(_INDEXES)}
         return f"INDEXED BY {index}" if index in self._indexes else ""
 
     def has_table(self, name: str) -> bool:
-        return bool(
-            self.conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
-            ).fetchone()
-        )
+        return bool(self.execute(_HAS_TABLE, {"name": name}).fetchone())
 
     def columns(self, table: str) -> set[str]:
-        return {r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")}
+        return {r[1] for r in self.execute(f"PRAGMA table_info({table})")}
 
     # ---------------------------------------------------------------- checks
 
@@ -321,7 +348,7 @@ class SqliteEngine:
         it: a checkpoint cut short (a kill, a full disk) leaves exactly this, and SQLite
         recovers the missing pages from the log on open. Refuse only if SQLite itself finds
         the database damaged."""
-        rows = [r[0] for r in self.conn.execute("PRAGMA quick_check(5)")]
+        rows = [r[0] for r in self.execute("PRAGMA quick_check(5)")]
         if rows != ["ok"]:
             raise StoreRefused(
                 f"{self.path}: {short}, and SQLite's quick_check fails even with the "
@@ -330,10 +357,8 @@ class SqliteEngine:
             )
 
     def _check_schema(self) -> None:
-        tables = {
-            r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
-        }
-        app_id = self.conn.execute("PRAGMA application_id").fetchone()[0]
+        tables = {r[0] for r in self.execute(_TABLES)}
+        (app_id,) = self.execute("PRAGMA application_id").fetchone()
         if not tables and app_id == 0:
             return  # an empty SQLite file: ours to initialise
         if app_id != migrations.APPLICATION_ID:
@@ -342,7 +367,18 @@ class SqliteEngine:
                 f"{self.path}: this SQLite database was not written by notifier (tables: "
                 f"{listed}). Point --db at a notifier receipts database or at a new path."
             )
-        refuse_newer(self.path, migrations.SQLITE.applied(self.conn), migrations.NAMES, "this file")
+        refuse_newer(self.path, migrations.SQLITE.applied(self), migrations.NAMES, "this file")
+
+
+@functools.lru_cache(maxsize=256)
+def _row_class(names: tuple[str, ...]) -> Any:
+    return namedtuple("Row", names, rename=True)
+
+
+def _named_row(cursor: sqlite3.Cursor, values: tuple[Any, ...]) -> Any:
+    """A row as a named tuple, as psycopg's namedtuple_row makes them on PostgreSQL: one
+    way to read a row for the store's parts, whichever engine read it."""
+    return _row_class(tuple(column[0] for column in cursor.description))._make(values)
 
 
 class _FileState(NamedTuple):

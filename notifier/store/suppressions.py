@@ -165,11 +165,11 @@ class Suppressions:
         suppressed after its item was claimed (in_flight), while the item waits for its
         sender or is being sent. Such an item is sent; at most the items claimed ahead
         (about the concurrency, N) are in that window at any moment."""
-        hits = [row["seq"] for row in rows if row["on_list"]]
+        hits = [row.seq for row in rows if row.on_list]
         keys: dict[str, list[int]] = {}
         for row in rows:
-            if not row["on_list"] and not sql_keys_alike(row["target"]):
-                keys.setdefault(address_key(row["target"]), []).append(row["seq"])
+            if not row.on_list and not sql_keys_alike(row.target):
+                keys.setdefault(address_key(row.target), []).append(row.seq)
         if keys:
             marks = ", ".join("?" * len(keys))
             for (address,) in self.core.conn.execute(

@@ -27,14 +27,14 @@ def keep_open(conn: Any, run_id: str, rows: Sequence[Any], at: str) -> list[Any]
     moment = clock.parse(at)
     kept = []
     for row in rows:
-        spec, tz = row["send_window"], row["send_tz"]
+        spec, tz = row.send_window, row.send_tz
         later = reopen(spec, tz or "UTC", moment) if spec else None
         if later is None:
             kept.append(row)
             continue
         conn.execute(
             "UPDATE items SET not_before = ? WHERE run_id = ? AND seq = ? AND state = 'pending'",
-            (later, run_id, row["seq"]),
+            (later, run_id, row.seq),
         )
     return kept
 

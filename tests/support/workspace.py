@@ -21,7 +21,6 @@ import psycopg
 from click.testing import CliRunner, Result
 
 from notifier.cli import cli
-from notifier.store.postgres import native
 
 from .postgres import schema_of
 
@@ -126,7 +125,7 @@ class Workspace:
         if self.url:
             with psycopg.connect(self.url, autocommit=True) as pg:
                 pg.execute("SET default_transaction_read_only = on")
-                cursor = psycopg.RawCursor(pg).execute(native(sql)[0], params)
+                cursor = pg.execute(_psycopg_form(sql), params)
                 return [tuple(r) for r in cursor]
         conn = sqlite3.connect(f"file:{self.db_file}?mode=ro", uri=True)
         try:
@@ -138,7 +137,7 @@ class Workspace:
         """Change the database behind notifier's back, as a test that forges a state does."""
         if self.url:
             with psycopg.connect(self.url, autocommit=True) as pg:
-                psycopg.RawCursor(pg).execute(native(sql)[0], params)
+                pg.execute(_psycopg_form(sql), params)
             return
         conn = sqlite3.connect(self.db_file)
         try:
@@ -212,3 +211,9 @@ def make_rows(n: int, *, start: int = 1) -> list[list[str]]:
     for i in range(start, start + n):
         rows.append([f"u{i}", f"user{i}@example.com", f"Hello {i}", f"Body of {i}", f"User {i}"])
     return rows
+
+
+def _psycopg_form(sql: str) -> str:
+    """A test's `?` parameters as psycopg's own `%s` (a literal `%` doubled): the tests'
+    statements hold no `?` inside a quoted literal."""
+    return sql.replace("%", "%%").replace("?", "%s")
