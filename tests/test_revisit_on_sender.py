@@ -87,11 +87,12 @@ def test_a_held_revisit_query_does_not_hold_up_the_other_items(ws: Workspace, n:
                     timeout=WAIT_S - 10,
                 )
             else:
-                # One sender, and it is the committer: nothing else moves meanwhile.
-                settled = _sent_others(ws)
+                # One sender, and it is the committer: the run waits for the query, with at
+                # most the one send answered just before it not yet recorded (besides u1).
                 with receiver.lock:
                     posted = len(receiver.arrivals)
-                assert settled == posted - 1, "every request made before the query recorded"
+                settled = _sent_others(ws)
+                assert posted - 2 <= settled <= posted - 1
                 assert settled < rows - 1
             assert _u1(ws) == "unknown", "u1 is recorded only with its finding"
             assert len(receiver.queries) == 2, "asked once more, not once per turn"
