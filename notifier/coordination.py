@@ -25,7 +25,7 @@ from .judging import Progress, Stop
 from .lease import holder_alive
 from .pipeline import SharedBucket, TokenBucket
 from .reconcile import settle, settle_doubts, settle_items
-from .records import Counts, PendingKind, Run
+from .records import Counts, Item, PendingKind, Run
 from .state_machine import ItemTrigger, RunState, RunTrigger
 from .store import LeaseLost, Store, WorkerFence
 
@@ -101,8 +101,10 @@ class Coordination:
         """ "left" (the others finish the run), "wait" (others still hold items) or "last"."""
         return "last"
 
-    def watch(self) -> None:
-        """What other processes did that this one must heed, at each revisit."""
+    def watch(self) -> list[Item]:
+        """What other processes did that this one must heed, at each revisit: the items
+        it adopted from dead workers, to settle by query before it sends any of them."""
+        return []
 
     def may_close(self, counts: Counts) -> bool:
         """Whether the run may be closed with these counts, nothing left to claim."""
@@ -307,14 +309,16 @@ class Shared(Coordination):
             wait_for_busy=wait_for_busy,
         )
 
-    def watch(self) -> None:
+    def watch(self) -> list[Item]:
         """Gates closed by other workers' throttled answers count here too; dead workers'
-        items are adopted at most every REAP_S."""
+        items are adopted at most every REAP_S (the runner hands them to its senders to ask
+        about: a query never runs on the committer's thread mid-run)."""
         for channel, until in self.store.queries.channel_gates(self.run_id).items():
             self.p.gate(channel, time.monotonic() + clock.seconds_until(clock.parse(until)))
-        if time.monotonic() >= self._reap_at:
-            self.adopt_and_settle()
-            self._reap_at = time.monotonic() + REAP_S
+        if time.monotonic() < self._reap_at:
+            return []
+        self._reap_at = time.monotonic() + REAP_S
+        return self.adopt()
 
     def finish(self) -> RunResult | None:
         ending = self.leave(wait_for_busy=True)
@@ -331,17 +335,24 @@ class Shared(Coordination):
     def may_close(self, counts: Counts) -> bool:
         return not counts.in_flight  # held by a worker not yet known dead: wait for it
 
-    def adopt_and_settle(self) -> bool:
-        """Fence out dead workers, adopt what they left in flight (and unknown items no live
-        worker holds) and settle it by query, before this worker sends anything more.
-        Whether anything was adopted."""
+    def adopt(self) -> list[Item]:
+        """Fence out dead workers and adopt what they left in flight (and unknown items no
+        live worker holds), in one transaction: the items to settle by query before this
+        worker sends any of them (claims take pending items only)."""
         adopted = self.store.leases.reap_dead_workers(
             self.run_id, self.worker_id, self.lease_version, holder_alive
         )
-        if not adopted:
+        if adopted:
+            self.p.say(f"settling {len(adopted)} item(s) left by a worker that died")
+        return [self.store.queries.item(self.run_id, seq) for seq in adopted]
+
+    def adopt_and_settle(self) -> bool:
+        """`adopt`, and settle what was adopted by query here, before this worker sends
+        anything (at its start) or closes the run (at its finish). Whether anything was
+        adopted."""
+        items = self.adopt()
+        if not items:
             return False
-        self.p.say(f"settling {len(adopted)} item(s) left by a worker that died")
-        items = [self.store.queries.item(self.run_id, seq) for seq in adopted]
         for s in settle_items(
             self.store, self.run_id, self.channels, self.lease_version, items, self.p.say
         ):

@@ -2,8 +2,8 @@
 per-channel token bucket of `--rate`.
 
 The runner's main thread is the only committer: it hands claimed items (point A already
-committed) to the senders and takes their results back to record. A sender only sends; it
-never writes to the database.
+committed) and questions (items to ask the channel about) to the senders and takes their
+results back to record. A sender only sends and asks; it never writes to the database.
 """
 
 from __future__ import annotations
@@ -15,12 +15,11 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Generic, TypeVar
 
-from .records import Item
-
 if TYPE_CHECKING:
     from .channels import Channel
     from .store import Store
 
+J = TypeVar("J")
 R = TypeVar("R")
 POLL_S = 0.2
 # After the first finished send, how long the committer lets others finish before it takes
@@ -60,16 +59,17 @@ def in_flight_cap(channel: Channel) -> int | None:
     return cap if isinstance(cap, int) and cap > 0 else None
 
 
-class Senders(Generic[R]):
-    """Up to `size` sends at once. With size 1 there is no thread at all: `submit` sends
-    right away in the caller's thread, so N = 1 is exactly the sequential protocol.
-    `gather_s`: how long `results` waits for more once one send has finished."""
+class Senders(Generic[J, R]):
+    """Up to `size` jobs (sends, queries) at once, in the order handed out. With size 1
+    there is no thread at all: `submit` does the job right away in the caller's thread, so
+    N = 1 is exactly the sequential protocol. `gather_s`: how long `results` waits for more
+    once one job has finished."""
 
-    def __init__(self, size: int, send: Callable[[Item], R], gather_s: float = 0.0) -> None:
+    def __init__(self, size: int, send: Callable[[J], R], gather_s: float = 0.0) -> None:
         self._send = send
         self._gather_s = gather_s
-        self._done: queue.SimpleQueue[tuple[Item, R]] = queue.SimpleQueue()
-        self._work: queue.SimpleQueue[Item | None] = queue.SimpleQueue()
+        self._done: queue.SimpleQueue[tuple[J, R]] = queue.SimpleQueue()
+        self._work: queue.SimpleQueue[J | None] = queue.SimpleQueue()
         self._threads = [
             threading.Thread(target=self._serve, name=f"send-{i}", daemon=True)
             for i in range(size if size > 1 else 0)
@@ -77,15 +77,15 @@ class Senders(Generic[R]):
         for thread in self._threads:
             thread.start()
 
-    def submit(self, item: Item) -> None:
+    def submit(self, job: J) -> None:
         if not self._threads:
-            self._done.put((item, self._send(item)))
+            self._done.put((job, self._send(job)))
         else:
-            self._work.put(item)
+            self._work.put(job)
 
-    def results(self, timeout: float | None) -> list[tuple[Item, R]]:
-        """Every finished send; with a timeout, wait up to that long for the first one."""
-        done: list[tuple[Item, R]] = []
+    def results(self, timeout: float | None) -> list[tuple[J, R]]:
+        """Every finished job; with a timeout, wait up to that long for the first one."""
+        done: list[tuple[J, R]] = []
         try:
             if timeout is not None and timeout > 0:
                 done.append(self._done.get(timeout=timeout))
@@ -97,8 +97,8 @@ class Senders(Generic[R]):
             return done
 
     def close(self) -> None:
-        """Drop items not yet started (still in flight in the database: the next worker
-        settles them) and wait for the sends under way to return."""
+        """Drop jobs not yet started (items still in flight or unknown in the database: the
+        next worker settles them) and wait for the jobs under way to return."""
         try:
             while True:
                 self._work.get_nowait()
@@ -110,8 +110,8 @@ class Senders(Generic[R]):
             thread.join()
 
     def _serve(self) -> None:
-        while (item := self._work.get()) is not None:
-            self._done.put((item, self._send(item)))
+        while (job := self._work.get()) is not None:
+            self._done.put((job, self._send(job)))
 
 
 class TokenBucket:

@@ -1,9 +1,12 @@
 """Settling items whose outcome is not known, by asking the downstream by key.
 
 Used by `resume` (before any new item starts), by `cancel` (a worker's or its own when no
-worker is alive), by the runner's revisit of items that waited for their query_delay, and
-by `reconcile`; `ask` also by a sender right after an uncertain answer (sending.py). What a
-finding means is decided in one place, decide.decide.
+worker is alive), by a worker settling what dead workers left before it starts, and by
+`reconcile`. Mid-run, the committer only reads what a question rests on (`question`) and
+records what the answer means (`decided`); a sender asks (sending.py), right after an
+uncertain answer, or for the runner's revisit of an item that waited for its query_delay and
+a dead worker's items adopted mid-run. What a finding means is decided in one place,
+decide.decide.
 """
 
 from __future__ import annotations
@@ -23,7 +26,18 @@ from .retry import RetryPolicy
 from .state_machine import ItemState
 from .store import Store
 
-__all__ = ["Answer", "Finding", "Settlement", "ask", "settle", "settle_doubts", "settle_items"]
+__all__ = [
+    "Answer",
+    "Finding",
+    "Question",
+    "Settlement",
+    "ask",
+    "decided",
+    "question",
+    "settle",
+    "settle_doubts",
+    "settle_items",
+]
 
 # A query is read-only, so it may be retried freely; but it must not hold up a resume for
 # long, so a few quick tries and then the item is reported as undecided.
@@ -112,6 +126,50 @@ class Settlement:
     line: str
 
 
+@dataclass(frozen=True)
+class Question:
+    """An item to settle by asking its channel, with what the decision rests on, read at
+    the question where the store is: its attempts and from when a 404 counts. With the
+    runner's retry `policy`: its revisit of an item that waited for its query_delay."""
+
+    item: Item
+    moment: Moment
+    history: History
+    not_found_from: datetime | None
+    policy: RetryPolicy | None = None
+
+    @property
+    def seq(self) -> int:
+        return self.item.seq
+
+    @property
+    def channel(self) -> str:
+        return self.item.channel
+
+
+def question(
+    store: Store, run_id: str, channel: Channel, item: Item, policy: RetryPolicy | None = None
+) -> Question:
+    """The question to settle `item` by (`Moment.REVISIT` with the runner's `policy`)."""
+    history = History.of(store.queries.attempts(run_id, item.seq))
+    moment = Moment.SETTLE if policy is None else Moment.REVISIT
+    return Question(item, moment, history, not_found_counts_from(channel, history.last), policy)
+
+
+def decided(q: Question, channel: Channel, answer: Answer | None, now: datetime) -> Settlement:
+    """What `answer` (None: the channel cannot be queried), come at `now`, means for the
+    item asked about (decide.decide)."""
+    decision = decide(
+        q.item,
+        Settling(q.moment, answer, q.not_found_from),
+        caps=Caps.of(channel),
+        policy=q.policy or RetryPolicy(),
+        history=q.history,
+        now=now,
+    )
+    return Settlement(q.item, decision.outcome, decision.line)
+
+
 def settle_item(
     item: Item,
     channel: Channel,
@@ -119,22 +177,14 @@ def settle_item(
     not_found_from: datetime | None = None,
     *,
     moment: Moment = Moment.SETTLE,
-    policy: RetryPolicy | None = None,
     history: History | None = None,
 ) -> Settlement:
     """Ask about an `in_flight` (crashed mid-attempt) or `unknown` item, or at cancel a
     maybe-delivered pending one, and decide what it is (decide.decide). Before
     `not_found_from` (see not_found_counts_from) a 404 proves nothing."""
     answer = ask(channel, item, wait) if channel.queryable else None
-    decision = decide(
-        item,
-        Settling(moment, answer, not_found_from),
-        caps=Caps.of(channel),
-        policy=policy or RetryPolicy(),
-        history=history or History(),
-        now=clock.now(),
-    )
-    return Settlement(item, decision.outcome, decision.line)
+    q = Question(item, moment, history or History(), not_found_from)
+    return decided(q, channel, answer, clock.now())
 
 
 def settle(
@@ -163,22 +213,16 @@ def settle_items(
     items: list[Item],
     say: Callable[[str], None],
     wait: tenacity.wait.wait_base = QUERY_WAIT,
-    policy: RetryPolicy | None = None,
 ) -> list[Settlement]:
-    """Settle `items` one by one, each recorded before the next is asked about. With the
-    runner's retry `policy`, as its revisit of items that waited for their query_delay: one
-    proven undelivered is retried only while its attempts and deadline last."""
+    """Settle `items` one by one, each recorded before the next is asked about."""
     settled = []
-    moment = Moment.SETTLE if policy is None else Moment.REVISIT
     for item in items:
         channel = channels[item.channel]
         if item.state is ItemState.UNKNOWN and not channel.queryable:
             continue
-        history = History.of(store.queries.attempts(run_id, item.seq))
-        since = not_found_counts_from(channel, history.last)
-        settlement = settle_item(
-            item, channel, wait, since, moment=moment, policy=policy, history=history
-        )
+        q = question(store, run_id, channel, item)
+        answer = ask(channel, item, wait) if channel.queryable else None
+        settlement = decided(q, channel, answer, clock.now())
         if settlement.outcome is not None:
             store.ledger.record(
                 run_id, lease_version, [replace(settlement.outcome, expected=item.state)]

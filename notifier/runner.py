@@ -3,8 +3,10 @@ point A (intents + attempts durable) → send → point B (outcomes durable).
 
 Up to N sends are in flight at once on N sender threads (pipeline.py); this thread is the
 only one that writes, and each of its transactions records the outcomes that came back and
-claims their replacements together (a group commit). N = 1 sends in this thread: the strict
-sequential protocol.
+claims their replacements together (a group commit). Mid-run it never asks a channel
+anything: the status queries (after an uncertain answer, at a revisit, for a dead worker's
+items) are asked by the senders, and it records what they found. N = 1 sends (and asks) in
+this thread: the strict sequential protocol.
 """
 
 from __future__ import annotations
@@ -22,18 +24,21 @@ from .channels import Channel
 from .coordination import CHANNEL_DOWN_PAUSE, RunOptions, RunResult, for_run
 from .crash import CrashPlan
 from .deadlines import split_stale
+from .decide import Unasked
 from .domain_rates import DomainRates
 from .judging import Judge, NotStarted, Progress, Slot, Stop
 from .observe import NULL_OBSERVER, Observer
 from .pipeline import GATHER_PER_N_AHEAD_S, POLL_S, Senders, claim_ahead
-from .reconcile import settle_items
+from .reconcile import Question, Settlement, decided, question
 from .records import Item
 from .retry import RetryPolicy
-from .sending import Dispatch
+from .sending import Asked, Dispatch
 from .signals import Interruption
 from .state_machine import FINISHED_RUN_STATES, ItemState, ItemTrigger, RunState, RunTrigger
 from .store import LeaseLost, Store
 
+# A revisit's finding that settles its item for the progress shown.
+_COUNTED = (ItemTrigger.FOUND, ItemTrigger.UNDECIDED, ItemTrigger.GIVE_UP)
 # Kept here for the callers that know them from the runner.
 APPROVAL_PAUSE = approval.APPROVAL_PAUSE
 __all__ = ["APPROVAL_PAUSE", "CHANNEL_DOWN_PAUSE", "RunOptions", "RunResult", "Runner"]
@@ -102,9 +107,9 @@ class Runner:
         )
         # Items claimed ahead of the N being sent, point A committed (see claim_ahead).
         self._ahead = claim_ahead(options.concurrency, channels.values())
-        self._senders: Senders[Slot] = Senders(
+        self._senders: Senders[Item | Question, Slot | Asked] = Senders(
             options.concurrency,
-            self.dispatch.send_one,
+            self.dispatch.work,
             gather_s=GATHER_PER_N_AHEAD_S * self._ahead / options.concurrency,
         )
         self._revisit_at = 0.0  # when to look again for query_delay revisits that came due
@@ -145,29 +150,6 @@ class Runner:
         if halted is not None:
             return self.coord.halt(*halted)
         return self._pipeline()
-
-    def _settle_waiting(self) -> None:
-        """Ask again about unknown items whose query_delay has passed (a 404 now counts). A
-        conflict halts the run once nothing is in flight."""
-        due = self.store.queries.waiting_for_query(self.run_id, due_by=clock.now_iso())
-        if not due:
-            return
-        settlements = settle_items(
-            self.store,
-            self.run_id,
-            self.channels,
-            self.lease_version,
-            due,
-            self.p.say,
-            policy=self.policy,
-        )
-        for s in settlements:
-            if s.outcome is None:
-                continue
-            if s.outcome.trigger == ItemTrigger.CONFLICT and self.p.halt is None:
-                self.p.halt = (Stop.CONFLICT, f"conflict on item {s.item.seq}: {s.outcome.error}")
-            if s.outcome.trigger in (ItemTrigger.FOUND, ItemTrigger.UNDECIDED, ItemTrigger.GIVE_UP):
-                self.p.advance(1)
 
     def _stop_requested(self) -> RunResult | None:
         if self.lease_lost.is_set():
@@ -266,14 +248,7 @@ class Runner:
                 if stop is not None:
                     return stop
                 continue
-            self._revisit(idle=not inflight, stopping=draining)
-            if self.p.halt is not None:
-                # A revisit found a conflict: nothing new starts, and the sends still in
-                # flight are collected below before the run halts (skipping the collection
-                # here would leave them in flight forever, and this loop spinning).
-                if not inflight:
-                    continue
-                draining = True
+            self._revisit(inflight, stopping=draining)
             if not inflight and starved:
                 ended = self._when_starved()
                 if ended is not None:
@@ -286,9 +261,13 @@ class Runner:
             braked = bool(inflight) and self.dispatch.braked()
             wait = bool(inflight) and (len(inflight) >= capacity or starved or draining or braked)
             done = self._senders.results(self._poll_timeout() if wait else None)
-            for item, _ in done:
-                del inflight[item.seq]
-            if not draining and any(isinstance(slot[0], NotStarted) for _, slot in done):
+            for job, _ in done:
+                del inflight[job.seq]
+            sent = [
+                (job, r) for job, r in done if isinstance(job, Item) and not isinstance(r, Asked)
+            ]
+            asked = [r for _, r in done if isinstance(r, Asked)]
+            if not draining and any(isinstance(slot[0], NotStarted) for _, slot in sent):
                 # A sender held an item back: a stop may have come while this thread waited
                 # (a signal, a cancel), and what it gave back must not be claimed again.
                 draining = self._stopping()
@@ -298,7 +277,7 @@ class Runner:
                 # own commit, before the next item's point A.
                 free = 0
             busy = Counter(item.channel for item in inflight.values())
-            claimed = self._commit(done, free, busy)
+            claimed = self._commit(sent, asked, free, busy)
             starved = free > 0 and len(claimed) < free
             for item in self._drop_stale(claimed):
                 inflight[item.seq] = item
@@ -326,10 +305,13 @@ class Runner:
         self._sleep_until(wake)
         return None
 
-    def _commit(self, done: list[tuple[Item, Slot]], free: int, busy: Counter[str]) -> list[Item]:
-        """Point B of the finished sends and point A of up to `free` new items, one commit.
-        `busy`: items still in flight, per channel. Any status query was asked by the
-        item's sender already: this thread only decides and records."""
+    def _commit(
+        self, done: list[tuple[Item, Slot]], asked: list[Asked], free: int, busy: Counter[str]
+    ) -> list[Item]:
+        """Point B of the finished sends, what the senders' answers to this thread's
+        questions established, and point A of up to `free` new items, one commit. `busy`:
+        items still in flight (or asked about), per channel. Every status query was asked by
+        a sender already: this thread only decides and records."""
         seqs = [item.seq for item, _ in done]
         if self.crash and seqs:
             self.crash.at("after-send", seqs)
@@ -346,7 +328,11 @@ class Runner:
         held_back = [item.seq for item, (result, *_) in done if result is None]
         doubted_here = sum(1 for item, (result, *_) in done if self.dispatch.doubts(item, result))
         channel_of = {item.seq: item.channel for item, _ in done}
-        if held_back or self.brakes.would_halt(outcomes, channel_of):
+        findings = self._findings(asked)
+        settled = [
+            replace(s.outcome, expected=s.item.state) for _, s in findings if s.outcome is not None
+        ]
+        if held_back or self.p.halt is not None or self.brakes.would_halt(outcomes, channel_of):
             free = 0  # nothing new starts in a run about to stop
         # A capped channel gets new items only while under its cap, and no more than the
         # room left: while one has room, a commit claims at most that many items.
@@ -358,7 +344,7 @@ class Runner:
         claimed = self.store.ledger.step(
             self.run_id,
             self.lease_version,
-            outcomes,
+            [*outcomes, *settled],
             free,
             exclude_channels=exclude,
             exclude_seqs=self._held(),
@@ -376,6 +362,11 @@ class Runner:
             # Read after this commit, before its items go to the senders: an item claimed
             # after a cancel was committed never starts.
             self._read_flags()
+        for q, s in findings:
+            self.p.say(s.line)
+            revisited = q.policy is not None
+            if revisited and s.outcome is not None and s.outcome.trigger in _COUNTED:
+                self.p.advance(1)
         if self.crash and seqs:
             self.crash.at("after-receipt", seqs)
         self.observer.recorded(done, outcomes)
@@ -387,19 +378,43 @@ class Runner:
             self.crash.at("after-intent", [item.seq for item in claimed])
         return claimed
 
-    def _revisit(self, *, idle: bool, stopping: bool) -> None:
-        """`_settle_waiting` whenever nothing is in flight, else at most every POLL_S: a
-        stream of sends must not postpone the query_delay revisits, nor pay a query each.
-        None while the run is stopping: the items waiting to be asked about stay unknown for
-        whoever settles the run next, rather than hold the stop up by their queries."""
-        if idle or time.monotonic() >= self._revisit_at:
-            if not stopping:
-                self._settle_waiting()
-            self._expire_due()
-            if self.approval.until is not None:
-                self.approval.read()
-            self.coord.watch()  # other workers' gates, dead workers' items
-            self._revisit_at = time.monotonic() + POLL_S
+    def _findings(self, asked: list[Asked]) -> list[tuple[Question, Settlement]]:
+        """What the senders' answers to this thread's questions mean (reconcile.decided). A
+        question the stop left unasked establishes nothing: its item waits, as it was, for
+        whoever settles the run next, never a halt. A conflict halts the run once nothing is
+        in flight."""
+        findings = []
+        for a in asked:
+            if isinstance(a.answer, Unasked):
+                continue
+            s = decided(a.question, self.channels[a.question.channel], a.answer, a.at)
+            o = s.outcome
+            if o is not None and o.trigger == ItemTrigger.CONFLICT and self.p.halt is None:
+                self.p.halt = (Stop.CONFLICT, f"conflict on item {o.seq}: {o.error}")
+            findings.append((a.question, s))
+        return findings
+
+    def _revisit(self, inflight: dict[int, Item], *, stopping: bool) -> None:
+        """Whenever nothing is in flight, else at most every POLL_S (a stream of sends must
+        not postpone the revisits, nor pay a look each): hand the senders the items to ask
+        about (those adopted from dead workers, and unknown items whose query_delay has
+        passed, where a 404 now counts), expire what is past not_after, read the approval
+        again. The query_delay revisits wait while the run is stopping: their items stay
+        unknown for whoever settles the run next, rather than hold the stop up."""
+        if inflight and time.monotonic() < self._revisit_at:
+            return
+        adopted = self.coord.watch()  # other workers' gates, dead workers' items
+        due = [] if stopping else self.store.queries.waiting_for_query(self.run_id, clock.now_iso())
+        for item, policy in [*((i, None) for i in adopted), *((i, self.policy) for i in due)]:
+            channel = self.channels[item.channel]
+            if item.seq in inflight or (item.state is ItemState.UNKNOWN and not channel.queryable):
+                continue  # being asked about already; or nothing could tell more
+            inflight[item.seq] = item
+            self._senders.submit(question(self.store, self.run_id, channel, item, policy))
+        self._expire_due()
+        if self.approval.until is not None:
+            self.approval.read()
+        self._revisit_at = time.monotonic() + POLL_S
 
     def _stopping(self) -> bool:
         """Whether to stop starting sends (Ctrl-C, a cancel); the ending itself waits until

@@ -1,8 +1,10 @@
 """The sender side of a run: what a sender thread checks at the moment its request would
 leave, the request itself, what it tells every other sender the moment an answer arrives,
-and, after an uncertain answer that the decision says only a status query can settle, that
-query (the committer decides each answer in full, with the query's finding, and is the only
-one that writes: while one sender waits for its query, the other answers are recorded).
+and every status query asked mid-run: after an uncertain answer that the decision says only
+a query can settle, and the questions the committer hands out (the revisit of an item whose
+query_delay came due, a dead worker's items adopted). The committer decides each answer in
+full, with the query's finding, and is the only one that writes: while one sender waits for
+its query, the other answers are recorded.
 
 A check made when an item was claimed is not enough: an item claimed ahead may wait behind
 a slow request, a channel's lock or a --rate token, while a cancel, a halt, a 429 or an
@@ -15,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext, suppress
+from dataclasses import dataclass
 from datetime import datetime
 
 from . import clock, schedule
@@ -26,15 +29,26 @@ from .domain_rates import DomainRates
 from .judging import NotStarted, Progress, Sent, Slot
 from .observe import Observer
 from .pipeline import POLL_S, SharedBucket, TokenBucket, in_flight_cap
-from .reconcile import ask
+from .reconcile import Question, ask
 from .records import Item
 from .retry import RetryPolicy
 from .signals import Interruption
 from .store import LeaseLost
 
 
+@dataclass(frozen=True)
+class Asked:
+    """A sender's answer to a committer's question: what the query found (None: the
+    channel cannot be queried, nothing was asked; Unasked: the run was stopping) and when."""
+
+    question: Question
+    answer: Answer | Unasked | None
+    at: datetime
+
+
 class Dispatch:
-    """Starts sends for one run's sender threads (or, at N = 1, the committer's own)."""
+    """Starts sends and asks questions for one run's sender threads (or, at N = 1, the
+    committer's own)."""
 
     def __init__(
         self,
@@ -141,6 +155,20 @@ class Dispatch:
             and not self.channels[item.channel].idempotent
         )
 
+    def work(self, job: Item | Question) -> Slot | Asked:
+        """What a sender does with what the committer handed it: send an item (point A
+        committed), or ask about one."""
+        if isinstance(job, Question):
+            return self.ask_about(job)
+        return self.send_one(job)
+
+    def ask_about(self, question: Question) -> Asked:
+        """The committer's question, asked here so that it records the other answers while
+        this one waits (a channel that cannot be queried is not asked: nothing to wait for)."""
+        channel = self.channels[question.channel]
+        answer = self.asked(question.item) if channel.queryable else None
+        return Asked(question, answer, clock.now())
+
     def send_one(self, item: Item) -> Slot:
         """The result and the moment it arrived, on the wall clock (to record) and on the
         monotonic clock (to wait): waits (Retry-After) count from then. None: not sent at
@@ -215,6 +243,13 @@ class Dispatch:
             return None
         if not wanted:
             return None
+        return self.asked(item)
+
+    def asked(self, item: Item) -> Answer | Unasked:
+        """The one way a sender asks the channel about an item: Unasked when the run is
+        stopping (no new request starts; the item waits, unknown or in flight, for whoever
+        settles the run next)."""
+        channel = self.channels[item.channel]
         if not self._may_ask():
             return Unasked()
         try:

@@ -23,9 +23,11 @@ from notifier.intent import Intent
 from notifier.judging import Slot, Stop
 from notifier.lease import holder_alive
 from notifier.outcome import run_advice, run_exit
+from notifier.reconcile import Question
 from notifier.records import Item
 from notifier.retry import RetryPolicy
 from notifier.runner import APPROVAL_PAUSE, CHANNEL_DOWN_PAUSE, Runner, RunOptions, RunResult
+from notifier.sending import Asked
 from notifier.signals import Interruption
 from notifier.state_machine import RunState, RunTrigger
 from notifier.store import Store
@@ -212,9 +214,9 @@ def test_a_throttled_answer_closes_the_channel_before_any_other_sender_starts(
     taken = []  # every claimed item goes through one sender call: sent, or held back
     send_one = runner._senders._send
 
-    def counted(item: Item) -> Slot:
-        slot = send_one(item)
-        taken.append(item.seq)
+    def counted(job: Item | Question) -> Slot | Asked:
+        slot = send_one(job)
+        taken.append(job.seq)
         return slot
 
     runner._senders._send = counted
