@@ -400,12 +400,16 @@ def test_ctrl_c_on_one_worker_leaves_the_run_to_the_other(ws: Workspace, pg_url:
     """Ctrl-C on one of two workers: it records what it sent and exits 130, the run stays
     running, and the other worker completes it with each key committed once."""
     # Every answer is held until both workers hold items: on a busy machine one worker
-    # could otherwise finish the batch before the other had started.
+    # could otherwise finish the batch before the other had started. A held request must
+    # not time out first (hence the timeout): its retry under the same key would count as
+    # a second commit here, where a real idempotent receiver keeps one.
     hold = threading.Event()
     receiver = Receiver(hold=hold)
     with receiving(receiver):
         (ws.path / "notifier.toml").write_text(
-            webhook_config(receiver, idempotent=True, status=True, query_delay=0.2)
+            webhook_config(
+                receiver, idempotent=True, status=True, query_delay=0.2, timeout=2 * WAIT_S
+            )
         )
         ws.write_csv("batch.csv", make_rows(120))
         first, second = fleet(ws, pg_url, "i1", 2, 4)
