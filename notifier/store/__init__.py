@@ -91,14 +91,6 @@ class Store:
         return self.engine.path
 
     @property
-    def conn(self) -> Any:
-        return self.engine.conn
-
-    @conn.setter
-    def conn(self, conn: Any) -> None:  # tests stand a recording connection in its place
-        self.engine.conn = conn
-
-    @property
     def fencing(self) -> Fencing:
         """Whose lease fences this store's writes (core.py), as fixed when it was made."""
         return self.core.fencing
