@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Self
+from typing import Self
 
 from .buckets import Buckets
 from .checks import Checks

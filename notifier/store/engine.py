@@ -194,3 +194,14 @@ def snapshot(engine: Engine) -> Iterator[None]:
         yield
     finally:
         engine.roll_back()
+
+
+@contextmanager
+def closed_if_failed(engine: Engine) -> Iterator[None]:
+    """Close `engine` if what the block does with it fails (an open's checks or migrations),
+    and let the failure through: a refused open leaves no connection behind."""
+    try:
+        yield
+    except BaseException:
+        engine.close()
+        raise

@@ -38,7 +38,7 @@ from ..errors import NotifierError
 from . import migrations, statements
 from .checks import Checks, refuse_newer
 from .core import ROLLED_BACK
-from .engine import Dialect, Fence, Rows, written
+from .engine import Dialect, Fence, Rows, closed_if_failed, written
 from .exceptions import (
     DatabaseUnwritable,
     NoDatabase,
@@ -140,7 +140,7 @@ class PostgresEngine:
     def open(cls, path: Path | str, *, create: bool = False, readonly: bool = False) -> Self:
         url = str(path)
         engine = cls._connect(url, readonly=readonly)
-        try:
+        with closed_if_failed(engine):
             if engine._check_schema() and not create:
                 raise NoDatabase(
                     f"{engine.path}: no notifier database here yet. Run `notifier send "
@@ -149,9 +149,6 @@ class PostgresEngine:
             Checks(engine).check_invariants()
             if not readonly:
                 engine._prepare()
-        except BaseException:
-            engine.close()
-            raise
         return engine
 
     @classmethod

@@ -18,7 +18,7 @@ from ..errors import NotifierError
 from . import migrations, statements
 from .checks import Checks, refuse_newer
 from .core import ROLLED_BACK
-from .engine import Dialect, Fence, Rows, written
+from .engine import Dialect, Fence, Rows, closed_if_failed, written
 from .exceptions import DatabaseUnwritable, NoDatabase, StorageFailed, StoreRefused
 from .stage import _PENDING_COLUMNS, PlanStage
 
@@ -107,11 +107,8 @@ class SqliteEngine:
             return checked
         checked.close()
         engine = cls._connect(path, fresh=False)
-        try:
+        with closed_if_failed(engine):
             engine._prepare()
-        except BaseException:
-            engine.close()
-            raise
         return engine
 
     @classmethod
