@@ -81,15 +81,15 @@ def mark_all_sent(db: str) -> None:
 
     store = Store.open(db)
     try:
-        store.conn.execute("BEGIN")
-        store.conn.execute(
+        store.engine.execute("BEGIN")
+        store.engine.execute(
             "INSERT INTO receipts (idempotency_key, intent_digest, receipt_id, source, "
             "recorded_at) SELECT idempotency_key, intent_digest, idempotency_key, 'bench', "
             "updated_at FROM items WHERE state = 'pending'"
         )
-        store.conn.execute("UPDATE items SET state = 'sent' WHERE state = 'pending'")
-        store.conn.execute("UPDATE runs SET state = 'completed'")
-        store.conn.execute("COMMIT")
+        store.engine.execute("UPDATE items SET state = 'sent' WHERE state = 'pending'")
+        store.engine.execute("UPDATE runs SET state = 'completed'")
+        store.engine.execute("COMMIT")
     finally:
         store.close()
 

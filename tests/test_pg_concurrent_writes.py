@@ -24,6 +24,7 @@ from notifier.lease import holder_alive
 from notifier.records import Outcome
 from notifier.state_machine import ItemState, ItemTrigger
 from notifier.store import LeaseLost, Store
+from notifier.store.postgres import PostgresEngine
 
 from .conftest import Workspace, make_rows, postgres_schema
 
@@ -64,7 +65,7 @@ def worker(db: str, run_id: str, token: str) -> tuple[Store, int]:
     owner = {"host": f"host-{token}", "pid": 1, "started": None, "token": token}
     store = Store.open(db).for_worker(token)  # one connection, closed with the worker store
     version = store.leases.join_run(run_id, owner, 60, holder_alive)
-    store.conn.execute(f"SET lock_timeout = '{LOCK_WAIT}'")
+    store.engine.execute(f"SET lock_timeout = '{LOCK_WAIT}'")
     return store, version
 
 
@@ -108,7 +109,8 @@ def until(condition: Callable[[], bool]) -> bool:
 
 def waiting_on_a_lock(db: str, store: Store) -> bool:
     """Whether `store`'s server session is waiting for a lock another session holds."""
-    pid = store.conn.raw.info.backend_pid
+    assert isinstance(store.engine, PostgresEngine)
+    pid = store.engine.raw.info.backend_pid
     sql = "SELECT wait_event_type FROM pg_stat_activity WHERE pid = ?"
     return rows(db, sql, (pid,)) == [("Lock",)]
 

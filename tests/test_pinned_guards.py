@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from psycopg.pq import TransactionStatus
 
 from notifier import approval as approval_module
 from notifier import clock
@@ -24,7 +25,10 @@ from notifier import lease as lease_module
 from notifier.records import Run
 from notifier.sandbox import Faults, Sandbox
 from notifier.store import LostRace, Store
+from notifier.store.engine import Engine
 from notifier.store.leases import Leases
+from notifier.store.postgres import PostgresEngine
+from notifier.store.sqlite import SqliteEngine
 
 from .conftest import Workspace, make_rows
 
@@ -136,29 +140,37 @@ class _Rows:
 
 
 class _MovesOneAfterTheClaimReads:
-    """A store connection on which, right after a claim has read its pending items and
+    """An engine's execute under which, right after a claim has read its pending items and
     before its conditional UPDATE, one of them is moved out of `pending` (as another writer
     moving it between the two statements would leave it). Once only."""
 
-    def __init__(self, conn: Any, seq: int) -> None:
-        self._conn = conn
+    def __init__(self, engine: Engine, seq: int) -> None:
+        self._execute = engine.execute
         self._seq = seq
         self.fired = False
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._conn, name)
-
-    def execute(self, sql: str, params: Any = ()) -> Any:
-        cursor = self._conn.execute(sql, params)
-        if self.fired or not (sql.startswith("SELECT *") and " FROM items WHERE " in sql):
+    def __call__(self, statement: str, params: Any = None) -> Any:
+        cursor = self._execute(statement, params)
+        if self.fired or not (
+            statement.startswith("SELECT *") and " FROM items WHERE " in statement
+        ):
             return cursor
         self.fired = True
         rows = cursor.fetchall()
-        assert self._seq in [row["seq"] for row in rows]
-        self._conn.execute(
-            "UPDATE items SET state = 'expired' WHERE run_id = 'r1' AND seq = ?", (self._seq,)
+        assert self._seq in [row.seq for row in rows]
+        self._execute(
+            "UPDATE items SET state = 'expired' WHERE run_id = 'r1' AND seq = %(seq)s",
+            {"seq": self._seq},
         )
         return _Rows(rows)
+
+
+def _in_transaction(engine: Engine) -> bool:
+    """Whether the engine's connection is inside a transaction, asked of its driver."""
+    if isinstance(engine, PostgresEngine):
+        return engine.raw.info.transaction_status != TransactionStatus.IDLE
+    assert isinstance(engine, SqliteEngine)
+    return engine.conn.in_transaction
 
 
 def _ledger(ws: Workspace) -> dict[str, list[tuple[Any, ...]]]:
@@ -184,13 +196,13 @@ def test_a_claim_whose_update_moves_fewer_rows_than_it_read_raises_and_writes_no
         version = store.leases.acquire_lease("r1", {"host": "h", "pid": 1}, 30, lambda o, e: False)
         before = _ledger(ws)
         assert before["items"] and all(row[1] == "pending" for row in before["items"])
-        racing = _MovesOneAfterTheClaimReads(store.conn, seq=2)
-        store.conn = racing
+        racing = _MovesOneAfterTheClaimReads(store.engine, seq=2)
+        store.engine.execute = racing  # type: ignore[method-assign]
         with pytest.raises(LostRace, match="expected 3 items pending for start"):
             store.ledger.claim("r1", version, 3)
         assert racing.fired
-        store.conn = racing._conn
-        assert not store.conn.in_transaction
+        del store.engine.execute  # the engine's own again
+        assert not _in_transaction(store.engine)
         assert _ledger(ws) == before
         # The store is still usable: a claim nobody races moves all three.
         assert [i.seq for i in store.ledger.claim("r1", version, 3)] == [1, 2, 3]

@@ -14,6 +14,8 @@ from notifier import clock
 from notifier.records import Outcome
 from notifier.state_machine import ItemState, ItemTrigger
 from notifier.store import LeaseLost, LostRace, Store
+from notifier.store import statements as sql
+from notifier.store.engine import Engine
 
 from .conftest import EXAMPLE, Workspace, make_rows
 
@@ -247,22 +249,18 @@ def test_database_mid_checkpoint_with_wal_is_opened_not_refused(ws: Workspace) -
     assert len(list(ws.outbox.glob("*.json"))) == 300
 
 
-class _CommitsBetween:
-    """A store connection that lets another process commit an event right after the checks
-    read a run's last event number, as a worker sending at that moment would."""
+def _commits_between(engine: Engine, commit: Callable[[], None]) -> None:
+    """Make `engine` let another process commit an event right after the checks read a
+    run's last event number, as a worker sending at that moment would."""
+    execute = engine.execute
 
-    def __init__(self, conn: Any, commit: Callable[[], None]) -> None:
-        self._conn = conn
-        self._commit = commit
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._conn, name)
-
-    def execute(self, sql: str, params: Any = ()) -> Any:
-        cursor = self._conn.execute(sql, params)
-        if sql.startswith("SELECT MAX(seq_no) FROM events"):
-            self._commit()
+    def execute_then_commit(statement: str, params: Any = None) -> Any:
+        cursor = execute(statement, params)
+        if statement == sql.LAST_EVENT:
+            commit()
         return cursor
+
+    engine.execute = execute_then_commit  # type: ignore[method-assign]
 
 
 @pytest.mark.both_stores
@@ -280,7 +278,7 @@ def test_a_commit_between_two_checks_is_not_taken_for_a_contradiction(ws: Worksp
             other.core.event(run_id, "note", None, None, clock.now_iso())
 
     try:
-        store.conn = _CommitsBetween(store.conn, commit)
+        _commits_between(store.engine, commit)
         store.check_invariants()
     finally:
         store.close()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Self
+from typing import Self
 
 from .buckets import Buckets
 from .checks import Checks
@@ -89,14 +89,6 @@ class Store:
         """For SQLite the file; for PostgreSQL the server and database (never a password),
         as messages name it."""
         return self.engine.path
-
-    @property
-    def conn(self) -> Any:
-        return self.engine.conn
-
-    @conn.setter
-    def conn(self, conn: Any) -> None:  # tests stand a recording connection in its place
-        self.engine.conn = conn
 
     @property
     def fencing(self) -> Fencing:

@@ -6,7 +6,7 @@ from collections.abc import Set
 from pathlib import Path
 
 from . import statements as sql
-from .engine import Engine
+from .engine import Engine, snapshot
 from .exceptions import StoreRefused
 
 
@@ -40,7 +40,7 @@ class Checks:
         committing between two of their queries must not look like a contradiction."""
         if not self.engine.has_table("items"):
             return
-        with self.engine.snapshot():
+        with snapshot(self.engine):
             self._check_invariants()
 
     def _check_invariants(self) -> None:

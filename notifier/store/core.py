@@ -29,7 +29,7 @@ from ..state_machine import (
     item_next,
     run_next,
 )
-from .engine import Engine, Fence
+from .engine import Engine, Fence, snapshot
 from .exceptions import LeaseLost, LostRace, WriteConflict
 from .migrations import stored_content_fingerprint
 
@@ -144,10 +144,6 @@ class Core:
         as messages name it."""
         return self.engine.path
 
-    @property
-    def conn(self) -> Any:
-        return self.engine.conn
-
     # ---------------------------------------------------------------- writing
 
     @contextmanager
@@ -189,7 +185,7 @@ class Core:
 
     def snapshot(self) -> AbstractContextManager[None]:
         """Reads that see one committed state, whatever other processes commit meanwhile."""
-        return self.engine.snapshot()
+        return snapshot(self.engine)
 
     def _fence_query(self, run_id: str | None) -> Fence:
         """The read of the version the caller's lease must still hold, and its one key:

@@ -11,7 +11,7 @@ each hold one engine; neither is imported by the other, nor by the parts.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -87,9 +87,6 @@ class Engine(Protocol):
         password), as messages name it."""
         ...
 
-    # The driver's connection: execute(sql, params) with `?` or `:name` parameters.
-    conn: Any
-
     def execute(self, statement: str, params: Mapping[str, Any] | None = None) -> Rows:
         """A statement of statements.py (its notation), compiled for this engine the first
         time, sent with `params` by name."""
@@ -116,12 +113,8 @@ class Engine(Protocol):
         """ROLLBACK if a transaction is open; never raises (a failed disk may refuse it)."""
         ...
 
-    def snapshot(self) -> AbstractContextManager[None]:
-        """Reads that see one committed state, whatever other processes commit meanwhile."""
-        ...
-
-    def stream(self, sql: str, params: Sequence[Any]) -> Iterator[Any]:
-        """Rows read as the caller goes, never all held at once."""
+    def stream(self, statement: str, params: Mapping[str, Any]) -> Iterator[Any]:
+        """`execute`'s rows read as the caller goes, never all held at once."""
         ...
 
     def insert_pending(self, rows: Iterable[tuple[Any, ...]]) -> None:
@@ -189,4 +182,26 @@ def written(engine: Engine) -> Iterator[None]:
         raise engine.storage_failure(exc) from exc
     except BaseException:
         engine.roll_back()
+        raise
+
+
+@contextmanager
+def snapshot(engine: Engine) -> Iterator[None]:
+    """Reads that see one committed state, whatever other processes commit meanwhile (the
+    dialect's `begin_snapshot`); rolled back after, as nothing was written."""
+    engine.execute(engine.dialect.begin_snapshot)
+    try:
+        yield
+    finally:
+        engine.roll_back()
+
+
+@contextmanager
+def closed_if_failed(engine: Engine) -> Iterator[None]:
+    """Close `engine` if what the block does with it fails (an open's checks or migrations),
+    and let the failure through: a refused open leaves no connection behind."""
+    try:
+        yield
+    except BaseException:
+        engine.close()
         raise

@@ -23,16 +23,13 @@ A deadlock's victim is run again (core.retried). docs/design.md says the same at
 
 from __future__ import annotations
 
-import functools
-import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, Self
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg import sql as pg_sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 from psycopg.rows import namedtuple_row
@@ -41,7 +38,7 @@ from ..errors import NotifierError
 from . import migrations, statements
 from .checks import Checks, refuse_newer
 from .core import ROLLED_BACK
-from .engine import Dialect, Fence, Rows, written
+from .engine import Dialect, Fence, Rows, closed_if_failed, written
 from .exceptions import (
     DatabaseUnwritable,
     NoDatabase,
@@ -97,71 +94,6 @@ def describe(url: str) -> str:
     return f"postgresql://{user}{host}:{port}/{info.get('dbname', '')}"
 
 
-# A quoted literal (copied as it is), or a ? or :name parameter.
-_PARAMETERS = re.compile(r"'(?:[^']|'')*'|\?|(?<![:\w]):([A-Za-z_]\w*)")
-
-
-@functools.lru_cache(maxsize=8192)
-def native(sql: str) -> tuple[str, tuple[str, ...]]:
-    """The store's SQL with PostgreSQL's own `$n` parameters, and the names of the `:name`
-    ones in `$n` order (empty for `?` ones). Sent through a RawCursor, psycopg parses no
-    query text of its own: the set-based statements of a group commit run to thousands of
-    characters, too long for psycopg's cache, and parsing them cost more CPU than the rest
-    of the commit."""
-    names: list[str] = []
-    positional = 0
-
-    def token(match: re.Match[str]) -> str:
-        nonlocal positional
-        text = match.group(0)
-        if text.startswith("'"):
-            return text
-        if text == "?":
-            positional += 1
-            return f"${positional}"
-        name = match.group(1)
-        if name not in names:
-            names.append(name)
-        return f"${names.index(name) + 1}"
-
-    return _PARAMETERS.sub(token, sql), tuple(names)
-
-
-class PgConnection:
-    """A psycopg connection speaking to the store as sqlite3 does: execute() with `?`
-    parameters returning a cursor of rows, explicit BEGIN/COMMIT (autocommit otherwise)."""
-
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
-        self.raw = conn
-
-    def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
-        query, names = native(sql)
-        if isinstance(params, dict):
-            params = [params[name] for name in names]
-        return self.raw.cursor().execute(query, params)
-
-    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Any:
-        cursor = self.raw.cursor()
-        cursor.executemany(native(sql)[0], rows)
-        return cursor
-
-    def execute_script(self, sql: str) -> psycopg.Cursor[Any]:
-        """Statements as written, sent at once (a PL/pgSQL body may hold anything): no
-        parameters. The cursor is on the first statement's result (nextset for the rest)."""
-        return self.raw.execute(sql.encode())
-
-    def literal(self, value: str | None) -> str:
-        """`value` as an SQL literal, quoted by psycopg, for a statement sent as a script."""
-        return pg_sql.Literal(value).as_string(self.raw)
-
-    @property
-    def in_transaction(self) -> bool:
-        return self.raw.info.transaction_status != TransactionStatus.IDLE
-
-    def close(self) -> None:
-        self.raw.close()
-
-
 POSTGRES = Dialect(
     name="postgresql",
     storage_errors=(psycopg.OperationalError, pg_errors.ReadOnlySqlTransaction),
@@ -190,10 +122,12 @@ class PostgresEngine:
 
     dialect = POSTGRES
 
-    def __init__(self, url: str, conn: PgConnection, *, readonly: bool = False) -> None:
+    def __init__(self, url: str, raw: psycopg.Connection[Any], *, readonly: bool = False) -> None:
         self.url = url
         self.path = describe(url)
-        self.conn: Any = conn
+        # psycopg's connection, in autocommit: transactions are begun explicitly (BEGIN), and
+        # every statement goes through a RawCursor (execute).
+        self.raw = raw
         self._readonly = readonly  # opened for a read-only command
         # Events wait in the transaction until COMMIT (see commit): (run_id, kind,
         # item_seq, detail, at), in the order they were written.
@@ -206,7 +140,7 @@ class PostgresEngine:
     def open(cls, path: Path | str, *, create: bool = False, readonly: bool = False) -> Self:
         url = str(path)
         engine = cls._connect(url, readonly=readonly)
-        try:
+        with closed_if_failed(engine):
             if engine._check_schema() and not create:
                 raise NoDatabase(
                     f"{engine.path}: no notifier database here yet. Run `notifier send "
@@ -215,9 +149,6 @@ class PostgresEngine:
             Checks(engine).check_invariants()
             if not readonly:
                 engine._prepare()
-        except BaseException:
-            engine.close()
-            raise
         return engine
 
     @classmethod
@@ -239,7 +170,7 @@ class PostgresEngine:
         raw.execute(f"SET lock_timeout = '{LOCK_TIMEOUT_S}s'")
         if readonly:  # the server itself refuses any write from a read-only command
             raw.execute("SET default_transaction_read_only = on")
-        return cls(url, PgConnection(raw), readonly=readonly)
+        return cls(url, raw, readonly=readonly)
 
     def secondary(self) -> Self:
         return type(self)._connect(self.url)
@@ -252,16 +183,16 @@ class PostgresEngine:
         thousands of characters, past psycopg's query cache, and parsing them each time
         cost more CPU than the rest of the commit."""
         text, names = self._compile(statement)
-        cursor = psycopg.RawCursor(self.conn.raw)
+        cursor = psycopg.RawCursor(self.raw)
         return cursor.execute(text, [params[name] for name in names] if params else None)
 
     def execute_many(self, statement: str, rows: Iterable[Mapping[str, Any]]) -> None:
         text, names = self._compile(statement)
-        cursor = psycopg.RawCursor(self.conn.raw)
+        cursor = psycopg.RawCursor(self.raw)
         cursor.executemany(text, ([row[name] for name in names] for row in rows))
 
     def execute_ddl(self, statement: str) -> None:
-        self.conn.raw.execute(statement.encode())  # bytes: sent as written, nothing parsed
+        self.raw.execute(statement.encode())  # bytes: sent as written, nothing parsed
 
     def _compile(self, statement: str) -> tuple[str, tuple[str, ...]]:
         compiled = self._compiled.get(statement)
@@ -288,24 +219,18 @@ class PostgresEngine:
         self.execute(_SCHEMA_LOCK, {"key": "notifier-plans"})
 
     def begin_write(self, fence: Fence | None) -> Any:
-        """BEGIN and the fence's locking read in one round trip: a group commit of the
-        pipeline is a handful of round trips to the server, and each is felt."""
+        """BEGIN and the fence's locking read in one round trip (psycopg's pipeline mode): a
+        group commit of the pipeline is a handful of round trips to the server, and each is
+        felt."""
         self._due_events = []
         if fence is None:
-            self.conn.execute("BEGIN")
+            self.execute("BEGIN")
             return None
-        sql, key = fence
-        cursor = self.conn.execute_script(f"BEGIN; {sql.replace('?', self.conn.literal(key))}")
-        cursor.nextset()  # the fence's
+        statement, key = fence
+        with self.raw.pipeline():
+            self.execute("BEGIN")
+            cursor = self.execute(statement, {"key": key})
         return cursor.fetchone()
-
-    @contextmanager
-    def snapshot(self) -> Iterator[None]:
-        self.conn.execute(self.dialect.begin_snapshot)
-        try:
-            yield
-        finally:
-            self.roll_back()  # nothing was written
 
     # ---------------------------------------------------------------- events, at COMMIT
 
@@ -331,11 +256,11 @@ class PostgresEngine:
         other's. Two runs never share a row: they never wait for each other at all."""
         due, self._due_events = self._due_events, []
         if not due:
-            self.conn.execute("COMMIT")
+            self.execute("COMMIT")
             return
         runs = sorted({event[0] for event in due})
         run_ids, kinds, item_seqs, details, ats = map(list, zip(*due, strict=True))
-        with self.conn.raw.pipeline():
+        with self.raw.pipeline():
             self.execute(_LOCK_RUNS, {"runs": runs})
             self.execute(
                 _NUMBERED_EVENTS,
@@ -346,12 +271,12 @@ class PostgresEngine:
 
     def roll_back(self) -> None:
         self._due_events = []
-        if self.conn.in_transaction:
+        if self.raw.info.transaction_status != TransactionStatus.IDLE:
             with suppress(Exception):  # a lost connection may refuse even the rollback
-                self.conn.execute("ROLLBACK")
+                self.execute("ROLLBACK")
 
     def close(self) -> None:
-        self.conn.close()
+        self.raw.close()
 
     def _check_schema(self) -> bool:
         """True for an empty schema (ours to initialise); refuse a foreign or newer one."""
@@ -396,16 +321,16 @@ class PostgresEngine:
             "the server and the connection to it, then run `notifier resume`."
         )
 
-    def stream(self, sql: str, params: Sequence[Any]) -> Iterator[Any]:
+    def stream(self, statement: str, params: Mapping[str, Any]) -> Iterator[Any]:
         """Rows from a server-side cursor, a chunk at a time: a client-side cursor would hold
         every row of a million-item report in memory at once."""
-        query, _ = native(sql)
+        text, names = self._compile(statement)
         with (
-            self.conn.raw.transaction(),
-            psycopg.RawServerCursor(self.conn.raw, "notifier_stream") as cursor,
+            self.raw.transaction(),
+            psycopg.RawServerCursor(self.raw, "notifier_stream") as cursor,
         ):
             cursor.itersize = 2000
-            cursor.execute(query, params)
+            cursor.execute(text, [params[name] for name in names])
             yield from cursor
 
     def stage_table(self, stage: PlanStage) -> str:
@@ -417,14 +342,14 @@ class PostgresEngine:
                 # A dry run's snapshot (compare_plan): the first statement of a transaction
                 # that is rolled back, and writes only this temporary table, which the
                 # server refuses to create in a read-only one.
-                self.conn.execute("SET TRANSACTION READ WRITE")
-            self.conn.execute(
+                self.execute("SET TRANSACTION READ WRITE")
+            self.execute(
                 "CREATE TEMPORARY TABLE plan_stage_items (seq INTEGER, item_id TEXT, "
                 "channel TEXT, target TEXT, payload TEXT, idempotency_key TEXT, "
                 "intent_digest TEXT, not_after TEXT, identity TEXT, not_before TEXT, "
                 "send_window TEXT, send_tz TEXT) ON COMMIT DROP"
             )
-            with self.conn.raw.cursor().copy(
+            with self.raw.cursor().copy(
                 f"COPY plan_stage_items ({_ITEM_COLUMNS}) FROM STDIN"
             ) as copy:
                 for row in stage.rows():
@@ -440,11 +365,11 @@ class PostgresEngine:
         more): without any, the planner guesses one row per run and each claim's move
         filtered every pending item of the run instead of looking up its seqs. ANALYZE
         samples a bounded number of rows, and runs inside this transaction."""
-        self.conn.execute("ANALYZE items")
+        self.execute("ANALYZE items")
 
     def insert_pending(self, rows: Iterable[tuple[Any, ...]]) -> None:
         """COPY: a million intents in one stream, several times faster than INSERTs."""
-        with self.conn.raw.cursor().copy(f"COPY items ({_PENDING_COLUMNS}) FROM STDIN") as copy:
+        with self.raw.cursor().copy(f"COPY items ({_PENDING_COLUMNS}) FROM STDIN") as copy:
             for row in rows:
                 copy.write_row((*row, "pending", 0))
         self.gather_statistics()

@@ -10,7 +10,7 @@ import sqlite3
 import struct
 from collections import namedtuple
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, NamedTuple, Self
 
@@ -18,7 +18,7 @@ from ..errors import NotifierError
 from . import migrations, statements
 from .checks import Checks, refuse_newer
 from .core import ROLLED_BACK
-from .engine import Dialect, Fence, Rows, written
+from .engine import Dialect, Fence, Rows, closed_if_failed, written
 from .exceptions import DatabaseUnwritable, NoDatabase, StorageFailed, StoreRefused
 from .stage import _PENDING_COLUMNS, PlanStage
 
@@ -107,11 +107,8 @@ class SqliteEngine:
             return checked
         checked.close()
         engine = cls._connect(path, fresh=False)
-        try:
+        with closed_if_failed(engine):
             engine._prepare()
-        except BaseException:
-            engine.close()
-            raise
         return engine
 
     @classmethod
@@ -273,31 +270,23 @@ class SqliteEngine:
 
     def begin_write(self, fence: Fence | None) -> Any:
         """BEGIN IMMEDIATE: the write lock up front (see core.Core.write)."""
-        self.conn.execute("BEGIN IMMEDIATE")
+        self.execute("BEGIN IMMEDIATE")
         if fence is None:
             return None
-        sql, key = fence
-        return self.conn.execute(sql, (key,)).fetchone()
+        statement, key = fence
+        return self.execute(statement, {"key": key}).fetchone()
 
     def commit(self) -> None:
-        self.conn.execute("COMMIT")
+        self.execute("COMMIT")
 
     def roll_back(self) -> None:
         if self.conn.in_transaction:
             with suppress(Exception):  # a failed disk may refuse even the rollback
                 self.conn.execute("ROLLBACK")
 
-    @contextmanager
-    def snapshot(self) -> Iterator[None]:
-        self.conn.execute(self.dialect.begin_snapshot)
-        try:
-            yield
-        finally:
-            self.roll_back()  # nothing was written
-
-    def stream(self, sql: str, params: Sequence[Any]) -> Iterator[Any]:
+    def stream(self, statement: str, params: Mapping[str, Any]) -> Iterator[Any]:
         """Rows read as the caller goes (SQLite's cursor steps through the file)."""
-        yield from self.conn.execute(sql, params)
+        yield from self.execute(statement, params)
 
     def insert_pending(self, rows: Iterable[tuple[Any, ...]]) -> None:
         # Positional, as the rows come (a million of them: no mapping made per row).
