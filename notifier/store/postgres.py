@@ -294,8 +294,9 @@ class PostgresEngine:
         if fence is None:
             self.conn.execute("BEGIN")
             return None
-        sql, key = fence
-        cursor = self.conn.execute_script(f"BEGIN; {sql.replace('?', self.conn.literal(key))}")
+        statement, key = fence
+        text, _ = self._compile(statement)  # its one parameter, `%(key)s`, is $1
+        cursor = self.conn.execute_script(f"BEGIN; {text.replace('$1', self.conn.literal(key))}")
         cursor.nextset()  # the fence's
         return cursor.fetchone()
 

@@ -276,8 +276,8 @@ class SqliteEngine:
         self.conn.execute("BEGIN IMMEDIATE")
         if fence is None:
             return None
-        sql, key = fence
-        return self.conn.execute(sql, (key,)).fetchone()
+        statement, key = fence
+        return self.execute(statement, {"key": key}).fetchone()
 
     def commit(self) -> None:
         self.conn.execute("COMMIT")
