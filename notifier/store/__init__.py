@@ -19,7 +19,7 @@ from typing import Self
 from .buckets import Buckets
 from .checks import Checks
 from .chunks import Chunks
-from .core import ATTENTION_STATES, RUN_FENCE, Core, Fencing, RunFence, WorkerFence
+from .core import RUN_FENCE, Core, Fencing, RunFence, WorkerFence
 from .drafts import Drafts
 from .engine import Engine
 from .exceptions import (
@@ -40,6 +40,7 @@ from .planning import Planning
 from .prior import Prior
 from .queries import Queries
 from .stage import PlanStage
+from .statements import ATTENTION_STATES
 from .suppressions import Suppressions
 from .target import NotADatabasePath, Target
 from .target import parse as parse_target

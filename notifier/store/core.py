@@ -14,12 +14,7 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from ..errors import NotifierError
-from ..records import (
-    MAYBE_DELIVERED_OUTCOMES,
-    Outcome,
-    Run,
-    run_from_row,
-)
+from ..records import Outcome, Run, run_from_row
 from ..state_machine import (
     ACTIVE_ITEM_STATES,
     ItemState,
@@ -29,34 +24,16 @@ from ..state_machine import (
     item_next,
     run_next,
 )
+from . import statements as sql
 from .engine import Engine, Fence, snapshot
 from .exceptions import LeaseLost, LostRace, WriteConflict
 from .migrations import stored_content_fingerprint
 
-_ACTIVE = "state IN ({})".format(", ".join(f"'{s.value}'" for s in ACTIVE_ITEM_STATES))
-# The states someone has to look at; repeating m004's partial index condition word for word
-# lets SQLite use items_attention (it matches a partial index only on the very same terms).
-ATTENTION_STATES = (ItemState.IN_FLIGHT, ItemState.UNKNOWN, ItemState.FAILED)
-_ATTENTION = "state IN ({})".format(", ".join(f"'{s.value}'" for s in ATTENTION_STATES))
-# Events checked for gaps at each end of a run's history when a database is opened.
-_EVENT_WINDOW = 10_000
 # What a failed write leaves behind, as every storage failure message says.
 ROLLED_BACK = (
     "The write was rolled back whole: every outcome recorded before it is safe, and anything "
     "in flight is settled by query on resume."
 )
-# Whether an item `i` may have reached its recipient: one of its attempts had an outcome
-# that proves nothing (records.MAYBE_DELIVERED_OUTCOMES), and no later query (`not_found`) or
-# operator (`mark_not_sent`) proved otherwise. Any such attempt counts, not only the last: a
-# 429 or a release after a 500 says nothing about the 500's request. Such an item is never
-# called never sent (expired).
-MAYBE_DELIVERED = (
-    "EXISTS (SELECT 1 FROM attempts a WHERE a.run_id = i.run_id AND a.seq = i.seq AND "
-    "a.outcome IN ({}) AND NOT EXISTS (SELECT 1 FROM events e WHERE e.run_id = i.run_id "
-    "AND e.item_seq = i.seq AND e.kind IN ('not_found', 'mark_not_sent') "
-    "AND e.at >= a.finished_at))"
-).format(", ".join(f"'{outcome}'" for outcome in MAYBE_DELIVERED_OUTCOMES))
-
 
 # How many times a write the server aborted to break a deadlock runs in all (see retried).
 _CONFLICT_RUNS = 3
@@ -82,14 +59,6 @@ def retried(method: Callable[_P, _R]) -> Callable[_P, _R]:
         raise AssertionError("unreachable")
 
     return run
-
-
-def _state_literal(state: ItemState) -> str:
-    """An item state as an SQL literal, for the condition of a conditional move. Bound as a
-    parameter, it made SQLite prepare the statement again on every execution (it weighs a
-    bound value against the partial indexes' `state` conditions, so binding it again expires
-    the plan): measured, a third of the committer's SQL work was parsing."""
-    return f"'{ItemState(state).value}'"
 
 
 @dataclass(frozen=True)
@@ -118,9 +87,7 @@ class Core:
     transaction (fenced by the lease version of its `fencing`), the event log, the
     conditional moves through the state machine, and the run rows.
 
-    The SQL is written once for both engines: `?` and `:name` parameters (the PostgreSQL
-    connection translates them), CASTs where PostgreSQL cannot infer a parameter's type, and
-    the few engine-specific fragments of the engine's `dialect`."""
+    Its SQL, as every part's, is in statements.py, written once for both engines."""
 
     def __init__(self, engine: Engine, fencing: Fencing = RUN_FENCE) -> None:
         self.engine = engine
@@ -192,13 +159,8 @@ class Core:
         the run's, or under a WorkerFence the worker's own (a reaped worker's version has
         moved on)."""
         if isinstance(self._fencing, WorkerFence):
-            return (
-                f"SELECT version FROM workers WHERE worker_id = ? AND state = 'live' "
-                f"{self.dialect.share_lock}",
-                self._fencing.worker_id,
-            )
-        # The run's own lease is exclusive: its transactions take the run's row for good.
-        return f"SELECT lease_version FROM runs WHERE run_id = ? {self.dialect.row_lock}", run_id
+            return sql.WORKER_LEASE_FENCE, self._fencing.worker_id
+        return sql.RUN_LEASE_FENCE, run_id
 
     @staticmethod
     def _check_fence(run_id: str | None, lease_version: int, row: Any) -> None:
@@ -225,10 +187,8 @@ class Core:
         self, run_id: str, seq: int, current: ItemState, trigger: ItemTrigger, at: str, **sets: Any
     ) -> ItemState:
         target = item_next(trigger, current)
-        assignments = "".join(f", {column} = :{column}" for column in sets)
-        cursor = self.conn.execute(
-            f"UPDATE items SET state = :target, updated_at = :at{assignments} "
-            f"WHERE run_id = :run_id AND seq = :seq AND state = {_state_literal(current)}",
+        cursor = self.engine.execute(
+            sql.move_item(current, tuple(sets)),
             {"target": target.value, "at": at, "run_id": run_id, "seq": seq, **sets},
         )
         if cursor.rowcount != 1:
@@ -243,10 +203,8 @@ class Core:
     def move_run(self, run_id: str, trigger: RunTrigger, at: str, **sets: Any) -> RunState:
         current = self.locked_run(run_id).state
         target = run_next(trigger, current)
-        assignments = "".join(f", {column} = :{column}" for column in sets)
-        cursor = self.conn.execute(
-            f"UPDATE runs SET state = :target, updated_at = :at{assignments} "
-            "WHERE run_id = :run_id AND state = :current",
+        cursor = self.engine.execute(
+            sql.move_run(tuple(sets)),
             {"target": target.value, "at": at, "run_id": run_id, "current": current.value, **sets},
         )
         if cursor.rowcount != 1:
@@ -261,26 +219,21 @@ class Core:
         return target
 
     def insert_row(self, table: str, row: dict[str, Any]) -> None:
-        columns = ", ".join(row)
-        values = ", ".join(f":{column}" for column in row)
-        self.conn.execute(f"INSERT INTO {table} ({columns}) VALUES ({values})", row)
+        self.engine.execute(sql.insert_row(table, tuple(row)), row)
 
     def runs(self) -> list[Run]:
-        rows = self.conn.execute("SELECT * FROM runs ORDER BY created_at DESC, rowid DESC")
-        return [run_from_row(r) for r in rows]
+        return [run_from_row(r) for r in self.engine.execute(sql.RUNS)]
 
     def locked_run(self, run_id: str) -> Run:
         """The run, read to be written in this transaction: its row is held to COMMIT, so a
         state read here is still the state when the conditional move runs."""
-        row = self.conn.execute(
-            f"SELECT * FROM runs WHERE run_id = ? {self.dialect.row_lock}", (run_id,)
-        ).fetchone()
+        row = self.engine.execute(sql.LOCKED_RUN, {"run_id": run_id}).fetchone()
         if row is None:
             raise KeyError(run_id)
         return run_from_row(row)
 
     def get_run(self, run_id: str) -> Run:
-        row = self.conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        row = self.engine.execute(sql.RUN, {"run_id": run_id}).fetchone()
         if row is None:
             raise KeyError(run_id)
         return run_from_row(row)
@@ -293,9 +246,8 @@ class Core:
                 for run in self.runs()
                 if stored_content_fingerprint(self.engine, run.run_id) == content_fingerprint
             ]
-        rows = self.conn.execute(
-            "SELECT * FROM runs WHERE content_fingerprint = ? ORDER BY created_at DESC, rowid DESC",
-            (content_fingerprint,),
+        rows = self.engine.execute(
+            sql.RUNS_WITH_CONTENT_FINGERPRINT, {"content_fingerprint": content_fingerprint}
         )
         return [run_from_row(r) for r in rows]
 

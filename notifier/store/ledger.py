@@ -12,26 +12,18 @@ from ..records import (
     item_from_row,
 )
 from ..state_machine import (
-    FINISHED_RUN_STATES,
     ItemState,
     ItemTrigger,
     RunState,
     RunTrigger,
     item_next,
 )
+from . import statements as sql
 from . import waiting, writes
-from .core import (
-    _ACTIVE,
-    MAYBE_DELIVERED,
-    Core,
-    _dump,
-    _plain_ack,
-    _state_literal,
-    retried,
-)
+from .core import Core, _dump, _plain_ack, retried
 from .exceptions import LostRace
 from .suppressions import Suppressions
-from .writes import Group, Write
+from .writes import Group
 
 
 class Ledger:
@@ -40,6 +32,7 @@ class Ledger:
 
     def __init__(self, core: Core, suppressions: Suppressions) -> None:
         self.core = core
+        self.engine = core.engine
         self.suppressions = suppressions
 
     def move_run(
@@ -74,10 +67,9 @@ class Ledger:
         only while it is still `expected`: a reason another process wrote meanwhile stays.
         Not a move: the run's state is unchanged. True if it was replaced."""
         with self.core.write(run_id, lease_version):
-            cursor = self.core.conn.execute(
-                "UPDATE runs SET stop_reason = ?, updated_at = ? "
-                "WHERE run_id = ? AND stop_reason = ?",
-                (reason, clock.now_iso(), run_id, expected),
+            cursor = self.engine.execute(
+                sql.REPLACE_STOP_REASON,
+                {"reason": reason, "at": clock.now_iso(), "run_id": run_id, "expected": expected},
             )
             return bool(cursor.rowcount == 1)
 
@@ -94,29 +86,17 @@ class Ledger:
         with self.core.write(run_id, lease_version):
             # Locked as claims lock theirs: an item another worker is claiming right now is
             # left to its claim, not moved under it (a lost race would stop this worker).
-            for seq in self._due_for_expiry(run_id, at, self.core.dialect.claim_lock):
+            for seq in self._due_for_expiry(run_id, at, sql.DUE_FOR_EXPIRY_LOCKED):
                 self.core.move_item(run_id, seq, ItemState.PENDING, ItemTrigger.EXPIRE, at)
                 expired.append(seq)
         return expired
 
-    def _due_for_expiry(self, run_id: str, at: str, lock: str = "") -> list[int]:
-        return [
-            seq
-            for (seq,) in self.core.conn.execute(
-                "SELECT i.seq FROM items i WHERE i.run_id = ? AND i.state = 'pending' "
-                "AND i.not_after IS NOT NULL AND i.not_after <= ? AND (i.attempts = 0 OR "
-                f"NOT {MAYBE_DELIVERED}) ORDER BY i.seq {lock}",
-                (run_id, at),
-            )
-        ]
+    def _due_for_expiry(self, run_id: str, at: str, read: str = sql.DUE_FOR_EXPIRY) -> list[int]:
+        return [seq for (seq,) in self.engine.execute(read, {"run_id": run_id, "at": at})]
 
     def past_deadline(self, run_id: str, at: str) -> int:
         """How many unfinished items are already past their deadline at `at`."""
-        (n,) = self.core.conn.execute(
-            "SELECT COUNT(*) FROM items WHERE run_id = ? AND state = 'pending' "
-            "AND not_after IS NOT NULL AND not_after <= ?",
-            (run_id, at),
-        ).fetchone()
+        (n,) = self.engine.execute(sql.PAST_DEADLINE, {"run_id": run_id, "at": at}).fetchone()
         return int(n)
 
     def claim(
@@ -188,48 +168,21 @@ class Ledger:
         conditional move (in_flight → sent, all or none)."""
         if not acks:
             return
-        # The first row's CASTs type the VALUES columns: PostgreSQL cannot infer the type of
-        # a column that is all NULL parameters (http_status and retry_after_s often are).
-        values = ", ".join(
-            ["(?, ?, ?, CAST(? AS INTEGER), ?, CAST(? AS DOUBLE PRECISION), ?, ?, ?, ?)"]
-            + ["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * (len(acks) - 1)
-        )
-        params: list[Any] = []
-        for o in acks:
-            params += [o.seq, o.finished_at or at, o.attempt_outcome, o.http_status, o.error,
-                       o.retry_after_s, o.receipt_id, o.receipt_source, o.evidence,
-                       o.started_at]  # fmt: skip
         current = ItemState.IN_FLIGHT
         target = item_next(ItemTrigger.ACK, current)
         detail = {"from": current.value, "to": target.value}
-        # Each statement reads the answers from `{v}`: a VALUES list, or the WITH naming it.
-        close_attempts = Write(
-            "UPDATE attempts SET finished_at = v.column2, outcome = v.column3, "
-            "http_status = v.column4, error = v.column5, retry_after_s = v.column6, "
-            "started_at = COALESCE(v.column10, attempts.started_at) "
-            "FROM {v} WHERE attempts.run_id = ? AND attempts.seq = v.column1 "
-            "AND attempts.finished_at IS NULL",
-            after=[run_id],
-        )
-        add_receipts = Write(
-            "INSERT INTO receipts (idempotency_key, intent_digest, receipt_id, source, evidence, "
-            "recorded_at) SELECT i.idempotency_key, i.intent_digest, v.column7, v.column8, "
-            "v.column9, ? FROM {v} JOIN items AS i ON i.run_id = ? AND i.seq = v.column1",
-            before=[at],
-            after=[run_id],
-        )
-        move_items = Write(
-            "UPDATE items SET state = ?, updated_at = ?, next_attempt_at = NULL, "
-            "last_error = v.column5, receipt_id = v.column7 FROM {v} "
-            "WHERE items.run_id = ? AND items.seq = v.column1 "
-            f"AND items.state = {_state_literal(current)}",
-            before=[target.value, at],
-            after=[run_id],
-        )
+        params: dict[str, Any] = {"run_id": run_id, "at": at, "target": target.value}
+        for names, o in zip(sql.ack_names(len(acks)), acks, strict=True):
+            row = (o.seq, o.finished_at or at, o.attempt_outcome, o.http_status, o.error,
+                   o.retry_after_s, o.receipt_id, o.receipt_source, o.evidence,
+                   o.started_at)  # fmt: skip
+            params.update(zip(names, row, strict=True))
         # As one statement, every part sees the same snapshot, and the events are those of
-        # the rows really moved (PostgreSQL numbers them at COMMIT: see postgres.py).
-        group = Group([close_attempts, add_receipts, move_items], 2, "items.seq", values, params)
-        moved = writes.run(self.core.conn, self.core.dialect, group)
+        # the rows really moved (PostgreSQL numbers them at COMMIT: see postgres.py). The
+        # move (in_flight, a literal in MOVE_ACKED_ITEMS, to sent) is the one counted.
+        acked = (sql.CLOSE_ACKED_ATTEMPTS, sql.ADD_ACKED_RECEIPTS, sql.MOVE_ACKED_ITEMS)
+        group = Group(acked, 2, "items.seq", sql.ack_values(len(acks)))
+        moved = writes.run(self.engine, group, params)
         seqs = moved.seqs if moved.seqs is not None else [o.seq for o in acks]
         self.core.events(run_id, "ack", seqs, detail, at)
         if moved.rowcount != len(acks):  # raised inside the transaction: every write is undone
@@ -243,56 +196,38 @@ class Ledger:
         exclude_channels: Sequence[str],
         exclude_seqs: Sequence[int],
     ) -> list[Item]:
-        where = f"run_id = ? AND {_ACTIVE} AND state = 'pending' "
-        where += f"AND (next_attempt_at IS NULL OR next_attempt_at <= ?) AND {waiting.DUE}"
-        params: list[Any] = [run_id, at, at]
-        if exclude_channels:
-            where += " AND channel NOT IN ({})".format(", ".join("?" * len(exclude_channels)))
-            params.extend(exclude_channels)
-        if exclude_seqs:
-            where += " AND seq NOT IN ({})".format(", ".join("?" * len(exclude_seqs)))
-            params.extend(exclude_seqs)
-        rows = self._claimable(run_id, where, params, limit, at)
+        shape = sql.claimable(self.suppressions.on_list(), len(exclude_channels), len(exclude_seqs))
+        params: dict[str, Any] = {"run_id": run_id, "at": at, "limit": limit}
+        params.update((f"channel{i}", channel) for i, channel in enumerate(exclude_channels))
+        params.update((f"held{i}", seq) for i, seq in enumerate(exclude_seqs))
+        rows = self._claimable(run_id, shape, params, at)
         if not rows:
             return []
         waited: list[float | None] = []
         for row in rows:
             last = None
             if row.attempts:
-                last = self.core.conn.execute(
-                    "SELECT finished_at FROM attempts WHERE run_id = ? AND seq = ? "
-                    "ORDER BY n DESC LIMIT 1",
-                    (run_id, row.seq),
+                last = self.engine.execute(
+                    sql.LAST_ATTEMPT_FINISHED, {"run_id": run_id, "seq": row.seq}
                 ).fetchone()
             seconds = None
             if last and last[0]:
                 seconds = (clock.parse(at) - clock.parse(last[0])).total_seconds()
             waited.append(seconds)
         # The claim as set-based statements (see _record_acks): every row was read pending
-        # in this transaction, and the move is still conditional on it.
+        # in this transaction, and the move (pending, a literal in claim_items) is still
+        # conditional on it.
         current = ItemState.PENDING
         target = item_next(ItemTrigger.START, current)
         detail = {"from": current.value, "to": target.value}
         seqs = [row.seq for row in rows]
-        marks = ", ".join("?" * len(seqs))
-        move_items = Write(
-            "UPDATE items SET state = ?, updated_at = ?, attempts = attempts + 1, "
-            "next_attempt_at = NULL, worker_id = ? "
-            f"WHERE run_id = ? AND seq IN ({marks}) AND state = {_state_literal(current)}",
-            before=[target.value, at, self.core.worker_id, run_id, *seqs],
-        )
-        # n counts attempt rows, not the item's attempts: a released attempt (claimed,
-        # never started) keeps its row but is not counted as an attempt.
-        values = ", ".join(["(?, CAST(? AS DOUBLE PRECISION))"] + ["(?, ?)"] * (len(seqs) - 1))
-        open_attempts = Write(
-            "INSERT INTO attempts (run_id, seq, n, started_at, waited_s) "
-            "SELECT ?, v.column1, (SELECT COALESCE(MAX(n), 0) + 1 FROM attempts AS a "
-            "WHERE a.run_id = ? AND a.seq = v.column1), ?, v.column2 "
-            f"FROM (VALUES {values}) AS v",
-            before=[run_id, run_id, at, *[x for pair in zip(seqs, waited, strict=True)
-                                          for x in pair]],
-        )  # fmt: skip
-        moved = writes.run(self.core.conn, self.core.dialect, Group([move_items, open_attempts], 0))
+        moves: dict[str, Any] = {"run_id": run_id, "at": at, "target": target.value,
+                                 "worker_id": self.core.worker_id}  # fmt: skip
+        for i, (seq, seconds) in enumerate(zip(seqs, waited, strict=True)):
+            moves[f"seq{i}"] = seq
+            moves[f"waited{i}"] = seconds
+        claim = (sql.claim_items(len(seqs)), sql.open_attempts(len(seqs)))
+        moved = writes.run(self.engine, Group(claim, 0), moves)
         self.core.events(run_id, "start", seqs if moved.seqs is None else moved.seqs, detail, at)
         if moved.rowcount != len(seqs):  # raised inside the transaction: every write is undone
             raise LostRace(f"run {run_id}: expected {len(seqs)} items pending for start")
@@ -302,27 +237,20 @@ class Ledger:
             for row in rows
         ]
 
-    def _claimable(
-        self, run_id: str, where: str, params: Sequence[Any], limit: int, at: str
-    ) -> list[Any]:
-        """Up to `limit` pending rows matching `where` that may be claimed now, locked as
-        claims lock theirs. Read again while the suppression check moves some out of
-        pending, or a closed window gives some a later not_before: rows left out so must not
-        stand in for the due rows after them (a claim of none reads as "nothing may start
-        now")."""
+    def _claimable(self, run_id: str, shape: str, params: dict[str, Any], at: str) -> list[Any]:
+        """Up to `%(limit)s` pending rows that `shape` (statements.claimable) reads that may
+        be claimed now, locked as claims lock theirs. Read again while the suppression check
+        moves some out of pending, or a closed window gives some a later not_before: rows
+        left out so must not stand in for the due rows after them (a claim of none reads as
+        "nothing may start now")."""
         reopened: set[int] = set()
         while True:
-            found = self.core.conn.execute(
-                f"SELECT *, {self.suppressions.on_list()} FROM items WHERE {where} "
-                "ORDER BY seq LIMIT ? "
-                f"{self.core.dialect.claim_lock}",
-                [*params, limit],
-            ).fetchall()
+            found = self.engine.execute(shape, params).fetchall()
             gone = self.suppressions.suppressed_claims(run_id, found, at) if found else set()
             rows = [row for row in found if row.seq not in gone]
             if gone:
                 continue
-            kept = waiting.keep_open(self.core.conn, run_id, rows, at)
+            kept = waiting.keep_open(self.engine, run_id, rows, at)
             dropped = {row.seq for row in rows} - {row.seq for row in kept}
             if not dropped or dropped <= reopened:  # the latter: no progress, never a spin
                 return kept
@@ -330,20 +258,18 @@ class Ledger:
 
     def _record_one(self, run_id: str, o: Outcome, at: str) -> None:
         if o.attempt_outcome is not None:
-            self.core.conn.execute(
-                "UPDATE attempts SET finished_at = ?, outcome = ?, http_status = ?, error = ?, "
-                "retry_after_s = ?, started_at = COALESCE(?, started_at) "
-                "WHERE run_id = ? AND seq = ? AND finished_at IS NULL",
-                (
-                    o.finished_at or at,
-                    o.attempt_outcome,
-                    o.http_status,
-                    o.error,
-                    o.retry_after_s,
-                    o.started_at,
-                    run_id,
-                    o.seq,
-                ),
+            self.engine.execute(
+                sql.CLOSE_ATTEMPT,
+                {
+                    "finished_at": o.finished_at or at,
+                    "outcome": o.attempt_outcome,
+                    "http_status": o.http_status,
+                    "error": o.error,
+                    "retry_after_s": o.retry_after_s,
+                    "started_at": o.started_at,
+                    "run_id": run_id,
+                    "seq": o.seq,
+                },
             )
         sets: dict[str, Any] = {"next_attempt_at": o.next_attempt_at}
         if o.error is not None or o.trigger in (
@@ -353,35 +279,24 @@ class Ledger:
         ):
             sets["last_error"] = o.error
         if o.gate_until is not None:
-            # The latest time any worker's downstream asked the channel to stay away.
-            self.core.conn.execute(
-                "INSERT INTO channel_gates (run_id, channel, closed_until) "
-                "SELECT run_id, channel, ? FROM items WHERE run_id = ? AND seq = ? "
-                "ON CONFLICT (run_id, channel) DO UPDATE SET closed_until = excluded.closed_until "
-                "WHERE channel_gates.closed_until < excluded.closed_until",
-                (o.gate_until, run_id, o.seq),
+            self.engine.execute(
+                sql.CLOSE_GATE, {"closed_until": o.gate_until, "run_id": run_id, "seq": o.seq}
             )
         if o.receipt_source is not None:
             sets["receipt_id"] = o.receipt_id
-            # The receipt carries the digest stored with the intent, copied in SQL.
-            self.core.conn.execute(
-                "INSERT INTO receipts (idempotency_key, intent_digest, receipt_id, source, "
-                "evidence, recorded_at) SELECT idempotency_key, intent_digest, ?, ?, ?, ? "
-                "FROM items WHERE run_id = ? AND seq = ?",
-                (o.receipt_id, o.receipt_source, o.evidence, at, run_id, o.seq),
-            )
+            self.engine.execute(
+                sql.ADD_RECEIPT,
+                {"receipt_id": o.receipt_id, "source": o.receipt_source, "evidence": o.evidence,
+                 "at": at, "run_id": run_id, "seq": o.seq},
+            )  # fmt: skip
         if o.trigger == ItemTrigger.RELEASE:
             # Claimed but never started: it does not count as an attempt (the move below is
             # conditional on in_flight, so a lost race rolls this back too).
-            self.core.conn.execute(
-                "UPDATE items SET attempts = attempts - 1 WHERE run_id = ? AND seq = ? "
-                "AND state = 'in_flight' AND attempts > 0",
-                (run_id, o.seq),
-            )
+            self.engine.execute(sql.UNCOUNT_ATTEMPT, {"run_id": run_id, "seq": o.seq})
         current = o.expected
         if current is None:
-            (state,) = self.core.conn.execute(
-                "SELECT state FROM items WHERE run_id = ? AND seq = ?", (run_id, o.seq)
+            (state,) = self.engine.execute(
+                sql.ITEM_STATE, {"run_id": run_id, "seq": o.seq}
             ).fetchone()
             current = ItemState(state)
         self.core.move_item(run_id, o.seq, current, o.trigger, at, **sets)
@@ -399,11 +314,11 @@ class Ledger:
         receipt whose source is `manual` — all in one transaction."""
         at = clock.now_iso()
         with self.core.write(run_id, lease_version):
-            self.core.conn.execute(
-                "INSERT INTO decisions (run_id, seq, operator, at, decision, evidence) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (run_id, seq, operator, at, trigger, evidence),
-            )
+            self.engine.execute(
+                sql.ADD_DECISION,
+                {"run_id": run_id, "seq": seq, "operator": operator, "at": at,
+                 "decision": trigger, "evidence": evidence},
+            )  # fmt: skip
             self.core.event(
                 run_id,
                 "decision",
@@ -430,10 +345,11 @@ class Ledger:
             if run.state is RunState.AWAITING_APPROVAL:
                 self.core.move_run(run_id, RunTrigger.APPROVE, at, approval=_dump(approval))
                 return
-            cursor = self.core.conn.execute(
-                "UPDATE runs SET approval = ?, updated_at = ? WHERE run_id = ? AND state = ?",
-                (_dump(approval), at, run_id, run.state.value),
-            )
+            cursor = self.engine.execute(
+                sql.RENEW_APPROVAL,
+                {"approval": _dump(approval), "at": at, "run_id": run_id,
+                 "state": run.state.value},
+            )  # fmt: skip
             if cursor.rowcount != 1:
                 raise LostRace(f"run {run_id} changed while it was being approved")
             self.core.event(run_id, "approval_renewed", None, approval, at)
@@ -455,22 +371,15 @@ class Ledger:
     def state_version(self, run_id: str) -> int:
         """The run's state version: the number of its last event. Every state move and
         every item outcome appends one, so an approval bound to it names one exact state."""
-        row = self.core.conn.execute(
-            "SELECT MAX(seq_no) FROM events WHERE run_id = ?", (run_id,)
-        ).fetchone()
+        row = self.engine.execute(sql.LAST_EVENT, {"run_id": run_id}).fetchone()
         return int(row[0] or 0)
 
     def request_cancel(self, run_id: str) -> bool:
         """Flag the run for cancel; False (nothing written) when it already finished, e.g. a
         worker completed it between the caller's read and this write."""
         at = clock.now_iso()
-        finished = ", ".join(f"'{s.value}'" for s in FINISHED_RUN_STATES)
         with self.core.write():
-            cursor = self.core.conn.execute(
-                "UPDATE runs SET cancel_requested_at = COALESCE(cancel_requested_at, ?), "
-                f"updated_at = ? WHERE run_id = ? AND state NOT IN ({finished})",
-                (at, at, run_id),
-            )
+            cursor = self.engine.execute(sql.REQUEST_CANCEL, {"at": at, "run_id": run_id})
             if cursor.rowcount != 1:
                 return False
             self.core.event(run_id, "cancel_requested", None, None, at)

@@ -11,6 +11,7 @@ from ..intent import content_fingerprint, run_fingerprint
 from ..state_machine import (
     RunTrigger,
 )
+from . import statements as sql
 from .core import (
     Core,
     _dump,
@@ -26,6 +27,7 @@ class Planning:
 
     def __init__(self, core: Core, history: History, suppressions: Suppressions) -> None:
         self.core = core
+        self.engine = core.engine
         self.history = history
         self.suppressions = suppressions
 
@@ -57,13 +59,11 @@ class Planning:
         the database (`_copy_stage`), so a million intents never sit in memory at once."""
         at = run["created_at"]
         with self.transaction():
-            if self.core.conn.execute(
-                "SELECT 1 FROM runs WHERE run_id = ?", (run["run_id"],)
-            ).fetchone():
+            if self.engine.execute(sql.RUN_EXISTS, {"run_id": run["run_id"]}).fetchone():
                 raise RunExists(run["run_id"])
             prior = None
             if isinstance(items, PlanStage) and not new_run:
-                stage = self.core.engine.stage_table(items)
+                stage = self.engine.stage_table(items)
                 prior = self.history.compare(stage, items.count)
                 if prior.refused(resend_changed):
                     raise PlanRefused(prior)
@@ -93,9 +93,7 @@ class Planning:
     def _fingerprints(self, stage: str, snapshot: dict[str, Any]) -> dict[str, str]:
         """Both fingerprints of what is left in the stage: an approval covers the intents
         stored, not the rows of the file that were delivered before."""
-        digests = [
-            d for (d,) in self.core.conn.execute(f"SELECT intent_digest FROM {stage} ORDER BY seq")
-        ]
+        digests = [d for (d,) in self.engine.execute(sql.staged_digests(stage))]
         return {
             "fingerprint": run_fingerprint(digests, snapshot),
             "content_fingerprint": content_fingerprint(digests, snapshot),
@@ -128,12 +126,7 @@ class Planning:
                 for item in items
             )
             counted = self._insert_rows(run_id, rows, at)
-        # m004's counters: moves are counted by trigger, inserts here (once, not per row).
-        self.core.conn.execute(
-            "INSERT INTO run_counts (run_id, state, n) VALUES (?, 'pending', ?) "
-            "ON CONFLICT (run_id, state) DO UPDATE SET n = run_counts.n + excluded.n",
-            (run_id, counted),
-        )
+        self.engine.execute(sql.COUNT_PLANNED, {"run_id": run_id, "n": counted})
         # After the counts: the move's trigger counts it.
         self.suppressions.suppress_planned(run_id, at)
         return counted
@@ -148,18 +141,15 @@ class Planning:
                 counted += 1
                 yield (run_id, *row, at)
 
-        self.core.engine.insert_pending(tagged())
+        self.engine.insert_pending(tagged())
         return counted
 
     def _copy_stage(self, run_id: str, stage: PlanStage, at: str) -> int:
         """A plan's staged intents (what is left of them) as pending items: one INSERT …
         SELECT, the database copying the rows itself."""
-        copied = self.core.conn.execute(
-            f"INSERT INTO items ({_PENDING_COLUMNS}) SELECT ?, {_ITEM_COLUMNS}, ?, 'pending', 0 "
-            f"FROM {self.core.engine.stage_table(stage)} ORDER BY seq",
-            (run_id, at),
-        )
-        self.core.engine.gather_statistics()
+        copy = sql.copy_stage(self.engine.stage_table(stage), _PENDING_COLUMNS, _ITEM_COLUMNS)
+        copied = self.engine.execute(copy, {"run_id": run_id, "at": at})
+        self.engine.gather_statistics()
         return int(copied.rowcount)
 
     @contextmanager
@@ -168,7 +158,7 @@ class Planning:
         once the transaction has ended (SQLite cannot detach a database inside one)."""
         try:
             with self.core.write():
-                self.core.engine.serialise_plans()
+                self.engine.serialise_plans()
                 yield
         finally:
-            self.core.engine.release_stage()
+            self.engine.release_stage()

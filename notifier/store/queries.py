@@ -21,15 +21,11 @@ from ..state_machine import (
     RunState,
 )
 from . import waiting as _waiting
-from .core import (
-    _ACTIVE,
-    _ATTENTION,
-    ATTENTION_STATES,
-    MAYBE_DELIVERED,
-    Core,
-    _all_active,
-    _state_literal,
-)
+from .core import Core, _all_active
+from .statements import ACTIVE as _ACTIVE
+from .statements import ATTENTION as _ATTENTION
+from .statements import ATTENTION_STATES, MAYBE_DELIVERED
+from .statements import state_literal as _state_literal
 
 
 class Queries:
@@ -227,7 +223,9 @@ class Queries:
         at = clock.now_iso()
         # A file before m009 (opened read-only) has no start times: every item is due.
         windowed = "not_before" in self.core.engine.columns("items")
-        due, due_at = (_waiting.DUE, (at,)) if windowed else ("1 = 1", ())
+        due, due_at = (
+            ("(not_before IS NULL OR not_before <= ?)", (at,)) if windowed else ("1 = 1", ())
+        )
         indexed = self.core.engine.indexed("items_pending_channel")
         if not indexed:  # PostgreSQL, or a file older than m004 opened read-only
             earliest = {
@@ -259,7 +257,7 @@ class Queries:
             if channel in earliest and earliest[channel] is None:
                 found.append((channel, None))
                 continue
-            opening = _waiting.next_opening(self.core.conn, run_id, channel, at)
+            opening = _waiting.next_opening(self.core.engine, run_id, channel, at)
             times = [t for t in (earliest.get(channel), opening) if t]
             if times:
                 found.append((channel, min(times)))
@@ -269,7 +267,7 @@ class Queries:
         """Items waiting for their start time or send window (none in a file before m009)."""
         if "not_before" not in self.core.engine.columns("items"):
             return _waiting.Waiting(0, None)
-        return _waiting.waiting(self.core.conn, run_id, clock.now_iso())
+        return _waiting.waiting(self.core.engine, run_id, clock.now_iso())
 
     def waiting_for_query(self, run_id: str, due_by: str | None = None) -> list[Item]:
         """Unknown items that wait for their channel's query_delay before a 404 may count

@@ -14,10 +14,12 @@ numbering events) stay in sqlite.py and postgres.py: they exist on one engine on
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 from ..records import MAYBE_DELIVERED_OUTCOMES
-from ..state_machine import ACTIVE_ITEM_STATES, ItemState
+from ..state_machine import ACTIVE_ITEM_STATES, FINISHED_RUN_STATES, ItemState
+from .prior import CHANGED, DELIVERED, OPEN, RETRIED, UNSETTLED
 
 if TYPE_CHECKING:
     from .engine import Dialect
@@ -98,11 +100,300 @@ def state_literal(state: ItemState) -> str:
 
 # ---------------------------------------------------------------- core.py
 
+# The fences (core.Core._fence_query): the version the writer's lease must still hold, its
+# one parameter the lease's key. A worker's own lease is read shared, held to COMMIT: a
+# reap of that worker waits for the commit, or the commit sees the reap.
+WORKER_LEASE_FENCE = (
+    "SELECT version FROM workers WHERE worker_id = %(key)s AND state = 'live' {share_lock}"
+)
+# The run's own lease is exclusive: its transactions take the run's row for good.
+RUN_LEASE_FENCE = "SELECT lease_version FROM runs WHERE run_id = %(key)s {row_lock}"
+RUNS = "SELECT * FROM runs ORDER BY created_at DESC, rowid DESC"
+RUN = "SELECT * FROM runs WHERE run_id = %(run_id)s"
+# Read to be written in this transaction: the row is held to COMMIT.
+LOCKED_RUN = "SELECT * FROM runs WHERE run_id = %(run_id)s {row_lock}"
+RUNS_WITH_CONTENT_FINGERPRINT = (
+    "SELECT * FROM runs WHERE content_fingerprint = %(content_fingerprint)s "
+    "ORDER BY created_at DESC, rowid DESC"
+)
+
+# The shapes below are cached: a move's columns are fixed by its caller, so they are few, and
+# the same text each time is one dict probe for the engine's compiled statements.
+
+
+@functools.cache
+def move_item(current: ItemState, columns: tuple[str, ...]) -> str:
+    """An item's conditional move from `current` (a literal: see state_literal) to
+    `%(target)s`, setting `columns` too, each bound by its own name."""
+    sets = "".join(f", {column} = %({column})s" for column in columns)
+    return (
+        f"UPDATE items SET state = %(target)s, updated_at = %(at)s{sets} "
+        f"WHERE run_id = %(run_id)s AND seq = %(seq)s AND state = {state_literal(current)}"
+    )
+
+
+@functools.cache
+def move_run(columns: tuple[str, ...]) -> str:
+    """A run's conditional move from `%(current)s` to `%(target)s`, setting `columns` too."""
+    sets = "".join(f", {column} = %({column})s" for column in columns)
+    return (
+        f"UPDATE runs SET state = %(target)s, updated_at = %(at)s{sets} "
+        "WHERE run_id = %(run_id)s AND state = %(current)s"
+    )
+
+
+@functools.cache
+def insert_row(table: str, columns: tuple[str, ...]) -> str:
+    """One row of `table`, each of `columns` bound by its own name."""
+    values = ", ".join(f"%({column})s" for column in columns)
+    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({values})"
+
+
 # ---------------------------------------------------------------- ledger.py
+
+REPLACE_STOP_REASON = (
+    "UPDATE runs SET stop_reason = %(reason)s, updated_at = %(at)s "
+    "WHERE run_id = %(run_id)s AND stop_reason = %(expected)s"
+)
+_DUE_FOR_EXPIRY = (
+    "SELECT i.seq FROM items i WHERE i.run_id = %(run_id)s AND i.state = 'pending' "
+    "AND i.not_after IS NOT NULL AND i.not_after <= %(at)s AND (i.attempts = 0 OR "
+    f"NOT {MAYBE_DELIVERED}) ORDER BY i.seq"
+)
+DUE_FOR_EXPIRY = _DUE_FOR_EXPIRY
+# Locked as claims lock theirs: an item another worker is claiming is left to its claim.
+DUE_FOR_EXPIRY_LOCKED = _DUE_FOR_EXPIRY + " {claim_lock}"
+PAST_DEADLINE = (
+    "SELECT COUNT(*) FROM items WHERE run_id = %(run_id)s AND state = 'pending' "
+    "AND not_after IS NOT NULL AND not_after <= %(at)s"
+)
+# One answered send's row of the VALUES the acks' statements read (column1 … column10).
+_ACK_FIELDS = ("seq", "finished", "outcome", "status", "error", "retry", "receipt", "source",
+               "evidence", "started")  # fmt: skip
+
+
+@functools.cache
+def ack_names(n: int) -> tuple[tuple[str, ...], ...]:
+    """The parameters of `ack_values(n)`, row by row, in column order."""
+    return tuple(tuple(f"{field}{i}" for field in _ACK_FIELDS) for i in range(n))
+
+
+@functools.cache
+def ack_values(n: int) -> str:
+    """The VALUES rows of n answered sends. The first row's CASTs type the columns:
+    PostgreSQL cannot infer the type of a column that is all NULL parameters (http_status and
+    retry_after_s often are)."""
+    rows = []
+    for i, names in enumerate(ack_names(n)):
+        marks = [f"%({name})s" for name in names]
+        if i == 0:
+            marks[3] = f"CAST({marks[3]} AS INTEGER)"
+            marks[5] = f"CAST({marks[5]} AS DOUBLE PRECISION)"
+        rows.append(f"({', '.join(marks)})")
+    return ", ".join(rows)
+
+
+# A group commit's acks (Ledger._record_acks), each reading the answers from `{v}`: the
+# VALUES rows, or the WITH naming them (see writes.py).
+CLOSE_ACKED_ATTEMPTS = (
+    "UPDATE attempts SET finished_at = v.column2, outcome = v.column3, "
+    "http_status = v.column4, error = v.column5, retry_after_s = v.column6, "
+    "started_at = COALESCE(v.column10, attempts.started_at) "
+    "FROM {v} WHERE attempts.run_id = %(run_id)s AND attempts.seq = v.column1 "
+    "AND attempts.finished_at IS NULL"
+)
+ADD_ACKED_RECEIPTS = (
+    "INSERT INTO receipts (idempotency_key, intent_digest, receipt_id, source, evidence, "
+    "recorded_at) SELECT i.idempotency_key, i.intent_digest, v.column7, v.column8, "
+    "v.column9, %(at)s FROM {v} JOIN items AS i ON i.run_id = %(run_id)s AND i.seq = v.column1"
+)
+MOVE_ACKED_ITEMS = (
+    "UPDATE items SET state = %(target)s, updated_at = %(at)s, next_attempt_at = NULL, "
+    "last_error = v.column5, receipt_id = v.column7 FROM {v} "
+    "WHERE items.run_id = %(run_id)s AND items.seq = v.column1 "
+    f"AND items.state = {state_literal(ItemState.IN_FLIGHT)}"
+)
+
+
+@functools.cache
+def claimable(on_list: str, channels: int, held: int) -> str:
+    """Up to `%(limit)s` due pending items, locked as claims lock theirs, with the
+    suppressions' `on_list` column, leaving out `%(channel0)s`… (`channels` of them) and the
+    seqs `%(held0)s`… (`held`)."""
+    where = f"run_id = %(run_id)s AND {ACTIVE} AND state = 'pending' "
+    where += f"AND (next_attempt_at IS NULL OR next_attempt_at <= %(at)s) AND {DUE}"
+    if channels:
+        where += f" AND channel NOT IN ({numbered('channel', channels)})"
+    if held:
+        where += f" AND seq NOT IN ({numbered('held', held)})"
+    return (
+        f"SELECT *, {on_list} FROM items WHERE {where} ORDER BY seq LIMIT %(limit)s {{claim_lock}}"
+    )
+
+
+def numbered(name: str, n: int) -> str:
+    """`%(name0)s, %(name1)s`… n parameters, for an IN list."""
+    return ", ".join(f"%({name}{i})s" for i in range(n))
+
+
+LAST_ATTEMPT_FINISHED = (
+    "SELECT finished_at FROM attempts WHERE run_id = %(run_id)s AND seq = %(seq)s "
+    "ORDER BY n DESC LIMIT 1"
+)
+
+
+@functools.cache
+def claim_items(n: int) -> str:
+    """The claim's conditional move of the n items `%(seq0)s`…, read pending."""
+    return (
+        "UPDATE items SET state = %(target)s, updated_at = %(at)s, attempts = attempts + 1, "
+        "next_attempt_at = NULL, worker_id = %(worker_id)s "
+        f"WHERE run_id = %(run_id)s AND seq IN ({numbered('seq', n)}) "
+        f"AND state = {state_literal(ItemState.PENDING)}"
+    )
+
+
+@functools.cache
+def open_attempts(n: int) -> str:
+    """An attempt row for each of the n claimed items `%(seq0)s`…, with how long it waited
+    `%(waited0)s`…. n counts attempt rows, not the item's attempts: a released attempt
+    (claimed, never started) keeps its row but is not counted as an attempt."""
+    values = ", ".join(
+        ["(%(seq0)s, CAST(%(waited0)s AS DOUBLE PRECISION))"]
+        + [f"(%(seq{i})s, %(waited{i})s)" for i in range(1, n)]
+    )
+    return (
+        "INSERT INTO attempts (run_id, seq, n, started_at, waited_s) "
+        "SELECT %(run_id)s, v.column1, (SELECT COALESCE(MAX(n), 0) + 1 FROM attempts AS a "
+        "WHERE a.run_id = %(run_id)s AND a.seq = v.column1), %(at)s, v.column2 "
+        f"FROM (VALUES {values}) AS v"
+    )
+
+
+CLOSE_ATTEMPT = (
+    "UPDATE attempts SET finished_at = %(finished_at)s, outcome = %(outcome)s, "
+    "http_status = %(http_status)s, error = %(error)s, retry_after_s = %(retry_after_s)s, "
+    "started_at = COALESCE(%(started_at)s, started_at) "
+    "WHERE run_id = %(run_id)s AND seq = %(seq)s AND finished_at IS NULL"
+)
+# The latest time any worker's downstream asked the channel to stay away.
+CLOSE_GATE = (
+    "INSERT INTO channel_gates (run_id, channel, closed_until) "
+    "SELECT run_id, channel, %(closed_until)s FROM items WHERE run_id = %(run_id)s "
+    "AND seq = %(seq)s "
+    "ON CONFLICT (run_id, channel) DO UPDATE SET closed_until = excluded.closed_until "
+    "WHERE channel_gates.closed_until < excluded.closed_until"
+)
+# The receipt carries the digest stored with the intent, copied in SQL.
+ADD_RECEIPT = (
+    "INSERT INTO receipts (idempotency_key, intent_digest, receipt_id, source, "
+    "evidence, recorded_at) SELECT idempotency_key, intent_digest, %(receipt_id)s, "
+    "%(source)s, %(evidence)s, %(at)s FROM items WHERE run_id = %(run_id)s AND seq = %(seq)s"
+)
+# Claimed but never started: it does not count as an attempt.
+UNCOUNT_ATTEMPT = (
+    "UPDATE items SET attempts = attempts - 1 WHERE run_id = %(run_id)s AND seq = %(seq)s "
+    "AND state = 'in_flight' AND attempts > 0"
+)
+ITEM_STATE = "SELECT state FROM items WHERE run_id = %(run_id)s AND seq = %(seq)s"
+ADD_DECISION = (
+    "INSERT INTO decisions (run_id, seq, operator, at, decision, evidence) "
+    "VALUES (%(run_id)s, %(seq)s, %(operator)s, %(at)s, %(decision)s, %(evidence)s)"
+)
+RENEW_APPROVAL = (
+    "UPDATE runs SET approval = %(approval)s, updated_at = %(at)s "
+    "WHERE run_id = %(run_id)s AND state = %(state)s"
+)
+REQUEST_CANCEL = (
+    "UPDATE runs SET cancel_requested_at = COALESCE(cancel_requested_at, %(at)s), "
+    "updated_at = %(at)s WHERE run_id = %(run_id)s AND state NOT IN ({})"
+).format(", ".join(f"'{s.value}'" for s in FINISHED_RUN_STATES))
 
 # ---------------------------------------------------------------- planning.py
 
+RUN_EXISTS = "SELECT 1 FROM runs WHERE run_id = %(run_id)s"
+# m004's counters: moves are counted by trigger, a plan's inserts here (once, not per row).
+COUNT_PLANNED = (
+    "INSERT INTO run_counts (run_id, state, n) VALUES (%(run_id)s, 'pending', %(n)s) "
+    "ON CONFLICT (run_id, state) DO UPDATE SET n = run_counts.n + excluded.n"
+)
+
+
+def staged_digests(stage: str) -> str:
+    """The intent digests left in the plan's stage table `stage`, in seq order."""
+    return f"SELECT intent_digest FROM {stage} ORDER BY seq"
+
+
+def copy_stage(stage: str, pending_columns: str, item_columns: str) -> str:
+    """A plan's staged intents (stage.py's columns) as pending items of `%(run_id)s`, the
+    database copying the rows itself."""
+    return (
+        f"INSERT INTO items ({pending_columns}) SELECT %(run_id)s, {item_columns}, %(at)s, "
+        f"'pending', 0 FROM {stage} ORDER BY seq"
+    )
+
+
 # ---------------------------------------------------------------- history.py
+
+# Refused rows listed by name in a message; the rest are counted.
+LISTED = 10
+
+
+def _per_row(stage: str) -> str:
+    """Per staged row (s), the newest earlier run (by runs.rowid) in which each verdict's
+    condition holds, NULL where it holds in none. Each column is non-NULL exactly when its
+    verdict applies, so the first non-NULL one, in history.py's order, is the row's verdict."""
+    return f"""
+SELECT s.seq AS seq, s.item_id AS item_id,
+    MAX(CASE WHEN p.state IN ('pending', 'in_flight', 'unknown')
+        AND r.state NOT IN ('completed', 'cancelled') THEN r.rowid END) AS open_in,
+    MAX(CASE WHEN p.state IN ('in_flight', 'unknown') THEN r.rowid END) AS unsettled_in,
+    MAX(CASE WHEN p.state = 'sent' AND p.intent_digest = s.intent_digest
+        THEN r.rowid END) AS delivered_in,
+    MAX(CASE WHEN p.state = 'sent' THEN r.rowid END) AS changed_in,
+    MAX(r.rowid) AS earlier
+FROM {stage} s {{ordered_join}} items p ON p.channel = s.channel AND p.identity = s.identity
+JOIN runs r ON r.run_id = p.run_id
+GROUP BY s.seq, s.item_id
+"""
+
+
+_VERDICT = f"""CASE WHEN open_in IS NOT NULL THEN '{OPEN}'
+    WHEN unsettled_in IS NOT NULL THEN '{UNSETTLED}'
+    WHEN delivered_in IS NOT NULL THEN '{DELIVERED}'
+    WHEN changed_in IS NOT NULL THEN '{CHANGED}' ELSE '{RETRIED}' END"""
+
+
+def verdicts_by_run(stage: str) -> str:
+    """How many staged rows of `stage` get each verdict, by the earlier run it names."""
+    return f"""
+SELECT v.verdict, r.run_id, COUNT(*) FROM (
+    SELECT {_VERDICT} AS verdict,
+        COALESCE(open_in, unsettled_in, delivered_in, changed_in, earlier) AS run_rowid
+    FROM ({_per_row(stage)}) AS m
+) AS v JOIN runs r ON r.rowid = v.run_rowid
+GROUP BY v.verdict, r.run_id
+ORDER BY v.verdict, MIN(r.rowid)
+"""
+
+
+def changed_rows(stage: str) -> str:
+    """The first LISTED staged rows of `stage` whose verdict is `changed`."""
+    return f"""
+SELECT seq, item_id FROM ({_per_row(stage)}) AS m
+WHERE {_VERDICT} = '{CHANGED}' ORDER BY seq LIMIT {LISTED}
+"""
+
+
+def drop_delivered(stage: str) -> str:
+    """Staged rows already delivered with the same content: taken out of the stage, so what
+    is copied into the run is exactly what is left to send."""
+    return f"""
+DELETE FROM {stage} WHERE EXISTS (SELECT 1 FROM items p
+    WHERE p.channel = {stage}.channel AND p.identity = {stage}.identity
+    AND p.state = 'sent' AND p.intent_digest = {stage}.intent_digest)
+"""
+
 
 # ---------------------------------------------------------------- suppressions.py
 
@@ -115,6 +406,23 @@ def state_literal(state: ItemState) -> str:
 # ---------------------------------------------------------------- queries.py
 
 # ---------------------------------------------------------------- waiting.py
+
+# The claim's extra condition: the item's start time, if any, has come by `%(at)s`.
+DUE = "(not_before IS NULL OR not_before <= %(at)s)"
+# A pending item outside its window waits for the window's next opening (no state moves).
+REOPEN = (
+    "UPDATE items SET not_before = %(not_before)s WHERE run_id = %(run_id)s AND seq = %(seq)s "
+    "AND state = 'pending'"
+)
+# An index probe: items_not_before.
+NEXT_OPENING = (
+    "SELECT MIN(not_before) FROM items WHERE run_id = %(run_id)s AND channel = %(channel)s "
+    "AND state = 'pending' AND not_before IS NOT NULL AND not_before > %(at)s"
+)
+WAITING = (
+    "SELECT COUNT(*), MIN(not_before) FROM items WHERE run_id = %(run_id)s "
+    "AND state = 'pending' AND not_before IS NOT NULL AND not_before > %(at)s"
+)
 
 # ---------------------------------------------------------------- buckets.py
 
@@ -151,3 +459,27 @@ SENT_COUNT = "SELECT COALESCE(SUM(n), 0) FROM run_counts WHERE state = 'sent'"
 # ---------------------------------------------------------------- stage.py
 
 # ---------------------------------------------------------------- writes.py
+
+# A group's writes (writes.py) read its VALUES rows as `{v}`, put in here before an engine
+# sees the statement. Cached: a group commit sends the same few shapes over and over.
+
+
+@functools.cache
+def separately(writes: tuple[str, ...], values: str) -> tuple[str, ...]:
+    """The group's writes as one statement each, `{v}` the VALUES rows themselves."""
+    source = f"(VALUES {values}) AS v"
+    return tuple(write.replace("{v}", source) for write in writes)
+
+
+@functools.cache
+def as_one(writes: tuple[str, ...], counted: int, returning: str, values: str) -> str:
+    """The group's writes as one statement of data-modifying WITHs, `{v}` the WITH naming
+    the VALUES rows; it returns `returning` of the rows the write at `counted` moved."""
+    parts = [f"v AS (VALUES {values})"] if values else []
+    for i, write in enumerate(writes):
+        text = write.replace("{v}", "v")
+        if i == counted:
+            parts.append(f"moved AS ({text} RETURNING {returning})")
+        else:
+            parts.append(f"w{i} AS ({text})")
+    return f"WITH {', '.join(parts)} SELECT seq FROM moved ORDER BY seq"

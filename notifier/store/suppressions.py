@@ -12,7 +12,9 @@ from ..records import Outcome
 from ..state_machine import ItemState, ItemTrigger, item_next
 from ..suppression import Entry, Source, Suppression, address_key, sql_keys_alike
 from ..who import operator_name
-from .core import MAYBE_DELIVERED, Core, _state_literal, retried
+from .core import Core, retried
+from .statements import MAYBE_DELIVERED
+from .statements import state_literal as _state_literal
 
 
 class Suppressions:

@@ -1,5 +1,6 @@
 """Items waiting for their start time or send window (issue 23; schema_sqlite.M009): the
-statements the claim, the runner's wake-up and `status` use, the same on both engines.
+reads and writes the claim, the runner's wake-up and `status` use (their statements in
+statements.py; the claim's condition is its DUE), the same on both engines.
 
 An item's `not_before` is the earliest instant it may be sent. The claim takes only items
 whose `not_before` has passed; one with a window whose clock has moved out of it again (a
@@ -15,12 +16,11 @@ from typing import Any
 
 from .. import clock
 from ..schedule import reopen
+from . import statements as sql
+from .engine import Engine
 
-# The claim's extra condition; its parameter is the claim's time.
-DUE = "(not_before IS NULL OR not_before <= ?)"
 
-
-def keep_open(conn: Any, run_id: str, rows: Sequence[Any], at: str) -> list[Any]:
+def keep_open(engine: Engine, run_id: str, rows: Sequence[Any], at: str) -> list[Any]:
     """The rows (read by a claim, pending) whose window is open at `at`; every other one
     gets its window's next opening as its not_before (pending stays pending: no state
     moves, as a backoff's next_attempt_at does not)."""
@@ -32,20 +32,15 @@ def keep_open(conn: Any, run_id: str, rows: Sequence[Any], at: str) -> list[Any]
         if later is None:
             kept.append(row)
             continue
-        conn.execute(
-            "UPDATE items SET not_before = ? WHERE run_id = ? AND seq = ? AND state = 'pending'",
-            (later, run_id, row.seq),
-        )
+        engine.execute(sql.REOPEN, {"not_before": later, "run_id": run_id, "seq": row.seq})
     return kept
 
 
-def next_opening(conn: Any, run_id: str, channel: str, at: str) -> str | None:
+def next_opening(engine: Engine, run_id: str, channel: str, at: str) -> str | None:
     """The earliest not_before still ahead of `at` among the channel's pending items (an
     index probe: items_not_before), or None."""
-    (found,) = conn.execute(
-        "SELECT MIN(not_before) FROM items WHERE run_id = ? AND channel = ? "
-        "AND state = 'pending' AND not_before IS NOT NULL AND not_before > ?",
-        (run_id, channel, at),
+    (found,) = engine.execute(
+        sql.NEXT_OPENING, {"run_id": run_id, "channel": channel, "at": at}
     ).fetchone()
     return str(found) if found else None
 
@@ -58,11 +53,7 @@ class Waiting:
     next_at: str | None
 
 
-def waiting(conn: Any, run_id: str, at: str) -> Waiting:
+def waiting(engine: Engine, run_id: str, at: str) -> Waiting:
     """How many pending items may not be sent yet at `at`, and the earliest of their times."""
-    count, first = conn.execute(
-        "SELECT COUNT(*), MIN(not_before) FROM items WHERE run_id = ? AND state = 'pending' "
-        "AND not_before IS NOT NULL AND not_before > ?",
-        (run_id, at),
-    ).fetchone()
+    count, first = engine.execute(sql.WAITING, {"run_id": run_id, "at": at}).fetchone()
     return Waiting(int(count), str(first) if first else None)
