@@ -213,7 +213,8 @@ class Drafts:
             summary[state] = n
             summary["total"] += n
         tokens = self.engine.execute(sql.DRAFT_TOKENS, {"run_id": run_id}).fetchone()
-        summary["input_tokens"], summary["output_tokens"] = int(tokens[0]), int(tokens[1])
+        summary["input_tokens"] = int(tokens.input_tokens)
+        summary["output_tokens"] = int(tokens.output_tokens)
         return summary
 
     def draft_failures(self, run_id: str) -> list[tuple[int, int, str]]:

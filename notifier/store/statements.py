@@ -200,9 +200,11 @@ DRAFTS = (
     "output_tokens, error FROM drafts WHERE run_id = %(run_id)s ORDER BY seq"
 )
 DRAFT_STATES = "SELECT state, COUNT(*) FROM drafts WHERE run_id = %(run_id)s GROUP BY state"
+# Named: two unnamed COALESCEs would be two columns of one name, which a named-tuple row
+# (psycopg's namedtuple_row) refuses.
 DRAFT_TOKENS = (
-    "SELECT COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0) "
-    "FROM drafts WHERE run_id = %(run_id)s"
+    "SELECT COALESCE(SUM(input_tokens), 0) AS input_tokens, "
+    "COALESCE(SUM(output_tokens), 0) AS output_tokens FROM drafts WHERE run_id = %(run_id)s"
 )
 DRAFT_FAILURES = (
     "SELECT seq, line, error FROM drafts WHERE run_id = %(run_id)s AND state = 'failed' "
