@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .. import clock
+from . import statements as sql
 from .core import Core
 from .exceptions import LostRace
 
@@ -30,20 +31,13 @@ class Chunk:
     note: str | None
 
 
-_COLUMNS = (
-    "run_id, chunk, state, seqs, request_count, requests_digest, model, not_before, "
-    "batch_id, recreate, created, note"
-)
-
-
 class Chunks:
     def __init__(self, core: Core) -> None:
         self.core = core
+        self.engine = core.engine
 
     def chunks(self, run_id: str, states: Sequence[str] | None = None) -> list[Chunk]:
-        rows = self.core.conn.execute(
-            f"SELECT {_COLUMNS} FROM draft_chunks WHERE run_id = ? ORDER BY chunk", (run_id,)
-        ).fetchall()
+        rows = self.engine.execute(sql.CHUNKS, {"run_id": run_id}).fetchall()
         found = [
             Chunk(r[0], int(r[1]), r[2], tuple(json.loads(r[3])), int(r[4]), r[5], r[6], r[7],
                   r[8], bool(r[9]), int(r[10]), r[11])
@@ -65,13 +59,19 @@ class Chunks:
         digest, carry it), before its batch is created."""
         at = clock.now_iso()
         with self.core.write(run_id, lease_version):
-            self.core.conn.execute(
-                "INSERT INTO draft_chunks (run_id, chunk, state, seqs, request_count, "
-                "requests_digest, model, not_before, updated_at) "
-                "VALUES (?, ?, 'creating', ?, ?, ?, ?, ?, ?)",
-                (run_id, chunk, json.dumps(list(seqs)), len(seqs), requests_digest, model,
-                 not_before, at),
-            )  # fmt: skip
+            self.engine.execute(
+                sql.RECORD_CHUNK,
+                {
+                    "run_id": run_id,
+                    "chunk": chunk,
+                    "seqs": json.dumps(list(seqs)),
+                    "request_count": len(seqs),
+                    "requests_digest": requests_digest,
+                    "model": model,
+                    "not_before": not_before,
+                    "at": at,
+                },
+            )
             self.core.event(run_id, "chunk_creating", None, {"chunk": chunk, "rows": len(seqs)}, at)
 
     def chunk_create_started(
@@ -81,10 +81,8 @@ class Chunks:
         the same transaction, so a crash after the create leaves the next resume asking."""
         at = clock.now_iso()
         with self.core.write(run_id, lease_version):
-            cursor = self.core.conn.execute(
-                "UPDATE draft_chunks SET recreate = 0, updated_at = ? "
-                "WHERE run_id = ? AND chunk = ? AND state = 'creating'",
-                (at, run_id, chunk),
+            cursor = self.engine.execute(
+                sql.CHUNK_CREATE_STARTED, {"at": at, "run_id": run_id, "chunk": chunk}
             )
             if cursor.rowcount != 1:
                 raise LostRace(f"run {run_id} chunk {chunk}: not creating")
@@ -103,11 +101,16 @@ class Chunks:
         """The chunk's batch: created by us just now (`created`) or adopted after asking."""
         at = clock.now_iso()
         with self.core.write(run_id, lease_version):
-            cursor = self.core.conn.execute(
-                "UPDATE draft_chunks SET state = 'submitted', batch_id = ?, recreate = 0, "
-                "created = created + ?, note = ?, updated_at = ? "
-                "WHERE run_id = ? AND chunk = ? AND state = 'creating'",
-                (batch_id, 1 if created else 0, note, at, run_id, chunk),
+            cursor = self.engine.execute(
+                sql.CHUNK_SUBMITTED,
+                {
+                    "batch_id": batch_id,
+                    "created": 1 if created else 0,
+                    "note": note,
+                    "at": at,
+                    "run_id": run_id,
+                    "chunk": chunk,
+                },
             )
             if cursor.rowcount != 1:
                 raise LostRace(f"run {run_id} chunk {chunk}: not creating")
@@ -126,10 +129,9 @@ class Chunks:
         writes of a drafting process carry its `lease_version` (fenced); `cancel`'s do not."""
         at = clock.now_iso()
         with self.core.write(run_id, lease_version):
-            self.core.conn.execute(
-                "UPDATE draft_chunks SET state = ?, note = COALESCE(?, note), updated_at = ? "
-                "WHERE run_id = ? AND chunk = ? AND state IN ('creating', 'submitted')",
-                (state, note, at, run_id, chunk),
+            self.engine.execute(
+                sql.END_CHUNK,
+                {"state": state, "note": note, "at": at, "run_id": run_id, "chunk": chunk},
             )
             self.core.event(run_id, f"chunk_{state}", None, {"chunk": chunk, "note": note}, at)
 
@@ -138,11 +140,7 @@ class Chunks:
         (the operator accepts paying twice for one created before). Returns how many."""
         at = clock.now_iso()
         with self.core.write():
-            cursor = self.core.conn.execute(
-                "UPDATE draft_chunks SET recreate = 1, updated_at = ? "
-                "WHERE run_id = ? AND state = 'creating'",
-                (at, run_id),
-            )
+            cursor = self.engine.execute(sql.CHOOSE_RECREATE, {"at": at, "run_id": run_id})
             n = int(cursor.rowcount)
             self.core.event(run_id, "recreate_chosen", None, {"chunks": n}, at)
         return n
@@ -151,13 +149,9 @@ class Chunks:
         """Chunks per state and the batches created for them (status's drafting line)."""
         summary = {"chunks": 0, "creating": 0, "submitted": 0, "done": 0, "canceled": 0}
         summary["batches_created"] = 0
-        if not self.core.engine.has_table("draft_chunks"):  # read-only, before m007
+        if not self.engine.has_table("draft_chunks"):  # read-only, before m007
             return summary
-        for state, n, created in self.core.conn.execute(
-            "SELECT state, COUNT(*), COALESCE(SUM(created), 0) FROM draft_chunks "
-            "WHERE run_id = ? GROUP BY state",
-            (run_id,),
-        ):
+        for state, n, created in self.engine.execute(sql.CHUNK_SUMMARY, {"run_id": run_id}):
             summary[state] = int(n)
             summary["chunks"] += int(n)
             summary["batches_created"] += int(created)

@@ -12,6 +12,7 @@ from ..records import Counts, Run, StoredDraft
 from ..state_machine import (
     RunTrigger,
 )
+from . import statements as sql
 from .core import Core, _dump
 from .exceptions import LostRace
 from .planning import Planning
@@ -23,6 +24,7 @@ class Drafts:
 
     def __init__(self, core: Core, plans: Planning) -> None:
         self.core = core
+        self.engine = core.engine
         self.plans = plans
 
     def create_drafting_run(
@@ -42,41 +44,37 @@ class Drafts:
                     "updated_at": at,
                 },
             )
-            self.core.conn.executemany(
-                "INSERT INTO drafts (run_id, seq, line, source, state) "
-                "VALUES (?, ?, ?, ?, 'pending')",
-                ((run["run_id"], seq, line, source) for seq, line, source in sources),
+            self.engine.execute_many(
+                sql.INSERT_DRAFT,
+                (
+                    {"run_id": run["run_id"], "seq": seq, "line": line, "source": source}
+                    for seq, line, source in sources
+                ),
             )
             self.core.event(run["run_id"], "planned", None, {"drafts": len(sources)}, at)
 
     def pending_drafts(self, run_id: str) -> list[tuple[int, str]]:
         return [
             (seq, source)
-            for seq, source in self.core.conn.execute(
-                "SELECT seq, source FROM drafts WHERE run_id = ? AND state = 'pending' "
-                "ORDER BY seq",
-                (run_id,),
-            )
+            for seq, source in self.engine.execute(sql.PENDING_DRAFTS, {"run_id": run_id})
         ]
 
     def save_draft(self, run_id: str, seq: int, draft: dict[str, Any]) -> None:
         """A draft, durable before any digest is computed from it; only ever once per row."""
         at = clock.now_iso()
         with self.core.write():
-            cursor = self.core.conn.execute(
-                "UPDATE drafts SET state = 'drafted', subject = ?, body = ?, model = ?, "
-                "input_tokens = ?, output_tokens = ?, error = NULL, drafted_at = ? "
-                "WHERE run_id = ? AND seq = ? AND state = 'pending'",
-                (
-                    draft["subject"],
-                    draft["body"],
-                    draft["model"],
-                    draft["input_tokens"],
-                    draft["output_tokens"],
-                    at,
-                    run_id,
-                    seq,
-                ),
+            cursor = self.engine.execute(
+                sql.SAVE_DRAFT,
+                {
+                    "subject": draft["subject"],
+                    "body": draft["body"],
+                    "model": draft["model"],
+                    "input_tokens": draft["input_tokens"],
+                    "output_tokens": draft["output_tokens"],
+                    "at": at,
+                    "run_id": run_id,
+                    "seq": seq,
+                },
             )
             if cursor.rowcount != 1:
                 raise LostRace(f"run {run_id} row {seq}: already drafted")
@@ -113,17 +111,15 @@ class Drafts:
         unusable answer cost, counted with the run's tokens all the same."""
         at = clock.now_iso()
         with self.core.write():
+            key = {"run_id": run_id, "seq": seq, "expected": expected}
             if usage is not None:
-                self.core.conn.execute(
-                    "UPDATE drafts SET model = ?, input_tokens = ?, output_tokens = ? "
-                    "WHERE run_id = ? AND seq = ? AND state = ?",
-                    (*usage, run_id, seq, expected),
-                )
-            cursor = self.core.conn.execute(
-                "UPDATE drafts SET state = 'failed', error = ?, drafted_at = ? "
-                "WHERE run_id = ? AND seq = ? AND state = ?",
-                (error, at, run_id, seq, expected),
-            )
+                model, input_tokens, output_tokens = usage
+                self.engine.execute(
+                    sql.DRAFT_USAGE,
+                    {"model": model, "input_tokens": input_tokens,
+                     "output_tokens": output_tokens, **key},
+                )  # fmt: skip
+            cursor = self.engine.execute(sql.FAIL_DRAFT, {"error": error, "at": at, **key})
             if cursor.rowcount != 1:
                 raise LostRace(f"run {run_id} row {seq}: expected draft {expected}")
             self.core.event(run_id, "draft_failed", seq, {"error": error}, at)
@@ -140,23 +136,16 @@ class Drafts:
         will draft."""
         at = clock.now_iso()
         with self.core.write():
-            row = self.core.conn.execute(
-                "SELECT options FROM runs WHERE run_id = ? AND fingerprint = '' "
-                f"{self.core.dialect.row_lock}",
-                (run_id,),
-            ).fetchone()
+            row = self.engine.execute(sql.DRAFTING_RUN_OPTIONS, {"run_id": run_id}).fetchone()
             if row is None:
                 raise LostRace(f"run {run_id}: its drafts are already frozen")
-            options = json.loads(row[0])
+            options = json.loads(row.options)
             before = str(options["compose"]["model"])
             options["compose"]["model"] = model
-            self.core.conn.execute(
-                "UPDATE runs SET options = ?, updated_at = ? WHERE run_id = ?",
-                (_dump(options), at, run_id),
+            self.engine.execute(
+                sql.SET_RUN_OPTIONS, {"options": _dump(options), "at": at, "run_id": run_id}
             )
-            (pending,) = self.core.conn.execute(
-                "SELECT COUNT(*) FROM drafts WHERE run_id = ? AND state = 'pending'", (run_id,)
-            ).fetchone()
+            (pending,) = self.engine.execute(sql.PENDING_DRAFT_COUNT, {"run_id": run_id}).fetchone()
             self.core.event(run_id, "model_changed", None, {"from": before, "to": model}, at)
         return before, int(pending)
 
@@ -176,31 +165,31 @@ class Drafts:
         the row's slot, and nothing was sent under it. Tokens add up: both drafts were paid."""
         at = clock.now_iso()
         with self.core.write():
-            cursor = self.core.conn.execute(
-                "UPDATE runs SET fingerprint = ?, content_fingerprint = ?, approval = NULL, "
-                "updated_at = ? WHERE run_id = ? AND state = 'awaiting_approval' "
-                "AND fingerprint = ?",
-                (fingerprint, content_fingerprint, at, run_id, before),
+            cursor = self.engine.execute(
+                sql.REDRAFT_RUN,
+                {
+                    "fingerprint": fingerprint,
+                    "content_fingerprint": content_fingerprint,
+                    "at": at,
+                    "run_id": run_id,
+                    "before": before,
+                },
             )
             if cursor.rowcount != 1:
                 raise LostRace(f"run {run_id} changed while it was being redrafted")
             for seq, draft, payload, digest, identity in rows:
-                self.core.conn.execute(
-                    "UPDATE drafts SET state = 'drafted', subject = ?, body = ?, model = ?, "
-                    "input_tokens = COALESCE(input_tokens, 0) + ?, "
-                    "output_tokens = COALESCE(output_tokens, 0) + ?, error = NULL, "
-                    "drafted_at = ? WHERE run_id = ? AND seq = ?",
-                    (draft["subject"], draft["body"], draft["model"], draft["input_tokens"],
-                     draft["output_tokens"], at, run_id, seq),
+                key = {"at": at, "run_id": run_id, "seq": seq}
+                self.engine.execute(
+                    sql.REDRAFT,
+                    {"subject": draft["subject"], "body": draft["body"], "model": draft["model"],
+                     "input_tokens": draft["input_tokens"],
+                     "output_tokens": draft["output_tokens"], **key},
                 )  # fmt: skip
                 # A row whose first draft failed is planned again (m004's trigger moves
                 # its count); one ever attempted is not touched (LostRace).
-                moved = self.core.conn.execute(
-                    "UPDATE items SET payload = ?, intent_digest = ?, identity = ?, "
-                    "state = 'pending', last_error = NULL, updated_at = ? "
-                    "WHERE run_id = ? AND seq = ? AND state IN ('pending', 'failed') "
-                    "AND attempts = 0",
-                    (payload, digest, identity, at, run_id, seq),
+                moved = self.engine.execute(
+                    sql.REDRAFT_ITEM,
+                    {"payload": payload, "digest": digest, "identity": identity, **key},
                 )
                 if moved.rowcount != 1:
                     raise LostRace(f"run {run_id} row {seq}: its intent was already used")
@@ -216,39 +205,23 @@ class Drafts:
             )  # fmt: skip
 
     def drafts(self, run_id: str) -> list[StoredDraft]:
-        return [
-            StoredDraft(*tuple(r))
-            for r in self.core.conn.execute(
-                "SELECT seq, line, source, state, subject, body, model, input_tokens, "
-                "output_tokens, error FROM drafts WHERE run_id = ? ORDER BY seq",
-                (run_id,),
-            )
-        ]
+        return [StoredDraft(*tuple(r)) for r in self.engine.execute(sql.DRAFTS, {"run_id": run_id})]
 
     def draft_summary(self, run_id: str) -> dict[str, int]:
         summary = {"total": 0, "drafted": 0, "failed": 0, "pending": 0}
-        for state, n in self.core.conn.execute(
-            "SELECT state, COUNT(*) FROM drafts WHERE run_id = ? GROUP BY state", (run_id,)
-        ):
+        for state, n in self.engine.execute(sql.DRAFT_STATES, {"run_id": run_id}):
             summary[state] = n
             summary["total"] += n
-        tokens = self.core.conn.execute(
-            "SELECT COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0) "
-            "FROM drafts WHERE run_id = ?",
-            (run_id,),
-        ).fetchone()
-        summary["input_tokens"], summary["output_tokens"] = int(tokens[0]), int(tokens[1])
+        tokens = self.engine.execute(sql.DRAFT_TOKENS, {"run_id": run_id}).fetchone()
+        summary["input_tokens"] = int(tokens.input_tokens)
+        summary["output_tokens"] = int(tokens.output_tokens)
         return summary
 
     def draft_failures(self, run_id: str) -> list[tuple[int, int, str]]:
         """(seq, line, error) of every row whose draft failed."""
         return [
             (seq, line, error)
-            for seq, line, error in self.core.conn.execute(
-                "SELECT seq, line, error FROM drafts WHERE run_id = ? AND state = 'failed' "
-                "ORDER BY seq",
-                (run_id,),
-            )
+            for seq, line, error in self.engine.execute(sql.DRAFT_FAILURES, {"run_id": run_id})
         ]
 
     def freeze_plan(
@@ -265,20 +238,22 @@ class Drafts:
         in `failed` (seq: why its draft failed) are planned and failed at once, with it."""
         at = clock.now_iso()
         with self.plans.transaction():
-            cursor = self.core.conn.execute(
-                "UPDATE runs SET fingerprint = ?, content_fingerprint = ?, updated_at = ? "
-                "WHERE run_id = ? AND fingerprint = '' AND state = 'planned'",
-                (fingerprint, content_fingerprint, at, run_id),
+            cursor = self.engine.execute(
+                sql.FREEZE_RUN,
+                {
+                    "fingerprint": fingerprint,
+                    "content_fingerprint": content_fingerprint,
+                    "at": at,
+                    "run_id": run_id,
+                },
             )
             if cursor.rowcount != 1:
                 raise LostRace(f"run {run_id}: its plan was already frozen")
             n = self.plans.insert_items(run_id, items, at)
             for seq, error in (failed or {}).items():
                 # m004's trigger moves the count from pending to failed.
-                self.core.conn.execute(
-                    "UPDATE items SET state = 'failed', last_error = ?, updated_at = ? "
-                    "WHERE run_id = ? AND seq = ? AND state = 'pending'",
-                    (error, at, run_id, seq),
+                self.engine.execute(
+                    sql.FAIL_FROZEN_ITEM, {"error": error, "at": at, "run_id": run_id, "seq": seq}
                 )
             self.core.event(run_id, "frozen", None, {"items": n, "failed": len(failed or {})}, at)
             if then is not None:

@@ -13,17 +13,13 @@ from typing import Any
 
 from .. import clock
 from ..records import Run, Worker
+from . import statements as sql
 from .core import Core, _dump, retried
 from .exceptions import LeaseHeld
 
 Alive = Callable[[dict[str, Any], str | None], bool]
-
-# m005's items_held condition, word for word: SQLite uses a partial index only then.
-_HELD = "state IN ('in_flight', 'unknown')"
-_WORKER_COLUMNS = (
-    "worker_id, run_id, host, pid, process_start, state, version, joined_at, heartbeat_at, "
-    "expires_at"
-)
+# How many items one statement adopts at most (a bound on its parameters).
+_ADOPT_AT_ONCE = 500
 
 
 class Leases:
@@ -31,6 +27,7 @@ class Leases:
 
     def __init__(self, core: Core) -> None:
         self.core = core
+        self.engine = core.engine
 
     # ---------------------------------------------------------------- the run's lease
 
@@ -50,16 +47,15 @@ class Leases:
             run = self.core.locked_run(run_id)  # from here on no worker joins, nor takes it
             self._check_free(run, run_id, holder_alive, clock.iso(at))
             version = run.lease_version + 1
-            self.core.conn.execute(
-                "UPDATE runs SET lease_owner = ?, lease_version = ?, lease_expires_at = ? "
-                "WHERE run_id = ? AND lease_version = ?",
-                (
-                    _dump(owner),
-                    version,
-                    clock.iso(clock.later(ttl_s, at)),
-                    run_id,
-                    run.lease_version,
-                ),
+            self.engine.execute(
+                sql.TAKE_LEASE,
+                {
+                    "owner": _dump(owner),
+                    "version": version,
+                    "expires_at": clock.iso(clock.later(ttl_s, at)),
+                    "run_id": run_id,
+                    "previous": run.lease_version,
+                },
             )
             self.core.event(
                 run_id,
@@ -81,18 +77,20 @@ class Leases:
 
     def renew_lease(self, run_id: str, lease_version: int, ttl_s: float) -> bool:
         with self.core.write():
-            cursor = self.core.conn.execute(
-                "UPDATE runs SET lease_expires_at = ? WHERE run_id = ? AND lease_version = ?",
-                (clock.iso(clock.later(ttl_s)), run_id, lease_version),
+            cursor = self.engine.execute(
+                sql.RENEW_LEASE,
+                {
+                    "expires_at": clock.iso(clock.later(ttl_s)),
+                    "run_id": run_id,
+                    "lease_version": lease_version,
+                },
             )
         return bool(cursor.rowcount == 1)
 
     def release_lease(self, run_id: str, lease_version: int) -> None:
         with self.core.write():
-            self.core.conn.execute(
-                "UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL "
-                "WHERE run_id = ? AND lease_version = ?",
-                (run_id, lease_version),
+            self.engine.execute(
+                sql.RELEASE_LEASE, {"run_id": run_id, "lease_version": lease_version}
             )
 
     # ---------------------------------------------------------------- worker leases
@@ -133,36 +131,31 @@ class Leases:
         """Extend a live worker's lease; False once it was fenced out (reaped)."""
         at = clock.now()
         with self.core.write():
-            cursor = self.core.conn.execute(
-                "UPDATE workers SET heartbeat_at = ?, expires_at = ? "
-                "WHERE worker_id = ? AND version = ? AND state = 'live'",
-                (clock.iso(at), clock.iso(clock.later(ttl_s, at)), worker_id, version),
+            cursor = self.engine.execute(
+                sql.RENEW_WORKER,
+                {
+                    "at": clock.iso(at),
+                    "expires_at": clock.iso(clock.later(ttl_s, at)),
+                    "worker_id": worker_id,
+                    "version": version,
+                },
             )
         return bool(cursor.rowcount == 1)
 
     @retried
     def release_worker(self, worker_id: str, version: int) -> None:
         with self.core.write():
-            self.core.conn.execute(
-                "UPDATE workers SET state = 'released' "
-                "WHERE worker_id = ? AND version = ? AND state = 'live'",
-                (worker_id, version),
-            )
+            self.engine.execute(sql.RELEASE_WORKER, {"worker_id": worker_id, "version": version})
 
     def live_workers(self, run_id: str) -> list[Worker]:
         """The workers whose lease rows say live (dead or not: lease.holder_alive decides),
         each with how many items it holds in flight."""
-        if not self.core.engine.has_table("workers"):
+        if not self.engine.has_table("workers"):
             return []  # opened read-only before m005
         return self._live_workers(run_id)
 
     def _live_workers(self, run_id: str) -> list[Worker]:
-        rows = self.core.conn.execute(
-            f"SELECT {_WORKER_COLUMNS}, (SELECT COUNT(*) FROM items i WHERE i.run_id = w.run_id "
-            f"AND i.{_HELD} AND i.state = 'in_flight' AND i.worker_id = w.worker_id) "
-            "FROM workers w WHERE w.run_id = ? AND w.state = 'live' ORDER BY w.joined_at",
-            (run_id,),
-        ).fetchall()
+        rows = self.engine.execute(sql.LIVE_WORKERS, {"run_id": run_id}).fetchall()
         return [Worker(*tuple(row)) for row in rows]
 
     @retried
@@ -186,25 +179,21 @@ class Leases:
             # Two live workers reaping at once adopt in turn: the second finds nothing left.
             self.core.locked_run(run_id)
             adopted = self._orphans(run_id, worker_id)
-            for start in range(0, len(adopted), 500):
-                chunk = adopted[start : start + 500]
-                marks = ", ".join("?" * len(chunk))
-                self.core.conn.execute(
-                    f"UPDATE items SET worker_id = ? WHERE run_id = ? AND seq IN ({marks})",
-                    (worker_id, run_id, *chunk),
-                )
+            for start in range(0, len(adopted), _ADOPT_AT_ONCE):
+                chunk = adopted[start : start + _ADOPT_AT_ONCE]
+                self.engine.execute(
+                    sql.adopt_items(len(chunk)),
+                    {"worker_id": worker_id, "run_id": run_id,
+                     **{f"s{i}": seq for i, seq in enumerate(chunk)}},
+                )  # fmt: skip
         return adopted
 
     def _orphans(self, run_id: str, worker_id: str) -> list[int]:
         """Items in flight or unknown that no live worker holds."""
         return [
             seq
-            for (seq,) in self.core.conn.execute(
-                "SELECT seq FROM items i WHERE i.run_id = ? AND i.state IN "
-                "('in_flight', 'unknown') AND (i.worker_id IS NULL OR i.worker_id != ?) "
-                "AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.worker_id = i.worker_id "
-                "AND w.state = 'live') ORDER BY seq",
-                (run_id, worker_id),
+            for (seq,) in self.engine.execute(
+                sql.ORPHANS, {"run_id": run_id, "worker_id": worker_id}
             ).fetchall()
         ]
 
@@ -228,10 +217,7 @@ class Leases:
                 return "last"
             if wait_for_busy and any(w.in_flight or self._holds_unknown(w) for w in others):
                 return "wait"
-            self.core.conn.execute(
-                "UPDATE workers SET state = 'released' WHERE worker_id = ? AND state = 'live'",
-                (worker_id,),
-            )
+            self.engine.execute(sql.LEAVE_RUN, {"worker_id": worker_id})
             self.core.event(
                 run_id,
                 "worker_left",
@@ -244,19 +230,15 @@ class Leases:
     def _holds_unknown(self, worker: Worker) -> bool:
         """Whether `worker` holds an unknown item it will ask about again (query_delay)."""
         return bool(
-            self.core.conn.execute(
-                f"SELECT 1 FROM items WHERE run_id = ? AND worker_id = ? AND {_HELD} "
-                "AND state = 'unknown' AND next_attempt_at IS NOT NULL LIMIT 1",
-                (worker.run_id, worker.worker_id),
+            self.engine.execute(
+                sql.HOLDS_UNKNOWN, {"run_id": worker.run_id, "worker_id": worker.worker_id}
             ).fetchone()
         )
 
     def _reap(self, worker: Worker, at: str) -> None:
         """Fence a dead worker out: its renewals and fenced writes fail from now on."""
-        cursor = self.core.conn.execute(
-            "UPDATE workers SET state = 'reaped', version = version + 1 "
-            "WHERE worker_id = ? AND version = ? AND state = 'live'",
-            (worker.worker_id, worker.version),
+        cursor = self.engine.execute(
+            sql.REAP_WORKER, {"worker_id": worker.worker_id, "version": worker.version}
         )
         if cursor.rowcount == 1:
             self.core.event(worker.run_id, "worker_reaped", None, {"worker": worker.worker_id}, at)
