@@ -170,7 +170,7 @@ def _in_transaction(engine: Engine) -> bool:
     if isinstance(engine, PostgresEngine):
         return engine.raw.info.transaction_status != TransactionStatus.IDLE
     assert isinstance(engine, SqliteEngine)
-    return engine.conn.in_transaction
+    return bool(engine.conn.in_transaction)
 
 
 def _ledger(ws: Workspace) -> dict[str, list[tuple[Any, ...]]]:
