@@ -1,4 +1,4 @@
-"""The suppression list's SQL (m008): the list and its audit, and the three places an item
+"""The suppression list (m008): the list and its audit, and the three places an item
 meets it: when it is planned, when it is claimed for sending, and when a relay rejects its
 recipient for good. Every item move here is a conditional UPDATE through state_machine.py."""
 
@@ -12,9 +12,8 @@ from ..records import Outcome
 from ..state_machine import ItemState, ItemTrigger, item_next
 from ..suppression import Entry, Source, Suppression, address_key, sql_keys_alike
 from ..who import operator_name
+from . import statements as sql
 from .core import Core, retried
-from .statements import MAYBE_DELIVERED
-from .statements import state_literal as _state_literal
 
 
 class Suppressions:
@@ -27,8 +26,7 @@ class Suppressions:
         """A column for the claim's SELECT: whether the row's recipient is on the list, as
         far as SQL can tell (see suppressed_claims). Read by the claim's own query, it costs
         no statement of its own: one primary-key probe per row."""
-        address = self.core.dialect.address_of.format("items.target")
-        return f"EXISTS (SELECT 1 FROM suppressions s WHERE s.address = {address}) AS on_list"
+        return sql.on_list(self.core.dialect)
 
     # ---------------------------------------------------------------- the list
 
@@ -59,10 +57,15 @@ class Suppressions:
         # In address order, as every writer of the list: two never wait for each other's rows
         # in a cycle (an import beside a worker suppressing a rejected recipient).
         for entry in sorted(entries, key=lambda e: e.address):
-            cursor = self.core.conn.execute(
-                "INSERT INTO suppressions (address, reason, source, operator, created_at) "
-                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (address) DO NOTHING",
-                (entry.address, entry.reason, source.value, operator, at),
+            cursor = self.core.engine.execute(
+                sql.ADD_SUPPRESSION,
+                {
+                    "address": entry.address,
+                    "reason": entry.reason,
+                    "source": source.value,
+                    "operator": operator,
+                    "at": at,
+                },
             )
             if cursor.rowcount == 1:
                 added.append(entry.address)
@@ -77,24 +80,29 @@ class Suppressions:
         removed: list[str] = []
         with self.core.write():
             for address in addresses:
-                row = self.core.conn.execute(
-                    "SELECT reason, source FROM suppressions WHERE address = ?", (address,)
-                ).fetchone()
+                row = self.core.engine.execute(sql.SUPPRESSION_OF, {"address": address}).fetchone()
                 if row is None:
                     continue
-                self.core.conn.execute("DELETE FROM suppressions WHERE address = ?", (address,))
-                entry = Entry(address, row[0])
-                self._audit("remove", entry, Source(row[1]), operator, at, None)
+                self.core.engine.execute(sql.DELETE_SUPPRESSION, {"address": address})
+                entry = Entry(address, row.reason)
+                self._audit("remove", entry, Source(row.source), operator, at, None)
                 removed.append(address)
         return removed
 
     def _audit(
         self, action: str, entry: Entry, source: Source, operator: str, at: str, run_id: str | None
     ) -> None:
-        self.core.conn.execute(
-            "INSERT INTO suppression_audit (at, operator, action, address, source, reason, "
-            "run_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (at, operator, action, entry.address, source.value, entry.reason, run_id),
+        self.core.engine.execute(
+            sql.AUDIT_SUPPRESSION,
+            {
+                "at": at,
+                "operator": operator,
+                "action": action,
+                "address": entry.address,
+                "source": source.value,
+                "reason": entry.reason,
+                "run_id": run_id,
+            },
         )
 
     def suppressions(self) -> list[Suppression]:
@@ -103,9 +111,8 @@ class Suppressions:
             return []
         return [
             Suppression(address, reason, Source(source), operator, created_at)
-            for address, reason, source, operator, created_at in self.core.conn.execute(
-                "SELECT address, reason, source, operator, created_at FROM suppressions "
-                "ORDER BY address"
+            for address, reason, source, operator, created_at in self.core.engine.execute(
+                sql.ALL_SUPPRESSIONS
             )
         ]
 
@@ -113,11 +120,7 @@ class Suppressions:
         """Every add and remove, oldest first."""
         if not self.core.engine.has_table("suppression_audit"):
             return []
-        names = ("at", "operator", "action", "address", "source", "reason", "run_id")
-        rows = self.core.conn.execute(
-            f"SELECT {', '.join(names)} FROM suppression_audit ORDER BY id"
-        ).fetchall()
-        return [dict(zip(names, row, strict=True)) for row in rows]
+        return [row._asdict() for row in self.core.engine.execute(sql.SUPPRESSION_AUDIT)]
 
     # ---------------------------------------------------------------- items
 
@@ -127,25 +130,26 @@ class Suppressions:
         fingerprint, an approval and the report cover them). An empty list, the common
         case, costs one read; otherwise one pass over the run's items, each looked up by
         the list's primary key."""
-        if self.core.conn.execute("SELECT 1 FROM suppressions LIMIT 1").fetchone() is None:
+        if self.core.engine.execute(sql.ANY_SUPPRESSION).fetchone() is None:
             return
         current = ItemState.PENDING
         target = item_next(ItemTrigger.SUPPRESS, current)
-        moved = self.core.conn.execute(
-            "UPDATE items SET state = ?, updated_at = ?, last_error = ? "
-            f"WHERE run_id = ? AND state = {_state_literal(current)} AND "
-            f"{self.core.dialect.address_of.format('target')} "
-            "IN (SELECT address FROM suppressions)",
-            (target.value, at, "suppressed: the recipient is on the suppression list", run_id),
+        moved = self.core.engine.execute(
+            sql.suppress_planned(self.core.dialect, current),
+            {
+                "target": target.value,
+                "at": at,
+                "error": "suppressed: the recipient is on the suppression list",
+                "run_id": run_id,
+            },
         ).rowcount
         if moved:
             # At plan time every suppressed item of the run is one just moved. Numbered as
             # every event is (on PostgreSQL at COMMIT, under the run's row: see _commit).
             seqs = [
                 seq
-                for (seq,) in self.core.conn.execute(
-                    "SELECT seq FROM items WHERE run_id = ? AND state = ? ORDER BY seq",
-                    (run_id, target.value),
+                for (seq,) in self.core.engine.execute(
+                    sql.SEQS_IN_STATE, {"run_id": run_id, "state": target.value}
                 )
             ]
             detail = {"from": current.value, "to": target.value, "when": "plan"}
@@ -173,9 +177,8 @@ class Suppressions:
             if not row.on_list and not sql_keys_alike(row.target):
                 keys.setdefault(address_key(row.target), []).append(row.seq)
         if keys:
-            marks = ", ".join("?" * len(keys))
-            for (address,) in self.core.conn.execute(
-                f"SELECT address FROM suppressions WHERE address IN ({marks})", list(keys)
+            for (address,) in self.core.engine.execute(
+                sql.suppressed_among(len(keys)), sql.bound("a", list(keys))
             ).fetchall():
                 hits += keys[address]
         suppressed: set[int] = set()
@@ -211,13 +214,10 @@ class Suppressions:
         """Of `seqs` (pending), those with an attempt that may have been delivered."""
         if not seqs:
             return set()
-        marks = ", ".join("?" * len(seqs))
         return {
             seq
-            for (seq,) in self.core.conn.execute(
-                f"SELECT i.seq FROM items i WHERE i.run_id = ? AND i.seq IN ({marks}) "
-                f"AND i.attempts > 0 AND {MAYBE_DELIVERED}",
-                [run_id, *seqs],
+            for (seq,) in self.core.engine.execute(
+                sql.attempted_maybe_delivered(len(seqs)), {"run_id": run_id, **sql.bound("s", seqs)}
             )
         }
 
