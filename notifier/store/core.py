@@ -177,11 +177,11 @@ class Core:
 
     def event(self, run_id: str, kind: str, item_seq: int | None, detail: Any, at: str) -> None:
         """One event, numbered after the run's last (PostgreSQL numbers it at COMMIT)."""
-        self.engine.event(run_id, kind, item_seq, _dump(detail), at)
+        self.engine.event(run_id, kind, item_seq, as_json(detail), at)
 
     def events(self, run_id: str, kind: str, seqs: Sequence[int], detail: Any, at: str) -> None:
         """`event` for several items at once."""
-        self.engine.events(run_id, kind, seqs, _dump(detail), at)
+        self.engine.events(run_id, kind, seqs, as_json(detail), at)
 
     def move_item(
         self, run_id: str, seq: int, current: ItemState, trigger: ItemTrigger, at: str, **sets: Any
@@ -252,7 +252,7 @@ class Core:
         return [run_from_row(r) for r in rows]
 
 
-def _dump(value: Any) -> str | None:
+def as_json(value: Any) -> str | None:
     if value is None or isinstance(value, str):
         return value
     return json.dumps(value, sort_keys=True, ensure_ascii=False)
@@ -262,7 +262,7 @@ def _all_active(states: Sequence[ItemState]) -> bool:
     return all(s in ACTIVE_ITEM_STATES for s in states)
 
 
-def _plain_ack(o: Outcome) -> bool:
+def plain_ack(o: Outcome) -> bool:
     """An answered send as the pipeline records it: batched by Ledger._record_acks."""
     return (
         o.trigger == ItemTrigger.ACK

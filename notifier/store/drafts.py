@@ -13,7 +13,7 @@ from ..state_machine import (
     RunTrigger,
 )
 from . import statements as sql
-from .core import Core, _dump
+from .core import Core, as_json
 from .exceptions import LostRace
 from .planning import Planning
 from .stage import PlanStage
@@ -39,8 +39,8 @@ class Drafts:
                 {
                     **run,
                     "fingerprint": "",
-                    "channel_snapshot": _dump(run["channel_snapshot"]),
-                    "options": _dump(run["options"]),
+                    "channel_snapshot": as_json(run["channel_snapshot"]),
+                    "options": as_json(run["options"]),
                     "updated_at": at,
                 },
             )
@@ -143,7 +143,7 @@ class Drafts:
             before = str(options["compose"]["model"])
             options["compose"]["model"] = model
             self.engine.execute(
-                sql.SET_RUN_OPTIONS, {"options": _dump(options), "at": at, "run_id": run_id}
+                sql.SET_RUN_OPTIONS, {"options": as_json(options), "at": at, "run_id": run_id}
             )
             (pending,) = self.engine.execute(sql.PENDING_DRAFT_COUNT, {"run_id": run_id}).fetchone()
             self.core.event(run_id, "model_changed", None, {"from": before, "to": model}, at)

@@ -14,7 +14,7 @@ from typing import Any
 from .. import clock
 from ..records import Run, Worker
 from . import statements as sql
-from .core import Core, _dump, retried
+from .core import Core, as_json, retried
 from .exceptions import LeaseHeld
 
 Alive = Callable[[dict[str, Any], str | None], bool]
@@ -50,7 +50,7 @@ class Leases:
             self.engine.execute(
                 sql.TAKE_LEASE,
                 {
-                    "owner": _dump(owner),
+                    "owner": as_json(owner),
                     "version": version,
                     "expires_at": clock.iso(clock.later(ttl_s, at)),
                     "run_id": run_id,

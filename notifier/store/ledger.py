@@ -20,7 +20,7 @@ from ..state_machine import (
 )
 from . import statements as sql
 from . import waiting, writes
-from .core import Core, _dump, _plain_ack, retried
+from .core import Core, as_json, plain_ack, retried
 from .exceptions import LostRace
 from .suppressions import Suppressions
 from .writes import Group
@@ -151,9 +151,9 @@ class Ledger:
             return []
         at = clock.now_iso()
         with self.core.write(run_id, lease_version):
-            acks = [o for o in outcomes if _plain_ack(o)]
+            acks = [o for o in outcomes if plain_ack(o)]
             for outcome in outcomes:
-                if not _plain_ack(outcome):
+                if not plain_ack(outcome):
                     self._record_one(run_id, outcome, at)
             self._record_acks(run_id, acks, at)
             self.suppressions.suppress_rejected(run_id, outcomes, at)
@@ -343,11 +343,11 @@ class Ledger:
             if self.state_version(run_id) != state_version:
                 raise LostRace(f"run {run_id} changed while it was being approved")
             if run.state is RunState.AWAITING_APPROVAL:
-                self.core.move_run(run_id, RunTrigger.APPROVE, at, approval=_dump(approval))
+                self.core.move_run(run_id, RunTrigger.APPROVE, at, approval=as_json(approval))
                 return
             cursor = self.engine.execute(
                 sql.RENEW_APPROVAL,
-                {"approval": _dump(approval), "at": at, "run_id": run_id,
+                {"approval": as_json(approval), "at": at, "run_id": run_id,
                  "state": run.state.value},
             )  # fmt: skip
             if cursor.rowcount != 1:

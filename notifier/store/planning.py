@@ -14,7 +14,7 @@ from ..state_machine import (
 from . import statements as sql
 from .core import (
     Core,
-    _dump,
+    as_json,
 )
 from .exceptions import PlanRefused, RunExists
 from .history import DELIVERED, History, Prior
@@ -76,8 +76,8 @@ class Planning:
                 "runs",
                 {
                     **run,
-                    "channel_snapshot": _dump(run["channel_snapshot"]),
-                    "options": _dump(run["options"]),
+                    "channel_snapshot": as_json(run["channel_snapshot"]),
+                    "options": as_json(run["options"]),
                     "updated_at": at,
                 },
             )
@@ -114,7 +114,7 @@ class Planning:
                     item["item_id"],
                     item["channel"],
                     item["target"],
-                    _dump(item["payload"]),
+                    as_json(item["payload"]),
                     item["idempotency_key"],
                     item["intent_digest"],
                     item.get("not_after"),
