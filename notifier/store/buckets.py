@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from . import statements as sql
 from .core import Core
+from .statements import buckets as sql
 
 
 class Buckets:

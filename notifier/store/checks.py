@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Set
 from pathlib import Path
 
-from . import statements as sql
+from . import statements
 from .engine import Engine, snapshot
 from .exceptions import StoreRefused
+from .statements import checks as sql
 
 
 def refuse_newer(path: Path | str, applied: Set[str], known: Set[str], untouched: str) -> None:
@@ -75,7 +76,7 @@ class Checks:
 
     def _events_contiguous(self, run_id: str) -> bool:
         (low,) = self.engine.execute(sql.FIRST_EVENT, {"run_id": run_id}).fetchone()
-        (high,) = self.engine.execute(sql.LAST_EVENT, {"run_id": run_id}).fetchone()
+        (high,) = self.engine.execute(statements.LAST_EVENT, {"run_id": run_id}).fetchone()
         if low is None:
             return True
         if low != 1:

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .. import clock
-from . import statements as sql
 from .core import Core
 from .exceptions import LostRace
+from .statements import chunks as sql
 
 OPEN = ("creating", "submitted")
 

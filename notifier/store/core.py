@@ -24,10 +24,10 @@ from ..state_machine import (
     item_next,
     run_next,
 )
-from . import statements as sql
 from .engine import Engine, Fence, snapshot
 from .exceptions import LeaseLost, LostRace, WriteConflict
 from .migrations import stored_content_fingerprint
+from .statements import core as sql
 
 # What a failed write leaves behind, as every storage failure message says.
 ROLLED_BACK = (

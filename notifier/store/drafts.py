@@ -12,11 +12,11 @@ from ..records import Counts, Run, StoredDraft
 from ..state_machine import (
     RunTrigger,
 )
-from . import statements as sql
 from .core import Core, as_json
 from .exceptions import LostRace
 from .planning import Planning
 from .stage import PlanStage
+from .statements import drafts as sql
 
 
 class Drafts:

@@ -17,10 +17,10 @@ every row at once: a million rows are never compared one by one in Python."""
 
 from __future__ import annotations
 
-from . import statements as sql
 from .core import Core
 from .prior import CHANGED, DELIVERED, OPEN, RETRIED, UNSETTLED, Prior
 from .stage import PlanStage
+from .statements import history as sql
 
 __all__ = ["CHANGED", "DELIVERED", "OPEN", "RETRIED", "UNSETTLED", "History", "Prior"]
 

@@ -13,9 +13,10 @@ from typing import Any
 
 from .. import clock
 from ..records import Run, Worker
-from . import statements as sql
+from . import statements
 from .core import Core, as_json, retried
 from .exceptions import LeaseHeld
+from .statements import leases as sql
 
 Alive = Callable[[dict[str, Any], str | None], bool]
 # How many items one statement adopts at most (a bound on its parameters).
@@ -183,9 +184,8 @@ class Leases:
                 chunk = adopted[start : start + _ADOPT_AT_ONCE]
                 self.engine.execute(
                     sql.adopt_items(len(chunk)),
-                    {"worker_id": worker_id, "run_id": run_id,
-                     **{f"s{i}": seq for i, seq in enumerate(chunk)}},
-                )  # fmt: skip
+                    {"worker_id": worker_id, "run_id": run_id, **statements.bound("s", chunk)},
+                )
         return adopted
 
     def _orphans(self, run_id: str, worker_id: str) -> list[int]:

@@ -18,10 +18,10 @@ from ..state_machine import (
     RunTrigger,
     item_next,
 )
-from . import statements as sql
-from . import waiting, writes
+from . import statements, waiting, writes
 from .core import Core, as_json, plain_ack, retried
 from .exceptions import LostRace
+from .statements import ledger as sql
 from .suppressions import Suppressions
 from .writes import Group
 
@@ -198,8 +198,8 @@ class Ledger:
     ) -> list[Item]:
         shape = sql.claimable(self.suppressions.on_list(), len(exclude_channels), len(exclude_seqs))
         params: dict[str, Any] = {"run_id": run_id, "at": at, "limit": limit}
-        params.update((f"channel{i}", channel) for i, channel in enumerate(exclude_channels))
-        params.update((f"held{i}", seq) for i, seq in enumerate(exclude_seqs))
+        params.update(statements.bound("channel", exclude_channels))
+        params.update(statements.bound("held", exclude_seqs))
         rows = self._claimable(run_id, shape, params, at)
         if not rows:
             return []
@@ -371,7 +371,7 @@ class Ledger:
     def state_version(self, run_id: str) -> int:
         """The run's state version: the number of its last event. Every state move and
         every item outcome appends one, so an approval bound to it names one exact state."""
-        row = self.engine.execute(sql.LAST_EVENT, {"run_id": run_id}).fetchone()
+        row = self.engine.execute(statements.LAST_EVENT, {"run_id": run_id}).fetchone()
         return int(row[0] or 0)
 
     def request_cancel(self, run_id: str) -> bool:

@@ -11,7 +11,6 @@ from ..intent import content_fingerprint, run_fingerprint
 from ..state_machine import (
     RunTrigger,
 )
-from . import statements as sql
 from .core import (
     Core,
     as_json,
@@ -19,6 +18,7 @@ from .core import (
 from .exceptions import PlanRefused, RunExists
 from .history import DELIVERED, History, Prior
 from .stage import _ITEM_COLUMNS, _PENDING_COLUMNS, PlanStage
+from .statements import planning as sql
 from .suppressions import Suppressions
 
 

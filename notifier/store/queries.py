@@ -20,9 +20,10 @@ from ..state_machine import (
     ItemState,
     RunState,
 )
-from . import statements as sql
+from . import statements
 from . import waiting as _waiting
 from .core import Core
+from .statements import queries as sql
 
 
 class Queries:
@@ -85,7 +86,7 @@ class Queries:
         else:
             cursor = self.engine.execute(
                 sql.items_in_states(states),
-                {"run_id": run_id, **sql.bound("s", [s.value for s in states])},
+                {"run_id": run_id, **statements.bound("s", [s.value for s in states])},
             )
         for row in cursor:
             yield item_from_row(row)
@@ -149,7 +150,7 @@ class Queries:
     def maybe_delivered(self, run_id: str, seqs: Sequence[int]) -> set[int]:
         """Those of `seqs` that may have reached their recipient (statements.MAYBE_DELIVERED)."""
         rows = self.engine.execute(
-            sql.maybe_delivered_among(len(seqs)), {"run_id": run_id, **sql.bound("s", seqs)}
+            sql.maybe_delivered_among(len(seqs)), {"run_id": run_id, **statements.bound("s", seqs)}
         )
         return {seq for (seq,) in rows}
 

@@ -12,8 +12,9 @@ from ..records import Outcome
 from ..state_machine import ItemState, ItemTrigger, item_next
 from ..suppression import Entry, Source, Suppression, address_key, sql_keys_alike
 from ..who import operator_name
-from . import statements as sql
+from . import statements
 from .core import Core, retried
+from .statements import suppressions as sql
 
 
 class Suppressions:
@@ -178,7 +179,7 @@ class Suppressions:
                 keys.setdefault(address_key(row.target), []).append(row.seq)
         if keys:
             for (address,) in self.core.engine.execute(
-                sql.suppressed_among(len(keys)), sql.bound("a", list(keys))
+                sql.suppressed_among(len(keys)), statements.bound("a", list(keys))
             ).fetchall():
                 hits += keys[address]
         suppressed: set[int] = set()
@@ -217,7 +218,8 @@ class Suppressions:
         return {
             seq
             for (seq,) in self.core.engine.execute(
-                sql.attempted_maybe_delivered(len(seqs)), {"run_id": run_id, **sql.bound("s", seqs)}
+                sql.attempted_maybe_delivered(len(seqs)),
+                {"run_id": run_id, **statements.bound("s", seqs)},
             )
         }
 

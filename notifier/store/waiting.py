@@ -16,8 +16,8 @@ from typing import Any
 
 from .. import clock
 from ..schedule import reopen
-from . import statements as sql
 from .engine import Engine
+from .statements import waiting as sql
 
 
 def keep_open(engine: Engine, run_id: str, rows: Sequence[Any], at: str) -> list[Any]:

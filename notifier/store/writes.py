@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from . import statements as sql
 from .engine import Engine
+from .statements import writes as sql
 
 
 class Group(NamedTuple):

@@ -1,0 +1,116 @@
+"""Every statement the store's parts send, by name, written once for both engines: one
+module here per part of the store (statements.ledger for ledger.py, …), the notation, the
+compiling and what many share in this one.
+
+Notation. Parameters are written as psycopg writes them, `%(name)s` (a literal `%` is
+`%%`); the dialect's fragments (engine.Dialect, and the engine's index hints) as
+`{row_lock}`, `{claim_lock}`, `{share_lock}`, `{ordered_join}`, `{now_s}`, `{least}`,
+`{indexed_items_attention}`…: `fragments` lists them all. Each engine compiles a statement
+the first time it sends it, into its driver's own form: SQLite's `:name`, PostgreSQL's `$n`
+(psycopg's RawCursor). Python's own str.format and %-formatting do that: nothing parses SQL.
+
+A statement whose shape varies (n values in a list, the columns a move sets) is a function
+returning the statement for that shape. The engines' own statements (pragmas, COPY,
+numbering events) stay in sqlite.py and postgres.py: they exist on one engine only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ...records import MAYBE_DELIVERED_OUTCOMES
+from ...state_machine import ACTIVE_ITEM_STATES, ItemState
+
+if TYPE_CHECKING:
+    from ..engine import Dialect
+
+# The partial indexes an SQLite read may name with INDEXED BY (engine.indexed): a fragment
+# `{indexed_NAME}` each.
+HINTED_INDEXES = ("items_attention", "items_retried", "items_pending_channel")
+
+
+def fragments(dialect: Dialect, indexed: dict[str, str]) -> dict[str, str]:
+    """The `{name}` fragments of an engine: its dialect's SQL pieces and index hints."""
+    return {
+        "ordered_join": dialect.ordered_join,
+        "claim_lock": dialect.claim_lock,
+        "row_lock": dialect.row_lock,
+        "share_lock": dialect.share_lock,
+        "now_s": dialect.now_s,
+        "least": dialect.least,
+        **{f"indexed_{index}": hint for index, hint in indexed.items()},
+    }
+
+
+class _Named(dict[str, str]):
+    """`%(name)s` as SQLite's `:name`."""
+
+    def __missing__(self, name: str) -> str:
+        return f":{name}"
+
+
+class _Numbered(dict[str, str]):
+    """`%(name)s` as PostgreSQL's `$n`, numbered in order of first appearance (a name used
+    twice is one parameter); the dict's order is then the parameters' order."""
+
+    def __missing__(self, name: str) -> str:
+        self[name] = f"${len(self) + 1}"
+        return self[name]
+
+
+def for_sqlite(statement: str, fragments: dict[str, str]) -> str:
+    """The statement in sqlite3's named style, bound from a mapping as given."""
+    return statement.format_map(fragments) % _Named()
+
+
+def for_postgres(statement: str, fragments: dict[str, str]) -> tuple[str, tuple[str, ...]]:
+    """The statement with `$n` parameters, and the names to bind in `$n` order."""
+    numbered = _Numbered()
+    text = statement.format_map(fragments) % numbered
+    return text, tuple(numbered)
+
+
+# ---------------------------------------------------------------- conditions many share
+
+ACTIVE = "state IN ({})".format(", ".join(f"'{s.value}'" for s in ACTIVE_ITEM_STATES))
+# The states someone has to look at; repeating m004's partial index condition word for word
+# lets SQLite use items_attention (it matches a partial index only on the very same terms).
+ATTENTION_STATES = (ItemState.IN_FLIGHT, ItemState.UNKNOWN, ItemState.FAILED)
+ATTENTION = "state IN ({})".format(", ".join(f"'{s.value}'" for s in ATTENTION_STATES))
+# Whether an item `i` may have reached its recipient: one of its attempts had an outcome
+# that proves nothing (records.MAYBE_DELIVERED_OUTCOMES), and no later query (`not_found`) or
+# operator (`mark_not_sent`) proved otherwise. Any such attempt counts, not only the last: a
+# 429 or a release after a 500 says nothing about the 500's request. Such an item is never
+# called never sent (expired).
+MAYBE_DELIVERED = (
+    "EXISTS (SELECT 1 FROM attempts a WHERE a.run_id = i.run_id AND a.seq = i.seq AND "
+    "a.outcome IN ({}) AND NOT EXISTS (SELECT 1 FROM events e WHERE e.run_id = i.run_id "
+    "AND e.item_seq = i.seq AND e.kind IN ('not_found', 'mark_not_sent') "
+    "AND e.at >= a.finished_at))"
+).format(", ".join(f"'{outcome}'" for outcome in MAYBE_DELIVERED_OUTCOMES))
+
+
+def state_literal(state: ItemState) -> str:
+    """An item state as an SQL literal, for the condition of a conditional move. Bound as a
+    parameter, it made SQLite prepare the statement again on every execution (it weighs a
+    bound value against the partial indexes' `state` conditions, so binding it again expires
+    the plan): measured, a third of the committer's SQL work was parsing."""
+    return f"'{ItemState(state).value}'"
+
+
+def listed(name: str, n: int) -> str:
+    """`%(name0)s, %(name1)s, …`: the n parameters of an IN list (bound by `bound`)."""
+    return ", ".join(f"%({name}{k})s" for k in range(n))
+
+
+def bound(name: str, values: Sequence[Any]) -> dict[str, Any]:
+    """The values of an IN list written by `listed`, by name."""
+    return {f"{name}{k}": value for k, value in enumerate(values)}
+
+
+# The claim's extra condition: the item's start time, if any, has come by `%(at)s`.
+DUE = "(not_before IS NULL OR not_before <= %(at)s)"
+
+
+LAST_EVENT = "SELECT MAX(seq_no) FROM events WHERE run_id = %(run_id)s"

@@ -1,0 +1,70 @@
+"""The statements of store/history.py (their notation: statements/__init__.py)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..prior import CHANGED, DELIVERED, OPEN, RETRIED, UNSETTLED
+
+if TYPE_CHECKING:
+    pass
+
+
+# Refused rows listed by name in a message; the rest are counted.
+LISTED = 10
+
+
+def _per_row(stage: str) -> str:
+    """Per staged row (s), the newest earlier run (by runs.rowid) in which each verdict's
+    condition holds, NULL where it holds in none. Each column is non-NULL exactly when its
+    verdict applies, so the first non-NULL one, in history.py's order, is the row's verdict."""
+    return f"""
+SELECT s.seq AS seq, s.item_id AS item_id,
+    MAX(CASE WHEN p.state IN ('pending', 'in_flight', 'unknown')
+        AND r.state NOT IN ('completed', 'cancelled') THEN r.rowid END) AS open_in,
+    MAX(CASE WHEN p.state IN ('in_flight', 'unknown') THEN r.rowid END) AS unsettled_in,
+    MAX(CASE WHEN p.state = 'sent' AND p.intent_digest = s.intent_digest
+        THEN r.rowid END) AS delivered_in,
+    MAX(CASE WHEN p.state = 'sent' THEN r.rowid END) AS changed_in,
+    MAX(r.rowid) AS earlier
+FROM {stage} s {{ordered_join}} items p ON p.channel = s.channel AND p.identity = s.identity
+JOIN runs r ON r.run_id = p.run_id
+GROUP BY s.seq, s.item_id
+"""
+
+
+_VERDICT = f"""CASE WHEN open_in IS NOT NULL THEN '{OPEN}'
+    WHEN unsettled_in IS NOT NULL THEN '{UNSETTLED}'
+    WHEN delivered_in IS NOT NULL THEN '{DELIVERED}'
+    WHEN changed_in IS NOT NULL THEN '{CHANGED}' ELSE '{RETRIED}' END"""
+
+
+def verdicts_by_run(stage: str) -> str:
+    """How many staged rows of `stage` get each verdict, by the earlier run it names."""
+    return f"""
+SELECT v.verdict, r.run_id, COUNT(*) FROM (
+    SELECT {_VERDICT} AS verdict,
+        COALESCE(open_in, unsettled_in, delivered_in, changed_in, earlier) AS run_rowid
+    FROM ({_per_row(stage)}) AS m
+) AS v JOIN runs r ON r.rowid = v.run_rowid
+GROUP BY v.verdict, r.run_id
+ORDER BY v.verdict, MIN(r.rowid)
+"""
+
+
+def changed_rows(stage: str) -> str:
+    """The first LISTED staged rows of `stage` whose verdict is `changed`."""
+    return f"""
+SELECT seq, item_id FROM ({_per_row(stage)}) AS m
+WHERE {_VERDICT} = '{CHANGED}' ORDER BY seq LIMIT {LISTED}
+"""
+
+
+def drop_delivered(stage: str) -> str:
+    """Staged rows already delivered with the same content: taken out of the stage, so what
+    is copied into the run is exactly what is left to send."""
+    return f"""
+DELETE FROM {stage} WHERE EXISTS (SELECT 1 FROM items p
+    WHERE p.channel = {stage}.channel AND p.identity = {stage}.identity
+    AND p.state = 'sent' AND p.intent_digest = {stage}.intent_digest)
+"""

@@ -1,0 +1,72 @@
+"""The statements of store/leases.py (their notation: statements/__init__.py)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import (
+    listed,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+# m005's items_held condition, word for word: SQLite uses a partial index only then.
+HELD = "state IN ('in_flight', 'unknown')"
+TAKE_LEASE = (
+    "UPDATE runs SET lease_owner = %(owner)s, lease_version = %(version)s, "
+    "lease_expires_at = %(expires_at)s "
+    "WHERE run_id = %(run_id)s AND lease_version = %(previous)s"
+)
+RENEW_LEASE = (
+    "UPDATE runs SET lease_expires_at = %(expires_at)s "
+    "WHERE run_id = %(run_id)s AND lease_version = %(lease_version)s"
+)
+RELEASE_LEASE = (
+    "UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL "
+    "WHERE run_id = %(run_id)s AND lease_version = %(lease_version)s"
+)
+RENEW_WORKER = (
+    "UPDATE workers SET heartbeat_at = %(at)s, expires_at = %(expires_at)s "
+    "WHERE worker_id = %(worker_id)s AND version = %(version)s AND state = 'live'"
+)
+RELEASE_WORKER = (
+    "UPDATE workers SET state = 'released' "
+    "WHERE worker_id = %(worker_id)s AND version = %(version)s AND state = 'live'"
+)
+# Each live worker, and how many items it holds in flight.
+LIVE_WORKERS = (
+    "SELECT worker_id, run_id, host, pid, process_start, state, version, joined_at, "
+    "heartbeat_at, expires_at, (SELECT COUNT(*) FROM items i WHERE i.run_id = w.run_id "
+    f"AND i.{HELD} AND i.state = 'in_flight' AND i.worker_id = w.worker_id) "
+    "FROM workers w WHERE w.run_id = %(run_id)s AND w.state = 'live' ORDER BY w.joined_at"
+)
+
+
+def adopt_items(n: int) -> str:
+    """Items `%(s0)s`… `%(s{n-1})s` of the run now held by the worker adopting them."""
+    seqs = listed("s", n)
+    return (
+        f"UPDATE items SET worker_id = %(worker_id)s WHERE run_id = %(run_id)s AND seq IN ({seqs})"
+    )
+
+
+# Items in flight or unknown that no live worker holds.
+ORPHANS = (
+    "SELECT seq FROM items i WHERE i.run_id = %(run_id)s AND i.state IN "
+    "('in_flight', 'unknown') AND (i.worker_id IS NULL OR i.worker_id != %(worker_id)s) "
+    "AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.worker_id = i.worker_id "
+    "AND w.state = 'live') ORDER BY seq"
+)
+LEAVE_RUN = (
+    "UPDATE workers SET state = 'released' WHERE worker_id = %(worker_id)s AND state = 'live'"
+)
+HOLDS_UNKNOWN = (
+    "SELECT 1 FROM items WHERE run_id = %(run_id)s AND worker_id = %(worker_id)s "
+    f"AND {HELD} AND state = 'unknown' AND next_attempt_at IS NOT NULL LIMIT 1"
+)
+REAP_WORKER = (
+    "UPDATE workers SET state = 'reaped', version = version + 1 "
+    "WHERE worker_id = %(worker_id)s AND version = %(version)s AND state = 'live'"
+)
