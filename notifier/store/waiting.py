@@ -1,6 +1,6 @@
 """Items waiting for their start time or send window (issue 23; schema_sqlite.M009): the
 reads and writes the claim, the runner's wake-up and `status` use (their statements in
-statements.py; the claim's condition is its DUE), the same on both engines.
+statements; the claim's condition is their DUE), the same on both engines.
 
 An item's `not_before` is the earliest instant it may be sent. The claim takes only items
 whose `not_before` has passed; one with a window whose clock has moved out of it again (a

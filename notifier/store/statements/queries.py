@@ -10,6 +10,7 @@ from . import (
     ACTIVE,
     ATTENTION,
     ATTENTION_STATES,
+    DUE,
     MAYBE_DELIVERED,
     listed,
     state_literal,
@@ -94,15 +95,11 @@ def maybe_delivered_among(n: int) -> str:
     )
 
 
-# The claim's condition that an item's start time has come (waiting.DUE), at `%(at)s`.
-_DUE_AT = "(not_before IS NULL OR not_before <= %(at)s)"
-
-
 def earliest_pending(windowed: bool) -> str:
     """Per channel, the earliest next_attempt_at of the run's pending items ('' for due
     now) that are due at `%(at)s` (all of them, not `windowed`: before m009, no start
     times); one pass over them, where no index serves a probe per channel."""
-    due = _DUE_AT if windowed else "1 = 1"
+    due = DUE if windowed else "1 = 1"
     return (
         "SELECT channel, MIN(COALESCE(next_attempt_at, '')) FROM items "
         f"WHERE run_id = %(run_id)s AND {ACTIVE} AND state = 'pending' AND {due} "
@@ -113,7 +110,7 @@ def earliest_pending(windowed: bool) -> str:
 def first_pending(windowed: bool) -> str:
     """The earliest next_attempt_at of the channel's pending items due at `%(at)s` (NULL,
     due now, sorts first): one probe of items_pending_channel."""
-    due = _DUE_AT if windowed else "1 = 1"
+    due = DUE if windowed else "1 = 1"
     return (
         "SELECT next_attempt_at FROM items {indexed_items_pending_channel} "
         f"WHERE run_id = %(run_id)s AND state = 'pending' AND channel = %(channel)s AND {due} "
