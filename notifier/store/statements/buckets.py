@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    pass
-
-
 # A channel's bucket, full (at most max(1, rate) tokens), unless a worker made it already.
 OPEN_BUCKET = (
     "INSERT INTO rate_buckets (run_id, channel, tokens, refilled_at) VALUES "

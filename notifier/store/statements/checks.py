@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from . import (
     ACTIVE,
     ATTENTION,
 )
-
-if TYPE_CHECKING:
-    pass
-
 
 SENT_WITHOUT_RECEIPT = (
     "SELECT i.run_id, i.seq FROM items i WHERE i.state = 'sent' AND NOT EXISTS "

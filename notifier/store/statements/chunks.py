@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    pass
-
-
 _CHUNK_COLUMNS = (
     "run_id, chunk, state, seqs, request_count, requests_digest, model, not_before, "
     "batch_id, recreate, created, note"

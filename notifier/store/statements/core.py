@@ -3,16 +3,11 @@
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
 
 from ...state_machine import ItemState
 from . import (
     state_literal,
 )
-
-if TYPE_CHECKING:
-    pass
-
 
 # The fences (core.Core._fence_query): the version the writer's lease must still hold, its
 # one parameter the lease's key. A worker's own lease is read shared, held to COMMIT: a

@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    pass
-
-
 INSERT_DRAFT = (
     "INSERT INTO drafts (run_id, seq, line, source, state) "
     "VALUES (%(run_id)s, %(seq)s, %(line)s, %(source)s, 'pending')"

@@ -2,13 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ..prior import CHANGED, DELIVERED, OPEN, RETRIED, UNSETTLED
-
-if TYPE_CHECKING:
-    pass
-
 
 # Refused rows listed by name in a message; the rest are counted.
 LISTED = 10

@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from . import (
     listed,
 )
-
-if TYPE_CHECKING:
-    pass
-
 
 # m005's items_held condition, word for word: SQLite uses a partial index only then.
 HELD = "state IN ('in_flight', 'unknown')"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
 
 from ...state_machine import FINISHED_RUN_STATES, ItemState
 from . import (
@@ -13,10 +12,6 @@ from . import (
     listed,
     state_literal,
 )
-
-if TYPE_CHECKING:
-    pass
-
 
 REPLACE_STOP_REASON = (
     "UPDATE runs SET stop_reason = %(reason)s, updated_at = %(at)s "

@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    pass
-
-
 RUN_EXISTS = "SELECT 1 FROM runs WHERE run_id = %(run_id)s"
 # m004's counters: moves are counted by trigger, a plan's inserts here (once, not per row).
 COUNT_PLANNED = (

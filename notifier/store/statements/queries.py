@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from ...state_machine import ACTIVE_ITEM_STATES, ItemState
 from . import (
@@ -15,10 +14,6 @@ from . import (
     listed,
     state_literal,
 )
-
-if TYPE_CHECKING:
-    pass
-
 
 RUNS_WITH_FINGERPRINT = (
     "SELECT * FROM runs WHERE fingerprint = %(fingerprint)s ORDER BY created_at DESC, rowid DESC"

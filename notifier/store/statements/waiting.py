@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    pass
-
-
 # A pending item outside its window waits for the window's next opening (no state moves).
 REOPEN = (
     "UPDATE items SET not_before = %(not_before)s WHERE run_id = %(run_id)s AND seq = %(seq)s "

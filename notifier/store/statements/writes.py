@@ -3,11 +3,6 @@
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    pass
-
 
 # A group's writes (writes.py) read its VALUES rows as `{v}`, put in here before an engine
 # sees the statement. Cached: a group commit sends the same few shapes over and over.
