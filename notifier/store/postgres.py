@@ -134,7 +134,7 @@ class PostgresEngine:
         self._due_events: list[tuple[str, str, int | None, str | None, str]] = []
         self._stage_copied = False  # the plan's stage copied into this transaction's table
         # statements.py's, with `$n` parameters, and the names bound to them in order
-        self._compiled: dict[str, tuple[str, tuple[str, ...]]] = {}
+        self._compiled = statements.Compiled(self._compile)
 
     @classmethod
     def open(cls, path: Path | str, *, create: bool = False, readonly: bool = False) -> Self:
@@ -182,12 +182,12 @@ class PostgresEngine:
         parses no query text of its own: the set-based statements of a group commit run to
         thousands of characters, past psycopg's query cache, and parsing them each time
         cost more CPU than the rest of the commit."""
-        text, names = self._compile(statement)
+        text, names = self._compiled.of(statement)
         cursor = psycopg.RawCursor(self.raw)
         return cursor.execute(text, [params[name] for name in names] if params else None)
 
     def execute_many(self, statement: str, rows: Iterable[Mapping[str, Any]]) -> None:
-        text, names = self._compile(statement)
+        text, names = self._compiled.of(statement)
         cursor = psycopg.RawCursor(self.raw)
         cursor.executemany(text, ([row[name] for name in names] for row in rows))
 
@@ -195,12 +195,8 @@ class PostgresEngine:
         self.raw.execute(statement.encode())  # bytes: sent as written, nothing parsed
 
     def _compile(self, statement: str) -> tuple[str, tuple[str, ...]]:
-        compiled = self._compiled.get(statement)
-        if compiled is None:
-            hints = {index: self.indexed(index) for index in statements.HINTED_INDEXES}
-            compiled = statements.for_postgres(statement, statements.fragments(self.dialect, hints))
-            self._compiled[statement] = compiled
-        return compiled
+        hints = {index: self.indexed(index) for index in statements.HINTED_INDEXES}
+        return statements.for_postgres(statement, statements.fragments(self.dialect, hints))
 
     def _prepare(self) -> None:
         if migrations.POSTGRES.applied(self) >= migrations.NAMES:
@@ -324,7 +320,7 @@ class PostgresEngine:
     def stream(self, statement: str, params: Mapping[str, Any]) -> Iterator[Any]:
         """Rows from a server-side cursor, a chunk at a time: a client-side cursor would hold
         every row of a million-item report in memory at once."""
-        text, names = self._compile(statement)
+        text, names = self._compiled.of(statement)
         with (
             self.raw.transaction(),
             psycopg.RawServerCursor(self.raw, "notifier_stream") as cursor,

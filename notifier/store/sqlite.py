@@ -77,7 +77,8 @@ class SqliteEngine:
         self.path = path
         self.conn: Any = conn
         self._indexes: set[str] | None = None  # read once: see indexed
-        self._compiled: dict[str, str] = {}  # statements.py's, in sqlite3's named style
+        # The catalogue's statements, in sqlite3's named style.
+        self._compiled = statements.Compiled(self._compile)
         self._stage_attached = False  # a plan's stage attached by stage_table
 
     # ---------------------------------------------------------------- opening
@@ -194,6 +195,10 @@ class SqliteEngine:
         # decide a migration is pending and both apply it.
         with written(self):
             migrations.SQLITE.apply(self)
+        # Read again what the statements compiled so far took from the file: a migration
+        # may have made the indexes their INDEXED BY hints name (m004).
+        self._indexes = None
+        self._compiled.clear()
 
     def stage_table(self, stage: PlanStage) -> str:
         """The stage's file, attached until the transaction has ended (release_stage):
@@ -250,21 +255,17 @@ class SqliteEngine:
     # ---------------------------------------------------------------- statements
 
     def execute(self, statement: str, params: Mapping[str, Any] | None = None) -> Rows:
-        return self.conn.execute(self._compile(statement), params or {})  # type: ignore[no-any-return]
+        return self.conn.execute(self._compiled.of(statement), params or {})  # type: ignore[no-any-return]
 
     def execute_many(self, statement: str, rows: Iterable[Mapping[str, Any]]) -> None:
-        self.conn.executemany(self._compile(statement), rows)
+        self.conn.executemany(self._compiled.of(statement), rows)
 
     def execute_ddl(self, statement: str) -> None:
         self.conn.execute(statement)
 
     def _compile(self, statement: str) -> str:
-        compiled = self._compiled.get(statement)
-        if compiled is None:
-            hints = {index: self.indexed(index) for index in statements.HINTED_INDEXES}
-            compiled = statements.for_sqlite(statement, statements.fragments(self.dialect, hints))
-            self._compiled[statement] = compiled
-        return compiled
+        hints = {index: self.indexed(index) for index in statements.HINTED_INDEXES}
+        return statements.for_sqlite(statement, statements.fragments(self.dialect, hints))
 
     # ---------------------------------------------------------------- transactions
 

@@ -16,8 +16,9 @@ numbering events) stay in sqlite.py and postgres.py: they exist on one engine on
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ...records import MAYBE_DELIVERED_OUTCOMES
 from ...state_machine import ACTIVE_ITEM_STATES, ItemState
@@ -69,6 +70,33 @@ def for_postgres(statement: str, fragments: dict[str, str]) -> tuple[str, tuple[
     numbered = _Numbered()
     text = statement.format_map(fragments) % numbered
     return text, tuple(numbered)
+
+
+# How many compiled statements an engine keeps, and how many texts each shape function keeps:
+# the store sends about a hundred fixed statements, and shapes of n values (a claim leaving
+# out n held items, n acks in a group) whose n is not bounded by anything but the run. As
+# sqlite3's own statement cache does, the least recently sent go first.
+KEPT = 256
+_T = TypeVar("_T")
+
+
+class Compiled(OrderedDict[str, _T]):
+    """An engine's compiled statements (`compile` of the statement's text), the KEPT most
+    recently sent."""
+
+    def __init__(self, compile: Callable[[str], _T]) -> None:
+        super().__init__()
+        self._compile = compile
+
+    def of(self, statement: str) -> _T:
+        compiled = self.get(statement)
+        if compiled is None:
+            compiled = self[statement] = self._compile(statement)
+            if len(self) > KEPT:
+                self.popitem(last=False)
+        else:
+            self.move_to_end(statement)
+        return compiled
 
 
 # ---------------------------------------------------------------- conditions many share

@@ -6,6 +6,7 @@ import functools
 
 from ...state_machine import ItemState
 from . import (
+    KEPT,
     state_literal,
 )
 
@@ -30,7 +31,7 @@ RUNS_WITH_CONTENT_FINGERPRINT = (
 # the same text each time is one dict probe for the engine's compiled statements.
 
 
-@functools.cache
+@functools.lru_cache(maxsize=KEPT)
 def move_item(current: ItemState, columns: tuple[str, ...]) -> str:
     """An item's conditional move from `current` (a literal: see state_literal) to
     `%(target)s`, setting `columns` too, each bound by its own name."""
@@ -41,7 +42,7 @@ def move_item(current: ItemState, columns: tuple[str, ...]) -> str:
     )
 
 
-@functools.cache
+@functools.lru_cache(maxsize=KEPT)
 def move_run(columns: tuple[str, ...]) -> str:
     """A run's conditional move from `%(current)s` to `%(target)s`, setting `columns` too."""
     sets = "".join(f", {column} = %({column})s" for column in columns)
@@ -51,7 +52,7 @@ def move_run(columns: tuple[str, ...]) -> str:
     )
 
 
-@functools.cache
+@functools.lru_cache(maxsize=KEPT)
 def insert_row(table: str, columns: tuple[str, ...]) -> str:
     """One row of `table`, each of `columns` bound by its own name."""
     values = ", ".join(f"%({column})s" for column in columns)

@@ -8,6 +8,7 @@ from ...state_machine import FINISHED_RUN_STATES, ItemState
 from . import (
     ACTIVE,
     DUE,
+    KEPT,
     MAYBE_DELIVERED,
     listed,
     state_literal,
@@ -34,13 +35,13 @@ _ACK_FIELDS = ("seq", "finished", "outcome", "status", "error", "retry", "receip
                "evidence", "started")  # fmt: skip
 
 
-@functools.cache
+@functools.lru_cache(maxsize=KEPT)
 def ack_names(n: int) -> tuple[tuple[str, ...], ...]:
     """The parameters of `ack_values(n)`, row by row, in column order."""
     return tuple(tuple(f"{field}{i}" for field in _ACK_FIELDS) for i in range(n))
 
 
-@functools.cache
+@functools.lru_cache(maxsize=KEPT)
 def ack_values(n: int) -> str:
     """The VALUES rows of n answered sends. The first row's CASTs type the columns:
     PostgreSQL cannot infer the type of a column that is all NULL parameters (http_status and
@@ -77,7 +78,7 @@ MOVE_ACKED_ITEMS = (
 )
 
 
-@functools.cache
+@functools.lru_cache(maxsize=KEPT)
 def claimable(on_list: str, channels: int, held: int) -> str:
     """Up to `%(limit)s` due pending items, locked as claims lock theirs, with the
     suppressions' `on_list` column, leaving out `%(channel0)s`… (`channels` of them) and the
@@ -99,7 +100,7 @@ LAST_ATTEMPT_FINISHED = (
 )
 
 
-@functools.cache
+@functools.lru_cache(maxsize=KEPT)
 def claim_items(n: int) -> str:
     """The claim's conditional move of the n items `%(seq0)s`…, read pending."""
     return (
@@ -110,7 +111,7 @@ def claim_items(n: int) -> str:
     )
 
 
-@functools.cache
+@functools.lru_cache(maxsize=KEPT)
 def open_attempts(n: int) -> str:
     """An attempt row for each of the n claimed items `%(seq0)s`…, with how long it waited
     `%(waited0)s`…. n counts attempt rows, not the item's attempts: a released attempt
