@@ -8,7 +8,9 @@ of writes (ledger.py), drafts and chunks (drafts.py, chunks.py), leases (leases.
 another is handed it. `Store` composes them over one engine, its fencing (the run's lease,
 or one worker's) fixed when it is made. target.py parses --db once into a Target (an SQLite
 file or a PostgreSQL URL), which opens the store of its engine; the schema and its
-migrations are migrations.py's. All SQL lives in this package."""
+migrations are migrations.py's. Every statement the parts send is named in statements/,
+one module per part, written once for both engines and compiled by each into its driver's
+own form. All SQL lives in this package."""
 
 from __future__ import annotations
 

@@ -87,7 +87,7 @@ class Core:
     transaction (fenced by the lease version of its `fencing`), the event log, the
     conditional moves through the state machine, and the run rows.
 
-    Its SQL, as every part's, is in statements.py, written once for both engines."""
+    Its SQL, as every part's, is in statements/, written once for both engines."""
 
     def __init__(self, engine: Engine, fencing: Fencing = RUN_FENCE) -> None:
         self.engine = engine

@@ -2,7 +2,8 @@
 
 The store's parts (core.py and the modules over it) are written once for both engines.
 Everything that differs between SQLite and PostgreSQL is either a field of the engine's
-`Dialect` (a fragment of SQL, a flag, the driver's storage error classes) or a method of its
+`Dialect` (a fragment of SQL, filled into the statements of statements/ where they name it;
+a flag; the driver's storage error classes) or a method of its
 `Engine` (how a write transaction begins and commits, a snapshot, a streamed read, a bulk
 insert, how events are numbered, how a storage failure is named). sqlite.py and postgres.py
 each hold one engine; neither is imported by the other, nor by the parts.
@@ -46,7 +47,7 @@ class Dialect:
     now_s: str
     # The two-argument minimum.
     least: str
-    # The SQL form of suppression.address_key applied to `{}` (suppressions.py).
+    # The SQL form of suppression.address_key applied to `{}` (statements.suppressions).
     address_of: str
     # Whether INSERT/UPDATE may stand inside WITH: a group commit's acks and claim then go to
     # the server as one statement each, not four (ledger.py).
@@ -88,7 +89,7 @@ class Engine(Protocol):
         ...
 
     def execute(self, statement: str, params: Mapping[str, Any] | None = None) -> Rows:
-        """A statement of statements.py (its notation), compiled for this engine the first
+        """A statement of statements/ (its notation), compiled for this engine the first
         time, sent with `params` by name."""
         ...
 

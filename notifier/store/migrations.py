@@ -3,7 +3,7 @@ and the one runner that applies them and records which were applied.
 
 A shipped migration is never edited: a change is a new `Migration("mNNN_…", …)` appended to
 MIGRATIONS, with both forms. A form is either DDL text (schema_sqlite.py, schema_postgres.py;
-statements one blank line apart) or a Python function given the store's connection, for a
+statements one blank line apart) or a Python function given the engine (engine.Engine), for a
 back-fill that SQL alone does not express.
 
 Every open reads the record of applied migrations with plain SQL, and refuses a database that
@@ -33,7 +33,7 @@ MIGRATION_SET = "notifier"
 APPLICATION_ID = schema_sqlite.APPLICATION_ID
 
 # A migration's form on one engine: DDL text, or a function of the engine (engine.Engine),
-# whose statements take their parameters as statements.py writes them.
+# whose statements take their parameters as statements/ writes them.
 Form = str | Callable[["Engine"], None]
 
 

@@ -53,7 +53,7 @@ LOCK_TIMEOUT_S = 10
 # A transaction-scoped lock of the schema, for what must run one at a time in it: opens
 # applying migrations, and plans (never a run's writes: see PostgresEngine.commit).
 _SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext(%(key)s || ':' || current_schema()))"
-# The engine's own statements (statements.py's notation), used on PostgreSQL only.
+# The engine's own statements (the notation of statements/), used on PostgreSQL only.
 _TABLES = "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
 _HAS_TABLE = (
     "SELECT 1 FROM information_schema.tables "
@@ -133,7 +133,7 @@ class PostgresEngine:
         # item_seq, detail, at), in the order they were written.
         self._due_events: list[tuple[str, str, int | None, str | None, str]] = []
         self._stage_copied = False  # the plan's stage copied into this transaction's table
-        # statements.py's, with `$n` parameters, and the names bound to them in order
+        # the statements (statements/), with `$n` parameters, and the names bound to them in order
         self._compiled = statements.Compiled(self._compile)
 
     @classmethod

@@ -24,7 +24,7 @@ from .stage import _PENDING_COLUMNS, PlanStage
 
 _HEADER = b"SQLite format 3\x00"
 
-# The engine's own statements (statements.py's notation), used on SQLite only.
+# The engine's own statements (the notation of statements/), used on SQLite only.
 _TABLES = "SELECT name FROM sqlite_master WHERE type = 'table'"
 _HAS_TABLE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = %(name)s"
 _INDEXES = "SELECT name FROM sqlite_master WHERE type = 'index'"

@@ -17,7 +17,7 @@ from .statements import writes as sql
 
 
 class Group(NamedTuple):
-    """Writes in order (statements of statements.py, `{v}` in one standing for the group's
+    """Writes in order (statements of statements/, `{v}` in one standing for the group's
     VALUES rows), the one at `counted` being the conditional move whose rows say what the
     group did (as one statement, it returns `returning`: the seqs it moved). One mapping
     binds the parameters of them all."""
