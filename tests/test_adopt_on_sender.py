@@ -53,8 +53,10 @@ def test_held_adoption_queries_do_not_hold_up_the_adopting_worker(
         try:
             wait_for(lambda: len(holders(pg_url, "a1")) == 2, "both workers hold items")
             ((b_id,),) = rows(pg_url, "SELECT worker_id FROM workers WHERE pid = ?", (second.pid,))
-            second.send_signal(signal.SIGKILL)
-            second.wait()
+            # B's items are read while B is stopped: it claims nothing more, and A cannot
+            # adopt them yet (B's process still exists). Read after the kill, A could already
+            # have adopted them (it did, under load), leaving none under B's name.
+            second.send_signal(signal.SIGSTOP)
             b_items = {
                 seq
                 for (seq,) in rows(
@@ -63,6 +65,8 @@ def test_held_adoption_queries_do_not_hold_up_the_adopting_worker(
                     (b_id,),
                 )
             }
+            second.send_signal(signal.SIGKILL)
+            second.wait()
             assert b_items, "B was killed holding items in flight"
             hold.set()
             receiver.wait_for(lambda r: len(r.queries) >= 1)  # A asks about B's items: held
