@@ -5,6 +5,7 @@ after the request arrived) and notes when each request arrived and what it commi
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -190,3 +191,18 @@ def webhook_config(
     if status:
         lines.append(f'status_url = "{receiver.url}/notifications/{{key}}"')
     return "\n".join(lines) + "\n" + extra + retry
+
+
+@contextmanager
+def released(processes: list[subprocess.Popen[str]], *holds: threading.Event) -> Iterator[None]:
+    """However the block ends: every hold set (nothing waits on the receiver any more), and
+    each process still running killed and reaped."""
+    try:
+        yield
+    finally:
+        for hold in holds:
+            hold.set()
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()

@@ -10,7 +10,7 @@ import signal
 import threading
 
 from .conftest import Workspace, make_rows, wait_for
-from .receiver import WAIT_S, Receiver, receiving, webhook_config
+from .receiver import WAIT_S, Receiver, receiving, released, webhook_config
 from .test_workers import finish, fleet, holders, notifier, pg_url, rows
 
 __all__ = ["pg_url"]  # the fixture, from test_workers
@@ -50,7 +50,7 @@ def test_held_adoption_queries_do_not_hold_up_the_adopting_worker(
         first = fleet(ws, pg_url, "a1", 1, 16)[0]
         wait_for(lambda: len(holders(pg_url, "a1")) == 1, "A holds items")
         second = notifier(ws, pg_url, "worker", "a1", "--concurrency", "2")
-        try:
+        with released([first, second], hold, query_hold):
             wait_for(lambda: len(holders(pg_url, "a1")) == 2, "both workers hold items")
             ((b_id,),) = rows(pg_url, "SELECT worker_id FROM workers WHERE pid = ?", (second.pid,))
             # B's items are read while B is stopped: it claims nothing more, and A cannot
@@ -82,13 +82,6 @@ def test_held_adoption_queries_do_not_hold_up_the_adopting_worker(
             query_hold.set()
             code, out = finish(first)
             assert code == 0, out
-        finally:
-            hold.set()
-            query_hold.set()
-            for process in (first, second):
-                if process.poll() is None:
-                    process.kill()
-                    process.communicate()
     assert rows(pg_url, "SELECT state FROM runs") == [("completed",)]
     assert len(receiver.commits) == ROWS
     assert set(receiver.commits.values()) == {1}, "every key committed once"

@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from .conftest import Workspace, make_rows, wait_for
-from .receiver import WAIT_S, Receiver, receiving, webhook_config
+from .receiver import WAIT_S, Receiver, receiving, released, webhook_config
 
 pytestmark = pytest.mark.both_stores
 
@@ -54,7 +54,7 @@ def test_a_held_status_query_does_not_hold_up_the_other_items(ws: Workspace, n: 
         )
         ws.write_csv("batch.csv", make_rows(ROWS))
         process = ws.popen("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n))
-        try:
+        with released([process], receiver.query_hold):
             receiver.wait_for(lambda r: len(r.queries) >= 1)  # u1's query is held
             if n > 1:
                 wait_for(
@@ -69,11 +69,6 @@ def test_a_held_status_query_does_not_hold_up_the_other_items(ws: Workspace, n: 
             assert _u1(ws) == ("in_flight", None), "u1 is recorded only with its finding"
             receiver.query_hold.set()
             out, err = process.communicate(timeout=60)
-        finally:
-            receiver.query_hold.set()
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
     assert process.returncode == 0, out + err
     assert _u1(ws) == ("sent", "query")
     assert receiver.posts("u1") == 1, "found by the query: never sent again"

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from .conftest import Workspace, make_rows
-from .receiver import WAIT_S, Receiver, receiving, webhook_config
+from .receiver import WAIT_S, Receiver, receiving, released, webhook_config
 
 pytestmark = pytest.mark.both_stores
 
@@ -96,7 +96,7 @@ def test_queries_cut_short_by_a_stop_leave_the_items_to_be_asked_not_a_halt(
         )
         ws.write_csv("batch.csv", make_rows(ROWS))
         process = ws.popen("send", "batch.csv", "--channel", "hooks", "--concurrency", str(N))
-        try:
+        with released([process], receiver.query_hold):
             receiver.wait_for(lambda r: len(r.queries) >= N)  # every sender is querying
             process.send_signal(signal.SIGTERM)
             assert process.stdout is not None
@@ -105,11 +105,6 @@ def test_queries_cut_short_by_a_stop_leave_the_items_to_be_asked_not_a_halt(
                     break
             receiver.query_hold.set()
             out, err = process.communicate(timeout=60)
-        finally:
-            receiver.query_hold.set()
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
     assert process.returncode == 143, out + err
     status = ws.status()
     assert status["state"] == "paused", status["stop_reason"]
@@ -137,7 +132,7 @@ def test_no_query_tries_again_once_the_stop_is_seen(ws: Workspace) -> None:
         )
         ws.write_csv("batch.csv", make_rows(ROWS))
         process = ws.popen("send", "batch.csv", "--channel", "hooks", "--concurrency", str(N))
-        try:
+        with released([process], receiver.query_hold):
             receiver.wait_for(lambda r: len(r.queries) >= N)  # every sender's first try, held
             process.send_signal(signal.SIGTERM)
             assert process.stdout is not None
@@ -147,11 +142,6 @@ def test_no_query_tries_again_once_the_stop_is_seen(ws: Workspace) -> None:
             seen = time.time()
             receiver.query_hold.set()  # each held try now ends 503, worth another try
             out, err = process.communicate(timeout=60)
-        finally:
-            receiver.query_hold.set()
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
     assert process.returncode == 143, out + err
     late = [t for t in receiver.queries if t > seen]
     assert late == [], f"{len(late)} query tries started after the stop was seen"

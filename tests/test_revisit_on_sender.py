@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from .conftest import Workspace, make_rows, wait_for
-from .receiver import WAIT_S, HoldAfter, Receiver, receiving, webhook_config
+from .receiver import WAIT_S, HoldAfter, Receiver, receiving, released, webhook_config
 
 pytestmark = pytest.mark.both_stores
 
@@ -74,7 +74,7 @@ def test_a_held_revisit_query_does_not_hold_up_the_other_items(ws: Workspace, n:
         )
         ws.write_csv("batch.csv", make_rows(rows))
         process = ws.popen("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n))
-        try:
+        with released([process], hold):
             receiver.wait_for(lambda r: len(r.queries) >= 2)  # the revisit's query is held
             assert _u1(ws) == "unknown"
             if n > 1:
@@ -98,11 +98,6 @@ def test_a_held_revisit_query_does_not_hold_up_the_other_items(ws: Workspace, n:
             assert len(receiver.queries) == 2, "asked once more, not once per turn"
             hold.set()
             out, err = process.communicate(timeout=60)
-        finally:
-            hold.set()
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
     assert process.returncode == 0, out + err
     assert _u1(ws) == "sent"
     assert receiver.posts("u1") == 2, "sent again once the held query proved it undelivered"
