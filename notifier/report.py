@@ -35,6 +35,7 @@ ITEM_FIELDS = (
 )
 # A spreadsheet runs a cell starting with one of these as a formula (CSV injection).
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_ESCAPED_START = (*_FORMULA_START, "'")
 _ATTENTION = (ItemState.UNKNOWN, ItemState.FAILED, ItemState.IN_FLIGHT)
 
 
@@ -220,9 +221,17 @@ def _indent(text: str, prefix: str = "  ") -> str:
 
 
 def safe_cell(value: Any) -> str:
-    """A cell a spreadsheet shows as text: a leading formula character is neutralised."""
+    """A cell a spreadsheet shows as text: a leading formula character is neutralised with
+    an apostrophe. A value that itself starts with an apostrophe gets one more (a spreadsheet
+    hides the first), so `cell_value` reads every cell back as it was."""
     text = "" if value is None else str(value)
-    return "'" + text if text.startswith(_FORMULA_START) else text
+    return "'" + text if text.startswith(_ESCAPED_START) else text
+
+
+def cell_value(cell: str) -> str:
+    """The value `safe_cell` wrote `cell` for: its added apostrophe taken off. A cell from
+    elsewhere that starts with one apostrophe before an ordinary character keeps it."""
+    return cell[1:] if cell.startswith("'") and cell[1:].startswith(_ESCAPED_START) else cell
 
 
 def to_csv(report: dict[str, Any]) -> str:

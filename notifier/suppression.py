@@ -118,7 +118,10 @@ def read_import(path: Path) -> list[Entry]:
             f"suppress import: {path} cannot be read as UTF-8 text ({exc}). Save it as a "
             "UTF-8 CSV file and run `notifier suppress import` again; nothing was stored."
         ) from None
-    rows = list(csv.reader(io.StringIO(text)))
+    from .report import cell_value  # noqa: PLC0415 (report imports the store)
+
+    # `suppress list --format csv` escapes formula-like cells; reading them back undoes it.
+    rows = [[cell_value(c) for c in row] for row in csv.reader(io.StringIO(text))]
     while rows and not any(cell.strip() for cell in rows[-1]):
         rows.pop()
     if not rows:
