@@ -154,7 +154,7 @@ def test_list_csv_reads_back_exactly_with_formula_like_addresses_and_reasons(
 
 
 _LOCAL = st.text(
-    alphabet=st.characters(min_codepoint=33, max_codepoint=0x2FF, exclude_characters="@,\""),
+    alphabet=st.characters(min_codepoint=33, max_codepoint=0x2FF, exclude_characters='@,"'),
     min_size=1,
     max_size=12,
 )
