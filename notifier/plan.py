@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import clock
-from .batch import BatchRow, Problems
+from .batch import BatchRow, Problem, Problems
 from .config import Config
 from .intent import (
     CONTRACT_VERSION,
@@ -78,6 +78,7 @@ def make_plan(
     *,
     stage: PlanStage | None = None,
     problems: Problems | None = None,
+    refuse_identical: bool = False,
 ) -> Plan:
     """Compute each row's intent as the rows stream past, into `stage` (a new one if None),
     with both fingerprints hashed incrementally: memory does not grow with the batch.
@@ -85,7 +86,9 @@ def make_plan(
     `snapshot` and `nonce`: the run's stored channel snapshot and key nonce (a plan frozen
     after drafting uses those taken when the send began, never the file as it is now).
     `problems`: once the stream has noted one, intents are no longer computed (the plan
-    will be refused), but the rows are still read so that every problem is listed."""
+    will be refused), but the rows are still read so that every problem is listed.
+    `refuse_identical`: a row with no `id` whose identity (channel, recipient, content) an
+    earlier line has too is a problem of its line: both would be sent, to the same person."""
     if nonce is None:
         nonce = new_key_nonce()
     stage = stage if stage is not None else PlanStage()
@@ -123,6 +126,17 @@ def make_plan(
                 row.not_after,
                 identity,
                 (row.not_before, row.send_window, row.send_tz),
+                row.line,
+            )
+        if refuse_identical and problems is not None and not problems:
+            problems.extend(
+                Problem(
+                    line,
+                    f"the same channel, recipient and content as line {first}: both would be "
+                    "sent. Remove one, give the file an `id` column, or pass "
+                    "--allow-duplicates to send every copy",
+                )
+                for line, first in stage.identical_lines()
             )
     except BaseException:
         stage.close()

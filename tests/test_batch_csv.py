@@ -202,3 +202,34 @@ def test_duplicate_ids_far_apart_are_listed_in_file_order(ws: Workspace) -> None
         "  line 11001: duplicate id 'x10999' (first used on line 11000): ids must be unique",
     ]
     assert not ws.db_file.exists()
+
+
+def test_identical_rows_without_ids_are_refused_naming_both_lines(ws: Workspace) -> None:
+    """Without an `id` column, a row whose channel, recipient and content repeat an earlier
+    line would reach the same person twice: the file is refused (exit 2, nothing stored),
+    naming both lines, while rows that differ in recipient, content or channel pass, and
+    `--allow-duplicates` sends every copy."""
+    (ws.path / "notifier.toml").write_text("[channels.other]\ntype = 'outbox'\n")
+    ws.write_csv(
+        "same.csv",
+        [["to", "subject", "body", "channel"],
+         ["ada@example.com", "Hi", "Body", "outbox"],
+         ["bob@example.com", "Hi", "Body", "outbox"],  # another recipient
+         ["", "", "", ""],  # a blank line: lines, not rows, are named
+         [" ada@EXAMPLE.com ", "Hi", "Body", "outbox"],  # the same recipient, normalised
+         ["ada@example.com", "Hi", "Other body", "outbox"],  # other content
+         ["ada@example.com", "Hi", "Body", "other"],  # another channel
+         ["ada@example.com", "Hi", "Body", "outbox"]],
+    )  # fmt: skip
+    refused = ws.invoke("send", "same.csv")
+    assert refused.exit_code == 2, refused.output
+    listed = [line.strip() for line in refused.output.splitlines() if "line " in line]
+    assert [line.split(":")[0] for line in listed if line.startswith("line ")] == [
+        "line 5",
+        "line 8",
+    ]
+    assert "as line 2" in listed[0] and "--allow-duplicates" in refused.output
+    assert not ws.db_file.exists()
+    sent = ws.invoke("send", "same.csv", "--allow-duplicates")
+    assert sent.exit_code == 0, sent.output
+    assert "6 sent" in sent.output

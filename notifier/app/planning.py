@@ -41,6 +41,7 @@ def plan_batch(
     template: Template | None = None,
     not_after: datetime | None = None,
     schedule: Schedule | None = None,
+    allow_duplicates: bool = False,
 ) -> Plan:
     """Validate the whole file, render it, and compute every intent, streaming: rows are
     read, rendered and turned into intents one by one into the plan's scratch stage, so
@@ -63,7 +64,14 @@ def plan_batch(
             rows = schedule_stream(rows, schedule, problems)
         if template is not None:
             rows = render_stream(template, rows, problems)
-        plan = make_plan(rows, env.config, run_id or new_run_id(), stage=stage, problems=problems)
+        plan = make_plan(
+            rows,
+            env.config,
+            run_id or new_run_id(),
+            stage=stage,
+            problems=problems,
+            refuse_identical=not allow_duplicates,
+        )
     except BaseException:
         stage.close()
         raise

@@ -137,6 +137,12 @@ def _dry_run_drafts(
     help="Send rows delivered before whose content changed, as new notifications.",
 )
 @click.option(
+    "--allow-duplicates",
+    is_flag=True,
+    help="Send rows of a file without `id` whose channel, recipient and content repeat an "
+    "earlier line (refused by default: the recipient would get every copy).",
+)
+@click.option(
     "--max-wait",
     type=click.FloatRange(0),
     default=600,
@@ -159,6 +165,7 @@ def send(
     dry_run: bool,
     new_run: bool,
     resend_changed: bool,
+    allow_duplicates: bool,
     max_wait: float,
     template_path: Path | None,
     require_approval: bool,
@@ -229,6 +236,7 @@ def send(
             template=template,
             not_after=not_after,
             schedule=when,
+            allow_duplicates=allow_duplicates,
         )
     except KeyboardInterrupt:
         raise Interrupted(_interrupted_planning(batch)) from None

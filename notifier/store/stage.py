@@ -18,6 +18,8 @@ _ITEM_COLUMNS = (
     "seq, item_id, channel, target, payload, idempotency_key, intent_digest, not_after, identity, "
     "not_before, send_window, send_tz"
 )
+# The stage's own rows also keep the CSV line each came from, to name it in a refusal.
+_STAGE_COLUMNS = f"{_ITEM_COLUMNS}, line"
 # A newly planned item: its run, the item columns, then the rest, all `pending` and unattempted.
 _PENDING_COLUMNS = f"run_id, {_ITEM_COLUMNS}, updated_at, state, attempts"
 
@@ -53,7 +55,7 @@ class PlanStage:
         self.conn.execute(
             "CREATE TABLE items (seq INTEGER PRIMARY KEY, item_id TEXT, channel TEXT, "
             "target TEXT, payload TEXT, idempotency_key TEXT, intent_digest TEXT, not_after TEXT, "
-            "identity TEXT, not_before TEXT, send_window TEXT, send_tz TEXT)"
+            "identity TEXT, not_before TEXT, send_window TEXT, send_tz TEXT, line INTEGER)"
         )
         self.conn.execute("BEGIN")  # one scratch transaction: no commit per chunk
         self._buffer: list[tuple[Any, ...]] = []
@@ -96,10 +98,12 @@ class PlanStage:
         not_after: str | None,
         identity: str | None,
         when: tuple[str | None, str | None, str | None] = (None, None, None),
+        line: int | None = None,
     ) -> None:
-        """`when`: not_before, send_window, send_tz (schema_sqlite.M009)."""
+        """`when`: not_before, send_window, send_tz (schema_sqlite.M009); `line`: the CSV
+        line of the row (None for rows that come from no file line, such as drafts)."""
         self._buffer.append(
-            (seq, item_id, channel, target, payload, key, digest, not_after, identity, *when)
+            (seq, item_id, channel, target, payload, key, digest, not_after, identity, *when, line)
         )
         self.count += 1
         if len(self._buffer) >= self.CHUNK:
@@ -108,10 +112,24 @@ class PlanStage:
     def _flush(self) -> None:
         if self._buffer:
             self.conn.executemany(
-                f"INSERT INTO items ({_ITEM_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO items ({_STAGE_COLUMNS}) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 self._buffer,
             )
             self._buffer.clear()
+
+    def identical_lines(self) -> Iterator[tuple[int, int]]:
+        """(line, first line) for each staged row, after the first, whose identity (channel
+        plus `items.identity`) an earlier line has too: one set-based pass, no Python set of
+        a million identities. Rows with their own `id` never match (ids are checked apart)."""
+        self._flush()
+        yield from self.conn.execute(
+            "SELECT s.line, f.first FROM items s JOIN ("
+            "  SELECT channel, identity, MIN(line) AS first FROM items"
+            "  WHERE identity NOT LIKE 'id:%' GROUP BY channel, identity HAVING COUNT(*) > 1"
+            ") f ON s.channel = f.channel AND s.identity = f.identity "
+            "WHERE s.line > f.first ORDER BY s.line"
+        )
 
     def finish(self) -> None:
         """Every intent written and committed, for another connection to read."""
