@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .approval import ApprovalRefused, ApprovalUsage
+from .cells import safe_cell
 from .intent import canonical_json, intent_digest
 from .records import Run
-from .report import safe_cell
 from .store import Store
 
 FORMATS = ("table", "jsonl", "csv")
@@ -103,7 +103,7 @@ def iter_jsonl(review: Review) -> Iterator[str]:
 
 def iter_csv(review: Review) -> Iterator[str]:
     """A header and one row per notification; every cell a spreadsheet would run as a
-    formula starts with `'` (report.safe_cell); `data` is a JSON object in one cell."""
+    formula starts with `'` (cells.safe_cell); `data` is a JSON object in one cell."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(FIELDS)

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import clock
+from .cells import safe_cell
 from .lease import holder_alive, live_holder
 from .records import Item, PendingKind, Run
 from .state_machine import ItemState, RunState
@@ -33,9 +34,6 @@ ITEM_FIELDS = (
     "evidence",
     "pending_kind",
 )
-# A spreadsheet runs a cell starting with one of these as a formula (CSV injection).
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-_ESCAPED_START = (*_FORMULA_START, "'")
 _ATTENTION = (ItemState.UNKNOWN, ItemState.FAILED, ItemState.IN_FLIGHT)
 
 
@@ -218,20 +216,6 @@ def _dumps(value: Any) -> str:
 def _indent(text: str, prefix: str = "  ") -> str:
     """Every line after the first moved right by `prefix` (the first follows a key)."""
     return text.replace("\n", "\n" + prefix)
-
-
-def safe_cell(value: Any) -> str:
-    """A cell a spreadsheet shows as text: a leading formula character is neutralised with
-    an apostrophe. A value that itself starts with an apostrophe gets one more (a spreadsheet
-    hides the first), so `cell_value` reads every cell back as it was."""
-    text = "" if value is None else str(value)
-    return "'" + text if text.startswith(_ESCAPED_START) else text
-
-
-def cell_value(cell: str) -> str:
-    """The value `safe_cell` wrote `cell` for: its added apostrophe taken off. A cell from
-    elsewhere that starts with one apostrophe before an ordinary character keeps it."""
-    return cell[1:] if cell.startswith("'") and cell[1:].startswith(_ESCAPED_START) else cell
 
 
 def to_csv(report: dict[str, Any]) -> str:

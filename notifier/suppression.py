@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from .cells import cell_value
 from .errors import BadInput
 from .intent import normalise_target
 
@@ -118,8 +119,6 @@ def read_import(path: Path) -> list[Entry]:
             f"suppress import: {path} cannot be read as UTF-8 text ({exc}). Save it as a "
             "UTF-8 CSV file and run `notifier suppress import` again; nothing was stored."
         ) from None
-    from .report import cell_value  # noqa: PLC0415 (report imports the store)
-
     # `suppress list --format csv` escapes formula-like cells; reading them back undoes it.
     rows = [[cell_value(c) for c in row] for row in csv.reader(io.StringIO(text))]
     while rows and not any(cell.strip() for cell in rows[-1]):

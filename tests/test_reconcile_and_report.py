@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from notifier.report import safe_cell
+from notifier.cells import safe_cell
 from notifier.sandbox import Faults, Sandbox
 
 from .conftest import Inbox, Workspace, make_rows

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from notifier.report import safe_cell
+from notifier.cells import safe_cell
 from notifier.suppression import Entry, address_key, address_problem, read_import
 
 from .conftest import Workspace

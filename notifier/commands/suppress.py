@@ -93,7 +93,7 @@ def list_(ctx: click.Context, fmt: str) -> None:
         click.echo(json.dumps({"suppressions": records}, ensure_ascii=False, indent=2))
         return
     if fmt == "csv":
-        from ..report import safe_cell  # noqa: PLC0415 (start-up time)
+        from ..cells import safe_cell  # noqa: PLC0415 (start-up time)
 
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
