@@ -20,6 +20,13 @@ from .state_machine import ItemState
 from .store import Store
 
 _CHOICES = {"s": "sent", "n": "not-sent", "a": "abandon", "k": "skip", "q": "quit"}
+# What each mark does, shown once before the first question.
+_LEGEND = (
+    "For each item: [s]ent = it was delivered (evidence required; never sent again); "
+    "[n]ot sent = it was not delivered (it is sent again, under the same key on resume); "
+    "[a]bandon = you cannot tell (it stays maybe delivered and is never sent again unless "
+    "you later mark it not sent); s[k]ip = decide later; [q]uit."
+)
 
 
 def reconcile_manually(
@@ -42,6 +49,8 @@ def reconcile_manually(
                 unknown = list(store.queries.items(run.run_id, [ItemState.UNKNOWN]))
                 if not unknown:
                     env.say(f"run {run.run_id} has no unknown items.")
+                else:
+                    click.echo(_LEGEND)
                 decided: list[str] = []
                 try:
                     for item in unknown:

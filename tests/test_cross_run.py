@@ -286,3 +286,41 @@ def test_a_cancel_after_a_kill_never_takes_an_early_404_as_never_delivered(
         again = ws.run("send", "b.csv", "--channel", "hooks")
         assert again.returncode == 2, again.stdout + again.stderr
     assert len(receiver.commits) == 1, receiver.commits
+
+
+def test_an_abandoned_item_is_never_sent_again_until_marked_not_sent(ws: Workspace) -> None:
+    """An item whose outcome nobody knows (a 504 from a receiver that did commit it, on a
+    channel that can neither dedupe nor be asked) and that an operator abandons is failed
+    but maybe delivered: sending the file again leaves its row out, naming the run and the
+    mark that would release it, so the recipient gets no second copy; once the operator marks
+    it not-sent, the next send plans it again."""
+    receiver = Receiver(answer=lambda item_id, n: 504 if (item_id, n) == ("u2", 1) else None)
+    receiver.commit_first = True  # the gateway's 504 hides a delivery
+    with receiving(receiver):
+        (ws.path / "notifier.toml").write_text(
+            webhook_config(receiver, idempotent=False, status=False)
+        )
+        ws.write_csv("b.csv", make_rows(3))
+        first = ws.invoke("send", "b.csv", "--channel", "hooks")
+        assert first.exit_code == 3, first.output
+        (run_id,) = _runs(ws)
+        assert ws.query("SELECT item_id, state FROM items ORDER BY seq") == [
+            ("u1", "sent"), ("u2", "unknown"), ("u3", "sent")
+        ]  # fmt: skip
+        abandoned = ws.invoke("reconcile", run_id, "--manual", "--item", "u2",
+                              "--mark", "abandon", "--evidence", "customer called")  # fmt: skip
+        assert abandoned.exit_code == 3, abandoned.output
+        assert "maybe delivered" in abandoned.output
+        again = ws.invoke("send", "b.csv", "--channel", "hooks")
+        assert again.exit_code == 0, again.output
+        assert "abandoned by an operator" in again.output and run_id in again.output
+        assert f"notifier reconcile {run_id} --manual --item ID --mark not-sent" in again.output
+        assert _runs(ws) == [run_id]  # nothing planned
+        assert receiver.posts("u2") == 1
+        released = ws.invoke("reconcile", run_id, "--manual", "--item", "u2",
+                             "--mark", "not-sent", "--evidence", "bounce came back")  # fmt: skip
+        assert released.exit_code in (0, 3), released.output
+        resent = ws.invoke("send", "b.csv", "--channel", "hooks")
+        assert resent.exit_code == 0, resent.output
+    assert receiver.posts("u2") == 2  # sent again only on the operator's word
+    assert [receiver.posts(i) for i in ("u1", "u3")] == [1, 1]

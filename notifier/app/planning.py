@@ -22,7 +22,7 @@ from ..plan import RUN_ID_PATTERN, Plan, make_plan, new_run_id
 from ..schedule import Schedule, schedule_stream
 from ..state_machine import RunState, RunTrigger
 from ..store import NoDatabase, PlanRefused, PlanStage, Prior, RunExists, Store
-from ..store.history import CHANGED, DELIVERED, OPEN, RETRIED, UNSETTLED
+from ..store.history import ABANDONED, CHANGED, DELIVERED, OPEN, RETRIED, UNSETTLED
 from ..template import Template, render_stream
 
 
@@ -271,6 +271,13 @@ def prior_summary(prior: Prior) -> list[str]:
         lines.append(
             f"{prior.count(DELIVERED)} row(s) already delivered with the same content by "
             f"{_runs(prior, DELIVERED)}: not sent again."
+        )
+    if prior.count(ABANDONED):
+        lines.append(
+            f"{prior.count(ABANDONED)} row(s) abandoned by an operator in "
+            f"{_runs(prior, ABANDONED)} (maybe delivered): not sent again. To send one, "
+            f"first mark it not sent there (`notifier reconcile {prior.runs(ABANDONED)[-1]} "
+            "--manual --item ID --mark not-sent --evidence …`), then send the file again."
         )
     if prior.count(RETRIED):
         lines.append(

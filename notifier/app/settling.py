@@ -192,10 +192,11 @@ def decide(
             item = store.queries.item(run.run_id, int(item_ref))
     if item is None:
         raise BadInput(f"run {run.run_id} has no item {item_ref!r}.")
-    if item.state is not ItemState.UNKNOWN:
+    abandoned = item.state is ItemState.FAILED and store.queries.abandoned(run.run_id, item.seq)
+    if item.state is not ItemState.UNKNOWN and not (abandoned and mark == "not-sent"):
         raise BadInput(
             f"item {item.item_id} (seq {item.seq}) is {item.state.value}, not unknown: only "
-            "unknown items are settled by hand.",
+            "unknown items, and abandoned ones (to mark not-sent), are settled by hand.",
         )
     if not evidence.strip():
         raise BadInput("--evidence is required: say what the decision rests on.")
@@ -208,6 +209,15 @@ def decide(
             "send it again to all of them, including those that got it. Refused: mark it "
             "`--mark sent --evidence …` (say who did not get it) or `--mark abandon`.",
         )
+    if abandoned:
+        store.ledger.release_abandoned(
+            run.run_id, item.seq, operator_name(), evidence, lease_version
+        )
+        return (
+            f"item {item.item_id} (seq {item.seq}) stays failed, now known never delivered: "
+            f"send the same file again (`notifier send {run.batch_path}`) to send it; "
+            "evidence recorded."
+        )
     store.ledger.decide(run.run_id, item.seq, MARKS[mark], operator_name(), evidence, lease_version)
     after = {
         "sent": "sent",
@@ -215,9 +225,9 @@ def decide(
             "pending (it will be sent with the same key on resume)"
             if run.state not in FINISHED_RUN_STATES
             else f"pending; run {run.run_id} is {run.state.value}, so it will not send it. "
-            f"Send the same file again (`notifier send {run.batch_path}`) to send it: only rows "
-            "never delivered are sent"
+            f"Send the same file again (`notifier send {run.batch_path}`) to send it: only "
+            "rows never delivered are sent"
         ),
-        "abandon": "failed",
+        "abandon": "failed, maybe delivered: it is never sent again unless you mark it not-sent",
     }[mark]
     return f"item {item.item_id} (seq {item.seq}) → {after}; evidence recorded."

@@ -200,7 +200,22 @@ def reconcile(
     mark: str | None,
     evidence: str | None,
 ) -> None:
-    """Settle in-flight and unknown items by query, or by hand with --manual."""
+    """Settle in-flight and unknown items by query, or by hand with --manual.
+
+    \b
+    The marks of --manual:
+      sent      it was delivered (say how you know): recorded sent, never sent again
+      not-sent  it was not delivered: sent again (same key) by resume, or, once the run
+                is finished, by sending the same file again
+      abandon   you cannot tell: failed, but maybe delivered, so it is never sent again
+                unless you later mark it not-sent (allowed on an abandoned item)
+
+    \b
+    Examples:
+      notifier reconcile                      # ask the channels about every open item
+      notifier reconcile --manual             # decide each unknown item at a prompt
+      notifier reconcile RUN --manual --item n-0041 --mark not-sent --evidence "bounced"
+    """
     from .. import app  # noqa: PLC0415 (start-up time)
     from ..manual import reconcile_manually  # noqa: PLC0415
     from ..outcome import settled_exit  # noqa: PLC0415

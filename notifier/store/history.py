@@ -8,6 +8,8 @@ gets one verdict from every earlier item of the same identity, in this order:
 - `unsettled`: in flight or unknown in a finished run (cancelled with unknowns): it may have
   been delivered, so it is refused until an operator settles it.
 - `delivered`: sent with the same intent digest. Not planned again.
+- `abandoned`: failed by an operator's `--mark abandon` with the same intent digest: maybe
+  delivered, so not planned again either (with other content it counts as `changed`).
 - `changed`: sent, but with different content. Refused unless --resend-changed.
 - `retried`: there are earlier items, none delivered (failed, expired, never attempted in a
   cancelled run, marked not-sent, abandoned). Planned again, as a new notification.
@@ -18,11 +20,20 @@ every row at once: a million rows are never compared one by one in Python."""
 from __future__ import annotations
 
 from .core import Core
-from .prior import CHANGED, DELIVERED, OPEN, RETRIED, UNSETTLED, Prior
+from .prior import ABANDONED, CHANGED, DELIVERED, OPEN, RETRIED, UNSETTLED, Prior
 from .stage import PlanStage
 from .statements import history as sql
 
-__all__ = ["CHANGED", "DELIVERED", "OPEN", "RETRIED", "UNSETTLED", "History", "Prior"]
+__all__ = [
+    "ABANDONED",
+    "CHANGED",
+    "DELIVERED",
+    "OPEN",
+    "RETRIED",
+    "UNSETTLED",
+    "History",
+    "Prior",
+]
 
 
 class History:

@@ -331,6 +331,34 @@ class Ledger:
                 run_id, Outcome(seq, trigger, receipt_source=source, evidence=evidence), at
             )
 
+    def release_abandoned(
+        self, run_id: str, seq: int, operator: str, evidence: str, lease_version: int
+    ) -> None:
+        """An operator's `--mark not-sent` on an item abandoned earlier: the decision and its
+        event, no move. The item stays failed, now known never delivered, so sending the file
+        again plans its row (statements.abandoned reads the newest decision); its run may be
+        completed, which holds no pending item. LostRace if it is not abandoned (any more)."""
+        at = clock.now_iso()
+        trigger = ItemTrigger.MARK_NOT_SENT
+        with self.core.write(run_id, lease_version):
+            (still,) = self.engine.execute(
+                statements.ITEM_ABANDONED, {"run_id": run_id, "seq": seq}
+            ).fetchone()
+            if not still:
+                raise LostRace(f"run {run_id}: item {seq} is no longer abandoned")
+            self.engine.execute(
+                sql.ADD_DECISION,
+                {"run_id": run_id, "seq": seq, "operator": operator, "at": at,
+                 "decision": trigger, "evidence": evidence},
+            )  # fmt: skip
+            self.core.event(
+                run_id,
+                "decision",
+                seq,
+                {"decision": trigger, "operator": operator, "evidence": evidence},
+                at,
+            )
+
     def record_approval(self, run_id: str, approval: dict[str, Any], state_version: int) -> None:
         """Bind an approval, only if the run has not changed since it was reviewed at
         `state_version` (its last event number): otherwise LostRace, nothing written. A run

@@ -16,7 +16,7 @@ from .core import (
     as_json,
 )
 from .exceptions import PlanRefused, RunExists
-from .history import DELIVERED, History, Prior
+from .history import ABANDONED, DELIVERED, History, Prior
 from .stage import _ITEM_COLUMNS, _PENDING_COLUMNS, PlanStage
 from .statements import planning as sql
 from .suppressions import Suppressions
@@ -69,7 +69,7 @@ class Planning:
                     raise PlanRefused(prior)
                 if not prior.left:
                     return prior
-                if prior.count(DELIVERED):
+                if prior.total != prior.left:
                     self.history.drop_delivered(stage)
                     run = {**run, **self._fingerprints(stage, run["channel_snapshot"])}
             self.core.insert_row(
@@ -85,6 +85,8 @@ class Planning:
             detail: dict[str, Any] = {"items": n}
             if prior is not None and prior.count(DELIVERED):
                 detail["delivered_before"] = prior.count(DELIVERED)
+            if prior is not None and prior.count(ABANDONED):
+                detail["abandoned_before"] = prior.count(ABANDONED)
             self.core.event(run["run_id"], "planned", None, detail, at)
             if then is not None:
                 self.core.move_run(run["run_id"], then, at)

@@ -6,13 +6,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-OPEN, UNSETTLED, DELIVERED, CHANGED, RETRIED = (
+OPEN, UNSETTLED, DELIVERED, ABANDONED, CHANGED, RETRIED = (
     "open",
     "unsettled",
     "delivered",
+    "abandoned",
     "changed",
     "retried",
 )
+# Verdicts whose rows are left out of the new run (the rest are planned, or refuse the file).
+LEFT_OUT = (DELIVERED, ABANDONED)
 
 
 @dataclass(frozen=True)
@@ -33,7 +36,7 @@ class Prior:
     @property
     def left(self) -> int:
         """Rows that a send would plan (refusals aside)."""
-        return self.total - self.count(DELIVERED)
+        return self.total - sum(self.count(v) for v in LEFT_OUT)
 
     def refused(self, resend_changed: bool) -> bool:
         return bool(

@@ -107,6 +107,13 @@ class Queries:
             raise KeyError(seq)
         return item_from_row(row)
 
+    def abandoned(self, run_id: str, seq: int) -> bool:
+        """Whether an operator abandoned the item (statements.abandoned): maybe delivered."""
+        row = self.engine.execute(
+            statements.ITEM_ABANDONED, {"run_id": run_id, "seq": seq}
+        ).fetchone()
+        return bool(row and row[0])
+
     def item_by_id(self, run_id: str, item_id: str) -> Item | None:
         row = self.engine.execute(sql.ITEM_BY_ID, {"run_id": run_id, "item_id": item_id}).fetchone()
         return item_from_row(row) if row else None

@@ -119,6 +119,25 @@ MAYBE_DELIVERED = (
 ).format(", ".join(f"'{outcome}'" for outcome in MAYBE_DELIVERED_OUTCOMES))
 
 
+def abandoned(item: str) -> str:
+    """Whether the item aliased `item` was abandoned by an operator (`reconcile --manual
+    --mark abandon`): failed, its newest decision `abandon`. Its outcome is unknown, so its
+    row is maybe delivered and never planned again by a plain send (store/history.py); a
+    later `--mark sent` or `--mark not-sent` moves it out of `failed`."""
+    return (
+        f"({item}.state = 'failed' AND EXISTS (SELECT 1 FROM decisions d "
+        f"WHERE d.run_id = {item}.run_id AND d.seq = {item}.seq AND d.decision = 'abandon' "
+        "AND NOT EXISTS (SELECT 1 FROM decisions n WHERE n.run_id = d.run_id "
+        "AND n.seq = d.seq AND n.id > d.id)))"
+    )
+
+
+# Whether one item is abandoned (read by the ledger's decision and by `reconcile --manual`).
+ITEM_ABANDONED = (
+    f"SELECT {abandoned('i')} FROM items i WHERE i.run_id = %(run_id)s AND i.seq = %(seq)s"
+)
+
+
 def state_literal(state: ItemState) -> str:
     """An item state as an SQL literal, for the condition of a conditional move. Bound as a
     parameter, it made SQLite prepare the statement again on every execution (it weighs a

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from ..prior import CHANGED, DELIVERED, OPEN, RETRIED, UNSETTLED
+from ..prior import ABANDONED, CHANGED, DELIVERED, OPEN, RETRIED, UNSETTLED
+from . import abandoned
 
 # Refused rows listed by name in a message; the rest are counted.
 LISTED = 10
+
+
+# An earlier item an operator abandoned: maybe delivered (statements.abandoned).
+_ABANDONED = abandoned("p")
 
 
 def _per_row(stage: str) -> str:
@@ -19,7 +24,9 @@ SELECT s.seq AS seq, s.item_id AS item_id,
     MAX(CASE WHEN p.state IN ('in_flight', 'unknown') THEN r.rowid END) AS unsettled_in,
     MAX(CASE WHEN p.state = 'sent' AND p.intent_digest = s.intent_digest
         THEN r.rowid END) AS delivered_in,
-    MAX(CASE WHEN p.state = 'sent' THEN r.rowid END) AS changed_in,
+    MAX(CASE WHEN {_ABANDONED} AND p.intent_digest = s.intent_digest
+        THEN r.rowid END) AS abandoned_in,
+    MAX(CASE WHEN p.state = 'sent' OR {_ABANDONED} THEN r.rowid END) AS changed_in,
     MAX(r.rowid) AS earlier
 FROM {stage} s {{ordered_join}} items p ON p.channel = s.channel AND p.identity = s.identity
 JOIN runs r ON r.run_id = p.run_id
@@ -30,6 +37,7 @@ GROUP BY s.seq, s.item_id
 _VERDICT = f"""CASE WHEN open_in IS NOT NULL THEN '{OPEN}'
     WHEN unsettled_in IS NOT NULL THEN '{UNSETTLED}'
     WHEN delivered_in IS NOT NULL THEN '{DELIVERED}'
+    WHEN abandoned_in IS NOT NULL THEN '{ABANDONED}'
     WHEN changed_in IS NOT NULL THEN '{CHANGED}' ELSE '{RETRIED}' END"""
 
 
@@ -38,7 +46,8 @@ def verdicts_by_run(stage: str) -> str:
     return f"""
 SELECT v.verdict, r.run_id, COUNT(*) FROM (
     SELECT {_VERDICT} AS verdict,
-        COALESCE(open_in, unsettled_in, delivered_in, changed_in, earlier) AS run_rowid
+        COALESCE(open_in, unsettled_in, delivered_in, abandoned_in, changed_in, earlier)
+            AS run_rowid
     FROM ({_per_row(stage)}) AS m
 ) AS v JOIN runs r ON r.rowid = v.run_rowid
 GROUP BY v.verdict, r.run_id
@@ -55,10 +64,10 @@ WHERE {_VERDICT} = '{CHANGED}' ORDER BY seq LIMIT {LISTED}
 
 
 def drop_delivered(stage: str) -> str:
-    """Staged rows already delivered with the same content: taken out of the stage, so what
-    is copied into the run is exactly what is left to send."""
+    """Staged rows already delivered, or abandoned, with the same content: taken out of the
+    stage, so what is copied into the run is exactly what is left to send."""
     return f"""
 DELETE FROM {stage} WHERE EXISTS (SELECT 1 FROM items p
     WHERE p.channel = {stage}.channel AND p.identity = {stage}.identity
-    AND p.state = 'sent' AND p.intent_digest = {stage}.intent_digest)
+    AND (p.state = 'sent' OR {_ABANDONED}) AND p.intent_digest = {stage}.intent_digest)
 """
