@@ -311,6 +311,8 @@ def test_an_abandoned_item_is_never_sent_again_until_marked_not_sent(ws: Workspa
                               "--mark", "abandon", "--evidence", "customer called")  # fmt: skip
         assert abandoned.exit_code == 3, abandoned.output
         assert "maybe delivered" in abandoned.output
+        report = ws.invoke("report", run_id, "--format", "json").output
+        assert "abandoned by" in report and "maybe delivered: customer called" in report
         again = ws.invoke("send", "b.csv", "--channel", "hooks")
         assert again.exit_code == 0, again.output
         assert "abandoned by an operator" in again.output and run_id in again.output

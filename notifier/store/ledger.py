@@ -327,8 +327,16 @@ class Ledger:
                 at,
             )
             source = "manual" if trigger == ItemTrigger.MARK_SENT else None
+            # An abandoned item is failed, yet maybe delivered: its reports say so.
+            error = (
+                f"abandoned by {operator}, maybe delivered: {evidence}"
+                if trigger == ItemTrigger.ABANDON
+                else None
+            )
             self._record_one(
-                run_id, Outcome(seq, trigger, receipt_source=source, evidence=evidence), at
+                run_id,
+                Outcome(seq, trigger, error=error, receipt_source=source, evidence=evidence),
+                at,
             )
 
     def release_abandoned(
