@@ -7,7 +7,7 @@ snapshots the definitions it uses, so `resume` talks to exactly the same targets
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,8 +26,9 @@ MIN_LEASE_TTL_S = 2.0
 
 _RETRY_KEYS = {"max_attempts", "deadline", "backoff_base", "backoff_max", "down_after"}
 _LEASE_KEYS = {"ttl"}
+_APPROVAL_KEYS = {"required"}
 # A misspelled section (`[retyr]`) must not be silently ignored: its settings would not apply.
-_SECTIONS = {"channels", "retry", "lease"}
+_SECTIONS = {"channels", "retry", "lease", "approval"}
 
 
 class ConfigError(BadInput):
@@ -58,6 +59,16 @@ class Config:
     channels: dict[str, dict[str, Any]] = field(default_factory=dict)
     retry: RetrySettings = field(default_factory=RetrySettings)
     lease_ttl_s: float = DEFAULT_LEASE_TTL_S
+    # The approval policy: every run needs one (`[approval] required = true`), or every run
+    # sending through one of these channels (`[channels.NAME.approval] required = true`, or
+    # `required = true` in [channels.NAME]).
+    approval_for_all: bool = False
+    approval_channels: frozenset[str] = frozenset()
+
+    def approval_required(self, channels: Iterable[str]) -> bool:
+        """Whether a run through `channels` must wait for `notifier approve` before it sends,
+        whatever the command line says."""
+        return self.approval_for_all or not self.approval_channels.isdisjoint(channels)
 
     def channel_types(self) -> dict[str, str]:
         return {name: str(d["type"]) for name, d in self.channels.items()}
@@ -88,24 +99,50 @@ def load(path: Path | None, *, explicit: bool) -> Config:
     raw_channels = document.get("channels", {})
     if not isinstance(raw_channels, Mapping):
         raise ConfigError(f"{path}: `channels` must be a table of [channels.NAME] sections.")
+    approval_channels = set()
     for name, definition in raw_channels.items():
-        channels[name] = _check_channel(path, name, definition)
+        channels[name], required = _check_channel(path, name, definition)
+        if required:
+            approval_channels.add(name)
     return Config(
         path=path,
         channels=channels,
         retry=_retry_settings(path, document.get("retry", {})),
         lease_ttl_s=_lease_ttl(path, document.get("lease", {})),
+        approval_for_all=_approval_required(f"{path}: [approval]", document.get("approval", {})),
+        approval_channels=frozenset(approval_channels),
     )
 
 
-def _check_channel(path: Path, name: str, definition: Any) -> dict[str, Any]:
+def _approval_required(where: str, table: Any) -> bool:
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{where} must be a table, e.g. `required = true`.")
+    unknown = sorted(set(table) - _APPROVAL_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"{where} unknown setting `{unknown[0]}`{nearest(unknown[0], _APPROVAL_KEYS)} "
+            "(allowed: required). Fix the file; nothing was stored."
+        )
+    required = table.get("required", False)
+    if not isinstance(required, bool):
+        raise ConfigError(f"{where} required must be true or false. Fix the file.")
+    return required
+
+
+def _check_channel(path: Path, name: str, definition: Any) -> tuple[dict[str, Any], bool]:
+    """The channel's definition, and whether runs through it need approval: the policy is
+    not part of the definition (a run's snapshot holds how to reach the channel)."""
     where = f"{path}: [channels.{name}]"
     if not isinstance(definition, Mapping):
         raise ConfigError(f"{where} must be a table.")
+    definition = dict(definition)
+    required = _approval_required(f"{where}.approval", definition.pop("approval", {}))
+    # `required = true` right in the channel's table says the same (the CLI contract's words).
+    required |= _approval_required(where, {"required": definition.pop("required", False)})
     problems = definition_problems(where, definition)
     if problems:
         raise ConfigError("; ".join(problems) + ". Fix the section; nothing was stored.")
-    return dict(definition)
+    return definition, required
 
 
 def _lease_ttl(path: Path, table: Any) -> float:

@@ -272,6 +272,11 @@ def prior_summary(prior: Prior) -> list[str]:
             f"{prior.count(DELIVERED)} row(s) already delivered with the same content by "
             f"{_runs(prior, DELIVERED)}: not sent again."
         )
+    for run_id, n in prior.rejected_by.items():
+        lines.append(
+            f"{n} row(s) were rejected in run {run_id} (`notifier status {run_id}` says why "
+            "and by whom): this run waits for approval before anything is sent."
+        )
     if prior.count(ABANDONED):
         lines.append(
             f"{prior.count(ABANDONED)} row(s) abandoned by an operator in "

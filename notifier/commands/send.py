@@ -245,7 +245,9 @@ def send(
     if dry_run:
         _dry_run(env, plan, batch, new_run=new_run, resend_changed=resend_changed)
         return
-    then = RunTrigger.REQUEST_APPROVAL if require_approval else None
+    if env.config.approval_required(plan.per_channel):
+        options["require_approval"] = True  # the policy of notifier.toml, kept with the run
+    then = RunTrigger.REQUEST_APPROVAL if options.get("require_approval") else None
     stored = _store_plan(env, plan, batch, options, new_run, resend_changed, then)
     for line in app.prior_summary(stored.prior) if stored.prior else []:
         click.echo(line)
@@ -412,6 +414,8 @@ def _send_compose(
         _dry_run_drafts(settings, key, rows, template)
         return
     options["compose"] = settings.as_options()
+    if env.config.approval_required({row.channel for row in rows}):
+        options["require_approval"] = True  # the policy of notifier.toml, kept with the run
     if "require_approval" not in options:
         app.check_channels(env, {row.channel for row in rows})
     new_id = run_id or new_run_id()

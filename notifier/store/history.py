@@ -65,5 +65,20 @@ class History:
             changed = [(int(seq), item_id) for seq, item_id in rows]
         return Prior(total, by_run, changed)
 
+    def rejected(self, stage: PlanStage) -> dict[str, int]:
+        """Per rejected run (`notifier reject`), how many rows of the staged plan it held:
+        those rows need approval again. Read inside the plan's transaction; the stage is
+        only put in the database when some run was rejected at all."""
+        runs = [run_id for (run_id,) in self.engine.execute(sql.REJECTED_RUNS)]
+        if not runs:
+            return {}
+        table = self.engine.stage_table(stage)
+        held = {}
+        for run_id in runs:
+            (n,) = self.engine.execute(sql.held_by(table), {"run_id": run_id}).fetchone()
+            if n:
+                held[run_id] = int(n)
+        return held
+
     def drop_delivered(self, stage: str) -> None:
         self.engine.execute(sql.drop_delivered(stage))

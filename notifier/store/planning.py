@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 from ..intent import content_fingerprint, run_fingerprint
@@ -72,6 +73,13 @@ class Planning:
                 if prior.total != prior.left:
                     self.history.drop_delivered(stage)
                     run = {**run, **self._fingerprints(stage, run["channel_snapshot"])}
+            if isinstance(items, PlanStage):
+                rejected = self.history.rejected(items)
+                if rejected:
+                    # Rows a reviewer rejected need a review again, whatever the flags.
+                    then = RunTrigger.REQUEST_APPROVAL
+                    prior = Prior(items.count) if prior is None else prior
+                    prior = replace(prior, rejected_by=rejected)
             self.core.insert_row(
                 "runs",
                 {

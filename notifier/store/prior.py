@@ -26,6 +26,8 @@ class Prior:
     total: int  # rows in the plan
     by_run: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     changed_rows: list[tuple[int, str]] = field(default_factory=list)  # (seq, id), first ten
+    # Rows of the plan that a rejected run held, by that run: the new run awaits approval.
+    rejected_by: Mapping[str, int] = field(default_factory=dict)
 
     def count(self, verdict: str) -> int:
         return sum(self.by_run.get(verdict, {}).values())

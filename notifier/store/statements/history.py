@@ -63,6 +63,21 @@ WHERE {_VERDICT} = '{CHANGED}' ORDER BY seq LIMIT {LISTED}
 """
 
 
+# Runs a reviewer rejected: cancelled from awaiting approval, with a `rejected` event.
+REJECTED_RUNS = (
+    "SELECT r.run_id FROM runs r WHERE r.state = 'cancelled' AND EXISTS (SELECT 1 FROM "
+    "events e WHERE e.run_id = r.run_id AND e.kind = 'rejected') ORDER BY r.rowid"
+)
+
+
+def held_by(stage: str) -> str:
+    """How many staged rows of `stage` the run `run_id` held (the same identity)."""
+    return f"""
+SELECT COUNT(*) FROM {stage} s WHERE EXISTS (SELECT 1 FROM items p
+    WHERE p.channel = s.channel AND p.identity = s.identity AND p.run_id = %(run_id)s)
+"""
+
+
 def drop_delivered(stage: str) -> str:
     """Staged rows already delivered, or abandoned, with the same content: taken out of the
     stage, so what is copied into the run is exactly what is left to send."""
