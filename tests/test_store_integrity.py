@@ -278,7 +278,7 @@ def _damage_an_attempts_leaf_only_the_file_holds(ws: Workspace) -> int:
         (probe / name).write_bytes((ws.path / name).read_bytes())
     conn = sqlite3.connect(f"file:{probe / ws.db_file.name}?mode=ro", uri=True)
     try:
-        leaves = [
+        leaves: list[int] = [
             page
             for (page,) in conn.execute(
                 "SELECT pageno FROM dbstat WHERE name = 'attempts' AND pagetype = 'leaf' "
