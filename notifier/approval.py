@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from enum import Enum
 from typing import Any
 
 from . import clock
@@ -56,6 +57,32 @@ class Approval:
         return {name: getattr(self, name) for name in _FIELDS}
 
 
+class Unapproved(Enum):
+    """Why a run that requires an approval may not send now, or why an approval was not
+    given: what the command layer words, with the command that works."""
+
+    AWAITING = "it is awaiting approval"
+    NO_RECORD = "it has no valid approval record"
+    EXPIRED = "its approval expired"
+    CHANGED = "its stored notifications no longer hash to the fingerprint approved"
+    NOT_ITS_FINGERPRINT = "the fingerprint given is not that of its stored notifications"
+
+
+class NotApproved(ApprovalRefused):
+    """Nothing is sent (or approved) for run `run_id`, because of `why` (exit 4). `approval`:
+    the record that no longer holds (EXPIRED, CHANGED); `given`: the fingerprint refused
+    (NOT_ITS_FINGERPRINT). Typed, so that the command layer says what to do next."""
+
+    def __init__(
+        self, run_id: str, why: Unapproved, *, approval: Approval | None = None, given: str = ""
+    ) -> None:
+        super().__init__(f"run {run_id}: {why.value}; nothing was sent or approved.")
+        self.run_id = run_id
+        self.why = why
+        self.approval = approval
+        self.given = given
+
+
 def parse_duration(text: str) -> timedelta:
     """`90s`, `30m`, `1h`, `2d`, `1h30m`: a positive duration, or ApprovalUsage."""
     match = _DURATION.match(text.strip())
@@ -79,15 +106,6 @@ def abridged(fingerprint: str) -> str:
     a refusal names what it was given this way, never a whole fingerprint."""
     text = fingerprint.strip()
     return text if len(text) <= 19 else text[:19] + "…"
-
-
-def review_advice(run_id: str) -> str:
-    """How to review a run before approving it (what every refusal points to)."""
-    return (
-        f"Review every notification with `notifier preview {run_id}` (its last line is the "
-        f"fingerprint of what it showed), then approve that with `notifier approve {run_id} "
-        "--fingerprint sha256:…`."
-    )
 
 
 def requires_approval(run: Run) -> bool:
@@ -155,12 +173,7 @@ def approve(
             "send BATCH.csv --require-approval --new-run`) and review that."
         )
     if fingerprint.strip() != actual:
-        raise ApprovalRefused(
-            f"run {run.run_id}: fingerprint {abridged(fingerprint)!r} is not the fingerprint "
-            "of its notifications as they are stored now: it was copied from another run's "
-            "preview, mistyped, or the notifications changed since that preview. Nothing was "
-            f"approved. {review_advice(run.run_id)}"
-        )
+        raise NotApproved(run.run_id, Unapproved.NOT_ITS_FINGERPRINT, given=fingerprint)
     now = clock.now()
     approval = Approval(
         operator=operator,
@@ -174,35 +187,20 @@ def approve(
 
 
 def check_can_send(store: Store, run: Run) -> None:
-    """Refuse (ApprovalRefused) to send anything for a run that requires an approval it does
-    not validly have, checked against the intents stored now."""
+    """Refuse (NotApproved) to send anything for a run that requires an approval it does not
+    validly have, checked against the intents stored now. Called before the lease is taken,
+    so a refusal leaves the run as it was: no lease, no move, no event."""
     if not requires_approval(run):
         return
     if run.state is RunState.AWAITING_APPROVAL:
-        raise ApprovalRefused(
-            f"run {run.run_id} is awaiting approval; nothing was sent. "
-            f"{review_advice(run.run_id)} Then `notifier resume {run.run_id}` sends it; "
-            f"`notifier reject {run.run_id} --reason …` closes it instead."
-        )
+        raise NotApproved(run.run_id, Unapproved.AWAITING)
     approval = stored_approval(run)
     if approval is None:
-        raise ApprovalRefused(
-            f"run {run.run_id} requires an approval but has no valid approval record; nothing "
-            f"was sent. {review_advice(run.run_id)}"
-        )
+        raise NotApproved(run.run_id, Unapproved.NO_RECORD)
     if clock.parse(approval.expires_at) <= clock.now():
-        raise ApprovalRefused(
-            f"run {run.run_id}: the approval by {approval.operator} expired at "
-            f"{clock.local(approval.expires_at)}; nothing was sent. {review_advice(run.run_id)}"
-        )
-    actual = recompute_fingerprint(store, run)
-    if actual != approval.fingerprint:
-        raise ApprovalRefused(
-            f"run {run.run_id}: its stored notifications no longer hash to the fingerprint "
-            f"{approval.operator} approved: they were changed after approval, so they are not "
-            "what was reviewed. Nothing was sent; plan the batch again as a new run (`notifier "
-            "send BATCH.csv --require-approval --new-run`) and review that."
-        )
+        raise NotApproved(run.run_id, Unapproved.EXPIRED, approval=approval)
+    if recompute_fingerprint(store, run) != approval.fingerprint:
+        raise NotApproved(run.run_id, Unapproved.CHANGED, approval=approval)
 
 
 def preview(store: Store, run: Run, rows: int = PREVIEW_ROWS) -> list[str]:

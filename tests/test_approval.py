@@ -10,6 +10,7 @@ from datetime import timedelta
 import pytest
 
 from notifier import clock
+from notifier.clock import SHIFT_ENV
 from notifier.intent import canonical_json, intent_digest
 
 from .conftest import Workspace, make_rows
@@ -149,4 +150,47 @@ def test_a_missing_approval_record_is_never_read_as_approved(ws: Workspace) -> N
     assert ws.invoke("resume").exit_code == 4
     ws.write('UPDATE runs SET approval = \'{"operator": "x"}\'')
     assert ws.invoke("resume").exit_code == 4
+    assert ws.outbox_documents() == []
+
+
+def _untouched_by_a_start(ws: Workspace) -> list[list[tuple[object, ...]]]:
+    """Everything a start writes: the runs row (state, lease, stop reason), its events, the
+    worker leases, the items and their attempts."""
+    return [
+        ws.query(f"SELECT * FROM {table} ORDER BY {order}")
+        for table, order in (
+            ("runs", "run_id"),
+            ("events", "run_id, seq_no"),
+            ("workers", "worker_id"),
+            ("items", "run_id, seq"),
+            ("attempts", "id"),
+        )
+    ]
+
+
+@pytest.mark.both_stores
+@pytest.mark.timeout(60)
+def test_an_expired_approval_is_refused_at_start_with_the_run_untouched(ws: Workspace) -> None:
+    """`resume` (at N = 1 and N = 8) and, where runs are shared, `worker` of an approved run
+    whose approval has expired exit 4 before taking a lease or moving the run: it is still
+    `approved`, its events, leases and items as they were, nothing sent, and the refusal
+    names the expiry and the `notifier approve` command that renews it."""
+    run_id, fingerprint = plan_for_approval(ws)
+    approved = ws.invoke("approve", run_id, "--fingerprint", fingerprint, "--expires-in", "1h")
+    assert approved.exit_code == 0, approved.output
+    before = _untouched_by_a_start(ws)
+    # Each command runs two hours on (clock.SHIFT_ENV): past the expiry, however loaded.
+    later = {SHIFT_ENV: "7200"}
+    commands = [["resume", run_id], ["resume", run_id, "--concurrency", "8"]]
+    if ws.store == "postgres":
+        commands.append(["worker", run_id, "--concurrency", "8"])
+    for command in commands:
+        refused = ws.run(*command, env=later, timeout=60)
+        said = refused.stdout + refused.stderr
+        assert refused.returncode == 4, (command, said)
+        assert "expired" in said and f"notifier approve {run_id}" in said, (command, said)
+        assert "Traceback" not in said, (command, said)
+        assert fingerprint not in said, (command, said)
+        assert ws.query("SELECT state FROM runs") == [("approved",)], command
+        assert _untouched_by_a_start(ws) == before, command
     assert ws.outbox_documents() == []

@@ -3,6 +3,7 @@ message naming the file and the problem, and is never modified."""
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -11,11 +12,13 @@ from typing import Any
 import pytest
 
 from notifier import clock
+from notifier.crash import ENV as CRASH_ENV
 from notifier.records import Outcome
 from notifier.state_machine import ItemState, ItemTrigger
 from notifier.store import LeaseLost, LostRace, Store
 from notifier.store import statements as sql
 from notifier.store.engine import Engine
+from notifier.store.sqlite import SqliteEngine
 
 from .conftest import EXAMPLE, Workspace, make_rows
 
@@ -215,18 +218,12 @@ def test_a_worker_that_lost_its_lease_cannot_write(tmp_path: Path) -> None:
     store.close()
 
 
-def test_database_mid_checkpoint_with_wal_is_opened_not_refused(ws: Workspace) -> None:
-    """A file shorter than its header because a checkpoint was cut short (kill -9, full disk)
-    still has its pages in the -wal: it is opened and the run resumed, not refused."""
-    rows = [["id", "to", "subject", "body"]]
-    rows += [[f"u{i}", f"u{i}@example.com", "s" * 50, "b" * 500] for i in range(1, 301)]
-    batch = ws.write_csv("big.csv", rows)
-    crashed = ws.run("send", str(batch), env={"NOTIFIER_CRASH_AT": "after-send:250"})
-    assert crashed.returncode == 137, crashed.stderr
+def _cut_short_checkpoint(ws: Workspace) -> None:
+    """Leave the database as a checkpoint cut short leaves it: page 1 (the header) already
+    says how many pages the database has after the checkpoint, but the file was not extended
+    yet; the pages are still in the -wal beside it, which a killed process left."""
     wal = ws.db_file.with_name(ws.db_file.name + "-wal")
     assert wal.stat().st_size > 0  # the killed process left its commits in the log
-    # What a checkpoint cut short leaves: page 1 (the header) already says how many pages the
-    # database has after the checkpoint, but the file was not extended yet.
     checkpointed = ws.path / "checkpointed"
     checkpointed.mkdir()
     for name in (ws.db_file.name, wal.name):
@@ -241,12 +238,111 @@ def test_database_mid_checkpoint_with_wal_is_opened_not_refused(ws: Workspace) -
         handle.write(after[:page_size])
     promised = int.from_bytes(after[28:32], "big") * page_size
     assert ws.db_file.stat().st_size < promised
+
+
+def test_database_mid_checkpoint_with_wal_is_opened_not_refused(ws: Workspace) -> None:
+    """A file shorter than its header because a checkpoint was cut short (kill -9, full disk)
+    still has its pages in the -wal: it is opened and the run resumed, not refused."""
+    rows = [["id", "to", "subject", "body"]]
+    rows += [[f"u{i}", f"u{i}@example.com", "s" * 50, "b" * 500] for i in range(1, 301)]
+    batch = ws.write_csv("big.csv", rows)
+    crashed = ws.run("send", str(batch), env={"NOTIFIER_CRASH_AT": "after-send:250"})
+    assert crashed.returncode == 137, crashed.stderr
+    _cut_short_checkpoint(ws)
     status = ws.invoke("status", "--json")
     assert status.exit_code == 0, status.output
     resumed = ws.run("resume")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert ws.query("SELECT state, COUNT(*) FROM items GROUP BY state") == [("sent", 300)]
     assert len(list(ws.outbox.glob("*.json"))) == 300
+
+
+def _pages_in_wal(wal: Path, page_size: int) -> set[int]:
+    """The page numbers of every frame in a -wal (a 32-byte header, then frames of a 24-byte
+    header, whose first 4 bytes are the page number, and one page)."""
+    log = wal.read_bytes()
+    frame = 24 + page_size
+    return {
+        int.from_bytes(log[at : at + 4], "big") for at in range(32, len(log) - frame + 1, frame)
+    }
+
+
+def _damage_an_attempts_leaf_only_the_file_holds(ws: Workspace) -> int:
+    """Overwrite the cell area of a leaf page of `attempts` from the middle of its b-tree,
+    one no frame of the -wal holds (so the file's copy is the one SQLite reads), with 0xFF:
+    a page that quick_check reads and no other check on open does. Its page number."""
+    wal = ws.path / "receipts.db-wal"
+    probe = ws.path / "probe"
+    probe.mkdir()
+    for name in (ws.db_file.name, wal.name):
+        (probe / name).write_bytes((ws.path / name).read_bytes())
+    conn = sqlite3.connect(f"file:{probe / ws.db_file.name}?mode=ro", uri=True)
+    try:
+        leaves: list[int] = [
+            page
+            for (page,) in conn.execute(
+                "SELECT pageno FROM dbstat WHERE name = 'attempts' AND pagetype = 'leaf' "
+                "ORDER BY path"
+            )
+        ]
+    finally:
+        conn.close()
+    data = ws.db_file.read_bytes()
+    page_size = int.from_bytes(data[16:18], "big")
+    logged = _pages_in_wal(wal, page_size)
+    inner = [page for page in leaves[1:-1] if page not in logged]
+    assert inner, f"no leaf of attempts in the middle of the file only: {leaves}, {logged}"
+    page = inner[len(inner) // 2]
+    at = (page - 1) * page_size
+    assert data[at] == 0x0D, "not a table leaf page"  # the b-tree page header's type byte
+    cells = int.from_bytes(data[at + 5 : at + 7], "big") or 65536  # where the cells begin
+    with ws.db_file.open("r+b") as handle:
+        handle.seek(at + cells)
+        handle.write(b"\xff" * (page_size - cells))
+    return page
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.timeout(60)
+def test_a_damaged_page_beside_a_wal_is_refused_untouched_by_quick_check(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file cut short mid-checkpoint is opened only if SQLite's quick_check passes: a leaf
+    of `attempts` damaged in the middle of the file, which no other check on open reads, is
+    refused (exit 4) by every command, in one paragraph naming the file, with the file and
+    its -wal byte for byte as they were."""
+    assert ws.invoke("send", ws.write_csv("a.csv", make_rows(400)).name).exit_code == 0
+    rows = [["id", "to", "subject", "body"]]
+    rows += [[f"v{i}", f"v{i}@example.com", "s", "b" * 1500] for i in range(1, 41)]
+    crashed = ws.run("send", ws.write_csv("b.csv", rows).name, env={CRASH_ENV: "after-send:30"})
+    assert crashed.returncode == 137, crashed.stderr
+    _cut_short_checkpoint(ws)
+    ws.write_csv("other.csv", make_rows(3, start=500))
+    page = _damage_an_attempts_leaf_only_the_file_holds(ws)
+    wal = ws.path / "receipts.db-wal"
+    try:
+        # The damage is quick_check's alone to find: without it, a copy of the pair opens.
+        copy = ws.path / "copy"
+        copy.mkdir()
+        for name in (ws.db_file.name, wal.name):
+            (copy / name).write_bytes((ws.path / name).read_bytes())
+        with monkeypatch.context() as unchecked:
+            unchecked.setattr(SqliteEngine, "_check_pages_in_wal", lambda self, short: None)
+            Store.open(copy / ws.db_file.name, readonly=True).close()
+        before = (_digest(ws.db_file), _digest(wal))
+        for args in (["status"], ["status", "--json"], ["resume"], ["send", "other.csv"]):
+            result = ws.invoke(*args)
+            said = result.output.strip()
+            assert result.exit_code == 4, (args, result.output)
+            assert str(ws.db_file) in said and "quick_check" in said, (args, said)
+            assert f"page {page}" in said, (args, said)
+            assert "\n" not in said and "Traceback" not in said, (args, said)
+            assert (_digest(ws.db_file), _digest(wal)) == before, args
+    finally:
+        ws.reset()  # a damaged file on purpose: nothing for the counters check to read
 
 
 def _commits_between(engine: Engine, commit: Callable[[], None]) -> None:

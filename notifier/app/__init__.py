@@ -28,7 +28,7 @@ from .planning import (
     store_plan,
 )
 from .settling import MARKS, CancelResult, cancel, complete_if_done, decide, reconcile_by_query
-from .working import check_can_send, draft_run, run_channels, take_lease, work_run
+from .working import draft_run, run_channels, take_lease, work_run
 
 __all__ = [
     "MARKS",
@@ -37,7 +37,6 @@ __all__ = [
     "Stored",
     "approve",
     "cancel",
-    "check_can_send",
     "check_channels",
     "check_send_options",
     "complete_if_done",

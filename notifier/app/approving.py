@@ -32,6 +32,8 @@ def approve(
             return run, approval.approve(store, run, fingerprint, span, operator_name())
         except approval.ApprovalUsage as exc:
             raise BadInput(str(exc)) from exc
+        except approval.NotApproved:
+            raise  # the command layer says what to do next
         except approval.ApprovalRefused as exc:
             raise Refused(str(exc)) from exc
         except LostRace as exc:

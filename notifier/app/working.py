@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .. import approval, clock, compose, crash
+from .. import clock, compose, crash
 from .. import config as config_module
 from ..channels import Channel, ChannelConfigError, UnbuildableChannel, build_channel
 from ..drafting import compose_key, draft
@@ -138,12 +138,3 @@ def draft_run(env: Env, store: Store, run: Run) -> Run:
     then = RunTrigger.REQUEST_APPROVAL if run.options.get("require_approval") else None
     compose.freeze(store, run.run_id, env.config, then)
     return store.core.get_run(run.run_id)
-
-
-def check_can_send(store: Store, run: Run) -> None:
-    """Exit 4, before anything is sent, for a run whose required approval is missing,
-    expired, or no longer matches the stored intents."""
-    try:
-        approval.check_can_send(store, run)
-    except approval.ApprovalRefused as exc:
-        raise Refused(str(exc)) from exc

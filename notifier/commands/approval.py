@@ -10,6 +10,7 @@ import click
 from .. import approval, clock
 from ..env import open_store, pick_run
 from ..errors import BadInput, ExitCode, Refused
+from . import running
 from .group import cli, command_env
 
 
@@ -33,7 +34,10 @@ def approve(ctx: click.Context, run_id: str | None, fingerprint: str, expires_in
     from .. import app  # noqa: PLC0415 (start-up time)
 
     env = command_env(ctx)
-    run, granted = app.approve(env, run_id, fingerprint, expires_in)
+    try:
+        run, granted = app.approve(env, run_id, fingerprint, expires_in)
+    except approval.NotApproved as refused:
+        raise running.not_approved(refused) from refused
     click.echo(
         f"run {run.run_id} approved by {granted.operator} until "
         f"{clock.local(granted.expires_at)} for fingerprint {granted.fingerprint} (state "

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from .. import clock
+from .. import approval, clock
 from ..env import open_store, pick_run
 from ..errors import BadInput, ExitCode
 from ..state_machine import FINISHED_RUN_STATES, RunState
@@ -141,7 +141,11 @@ def _resume(
             click.echo(f"fingerprint: {run.fingerprint}")
             running.await_approval(store, run)
             ctx.exit(ExitCode.ATTENTION if failures else ExitCode.DONE)
-        app.check_can_send(store, run)
+        try:
+            # Before the lease is taken: a refusal leaves the run as it was.
+            approval.check_can_send(store, run)
+        except approval.NotApproved as refused:
+            raise running.not_approved(refused) from refused
         counts = store.queries.counts(run.run_id)
 
         def announce() -> None:

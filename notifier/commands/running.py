@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .. import approval
+from .. import approval, clock
 from ..env import Env
-from ..errors import ExitCode
+from ..errors import ExitCode, Refused
 from ..progress import progress_bar
 
 if TYPE_CHECKING:
@@ -74,5 +74,55 @@ def await_approval(store: Store, run: Run) -> None:
         click.echo(line)
     click.echo(
         f"run {run.run_id} is awaiting approval; nothing was sent. "
-        f"{approval.review_advice(run.run_id)} Then `notifier resume {run.run_id}` sends it."
+        f"{review_advice(run.run_id)} Then `notifier resume {run.run_id}` sends it."
     )
+
+
+def review_advice(run_id: str) -> str:
+    """How to review a run before approving it (what every refusal points to)."""
+    return (
+        f"Review every notification with `notifier preview {run_id}` (its last line is the "
+        f"fingerprint of what it showed), then approve that with `notifier approve {run_id} "
+        "--fingerprint sha256:…`."
+    )
+
+
+def not_approved(refusal: approval.NotApproved) -> Refused:
+    """The refusal (exit 4) of a send or an approval the run's approval does not allow:
+    why, and the command that works. A whole fingerprint is never printed to be pasted."""
+    run_id, record = refusal.run_id, refusal.approval
+    review = review_advice(run_id)
+    then = f"Then `notifier resume {run_id}` sends it."
+    approver = record.operator if record is not None else "its approver"
+    match refusal.why:
+        case approval.Unapproved.AWAITING:
+            return Refused(
+                f"run {run_id} is awaiting approval; nothing was sent. {review} Then "
+                f"`notifier resume {run_id}` sends it; `notifier reject {run_id} --reason …` "
+                "closes it instead."
+            )
+        case approval.Unapproved.NO_RECORD:
+            return Refused(
+                f"run {run_id} requires an approval but has no valid approval record; nothing "
+                f"was sent. {review} {then}"
+            )
+        case approval.Unapproved.EXPIRED:
+            at = f" at {clock.local(record.expires_at)}" if record is not None else ""
+            return Refused(
+                f"run {run_id}: the approval by {approver} expired{at}; nothing was sent and "
+                f"the run was left as it was. {review} {then}"
+            )
+        case approval.Unapproved.CHANGED:
+            return Refused(
+                f"run {run_id}: its stored notifications no longer hash to the fingerprint "
+                f"{approver} approved: they were changed after approval, so they are not what "
+                "was reviewed. Nothing was sent; plan the batch again as a new run (`notifier "
+                "send BATCH.csv --require-approval --new-run`) and review that."
+            )
+        case approval.Unapproved.NOT_ITS_FINGERPRINT:
+            return Refused(
+                f"run {run_id}: fingerprint {approval.abridged(refusal.given)!r} is not the "
+                "fingerprint of its notifications as they are stored now: it was copied from "
+                "another run's preview, mistyped, or the notifications changed since that "
+                f"preview. Nothing was approved. {review}"
+            )

@@ -342,8 +342,8 @@ class SqliteEngine:
         if rows != ["ok"]:
             raise StoreRefused(
                 f"{self.path}: {short}, and SQLite's quick_check fails even with the "
-                f"write-ahead log beside it ({'; '.join(rows)}). Restore it from a backup; "
-                "this file was not changed."
+                f"write-ahead log beside it ({'; '.join(_findings(rows))}). Restore it from a "
+                "backup; this file was not changed."
             )
 
     def _check_schema(self) -> None:
@@ -358,6 +358,17 @@ class SqliteEngine:
                 f"{listed}). Point --db at a notifier receipts database or at a new path."
             )
         refuse_newer(self.path, migrations.SQLITE.applied(self), migrations.NAMES, "this file")
+
+
+def _findings(rows: list[str]) -> list[str]:
+    """quick_check's findings, one per line of its rows: a row may hold several lines,
+    headed by the database it is about, and a refusal is one paragraph."""
+    return [
+        line.strip()
+        for row in rows
+        for line in row.splitlines()
+        if line.strip() and not line.startswith("*** in database")
+    ]
 
 
 @functools.lru_cache(maxsize=256)
