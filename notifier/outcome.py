@@ -3,11 +3,41 @@ table, used only by cli.py. The layers below return states, reasons and counts."
 
 from __future__ import annotations
 
+import shlex
+from collections.abc import Mapping
+from typing import Any
+
 from .errors import ExitCode
 from .judging import Stop
 from .records import Counts
 from .runner import RunResult
 from .state_machine import RunState
+
+# The `send` options that shape a run (where, what, whether reviewed, when), as stored in its
+# options: the command that sends its file again must repeat them, or it plans another run.
+_SHAPING = (
+    ("channel", "--channel"),
+    ("template_path", "--template"),
+    ("not_after", "--not-after"),
+    ("not_before", "--not-before"),
+    ("tz", "--tz"),
+    ("window", "--window"),
+)
+_SHAPING_FLAGS = (
+    ("require_approval", "--require-approval"),
+    ("allow_duplicates", "--allow-duplicates"),
+)
+
+
+def send_again(batch: str, options: Mapping[str, Any]) -> str:
+    """The `notifier send` command that plans `batch` again as the run with these options
+    was planned: the same channel, template, approval and schedule."""
+    words = ["notifier", "send", batch]
+    for key, flag in _SHAPING:
+        if options.get(key) is not None:
+            words += [flag, str(options[key])]
+    words += [flag for key, flag in _SHAPING_FLAGS if options.get(key)]
+    return shlex.join(words)
 
 
 def settled_exit(state: RunState, counts: Counts) -> ExitCode:
@@ -37,9 +67,9 @@ def run_exit(result: RunResult) -> ExitCode:
     return settled_exit(result.state, result.counts)
 
 
-def run_advice(result: RunResult, run_id: str, batch: str = "BATCH.csv") -> str:
-    """What to do next, if anything, after a run stopped. `batch`: the run's file, which
-    sent again delivers what the run did not (issue 21), and nothing twice."""
+def run_advice(result: RunResult, run_id: str, again: str) -> str:
+    """What to do next, if anything, after a run stopped. `again`: the command that sends
+    the run's file again (send_again), which delivers what the run did not, nothing twice."""
     if result.stop in (Stop.INTERRUPTED, Stop.TERMINATED):
         return f"Continue with `notifier resume {run_id}`."
     if result.stop is Stop.APPROVAL_EXPIRED:
@@ -61,8 +91,7 @@ def run_advice(result: RunResult, run_id: str, batch: str = "BATCH.csv") -> str:
         advice = (
             f"`notifier status {run_id}` lists the items; fix the cause, then "
             f"`notifier resume {run_id}`. Once the run is finished, send the same file again "
-            f"(`notifier send {batch}`) to retry the items that failed: only rows never "
-            "delivered are sent."
+            f"(`{again}`) to retry the items that failed: only rows never delivered are sent."
         )
         if result.counts.unknown:
             # `reconcile` by query settles nothing on a channel that cannot be asked.
@@ -81,8 +110,8 @@ def run_advice(result: RunResult, run_id: str, batch: str = "BATCH.csv") -> str:
     if result.counts.failed:
         return (
             f"{result.counts.failed} item(s) failed; `notifier report {run_id}` lists them "
-            f"with their errors. Fix the cause, then send the same file again (`notifier send "
-            f"{batch}`): only the rows not delivered are sent, each once."
+            f"with their errors. Fix the cause, then send the same file again (`{again}`): "
+            "only the rows not delivered are sent, each once."
         )
     if result.counts.expired:
         return (

@@ -701,4 +701,4 @@ def test_a_worker_that_finds_the_run_paused_by_another_ends_as_that_pause_says(
         store.close()
     assert (result.stop, int(run_exit(result))) == (stop, exit_code)
     if stop is not Stop.UNKNOWN_LEFT:
-        assert "reconcile --manual" not in run_advice(result, "r1")
+        assert "reconcile --manual" not in run_advice(result, "r1", "notifier send b.csv")

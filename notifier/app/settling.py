@@ -13,6 +13,7 @@ from ..channels import Channel, ErrorKind
 from ..env import Env, open_store, pick_run
 from ..errors import BadInput, Refused
 from ..lease import SoleLease, live_holder
+from ..outcome import send_again
 from ..reconcile import settle, settle_doubts
 from ..records import Counts, Run
 from ..state_machine import FINISHED_RUN_STATES, ItemState, ItemTrigger, RunState, RunTrigger
@@ -215,7 +216,7 @@ def decide(
         )
         return (
             f"item {item.item_id} (seq {item.seq}) stays failed, now known never delivered: "
-            f"send the same file again (`notifier send {run.batch_path}`) to send it; "
+            f"send the same file again (`{send_again(run.batch_path, run.options)}`) to send it; "
             "evidence recorded."
         )
     store.ledger.decide(run.run_id, item.seq, MARKS[mark], operator_name(), evidence, lease_version)
@@ -225,8 +226,8 @@ def decide(
             "pending (it will be sent with the same key on resume)"
             if run.state not in FINISHED_RUN_STATES
             else f"pending; run {run.run_id} is {run.state.value}, so it will not send it. "
-            f"Send the same file again (`notifier send {run.batch_path}`) to send it: only "
-            "rows never delivered are sent"
+            f"Send the same file again (`{send_again(run.batch_path, run.options)}`) to send "
+            "it: only rows never delivered are sent"
         ),
         "abandon": "failed, maybe delivered: it is never sent again unless you mark it not-sent",
     }[mark]

@@ -4,6 +4,7 @@ loads app.py (and all that sending needs) at import time."""
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,8 @@ from .group import cli, command_env
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from ..records import Counts
 
 
 _format_option = click.option(
@@ -108,39 +111,67 @@ def _emit(data: dict[str, Any], fmt: str) -> None:
 
 
 @cli.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: every run, newest first.")
 @click.pass_context
-def runs(ctx: click.Context) -> None:
-    """List every run in the database, newest first."""
-    env = command_env(ctx)
+def runs(ctx: click.Context, as_json: bool) -> None:
+    """List every run in the database, newest first, with the channels it sends through.
+
+    \b
+    Examples:
+      notifier runs
+      notifier runs --json | jq -r '.runs[] | select(.state == "paused") | .run_id'
+    """
+    env = command_env(ctx, machine_output=as_json)
     store = open_store(env, readonly=True)
     try:
-        from rich.table import Table  # noqa: PLC0415 (start-up time)
-
-        table = Table(show_header=True, header_style="bold")
-        for name in ("run", "state", "created"):
-            table.add_column(name, no_wrap=True)  # ids are copied from here: never fold them
-        for name in ("total", "sent", "unknown", "pending", "failed", "suppressed"):
-            table.add_column(name, justify="right")
-        table.add_column("batch", overflow="fold")
         from ..store.drafts import run_counts  # noqa: PLC0415 (start-up time)
 
-        for run in store.core.runs():
-            c = run_counts(store, run)
-            table.add_row(
-                run.run_id,
-                report.effective_state(store, run).value,
-                run.created_at[:19],
-                str(c.total),
-                str(c.sent),
-                str(c.unknown),
-                str(c.pending + c.in_flight),
-                str(c.failed),
-                str(c.suppressed),
-                run.batch_path,
-            )
-        _console().print(table)
+        listed = [
+            (run, report.effective_state(store, run).value, run_counts(store, run))
+            for run in store.core.runs()
+        ]
     finally:
         store.close()
+    names = ("total", "sent", "unknown", "pending", "failed", "suppressed")
+    if as_json:
+        records = [
+            {
+                "run_id": run.run_id,
+                "state": state,
+                "created_at": run.created_at,
+                "channels": sorted(run.channel_snapshot),
+                "counts": dict(zip(names, _run_row_counts(c), strict=True)),
+                "batch": run.batch_path,
+            }
+            for run, state, c in listed
+        ]
+        click.echo(json.dumps({"runs": records}, ensure_ascii=False, indent=2))
+        return
+    from rich.table import Table  # noqa: PLC0415 (start-up time)
+
+    table = Table(show_header=True, header_style="bold")
+    for name in ("run", "state", "created"):
+        table.add_column(name, no_wrap=True)  # ids are copied from here: never fold them
+    table.add_column("channels", overflow="fold")
+    for name in names:
+        table.add_column(name, justify="right")
+    table.add_column("batch", overflow="fold")
+    for run, state, c in listed:
+        table.add_row(
+            run.run_id,
+            state,
+            run.created_at[:19],
+            ", ".join(sorted(run.channel_snapshot)),
+            *(str(n) for n in _run_row_counts(c)),
+            run.batch_path,
+        )
+    _console().print(table)
+
+
+def _run_row_counts(c: Counts) -> tuple[int, ...]:
+    """A run's counts as `runs` shows them: total, sent, unknown, pending (in flight
+    included), failed, suppressed."""
+    return (c.total, c.sent, c.unknown, c.pending + c.in_flight, c.failed, c.suppressed)
 
 
 @cli.command()

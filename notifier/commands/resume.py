@@ -113,7 +113,7 @@ def _resume(
 ) -> None:
     """`resume`, or with `joining` a `worker`, which finds a run already finished normal."""
     from .. import app, compose, crash  # noqa: PLC0415 (start-up time)
-    from ..outcome import settled_exit  # noqa: PLC0415
+    from ..outcome import send_again, settled_exit  # noqa: PLC0415
     from ..runner import RunOptions  # noqa: PLC0415
 
     env = command_env(ctx)
@@ -171,7 +171,7 @@ def _resume(
             )
     finally:
         store.close()
-    running.finish(ctx, run.run_id, result, failures, batch=run.batch_path)
+    running.finish(ctx, run.run_id, result, failures, again=send_again(run.batch_path, run.options))
 
 
 def _stored_rate(options: dict[str, Any]) -> float | None:

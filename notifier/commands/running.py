@@ -34,11 +34,13 @@ def finish(
     result: RunResult,
     draft_failures: int = 0,
     *,
-    batch: str | None = None,
+    again: str,
 ) -> None:
+    """Say how the run ended and what to do next (`again`: outcome.send_again), and exit
+    with the contract's code."""
     from ..outcome import run_advice, run_exit  # noqa: PLC0415 (start-up time)
 
-    advice = run_advice(result, run_id, batch or "BATCH.csv")
+    advice = run_advice(result, run_id, again)
     click.echo(f"run {run_id}: {result.reason}." + (f" {advice}" if advice else ""))
     code = run_exit(result)
     if draft_failures and code is ExitCode.DONE:

@@ -198,10 +198,14 @@ def send(
 
         template = load(template_path)
     not_after = _deadline_option(not_after_text)
-    # Kept with the run, so `resume` sends at the same pace unless told otherwise.
+    # Kept with the run, so `resume` sends at the same pace unless told otherwise, and every
+    # command the tool suggests repeats what shaped it (outcome.send_again).
     options: dict[str, object] = {"concurrency": concurrency, "max_wait": max_wait, "rate": rate}
-    if require_approval:
-        options["require_approval"] = True
+    shaping = {"channel": channel, "template_path": template_path and str(template_path),
+               "not_after": not_after_text, "not_before": not_before_text, "tz": tz,
+               "window": window, "allow_duplicates": allow_duplicates or None,
+               "require_approval": require_approval or None}  # fmt: skip
+    options.update({key: value for key, value in shaping.items() if value is not None})
     if compose_path is not None and (not_before_text or tz or window):
         # Drafted rows are frozen into intents later, from what is stored of them, which
         # keeps no start time yet: refused rather than silently ignored.
@@ -239,7 +243,7 @@ def send(
             allow_duplicates=allow_duplicates,
         )
     except KeyboardInterrupt:
-        raise Interrupted(_interrupted_planning(batch)) from None
+        raise Interrupted(_interrupted_planning(batch, options)) from None
     if (late := schedule.late_warning(when)) is not None:
         click.echo(late, err=True)
     if dry_run:
@@ -276,7 +280,7 @@ def send(
             )
     finally:
         store.close()
-    running.finish(ctx, plan.run_id, result, batch=str(batch))
+    running.finish(ctx, plan.run_id, result, again=_send_again(batch, options))
 
 
 def _announce(store: Store, plan: Plan, stored: Stored) -> tuple[Run, Counts, dict[str, int]]:
@@ -342,24 +346,30 @@ def _store_plan(
             env, plan, batch, options, new_run, resend_changed=resend_changed, then=then
         )
     except KeyboardInterrupt:
-        raise Interrupted(_interrupted_storing(env, batch, plan.run_id)) from None
+        raise Interrupted(_interrupted_storing(env, batch, plan.run_id, options)) from None
 
 
-def _interrupted_planning(batch: Path) -> str:
+def _send_again(batch: Path, options: dict[str, object]) -> str:
+    from ..outcome import send_again  # noqa: PLC0415 (start-up time)
+
+    return send_again(str(batch), options)
+
+
+def _interrupted_planning(batch: Path, options: dict[str, object]) -> str:
     return (
         f"interrupted (Ctrl-C) while reading and planning {batch}: nothing was stored and "
-        f"nothing was sent. Run `notifier send {batch}` again to plan and send it."
+        f"nothing was sent. Run `{_send_again(batch, options)}` again to plan and send it."
     )
 
 
-def _interrupted_storing(env: Env, batch: Path, run_id: str) -> str:
+def _interrupted_storing(env: Env, batch: Path, run_id: str, options: dict[str, object]) -> str:
     """Ctrl-C while the plan was being stored: its one transaction either committed or rolled
     back; the database says which."""
     from .. import app  # noqa: PLC0415 (start-up time)
 
     stored = app.run_stored(env, run_id)
     if stored is False:
-        return _interrupted_planning(batch)
+        return _interrupted_planning(batch, options)
     if stored:
         return (
             f"interrupted (Ctrl-C) right after run {run_id} was stored: nothing was sent. "
@@ -368,7 +378,7 @@ def _interrupted_storing(env: Env, batch: Path, run_id: str) -> str:
     return (
         f"interrupted (Ctrl-C) while storing the plan of {batch} as run {run_id}; nothing was "
         f"sent. `notifier runs` shows whether it was stored: if so, `notifier resume {run_id}` "
-        f"sends it, else run `notifier send {batch}` again."
+        f"sends it, else run `{_send_again(batch, options)}` again."
     )
 
 
@@ -404,7 +414,7 @@ def _send_compose(
     try:
         rows = app.read_rows(env, batch, channel=channel, run_id=run_id, not_after=not_after)
     except KeyboardInterrupt:
-        raise Interrupted(_interrupted_planning(batch)) from None
+        raise Interrupted(_interrupted_planning(batch, options)) from None
     settings = drafting.settle_settings(settings, rows, batch, columns, dry_run=dry_run)
     drafting.check_model(settings, key)  # an unknown model: exit 2, nothing stored
     if template is not None:
@@ -436,7 +446,7 @@ def _send_compose(
             )
     finally:
         store.close()
-    running.finish(ctx, new_id, result, failures, batch=str(batch))
+    running.finish(ctx, new_id, result, failures, again=_send_again(batch, options))
 
 
 def _run_options(options: dict[str, object]) -> RunOptions:
