@@ -52,10 +52,45 @@ def _drop_stdout() -> None:
         pass  # not a real file (a test's captured output): nothing will flush to a pipe
 
 
+# The global options, each taking a value: accepted after the subcommand too (as `gh` and
+# `llm` accept theirs), so `notifier status --db x.db` means what it says.
+_GLOBAL_OPTIONS = ("--db", "--config")
+
+
+def hoist_global_options(args: list[str]) -> list[str]:
+    """`args` with every global option (and its value) that follows the subcommand moved to
+    just before it, after any given before it (the later one wins, as click takes the last);
+    what comes after a `--` is left alone (positional by convention)."""
+    front: list[str] = []
+    rest: list[str] = []
+    command_seen = False
+    command_at = len(args)
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if word == "--":
+            rest.extend(args[i:])
+            break
+        name = word.split("=", 1)[0]
+        if name in _GLOBAL_OPTIONS:
+            taken = args[i : i + 1] if "=" in word else args[i : i + 2]
+            (front if command_seen else rest).extend(taken)
+            i += len(taken)
+            continue
+        if not command_seen and not word.startswith("-"):
+            command_seen, command_at = True, len(rest)
+        rest.append(word)
+        i += 1
+    return rest[:command_at] + front + rest[command_at:]
+
+
 class NotifierGroup(click.Group):
     """The one place where failures become exit codes: a NotifierError carries its own, a
     storage failure is named with its cause and fix, anything else is an internal error
     (exit 1) without a traceback unless NOTIFIER_DEBUG."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, hoist_global_options(args))
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -93,7 +128,7 @@ class NotifierGroup(click.Group):
             ) from exc
 
 
-@click.group(cls=NotifierGroup)
+@click.group(cls=NotifierGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="notifier")
 @click.option(
     "--db",

@@ -55,7 +55,14 @@ def status(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
 def report_command(
     ctx: click.Context, run_id: str | None, fmt: str, states: tuple[str, ...]
 ) -> None:
-    """Report which items were sent, which are unknown, pending or failed."""
+    """Report which items were sent, which are unknown, pending or failed.
+
+    \b
+    Examples:
+      notifier report                              # the newest run: counts, items needing attention
+      notifier report RUN --format csv > items.csv # every item, for a spreadsheet
+      notifier report RUN --state unknown --state failed --format json
+    """
     _print_report(ctx, run_id, fmt, [ItemState(s) for s in states])
 
 
@@ -190,7 +197,13 @@ def _run_row_counts(c: Counts) -> tuple[int, ...]:
 def cancel(
     ctx: click.Context, run_id: str | None, with_report: bool, fmt: str, wait_s: float
 ) -> None:
-    """Stop dispatch now, settle in-flight items, and mark the run cancelled."""
+    """Stop dispatch now, settle in-flight items, and mark the run cancelled.
+
+    \b
+    Examples:
+      notifier cancel                        # the newest unfinished run
+      notifier cancel RUN --report --format json > who-got-it.json
+    """
     from .. import app  # noqa: PLC0415 (start-up time)
     from ..outcome import settled_exit  # noqa: PLC0415
 

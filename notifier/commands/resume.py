@@ -61,7 +61,13 @@ def resume(
     model: str | None,
     recreate: bool,
 ) -> None:
-    """Settle every in-flight item by asking the downstream, then continue in order."""
+    """Settle every in-flight item by asking the downstream, then continue in order.
+
+    \b
+    Examples:
+      notifier resume                        # the newest run not completed or cancelled
+      notifier resume RUN --concurrency 16 --rate 50
+    """
     watch = (metrics_port, log_format, log_bodies)
     _resume(
         ctx,

@@ -182,7 +182,14 @@ def send(
     log_format: str,
     log_bodies: bool,
 ) -> None:
-    """Validate BATCH.csv, store every intent, then send each notification durably."""
+    """Validate BATCH.csv, store every intent, then send each notification durably.
+
+    \b
+    Examples:
+      notifier send examples/batch.csv                     # to ./outbox/, receipts.db
+      notifier send campaign.csv --channel mail --concurrency 8 --require-approval
+      notifier send alerts.csv --channel hooks --not-after 2026-12-24T18:00:00+01:00
+    """
     from .. import app, compose, crash, schedule  # noqa: PLC0415 (start-up time)
     from ..runner import RunOptions  # noqa: PLC0415
 

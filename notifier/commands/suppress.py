@@ -23,7 +23,20 @@ def suppress() -> None:
     """The suppression list: addresses never sent to (bounced, unsubscribed, complained)."""
 
 
-@suppress.command("add")
+class _AddressesCommand(click.Command):
+    """A command whose arguments are addresses, one of which may start with `-`
+    (-dash@example.com): a word that starts with `-` and holds an `@` is an address, never
+    a bundle of short options (where its `h` would be -h, help), so it needs no `--`."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            return super().parse_args(ctx, args)
+        dashed = [a for a in args if a.startswith("-") and not a.startswith("--") and "@" in a]
+        rest = [a for a in args if a not in dashed]
+        return super().parse_args(ctx, [*rest, "--", *dashed] if dashed else rest)
+
+
+@suppress.command("add", cls=_AddressesCommand)
 @click.argument("addresses", nargs=-1, required=True)
 @click.option("--reason", help="Why, kept with each address (e.g. 'asked to stop').")
 @click.pass_context
@@ -118,7 +131,7 @@ def list_(ctx: click.Context, fmt: str) -> None:
     click.echo(f"{len(records)} suppressed address(es).")
 
 
-@suppress.command("remove")
+@suppress.command("remove", cls=_AddressesCommand)
 @click.argument("addresses", nargs=-1, required=True)
 @click.pass_context
 def remove(ctx: click.Context, addresses: tuple[str, ...]) -> None:
