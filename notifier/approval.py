@@ -20,7 +20,7 @@ from typing import Any
 from . import clock
 from .errors import BadInput, Refused
 from .intent import intent_digest, run_fingerprint
-from .records import Item, Run
+from .records import Item, Run, notifications
 from .state_machine import FINISHED_RUN_STATES, RunState
 from .store import Store
 
@@ -214,7 +214,7 @@ def preview(store: Store, run: Run, rows: int = PREVIEW_ROWS) -> list[str]:
             first.append(item)
     total = sum(per_channel.values())
     counts = ", ".join(f"{name}: {n}" for name, n in sorted(per_channel.items()))
-    lines = [f"preview: {total} notifications ({counts}); the first {len(first)}:"]
+    lines = [f"preview: {notifications(total)} ({counts}); the first {len(first)}:"]
     for item in first:
         deadline = item.payload.get("not_after")
         head = f"  #{item.seq} {item.item_id} → {item.target} via {item.channel}"

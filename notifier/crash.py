@@ -32,6 +32,17 @@ class CrashPlan:
     seq: int
     freeze: bool = False  # SIGSTOP instead of dying
 
+    def check_fires(self, items: int, what: str) -> None:
+        """CrashSpecError when this point names an item beyond the `items` of `what`: the
+        rehearsal would never fire and the run would look like it passed."""
+        if self.point in POINTS and self.seq > items:
+            name = FREEZE_ENV if self.freeze else ENV
+            raise CrashSpecError(
+                f"{name}={self.point}:{self.seq} cannot fire: {what} has {items} item(s), so "
+                f"there is no item {self.seq}. Give a position from 1 to {items}, e.g. "
+                f"{self.point}:{max(1, items // 2)}; nothing was stored."
+            )
+
     def at(self, point: str, seqs: Iterable[int]) -> None:
         """Die (or freeze) here if this is the planned point and the window holds the item."""
         if point == self.point and self.seq in seqs and self.freeze:

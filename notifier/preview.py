@@ -22,7 +22,7 @@ from typing import Any
 from .approval import ApprovalRefused, ApprovalUsage
 from .cells import safe_cell
 from .intent import canonical_json, intent_digest
-from .records import Run
+from .records import Run, notifications
 from .store import Store
 
 FORMATS = ("table", "jsonl", "csv")
@@ -141,7 +141,7 @@ def iter_table(review: Review, rows: int = TABLE_ROWS) -> Iterator[str]:
         if more
         else ""
     )
-    yield f"{review.count} notifications, {shown} shown{tail}.\n"
+    yield f"{notifications(review.count)}, {shown} shown{tail}.\n"
 
 
 WRITERS: dict[str, Callable[[Review], Iterator[str]]] = {

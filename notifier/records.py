@@ -244,6 +244,11 @@ _ITEM_FIELDS = tuple(Item.__dataclass_fields__)
 _RUN_FIELDS = tuple(Run.__dataclass_fields__)
 
 
+def notifications(n: int) -> str:
+    """`n notifications`, in the singular for one."""
+    return f"{n} notification" if n == 1 else f"{n} notifications"
+
+
 def item_from_row(row: Row, **changes: Any) -> Item:
     """The item a row of `items` holds, with `changes` made (one object built, not two)."""
     # A file opened read-only before m003 has no not_after column: the default stands.

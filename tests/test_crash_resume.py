@@ -118,6 +118,18 @@ def test_bad_crash_spec_is_a_usage_error_before_anything_is_stored(ws: Workspace
     assert not ws.has_database()
 
 
+def test_a_crash_point_beyond_the_batch_is_refused_before_anything_is_stored(
+    ws: Workspace,
+) -> None:
+    """after-send:500 on a 100-row batch would never fire, and the rehearsal would look
+    passed: exit 2 naming the range, nothing stored, nothing sent."""
+    result = ws.run("send", str(EXAMPLE), env={"NOTIFIER_CRASH_AT": "after-send:500"})
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "cannot fire" in result.stderr and "from 1 to 100" in result.stderr
+    assert not ws.has_database()
+    assert ws.outbox_documents() == []
+
+
 @pytest.mark.parametrize("point", POINTS)
 def test_crash_with_a_window_of_8_settles_the_whole_window(ws: Workspace, point: str) -> None:
     """With --concurrency 8 a crash can leave 8 sends and, the outbox being queryable, up to

@@ -40,7 +40,7 @@ def test_an_appended_row_is_the_only_one_sent(ws: Workspace) -> None:
     again = ws.invoke("send", "b.csv")
     assert again.exit_code == 0, again.output
     assert f"5 row(s) already delivered with the same content by run {first}" in again.output
-    assert "1 notifications" in again.output
+    assert "1 notification (" in again.output
     assert _written(ws) == [f"u{i}" for i in range(1, 7)]
     assert len(ws.outbox_documents()) == 6
 
@@ -89,7 +89,7 @@ def test_a_failed_item_is_retried_by_sending_the_same_file_again(ws: Workspace) 
         retried = ws.invoke("send", "b.csv", "--channel", "hooks")
     assert retried.exit_code == 0, retried.output
     assert f"1 row(s) never delivered by earlier run {first}" in retried.output
-    assert "1 notifications" in retried.output
+    assert "1 notification (" in retried.output
     assert sorted(receiver.commits) == sorted(
         k for (k,) in ws.query("SELECT idempotency_key FROM items WHERE state = 'sent'")
     )

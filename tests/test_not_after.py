@@ -48,10 +48,16 @@ def test_rows_past_their_deadline_when_resumed_are_expired_and_never_sent(
     assert "expired" in table.output
 
 
-def test_not_after_option_in_the_past_sends_nothing(ws: Workspace) -> None:
-    """With --not-after already passed, every item expires at its turn; nothing is sent."""
+def test_not_after_option_in_the_past_is_refused_unless_allowed(ws: Workspace) -> None:
+    """A --not-after already past is a usage error (exit 2, nothing stored): every item
+    would expire unsent. With --allow-expired, every item expires at its turn; nothing is
+    sent."""
     batch = ws.write_csv("b.csv", make_rows(3))
-    result = ws.invoke("send", str(batch), "--not-after", "2020-01-01T00:00:00Z")
+    refused = ws.invoke("send", str(batch), "--not-after", "2020-01-01T00:00:00Z")
+    assert refused.exit_code == 2, refused.output
+    assert "already past" in refused.output and "--allow-expired" in refused.output
+    assert not ws.db_file.exists()
+    result = ws.invoke("send", str(batch), "--not-after", "2020-01-01T00:00:00Z", "--allow-expired")
     assert result.exit_code == 3, result.output
     assert ws.outbox_documents() == []
     assert ws.status()["counts"]["expired"] == 3

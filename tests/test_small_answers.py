@@ -58,7 +58,7 @@ def read_until(proc: subprocess.Popen[bytes], marker: bytes, times: int = 1) -> 
 def test_a_run_whose_items_expired_exits_3_not_0(ws: Workspace) -> None:
     """A send whose every item expired (never sent) exits 3 and says so, not 0."""
     batch = ws.write_csv("b.csv", make_rows(2))
-    result = ws.invoke("send", str(batch), "--not-after", "2020-01-01T00:00:00Z")
+    result = ws.invoke("send", str(batch), "--not-after", "2020-01-01T00:00:00Z", "--allow-expired")
     assert result.exit_code == 3, result.output
     assert "2 expired" in result.output
     assert ws.outbox_documents() == []

@@ -10,7 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .. import clock, compose, unsubscribe
+from .. import clock, compose, crash, unsubscribe
 from .. import config as config_module
 from ..batch import BatchError, BatchRow, Problems, read_batch, stream_batch
 from ..channels import ChannelConfigError, build_channel
@@ -42,6 +42,7 @@ def plan_batch(
     not_after: datetime | None = None,
     schedule: Schedule | None = None,
     allow_duplicates: bool = False,
+    rehearsal: crash.CrashPlan | None = None,
 ) -> Plan:
     """Validate the whole file, render it, and compute every intent, streaming: rows are
     read, rendered and turned into intents one by one into the plan's scratch stage, so
@@ -78,6 +79,12 @@ def plan_batch(
     if problems:
         plan.close()
         raise BatchError(batch, problems)
+    if rehearsal is not None:
+        try:
+            rehearsal.check_fires(plan.count, str(batch))
+        except crash.CrashSpecError:
+            plan.close()
+            raise
     return plan
 
 

@@ -10,6 +10,7 @@ import click
 from .. import approval, clock
 from ..env import open_store, pick_run
 from ..errors import BadInput, ExitCode, Refused
+from ..records import notifications
 from . import running
 from .group import cli, command_env
 
@@ -91,7 +92,7 @@ def preview(ctx: click.Context, run_id: str | None, fmt: str, output: Path | Non
     finally:
         store.close()
     if output is not None:
-        click.echo(f"wrote the {review.count} notifications of run {run.run_id} to {output}.")
+        click.echo(f"wrote {notifications(review.count)} of run {run.run_id} to {output}.")
     click.echo(line, err=output is None and fmt != "table")
 
 

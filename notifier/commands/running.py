@@ -11,10 +11,12 @@ import click
 
 from .. import approval, clock
 from ..env import Env
-from ..errors import ExitCode, Refused
+from ..errors import BadInput, ExitCode, Refused
 from ..progress import progress_bar
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from ..records import Run
     from ..runner import RunResult
     from ..store import Store
@@ -128,3 +130,26 @@ def not_approved(refusal: approval.NotApproved) -> Refused:
                 "another run's preview, mistyped, or the notifications changed since that "
                 f"preview. Nothing was approved. {review}"
             )
+
+
+def deadline_option(text: str | None, allow_expired: bool) -> datetime | None:
+    """--not-after as a time; one already past is a usage error unless --allow-expired:
+    every item would expire unsent, which is rarely what the operator meant."""
+    if text is None:
+        return None
+    from ..batch import parse_deadline  # noqa: PLC0415 (start-up time)
+
+    try:
+        deadline = parse_deadline(text)
+    except ValueError as exc:
+        raise BadInput(
+            f"--not-after: {exc}. Use ISO 8601 with a zone, e.g. 2026-12-01T09:00:00+01:00."
+        ) from exc
+    now = clock.now()
+    if deadline <= now and not allow_expired:
+        raise BadInput(
+            f"--not-after {text} is already past (it is {clock.iso(now)}): every item would "
+            "expire unsent. Give a later time, or pass --allow-expired to plan the batch "
+            "anyway; nothing was stored."
+        )
+    return deadline

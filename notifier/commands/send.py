@@ -15,6 +15,7 @@ import click
 
 from ..env import Env
 from ..errors import BadInput, ExitCode, Interrupted
+from ..records import notifications
 from ..state_machine import RunState, RunTrigger
 from . import observing, running
 from .group import cli, command_env
@@ -137,6 +138,11 @@ def _dry_run_drafts(
     help="Send rows delivered before whose content changed, as new notifications.",
 )
 @click.option(
+    "--allow-expired",
+    is_flag=True,
+    help="Plan with a --not-after already past (every item expires unsent).",
+)
+@click.option(
     "--allow-duplicates",
     is_flag=True,
     help="Send rows of a file without `id` whose channel, recipient and content repeat an "
@@ -165,6 +171,7 @@ def send(
     dry_run: bool,
     new_run: bool,
     resend_changed: bool,
+    allow_expired: bool,
     allow_duplicates: bool,
     max_wait: float,
     template_path: Path | None,
@@ -194,7 +201,7 @@ def send(
     from ..runner import RunOptions  # noqa: PLC0415
 
     env = command_env(ctx)
-    crash.from_env()  # a mistyped NOTIFIER_CRASH_AT is a usage error before anything is stored
+    rehearsal = crash.from_env()  # a mistyped NOTIFIER_CRASH_AT: exit 2 before anything is stored
     # A --metrics-port in use is a usage error too: the port is bound before anything is stored.
     observer = observing.make_observer(env, metrics_port, log_format, log_bodies)
     ctx.call_on_close(observer.close)
@@ -204,15 +211,13 @@ def send(
         from ..template import load  # noqa: PLC0415 (start-up time)
 
         template = load(template_path)
-    not_after = _deadline_option(not_after_text)
-    # Kept with the run, so `resume` sends at the same pace unless told otherwise, and every
-    # command the tool suggests repeats what shaped it (outcome.send_again).
-    options: dict[str, object] = {"concurrency": concurrency, "max_wait": max_wait, "rate": rate}
-    shaping = {"channel": channel, "template_path": template_path and str(template_path),
-               "not_after": not_after_text, "not_before": not_before_text, "tz": tz,
-               "window": window, "allow_duplicates": allow_duplicates or None,
-               "require_approval": require_approval or None}  # fmt: skip
-    options.update({key: value for key, value in shaping.items() if value is not None})
+    not_after = running.deadline_option(not_after_text, allow_expired)
+    options = _stored_options(
+        {"concurrency": concurrency, "max_wait": max_wait, "rate": rate},
+        channel=channel, template_path=template_path and str(template_path),
+        not_after=not_after_text, not_before=not_before_text, tz=tz, window=window,
+        allow_duplicates=allow_duplicates or None, require_approval=require_approval or None,
+    )  # fmt: skip
     if compose_path is not None and (not_before_text or tz or window):
         # Drafted rows are frozen into intents later, from what is stored of them, which
         # keeps no start time yet: refused rather than silently ignored.
@@ -248,6 +253,7 @@ def send(
             not_after=not_after,
             schedule=when,
             allow_duplicates=allow_duplicates,
+            rehearsal=rehearsal,
         )
     except KeyboardInterrupt:
         raise Interrupted(_interrupted_planning(batch, options)) from None
@@ -297,7 +303,7 @@ def _announce(store: Store, plan: Plan, stored: Stored) -> tuple[Run, Counts, di
     left_out = stored.prior is not None and stored.prior.left < plan.count
     channels = store.queries.per_channel(run.run_id) if left_out else plan.per_channel
     per_channel = ", ".join(f"{name}: {n}" for name, n in sorted(channels.items()))
-    click.echo(f"planned run {run.run_id}: {counts.total} notifications ({per_channel})")
+    click.echo(f"planned run {run.run_id}: {notifications(counts.total)} ({per_channel})")
     if counts.suppressed:
         click.echo(
             f"{counts.suppressed} of them suppressed (their recipient is on the suppression "
@@ -315,7 +321,7 @@ def _dry_run(env: Env, plan: Plan, batch: Path, *, new_run: bool, resend_changed
     finally:
         plan.close()
     per_channel = ", ".join(f"{name}: {n}" for name, n in sorted(plan.per_channel.items()))
-    click.echo(f"dry run: {plan.count} notifications ({per_channel}); nothing written.")
+    click.echo(f"dry run: {notifications(plan.count)} ({per_channel}); nothing written.")
     click.echo(f"fingerprint: {plan.fingerprint}")
     prior = checked.prior
     if new_run:
@@ -354,6 +360,13 @@ def _store_plan(
         )
     except KeyboardInterrupt:
         raise Interrupted(_interrupted_storing(env, batch, plan.run_id, options)) from None
+
+
+def _stored_options(pace: dict[str, object], **shaping: object) -> dict[str, object]:
+    """The options kept with the run: its pace, so `resume` sends the same way unless told
+    otherwise, and what shaped it (those given), which every command the tool suggests
+    repeats (outcome.send_again)."""
+    return {**pace, **{key: value for key, value in shaping.items() if value is not None}}
 
 
 def _send_again(batch: Path, options: dict[str, object]) -> str:
@@ -465,16 +478,3 @@ def _run_options(options: dict[str, object]) -> RunOptions:
         float(str(options["max_wait"])),
         rate=float(str(rate)) if rate is not None else None,
     )
-
-
-def _deadline_option(text: str | None) -> datetime | None:
-    if text is None:
-        return None
-    from ..batch import parse_deadline  # noqa: PLC0415 (start-up time)
-
-    try:
-        return parse_deadline(text)
-    except ValueError as exc:
-        raise BadInput(
-            f"--not-after: {exc}. Use ISO 8601 with a zone, e.g. 2026-12-01T09:00:00+01:00."
-        ) from exc
