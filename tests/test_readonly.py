@@ -80,3 +80,17 @@ def test_unwritable_database_reads_fine_and_refuses_writes_clearly(ws: Workspace
     assert ws.db_file.read_bytes() == before
     assert ws.run("resume").returncode == 0  # writable again: the run completes
     assert ws.query("SELECT COUNT(*) FROM items WHERE state = 'sent'") == [(5,)]
+
+
+def test_a_db_in_a_directory_that_does_not_exist_names_the_missing_directory(
+    ws: Workspace,
+) -> None:
+    """`--db nowhere/r.db` says that `nowhere` does not exist and how to make it, not that
+    it "is not writable"; exit 2, nothing created."""
+    ws.write_csv("b.csv", make_rows(1))
+    missing = ws.path / "nowhere"
+    result = ws.invoke("send", "b.csv", "--db", str(missing / "r.db"))
+    assert result.exit_code == 2, result.output
+    assert f"{missing} does not exist" in result.output and "mkdir -p" in result.output
+    assert "not writable" not in result.output
+    assert not missing.exists()

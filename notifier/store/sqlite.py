@@ -462,6 +462,11 @@ def _check_writable(path: Path) -> None:
     """A database we are about to write must be writable, and so must its directory (SQLite
     creates the -wal and -shm files there). access(2) also reports a read-only mount."""
     directory = path.parent if str(path.parent) else Path(".")
+    if not directory.is_dir():
+        raise DatabaseUnwritable(
+            f"{path}: its directory {directory} does not exist. Nothing was changed. Create "
+            f"it (`mkdir -p {directory}`) or pass a --db in a directory that exists."
+        )
     if path.exists() and not os.access(path, os.W_OK):
         why = "the file is read-only"
     elif not os.access(directory, os.W_OK | os.X_OK):
