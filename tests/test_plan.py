@@ -7,6 +7,7 @@ import json
 import re
 import unicodedata
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -140,6 +141,17 @@ def test_dry_run_writes_nothing(ws: Workspace) -> None:
     assert "100 notifications" in result.output and "sha256:" in result.output
     assert not ws.db_file.exists()
     assert not ws.outbox.exists()
+
+
+@pytest.mark.both_stores
+def test_dry_run_on_an_empty_database_shows_the_plan(ws: Workspace) -> None:
+    """A dry run against a database with no notifier tables yet (a new PostgreSQL schema,
+    a missing file) shows the plan as all new, writing nothing, on either store."""
+    ws.write_csv("b.csv", make_rows(3))
+    result = ws.invoke("send", "b.csv", "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert "dry run: 3 notifications" in result.output
+    assert not ws.has_database()
 
 
 def test_dry_run_on_a_planned_batch_names_the_run(ws: Workspace) -> None:

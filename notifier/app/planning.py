@@ -118,7 +118,10 @@ def dry_run(env: Env, plan: Plan) -> DryRun:
     compares it (nothing is written)."""
     prior = Prior(plan.count)
     if env.may_hold_runs():
-        store = open_store(env, readonly=True)
+        try:
+            store = open_store(env, readonly=True)
+        except NoDatabase:
+            return DryRun(plan, prior)  # a server with no notifier schema yet: all is new
         try:
             prior = store.history.compare_plan(plan.items)
         finally:
