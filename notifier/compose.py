@@ -25,7 +25,7 @@ from .batch import CONTROL, MAX_FIELD_CHARS, BatchRow
 from .config import Config
 from .errors import BadInput, NeedsAttention, NotifierError
 from .intent import canonical_json
-from .plan import Plan, make_plan
+from .plan import Plan, make_plan, source_identity
 from .records import Run
 from .signals import Interruption
 from .state_machine import RunTrigger
@@ -373,10 +373,12 @@ def freeze(store: Store, run_id: str, config: Config, then: RunTrigger | None) -
     )
     rows: list[BatchRow] = []
     failed: dict[int, str] = {}
+    identities: dict[int, str] = {}
     for stored in store.drafts.drafts(run_id):
         if stored.state == "pending":
             continue
         row = row_from_source(stored.source)
+        identities[row.seq] = source_identity(row)
         if stored.state == "failed":
             # Planned as it came, then failed with its reason in the same transaction: a
             # row whose draft failed counts as failed, and a later send plans it again.
@@ -390,7 +392,14 @@ def freeze(store: Store, run_id: str, config: Config, then: RunTrigger | None) -
             store.drafts.fail_draft(run_id, stored.seq, str(exc), expected="drafted")
             failed[stored.seq] = f"draft failed: {exc}"
             rows.append(row)
-    plan = make_plan(rows, config, run_id, snapshot=run.channel_snapshot, nonce=run.key_nonce)
+    plan = make_plan(
+        rows,
+        config,
+        run_id,
+        snapshot=run.channel_snapshot,
+        nonce=run.key_nonce,
+        identities=identities,
+    )
     try:
         store.drafts.freeze_plan(
             run_id, plan.fingerprint, plan.content_fingerprint, plan.items, then, failed

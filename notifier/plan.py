@@ -6,7 +6,7 @@ import hashlib
 import re
 import secrets
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,6 +79,7 @@ def make_plan(
     stage: PlanStage | None = None,
     problems: Problems | None = None,
     refuse_identical: bool = False,
+    identities: Mapping[int, str] | None = None,
 ) -> Plan:
     """Compute each row's intent as the rows stream past, into `stage` (a new one if None),
     with both fingerprints hashed incrementally: memory does not grow with the batch.
@@ -88,7 +89,9 @@ def make_plan(
     `problems`: once the stream has noted one, intents are no longer computed (the plan
     will be refused), but the rows are still read so that every problem is listed.
     `refuse_identical`: a row with no `id` whose identity (channel, recipient, content) an
-    earlier line has too is a problem of its line: both would be sent, to the same person."""
+    earlier line has too is a problem of its line: both would be sent, to the same person.
+    `identities`: each row's identity by seq, where it is not what the row now holds (a
+    composed row keeps its source row's, whatever was drafted: source_identity)."""
     if nonce is None:
         nonce = new_key_nonce()
     stage = stage if stage is not None else PlanStage()
@@ -114,7 +117,11 @@ def make_plan(
             hash_digest(digest.encode("ascii") + b"\n")
             per_channel[row.channel] += 1
             key = key_of_normalised(run_id, nonce, row.item_id, target)
-            identity = row_identity(row.item_id if row.own_id else None, digest)
+            identity = (
+                identities[row.seq]
+                if identities is not None
+                else row_identity(row.item_id if row.own_id else None, digest)
+            )
             add(
                 row.seq,
                 row.item_id,
@@ -152,6 +159,17 @@ def make_plan(
         items=stage,
         per_channel=dict(per_channel),
     )
+
+
+def source_identity(row: BatchRow) -> str:
+    """The identity `row` has as a row of its file (make_plan computes the same): a
+    composed row keeps it whatever is drafted for it, so the same row of the same file is
+    the same notification whether it was sent as written or composed."""
+    payload = payload_json(
+        row.subject, row.body, row.data, row.not_after, row.unsubscribe_url, row.unsubscribe_mailto
+    )
+    digest = digest_of_normalised(row.channel, normalise_target(row.to), payload)
+    return row_identity(row.item_id if row.own_id else None, digest)
 
 
 def fingerprint_of(digests: hashlib._Hash, tail: str) -> str:

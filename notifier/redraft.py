@@ -28,7 +28,7 @@ from .config import Config
 from .env import Env, open_store, pick_run
 from .errors import BadInput, NeedsAttention, Refused
 from .intent import content_fingerprint, run_fingerprint
-from .plan import make_plan
+from .plan import make_plan, source_identity
 from .records import Run
 from .state_machine import RunState
 from .store import LostRace, Store
@@ -143,7 +143,9 @@ def intents(
     )
     kept: list[tuple[str, str]] = []
     ready: list[tuple[int, BatchRow, compose.Draft]] = []
+    identities: dict[int, str] = {}  # a redrafted row keeps its source row's identity
     for seq, row, answer in answers:
+        identities[row.seq] = source_identity(row)
         if isinstance(answer, str):
             kept.append((row.item_id, answer))
             continue
@@ -161,6 +163,7 @@ def intents(
         run.run_id,
         snapshot=run.channel_snapshot,
         nonce=run.key_nonce,
+        identities=identities,
     )
     try:
         staged = {r[0]: r for r in plan.items.rows()}

@@ -299,3 +299,42 @@ def test_ctrl_c_while_drafting_exits_130_keeping_the_drafts_made(
     assert resumed.exit_code == 0, resumed.output
     assert drafted[0][0] not in [r.row_id for r in fake.requests[mark:]]
     assert len(ws.outbox_documents()) == 5
+
+
+@pytest.mark.both_stores
+@pytest.mark.parametrize("with_ids", [True, False], ids=["ids", "no-ids"])
+def test_a_composed_row_has_the_identity_of_its_source_row(
+    ws: Workspace, fake: FakeMessages, with_ids: bool
+) -> None:
+    """A composed row is the same notification whatever is drafted for it: while another
+    run holds it open, composing the file again is refused (exit 2) before any token is
+    spent; once delivered, composing it again (or sending the file plainly) plans nothing,
+    so each recipient gets it once."""
+    rows = [["id", "to", "name"]] if with_ids else [["to", "name"]]
+    for i in (1, 2, 3):
+        rows.append([f"u{i}", f"user{i}@example.com", f"User {i}"][0 if with_ids else 1 :])
+    ws.write_csv("d.csv", rows)
+    held = ws.invoke("send", "d.csv", "--compose", str(brief(ws)), "--require-approval")
+    assert held.exit_code == 0, held.output
+    (first_run,) = [r for (r,) in ws.query("SELECT run_id FROM runs")]
+    requests = len(fake.requests)
+    again = ws.invoke("send", "d.csv", "--compose", str(brief(ws)), "--run-id", "comp2")
+    assert again.exit_code == 2, again.output
+    assert first_run in again.output and "still open" in again.output
+    assert len(fake.requests) == requests  # refused before a token was spent
+    fingerprint = re.search(r"fingerprint: (sha256:[0-9a-f]+)", held.output)
+    assert fingerprint is not None
+    assert ws.invoke("approve", "--fingerprint", fingerprint.group(1)).exit_code == 0
+    assert ws.invoke("resume").exit_code == 0
+    third = ws.invoke("send", "d.csv", "--compose", str(brief(ws)))
+    assert third.exit_code == 0, third.output
+    assert "nothing to send" in third.output and "3 row(s) already delivered" in third.output
+    assert len(fake.requests) == requests
+    # Sent as written, the rows would carry other text than the drafts delivered: refused
+    # as changed rows are (exit 2), never sent again unasked.
+    plain = ws.invoke("send", "d.csv")
+    assert plain.exit_code == 2 and "different content" in plain.output, plain.output
+    assert sorted(d["to"] for d in ws.outbox_documents()) == [
+        "user1@example.com", "user2@example.com", "user3@example.com"
+    ]  # fmt: skip
+    assert [r for (r,) in ws.query("SELECT run_id FROM runs")] == [first_run]

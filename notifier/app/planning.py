@@ -308,6 +308,34 @@ def prior_summary(prior: Prior) -> list[str]:
     return lines
 
 
+def compare_composed(
+    env: Env, rows: list[BatchRow], batch: Path, run_id: str
+) -> tuple[list[BatchRow], Prior]:
+    """The rows of a `send --compose` left to draft once compared with every earlier run,
+    by their identities as rows of the file (a drafted text is not part of a row's
+    identity), before a token is spent: BadInput (exit 2) when a row is open in an
+    unfinished run or unsettled in a finished one; rows delivered (or abandoned) before
+    are left out."""
+    if not env.may_hold_runs():
+        return rows, Prior(len(rows))
+    plan = make_plan(rows, env.config, run_id)
+    try:
+        try:
+            store = open_store(env, readonly=True)
+        except NoDatabase:
+            return rows, Prior(len(rows))
+        try:
+            prior, left_out = store.history.compare_composed(plan.items)
+            if prior.refused(resend_changed=False):
+                raise BadInput(refusal_message(batch, prior, _open_run_holder(store, prior)))
+        finally:
+            store.close()
+    finally:
+        plan.close()
+    dropped = set(left_out)
+    return [row for row in rows if row.seq not in dropped], prior
+
+
 def store_drafting_run(
     env: Env, rows: list[BatchRow], batch: Path, options: Mapping[str, object], run_id: str
 ) -> Store:

@@ -446,9 +446,15 @@ def _send_compose(
     options["compose"] = settings.as_options()
     if env.config.approval_required({row.channel for row in rows}):
         options["require_approval"] = True  # the policy of notifier.toml, kept with the run
+    new_id = run_id or new_run_id()
+    rows, prior = app.compare_composed(env, rows, batch, new_id)  # before a token is spent
+    for line in app.prior_summary(prior):
+        click.echo(line)
+    if not rows:
+        click.echo(f"nothing to send: every row of {batch} was already delivered.")
+        return
     if "require_approval" not in options:
         app.check_channels(env, {row.channel for row in rows})
-    new_id = run_id or new_run_id()
     store = app.store_drafting_run(env, rows, batch, options, new_id)
     try:
         click.echo(f"planned run {new_id}: {len(rows)} rows to draft with {settings.model}")

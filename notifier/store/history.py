@@ -55,6 +55,28 @@ class History:
         finally:
             self.engine.release_stage()
 
+    def compare_composed(self, stage: PlanStage) -> tuple[Prior, list[int]]:
+        """`compare_plan` for the source rows of a `send --compose` (their identities as
+        rows of the file, plan.source_identity), reading only, and the seqs of those to leave
+        out. A composed row is the same notification whatever was drafted for it, so an
+        earlier one sent (or abandoned) with other text is delivered, not changed: the
+        comparison's `changed` counts as `delivered` here. Redrafting is `redraft`."""
+        if "identity" not in self.engine.columns("items"):
+            return Prior(stage.count), []
+        try:
+            with self.core.snapshot():
+                table = self.engine.stage_table(stage)
+                prior = self.compare(table, stage.count)
+                left_out = (DELIVERED, ABANDONED, CHANGED)
+                seqs = [int(seq) for (seq,) in self.engine.execute(sql.seqs_with(table, left_out))]
+        finally:
+            self.engine.release_stage()
+        by_run = {verdict: dict(runs) for verdict, runs in prior.by_run.items()}
+        for run_id, n in by_run.pop(CHANGED, {}).items():
+            delivered = by_run.setdefault(DELIVERED, {})
+            delivered[run_id] = delivered.get(run_id, 0) + n
+        return Prior(stage.count, by_run), seqs
+
     def compare(self, stage: str, total: int) -> Prior:
         by_run: dict[str, dict[str, int]] = {}
         for verdict, run_id, n in self.engine.execute(sql.verdicts_by_run(stage)).fetchall():
