@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from . import clock, schedule
-from .channels import Channel, ChannelError, ErrorKind, Receipt
+from .channels import Channel, ChannelError, ErrorKind, Ready, Receipt, Withheld
 from .coordination import RunOptions
 from .deadlines import past_deadline
 from .decide import AfterSend, Answer, Caps, Finding, History, Unasked, decide
@@ -133,6 +133,31 @@ class Dispatch:
             return f"cancel requested at {self.cancel_seen}"
         return None
 
+    def item_may_start(self, item: Item) -> str | None:
+        """Why `item`'s request must not start now, or None: the run's checks (may_start),
+        its channel's 429/503 gate, its not_after and its send window. Each depends on the
+        moment, so it is asked right before the send and again once the channel's
+        connection is ready (`_ready`)."""
+        return (
+            self.may_start()
+            or self._gated(item)
+            or past_deadline(item)
+            or schedule.closed(item)  # a send window closed meanwhile
+        )
+
+    def _ready(self, item: Item) -> Ready:
+        """The last check the channel asks once its connection is ready, right before it
+        hands the message over (SMTP: before MAIL FROM, after a greeting, EHLO, STARTTLS and
+        login that may take seconds): the lease is still surely ours, and the item may
+        still start."""
+
+        def ready() -> str | None:
+            if not self._lease_allows_send():
+                return "this worker can no longer prove the run is its own"
+            return self.item_may_start(item)
+
+        return ready
+
     def braked(self) -> bool:
         """Whether the uncertain-answers brake holds every send back: the answers judged
         (the committer's streak) plus those the senders saw and the committer has not
@@ -188,13 +213,12 @@ class Dispatch:
                 if bucket is not None:
                     self.observer.rate_waited(item.channel, time.monotonic() - asked)
                 wait = wait or self.domains.take(item, self._send_stopped, self.options.max_wait_s)
-                # Both checks at the moment the request would start, after any wait for the
-                # channel's lock or a --rate token: the lease is still surely ours, and no
-                # cancel was seen.
+                # Every check at the moment the request would start, after any wait for the
+                # channel's lock or a --rate token; the channel asks them all again once its
+                # connection is ready (`ready`), right before the message is handed over.
                 if not self._lease_allows_send():
                     return None, clock.now(), time.monotonic(), None, None
-                reason = self.may_start() or self._gated(item) or past_deadline(item)
-                reason = reason or schedule.closed(item)  # a send window closed meanwhile
+                reason = self.item_may_start(item)
                 if reason is None and wait is not None:
                     if wait > self.options.max_wait_s:
                         # The run pauses until then, rather than wait past --max-wait.
@@ -206,7 +230,13 @@ class Dispatch:
                 # since its claim, which opened the attempt (see Outcome.started_at).
                 started = clock.now()
                 self.observer.attempt_started(item)
-                result = self.channels[item.channel].send(item.intent())
+                result = self.channels[item.channel].send(item.intent(), self._ready(item))
+        except Withheld as withheld:
+            # The channel's connection took long enough for a check to fail meanwhile:
+            # nothing of the message left. Released never attempted, like the checks above.
+            if self.lease_lost.is_set():
+                return None, clock.now(), time.monotonic(), None, None
+            return NotStarted(withheld.reason), clock.now(), time.monotonic(), None, None
         except ChannelError as exc:
             result = exc
         except Exception as exc:  # a channel bug: the request may have left, so be careful
