@@ -36,6 +36,7 @@ from .sending import Asked, Dispatch
 from .signals import Interruption
 from .state_machine import FINISHED_RUN_STATES, ItemState, ItemTrigger, RunState, RunTrigger
 from .store import LeaseLost, Store
+from .suppression import address_key
 
 # A revisit's finding that settles its item for the progress shown.
 _COUNTED = (ItemTrigger.FOUND, ItemTrigger.UNDECIDED, ItemTrigger.GIVE_UP)
@@ -414,7 +415,20 @@ class Runner:
         self._expire_due()
         if self.approval.until is not None:
             self.approval.read()
+        self._look_at_suppressions(inflight)
         self._revisit_at = time.monotonic() + POLL_S
+
+    def _look_at_suppressions(self, inflight: dict[int, Item]) -> None:
+        """Which items in flight (claimed, not yet answered) have a recipient put on the
+        suppression list since their claim, published for the senders to start none of
+        them (`Dispatch.suppressed_seen`): an address suppressed mid-run reaches only the
+        requests already under way, or whose check passed, before this look. One read by
+        the list's primary key, at most every POLL_S while sends are in flight."""
+        targets = {seq: item.target for seq, item in inflight.items()}
+        listed = self.store.suppressions.listed(targets.values())
+        self.dispatch.suppressed_seen = frozenset(
+            seq for seq, target in targets.items() if address_key(target) in listed
+        )
 
     def _stopping(self) -> bool:
         """Whether to stop starting sends (Ctrl-C, a cancel); the ending itself waits until

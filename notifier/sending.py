@@ -110,6 +110,10 @@ class Dispatch:
         # The earlier attempts of each retry handed to a sender, read by the committer when
         # it claimed the item: whether an uncertain answer needs a query rests on them.
         self.histories: dict[int, History] = {}
+        # The items in flight whose recipient the committer last found on the suppression
+        # list (put there after their claim): the senders start none of them. Replaced
+        # whole by the committer, its one writer (Runner._look_at_suppressions).
+        self.suppressed_seen: frozenset[int] = frozenset()
 
     def may_start(self) -> str | None:
         """Why the next send must not start now, or None. Called inside the channel lock right
@@ -135,15 +139,23 @@ class Dispatch:
 
     def item_may_start(self, item: Item) -> str | None:
         """Why `item`'s request must not start now, or None: the run's checks (may_start),
-        its channel's 429/503 gate, its not_after and its send window. Each depends on the
-        moment, so it is asked right before the send and again once the channel's
-        connection is ready (`_ready`)."""
+        its channel's 429/503 gate, its not_after, its send window and the suppression
+        list. Each depends on the moment, so it is asked right before the send and again
+        once the channel's connection is ready (`_ready`)."""
         return (
             self.may_start()
             or self._gated(item)
             or past_deadline(item)
             or schedule.closed(item)  # a send window closed meanwhile
+            or self._suppressed(item)
         )
+
+    def _suppressed(self, item: Item) -> str | None:
+        """Its recipient was put on the suppression list after it was claimed: it does not
+        start (released, never attempted; the next claim moves it to suppressed)."""
+        if item.seq in self.suppressed_seen:
+            return "its recipient was put on the suppression list after it was claimed"
+        return None
 
     def _ready(self, item: Item) -> Ready:
         """The last check the channel asks once its connection is ready, right before it

@@ -6,14 +6,12 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
-import os
 import re
 import sqlite3
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
@@ -28,18 +26,11 @@ from notifier import approval as approval_module
 from notifier import clock
 from notifier import lease as lease_module
 from notifier.brakes import Brakes
-from notifier.channels import ChannelError, ErrorKind, Ready, Receipt, always, go_ahead
-from notifier.crash import CrashPlan
-from notifier.intent import Intent
-from notifier.judging import NotStarted, Progress, Slot, Stop
-from notifier.lease import holder_alive
-from notifier.reconcile import Question
-from notifier.records import Item, Outcome, Run
-from notifier.retry import RetryPolicy
-from notifier.runner import Runner, RunOptions, RunResult
+from notifier.channels import ChannelError, ErrorKind, Receipt
+from notifier.judging import NotStarted, Progress, Stop
+from notifier.records import Outcome, Run
+from notifier.runner import RunOptions
 from notifier.sandbox import Faults, Sandbox
-from notifier.sending import Asked
-from notifier.signals import Interruption
 from notifier.state_machine import ItemTrigger
 from notifier.store import LostRace, Store
 from notifier.store.engine import Engine
@@ -48,7 +39,7 @@ from notifier.store.postgres import PostgresEngine
 from notifier.store.sqlite import SqliteEngine
 
 from .conftest import Workspace, make_rows, wait_for
-from .receiver import WAIT_S
+from .support.held import WAIT_S, Answered, HeldRun
 
 FOREIGN_DIGEST = "sha256:" + "f" * 64
 
@@ -435,129 +426,6 @@ def test_an_idempotent_webhook_without_status_url_answering_500_until_attempts_r
 # what stops a queued item there is the senders' own check, nothing the committer did.
 
 
-@dataclass
-class _Answered:
-    """A downstream whose every request waits until the test answers it (`answer(item_id)`
-    once the item is let go): the wire does not matter, only the order of events. Like a
-    real channel it asks the sender's last check before its request leaves."""
-
-    idempotent: bool = True
-    queryable: bool = True
-    answer: Callable[[str], Receipt | ChannelError] = lambda item: Receipt("r-" + item)
-    holds: bool = False  # what a status query finds: a delivery, or nothing
-    name: str = "hooks"
-    thread_safe: bool = True
-    started: list[tuple[str, float]] = field(default_factory=list)  # (item, monotonic)
-    answered: dict[str, float] = field(default_factory=dict)  # item -> monotonic
-    _go: dict[str, threading.Event] = field(default_factory=dict)
-    _all: threading.Event = field(default_factory=threading.Event)
-    changed: threading.Condition = field(default_factory=threading.Condition)
-
-    def send(self, intent: Intent, ready: Ready = always) -> Receipt:
-        go_ahead(ready)
-        item = intent.item_id
-        with self.changed:
-            go = self._go.setdefault(item, threading.Event())
-            self.started.append((item, time.monotonic()))
-            self.changed.notify_all()
-        while not (go.wait(0.01) or self._all.is_set()):
-            pass
-        answer = self.answer(item)
-        with self.changed:
-            self.answered[item] = time.monotonic()
-        if isinstance(answer, ChannelError):
-            raise answer
-        return answer
-
-    def let_go(self, item: str) -> None:
-        with self.changed:
-            self._go.setdefault(item, threading.Event()).set()
-
-    def let_all_go(self) -> None:
-        self._all.set()
-
-    def wait_started(self, count: int) -> None:
-        with self.changed:
-            assert self.changed.wait_for(lambda: len(self.started) >= count, WAIT_S), (
-                f"{len(self.started)} of {count} requests started"
-            )
-
-    def query(self, key: str) -> Receipt | None:
-        return Receipt("r-" + key) if self.holds else None
-
-    def close(self) -> None:
-        pass
-
-
-@dataclass(frozen=True)
-class _CommitterHeld(CrashPlan):
-    """Holds the committer on the first answers it takes up, before it judges them."""
-
-    point: str = "after-send"
-    seq: int = 0
-    reached: threading.Event = field(default_factory=threading.Event)
-    go: threading.Event = field(default_factory=threading.Event)
-
-    def at(self, point: str, seqs: Iterable[int]) -> None:
-        if point == self.point and not self.reached.is_set():
-            self.reached.set()
-            assert self.go.wait(WAIT_S), "the test never let the committer go on"
-
-
-class _Run:
-    """The Runner of run r1 on `channel`, in a thread, counting every job its senders
-    finish (a send made or held back)."""
-
-    def __init__(self, ws: Workspace, channel: _Answered, n: int, items: int, **plan: str) -> None:
-        self.store = Store.open(ws.db, create=True)
-        self.store.plans.create_run(
-            {"run_id": "r1", "state": "planned", "created_at": clock.now_iso(),
-             "batch_path": "b", "fingerprint": "sha256:x", "content_fingerprint": "sha256:c",
-             "channel_snapshot": {"hooks": {"type": "webhook"}}, "options": {},
-             "contract_version": "v1"},
-            [{"run_id": "r1", "seq": i, "item_id": str(i), "channel": "hooks",
-              "target": f"{i}@x.y", "payload": {}, "idempotency_key": f"k{i}",
-              "intent_digest": f"sha256:{i}", **plan} for i in range(1, items + 1)],
-        )  # fmt: skip
-        version = self.store.leases.acquire_lease(
-            "r1", {"host": "h", "pid": os.getpid()}, 30, holder_alive
-        )
-        self.held = _CommitterHeld()
-        self.runner = Runner(
-            self.store, "r1", {"hooks": channel}, RetryPolicy.from_settings(5, 60, 0.01, 0.05),
-            RunOptions(concurrency=n), lease_version=version, lease_lost=threading.Event(),
-            interrupted=Interruption(), crash=self.held, say=lambda line: None,
-        )  # fmt: skip
-        self.taken: list[object] = []  # each job's result, as its sender finished it
-        self.changed = threading.Condition()
-        send_one = self.runner._senders._send
-
-        def counted(job: Item | Question) -> Slot | Asked:
-            slot = send_one(job)
-            with self.changed:
-                self.taken.append(slot[0] if isinstance(slot, tuple) else slot)
-                self.changed.notify_all()
-            return slot
-
-        self.runner._senders._send = counted
-        self.results: list[RunResult] = []
-        self.thread = threading.Thread(target=lambda: self.results.append(self.runner.run()))
-
-    def wait_taken(self, count: int) -> None:
-        with self.changed:
-            assert self.changed.wait_for(lambda: len(self.taken) >= count, WAIT_S), (
-                f"the senders finished {len(self.taken)} of {count} jobs"
-            )
-
-    def finish(self, channel: _Answered) -> RunResult:
-        channel.let_all_go()
-        self.held.go.set()
-        self.thread.join(WAIT_S)
-        self.store.close()
-        assert self.results, "the run did not end"
-        return self.results[0]
-
-
 @pytest.mark.both_stores
 @pytest.mark.timeout(60)
 def test_no_item_claimed_ahead_starts_after_its_not_after(
@@ -568,8 +436,8 @@ def test_no_item_claimed_ahead_starts_after_its_not_after(
     on); the senders that free up find the 3N queued items past it and start none of
     them: released never attempted, then expired."""
     n = 8
-    channel = _Answered()
-    run = _Run(ws, channel, n, 4 * n, not_after=clock.iso(clock.later(3600)))
+    channel = Answered()
+    run = HeldRun(ws, channel, n, 4 * n, not_after=clock.iso(clock.later(3600)))
     run.thread.start()
     try:
         channel.wait_started(n)
@@ -610,8 +478,8 @@ def test_no_queued_item_starts_after_a_halting_answer(
             return ChannelError(kind, f"scripted {kind.value}")
         return Receipt("r-" + item)
 
-    channel = _Answered(answer=answer)
-    run = _Run(ws, channel, n, 4 * n)
+    channel = Answered(answer=answer)
+    run = HeldRun(ws, channel, n, 4 * n)
     run.thread.start()
     try:
         channel.wait_started(n)
@@ -631,7 +499,7 @@ def test_no_queued_item_starts_after_a_halting_answer(
     ]
 
 
-def _took_next(run: _Run, channel: _Answered, n: int, k: int) -> bool:
+def _took_next(run: HeldRun, channel: Answered, n: int, k: int) -> bool:
     """Whether the first `k` answers were taken up, and each of their senders took its next
     job: a start (waiting on the test) or a job held back."""
     return len(run.taken) + len(channel.started) - n >= 2 * k
@@ -647,12 +515,12 @@ def test_the_uncertain_answers_brake_holds_at_exactly_the_streak_limit(ws: Works
     not. So exactly N + 4 requests leave: one after each of the first four answers, none
     after the fifth and later."""
     n = 8
-    channel = _Answered(
+    channel = Answered(
         idempotent=False,
         holds=True,
         answer=lambda item: ChannelError(ErrorKind.UNCERTAIN, "timed out after sending"),
     )
-    run = _Run(ws, channel, n, 4 * n)
+    run = HeldRun(ws, channel, n, 4 * n)
     run.thread.start()
     try:
         channel.wait_started(n)

@@ -4,7 +4,7 @@ recipient for good. Every item move here is a conditional UPDATE through state_m
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .. import clock
@@ -123,6 +123,19 @@ class Suppressions:
             return []
         return [row._asdict() for row in self.core.engine.execute(sql.SUPPRESSION_AUDIT)]
 
+    def listed(self, targets: Iterable[str]) -> set[str]:
+        """Which of `targets` (recipients as items hold them) are on the list now, as keys
+        (suppression.address_key): one read by the list's primary key. The committer asks
+        it about the items it has claimed and not yet seen answered, so that the senders
+        start none whose address was suppressed after its claim."""
+        keys = sorted({address_key(target) for target in targets})
+        if not keys:
+            return set()
+        found = self.core.engine.execute(
+            sql.suppressed_among(len(keys)), statements.bound("a", keys)
+        ).fetchall()
+        return {address for (address,) in found}
+
     # ---------------------------------------------------------------- items
 
     def suppress_planned(self, run_id: str, at: str) -> None:
@@ -168,10 +181,11 @@ class Suppressions:
         What this covers: every `suppress add` (or import, or relay rejection) committed
         before the claim's transaction, whatever the run's state then (running, paused,
         held by a wait): the claim and the list are read in one transaction, so nothing
-        can slip between the check and the move. The window that remains: an address
-        suppressed after its item was claimed (in_flight), while the item waits for its
-        sender or is being sent. Such an item is sent; at most the items claimed ahead
-        (about the concurrency, N) are in that window at any moment."""
+        can slip between the check and the move. An address suppressed after its item was
+        claimed (in_flight, waiting for its sender) is caught by the committer's look at
+        the list (`listed`, at most every POLL_S) and the senders' check before each send;
+        what remains is a request already started, or whose check passed, before that
+        look."""
         hits = [row.seq for row in rows if row.on_list]
         keys: dict[str, list[int]] = {}
         for row in rows:
