@@ -7,8 +7,11 @@ full, with the query's finding, and is the only one that writes: while one sende
 its query, the other answers are recorded.
 
 A check made when an item was claimed is not enough: an item claimed ahead may wait behind
-a slow request, a channel's lock or a --rate token, while a cancel, a halt, a 429 or an
-expired approval arrives. So every one of them is checked again here, right before the send.
+a slow request, a channel's lock or a --rate token, while a cancel, a halt, a 429, an
+expired approval, a passed deadline, a closed window or a suppression arrives. So every one
+of them is checked again here, right before the send, and once more by the channel when its
+connection is ready (a greeting or a login may take seconds): the channel asks (`_ready`),
+so it never needs to know the rules.
 """
 
 from __future__ import annotations
