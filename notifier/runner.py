@@ -36,7 +36,6 @@ from .sending import Asked, Dispatch
 from .signals import Interruption
 from .state_machine import FINISHED_RUN_STATES, ItemState, ItemTrigger, RunState, RunTrigger
 from .store import LeaseLost, Store
-from .suppression import address_key
 
 # A revisit's finding that settles its item for the progress shown.
 _COUNTED = (ItemTrigger.FOUND, ItemTrigger.UNDECIDED, ItemTrigger.GIVE_UP)
@@ -400,8 +399,8 @@ class Runner:
         not postpone the revisits, nor pay a look each): hand the senders the items to ask
         about (those adopted from dead workers, and unknown items whose query_delay has
         passed, where a 404 now counts), expire what is past not_after, read the approval
-        again. The query_delay revisits wait while the run is stopping: their items stay
-        unknown for whoever settles the run next, rather than hold the stop up."""
+        again, tell the senders which items in flight were suppressed since their claim. The
+        query_delay revisits wait while the run is stopping (whoever settles it asks)."""
         if inflight and time.monotonic() < self._revisit_at:
             return
         adopted = self.coord.watch()  # other workers' gates, dead workers' items
@@ -415,20 +414,8 @@ class Runner:
         self._expire_due()
         if self.approval.until is not None:
             self.approval.read()
-        self._look_at_suppressions(inflight)
+        self.dispatch.suppressed_seen = self.store.suppressions.among(inflight.values())
         self._revisit_at = time.monotonic() + POLL_S
-
-    def _look_at_suppressions(self, inflight: dict[int, Item]) -> None:
-        """Which items in flight (claimed, not yet answered) have a recipient put on the
-        suppression list since their claim, published for the senders to start none of
-        them (`Dispatch.suppressed_seen`): an address suppressed mid-run reaches only the
-        requests already under way, or whose check passed, before this look. One read by
-        the list's primary key, at most every POLL_S while sends are in flight."""
-        targets = {seq: item.target for seq, item in inflight.items()}
-        listed = self.store.suppressions.listed(targets.values())
-        self.dispatch.suppressed_seen = frozenset(
-            seq for seq, target in targets.items() if address_key(target) in listed
-        )
 
     def _stopping(self) -> bool:
         """Whether to stop starting sends (Ctrl-C, a cancel); the ending itself waits until

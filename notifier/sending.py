@@ -115,7 +115,7 @@ class Dispatch:
         self.histories: dict[int, History] = {}
         # The items in flight whose recipient the committer last found on the suppression
         # list (put there after their claim): the senders start none of them. Replaced
-        # whole by the committer, its one writer (Runner._look_at_suppressions).
+        # whole by the committer, its one writer (Runner._revisit).
         self.suppressed_seen: frozenset[int] = frozenset()
 
     def may_start(self) -> str | None:

@@ -425,6 +425,11 @@ def test_the_senders_last_check_is_asked_once_connected_and_withholds_every_byte
     connected_when_asked: list[int] = []
 
     def closed() -> str | None:
+        # Asked once connected: the server accepts the connection while the client waits
+        # here (asked before connecting, it would wait in vain).
+        deadline = time.monotonic() + WITHIN_S
+        while server.accepted < len(connected_when_asked) + 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
         connected_when_asked.append(server.accepted)
         return "its send window closed"
 

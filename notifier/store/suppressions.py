@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .. import clock
-from ..records import Outcome
+from ..records import Item, Outcome
 from ..state_machine import ItemState, ItemTrigger, item_next
 from ..suppression import Entry, Source, Suppression, address_key, sql_keys_alike
 from ..who import operator_name
@@ -123,18 +123,21 @@ class Suppressions:
             return []
         return [row._asdict() for row in self.core.engine.execute(sql.SUPPRESSION_AUDIT)]
 
-    def listed(self, targets: Iterable[str]) -> set[str]:
-        """Which of `targets` (recipients as items hold them) are on the list now, as keys
-        (suppression.address_key): one read by the list's primary key. The committer asks
-        it about the items it has claimed and not yet seen answered, so that the senders
-        start none whose address was suppressed after its claim."""
-        keys = sorted({address_key(target) for target in targets})
-        if not keys:
-            return set()
+    def among(self, items: Iterable[Item]) -> frozenset[int]:
+        """The seqs of `items` whose recipient is on the list now: one read by the list's
+        primary key. The committer asks it about the items it has in flight, about every
+        POLL_S (Runner._revisit), and publishes the answer (Dispatch.suppressed_seen) so
+        that no sender starts one whose address was suppressed after its claim: such an
+        address gets only the requests under way, or whose check passed, before the look."""
+        seqs_of: dict[str, list[int]] = {}
+        for item in items:
+            seqs_of.setdefault(address_key(item.target), []).append(item.seq)
+        if not seqs_of:
+            return frozenset()
         found = self.core.engine.execute(
-            sql.suppressed_among(len(keys)), statements.bound("a", keys)
+            sql.suppressed_among(len(seqs_of)), statements.bound("a", sorted(seqs_of))
         ).fetchall()
-        return {address for (address,) in found}
+        return frozenset(seq for (address,) in found for seq in seqs_of[address])
 
     # ---------------------------------------------------------------- items
 
