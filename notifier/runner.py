@@ -399,8 +399,8 @@ class Runner:
         not postpone the revisits, nor pay a look each): hand the senders the items to ask
         about (those adopted from dead workers, and unknown items whose query_delay has
         passed, where a 404 now counts), expire what is past not_after, read the approval
-        again. The query_delay revisits wait while the run is stopping: their items stay
-        unknown for whoever settles the run next, rather than hold the stop up."""
+        again, tell the senders which items in flight were suppressed since their claim. The
+        query_delay revisits wait while the run is stopping (whoever settles it asks)."""
         if inflight and time.monotonic() < self._revisit_at:
             return
         adopted = self.coord.watch()  # other workers' gates, dead workers' items
@@ -414,6 +414,7 @@ class Runner:
         self._expire_due()
         if self.approval.until is not None:
             self.approval.read()
+        self.dispatch.suppressed_seen = self.store.suppressions.among(inflight.values())
         self._revisit_at = time.monotonic() + POLL_S
 
     def _stopping(self) -> bool:

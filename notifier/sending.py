@@ -7,8 +7,11 @@ full, with the query's finding, and is the only one that writes: while one sende
 its query, the other answers are recorded.
 
 A check made when an item was claimed is not enough: an item claimed ahead may wait behind
-a slow request, a channel's lock or a --rate token, while a cancel, a halt, a 429 or an
-expired approval arrives. So every one of them is checked again here, right before the send.
+a slow request, a channel's lock or a --rate token, while a cancel, a halt, a 429, an
+expired approval, a passed deadline, a closed window or a suppression arrives. So every one
+of them is checked again here, right before the send, and once more by the channel when its
+connection is ready (a greeting or a login may take seconds): the channel asks (`_ready`),
+so it never needs to know the rules.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from . import clock, schedule
-from .channels import Channel, ChannelError, ErrorKind, Receipt
+from .channels import Channel, ChannelError, ErrorKind, Ready, Receipt, Withheld
 from .coordination import RunOptions
 from .deadlines import past_deadline
 from .decide import AfterSend, Answer, Caps, Finding, History, Unasked, decide
@@ -110,6 +113,10 @@ class Dispatch:
         # The earlier attempts of each retry handed to a sender, read by the committer when
         # it claimed the item: whether an uncertain answer needs a query rests on them.
         self.histories: dict[int, History] = {}
+        # The items in flight whose recipient the committer last found on the suppression
+        # list (put there after their claim): the senders start none of them. Replaced
+        # whole by the committer, its one writer (Runner._revisit).
+        self.suppressed_seen: frozenset[int] = frozenset()
 
     def may_start(self) -> str | None:
         """Why the next send must not start now, or None. Called inside the channel lock right
@@ -132,6 +139,39 @@ class Dispatch:
         if self.cancel_seen is not None:
             return f"cancel requested at {self.cancel_seen}"
         return None
+
+    def item_may_start(self, item: Item) -> str | None:
+        """Why `item`'s request must not start now, or None: the run's checks (may_start),
+        its channel's 429/503 gate, its not_after, its send window and the suppression
+        list. Each depends on the moment, so it is asked right before the send and again
+        once the channel's connection is ready (`_ready`)."""
+        return (
+            self.may_start()
+            or self._gated(item)
+            or past_deadline(item)
+            or schedule.closed(item)  # a send window closed meanwhile
+            or self._suppressed(item)
+        )
+
+    def _suppressed(self, item: Item) -> str | None:
+        """Its recipient was put on the suppression list after it was claimed: it does not
+        start (released, never attempted; the next claim moves it to suppressed)."""
+        if item.seq in self.suppressed_seen:
+            return "its recipient was put on the suppression list after it was claimed"
+        return None
+
+    def _ready(self, item: Item) -> Ready:
+        """The last check the channel asks once its connection is ready, right before it
+        hands the message over (SMTP: before MAIL FROM, after a greeting, EHLO, STARTTLS and
+        login that may take seconds): the lease is still surely ours, and the item may
+        still start."""
+
+        def ready() -> str | None:
+            if not self._lease_allows_send():
+                return "this worker can no longer prove the run is its own"
+            return self.item_may_start(item)
+
+        return ready
 
     def braked(self) -> bool:
         """Whether the uncertain-answers brake holds every send back: the answers judged
@@ -188,13 +228,12 @@ class Dispatch:
                 if bucket is not None:
                     self.observer.rate_waited(item.channel, time.monotonic() - asked)
                 wait = wait or self.domains.take(item, self._send_stopped, self.options.max_wait_s)
-                # Both checks at the moment the request would start, after any wait for the
-                # channel's lock or a --rate token: the lease is still surely ours, and no
-                # cancel was seen.
+                # Every check at the moment the request would start, after any wait for the
+                # channel's lock or a --rate token; the channel asks them all again once its
+                # connection is ready (`ready`), right before the message is handed over.
                 if not self._lease_allows_send():
                     return None, clock.now(), time.monotonic(), None, None
-                reason = self.may_start() or self._gated(item) or past_deadline(item)
-                reason = reason or schedule.closed(item)  # a send window closed meanwhile
+                reason = self.item_may_start(item)
                 if reason is None and wait is not None:
                     if wait > self.options.max_wait_s:
                         # The run pauses until then, rather than wait past --max-wait.
@@ -206,7 +245,13 @@ class Dispatch:
                 # since its claim, which opened the attempt (see Outcome.started_at).
                 started = clock.now()
                 self.observer.attempt_started(item)
-                result = self.channels[item.channel].send(item.intent())
+                result = self.channels[item.channel].send(item.intent(), self._ready(item))
+        except Withheld as withheld:
+            # The channel's connection took long enough for a check to fail meanwhile:
+            # nothing of the message left. Released never attempted, like the checks above.
+            if self.lease_lost.is_set():
+                return None, clock.now(), time.monotonic(), None, None
+            return NotStarted(withheld.reason), clock.now(), time.monotonic(), None, None
         except ChannelError as exc:
             result = exc
         except Exception as exc:  # a channel bug: the request may have left, so be careful

@@ -16,7 +16,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import pytest
 
 from notifier.channels.apprise import AppriseChannel, mask_url, split_urls
-from notifier.channels.base import ChannelConfigError, ChannelError, ErrorKind
+from notifier.channels.base import ChannelConfigError, ChannelError, ErrorKind, Withheld
 from notifier.intent import Intent, idempotency_key, intent_digest, make_payload
 
 pytest.importorskip("apprise")  # the optional extra; notifier.channels.apprise loads it lazily
@@ -128,6 +128,17 @@ def test_delivers_title_and_body_with_to_substituted(http: Http) -> None:
     assert request.document["message"] == "Line one\nZeile zwei: äöü"
     assert request.query["to"] == ["alice+ops@example.com"]
     assert unquote(request.path) == "/notify/alice+ops@example.com"
+
+
+def test_the_senders_last_check_withholds_every_url(http: Http) -> None:
+    """The sender's last check (`ready`) is asked before the first URL is notified: when it
+    says no, the send raises Withheld and no URL gets anything (never a partial delivery)."""
+    channel = AppriseChannel("alerts", {"urls": [f"{http.base}/first", f"{http.base}/second"]})
+    with pytest.raises(Withheld) as withheld:
+        channel.send(make_intent(), lambda: "its send window closed")
+    channel.close()
+    assert withheld.value.reason == "its send window closed"
+    assert http.server.requests == []
 
 
 def test_server_error_is_uncertain_and_apprise_stays_quiet(

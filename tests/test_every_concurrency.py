@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from notifier import clock, waits
-from notifier.channels import ChannelError, ErrorKind, Receipt
+from notifier.channels import ChannelError, ErrorKind, Ready, Receipt, always
 from notifier.crash import CrashPlan
 from notifier.intent import Intent
 from notifier.judging import Slot, Stop
@@ -146,7 +146,7 @@ class _Throttling:
     throttled_at: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def send(self, intent: Intent) -> Receipt:
+    def send(self, intent: Intent, ready: Ready = always) -> Receipt:
         with self.lock:
             self.starts.append((intent.item_id, time.monotonic()))
             first = intent.item_id == self.throttled and not self.throttled_at
@@ -259,7 +259,7 @@ class _Recording:
     started: list[int] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def send(self, intent: Intent) -> Receipt:
+    def send(self, intent: Intent, ready: Ready = always) -> Receipt:
         with self.lock:
             self.started.append(int(intent.item_id))
         self.release.wait(WAIT_S)

@@ -8,10 +8,14 @@ from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import pytest
+
+from notifier import clock
 from notifier.clock import SHIFT_ENV
 from notifier.sandbox import Faults, Sandbox
 
-from .conftest import Workspace, make_rows
+from .conftest import Workspace, make_rows, smtp_server
+from .support.smtp import HeldGreeting
 
 
 def iso_in(seconds: float, timespec: str = "seconds") -> str:
@@ -202,3 +206,33 @@ def test_a_deadline_passing_after_an_uncertain_then_a_throttled_attempt_leaves_i
     assert state == "unknown" and "may have been delivered" in last_error
     outcomes = [o for (o,) in ws.query("SELECT outcome FROM attempts ORDER BY id")]
     assert outcomes[0] == "uncertain" and "throttled" in outcomes
+
+
+@pytest.mark.both_stores
+@pytest.mark.parametrize("n", [1, 4])
+@pytest.mark.timeout(60)
+def test_a_deadline_passing_while_the_relay_greets_sends_nothing(
+    ws: Workspace, n: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The items' not_after passes while every sender waits for the relay's greeting (EHLO
+    held until all N wait at it; meanwhile this process's clock moves two hours on, past
+    the deadline an hour ahead): once the connection is ready, the last check before MAIL
+    FROM sees the deadline passed, so the relay accepts no message, every item ends
+    expired and no attempt of them was ever started."""
+
+    def deadline_passes() -> None:
+        monkeypatch.setattr(clock, "_SHIFT", timedelta(hours=2))
+
+    relay = HeldGreeting(n, deadline_passes)
+    with smtp_server(ws, relay, "timeout = 60\n"):
+        rows = [["id", "to", "subject", "body", "not_after"]]
+        rows += [[f"u{i}", f"user{i}@example.com", "S", "B", iso_in(3600)] for i in range(1, n + 1)]
+        result = ws.invoke(
+            "send", str(ws.write_csv("b.csv", rows)), "--channel", "mail", "--concurrency", str(n)
+        )
+    assert relay.most_waiting == n, "not every sender was mid-greeting when the deadline passed"
+    assert result.exit_code == 3, result.output
+    assert relay.messages == [], "a message was handed over after its not_after"
+    assert dict(ws.query("SELECT state, COUNT(*) FROM items GROUP BY state")) == {"expired": n}
+    outcomes = {o for (o,) in ws.query("SELECT outcome FROM attempts")}
+    assert outcomes <= {"not_started", "expired"}, outcomes

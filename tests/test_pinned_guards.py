@@ -10,7 +10,10 @@ import re
 import sqlite3
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
+from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -22,15 +25,21 @@ from psycopg.pq import TransactionStatus
 from notifier import approval as approval_module
 from notifier import clock
 from notifier import lease as lease_module
-from notifier.records import Run
+from notifier.brakes import Brakes
+from notifier.channels import ChannelError, ErrorKind, Receipt
+from notifier.judging import NotStarted, Progress, Stop
+from notifier.records import Outcome, Run
+from notifier.runner import RunOptions
 from notifier.sandbox import Faults, Sandbox
+from notifier.state_machine import ItemTrigger
 from notifier.store import LostRace, Store
 from notifier.store.engine import Engine
 from notifier.store.leases import Leases
 from notifier.store.postgres import PostgresEngine
 from notifier.store.sqlite import SqliteEngine
 
-from .conftest import Workspace, make_rows
+from .conftest import Workspace, make_rows, wait_for
+from .support.held import WAIT_S, Answered, HeldRun
 
 FOREIGN_DIGEST = "sha256:" + "f" * 64
 
@@ -407,3 +416,139 @@ def test_an_idempotent_webhook_without_status_url_answering_500_until_attempts_r
     assert ws.query("SELECT COUNT(*) FROM receipts") == [(0,)]
     assert sandbox.stats()["totals"]["requests"] == 6
     assert ws.status()["counts"]["failed"] == 0
+
+
+# ------------------------------------------------------------ 7-9. the senders' last checks
+#
+# Each runs the real Runner in-process at N = 8 with items claimed ahead, against a channel
+# whose requests wait until the test answers them, and holds the committer on the first
+# answer it takes up (before judging it) until every queued item has gone through a sender:
+# what stops a queued item there is the senders' own check, nothing the committer did.
+
+
+@pytest.mark.both_stores
+@pytest.mark.timeout(60)
+def test_no_item_claimed_ahead_starts_after_its_not_after(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At N = 8 with 3N claimed ahead (a channel that can be asked): the items' not_after
+    passes while the first N requests are under way (this process's clock moves two hours
+    on); the senders that free up find the 3N queued items past it and start none of
+    them: released never attempted, then expired."""
+    n = 8
+    channel = Answered()
+    run = HeldRun(ws, channel, n, 4 * n, not_after=clock.iso(clock.later(3600)))
+    run.thread.start()
+    try:
+        channel.wait_started(n)
+        monkeypatch.setattr(clock, "_SHIFT", timedelta(hours=2))
+        passed = time.monotonic()
+        channel.let_all_go()
+        assert run.held.reached.wait(WAIT_S), "no answer reached the committer"
+        run.wait_taken(4 * n)
+    finally:
+        result = run.finish(channel)
+    assert [item for item, at in channel.started if at > passed] == []
+    assert len(channel.started) == n
+    assert sum(isinstance(r, NotStarted) for r in run.taken) == 3 * n
+    assert result.stop is Stop.COMPLETED, result
+    assert ws.query("SELECT state, COUNT(*) FROM items GROUP BY state ORDER BY state") == [
+        ("expired", 3 * n),
+        ("sent", n),
+    ]
+
+
+@pytest.mark.both_stores
+@pytest.mark.parametrize(
+    ("kind", "stop"), [(ErrorKind.GONE, Stop.HALTED), (ErrorKind.CONFLICT, Stop.CONFLICT)]
+)
+@pytest.mark.timeout(60)
+def test_no_queued_item_starts_after_a_halting_answer(
+    ws: Workspace, kind: ErrorKind, stop: Stop
+) -> None:
+    """At N = 8 with 3N claimed ahead: a 410 (or 422) arrives while the other N - 1
+    requests are under way; the senders then free up and find the 3N queued items, the
+    committer not having judged the answer yet: no request starts after the halting answer
+    was given (every sender was busy when it came, so none had a check passed before it),
+    and every queued item is released never attempted."""
+    n = 8
+
+    def answer(item: str) -> Receipt | ChannelError:
+        if item == "1":
+            return ChannelError(kind, f"scripted {kind.value}")
+        return Receipt("r-" + item)
+
+    channel = Answered(answer=answer)
+    run = HeldRun(ws, channel, n, 4 * n)
+    run.thread.start()
+    try:
+        channel.wait_started(n)
+        channel.let_go("1")
+        assert run.held.reached.wait(WAIT_S), "the halting answer never reached the committer"
+        channel.let_all_go()
+        run.wait_taken(4 * n)
+    finally:
+        result = run.finish(channel)
+    halted_at = channel.answered["1"]
+    assert [item for item, at in channel.started if at > halted_at] == []
+    assert len(channel.started) == n
+    assert sum(isinstance(r, NotStarted) for r in run.taken) == 3 * n
+    assert result.stop is stop, result
+    assert ws.query("SELECT COUNT(*) FROM items WHERE state = 'pending' AND attempts = 0") == [
+        (3 * n,)
+    ]
+
+
+def _took_next(run: HeldRun, channel: Answered, n: int, k: int) -> bool:
+    """Whether the first `k` answers were taken up, and each of their senders took its next
+    job: a start (waiting on the test) or a job held back."""
+    return len(run.taken) + len(channel.started) - n >= 2 * k
+
+
+@pytest.mark.both_stores
+@pytest.mark.timeout(60)
+def test_the_uncertain_answers_brake_holds_at_exactly_the_streak_limit(ws: Workspace) -> None:
+    """At N = 8 with 3N claimed ahead on a channel that cannot dedupe (its status queries
+    find each delivery), the committer held on the first answer: the N requests under way
+    answer uncertain one at a time, and each sender that frees up takes a queued item.
+    While fewer than the limit (5) answers are uncertain it starts it; at the limit it does
+    not. So exactly N + 4 requests leave: one after each of the first four answers, none
+    after the fifth and later."""
+    n = 8
+    channel = Answered(
+        idempotent=False,
+        holds=True,
+        answer=lambda item: ChannelError(ErrorKind.UNCERTAIN, "timed out after sending"),
+    )
+    run = HeldRun(ws, channel, n, 4 * n)
+    run.thread.start()
+    try:
+        channel.wait_started(n)
+        first = [item for item, _ in channel.started[:n]]
+        for k, item in enumerate(first, start=1):
+            channel.let_go(item)
+            wait_for(partial(_took_next, run, channel, n, k), f"sender {k}'s next job", WAIT_S)
+        started = len(channel.started)
+    finally:
+        result = run.finish(channel)
+    limit = RunOptions().unknown_streak_limit
+    assert limit == 5
+    assert started == n + limit - 1
+    assert result.stop is Stop.COMPLETED, result  # each query found its delivery
+
+
+def test_the_committer_halts_at_exactly_the_streak_limit_of_unknowns() -> None:
+    """The committer's side of the same brake: four unknown outcomes in a row neither halt
+    the run nor are read ahead as halting it (so a commit still claims new items); the
+    fifth does both."""
+    progress = Progress(say=lambda line: None)
+    brakes = Brakes(progress, streak_limit=5, down_after=3)
+    lost = [Outcome(seq, ItemTrigger.LOSE, "uncertain", error="timed out") for seq in range(1, 6)]
+    channel_of = {outcome.seq: "hooks" for outcome in lost}
+    assert not brakes.would_halt(lost[:4], channel_of)
+    assert brakes.would_halt(lost, channel_of)
+    for outcome in lost[:4]:
+        brakes.after(outcome)
+    assert progress.halt is None
+    brakes.after(lost[4])
+    assert progress.halt is not None and progress.halt[0] is Stop.HALTED

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from notifier.channels import Receipt
+from notifier.channels import Ready, Receipt, always
 from notifier.intent import Intent
 from notifier.judging import Stop
 from notifier.lease import holder_alive
@@ -28,7 +28,7 @@ class AnswersForAnotherIntent:
     def __init__(self) -> None:
         self.sent: list[str] = []
 
-    def send(self, intent: Intent) -> Receipt:
+    def send(self, intent: Intent, ready: Ready = always) -> Receipt:
         self.sent.append(intent.item_id)
         digest = "sha256:" + "f" * 64 if intent.item_id == "2" else intent.intent_digest
         return Receipt("r-" + intent.item_id, digest)

@@ -9,10 +9,12 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from notifier import clock
 from notifier.sandbox import Sandbox
 
-from .conftest import Workspace, make_rows
+from .conftest import Workspace, make_rows, smtp_server
 from .receiver import Receiver, receiving, webhook_config
+from .support.smtp import HeldGreeting
 from .test_workers import configure, finish, notifier
 
 pytestmark = pytest.mark.both_stores
@@ -70,6 +72,35 @@ def test_a_window_keeps_every_send_inside_it(
     assert first == opens + timedelta(days=7)  # next week's window, to the second
     table = ws.run("status")
     assert f"{40 - len(arrived)} pending item(s) wait for their start time" in table.stdout
+
+
+@pytest.mark.parametrize("n", [1, 4])
+@pytest.mark.timeout(60)
+def test_a_window_closing_while_the_relay_greets_sends_nothing(
+    ws: Workspace, n: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The window closes while every sender waits for the relay's greeting (EHLO held until
+    all N wait at it; meanwhile this process's clock moves two hours on, past the end of a
+    window open for the hour from now): once the connection is ready, the last check
+    before MAIL FROM sees it closed, so the relay accepts no message; the items wait,
+    never attempted, for next week's window, and the run pauses (exit 3)."""
+
+    def window_closes() -> None:
+        monkeypatch.setattr(clock, "_SHIFT", timedelta(hours=2))
+
+    relay = HeldGreeting(n, window_closes)
+    with smtp_server(ws, relay, "timeout = 60\n"):
+        window = window_from(datetime.now(UTC), 3600, ZONE)
+        result = ws.invoke(
+            "send", str(ws.write_csv("b.csv", make_rows(n))), "--channel", "mail",
+            "--window", window, "--tz", ZONE, "--concurrency", str(n), "--max-wait", "30",
+        )  # fmt: skip
+    assert relay.most_waiting == n, "not every sender was mid-greeting when the window closed"
+    assert result.exit_code == 3, result.output
+    assert relay.messages == [], "a message was handed over after its window closed"
+    assert ws.query("SELECT state, attempts FROM items") == [("pending", 0)] * n
+    assert {o for (o,) in ws.query("SELECT outcome FROM attempts")} == {"not_started"}
+    assert "wait for their start time or send window" in result.output
 
 
 def test_not_before_holds_after_kill_and_resume(ws: Workspace, receiver: Receiver) -> None:

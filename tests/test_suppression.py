@@ -18,6 +18,7 @@ from notifier.sandbox import Faults, Sandbox
 
 from .conftest import Workspace, make_rows, smtp_server, wait_for
 from .smtp_relay import ScriptedRelay
+from .support.held import WAIT_S, Answered, HeldRun
 
 pytestmark = pytest.mark.both_stores
 CONCURRENCY = [1, 8]
@@ -163,6 +164,41 @@ def test_an_address_suppressed_while_the_run_is_held_is_not_sent(
     data = report(ws)
     assert (data["counts"]["sent"], data["counts"]["suppressed"]) == (17, 3)
     assert {i["to"] for i in data["items"] if i["state"] == "suppressed"} == set(late)
+
+
+@pytest.mark.timeout(60)
+def test_an_address_suppressed_mid_run_gets_only_the_requests_already_under_way(
+    ws: Workspace,
+) -> None:
+    """At N = 8 with 3N claimed ahead, every item to one address: `suppress add` commits
+    while the first N requests are under way. Once the committer has looked at the list
+    (at most every 0.2 s while sends are in flight), the senders that free up start none
+    of the 3N queued items: only the N already under way reach the address; the others
+    are released never attempted and end suppressed."""
+    n = 8
+    channel = Answered()
+    run = HeldRun(ws, channel, n, 4 * n, hold=False, to="ann@example.com")
+    run.thread.start()
+    try:
+        channel.wait_started(n)
+        added = ws.invoke("suppress", "add", "ann@example.com", "--reason", "complained")
+        assert added.exit_code == 0, added.output
+        queued = {seq for seq in range(1, 4 * n + 1)} - {int(i) for i, _ in channel.started}
+        wait_for(
+            lambda: run.runner.dispatch.suppressed_seen >= queued,
+            "the committer's look at the list",
+            WAIT_S,
+        )
+        channel.let_all_go()
+        run.wait_taken(4 * n)
+    finally:
+        result = run.finish(channel)
+    assert len(channel.started) == n
+    assert result.stop.value == "completed", result
+    assert ws.query("SELECT state, COUNT(*) FROM items GROUP BY state ORDER BY state") == [
+        ("sent", n),
+        ("suppressed", 3 * n),
+    ]
 
 
 def test_cancel_report_counts_suppressed_apart(ws: Workspace, relay: Relay) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from notifier.channels import ChannelError, ErrorKind
+from notifier.channels import ChannelError, ErrorKind, Withheld
 from notifier.channels.deadline import DeadlineTransport, attempt_deadline
 from notifier.channels.webhook import WebhookChannel
 from notifier.intent import Intent
@@ -405,3 +405,42 @@ def test_a_plain_http_send_builds_no_tls_context(
     finally:
         hooks.close()
     assert contexts == []
+
+
+def test_the_senders_last_check_is_asked_once_connected_and_withholds_every_byte(
+    serve: Callable[[Behaviour], Server],
+) -> None:
+    """The sender's last check (`ready`) is asked once the connection is made, before the
+    request's first byte: on a new connection, and on a pooled one after a delivery. When
+    it says no, the send raises Withheld with its reason and the server gets no byte."""
+    requests: list[bytes] = []
+
+    def answering(conn: socket.socket, stop: threading.Event) -> None:
+        while request := read_request(conn):
+            requests.append(request)
+            conn.sendall(answer(201, json.dumps({"id": "dlv_1"}).encode()))
+
+    server = serve(answering)
+    hooks = channel(server.url)
+    connected_when_asked: list[int] = []
+
+    def closed() -> str | None:
+        # Asked once connected: the server accepts the connection while the client waits
+        # here (asked before connecting, it would wait in vain).
+        deadline = time.monotonic() + WITHIN_S
+        while server.accepted < len(connected_when_asked) + 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        connected_when_asked.append(server.accepted)
+        return "its send window closed"
+
+    try:
+        with pytest.raises(Withheld) as withheld:
+            hooks.send(intent(), closed)
+        assert withheld.value.reason == "its send window closed"
+        assert connected_when_asked == [1] and requests == []  # connected, nothing written
+        assert hooks.send(intent()).receipt_id == "dlv_1"
+        with pytest.raises(Withheld):
+            hooks.send(intent(), closed)
+    finally:
+        hooks.close()
+    assert connected_when_asked == [1, 2] and len(requests) == 1

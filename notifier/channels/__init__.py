@@ -7,7 +7,18 @@ from pathlib import Path
 from typing import Any
 
 from ..intent import Intent
-from .base import Capabilities, Channel, ChannelConfigError, ChannelError, ErrorKind, Receipt
+from .base import (
+    Capabilities,
+    Channel,
+    ChannelConfigError,
+    ChannelError,
+    ErrorKind,
+    Ready,
+    Receipt,
+    Withheld,
+    always,
+    go_ahead,
+)
 from .options import nearest
 from .registry import TYPES
 
@@ -17,11 +28,15 @@ __all__ = [
     "ChannelConfigError",
     "ChannelError",
     "ErrorKind",
+    "Ready",
     "Receipt",
     "UnbuildableChannel",
+    "Withheld",
+    "always",
     "build_channel",
     "capabilities",
     "definition_problems",
+    "go_ahead",
     "target_problem",
 ]
 
@@ -58,7 +73,7 @@ class UnbuildableChannel:
         self.name = name
         self.problem = problem
 
-    def send(self, intent: Intent) -> Receipt:
+    def send(self, intent: Intent, ready: Ready = always) -> Receipt:
         raise ChannelError(ErrorKind.NOT_SENT, f"channel {self.name!r} unusable: {self.problem}")
 
     def query(self, key: str) -> Receipt | None:

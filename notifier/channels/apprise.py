@@ -24,7 +24,16 @@ from urllib.parse import quote
 
 from ..intent import Intent
 from . import options as o
-from .base import Capabilities, ChannelConfigError, ChannelError, ErrorKind, Receipt
+from .base import (
+    Capabilities,
+    ChannelConfigError,
+    ChannelError,
+    ErrorKind,
+    Ready,
+    Receipt,
+    always,
+    go_ahead,
+)
 
 if TYPE_CHECKING:
     from apprise import Apprise, NotifyBase
@@ -114,7 +123,7 @@ class AppriseChannel:
                     "service (see https://github.com/caronc/apprise/wiki)."
                 )
 
-    def send(self, intent: Intent) -> Receipt:
+    def send(self, intent: Intent, ready: Ready = always) -> Receipt:
         if not intent.subject and not intent.body:
             raise ChannelError(
                 ErrorKind.PERMANENT,
@@ -130,6 +139,10 @@ class AppriseChannel:
                     "once {to} is replaced by this row's target; nothing was sent",
                 )
             plugins.append((url, plugin))
+        # Asked once, before the first URL: once one has it, the others must be tried too
+        # (a partial delivery stays known as one). Apprise's plugins make their own
+        # connections, so this is as late as the check can be.
+        go_ahead(ready)
         # One notify per URL, so that a partial delivery is known as such: an operator who
         # marked it "not sent" would send it again to the URLs that got it.
         delivered: list[str] = []

@@ -8,6 +8,7 @@ can also be asked, by idempotency key, whether it holds a delivery.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import NamedTuple, Protocol
@@ -85,6 +86,35 @@ class ChannelError(NotifierError):
         self.retry_after = bounded_wait(retry_after)
 
 
+# The sender's last check, which a channel asks once its connection is ready (greeting, EHLO,
+# STARTTLS and login done, or a pooled connection handed out), right before the message is
+# handed over: why the message must not go now (a window closed, a deadline or a halt came
+# while the connection was being made), or None. The sender knows the rules; only the
+# channel knows when its connection is ready, so the check travels with the send.
+Ready = Callable[[], str | None]
+
+
+def always() -> str | None:
+    """A send with no last check (a direct call: tests, tools)."""
+    return None
+
+
+class Withheld(Exception):
+    """The sender's last check said no: nothing of the message left (the connection, if one
+    was made, carried no transaction). The item is released, never attempted."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def go_ahead(ready: Ready) -> None:
+    """Ask the sender's last check; raise Withheld when it says the message must not go."""
+    reason = ready()
+    if reason is not None:
+        raise Withheld(reason)
+
+
 class Capabilities(NamedTuple):
     """What a channel type promises, which decides what an uncertain answer means for an
     item. Each type states them once (its `capabilities` function, in the channel registry);
@@ -101,8 +131,10 @@ class Channel(Protocol):
     queryable: bool
     thread_safe: bool
 
-    def send(self, intent: Intent) -> Receipt:
-        """Deliver `intent` under its idempotency key; raise ChannelError on failure."""
+    def send(self, intent: Intent, ready: Ready = always) -> Receipt:
+        """Deliver `intent` under its idempotency key; raise ChannelError on failure. Ask
+        `ready` (go_ahead) right before the message is handed over, after any connection
+        step: Withheld when it says no, and then nothing of the message has left."""
         ...
 
     def query(self, key: str) -> Receipt | None:

@@ -5,7 +5,9 @@ second, or streams a body that never ends, keeps an attempt alive for as long as
 This transport gives every read, write and connect only what is left of the attempt's
 deadline (set by `attempt_deadline` around one request, per thread): once it has passed,
 the next operation times out and the attempt ends as a timeout, which the channel classifies
-as usual (uncertain once the request may have left).
+as usual (uncertain once the request may have left). The sender's last check (`ready`,
+channels/base.py) is asked there too, before the request's first byte is written: after the
+connection, new or pooled, and its TLS are ready.
 
 It is a transport of its own, like httpx's HTTPTransport: `handle_request` (the public
 BaseTransport API) over an httpcore connection pool built here, with the deadline-aware
@@ -25,18 +27,31 @@ from typing import Any, NoReturn
 import httpcore2
 import httpx2
 
+from .base import Ready, go_ahead
+
 _local = threading.local()
 
 
 @contextmanager
-def attempt_deadline(seconds: float) -> Iterator[None]:
+def attempt_deadline(seconds: float, ready: Ready | None = None) -> Iterator[None]:
     """Bound every network operation of the request made inside this block, in this thread,
-    to `seconds` from now, all together."""
+    to `seconds` from now, all together; ask `ready` before its first byte is written."""
     _local.at = time.monotonic() + seconds
+    _local.ready = ready
     try:
         yield
     finally:
         _local.at = None
+        _local.ready = None
+
+
+def _last_check() -> None:
+    """The sender's last check, once per request, right before its first byte leaves:
+    Withheld (raised through httpcore unchanged) when the request must not go."""
+    ready: Ready | None = getattr(_local, "ready", None)
+    if ready is not None:
+        _local.ready = None
+        go_ahead(ready)
 
 
 def _left(timeout: float | None, expired: type[Exception]) -> float | None:
@@ -57,6 +72,7 @@ class _Stream(httpcore2.NetworkStream):
         return self._inner.read(max_bytes, _left(timeout, httpcore2.ReadTimeout))
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        _last_check()
         self._inner.write(buffer, _left(timeout, httpcore2.WriteTimeout))
 
     def close(self) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 from .. import clock
 from ..intent import Intent
 from . import options as o
-from .base import Capabilities, ChannelError, ErrorKind, Receipt
+from .base import Capabilities, ChannelError, ErrorKind, Ready, Receipt, always, go_ahead
 
 SCHEMA = o.Schema(
     {
@@ -47,7 +47,7 @@ class OutboxChannel:
     def _path(self, key: str) -> Path:
         return self.directory / f"{key}.json"
 
-    def send(self, intent: Intent) -> Receipt:
+    def send(self, intent: Intent, ready: Ready = always) -> Receipt:
         existing = self.query(intent.idempotency_key)
         if existing is not None:
             if existing.intent_digest != intent.intent_digest:
@@ -68,6 +68,7 @@ class OutboxChannel:
             "data": dict(intent.data),
             "written_at": clock.now_iso(),
         }
+        go_ahead(ready)
         try:
             self._write_atomically(self._path(intent.idempotency_key), document)
         except OSError as exc:

@@ -27,7 +27,16 @@ from .. import clock
 from ..intent import Intent, normalise_target
 from . import smtp_options as settings
 from . import smtp_replies as replies
-from .base import ChannelConfigError, ChannelError, ErrorKind, Receipt
+from .base import (
+    ChannelConfigError,
+    ChannelError,
+    ErrorKind,
+    Ready,
+    Receipt,
+    Withheld,
+    always,
+    go_ahead,
+)
 from .smtp_options import DEFAULT_TIMEOUT_S, SCHEMA, capabilities, has_control, smtp_address
 from .smtp_pool import Pool, Relay, Session
 
@@ -156,14 +165,16 @@ class SmtpChannel:
 
     # ------------------------------------------------------------------ public surface
 
-    def send(self, intent: Intent) -> Receipt:
+    def send(self, intent: Intent, ready: Ready = always) -> Receipt:
         message_id, recipient, data, needs_utf8 = self._build(intent)
         session = self.pool.checkout()
         try:
             session.watchdog.fired = False  # set by a cut-off step, named in the error
-            self._transaction(session, intent.target, recipient, data, needs_utf8)
-        except ChannelError:
-            raise  # each classification already left the connection clean (RSET) or dropped
+            self._transaction(session, intent.target, recipient, data, needs_utf8, ready)
+        except (ChannelError, Withheld):
+            # Each classification already left the connection clean (RSET) or dropped it;
+            # a withheld message never started a transaction: the connection stays usable.
+            raise
         except BaseException:
             session.drop()  # interrupted mid-transaction: never reuse that connection
             raise
@@ -184,10 +195,16 @@ class SmtpChannel:
     # ------------------------------------------------------------------ the transaction
 
     def _transaction(
-        self, session: Session, target: str, recipient: str, data: bytes, needs_utf8: bool
+        self,
+        session: Session,
+        target: str,
+        recipient: str,
+        data: bytes,
+        needs_utf8: bool,
+        ready: Ready,
     ) -> None:
         """MAIL, RCPT, DATA, the message, the final reply; returns when it was accepted."""
-        conn = self._mail_from(session, needs_utf8)
+        conn = self._mail_from(session, needs_utf8, ready)
         step = session.watchdog.step
 
         try:
@@ -253,11 +270,14 @@ class SmtpChannel:
             f"{self.host}: the message may have been delivered",
         )
 
-    def _mail_from(self, session: Session, needs_utf8: bool) -> smtplib.SMTP:
+    def _mail_from(self, session: Session, needs_utf8: bool, ready: Ready) -> smtplib.SMTP:
         """Open (or reuse) the session's connection and start a transaction with MAIL FROM.
         A connection the relay closed while it was idle (disconnect, or 421 at MAIL) is
         reopened once: nothing has been accepted at this point, so that is always safe,
-        and it is no failure of the message."""
+        and it is no failure of the message. The sender's last check (`ready`) is asked
+        right before each MAIL FROM, once the connection is ready: a greeting, EHLO,
+        STARTTLS or login may take seconds, during which a window can close or a deadline
+        pass."""
         options = ["SMTPUTF8"] if needs_utf8 else []
         for attempt in (1, 2):
             reused = session.conn is not None
@@ -269,6 +289,7 @@ class SmtpChannel:
                     "non-ASCII address needs; use an ASCII address or another server",
                 )
             retry = reused and attempt == 1
+            go_ahead(ready)
             try:
                 with session.watchdog.step():
                     code, reply = conn.mail(self._envelope_sender, options)

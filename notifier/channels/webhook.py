@@ -21,7 +21,15 @@ from standardwebhooks import Webhook
 
 from .. import __version__
 from ..intent import Intent
-from .base import ChannelConfigError, ChannelError, ErrorKind, Receipt, bounded_wait
+from .base import (
+    ChannelConfigError,
+    ChannelError,
+    ErrorKind,
+    Ready,
+    Receipt,
+    always,
+    bounded_wait,
+)
 from .deadline import DeadlineTransport, attempt_deadline
 from .webhook_options import SCHEMA, capabilities
 
@@ -69,7 +77,7 @@ class WebhookChannel:
             for url in (self.url, self.status_url)
         )
 
-    def send(self, intent: Intent) -> Receipt:
+    def send(self, intent: Intent, ready: Ready = always) -> Receipt:
         document: dict[str, Any] = {
             "to": intent.target,
             "subject": intent.subject,
@@ -98,7 +106,7 @@ class WebhookChannel:
             request = self._client.build_request(
                 "POST", self.url, content=body.encode("utf-8"), headers=headers
             )
-            answer = self._exchange(request)
+            answer = self._exchange(request, ready)
         except (httpx2.InvalidURL, UnicodeError) as exc:
             # The URL (or its host name) cannot even be put on the wire: nothing left.
             raise ChannelError(
@@ -125,11 +133,12 @@ class WebhookChannel:
         _raise_for_status(self.url, answer)
         return _receipt(answer)
 
-    def _exchange(self, request: httpx2.Request) -> _Answer:
+    def _exchange(self, request: httpx2.Request, ready: Ready | None = None) -> _Answer:
         """One request under one deadline: status, headers and at most MAX_BODY_BYTES of the
         body (the rest is dropped). An answer that cannot be read whole within the deadline
-        raises, whatever its status: an unreadable answer proves nothing."""
-        with attempt_deadline(self.timeout):
+        raises, whatever its status: an unreadable answer proves nothing. `ready` is asked
+        once the connection is ready, before the request's first byte (deadline.py)."""
+        with attempt_deadline(self.timeout, ready):
             response = self._client.send(request, stream=True)
             try:
                 body = bytearray()

@@ -4,11 +4,11 @@ recipient for good. Every item move here is a conditional UPDATE through state_m
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .. import clock
-from ..records import Outcome
+from ..records import Item, Outcome
 from ..state_machine import ItemState, ItemTrigger, item_next
 from ..suppression import Entry, Source, Suppression, address_key, sql_keys_alike
 from ..who import operator_name
@@ -123,6 +123,22 @@ class Suppressions:
             return []
         return [row._asdict() for row in self.core.engine.execute(sql.SUPPRESSION_AUDIT)]
 
+    def among(self, items: Iterable[Item]) -> frozenset[int]:
+        """The seqs of `items` whose recipient is on the list now: one read by the list's
+        primary key. The committer asks it about the items it has in flight, about every
+        POLL_S (Runner._revisit), and publishes the answer (Dispatch.suppressed_seen) so
+        that no sender starts one whose address was suppressed after its claim: such an
+        address gets only the requests under way, or whose check passed, before the look."""
+        seqs_of: dict[str, list[int]] = {}
+        for item in items:
+            seqs_of.setdefault(address_key(item.target), []).append(item.seq)
+        if not seqs_of:
+            return frozenset()
+        found = self.core.engine.execute(
+            sql.suppressed_among(len(seqs_of)), statements.bound("a", sorted(seqs_of))
+        ).fetchall()
+        return frozenset(seq for (address,) in found for seq in seqs_of[address])
+
     # ---------------------------------------------------------------- items
 
     def suppress_planned(self, run_id: str, at: str) -> None:
@@ -168,10 +184,11 @@ class Suppressions:
         What this covers: every `suppress add` (or import, or relay rejection) committed
         before the claim's transaction, whatever the run's state then (running, paused,
         held by a wait): the claim and the list are read in one transaction, so nothing
-        can slip between the check and the move. The window that remains: an address
-        suppressed after its item was claimed (in_flight), while the item waits for its
-        sender or is being sent. Such an item is sent; at most the items claimed ahead
-        (about the concurrency, N) are in that window at any moment."""
+        can slip between the check and the move. An address suppressed after its item was
+        claimed (in_flight, waiting for its sender) is caught by the committer's look at
+        the list (`listed`, at most every POLL_S) and the senders' check before each send;
+        what remains is a request already started, or whose check passed, before that
+        look."""
         hits = [row.seq for row in rows if row.on_list]
         keys: dict[str, list[int]] = {}
         for row in rows:

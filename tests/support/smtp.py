@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from email import message_from_bytes
 from email.message import Message
 from typing import Any
@@ -17,6 +17,8 @@ from aiosmtpd.smtp import SMTP, Envelope, Session
 
 from .net import free_port
 from .workspace import Workspace
+
+HOLD_S = 30.0  # the longest a relay here holds a step for the test
 
 
 class Inbox:
@@ -71,3 +73,40 @@ class SlowRelay:
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         await asyncio.sleep(self.seconds)
         return "250 OK"
+
+
+class HeldGreeting(Inbox):
+    """A relay whose sessions are slow to open: each EHLO is answered only once `expected`
+    connections wait at it (so every sender is mid-greeting at once), and only after
+    `meanwhile` has run, once (the test's event during the greeting: a window closing, a
+    deadline passing). Every message it then accepts is kept, as Inbox does."""
+
+    def __init__(self, expected: int, meanwhile: Callable[[], None]) -> None:
+        super().__init__()
+        self.expected = expected
+        self.meanwhile = meanwhile
+        self.waiting = 0
+        self.most_waiting = 0  # the most connections that waited at EHLO at once
+        self.released = False
+
+    async def handle_EHLO(
+        self,
+        server: SMTP,
+        session: Session,
+        envelope: Envelope,
+        hostname: str,
+        responses: list[str],
+    ) -> list[str]:
+        self.waiting += 1
+        self.most_waiting = max(self.most_waiting, self.waiting)
+        give_up = time.monotonic() + HOLD_S
+        while not self.released and self.waiting < self.expected:
+            if time.monotonic() > give_up:
+                break
+            await asyncio.sleep(0.01)  # a condition polled on the relay's loop, not a delay
+        if not self.released:
+            self.released = True
+            self.meanwhile()
+        self.waiting -= 1
+        session.host_name = hostname
+        return responses
