@@ -6,7 +6,14 @@ were really under way."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import threading
+
 import pytest
+
+from notifier.channels import ChannelError, ErrorKind
+from notifier.channels.smtp_pool import Relay, Watchdog, _connect
 
 from .conftest import Workspace, make_rows, wait_for
 from .smtp_relay import FAST_RETRY, each_key_once, relay
@@ -100,3 +107,49 @@ def test_kill_9_at_n8_leaves_in_flight_only_the_requests_under_way(
     assert states.get("unknown", 0) <= cap and states.get("sent", 0) == 40 - states["unknown"]
     keys = [k for (k,) in ws.query("SELECT idempotency_key FROM items WHERE state = 'sent'")]
     assert all(handler.message_ids().count(f"<{k}@example.com>") == 1 for k in keys)
+
+
+def _greeting_server(greeting: bytes) -> tuple[socket.socket, threading.Thread]:
+    """A TCP server on 127.0.0.1 that writes `greeting` to each connection and closes it."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = server.accept()
+                with conn:
+                    conn.sendall(greeting)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return server, thread
+
+
+@pytest.mark.parametrize(
+    ("greeting", "kind", "unreachable"),
+    [
+        (
+            b"421 4.7.0 mx.example too many connections from 127.0.0.1\r\n",
+            ErrorKind.THROTTLED,
+            False,
+        ),
+        (b"450 4.3.2 try again later\r\n", ErrorKind.THROTTLED, False),
+        (b"554 5.7.1 no service for you\r\n", ErrorKind.NOT_SENT, True),
+    ],
+)
+def test_a_greeting_that_is_not_220_is_the_relays_answer(
+    greeting: bytes, kind: ErrorKind, unreachable: bool
+) -> None:
+    """A 4xx greeting (Postfix's 421 at too many connections) is a throttle: the channel's
+    gate closes and the item's attempts are not spent on it; it is never "unreachable",
+    which counts toward `down_after` and pauses the run as a channel down."""
+    server, _ = _greeting_server(greeting)
+    relay = Relay("mail", "127.0.0.1", server.getsockname()[1], False, False, timeout=5)
+    try:
+        with pytest.raises(ChannelError) as raised:
+            _connect(relay, Watchdog(5))
+    finally:
+        server.close()
+    assert raised.value.kind is kind
+    assert raised.value.unreachable is unreachable
+    assert greeting.split()[0].decode() in str(raised.value)

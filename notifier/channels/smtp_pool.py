@@ -257,7 +257,12 @@ def _connect(relay: Relay, watchdog: Watchdog) -> smtplib.SMTP:
         conn._host = relay.host  # type: ignore[attr-defined]
         watchdog.conn = conn
         with watchdog.step():
-            conn.connect(relay.host, relay.port)
+            code, greeting = conn.connect(relay.host, relay.port)
+        if code != 220:
+            # The relay answered, and not with a welcome (Postfix's `421 4.7.0 too many
+            # connections`): its answer, classified like any other, never an EHLO sent to a
+            # closing connection and counted as "unreachable".
+            raise smtplib.SMTPConnectError(code, greeting)
         # A new session's greeting, EHLO, STARTTLS and login together are one step.
         with watchdog.step():
             _open_session(relay, conn, context)
@@ -281,11 +286,14 @@ def _connect(relay: Relay, watchdog: Watchdog) -> smtplib.SMTP:
 
 
 def _refused_opening(relay: Relay, exc: smtplib.SMTPResponseException, fired: bool) -> ChannelError:
-    """A greeting, EHLO or STARTTLS answered with an error code. A 421/450/451/452 is the
-    relay asking to come back later (THROTTLED: the channel waits); any other refused
-    greeting is the relay refusing us (the channel's failure: NOT_SENT, unreachable)."""
+    """A greeting, EHLO or STARTTLS answered with an error code. A 421/450/451/452, or any
+    4xx greeting, is the relay asking to come back later (THROTTLED: the channel waits); any
+    other refused greeting is the relay refusing us (the channel's failure: NOT_SENT,
+    unreachable)."""
     code = exc.smtp_code
     kind = replies.kind_of(code)
+    if isinstance(exc, smtplib.SMTPConnectError) and 400 <= code < 500:
+        kind = ErrorKind.THROTTLED
     if kind is ErrorKind.THROTTLED:
         return relay.error(kind, "the relay asked to try later when connecting", exc, fired=fired)
     if isinstance(exc, smtplib.SMTPConnectError):
