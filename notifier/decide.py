@@ -112,6 +112,7 @@ def _after_send(
         elapsed_s=history.elapsed_s(item, now),
         idempotent=caps.idempotent,
         queryable=caps.queryable,
+        throttled_before=history.throttled(),
     )
     # Every branch closes the attempt with what the error said.
     closed = Outcome(
@@ -156,11 +157,12 @@ def _after_send(
         return Decision(replace(closed, trigger=ItemTrigger.GIVE_UP), gate_s=gate)
     maybe = error.kind is ErrorKind.UNCERTAIN or history.maybe_delivered()
     if verdict.action is Action.EXHAUSTED and not maybe:
-        given_up = replace(
-            closed,
-            trigger=ItemTrigger.GIVE_UP,
-            error=f"gave up after {item.attempts} attempts: {message}",
+        why = (
+            f"gave up: its deadline passed while the channel kept throttling: {message}"
+            if error.kind is ErrorKind.THROTTLED
+            else f"gave up after {item.attempts} attempts: {message}"
         )
+        given_up = replace(closed, trigger=ItemTrigger.GIVE_UP, error=why)
         return Decision(given_up, gate_s=gate)
     lost = replace(closed, error=f"{message}; may have been delivered, not sent again")
     return Decision(lost, gate_s=gate)
@@ -249,6 +251,7 @@ def _by_query(
             elapsed_s=history.elapsed_s(item, now),
             idempotent=True,
             queryable=True,
+            throttled_before=history.throttled(),
         )
         if retry.action is Action.RETRY:
             # Proven undelivered, so re-sending under the same key is safe.
@@ -378,6 +381,7 @@ def _retry_or_give_up(
         elapsed_s=history.elapsed_s(item, now),
         idempotent=True,
         queryable=True,
+        throttled_before=history.throttled(),
     )
     if retry.action is Action.RETRY:
         return replace(outcome, next_attempt_at=clock.iso(clock.later(retry.wait_s, now)))

@@ -100,6 +100,14 @@ class History:
             a.finished_at is not None and a.outcome not in NEVER_REACHED for a in self.attempts
         )
 
+    def throttled(self) -> int:
+        """How many finished attempts were throttled: they count against no max_attempts."""
+        return sum(
+            1
+            for a in self.attempts
+            if a.finished_at is not None and a.outcome == ErrorKind.THROTTLED.value
+        )
+
     def maybe_delivered(self) -> bool:
         """Whether some earlier attempt ended uncertain or interrupted."""
         return any(a.outcome in (ErrorKind.UNCERTAIN.value, "interrupted") for a in self.attempts)

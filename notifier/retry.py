@@ -135,15 +135,22 @@ class RetryPolicy:
         elapsed_s: float,
         idempotent: bool,
         queryable: bool,
+        throttled_before: int = 0,
     ) -> Verdict:
         """What to do after the `attempts`-th attempt failed with `error`, `elapsed_s` after
-        the first attempt started."""
+        the first attempt started. A throttle (429, 503 with Retry-After, an SMTP 4xx slow
+        down) is the channel's answer, not the item's: neither it nor the `throttled_before`
+        earlier ones count against max_attempts, though the backoff grows with every
+        attempt and the deadline bounds them all."""
         action = action_for(error.kind, idempotent=idempotent, queryable=queryable)
         if action is not Action.RETRY:
             return Verdict(action)
         state = self._state(error, attempts, elapsed_s)
         throttled = error.kind is ErrorKind.THROTTLED
-        if not self.retrying.retry(state) or self.retrying.stop(state):
+        counted = attempts - throttled_before - (1 if throttled else 0)
+        if not self.retrying.retry(state) or self.retrying.stop(
+            self._state(error, counted, elapsed_s)
+        ):
             # The item is done, but a throttled answer still asks the whole channel to wait:
             # the wait is what a retry would have waited, so the next item honours it.
             return Verdict(

@@ -76,3 +76,27 @@ def test_non_retryable_errors_are_never_waited_on() -> None:
             ChannelError(kind, "x"), attempts=1, elapsed_s=0, idempotent=True, queryable=True
         )
         assert verdict.wait_s == 0
+
+
+@given(attempts=st.integers(min_value=1, max_value=200), max_attempts=st.integers(1, 10))
+def test_throttles_never_spend_attempts_only_the_deadline_bounds_them(
+    attempts: int, max_attempts: int
+) -> None:
+    """However many throttled answers an item had, another one retries (closing the gate)
+    while its deadline lasts, and ends it only once the deadline has passed; a later
+    non-throttled failure counts only the attempts that were not throttled."""
+    policy = RetryPolicy(
+        max_attempts=max_attempts, deadline_s=60, backoff=tenacity.wait_fixed(0.01)
+    )
+    throttle = ChannelError(ErrorKind.THROTTLED, "HTTP 429", http_status=429)
+    before = attempts - 1  # every earlier attempt was throttled too
+    verdict = policy.judge(throttle, attempts=attempts, elapsed_s=1, idempotent=False,
+                           queryable=False, throttled_before=before)  # fmt: skip
+    assert (verdict.action, verdict.pause_channel) == (Action.RETRY, True)
+    late = policy.judge(throttle, attempts=attempts, elapsed_s=61, idempotent=False,
+                        queryable=False, throttled_before=before)  # fmt: skip
+    assert (late.action, late.pause_channel) == (Action.EXHAUSTED, True)
+    failure = ChannelError(ErrorKind.NOT_SENT, "refused")
+    after = policy.judge(failure, attempts=attempts + 1, elapsed_s=1, idempotent=False,
+                         queryable=False, throttled_before=attempts)  # fmt: skip
+    assert after.action is (Action.RETRY if max_attempts > 1 else Action.EXHAUSTED)
