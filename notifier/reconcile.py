@@ -11,6 +11,7 @@ decide.decide.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -37,6 +38,7 @@ __all__ = [
     "settle",
     "settle_doubts",
     "settle_items",
+    "settle_left",
 ]
 
 # A query is read-only, so it may be retried freely; but it must not hold up a resume for
@@ -230,6 +232,53 @@ def settle_items(
         say(settlement.line)
         settled.append(settlement)
     return settled
+
+
+def settle_left(
+    store: Store,
+    run_id: str,
+    channels: Mapping[str, Channel],
+    lease_version: int,
+    items: list[Item],
+    say: Callable[[str], None],
+    wait: tenacity.wait.wait_base = QUERY_WAIT,
+) -> list[Settlement]:
+    """For a cancel that closes the run over `items` a dead worker left (in flight, or
+    unknown): each is asked about now; those a 404 could not settle yet (the receiver may
+    still commit the request until `not_found_counts_from`) are asked again once it counts,
+    so a request that never left ends proven undelivered rather than maybe delivered. The
+    wait is bounded by the channel's timeout + query_delay, as a request still under way
+    is. Items left maybe delivered and pending (a channel that dedupes) are for
+    settle_doubts, which the caller runs after this: their 404 counts by then too."""
+    settled = settle_items(store, run_id, channels, lease_version, items, say, wait)
+    due = _not_found_counts_later(store, run_id, channels, [i.seq for i in items])
+    if not due:
+        return settled
+    time.sleep(max(0.0, clock.seconds_until(max(due.values()))))
+    again = [store.queries.item(run_id, seq) for seq in due]
+    unknown = [item for item in again if item.state is ItemState.UNKNOWN]
+    return settled + settle_items(store, run_id, channels, lease_version, unknown, say, wait)
+
+
+def _not_found_counts_later(
+    store: Store, run_id: str, channels: Mapping[str, Channel], seqs: list[int]
+) -> dict[int, datetime]:
+    """Those of `seqs` still open (unknown, or pending and maybe delivered) on a channel that
+    can be asked, whose 404 does not count yet: from when it does."""
+    maybe = store.queries.maybe_delivered(run_id, seqs) if seqs else set()
+    now = clock.now()
+    due: dict[int, datetime] = {}
+    for seq in seqs:
+        item = store.queries.item(run_id, seq)
+        channel = channels[item.channel]
+        pending_maybe = item.state is ItemState.PENDING and seq in maybe
+        if not channel.queryable or not (item.state is ItemState.UNKNOWN or pending_maybe):
+            continue
+        attempts = store.queries.attempts(run_id, seq)
+        since = not_found_counts_from(channel, attempts[-1] if attempts else None)
+        if since is not None and since > now:
+            due[seq] = since
+    return due
 
 
 def settle_doubts(
