@@ -41,7 +41,7 @@ def _in_flight_of(db: str, run_id: str) -> dict[str, set[str]]:
 
 
 def _cancel_over_a_dead_worker(
-    ws: Workspace, db: str, receiver: Receiver, *, queryable: bool
+    ws: Workspace, db: str, receiver: Receiver, *, queryable: bool, idempotent: bool = False
 ) -> tuple[set[str], set[str], dict[str, Any], str, int]:
     """B (`send`, N) plans the run; its N requests are delivered, their answers held. Once B
     holds them (and, where the channel can be asked, 3N items claimed ahead, which never
@@ -53,7 +53,7 @@ def _cancel_over_a_dead_worker(
     assert receiver.answer_hold is not None
     (ws.path / "notifier.toml").write_text(
         webhook_config(
-            receiver, idempotent=False, status=queryable, timeout=TIMEOUT_S,
+            receiver, idempotent=idempotent, status=queryable, timeout=TIMEOUT_S,
             query_delay=QUERY_DELAY_S,
         )
     )  # fmt: skip
@@ -123,19 +123,21 @@ def _arrived(receiver: Receiver, item_ids: set[str]) -> set[str]:
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.parametrize("idempotent", [False, True], ids=["plain", "dedupes"])
 def test_cancel_settles_a_dead_workers_items_by_query_before_closing(
-    ws: Workspace, pg_url: str
+    ws: Workspace, pg_url: str, idempotent: bool
 ) -> None:
     """B dies with N requests delivered (answers not back) and 3N items claimed ahead that
     never left. The live worker A closes the cancelled run only after asking about every
     one of them: the delivered end sent (found by query, not sent again), the never-left
     end pending and proven undelivered (their 404 asked for again once timeout + query_delay
     passed); nothing is left in flight, nothing reported maybe delivered; every key
-    committed once."""
+    committed once. Alike on a channel that dedupes by key, where a 404 that comes early
+    leaves an item pending but maybe delivered until it is asked again."""
     receiver = Receiver(answer_hold=threading.Event())
     with receiving(receiver):
         delivered, never_left, report, a_out, code = _cancel_over_a_dead_worker(
-            ws, pg_url, receiver, queryable=True
+            ws, pg_url, receiver, queryable=True, idempotent=idempotent
         )
     assert report["state"] == "cancelled"
     states = {i["id"]: (i["state"], i["pending_kind"]) for i in report["items"]}
