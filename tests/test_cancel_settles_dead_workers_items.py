@@ -13,12 +13,24 @@ import signal
 import subprocess
 import sys
 import threading
+from datetime import datetime
 from typing import Any
 
+import psycopg
 import pytest
+
+from notifier import clock
+from notifier.channels import Receipt
+from notifier.coordination import RunOptions, Shared
+from notifier.intent import Intent
+from notifier.judging import Progress
+from notifier.reconcile import not_found_counts_from, settle_items
+from notifier.records import PendingKind
+from notifier.state_machine import ItemTrigger, RunState
 
 from .conftest import Workspace, make_rows, wait_for
 from .receiver import Receiver, receiving, released, webhook_config
+from .test_pg_concurrent_writes import plan, worker
 from .test_workers import finish, fleet, notifier, pg_url, rows
 
 __all__ = ["pg_url"]  # the fixture, from test_workers
@@ -35,8 +47,8 @@ def _in_flight_of(db: str, run_id: str) -> dict[str, set[str]]:
     """worker_id → the item ids it holds in flight."""
     held: dict[str, set[str]] = {}
     sql = "SELECT worker_id, item_id FROM items WHERE run_id = ? AND state = 'in_flight'"
-    for worker, item_id in rows(db, sql, (run_id,)):
-        held.setdefault(worker, set()).add(item_id)
+    for holder, item_id in rows(db, sql, (run_id,)):
+        held.setdefault(holder, set()).add(item_id)
     return held
 
 
@@ -96,14 +108,14 @@ def _cancel_over_a_dead_worker(
 def _holding(db: str, receiver: Receiver, pid: int, sent: int, held: int, who: str) -> str:
     """Until the worker of process `pid` holds `held` items in flight, `sent` of them at the
     receiver; its worker id."""
-    ((worker,),) = _wait_rows(db, "SELECT worker_id FROM workers WHERE pid = ?", (pid,))
+    ((holder,),) = _wait_rows(db, "SELECT worker_id FROM workers WHERE pid = ?", (pid,))
 
     def holding() -> bool:
-        items = _in_flight_of(db, "k1").get(worker, set())
+        items = _in_flight_of(db, "k1").get(holder, set())
         return len(items) == held and len(_arrived(receiver, items)) == sent
 
     wait_for(holding, f"{who} holds {sent} requests at the receiver, {held} items in flight")
-    return str(worker)
+    return str(holder)
 
 
 def _wait_rows(db: str, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
@@ -173,3 +185,97 @@ def test_cancel_reports_a_dead_workers_unqueryable_items_unknown(
     assert int(closing[1]) == report["counts"]["unknown"] >= N, a_out
     assert "maybe delivered" not in a_out, a_out
     assert code == 3, report
+
+
+# ---------------------------------------------------------------------- in process
+
+
+class AskedByKey:
+    """A downstream that is only asked about (a cancel sends nothing): the keys of
+    `delivered` are found, every other is not (404). Each question is noted with the
+    moment it came, on the wall clock."""
+
+    name = "outbox"  # the channel the planned items name
+    idempotent = False
+    queryable = True
+    thread_safe = True
+    timeout_s = 0.6  # with query_delay_s: the window before a 404 counts
+    query_delay_s = 0.2
+
+    def __init__(self, delivered: set[str]) -> None:
+        self.delivered = delivered
+        self.asked: list[tuple[str, datetime]] = []
+
+    def send(self, intent: Intent) -> Receipt:
+        raise AssertionError(f"sent {intent.item_id} at cancel")
+
+    def query(self, key: str) -> Receipt | None:
+        self.asked.append((key, clock.now()))
+        return Receipt("r-" + key) if key in self.delivered else None
+
+    def close(self) -> None:
+        pass
+
+
+def _dies(db: str, worker_id: str) -> None:
+    """`worker_id`'s lease (from another host) expires: it counts as dead from now on."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE workers SET expires_at = %s WHERE worker_id = %s",
+            (clock.iso(clock.later(-60)), worker_id),
+        )
+
+
+@pytest.mark.timeout(60)
+def test_the_last_worker_settles_every_item_left_mid_request_before_it_closes(
+    ws: Workspace, pg_url: str
+) -> None:
+    """In process, the last live worker A of a cancelled run closes it (Shared.finish_cancel)
+    over three kinds of items a dead worker left: B's, still in flight (adopted now); C's
+    that A adopted earlier and never asked about, the run stopping; and one of C's that A
+    asked about too early (a 404 within the window: unknown). Each is asked about, and
+    asked again once its 404 counts: the delivered end sent, the others pending and proven
+    undelivered, their deciding 404 heard only after their window closed; nothing is left
+    in flight or unknown, and the closing line says nothing may have been delivered."""
+    plan(ws, pg_url, "k2", "batch.csv", 1)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("UPDATE runs SET state = 'running' WHERE run_id = 'k2'")
+    a, a_version = worker(pg_url, "k2", "worker-a")
+    b, b_version = worker(pg_url, "k2", "worker-b")
+    c, c_version = worker(pg_url, "k2", "worker-c")
+    try:
+        b_items = b.ledger.claim("k2", b_version, 4)  # seqs 1-4
+        c_items = c.ledger.claim("k2", c_version, 3)  # seqs 5-7
+        keys = {item.seq: item.idempotency_key for item in [*b_items, *c_items]}
+        channel = AskedByKey({keys[1], keys[2], keys[6]})
+        said: list[str] = []
+        coord = Shared(
+            "worker-a", a, "k2", {"outbox": channel}, a_version, Progress(said.append),
+            RunOptions(concurrency=8),
+        )  # fmt: skip
+        _dies(pg_url, "worker-c")
+        assert [item.seq for item in coord.adopt()] == [5, 6, 7]  # mid-run, as watch() does
+        [early] = settle_items(
+            a, "k2", coord.channels, a_version, [a.queries.item("k2", 7)], said.append
+        )
+        assert early.outcome is not None and early.outcome.trigger == ItemTrigger.LOSE
+        _dies(pg_url, "worker-b")
+        result = coord.finish_cancel()
+        states = dict(rows(pg_url, "SELECT seq, state FROM items WHERE run_id = 'k2' AND seq <= 7"))
+        kinds = a.queries.pending_kinds("k2")
+        attempts = {seq: a.queries.attempts("k2", seq)[-1] for seq in range(1, 8)}
+    finally:
+        for store in (a, b, c):
+            store.close()
+    assert result.state is RunState.CANCELLED
+    assert rows(pg_url, "SELECT state FROM runs WHERE run_id = 'k2'") == [("cancelled",)]
+    assert {seq: states[seq] for seq in (1, 2, 6)} == {1: "sent", 2: "sent", 6: "sent"}
+    assert {seq: states[seq] for seq in (3, 4, 5, 7)} == dict.fromkeys((3, 4, 5, 7), "pending")
+    assert {kinds[seq] for seq in (3, 4, 5, 7)} == {PendingKind.RETRY_WAITING}
+    for seq in (3, 4, 5, 7):
+        # The 404 that decided it came once the window of its interrupted attempt closed.
+        window = not_found_counts_from(channel, attempts[seq])
+        last = max(at for key, at in channel.asked if key == keys[seq])
+        assert window is not None and last >= window, (seq, last, window)
+    assert "in flight" not in result.reason and "maybe delivered" not in result.reason
+    assert result.counts.in_flight == result.counts.unknown == 0
