@@ -24,7 +24,7 @@ from .channels import Channel
 from .judging import Progress, Stop
 from .lease import holder_alive
 from .pipeline import SharedBucket, TokenBucket
-from .reconcile import settle, settle_doubts, settle_items
+from .reconcile import settle, settle_doubts, settle_items, settle_left
 from .records import Counts, Item, PendingKind, Run
 from .state_machine import ItemTrigger, RunState, RunTrigger
 from .store import LeaseLost, Store, WorkerFence
@@ -331,6 +331,21 @@ class Shared(Coordination):
         if self.adopt_and_settle():
             return None  # settled what a dead worker left: look again before closing
         return super().finish()
+
+    def finish_cancel(self) -> RunResult:
+        """The last live worker closes a cancelled run, but first settles what dead workers
+        left: adopted now, or adopted earlier and left unasked because the run was stopping
+        (this worker's own sends are all recorded by now: whatever it holds in flight is
+        adopted). Asked about, and asked again once a 404 counts (reconcile.settle_left):
+        never left in flight, nor reported pending while it may have been delivered."""
+        adopted = {item.seq for item in self.adopt()}
+        seqs = sorted(adopted.union(self.store.leases.held_in_flight(self.run_id, self.worker_id)))
+        items = [self.store.queries.item(self.run_id, seq) for seq in seqs]
+        if items:
+            settle_left(
+                self.store, self.run_id, self.channels, self.lease_version, items, self.p.say
+            )
+        return super().finish_cancel()
 
     def may_close(self, counts: Counts) -> bool:
         return not counts.in_flight  # held by a worker not yet known dead: wait for it

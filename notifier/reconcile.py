@@ -11,6 +11,7 @@ decide.decide.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -37,6 +38,7 @@ __all__ = [
     "settle",
     "settle_doubts",
     "settle_items",
+    "settle_left",
 ]
 
 # A query is read-only, so it may be retried freely; but it must not hold up a resume for
@@ -230,6 +232,55 @@ def settle_items(
         say(settlement.line)
         settled.append(settlement)
     return settled
+
+
+def settle_left(
+    store: Store,
+    run_id: str,
+    channels: Mapping[str, Channel],
+    lease_version: int,
+    items: list[Item],
+    say: Callable[[str], None],
+    wait: tenacity.wait.wait_base = QUERY_WAIT,
+) -> list[Settlement]:
+    """For the last worker closing a cancelled run over `items` dead workers left in
+    flight: each is asked about now. Then every item of the run a process left mid-request
+    (its last attempt closed `interrupted`: these, or ones asked about earlier) that a 404
+    could not settle yet, because the receiver may still commit the request until
+    `not_found_counts_from`, is asked again once it counts, so a request that never left
+    ends proven undelivered rather than unknown. The wait is bounded by the channel's
+    timeout + query_delay, as a request still under way is. Those left pending and maybe
+    delivered (a channel that dedupes) are for settle_doubts, which the caller runs next:
+    their 404 counts by then too."""
+    settled = settle_items(store, run_id, channels, lease_version, items, say, wait)
+    left = _left_mid_request(store, run_id, channels)
+    later = [since for since in left.values() if since is not None]
+    if later:
+        time.sleep(clock.seconds_until(max(later)))
+    again = [store.queries.item(run_id, seq) for seq in left]
+    unknown = [item for item in again if item.state is ItemState.UNKNOWN]
+    return settled + settle_items(store, run_id, channels, lease_version, unknown, say, wait)
+
+
+def _left_mid_request(
+    store: Store, run_id: str, channels: Mapping[str, Channel]
+) -> dict[int, datetime | None]:
+    """The run's open items (unknown, or pending and maybe delivered) on a channel that can
+    be asked whose last attempt a process left mid-request: from when their 404 counts
+    (None: it counts now)."""
+    kinds = store.queries.pending_kinds(run_id)
+    maybe = [seq for seq, kind in kinds.items() if kind is PendingKind.MAYBE_DELIVERED]
+    unknown = [item.seq for item in store.queries.items(run_id, [ItemState.UNKNOWN])]
+    now = clock.now()
+    left: dict[int, datetime | None] = {}
+    for seq in sorted({*maybe, *unknown}):
+        channel = channels[store.queries.item(run_id, seq).channel]
+        attempts = store.queries.attempts(run_id, seq)
+        if not channel.queryable or not attempts or attempts[-1].outcome != "interrupted":
+            continue
+        since = not_found_counts_from(channel, attempts[-1])
+        left[seq] = since if since is not None and since > now else None
+    return left
 
 
 def settle_doubts(

@@ -160,17 +160,17 @@ class Counts:
         With `never_attempted` (a cancel), pending is split by why: a cancelled run must not
         call a retry that was attempted "never attempted"."""
         line = f"{self.sent} sent, "
-        if self.in_flight and never_attempted is None:
-            # Items a crash left mid-send: resume settles them first, so say how many.
+        if self.in_flight:
+            # Items left mid-send: resume settles them first, so say how many. Never counted
+            # as pending, not even in a cancel's split: they may have been delivered.
             line += f"{self.in_flight} in flight, "
         line += f"{self.unknown} unknown, {self.failed} failed, "
-        pending = self.pending + self.in_flight
         if never_attempted is None:
-            line += f"{self.pending if self.in_flight else pending} pending"
+            line += f"{self.pending} pending"
         else:
-            maybe = pending - never_attempted - not_delivered
+            maybe = self.pending - never_attempted - not_delivered
             line += (
-                f"{pending} pending ({never_attempted} never attempted, {not_delivered} "
+                f"{self.pending} pending ({never_attempted} never attempted, {not_delivered} "
                 f"attempted but not delivered"
                 + (f", {maybe} attempted and maybe delivered" if maybe else "")
                 + ")"

@@ -50,6 +50,9 @@ class Receiver:
     retry_after: str | None = None
     commit_delay_s: float = 0.0  # the request is committed (and answered) this long after
     hold: threading.Event | None = None  # every 2xx answer waits for this, when set
+    # Every 2xx answer waits for this after its request was committed, when set: a request
+    # delivered whose answer has not come back yet.
+    answer_hold: threading.Event | None = None
     # A scripted status is answered after the request was committed (a proxy's 5xx for a
     # request the receiver did take): the delivery happened, its answer is lost.
     commit_first: bool = False
@@ -104,6 +107,8 @@ class _Handler(BaseHTTPRequestHandler):
         if r.hold is not None:
             r.hold.wait(WAIT_S)
         self._commit(key)
+        if r.answer_hold is not None:
+            r.answer_hold.wait(WAIT_S)
         self._reply(200, {"id": "r-" + key, "intent_digest": r.digests[key]})
 
     def _commit(self, key: str) -> None:
@@ -164,6 +169,8 @@ def receiving(receiver: Receiver, port: int = 0) -> Iterator[Receiver]:
             receiver.hold.set()
         if receiver.query_hold is not None:
             receiver.query_hold.set()
+        if receiver.answer_hold is not None:
+            receiver.answer_hold.set()
         server.shutdown()
         server.server_close()
         thread.join()

@@ -14,14 +14,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 import pytest
 
 from notifier import clock
 from notifier.lease import holder_alive
-from notifier.records import Outcome
+from notifier.records import Item, Outcome
 from notifier.state_machine import ItemState, ItemTrigger
 from notifier.store import LeaseLost, Store
 from notifier.store.postgres import PostgresEngine
@@ -83,9 +83,14 @@ class HeldAtCommit:
     group commit has run) until `release`; `reached` is set when it gets there. `then` runs
     there first, in the transaction."""
 
-    def __init__(self, store: Store, then: Callable[[], object] = lambda: None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        then: Callable[[], object] = lambda: None,
+        released: threading.Event | None = None,
+    ) -> None:
         self.reached = threading.Event()
-        self.released = threading.Event()
+        self.released = released or threading.Event()  # one event releases several at once
         commit = store.core._commit
 
         def held() -> None:
@@ -177,6 +182,56 @@ def test_two_group_commits_on_one_run_overlap(ws: Workspace, pg_url: str) -> Non
     kinds = "SELECT kind, COUNT(*) FROM events WHERE run_id = 'one' AND kind IN ('ack', 'start') "
     assert rows(pg_url, kinds + "GROUP BY kind ORDER BY kind") == [("ack", 6), ("start", 10)]
     assert_history_whole(pg_url, "one")
+
+
+# Rounds of two commits released at once: a single round could find one COMMIT done before
+# the other's numbering reads the last event, and pin nothing.
+NUMBERING_ROUNDS = 5
+
+
+def test_two_commits_of_one_run_numbering_at_once_both_commit(ws: Workspace, pg_url: str) -> None:
+    """Two workers' group commits of one run, both held just before their COMMIT (every
+    item write made, the events still to number) and released together, round after round:
+    the `runs` row each takes at COMMIT numbers one transaction's events after the other's,
+    so both commit (never a clash on events(run_id, seq_no), which the process would exit 1
+    on) and the run's events are numbered 1..n with no gap."""
+    plan(ws, pg_url, "both", "batch.csv", 1)
+    a, a_version = worker(pg_url, "both", "worker-a")
+    b, b_version = worker(pg_url, "both", "worker-b")
+    try:
+        workers = [(a, a_version), (b, b_version)]
+        claimed = [store.ledger.claim("both", version, 1) for store, version in workers]
+        commits = [store.core._commit for store, _ in workers]
+
+        def step(store: Store, version: int, items: list[Item]) -> Callable[[], object]:
+            return lambda: store.ledger.step("both", version, acks([i.seq for i in items]), 1)
+
+        for _ in range(NUMBERING_ROUNDS):
+            release = threading.Event()
+            for (store, _), commit in zip(workers, commits, strict=True):
+                store.core._commit = commit  # type: ignore[method-assign]
+            held = [HeldAtCommit(store, released=release) for store, _ in workers]
+            threads = [
+                in_thread(step(store, version, items))
+                for (store, version), items in zip(workers, claimed, strict=True)
+            ]
+            try:
+                assert all(h.reached.wait(BOUND_S) for h in held)
+            finally:
+                release.set()
+                for thread, _ in threads:
+                    thread.join(BOUND_S)
+            results = [result for _, result in threads]
+            assert all(len(r) == 1 and isinstance(r[0], list) for r in results), results
+            claimed = [cast(list[Item], result[0]) for result in results]
+    finally:
+        a.close()
+        b.close()
+    sent = rows(pg_url, "SELECT COUNT(*) FROM items WHERE run_id = 'both' AND state = 'sent'")
+    assert sent == [(2 * NUMBERING_ROUNDS,)]
+    acked = "SELECT COUNT(*) FROM events WHERE run_id = 'both' AND kind = 'ack'"
+    assert rows(pg_url, acked) == [(2 * NUMBERING_ROUNDS,)]
+    assert_history_whole(pg_url, "both")
 
 
 def test_writes_to_two_runs_never_wait_for_each_other(ws: Workspace, pg_url: str) -> None:

@@ -22,9 +22,11 @@ from notifier.errors import BadInput, ExitCode
 from notifier.intent import content_fingerprint
 from notifier.sandbox import Sandbox
 from notifier.store import Store, parse_target
+from notifier.store.history import History
 from notifier.store.planning import Planning
+from notifier.store.postgres import PostgresEngine
 
-from .conftest import Workspace, make_rows
+from .conftest import Workspace, make_rows, wait_for
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FAST_RETRY = "[retry]\nmax_attempts = 4\nbackoff_base = 0.02\nbackoff_max = 0.1\n"
@@ -149,47 +151,88 @@ def test_a_tuning_change_does_not_make_the_same_batch_new(ws: Workspace, sandbox
 # ---------------------------------------------------------------------- point 5
 
 
+@pytest.mark.both_stores
+@pytest.mark.timeout(60)
 def test_two_plans_racing_to_insert_make_exactly_one_run(
     ws: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two `send`s of one batch, each with its own Store, both held at the insert until
-    both got there: exactly one run is planned, the other is refused (exit 2): its rows are
-    open in the winner's run, which it names with `notifier resume`."""
+    """Two `send`s of one batch, each with its own Store: the first is held inside its plan's
+    transaction, its comparison with earlier runs made and nothing inserted yet, until the
+    second has either made its own comparison or waits for the first (SQLite: at its BEGIN
+    IMMEDIATE; PostgreSQL: on the plan lock). Exactly one run is planned, the other is
+    refused (exit 2): its rows are open in the winner's run, which it names with `notifier
+    resume`. Without the plan lock on PostgreSQL both comparisons find nothing planned and
+    both plan every row."""
     ws.write_csv("batch.csv", make_rows(20))
     Store.open(ws.db, create=True).close()
     env = Env(
         parse_target(ws.db), load_config(ws.path / "notifier.toml", explicit=False), lambda s: None
     )
-    both_at_insert = threading.Barrier(2, timeout=30)
-    original = Planning.create_run
+    first_compared, second_compared, release = (threading.Event() for _ in range(3))
+    second_engine: list[Any] = []  # the second plan's engine, from its transaction's start
+    compare, transaction = History.compare, Planning.transaction
 
-    def create_run(self: Planning, *args: Any, **kwargs: Any) -> None:
-        # Both plans have passed whatever check comes before the insert.
-        both_at_insert.wait()
-        original(self, *args, **kwargs)
+    def held_compare(self: History, *args: Any, **kwargs: Any) -> Any:
+        prior = compare(self, *args, **kwargs)
+        if not first_compared.is_set():
+            first_compared.set()
+            assert release.wait(30)  # the first plan: inside its transaction, not inserted
+        else:
+            second_compared.set()
+        return prior
 
-    monkeypatch.setattr(Planning, "create_run", create_run)
-    outcomes: list[Store | BadInput] = []
+    def seen_transaction(self: Planning) -> Any:
+        if first_compared.is_set():
+            second_engine.append(self.engine)
+        return transaction(self)
+
+    monkeypatch.setattr(History, "compare", held_compare)
+    monkeypatch.setattr(Planning, "transaction", seen_transaction)
+
+    def second_waits() -> bool:
+        """Whether the second plan waits for the first one's transaction to end."""
+        if not ws.url:
+            return True  # SQLite: its first write waits for the first plan's write lock
+        if not second_engine:
+            return False
+        engine = second_engine[0]
+        assert isinstance(engine, PostgresEngine)
+        pid = engine.raw.info.backend_pid
+        sql = "SELECT wait_event_type FROM pg_stat_activity WHERE pid = ?"
+        return ws.query(sql, (pid,)) == [("Lock",)]
+
+    outcomes: list[Store | BaseException] = []
 
     def plan_and_store() -> None:
-        plan = app.plan_batch(env, ws.path / "batch.csv", channel=None, run_id=None)
         try:
+            plan = app.plan_batch(env, ws.path / "batch.csv", channel=None, run_id=None)
             stored = app.store_plan(env, plan, ws.path / "batch.csv", {}, False)
             assert stored.store is not None
             outcomes.append(stored.store)
-        except BadInput as exc:
+        except BaseException as exc:
             outcomes.append(exc)
 
-    threads = [threading.Thread(target=plan_and_store) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
+    first, second = (threading.Thread(target=plan_and_store) for _ in range(2))
+    first.start()
+    try:
+        wait_for(first_compared.is_set, "the first plan compared its rows", timeout=30)
+        second.start()
+        wait_for(
+            lambda: second_compared.is_set() or second_waits(),
+            "the second plan compared its rows or waits for the first",
+            timeout=30,
+        )
+    finally:
+        release.set()
+        first.join(30)
+    if second.is_alive() or second.ident is not None:
+        second.join(30)
     stores = [o for o in outcomes if isinstance(o, Store)]
     for store in stores:
         store.close()
     [(run_id,)] = ws.query("SELECT run_id FROM runs")
-    [refused] = [o for o in outcomes if isinstance(o, BadInput)]
+    [refused] = [o for o in outcomes if not isinstance(o, Store)]
+    assert isinstance(refused, BadInput), refused
     assert refused.exit_code == ExitCode.BAD_INPUT
     assert (
         f"20 row(s) are still open (pending, in flight or unknown) in unfinished run {run_id}"
@@ -199,6 +242,8 @@ def test_two_plans_racing_to_insert_make_exactly_one_run(
     assert len(stores) == 1
 
 
+@pytest.mark.both_stores
+@pytest.mark.timeout(100)
 @pytest.mark.parametrize("database", ["exists", "not-yet"])
 def test_two_simultaneous_send_processes_plan_and_deliver_once(
     ws: Workspace, database: str
@@ -206,12 +251,12 @@ def test_two_simultaneous_send_processes_plan_and_deliver_once(
     """Two real `notifier send` processes of the same batch into one database (already there,
     or created by whichever comes first), a few trials: exactly one run is planned, N
     deliveries; the loser exits 2 naming the winner (its rows are open there), or 0 with
-    nothing to send once the winner has delivered them."""
+    nothing to send once the winner has delivered them. (The plan lock itself is pinned
+    deterministically by test_two_plans_racing_to_insert_make_exactly_one_run.)"""
     n = 30
     ws.write_csv("batch.csv", make_rows(n))
     for trial in range(4):
-        for leftover in (ws.db_file, ws.path / "receipts.db-wal", ws.path / "receipts.db-shm"):
-            leftover.unlink(missing_ok=True)
+        ws.reset()
         shutil.rmtree(ws.outbox, ignore_errors=True)
         if database == "exists":  # as after any earlier send: the race is on the plan
             Store.open(ws.db, create=True).close()

@@ -188,6 +188,11 @@ class Leases:
                 )
         return adopted
 
+    def held_in_flight(self, run_id: str, worker_id: str) -> list[int]:
+        """The items `worker_id` holds in flight (the seqs, in order)."""
+        rows = self.engine.execute(sql.HELD_IN_FLIGHT, {"run_id": run_id, "worker_id": worker_id})
+        return [seq for (seq,) in rows.fetchall()]
+
     def _orphans(self, run_id: str, worker_id: str) -> list[int]:
         """Items in flight or unknown that no live worker holds."""
         return [

@@ -56,6 +56,10 @@ ORPHANS = (
 LEAVE_RUN = (
     "UPDATE workers SET state = 'released' WHERE worker_id = %(worker_id)s AND state = 'live'"
 )
+HELD_IN_FLIGHT = (
+    "SELECT seq FROM items WHERE run_id = %(run_id)s AND worker_id = %(worker_id)s "
+    "AND state = 'in_flight' ORDER BY seq"
+)
 HOLDS_UNKNOWN = (
     "SELECT 1 FROM items WHERE run_id = %(run_id)s AND worker_id = %(worker_id)s "
     f"AND {HELD} AND state = 'unknown' AND next_attempt_at IS NOT NULL LIMIT 1"
