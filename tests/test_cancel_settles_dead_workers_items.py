@@ -20,7 +20,7 @@ import psycopg
 import pytest
 
 from notifier import clock
-from notifier.channels import Receipt
+from notifier.channels import Ready, Receipt, always
 from notifier.coordination import RunOptions, Shared
 from notifier.intent import Intent
 from notifier.judging import Progress
@@ -206,7 +206,7 @@ class AskedByKey:
         self.delivered = delivered
         self.asked: list[tuple[str, datetime]] = []
 
-    def send(self, intent: Intent) -> Receipt:
+    def send(self, intent: Intent, ready: Ready = always) -> Receipt:
         raise AssertionError(f"sent {intent.item_id} at cancel")
 
     def query(self, key: str) -> Receipt | None:
