@@ -316,6 +316,17 @@ def render_table(report: dict[str, Any], console: Console) -> None:
         console.print(table)
 
 
+def item_lines(items: Iterable[dict[str, Any]]) -> Iterator[str]:
+    """Every item of a report, one line each (for `report`'s table): a header, then seq,
+    state, attempts, id, recipient and its receipt or last error, as they are read, so a
+    million items never sit in memory (page it with `| less`, or use --format csv)."""
+    yield "every item (seq, state, attempts, id, to, receipt or last error):"
+    for i in items:
+        state = i["state"] if i["state"] != "pending" else f"pending ({i['pending_kind']})"
+        outcome = i["receipt_id"] or i["last_error"] or ""
+        yield f"{i['seq']:>7}  {state:<10}  {i['attempts']:>2}  {i['id']}  {i['to']}  {outcome}"
+
+
 def _render_drafts(drafts: dict[str, Any] | None, console: Console) -> None:
     """A --compose run's drafting: rows drafted, failed, to draft, tokens, batch chunks."""
     if not drafts:

@@ -120,7 +120,7 @@ def test_csv_report_neutralises_spreadsheet_formulas(ws: Workspace) -> None:
         assert safe_cell(value) == "'" + value
 
 
-def test_table_report_shows_counts_then_only_items_needing_attention(
+def test_the_status_table_shows_counts_then_only_items_needing_attention(
     ws: Workspace,
 ) -> None:
     """The table starts with the counts and lists unknown/failed items, not the sent ones."""
@@ -130,7 +130,7 @@ def test_table_report_shows_counts_then_only_items_needing_attention(
         )
         ws.write_csv("batch.csv", make_rows(3))
         assert ws.invoke("send", "batch.csv", "--channel", "hooks").exit_code == 3
-    table = ws.invoke("report").output
+    table = ws.invoke("status").output
     assert table.index("total") < table.index("items needing attention")
     attention = table[table.index("items needing attention") :]
     assert "u2" in attention and "HTTP 400" in attention
@@ -166,3 +166,25 @@ def test_second_ctrl_c_exits_at_once_and_resume_settles(ws: Workspace) -> None:
         stats = sandbox.stats()["keys"]
         for (key,) in ws.query("SELECT idempotency_key FROM items"):
             assert stats[key]["commits"] == 1
+
+
+def test_report_lists_every_item_where_status_shows_only_those_needing_attention(
+    ws: Workspace,
+) -> None:
+    """`report` (its table) lists every item, a line each with its state and receipt;
+    `status` shows the counts and only the items needing attention."""
+    ws.write_csv("b.csv", make_rows(4))
+    assert ws.invoke("send", "b.csv").exit_code == 0
+    status = ws.invoke("status")
+    full = ws.invoke("report")
+    assert status.exit_code == full.exit_code == 0
+    assert full.output.startswith(status.output)  # the same head, then every item
+    assert "u3" not in status.output
+    lines = [
+        line.split()
+        for line in full.output.splitlines()
+        if line.strip().startswith(("1 ", "2 ", "3 ", "4 "))
+    ]
+    assert [(seq, state, item_id) for seq, state, _, item_id, *_ in lines] == [
+        ("1", "sent", "u1"), ("2", "sent", "u2"), ("3", "sent", "u3"), ("4", "sent", "u4")
+    ]  # fmt: skip

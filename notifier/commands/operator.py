@@ -59,16 +59,23 @@ def report_command(
 
     \b
     Examples:
-      notifier report                              # the newest run: counts, items needing attention
+      notifier report                              # the newest run: counts, then every item
       notifier report RUN --format csv > items.csv # every item, for a spreadsheet
       notifier report RUN --state unknown --state failed --format json
     """
-    _print_report(ctx, run_id, fmt, [ItemState(s) for s in states])
+    _print_report(ctx, run_id, fmt, [ItemState(s) for s in states], every_item=True)
 
 
 def _print_report(
-    ctx: click.Context, run_id: str | None, fmt: str, states: list[ItemState] | None = None
+    ctx: click.Context,
+    run_id: str | None,
+    fmt: str,
+    states: list[ItemState] | None = None,
+    *,
+    every_item: bool = False,
 ) -> None:
+    """`status` (the counts and the items needing attention) or, with `every_item`,
+    `report`, whose table goes on with every item, a line each, read as it is written."""
     env = command_env(ctx)
     store = open_store(env, readonly=True)
     try:
@@ -83,6 +90,13 @@ def _print_report(
         if fmt == "table" and run.state is RunState.AWAITING_APPROVAL:
             for line in approval.preview(store, run):  # what an approval would cover
                 click.echo(line)
+        if fmt == "table" and every_item and not states:
+            every = report.build(store, run)["items"]
+            try:
+                for line in report.item_lines(every):
+                    click.echo(line)
+            finally:
+                getattr(every, "close", lambda: None)()
     finally:
         store.close()
 
