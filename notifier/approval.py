@@ -147,6 +147,15 @@ def stored_approval(run: Run) -> Approval | None:
     return approval
 
 
+def lapsed(run: Run) -> str | None:
+    """When the approval of an unfinished run that needs one expired, or None: it shows as
+    approved, yet it will send nothing until approved again."""
+    approval = stored_approval(run)
+    if run.state in FINISHED_RUN_STATES or approval is None:
+        return None
+    return approval.expires_at if clock.parse(approval.expires_at) <= clock.now() else None
+
+
 def approve(
     store: Store, run: Run, fingerprint: str, expires_in: timedelta, operator: str
 ) -> Approval:

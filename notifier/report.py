@@ -8,7 +8,7 @@ import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import clock
+from . import approval, clock
 from .cells import safe_cell
 from .lease import holder_alive, live_holder
 from .records import Item, PendingKind, Run
@@ -87,6 +87,9 @@ def build(
         "paused_until": run.paused_until,
         "cancel_requested_at": run.cancel_requested_at,
         "approval": run.approval,
+        # Added to the contract's keys: when the approval expired, while the run is still
+        # to send (it then sends nothing until approved again); None otherwise.
+        "approval_expired_at": approval.lapsed(run),
         "counts": counts.as_json(),
         # Added to the contract's keys: the `pending` count split by why it is pending.
         "pending_detail": {
@@ -251,6 +254,11 @@ def render_table(report: dict[str, Any], console: Console) -> None:
     drafting = report.get("drafts") and not report["fingerprint"]
     fingerprint = "none yet: computed once every row is drafted" if drafting else None
     console.print(f"fingerprint: {fingerprint or report['fingerprint']}")
+    if report.get("approval_expired_at"):
+        console.print(
+            f"approval: expired at {clock.local(report['approval_expired_at'])}; nothing more is "
+            "sent until the run is approved again"
+        )
     if report.get("stop_reason"):
         console.print(f"stopped because: {report['stop_reason']}")
     _render_drafts(report.get("drafts"), console)

@@ -194,3 +194,24 @@ def test_an_expired_approval_is_refused_at_start_with_the_run_untouched(ws: Work
         assert ws.query("SELECT state FROM runs") == [("approved",)], command
         assert _untouched_by_a_start(ws) == before, command
     assert ws.outbox_documents() == []
+
+
+def test_status_and_runs_show_an_expired_approval_as_expired(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An approved run whose approval has expired is shown so, with its expiry, by `status`
+    (table and JSON) and by `runs`, not as plainly `approved`."""
+    run_id, fingerprint = plan_for_approval(ws)
+    assert ws.invoke("approve", "--fingerprint", fingerprint, "--expires-in", "1h").exit_code == 0
+    fresh = json.loads(ws.invoke("status", "--json").output)
+    assert fresh["state"] == "approved" and fresh["approval_expired_at"] is None
+    monkeypatch.setattr(clock, "_SHIFT", timedelta(hours=2))  # past the expiry
+    status = ws.invoke("status")
+    assert "approval: expired at" in status.output, status.output
+    data = json.loads(ws.invoke("status", "--json").output)
+    assert data["approval_expired_at"] == data["approval"]["expires_at"]
+    runs = json.loads(ws.invoke("runs", "--json").output)["runs"]
+    assert [(r["run_id"], r["state"], r["approval_expired_at"]) for r in runs] == [
+        (run_id, "approved", data["approval_expired_at"])
+    ]
+    assert "approval expired" in ws.invoke("runs").output

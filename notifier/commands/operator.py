@@ -161,6 +161,7 @@ def runs(ctx: click.Context, as_json: bool) -> None:
                 "state": state,
                 "created_at": run.created_at,
                 "channels": sorted(run.channel_snapshot),
+                "approval_expired_at": approval.lapsed(run),
                 "counts": dict(zip(names, _run_row_counts(c), strict=True)),
                 "batch": run.batch_path,
             }
@@ -180,7 +181,7 @@ def runs(ctx: click.Context, as_json: bool) -> None:
     for run, state, c in listed:
         table.add_row(
             run.run_id,
-            state,
+            f"{state} (approval expired)" if approval.lapsed(run) else state,
             run.created_at[:19],
             ", ".join(sorted(run.channel_snapshot)),
             *(str(n) for n in _run_row_counts(c)),
