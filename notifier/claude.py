@@ -27,6 +27,7 @@ from .compose import (
     KEY_ENV,
     ComposeStopped,
     ComposeUsage,
+    Deferral,
     Draft,
     DraftDeferred,
     DraftRejected,
@@ -76,7 +77,7 @@ class Drafter:
     def draft(self, row: BatchRow) -> Draft:
         """One draft, retrying transient errors; DraftRejected or ComposeStopped otherwise."""
         if self.stopping.is_set():
-            raise DraftDeferred("drafting was interrupted")
+            raise DraftDeferred("drafting was interrupted", Deferral.INTERRUPTED)
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception(_transient),
             stop=(
@@ -103,10 +104,17 @@ class Drafter:
             ) from exc
         except anthropic.APIStatusError as exc:
             if _transient(exc):
-                raise DraftDeferred(f"{exc.status_code}: {_api_message(exc)}") from exc
+                why = (
+                    Deferral.SERVER_ERROR
+                    if exc.status_code not in (429, 529)
+                    else (Deferral.RATE_LIMITED)
+                )
+                raise DraftDeferred(f"{exc.status_code}: {_api_message(exc)}", why) from exc
             raise DraftRejected(f"{exc.status_code}: {_api_message(exc)}") from exc
         except anthropic.APIConnectionError as exc:
-            raise DraftDeferred(f"cannot reach the Messages API: {exc}") from exc
+            raise DraftDeferred(
+                f"cannot reach the Messages API: {exc}", Deferral.UNREACHABLE
+            ) from exc
         return parse(message)
 
     def check_model(self) -> None:

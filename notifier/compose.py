@@ -18,6 +18,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -62,9 +63,22 @@ class DraftRejected(NotifierError):
         self.usage = usage
 
 
+class Deferral(StrEnum):
+    """Why the API gave no draft through every retry, as an operator is told it."""
+
+    UNREACHABLE = "could not be reached (DNS, connection refused or reset, timeout)"
+    RATE_LIMITED = "kept answering 429 (rate-limited) or 529 (overloaded)"
+    SERVER_ERROR = "kept failing with a server error (5xx)"
+    INTERRUPTED = "was not asked: drafting was interrupted"
+
+
 class DraftDeferred(NotifierError):
-    """The API stayed busy (or unreachable) through every retry: the row stays undrafted,
-    and a later `resume` asks again."""
+    """The API gave no draft through every retry (`why`): the row stays undrafted, and a
+    later `resume` asks again."""
+
+    def __init__(self, message: str, why: Deferral) -> None:
+        super().__init__(message)
+        self.why = why
 
 
 class Drafts(Protocol):
@@ -217,6 +231,7 @@ class Progress:
     stopped: str | None = None  # why drafting stopped for every row
     interrupted: Interruption | None = None  # set: Ctrl-C or SIGTERM stopped drafting
     kept: int = 0  # answers that arrived after the interruption, stored all the same
+    deferred: Deferral | None = None  # why the last row left undrafted got no draft
 
 
 def draft_pending(
@@ -257,6 +272,7 @@ def draft_pending(
         storing.stopped,
         interrupted if storing.noticed else None,
         storing.kept,
+        storing.deferred,
     )
 
 
@@ -279,6 +295,7 @@ class _Storing:
         self.stopped: str | None = None
         self.noticed = False  # the interruption was seen: nothing new was asked after it
         self.kept = 0
+        self.deferred: Deferral | None = None
 
     def stop_new(self) -> None:
         """No new request and no retry; requests already sent go on to their answer."""
@@ -323,6 +340,7 @@ class _Storing:
             self.advance(1)
             return
         except DraftDeferred as exc:
+            self.deferred = exc.why
             if not self.noticed:
                 self.say(f"draft for item {row.item_id} not made yet: {exc}")
             return

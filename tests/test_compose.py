@@ -19,7 +19,7 @@ from notifier.batch import BatchRow
 from notifier.compose import ComposeStopped, Draft
 from notifier.intent import intent_digest
 
-from .conftest import Workspace, wait_for
+from .conftest import Workspace, free_port, wait_for
 from .fake_messages import FakeMessages, error, text_only_answer
 
 KEY = "sk-ant-test-0123456789"
@@ -338,3 +338,33 @@ def test_a_composed_row_has_the_identity_of_its_source_row(
         "user1@example.com", "user2@example.com", "user3@example.com"
     ]  # fmt: skip
     assert [r for (r,) in ws.query("SELECT run_id FROM runs")] == [first_run]
+
+
+@pytest.mark.parametrize(
+    ("answers", "said"),
+    [
+        (None, "could not be reached"),
+        ([(429, "rate_limit_error")], "kept answering 429 (rate-limited)"),
+        ([(500, "api_error")], "kept failing with a server error (5xx)"),
+    ],
+    ids=["unreachable", "rate-limited", "server-error"],
+)
+def test_drafting_that_gets_no_answer_says_why(
+    ws: Workspace,
+    fake: FakeMessages,
+    fast_waits: float,
+    monkeypatch: pytest.MonkeyPatch,
+    answers: list[tuple[int, str]] | None,
+    said: str,
+) -> None:
+    """When every retry of a row gets no draft, the run stops (exit 3, drafts kept) saying
+    what happened: the API unreachable (a closed port), rate-limited, or failing; never a
+    blanket "stayed busy"."""
+    if answers is None:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", f"http://127.0.0.1:{free_port()}")
+    else:
+        fake.per_row["u1"] = deque(error(code, kind, "no") for code, kind in answers * 20)
+    result = ws.invoke("send", str(batch(ws, 1)), "--compose", str(brief(ws)))
+    assert result.exit_code == 3, result.output
+    assert f"the Messages API {said}" in result.output
+    assert "stayed busy" not in result.output

@@ -131,8 +131,9 @@ def draft_run(env: Env, store: Store, run: Run) -> Run:
     if progress.stopped is not None:
         raise NeedsAttention(f"run {run.run_id}: {progress.stopped} ({done}.)")
     if progress.pending:
+        why = progress.deferred.value if progress.deferred else "gave no draft"
         raise NeedsAttention(
-            f"run {run.run_id}: the Messages API stayed busy ({done}); the drafts made are "
+            f"run {run.run_id}: the Messages API {why} ({done}); the drafts made are "
             f"stored. Run `notifier resume {run.run_id}` later to draft the rest.",
         )
     then = RunTrigger.REQUEST_APPROVAL if run.options.get("require_approval") else None
