@@ -368,3 +368,18 @@ def test_drafting_that_gets_no_answer_says_why(
     assert result.exit_code == 3, result.output
     assert f"the Messages API {said}" in result.output
     assert "stayed busy" not in result.output
+
+
+def test_compose_drafts_no_row_whose_recipient_is_suppressed(
+    ws: Workspace, fake: FakeMessages
+) -> None:
+    """A row whose recipient is on the suppression list is left out before drafting: no
+    token is spent on it, it is not sent, and the summary says so."""
+    assert ws.invoke("suppress", "add", "user2@example.com").exit_code == 0
+    result = ws.invoke("send", str(batch(ws, 3)), "--compose", str(brief(ws)))
+    assert result.exit_code == 0, result.output
+    assert sorted(fake.rows_requested()) == ["u1", "u3"]
+    assert "1 row(s) left out: their recipient is on the suppression list" in result.output
+    assert sorted(d["to"] for d in ws.outbox_documents()) == [
+        "user1@example.com", "user3@example.com"
+    ]  # fmt: skip

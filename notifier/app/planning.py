@@ -23,6 +23,7 @@ from ..schedule import Schedule, schedule_stream
 from ..state_machine import RunState, RunTrigger
 from ..store import NoDatabase, PlanRefused, PlanStage, Prior, RunExists, Store
 from ..store.history import ABANDONED, CHANGED, DELIVERED, OPEN, RETRIED, UNSETTLED
+from ..suppression import address_key
 from ..template import Template, render_stream
 
 
@@ -308,32 +309,42 @@ def prior_summary(prior: Prior) -> list[str]:
     return lines
 
 
-def compare_composed(
-    env: Env, rows: list[BatchRow], batch: Path, run_id: str
-) -> tuple[list[BatchRow], Prior]:
-    """The rows of a `send --compose` left to draft once compared with every earlier run,
-    by their identities as rows of the file (a drafted text is not part of a row's
-    identity), before a token is spent: BadInput (exit 2) when a row is open in an
-    unfinished run or unsettled in a finished one; rows delivered (or abandoned) before
-    are left out."""
+@dataclass(frozen=True)
+class Composing:
+    """The rows of a `send --compose` left to draft, and why the others were left out."""
+
+    rows: list[BatchRow]
+    prior: Prior
+    suppressed: int = 0  # rows whose recipient is on the suppression list
+
+
+def compare_composed(env: Env, rows: list[BatchRow], batch: Path, run_id: str) -> Composing:
+    """The rows of a `send --compose` left to draft, before a token is spent: compared
+    with every earlier run by their identities as rows of the file (a drafted text is not
+    part of a row's identity), BadInput (exit 2) when a row is open in an unfinished run or
+    unsettled in a finished one; rows delivered (or abandoned) before are left out, and so
+    are rows whose recipient is suppressed (drafting them would be paid for, never sent)."""
     if not env.may_hold_runs():
-        return rows, Prior(len(rows))
+        return Composing(rows, Prior(len(rows)))
     plan = make_plan(rows, env.config, run_id)
     try:
         try:
             store = open_store(env, readonly=True)
         except NoDatabase:
-            return rows, Prior(len(rows))
+            return Composing(rows, Prior(len(rows)))
         try:
             prior, left_out = store.history.compare_composed(plan.items)
             if prior.refused(resend_changed=False):
                 raise BadInput(refusal_message(batch, prior, _open_run_holder(store, prior)))
+            suppressed = {s.address for s in store.suppressions.suppressions()}
         finally:
             store.close()
     finally:
         plan.close()
     dropped = set(left_out)
-    return [row for row in rows if row.seq not in dropped], prior
+    kept = [row for row in rows if row.seq not in dropped]
+    drafted = [row for row in kept if address_key(row.to) not in suppressed]
+    return Composing(drafted, prior, len(kept) - len(drafted))
 
 
 def store_drafting_run(

@@ -447,11 +447,17 @@ def _send_compose(
     if env.config.approval_required({row.channel for row in rows}):
         options["require_approval"] = True  # the policy of notifier.toml, kept with the run
     new_id = run_id or new_run_id()
-    rows, prior = app.compare_composed(env, rows, batch, new_id)  # before a token is spent
-    for line in app.prior_summary(prior):
+    composing = app.compare_composed(env, rows, batch, new_id)  # before a token is spent
+    for line in app.prior_summary(composing.prior):
         click.echo(line)
+    if composing.suppressed:
+        click.echo(
+            f"{composing.suppressed} row(s) left out: their recipient is on the suppression "
+            "list, so they are neither drafted nor sent (`notifier suppress list`)."
+        )
+    rows = composing.rows
     if not rows:
-        click.echo(f"nothing to send: every row of {batch} was already delivered.")
+        click.echo(f"nothing to send: no row of {batch} is left to draft.")
         return
     if "require_approval" not in options:
         app.check_channels(env, {row.channel for row in rows})
