@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import bisect
 import csv
-import re
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,6 +18,7 @@ from typing import NamedTuple, Protocol
 from . import clock
 from .channels import target_problem
 from .errors import BadInput
+from .text_rules import CONTROL, MAX_FIELD_CHARS, text_problems
 from .unsubscribe import COLUMNS as UNSUBSCRIBE_COLUMNS
 from .unsubscribe import row_unsubscribe
 
@@ -29,14 +29,6 @@ MAX_REPORTED = 20
 MAX_KEPT = 1000
 # Rows whose ids are checked for duplicates at once (one query per chunk, not per row).
 ID_CHUNK = 5000
-# The longest field accepted, in characters. The csv module's default (131072) rejects an
-# ordinary long HTML body; a few MiB still stops a runaway unclosed quote from swallowing the
-# rest of a large file as one field.
-MAX_FIELD_CHARS = 4 * 1024 * 1024
-# Header-injection guard: a recipient or subject that carries a line break (or any other
-# control character) could smuggle extra headers into an e-mail or a webhook log line.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-CONTROL = _CONTROL  # templates and drafts check what they produce with the same rule
 
 
 class BatchRow(NamedTuple):
@@ -446,14 +438,9 @@ def _check_row(
     subject = _cell(record, layout.subject)
     if not to:
         problems.append(Problem(line, "empty `to`: every row needs a recipient"))
-    elif _CONTROL.search(to):
+    elif CONTROL.search(to):
         problems.append(Problem(line, "`to` contains a line break or control character: remove it"))
-    if _CONTROL.search(subject):
-        problems.append(
-            Problem(
-                line, "`subject` contains a line break or control character: keep it on one line"
-            )
-        )
+    problems.extend(Problem(line, p) for p in text_problems(subject, _cell(record, layout.body)))
     item_id = str(seq)
     if layout.id is not None:
         item_id = record[layout.id].strip()

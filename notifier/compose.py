@@ -22,7 +22,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
 
-from .batch import CONTROL, MAX_FIELD_CHARS, BatchRow
+from .batch import BatchRow
 from .config import Config
 from .errors import BadInput, NeedsAttention, NotifierError
 from .intent import canonical_json
@@ -32,15 +32,11 @@ from .signals import Interruption
 from .state_machine import RunTrigger
 from .store import Store
 from .template import Template, from_sources, render_row, render_rows
+from .text_rules import text_problems
 
 KEY_ENV = "ANTHROPIC_API_KEY"
 CONCURRENCY = 4  # requests in flight at once while drafting
 DRY_RUN_ROWS = 3
-# Drafted text is held to the CSV's rules: a subject is one header line (RFC 5322 folds
-# nothing longer than 998 characters), a body no longer than a CSV field may be.
-MAX_SUBJECT_CHARS = 998
-MAX_BODY_CHARS = MAX_FIELD_CHARS
-_BODY_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # newline and tab are text
 # The row's fields besides its data columns, as the model may see them (`to` only if named).
 ROW_FIELDS = ("id", "to", "subject", "body", "not_after")
 
@@ -189,35 +185,17 @@ def parse_columns(
 
 
 def check_draft_text(subject: str, body: str) -> tuple[str, str]:
-    """Drafted text under the rules CSV text is held to (DraftRejected saying which broke):
-    a subject of one line (line breaks folded) without control characters, a body without
-    control characters but newline and tab, neither empty nor too long."""
+    """Drafted text under the rules every notification's text is held to (text_rules;
+    DraftRejected saying which broke), a subject's line breaks folded first, and neither
+    empty."""
     subject = " ".join(re.split(r"[ \t\r\n]+", subject.strip()))
     body = body.replace("\r\n", "\n")
     if not subject or not body.strip():
         raise DraftRejected("malformed answer: the subject or the body is empty")
-    if CONTROL.search(subject):
-        raise DraftRejected(
-            f"the drafted subject contains a control character ({_first(CONTROL, subject)}), "
-            "which a CSV subject may not"
-        )
-    if _BODY_CONTROL.search(body):
-        raise DraftRejected(
-            f"the drafted body contains a control character ({_first(_BODY_CONTROL, body)}); "
-            "only newline and tab are allowed"
-        )
-    if len(subject) > MAX_SUBJECT_CHARS:
-        raise DraftRejected(
-            f"the drafted subject is {len(subject)} characters, over {MAX_SUBJECT_CHARS}"
-        )
-    if len(body) > MAX_BODY_CHARS:
-        raise DraftRejected(f"the drafted body is {len(body)} characters, over {MAX_BODY_CHARS}")
+    problems = text_problems(subject, body)
+    if problems:
+        raise DraftRejected("; ".join(f"drafted: {p}" for p in problems))
     return subject, body
-
-
-def _first(pattern: re.Pattern[str], text: str) -> str:
-    found = pattern.search(text)
-    return f"U+{ord(found.group()):04X}" if found else "?"
 
 
 # ---------------------------------------------------------------------- drafting a run

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .batch import CONTROL, BatchError, BatchRow, Problem, Problems
+from .batch import BatchError, BatchRow, Problem, Problems
 from .errors import BadInput
+from .text_rules import text_problems
 
 if TYPE_CHECKING:
     import jinja2
@@ -119,8 +120,9 @@ def render_row(
         return Problem(row.line, f"template failed to render: {exc}")
     except Exception as exc:  # a filter given a value it cannot take, e.g. int("x")
         return Problem(row.line, f"template failed to render: {type(exc).__name__}: {exc}")
-    if CONTROL.search(subject):
-        return Problem(row.line, "the rendered subject contains a line break or control character")
+    problems = text_problems(subject, body)
+    if problems:
+        return Problem(row.line, "; ".join(f"rendered: {p}" for p in problems))
     return row._replace(subject=subject, body=body)
 
 

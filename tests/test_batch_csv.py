@@ -123,12 +123,14 @@ CELL = st.text(
     max_size=30,
 )
 ONE_LINE = CELL.map(lambda s: "".join(c for c in s if c >= " " and c != "\x7f"))
+# A body may hold tabs and line breaks, no other control character (text_rules.py).
+BODY = CELL.map(lambda s: "".join(c for c in s if (c >= " " and c != "\x7f") or c in "\t\n"))
 
 
 @settings(max_examples=150, deadline=None)
 @given(
     rows=st.lists(
-        st.tuples(ONE_LINE.filter(lambda s: s.strip() != ""), ONE_LINE, CELL, CELL),
+        st.tuples(ONE_LINE.filter(lambda s: s.strip() != ""), ONE_LINE, BODY, CELL),
         min_size=1,
         max_size=15,
     ),
@@ -233,3 +235,39 @@ def test_identical_rows_without_ids_are_refused_naming_both_lines(ws: Workspace)
     sent = ws.invoke("send", "same.csv", "--allow-duplicates")
     assert sent.exit_code == 0, sent.output
     assert "6 sent" in sent.output
+
+
+@pytest.mark.parametrize(
+    ("subject", "body", "said"),
+    [
+        ("Hi", "line one\x00 NUL", "the body contains a control character (U+0000)"),
+        ("Hi", "an \x1b[31mESC\x1b[0m", "the body contains a control character (U+001B)"),
+        ("x" * 1200, "fine", "the subject is 1200 characters, over 998"),
+        ("Bell\x07", "fine", "the subject contains a control character (U+0007)"),
+    ],
+    ids=["nul", "esc", "long-subject", "bell"],
+)
+def test_text_breaking_the_content_rules_is_refused_at_plan_time(
+    ws: Workspace, subject: str, body: str, said: str
+) -> None:
+    """The CSV's own text is held to the rules drafted and rendered text is held to (one
+    set, text_rules.py): a body with NUL or ESC, or a subject over 998 characters, refuses
+    the file (exit 2, its line named), where it was sent raw; tabs and line breaks in a
+    body are text."""
+    ws.write_csv("b.csv", [["to", "subject", "body"], ["ada@example.com", subject, body],
+                           ["bob@example.com", "Fine", "two\tcolumns\r\nand lines"]])  # fmt: skip
+    result = ws.invoke("send", "b.csv")
+    assert result.exit_code == 2, result.output
+    assert f"line 2: {said}" in result.output
+    assert "line 3" not in result.output
+    assert not ws.db_file.exists()
+
+
+def test_a_template_rendering_a_control_character_is_refused(ws: Workspace) -> None:
+    """A template's output is held to the same rules: an ESC rendered into the body is a
+    problem of the row's line (exit 2), never sent."""
+    (ws.path / "t.toml").write_text('subject = "Hi {{ name }}"\nbody = "x{{ code }}y"\n')
+    ws.write_csv("b.csv", [["to", "name", "code"], ["ada@example.com", "Ada", "\x1b[1m"]])
+    result = ws.invoke("send", "b.csv", "--template", "t.toml")
+    assert result.exit_code == 2, result.output
+    assert "line 2: rendered: the body contains a control character (U+001B)" in result.output
