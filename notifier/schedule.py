@@ -1,6 +1,7 @@
-"""When each row of a batch may be sent, worked out at plan time (issue 23).
+"""When each row of a batch may be sent, worked out at plan time.
 
-A row's earliest send time is the latest of `send --not-before`, its own `not_before` column
+A row's earliest send time is the latest of `send --not-before` (without a zone: on the
+wall clock of the row's `tz`, else `send --tz`), its own `not_before` column
 and the moment it is planned, moved on to the next opening of its window: `send --window`,
 else its channel's `window` option, on the wall clock of its `tz` column, else `send --tz`,
 else UTC. The item stores that instant (`not_before`) and the window and zone it came from,
@@ -36,10 +37,12 @@ DATETIME_EXAMPLE = "2026-12-01T09:00:00+01:00 (or 2026-12-01T09:00:00 in the row
 class Schedule:
     """The run's options for when rows go out, and the rows found unable to go out in time."""
 
-    not_before: datetime | None = None  # send --not-before
+    not_before: datetime | None = None  # send --not-before, in --tz when it has no zone
     tz: str = "UTC"  # send --tz: the zone of rows without a `tz` column
     window: Window | None = None  # send --window, over every channel's own
     channel_windows: Mapping[str, Window] = field(default_factory=dict)
+    # --not-before as written when it names no zone: read in each row's own zone.
+    not_before_local: str | None = None
     now: datetime = field(default_factory=clock.now)
     late: list[int] = field(default_factory=list)  # lines whose window opens after not_after
 
@@ -69,6 +72,7 @@ def from_options(
             ) from None
         zone_name = tz
     start = None
+    local = None
     if not_before is not None:
         try:
             start = parse_moment(not_before, zone_name)
@@ -76,6 +80,8 @@ def from_options(
             raise BadInput(
                 f"--not-before {exc}: use ISO 8601, e.g. --not-before {DATETIME_EXAMPLE}."
             ) from None
+        if datetime.fromisoformat(not_before.strip()).tzinfo is None:
+            local = not_before
     run_window = None
     if window is not None:
         try:
@@ -86,7 +92,7 @@ def from_options(
             ) from None
     # Channel windows were validated with the configuration (channels/options.WINDOW).
     own = {name: parse_window(str(d["window"])) for name, d in channels.items() if d.get("window")}
-    return Schedule(start, zone_name, run_window, own)
+    return Schedule(start, zone_name, run_window, own, not_before_local=local)
 
 
 def parse_moment(text: str, tz_name: str) -> datetime:
@@ -120,6 +126,9 @@ def schedule_stream(
             problems.append(Problem(row.line, f"`tz` {exc}"))
             continue
         start = schedule.not_before
+        if schedule.not_before_local is not None and tz_name != schedule.tz:
+            # A --not-before without a zone is a wall-clock time in each row's own zone.
+            start = parse_moment(schedule.not_before_local, tz_name)
         if cells.get("not_before"):
             try:
                 own = parse_moment(cells["not_before"], tz_name)

@@ -10,6 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from notifier.batch import BatchRow, Problems
+from notifier.schedule import from_options, schedule_stream
 from notifier.windows import DAYS, is_open, next_open, parse_window, zone
 
 ZONES = [
@@ -123,3 +125,27 @@ def test_bad_zones_are_refused() -> None:
         with pytest.raises(ValueError):
             zone(name)
     assert zone("Europe/Paris") == ZoneInfo("Europe/Paris")
+
+
+def test_a_not_before_without_a_zone_is_read_in_each_rows_own_zone() -> None:
+    """`--not-before 2030-12-24T09:00` (no zone) is 09:00 on each row's wall clock: its
+    `tz` column first, else `--tz`; one with an offset is the same instant for every row."""
+    rows = [
+        BatchRow(line=n + 2, seq=n + 1, item_id=str(n + 1), to=f"u{n}@example.com",
+                 subject="s", body="b", channel="outbox", data=data)
+        for n, data in enumerate(
+            [{"tz": "Europe/Paris"}, {"tz": "America/New_York"}, {"tz": ""}]
+        )
+    ]  # fmt: skip
+    local = from_options("2030-12-24T09:00", "Asia/Tokyo", None, {})
+    problems = Problems()
+    starts = [row.not_before for row in schedule_stream(rows, local, problems)]
+    assert not problems
+    assert starts == [
+        "2030-12-24T08:00:00.000000+00:00",  # 09:00 in Paris
+        "2030-12-24T14:00:00.000000+00:00",  # 09:00 in New York
+        "2030-12-24T00:00:00.000000+00:00",  # no tz column: 09:00 in --tz Tokyo
+    ]
+    fixed = from_options("2030-12-24T09:00+00:00", "Asia/Tokyo", None, {})
+    same = [row.not_before for row in schedule_stream(rows, fixed, Problems())]
+    assert same == ["2030-12-24T09:00:00.000000+00:00"] * 3
