@@ -73,33 +73,51 @@ def test_unknown_newer_migration_is_refused_untouched(ws: Workspace) -> None:
     assert tables(ws) == before
 
 
-def test_unreachable_server_exits_2_without_the_password(
+def test_unreachable_server_exits_2_naming_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A closed port on 127.0.0.1: exit 2, one paragraph naming the server and the fix, and
-    the password given in the URL appears nowhere in the output."""
+    """A closed port on 127.0.0.1: exit 2, one paragraph naming the server and the fix."""
     monkeypatch.chdir(tmp_path)
-    url = f"postgresql://notifier:{SECRET}@127.0.0.1:{free_port()}/receipts"
+    url = f"postgresql://notifier@127.0.0.1:{free_port()}/receipts"
     for args in (["status"], ["send", str(EXAMPLE)]):
         result = CliRunner().invoke(cli, ["--db", url, *args], catch_exceptions=False)
         assert result.exit_code == 2, (args, result.output)
         assert "cannot connect to PostgreSQL" in result.output
         assert f"127.0.0.1:{urlsplit(url).port}/receipts" in result.output
-        assert SECRET not in result.output
         assert_one_clear_paragraph(result.output)
 
 
+@pytest.mark.parametrize("where", ["netloc", "query"])
+def test_a_password_in_the_url_is_refused_without_showing_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """Secrets come from the environment only: a URL with a password (user:pw@, or a
+    password= parameter) is refused with exit 2, naming PGPASSWORD and ~/.pgpass, the
+    password itself nowhere in the output, and nothing is opened or created."""
+    monkeypatch.chdir(tmp_path)
+    port = free_port()
+    url = (
+        f"postgresql://notifier:{SECRET}@127.0.0.1:{port}/receipts"
+        if where == "netloc"
+        else f"postgresql://notifier@127.0.0.1:{port}/receipts?password={SECRET}"
+    )
+    for args in (["status"], ["send", str(EXAMPLE)]):
+        result = CliRunner().invoke(cli, ["--db", url, *args], catch_exceptions=False)
+        assert result.exit_code == 2, (args, result.output)
+        assert "PGPASSWORD" in result.output and ".pgpass" in result.output
+        assert SECRET not in result.output
+    assert list(tmp_path.iterdir()) == []
+
+
 @on_postgres
-def test_wrong_database_name_exits_2_without_the_password(ws: Workspace) -> None:
-    """A database that does not exist on a live server: exit 2, naming it, no password shown
-    (given both in the URL and as a password parameter)."""
+def test_wrong_database_name_exits_2_naming_it(ws: Workspace) -> None:
+    """A database that does not exist on a live server: exit 2, naming it."""
     parts = urlsplit(ws.url)
-    netloc = f"{parts.username or 'postgres'}:{SECRET}@{parts.hostname}:{parts.port or 5432}"
-    url = urlunsplit((parts.scheme, netloc, "/no_such_notifier_db", f"password={SECRET}", ""))
+    netloc = f"{parts.username or 'postgres'}@{parts.hostname}:{parts.port or 5432}"
+    url = urlunsplit((parts.scheme, netloc, "/no_such_notifier_db", "", ""))
     result = ws.run("--db", url, "status")  # the later --db wins over the workspace's
     assert result.returncode == 2, result.stdout + result.stderr
     assert "no_such_notifier_db" in result.stderr and "cannot connect" in result.stderr
-    assert SECRET not in result.stdout + result.stderr
     assert_one_clear_paragraph(result.stderr)
 
 
@@ -179,14 +197,13 @@ def test_postgres_schema_mirrors_the_sqlite_schema(ws: Workspace, tmp_path: Path
 
 @on_postgres
 def test_secrets_never_reach_the_database(ws: Workspace) -> None:
-    """A signed webhook run, its secret from the environment and a password in the --db URL:
-    neither appears in any cell of any table, nor in what the commands print."""
+    """A signed webhook run, its secret and the database password (PGPASSWORD) from the
+    environment: neither appears in any cell of any table, nor in what the commands print."""
     parts = urlsplit(ws.url)
     if parts.password:
         pytest.skip("NOTIFIER_TEST_POSTGRES carries a password already; cannot add another")
-    with_password = ws.url.replace("@", f":{SECRET}@", 1)
     try:
-        psycopg.connect(with_password, connect_timeout=10).close()
+        psycopg.connect(ws.url, password=SECRET, connect_timeout=10).close()
     except psycopg.OperationalError as exc:
         pytest.skip(f"the test server checks passwords (not trust auth): {exc}")
     with Sandbox() as sandbox:
@@ -195,10 +212,10 @@ def test_secrets_never_reach_the_database(ws: Workspace) -> None:
             'secret_env = "HOOKS_SECRET"\n'
         )
         ws.write_csv("batch.csv", make_rows(3))
-        env = {"HOOKS_SECRET": "whsec_" + "TWZLUTlyOEdLWXFyVHdqVVBEOElMUFpJ"}
+        env = {"HOOKS_SECRET": "whsec_" + "TWZLUTlyOEdLWXFyVHdqVVBEOElMUFpJ", "PGPASSWORD": SECRET}
         printed = ""
         for args in (["send", "batch.csv", "--channel", "hooks"], ["status"], ["report"]):
-            result = ws.run("--db", with_password, *args, env=env)
+            result = ws.run(*args, env=env)
             assert result.returncode == 0, result.stdout + result.stderr
             printed += result.stdout + result.stderr
         assert sandbox.stats()["totals"]["commits"] == 3

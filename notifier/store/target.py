@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol
+from urllib.parse import parse_qs, urlsplit
 
 from ..errors import BadInput
 
@@ -45,6 +46,15 @@ def parse(db: str | Path) -> Target:
     """The target --db (or NOTIFIER_DB) names: a postgresql:// URL, else an SQLite file.
     NotADatabasePath for a directory."""
     if isinstance(db, str) and db.startswith(SCHEMES):
+        parts = urlsplit(db)
+        if parts.password is not None or "password" in parse_qs(parts.query):
+            # Secrets come from the environment only: a URL lands in shell history, process
+            # lists and logs. Named without the URL itself, which holds the password.
+            raise NotADatabasePath(
+                "the postgresql:// URL holds a password, which notifier never reads from a "
+                "URL (it would sit in shell history and process lists). Drop it from the URL "
+                "and set PGPASSWORD, or add it to ~/.pgpass; nothing was opened."
+            )
         return PostgresUrl(db)
     path = Path(db)
     if path.is_dir():
