@@ -118,6 +118,15 @@ CASES = {
         ItemTrigger.ACK,
         history=History((_attempt(1, "uncertain"), _attempt(2, None))),
     ),
+    # Earlier claims whose requests never left (released; past not_after at the claim)
+    # cannot have reached the downstream: a replay is not ours.
+    "replay-after-claims-that-never-left": Case(
+        _item(2),
+        AfterSend(Receipt("r1", DIGEST, replayed=True)),
+        DEDUPES,
+        ItemTrigger.CONFLICT,
+        history=History((_attempt(1, "not_started"), _attempt(2, "expired"), _attempt(3, None))),
+    ),
     "unreachable": Case(
         _item(),
         AfterSend(_err(ErrorKind.NOT_SENT, unreachable=True)),
