@@ -192,11 +192,17 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
+class _Server(ThreadingHTTPServer):
+    # A listen backlog for every sender connecting at once (the default, 5, drops the
+    # SYNs past it: those requests then leave a second later, the kernel's retry).
+    request_queue_size = 128
+
+
 @contextmanager
 def receiving(receiver: Receiver, port: int = 0) -> Iterator[Receiver]:
     """`receiver` serving on `port` (default: a free one) of 127.0.0.1 until the block ends."""
     handler = type("Handler", (_Handler,), {"receiver": receiver})
-    server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+    server = _Server(("127.0.0.1", port), handler)
     server.daemon_threads = True
     receiver.url = f"http://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})

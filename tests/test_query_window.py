@@ -1,7 +1,7 @@
 """A 404 from a status query proves "not sent" only once `timeout + query_delay` has passed
 since the request LEFT, whatever ended the attempt: a gateway's 504 at once, or a reset at
 once, ends it early while the receiver behind may still commit the request. Through the real
-CLI against tests/receiver.py on 127.0.0.1 answering early and committing 1.5 s after each
+CLI against tests/receiver.py on 127.0.0.1 answering early and committing 1.2 s after each
 request arrived (timeout 2, query_delay 0.5: within the window), at N = 1 and N = 8 (a
 `status_url` webhook claims items ahead), on both stores, live and after a kill -9."""
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.both_stores
 
 TIMEOUT_S = 2
 QUERY_DELAY_S = 0.5
-COMMIT_AFTER_S = 1.5  # after the early answer and the first query: within the window
+COMMIT_AFTER_S = 1.2  # after the early answer and the first queries: within the window
 EARLY = pytest.mark.parametrize("early", ["504", "reset"])
 CONCURRENCY = pytest.mark.parametrize("n", [1, 8])
 
