@@ -82,6 +82,37 @@ def test_an_early_answer_and_a_late_commit_is_delivered_once_and_reported_sent(
 @EARLY
 @CONCURRENCY
 @pytest.mark.timeout(90)
+def test_a_cancel_after_a_kill_never_reports_a_held_item_as_never_delivered(
+    ws: Workspace, early: str, n: int
+) -> None:
+    """Killed right after the first early answer was recorded, then cancelled: `cancel`
+    takes no 404 inside an item's window as proof, so every item the receiver holds (or
+    will hold) ends `sent` or `unknown` (exit 3, settle by hand), never `pending` (not
+    delivered) in the cancelled run."""
+    receiver = Receiver(early=early, commit_after_s=COMMIT_AFTER_S)
+    rows = _rows(n)
+    with receiving(receiver):
+        _configure(ws, receiver)
+        ws.write_csv("batch.csv", make_rows(rows))
+        crashed = ws.run(
+            "send", "batch.csv", "--channel", "hooks", "--concurrency", str(n),
+            env={"NOTIFIER_CRASH_AT": "after-receipt:1"},
+        )  # fmt: skip
+        assert crashed.returncode == 137, crashed.stdout + crashed.stderr
+        cancelled = ws.run("cancel", "--report", "--format", "json")
+        receiver.wait_for(lambda r: sum(r.commits.values()) >= len(r.arrivals))
+        held = {a.item_id for a in receiver.arrivals}
+    assert cancelled.returncode in (0, 3), cancelled.stdout + cancelled.stderr
+    report = json.loads(cancelled.stdout)
+    assert report["state"] == "cancelled"
+    ends = {row["id"]: row["state"] for row in report["items"] if row["id"] in held}
+    assert set(ends.values()) <= {"sent", "unknown"}, ends
+    assert len(ends) == len(held)
+
+
+@EARLY
+@CONCURRENCY
+@pytest.mark.timeout(90)
 def test_a_resume_after_a_kill_waits_the_window_from_when_the_request_left(
     ws: Workspace, early: str, n: int
 ) -> None:
