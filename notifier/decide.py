@@ -31,6 +31,7 @@ from .evidence import (
     Settling,
     Unasked,
     not_found_counts_from,
+    request_window,
 )
 from .records import Item, Outcome
 from .retry import Action, RetryPolicy
@@ -53,6 +54,7 @@ __all__ = [
     "acknowledged",
     "decide",
     "not_found_counts_from",
+    "request_window",
 ]
 
 
@@ -137,7 +139,9 @@ def _after_send(
     if verdict.action in (Action.QUERY, Action.EXHAUSTED) and caps.queryable:
         if sent.finding is None:
             return Decision(None, ask=True, gate_s=gate)
-        by_query = _by_query(item, error, sent.finding, closed, caps, policy, history, now)
+        by_query = _by_query(
+            item, error, sent.finding, closed, caps, policy, history, now, sent.started
+        )
         return replace(by_query, gate_s=gate)
     if verdict.action is Action.CONFLICT:
         conflict = replace(closed, trigger=ItemTrigger.CONFLICT, error=f"conflict: {message}")
@@ -198,6 +202,19 @@ def acknowledged(item: Item, receipt: Receipt) -> Outcome:
     )
 
 
+def _after_send_window(
+    caps: Caps, started: datetime | None, history: History, now: datetime
+) -> datetime | None:
+    """From when a 404 counts after an answer that came at `now` to a request that left at
+    `started`: its own window (`request_window`), and that of every earlier attempt closed
+    (the open attempt in `history` is this one)."""
+    earlier = [a for a in history.attempts if a.finished_at is not None]
+    bounds = [not_found_counts_from(caps, earlier, now)]
+    if caps.query_delay_s + caps.timeout_s > 0:
+        bounds.append(request_window(caps, started, now))
+    return max((b for b in bounds if b is not None), default=None)
+
+
 def _by_query(
     item: Item,
     error: ChannelError,
@@ -207,11 +224,15 @@ def _by_query(
     policy: RetryPolicy,
     history: History,
     now: datetime,
+    started: datetime | None,
 ) -> Decision:
     """A maybe-delivered item on a channel that can be asked: what its query found (or, not
     asked, unknown, to be asked about by whoever settles the run next)."""
+    # From when a 404 counts: the window of this attempt's request (from when it left,
+    # whatever ended it) and of every earlier one that may have reached the receiver.
+    since = _after_send_window(caps, started, history, now)
     if isinstance(finding, Unasked):
-        again = clock.iso(clock.later(caps.query_delay_s, now))
+        again = clock.iso(since or now)
         return Decision(
             replace(
                 closed,
@@ -232,15 +253,17 @@ def _by_query(
         return Decision(found)
     if finding.finding is Finding.CONFLICT:
         return Decision(replace(closed, trigger=ItemTrigger.CONFLICT, error=f"conflict: {message}"))
-    if finding.finding is Finding.NOT_FOUND and caps.query_delay_s > 0:
+    if finding.finding is Finding.NOT_FOUND and since is not None and now < since:
         # Too early for a 404 to prove anything: the receiver may still be committing the
-        # request that timed out. The item waits, unknown, and is asked about again.
-        again = clock.iso(clock.later(caps.query_delay_s, now))
+        # request (a 504 or a reset can come at once while it does). The item waits,
+        # unknown, and is asked about again once the window has passed.
+        again = clock.iso(since)
         return Decision(
             replace(
                 closed,
                 trigger=ItemTrigger.LOSE,
-                error=f"{message}; not found yet, asking again at {again} (query_delay)",
+                error=f"{message}; not found yet, asking again at {again} (timeout + "
+                "query_delay after the request left)",
                 next_attempt_at=again,
             )
         )

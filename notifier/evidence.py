@@ -13,9 +13,12 @@ from . import clock
 from .channels import Channel, ChannelError, ErrorKind, Receipt
 from .records import Attempt, Item, Outcome
 
+# Attempt outcomes of a claim whose request never left: released before it started, or
+# past its not_after before its turn (deadlines.split_stale).
+NEVER_LEFT = frozenset({"not_started", "expired"})
 # Attempt outcomes that prove the request never reached the downstream (or was seen and
 # refused unprocessed, 429/503); any other earlier attempt may have delivered.
-NEVER_REACHED = frozenset({ErrorKind.NOT_SENT.value, ErrorKind.THROTTLED.value, "not_started"})
+NEVER_REACHED = NEVER_LEFT | {ErrorKind.NOT_SENT.value, ErrorKind.THROTTLED.value}
 
 
 @dataclass(frozen=True)
@@ -86,7 +89,7 @@ class History:
 
     def elapsed_s(self, item: Item, now: datetime) -> float:
         """Since the first attempt that started (the policy's deadline counts from it)."""
-        started = [a for a in self.attempts if a.outcome != "not_started"]
+        started = [a for a in self.attempts if a.outcome not in NEVER_LEFT]
         if item.attempts <= 1 or not started:
             return 0.0
         return (now - clock.parse(started[0].started_at)).total_seconds()
@@ -117,25 +120,49 @@ class History:
         return self.attempts[-1] if self.attempts else None
 
 
-def not_found_counts_from(caps: Caps, attempt: Attempt | None, now: datetime) -> datetime | None:
-    """The moment from which a 404 for `attempt` proves "not sent": the end of its request
-    plus query_delay. An attempt left open by a process that is gone has no known start: its
-    `started_at` is when it was claimed, and an item claimed ahead may have waited in the
-    queue for seconds before its request left, as late as the moment the holder was found
-    gone (`now`: whoever settles it took the run over first). So its request may run until
-    `now` plus the timeout. An attempt closed as `interrupted` was closed at that moment.
-    A channel that dedupes by key waits too: a 404 taken as proof can end the item as never
-    delivered (failed, expired, pending in a cancelled run), and sending the file again then
-    plans it under a new key."""
-    if attempt is None or caps.query_delay_s + caps.timeout_s <= 0:
-        return None  # the write is atomic (the outbox)
-    if attempt.finished_at is None:
-        ended = clock.later(caps.timeout_s, now)
-    elif attempt.outcome == "interrupted":
-        ended = clock.later(caps.timeout_s, clock.parse(attempt.finished_at))
-    else:
-        ended = clock.parse(attempt.finished_at)
-    return clock.later(caps.query_delay_s, ended)
+def request_window(caps: Caps, started: datetime | None, ended: datetime) -> datetime:
+    """Until when the receiver may still commit a request that left at `started` and ended
+    at `ended` (docs/design.md section 2: a receiver that has not committed a request
+    `timeout + query_delay` after it LEFT never will). Counted from the start, whatever
+    ended the attempt: a gateway's 504 or a reset can end it at once while the receiver
+    behind still commits it; and never before `ended + query_delay`. A start not known
+    (None) is taken as `ended`, the latest it can have been."""
+    window = caps.timeout_s + caps.query_delay_s
+    return max(
+        clock.later(window, started if started is not None else ended),
+        clock.later(caps.query_delay_s, ended),
+    )
+
+
+def not_found_counts_from(
+    caps: Caps, attempts: Sequence[Attempt], now: datetime
+) -> datetime | None:
+    """The moment from which a 404 proves "not sent": the latest moment until which the
+    receiver may still commit a request of any of `attempts` (the item's, oldest first)
+    that may have reached it (`request_window`: from each request's recorded start, the
+    moment it left). An attempt left open by a process that is gone has no known start:
+    its `started_at` is when it was claimed, and an item claimed ahead may have waited in
+    the queue for seconds before its request left, as late as the moment the holder was
+    found gone (`now`: whoever settles it took the run over first). So its request may
+    run until `now` plus the timeout. An attempt closed as `interrupted` was closed at that
+    moment. A channel that dedupes by key waits too: a 404 taken as proof can end the item
+    as never delivered (failed, expired, pending in a cancelled run), and sending the file
+    again then plans it under a new key. None: a 404 is proof at once (no attempt may have
+    reached the receiver, or its write is atomic: the outbox)."""
+    if caps.query_delay_s + caps.timeout_s <= 0:
+        return None
+    bounds = []
+    for attempt in attempts:
+        if attempt.outcome in NEVER_REACHED:
+            continue
+        if attempt.finished_at is None:
+            bounds.append(request_window(caps, None, now))
+        elif attempt.outcome == "interrupted":
+            bounds.append(request_window(caps, None, clock.parse(attempt.finished_at)))
+        else:
+            started = clock.parse(attempt.started_at)
+            bounds.append(request_window(caps, started, clock.parse(attempt.finished_at)))
+    return max(bounds, default=None)
 
 
 class Moment(StrEnum):
@@ -149,10 +176,11 @@ class Moment(StrEnum):
 @dataclass(frozen=True)
 class AfterSend:
     """A send's result and, where the decision asked for one, its status query's answer
-    (None: not asked yet; Unasked: the run was stopping)."""
+    (None: not asked yet; Unasked: the run was stopping), and when its request left."""
 
     result: Sent
     finding: Answer | Unasked | None = None
+    started: datetime | None = None  # when its request left (None: not known)
 
 
 @dataclass(frozen=True)

@@ -116,11 +116,12 @@ class Judge:
         at: datetime,
         mono: float,
         finding: Answer | Unasked | None = None,
+        started: datetime | None = None,
     ) -> Outcome:
         """`judge`, but an unexpected exception (a bug) costs only this item's certainty:
         never the window's other outcomes, never a receipt in hand."""
         try:
-            return self.judge(item, result, at, mono, finding)
+            return self.judge(item, result, at, mono, finding, started)
         except Exception as exc:
             problem = f"unexpected {type(exc).__name__} while judging the answer: {exc}"
         if isinstance(result, NotStarted):
@@ -133,7 +134,7 @@ class Judge:
         # left unknown).
         uncertain = ChannelError(ErrorKind.UNCERTAIN, f"{result}; {problem}")
         try:
-            return self.judge(item, uncertain, at, mono, finding or Unasked())
+            return self.judge(item, uncertain, at, mono, finding or Unasked(), started)
         except Exception as exc:
             return Outcome(
                 item.seq,
@@ -152,16 +153,18 @@ class Judge:
         at: datetime,
         mono: float,
         finding: Answer | Unasked | None = None,
+        started: datetime | None = None,
     ) -> Outcome:
         """The item's next state after `result` (and its sender's status query, `finding`),
-        which arrived at `at` (wall) / `mono` (monotonic). The committer never asks the
+        which arrived at `at` (wall) / `mono` (monotonic), its request having left at
+        `started` (a 404 counts from then plus the query window). The committer never asks the
         channel itself: where the decision wants a query no sender made, the item is left
         unknown, to be asked about once its query_delay has passed (`Unasked`)."""
         channel = self.channels[item.channel]
         history = self.history(item, result)
         decision = decide(
             item,
-            AfterSend(result, finding),
+            AfterSend(result, finding, started),
             caps=Caps.of(channel),
             policy=self.policy,
             history=history,
@@ -170,7 +173,7 @@ class Judge:
         if decision.ask:
             decision = decide(
                 item,
-                AfterSend(result, Unasked()),
+                AfterSend(result, Unasked(), started),
                 caps=Caps.of(channel),
                 policy=self.policy,
                 history=history,

@@ -12,7 +12,7 @@ decide.decide.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -111,14 +111,14 @@ def ask(
 
 
 def query_delay(channel: Channel) -> float:
-    """How long after an uncertain attempt ended a 404 from `channel` still proves nothing
-    (the receiver may still commit the request): decide.Caps."""
+    """How long after an uncertain attempt's request could have ended (its start plus the
+    timeout) a 404 from `channel` still proves nothing: decide.Caps."""
     return Caps.of(channel).query_delay_s
 
 
-def not_found_counts_from(channel: Channel, attempt: Attempt | None) -> datetime | None:
-    """decide.not_found_counts_from for `channel`, now."""
-    return counts_from(Caps.of(channel), attempt, clock.now())
+def not_found_counts_from(channel: Channel, attempts: Sequence[Attempt]) -> datetime | None:
+    """decide.not_found_counts_from for `channel` and an item's `attempts`, now."""
+    return counts_from(Caps.of(channel), attempts, clock.now())
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,8 @@ def question(
     """The question to settle `item` by (`Moment.REVISIT` with the runner's `policy`)."""
     history = History.of(store.queries.attempts(run_id, item.seq))
     moment = Moment.SETTLE if policy is None else Moment.REVISIT
-    return Question(item, moment, history, not_found_counts_from(channel, history.last), policy)
+    since = not_found_counts_from(channel, history.attempts)
+    return Question(item, moment, history, since, policy)
 
 
 def decided(q: Question, channel: Channel, answer: Answer | None, now: datetime) -> Settlement:
@@ -278,7 +279,7 @@ def _left_mid_request(
         attempts = store.queries.attempts(run_id, seq)
         if not channel.queryable or not attempts or attempts[-1].outcome != "interrupted":
             continue
-        since = not_found_counts_from(channel, attempts[-1])
+        since = not_found_counts_from(channel, attempts)
         left[seq] = since if since is not None and since > now else None
     return left
 
@@ -302,8 +303,7 @@ def settle_doubts(
     for seq in doubtful:
         item = store.queries.item(run_id, seq)
         channel = channels[item.channel]
-        attempts = store.queries.attempts(run_id, seq)
-        since = not_found_counts_from(channel, attempts[-1] if attempts else None)
+        since = not_found_counts_from(channel, store.queries.attempts(run_id, seq))
         settlement = settle_item(item, channel, wait, since, moment=Moment.CANCEL)
         outcome = settlement.outcome
         assert outcome is not None  # every doubt ends in a move, unknown at worst

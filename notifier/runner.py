@@ -317,7 +317,7 @@ class Runner:
             self.crash.at("after-send", seqs)
         outcomes = [
             replace(
-                self.judge.safely(item, result, at, mono, finding),
+                self.judge.safely(item, result, at, mono, finding, started),
                 expected=ItemState.IN_FLIGHT,
                 finished_at=clock.iso(at),
                 started_at=None if started is None else clock.iso(started),

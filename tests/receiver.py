@@ -1,10 +1,14 @@
 """A scripted webhook receiver on 127.0.0.1 for the tests of every concurrency: it answers
 each POST as the test says (a status per item, a hold until released, a commit some time
-after the request arrived) and notes when each request arrived and what it committed."""
+after the request arrived, an early 504 or reset while the request is committed later) and
+notes when each request arrived and what it committed."""
 
 from __future__ import annotations
 
+import io
 import json
+import socket
+import struct
 import subprocess
 import threading
 import time
@@ -63,6 +67,12 @@ class Receiver:
     # given `query_delay_s` after the query arrived.
     query_status: int | None = None
     query_delay_s: float = 0.0
+    # A gateway in front of the receiver that answers every POST at once, "504" (a gateway
+    # timeout) or "reset" (the connection reset), while the request it passed on is
+    # committed `commit_after_s` after it arrived: visible to the status query from then
+    # on, and counted in `commits`.
+    early: str | None = None
+    commit_after_s: float = 0.0
     queries: list[float] = field(default_factory=list)  # time.time() of each status query
     arrivals: list[Arrival] = field(default_factory=list)
     commits: dict[str, int] = field(default_factory=dict)
@@ -82,6 +92,23 @@ class Receiver:
     def posts(self, item_id: str) -> int:
         return sum(1 for a in self.arrivals if a.item_id == item_id)
 
+    def commit(self, key: str, digest: str) -> None:
+        """The request under `key` is committed: the status query finds it from now on."""
+        with self.changed:
+            self.commits[key] = self.commits.get(key, 0) + 1
+            self.digests[key] = digest
+            self.changed.notify_all()
+
+    def deliveries(self) -> dict[str, int]:
+        """How many times each item was committed, under whatever key (a row sent again in
+        a new run has a new key: it is still a second copy for its recipient)."""
+        with self.lock:
+            item_of = {a.key: a.item_id for a in self.arrivals}
+            counted: dict[str, int] = {}
+            for key, n in self.commits.items():
+                counted[item_of[key]] = counted.get(item_of[key], 0) + n
+            return counted
+
 
 class _Handler(BaseHTTPRequestHandler):
     receiver: Receiver
@@ -95,6 +122,16 @@ class _Handler(BaseHTTPRequestHandler):
             r.arrivals.append(Arrival(item_id, key, time.time()))
             n = r.posts(item_id)
             r.changed.notify_all()
+        if r.early is not None:
+            digest = self.headers["Notifier-Intent-Digest"]
+            later = threading.Timer(r.commit_after_s, r.commit, (key, digest))
+            later.daemon = True
+            later.start()
+            if r.early == "reset":
+                self._reset()
+            else:
+                self._reply(504, {"error": "gateway timeout"})
+            return
         status = r.answer(item_id, n)
         if status is not None and r.commit_first:
             self._commit(key)
@@ -112,11 +149,18 @@ class _Handler(BaseHTTPRequestHandler):
         self._reply(200, {"id": "r-" + key, "intent_digest": r.digests[key]})
 
     def _commit(self, key: str) -> None:
-        r = self.receiver
-        with r.changed:
-            r.commits[key] = r.commits.get(key, 0) + 1
-            r.digests[key] = self.headers["Notifier-Intent-Digest"]
-            r.changed.notify_all()
+        self.receiver.commit(key, self.headers["Notifier-Intent-Digest"])
+
+    def _reset(self) -> None:
+        """Reset the connection (RST, no answer): linger 0, then close the socket itself,
+        not only this handler's files on it (a plain close after them would send a FIN)."""
+        self.close_connection = True
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.rfile.close()
+        self.wfile.close()
+        self.connection.close()
+        # What the handler still flushes and closes after this: nothing, into nothing.
+        self.rfile, self.wfile = io.BytesIO(), io.BytesIO()
 
     def do_GET(self) -> None:
         r = self.receiver
@@ -153,11 +197,17 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
+class _Server(ThreadingHTTPServer):
+    # A listen backlog for every sender connecting at once (the default, 5, drops the
+    # SYNs past it: those requests then leave a second later, the kernel's retry).
+    request_queue_size = 128
+
+
 @contextmanager
 def receiving(receiver: Receiver, port: int = 0) -> Iterator[Receiver]:
     """`receiver` serving on `port` (default: a free one) of 127.0.0.1 until the block ends."""
     handler = type("Handler", (_Handler,), {"receiver": receiver})
-    server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+    server = _Server(("127.0.0.1", port), handler)
     server.daemon_threads = True
     receiver.url = f"http://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
 
 import pytest
@@ -16,18 +17,40 @@ from .receiver import Receiver, receiving, webhook_config
 pytestmark = pytest.mark.both_stores
 
 
+def _every_kind(n: int) -> Callable[[str, int], int | None]:
+    """The first answer of each item after the first N (those held, then acked), by its
+    number: a 500 (uncertain; the status query then finds the request, committed first:
+    closed by a query's finding), a 429 (throttled, sent again), or a 200 (an ack)."""
+
+    def answer(item_id: str, nth: int) -> int | None:
+        index = int(item_id[1:])
+        return (500, 429, None)[index % 3] if nth == 1 and index > n else None
+
+    return answer
+
+
 @pytest.mark.timeout(90)
+@pytest.mark.parametrize("answers", ["acks", "every-kind"])
 @pytest.mark.parametrize("n", [1, 8])
-def test_an_attempt_claimed_ahead_records_when_its_request_left(ws: Workspace, n: int) -> None:
+def test_an_attempt_claimed_ahead_records_when_its_request_left(
+    ws: Workspace, n: int, answers: str
+) -> None:
     """Items claimed while every sender was busy leave only after the receiver answers: each
-    such attempt's started_at is after that moment (the claim came before it), so a
-    Retry-After or a query window counted from it is counted from the real request."""
+    such attempt's started_at is after that moment (the claim came before it), whatever
+    closed it (an ack, a 5xx, a 429, a status query's finding), so a Retry-After or a query
+    window counted from it is counted from the real request."""
     hold = threading.Event()
-    receiver = Receiver(hold=hold)
+    every_kind = answers == "every-kind"
+    receiver = (
+        Receiver(hold=hold, answer=_every_kind(n), commit_first=True)
+        if every_kind
+        else (Receiver(hold=hold))
+    )
     rows = 4 * n + 2  # more than the N sending plus the 3N claimed ahead
     with receiving(receiver):
         (ws.path / "notifier.toml").write_text(
-            webhook_config(receiver, idempotent=True, status=True)
+            # Not idempotent, so a 500 is settled by the status query.
+            webhook_config(receiver, idempotent=not every_kind, status=True)
         )
         ws.write_csv("batch.csv", make_rows(rows))
         process = ws.popen("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n))
@@ -56,3 +79,6 @@ def test_an_attempt_claimed_ahead_records_when_its_request_left(ws: Workspace, n
         if datetime.fromisoformat(started).timestamp() < released
     ]
     assert early == [], f"recorded as started before any sender was free: {early}"
+    if every_kind:
+        closed = {outcome for (outcome,) in ws.query("SELECT DISTINCT outcome FROM attempts")}
+        assert {"uncertain", "throttled", "sent"} <= closed, closed

@@ -30,6 +30,7 @@ from notifier.decide import (
     Settling,
     Unasked,
     decide,
+    not_found_counts_from,
 )
 from notifier.records import Attempt, Item
 from notifier.retry import RetryPolicy
@@ -117,6 +118,15 @@ CASES = {
         ItemTrigger.ACK,
         history=History((_attempt(1, "uncertain"), _attempt(2, None))),
     ),
+    # Earlier claims whose requests never left (released; past not_after at the claim)
+    # cannot have reached the downstream: a replay is not ours.
+    "replay-after-claims-that-never-left": Case(
+        _item(2),
+        AfterSend(Receipt("r1", DIGEST, replayed=True)),
+        DEDUPES,
+        ItemTrigger.CONFLICT,
+        history=History((_attempt(1, "not_started"), _attempt(2, "expired"), _attempt(3, None))),
+    ),
     "unreachable": Case(
         _item(),
         AfterSend(_err(ErrorKind.NOT_SENT, unreachable=True)),
@@ -144,12 +154,36 @@ CASES = {
     "uncertain-other-digest": Case(
         _item(), AfterSend(_err(ErrorKind.UNCERTAIN), OTHER), ASKABLE, ItemTrigger.CONFLICT
     ),
+    # The request left 3 s ago and timed out now: a 404 counts from now + query_delay.
     "uncertain-404-too-early": Case(
         _item(),
-        AfterSend(_err(ErrorKind.UNCERTAIN), MISSING),
+        AfterSend(_err(ErrorKind.UNCERTAIN), MISSING, NOW - timedelta(seconds=3)),
         DELAYED,
         ItemTrigger.LOSE,
         expect=(("next_attempt_at", clock.iso(NOW + timedelta(seconds=5))),),
+    ),
+    # A 504 (or a reset) 1 s after the request left: the receiver behind may still commit
+    # it until timeout + query_delay after it left, not query_delay after the answer.
+    "uncertain-early-answer-404-waits-from-the-request": Case(
+        _item(),
+        AfterSend(_err(ErrorKind.UNCERTAIN), MISSING, NOW - timedelta(seconds=1)),
+        DELAYED,
+        ItemTrigger.LOSE,
+        expect=(("next_attempt_at", clock.iso(NOW + timedelta(seconds=7))),),
+    ),
+    # Without a query_delay, the timeout alone: an answer at once waits for it.
+    "uncertain-early-answer-404-no-query-delay": Case(
+        _item(),
+        AfterSend(_err(ErrorKind.UNCERTAIN), MISSING, NOW),
+        replace(ASKABLE, timeout_s=3.0),
+        ItemTrigger.LOSE,
+        expect=(("next_attempt_at", clock.iso(NOW + timedelta(seconds=3))),),
+    ),
+    "uncertain-timed-out-404-no-query-delay": Case(
+        _item(),
+        AfterSend(_err(ErrorKind.UNCERTAIN), MISSING, NOW - timedelta(seconds=3)),
+        replace(ASKABLE, timeout_s=3.0),
+        ItemTrigger.NOT_FOUND,
     ),
     "uncertain-404-retried": Case(
         _item(),
@@ -174,10 +208,10 @@ CASES = {
     ),
     "uncertain-not-asked-at-a-stop": Case(
         _item(),
-        AfterSend(_err(ErrorKind.UNCERTAIN), Unasked()),
+        AfterSend(_err(ErrorKind.UNCERTAIN), Unasked(), NOW),
         DELAYED,
         ItemTrigger.LOSE,
-        expect=(("next_attempt_at", clock.iso(NOW + timedelta(seconds=5))),),
+        expect=(("next_attempt_at", clock.iso(NOW + timedelta(seconds=8))),),
     ),
     "uncertain-blind": Case(_item(), AfterSend(_err(ErrorKind.UNCERTAIN)), BLIND, ItemTrigger.LOSE),
     "uncertain-dedupes": Case(
@@ -440,3 +474,63 @@ def test_no_finding_leads_to_an_illegal_move_or_proof_too_early(
         pytest.fail(f"{decision.outcome.trigger} from {state}: {decision}")
     if since == LATER:
         assert decision.outcome.trigger is not ItemTrigger.NOT_FOUND
+
+
+def _closed(n: int, outcome: str, started_s_ago: float, finished_s_ago: float) -> Attempt:
+    started = clock.iso(NOW - timedelta(seconds=started_s_ago))
+    finished = clock.iso(NOW - timedelta(seconds=finished_s_ago))
+    return Attempt(7, n, started, finished, outcome, None, None, None, None)
+
+
+# DELAYED: timeout 3 s, query_delay 5 s. Each row: the item's attempts, and from when (in
+# seconds from NOW) a 404 counts as "not sent" (None: at once).
+WINDOWS: dict[str, tuple[tuple[Attempt, ...], float | None]] = {
+    # A 504 (or a reset) at once: from the request's start, not from the answer.
+    "answered-at-once": ((_closed(1, "uncertain", 1, 1),), 7.0),
+    # The request ran its full timeout: the same moment, counted either way.
+    "timed-out": ((_closed(1, "uncertain", 4, 1),), 4.0),
+    # An answer later than start + timeout (a slow sender thread): never before end + delay.
+    "ended-late": ((_closed(1, "uncertain", 10, 1),), 4.0),
+    # Left open by a process that is gone: its start unknown, as late as now.
+    "open": ((_attempt(1, None),), 8.0),
+    # Closed by whoever found its holder gone, at that moment.
+    "interrupted": ((_closed(1, "interrupted", 60, 2),), 6.0),
+    # Attempts whose request never left, or never reached the receiver, prove nothing
+    # either way: a 404 counts at once.
+    "never-reached": (
+        (
+            _closed(1, "not_started", 1, 1),
+            _closed(2, "expired", 1, 1),
+            _closed(3, "not_sent", 1, 1),
+            _closed(4, "throttled", 1, 1),
+        ),
+        None,
+    ),
+    # A claim released unstarted after an uncertain attempt: the uncertain one's window.
+    "released-after-an-early-answer": (
+        (_closed(1, "uncertain", 2, 2), _closed(2, "not_started", 0.5, 0.5)),
+        6.0,
+    ),
+    # Every attempt that may have reached the receiver counts, not only the last.
+    "the-latest-window-of-all": (
+        (_closed(1, "uncertain", 1, 1), _closed(2, "throttled", 0.5, 0.5)),
+        7.0,
+    ),
+}
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("name", list(WINDOWS))
+def test_a_404_counts_from_timeout_plus_query_delay_after_the_request_left(name: str) -> None:
+    """`not_found_counts_from`: the receiver may commit a request until `timeout +
+    query_delay` after it left, whatever ended the attempt (never before its end plus
+    `query_delay`); an attempt whose start is not known counts from its end or from now."""
+    attempts, seconds = WINDOWS[name]
+    expected = None if seconds is None else NOW + timedelta(seconds=seconds)
+    assert not_found_counts_from(DELAYED, attempts, NOW) == expected
+
+
+@pytest.mark.timeout(30)
+def test_an_atomic_write_needs_no_window() -> None:
+    """The outbox (no timeout, no query_delay): a missing file is proof at once."""
+    assert not_found_counts_from(ASKABLE, (_closed(1, "uncertain", 1, 1),), NOW) is None

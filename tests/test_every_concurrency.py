@@ -364,6 +364,51 @@ def test_items_claimed_ahead_never_start_once_the_worker_saw_a_cancel(
     _assert_nothing_left_open(ws)
 
 
+@pytest.mark.timeout(60)
+def test_cancel_reports_the_items_it_released_as_never_attempted(ws: Workspace) -> None:
+    """`notifier cancel --report --format json` while 8 requests are under way and 24 items
+    are claimed ahead: the worker releases those 24 unstarted, and the report counts each
+    with 0 attempts, never attempted, not as a retry that may have been delivered."""
+    n = 8
+    channel = _Recording()
+    store, runner = _runner(ws, 5 * n, n, channel)
+    results: list[RunResult] = []
+    thread = threading.Thread(target=lambda: results.append(runner.run()))
+    thread.start()
+    cancel = None
+    try:
+        wait_for(lambda: len(channel.started) == n, "N requests under way")
+        cancel = ws.popen("cancel", "r1", "--report", "--format", "json", "--wait", "30")
+        wait_for(lambda: runner.dispatch.cancel_seen is not None, "the worker read the cancel")
+        channel.release.set()
+        thread.join(WAIT_S)
+        out, err = cancel.communicate(timeout=WAIT_S)
+    finally:
+        channel.release.set()
+        thread.join(WAIT_S)
+        if cancel is not None and cancel.poll() is None:
+            cancel.kill()
+            cancel.communicate()
+        store.close()
+    assert results and results[0].stop is Stop.CANCELLED, results
+    report = json.loads(out)
+    assert report["state"] == "cancelled", report
+    released = {
+        int(seq)
+        for (seq,) in ws.query(
+            "SELECT a.seq FROM attempts AS a JOIN items AS i ON i.run_id = a.run_id "
+            "AND i.seq = a.seq WHERE a.outcome = 'not_started' AND i.state = 'pending'"
+        )
+    }
+    assert len(released) == 3 * n
+    rows = {row["seq"]: row for row in report["items"]}
+    assert {(rows[seq]["attempts"], rows[seq]["pending_kind"]) for seq in released} == {
+        (0, "never_attempted")
+    }, err
+    assert report["pending_detail"]["never_attempted"] == report["counts"]["pending"]
+    assert report["pending_detail"]["maybe_delivered"] == 0
+
+
 @CONCURRENCY
 def test_an_approval_that_expires_mid_run_pauses_it_until_approved_again(
     ws: Workspace, n: int

@@ -1,0 +1,160 @@
+"""A 404 from a status query proves "not sent" only once `timeout + query_delay` has passed
+since the request LEFT, whatever ended the attempt: a gateway's 504 at once, or a reset at
+once, ends it early while the receiver behind may still commit the request. Through the real
+CLI against tests/receiver.py on 127.0.0.1 answering early and committing 1.2 s after each
+request arrived (timeout 2, query_delay 0.5: within the window), at N = 1 and N = 8 (a
+`status_url` webhook claims items ahead), on both stores, live and after a kill -9."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .conftest import Workspace, make_rows
+from .receiver import Receiver, receiving, webhook_config
+
+pytestmark = pytest.mark.both_stores
+
+TIMEOUT_S = 2
+QUERY_DELAY_S = 0.5
+COMMIT_AFTER_S = 1.2  # after the early answer and the first queries: within the window
+EARLY = pytest.mark.parametrize("early", ["504", "reset"])
+CONCURRENCY = pytest.mark.parametrize("n", [1, 8])
+
+
+def _configure(ws: Workspace, receiver: Receiver, retry: str | None = None) -> None:
+    extra = {} if retry is None else {"retry": retry}
+    (ws.path / "notifier.toml").write_text(
+        webhook_config(
+            receiver,
+            idempotent=False,
+            status=True,
+            timeout=TIMEOUT_S,
+            query_delay=QUERY_DELAY_S,
+            **extra,
+        )
+    )
+
+
+def _rows(n: int) -> int:
+    return 2 if n == 1 else 2 * n  # at N = 8, more than the senders: some claimed ahead
+
+
+def _assert_each_delivered_once(ws: Workspace, receiver: Receiver, rows: int) -> None:
+    """Every request that arrived has been committed (a second one, had there been one,
+    too), and each item exactly once, under its one key, posted once."""
+    receiver.wait_for(lambda r: sum(r.commits.values()) >= len(r.arrivals))
+    keys = [key for (key,) in ws.query("SELECT idempotency_key FROM items")]
+    assert len(keys) == rows
+    assert receiver.commits == dict.fromkeys(keys, 1)
+    assert sorted(receiver.deliveries().values()) == [1] * rows
+    assert len(receiver.arrivals) == rows
+
+
+def _assert_all_sent(ws: Workspace, rows: int) -> None:
+    report = json.loads(ws.invoke("report", "--format", "json").output)
+    assert report["counts"]["sent"] == rows, report["counts"]
+    assert ws.query("SELECT DISTINCT state FROM items") == [("sent",)]
+
+
+@EARLY
+@CONCURRENCY
+@pytest.mark.timeout(60)
+def test_an_early_answer_and_a_late_commit_is_delivered_once_and_reported_sent(
+    ws: Workspace, early: str, n: int
+) -> None:
+    """The query right after the early answer finds nothing (404), and so does one
+    `query_delay` after the answer; the item waits until `timeout + query_delay` after its
+    request left, is found then, and is never sent again."""
+    receiver = Receiver(early=early, commit_after_s=COMMIT_AFTER_S)
+    rows = _rows(n)
+    with receiving(receiver):
+        _configure(ws, receiver)
+        ws.write_csv("batch.csv", make_rows(rows))
+        sent = ws.run("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n))
+        _assert_each_delivered_once(ws, receiver, rows)
+    assert sent.returncode == 0, sent.stdout + sent.stderr
+    _assert_all_sent(ws, rows)
+    assert ws.query("SELECT DISTINCT source FROM receipts") == [("query",)]
+
+
+@EARLY
+@CONCURRENCY
+@pytest.mark.timeout(90)
+def test_a_cancel_after_a_kill_never_reports_a_held_item_as_never_delivered(
+    ws: Workspace, early: str, n: int
+) -> None:
+    """Killed right after the first early answer was recorded, then cancelled: `cancel`
+    takes no 404 inside an item's window as proof, so every item the receiver holds (or
+    will hold) ends `sent` or `unknown` (exit 3, settle by hand), never `pending` (not
+    delivered) in the cancelled run."""
+    receiver = Receiver(early=early, commit_after_s=COMMIT_AFTER_S)
+    rows = _rows(n)
+    with receiving(receiver):
+        _configure(ws, receiver)
+        ws.write_csv("batch.csv", make_rows(rows))
+        crashed = ws.run(
+            "send", "batch.csv", "--channel", "hooks", "--concurrency", str(n),
+            env={"NOTIFIER_CRASH_AT": "after-receipt:1"},
+        )  # fmt: skip
+        assert crashed.returncode == 137, crashed.stdout + crashed.stderr
+        cancelled = ws.run("cancel", "--report", "--format", "json")
+        receiver.wait_for(lambda r: sum(r.commits.values()) >= len(r.arrivals))
+        held = {a.item_id for a in receiver.arrivals}
+    assert cancelled.returncode in (0, 3), cancelled.stdout + cancelled.stderr
+    report = json.loads(cancelled.stdout)
+    assert report["state"] == "cancelled"
+    ends = {row["id"]: row["state"] for row in report["items"] if row["id"] in held}
+    assert set(ends.values()) <= {"sent", "unknown"}, ends
+    assert len(ends) == len(held)
+
+
+@EARLY
+@CONCURRENCY
+@pytest.mark.timeout(90)
+def test_a_resume_after_a_kill_waits_the_window_from_when_the_request_left(
+    ws: Workspace, early: str, n: int
+) -> None:
+    """Killed right after the first early answer was recorded (its item unknown, waiting
+    for its query window; at N = 8 others in flight or claimed ahead): `resume` counts a
+    404 only from the request's start plus `timeout + query_delay`, so the late commit is
+    found, not sent a second time."""
+    receiver = Receiver(early=early, commit_after_s=COMMIT_AFTER_S)
+    rows = _rows(n)
+    with receiving(receiver):
+        _configure(ws, receiver)
+        ws.write_csv("batch.csv", make_rows(rows))
+        crashed = ws.run(
+            "send", "batch.csv", "--channel", "hooks", "--concurrency", str(n),
+            env={"NOTIFIER_CRASH_AT": "after-receipt:1"},
+        )  # fmt: skip
+        assert crashed.returncode == 137, crashed.stdout + crashed.stderr
+        resumed = ws.run("resume", "--concurrency", str(n))
+        _assert_each_delivered_once(ws, receiver, rows)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    _assert_all_sent(ws, rows)
+
+
+@CONCURRENCY
+@pytest.mark.timeout(60)
+def test_with_one_attempt_an_early_404_never_fails_an_item_the_receiver_holds(
+    ws: Workspace, n: int
+) -> None:
+    """`max_attempts = 1`: a 404 inside the window does not make the item failed (never
+    delivered); it is found once the window has passed. Sending the file again then plans
+    nothing that was delivered: each recipient still has one copy."""
+    receiver = Receiver(early="504", commit_after_s=COMMIT_AFTER_S)
+    rows = _rows(n)
+    with receiving(receiver):
+        _configure(ws, receiver, retry="[retry]\nmax_attempts = 1\n")
+        ws.write_csv("batch.csv", make_rows(rows))
+        sent = ws.run("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n))
+        receiver.wait_for(lambda r: sum(r.commits.values()) >= len(r.arrivals))
+        assert ws.query("SELECT COUNT(*) FROM items WHERE state = 'failed'") == [(0,)]
+        again = ws.run("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n))
+        receiver.wait_for(lambda r: sum(r.commits.values()) >= len(r.arrivals))
+        assert sorted(receiver.deliveries().values()) == [1] * rows
+    assert sent.returncode == 0, sent.stdout + sent.stderr
+    assert again.returncode == 0, again.stdout + again.stderr
+    _assert_all_sent(ws, rows)
