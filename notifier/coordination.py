@@ -27,7 +27,7 @@ from .pipeline import SharedBucket, TokenBucket
 from .reconcile import settle, settle_doubts, settle_items
 from .records import Counts, Item, PendingKind, Run
 from .state_machine import ItemTrigger, RunState, RunTrigger
-from .store import LeaseLost, Store, WorkerFence
+from .store import LeaseLost, LossCause, Store, WorkerFence
 
 # How the reason of a pause for a channel that is down reads, so that another worker of a
 # shared run tells it apart (run.stop_reason).
@@ -238,7 +238,7 @@ class Sole(Coordination):
     def signals(self) -> tuple[str | None, RunState | None]:
         cancel, version = self.store.queries.run_flags(self.run_id)
         if version != self.lease_version:
-            raise LeaseLost(f"run {self.run_id}: another process took over this run")
+            raise LeaseLost(f"run {self.run_id}: {LossCause.TAKEN_OVER}", LossCause.TAKEN_OVER)
         return cancel, None
 
     def move(self, trigger: RunTrigger, **sets: str | None) -> RunState:
@@ -290,7 +290,11 @@ class Shared(Coordination):
         return self.p.halt
 
     def signals(self) -> tuple[str | None, RunState | None]:
-        cancel, state = self.store.queries.run_signals(self.run_id)
+        """As Sole's, with this worker's own lease in the same read: reaped (its version
+        moved), it stops at this look, never later than its next renewal would tell it."""
+        cancel, state, version = self.store.queries.worker_signals(self.run_id, self.worker_id)
+        if version != self.lease_version:
+            raise LeaseLost(f"run {self.run_id}: {LossCause.TAKEN_OVER}", LossCause.TAKEN_OVER)
         return cancel, None if state is RunState.RUNNING else state
 
     def move(self, trigger: RunTrigger, **sets: str | None) -> RunState:
@@ -326,7 +330,9 @@ class Shared(Coordination):
             return None
         if ending == "left":
             return self.left(
-                Stop.LEFT, "nothing left for this worker; the other workers finish the run"
+                Stop.LEFT,
+                "stopped, not done: nothing is left for this worker to send, and the other "
+                "live workers are still sending the run",
             )
         if self.adopt_and_settle():
             return None  # settled what a dead worker left: look again before closing

@@ -12,7 +12,6 @@ this thread: the strict sequential protocol.
 from __future__ import annotations
 
 import signal
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -27,6 +26,7 @@ from .deadlines import split_stale
 from .decide import Unasked
 from .domain_rates import DomainRates
 from .judging import Judge, NotStarted, Progress, Slot, Stop
+from .lease import LostFlag
 from .observe import NULL_OBSERVER, Observer
 from .pipeline import GATHER_PER_N_AHEAD_S, POLL_S, Senders, claim_ahead
 from .reconcile import Question, Settlement, decided, question
@@ -35,7 +35,7 @@ from .retry import RetryPolicy
 from .sending import Asked, Dispatch
 from .signals import Interruption
 from .state_machine import FINISHED_RUN_STATES, ItemState, ItemTrigger, RunState, RunTrigger
-from .store import LeaseLost, Store
+from .store import LeaseLost, LossCause, Store
 
 # A revisit's finding that settles its item for the progress shown.
 _COUNTED = (ItemTrigger.FOUND, ItemTrigger.UNDECIDED, ItemTrigger.GIVE_UP)
@@ -56,7 +56,7 @@ class Runner:
         options: RunOptions,
         *,
         lease_version: int,
-        lease_lost: threading.Event,
+        lease_lost: LostFlag,
         interrupted: Interruption,
         crash: CrashPlan | None = None,
         say: Callable[[str], None] = print,
@@ -119,6 +119,12 @@ class Runner:
     def run(self) -> RunResult:
         try:
             return self._run()
+        except LeaseLost as lost:
+            # The one place a loss is marked, wherever it was found (a fence, the flags, a
+            # failed write): first, so that no sender starts the item it just took from
+            # the queue, and the heartbeat renews nothing from now on.
+            self.lease_lost.mark(lost.cause)
+            raise
         finally:
             # Whatever ended the committer (a storage failure included), a sender that has
             # taken an item starts no request nobody would record.
@@ -151,9 +157,14 @@ class Runner:
             return self.coord.halt(*halted)
         return self._pipeline()
 
+    def _lost(self) -> LeaseLost:
+        """The loss this process learned of (a sender, the heartbeat), as it happened."""
+        cause = self.lease_lost.why()
+        return LeaseLost(f"run {self.run_id}: {cause}", cause)
+
     def _stop_requested(self) -> RunResult | None:
         if self.lease_lost.is_set():
-            raise LeaseLost(f"run {self.run_id}: another process took over this run")
+            raise self._lost()
         if self.interrupted.is_set():
             stop = (
                 Stop.TERMINATED if self.interrupted.signum == signal.SIGTERM else Stop.INTERRUPTED
@@ -352,11 +363,11 @@ class Runner:
         if held_back:
             # Not sent, not recorded: left in flight for whoever holds the run to settle by
             # query (nothing left, so it is sent then, once, with the same key).
+            cause = self.lease_lost.cause or LossCause.STALE
             raise LeaseLost(
-                f"run {self.run_id}: this worker could not prove it still held the run (its "
-                f"lease was last renewed too long ago or was taken over), so item(s) "
-                f"{', '.join(map(str, held_back))} were not sent; `notifier resume "
-                f"{self.run_id}` settles them"
+                f"run {self.run_id}: {cause}, so item(s) {', '.join(map(str, held_back))} "
+                f"were not sent; `notifier resume {self.run_id}` settles them",
+                cause,
             )
         if claimed:
             # Read after this commit, before its items go to the senders: an item claimed
@@ -420,7 +431,7 @@ class Runner:
         """Whether to stop starting sends (Ctrl-C, a cancel); the ending itself waits until
         nothing is in flight. A lost lease ends at once: nothing more can be recorded."""
         if self.lease_lost.is_set():
-            raise LeaseLost(f"run {self.run_id}: another process took over this run")
+            raise self._lost()
         # The flags are read even when already stopping: a cancel that comes during a rate
         # pause or a drain must still reach the senders holding claimed items.
         moved = self._read_flags()
