@@ -5,6 +5,8 @@ real CLI and the real database."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from notifier.lease import SharedLease, holder_alive
@@ -12,6 +14,7 @@ from notifier.records import Run
 from notifier.store import LeaseLost, RunFence, Store, WorkerFence
 
 from .conftest import Workspace, make_rows
+from .receiver import Receiver, receiving, released, webhook_config
 
 _NOBODY = {"host": "elsewhere", "pid": 1, "started": None, "token": "run-holder"}
 
@@ -127,3 +130,46 @@ def test_a_worker_lease_fences_its_own_store_not_the_one_it_was_taken_on(
         (3, "in_flight", None),
         (4, "pending", None),
     ]
+
+
+SLOW_S = 1.5  # how long the receiver takes over each request
+# How late after the takeover a request may still start: the committer's next look (every
+# 0.2 s at most) and what a loaded machine adds to it; a request started by a sender the
+# committer did not stop comes only as one of the earlier requests ends, SLOW_S after.
+LOOK_S = 0.6
+
+
+@pytest.mark.both_stores
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("n", [1, 8])
+def test_a_lease_taken_over_under_a_live_sender_stops_its_sends_at_its_next_look(
+    ws: Workspace, n: int
+) -> None:
+    """A `send` (N = 1, or 8 with items claimed ahead) behind a slow receiver: its lease's
+    version is moved under it (the run's on SQLite, its own worker lease's on PostgreSQL)
+    while its heartbeat (every 10 s) still thinks it fresh. No request starts more than
+    LOOK_S later (the committer's flag read, not a renewal, finds it), and it exits 4
+    saying another process took over."""
+    receiver = Receiver(commit_delay_s=SLOW_S)
+    with receiving(receiver):
+        (ws.path / "notifier.toml").write_text(
+            "[lease]\nttl = 30\n\n"
+            + webhook_config(receiver, idempotent=False, status=True, timeout=10 * SLOW_S)
+        )
+        ws.write_csv("batch.csv", make_rows(100))
+        sender = ws.popen("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n))
+        with released([sender]):
+            # A second round of requests has started (at N = 8 from the items claimed
+            # ahead): the next one starts as soon as one of these ends.
+            receiver.wait_for(lambda r: len(r.arrivals) >= n + 1)
+            if ws.url:
+                ws.write("UPDATE workers SET version = version + 1 WHERE state = 'live'")
+            else:
+                ws.write("UPDATE runs SET lease_version = lease_version + 1")
+            taken = time.time()
+            out, err = sender.communicate(timeout=30)
+    out += err
+    assert sender.returncode == 4, out
+    assert "another process took over this run" in out, out
+    late = [a.wall - taken for a in receiver.arrivals if a.wall > taken + LOOK_S]
+    assert late == [], f"requests started {late} s after the takeover"

@@ -1,5 +1,6 @@
-"""Issue 7 point 2: a worker frozen between point A and its send (SIGSTOP, a paused
-container) must not send after it lost its lease; and a heartbeat never dies silently."""
+"""A worker frozen between point A and its send (SIGSTOP, a paused container) must not
+send after it lost its lease, and says truly why it stopped; a heartbeat never dies
+silently, and never renews a lease its process has learned it lost."""
 
 from __future__ import annotations
 
@@ -20,14 +21,14 @@ from typing import Any
 import psycopg
 import pytest
 
+from notifier import clock
 from notifier import lease as lease_module
 from notifier.sandbox import Faults, Sandbox
 from notifier.store import StorageFailed, Store
 from notifier.store.leases import Leases
 
-from .conftest import Workspace, make_rows, wait_for
-
-pytestmark = pytest.mark.both_stores
+from .conftest import Workspace, make_rows, postgres_schema, wait_for
+from .receiver import Receiver, receiving, released, webhook_config
 
 UNSHARE = shutil.which("unshare") or "/usr/bin/unshare"
 
@@ -47,6 +48,7 @@ def _stopped(pid: int) -> bool:
     return stat[stat.rindex(")") + 2 :].split()[0] == "T"
 
 
+@pytest.mark.both_stores
 @pytest.mark.skipif(
     not _unshare_works(),
     reason="needs `unshare --uts` (root) to run the second worker under another host name: "
@@ -98,6 +100,7 @@ def test_thawed_worker_does_not_send_after_another_took_over(ws: Workspace) -> N
     assert ws.query("SELECT state, COUNT(*) FROM items GROUP BY state") == [("sent", 10)]
 
 
+@pytest.mark.both_stores
 def test_heartbeat_survives_an_unexpected_error_and_flags_the_lease(
     ws: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -147,6 +150,7 @@ def _write_lock(ws: Workspace, run_id: str) -> Iterator[None]:
         conn.close()
 
 
+@pytest.mark.both_stores
 @pytest.mark.timeout(90)
 def test_heartbeat_outlasts_a_database_locked_past_its_lock_timeout(
     ws: Workspace, monkeypatch: pytest.MonkeyPatch
@@ -193,3 +197,70 @@ def test_heartbeat_outlasts_a_database_locked_past_its_lock_timeout(
             held.release()
     finally:
         store.close()
+
+
+def _stale(db: str, worker_id: str) -> bool:
+    """Whether the worker's lease has expired by its own record (not renewed for ttl)."""
+    with psycopg.connect(db) as conn:
+        row = conn.execute("SELECT expires_at FROM workers WHERE worker_id = %s", (worker_id,))
+        (expires_at,) = row.fetchone() or (None,)
+    return expires_at is not None and clock.parse(expires_at) < clock.now()
+
+
+def _blocked_releases(conn: psycopg.Connection[Any]) -> int:
+    """Sessions releasing a worker lease that wait for a lock `conn`'s session holds."""
+    row = conn.execute(
+        "SELECT COUNT(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid)) "
+        "AND query LIKE 'UPDATE workers SET state = ''released''%%'",
+        (conn.info.backend_pid,),
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+@pytest.mark.timeout(90)
+def test_a_worker_thawed_after_its_lease_went_stale_says_so_and_never_renews(
+    postgres_server: str, tmp_path: Path
+) -> None:
+    """A `send` on PostgreSQL (N = 1) freezes after point A of item 5 and stays stopped
+    until its 2 s lease has expired; nobody takes the run over. Thawed while its lease row
+    is locked here (so no renewal can land before its sender looks), it sends nothing,
+    exits 4 saying its lease went stale (not that another process took over), and leaves
+    its lease released, not renewed: a `resume` then goes on at once and completes the
+    run, every key committed once."""
+    receiver = Receiver()
+    with postgres_schema(postgres_server) as url, receiving(receiver):
+        ws = Workspace(tmp_path, url=url)
+        (ws.path / "notifier.toml").write_text(
+            "[lease]\nttl = 2\n\n" + webhook_config(receiver, idempotent=False, status=True)
+        )
+        ws.write_csv("batch.csv", make_rows(10))
+        sender = ws.popen(
+            "send", "batch.csv", "--channel", "hooks",
+            env={"NOTIFIER_FREEZE_AT": "after-intent:5"},
+        )  # fmt: skip
+        with released([sender]):
+            wait_for(lambda: _stopped(sender.pid), "the sender froze")
+            ((worker_id,),) = ws.query("SELECT worker_id FROM workers")
+            wait_for(lambda: _stale(url, worker_id), "its lease expired", timeout=30)
+            with psycopg.connect(url) as holder:
+                holder.execute("SELECT 1 FROM workers WHERE worker_id = %s FOR UPDATE",
+                               (worker_id,))  # fmt: skip
+                os.kill(sender.pid, signal.SIGCONT)
+                # Its release waits here, so its sender has looked at the lease and ended
+                # the run (the process exits first where nothing is released).
+                wait_for(
+                    lambda: sender.poll() is not None or _blocked_releases(holder) >= 1,
+                    "the thawed sender stopped",
+                    timeout=30,
+                )
+                holder.rollback()
+            out, err = sender.communicate(timeout=30)
+        assert sender.returncode == 4, out + err
+        assert "its lease went stale while this process was not running" in err, err
+        assert "took over" not in err, err
+        assert ws.query("SELECT state FROM workers") == [("released",)]
+        assert len(receiver.commits) == 4, "item 5 was not sent"
+        resumed = ws.run("resume")
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert len(receiver.commits) == 10
+    assert set(receiver.commits.values()) == {1}

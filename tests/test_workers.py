@@ -559,6 +559,8 @@ def test_a_worker_frozen_inside_a_transaction_holds_up_only_its_own_items(
             frozen.send_signal(signal.SIGCONT)
             code, out = finish(frozen)
             assert code == 4, out
+            assert "another process took over this run" in out, out  # A reaped it: it did
+            assert "error ignored" not in out, out  # the driver's own noise, never shown
         assert rows(pg_url, lease_of_b, (b_id,)) == reaped, "B renewed nothing once thawed"
     sent = rows(pg_url, "SELECT seq FROM items WHERE state = 'sent'")
     assert len(sent) == FROZEN_ROWS and b_items
