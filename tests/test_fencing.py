@@ -245,9 +245,9 @@ def test_a_loss_the_committer_finds_is_marked_before_any_queued_item_starts(
         thread = threading.Thread(target=run)
         thread.start()
         try:
-            wait_for(lambda: len(channel.started) == 8, "8 requests held")
+            wait_for(lambda: len(channel.started) == 8, "8 requests held", timeout=20)
             ws.write("UPDATE runs SET lease_version = lease_version + 1")
-            wait_for(lost.is_set, "the loss marked while the held requests are under way")
+            wait_for(lost.is_set, "the loss marked while the held requests are under way", 20)
             assert lost.cause is LossCause.TAKEN_OVER
         finally:
             channel.release.set()
