@@ -566,3 +566,46 @@ def test_a_worker_frozen_inside_a_transaction_holds_up_only_its_own_items(
     assert len(sent) == FROZEN_ROWS and b_items
     assert len(receiver.commits) == FROZEN_ROWS
     assert set(receiver.commits.values()) == {1}, "every key committed once"
+
+
+@pytest.mark.skipif(not _unshare_works(), reason="needs `unshare --uts` (root)")
+@pytest.mark.timeout(110)
+def test_cancel_during_a_freeze_inside_a_transaction_meets_no_lock_timeout(
+    ws: Workspace, pg_url: str
+) -> None:
+    """As above, B (N = 8, another host name, ttl 3 s) stopped inside a write transaction
+    holding row locks; `cancel --wait 15` meanwhile stops A, waits for B's lease to expire,
+    fences B out once the server has ended its idle transaction, settles B's items by query
+    and closes the run: no lock timeout, the run cancelled. Thawed, B exits 4. No key is
+    committed twice, and every item recorded sent was committed."""
+    receiver = Receiver(commit_delay_s=0.1)
+    with receiving(receiver):
+        (ws.path / "notifier.toml").write_text(
+            "[lease]\nttl = 3\n\n" + webhook_config(receiver, idempotent=False, status=True)
+        )
+        ws.write_csv("batch.csv", make_rows(FROZEN_ROWS))
+        first = fleet(ws, pg_url, "z2", 1, 8)[0]
+        command = [sys.executable, "-m", "notifier", "--db", pg_url, "worker", "z2",
+                   "--concurrency", "8"]  # fmt: skip
+        frozen = subprocess.Popen(
+            [UNSHARE, "--uts", "/bin/sh", "-c", 'hostname notifier-b && exec "$@"', "sh",
+             *command],
+            cwd=ws.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        with released([first, frozen]):
+            wait_for(lambda: len(holders(pg_url, "z2")) == 2, "both workers hold items")
+            ((b_id,),) = rows(pg_url, "SELECT worker_id FROM workers WHERE host = 'notifier-b'")
+            _freeze_inside_a_transaction(pg_url, frozen, b_id)
+            code, out = finish(notifier(ws, pg_url, "cancel", "z2", "--wait", "15"))
+            assert "locked by another session" not in out, out
+            assert code in (0, 3), out
+            assert _stopped(frozen.pid), "B stayed stopped while the run was cancelled"
+            assert rows(pg_url, "SELECT state FROM runs") == [("cancelled",)]
+            code, out = finish(first)
+            assert code in (0, 3), out
+            frozen.send_signal(signal.SIGCONT)
+            code, out = finish(frozen)
+            assert code == 4, out
+    sent = rows(pg_url, "SELECT idempotency_key FROM items WHERE state = 'sent'")
+    assert {key for (key,) in sent} == set(receiver.commits)
+    assert set(receiver.commits.values()) == {1}, "no key committed twice"

@@ -23,6 +23,7 @@ A deadlock's victim is run again (core.retried). docs/design.md says the same at
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import suppress
 from pathlib import Path
@@ -49,6 +50,11 @@ from .exceptions import (
     WriteConflict,
 )
 from .stage import _ITEM_COLUMNS, _PENDING_COLUMNS, PlanStage
+
+# psycopg logs what it ignores while it gives up a connection the server ended (a pipeline
+# left unfinished): the store raises that failure as its own message, and a command shows
+# nothing else of it (without a handler here, Python would print the record to stderr).
+logging.getLogger("psycopg").addHandler(logging.NullHandler())
 
 # How long a write waits for another process's transaction, as SQLite's busy_timeout.
 LOCK_TIMEOUT_S = 10
