@@ -207,13 +207,20 @@ def _stale(db: str, worker_id: str) -> bool:
     return expires_at is not None and clock.parse(expires_at) < clock.now()
 
 
-def _blocked_releases(conn: psycopg.Connection[Any]) -> int:
-    """Sessions releasing a worker lease that wait for a lock `conn`'s session holds."""
-    row = conn.execute(
-        "SELECT COUNT(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid)) "
-        "AND query LIKE 'UPDATE workers SET state = ''released''%%'",
-        (conn.info.backend_pid,),
-    ).fetchone()
+# A worker lease's release (RELEASE_WORKER), as pg_stat_activity shows it.
+_RELEASING = "UPDATE workers SET state = 'released'%"
+
+
+def _waiting_for(db: str, holder: psycopg.Connection[Any], query_like: str = "%") -> int:
+    """How many sessions, inside a transaction, wait for a lock `holder`'s session holds,
+    their statement LIKE `query_like`. Read on a connection of its own: a transaction sees
+    the sessions' activity as it was at its first look (PostgreSQL keeps it till its end)."""
+    with psycopg.connect(db, autocommit=True) as look:
+        row = look.execute(
+            "SELECT COUNT(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid)) "
+            "AND xact_start IS NOT NULL AND query LIKE %s",
+            (holder.info.backend_pid, query_like),
+        ).fetchone()
     return int(row[0]) if row else 0
 
 
@@ -249,7 +256,7 @@ def test_a_worker_thawed_after_its_lease_went_stale_says_so_and_never_renews(
                 # Its release waits here, so its sender has looked at the lease and ended
                 # the run (the process exits first where nothing is released).
                 wait_for(
-                    lambda: sender.poll() is not None or _blocked_releases(holder) >= 1,
+                    lambda: sender.poll() is not None or _waiting_for(url, holder, _RELEASING) >= 1,
                     "the thawed sender stopped",
                     timeout=30,
                 )
@@ -264,3 +271,38 @@ def test_a_worker_thawed_after_its_lease_went_stale_says_so_and_never_renews(
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert len(receiver.commits) == 10
     assert set(receiver.commits.values()) == {1}
+
+
+@pytest.mark.timeout(60)
+def test_a_heartbeat_never_waits_behind_its_own_committer(
+    postgres_server: str, tmp_path: Path
+) -> None:
+    """A `send` on PostgreSQL whose committer waits, inside its transaction (its fence on
+    its lease row held), for the run's row, held here: its heartbeat still renews the
+    lease meanwhile (it writes no key of that row), so the lease stays surely valid for
+    as long as the committer waits; let go, the run completes."""
+    receiver = Receiver(commit_delay_s=0.05)  # the run lasts seconds
+    with postgres_schema(postgres_server) as url, receiving(receiver):
+        ws = Workspace(tmp_path, url=url)
+        (ws.path / "notifier.toml").write_text(
+            "[lease]\nttl = 3\n\n" + webhook_config(receiver, idempotent=False, status=True)
+        )
+        ws.write_csv("batch.csv", make_rows(200))
+        sender = ws.popen("send", "batch.csv", "--channel", "hooks", "--run-id", "h1")
+        with released([sender]):
+            wait_for(lambda: len(receiver.commits) >= 5 or sender.poll() is not None, "5 sent")
+            assert sender.poll() is None, sender.communicate()
+            with psycopg.connect(url) as holder:
+                holder.execute("SELECT 1 FROM runs WHERE run_id = 'h1' FOR UPDATE")
+                wait_for(lambda: _waiting_for(url, holder) >= 1, "the committer waits", timeout=8)
+                ((waited_from,),) = ws.query("SELECT heartbeat_at FROM workers")
+                wait_for(
+                    lambda: ws.query("SELECT heartbeat_at FROM workers")[0][0] > waited_from,
+                    "a renewal while the committer waits",
+                    timeout=5,  # within the lock timeout (10 s): the committer still waits
+                )
+                assert _waiting_for(url, holder) >= 1, "the committer waited throughout"
+                holder.rollback()
+            out, err = sender.communicate(timeout=60)
+        assert sender.returncode == 0, out + err
+    assert len(receiver.commits) == 200

@@ -28,7 +28,7 @@ from notifier.store import LeaseLost, Store
 
 from .conftest import ROOT, Workspace, default_sigint, make_rows, postgres_schema, wait_for
 from .receiver import WAIT_S, Receiver, receiving, released, webhook_config
-from .test_frozen_worker import UNSHARE, _stopped, _unshare_works
+from .test_frozen_worker import UNSHARE, _stopped, _unshare_works, _waiting_for
 
 FIXTURES = ROOT / "tests" / "fixtures"
 FAST_RETRY = "[retry]\nmax_attempts = 20\nbackoff_base = 0.02\nbackoff_max = 0.2\n"
@@ -474,15 +474,6 @@ def test_a_worker_that_leaves_a_run_still_being_sent_exits_3(ws: Workspace, pg_u
 FROZEN_ROWS = 400
 
 
-def _backends_blocked_by(conn: psycopg.Connection[Any]) -> int:
-    """How many server sessions wait for a lock that `conn`'s session holds."""
-    row = conn.execute(
-        "SELECT COUNT(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
-        (conn.info.backend_pid,),
-    ).fetchone()
-    return int(row[0]) if row else 0
-
-
 def _freeze_inside_a_transaction(
     db: str, process: subprocess.Popen[str], worker_id: str
 ) -> list[int]:
@@ -504,7 +495,7 @@ def _freeze_inside_a_transaction(
             if locked:
                 break
             holder.rollback()  # its commit moved them meanwhile: lock the next ones
-        wait_for(lambda: _backends_blocked_by(holder) >= 1, "the worker's write waits")
+        wait_for(lambda: _waiting_for(db, holder) >= 1, "the worker's write waits")
         process.send_signal(signal.SIGSTOP)
         wait_for(lambda: _stopped(process.pid), "the worker is stopped")
         holder.rollback()

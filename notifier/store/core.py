@@ -188,7 +188,10 @@ class Core:
         except Exception:
             return False
         try:
-            statement, key = self._fence_query(run_id)
+            key: str | None = run_id
+            statement = sql.RUN_LEASE_VERSION
+            if isinstance(self._fencing, WorkerFence):
+                statement, key = sql.WORKER_LEASE_VERSION, self._fencing.worker_id
             row = other.execute(statement, {"key": key}).fetchone()
         except Exception:
             return False
