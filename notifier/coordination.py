@@ -34,6 +34,10 @@ from .store import LeaseLost, LossCause, Store, WorkerFence
 CHANNEL_DOWN_PAUSE = " is down: "
 # How often a worker of a shared run looks for dead workers whose items it must settle.
 REAP_S = 1.0
+# How long the last worker of a cancelled shared run goes on looking for a dead worker whose
+# items it cannot adopt yet (its transaction still open: the server ends such a session
+# within seconds, postgres.IDLE_IN_WRITE_S) before it closes the run all the same.
+CANCEL_ADOPT_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -340,6 +344,18 @@ class Shared(Coordination):
 
     def may_close(self, counts: Counts) -> bool:
         return not counts.in_flight  # held by a worker not yet known dead: wait for it
+
+    def finish_cancel(self) -> RunResult:
+        """As every run's, once what dead workers left in flight is adopted and settled by
+        query (it may have been delivered): a cancelled run keeps nothing in flight that
+        nobody will ask about. A dead worker whose transaction is still open is fenced out
+        at a later look, every REAP_S, for at most CANCEL_ADOPT_S."""
+        deadline = time.monotonic() + CANCEL_ADOPT_S
+        self.adopt_and_settle()
+        while self.store.queries.counts(self.run_id).in_flight and time.monotonic() < deadline:
+            time.sleep(REAP_S)
+            self.adopt_and_settle()
+        return super().finish_cancel()
 
     def adopt(self) -> list[Item]:
         """Fence out dead workers and adopt what they left in flight (and unknown items no

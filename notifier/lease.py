@@ -86,11 +86,19 @@ class LostFlag(threading.Event):
     and the heartbeat renews nothing, once it is set."""
 
     cause: LossCause | None = None
+    # Whether the heartbeat's last renewal failed (the database busy or out of reach): a
+    # lease gone stale then went stale while this process was running.
+    renewal_failing: bool = False
 
     def mark(self, cause: LossCause) -> None:
         if self.cause is None:
             self.cause = cause
         self.set()
+
+    def mark_stale(self) -> None:
+        """The lease was not renewed for longer than a send may trust it: because this
+        process was not running (stopped, stalled), or because its renewals failed."""
+        self.mark(LossCause.UNKEPT if self.renewal_failing else LossCause.STALE)
 
     def why(self) -> LossCause:
         return self.cause or LossCause.TAKEN_OVER
@@ -189,6 +197,7 @@ class _HeldLease(ABC):
                 try:
                     renewed = self._renew(store)
                 except StorageFailed:
+                    self.lost.renewal_failing = True
                     # The database was busy for longer than its lock timeout, or its disk is
                     # full (the store raises every storage error of its engine as
                     # StorageFailed): try next beat. A renewal that keeps failing simply ages
@@ -203,6 +212,7 @@ class _HeldLease(ABC):
                     self.lost.mark(LossCause.TAKEN_OVER)
                     return
                 self._renewed = started  # the new expiry counts from before the UPDATE
+                self.lost.renewal_failing = False
         finally:
             store.close()
 

@@ -34,7 +34,7 @@ from .reconcile import Question, ask
 from .records import Item
 from .retry import RetryPolicy
 from .signals import Interruption
-from .store import LeaseLost, LossCause
+from .store import LeaseLost
 
 
 @dataclass(frozen=True)
@@ -346,6 +346,6 @@ class Dispatch:
         if self.lease_lost.is_set():
             return False
         if not self.lease_valid():
-            self.lease_lost.mark(LossCause.STALE)
+            self.lease_lost.mark_stale()
             return False
         return True

@@ -28,7 +28,7 @@ from notifier.store import LeaseLost, Store
 
 from .conftest import ROOT, Workspace, default_sigint, make_rows, postgres_schema, wait_for
 from .receiver import WAIT_S, Receiver, receiving, released, webhook_config
-from .test_frozen_worker import UNSHARE, _stopped, _unshare_works, _waiting_for
+from .test_frozen_worker import UNSHARE, _stale, _stopped, _unshare_works, _waiting_for
 
 FIXTURES = ROOT / "tests" / "fixtures"
 FAST_RETRY = "[retry]\nmax_attempts = 20\nbackoff_base = 0.02\nbackoff_max = 0.2\n"
@@ -565,16 +565,17 @@ def test_cancel_during_a_freeze_inside_a_transaction_meets_no_lock_timeout(
     ws: Workspace, pg_url: str
 ) -> None:
     """As above, B (N = 8, another host name, ttl 3 s) stopped inside a write transaction
-    holding row locks; `cancel --wait 15` meanwhile stops A, waits for B's lease to expire,
-    fences B out once the server has ended its idle transaction, settles B's items by query
-    and closes the run: no lock timeout, the run cancelled. Thawed, B exits 4. No key is
-    committed twice, and every item recorded sent was committed."""
+    holding row locks. Once B's lease has expired, `cancel --wait 15` stops A, the last
+    live worker, which closes the run only after it has fenced B out (once the server has
+    ended B's idle transaction) and settled B's items by query: no lock timeout, the run
+    cancelled with nothing left in flight, every key committed recorded sent, none twice.
+    Thawed, B exits 4."""
     receiver = Receiver(commit_delay_s=0.1)
     with receiving(receiver):
         (ws.path / "notifier.toml").write_text(
             "[lease]\nttl = 3\n\n" + webhook_config(receiver, idempotent=False, status=True)
         )
-        ws.write_csv("batch.csv", make_rows(FROZEN_ROWS))
+        ws.write_csv("batch.csv", make_rows(3 * FROZEN_ROWS))  # A sends all along
         first = fleet(ws, pg_url, "z2", 1, 8)[0]
         command = [sys.executable, "-m", "notifier", "--db", pg_url, "worker", "z2",
                    "--concurrency", "8"]  # fmt: skip
@@ -587,6 +588,8 @@ def test_cancel_during_a_freeze_inside_a_transaction_meets_no_lock_timeout(
             wait_for(lambda: len(holders(pg_url, "z2")) == 2, "both workers hold items")
             ((b_id,),) = rows(pg_url, "SELECT worker_id FROM workers WHERE host = 'notifier-b'")
             _freeze_inside_a_transaction(pg_url, frozen, b_id)
+            wait_for(lambda: _stale(pg_url, b_id), "B's lease expired", timeout=30)
+            assert first.poll() is None, "A was still sending"
             code, out = finish(notifier(ws, pg_url, "cancel", "z2", "--wait", "15"))
             assert "locked by another session" not in out, out
             assert code in (0, 3), out
@@ -598,5 +601,8 @@ def test_cancel_during_a_freeze_inside_a_transaction_meets_no_lock_timeout(
             code, out = finish(frozen)
             assert code == 4, out
     sent = rows(pg_url, "SELECT idempotency_key FROM items WHERE state = 'sent'")
-    assert {key for (key,) in sent} == set(receiver.commits)
+    states = dict(rows(pg_url, "SELECT idempotency_key, state FROM items"))
+    unsent = {key: states[key] for key in set(receiver.commits) - {k for (k,) in sent}}
+    assert unsent == {}, "every key committed is recorded sent"
+    assert rows(pg_url, "SELECT COUNT(*) FROM items WHERE state = 'in_flight'") == [(0,)]
     assert set(receiver.commits.values()) == {1}, "no key committed twice"

@@ -50,8 +50,12 @@ class LossCause(StrEnum):
         "its lease went stale while this process was not running (not renewed for longer "
         "than a send may trust it), so it can no longer prove it holds the run"
     )
-    # The heartbeat could not go on renewing it (no connection of its own, or a failure).
-    UNKEPT = "its heartbeat could not keep its lease"
+    # The heartbeat could not go on renewing it (no connection of its own, a failure, or
+    # renewals failing until it went stale while this process was running).
+    UNKEPT = (
+        "its heartbeat could not keep its lease renewed (the database was busy or out of "
+        "reach), so it can no longer prove it holds the run"
+    )
     # The server ended the session of a write transaction left idle too long (postgres.py).
     SESSION_ENDED = (
         "this process was stopped inside a write transaction for so long that the server "
