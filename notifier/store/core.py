@@ -45,8 +45,8 @@ def retried(method: Callable[_P, _R]) -> Callable[_P, _R]:
     """A write method run again when the server aborted its transaction as a deadlock's
     victim (WriteConflict, PostgreSQL only): nothing of it was written, and its fence and
     reads are simply made again. The writes of a run take their rows in one order (the run's
-    row last, at COMMIT: postgres.py), so this is for the rare cycle that order cannot rule
-    out, e.g. two live workers each reaping the other at once."""
+    row last, at COMMIT: postgres.py), and a live worker's reap skips a row another
+    transaction holds, so this is for the rare cycle that order cannot rule out."""
 
     @functools.wraps(method)
     def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
