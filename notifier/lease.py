@@ -23,8 +23,8 @@ import socket
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -100,8 +100,21 @@ class LostFlag(threading.Event):
         process was not running (stopped, stalled), or because its renewals failed."""
         self.mark(LossCause.UNKEPT if self.renewal_failing else LossCause.STALE)
 
-    def why(self) -> LossCause:
-        return self.cause or LossCause.TAKEN_OVER
+    @contextmanager
+    def marking(self) -> Iterator[None]:
+        """The one place a loss found by the work in the block (a fence, the flags, a failed
+        write) is marked, with its cause, first as it leaves: no sender starts the item it
+        just took from its queue, and the heartbeat renews nothing from then on."""
+        try:
+            yield
+        except LeaseLost as lost:
+            self.mark(lost.cause)
+            raise
+
+    def error(self, run_id: str, then: str = "") -> LeaseLost:
+        """The LeaseLost a run ends with on this loss: why, and `then` what it left."""
+        cause = self.cause or LossCause.TAKEN_OVER
+        return LeaseLost(f"run {run_id}: {cause}{then}", cause)
 
 
 class Lease(Protocol):

@@ -35,7 +35,7 @@ from .retry import RetryPolicy
 from .sending import Asked, Dispatch
 from .signals import Interruption
 from .state_machine import FINISHED_RUN_STATES, ItemState, ItemTrigger, RunState, RunTrigger
-from .store import LeaseLost, LossCause, Store
+from .store import Store
 
 # A revisit's finding that settles its item for the progress shown.
 _COUNTED = (ItemTrigger.FOUND, ItemTrigger.UNDECIDED, ItemTrigger.GIVE_UP)
@@ -118,13 +118,8 @@ class Runner:
 
     def run(self) -> RunResult:
         try:
-            return self._run()
-        except LeaseLost as lost:
-            # The one place a loss is marked, wherever it was found (a fence, the flags, a
-            # failed write): first, so that no sender starts the item it just took from
-            # the queue, and the heartbeat renews nothing from now on.
-            self.lease_lost.mark(lost.cause)
-            raise
+            with self.lease_lost.marking():  # a loss this thread finds, before all else
+                return self._run()
         finally:
             # Whatever ended the committer (a storage failure included), a sender that has
             # taken an item starts no request nobody would record.
@@ -157,14 +152,9 @@ class Runner:
             return self.coord.halt(*halted)
         return self._pipeline()
 
-    def _lost(self) -> LeaseLost:
-        """The loss this process learned of (a sender, the heartbeat), as it happened."""
-        cause = self.lease_lost.why()
-        return LeaseLost(f"run {self.run_id}: {cause}", cause)
-
     def _stop_requested(self) -> RunResult | None:
         if self.lease_lost.is_set():
-            raise self._lost()
+            raise self.lease_lost.error(self.run_id)
         if self.interrupted.is_set():
             stop = (
                 Stop.TERMINATED if self.interrupted.signum == signal.SIGTERM else Stop.INTERRUPTED
@@ -363,11 +353,10 @@ class Runner:
         if held_back:
             # Not sent, not recorded: left in flight for whoever holds the run to settle by
             # query (nothing left, so it is sent then, once, with the same key).
-            cause = self.lease_lost.cause or LossCause.STALE
-            raise LeaseLost(
-                f"run {self.run_id}: {cause}, so item(s) {', '.join(map(str, held_back))} "
-                f"were not sent; `notifier resume {self.run_id}` settles them",
-                cause,
+            held = ", ".join(map(str, held_back))  # a sender marked why it held them back
+            raise self.lease_lost.error(
+                self.run_id,
+                f", so item(s) {held} were not sent; `notifier resume {self.run_id}` settles them",
             )
         if claimed:
             # Read after this commit, before its items go to the senders: an item claimed
@@ -431,7 +420,7 @@ class Runner:
         """Whether to stop starting sends (Ctrl-C, a cancel); the ending itself waits until
         nothing is in flight. A lost lease ends at once: nothing more can be recorded."""
         if self.lease_lost.is_set():
-            raise self._lost()
+            raise self.lease_lost.error(self.run_id)
         # The flags are read even when already stopping: a cancel that comes during a rate
         # pause or a drain must still reach the senders holding claimed items.
         moved = self._read_flags()
