@@ -27,13 +27,17 @@ from .pipeline import SharedBucket, TokenBucket
 from .reconcile import settle, settle_doubts, settle_items, settle_left
 from .records import Counts, Item, PendingKind, Run
 from .state_machine import ItemTrigger, RunState, RunTrigger
-from .store import LeaseLost, Store, WorkerFence
+from .store import LeaseLost, LossCause, Store, WorkerFence
 
 # How the reason of a pause for a channel that is down reads, so that another worker of a
 # shared run tells it apart (run.stop_reason).
 CHANNEL_DOWN_PAUSE = " is down: "
 # How often a worker of a shared run looks for dead workers whose items it must settle.
 REAP_S = 1.0
+# How long the last worker of a cancelled shared run goes on looking for a dead worker whose
+# items it cannot adopt yet (its transaction still open: the server ends such a session
+# within seconds, postgres.IDLE_IN_WRITE_S) before it closes the run all the same.
+CANCEL_ADOPT_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -238,7 +242,7 @@ class Sole(Coordination):
     def signals(self) -> tuple[str | None, RunState | None]:
         cancel, version = self.store.queries.run_flags(self.run_id)
         if version != self.lease_version:
-            raise LeaseLost(f"run {self.run_id}: another process took over this run")
+            raise LeaseLost(f"run {self.run_id}: {LossCause.TAKEN_OVER}", LossCause.TAKEN_OVER)
         return cancel, None
 
     def move(self, trigger: RunTrigger, **sets: str | None) -> RunState:
@@ -290,7 +294,11 @@ class Shared(Coordination):
         return self.p.halt
 
     def signals(self) -> tuple[str | None, RunState | None]:
-        cancel, state = self.store.queries.run_signals(self.run_id)
+        """As Sole's, with this worker's own lease in the same read: reaped (its version
+        moved), it stops at this look, never later than its next renewal would tell it."""
+        cancel, state, version = self.store.queries.worker_signals(self.run_id, self.worker_id)
+        if version != self.lease_version:
+            raise LeaseLost(f"run {self.run_id}: {LossCause.TAKEN_OVER}", LossCause.TAKEN_OVER)
         return cancel, None if state is RunState.RUNNING else state
 
     def move(self, trigger: RunTrigger, **sets: str | None) -> RunState:
@@ -326,20 +334,31 @@ class Shared(Coordination):
             return None
         if ending == "left":
             return self.left(
-                Stop.LEFT, "nothing left for this worker; the other workers finish the run"
+                Stop.LEFT,
+                "stopped, not done: nothing is left for this worker to send, and the other "
+                "live workers are still sending the run",
             )
         if self.adopt_and_settle():
             return None  # settled what a dead worker left: look again before closing
         return super().finish()
 
+    def may_close(self, counts: Counts) -> bool:
+        return not counts.in_flight  # held by a worker not yet known dead: wait for it
+
     def finish_cancel(self) -> RunResult:
         """The last live worker closes a cancelled run, but first settles what dead workers
-        left: adopted now, or adopted earlier and left unasked because the run was stopping
-        (this worker's own sends are all recorded by now: whatever it holds in flight is
-        adopted). Asked about, and asked again once a 404 counts (reconcile.settle_left):
-        never left in flight, nor reported pending while it may have been delivered."""
-        adopted = {item.seq for item in self.adopt()}
-        seqs = sorted(adopted.union(self.store.leases.held_in_flight(self.run_id, self.worker_id)))
+        left in flight (it may have been delivered): adopted now, or adopted earlier and left
+        unasked because the run was stopping (this worker's own sends are all recorded by
+        now: whatever it holds in flight is adopted). A dead worker whose transaction is
+        still open is fenced out at a later look, every REAP_S, for at most CANCEL_ADOPT_S.
+        Then asked about, and asked again once a 404 counts (reconcile.settle_left): never
+        left in flight, nor reported pending while it may have been delivered."""
+        deadline = time.monotonic() + CANCEL_ADOPT_S
+        self.adopt()
+        while self._others_in_flight() and time.monotonic() < deadline:
+            time.sleep(REAP_S)
+            self.adopt()
+        seqs = sorted(self.store.leases.held_in_flight(self.run_id, self.worker_id))
         items = [self.store.queries.item(self.run_id, seq) for seq in seqs]
         if items:
             settle_left(
@@ -347,8 +366,10 @@ class Shared(Coordination):
             )
         return super().finish_cancel()
 
-    def may_close(self, counts: Counts) -> bool:
-        return not counts.in_flight  # held by a worker not yet known dead: wait for it
+    def _others_in_flight(self) -> bool:
+        """Whether items are in flight under another worker (one not fenced out yet)."""
+        mine = len(self.store.leases.held_in_flight(self.run_id, self.worker_id))
+        return self.store.queries.counts(self.run_id).in_flight > mine
 
     def adopt(self) -> list[Item]:
         """Fence out dead workers and adopt what they left in flight (and unknown items no

@@ -23,15 +23,15 @@ import socket
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Protocol
 
 from . import clock
 from .pids import pid_exists
 from .records import Run
-from .store import StorageFailed, Store
+from .store import LeaseLost, LossCause, StorageFailed, Store
 
 HOST = socket.gethostname()
 _ACTIVE_TOKENS: set[str] = set()  # leases held by workers inside this very process
@@ -80,6 +80,43 @@ def live_holder(store: Store, run: Run) -> dict[str, Any] | None:
     return None
 
 
+class LostFlag(threading.Event):
+    """Set once this process has learned it no longer holds its lease, with why (the first
+    cause found stands). Whoever learns it marks it before anything else: no send starts,
+    and the heartbeat renews nothing, once it is set."""
+
+    cause: LossCause | None = None
+    # Whether the heartbeat's last renewal failed (the database busy or out of reach): a
+    # lease gone stale then went stale while this process was running.
+    renewal_failing: bool = False
+
+    def mark(self, cause: LossCause) -> None:
+        if self.cause is None:
+            self.cause = cause
+        self.set()
+
+    def mark_stale(self) -> None:
+        """The lease was not renewed for longer than a send may trust it: because this
+        process was not running (stopped, stalled), or because its renewals failed."""
+        self.mark(LossCause.UNKEPT if self.renewal_failing else LossCause.STALE)
+
+    @contextmanager
+    def marking(self) -> Iterator[None]:
+        """The one place a loss found by the work in the block (a fence, the flags, a failed
+        write) is marked, with its cause, first as it leaves: no sender starts the item it
+        just took from its queue, and the heartbeat renews nothing from then on."""
+        try:
+            yield
+        except LeaseLost as lost:
+            self.mark(lost.cause)
+            raise
+
+    def error(self, run_id: str, then: str = "") -> LeaseLost:
+        """The LeaseLost a run ends with on this loss: why, and `then` what it left."""
+        cause = self.cause or LossCause.TAKEN_OVER
+        return LeaseLost(f"run {run_id}: {cause}{then}", cause)
+
+
 class Lease(Protocol):
     """A held lease with its heartbeat, used as a context manager around the work: what the
     commands and the runner read of it, whichever kind it is."""
@@ -89,7 +126,7 @@ class Lease(Protocol):
     # was taken on (SoleLease), or one made for this worker over its connection (SharedLease).
     store: Store
     version: int  # the fencing version every write of the holder carries
-    lost: threading.Event  # set once the heartbeat finds the lease gone, or cannot keep it
+    lost: LostFlag  # set once this process learns it lost the lease (and why)
 
     def surely_valid(self) -> bool: ...
 
@@ -126,7 +163,7 @@ class _HeldLease(ABC):
         self.version = self._acquire()
         self._renewed = renewed
         _ACTIVE_TOKENS.add(self.owner["token"])
-        self.lost = threading.Event()
+        self.lost = LostFlag()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="lease-heartbeat", daemon=True)
         self._thread.start()
@@ -160,14 +197,20 @@ class _HeldLease(ABC):
         try:
             store = self.store.secondary()
         except Exception:
-            self.lost.set()  # no heartbeat at all: the lease cannot be kept
+            self.lost.mark(LossCause.UNKEPT)  # no heartbeat at all: the lease cannot be kept
             return
         try:
             while not self._stop.wait(self.ttl_s / 3):
+                if self.lost.is_set():
+                    # This process learned it lost (a sender found the lease stale, the
+                    # committer found it taken): a renewal now would tell every other
+                    # process it is still at work while it is stopping.
+                    return
                 started = time.monotonic()
                 try:
                     renewed = self._renew(store)
                 except StorageFailed:
+                    self.lost.renewal_failing = True
                     # The database was busy for longer than its lock timeout, or its disk is
                     # full (the store raises every storage error of its engine as
                     # StorageFailed): try next beat. A renewal that keeps failing simply ages
@@ -176,12 +219,13 @@ class _HeldLease(ABC):
                 except Exception:
                     # Anything else is a bug or a broken store: a heartbeat that stops renewing
                     # is a lost lease, so say so rather than die silently.
-                    self.lost.set()
+                    self.lost.mark(LossCause.UNKEPT)
                     return
                 if not renewed:
-                    self.lost.set()
+                    self.lost.mark(LossCause.TAKEN_OVER)
                     return
                 self._renewed = started  # the new expiry counts from before the UPDATE
+                self.lost.renewal_failing = False
         finally:
             store.close()
 
@@ -189,11 +233,15 @@ class _HeldLease(ABC):
         self._stop.set()
         self._thread.join()
         _ACTIVE_TOKENS.discard(self.owner["token"])
-        if not self.lost.is_set():
-            # On a full or failing disk the release cannot be written; the lease then dies
-            # with this process (same host) or at its expiry, and the first error stands.
-            with suppress(StorageFailed):
-                self._release()
+        # Released even when lost: the release is fenced by this lease's version, so it
+        # changes nothing once another process took the lease; a lease that only went stale
+        # (or that a renewal racing the loss extended) is then not left looking live until
+        # it expires. Nothing of this process sends any more by now (the runner has closed
+        # its senders). On a full or failing disk, or a connection the server ended, the
+        # release cannot be written; the lease then dies with this process (same host) or
+        # at its expiry, and the first error stands.
+        with suppress(StorageFailed, LeaseLost):
+            self._release()
 
     def __enter__(self) -> Lease:
         return self

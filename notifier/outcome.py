@@ -64,13 +64,20 @@ def run_exit(result: RunResult) -> ExitCode:
         return ExitCode.REFUSED
     if result.stop in (Stop.UNKNOWN_LEFT, Stop.RATE_LIMITED, Stop.HALTED, Stop.CHANNEL_DOWN):
         return ExitCode.ATTENTION
+    if result.stop is Stop.LEFT:
+        # Stopped, not done: this worker left a run that is not finished (other live
+        # workers are still sending it, or another worker's interruption paused it). 0 is
+        # kept for every item sent: the worker that finishes the run exits 0.
+        return ExitCode.ATTENTION
     return settled_exit(result.state, result.counts)
 
 
 def run_advice(result: RunResult, run_id: str, again: str) -> str:
     """What to do next, if anything, after a run stopped. `again`: the command that sends
     the run's file again (send_again), which delivers what the run did not, nothing twice."""
-    if result.stop in (Stop.INTERRUPTED, Stop.TERMINATED):
+    # A worker that left a run another worker's interruption paused: as if interrupted.
+    left_paused = result.stop is Stop.LEFT and result.state is not RunState.RUNNING
+    if result.stop in (Stop.INTERRUPTED, Stop.TERMINATED) or left_paused:
         return f"Continue with `notifier resume {run_id}`."
     if result.stop is Stop.APPROVAL_EXPIRED:
         return (
@@ -104,7 +111,10 @@ def run_advice(result: RunResult, run_id: str, again: str) -> str:
     if result.stop is Stop.ALREADY_FINISHED:
         return f"`notifier report {run_id}` shows the run."
     if result.stop is Stop.LEFT:
-        return f"`notifier status {run_id}` shows the run and its workers."
+        return (
+            f"The run is still being sent by the other live workers; follow it with "
+            f"`notifier status {run_id}`."
+        )
     if result.counts.unknown:
         return f"Settle the unknown items with `notifier reconcile --manual {run_id}`."
     if result.counts.failed:

@@ -12,7 +12,6 @@ this thread: the strict sequential protocol.
 from __future__ import annotations
 
 import signal
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -27,6 +26,7 @@ from .deadlines import split_stale
 from .decide import Unasked
 from .domain_rates import DomainRates
 from .judging import Judge, NotStarted, Progress, Slot, Stop
+from .lease import LostFlag
 from .observe import NULL_OBSERVER, Observer
 from .pipeline import GATHER_PER_N_AHEAD_S, POLL_S, Senders, claim_ahead
 from .reconcile import Question, Settlement, decided, question
@@ -35,7 +35,7 @@ from .retry import RetryPolicy
 from .sending import Asked, Dispatch
 from .signals import Interruption
 from .state_machine import FINISHED_RUN_STATES, ItemState, ItemTrigger, RunState, RunTrigger
-from .store import LeaseLost, Store
+from .store import Store
 
 # A revisit's finding that settles its item for the progress shown.
 _COUNTED = (ItemTrigger.FOUND, ItemTrigger.UNDECIDED, ItemTrigger.GIVE_UP)
@@ -56,7 +56,7 @@ class Runner:
         options: RunOptions,
         *,
         lease_version: int,
-        lease_lost: threading.Event,
+        lease_lost: LostFlag,
         interrupted: Interruption,
         crash: CrashPlan | None = None,
         say: Callable[[str], None] = print,
@@ -118,7 +118,8 @@ class Runner:
 
     def run(self) -> RunResult:
         try:
-            return self._run()
+            with self.lease_lost.marking():  # a loss this thread finds, before all else
+                return self._run()
         finally:
             # Whatever ended the committer (a storage failure included), a sender that has
             # taken an item starts no request nobody would record.
@@ -153,7 +154,7 @@ class Runner:
 
     def _stop_requested(self) -> RunResult | None:
         if self.lease_lost.is_set():
-            raise LeaseLost(f"run {self.run_id}: another process took over this run")
+            raise self.lease_lost.error(self.run_id)
         if self.interrupted.is_set():
             stop = (
                 Stop.TERMINATED if self.interrupted.signum == signal.SIGTERM else Stop.INTERRUPTED
@@ -352,11 +353,10 @@ class Runner:
         if held_back:
             # Not sent, not recorded: left in flight for whoever holds the run to settle by
             # query (nothing left, so it is sent then, once, with the same key).
-            raise LeaseLost(
-                f"run {self.run_id}: this worker could not prove it still held the run (its "
-                f"lease was last renewed too long ago or was taken over), so item(s) "
-                f"{', '.join(map(str, held_back))} were not sent; `notifier resume "
-                f"{self.run_id}` settles them"
+            held = ", ".join(map(str, held_back))  # a sender marked why it held them back
+            raise self.lease_lost.error(
+                self.run_id,
+                f", so item(s) {held} were not sent; `notifier resume {self.run_id}` settles them",
             )
         if claimed:
             # Read after this commit, before its items go to the senders: an item claimed
@@ -421,7 +421,7 @@ class Runner:
         """Whether to stop starting sends (Ctrl-C, a cancel); the ending itself waits until
         nothing is in flight. A lost lease ends at once: nothing more can be recorded."""
         if self.lease_lost.is_set():
-            raise LeaseLost(f"run {self.run_id}: another process took over this run")
+            raise self.lease_lost.error(self.run_id)
         # The flags are read even when already stopping: a cancel that comes during a rate
         # pause or a drain must still reach the senders holding claimed items.
         moved = self._read_flags()

@@ -30,6 +30,7 @@ from .deadlines import past_deadline
 from .decide import AfterSend, Answer, Caps, Finding, History, Unasked, decide
 from .domain_rates import DomainRates
 from .judging import NotStarted, Progress, Sent, Slot
+from .lease import LostFlag
 from .observe import Observer
 from .pipeline import POLL_S, SharedBucket, TokenBucket, in_flight_cap
 from .reconcile import Question, ask
@@ -61,7 +62,7 @@ class Dispatch:
         progress: Progress,
         *,
         interrupted: Interruption,
-        lease_lost: threading.Event,
+        lease_lost: LostFlag,
         lease_valid: Callable[[], bool],
         approval_expired: Callable[[], bool],
         read_flags: Callable[[], bool],
@@ -321,8 +322,8 @@ class Dispatch:
             try:
                 if self.read_flags():
                     return False
-            except LeaseLost:
-                self.lease_lost.set()
+            except LeaseLost as lost:
+                self.lease_lost.mark(lost.cause)
         return not (
             self.lease_lost.is_set()
             or self.interrupted.is_set()
@@ -343,8 +344,8 @@ class Dispatch:
             try:
                 if self.read_flags():
                     return True
-            except LeaseLost:
-                self.lease_lost.set()
+            except LeaseLost as lost:
+                self.lease_lost.mark(lost.cause)
         return self.lease_lost.is_set() or self.may_start() is not None
 
     def _warn(self, item: Item, result: Receipt | ChannelError, mono: float) -> None:
@@ -387,7 +388,9 @@ class Dispatch:
     def _lease_allows_send(self) -> bool:
         """Fencing guards writes, not sends: a worker frozen after point A and thawed after
         another took the run over must not send. Checked right before each send."""
-        if self.lease_lost.is_set() or not self.lease_valid():
-            self.lease_lost.set()
+        if self.lease_lost.is_set():
+            return False
+        if not self.lease_valid():
+            self.lease_lost.mark_stale()
             return False
         return True

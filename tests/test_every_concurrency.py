@@ -21,7 +21,7 @@ from notifier.channels import ChannelError, ErrorKind, Ready, Receipt, always
 from notifier.crash import CrashPlan
 from notifier.intent import Intent
 from notifier.judging import Slot, Stop
-from notifier.lease import holder_alive
+from notifier.lease import LostFlag, holder_alive
 from notifier.outcome import run_advice, run_exit
 from notifier.reconcile import Question
 from notifier.records import Item
@@ -208,7 +208,7 @@ def test_a_throttled_answer_closes_the_channel_before_any_other_sender_starts(
     version = store.leases.acquire_lease("r1", {"host": "h", "pid": os.getpid()}, 30, holder_alive)
     runner = Runner(
         store, "r1", {"hooks": channel}, RetryPolicy.from_settings(5, 60, 0.01, 0.05),
-        RunOptions(concurrency=n), lease_version=version, lease_lost=threading.Event(),
+        RunOptions(concurrency=n), lease_version=version, lease_lost=LostFlag(),
         interrupted=Interruption(), crash=held, say=lambda line: None,
     )  # fmt: skip
     taken = []  # every claimed item goes through one sender call: sent, or held back
@@ -277,7 +277,7 @@ def _runner(ws: Workspace, items: int, n: int, channel: _Recording) -> tuple[Sto
     version = store.leases.acquire_lease("r1", {"host": "h", "pid": os.getpid()}, 30, holder_alive)
     runner = Runner(
         store, "r1", {"hooks": channel}, RetryPolicy.from_settings(5, 60, 0.01, 0.05),
-        RunOptions(concurrency=n), lease_version=version, lease_lost=threading.Event(),
+        RunOptions(concurrency=n), lease_version=version, lease_lost=LostFlag(),
         interrupted=Interruption(), say=lambda line: None,
     )  # fmt: skip
     return store, runner
@@ -739,7 +739,7 @@ def test_a_worker_that_finds_the_run_paused_by_another_ends_as_that_pause_says(
         )  # the other worker
         runner = Runner(
             store, "r1", {}, RetryPolicy(), RunOptions(), lease_version=version,
-            lease_lost=threading.Event(), interrupted=Interruption(), say=lambda line: None,
+            lease_lost=LostFlag(), interrupted=Interruption(), say=lambda line: None,
         )  # fmt: skip
         result = runner.coord.moved_by_another(RunState.PAUSED)
     finally:

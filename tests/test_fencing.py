@@ -5,13 +5,24 @@ real CLI and the real database."""
 
 from __future__ import annotations
 
+import threading
+import time
+from dataclasses import dataclass, field
+
 import pytest
 
-from notifier.lease import SharedLease, holder_alive
+from notifier import clock
+from notifier.channels import Ready, Receipt, always
+from notifier.intent import Intent
+from notifier.lease import LostFlag, SharedLease, holder_alive
 from notifier.records import Run
-from notifier.store import LeaseLost, RunFence, Store, WorkerFence
+from notifier.retry import RetryPolicy
+from notifier.runner import Runner, RunOptions
+from notifier.signals import Interruption
+from notifier.store import LeaseLost, LossCause, RunFence, Store, WorkerFence
 
-from .conftest import Workspace, make_rows
+from .conftest import Workspace, make_rows, wait_for
+from .receiver import WAIT_S, Receiver, receiving, released, webhook_config
 
 _NOBODY = {"host": "elsewhere", "pid": 1, "started": None, "token": "run-holder"}
 
@@ -127,3 +138,121 @@ def test_a_worker_lease_fences_its_own_store_not_the_one_it_was_taken_on(
         (3, "in_flight", None),
         (4, "pending", None),
     ]
+
+
+SLOW_S = 1.5  # how long the receiver takes over each request
+# How late after the takeover a request may still start: the committer's next look (every
+# 0.2 s at most) and what a loaded machine adds to it; a request started by a sender the
+# committer did not stop comes only as one of the earlier requests ends, SLOW_S after.
+LOOK_S = 0.6
+
+
+@pytest.mark.both_stores
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("n", [1, 8])
+def test_a_lease_taken_over_under_a_live_sender_stops_its_sends_at_its_next_look(
+    ws: Workspace, n: int
+) -> None:
+    """A `send` (N = 1, or 8 with items claimed ahead) behind a slow receiver: its lease's
+    version is moved under it (the run's on SQLite, its own worker lease's on PostgreSQL)
+    while its heartbeat (every 10 s) still thinks it fresh. No request starts more than
+    LOOK_S later (the committer's flag read, not a renewal, finds it), and it exits 4
+    saying another process took over."""
+    receiver = Receiver(commit_delay_s=SLOW_S)
+    with receiving(receiver):
+        (ws.path / "notifier.toml").write_text(
+            "[lease]\nttl = 30\n\n"
+            + webhook_config(receiver, idempotent=False, status=True, timeout=10 * SLOW_S)
+        )
+        ws.write_csv("batch.csv", make_rows(100))
+        sender = ws.popen("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n))
+        with released([sender]):
+            # A second round of requests has started (at N = 8 from the items claimed
+            # ahead): the next one starts as soon as one of these ends.
+            receiver.wait_for(lambda r: len(r.arrivals) >= n + 1)
+            if ws.url:
+                ws.write("UPDATE workers SET version = version + 1 WHERE state = 'live'")
+            else:
+                ws.write("UPDATE runs SET lease_version = lease_version + 1")
+            taken = time.time()
+            out, err = sender.communicate(timeout=30)
+    out += err
+    assert sender.returncode == 4, out
+    assert "another process took over this run" in out, out
+    late = [a.wall - taken for a in receiver.arrivals if a.wall > taken + LOOK_S]
+    assert late == [], f"requests started {late} s after the takeover"
+
+
+@dataclass
+class _Holding:
+    """A downstream that holds every request until `release`, noting each one started."""
+
+    name: str = "hooks"
+    idempotent: bool = True
+    queryable: bool = True
+    thread_safe: bool = True
+    release: threading.Event = field(default_factory=threading.Event)
+    started: list[str] = field(default_factory=list)
+
+    def send(self, intent: Intent, ready: Ready = always) -> Receipt:
+        self.started.append(intent.item_id)
+        self.release.wait(WAIT_S)
+        return Receipt("r-" + intent.item_id, intent.intent_digest)
+
+    def query(self, key: str) -> Receipt | None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.both_stores
+@pytest.mark.timeout(60)
+def test_a_loss_the_committer_finds_is_marked_before_any_queued_item_starts(
+    ws: Workspace,
+) -> None:
+    """N = 8 senders each hold a request, 24 more items claimed ahead wait in their queue;
+    the run's lease version moves. The committer's look finds it and, before anything
+    else, marks the lease lost with its cause (the senders' and the heartbeat's flag):
+    nothing queued starts once the held requests end, and the run ends in LeaseLost."""
+    store = Store.open(ws.db, create=True)
+    store.plans.create_run(
+        {"run_id": "f1", "state": "planned", "created_at": clock.now_iso(), "batch_path": "b",
+         "fingerprint": "sha256:x", "content_fingerprint": "sha256:c",
+         "channel_snapshot": {"hooks": {"type": "webhook"}}, "options": {},
+         "contract_version": "v1"},
+        [{"run_id": "f1", "seq": i, "item_id": str(i), "channel": "hooks",
+          "target": f"{i}@x.y", "payload": {}, "idempotency_key": f"k{i}",
+          "intent_digest": f"sha256:{i}"} for i in range(1, 41)],
+    )  # fmt: skip
+    try:
+        version = store.leases.acquire_lease("f1", _NOBODY, 30, lambda owner, at: False)
+        channel = _Holding()
+        lost = LostFlag()
+        runner = Runner(
+            store, "f1", {"hooks": channel}, RetryPolicy(), RunOptions(concurrency=8),
+            lease_version=version, lease_lost=lost, interrupted=Interruption(),
+            say=lambda line: None,
+        )  # fmt: skip
+        ended: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                runner.run()
+            except LeaseLost as exc:
+                ended.append(exc)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        try:
+            wait_for(lambda: len(channel.started) == 8, "8 requests held", timeout=20)
+            ws.write("UPDATE runs SET lease_version = lease_version + 1")
+            wait_for(lost.is_set, "the loss marked while the held requests are under way", 20)
+            assert lost.cause is LossCause.TAKEN_OVER
+        finally:
+            channel.release.set()
+            thread.join(WAIT_S)
+        assert len(ended) == 1 and isinstance(ended[0], LeaseLost), ended
+        assert len(channel.started) == 8, channel.started
+    finally:
+        store.close()

@@ -1,5 +1,6 @@
-"""Issue 7 point 2: a worker frozen between point A and its send (SIGSTOP, a paused
-container) must not send after it lost its lease; and a heartbeat never dies silently."""
+"""A worker frozen between point A and its send (SIGSTOP, a paused container) must not
+send after it lost its lease, and says truly why it stopped; a heartbeat never dies
+silently, and never renews a lease its process has learned it lost."""
 
 from __future__ import annotations
 
@@ -20,14 +21,14 @@ from typing import Any
 import psycopg
 import pytest
 
+from notifier import clock
 from notifier import lease as lease_module
 from notifier.sandbox import Faults, Sandbox
 from notifier.store import StorageFailed, Store
 from notifier.store.leases import Leases
 
-from .conftest import Workspace, make_rows, wait_for
-
-pytestmark = pytest.mark.both_stores
+from .conftest import Workspace, make_rows, postgres_schema, wait_for
+from .receiver import Receiver, receiving, released, webhook_config
 
 UNSHARE = shutil.which("unshare") or "/usr/bin/unshare"
 
@@ -47,6 +48,7 @@ def _stopped(pid: int) -> bool:
     return stat[stat.rindex(")") + 2 :].split()[0] == "T"
 
 
+@pytest.mark.both_stores
 @pytest.mark.skipif(
     not _unshare_works(),
     reason="needs `unshare --uts` (root) to run the second worker under another host name: "
@@ -98,6 +100,7 @@ def test_thawed_worker_does_not_send_after_another_took_over(ws: Workspace) -> N
     assert ws.query("SELECT state, COUNT(*) FROM items GROUP BY state") == [("sent", 10)]
 
 
+@pytest.mark.both_stores
 def test_heartbeat_survives_an_unexpected_error_and_flags_the_lease(
     ws: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -147,6 +150,7 @@ def _write_lock(ws: Workspace, run_id: str) -> Iterator[None]:
         conn.close()
 
 
+@pytest.mark.both_stores
 @pytest.mark.timeout(90)
 def test_heartbeat_outlasts_a_database_locked_past_its_lock_timeout(
     ws: Workspace, monkeypatch: pytest.MonkeyPatch
@@ -193,3 +197,112 @@ def test_heartbeat_outlasts_a_database_locked_past_its_lock_timeout(
             held.release()
     finally:
         store.close()
+
+
+def _stale(db: str, worker_id: str) -> bool:
+    """Whether the worker's lease has expired by its own record (not renewed for ttl)."""
+    with psycopg.connect(db) as conn:
+        row = conn.execute("SELECT expires_at FROM workers WHERE worker_id = %s", (worker_id,))
+        (expires_at,) = row.fetchone() or (None,)
+    return expires_at is not None and clock.parse(expires_at) < clock.now()
+
+
+# A worker lease's release (RELEASE_WORKER), as pg_stat_activity shows it.
+_RELEASING = "UPDATE workers SET state = 'released'%"
+
+
+def _waiting_for(db: str, holder: psycopg.Connection[Any], query_like: str = "%") -> int:
+    """How many sessions, inside a transaction, wait for a lock `holder`'s session holds,
+    their statement LIKE `query_like`. Read on a connection of its own: a transaction sees
+    the sessions' activity as it was at its first look (PostgreSQL keeps it till its end)."""
+    with psycopg.connect(db, autocommit=True) as look:
+        row = look.execute(
+            "SELECT COUNT(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid)) "
+            "AND xact_start IS NOT NULL AND query LIKE %s",
+            (holder.info.backend_pid, query_like),
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+@pytest.mark.timeout(90)
+def test_a_worker_thawed_after_its_lease_went_stale_says_so_and_never_renews(
+    postgres_server: str, tmp_path: Path
+) -> None:
+    """A `send` on PostgreSQL (N = 1) freezes after point A of item 5 and stays stopped
+    until its 2 s lease has expired; nobody takes the run over. Thawed while its lease row
+    is locked here (so no renewal can land before its sender looks), it sends nothing,
+    exits 4 saying its lease went stale (not that another process took over), and leaves
+    its lease released, not renewed: a `resume` then goes on at once and completes the
+    run, every key committed once."""
+    receiver = Receiver()
+    with postgres_schema(postgres_server) as url, receiving(receiver):
+        ws = Workspace(tmp_path, url=url)
+        (ws.path / "notifier.toml").write_text(
+            "[lease]\nttl = 2\n\n" + webhook_config(receiver, idempotent=False, status=True)
+        )
+        ws.write_csv("batch.csv", make_rows(10))
+        sender = ws.popen(
+            "send", "batch.csv", "--channel", "hooks",
+            env={"NOTIFIER_FREEZE_AT": "after-intent:5"},
+        )  # fmt: skip
+        with released([sender]):
+            wait_for(lambda: _stopped(sender.pid), "the sender froze")
+            ((worker_id,),) = ws.query("SELECT worker_id FROM workers")
+            wait_for(lambda: _stale(url, worker_id), "its lease expired", timeout=30)
+            with psycopg.connect(url) as holder:
+                holder.execute("SELECT 1 FROM workers WHERE worker_id = %s FOR UPDATE",
+                               (worker_id,))  # fmt: skip
+                os.kill(sender.pid, signal.SIGCONT)
+                # Its release waits here, so its sender has looked at the lease and ended
+                # the run (the process exits first where nothing is released).
+                wait_for(
+                    lambda: sender.poll() is not None or _waiting_for(url, holder, _RELEASING) >= 1,
+                    "the thawed sender stopped",
+                    timeout=30,
+                )
+                holder.rollback()
+            out, err = sender.communicate(timeout=30)
+        assert sender.returncode == 4, out + err
+        assert "its lease went stale while this process was not running" in err, err
+        assert "took over" not in err, err
+        assert ws.query("SELECT state FROM workers") == [("released",)]
+        assert len(receiver.commits) == 4, "item 5 was not sent"
+        resumed = ws.run("resume")
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert len(receiver.commits) == 10
+    assert set(receiver.commits.values()) == {1}
+
+
+@pytest.mark.timeout(60)
+def test_a_heartbeat_never_waits_behind_its_own_committer(
+    postgres_server: str, tmp_path: Path
+) -> None:
+    """A `send` on PostgreSQL whose committer waits, inside its transaction (its fence on
+    its lease row held), for the run's row, held here: its heartbeat still renews the
+    lease meanwhile (it writes no key of that row), so the lease stays surely valid for
+    as long as the committer waits; let go, the run completes."""
+    receiver = Receiver(commit_delay_s=0.05)  # the run lasts seconds
+    with postgres_schema(postgres_server) as url, receiving(receiver):
+        ws = Workspace(tmp_path, url=url)
+        (ws.path / "notifier.toml").write_text(
+            "[lease]\nttl = 3\n\n" + webhook_config(receiver, idempotent=False, status=True)
+        )
+        ws.write_csv("batch.csv", make_rows(200))
+        sender = ws.popen("send", "batch.csv", "--channel", "hooks", "--run-id", "h1")
+        with released([sender]):
+            wait_for(lambda: len(receiver.commits) >= 5 or sender.poll() is not None, "5 sent")
+            assert sender.poll() is None, sender.communicate()
+            with psycopg.connect(url) as holder:
+                holder.execute("SELECT 1 FROM runs WHERE run_id = 'h1' FOR UPDATE")
+                wait_for(lambda: _waiting_for(url, holder) >= 1, "the committer waits", timeout=8)
+                ((waited_from,),) = ws.query("SELECT heartbeat_at FROM workers")
+                wait_for(
+                    lambda: ws.query("SELECT heartbeat_at FROM workers")[0][0] > waited_from,
+                    "a renewal while the committer waits",
+                    timeout=5,  # within the lock timeout (10 s): the committer still waits
+                )
+                assert _waiting_for(url, holder) >= 1, "the committer waited throughout"
+                holder.rollback()
+            out, err = sender.communicate(timeout=60)
+        assert sender.returncode == 0, out + err
+    assert len(receiver.commits) == 200

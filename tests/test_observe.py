@@ -316,7 +316,9 @@ def test_two_workers_endpoints_agree_with_status(ws: Workspace) -> None:
                 if process is not None and process.poll() is None:
                     process.kill()
                     process.communicate()
-    assert first.returncode == 0 and second.returncode == 0, results
+    # The one that closes the run exits 0; the one that left it to the other, still
+    # sending it, 3 (stopped, not done).
+    assert sorted([first.returncode, second.returncode]) in ([0, 0], [0, 3]), results
     assert status["in_flight"] >= 4 and status["pending"] >= 1, status
     assert db_figures(scraped[0]) == db_figures(scraped[1])
     assert item_counts(scraped[0], "fleet") == status

@@ -262,39 +262,43 @@ def test_writes_to_two_runs_never_wait_for_each_other(ws: Workspace, pg_url: str
         assert_history_whole(pg_url, run_id)
 
 
-def test_a_reap_waits_for_the_reaped_workers_open_commit(ws: Workspace, pg_url: str) -> None:
-    """A worker reaped while its group commit (a claim) is open: the reap waits for that
-    commit, which the lease still covered, so nothing the reaped worker writes lands after
-    its reap; the reap then adopts everything it holds in flight (the new claim too), never
+def test_a_reap_skips_a_worker_whose_commit_is_open_and_takes_it_after(
+    ws: Workspace, pg_url: str
+) -> None:
+    """A worker taken for dead while its group commit (a claim) is open: a live worker's
+    reap neither waits for that commit nor lands under it (it skips that worker, and its
+    own writes go on); once the commit, which the lease still covered, has landed, the next
+    reap fences it out and adopts everything it holds in flight (the new claim too), never
     an item it settled."""
     plan(ws, pg_url, "fence", "batch.csv", 1)
     old, old_version = worker(pg_url, "fence", "worker-old")
     new, new_version = worker(pg_url, "fence", "worker-new")
+
+    def alive(owner: dict[str, Any], _expires: str | None) -> bool:
+        return bool(owner["token"] != "worker-old")  # the old worker counts as dead
+
     try:
         assert [i.seq for i in old.ledger.claim("fence", old_version, 4)] == [1, 2, 3, 4]
         assert old.ledger.step("fence", old_version, acks([1, 2]), 0) == []
         held = HeldAtCommit(old)
         thread, claimed = in_thread(lambda: old.ledger.step("fence", old_version, [], 2))
         assert held.reached.wait(BOUND_S)
-
-        def alive(owner: dict[str, Any], _expires: str | None) -> bool:
-            return bool(owner["token"] != "worker-old")  # the old worker counts as dead
-
-        reaper, adopted = in_thread(
+        reaper, skipped = in_thread(
             lambda: new.leases.reap_dead_workers("fence", "worker-new", new_version, alive)
         )
-        # The reap must wait for a lock (the old lease covers this commit), not finish.
-        waited = until(lambda: not reaper.is_alive() or waiting_on_a_lock(pg_url, new))
-        waited = waited and reaper.is_alive()
+        reaper.join(BOUND_S)
+        done_while_open = not reaper.is_alive()
+        live_while_open = rows(pg_url, "SELECT state FROM workers WHERE worker_id = 'worker-old'")
         held.released.set()
         thread.join(BOUND_S)
-        reaper.join(BOUND_S)
+        adopted = new.leases.reap_dead_workers("fence", "worker-new", new_version, alive)
     finally:
         old.close()
         new.close()
-    assert waited
+    assert done_while_open, "the reap waited for the open commit"
+    assert skipped == [[]] and live_while_open == [("live",)]
     assert [[i.seq for i in items] for items in claimed] == [[5, 6]]  # type: ignore[attr-defined]
-    assert adopted == [[3, 4, 5, 6]]
+    assert adopted == [3, 4, 5, 6]
     assert rows(pg_url, "SELECT seq, state, worker_id FROM items WHERE run_id = 'fence' "
                 "AND seq <= 6 ORDER BY seq") == [
         (1, "sent", "worker-old"), (2, "sent", "worker-old"),
@@ -303,11 +307,14 @@ def test_a_reap_waits_for_the_reaped_workers_open_commit(ws: Workspace, pg_url: 
     assert_history_whole(pg_url, "fence")
 
 
-def test_two_workers_reaping_each_other_end_without_a_crash(ws: Workspace, pg_url: str) -> None:
-    """Two live workers that each take the other for dead and reap it at the same moment
-    deadlock on each other's lease row: the server's victim runs its write again, finds
-    itself reaped and stops with LeaseLost (never a storage failure); the other's reap
-    stands and adopts the victim's items."""
+def test_two_workers_reaping_each_other_never_wait_on_each_other(
+    ws: Workspace, pg_url: str
+) -> None:
+    """Two live workers that each take the other for dead and reap it at the same moment:
+    the one whose transaction comes second finds the other's lease row held by the first's
+    open transaction and skips it (no wait, no deadlock, no crash); the first then reaps
+    the second and adopts its items, and the second's next fenced write stops it with
+    LeaseLost."""
     plan(ws, pg_url, "mutual", "batch.csv", 1)
     x, x_version = worker(pg_url, "mutual", "worker-x")
     y, y_version = worker(pg_url, "mutual", "worker-y")
@@ -335,21 +342,24 @@ def test_two_workers_reaping_each_other_end_without_a_crash(ws: Workspace, pg_ur
         assert fenced.wait(BOUND_S)
         y_thread, y_result = in_thread(reaping(y, "worker-y", y_version, "worker-x"))
         try:
-            # Y holds its own lease row and waits to reap X; X then goes on to reap Y.
-            assert until(lambda: waiting_on_a_lock(pg_url, y))
+            y_thread.join(BOUND_S)
+            y_done_while_x_open = not y_thread.is_alive()
         finally:
             go.set()
             x_thread.join(BOUND_S)
-            y_thread.join(BOUND_S)
+        stopped: list[BaseException] = []
+        try:
+            y.ledger.step("mutual", y_version, [], 1)
+        except LeaseLost as exc:
+            stopped.append(exc)
     finally:
         x.close()
         y.close()
-    outcomes = {"worker-x": x_result, "worker-y": y_result}
-    lost = [w for w, result in outcomes.items() if isinstance(result[0], LeaseLost)]
-    assert len(lost) == 1, outcomes
-    (survivor,) = set(outcomes) - set(lost)
-    assert outcomes[survivor] == [[3, 4] if survivor == "worker-x" else [1, 2]]
-    assert sorted(rows(pg_url, "SELECT worker_id, state FROM workers")) == sorted(
-        [(survivor, "live"), (lost[0], "reaped")]
-    )
+    assert y_done_while_x_open, "Y's reap waited for X's open transaction"
+    assert y_result == [[]], "Y skipped X, whose transaction was open"
+    assert x_result == [[3, 4]], "X reaped Y and adopted its items"
+    assert len(stopped) == 1, "Y's next fenced write found it reaped"
+    assert sorted(rows(pg_url, "SELECT worker_id, state FROM workers")) == [
+        ("worker-x", "live"), ("worker-y", "reaped"),
+    ]  # fmt: skip
     assert_history_whole(pg_url, "mutual")

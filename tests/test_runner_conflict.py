@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 from notifier.channels import Ready, Receipt, always
 from notifier.intent import Intent
 from notifier.judging import Stop
-from notifier.lease import holder_alive
+from notifier.lease import LostFlag, holder_alive
 from notifier.retry import RetryPolicy
 from notifier.runner import Runner, RunOptions
 from notifier.signals import Interruption
@@ -57,7 +56,7 @@ def test_receipt_for_another_digest_fails_the_item_and_halts(tmp_path: Path) -> 
     channel = AnswersForAnotherIntent()
     result = Runner(
         store, "r1", {"odd": channel}, RetryPolicy(), RunOptions(),
-        lease_version=version, lease_lost=threading.Event(), interrupted=Interruption(),
+        lease_version=version, lease_lost=LostFlag(), interrupted=Interruption(),
         say=lambda line: None,
     ).run()  # fmt: skip
     assert (result.stop, result.state) == (Stop.CONFLICT, RunState.HALTED)

@@ -202,9 +202,10 @@ def test_the_domain_rate_holds_across_two_workers(ws: Workspace) -> None:
             workers = [notifier(ws, db, "worker", "d1", "--concurrency", "4") for _ in range(2)]
         else:  # one process works a SQLite run
             workers = [notifier(ws, db, "resume", "d1", "--concurrency", "8")]
-        for worker in workers:
-            code, out = finish(worker)
-            assert code == 0, out
+        ended = [finish(worker) for worker in workers]
+        # The worker that closes the run exits 0; one that left it to the other, still
+        # sending it, exits 3 (stopped, not done).
+        assert 0 in [code for code, _ in ended] and all(c in (0, 3) for c, _ in ended), ended
         deliveries = sandbox.deliveries()
     assert len(deliveries) == 48
     gmail = sorted(

@@ -27,7 +27,8 @@ from notifier.sandbox import Faults, Sandbox
 from notifier.store import LeaseLost, Store
 
 from .conftest import ROOT, Workspace, default_sigint, make_rows, postgres_schema, wait_for
-from .receiver import WAIT_S, Receiver, receiving, webhook_config
+from .receiver import WAIT_S, Receiver, receiving, released, webhook_config
+from .test_frozen_worker import UNSHARE, _stale, _stopped, _unshare_works, _waiting_for
 
 FIXTURES = ROOT / "tests" / "fixtures"
 FAST_RETRY = "[retry]\nmax_attempts = 20\nbackoff_base = 0.02\nbackoff_max = 0.2\n"
@@ -104,6 +105,19 @@ def fleet(ws: Workspace, db: str, run_id: str, size: int, concurrency: int) -> l
 def finish(process: subprocess.Popen[str], timeout: float = 120) -> tuple[int, str]:
     out, _ = process.communicate(timeout=timeout)
     return process.returncode, out
+
+
+def finish_fleet(processes: list[subprocess.Popen[str]], run_id: str) -> None:
+    """Every worker of a run that completed ended as the contract says: the one that closed
+    the run exits 0, and each that left the run to workers still sending it exits 3
+    ("stopped, not done"), saying so and naming `notifier status RUN_ID`."""
+    ended = [finish(process) for process in processes]
+    assert 0 in [code for code, _ in ended], ended
+    for code, out in ended:
+        assert code in (0, 3), out
+        if code == 3:
+            assert "still being sent by the other live workers" in out, out
+            assert f"`notifier status {run_id}`" in out, out
 
 
 def rows(db: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -288,9 +302,7 @@ def test_rate_is_one_bucket_for_all_workers(ws: Workspace, pg_url: str, sandbox:
     code, out = finish(notifier(ws, pg_url, "approve", "r1", "--fingerprint", fingerprint))
     assert code == 0, out
     workers = [notifier(ws, pg_url, "worker", "r1", "--concurrency", "4") for _ in range(2)]
-    for worker in workers:
-        code, out = finish(worker)
-        assert code == 0, out
+    finish_fleet(workers, "r1")
     stamps = sorted(datetime.fromisoformat(d["committed_at"]) for d in sandbox.deliveries())
     assert len(stamps) == 60
     assert (stamps[-1] - stamps[0]).total_seconds() >= 4.0
@@ -373,9 +385,7 @@ def test_a_throttled_answer_closes_the_channel_for_every_worker(
     no worker claims an item on it until the 3 s are over."""
     configure(ws, sandbox)
     ws.write_csv("batch.csv", make_rows(150))
-    for worker in fleet(ws, pg_url, "g1", 2, 4):
-        code, out = finish(worker)
-        assert code == 0, out
+    finish_fleet(fleet(ws, pg_url, "g1", 2, 4), "g1")
     throttled = [
         clock.parse(finished)
         for (finished,) in rows(
@@ -433,3 +443,166 @@ def test_ctrl_c_on_one_worker_leaves_the_run_to_the_other(ws: Workspace, pg_url:
     assert rows(pg_url, "SELECT state FROM runs") == [("completed",)]
     assert set(receiver.commits.values()) == {1}
     assert len(receiver.commits) == 120
+
+
+def test_a_worker_that_leaves_a_run_still_being_sent_exits_3(ws: Workspace, pg_url: str) -> None:
+    """Exit 0 means every item was sent. Two workers, each holding items (every answer held
+    until both do): the one that finishes its items first, while the other still sends,
+    leaves the run to it and exits 3 ("stopped, not done"), naming `notifier status`; the
+    other closes the run and exits 0."""
+    hold = threading.Event()
+    receiver = Receiver(hold=hold)
+    with receiving(receiver):
+        (ws.path / "notifier.toml").write_text(
+            webhook_config(receiver, idempotent=True, status=True, timeout=2 * WAIT_S)
+        )
+        ws.write_csv("batch.csv", make_rows(60))
+        workers = fleet(ws, pg_url, "x1", 2, 4)
+        with released(workers, hold):
+            wait_for(lambda: len(holders(pg_url, "x1")) == 2, "both workers hold items")
+            hold.set()
+            ended = sorted(finish(worker) for worker in workers)
+    assert [code for code, _ in ended] == [0, 3], ended
+    out = ended[1][1]
+    assert "still being sent by the other live workers" in out, out
+    assert "`notifier status x1`" in out, out
+    assert rows(pg_url, "SELECT state FROM runs") == [("completed",)]
+    assert len(receiver.commits) == 60
+    assert set(receiver.commits.values()) == {1}
+
+
+FROZEN_ROWS = 400
+
+
+def _freeze_inside_a_transaction(
+    db: str, process: subprocess.Popen[str], worker_id: str
+) -> list[int]:
+    """Stop `process` (SIGSTOP) inside one of its write transactions, holding row locks:
+    its items in flight are locked here until its committer's write of them waits for
+    that lock (inside its transaction), then it is stopped and the lock let go, so that
+    write ends on the server while the process can send nothing more. Its in-flight items
+    then, as locked here."""
+    with psycopg.connect(db) as holder:
+        while True:
+            locked = [
+                seq
+                for (seq,) in holder.execute(
+                    "SELECT seq FROM items WHERE worker_id = %s AND state = 'in_flight' "
+                    "ORDER BY seq FOR UPDATE",
+                    (worker_id,),
+                )
+            ]
+            if locked:
+                break
+            holder.rollback()  # its commit moved them meanwhile: lock the next ones
+        wait_for(lambda: _waiting_for(db, holder) >= 1, "the worker's write waits")
+        process.send_signal(signal.SIGSTOP)
+        wait_for(lambda: _stopped(process.pid), "the worker is stopped")
+        holder.rollback()
+    return locked
+
+
+@pytest.mark.skipif(not _unshare_works(), reason="needs `unshare --uts` (root): see below")
+@pytest.mark.timeout(110)
+@pytest.mark.parametrize("frozen_n", [1, 8])
+def test_a_worker_frozen_inside_a_transaction_holds_up_only_its_own_items(
+    ws: Workspace, pg_url: str, frozen_n: int
+) -> None:
+    """Worker B (another host name: on this host a live, stopped pid is alive by design)
+    is stopped inside a write transaction holding row locks, its lease ttl 3 s. Worker A
+    (N = 8) goes on sending, reaps B once its lease has expired and the server has ended
+    its idle transaction, adopts B's items, settles them by query and completes the run,
+    exit 0, while B is still stopped; a `resume` started during the freeze never meets a
+    lock timeout. Thawed, B exits 4 and never renews its lease (its row stays as the reap
+    left it). Every key is committed exactly once."""
+    receiver = Receiver(commit_delay_s=0.1)
+    with receiving(receiver):
+        (ws.path / "notifier.toml").write_text(
+            "[lease]\nttl = 3\n\n" + webhook_config(receiver, idempotent=False, status=True)
+        )
+        ws.write_csv("batch.csv", make_rows(FROZEN_ROWS))
+        first = fleet(ws, pg_url, "z1", 1, 8)[0]
+        command = [sys.executable, "-m", "notifier", "--db", pg_url, "worker", "z1",
+                   "--concurrency", str(frozen_n)]  # fmt: skip
+        frozen = subprocess.Popen(
+            [UNSHARE, "--uts", "/bin/sh", "-c", 'hostname notifier-b && exec "$@"', "sh",
+             *command],
+            cwd=ws.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        processes = [first, frozen]
+        with released(processes):
+            wait_for(lambda: len(holders(pg_url, "z1")) == 2, "both workers hold items")
+            ((b_id,),) = rows(pg_url, "SELECT worker_id FROM workers WHERE host = 'notifier-b'")
+            b_items = _freeze_inside_a_transaction(pg_url, frozen, b_id)
+            processes.append(notifier(ws, pg_url, "resume", "z1"))
+            # A and the resume share what is left: the last to finish closes the run (0),
+            # the other leaves it to the last (3); neither waits out a lock timeout.
+            ended = [finish(process, timeout=90) for process in processes[::2]]
+            assert sorted(code for code, _ in ended) in ([0, 0], [0, 3]), ended
+            assert not any("locked by another session" in out for _, out in ended), ended
+            assert _stopped(frozen.pid), "B stayed stopped while the run was completed"
+            assert rows(pg_url, "SELECT state FROM runs") == [("completed",)]
+            lease_of_b = (
+                "SELECT state, version, heartbeat_at, expires_at FROM workers WHERE worker_id = ?"
+            )
+            reaped = rows(pg_url, lease_of_b, (b_id,))
+            assert reaped[0][0] == "reaped", reaped
+            frozen.send_signal(signal.SIGCONT)
+            code, out = finish(frozen)
+            assert code == 4, out
+            assert "another process took over this run" in out, out  # A reaped it: it did
+            assert "error ignored" not in out, out  # the driver's own noise, never shown
+        assert rows(pg_url, lease_of_b, (b_id,)) == reaped, "B renewed nothing once thawed"
+    sent = rows(pg_url, "SELECT seq FROM items WHERE state = 'sent'")
+    assert len(sent) == FROZEN_ROWS and b_items
+    assert len(receiver.commits) == FROZEN_ROWS
+    assert set(receiver.commits.values()) == {1}, "every key committed once"
+
+
+@pytest.mark.skipif(not _unshare_works(), reason="needs `unshare --uts` (root)")
+@pytest.mark.timeout(110)
+def test_cancel_during_a_freeze_inside_a_transaction_meets_no_lock_timeout(
+    ws: Workspace, pg_url: str
+) -> None:
+    """As above, B (N = 8, another host name, ttl 3 s) stopped inside a write transaction
+    holding row locks. Once B's lease has expired, `cancel --wait 15` stops A, the last
+    live worker, which closes the run only after it has fenced B out (once the server has
+    ended B's idle transaction) and settled B's items by query: no lock timeout, the run
+    cancelled with nothing left in flight, every key committed recorded sent, none twice.
+    Thawed, B exits 4."""
+    receiver = Receiver(commit_delay_s=0.1)
+    with receiving(receiver):
+        (ws.path / "notifier.toml").write_text(
+            "[lease]\nttl = 3\n\n" + webhook_config(receiver, idempotent=False, status=True)
+        )
+        ws.write_csv("batch.csv", make_rows(3 * FROZEN_ROWS))  # A sends all along
+        first = fleet(ws, pg_url, "z2", 1, 8)[0]
+        command = [sys.executable, "-m", "notifier", "--db", pg_url, "worker", "z2",
+                   "--concurrency", "8"]  # fmt: skip
+        frozen = subprocess.Popen(
+            [UNSHARE, "--uts", "/bin/sh", "-c", 'hostname notifier-b && exec "$@"', "sh",
+             *command],
+            cwd=ws.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        with released([first, frozen]):
+            wait_for(lambda: len(holders(pg_url, "z2")) == 2, "both workers hold items")
+            ((b_id,),) = rows(pg_url, "SELECT worker_id FROM workers WHERE host = 'notifier-b'")
+            _freeze_inside_a_transaction(pg_url, frozen, b_id)
+            wait_for(lambda: _stale(pg_url, b_id), "B's lease expired", timeout=30)
+            assert first.poll() is None, "A was still sending"
+            code, out = finish(notifier(ws, pg_url, "cancel", "z2", "--wait", "15"))
+            assert "locked by another session" not in out, out
+            assert code in (0, 3), out
+            assert _stopped(frozen.pid), "B stayed stopped while the run was cancelled"
+            assert rows(pg_url, "SELECT state FROM runs") == [("cancelled",)]
+            code, out = finish(first)
+            assert code in (0, 3), out
+            frozen.send_signal(signal.SIGCONT)
+            code, out = finish(frozen)
+            assert code == 4, out
+    sent = rows(pg_url, "SELECT idempotency_key FROM items WHERE state = 'sent'")
+    states = dict(rows(pg_url, "SELECT idempotency_key, state FROM items"))
+    unsent = {key: states[key] for key in set(receiver.commits) - {k for (k,) in sent}}
+    assert unsent == {}, "every key committed is recorded sent"
+    assert rows(pg_url, "SELECT COUNT(*) FROM items WHERE state = 'in_flight'") == [(0,)]
+    assert set(receiver.commits.values()) == {1}, "no key committed twice"

@@ -25,7 +25,7 @@ from ..state_machine import (
     run_next,
 )
 from .engine import Engine, Fence, snapshot
-from .exceptions import LeaseLost, LostRace, WriteConflict
+from .exceptions import LeaseLost, LossCause, LostRace, WriteConflict
 from .migrations import stored_content_fingerprint
 from .statements import core as sql
 
@@ -45,8 +45,8 @@ def retried(method: Callable[_P, _R]) -> Callable[_P, _R]:
     """A write method run again when the server aborted its transaction as a deadlock's
     victim (WriteConflict, PostgreSQL only): nothing of it was written, and its fence and
     reads are simply made again. The writes of a run take their rows in one order (the run's
-    row last, at COMMIT: postgres.py), so this is for the rare cycle that order cannot rule
-    out, e.g. two live workers each reaping the other at once."""
+    row last, at COMMIT: postgres.py), and a live worker's reap skips a row another
+    transaction holds, so this is for the rare cycle that order cannot rule out."""
 
     @functools.wraps(method)
     def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
@@ -134,7 +134,7 @@ class Core:
             self._commit()
         except errors as exc:
             self._roll_back()
-            raise self._storage_failure(exc) from exc
+            raise self._write_failure(exc, run_id, lease_version) from exc
         except BaseException:
             self._roll_back()
             raise
@@ -165,7 +165,39 @@ class Core:
     @staticmethod
     def _check_fence(run_id: str | None, lease_version: int, row: Any) -> None:
         if row is None or row[0] != lease_version:
-            raise LeaseLost(f"run {run_id}: another process took over this run")
+            raise LeaseLost(f"run {run_id}: {LossCause.TAKEN_OVER}", LossCause.TAKEN_OVER)
+
+    def _write_failure(
+        self, exc: Exception, run_id: str | None, lease_version: int | None
+    ) -> NotifierError:
+        """What a failed write means: the engine's storage failure, or, for a fenced write
+        whose lease was taken over meanwhile (a process frozen inside its transaction, whose
+        session the server ended, and reaped since), LeaseLost: nothing more is its to write."""
+        failure = self._storage_failure(exc)
+        if lease_version is None or isinstance(failure, LeaseLost):
+            return failure
+        if self._fence_moved(run_id, lease_version):
+            return LeaseLost(f"run {run_id}: {LossCause.TAKEN_OVER}", LossCause.TAKEN_OVER)
+        return failure
+
+    def _fence_moved(self, run_id: str | None, lease_version: int) -> bool:
+        """Whether the lease's version has moved on, read on a connection of its own (this
+        one may be gone); False when that cannot be read either."""
+        try:
+            other = self.engine.secondary()
+        except Exception:
+            return False
+        try:
+            key: str | None = run_id
+            statement = sql.RUN_LEASE_VERSION
+            if isinstance(self._fencing, WorkerFence):
+                statement, key = sql.WORKER_LEASE_VERSION, self._fencing.worker_id
+            row = other.execute(statement, {"key": key}).fetchone()
+        except Exception:
+            return False
+        finally:
+            other.close()
+        return row is None or row[0] != lease_version
 
     def _roll_back(self) -> None:
         self.engine.roll_back()

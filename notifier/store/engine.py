@@ -38,9 +38,12 @@ class Dialect:
     # How a transaction reads a row it goes on to write, holding it to COMMIT against any
     # other writer of it. Empty on SQLite, where BEGIN IMMEDIATE holds the whole file.
     row_lock: str
-    # How a fenced transaction reads its worker's lease row: held shared to COMMIT, so a
-    # reap of that worker waits for the commit, or the commit sees the reap.
+    # How a fenced transaction reads its worker's lease row: held to COMMIT, so a reap of
+    # that worker (reap_lock) cannot land before the commit, or the commit sees the reap;
+    # the worker's own heartbeat, which writes no key, never waits for it.
     share_lock: str
+    # How a reap takes a worker's row: the one lock that conflicts with share_lock.
+    reap_lock: str
     # A read transaction: every query in it sees one committed state.
     begin_snapshot: str
     # Seconds since the epoch on the database's own clock (one clock for every worker).

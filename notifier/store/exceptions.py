@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from .. import clock
@@ -38,8 +39,36 @@ class LostRace(Refused):
     """A conditional UPDATE matched nothing: someone else moved the row first."""
 
 
+class LossCause(StrEnum):
+    """Why a process no longer holds its lease, as its message says it."""
+
+    # The lease's version moved (reaped, or taken): another process holds the run now.
+    TAKEN_OVER = "another process took over this run"
+    # Not renewed for too long while this process was not running (stopped, stalled): it can
+    # no longer prove it holds the run, whether or not anyone has taken it since.
+    STALE = (
+        "its lease went stale while this process was not running (not renewed for longer "
+        "than a send may trust it), so it can no longer prove it holds the run"
+    )
+    # The heartbeat could not go on renewing it (no connection of its own, a failure, or
+    # renewals failing until it went stale while this process was running).
+    UNKEPT = (
+        "its heartbeat could not keep its lease renewed (the database was busy or out of "
+        "reach), so it can no longer prove it holds the run"
+    )
+    # The server ended the session of a write transaction left idle too long (postgres.py).
+    SESSION_ENDED = (
+        "this process was stopped inside a write transaction for so long that the server "
+        "ended its session (nothing of that transaction was written)"
+    )
+
+
 class LeaseLost(Refused):
-    """Another process took over the run; this worker must stop without writing."""
+    """This process no longer holds its lease (`cause`); it must stop without writing."""
+
+    def __init__(self, message: str, cause: LossCause = LossCause.TAKEN_OVER) -> None:
+        super().__init__(message)
+        self.cause = cause
 
     def __str__(self) -> str:
         return f"{super().__str__()}; this process stopped without writing."

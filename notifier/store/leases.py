@@ -176,7 +176,11 @@ class Leases:
         at = clock.now_iso()
         with self.core.write(run_id, version):
             for worker in candidates:  # before the run's row: see acquire_lease
-                self._reap(worker, at)
+                # A dead worker whose transaction is still open (frozen inside it, or cut
+                # off by the network) is skipped, not waited for: this committer's own
+                # writes go on, and the next look reaps it once the server has ended that
+                # session. Its items are no orphans meanwhile: its row still says live.
+                self._reap(worker, at, wait=False)
             # Two live workers reaping at once adopt in turn: the second finds nothing left.
             self.core.locked_run(run_id)
             adopted = self._orphans(run_id, worker_id)
@@ -240,10 +244,12 @@ class Leases:
             ).fetchone()
         )
 
-    def _reap(self, worker: Worker, at: str) -> None:
-        """Fence a dead worker out: its renewals and fenced writes fail from now on."""
+    def _reap(self, worker: Worker, at: str, *, wait: bool = True) -> None:
+        """Fence a dead worker out: its renewals and fenced writes fail from now on. Without
+        `wait`, a worker whose own transaction is open is left as it is."""
         cursor = self.engine.execute(
-            sql.REAP_WORKER, {"worker_id": worker.worker_id, "version": worker.version}
+            sql.REAP_WORKER if wait else sql.REAP_WORKER_UNLESS_BUSY,
+            {"worker_id": worker.worker_id, "version": worker.version},
         )
         if cursor.rowcount == 1:
             self.core.event(worker.run_id, "worker_reaped", None, {"worker": worker.worker_id}, at)

@@ -23,6 +23,7 @@ A deadlock's victim is run again (core.retried). docs/design.md says the same at
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import suppress
 from pathlib import Path
@@ -41,6 +42,8 @@ from .core import ROLLED_BACK
 from .engine import Dialect, Fence, Rows, closed_if_failed, written
 from .exceptions import (
     DatabaseUnwritable,
+    LeaseLost,
+    LossCause,
     NoDatabase,
     StorageFailed,
     StoreRefused,
@@ -48,8 +51,20 @@ from .exceptions import (
 )
 from .stage import _ITEM_COLUMNS, _PENDING_COLUMNS, PlanStage
 
+# psycopg logs what it ignores while it gives up a connection the server ended (a pipeline
+# left unfinished): the store raises that failure as its own message, and a command shows
+# nothing else of it (without a handler here, Python would print the record to stderr).
+logging.getLogger("psycopg").addHandler(logging.NullHandler())
+
 # How long a write waits for another process's transaction, as SQLite's busy_timeout.
 LOCK_TIMEOUT_S = 10
+# How long the server lets a write transaction sit idle (its process frozen, or cut off by
+# the network, between two statements) before it ends the session and the rows it held
+# go: shorter than LOCK_TIMEOUT_S, so a writer waiting for them gets them before its own
+# lock timeout. A live process never idles this long inside a transaction: it sends the
+# next statement as soon as the last is answered.
+IDLE_IN_WRITE_S = 5
+_BOUND_IDLE = f"SET LOCAL idle_in_transaction_session_timeout = '{IDLE_IN_WRITE_S}s'"
 # A transaction-scoped lock of the schema, for what must run one at a time in it: opens
 # applying migrations, and plans (never a run's writes: see PostgresEngine.commit).
 _SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext(%(key)s || ':' || current_schema()))"
@@ -96,12 +111,19 @@ def describe(url: str) -> str:
 
 POSTGRES = Dialect(
     name="postgresql",
-    storage_errors=(psycopg.OperationalError, pg_errors.ReadOnlySqlTransaction),
+    storage_errors=(
+        psycopg.OperationalError,
+        pg_errors.ReadOnlySqlTransaction,
+        pg_errors.IdleInTransactionSessionTimeout,
+    ),
     ordered_join="JOIN",  # PostgreSQL plans the join order itself
     claim_lock="FOR UPDATE SKIP LOCKED",
     # NO KEY: rows that refer to the one held (items, events…) may still be inserted.
     row_lock="FOR NO KEY UPDATE",
-    share_lock="FOR SHARE",
+    # KEY SHARE, not SHARE: the heartbeat's renewal (a FOR NO KEY UPDATE) goes on beside
+    # the worker's own open transaction; only FOR UPDATE (reap_lock) waits for it.
+    share_lock="FOR KEY SHARE",
+    reap_lock="FOR UPDATE",
     begin_snapshot="BEGIN ISOLATION LEVEL REPEATABLE READ",
     now_s="EXTRACT(EPOCH FROM clock_timestamp())::float8",
     least="LEAST",
@@ -219,12 +241,12 @@ class PostgresEngine:
         group commit of the pipeline is a handful of round trips to the server, and each is
         felt."""
         self._due_events = []
-        if fence is None:
-            self.execute("BEGIN")
-            return None
-        statement, key = fence
         with self.raw.pipeline():
             self.execute("BEGIN")
+            self.execute(_BOUND_IDLE)
+            if fence is None:
+                return None
+            statement, key = fence
             cursor = self.execute(statement, {"key": key})
         return cursor.fetchone()
 
@@ -291,6 +313,11 @@ class PostgresEngine:
 
     def storage_failure(self, exc: Exception) -> NotifierError:
         cause = _first_line(exc)
+        if isinstance(exc, pg_errors.IdleInTransactionSessionTimeout):
+            return LeaseLost(
+                f"{self.path}: {LossCause.SESSION_ENDED}, after {IDLE_IN_WRITE_S} s idle",
+                LossCause.SESSION_ENDED,
+            )
         if isinstance(exc, pg_errors.DiskFull):
             return StorageFailed(
                 f"{self.path}: the PostgreSQL server's disk is full ({cause}). {ROLLED_BACK} "

@@ -56,13 +56,17 @@ class Queries:
         row = self.engine.execute(sql.RUN_FLAGS, {"run_id": run_id}).fetchone()
         return row.cancel_requested_at, row.lease_version
 
-    def run_signals(self, run_id: str) -> tuple[str | None, RunState]:
+    def worker_signals(
+        self, run_id: str, worker_id: str
+    ) -> tuple[str | None, RunState, int | None]:
         """What a worker of a shared run polls between turns, in one read: the cancel
-        request, and the run's state (another worker may have halted, paused or closed it)."""
-        cancel_requested_at, state = self.engine.execute(
-            sql.RUN_SIGNALS, {"run_id": run_id}
+        request, the run's state (another worker may have halted, paused or closed it), and
+        the version of `worker_id`'s own lease (None once it is no longer live): a worker
+        learns of its reap at its next look, not at its next renewal."""
+        cancel_requested_at, state, version = self.engine.execute(
+            sql.WORKER_SIGNALS, {"run_id": run_id, "worker_id": worker_id}
         ).fetchone()
-        return cancel_requested_at, RunState(state)
+        return cancel_requested_at, RunState(state), version
 
     def counts(self, run_id: str) -> Counts:
         """Items per state, from the counters m004's triggers keep with every move: one

@@ -54,6 +54,7 @@ SQLITE = Dialect(
     claim_lock="",  # BEGIN IMMEDIATE holds the whole file: one writer at a time
     row_lock="",
     share_lock="",
+    reap_lock="",
     begin_snapshot="BEGIN",  # the WAL snapshot is taken by the transaction's first read
     now_s="((julianday('now') - 2440587.5) * 86400.0)",
     least="MIN",

@@ -16,7 +16,7 @@ from notifier.channels import ChannelError, Ready, Receipt, always, go_ahead
 from notifier.crash import CrashPlan
 from notifier.intent import Intent
 from notifier.judging import Slot
-from notifier.lease import holder_alive
+from notifier.lease import LostFlag, holder_alive
 from notifier.reconcile import Question
 from notifier.records import Item
 from notifier.retry import RetryPolicy
@@ -132,7 +132,7 @@ class HeldRun:
         self.held = CommitterHeld()
         self.runner = Runner(
             self.store, "r1", {"hooks": channel}, RetryPolicy.from_settings(5, 60, 0.01, 0.05),
-            RunOptions(concurrency=n), lease_version=version, lease_lost=threading.Event(),
+            RunOptions(concurrency=n), lease_version=version, lease_lost=LostFlag(),
             interrupted=Interruption(), crash=self.held if hold else None,
             say=lambda line: None,
         )  # fmt: skip

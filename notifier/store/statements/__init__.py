@@ -4,7 +4,7 @@ compiling and what many share in this one.
 
 Notation. Parameters are written as psycopg writes them, `%(name)s` (a literal `%` is
 `%%`); the dialect's fragments (engine.Dialect, and the engine's index hints) as
-`{row_lock}`, `{claim_lock}`, `{share_lock}`, `{ordered_join}`, `{now_s}`, `{least}`,
+`{row_lock}`, `{claim_lock}`, `{share_lock}`, `{reap_lock}`, `{ordered_join}`, `{now_s}`, `{least}`,
 `{indexed_items_attention}`…: `fragments` lists them all. Each engine compiles a statement
 the first time it sends it, into its driver's own form: SQLite's `:name`, PostgreSQL's `$n`
 (psycopg's RawCursor). Python's own str.format and %-formatting do that: nothing parses SQL.
@@ -38,6 +38,7 @@ def fragments(dialect: Dialect, indexed: dict[str, str]) -> dict[str, str]:
         "claim_lock": dialect.claim_lock,
         "row_lock": dialect.row_lock,
         "share_lock": dialect.share_lock,
+        "reap_lock": dialect.reap_lock,
         "now_s": dialect.now_s,
         "least": dialect.least,
         **{f"indexed_{index}": hint for index, hint in indexed.items()},

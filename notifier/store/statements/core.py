@@ -18,6 +18,10 @@ WORKER_LEASE_FENCE = (
 )
 # The run's own lease is exclusive: its transactions take the run's row for good.
 RUN_LEASE_FENCE = "SELECT lease_version FROM runs WHERE run_id = %(key)s {row_lock}"
+# The same versions read without a lock (core.Core._fence_moved: after a failed write, on
+# a connection of its own, which must not wait for the rows that write may have waited for).
+WORKER_LEASE_VERSION = "SELECT version FROM workers WHERE worker_id = %(key)s AND state = 'live'"
+RUN_LEASE_VERSION = "SELECT lease_version FROM runs WHERE run_id = %(key)s"
 RUNS = "SELECT * FROM runs ORDER BY created_at DESC, rowid DESC"
 RUN = "SELECT * FROM runs WHERE run_id = %(run_id)s"
 # Read to be written in this transaction: the row is held to COMMIT.

@@ -64,7 +64,17 @@ HOLDS_UNKNOWN = (
     "SELECT 1 FROM items WHERE run_id = %(run_id)s AND worker_id = %(worker_id)s "
     f"AND {HELD} AND state = 'unknown' AND next_attempt_at IS NOT NULL LIMIT 1"
 )
-REAP_WORKER = (
-    "UPDATE workers SET state = 'reaped', version = version + 1 "
+# A reap takes the dead worker's row FOR UPDATE first: the one row lock that conflicts with
+# its fence (FOR KEY SHARE, held by a transaction of that worker until COMMIT), which a
+# plain UPDATE of these columns would not wait for.
+_REAPABLE = (
+    "SELECT worker_id FROM workers "
     "WHERE worker_id = %(worker_id)s AND version = %(version)s AND state = 'live'"
 )
+_REAP = "UPDATE workers SET state = 'reaped', version = version + 1 WHERE worker_id IN "
+# Waiting while the dead worker's transaction is open: at most until the server ends that
+# session (postgres.py, IDLE_IN_WRITE_S), well within the lock timeout.
+REAP_WORKER = _REAP + "(" + _REAPABLE + " {reap_lock})"
+# Skipping a worker whose transaction is open: a live worker's committer never waits on a
+# dead one's locks (it tries again at its next look for dead workers).
+REAP_WORKER_UNLESS_BUSY = _REAP + "(" + _REAPABLE + " {claim_lock})"

@@ -19,7 +19,12 @@ RUNS_WITH_FINGERPRINT = (
     "SELECT * FROM runs WHERE fingerprint = %(fingerprint)s ORDER BY created_at DESC, rowid DESC"
 )
 RUN_FLAGS = "SELECT cancel_requested_at, lease_version FROM runs WHERE run_id = %(run_id)s"
-RUN_SIGNALS = "SELECT cancel_requested_at, state FROM runs WHERE run_id = %(run_id)s"
+# The run's cancel request and state, and one worker's lease version while it is live.
+WORKER_SIGNALS = (
+    "SELECT r.cancel_requested_at, r.state, (SELECT w.version FROM workers w "
+    "WHERE w.worker_id = %(worker_id)s AND w.state = 'live') AS version "
+    "FROM runs r WHERE r.run_id = %(run_id)s"
+)
 # Items per state from m004's counters; before m004 (opened read-only), counted row by row.
 RUN_COUNTS = "SELECT state, n FROM run_counts WHERE run_id = %(run_id)s"
 ITEM_COUNTS = "SELECT state, COUNT(*) FROM items WHERE run_id = %(run_id)s GROUP BY state"
