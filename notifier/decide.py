@@ -360,9 +360,14 @@ def _settle(item: Item, settling: Settling, caps: Caps, now: datetime) -> Decisi
             line,
         )
     if answer is not None and answer.finding is Finding.NOT_FOUND:
+        then = (
+            "its run is finished, so it is not sent; sending the file again sends it"
+            if settling.run_finished
+            else "will send again with the same key"
+        )
         return Decision(
             Outcome(item.seq, ItemTrigger.NOT_FOUND, closes),
-            f"{head} not found → nothing was delivered; will send again with the same key",
+            f"{head} not found → nothing was delivered; {then}",
         )
     why = answer.detail if answer is not None else "the channel cannot be queried"
     if item.state is ItemState.UNKNOWN and item.next_attempt_at is not None and not early:

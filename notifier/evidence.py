@@ -191,6 +191,9 @@ class Settling:
     moment: Moment
     finding: Answer | None
     not_found_from: datetime | None = None
+    # The item's run is completed or cancelled: an item proven undelivered is not sent by
+    # it any more (only by sending the file again), and its line says so.
+    run_finished: bool = False
 
 
 @dataclass(frozen=True)

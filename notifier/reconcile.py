@@ -24,7 +24,7 @@ from .decide import Answer, Caps, Finding, History, Moment, Settling, decide
 from .decide import not_found_counts_from as counts_from
 from .records import Attempt, Item, Outcome, PendingKind
 from .retry import RetryPolicy
-from .state_machine import ItemState
+from .state_machine import FINISHED_RUN_STATES, ItemState
 from .store import Store
 
 __all__ = [
@@ -139,6 +139,7 @@ class Question:
     history: History
     not_found_from: datetime | None
     policy: RetryPolicy | None = None
+    run_finished: bool = False  # its run is completed or cancelled (Settling.run_finished)
 
     @property
     def seq(self) -> int:
@@ -156,7 +157,9 @@ def question(
     history = History.of(store.queries.attempts(run_id, item.seq))
     moment = Moment.SETTLE if policy is None else Moment.REVISIT
     since = not_found_counts_from(channel, history.attempts)
-    return Question(item, moment, history, since, policy)
+    # The runner's revisit is of its own running run: no read of the run for it.
+    finished = policy is None and store.core.get_run(run_id).state in FINISHED_RUN_STATES
+    return Question(item, moment, history, since, policy, run_finished=finished)
 
 
 def decided(q: Question, channel: Channel, answer: Answer | None, now: datetime) -> Settlement:
@@ -164,7 +167,7 @@ def decided(q: Question, channel: Channel, answer: Answer | None, now: datetime)
     item asked about (decide.decide)."""
     decision = decide(
         q.item,
-        Settling(q.moment, answer, q.not_found_from),
+        Settling(q.moment, answer, q.not_found_from, run_finished=q.run_finished),
         caps=Caps.of(channel),
         policy=q.policy or RetryPolicy(),
         history=q.history,
@@ -243,32 +246,46 @@ def settle_left(
     items: list[Item],
     say: Callable[[str], None],
     wait: tenacity.wait.wait_base = QUERY_WAIT,
+    *,
+    wait_until: datetime | None = None,
 ) -> list[Settlement]:
-    """For the last worker closing a cancelled run over `items` dead workers left in
-    flight: each is asked about now. Then every item of the run a process left mid-request
-    (its last attempt closed `interrupted`: these, or ones asked about earlier) that a 404
+    """For closing a cancelled run over `items` dead workers left in flight (the last
+    worker's, or `cancel`'s own with no worker left): each is asked about now. Then every
+    item of the run a process left mid-request (its last attempt closed `interrupted`:
+    these, or ones asked about earlier) that a 404
     could not settle yet, because the receiver may still commit the request until
     `not_found_counts_from`, is asked again once it counts, so a request that never left
     ends proven undelivered rather than unknown. The wait is bounded by the channel's
-    timeout + query_delay, as a request still under way is. Those left pending and maybe
+    timeout + query_delay, as a request still under way is, and by `wait_until` (cancel's
+    --wait); what it leaves unknown `settleable_later` says. Those left pending and maybe
     delivered (a channel that dedupes) are for settle_doubts, which the caller runs next:
     their 404 counts by then too."""
     settled = settle_items(store, run_id, channels, lease_version, items, say, wait)
     left = _left_mid_request(store, run_id, channels)
     later = [since for since in left.values() if since is not None]
     if later:
-        time.sleep(clock.seconds_until(max(later)))
+        until = max(later) if wait_until is None else min(max(later), wait_until)
+        time.sleep(clock.seconds_until(until))
     again = [store.queries.item(run_id, seq) for seq in left]
     unknown = [item for item in again if item.state is ItemState.UNKNOWN]
     return settled + settle_items(store, run_id, channels, lease_version, unknown, say, wait)
+
+
+def settleable_later(
+    store: Store, run_id: str, channels: Mapping[str, Channel]
+) -> tuple[int, datetime] | None:
+    """How many unknown items a plain `reconcile` can settle by query once their window
+    has passed, and when the last one's passes; None when none waits for that."""
+    waiting = [since for since in _left_mid_request(store, run_id, channels).values() if since]
+    return (len(waiting), max(waiting)) if waiting else None
 
 
 def _left_mid_request(
     store: Store, run_id: str, channels: Mapping[str, Channel]
 ) -> dict[int, datetime | None]:
     """The run's open items (unknown, or pending and maybe delivered) on a channel that can
-    be asked whose last attempt a process left mid-request: from when their 404 counts
-    (None: it counts now)."""
+    be asked, left mid-request by a process or waiting for their query window after an
+    uncertain answer: from when their 404 counts (None: it counts now)."""
     kinds = store.queries.pending_kinds(run_id)
     maybe = [seq for seq, kind in kinds.items() if kind is PendingKind.MAYBE_DELIVERED]
     unknown = [item.seq for item in store.queries.items(run_id, [ItemState.UNKNOWN])]
@@ -277,7 +294,7 @@ def _left_mid_request(
     for seq in sorted({*maybe, *unknown}):
         channel = channels[store.queries.item(run_id, seq).channel]
         attempts = store.queries.attempts(run_id, seq)
-        if not channel.queryable or not attempts or attempts[-1].outcome != "interrupted":
+        if not channel.queryable or not attempts:
             continue
         since = not_found_counts_from(channel, attempts)
         left[seq] = since if since is not None and since > now else None

@@ -11,7 +11,9 @@ import json
 
 import pytest
 
-from .conftest import Workspace, make_rows
+from notifier import clock
+
+from .conftest import Workspace, make_rows, wait_for
 from .receiver import Receiver, receiving, webhook_config
 
 pytestmark = pytest.mark.both_stores
@@ -158,3 +160,69 @@ def test_with_one_attempt_an_early_404_never_fails_an_item_the_receiver_holds(
     assert sent.returncode == 0, sent.stdout + sent.stderr
     assert again.returncode == 0, again.stdout + again.stderr
     _assert_all_sent(ws, rows)
+
+
+@CONCURRENCY
+@pytest.mark.timeout(90)
+def test_a_cancel_after_a_kill_waits_out_the_window_and_asks_again(ws: Workspace, n: int) -> None:
+    """Killed with requests at the receiver (committed late) and, at N = 8, items claimed
+    ahead that never left: `cancel` waits out each item's window (within --wait) and asks
+    again, so every delivered item ends `sent`, every never-left one never delivered
+    (`pending`), none `unknown`, and nobody is sent to a manual decision."""
+    receiver = Receiver(early="504", commit_after_s=COMMIT_AFTER_S)
+    rows = _rows(n)
+    with receiving(receiver):
+        _configure(ws, receiver)
+        ws.write_csv("batch.csv", make_rows(rows))
+        crashed = ws.run(
+            "send", "batch.csv", "--channel", "hooks", "--concurrency", str(n),
+            env={"NOTIFIER_CRASH_AT": "after-receipt:1"},
+        )  # fmt: skip
+        assert crashed.returncode == 137, crashed.stdout + crashed.stderr
+        cancelled = ws.run("cancel", "--report", "--format", "json", "--wait", "30")
+        held = {a.item_id for a in receiver.arrivals}
+    assert cancelled.returncode == 3, cancelled.stdout + cancelled.stderr  # unsent items
+    assert "--manual" not in cancelled.stderr, cancelled.stderr
+    report = json.loads(cancelled.stdout)
+    ends = {row["id"]: row["state"] for row in report["items"]}
+    assert report["counts"]["unknown"] == 0, ends
+    assert {ends[i] for i in held} == {"sent"}
+    assert {s for i, s in ends.items() if i not in held} <= {"pending"}
+    assert receiver.commits == dict.fromkeys(receiver.commits, 1)
+
+
+def test_a_cancel_whose_wait_ends_first_says_when_reconcile_settles_them(
+    ws: Workspace,
+) -> None:
+    """With --wait 0, `cancel` cannot wait out the receiver's window: the items it leaves
+    unknown are named with the moment a plain `notifier reconcile` settles them by query,
+    not sent to `--manual`; that reconcile, run then, settles them and says that the
+    cancelled run will not send them."""
+    receiver = Receiver(early="504", commit_after_s=COMMIT_AFTER_S)
+    with receiving(receiver):
+        _configure(ws, receiver)
+        ws.write_csv("batch.csv", make_rows(2))
+        crashed = ws.run(
+            "send", "batch.csv", "--channel", "hooks",
+            env={"NOTIFIER_CRASH_AT": "after-receipt:1"},
+        )  # fmt: skip
+        assert crashed.returncode == 137, crashed.stdout + crashed.stderr
+        cancelled = ws.run("cancel", "--wait", "0")
+        said = cancelled.stdout + cancelled.stderr
+        assert cancelled.returncode == 3, said
+        (run_id,) = [r for (r,) in ws.query("SELECT run_id FROM runs")]
+        assert f"a plain `notifier reconcile {run_id}` then settles them by query" in said
+        assert "--manual" not in said
+        assert ws.query("SELECT state FROM items WHERE item_id = 'u1'") == [("unknown",)]
+        receiver.wait_for(lambda r: sum(r.commits.values()) >= len(r.arrivals))
+        wait_for(lambda: _window_passed(ws), "every unknown item's window passed", timeout=30)
+        settled = ws.run("reconcile", run_id)
+    assert settled.returncode in (0, 3), settled.stdout + settled.stderr
+    assert ws.query("SELECT state FROM items WHERE item_id = 'u1'") == [("sent",)]
+    assert "will send again" not in settled.stdout + settled.stderr
+
+
+def _window_passed(ws: Workspace) -> bool:
+    """Whether every unknown item's asking-again time has passed."""
+    times = [t for (t,) in ws.query("SELECT next_attempt_at FROM items WHERE state = 'unknown'")]
+    return all(t is None or t <= clock.now_iso() for t in times)

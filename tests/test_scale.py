@@ -240,11 +240,12 @@ def test_status_and_resume_start_up_read_only_what_needs_attention(
     ws: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No query `status`, `runs` or `resume` issues on a run scans the items, attempts or
-    events tables: each goes through an index (EXPLAIN QUERY PLAN)."""
+    events tables: each goes through an index (EXPLAIN QUERY PLAN). (`report` lists every
+    item, streamed, by design.)"""
     ws.write_csv("batch.csv", make_rows(300))
     crashed = ws.run("send", "batch.csv", env={"NOTIFIER_CRASH_AT": "after-send:5"})
     assert crashed.returncode == 137, crashed.stderr
-    for command in (["status"], ["runs"], ["report"], ["resume"]):
+    for command in (["status"], ["runs"], ["resume"]):
         assert _plans(ws, monkeypatch, command) == [], command
 
 

@@ -8,13 +8,15 @@ import time
 from collections.abc import Mapping
 from contextlib import suppress
 from dataclasses import dataclass
+from datetime import datetime
 
+from .. import clock
 from ..channels import Channel, ErrorKind
 from ..env import Env, open_store, pick_run
 from ..errors import BadInput, Refused
 from ..lease import SoleLease, live_holder
 from ..outcome import send_again
-from ..reconcile import settle, settle_doubts
+from ..reconcile import settle, settle_doubts, settle_left, settleable_later
 from ..records import Counts, Run
 from ..state_machine import FINISHED_RUN_STATES, ItemState, ItemTrigger, RunState, RunTrigger
 from ..store import LeaseHeld, Store
@@ -57,7 +59,7 @@ def cancel(env: Env, run_id: str | None, wait_s: float) -> CancelResult:
                     store.queries.counts(run.run_id),
                 )
             try:
-                run = _cancel_without_worker(env, store, run)
+                run, later = _cancel_without_worker(env, store, run, deadline)
                 break
             except LeaseHeld:
                 # A `send` or `resume` took the lease between our look and our take (e.g. a
@@ -66,15 +68,29 @@ def cancel(env: Env, run_id: str | None, wait_s: float) -> CancelResult:
         if run.state is not RunState.CANCELLED:
             return _already_finished(store, run)
         counts = store.queries.counts(run.run_id)
-        message = f"run {run.run_id} cancelled."
-        if counts.unknown:
-            message += (
-                f" {counts.unknown} item(s) may have been delivered and are unknown: settle "
-                f"them with `notifier reconcile --manual {run.run_id}`."
-            )
-        return CancelResult(run, True, message, counts)
+        return CancelResult(run, True, _cancelled_message(run, counts, later), counts)
     finally:
         store.close()
+
+
+def _cancelled_message(run: Run, counts: Counts, later: tuple[int, datetime] | None) -> str:
+    """What `cancel` says of a run it closed: which unknown items a plain `reconcile` can
+    still settle by query (once the receivers' windows have passed) and which need a
+    person."""
+    message = f"run {run.run_id} cancelled."
+    by_query = later[0] if later is not None else 0
+    if later is not None:
+        message += (
+            f" {by_query} item(s) are unknown until the receiver's window passes at "
+            f"{clock.local(clock.iso(later[1]))}: a plain `notifier reconcile {run.run_id}` "
+            "then settles them by query (sent, or never delivered)."
+        )
+    if counts.unknown > by_query:
+        message += (
+            f" {counts.unknown - by_query} item(s) may have been delivered and no query can "
+            f"tell: settle them with `notifier reconcile --manual {run.run_id}`."
+        )
+    return message
 
 
 def _already_finished(store: Store, run: Run) -> CancelResult:
@@ -95,19 +111,27 @@ def _wait_for_worker(store: Store, run_id: str, deadline: float) -> Run:
         time.sleep(0.05)
 
 
-def _cancel_without_worker(env: Env, store: Store, run: Run) -> Run:
+def _cancel_without_worker(
+    env: Env, store: Store, run: Run, deadline: float
+) -> tuple[Run, tuple[int, datetime] | None]:
     """No live worker: settle what it left in flight (and every maybe-delivered item waiting
-    to retry) by query, then mark the run cancelled. Raises LeaseHeld if a worker took the
+    to retry) by query, asking again, until the `deadline` of --wait at most, about each
+    whose 404 could not count yet (a request that never left then ends never delivered,
+    not unknown), then mark the run cancelled. Returns the run and what a plain reconcile
+    can settle later (reconcile.settleable_later). Raises LeaseHeld if a worker took the
     run meanwhile."""
     with run_channels(run, env.base_dir, tolerate_broken=True) as channels:
         lease = SoleLease(store, run.run_id, env.config.lease_ttl_s)
         with lease:
             if store.core.get_run(run.run_id).state in FINISHED_RUN_STATES:
-                return store.core.get_run(run.run_id)  # completed by a worker before our lease
+                return store.core.get_run(run.run_id), None  # a worker completed it first
             settle(store, run.run_id, channels, lease.version, include_unknown=True, say=env.say)
+            until = clock.later(max(0.0, deadline - time.monotonic()))
+            settle_left(store, run.run_id, channels, lease.version, [], env.say, wait_until=until)
             settle_doubts(store, run.run_id, channels, lease.version, say=env.say)
+            later = settleable_later(store, run.run_id, channels)
             store.ledger.move_run(run.run_id, RunTrigger.CANCEL, lease.version, stop_reason=None)
-    return store.core.get_run(run.run_id)
+    return store.core.get_run(run.run_id), later
 
 
 # ---------------------------------------------------------------------- reconcile
