@@ -3,7 +3,7 @@
 Prints rows/s and peak RSS for planning (validate + intents + one transaction into SQLite)
 next to a plain, non-durable loop over the same file (csv.reader + json.dumps of each row),
 each measured in its own fresh process so peak RSS is not shared. Then, against the database
-that plan made with every item marked sent (issue 21: each row is compared with what earlier
+that plan made with every item marked sent (each row is compared with what earlier
 runs delivered), planning the same file again (every row already delivered: nothing left)
 and planning as many new rows (none delivered: all planned).
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from .errors import BadInput, ExitCode
 
 POINTS = ("after-intent", "after-send", "after-receipt")
-# Drafting through Message Batches (issue 24): after a chunk's intent is stored and after its
+# Drafting through Message Batches: after a chunk's intent is stored and after its
 # batch is created (SEQ: the chunk's number), after a result is stored (SEQ: the row's seq).
 DRAFT_POINTS = ("after-chunk-intent", "after-batch-create", "mid-stream")
 ENV = "NOTIFIER_CRASH_AT"

@@ -1,4 +1,4 @@
-"""Rates per recipient domain (issue 23): `[channels.NAME.domain_rates]`, e.g.
+"""Rates per recipient domain: `[channels.NAME.domain_rates]`, e.g.
 `"gmail.com" = 5`, at most that many sends per second to addresses at that domain.
 
 One token bucket per channel and domain, made by the runner's own bucket factory: a bucket

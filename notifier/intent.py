@@ -186,7 +186,7 @@ def row_identity(own_id: str | None, digest: str) -> str:
 def content_fingerprint(digests: Iterable[str], channel_names: Iterable[str]) -> str:
     """What decides "this batch was already planned": what is sent, to whom, through which
     named channels. Transport tuning (timeouts, retry settings, URLs) is left out on
-    purpose: changing a timeout must not make the same batch look new (issue 7, point 3).
+    purpose: changing a timeout must not make the same batch look new.
     m002 back-fills old runs with the same formula; the two must stay identical."""
     h = hashlib.sha256()
     for digest in digests:

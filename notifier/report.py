@@ -98,7 +98,7 @@ def build(
             PendingKind.MAYBE_DELIVERED.value: attempted.count(PendingKind.MAYBE_DELIVERED),
         },
         # Added to the contract's keys: pending items whose start time or send window is
-        # still ahead, and when the first of them may go (issue 23).
+        # still ahead, and when the first of them may go.
         "waiting": _waiting(store, run),
         "drafts": _drafts(store, run),
         # Added to the contract's keys: who works the run now (PostgreSQL: many workers).

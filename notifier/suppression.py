@@ -1,4 +1,4 @@
-"""The suppression list (issue 23): addresses that are never sent to, whatever a batch says.
+"""The suppression list: addresses that are never sent to, whatever a batch says.
 
 An address is kept under its key: the intent's normalisation of a target (NFC, trimmed,
 domain lower-cased: intent.normalise_target) with the local part lower-cased too, so that

@@ -1,4 +1,4 @@
-"""Send windows: when, on the recipient's wall clock, an item may be sent (issue 23).
+"""Send windows: when, on the recipient's wall clock, an item may be sent.
 
 A window is one or more ranges, comma-separated: `Mon-Fri 09:00-18:00, Sat 10:00-14:00`.
 Each range is a day or a run of days (`Mon`, `Mon-Fri`, `Fri-Mon` wraps past Sunday) and a

@@ -1,4 +1,4 @@
-"""A dead worker's items, adopted mid-run, are asked about on a sender's thread (issue 22):
+"""A dead worker's items, adopted mid-run, are asked about on a sender's thread:
 while the receiver holds worker A's status queries about what worker B left in flight
 when it was killed (-9), A's committer goes on recording its own items; released, the
 queries settle B's items and A completes the run with every key committed once. Real

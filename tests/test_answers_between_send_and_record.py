@@ -1,4 +1,4 @@
-"""Issue 7, points 6, 7 and 10: what the runner does with an answer between the send and
+"""What the runner does with an answer between the send and
 the record — a throttled answer always gates its channel, waits run on the monotonic clock,
 and no answer (unreadable, absurd) can throw away the window's other outcomes.
 

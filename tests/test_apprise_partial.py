@@ -1,4 +1,4 @@
-"""Issue 7 race: an Apprise channel with several URLs where some fail. Marking such an item
+"""An Apprise channel with several URLs where some fail. Marking such an item
 `not-sent` would send it again to the URLs that already got it, so it is refused."""
 
 from __future__ import annotations

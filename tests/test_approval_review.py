@@ -1,4 +1,4 @@
-"""Approvals that can't be given blind (issue 21): `approve --fingerprint` approves the run the
+"""Approvals that can't be given blind: `approve --fingerprint` approves the run the
 fingerprint belongs to, no refusal prints a fingerprint to paste, `preview` shows every
 notification and ends with the fingerprint of what it showed, `reject` closes a run with its
 audit, an approval lasts at most 30 days, and the operator is known without $USER."""

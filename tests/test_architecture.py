@@ -1,4 +1,4 @@
-"""The shape of the code (issue 22): no import cycle, no module past 500 lines, the engine
+"""The shape of the code: no import cycle, no module past 500 lines, the engine
 store/'s business alone, nothing pointing outside the repository. Read from the source with
 ast, every import counted, those inside functions and under TYPE_CHECKING too: a cycle hidden
 there is still a cycle for whoever reads or moves the code."""

@@ -1,4 +1,4 @@
-"""Cancel, precisely (issue 7 points 8 and 9, and its races): no request starts after the
+"""Cancel, precisely (and its races): no request starts after the
 worker saw the cancel, "never attempted" is true, maybe-delivered retries are settled or
 reported unknown, and a cancel racing a completion or a starting send never exits 1."""
 

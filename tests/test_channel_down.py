@@ -1,4 +1,4 @@
-"""A receiver that is down pauses the run (issue 21): requests that cannot reach it
+"""A receiver that is down pauses the run: requests that cannot reach it
 (refused, DNS, TLS, a relay refusing the connection) are the channel's failure, not the
 items'. At N = 1 and 8, on both stores, through the real CLI against 127.0.0.1."""
 

@@ -1,4 +1,4 @@
-"""Issue 24: `send --compose --batch-api` drafts through the Message Batches API (the real
+"""`send --compose --batch-api` drafts through the Message Batches API (the real
 `anthropic` SDK against FakeBatches on 127.0.0.1), each chunk a durable intent: recorded
 before `create`, its batch id after, its results stored by custom_id; a crash at each point
 is resumed without a second batch for a chunk (unless `--recreate`), every row drafted once."""

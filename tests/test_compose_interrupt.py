@@ -1,4 +1,4 @@
-"""Issue 24: Ctrl-C while drafting keeps what was already requested. On the synchronous path
+"""Ctrl-C while drafting keeps what was already requested. On the synchronous path
 the answers in flight are waited for and stored (they are paid for) and a second Ctrl-C
 leaves at once; on the batch path polling stops and the submitted batches are left, recorded,
 for `resume`. A progress bar shows drafting on a terminal, and nothing elsewhere. Every test

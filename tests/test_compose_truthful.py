@@ -1,4 +1,4 @@
-"""Issue 24, drafting that reports truthfully: failed drafts count as failed, usage is kept
+"""Drafting that reports truthfully: failed drafts count as failed, usage is kept
 for unusable answers, drafted text meets the CSV's rules, the model is checked before
 anything is stored, `resume --model`, and `--compose-columns`."""
 

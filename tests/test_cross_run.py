@@ -1,4 +1,4 @@
-"""A row's identity across runs in one database (issue 21): `send` plans only what earlier
+"""A row's identity across runs in one database: `send` plans only what earlier
 runs did not deliver, refuses a row another unfinished run holds or whose delivered content
 changed, and retries what was never delivered. Through the real CLI, on both stores."""
 

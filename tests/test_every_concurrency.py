@@ -1,4 +1,4 @@
-"""The promises at every concurrency (issue 20): each test runs at N = 1 and at N = 8 with
+"""The promises at every concurrency: each test runs at N = 1 and at N = 8 with
 items claimed ahead, on both stores, through the real CLI against a receiver on 127.0.0.1
 (tests/receiver.py), or through the real Runner where only the order of events matters."""
 

@@ -1,4 +1,4 @@
-"""Whose lease fences a store's writes is fixed when the store is made (issue 22): a store
+"""Whose lease fences a store's writes is fixed when the store is made: a store
 made for a worker (Store.for_worker, as SharedLease makes its own) is fenced by that
 worker's lease, and the store it was made from stays fenced by the run's lease. Through the
 real CLI and the real database."""

@@ -1,4 +1,4 @@
-"""One migration runner for both engines (issue 22): every migration names its SQLite and its
+"""One migration runner for both engines: every migration names its SQLite and its
 PostgreSQL form, each is applied once and recorded where earlier versions recorded it, and a
 database left at any earlier migration opens and is brought up to date, on each engine."""
 

@@ -1,4 +1,4 @@
-"""Watching a run from outside (issue 23): the --metrics-port endpoint scraped mid-run agrees
+"""Watching a run from outside: the --metrics-port endpoint scraped mid-run agrees
 with `status` and `notifier metrics`, no label carries a recipient, key, item id or subject,
 every --log-format json line parses and carries its fields, bodies only with --log-bodies, a
 port in use is exit 2 before anything is stored. Through the real CLI, at N = 1 and N = 8,

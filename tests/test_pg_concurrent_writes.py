@@ -1,4 +1,4 @@
-"""PostgreSQL workers write concurrently (issue 22): no lock of the whole schema. Two
+"""PostgreSQL workers write concurrently: no lock of the whole schema. Two
 workers' group commits on one run overlap and commit contiguous, unique event numbers with no
 lost update; writes to two runs never wait for each other; a worker's fence still holds while
 another reaps it. Each test drives the store's real group commit (`Ledger.step`, as the

@@ -1,4 +1,4 @@
-"""Guards the code has that no other test pins (issue 20): each test here fails if the guard
+"""Guards the code has that no other test pins: each test here fails if the guard
 it names is removed. Receivers run on 127.0.0.1 only; nothing waits on a sleep."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The continuous pipeline (issue 8): N sends in flight at all times, crashes and drops at
+"""The continuous pipeline: N sends in flight at all times, crashes and drops at
 N = 16 still deliver each key once, resume settles every in-flight item first, one slow
 request does not stall the others, and --rate / `rate` pace each channel."""
 

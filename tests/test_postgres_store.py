@@ -1,4 +1,4 @@
-"""The PostgreSQL store's own guarantees, through the real CLI (issue 11 point 3): a foreign or
+"""The PostgreSQL store's own guarantees, through the real CLI: a foreign or
 newer schema is refused untouched, a server that cannot be reached is named without its
 password, the schema mirrors SQLite's, and secrets never reach the database."""
 

@@ -1,4 +1,4 @@
-"""Issue 7 point 1: a 404 from a status query proves "not sent" only once the receiver has had
+"""A 404 from a status query proves "not sent" only once the receiver has had
 `query_delay` to commit what an uncertain attempt may have handed it."""
 
 from __future__ import annotations

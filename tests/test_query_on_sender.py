@@ -1,4 +1,4 @@
-"""The status query after an uncertain send runs on the sender's thread (issue 22): while
+"""The status query after an uncertain send runs on the sender's thread: while
 one item's query waits on the receiver, the committer goes on recording the other items'
 answers, and once the query answers the item is settled by what it found; killed while the
 query waits, the item is left in flight for resume to ask about. Through the real CLI

@@ -1,4 +1,4 @@
-"""Issue 24: `notifier redraft [RUN_ID] --item ID…` drafts selected rows of a --compose run
+"""`notifier redraft [RUN_ID] --item ID…` drafts selected rows of a --compose run
 awaiting approval again: only those rows are requested, their intents are recomputed (new
 digest, same key), the run's fingerprint changes, the old fingerprint and any approval
 bound to the old state are refused, and the new fingerprint is approved and sent. Refused

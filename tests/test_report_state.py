@@ -1,5 +1,5 @@
 """`report --state` lists only the items in those states, in every format; and the messages of
-issue 21 name the command that will work: `reconcile --manual` for unknowns no query can
+name the command that will work: `reconcile --manual` for unknowns no query can
 settle, and for the loser of a race the holder and what to run once it is done."""
 
 from __future__ import annotations

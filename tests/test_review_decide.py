@@ -1,4 +1,4 @@
-"""Adversarial review of issue 22's decision rewrite (one decision, the status query on the
+"""Adversarial review of the decision rewrite (one decision, the status query on the
 sender's thread): each test pins a defect found on main, through the real CLI against a
 receiver on 127.0.0.1 (tests/receiver.py), on both stores."""
 

@@ -1,4 +1,4 @@
-"""The revisit's status query runs on a sender's thread (issue 22): an item whose early 404
+"""The revisit's status query runs on a sender's thread: an item whose early 404
 came inside its query window (`timeout + query_delay` after its request left) is asked again
 once the window has passed, and while
 the receiver holds that second query the committer goes on claiming, sending and recording

@@ -1,4 +1,4 @@
-"""What identifies a batch and a delivery (issue 7, points 3, 4, 5; docs/design.md section 5): keys
+"""What identifies a batch and a delivery: keys
 unique forever (a per-run nonce), a replay on a first attempt is a conflict, "already
 planned" decided by the content fingerprint in one transaction with the insert, and the
 m002 migration of a database written before all this."""

@@ -1,4 +1,4 @@
-"""Issue 8, points 3 and 4: a streamed plan that stores all or nothing, per-run counters kept
+"""A streamed plan that stores all or nothing, per-run counters kept
 with every move (m004), indexed attention queries, and a report that streams its items."""
 
 from __future__ import annotations

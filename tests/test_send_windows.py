@@ -1,4 +1,4 @@
-"""Send windows, a start time and rates per recipient domain (issue 23), through the real
+"""Send windows, a start time and rates per recipient domain, through the real
 CLI against a loopback receiver (and the sandbox), on SQLite and PostgreSQL."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Smaller wrong answers (issue 20, item 7): exit codes and messages that told an operator
+"""Smaller wrong answers (item 7): exit codes and messages that told an operator
 something untrue — an expired run reported as done, Ctrl-C during planning or a manual
 reconcile called an internal error, a missing secret found after the run was stored, an
 unusable lease TTL, a dangling --db symlink, and a stop reason left after its cause was

@@ -1,4 +1,4 @@
-"""The SMTP channel's pool of connections (issue 23), through the real CLI against an
+"""The SMTP channel's pool of connections, through the real CLI against an
 aiosmtpd relay: each sender has a connection of its own and reuses it, a connection the relay
 closed is reopened without costing the message anything, `max_connections` caps both the
 connections and the items in flight, and a kill -9 leaves in flight only the requests that

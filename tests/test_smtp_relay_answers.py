@@ -1,4 +1,4 @@
-"""SMTP relay answers, classified (issue 23, docs/guarantees.md "SMTP relay answers"), through
+"""SMTP relay answers, classified (docs/guarantees.md "SMTP relay answers"), through
 the real CLI against an aiosmtpd relay: 421/450/451/452 pause the channel and are never an
 item's failure; a 421 or a lost connection before the final dot is not sent; 550/551/553 with
 5.1.x at RCPT fails that item and marks the recipient for suppression."""

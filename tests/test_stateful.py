@@ -1,4 +1,4 @@
-"""A stateful property test (issue 9 point 5): hypothesis drives random sequences of send,
+"""A stateful property test: hypothesis drives random sequences of send,
 SIGKILL at a random moment, resume, cancel (with and without a live worker), reconcile by
 query and honest manual marks against two sandboxes with faults on; after every step the
 database, the report and what the sandboxes committed must agree.
@@ -429,7 +429,7 @@ class NotifierMachine(RuleBasedStateMachine):
             f"pending_detail {report['pending_detail']} vs pending {counts['pending']}"
         )
         if report["state"] == "cancelled":
-            # A cancel settles every retry that may have been delivered (issue 7 point 9).
+            # A cancel settles every retry that may have been delivered.
             assert report["pending_detail"]["maybe_delivered"] == 0, self.fail(
                 f"a cancelled run still calls items maybe delivered: {report['pending_detail']}"
             )

@@ -1,4 +1,4 @@
-"""The statement catalogue's compiled forms (issue 22's review): a bounded number kept, hints
+"""The statement catalogue's compiled forms: a bounded number kept, hints
 current after a migration on open, and a pipelined fence that times out leaving its
 connection usable."""
 

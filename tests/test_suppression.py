@@ -1,4 +1,4 @@
-"""The suppression list end to end (issue 23), through the real CLI against a real aiosmtpd
+"""The suppression list end to end, through the real CLI against a real aiosmtpd
 relay, on SQLite and PostgreSQL, at concurrency 1 and 8: suppressed rows never reach the
 relay, a 5.1.1 at RCPT suppresses the address for the next run, an address suppressed while
 a run is held is not sent, and suppressed items never make the exit code non-zero."""

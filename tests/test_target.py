@@ -1,4 +1,4 @@
-"""--db is parsed once into a Target (issue 22), and what the commands need of it is asked in
+"""--db is parsed once into a Target, and what the commands need of it is asked in
 their own terms: nothing above store/ asks which engine it names. The lease a sending process
 holds is one of two kinds behind one protocol, picked by what the store says of itself."""
 

@@ -1,4 +1,4 @@
-"""One-click unsubscribe (RFC 8058, issue 23): the optional `unsubscribe_url` (https) and
+"""One-click unsubscribe (RFC 8058): the optional `unsubscribe_url` (https) and
 `unsubscribe_mailto` columns are checked when planning (bad cells and, with
 `require_unsubscribe`, missing ones fail the file with their lines, nothing stored), are part
 of the digest without changing the digest of any row that lacks them, go out as
@@ -141,7 +141,7 @@ def test_require_unsubscribe_refuses_a_file_with_a_row_lacking_one(ws: Workspace
 
 # ---------------------------------------------------------------------- digests and bodies
 
-# Planned by the code before issue 23 (a checkout without the unsubscribe columns), for the
+# Planned by the code before it (a checkout without the unsubscribe columns), for the
 # rows of PINNED: any change to how a row without them digests would show here.
 PINNED_ROWS = [
     ["id", "to", "subject", "body", "name"],
@@ -207,7 +207,7 @@ def _webhook_body(payload: dict[str, Any]) -> bytes:
 
 @pytest.mark.parametrize("present", [False, True])
 def test_webhook_body_carries_the_unsubscribe_fields_only_when_present(present: bool) -> None:
-    """Without them the body is byte for byte the one before issue 23; with them it adds
+    """Without them the body is byte for byte the one before them; with them it adds
     `unsubscribe_url` and `unsubscribe_mailto` after the existing fields."""
     extra = (URL.format(1), "mailto:u@example.com") if present else (None, None)
     body = _webhook_body(make_payload("Hi", "B", {"k": "v"}, None, *extra))

@@ -1,4 +1,4 @@
-"""Many workers on one PostgreSQL run (issue 11): worker leases, adoption of what a dead
+"""Many workers on one PostgreSQL run: worker leases, adoption of what a dead
 worker left, cancel, the shared --rate bucket, status, and m005 on both engines. Every
 worker is a real `notifier` process against a real PostgreSQL server and the sandbox."""
 

@@ -1,4 +1,4 @@
-"""`notifier suppress add|import|list|remove`: the suppression list (issue 23), kept in the
+"""`notifier suppress add|import|list|remove`: the suppression list, kept in the
 database beside the runs (both engines), every change audited with the operator and time.
 A row whose recipient is on the list is planned `suppressed` and never sent."""
 

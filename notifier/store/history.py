@@ -1,4 +1,4 @@
-"""What earlier runs in this database did with the rows of a new plan (issue 21).
+"""What earlier runs in this database did with the rows of a new plan.
 
 A row's identity is its channel and `items.identity` (intent.row_identity). Each staged row
 gets one verdict from every earlier item of the same identity, in this order:

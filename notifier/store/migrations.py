@@ -67,14 +67,13 @@ def stored_content_fingerprint(engine: Engine, run_id: str) -> str:
 
 
 def _m002(engine: Engine) -> None:
-    """Issue 7, points 3 and 4: a per-run key nonce, and the content fingerprint that decides
+    """A per-run key nonce, and the content fingerprint that decides
     "already planned" (ordered intent digests + channel names, no transport tuning).
 
     Old runs keep their keys (keys are stored, never recomputed), so their nonce stays NULL.
     Their content fingerprint is back-filled from their stored items so that an old run
-    still blocks a re-send of the same batch. The same statements on both engines (as
-    shipped; issue 22 changed only how they are sent: through the engine, with parameters by
-    name)."""
+    still blocks a re-send of the same batch. The same statements on both engines, as
+    shipped, sent through the engine with parameters by name."""
     engine.execute("ALTER TABLE runs ADD COLUMN key_nonce TEXT")
     engine.execute("ALTER TABLE runs ADD COLUMN content_fingerprint TEXT")
     for (run_id,) in engine.execute("SELECT run_id FROM runs").fetchall():
@@ -85,7 +84,7 @@ def _m002(engine: Engine) -> None:
     engine.execute("CREATE INDEX runs_content_fingerprint ON runs(content_fingerprint)")
 
 
-# Issue 21: a row's identity across runs, so that `send` plans only what earlier runs in this
+# A row's identity across runs, so that `send` plans only what earlier runs in this
 # database did not deliver. `items.identity` beside `items.channel` is the row's own id
 # ("id:" + id) when its file had an id column, else its intent digest (channel, normalised
 # recipient and content): intent.row_identity, written out here as SQL, the same on both
@@ -143,7 +142,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     # claim find due deadlines through an index) and Claude drafts, stored per row before the
     # intents are computed, so a resumed run never asks for a draft twice.
     Migration("m003_deadlines_and_drafts", schema_sqlite.M003, schema_postgres.M003),
-    # Issue 8, point 4: the cost of `status`, `resume`, `cancel` and `runs` depends on the
+    # The cost of `status`, `resume`, `cancel` and `runs` depends on the
     # items that need attention, never on the size of the run. `run_counts` holds, per run
     # and state, how many items are in it. Triggers on `items` keep it in the same transaction
     # as every state move, whichever code path makes the move, so the counts cannot drift
@@ -152,7 +151,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     # times would add a third to planning a million rows. The partial indexes let every
     # start-up and report query read only the rows it is about.
     Migration("m004_counts_and_attention_indexes", schema_sqlite.M004, schema_postgres.M004),
-    # Issue 11: many workers on one run (PostgreSQL). Each worker holds a lease row of its
+    # Many workers on one run (PostgreSQL). Each worker holds a lease row of its
     # own (`workers`); a claimed item records which worker holds it (`items.worker_id`), so a
     # live worker can settle exactly the items of a dead one. `rate_buckets` is a channel's
     # --rate bucket shared by all the workers of a run, and `channel_gates` the time until
@@ -160,23 +159,23 @@ MIGRATIONS: tuple[Migration, ...] = (
     # run, under the run's own lease; the tables exist so that both engines keep one schema.
     Migration("m005_workers", schema_sqlite.M005, schema_postgres.M005),
     Migration("m006_item_identity", _M006, _M006),
-    # Issue 24: a --compose run drafting through Message Batches keeps one row per chunk, an
+    # A --compose run drafting through Message Batches keeps one row per chunk, an
     # intent like any send's: recorded `creating` (its rows, the digest of its requests, a
     # time lower bound) before the batch is created, `submitted` with the batch id after, then
     # `done` once its results are stored, or `canceled`. A chunk still `creating` on resume is
     # settled by asking the API (batches since `not_before` with `request_count` requests
     # whose results carry the chunk's custom_ids), or created again when `recreate` is set.
     Migration("m007_draft_chunks", _M007, _M007),
-    # Issue 23: the suppression list (`suppressions`, one row per normalised address, with
+    # The suppression list (`suppressions`, one row per normalised address, with
     # its reason and source: operator, import or relay) and its audit trail
     # (`suppression_audit`: every add and remove with the operator and the time). Items of a
     # suppressed recipient are `suppressed`, a new state needing no schema change: states are
     # text, and m004's counters count whatever state an item moves to.
     Migration("m008_suppression", schema_sqlite.M008, schema_postgres.M008),
-    # Issue 23: send windows and a start time (schema_sqlite.M009 says what each column is).
+    # Send windows and a start time (schema_sqlite.M009 says what each column is).
     # Not part of the intent: when an item goes out is not what goes out.
     Migration("m009_send_windows", schema_sqlite.M009, schema_postgres.M009),
-    # Issue 22: PostgreSQL workers write one run concurrently, with no lock of the schema;
+    # PostgreSQL workers write one run concurrently, with no lock of the schema;
     # the run counters' triggers fire at COMMIT (schema_postgres.M010). SQLite has one
     # writer at a time, so its triggers stay as they are.
     Migration("m010_counts_at_commit", _m010_sqlite, schema_postgres.M010),

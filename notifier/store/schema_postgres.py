@@ -250,7 +250,7 @@ CREATE TABLE suppression_audit (
 )
 """
 
-# Issue 23, send windows: the earliest instant an item may be sent (UTC ISO, as not_after),
+# Send windows: the earliest instant an item may be sent (UTC ISO, as not_after),
 # and the window and time zone it was planned with, kept so that a claim finding the window
 # closed again (a range ended, a paused run resumed late) can compute the next opening.
 M009 = """
@@ -264,7 +264,7 @@ CREATE INDEX items_not_before ON items(run_id, channel, not_before)
     WHERE state = 'pending' AND not_before IS NOT NULL
 """
 
-# Issue 22: the run counters move at COMMIT. Two workers' group commits on one run then
+# The run counters move at COMMIT. Two workers' group commits on one run then
 # write their items side by side: an immediate trigger held the run's counter rows from a
 # transaction's first move to its COMMIT, so the second waited on the first (and two such
 # transactions moving items in different orders could deadlock on them). Deferred, the

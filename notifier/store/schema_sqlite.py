@@ -227,7 +227,7 @@ CREATE TABLE channel_gates (
 )
 """
 
-# m008_suppression (issue 23): addresses never to be sent to, keyed by their normalised form
+# m008_suppression: addresses never to be sent to, keyed by their normalised form
 # (suppression.address_key), and the audit of every add and remove (who, when, from where).
 M008 = """
 CREATE TABLE suppressions (
@@ -250,7 +250,7 @@ CREATE TABLE suppression_audit (
 )
 """
 
-# Issue 23, send windows: the earliest instant an item may be sent (UTC ISO, as not_after),
+# Send windows: the earliest instant an item may be sent (UTC ISO, as not_after),
 # and the window and time zone it was planned with, kept so that a claim finding the window
 # closed again (a range ended, a paused run resumed late) can compute the next opening.
 M009 = """

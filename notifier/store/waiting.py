@@ -1,4 +1,4 @@
-"""Items waiting for their start time or send window (issue 23; schema_sqlite.M009): the
+"""Items waiting for their start time or send window (schema_sqlite.M009): the
 reads and writes the claim, the runner's wake-up and `status` use (their statements in
 statements; the claim's condition is their DUE), the same on both engines.
 
