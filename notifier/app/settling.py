@@ -42,6 +42,7 @@ def cancel(env: Env, run_id: str | None, wait_s: float) -> CancelResult:
         if run.state in FINISHED_RUN_STATES or not store.ledger.request_cancel(run.run_id):
             return _already_finished(store, store.core.get_run(run.run_id))
         deadline = time.monotonic() + wait_s
+        later: tuple[int, datetime] | None = None  # what a plain reconcile settles later
         while True:
             run = _wait_for_worker(store, run.run_id, deadline)
             if run.state in FINISHED_RUN_STATES:
