@@ -269,6 +269,13 @@ def send(
     for line in app.prior_summary(stored.prior) if stored.prior else []:
         click.echo(line)
     if stored.store is None:
+        if stored.prior is not None and stored.prior.suppressed_only:
+            click.echo(
+                f"nothing to send: the {stored.prior.suppressed_only} row(s) of {batch} left "
+                "to send all go to suppressed recipients (`notifier suppress list`); no run "
+                "was stored."
+            )
+            return
         click.echo(
             f"nothing to send: every row of {batch} was already delivered with the same "
             "content. `notifier runs` lists the runs; --new-run sends every row again."

@@ -250,6 +250,7 @@ class Drafts:
             if cursor.rowcount != 1:
                 raise LostRace(f"run {run_id}: its plan was already frozen")
             n = self.plans.insert_items(run_id, items, at)
+            self.plans.suppressions.suppress_planned(run_id, at)  # after the counts
             for seq, error in (failed or {}).items():
                 # m004's trigger moves the count from pending to failed.
                 self.engine.execute(

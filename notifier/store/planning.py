@@ -17,10 +17,18 @@ from .core import (
     as_json,
 )
 from .exceptions import PlanRefused, RunExists
-from .history import ABANDONED, DELIVERED, History, Prior
+from .history import ABANDONED, DELIVERED, RETRIED, History, Prior
 from .stage import _ITEM_COLUMNS, _PENDING_COLUMNS, PlanStage
 from .statements import planning as sql
 from .suppressions import Suppressions
+
+
+class _NothingToSend(Exception):
+    """Rolls a plan's transaction back: nothing in it is left to send."""
+
+    def __init__(self, prior: Prior) -> None:
+        super().__init__("nothing to send")
+        self.prior = prior
 
 
 class Planning:
@@ -59,6 +67,20 @@ class Planning:
         `items` is normally the PlanStage the CSV was streamed into: its rows are copied by
         the database (`_copy_stage`), so a million intents never sit in memory at once."""
         at = run["created_at"]
+        try:
+            return self._create_run(run, items, new_run, resend_changed, then, at)
+        except _NothingToSend as nothing:
+            return nothing.prior  # rolled back whole: no run stored
+
+    def _create_run(
+        self,
+        run: dict[str, Any],
+        items: Sequence[dict[str, Any]] | PlanStage,
+        new_run: bool,
+        resend_changed: bool,
+        then: RunTrigger | None,
+        at: str,
+    ) -> Prior | None:
         with self.transaction():
             if self.engine.execute(sql.RUN_EXISTS, {"run_id": run["run_id"]}).fetchone():
                 raise RunExists(run["run_id"])
@@ -90,6 +112,12 @@ class Planning:
                 },
             )
             n = self.insert_items(run["run_id"], items, at)
+            # After the counts: the move's trigger counts it.
+            suppressed = self.suppressions.suppress_planned(run["run_id"], at)
+            if suppressed == n and prior is not None and prior.count(RETRIED) == n:
+                # Every row left was planned before and is suppressed now: a run of nothing
+                # but suppressed items, once more each time the file is sent. None is stored.
+                raise _NothingToSend(replace(prior, suppressed_only=n))
             detail: dict[str, Any] = {"items": n}
             if prior is not None and prior.count(DELIVERED):
                 detail["delivered_before"] = prior.count(DELIVERED)
@@ -137,8 +165,6 @@ class Planning:
             )
             counted = self._insert_rows(run_id, rows, at)
         self.engine.execute(sql.COUNT_PLANNED, {"run_id": run_id, "n": counted})
-        # After the counts: the move's trigger counts it.
-        self.suppressions.suppress_planned(run_id, at)
         return counted
 
     def _insert_rows(self, run_id: str, rows: Iterable[tuple[Any, ...]], at: str) -> int:

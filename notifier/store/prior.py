@@ -28,6 +28,9 @@ class Prior:
     changed_rows: list[tuple[int, str]] = field(default_factory=list)  # (seq, id), first ten
     # Rows of the plan that a rejected run held, by that run: the new run awaits approval.
     rejected_by: Mapping[str, int] = field(default_factory=dict)
+    # Set when nothing was stored because every row left is suppressed and was planned
+    # before: how many such rows.
+    suppressed_only: int = 0
 
     def count(self, verdict: str) -> int:
         return sum(self.by_run.get(verdict, {}).values())
@@ -37,7 +40,10 @@ class Prior:
 
     @property
     def left(self) -> int:
-        """Rows that a send would plan (refusals aside)."""
+        """Rows that a send would plan (refusals aside); 0 once a plan of nothing but
+        suppressed rows was dropped."""
+        if self.suppressed_only:
+            return 0
         return self.total - sum(self.count(v) for v in LEFT_OUT)
 
     def refused(self, resend_changed: bool) -> bool:

@@ -141,14 +141,14 @@ class Suppressions:
 
     # ---------------------------------------------------------------- items
 
-    def suppress_planned(self, run_id: str, at: str) -> None:
+    def suppress_planned(self, run_id: str, at: str) -> int:
         """At plan time, inside the plan's transaction: the new run's pending items whose
         recipient is on the list become `suppressed` (their intents stay stored, so the
         fingerprint, an approval and the report cover them). An empty list, the common
         case, costs one read; otherwise one pass over the run's items, each looked up by
-        the list's primary key."""
+        the list's primary key. Returns how many were suppressed."""
         if self.core.engine.execute(sql.ANY_SUPPRESSION).fetchone() is None:
-            return
+            return 0
         current = ItemState.PENDING
         target = item_next(ItemTrigger.SUPPRESS, current)
         moved = self.core.engine.execute(
@@ -171,6 +171,7 @@ class Suppressions:
             ]
             detail = {"from": current.value, "to": target.value, "when": "plan"}
             self.core.events(run_id, ItemTrigger.SUPPRESS.value, seqs, detail, at)
+        return int(moved)
 
     def suppressed_claims(self, run_id: str, rows: Sequence[Any], at: str) -> set[int]:
         """The claim's check, inside the claim's transaction, before any of `rows` (pending
