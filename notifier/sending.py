@@ -161,16 +161,20 @@ class Dispatch:
             return "its recipient was put on the suppression list after it was claimed"
         return None
 
-    def _ready(self, item: Item) -> Ready:
+    def _ready(self, item: Item, left: list[datetime]) -> Ready:
         """The last check the channel asks once its connection is ready, right before it
         hands the message over (SMTP: before MAIL FROM, after a greeting, EHLO, STARTTLS and
         login that may take seconds): the lease is still surely ours, and the item may
-        still start."""
+        still start. When it may, the moment is noted in `left`: the request leaves then,
+        and its query window counts from there, not from before a slow connection."""
 
         def ready() -> str | None:
             if not self._lease_allows_send():
                 return "this worker can no longer prove the run is its own"
-            return self.item_may_start(item)
+            reason = self.item_may_start(item)
+            if reason is None:
+                left.append(clock.now())
+            return reason
 
         return ready
 
@@ -246,7 +250,15 @@ class Dispatch:
                 # since its claim, which opened the attempt (see Outcome.started_at).
                 started = clock.now()
                 self.observer.attempt_started(item)
-                result = self.channels[item.channel].send(item.intent(), self._ready(item))
+                left: list[datetime] = []
+                try:
+                    result = self.channels[item.channel].send(
+                        item.intent(), self._ready(item, left)
+                    )
+                finally:
+                    # The request left once its connection was ready (a reconnect may ask
+                    # again: the last time counts), not before connecting.
+                    started = left[-1] if left else started
         except Withheld as withheld:
             # The channel's connection took long enough for a check to fail meanwhile:
             # nothing of the message left. Released never attempted, like the checks above.

@@ -7,12 +7,18 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 import pytest
 
+from notifier import clock
+from notifier.channels import Ready, Receipt, always
+from notifier.intent import Intent
+
 from .conftest import Workspace, make_rows
 from .receiver import Receiver, receiving, webhook_config
+from .support.held import Answered, HeldRun
 
 pytestmark = pytest.mark.both_stores
 
@@ -82,3 +88,29 @@ def test_an_attempt_claimed_ahead_records_when_its_request_left(
     if every_kind:
         closed = {outcome for (outcome,) in ws.query("SELECT DISTINCT outcome FROM attempts")}
         assert {"uncertain", "throttled", "sent"} <= closed, closed
+
+
+@dataclass
+class _SlowToConnect(Answered):
+    """A channel whose connection takes 30 s on the wall clock (moved on, not waited) before
+    it asks the sender's last check and lets the request leave."""
+
+    def send(self, intent: Intent, ready: Ready = always) -> Receipt:
+        clock._SHIFT += timedelta(seconds=30)
+        return super().send(intent, ready)
+
+
+def test_an_attempt_starts_when_its_connection_was_ready_not_before_connecting(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The query window counts from when the request left: an attempt whose connection took
+    30 s records its start once the connection was ready (the sender's last check), not
+    before connecting, so a 404 cannot count 30 s too early."""
+    monkeypatch.setattr(clock, "_SHIFT", timedelta(0))
+    before = clock.now()
+    channel = _SlowToConnect()
+    run = HeldRun(ws, channel, 1, 1, hold=False)
+    run.thread.start()
+    run.finish(channel)
+    ((started,),) = ws.query("SELECT started_at FROM attempts")
+    assert clock.parse(started) >= before + timedelta(seconds=30), (before, started)
