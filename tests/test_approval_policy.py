@@ -88,3 +88,25 @@ def test_the_rows_of_a_rejected_run_need_approval_again(
     assert "awaiting approval; nothing was sent" in again.output
     assert _run_states(ws) == ["cancelled", "awaiting_approval"]
     assert ws.outbox_documents() == []
+
+
+def test_the_rows_of_a_rejected_run_need_approval_again_when_composed(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`send --compose` of a rejected batch's rows waits for approval too, whatever the
+    flags: drafted, never sent before it is approved."""
+    from .fake_messages import FakeMessages  # noqa: PLC0415 (only this test drafts)
+
+    ws.write_csv("c.csv", make_rows(2))
+    assert ws.invoke("send", "c.csv", "--require-approval").exit_code == 0
+    assert ws.invoke("reject", "--reason", "not this week").exit_code == 0
+    (ws.path / "brief.txt").write_text("Say hello.")
+    server = FakeMessages()
+    with server.running():
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-0123456789")
+        composed = ws.invoke("send", "c.csv", "--compose", "brief.txt")
+    assert composed.exit_code == 0, composed.output
+    assert "were rejected in run" in composed.output
+    assert _run_states(ws) == ["cancelled", "awaiting_approval"]
+    assert ws.outbox_documents() == []

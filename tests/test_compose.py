@@ -7,7 +7,7 @@ import json
 import re
 import signal
 import sqlite3
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
@@ -383,3 +383,26 @@ def test_compose_drafts_no_row_whose_recipient_is_suppressed(
     assert sorted(d["to"] for d in ws.outbox_documents()) == [
         "user1@example.com", "user3@example.com"
     ]  # fmt: skip
+
+
+@pytest.mark.both_stores
+def test_a_compose_run_frozen_later_sends_no_row_delivered_meanwhile(
+    ws: Workspace, fake: FakeMessages
+) -> None:
+    """Drafting stops (a 401) and the operator sends the same file as written meanwhile,
+    which delivers its rows (nothing holds them: the composed run has no intents yet). When
+    the composed run is resumed and frozen, those rows are compared again, in the freeze's
+    transaction, and failed as delivered by the other run: no recipient gets two."""
+    fake.script.extend(error(401, "authentication_error", "invalid x-api-key") for _ in range(4))
+    stopped = ws.invoke("send", str(batch(ws, 3)), "--compose", str(brief(ws)))
+    assert stopped.exit_code == 3, stopped.output
+    (compose_run,) = [r for (r,) in ws.query("SELECT run_id FROM runs")]
+    plain = ws.invoke("send", str(ws.path / "b.csv"))
+    assert plain.exit_code == 0, plain.output
+    fake.script.clear()
+    resumed = ws.invoke("resume", compose_run)
+    assert resumed.exit_code == 3, resumed.output  # its rows failed: another run sent them
+    per_recipient = Counter(d["to"] for d in ws.outbox_documents())
+    assert sorted(per_recipient.values()) == [1, 1, 1], per_recipient
+    reasons = ws.query(f"SELECT last_error FROM items WHERE run_id = '{compose_run}'")
+    assert all("delivered this row" in r for (r,) in reasons), reasons

@@ -326,3 +326,20 @@ def test_an_abandoned_item_is_never_sent_again_until_marked_not_sent(ws: Workspa
         assert resent.exit_code == 0, resent.output
     assert receiver.posts("u2") == 2  # sent again only on the operator's word
     assert [receiver.posts(i) for i in ("u1", "u3")] == [1, 1]
+
+
+def test_sending_again_rows_left_only_for_suppressed_recipients_stores_no_run(
+    ws: Workspace,
+) -> None:
+    """A file sent again whose only rows left go to suppressed recipients (suppressed last
+    time too) stores no run of nothing but suppressed items: exit 0, saying so, each time."""
+    assert ws.invoke("suppress", "add", "user2@example.com").exit_code == 0
+    ws.write_csv("b.csv", make_rows(2))
+    first = ws.invoke("send", "b.csv")
+    assert first.exit_code == 0, first.output
+    for _ in range(2):
+        again = ws.invoke("send", "b.csv")
+        assert again.exit_code == 0, again.output
+        assert "all go to suppressed recipients" in again.output
+    assert len(_runs(ws)) == 1
+    assert _written(ws) == ["u1"]

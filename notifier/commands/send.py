@@ -269,15 +269,12 @@ def send(
     for line in app.prior_summary(stored.prior) if stored.prior else []:
         click.echo(line)
     if stored.store is None:
-        if stored.prior is not None and stored.prior.suppressed_only:
-            click.echo(
-                f"nothing to send: the {stored.prior.suppressed_only} row(s) of {batch} left "
-                "to send all go to suppressed recipients (`notifier suppress list`); no run "
-                "was stored."
-            )
-            return
+        suppressed = stored.prior.suppressed_only if stored.prior is not None else 0
         click.echo(
-            f"nothing to send: every row of {batch} was already delivered with the same "
+            f"nothing to send: the {suppressed} row(s) of {batch} left to send all go to "
+            "suppressed recipients (`notifier suppress list`); no run was stored."
+            if suppressed
+            else f"nothing to send: every row of {batch} was already delivered with the same "
             "content. `notifier runs` lists the runs; --new-run sends every row again."
         )
         return
@@ -455,6 +452,8 @@ def _send_compose(
         options["require_approval"] = True  # the policy of notifier.toml, kept with the run
     new_id = run_id or new_run_id()
     composing = app.compare_composed(env, rows, batch, new_id)  # before a token is spent
+    if composing.prior.rejected_by:
+        options["require_approval"] = True  # rows a reviewer rejected: reviewed again
     for line in app.prior_summary(composing.prior):
         click.echo(line)
     if composing.suppressed:

@@ -235,9 +235,18 @@ class Drafts:
     ) -> None:
         """The intents computed from the stored drafts and the run's fingerprint, in one
         transaction, and only once: a run already frozen is never planned again. The rows
-        in `failed` (seq: why its draft failed) are planned and failed at once, with it."""
+        in `failed` (seq: why its draft failed) are planned and failed at once, with it, and
+        so is every row another run delivered, abandoned or holds open meanwhile (compared
+        by row identity in this transaction, which plans take one at a time): drafting may
+        take hours, and a plain send of the same file in between must not make it twice."""
         at = clock.now_iso()
+        failed = dict(failed or {})
         with self.plans.transaction():
+            if isinstance(items, PlanStage):
+                for seq, run in self.plans.history.held_elsewhere(items).items():
+                    failed.setdefault(
+                        seq, f"not sent: run {run} delivered this row, or holds it, meanwhile"
+                    )
             cursor = self.engine.execute(
                 sql.FREEZE_RUN,
                 {
@@ -251,12 +260,12 @@ class Drafts:
                 raise LostRace(f"run {run_id}: its plan was already frozen")
             n = self.plans.insert_items(run_id, items, at)
             self.plans.suppressions.suppress_planned(run_id, at)  # after the counts
-            for seq, error in (failed or {}).items():
+            for seq, error in failed.items():
                 # m004's trigger moves the count from pending to failed.
                 self.engine.execute(
                     sql.FAIL_FROZEN_ITEM, {"error": error, "at": at, "run_id": run_id, "seq": seq}
                 )
-            self.core.event(run_id, "frozen", None, {"items": n, "failed": len(failed or {})}, at)
+            self.core.event(run_id, "frozen", None, {"items": n, "failed": len(failed)}, at)
             if then is not None:
                 self.core.move_run(run_id, then, at)
 

@@ -69,13 +69,21 @@ class History:
                 prior = self.compare(table, stage.count)
                 left_out = (DELIVERED, ABANDONED, CHANGED)
                 seqs = [int(seq) for (seq,) in self.engine.execute(sql.seqs_with(table, left_out))]
+                rejected = self.rejected(stage)
         finally:
             self.engine.release_stage()
         by_run = {verdict: dict(runs) for verdict, runs in prior.by_run.items()}
         for run_id, n in by_run.pop(CHANGED, {}).items():
             delivered = by_run.setdefault(DELIVERED, {})
             delivered[run_id] = delivered.get(run_id, 0) + n
-        return Prior(stage.count, by_run), seqs
+        return Prior(stage.count, by_run, rejected_by=rejected), seqs
+
+    def held_elsewhere(self, stage: PlanStage) -> dict[int, str]:
+        """Inside a plan's transaction: the staged rows another run delivered, abandoned or
+        holds open (any verdict but `retried`), each with that run."""
+        table = self.engine.stage_table(stage)
+        verdicts = (OPEN, UNSETTLED, DELIVERED, ABANDONED, CHANGED)
+        return {int(seq): run for seq, run in self.engine.execute(sql.held_by_run(table, verdicts))}
 
     def compare(self, stage: str, total: int) -> Prior:
         by_run: dict[str, dict[str, int]] = {}

@@ -63,6 +63,19 @@ SELECT seq FROM ({_per_row(stage)}) AS m WHERE {_VERDICT} IN ({listed}) ORDER BY
 """
 
 
+def held_by_run(stage: str, verdicts: tuple[str, ...]) -> str:
+    """(seq, run_id) of the staged rows of `stage` whose verdict is one of `verdicts`, with
+    the run it names."""
+    listed = ", ".join(f"'{v}'" for v in verdicts)
+    return f"""
+SELECT m.seq, r.run_id FROM ({_per_row(stage)}) AS m
+JOIN runs r ON r.rowid = COALESCE(m.open_in, m.unsettled_in, m.delivered_in, m.abandoned_in,
+    m.changed_in, m.earlier)
+WHERE {_VERDICT} IN ({listed})
+ORDER BY m.seq
+"""
+
+
 def changed_rows(stage: str) -> str:
     """The first LISTED staged rows of `stage` whose verdict is `changed`."""
     return f"""
