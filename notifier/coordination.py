@@ -360,10 +360,9 @@ class Shared(Coordination):
             self.adopt()
         seqs = sorted(self.store.leases.held_in_flight(self.run_id, self.worker_id))
         items = [self.store.queries.item(self.run_id, seq) for seq in seqs]
-        if items:
-            settle_left(
-                self.store, self.run_id, self.channels, self.lease_version, items, self.p.say
-            )
+        # Even with nothing in flight: items asked about too early earlier (adopted mid-run,
+        # say) are asked again once their 404 counts.
+        settle_left(self.store, self.run_id, self.channels, self.lease_version, items, self.p.say)
         return super().finish_cancel()
 
     def _others_in_flight(self) -> bool:

@@ -279,3 +279,40 @@ def test_the_last_worker_settles_every_item_left_mid_request_before_it_closes(
         assert window is not None and last >= window, (seq, last, window)
     assert "in flight" not in result.reason and "maybe delivered" not in result.reason
     assert result.counts.in_flight == result.counts.unknown == 0
+
+
+@pytest.mark.timeout(60)
+def test_the_last_worker_asks_again_about_items_asked_too_early_with_nothing_in_flight(
+    ws: Workspace, pg_url: str
+) -> None:
+    """In process: a dead worker's items that A adopted mid-run and asked about too early
+    (unknown) are asked again when A closes the cancelled run, although A holds nothing in
+    flight then: none is left unknown, none sent to a manual decision."""
+    plan(ws, pg_url, "k3", "batch.csv", 1)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("UPDATE runs SET state = 'running' WHERE run_id = 'k3'")
+    a, a_version = worker(pg_url, "k3", "worker-a")
+    c, c_version = worker(pg_url, "k3", "worker-c")
+    try:
+        c.ledger.claim("k3", c_version, 3)  # seqs 1-3
+        channel = AskedByKey(set())  # none delivered: each 404 proves it once it counts
+        said: list[str] = []
+        coord = Shared(
+            "worker-a", a, "k3", {"outbox": channel}, a_version, Progress(said.append),
+            RunOptions(concurrency=8),
+        )  # fmt: skip
+        _dies(pg_url, "worker-c")
+        assert [item.seq for item in coord.adopt()] == [1, 2, 3]  # mid-run, as watch() does
+        early = settle_items(
+            a, "k3", coord.channels, a_version, [a.queries.item("k3", s) for s in (1, 2, 3)],
+            said.append,
+        )  # fmt: skip
+        assert {s.outcome.trigger for s in early if s.outcome} == {ItemTrigger.LOSE}
+        assert not a.leases.held_in_flight("k3", "worker-a")  # nothing in flight at the close
+        result = coord.finish_cancel()
+        states = dict(rows(pg_url, "SELECT seq, state FROM items WHERE run_id = 'k3' AND seq <= 3"))
+    finally:
+        a.close()
+        c.close()
+    assert states == {1: "pending", 2: "pending", 3: "pending"}, states
+    assert result.counts.unknown == 0, result.reason

@@ -68,6 +68,10 @@ def cancel(env: Env, run_id: str | None, wait_s: float) -> CancelResult:
                 continue
         if run.state is not RunState.CANCELLED:
             return _already_finished(store, run)
+        if later is None and store.queries.counts(run.run_id).unknown:
+            # A worker closed it: what of its unknown items a query can still settle later.
+            with run_channels(run, env.base_dir, tolerate_broken=True) as channels:
+                later = settleable_later(store, run.run_id, channels)
         counts = store.queries.counts(run.run_id)
         return CancelResult(run, True, _cancelled_message(run, counts, later), counts)
     finally:
