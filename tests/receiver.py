@@ -73,6 +73,9 @@ class Receiver:
     # on, and counted in `commits`.
     early: str | None = None
     commit_after_s: float = 0.0
+    # With `early`: the late commit waits for this instead of `commit_after_s`, when set (a
+    # test that must see the request uncommitted first releases it on a condition).
+    commit_hold: threading.Event | None = None
     queries: list[float] = field(default_factory=list)  # time.time() of each status query
     arrivals: list[Arrival] = field(default_factory=list)
     commits: dict[str, int] = field(default_factory=dict)
@@ -124,7 +127,18 @@ class _Handler(BaseHTTPRequestHandler):
             r.changed.notify_all()
         if r.early is not None:
             digest = self.headers["Notifier-Intent-Digest"]
-            later = threading.Timer(r.commit_after_s, r.commit, (key, digest))
+            hold = r.commit_hold
+
+            def commit_when_released() -> None:
+                assert hold is not None
+                if hold.wait(WAIT_S):
+                    r.commit(key, digest)
+
+            later = (
+                threading.Timer(r.commit_after_s, r.commit, (key, digest))
+                if hold is None
+                else threading.Thread(target=commit_when_released)
+            )
             later.daemon = True
             later.start()
             if r.early == "reset":

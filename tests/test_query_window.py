@@ -8,6 +8,7 @@ request arrived (timeout 2, query_delay 0.5: within the window), at N = 1 and N 
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
@@ -197,8 +198,10 @@ def test_a_cancel_whose_wait_ends_first_says_when_reconcile_settles_them(
     """With --wait 0, `cancel` cannot wait out the receiver's window: the items it leaves
     unknown are named with the moment a plain `notifier reconcile` settles them by query,
     not sent to `--manual`; that reconcile, run then, settles them and says that the
-    cancelled run will not send them."""
-    receiver = Receiver(early="504", commit_after_s=COMMIT_AFTER_S)
+    cancelled run will not send them. (The receiver commits only once cancel has ended: a
+    condition, not a time.)"""
+    committed = threading.Event()
+    receiver = Receiver(early="504", commit_hold=committed)
     with receiving(receiver):
         _configure(ws, receiver)
         ws.write_csv("batch.csv", make_rows(2))
@@ -208,6 +211,7 @@ def test_a_cancel_whose_wait_ends_first_says_when_reconcile_settles_them(
         )  # fmt: skip
         assert crashed.returncode == 137, crashed.stdout + crashed.stderr
         cancelled = ws.run("cancel", "--wait", "0")
+        committed.set()  # within the window, which cancel could not wait out
         said = cancelled.stdout + cancelled.stderr
         assert cancelled.returncode == 3, said
         (run_id,) = [r for (r,) in ws.query("SELECT run_id FROM runs")]

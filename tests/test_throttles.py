@@ -42,3 +42,21 @@ def test_a_relay_answering_451_again_and_again_fails_no_message(ws: Workspace, n
         assert result.exit_code == 0, result.output
         assert each_key_once(ws, handler)
     assert ws.status()["counts"]["failed"] == 0
+
+
+@pytest.mark.parametrize("n", [1, 8])
+def test_one_recipients_450_at_rcpt_is_its_own_not_the_channels(ws: Workspace, n: int) -> None:
+    """A recipient whose RCPT is answered `450 4.2.1` every time retries on its own backoff
+    until its attempts are spent (it fails, naming the refusal), while the channel's gate
+    stays open: every other message goes, and no answer is recorded as a throttle."""
+    with relay(ws, "\n" + FEW_ATTEMPTS) as handler:
+        handler.rcpt_answers = {"user3@example.com": "450 4.2.1 Mailbox busy, try later"}
+        ws.write_csv("b.csv", make_rows(6))
+        result = ws.invoke("send", "b.csv", "--channel", "mail", "--concurrency", str(n))
+        assert result.exit_code == 3, result.output
+        delivered = sorted(m["To"] for m in handler.messages)
+    assert delivered == [f"user{i}@example.com" for i in (1, 2, 4, 5, 6)]
+    states = dict(ws.query("SELECT item_id, state FROM items"))
+    assert states.pop("u3") == "failed" and set(states.values()) == {"sent"}
+    assert "RCPT TO (450" in ws.query("SELECT last_error FROM items WHERE item_id = 'u3'")[0][0]
+    assert ws.query("SELECT COUNT(*) FROM attempts WHERE outcome = 'throttled'") == [(0,)]

@@ -335,6 +335,16 @@ class SmtpChannel:
                 suppress_recipient=normalise_target(target),
                 suppress_reason=f"{code} {text}",
             )
+        if phase == "RCPT TO" and 400 <= code < 500 and code != 421:
+            # One recipient's temporary refusal (greylisting, a full or busy mailbox): that
+            # item retries after its own backoff; the gate stays open for everyone else. A
+            # 421 is the relay closing the session: a throttle of the whole channel.
+            return ChannelError(
+                ErrorKind.NOT_SENT,
+                f"smtp channel {self.name!r}: {self.host} temporarily refused the recipient "
+                f"at RCPT TO ({code} {text}); nothing was sent, this message is tried again "
+                "after its own backoff while the channel goes on",
+            )
         if not 400 <= code < 600:
             return ChannelError(
                 kind,
