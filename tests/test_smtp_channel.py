@@ -272,15 +272,16 @@ def test_connection_refused_is_not_sent() -> None:
     ("reply", "kind"),
     [
         ("550 5.1.1 No such user", ErrorKind.PERMANENT),
-        ("451 4.3.0 Try again later", ErrorKind.THROTTLED),
+        ("451 4.3.0 Try again later", ErrorKind.NOT_SENT),
         ("454 4.7.1 Relay access denied for now", ErrorKind.NOT_SENT),
     ],
 )
 def test_refused_recipient_is_classified_and_session_stays_usable(
     server: Server, reply: str, kind: ErrorKind
 ) -> None:
-    """RCPT answered 5xx is PERMANENT, 451 THROTTLED (the relay asks to slow down), another
-    4xx NOT_SENT; after RSET the same session delivers the next message."""
+    """RCPT answered 5xx is PERMANENT, any 4xx but 421 NOT_SENT (that recipient's own
+    temporary refusal, its item's retry); after RSET the same session delivers the next
+    message."""
     channel = SmtpChannel("mail", server.definition())
     try:
         server.handler.rcpt_reply = reply
