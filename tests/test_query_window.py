@@ -44,6 +44,18 @@ def _rows(n: int) -> int:
     return 2 if n == 1 else 2 * n  # at N = 8, more than the senders: some claimed ahead
 
 
+def _killed_after_the_first_answer(ws: Workspace, receiver: Receiver, rows: int, n: int) -> None:
+    """`send` of `rows` rows at --concurrency `n`, killed (137) right after the first answer
+    was recorded: at N = 8 others are in flight or claimed ahead."""
+    _configure(ws, receiver)
+    ws.write_csv("batch.csv", make_rows(rows))
+    crashed = ws.run(
+        "send", "batch.csv", "--channel", "hooks", "--concurrency", str(n),
+        env={"NOTIFIER_CRASH_AT": "after-receipt:1"},
+    )  # fmt: skip
+    assert crashed.returncode == 137, crashed.stdout + crashed.stderr
+
+
 def _assert_each_delivered_once(ws: Workspace, receiver: Receiver, rows: int) -> None:
     """Every request that arrived has been committed (a second one, had there been one,
     too), and each item exactly once, under its one key, posted once."""
@@ -90,18 +102,12 @@ def test_a_cancel_after_a_kill_never_reports_a_held_item_as_never_delivered(
 ) -> None:
     """Killed right after the first early answer was recorded, then cancelled: `cancel`
     takes no 404 inside an item's window as proof, so every item the receiver holds (or
-    will hold) ends `sent` or `unknown` (exit 3, settle by hand), never `pending` (not
-    delivered) in the cancelled run."""
+    will hold) ends `sent` or `unknown`, never `pending` (not delivered) in the cancelled
+    run."""
     receiver = Receiver(early=early, commit_after_s=COMMIT_AFTER_S)
     rows = _rows(n)
     with receiving(receiver):
-        _configure(ws, receiver)
-        ws.write_csv("batch.csv", make_rows(rows))
-        crashed = ws.run(
-            "send", "batch.csv", "--channel", "hooks", "--concurrency", str(n),
-            env={"NOTIFIER_CRASH_AT": "after-receipt:1"},
-        )  # fmt: skip
-        assert crashed.returncode == 137, crashed.stdout + crashed.stderr
+        _killed_after_the_first_answer(ws, receiver, rows, n)
         cancelled = ws.run("cancel", "--report", "--format", "json")
         receiver.wait_for(lambda r: sum(r.commits.values()) >= len(r.arrivals))
         held = {a.item_id for a in receiver.arrivals}
@@ -126,13 +132,7 @@ def test_a_resume_after_a_kill_waits_the_window_from_when_the_request_left(
     receiver = Receiver(early=early, commit_after_s=COMMIT_AFTER_S)
     rows = _rows(n)
     with receiving(receiver):
-        _configure(ws, receiver)
-        ws.write_csv("batch.csv", make_rows(rows))
-        crashed = ws.run(
-            "send", "batch.csv", "--channel", "hooks", "--concurrency", str(n),
-            env={"NOTIFIER_CRASH_AT": "after-receipt:1"},
-        )  # fmt: skip
-        assert crashed.returncode == 137, crashed.stdout + crashed.stderr
+        _killed_after_the_first_answer(ws, receiver, rows, n)
         resumed = ws.run("resume", "--concurrency", str(n))
         _assert_each_delivered_once(ws, receiver, rows)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
@@ -173,13 +173,7 @@ def test_a_cancel_after_a_kill_waits_out_the_window_and_asks_again(ws: Workspace
     receiver = Receiver(early="504", commit_after_s=COMMIT_AFTER_S)
     rows = _rows(n)
     with receiving(receiver):
-        _configure(ws, receiver)
-        ws.write_csv("batch.csv", make_rows(rows))
-        crashed = ws.run(
-            "send", "batch.csv", "--channel", "hooks", "--concurrency", str(n),
-            env={"NOTIFIER_CRASH_AT": "after-receipt:1"},
-        )  # fmt: skip
-        assert crashed.returncode == 137, crashed.stdout + crashed.stderr
+        _killed_after_the_first_answer(ws, receiver, rows, n)
         cancelled = ws.run("cancel", "--report", "--format", "json", "--wait", "30")
         held = {a.item_id for a in receiver.arrivals}
     assert cancelled.returncode == 3, cancelled.stdout + cancelled.stderr  # unsent items
@@ -203,13 +197,7 @@ def test_a_cancel_whose_wait_ends_first_says_when_reconcile_settles_them(
     committed = threading.Event()
     receiver = Receiver(early="504", commit_hold=committed)
     with receiving(receiver):
-        _configure(ws, receiver)
-        ws.write_csv("batch.csv", make_rows(2))
-        crashed = ws.run(
-            "send", "batch.csv", "--channel", "hooks",
-            env={"NOTIFIER_CRASH_AT": "after-receipt:1"},
-        )  # fmt: skip
-        assert crashed.returncode == 137, crashed.stdout + crashed.stderr
+        _killed_after_the_first_answer(ws, receiver, 2, 1)
         cancelled = ws.run("cancel", "--wait", "0")
         committed.set()  # within the window, which cancel could not wait out
         said = cancelled.stdout + cancelled.stderr

@@ -314,18 +314,7 @@ class Ledger:
         receipt whose source is `manual` — all in one transaction."""
         at = clock.now_iso()
         with self.core.write(run_id, lease_version):
-            self.engine.execute(
-                sql.ADD_DECISION,
-                {"run_id": run_id, "seq": seq, "operator": operator, "at": at,
-                 "decision": trigger, "evidence": evidence},
-            )  # fmt: skip
-            self.core.event(
-                run_id,
-                "decision",
-                seq,
-                {"decision": trigger, "operator": operator, "evidence": evidence},
-                at,
-            )
+            self._audit_decision(run_id, seq, trigger, operator, evidence, at)
             source = "manual" if trigger == ItemTrigger.MARK_SENT else None
             # An abandoned item is failed, yet maybe delivered: its reports say so.
             error = (
@@ -354,18 +343,24 @@ class Ledger:
             ).fetchone()
             if not still:
                 raise LostRace(f"run {run_id}: item {seq} is no longer abandoned")
-            self.engine.execute(
-                sql.ADD_DECISION,
-                {"run_id": run_id, "seq": seq, "operator": operator, "at": at,
-                 "decision": trigger, "evidence": evidence},
-            )  # fmt: skip
-            self.core.event(
-                run_id,
-                "decision",
-                seq,
-                {"decision": trigger, "operator": operator, "evidence": evidence},
-                at,
-            )
+            self._audit_decision(run_id, seq, trigger, operator, evidence, at)
+
+    def _audit_decision(
+        self, run_id: str, seq: int, trigger: ItemTrigger, operator: str, evidence: str, at: str
+    ) -> None:
+        """An operator's decision's audit row and its event (inside the caller's write)."""
+        self.engine.execute(
+            sql.ADD_DECISION,
+            {"run_id": run_id, "seq": seq, "operator": operator, "at": at,
+             "decision": trigger, "evidence": evidence},
+        )  # fmt: skip
+        self.core.event(
+            run_id,
+            "decision",
+            seq,
+            {"decision": trigger, "operator": operator, "evidence": evidence},
+            at,
+        )
 
     def record_approval(self, run_id: str, approval: dict[str, Any], state_version: int) -> None:
         """Bind an approval, only if the run has not changed since it was reviewed at
