@@ -36,10 +36,15 @@ def later(seconds: float, start: datetime | None = None) -> datetime:
 
 
 def local(text: str | None) -> str:
-    """A stored timestamp as the operator's local wall-clock time, for messages."""
+    """A stored timestamp as the operator's local wall-clock time, for messages, rounded up
+    to the whole second: a wait that ends at 03:59:59.9998 (worked out on another clock) is
+    said to end at 04:00:00, never a second before the window it waits for opens."""
     if not text:
         return "-"
-    return parse(text).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+    moment = parse(text)
+    if moment.microsecond:
+        moment += timedelta(microseconds=1_000_000 - moment.microsecond)
+    return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
 def seconds_until(moment: datetime) -> float:

@@ -3,6 +3,7 @@ time zones with clock changes, instants drawn around those changes."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -10,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from notifier import clock
 from notifier.batch import BatchRow, Problems
 from notifier.schedule import from_options, schedule_stream
 from notifier.windows import DAYS, is_open, next_open, parse_window, zone
@@ -149,3 +151,19 @@ def test_a_not_before_without_a_zone_is_read_in_each_rows_own_zone() -> None:
     fixed = from_options("2030-12-24T09:00+00:00", "Asia/Tokyo", None, {})
     same = [row.not_before for row in schedule_stream(rows, fixed, Problems())]
     assert same == ["2030-12-24T09:00:00.000000+00:00"] * 3
+
+
+def test_a_time_shown_to_the_operator_is_rounded_up_to_the_second(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pause that ends a fraction of a second before 04:00 (a wake worked out on the
+    monotonic clock) is said to end at 04:00:00, not 03:59:59, a second before the window
+    it waits for opens; a whole second stays as it is."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    try:
+        assert clock.local("2026-12-07T03:59:59.999800+00:00") == "2026-12-07 04:00:00 UTC"
+        assert clock.local("2026-12-07T04:00:00.000000+00:00") == "2026-12-07 04:00:00 UTC"
+    finally:
+        monkeypatch.undo()
+        time.tzset()
