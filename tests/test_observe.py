@@ -378,3 +378,17 @@ def test_ctrl_c_mid_run_logs_a_pause_and_only_json_on_stderr(ws: Workspace, n: i
     assert len(answers) == n and answers <= outcomes.keys()
     # The items claimed ahead never started: given back, each with its outcome event.
     assert {o for seq, o in outcomes.items() if seq not in answers} <= {"release"}
+
+
+def test_an_error_under_json_logs_is_a_json_event_too(ws: Workspace) -> None:
+    """With --log-format json, a command's failure is one more JSON line on stderr (`error`,
+    its exit code and message), with the contract's exit code, never prose a log pipeline
+    cannot parse; without it, the plain message."""
+    result = ws.run("resume", "--log-format", "json")
+    assert result.returncode == 2, result.stdout + result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    event = json.loads(line)
+    assert (event["event"], event["exit_code"]) == ("error", 2)
+    assert "database here yet" in event["message"] and "ts" in event
+    plain = ws.run("resume")
+    assert plain.returncode == 2 and plain.stderr.startswith("Error: ")

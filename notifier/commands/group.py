@@ -11,9 +11,11 @@ interrupted; 137 simulated crash.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import sys
 import traceback
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,29 @@ def _exception_for(code: ExitCode) -> type[click.ClickException]:
 def _Failure(message: str, code: ExitCode) -> click.ClickException:
     """A failure on its way out: click prints its message and exits with `code`."""
     return _exception_for(code)(message)
+
+
+class _JsonFailure(click.ClickException):
+    """A failure of a command run with --log-format json: said as one more JSON event on
+    stderr (`error`, with the exit code and the message), not as prose a log pipeline
+    cannot parse."""
+
+    def show(self, file: Any = None) -> None:
+        at = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        line = {"ts": at, "event": "error", "exit_code": self.exit_code, "message": self.message}
+        click.echo(json.dumps(line, ensure_ascii=False, separators=(",", ":")), err=True)
+
+
+@functools.cache
+def _json_exception_for(code: ExitCode) -> type[_JsonFailure]:
+    """A _JsonFailure class that exits with `code` (click reads exit_code from the class)."""
+    return type(f"JsonExit{int(code)}", (_JsonFailure,), {"exit_code": int(code)})
+
+
+def _json_logs(args: list[str]) -> bool:
+    """Whether the command line asks for JSON logs (`--log-format json` or `=json`)."""
+    pairs = zip(args, [*args[1:], ""], strict=True)
+    return any(a == "--log-format=json" or (a, b) == ("--log-format", "json") for a, b in pairs)
 
 
 # Commands that only look at runs: one cut short by a reader that stopped reading (`notifier
@@ -90,7 +115,13 @@ class NotifierGroup(click.Group):
     (exit 1) without a traceback unless NOTIFIER_DEBUG."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["json_errors"] = _json_logs(args)
         return super().parse_args(ctx, hoist_global_options(args))
+
+    def _failure(self, ctx: click.Context, message: str, code: ExitCode) -> click.ClickException:
+        if ctx.meta.get("json_errors"):
+            return _json_exception_for(code)(message)
+        return _Failure(message, code)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -98,11 +129,12 @@ class NotifierGroup(click.Group):
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
         except NotifierError as exc:
-            raise _Failure(str(exc), exc.exit_code) from exc
+            raise self._failure(ctx, str(exc), exc.exit_code) from exc
         except KeyboardInterrupt as exc:
             # Ctrl-C outside the places that say more (planning, sending, drafting, manual
             # decisions): click would print "Aborted!" and exit 1, as if something broke.
-            raise _Failure(
+            raise self._failure(
+                ctx,
                 "interrupted (Ctrl-C). Every change already made is durable: `notifier "
                 "status` shows where the run stands, and `notifier resume` continues it.",
                 ExitCode.INTERRUPTED,
@@ -111,7 +143,8 @@ class NotifierGroup(click.Group):
             _drop_stdout()
             if ctx.invoked_subcommand in _LOOKS:
                 raise click.exceptions.Exit(0) from exc  # `| head` had what it wanted
-            raise _Failure(
+            raise self._failure(
+                ctx,
                 "the output was closed before notifier had written all of it (a pipe into "
                 "`head`?). What the command did is durable: `notifier status` shows where "
                 "the run stands, and `notifier resume` continues it if it did not finish.",
@@ -120,7 +153,8 @@ class NotifierGroup(click.Group):
         except Exception as exc:
             if os.environ.get("NOTIFIER_DEBUG"):
                 traceback.print_exc()
-            raise _Failure(
+            raise self._failure(
+                ctx,
                 f"internal error: {type(exc).__name__}: {exc}. Nothing was lost: every "
                 "state change is durable; `notifier status` shows where the run stands. "
                 "Set NOTIFIER_DEBUG=1 for a traceback.",
