@@ -19,7 +19,8 @@ from notifier.channels.smtp import SmtpChannel
 from notifier.intent import Intent, idempotency_key, intent_digest, make_payload
 
 from .conftest import Workspace, make_rows
-from .smtp_relay import FAST_RETRY, each_key_once, relay
+from .smtp_relay import FAST_RETRY, ScriptedRelay, each_key_once, relay
+from .support.smtp import smtp_server
 
 CONCURRENCY = pytest.mark.parametrize("n", [1, 8])
 
@@ -200,3 +201,24 @@ def test_connection_lost_before_the_final_dot_is_not_sent(drops_mid_data: _Drops
     assert drops_mid_data.closed_mid_data.is_set()
     assert info.value.kind is ErrorKind.NOT_SENT, str(info.value)
     assert "before its final dot" in str(info.value)
+
+
+def test_mail_from_declares_the_size_so_a_message_too_big_is_refused_before_its_data(
+    ws: Workspace,
+) -> None:
+    """Where the relay offers SIZE (RFC 1870), MAIL FROM declares the message's size: one
+    over the relay's limit is refused at MAIL (552, the item fails) and its data is never
+    sent; one under it goes, its MAIL carrying SIZE=."""
+    handler = ScriptedRelay()
+    with smtp_server(ws, handler, data_size_limit=4000):
+        ws.write_csv("b.csv", [["id", "to", "subject", "body"],
+                               ["big", "ann@example.com", "Big", "x" * 20_000],
+                               ["small", "bob@example.com", "Small", "hello"]])  # fmt: skip
+        result = ws.invoke("send", "b.csv", "--channel", "mail")
+        assert result.exit_code == 3, result.output
+        assert [m["To"] for m in handler.messages] == ["bob@example.com"]
+        assert len(handler.raw) == 1  # the big message's data never left
+    states = dict(ws.query("SELECT item_id, state FROM items"))
+    assert states == {"big": "failed", "small": "sent"}
+    (error,) = ws.query("SELECT last_error FROM items WHERE item_id = 'big'")[0]
+    assert "MAIL FROM (552" in error, error

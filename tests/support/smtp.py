@@ -38,10 +38,11 @@ class Inbox:
 
 
 @contextlib.contextmanager
-def smtp_server(ws: Workspace, handler: Any, options: str = "") -> Iterator[None]:
-    """`handler` as a real SMTP server on 127.0.0.1, and a `mail` channel pointing at it."""
+def smtp_server(ws: Workspace, handler: Any, options: str = "", **server: Any) -> Iterator[None]:
+    """`handler` as a real SMTP server on 127.0.0.1 (`server`: aiosmtpd's SMTP settings, e.g.
+    data_size_limit), and a `mail` channel pointing at it."""
     port = free_port()
-    controller = Controller(handler, hostname="127.0.0.1", port=port)
+    controller = Controller(handler, hostname="127.0.0.1", port=port, **server)
     controller.start()
     (ws.path / "notifier.toml").write_text(
         f'[channels.mail]\ntype = "smtp"\nhost = "127.0.0.1"\nport = {port}\n'
