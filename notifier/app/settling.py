@@ -42,7 +42,6 @@ def cancel(env: Env, run_id: str | None, wait_s: float) -> CancelResult:
         if run.state in FINISHED_RUN_STATES or not store.ledger.request_cancel(run.run_id):
             return _already_finished(store, store.core.get_run(run.run_id))
         deadline = time.monotonic() + wait_s
-        later: tuple[int, datetime] | None = None  # what a plain reconcile settles later
         while True:
             run = _wait_for_worker(store, run.run_id, deadline)
             if run.state in FINISHED_RUN_STATES:
@@ -60,7 +59,7 @@ def cancel(env: Env, run_id: str | None, wait_s: float) -> CancelResult:
                     store.queries.counts(run.run_id),
                 )
             try:
-                run, later = _cancel_without_worker(env, store, run, deadline)
+                run = _cancel_without_worker(env, store, run, deadline)
                 break
             except LeaseHeld:
                 # A `send` or `resume` took the lease between our look and our take (e.g. a
@@ -68,8 +67,8 @@ def cancel(env: Env, run_id: str | None, wait_s: float) -> CancelResult:
                 continue
         if run.state is not RunState.CANCELLED:
             return _already_finished(store, run)
-        if later is None and store.queries.counts(run.run_id).unknown:
-            # A worker closed it: what of its unknown items a query can still settle later.
+        later = None  # what of its unknown items a plain reconcile can settle by query later
+        if store.queries.counts(run.run_id).unknown:
             with run_channels(run, env.base_dir, tolerate_broken=True) as channels:
                 later = settleable_later(store, run.run_id, channels)
         counts = store.queries.counts(run.run_id)
@@ -116,27 +115,23 @@ def _wait_for_worker(store: Store, run_id: str, deadline: float) -> Run:
         time.sleep(0.05)
 
 
-def _cancel_without_worker(
-    env: Env, store: Store, run: Run, deadline: float
-) -> tuple[Run, tuple[int, datetime] | None]:
+def _cancel_without_worker(env: Env, store: Store, run: Run, deadline: float) -> Run:
     """No live worker: settle what it left in flight (and every maybe-delivered item waiting
     to retry) by query, asking again, until the `deadline` of --wait at most, about each
     whose 404 could not count yet (a request that never left then ends never delivered,
-    not unknown), then mark the run cancelled. Returns the run and what a plain reconcile
-    can settle later (reconcile.settleable_later). Raises LeaseHeld if a worker took the
-    run meanwhile."""
+    not unknown), then mark the run cancelled. Raises LeaseHeld if a worker took the run
+    meanwhile."""
     with run_channels(run, env.base_dir, tolerate_broken=True) as channels:
         lease = SoleLease(store, run.run_id, env.config.lease_ttl_s)
         with lease:
             if store.core.get_run(run.run_id).state in FINISHED_RUN_STATES:
-                return store.core.get_run(run.run_id), None  # a worker completed it first
+                return store.core.get_run(run.run_id)  # a worker completed it first
             settle(store, run.run_id, channels, lease.version, include_unknown=True, say=env.say)
             until = clock.later(max(0.0, deadline - time.monotonic()))
             settle_left(store, run.run_id, channels, lease.version, [], env.say, wait_until=until)
             settle_doubts(store, run.run_id, channels, lease.version, say=env.say)
-            later = settleable_later(store, run.run_id, channels)
             store.ledger.move_run(run.run_id, RunTrigger.CANCEL, lease.version, stop_reason=None)
-    return store.core.get_run(run.run_id), later
+    return store.core.get_run(run.run_id)
 
 
 # ---------------------------------------------------------------------- reconcile

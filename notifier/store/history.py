@@ -68,7 +68,8 @@ class History:
                 table = self.engine.stage_table(stage)
                 prior = self.compare(table, stage.count)
                 left_out = (DELIVERED, ABANDONED, CHANGED)
-                seqs = [int(seq) for (seq,) in self.engine.execute(sql.seqs_with(table, left_out))]
+                held = self.engine.execute(sql.held_by_run(table, left_out))
+                seqs = [int(seq) for seq, _run in held]
                 rejected = self.rejected(stage)
         finally:
             self.engine.release_stage()

@@ -55,14 +55,6 @@ ORDER BY v.verdict, MIN(r.rowid)
 """
 
 
-def seqs_with(stage: str, verdicts: tuple[str, ...]) -> str:
-    """The seqs of the staged rows of `stage` whose verdict is one of `verdicts`."""
-    listed = ", ".join(f"'{v}'" for v in verdicts)
-    return f"""
-SELECT seq FROM ({_per_row(stage)}) AS m WHERE {_VERDICT} IN ({listed}) ORDER BY seq
-"""
-
-
 def held_by_run(stage: str, verdicts: tuple[str, ...]) -> str:
     """(seq, run_id) of the staged rows of `stage` whose verdict is one of `verdicts`, with
     the run it names."""
