@@ -12,6 +12,9 @@ the IETF Idempotency-Key draft:
 - `GET /notifications/{key}` answers 200 with the stored delivery, 409 while the key is
   being processed, 404 for an unknown key.
 - `GET /stats` and `GET /deliveries` let tests check what was committed, exactly once.
+- `POST /v1/messages` (and `GET /v1/models/{id}`) stand in for Claude's Messages API, so
+  `send --compose` can be rehearsed offline: every row gets a deterministic draft that quotes
+  its columns, free and with no network (sandbox_state.draft_reply).
 
 Faults (latency, 429 with Retry-After, 503, 500, "commit then drop the connection", and
 forced answers per item) are drawn from one seeded random generator, so a seed always gives
@@ -40,13 +43,17 @@ from urllib.parse import unquote
 # Faults and payload_identity are part of this module's interface (tests and demos import
 # them from here); NO_KEY names the stats key of deliveries without an Idempotency-Key.
 from .sandbox_state import (
+    MESSAGES_PATH,
+    MODELS_PREFIX,
     NO_KEY,
     Fault,
     Faults,
     Reply,
     State,
+    draft_reply,
     error_reply,
     json_reply,
+    model_reply,
     payload_identity,
 )
 
@@ -68,6 +75,7 @@ MAX_BODY_BYTES: Final = 10 * 1024 * 1024
 _POLL_INTERVAL: Final = 0.05
 # Statuses whose responses never carry a body (RFC 9110 §6.4.1).
 _NO_BODY_STATUSES: Final = frozenset({204, 304})
+_NOT_JSON: Final = error_reply(400, "the body must be a JSON object (UTF-8)")
 
 
 class _Server(ThreadingHTTPServer):
@@ -167,6 +175,10 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self._read_body()
         if raw is None:
             return
+        if self._path() == MESSAGES_PATH:
+            request = _parse_object(raw)
+            self._send(draft_reply(request) if request is not None else _NOT_JSON)
+            return
         if self._path() != NOTIFICATIONS_PATH:
             self._send(error_reply(404, "not found"))
             return
@@ -187,6 +199,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(json_reply(200, state.snapshot_deliveries()))
         elif path.startswith(_KEY_PREFIX) and len(path) > len(_KEY_PREFIX):
             self._send(state.lookup(unquote(path[len(_KEY_PREFIX) :])))
+        elif path.startswith(MODELS_PREFIX) and len(path) > len(MODELS_PREFIX):
+            self._send(model_reply(unquote(path[len(MODELS_PREFIX) :])))
         else:
             self._send(error_reply(404, "not found"))
 
@@ -212,7 +226,7 @@ class _Handler(BaseHTTPRequestHandler):
         body = _parse_object(raw)
         if body is None:
             self._latency()
-            return error_reply(400, "the body must be a JSON object (UTF-8)"), False
+            return _NOT_JSON, False
 
         fault, faulted_reply = state.decide(body.get("item_id"))
         if faulted_reply is not None:

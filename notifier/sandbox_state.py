@@ -277,3 +277,44 @@ class State:
     def snapshot_deliveries(self) -> list[dict[str, Any]]:
         with self.lock:
             return copy.deepcopy(self.deliveries)
+
+
+# --- a stand-in for Claude's Messages API, for rehearsing `send --compose` offline ---------
+
+MESSAGES_PATH: Final = "/v1/messages"
+MODELS_PREFIX: Final = "/v1/models/"
+
+
+def model_reply(model: str) -> Reply:
+    """Every model exists here: the rehearsal is about the run, not the model's name."""
+    return json_reply(
+        200,
+        {"type": "model", "id": model, "display_name": model, "created_at": "2025-01-01T00:00:00Z"},
+    )
+
+
+def draft_reply(request: Mapping[str, Any]) -> Reply:
+    """A well-formed tool call that drafts the row from its own columns, deterministically, so
+    a rehearsal shows what a composed run does (drafts stored, fingerprint, approval, sends)
+    without a key that costs money or a network. It answers whatever tool the request forces."""
+    messages = request.get("messages")
+    row = ""
+    if isinstance(messages, list) and messages and isinstance(messages[-1], Mapping):
+        content = messages[-1].get("content")
+        row = content.partition("\n")[2] if isinstance(content, str) else ""
+    choice = request.get("tool_choice")
+    tool = choice.get("name") if isinstance(choice, Mapping) else None
+    if not isinstance(tool, str):
+        return error_reply(400, "the sandbox answers only requests that force one tool")
+    return json_reply(
+        200,
+        {
+            "id": "msg_sandbox", "type": "message", "role": "assistant",
+            "model": str(request.get("model", "sandbox")),
+            "content": [{"type": "tool_use", "id": "toolu_sandbox", "name": tool,
+                         "input": {"subject": "Sandbox draft",
+                                   "body": f"A sandbox draft for the row {row}"}}],
+            "stop_reason": "tool_use", "stop_sequence": None,
+            "usage": {"input_tokens": 0, "output_tokens": 0},
+        },
+    )  # fmt: skip

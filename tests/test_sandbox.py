@@ -24,6 +24,8 @@ from standardwebhooks import Webhook
 
 from notifier.sandbox import Faults, Sandbox, payload_identity, run_sandbox
 
+from .conftest import Workspace
+
 # Generous, only so that a broken sandbox makes a test fail instead of hanging.
 TIMEOUT = 10.0
 DROPPED = (httpx2.RemoteProtocolError, httpx2.ReadError)
@@ -559,3 +561,24 @@ def test_quiesce_returns_once_a_killed_clients_request_is_handled() -> None:
         assert sandbox.deliveries() == []  # still in its latency
         sandbox.quiesce(timeout=TIMEOUT)
         assert [d["idempotency_key"] for d in sandbox.deliveries()] == ["k1"]
+
+
+def test_the_sandbox_answers_claudes_messages_api_so_compose_rehearses_offline(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`send --compose` against the sandbox (ANTHROPIC_BASE_URL) drafts every row through
+    the real SDK, free and with no network: the drafts are stored, quote their own row, and
+    the run sends them."""
+    rows = [["id", "to", "name"]] + [[f"u{i}", f"u{i}@example.com", f"User {i}"] for i in (1, 2)]
+    batch = ws.write_csv("b.csv", rows)
+    brief = ws.path / "brief.txt"
+    brief.write_text("Say hello.", "utf-8")
+    with Sandbox() as sandbox:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", sandbox.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sandbox")
+        result = ws.invoke("send", str(batch), "--compose", str(brief))
+    assert result.exit_code == 0, result.output
+    documents = sorted(ws.outbox_documents(), key=lambda d: str(d["item_id"]))
+    assert [d["subject"] for d in documents] == ["Sandbox draft", "Sandbox draft"]
+    assert '"name":"User 1"' in str(documents[0]["body"])
+    assert '"name":"User 2"' in str(documents[1]["body"])

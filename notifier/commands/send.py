@@ -6,7 +6,6 @@ stored run."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,13 +16,12 @@ from ..env import Env
 from ..errors import BadInput, ExitCode, Interrupted
 from ..records import notifications
 from ..state_machine import RunState, RunTrigger
-from . import observing, running
+from . import composing, observing, running
 from .group import cli, command_env
 
 if TYPE_CHECKING:
     from .. import compose
     from ..app import Stored
-    from ..batch import BatchRow
     from ..observe import Observer
     from ..plan import Plan
     from ..records import Counts, Run
@@ -34,32 +32,6 @@ if TYPE_CHECKING:
 
 # `send --compose` drafts with this model unless --model names another.
 DEFAULT_MODEL = "claude-sonnet-5"
-
-
-def _dry_run_drafts(
-    settings: compose.Settings, key: str, rows: list[BatchRow], template: Template | None
-) -> None:
-    from .. import claude, compose  # noqa: PLC0415 (the SDK loads only when drafting)
-
-    drafter = claude.Drafter(settings, key)
-    try:
-        shown = compose.first_drafts(drafter, rows[: compose.DRY_RUN_ROWS])
-    finally:
-        drafter.close()
-    for row, draft in shown:
-        click.echo(f"  #{row.seq} {row.item_id} → {row.to} via {row.channel}")
-        if isinstance(draft, str):
-            click.echo(f"    {draft}")
-            continue
-        final = compose.apply_draft(row, asdict(draft), template)
-        click.echo(f"    subject: {final.subject}")
-        for n, text in enumerate(final.body.splitlines() or [""]):
-            click.echo(("    body:    " if n == 0 else "             ") + text)
-        click.echo(f"    ({draft.model}, {draft.input_tokens}+{draft.output_tokens} tokens)")
-    click.echo(
-        f"dry run: drafted the first {len(shown)} of {len(rows)} rows with {settings.model}; "
-        "nothing stored."
-    )
 
 
 @cli.command()
@@ -126,7 +98,12 @@ def _dry_run_drafts(
     is_flag=True,
     help="Store the plan and stop in awaiting_approval; `notifier approve` lets it send.",
 )
-@click.option("--dry-run", is_flag=True, help="Validate and show the plan; write nothing.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Validate and show the plan; write nothing. With --compose, drafts (and pays for) "
+    "the first 3 rows to show them.",
+)
 @click.option(
     "--new-run",
     is_flag=True,
@@ -230,7 +207,7 @@ def send(
             ctx,
             env,
             batch,
-            compose.Settings(_read_brief(compose_path), model, batch_api=batch_api),
+            compose.Settings(composing.read_brief(compose_path), model, batch_api=batch_api),
             template,
             options,
             columns=compose_columns,
@@ -406,13 +383,6 @@ def _interrupted_storing(env: Env, batch: Path, run_id: str, options: dict[str, 
     )
 
 
-def _read_brief(path: Path) -> str:
-    brief = path.read_text("utf-8").strip()
-    if not brief:
-        raise BadInput(f"{path}: the brief is empty: say what the notifications should say.")
-    return brief
-
-
 def _send_compose(
     ctx: click.Context,
     env: Env,
@@ -445,23 +415,23 @@ def _send_compose(
         compose.check_template(template, rows, batch)
         options["template"] = template.as_options()
     if dry_run:
-        _dry_run_drafts(settings, key, rows, template)
+        composing.dry_run_drafts(settings, key, rows, template)
         return
     options["compose"] = settings.as_options()
     if env.config.approval_required({row.channel for row in rows}):
         options["require_approval"] = True  # the policy of notifier.toml, kept with the run
     new_id = run_id or new_run_id()
-    composing = app.compare_composed(env, rows, batch, new_id)  # before a token is spent
-    if composing.prior.rejected_by:
+    compared = app.compare_composed(env, rows, batch, new_id)  # before a token is spent
+    if compared.prior.rejected_by:
         options["require_approval"] = True  # rows a reviewer rejected: reviewed again
-    for line in app.prior_summary(composing.prior):
+    for line in app.prior_summary(compared.prior):
         click.echo(line)
-    if composing.suppressed:
+    if compared.suppressed:
         click.echo(
-            f"{composing.suppressed} row(s) left out: their recipient is on the suppression "
+            f"{compared.suppressed} row(s) left out: their recipient is on the suppression "
             "list, so they are neither drafted nor sent (`notifier suppress list`)."
         )
-    rows = composing.rows
+    rows = compared.rows
     if not rows:
         click.echo(f"nothing to send: no row of {batch} is left to draft.")
         return
