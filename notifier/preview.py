@@ -117,12 +117,12 @@ def iter_csv(review: Review) -> Iterator[str]:
     yield buffer.getvalue()
 
 
-def iter_table(review: Review, rows: int = TABLE_ROWS) -> Iterator[str]:
-    """The first `rows` notifications as text, then how many more there are (every one is
-    still read: the fingerprint covers them all)."""
+def iter_table(review: Review, rows: int | None = TABLE_ROWS) -> Iterator[str]:
+    """The first `rows` notifications as text (every one when None), then how many more
+    there are (every one is still read: the fingerprint covers them all)."""
     yield f"run {review.run.run_id}: the notifications as they will be sent\n"
     for row in review:
-        if review.count > rows:
+        if rows is not None and review.count > rows:
             continue
         deadline = f", not after {row['deadline']}" if row["deadline"] else ""
         lines = [f"#{row['seq']} {row['id']} → {row['to']} via {row['channel']}{deadline}"]
@@ -133,7 +133,7 @@ def iter_table(review: Review, rows: int = TABLE_ROWS) -> Iterator[str]:
             lines.append(f"  data:    {json.dumps(row['data'], ensure_ascii=False)}")
         lines.append(f"  digest:  {row['digest']}")
         yield "\n".join(lines) + "\n"
-    shown = min(rows, review.count)
+    shown = review.count if rows is None else min(rows, review.count)
     more = review.count - shown
     tail = (
         f"; {more} more not shown: `notifier preview {review.run.run_id} --format csv "

@@ -156,7 +156,8 @@ def test_a_refusal_never_prints_a_fingerprint_to_paste(
 
 def test_preview_writes_every_notification_and_ends_with_its_fingerprint(ws: Workspace) -> None:
     """JSON Lines and CSV hold every notification (to, channel, subject, body, deadline,
-    digest), the CSV formula-safe; the table shows the first rows; each ends with the run's
+    digest), the CSV formula-safe; the table shows the first rows on screen, all of them in
+    a file; each ends with the run's
     fingerprint, which approves it."""
     rows = make_rows(25)
     rows[4][2] = '=HYPERLINK("http://evil.example")'  # u4's subject
@@ -187,6 +188,11 @@ def test_preview_writes_every_notification_and_ends_with_its_fingerprint(ws: Wor
     assert "#10 u10" in shown.stdout and "#11 u11" not in shown.stdout
     assert "25 notifications, 10 shown" in shown.stdout
     assert shown.stdout.splitlines()[-1] == f"fingerprint: {fingerprint}"
+    text = ws.path / "review.txt"
+    filed = ws.invoke("preview", run_id, "--output", str(text))  # a file holds every one
+    assert filed.exit_code == 0, filed.output
+    assert "#25 u25" in text.read_text("utf-8")
+    assert "25 notifications, 25 shown." in text.read_text("utf-8")
     approved = ws.invoke("approve", "--fingerprint", fingerprint)
     assert approved.exit_code == 0, approved.output
 

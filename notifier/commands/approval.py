@@ -54,7 +54,7 @@ def approve(ctx: click.Context, run_id: str | None, fingerprint: str, expires_in
     type=click.Choice(["table", "jsonl", "csv"]),
     default="table",
     show_default=True,
-    help="table: the first rows; jsonl, csv: every notification.",
+    help="table: the first rows (every one with --output); jsonl, csv: every notification.",
 )
 @click.option(
     "--output",
@@ -77,7 +77,11 @@ def preview(ctx: click.Context, run_id: str | None, fmt: str, output: Path | Non
             review = review_module.Review(store, run)
         except approval.ApprovalUsage as exc:
             raise BadInput(str(exc)) from exc
-        pieces = review_module.WRITERS[fmt](review)
+        pieces = (
+            review_module.iter_table(review, rows=None)  # a file holds every notification
+            if fmt == "table" and output is not None
+            else review_module.WRITERS[fmt](review)
+        )
         if output is None:
             for piece in pieces:
                 click.echo(piece, nl=False)
