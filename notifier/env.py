@@ -8,7 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from .channels import Channel, build_channel
 from .config import Config
 from .errors import BadInput
 from .records import Run
@@ -16,6 +18,9 @@ from .state_machine import FINISHED_RUN_STATES
 from .store import Store, Target
 
 Say = Callable[[str], None]
+# Makes a channel from its name and (snapshotted) definition: the real ones, or an in-process
+# stand-in given to the API (channels/scripted.py), as a transport is given to an HTTP client.
+ChannelBuilder = Callable[[str, dict[str, Any], Path], Channel]
 
 
 @dataclass(frozen=True)
@@ -23,6 +28,7 @@ class Env:
     target: Target  # the --db, parsed once: an SQLite file or a PostgreSQL URL
     config: Config
     say: Say
+    build: ChannelBuilder = build_channel
 
     @property
     def base_dir(self) -> Path:

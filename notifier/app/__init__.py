@@ -27,6 +27,7 @@ from .planning import (
     run_stored,
     store_drafting_run,
     store_plan,
+    stored_options,
 )
 from .settling import MARKS, CancelResult, cancel, complete_if_done, decide, reconcile_by_query
 from .working import draft_run, run_channels, take_lease, work_run
@@ -57,6 +58,7 @@ __all__ = [
     "run_stored",
     "store_drafting_run",
     "store_plan",
+    "stored_options",
     "take_lease",
     "work_run",
 ]

@@ -13,7 +13,7 @@ from typing import Any
 from .. import clock, compose, crash, unsubscribe
 from .. import config as config_module
 from ..batch import BatchError, BatchRow, Problems, read_batch, stream_batch
-from ..channels import ChannelConfigError, build_channel
+from ..channels import ChannelConfigError
 from ..env import Env, open_store
 from ..errors import BadInput
 from ..intent import CONTRACT_VERSION, new_key_nonce
@@ -89,6 +89,13 @@ def plan_batch(
     return plan
 
 
+def stored_options(pace: dict[str, object], **shaping: object) -> dict[str, object]:
+    """The options kept with the run: its pace, so `resume` sends the same way unless told
+    otherwise, and what shaped it (those given), which every command the tool suggests
+    repeats (outcome.send_again)."""
+    return {**pace, **{key: value for key, value in shaping.items() if value is not None}}
+
+
 def check_send_options(env: Env, *, channel: str | None, run_id: str | None) -> None:
     types = env.config.channel_types()
     if channel is not None and channel not in types:
@@ -159,7 +166,7 @@ def check_channels(env: Env, names: Iterable[str]) -> None:
     nothing changed. The messages name the variable, never its value."""
     for name in sorted(set(names)):
         try:
-            channel = build_channel(name, dict(env.config.channels[name]), env.base_dir)
+            channel = env.build(name, dict(env.config.channels[name]), env.base_dir)
         except ChannelConfigError as exc:
             raise BadInput(
                 f"{exc} Nothing was stored and nothing was sent; set it and run the same "

@@ -69,7 +69,7 @@ def cancel(env: Env, run_id: str | None, wait_s: float) -> CancelResult:
             return _already_finished(store, run)
         later = None  # what of its unknown items a plain reconcile can settle by query later
         if store.queries.counts(run.run_id).unknown:
-            with run_channels(run, env.base_dir, tolerate_broken=True) as channels:
+            with run_channels(run, env, tolerate_broken=True) as channels:
                 later = settleable_later(store, run.run_id, channels)
         counts = store.queries.counts(run.run_id)
         return CancelResult(run, True, _cancelled_message(run, counts, later), counts)
@@ -121,7 +121,7 @@ def _cancel_without_worker(env: Env, store: Store, run: Run, deadline: float) ->
     whose 404 could not count yet (a request that never left then ends never delivered,
     not unknown), then mark the run cancelled. Raises LeaseHeld if a worker took the run
     meanwhile."""
-    with run_channels(run, env.base_dir, tolerate_broken=True) as channels:
+    with run_channels(run, env, tolerate_broken=True) as channels:
         lease = SoleLease(store, run.run_id, env.config.lease_ttl_s)
         with lease:
             if store.core.get_run(run.run_id).state in FINISHED_RUN_STATES:
@@ -142,7 +142,7 @@ def reconcile_by_query(env: Env, run_id: str | None) -> tuple[Run, Counts]:
     try:
         run = pick_run(store, run_id)
         with (
-            run_channels(run, env.base_dir) as channels,
+            run_channels(run, env) as channels,
             take_lease(store, run, env.config.lease_ttl_s) as lease,
         ):
             settlements = settle(

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 from .. import clock, compose, crash
 from .. import config as config_module
-from ..channels import Channel, ChannelConfigError, UnbuildableChannel, build_channel
+from ..channels import Channel, ChannelConfigError, UnbuildableChannel
 from ..drafting import compose_key, draft
 from ..env import Env
 from ..errors import BadInput, NeedsAttention, Refused
@@ -40,7 +39,7 @@ def work_run(
         env.say(f"note: {note}")
     interrupted = Interruption()
     with (
-        run_channels(run, env.base_dir) as channels,
+        run_channels(run, env) as channels,
         # Where the store shares runs, every process that sends holds a worker lease of its
         # own, so more workers (`notifier worker`) can join the run from any machine.
         take_lease(store, run, env.config.lease_ttl_s, kind=for_sending(store)) as lease,
@@ -70,7 +69,7 @@ def work_run(
 
 @contextmanager
 def run_channels(
-    run: Run, base_dir: Path, *, tolerate_broken: bool = False
+    run: Run, env: Env, *, tolerate_broken: bool = False
 ) -> Iterator[dict[str, Channel]]:
     """The channels as the run snapshotted them (never as the file says now), closed after.
     With `tolerate_broken` (cancel), a channel that cannot be built (a secret no longer in
@@ -79,7 +78,7 @@ def run_channels(
     channels: dict[str, Channel] = {}
     for name, definition in run.channel_snapshot.items():
         try:
-            channels[name] = build_channel(name, definition, base_dir)
+            channels[name] = env.build(name, definition, env.base_dir)
         except ChannelConfigError as exc:
             if not tolerate_broken:
                 for built in channels.values():

@@ -4,11 +4,10 @@ workers sharing it through PostgreSQL."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import click
 
-from .. import approval, clock
+from .. import approval
 from ..env import open_store, pick_run
 from ..errors import BadInput, ExitCode
 from ..state_machine import FINISHED_RUN_STATES, RunState
@@ -118,9 +117,9 @@ def _resume(
     recreate: bool = False,
 ) -> None:
     """`resume`, or with `joining` a `worker`, which finds a run already finished normal."""
-    from .. import app, compose, crash  # noqa: PLC0415 (start-up time)
+    from .. import compose, crash  # noqa: PLC0415 (start-up time)
+    from ..api import Notifier, Resuming  # noqa: PLC0415
     from ..outcome import send_again, settled_exit  # noqa: PLC0415
-    from ..runner import RunOptions  # noqa: PLC0415
 
     env = command_env(ctx)
     crash.from_env()
@@ -147,39 +146,31 @@ def _resume(
             click.echo(f"fingerprint: {run.fingerprint}")
             running.await_approval(store, run)
             ctx.exit(ExitCode.ATTENTION if failures else ExitCode.DONE)
-        try:
-            # Before the lease is taken: a refusal leaves the run as it was.
-            approval.check_can_send(store, run)
-        except approval.NotApproved as refused:
-            raise running.not_approved(refused) from refused
         counts = store.queries.counts(run.run_id)
-
-        def announce() -> None:
-            click.echo(f"resuming run {run.run_id}: {counts.summary()}")
-            stale = store.ledger.past_deadline(run.run_id, clock.now_iso())
-            if stale:
-                click.echo(
-                    f"{stale} pending item(s) are already past their not_after: they will be "
-                    "expired, not sent."
-                )
-
-        options = RunOptions(
-            concurrency or int(run.options.get("concurrency", 1)),
-            max_wait if max_wait is not None else float(run.options.get("max_wait", 600)),
-            rate=rate or _stored_rate(run.options),
-            restart=not joining,
-        )
-        remaining = counts.unfinished
-        observer.planned(run.run_id, counts.total, {}, "worker" if joining else "resume")
-        with running.progress(remaining, quiet=watch[1] == "json") as advance:
-            result = app.work_run(
-                env, store, run, options, advance=advance, announce=announce, observer=observer
-            )
     finally:
         store.close()
+
+    def announce(resuming: Resuming) -> None:
+        click.echo(f"resuming run {run.run_id}: {resuming.counts.summary()}")
+        if resuming.past_deadline:
+            click.echo(
+                f"{resuming.past_deadline} pending item(s) are already past their not_after: "
+                "they will be expired, not sent."
+            )
+
+    observer.planned(run.run_id, counts.total, {}, "worker" if joining else "resume")
+    with running.progress(counts.unfinished, quiet=watch[1] == "json") as advance:
+        try:
+            result = Notifier(env).work(
+                run.run_id,
+                concurrency=concurrency,
+                max_wait=max_wait,
+                rate=rate,
+                joining=joining,
+                advance=advance,
+                announce=announce,
+                observer=observer,
+            )
+        except approval.NotApproved as refused:
+            raise running.not_approved(refused) from refused
     running.finish(ctx, run.run_id, result, failures, again=send_again(run.batch_path, run.options))
-
-
-def _stored_rate(options: dict[str, Any]) -> float | None:
-    rate = options.get("rate")
-    return float(rate) if rate else None

@@ -189,7 +189,7 @@ def send(
 
         template = load(template_path)
     not_after = running.deadline_option(not_after_text, allow_expired)
-    options = _stored_options(
+    options = app.stored_options(
         {"concurrency": concurrency, "max_wait": max_wait, "rate": rate},
         channel=channel, template_path=template_path and str(template_path),
         not_after=not_after_text, not_before=not_before_text, tz=tz, window=window,
@@ -341,13 +341,6 @@ def _store_plan(
         )
     except KeyboardInterrupt:
         raise Interrupted(_interrupted_storing(env, batch, plan.run_id, options)) from None
-
-
-def _stored_options(pace: dict[str, object], **shaping: object) -> dict[str, object]:
-    """The options kept with the run: its pace, so `resume` sends the same way unless told
-    otherwise, and what shaped it (those given), which every command the tool suggests
-    repeats (outcome.send_again)."""
-    return {**pace, **{key: value for key, value in shaping.items() if value is not None}}
 
 
 def _send_again(batch: Path, options: dict[str, object]) -> str:
