@@ -99,8 +99,9 @@ def test_throttled_and_unavailable_all_sent_once_never_before_retry_after(
         done = datetime.fromisoformat(finished)
         # The gate counts from the moment the answer came, a little before finished_at is
         # read (the sender closes the gate first): milliseconds, tens of them on a loaded
-        # machine, which the scaled wait no longer dwarfs. Without the gate, starts come
-        # right after the 429: some of the 40 or so would still fall short of 0.8 of it.
+        # machine, which the scaled wait (a fraction of the real one) does not dwarf.
+        # Without the gate, starts come right after the 429: some of the 40 or so would
+        # still fall short of 0.8 of it.
         waited = 0.8 * waits.scaled(retry_after)
         gaps = [(s - done).total_seconds() for s in starts if done < s]
         too_early = [gap for gap in gaps if gap < waited]
