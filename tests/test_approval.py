@@ -1,17 +1,22 @@
 """Approvals: `send --require-approval` stops before sending; `approve` binds the fingerprint;
-`resume` sends only what was approved, recomputing the fingerprint from the stored intents."""
+`resume` sends only what was approved, recomputing the fingerprint from the stored intents;
+an approval recorded against a state another approval has since changed is refused."""
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
 from datetime import timedelta
 
 import pytest
 
+from notifier import approval as approval_module
 from notifier import clock
 from notifier.clock import SHIFT_ENV
 from notifier.intent import canonical_json, intent_digest
+from notifier.records import Run
+from notifier.store import Store
 
 from .conftest import Workspace, make_rows
 
@@ -215,3 +220,40 @@ def test_status_and_runs_show_an_expired_approval_as_expired(
         (run_id, "approved", data["approval_expired_at"])
     ]
     assert "approval expired" in ws.invoke("runs").output
+
+
+@pytest.mark.both_stores
+def test_an_approval_bound_to_a_stale_state_version_is_refused(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An approval recorded against a stale state version is refused (exit 4), nothing kept."""
+    run_id, fingerprint = plan_for_approval(ws)
+    original = approval_module.recompute_fingerprint
+    competing: list[subprocess.CompletedProcess[str]] = []
+
+    def then_another_operator_approves(store: Store, run: Run) -> str:
+        # Between alice's read of the state version and her record: bob's approval lands.
+        actual = original(store, run)
+        if not competing:
+            competing.append(
+                ws.run("approve", run_id, "--fingerprint", fingerprint, env={"USER": "bob"})
+            )
+        return actual
+
+    monkeypatch.setattr(approval_module, "recompute_fingerprint", then_another_operator_approves)
+    stale = ws.invoke("approve", run_id, "--fingerprint", fingerprint, env={"USER": "alice"})
+    monkeypatch.setattr(approval_module, "recompute_fingerprint", original)
+
+    (bob,) = competing
+    assert bob.returncode == 0, bob.stdout + bob.stderr
+    assert stale.exit_code == 4, stale.output
+    assert "changed while it was being approved" in stale.output
+    ((state, raw),) = ws.query("SELECT state, approval FROM runs")
+    record = json.loads(raw)
+    assert state == "approved" and record["operator"] == "bob"
+    kinds = [kind for (kind,) in ws.query("SELECT kind FROM events WHERE kind LIKE '%approv%'")]
+    assert sorted(kinds) == ["run_approve", "run_request_approval"]
+    # Bob's approval is intact: the run sends on it.
+    sent = ws.invoke("resume")
+    assert sent.exit_code == 0, sent.output
+    assert ws.query("SELECT COUNT(*) FROM items WHERE state = 'sent'") == [(4,)]

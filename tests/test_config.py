@@ -1,6 +1,7 @@
 """notifier.toml is validated whole when it loads, against each channel type's own option
 table: a bad definition exits 2 naming the section, the key and the nearest valid name, and
-nothing is stored."""
+nothing is stored. So does a secret or URL list the environment lacks or gives unusable
+(named, never shown) and a lease TTL below its minimum."""
 
 from __future__ import annotations
 
@@ -78,3 +79,70 @@ def test_a_refused_connection_is_not_sent_never_unknown(ws: Workspace) -> None:
     assert ws.query("SELECT state, SUM(attempts) FROM items GROUP BY state") == [("pending", 0)]
     assert ws.query("SELECT DISTINCT outcome FROM attempts") == [("not_sent",)]
     assert ws.query("SELECT state FROM runs") == [("paused",)]
+
+
+@pytest.mark.both_stores
+@pytest.mark.parametrize(
+    ("channel", "environment", "named"),
+    [
+        (
+            'type = "webhook"\nurl = "http://127.0.0.1:9/n"\nsecret_env = "HOOKS_SECRET"\n',
+            {},
+            "HOOKS_SECRET",
+        ),
+        (
+            'type = "webhook"\nurl = "http://127.0.0.1:9/n"\nsecret_env = "HOOKS_SECRET"\n',
+            {"HOOKS_SECRET": "not-a-signing-secret-9f8e7d"},
+            "HOOKS_SECRET",
+        ),
+        (
+            'type = "webhook"\nurl = "http://127.0.0.1:9/n"\nsecret_env = "HOOKS_SECRET"\n',
+            {"HOOKS_SECRET": "whsec_!!!"},
+            "HOOKS_SECRET",
+        ),
+        ('type = "apprise"\nurls_env = "ALERT_URLS"\n', {}, "ALERT_URLS"),
+    ],
+    ids=["secret-unset", "secret-invalid", "secret-empty", "urls-unset"],
+)
+def test_a_missing_or_bad_secret_from_the_environment_stores_nothing(
+    ws: Workspace,
+    monkeypatch: pytest.MonkeyPatch,
+    channel: str,
+    environment: dict[str, str],
+    named: str,
+) -> None:
+    """A channel's secret or URL list from the environment that is unset or unusable exits 2
+    before the run is stored, naming the variable and never its value."""
+    monkeypatch.delenv("HOOKS_SECRET", raising=False)
+    monkeypatch.delenv("ALERT_URLS", raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    (ws.path / "notifier.toml").write_text(f"[channels.hooks]\n{channel}")
+    batch = ws.write_csv("b.csv", make_rows(2))
+    result = ws.invoke("send", str(batch), "--channel", "hooks")
+    assert result.exit_code == 2, result.output
+    assert named in result.output and "Nothing was stored" in result.output
+    assert "Traceback" not in result.output
+    for value in environment.values():
+        assert value not in result.output
+    assert not ws.has_database() or ws.query("SELECT COUNT(*) FROM runs") == [(0,)]
+
+
+@pytest.mark.both_stores
+@pytest.mark.parametrize("ttl", ["0.001", "1.5"])
+def test_a_lease_ttl_below_the_minimum_is_refused_when_the_config_loads(
+    ws: Workspace, ttl: str
+) -> None:
+    """`[lease] ttl` below 2 seconds exits 2 at load, naming the setting, why and the fix,
+    before anything is stored; 2 itself is accepted."""
+    (ws.path / "notifier.toml").write_text(f"[lease]\nttl = {ttl}\n")
+    batch = ws.write_csv("b.csv", make_rows(2))
+    result = ws.invoke("send", str(batch))
+    assert result.exit_code == 2, result.output
+    message = result.output.strip()
+    assert len(message.splitlines()) == 1, message
+    assert "[lease] ttl" in message and "minimum of 2 seconds" in message
+    assert "Set `ttl` to 2 or more" in message and "Traceback" not in message
+    assert not ws.has_database()
+    (ws.path / "notifier.toml").write_text("[lease]\nttl = 2\n")
+    assert ws.invoke("send", str(batch)).exit_code == 0

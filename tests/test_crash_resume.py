@@ -1,4 +1,7 @@
-"""The item-20 rehearsal end to end: crash at every point, resume, exactly once."""
+"""A crash at every crash point (items 1, 20 and 100 of the example batch), then `resume`:
+every notification is delivered exactly once, an item crashed after its send is settled by
+its receipt before the next item starts, and a crash point that could never fire is refused
+before anything is stored."""
 
 from __future__ import annotations
 

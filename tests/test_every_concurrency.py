@@ -704,8 +704,8 @@ def test_a_stop_does_not_wait_for_queries_to_a_receiver_that_hangs(ws: Workspace
     assert process.returncode == 143, out + err
     # Each of the 8 senders may have one try under way, decided before the signal was
     # handled (its arrival may be stamped after `signalled`); none tries again after it
-    # (tests/test_review_decide.py pins that exactly). Without the check, each would try
-    # twice more.
+    # (tests/test_query_retries.py::test_no_query_tries_again_once_the_stop_is_seen pins
+    # that exactly). Without the check, each would try twice more.
     assert len([t for t in receiver.queries if t > signalled]) <= 8
     _assert_nothing_left_open(ws)
     assert _states(ws).get("unknown", 0) >= 1

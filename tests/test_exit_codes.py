@@ -1,7 +1,8 @@
 """Every exit code of the contract, produced through the CLI's one mapping (errors.ExitCode):
-each failure class carries its code, each way a run stops maps to one code, and a bug is an
-internal error without a traceback. 130 (Ctrl-C) is pinned by
-test_operator_control.py::test_ctrl_c_pauses_cleanly_and_resume_completes."""
+each failure class carries its code, each way a run stops maps to one code (a run whose
+every item expired is 3, not 0), and a bug is an internal error without a traceback. 130
+(Ctrl-C) is pinned by test_operator_control.py::test_ctrl_c_pauses_cleanly_and_resume_completes
+and test_ctrl_c_while_planning_or_reconciling.py."""
 
 from __future__ import annotations
 
@@ -98,3 +99,14 @@ def test_a_reader_that_stops_early_ends_a_look_quietly(ws: Workspace, look: list
     reader.stdout.close()  # as `head -1` does once it has its line
     _, stderr = reader.communicate(timeout=60)
     assert (reader.returncode, stderr) == (0, "")
+
+
+@pytest.mark.both_stores
+def test_a_run_whose_items_expired_exits_3_not_0(ws: Workspace) -> None:
+    """A send whose every item expired (never sent) exits 3 and says so, not 0."""
+    batch = ws.write_csv("b.csv", make_rows(2))
+    result = ws.invoke("send", str(batch), "--not-after", "2020-01-01T00:00:00Z", "--allow-expired")
+    assert result.exit_code == 3, result.output
+    assert "2 expired" in result.output
+    assert ws.outbox_documents() == []
+    assert ws.status()["counts"]["expired"] == 2

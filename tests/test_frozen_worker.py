@@ -1,6 +1,7 @@
 """A worker frozen between point A and its send (SIGSTOP, a paused container) must not
 send after it lost its lease, and says truly why it stopped; a heartbeat never dies
-silently, and never renews a lease its process has learned it lost."""
+silently, never renews a lease its process has learned it lost, and a lease whose heartbeat
+stalled is no longer surely held from two thirds of its TTL on."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import psycopg
@@ -29,6 +31,7 @@ from notifier.store.leases import Leases
 
 from .conftest import Workspace, make_rows, postgres_schema, wait_for
 from .receiver import Receiver, receiving, released, webhook_config
+from .test_store_integrity import planned_store
 
 UNSHARE = shutil.which("unshare") or "/usr/bin/unshare"
 
@@ -306,3 +309,46 @@ def test_a_heartbeat_never_waits_behind_its_own_committer(
             out, err = sender.communicate(timeout=60)
         assert sender.returncode == 0, out + err
     assert len(receiver.commits) == 200
+
+
+class _FakeMonotonic:
+    """The lease module's monotonic clock, moved by the test alone."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@pytest.mark.both_stores
+def test_a_lease_whose_heartbeat_stalled_is_not_surely_ours_after_two_thirds_of_its_ttl(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lease whose heartbeat stalled is no longer surely ours from 2/3 of its TTL on."""
+    ttl = 0.3  # real seconds only for the heartbeat's period (ttl / 3) and the stored expiry
+    fake = _FakeMonotonic()
+    monkeypatch.setattr(lease_module, "time", SimpleNamespace(monotonic=fake.monotonic))
+    entered, unblock = threading.Event(), threading.Event()
+
+    def stuck_renewal(*args: Any, **kwargs: Any) -> bool:
+        entered.set()
+        unblock.wait(60)  # until the test lets go (it always does, in its finally)
+        return True
+
+    monkeypatch.setattr(Leases, "renew_lease", stuck_renewal)
+    store = planned_store(ws.db, 1)
+    try:
+        held = lease_module.SoleLease(store, "r1", ttl_s=ttl)
+        try:
+            assert entered.wait(30), "the heartbeat never tried to renew"
+            assert not held.lost.is_set()
+            for fraction, surely in ((0.0, True), (0.5, True), (0.66, True),
+                                     (0.67, False), (0.9, False), (1.5, False)):  # fmt: skip
+                fake.now = 1000.0 + fraction * ttl
+                assert held.surely_valid() is surely, f"at {fraction:.2f} of the TTL"
+        finally:
+            unblock.set()
+            held.release()
+    finally:
+        store.close()

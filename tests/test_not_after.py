@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -12,9 +13,11 @@ import pytest
 
 from notifier import clock
 from notifier.clock import SHIFT_ENV
+from notifier.judging import NotStarted, Stop
 from notifier.sandbox import Faults, Sandbox
 
 from .conftest import Workspace, make_rows, smtp_server
+from .support.held import WAIT_S, Answered, HeldRun
 from .support.smtp import HeldGreeting
 
 
@@ -236,3 +239,35 @@ def test_a_deadline_passing_while_the_relay_greets_sends_nothing(
     assert dict(ws.query("SELECT state, COUNT(*) FROM items GROUP BY state")) == {"expired": n}
     outcomes = {o for (o,) in ws.query("SELECT outcome FROM attempts")}
     assert outcomes <= {"not_started", "expired"}, outcomes
+
+
+@pytest.mark.both_stores
+@pytest.mark.timeout(60)
+def test_no_item_claimed_ahead_starts_after_its_not_after(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At N = 8 with 3N claimed ahead (a channel that can be asked): the items' not_after
+    passes while the first N requests are under way (this process's clock moves two hours
+    on); the senders that free up find the 3N queued items past it and start none of
+    them: released never attempted, then expired."""
+    n = 8
+    channel = Answered()
+    run = HeldRun(ws, channel, n, 4 * n, not_after=clock.iso(clock.later(3600)))
+    run.thread.start()
+    try:
+        channel.wait_started(n)
+        monkeypatch.setattr(clock, "_SHIFT", timedelta(hours=2))
+        passed = time.monotonic()
+        channel.let_all_go()
+        assert run.held.reached.wait(WAIT_S), "no answer reached the committer"
+        run.wait_taken(4 * n)
+    finally:
+        result = run.finish(channel)
+    assert [item for item, at in channel.started if at > passed] == []
+    assert len(channel.started) == n
+    assert sum(isinstance(r, NotStarted) for r in run.taken) == 3 * n
+    assert result.stop is Stop.COMPLETED, result
+    assert ws.query("SELECT state, COUNT(*) FROM items GROUP BY state ORDER BY state") == [
+        ("expired", 3 * n),
+        ("sent", n),
+    ]

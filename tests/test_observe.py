@@ -1,8 +1,9 @@
-"""Watching a run from outside: the --metrics-port endpoint scraped mid-run agrees
-with `status` and `notifier metrics`, no label carries a recipient, key, item id or subject,
-every --log-format json line parses and carries its fields, bodies only with --log-bodies, a
-port in use is exit 2 before anything is stored. Through the real CLI, at N = 1 and N = 8,
-on both stores, against a receiver on 127.0.0.1 that holds every answer until released."""
+"""Watching a run from outside: the --metrics-port endpoint scraped mid-run agrees with
+`status` and `notifier metrics`, no label carries a recipient, key, item id or subject,
+every --log-format json line parses and carries its fields, bodies and recipients (even one
+a relay echoes in its refusal) only with --log-bodies, a port in use is exit 2 before
+anything is stored. Through the real CLI, at N = 1 and N = 8, on both stores, against a
+receiver on 127.0.0.1 that holds every answer until released."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from .conftest import EXAMPLE, Workspace, free_port, make_rows, wait_for
+from .conftest import EXAMPLE, Workspace, free_port, make_rows, smtp_server, wait_for
 from .receiver import WAIT_S, HoldAfter, Receiver, receiving, webhook_config
 from .test_startup import loaded_by
+from .test_suppression import Relay
 
 pytestmark = pytest.mark.both_stores
 
@@ -392,3 +394,27 @@ def test_an_error_under_json_logs_is_a_json_event_too(ws: Workspace) -> None:
     assert "database here yet" in event["message"] and "ts" in event
     plain = ws.run("resume")
     assert plain.returncode == 2 and plain.stderr.startswith("Error: ")
+
+
+@pytest.fixture
+def relay(ws: Workspace) -> Any:
+    handler = Relay()
+    with smtp_server(ws, handler):
+        yield handler
+
+
+@pytest.mark.parametrize("n", [1, 8])
+def test_json_log_never_names_a_recipient_rejected_at_rcpt(
+    ws: Workspace, relay: Relay, n: int
+) -> None:
+    """Without --log-bodies no JSON log line carries a recipient, even one a relay echoes."""
+    relay.rcpt_answers["user4@example.com"] = "550 5.1.1 <user4@example.com>: no such user"
+    ws.write_csv("batch.csv", make_rows(6))
+    done = ws.run(
+        "send", "batch.csv", "--channel", "mail", "--concurrency", str(n),
+        "--log-format", "json",
+    )  # fmt: skip
+    assert done.returncode == 3, done.stdout + done.stderr
+    lines = [json.loads(line) for line in done.stderr.splitlines()]
+    assert any(e.get("attempt_outcome") == "permanent" for e in lines), lines
+    assert "user4@example.com" not in done.stderr

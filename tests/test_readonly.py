@@ -1,5 +1,6 @@
 """Read-only commands leave no trace, and a database that cannot be written is named with the
-cause and the fix (exit 2), never an internal error, never changed."""
+cause and the fix (exit 2), never an internal error, never changed; so is a --db that is a
+symbolic link to a missing file."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ import subprocess
 import sys
 
 import pytest
+from click.testing import CliRunner
+
+from notifier.cli import cli
 
 from .conftest import EXAMPLE, Workspace, make_rows
 
@@ -94,3 +98,21 @@ def test_a_db_in_a_directory_that_does_not_exist_names_the_missing_directory(
     assert f"{missing} does not exist" in result.output and "mkdir -p" in result.output
     assert "not writable" not in result.output
     assert not missing.exists()
+
+
+def test_a_dangling_db_symlink_gets_a_clear_message_and_exit_2(ws: Workspace) -> None:
+    """`--db` naming a symbolic link to a missing file exits 2 with one paragraph naming the
+    link, its target and what to do, for a command that would create the database and for
+    one that only reads it; nothing is created."""
+    link = ws.path / "receipts-link.db"
+    link.symlink_to(ws.path / "gone" / "receipts.db")
+    batch = ws.write_csv("b.csv", make_rows(1))
+    for args in (["send", str(batch)], ["status"]):
+        result = CliRunner().invoke(cli, ["--db", str(link), *args], catch_exceptions=False)
+        assert result.exit_code == 2, result.output
+        message = result.output.strip()
+        assert len(message.splitlines()) == 1, message
+        assert f"{link} is a symbolic link to {ws.path / 'gone' / 'receipts.db'}" in message
+        assert "does not exist" in message and "point --db" in message
+        assert "FileNotFoundError" not in message and "internal error" not in message
+    assert not (ws.path / "gone").exists() and link.is_symlink()

@@ -1,4 +1,5 @@
-"""Reconcile (by query and by hand) and the report formats (docs/design.md section 11)."""
+"""Reconcile (by query and by hand) and the report formats (docs/design.md section 11); a
+run's "stopped because" follows the manual decisions and is gone once no item is unknown."""
 
 from __future__ import annotations
 
@@ -188,3 +189,57 @@ def test_report_lists_every_item_where_status_shows_only_those_needing_attention
     assert [(seq, state, item_id) for seq, state, _, item_id, *_ in lines] == [
         ("1", "sent", "u1"), ("2", "sent", "u2"), ("3", "sent", "u3"), ("4", "sent", "u4")
     ]  # fmt: skip
+
+
+def two_unknown_items(ws: Workspace) -> str:
+    """A run on the (unqueryable) SMTP channel whose items u1 and u2 are unknown (each killed
+    right after its send), u3 sent; the run paused for them. Returns the run id."""
+    ws.write_csv("batch.csv", make_rows(3))
+    crash_1 = {"NOTIFIER_CRASH_AT": "after-send:1"}
+    assert ws.run("send", "batch.csv", "--channel", "mail", env=crash_1).returncode == 137
+    crash_2 = {"NOTIFIER_CRASH_AT": "after-send:2"}
+    assert ws.run("resume", env=crash_2).returncode == 137
+    assert ws.run("resume").returncode == 3
+    assert ws.query("SELECT item_id FROM items WHERE state = 'unknown' ORDER BY seq") == [
+        ("u1",),
+        ("u2",),
+    ]
+    ((run_id,),) = ws.query("SELECT run_id FROM runs")
+    return str(run_id)
+
+
+def mark(ws: Workspace, item: str, decision: str) -> None:
+    result = ws.invoke(
+        "reconcile", "--manual", "--item", item, "--mark", decision, "--evidence", "mail log"
+    )
+    assert result.exit_code in (0, 3), result.output
+
+
+def test_settling_unknown_items_by_hand_updates_then_clears_the_stop_reason(
+    ws: Workspace, inbox: Inbox
+) -> None:
+    """A run paused for unknown outcomes: each manual decision brings "stopped because" up to
+    date, and once no item is unknown it is gone, though the run still waits to resume."""
+    two_unknown_items(ws)
+    assert ws.status()["stop_reason"] == "2 item(s) with unknown outcome"
+    mark(ws, "u1", "not-sent")
+    assert ws.status()["stop_reason"] == "1 item(s) with unknown outcome"
+    mark(ws, "u2", "sent")
+    report = ws.status()
+    assert report["state"] == "paused" and report["stop_reason"] is None
+    assert "stopped because" not in ws.invoke("status").output
+    assert ws.invoke("resume").exit_code == 0
+    assert ws.status()["state"] == "completed"
+
+
+def test_a_run_completed_by_manual_reconcile_shows_no_stop_reason(
+    ws: Workspace, inbox: Inbox
+) -> None:
+    """A run that `reconcile --manual` completes no longer says it stopped because of
+    unknown outcomes."""
+    two_unknown_items(ws)
+    mark(ws, "u1", "sent")
+    mark(ws, "u2", "abandon")
+    report = ws.status()
+    assert report["state"] == "completed" and report["stop_reason"] is None
+    assert "stopped because" not in ws.invoke("status").output

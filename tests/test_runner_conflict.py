@@ -1,8 +1,15 @@
-"""A conflict halts the run however it shows up, including a receipt for another digest."""
+"""A conflict halts the run however it shows up, including a receipt for another digest
+and a status query finding another digest under the item's key."""
 
 from __future__ import annotations
 
+import http.client
+import json
+from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
 
 from notifier.channels import Ready, Receipt, always
 from notifier.intent import Intent
@@ -10,9 +17,13 @@ from notifier.judging import Stop
 from notifier.lease import LostFlag, holder_alive
 from notifier.retry import RetryPolicy
 from notifier.runner import Runner, RunOptions
+from notifier.sandbox import Faults, Sandbox
 from notifier.signals import Interruption
 from notifier.state_machine import RunState
 from notifier.store import Store
+
+from .conftest import Workspace, make_rows
+from .test_webhook_e2e import webhook_config
 
 
 class AnswersForAnotherIntent:
@@ -66,3 +77,64 @@ def test_receipt_for_another_digest_fails_the_item_and_halts(tmp_path: Path) -> 
     ]  # fmt: skip
     assert "conflict" in (store.queries.item("r1", 2).last_error or "")
     store.close()
+
+
+FOREIGN_DIGEST = "sha256:" + "f" * 64
+
+
+@pytest.fixture
+def sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
+    """The repo's sandbox receiver on 127.0.0.1, with the faults a test parametrises."""
+    faults = getattr(request, "param", Faults())
+    with Sandbox(faults=faults) as running:
+        yield running
+
+
+def post_foreign_delivery(sandbox: Sandbox, key: str) -> None:
+    """Another sender's notification under `key` (another payload, another digest)."""
+    parts = urlsplit(sandbox.url)
+    assert parts.hostname == "127.0.0.1" and parts.port is not None
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+    try:
+        body = json.dumps({"to": "someone-else@example.com", "body": "not ours"})
+        conn.request("POST", "/notifications", body=body, headers={
+            "Content-Type": "application/json",
+            "Idempotency-Key": key,
+            "Notifier-Intent-Digest": FOREIGN_DIGEST,
+        })  # fmt: skip
+        answer = conn.getresponse()
+        answer.read()
+        assert answer.status == 201, answer.status
+    finally:
+        conn.close()
+
+
+@pytest.mark.both_stores
+def test_status_query_answering_another_digest_is_a_conflict(
+    ws: Workspace, sandbox: Sandbox
+) -> None:
+    """A status query answering 200 with another digest is a conflict: exit 4, no receipt."""
+    webhook_config(ws, sandbox, status=True, max_attempts=3)
+    ws.write_csv("batch.csv", make_rows(2))
+    crashed = ws.run("send", "batch.csv", "--channel", "hooks", "--concurrency", "1",
+                     env={"NOTIFIER_CRASH_AT": "after-intent:1"})  # fmt: skip
+    assert crashed.returncode == 137, crashed.stdout + crashed.stderr
+    ((key, state),) = ws.query("SELECT idempotency_key, state FROM items WHERE seq = 1")
+    assert state == "in_flight"
+    # The receiver holds another intent under item 1's key (a reused run id, another database).
+    post_foreign_delivery(sandbox, key)
+
+    resumed = ws.invoke("resume")
+    assert resumed.exit_code == 4, resumed.output
+    assert "CONFLICT" in resumed.output and FOREIGN_DIGEST in resumed.output
+    ((state, receipt_id, last_error),) = ws.query(
+        "SELECT state, receipt_id, last_error FROM items WHERE seq = 1"
+    )
+    assert state == "failed" and receipt_id is None
+    assert "conflict" in last_error
+    assert ws.query("SELECT COUNT(*) FROM receipts") == [(0,)]
+    assert ws.query("SELECT COUNT(*) FROM items WHERE state = 'sent'") == [(0,)]
+    assert ws.query("SELECT state FROM runs") == [("halted",)]
+    # Only the foreign POST ever reached the receiver: nothing of ours was sent over it.
+    assert sandbox.stats()["totals"]["requests"] == 1
+    assert sandbox.stats()["keys"][key] == {"commits": 1, "replays": 0, "refused": 0}

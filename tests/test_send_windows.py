@@ -262,3 +262,30 @@ def test_a_row_whose_window_opens_after_its_deadline_is_reported(
     assert "1 row(s) cannot be sent before their not_after" in out and "line(s) 2" in out
     assert result.returncode == 3, out
     assert receiver.arrivals == []
+
+
+def test_a_window_closing_mid_run_does_not_pause_the_items_of_other_channels(
+    ws: Workspace, receiver: Receiver
+) -> None:
+    """Items of a channel without a window are sent even after another channel's closed."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    soon = window_from(now - timedelta(seconds=1), 3, "UTC")  # closes 2 s from now
+    later = window_from(now + timedelta(hours=1), 60, "UTC")  # beyond --max-wait
+    config = webhook_config(receiver, idempotent=True, status=True)
+    for name, window in (("soon", soon), ("later", later)):
+        config += (
+            f'\n[channels.{name}]\ntype = "webhook"\nurl = "{receiver.url}/notifications"\n'
+            f'idempotent = true\nwindow = "{window}"\n'
+        )
+    (ws.path / "notifier.toml").write_text(config)
+    rows = [["id", "to", "subject", "body", "channel"]]
+    channels = ["soon"] * 8 + ["hooks"] * 6 + ["later"]
+    for i, channel in enumerate(channels, start=1):
+        rows.append([f"u{i}", f"user{i}@example.com", f"Hello {i}", f"Body {i}", channel])
+    batch = ws.write_csv("b.csv", rows)
+    result = ws.run(
+        "send", str(batch), "--rate", "2", "--concurrency", "1", "--max-wait", "5",
+    )  # fmt: skip
+    assert result.returncode == 3, result.stdout + result.stderr  # `later` waits: a pause
+    sent = ws.query("SELECT channel, COUNT(*) FROM items WHERE state = 'sent' GROUP BY channel")
+    assert dict(sent).get("hooks") == 6, (sent, result.stdout + result.stderr)

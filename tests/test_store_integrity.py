@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from psycopg.pq import TransactionStatus
 
 from notifier import clock
 from notifier.crash import ENV as CRASH_ENV
@@ -18,6 +19,7 @@ from notifier.state_machine import ItemState, ItemTrigger
 from notifier.store import LeaseLost, LostRace, Store
 from notifier.store import statements as sql
 from notifier.store.engine import Engine
+from notifier.store.postgres import PostgresEngine
 from notifier.store.sqlite import SqliteEngine
 
 from .conftest import EXAMPLE, Workspace, make_rows
@@ -379,3 +381,156 @@ def test_a_commit_between_two_checks_is_not_taken_for_a_contradiction(ws: Worksp
     finally:
         store.close()
         other.close()
+
+
+class _Rows:
+    """The rows a claim's SELECT returned, handed back as its cursor would."""
+
+    def __init__(self, rows: list[Any]) -> None:
+        self._rows = rows
+
+    def fetchall(self) -> list[Any]:
+        return self._rows
+
+
+class _MovesOneAfterTheClaimReads:
+    """An engine's execute under which, right after a claim has read its pending items and
+    before its conditional UPDATE, one of them is moved out of `pending` (as another writer
+    moving it between the two statements would leave it). Once only."""
+
+    def __init__(self, engine: Engine, seq: int) -> None:
+        self._execute = engine.execute
+        self._seq = seq
+        self.fired = False
+
+    def __call__(self, statement: str, params: Any = None) -> Any:
+        cursor = self._execute(statement, params)
+        if self.fired or not (
+            statement.startswith("SELECT *") and " FROM items WHERE " in statement
+        ):
+            return cursor
+        self.fired = True
+        rows = cursor.fetchall()
+        assert self._seq in [row.seq for row in rows]
+        self._execute(
+            "UPDATE items SET state = 'expired' WHERE run_id = 'r1' AND seq = %(seq)s",
+            {"seq": self._seq},
+        )
+        return _Rows(rows)
+
+
+def _in_transaction(engine: Engine) -> bool:
+    """Whether the engine's connection is inside a transaction, asked of its driver."""
+    if isinstance(engine, PostgresEngine):
+        return engine.raw.info.transaction_status != TransactionStatus.IDLE
+    assert isinstance(engine, SqliteEngine)
+    return bool(engine.conn.in_transaction)
+
+
+def _ledger(ws: Workspace) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row a claim could write, read over a connection of its own."""
+    return {
+        "items": ws.query(
+            "SELECT seq, state, attempts, next_attempt_at, worker_id, updated_at FROM items "
+            "ORDER BY seq"
+        ),
+        "attempts": ws.query("SELECT seq, n, started_at FROM attempts ORDER BY seq, n"),
+        "events": ws.query("SELECT seq_no, kind, item_seq FROM events ORDER BY seq_no"),
+        "run_counts": ws.query("SELECT state, n FROM run_counts ORDER BY state"),
+    }
+
+
+@pytest.mark.both_stores
+def test_a_claim_whose_update_moves_fewer_rows_than_it_read_raises_and_writes_nothing(
+    ws: Workspace,
+) -> None:
+    """A claim moving fewer rows than it selected raises LostRace and writes nothing."""
+    store = planned_store(ws.db, 3)
+    try:
+        version = store.leases.acquire_lease("r1", {"host": "h", "pid": 1}, 30, lambda o, e: False)
+        before = _ledger(ws)
+        assert before["items"] and all(row[1] == "pending" for row in before["items"])
+        racing = _MovesOneAfterTheClaimReads(store.engine, seq=2)
+        store.engine.execute = racing  # type: ignore[method-assign]
+        with pytest.raises(LostRace, match="expected 3 items pending for start"):
+            store.ledger.claim("r1", version, 3)
+        assert racing.fired
+        del store.engine.execute  # the engine's own again
+        assert not _in_transaction(store.engine)
+        assert _ledger(ws) == before
+        # The store is still usable: a claim nobody races moves all three.
+        assert [i.seq for i in store.ledger.claim("r1", version, 3)] == [1, 2, 3]
+    finally:
+        store.close()
+
+
+def _short_file_beside_a_wal_that_does_not_repair_it(ws: Workspace) -> None:
+    """A planned run's file cut short by its last two pages (item rows), beside a -wal
+    holding a real commit of that database that does not hold those pages."""
+    rows = [["id", "to", "subject", "body"]]
+    rows += [[f"u{i}", f"u{i}@example.com", "s" * 50, "b" * 1500] for i in range(1, 301)]
+    batch = ws.write_csv("big.csv", rows)
+    planned = ws.invoke("send", str(batch), "--require-approval")
+    assert planned.exit_code == 0, planned.output
+    wal = ws.path / "receipts.db-wal"
+    assert not wal.exists()  # the last connection checkpointed: one self-contained file
+    # A commit that touches page 1 only, made on a copy and kept in its log.
+    aside = ws.path / "aside"
+    aside.mkdir()
+    (aside / "receipts.db").write_bytes(ws.db_file.read_bytes())
+    conn = sqlite3.connect(aside / "receipts.db", isolation_level=None)
+    try:
+        conn.execute("PRAGMA wal_autocheckpoint = 0")
+        conn.execute("PRAGMA user_version = 7")
+        log = (aside / "receipts.db-wal").read_bytes()
+    finally:
+        conn.close()
+    assert log
+    data = ws.db_file.read_bytes()
+    page_size = int.from_bytes(data[16:18], "big")
+    ws.db_file.write_bytes(data[: len(data) - 2 * page_size])
+    wal.write_bytes(log)
+    # On a copy of the pair: SQLite reads the log (its commit shows), and the file stays damaged.
+    probe = ws.path / "probe"
+    probe.mkdir()
+    for name in (ws.db_file.name, wal.name):
+        (probe / name).write_bytes((ws.path / name).read_bytes())
+    conn = sqlite3.connect(f"file:{probe / ws.db_file.name}?mode=ro", uri=True)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone() == (7,)
+        try:
+            checked = [row[0] for row in conn.execute("PRAGMA quick_check(5)")]
+        except sqlite3.DatabaseError as exc:
+            checked = [str(exc)]
+    finally:
+        conn.close()
+    assert checked != ["ok"], "this -wal repairs the file: the scenario needs one that does not"
+
+
+def _fingerprint(data: bytes) -> tuple[int, str]:
+    return len(data), hashlib.sha256(data).hexdigest()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["status"], ["status", "--json"], ["report", "--format", "json"], ["runs"],
+     ["resume"], ["send", "other.csv"]],
+    ids=" ".join,
+)  # fmt: skip
+def test_a_short_file_beside_a_wal_that_does_not_repair_it_is_refused_untouched(
+    ws: Workspace, args: list[str]
+) -> None:
+    """A short database whose -wal does not repair it is refused (exit 4), bytes unchanged."""
+    _short_file_beside_a_wal_that_does_not_repair_it(ws)
+    ws.write_csv("other.csv", make_rows(3))
+    wal = ws.path / "receipts.db-wal"
+    before = (ws.db_file.read_bytes(), wal.read_bytes())
+    try:
+        result = ws.invoke(*args)
+        assert result.exit_code == 4, result.output
+        assert str(ws.db) in result.output and "Traceback" not in result.output
+        after = (ws.db_file.read_bytes(), wal.read_bytes() if wal.exists() else None)
+        assert _fingerprint(after[0]) == _fingerprint(before[0]), "the database was changed"
+        assert after[1] == before[1], "the -wal was changed or removed"
+    finally:
+        ws.reset()  # a damaged file on purpose: nothing for the counters check to read

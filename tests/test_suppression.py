@@ -1,7 +1,9 @@
 """The suppression list end to end, through the real CLI against a real aiosmtpd
 relay, on SQLite and PostgreSQL, at concurrency 1 and 8: suppressed rows never reach the
 relay, a 5.1.1 at RCPT suppresses the address for the next run, an address suppressed while
-a run is held is not sent, and suppressed items never make the exit code non-zero."""
+a run is held is not sent, an item that may already have been delivered is never called
+suppressed, suppressed items never make the exit code non-zero, and on PostgreSQL the
+claim asks the list by its primary key."""
 
 from __future__ import annotations
 
@@ -9,14 +11,19 @@ import asyncio
 import json
 import signal
 import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
 from notifier.sandbox import Faults, Sandbox
+from notifier.store.postgres import POSTGRES
 
 from .conftest import Workspace, make_rows, smtp_server, wait_for
+from .receiver import Receiver, receiving, webhook_config
 from .smtp_relay import ScriptedRelay
 from .support.held import WAIT_S, Answered, HeldRun
 
@@ -318,3 +325,63 @@ def test_an_address_suppressed_while_the_run_is_paused_is_not_sent_on_resume(
     assert not set(late) & set(relay.rcpts)
     data = report(ws)
     assert (data["counts"]["sent"], data["counts"]["suppressed"]) == (17, 3)
+
+
+@pytest.fixture
+def receiver(ws: Workspace) -> Iterator[Receiver]:
+    with receiving(Receiver()) as running:
+        yield running
+
+
+def test_a_maybe_delivered_item_is_not_called_suppressed_never_sent(
+    ws: Workspace, receiver: Receiver
+) -> None:
+    """An item whose timed-out request the receiver committed, then suppressed while the run
+    is paused, is not reported `suppressed` (never sent) with exit 0 on resume."""
+
+    def answer(item_id: str, n: int) -> int | None:
+        if item_id == "u3" and n == 1:
+            time.sleep(1.5)  # past the channel's 1 s timeout: the client sees no answer
+        return None  # then committed: the request was delivered
+
+    receiver.answer = answer
+    (ws.path / "notifier.toml").write_text(
+        webhook_config(receiver, idempotent=True, status=False, timeout=1)
+    )
+    ws.write_csv("batch.csv", make_rows(5))
+    worker = ws.popen("send", "batch.csv", "--channel", "hooks", "--concurrency", "1")
+    try:
+        receiver.wait_for(lambda r: r.posts("u3") >= 1)
+        worker.send_signal(signal.SIGINT)
+        assert worker.wait(timeout=60) == 130, worker.stderr.read() if worker.stderr else ""
+    finally:
+        worker.kill()
+        worker.wait()
+    receiver.wait_for(lambda r: len(r.commits) >= 3)  # u3's request was committed
+    ((outcome,),) = ws.query("SELECT outcome FROM attempts WHERE seq = 3")
+    assert outcome == "uncertain"
+    assert ws.invoke("suppress", "add", "user3@example.com").exit_code == 0
+    resumed = ws.run("resume")
+    (state,) = [i["state"] for i in report(ws)["items"] if i["id"] == "u3"]
+    assert not (state == "suppressed" and resumed.returncode == 0), resumed.stdout
+
+
+def test_the_claims_suppression_probe_uses_the_lists_primary_key(ws: Workspace) -> None:
+    """On PostgreSQL each claimed row asks the list by its primary key, not by a full scan."""
+    if not ws.url:
+        pytest.skip("PostgreSQL: SQLite's LOWER(TRIM()) needs no collation")
+    listed = ws.write_csv(
+        "bounced.csv", [["address"], *([f"bounced{i}@example.net"] for i in range(20_000))]
+    )
+    imported = ws.invoke("suppress", "import", str(listed))
+    assert imported.exit_code == 0, imported.output
+    with psycopg.connect(ws.url, autocommit=True) as pg:
+        pg.execute("ANALYZE suppressions")
+        probe = POSTGRES.address_of.format("'User1@Example.com'")
+        plan = "\n".join(
+            row[0]
+            for row in pg.execute(
+                f"EXPLAIN SELECT EXISTS (SELECT 1 FROM suppressions s WHERE s.address = {probe})"
+            )
+        )
+    assert "suppressions_pkey" in plan, plan

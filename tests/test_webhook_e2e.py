@@ -42,6 +42,22 @@ def configure(
     (ws.path / "notifier.toml").write_text("\n".join(lines) + "\n" + extra + FAST_RETRY)
 
 
+def webhook_config(ws: Workspace, sandbox: Sandbox, *, status: bool, max_attempts: int) -> None:
+    """A `hooks` channel to the sandbox that dedupes by key, asked by key only with `status`."""
+    lines = [
+        "[channels.hooks]",
+        'type = "webhook"',
+        f'url = "{sandbox.notifications_url}"',
+        "idempotent = true",
+        "timeout = 5",
+    ]
+    if status:
+        lines.append(f'status_url = "{sandbox.url}/notifications/{{key}}"')
+    lines += ["[retry]", f"max_attempts = {max_attempts}", "backoff_base = 0.01",
+              "backoff_max = 0.05"]  # fmt: skip
+    (ws.path / "notifier.toml").write_text("\n".join(lines) + "\n")
+
+
 def send(ws: Workspace, n: int, *args: str) -> Any:
     ws.write_csv("batch.csv", make_rows(n))
     return ws.invoke("send", "batch.csv", "--channel", "hooks", *args)
@@ -83,8 +99,9 @@ def test_throttled_and_unavailable_all_sent_once_never_before_retry_after(
         done = datetime.fromisoformat(finished)
         # The gate counts from the moment the answer came, a little before finished_at is
         # read (the sender closes the gate first): milliseconds, tens of them on a loaded
-        # machine, which the scaled wait no longer dwarfs. Without the gate, starts come
-        # right after the 429: some of the 40 or so would still fall short of 0.8 of it.
+        # machine, which the scaled wait (a fraction of the real one) does not dwarf.
+        # Without the gate, starts come right after the 429: some of the 40 or so would
+        # still fall short of 0.8 of it.
         waited = 0.8 * waits.scaled(retry_after)
         gaps = [(s - done).total_seconds() for s in starts if done < s]
         too_early = [gap for gap in gaps if gap < waited]
@@ -290,3 +307,28 @@ def test_resume_uses_the_snapshot_and_reports_a_changed_url(
     assert len(commits(sandbox)) == 10
     toml.write_text("")  # the channel is gone from the file altogether
     assert ws.invoke("status").exit_code == 0
+
+
+@pytest.mark.both_stores
+@pytest.mark.parametrize("sandbox", [Faults(error_rate=1.0)], indirect=True)
+def test_an_idempotent_webhook_without_status_url_answering_500_until_attempts_run_out_is_unknown(
+    ws: Workspace, sandbox: Sandbox
+) -> None:
+    """An idempotent webhook without status_url, 500 until attempts run out: unknown, not failed."""
+    webhook_config(ws, sandbox, status=False, max_attempts=3)
+    ws.write_csv("batch.csv", make_rows(2))
+    result = ws.invoke("send", "batch.csv", "--channel", "hooks")
+    assert result.exit_code == 3, result.output
+    items = ws.query("SELECT seq, state, attempts, last_error FROM items ORDER BY seq")
+    assert [(seq, state, attempts) for seq, state, attempts, _ in items] == [
+        (1, "unknown", 3),
+        (2, "unknown", 3),
+    ]
+    assert all("may have been delivered" in error for *_, error in items)
+    assert ws.query(
+        "SELECT seq, COUNT(*), MIN(http_status), MAX(http_status) FROM attempts GROUP BY seq "
+        "ORDER BY seq"
+    ) == [(1, 3, 500, 500), (2, 3, 500, 500)]
+    assert ws.query("SELECT COUNT(*) FROM receipts") == [(0,)]
+    assert sandbox.stats()["totals"]["requests"] == 6
+    assert ws.status()["counts"]["failed"] == 0
