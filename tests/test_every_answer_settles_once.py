@@ -82,8 +82,7 @@ def test_a_receiver_that_can_be_asked_gets_every_notification_exactly_once(
     assert result.counts.sent == ROWS
     assert channel.twice() == {}
     assert len(channel.deliveries) == ROWS
-    states = dict(ws.query("SELECT item_id, state FROM items"))
-    assert set(states.values()) == {"sent"}
+    assert ws.ledger.state_counts() == {"sent": ROWS}
 
 
 @CONCURRENCY
@@ -108,14 +107,13 @@ def test_a_receiver_that_can_neither_dedupe_nor_be_asked_is_never_sent_twice(
     channel = ScriptedChannel("hooks", script, idempotent=False, queryable=False)
     result = send(ws, channel, n, queryable=False)
     assert channel.twice() == {}
-    rows = ws.query("SELECT idempotency_key, state FROM items")
     by_state: dict[str, set[str]] = {}
-    for key, state in rows:
-        by_state.setdefault(str(state), set()).add(str(key))
+    for item in ws.ledger.items():
+        by_state.setdefault(item.state, set()).add(item.idempotency_key)
     delivered = set(channel.deliveries)
     assert by_state["sent"] <= delivered
-    keys = dict(ws.query("SELECT seq, idempotency_key FROM items"))
-    assert by_state["unknown"] == {str(keys[seq]) for seq in LOST}
+    keys = {item.seq: item.idempotency_key for item in ws.ledger.items()}
+    assert by_state["unknown"] == {keys[seq] for seq in LOST}
     assert delivered <= by_state["sent"] | by_state["unknown"]
     assert len(by_state["failed"]) == 1
     assert result.state is not RunState.COMPLETED

@@ -22,6 +22,7 @@ from click.testing import CliRunner, Result
 
 from notifier.cli import cli
 
+from .ledger import Ledger
 from .postgres import schema_of
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -132,6 +133,11 @@ class Workspace:
             return [tuple(r) for r in conn.execute(sql, params)]
         finally:
             conn.close()
+
+    @property
+    def ledger(self) -> Ledger:
+        """The typed read model of this database (support/ledger.py): what tests read."""
+        return Ledger(self.query)
 
     def write(self, sql: str, params: Sequence[Any] = ()) -> None:
         """Change the database behind notifier's back, as a test that forges a state does."""

@@ -1,0 +1,143 @@
+"""What the tests read of a database, in one place: the runs, items, attempts, receipts and
+events as typed rows, on either store. A test asks `ws.ledger.states()` rather than writing
+SQL, so a schema change touches this file, not the suite. Reads only; a test that forges a
+state on purpose still writes with `ws.write`."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+Query = Callable[[str, Sequence[Any]], list[tuple[Any, ...]]]
+
+
+@dataclass(frozen=True)
+class RunRow:
+    run_id: str
+    state: str
+    fingerprint: str | None
+    approval: str | None
+    stop_reason: str | None
+    paused_until: str | None
+    cancel_requested_at: str | None
+    lease_version: int
+
+
+@dataclass(frozen=True)
+class ItemRow:
+    run_id: str
+    seq: int
+    item_id: str
+    channel: str
+    target: str
+    idempotency_key: str
+    intent_digest: str
+    state: str
+    attempts: int
+    receipt_id: str | None
+    last_error: str | None
+    worker_id: str | None
+
+
+@dataclass(frozen=True)
+class AttemptRow:
+    run_id: str
+    seq: int
+    n: int
+    started_at: str
+    finished_at: str | None
+    outcome: str | None
+    http_status: int | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class EventRow:
+    run_id: str
+    kind: str
+    item_seq: int | None
+    detail: str | None
+
+
+_RUN = (
+    "run_id, state, fingerprint, approval, stop_reason, paused_until, cancel_requested_at, "
+    "lease_version"
+)
+_ITEM = (
+    "run_id, seq, item_id, channel, target, idempotency_key, intent_digest, state, attempts, "
+    "receipt_id, last_error, worker_id"
+)
+_ATTEMPT = "run_id, seq, n, started_at, finished_at, outcome, http_status, error"
+
+
+class Ledger:
+    """The read model over one workspace's database (`ws.ledger`)."""
+
+    def __init__(self, query: Query) -> None:
+        self._query = query
+
+    # --- runs ----------------------------------------------------------------------------
+
+    def runs(self) -> list[RunRow]:
+        """Every run, oldest first."""
+        rows = self._query(f"SELECT {_RUN} FROM runs ORDER BY created_at, run_id", ())
+        return [RunRow(*row) for row in rows]
+
+    def run(self, run_id: str | None = None) -> RunRow:
+        """The run `run_id`, or the only run there is."""
+        runs = [r for r in self.runs() if run_id is None or r.run_id == run_id]
+        assert len(runs) == 1, f"expected one run{f' {run_id}' if run_id else ''}: {runs}"
+        return runs[0]
+
+    # --- items ---------------------------------------------------------------------------
+
+    def items(self, run_id: str | None = None) -> list[ItemRow]:
+        """The items of `run_id` (else of every run), by run and seq."""
+        where, params = ("WHERE run_id = ?", (run_id,)) if run_id else ("", ())
+        rows = self._query(f"SELECT {_ITEM} FROM items {where} ORDER BY run_id, seq", params)
+        return [ItemRow(*row) for row in rows]
+
+    def item(self, item_id: str, run_id: str | None = None) -> ItemRow:
+        found = [i for i in self.items(run_id) if i.item_id == item_id]
+        assert len(found) == 1, f"expected one item {item_id}: {found}"
+        return found[0]
+
+    def states(self, run_id: str | None = None) -> dict[str, str]:
+        """item id -> state."""
+        return {i.item_id: i.state for i in self.items(run_id)}
+
+    def state_counts(self, run_id: str | None = None) -> dict[str, int]:
+        """state -> how many items are in it (states with none are absent)."""
+        return dict(Counter(i.state for i in self.items(run_id)))
+
+    def keys(self, state: str | None = None, run_id: str | None = None) -> list[str]:
+        """The idempotency keys, by seq; only those in `state` when given."""
+        return [i.idempotency_key for i in self.items(run_id) if state in (None, i.state)]
+
+    # --- attempts, receipts, events --------------------------------------------------------
+
+    def attempts(self, seq: int | None = None, run_id: str | None = None) -> list[AttemptRow]:
+        """Every attempt, by run, seq and number; of item `seq` when given."""
+        rows = self._query(f"SELECT {_ATTEMPT} FROM attempts ORDER BY run_id, seq, n", ())
+        return [
+            a
+            for a in (AttemptRow(*row) for row in rows)
+            if (seq is None or a.seq == seq) and (run_id is None or a.run_id == run_id)
+        ]
+
+    def receipt_count(self) -> int:
+        ((n,),) = self._query("SELECT COUNT(*) FROM receipts", ())
+        return int(n)
+
+    def events(self, kind: str | None = None, run_id: str | None = None) -> list[EventRow]:
+        """The events in the order they were written; of `kind` when given."""
+        rows = self._query(
+            "SELECT run_id, kind, item_seq, detail FROM events ORDER BY run_id, seq_no", ()
+        )
+        return [
+            e
+            for e in (EventRow(*row) for row in rows)
+            if (kind is None or e.kind == kind) and (run_id is None or e.run_id == run_id)
+        ]
