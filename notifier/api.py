@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from . import app, clock
+from . import app, approval, clock
 from .config import Config
 from .config import load as load_config
 from .env import ChannelBuilder, Env, open_store, pick_run
@@ -165,8 +165,6 @@ class Notifier:
         """Settle every in-flight item by asking its downstream, then send the rest in order,
         with the run's own pace unless overridden; with `joining`, as one more worker of a
         run shared through PostgreSQL. `announce` runs once the lease is held."""
-        from . import approval  # noqa: PLC0415 (approval loads the intent machinery)
-
         store = open_store(self.env)
         try:
             run = pick_run(store, run_id, active_only=not joining or run_id is None)
@@ -185,6 +183,17 @@ class Notifier:
             )
         finally:
             store.close()
+
+    def approve(
+        self, run_id: str | None, fingerprint: str, *, expires_in: str = "24h"
+    ) -> tuple[Run, approval.Approval]:
+        """Approve the run whose notifications hash to `fingerprint` (what `preview` showed),
+        until `expires_in`; without `run_id`, the run awaiting approval with that fingerprint."""
+        return app.approve(self.env, run_id, fingerprint, expires_in)
+
+    def reject(self, run_id: str | None, reason: str) -> tuple[Run, str]:
+        """Close a run awaiting approval, with the reason and the operator audited."""
+        return app.reject(self.env, run_id, reason)
 
     def cancel(self, run_id: str | None = None, *, wait_s: float = 15.0) -> app.CancelResult:
         """Stop the run: once this returns confirmed, no request of it can start any more."""

@@ -32,11 +32,11 @@ from .group import cli, command_env
 @click.pass_context
 def approve(ctx: click.Context, run_id: str | None, fingerprint: str, expires_in: str) -> None:
     """Approve a run planned with --require-approval, bound to its fingerprint."""
-    from .. import app  # noqa: PLC0415 (start-up time)
+    from ..api import Notifier  # noqa: PLC0415 (start-up time)
 
     env = command_env(ctx)
     try:
-        run, granted = app.approve(env, run_id, fingerprint, expires_in)
+        run, granted = Notifier(env).approve(run_id, fingerprint, expires_in=expires_in)
     except approval.NotApproved as refused:
         raise running.not_approved(refused) from refused
     click.echo(
@@ -106,10 +106,10 @@ def preview(ctx: click.Context, run_id: str | None, fmt: str, output: Path | Non
 @click.pass_context
 def reject(ctx: click.Context, run_id: str | None, reason: str) -> None:
     """Close a run awaiting approval without sending anything, with the reason audited."""
-    from .. import app  # noqa: PLC0415 (start-up time)
+    from ..api import Notifier  # noqa: PLC0415 (start-up time)
 
     env = command_env(ctx)
-    run, operator = app.reject(env, run_id, reason)
+    run, operator = Notifier(env).reject(run_id, reason)
     click.echo(
         f"run {run.run_id} rejected by {operator} and closed ({run.state.value}); nothing "
         f"was sent. `notifier report {run.run_id}` shows it."

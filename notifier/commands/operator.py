@@ -219,11 +219,11 @@ def cancel(
       notifier cancel                        # the newest unfinished run
       notifier cancel RUN --report --format json > who-got-it.json
     """
-    from .. import app  # noqa: PLC0415 (start-up time)
+    from ..api import Notifier  # noqa: PLC0415 (start-up time)
     from ..outcome import settled_exit  # noqa: PLC0415
 
     env = command_env(ctx, machine_output=with_report and fmt != "table")
-    result = app.cancel(env, run_id, wait_s)
+    result = Notifier(env).cancel(run_id, wait_s=wait_s)
     chunks_open = 0  # batch chunks the API could not be asked about: cancel again
     if result.run.options.get("compose") and result.run.state is RunState.CANCELLED:
         from .. import drafting  # noqa: PLC0415 (start-up time)
@@ -275,7 +275,7 @@ def reconcile(
       notifier reconcile --manual             # decide each unknown item at a prompt
       notifier reconcile RUN --manual --item n-0041 --mark not-sent --evidence "bounced"
     """
-    from .. import app  # noqa: PLC0415 (start-up time)
+    from ..api import Notifier  # noqa: PLC0415 (start-up time)
     from ..manual import reconcile_manually  # noqa: PLC0415
     from ..outcome import settled_exit  # noqa: PLC0415
 
@@ -283,7 +283,7 @@ def reconcile(
     if not manual:
         if item_ref or mark or evidence:
             raise BadInput("--item, --mark and --evidence go with --manual.")
-        run, counts = app.reconcile_by_query(env, run_id)
+        run, counts = Notifier(env).reconcile(run_id)
         click.echo(f"run {run.run_id}: {run.state.value}")
         ctx.exit(settled_exit(run.state, counts))
     run, counts = reconcile_manually(env, run_id, item_ref, mark, evidence)
