@@ -13,6 +13,49 @@ from .intent import Intent
 from .state_machine import ItemState, ItemTrigger, RunState
 
 
+class AttemptOutcome(StrEnum):
+    """How an attempt ended, as `attempts.outcome` stores it: the class of the channel's
+    answer (`sent`, or a channels.ErrorKind value), or why no answer came."""
+
+    SENT = "sent"  # a receipt: delivered
+    NOT_SENT = "not_sent"  # the request never left (refused, DNS)
+    THROTTLED = "throttled"  # 429/503: seen, not processed
+    UNCERTAIN = "uncertain"  # timeout or reset after sending, 408, 500/502/504
+    PARTIAL = "partial"  # delivered to some of the channel's destinations
+    IN_PROGRESS = "in_progress"  # 409: the first request under this key is still running
+    CONFLICT = "conflict"  # another intent holds the key
+    GONE = "gone"  # 410
+    PERMANENT = "permanent"  # any other refusal
+    NOT_STARTED = "not_started"  # claimed, released before its request left
+    EXPIRED = "expired"  # claimed, past its not_after before its request left
+    INTERRUPTED = "interrupted"  # left open by a stop or a crash, closed when settled
+
+
+# Outcomes of a claim whose request never left.
+NEVER_LEFT = frozenset({AttemptOutcome.NOT_STARTED, AttemptOutcome.EXPIRED})
+# Outcomes that prove the request never reached the downstream (or was seen and refused
+# unprocessed, 429/503); any other attempt may have reached it.
+NEVER_REACHED = NEVER_LEFT | {AttemptOutcome.NOT_SENT, AttemptOutcome.THROTTLED}
+# THE rule of "maybe delivered": outcomes after which the request may have been processed
+# downstream and nothing says whether it was. The decision's predicate (`maybe_delivered`,
+# evidence.History) and every SQL condition (store/statements MAYBE_DELIVERED) are made
+# from this one set. A partial delivery reached some destinations: never "not delivered".
+MAYBE_DELIVERED_OUTCOMES = frozenset(
+    {
+        AttemptOutcome.UNCERTAIN,
+        AttemptOutcome.IN_PROGRESS,
+        AttemptOutcome.INTERRUPTED,
+        AttemptOutcome.PARTIAL,
+    }
+)
+
+
+def maybe_delivered(attempt: Attempt) -> bool:
+    """Whether `attempt` may have delivered its item: an outcome that proves nothing, and no
+    later query (`not_found`) or operator (`mark_not_sent`) that proved otherwise."""
+    return attempt.outcome in MAYBE_DELIVERED_OUTCOMES and not attempt.disproved
+
+
 @dataclass(frozen=True)
 class Run:
     run_id: str
@@ -103,7 +146,7 @@ class Outcome:
 
     seq: int
     trigger: ItemTrigger
-    attempt_outcome: str | None = None  # closes the item's open attempt with this class
+    attempt_outcome: AttemptOutcome | None = None  # closes the item's open attempt with it
     http_status: int | None = None
     error: str | None = None
     receipt_id: str | None = None
@@ -182,10 +225,6 @@ class Counts:
         return line
 
 
-# Attempt outcomes after which the request may have been processed downstream.
-MAYBE_DELIVERED_OUTCOMES = ("uncertain", "in_progress", "interrupted")
-
-
 class PendingKind(StrEnum):
     """Why an item is pending: `pending` alone mixes never-tried items with retries."""
 
@@ -200,11 +239,13 @@ class Attempt:
     n: int
     started_at: str
     finished_at: str | None
-    outcome: str | None
+    outcome: AttemptOutcome | None  # None: still open
     http_status: int | None
     error: str | None
     waited_s: float | None
     retry_after_s: float | None
+    # A later `not_found` or `mark_not_sent` of its item proved it delivered nothing.
+    disproved: bool = False
 
 
 @dataclass(frozen=True)

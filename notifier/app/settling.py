@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from .. import clock
-from ..channels import Channel, ErrorKind
+from ..channels import Channel
 from ..env import Env, open_store, pick_run
 from ..errors import BadInput, Refused
 from ..lease import SoleLease, live_holder
 from ..outcome import send_again
 from ..reconcile import settle, settle_doubts, settle_left, settleable_later
-from ..records import Counts, Run
+from ..records import AttemptOutcome, Counts, Run
 from ..state_machine import FINISHED_RUN_STATES, ItemState, ItemTrigger, RunState, RunTrigger
 from ..store import LeaseHeld, Store
 from ..who import operator_name
@@ -226,7 +226,7 @@ def decide(
     if not evidence.strip():
         raise BadInput("--evidence is required: say what the decision rests on.")
     if mark == "not-sent" and any(
-        a.outcome == ErrorKind.PARTIAL.value for a in store.queries.attempts(run.run_id, item.seq)
+        a.outcome == AttemptOutcome.PARTIAL for a in store.queries.attempts(run.run_id, item.seq)
     ):
         raise Refused(
             f"item {item.item_id} (seq {item.seq}) was delivered to some of channel "

@@ -7,6 +7,7 @@ from typing import Any
 
 from .. import clock
 from ..records import (
+    AttemptOutcome,
     Item,
     Outcome,
     item_from_row,
@@ -173,7 +174,7 @@ class Ledger:
         detail = {"from": current.value, "to": target.value}
         params: dict[str, Any] = {"run_id": run_id, "at": at, "target": target.value}
         for names, o in zip(sql.ack_names(len(acks)), acks, strict=True):
-            row = (o.seq, o.finished_at or at, o.attempt_outcome, o.http_status, o.error,
+            row = (o.seq, o.finished_at or at, _stored(o.attempt_outcome), o.http_status, o.error,
                    o.retry_after_s, o.receipt_id, o.receipt_source, o.evidence,
                    o.started_at)  # fmt: skip
             params.update(zip(names, row, strict=True))
@@ -262,7 +263,7 @@ class Ledger:
                 sql.CLOSE_ATTEMPT,
                 {
                     "finished_at": o.finished_at or at,
-                    "outcome": o.attempt_outcome,
+                    "outcome": _stored(o.attempt_outcome),
                     "http_status": o.http_status,
                     "error": o.error,
                     "retry_after_s": o.retry_after_s,
@@ -415,3 +416,8 @@ class Ledger:
                 return False
             self.core.event(run_id, "cancel_requested", None, None, at)
         return True
+
+
+def _stored(outcome: AttemptOutcome | None) -> str | None:
+    """An attempt's outcome as `attempts.outcome` holds it: the enum's value."""
+    return None if outcome is None else AttemptOutcome(outcome).value
