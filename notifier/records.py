@@ -56,6 +56,29 @@ def maybe_delivered(attempt: Attempt) -> bool:
     return attempt.outcome in MAYBE_DELIVERED_OUTCOMES and not attempt.disproved
 
 
+class StopCause(StrEnum):
+    """Why a run stopped short of completing (`runs.stop_cause`, beside `stop_reason`, the
+    same in prose for people): what a worker that finds the run moved, and a reconcile,
+    read. Never parsed from the prose."""
+
+    # Paused until `paused_until`: a wait longer than --max-wait (a Retry-After, --rate, a
+    # start time or a send window).
+    RATE_LIMITED = "rate_limited"
+    APPROVAL_EXPIRED = "approval_expired"  # paused: no send starts without a valid approval
+    CHANNEL_DOWN = "channel_down"  # paused: a channel's receiver cannot be reached
+    INTERRUPTED = "interrupted"  # paused: Ctrl-C or SIGTERM
+    UNKNOWN_LEFT = "unknown_left"  # paused: items of unknown outcome wait for a reconcile
+    HALTED = "halted"  # a safety rule: an endpoint gone, too many unknowns in a row
+    CONFLICT = "conflict"  # halted: the downstream holds another intent under our key
+    CANCELLED = "cancelled"
+    REJECTED = "rejected"  # cancelled while awaiting approval (`notifier reject`)
+
+
+def unknown_left_reason(unknown: int) -> str:
+    """The stop reason of a run paused for `unknown` items of unknown outcome."""
+    return f"{unknown} item(s) with unknown outcome"
+
+
 @dataclass(frozen=True)
 class Run:
     run_id: str
@@ -77,6 +100,7 @@ class Run:
     # None only when read from a database m002 has not been applied to (read-only commands).
     content_fingerprint: str | None
     approval: dict[str, Any] | None = None  # approval.py reads it; None is never "approved"
+    stop_cause: StopCause | None = None  # None: running, completed, or no cause recorded
 
 
 @dataclass(frozen=True)
@@ -310,6 +334,7 @@ def run_from_row(row: Row) -> Run:
     values["options"] = json.loads(values["options"])
     values["lease_owner"] = json.loads(values["lease_owner"]) if values["lease_owner"] else None
     values["approval"] = _json_object(values["approval"])
+    values["stop_cause"] = StopCause(values["stop_cause"]) if values["stop_cause"] else None
     return Run(**values)
 
 

@@ -10,6 +10,7 @@ from ..records import (
     AttemptOutcome,
     Item,
     Outcome,
+    StopCause,
     item_from_row,
 )
 from ..state_machine import (
@@ -64,14 +65,18 @@ class Ledger:
     def replace_stop_reason(
         self, run_id: str, lease_version: int, expected: str, reason: str | None
     ) -> bool:
-        """Replace the run's stop reason `expected` by `reason` (None clears it), fenced, and
-        only while it is still `expected`: a reason another process wrote meanwhile stays.
+        """Replace the reason `expected` of a run paused for unknown outcomes
+        (StopCause.UNKNOWN_LEFT) by `reason`; None clears the reason and its cause. Fenced,
+        and only while both are still as read: a stop another process wrote meanwhile stays.
         Not a move: the run's state is unchanged. True if it was replaced."""
+        cause = StopCause.UNKNOWN_LEFT
         with self.core.write(run_id, lease_version):
             cursor = self.engine.execute(
                 sql.REPLACE_STOP_REASON,
-                {"reason": reason, "at": clock.now_iso(), "run_id": run_id, "expected": expected},
-            )
+                {"reason": reason, "cause": None if reason is None else cause.value,
+                 "at": clock.now_iso(), "run_id": run_id, "expected": expected,
+                 "expected_cause": cause.value},
+            )  # fmt: skip
             return bool(cursor.rowcount == 1)
 
     @retried
@@ -394,7 +399,11 @@ class Ledger:
         at = clock.now_iso()
         with self.core.write():
             self.core.move_run(
-                run_id, RunTrigger.REJECT, at, stop_reason=f"rejected by {operator}: {reason}"
+                run_id,
+                RunTrigger.REJECT,
+                at,
+                stop_reason=f"rejected by {operator}: {reason}",
+                stop_cause=StopCause.REJECTED,
             )
             self.core.event(
                 run_id, "rejected", None, {"operator": operator, "at": at, "reason": reason}, at
