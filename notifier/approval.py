@@ -30,8 +30,7 @@ MAX_EXPIRES_IN = timedelta(days=30)
 PREVIEW_ROWS = 3
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 _FIELDS = ("operator", "approved_at", "expires_at", "fingerprint", "state_version")
-# How the reason of a pause for the approval begins, so that another worker of a shared run
-# tells it apart (run.stop_reason) and ends with the right exit code and advice.
+# How the reason of a pause for the approval begins (its cause: StopCause.APPROVAL_EXPIRED).
 APPROVAL_PAUSE = "its approval"
 # The expiry of an approval whose record is gone or names other content: long past.
 _WITHDRAWN = datetime.min.replace(tzinfo=UTC)

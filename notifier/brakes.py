@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .channels import ErrorKind
 from .coordination import CHANNEL_DOWN_PAUSE
 from .judging import Progress, Stop
-from .records import Outcome
+from .records import AttemptOutcome, Outcome
 from .state_machine import ItemTrigger
 
 
@@ -88,7 +87,7 @@ def unreached_after(count: int, outcome: Outcome) -> int:
     (one of that channel's): a request given back as not_sent counts, one never started
     changes nothing, any answer from the receiver starts again from zero."""
     if outcome.trigger == ItemTrigger.RELEASE:
-        return count + (outcome.attempt_outcome == ErrorKind.NOT_SENT.value)
+        return count + (outcome.attempt_outcome == AttemptOutcome.NOT_SENT)
     return 0
 
 

@@ -19,19 +19,37 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from . import clock
-from .approval import APPROVAL_PAUSE
 from .channels import Channel
 from .judging import Progress, Stop
 from .lease import holder_alive
 from .pipeline import SharedBucket, TokenBucket
 from .reconcile import settle, settle_doubts, settle_items, settle_left
-from .records import Counts, Item, PendingKind, Run
+from .records import Counts, Item, PendingKind, Run, StopCause, unknown_left_reason
 from .state_machine import ItemTrigger, RunState, RunTrigger
 from .store import LeaseLost, LossCause, Store, WorkerFence
 
-# How the reason of a pause for a channel that is down reads, so that another worker of a
-# shared run tells it apart (run.stop_reason).
+# How the reason of a pause for a channel that is down reads (its cause: StopCause).
 CHANNEL_DOWN_PAUSE = " is down: "
+# The cause stored with each way a run stops short (runs.stop_cause).
+CAUSES: Mapping[Stop, StopCause] = {
+    Stop.RATE_LIMITED: StopCause.RATE_LIMITED,
+    Stop.APPROVAL_EXPIRED: StopCause.APPROVAL_EXPIRED,
+    Stop.CHANNEL_DOWN: StopCause.CHANNEL_DOWN,
+    Stop.INTERRUPTED: StopCause.INTERRUPTED,
+    Stop.TERMINATED: StopCause.INTERRUPTED,
+    Stop.UNKNOWN_LEFT: StopCause.UNKNOWN_LEFT,
+    Stop.HALTED: StopCause.HALTED,
+    Stop.CONFLICT: StopCause.CONFLICT,
+    Stop.CANCELLED: StopCause.CANCELLED,
+}
+# How a worker that finds the run paused by another ends, by the pause's cause (any other,
+# or none recorded: it waits for a reconcile).
+_PAUSED_BY_ANOTHER: Mapping[StopCause, Stop] = {
+    StopCause.RATE_LIMITED: Stop.RATE_LIMITED,
+    StopCause.APPROVAL_EXPIRED: Stop.APPROVAL_EXPIRED,
+    StopCause.CHANNEL_DOWN: Stop.CHANNEL_DOWN,
+    StopCause.INTERRUPTED: Stop.LEFT,
+}
 # How often a worker of a shared run looks for dead workers whose items it must settle.
 REAP_S = 1.0
 # How long the last worker of a cancelled shared run goes on looking for a dead worker whose
@@ -101,6 +119,10 @@ class Coordination:
     def move(self, trigger: RunTrigger, **sets: str | None) -> RunState:
         raise NotImplementedError
 
+    def stop(self, trigger: RunTrigger, stop: Stop, reason: str | None, **sets: str) -> RunState:
+        """`move` for a stop: its reason, with the cause it stores."""
+        return self.move(trigger, stop_reason=reason, stop_cause=CAUSES[stop], **sets)
+
     def leave(self, *, wait_for_busy: bool) -> str:
         """ "left" (the others finish the run), "wait" (others still hold items) or "last"."""
         return "last"
@@ -127,8 +149,8 @@ class Coordination:
     ) -> RunResult:
         """Pause the run for `reason` (stored, for `status` and the other workers); if
         another worker moved it first, end as that move says."""
-        sets = {"stop_reason": reason} | ({"paused_until": paused_until} if paused_until else {})
-        moved = self.move(RunTrigger.PAUSE, **sets)
+        sets = {"paused_until": paused_until} if paused_until else {}
+        moved = self.stop(RunTrigger.PAUSE, stop, reason, **sets)
         if moved is not RunState.PAUSED:
             return self.moved_by_another(moved)
         counts = self.store.queries.counts(self.run_id)
@@ -139,7 +161,7 @@ class Coordination:
         is wrong with its items), paused, so that `resume` goes on once it is back."""
         if stop is Stop.CHANNEL_DOWN:
             return self.pause(stop, reason, f"paused: {reason}")
-        moved = self.move(RunTrigger.HALT, stop_reason=reason)
+        moved = self.stop(RunTrigger.HALT, stop, reason)
         if moved is not RunState.HALTED:
             return self.moved_by_another(moved)
         return RunResult(
@@ -154,8 +176,8 @@ class Coordination:
             return None
         summary = counts.summary()
         if counts.unknown:
-            reason = f"{counts.unknown} item(s) with unknown outcome"
-            moved = self.move(RunTrigger.PAUSE, stop_reason=reason)
+            reason = unknown_left_reason(counts.unknown)
+            moved = self.stop(RunTrigger.PAUSE, Stop.UNKNOWN_LEFT, reason)
             if moved is not RunState.PAUSED:
                 return self.moved_by_another(moved)
             return RunResult(RunState.PAUSED, Stop.UNKNOWN_LEFT, summary, counts)
@@ -168,7 +190,7 @@ class Coordination:
         """Close a cancelled run. Items waiting to retry after an uncertain attempt may have
         been delivered: settled by query, or made unknown, before the run is closed."""
         settle_doubts(self.store, self.run_id, self.channels, self.lease_version, say=self.p.say)
-        self.move(RunTrigger.CANCEL, stop_reason=None)
+        self.stop(RunTrigger.CANCEL, Stop.CANCELLED, None)
         counts = self.store.queries.counts(self.run_id)
         kinds = list(self.store.queries.pending_kinds(self.run_id).values())
         return RunResult(
@@ -194,18 +216,10 @@ class Coordination:
             RunState.CANCELLED: Stop.CANCELLED,
             RunState.HALTED: Stop.HALTED,
         }.get(state)
-        if stop is None:  # paused: why, as the worker that paused it wrote it
-            why = run.stop_reason or ""
-            if run.paused_until:
-                stop = Stop.RATE_LIMITED
-            elif why.startswith(APPROVAL_PAUSE):
-                stop = Stop.APPROVAL_EXPIRED
-            elif CHANNEL_DOWN_PAUSE in why:
-                stop = Stop.CHANNEL_DOWN
-            elif why.startswith("interrupted"):
-                stop = Stop.LEFT
-            else:
-                stop = Stop.UNKNOWN_LEFT
+        if stop is None and run.stop_cause is not None:  # paused: the cause it was paused for
+            stop = _PAUSED_BY_ANOTHER.get(run.stop_cause)
+        if stop is None:
+            stop = Stop.UNKNOWN_LEFT
         return RunResult(state, stop, reason, counts, paused_until=run.paused_until)
 
 
@@ -222,6 +236,7 @@ class Sole(Coordination):
                 self.lease_version,
                 paused_until=None,
                 stop_reason=None,
+                stop_cause=None,
             )
         return RunState.RUNNING
 
@@ -285,6 +300,7 @@ class Shared(Coordination):
                 (RunState.PAUSED, RunState.HALTED),
                 paused_until=None,
                 stop_reason=None,
+                stop_cause=None,
             )
         return self.store.core.get_run(self.run_id).state
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from . import clock
-from .records import Item, Outcome
+from .records import AttemptOutcome, Item, Outcome
 from .state_machine import ItemState, ItemTrigger
 from .store import Store
 
@@ -50,7 +50,7 @@ def split_stale(store: Store, run_id: str, window: list[Item]) -> tuple[list[Ite
             Outcome(
                 item.seq,
                 ItemTrigger.LOSE if uncertain else ItemTrigger.RETRY_LATER,
-                "expired",
+                AttemptOutcome.EXPIRED,
                 error=(
                     f"not_after {item.not_after} passed after an attempt that may have "
                     "been delivered; not sent again: settle it with `notifier reconcile`"

@@ -18,7 +18,6 @@ from datetime import datetime
 from . import clock
 from .channels import ChannelError, ErrorKind, Receipt
 from .evidence import (
-    NEVER_REACHED,
     AfterSend,
     Answer,
     Caps,
@@ -33,7 +32,13 @@ from .evidence import (
     not_found_counts_from,
     request_window,
 )
-from .records import Item, Outcome
+from .records import (
+    MAYBE_DELIVERED_OUTCOMES,
+    NEVER_REACHED,
+    AttemptOutcome,
+    Item,
+    Outcome,
+)
 from .retry import Action, RetryPolicy
 from .state_machine import ItemState, ItemTrigger
 
@@ -91,7 +96,7 @@ def _after_send(
     if isinstance(result, NotStarted):
         # Nothing left: back to pending, its attempt closed as not started, and it counts
         # as never attempted (store.ledger.record gives the attempt back).
-        return Decision(Outcome(item.seq, ItemTrigger.RELEASE, "not_started"))
+        return Decision(Outcome(item.seq, ItemTrigger.RELEASE, AttemptOutcome.NOT_STARTED))
     if isinstance(result, Receipt):
         return Decision(_by_receipt(item, result, history))
     error = result
@@ -103,7 +108,7 @@ def _after_send(
         outcome = Outcome(
             item.seq,
             ItemTrigger.RELEASE,
-            ErrorKind.NOT_SENT.value,
+            AttemptOutcome.NOT_SENT,
             error=str(error),
             next_attempt_at=clock.iso(clock.later(wait, now)),
         )
@@ -117,10 +122,11 @@ def _after_send(
         throttled_before=history.throttled(),
     )
     # Every branch closes the attempt with what the error said.
+    said = AttemptOutcome(error.kind.value)
     closed = Outcome(
         item.seq,
         ItemTrigger.LOSE,
-        error.kind.value,
+        said,
         http_status=error.http_status,
         error=str(error),
         retry_after_s=error.retry_after,
@@ -159,7 +165,7 @@ def _after_send(
                 suppress_reason=error.suppress_reason,
             )
         return Decision(replace(closed, trigger=ItemTrigger.GIVE_UP), gate_s=gate)
-    maybe = error.kind is ErrorKind.UNCERTAIN or history.maybe_delivered()
+    maybe = said in MAYBE_DELIVERED_OUTCOMES or history.maybe_delivered()
     if verdict.action is Action.EXHAUSTED and not maybe:
         why = (
             f"gave up: its deadline passed while the channel kept throttling: {message}"
@@ -177,7 +183,7 @@ def _by_receipt(item: Item, receipt: Receipt, history: History) -> Outcome:
         return Outcome(
             item.seq,
             ItemTrigger.CONFLICT,
-            "conflict",
+            AttemptOutcome.CONFLICT,
             error=f"conflict: downstream answered for {receipt.intent_digest}",
         )
     if receipt.replayed and not history.may_have_reached(item):
@@ -187,7 +193,7 @@ def _by_receipt(item: Item, receipt: Receipt, history: History) -> Outcome:
         return Outcome(
             item.seq,
             ItemTrigger.CONFLICT,
-            "conflict",
+            AttemptOutcome.CONFLICT,
             error="conflict: the downstream answered as a replay of an earlier delivery "
             "under this key, but no earlier attempt of this item can have reached it; it "
             "holds the key for something else",
@@ -198,7 +204,11 @@ def _by_receipt(item: Item, receipt: Receipt, history: History) -> Outcome:
 def acknowledged(item: Item, receipt: Receipt) -> Outcome:
     """The downstream accepted the item: sent, with the receipt it gave."""
     return Outcome(
-        item.seq, ItemTrigger.ACK, "sent", receipt_id=receipt.receipt_id, receipt_source="send"
+        item.seq,
+        ItemTrigger.ACK,
+        AttemptOutcome.SENT,
+        receipt_id=receipt.receipt_id,
+        receipt_source="send",
     )
 
 
@@ -303,7 +313,7 @@ def _head(item: Item) -> str:
 def _settle(item: Item, settling: Settling, caps: Caps, now: datetime) -> Decision:
     """An `in_flight` (crashed mid-attempt) or `unknown` item. Before `not_found_from` a 404
     proves nothing: the item waits, unknown, with that moment as the time to ask again."""
-    closes = "interrupted" if item.state is ItemState.IN_FLIGHT else None
+    closes = AttemptOutcome.INTERRUPTED if item.state is ItemState.IN_FLIGHT else None
     head = _head(item)
     answer = settling.finding
     since = settling.not_found_from

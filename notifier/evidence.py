@@ -10,15 +10,16 @@ from datetime import datetime
 from enum import StrEnum
 
 from . import clock
-from .channels import Channel, ChannelError, ErrorKind, Receipt
-from .records import Attempt, Item, Outcome
-
-# Attempt outcomes of a claim whose request never left: released before it started, or
-# past its not_after before its turn (deadlines.split_stale).
-NEVER_LEFT = frozenset({"not_started", "expired"})
-# Attempt outcomes that prove the request never reached the downstream (or was seen and
-# refused unprocessed, 429/503); any other earlier attempt may have delivered.
-NEVER_REACHED = NEVER_LEFT | {ErrorKind.NOT_SENT.value, ErrorKind.THROTTLED.value}
+from .channels import Channel, ChannelError, Receipt
+from .records import (
+    NEVER_LEFT,
+    NEVER_REACHED,
+    Attempt,
+    AttemptOutcome,
+    Item,
+    Outcome,
+    maybe_delivered,
+)
 
 
 @dataclass(frozen=True)
@@ -108,12 +109,13 @@ class History:
         return sum(
             1
             for a in self.attempts
-            if a.finished_at is not None and a.outcome == ErrorKind.THROTTLED.value
+            if a.finished_at is not None and a.outcome == AttemptOutcome.THROTTLED
         )
 
     def maybe_delivered(self) -> bool:
-        """Whether some earlier attempt ended uncertain or interrupted."""
-        return any(a.outcome in (ErrorKind.UNCERTAIN.value, "interrupted") for a in self.attempts)
+        """Whether some attempt may have delivered the item (records.maybe_delivered: the
+        rule the store's SQL reads too)."""
+        return any(maybe_delivered(a) for a in self.attempts)
 
     @property
     def last(self) -> Attempt | None:
@@ -157,7 +159,7 @@ def not_found_counts_from(
             continue
         if attempt.finished_at is None:
             bounds.append(request_window(caps, None, now))
-        elif attempt.outcome == "interrupted":
+        elif attempt.outcome == AttemptOutcome.INTERRUPTED:
             bounds.append(request_window(caps, None, clock.parse(attempt.finished_at)))
         else:
             started = clock.parse(attempt.started_at)

@@ -24,7 +24,7 @@ from .decide import (
     acknowledged,
     decide,
 )
-from .records import Item, Outcome
+from .records import AttemptOutcome, Item, Outcome
 from .retry import RetryPolicy
 from .state_machine import ItemTrigger
 from .store import Store
@@ -125,7 +125,7 @@ class Judge:
         except Exception as exc:
             problem = f"unexpected {type(exc).__name__} while judging the answer: {exc}"
         if isinstance(result, NotStarted):
-            return Outcome(item.seq, ItemTrigger.RELEASE, "not_started")
+            return Outcome(item.seq, ItemTrigger.RELEASE, AttemptOutcome.NOT_STARTED)
         if isinstance(result, Receipt):
             # The downstream said it holds the delivery; what broke came after that.
             return acknowledged(item, result)
@@ -139,7 +139,7 @@ class Judge:
             return Outcome(
                 item.seq,
                 ItemTrigger.LOSE,
-                ErrorKind.UNCERTAIN.value,
+                AttemptOutcome.UNCERTAIN,
                 http_status=result.http_status,
                 error=f"{uncertain}; unexpected {type(exc).__name__}: {exc}; "
                 "may have been delivered, not sent again",

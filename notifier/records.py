@@ -13,6 +13,72 @@ from .intent import Intent
 from .state_machine import ItemState, ItemTrigger, RunState
 
 
+class AttemptOutcome(StrEnum):
+    """How an attempt ended, as `attempts.outcome` stores it: the class of the channel's
+    answer (`sent`, or a channels.ErrorKind value), or why no answer came."""
+
+    SENT = "sent"  # a receipt: delivered
+    NOT_SENT = "not_sent"  # the request never left (refused, DNS)
+    THROTTLED = "throttled"  # 429/503: seen, not processed
+    UNCERTAIN = "uncertain"  # timeout or reset after sending, 408, 500/502/504
+    PARTIAL = "partial"  # delivered to some of the channel's destinations
+    IN_PROGRESS = "in_progress"  # 409: the first request under this key is still running
+    CONFLICT = "conflict"  # another intent holds the key
+    GONE = "gone"  # 410
+    PERMANENT = "permanent"  # any other refusal
+    NOT_STARTED = "not_started"  # claimed, released before its request left
+    EXPIRED = "expired"  # claimed, past its not_after before its request left
+    INTERRUPTED = "interrupted"  # left open by a stop or a crash, closed when settled
+
+
+# Outcomes of a claim whose request never left.
+NEVER_LEFT = frozenset({AttemptOutcome.NOT_STARTED, AttemptOutcome.EXPIRED})
+# Outcomes that prove the request never reached the downstream (or was seen and refused
+# unprocessed, 429/503); any other attempt may have reached it.
+NEVER_REACHED = NEVER_LEFT | {AttemptOutcome.NOT_SENT, AttemptOutcome.THROTTLED}
+# THE rule of "maybe delivered": outcomes after which the request may have been processed
+# downstream and nothing says whether it was. The decision's predicate (`maybe_delivered`,
+# evidence.History) and every SQL condition (store/statements MAYBE_DELIVERED) are made
+# from this one set. A partial delivery reached some destinations: never "not delivered".
+MAYBE_DELIVERED_OUTCOMES = frozenset(
+    {
+        AttemptOutcome.UNCERTAIN,
+        AttemptOutcome.IN_PROGRESS,
+        AttemptOutcome.INTERRUPTED,
+        AttemptOutcome.PARTIAL,
+    }
+)
+
+
+def maybe_delivered(attempt: Attempt) -> bool:
+    """Whether `attempt` may have delivered its item: an outcome that proves nothing, and no
+    later query (`not_found`) or operator (`mark_not_sent`) that proved otherwise."""
+    return attempt.outcome in MAYBE_DELIVERED_OUTCOMES and not attempt.disproved
+
+
+class StopCause(StrEnum):
+    """Why a run stopped short of completing (`runs.stop_cause`, beside `stop_reason`, the
+    same in prose for people): what a worker that finds the run moved, and a reconcile,
+    read. Never parsed from the prose."""
+
+    # Paused until `paused_until`: a wait longer than --max-wait (a Retry-After, --rate, a
+    # start time or a send window).
+    RATE_LIMITED = "rate_limited"
+    APPROVAL_EXPIRED = "approval_expired"  # paused: no send starts without a valid approval
+    CHANNEL_DOWN = "channel_down"  # paused: a channel's receiver cannot be reached
+    INTERRUPTED = "interrupted"  # paused: Ctrl-C or SIGTERM
+    UNKNOWN_LEFT = "unknown_left"  # paused: items of unknown outcome wait for a reconcile
+    HALTED = "halted"  # a safety rule: an endpoint gone, too many unknowns in a row
+    CONFLICT = "conflict"  # halted: the downstream holds another intent under our key
+    CANCELLED = "cancelled"
+    REJECTED = "rejected"  # cancelled while awaiting approval (`notifier reject`)
+
+
+def unknown_left_reason(unknown: int) -> str:
+    """The stop reason of a run paused for `unknown` items of unknown outcome."""
+    return f"{unknown} item(s) with unknown outcome"
+
+
 @dataclass(frozen=True)
 class Run:
     run_id: str
@@ -34,6 +100,7 @@ class Run:
     # None only when read from a database m002 has not been applied to (read-only commands).
     content_fingerprint: str | None
     approval: dict[str, Any] | None = None  # approval.py reads it; None is never "approved"
+    stop_cause: StopCause | None = None  # None: running, completed, or no cause recorded
 
 
 @dataclass(frozen=True)
@@ -103,7 +170,7 @@ class Outcome:
 
     seq: int
     trigger: ItemTrigger
-    attempt_outcome: str | None = None  # closes the item's open attempt with this class
+    attempt_outcome: AttemptOutcome | None = None  # closes the item's open attempt with it
     http_status: int | None = None
     error: str | None = None
     receipt_id: str | None = None
@@ -182,10 +249,6 @@ class Counts:
         return line
 
 
-# Attempt outcomes after which the request may have been processed downstream.
-MAYBE_DELIVERED_OUTCOMES = ("uncertain", "in_progress", "interrupted")
-
-
 class PendingKind(StrEnum):
     """Why an item is pending: `pending` alone mixes never-tried items with retries."""
 
@@ -200,11 +263,13 @@ class Attempt:
     n: int
     started_at: str
     finished_at: str | None
-    outcome: str | None
+    outcome: AttemptOutcome | None  # None: still open
     http_status: int | None
     error: str | None
     waited_s: float | None
     retry_after_s: float | None
+    # A later `not_found` or `mark_not_sent` of its item proved it delivered nothing.
+    disproved: bool = False
 
 
 @dataclass(frozen=True)
@@ -269,6 +334,7 @@ def run_from_row(row: Row) -> Run:
     values["options"] = json.loads(values["options"])
     values["lease_owner"] = json.loads(values["lease_owner"]) if values["lease_owner"] else None
     values["approval"] = _json_object(values["approval"])
+    values["stop_cause"] = StopCause(values["stop_cause"]) if values["stop_cause"] else None
     return Run(**values)
 
 

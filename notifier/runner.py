@@ -165,7 +165,7 @@ class Runner:
                     f"interrupted ({self.interrupted.name}): this worker recorded what it sent "
                     "and left the run to the other workers",
                 )
-            self.coord.move(RunTrigger.PAUSE, stop_reason=f"interrupted ({self.interrupted.name})")
+            self.coord.stop(RunTrigger.PAUSE, stop, f"interrupted ({self.interrupted.name})")
             return RunResult(
                 RunState.PAUSED,
                 stop,

@@ -22,7 +22,7 @@ def _items(ws: Workspace) -> list[tuple[str, int]]:
 
 def _assert_paused_for_the_channel(ws: Workspace, out: str, rows: int) -> None:
     assert "is down" in out and "notifier resume" in out, out
-    assert ws.query("SELECT state FROM runs") == [("paused",)]
+    assert ws.query("SELECT state, stop_cause FROM runs") == [("paused", "channel_down")]
     assert _items(ws) == [("pending", 0)] * rows, "no item failed or counts as attempted"
 
 

@@ -32,7 +32,7 @@ from notifier.decide import (
     decide,
     not_found_counts_from,
 )
-from notifier.records import Attempt, Item
+from notifier.records import Attempt, AttemptOutcome, Item
 from notifier.retry import RetryPolicy
 from notifier.state_machine import IllegalMove, ItemState, ItemTrigger, item_next
 
@@ -67,7 +67,8 @@ def _item(attempts: int = 1, state: ItemState = ItemState.IN_FLIGHT, **changes: 
 def _attempt(n: int, outcome: str | None, minutes_ago: float = 1.0) -> Attempt:
     at = clock.iso(NOW - timedelta(minutes=minutes_ago))
     finished = None if outcome is None else at
-    return Attempt(7, n, at, finished, outcome, None, None, None, None)
+    stored = None if outcome is None else AttemptOutcome(outcome)
+    return Attempt(7, n, at, finished, stored, None, None, None, None)
 
 
 def _err(kind: ErrorKind, **kw: Any) -> ChannelError:
@@ -479,7 +480,7 @@ def test_no_finding_leads_to_an_illegal_move_or_proof_too_early(
 def _closed(n: int, outcome: str, started_s_ago: float, finished_s_ago: float) -> Attempt:
     started = clock.iso(NOW - timedelta(seconds=started_s_ago))
     finished = clock.iso(NOW - timedelta(seconds=finished_s_ago))
-    return Attempt(7, n, started, finished, outcome, None, None, None, None)
+    return Attempt(7, n, started, finished, AttemptOutcome(outcome), None, None, None, None)
 
 
 # DELAYED: timeout 3 s, query_delay 5 s. Each row: the item's attempts, and from when (in

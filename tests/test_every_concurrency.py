@@ -24,7 +24,7 @@ from notifier.judging import Slot, Stop
 from notifier.lease import LostFlag, holder_alive
 from notifier.outcome import run_advice, run_exit
 from notifier.reconcile import Question
-from notifier.records import Item
+from notifier.records import Item, StopCause
 from notifier.retry import RetryPolicy
 from notifier.runner import APPROVAL_PAUSE, CHANNEL_DOWN_PAUSE, Runner, RunOptions, RunResult
 from notifier.sending import Asked
@@ -712,20 +712,38 @@ def test_a_stop_does_not_wait_for_queries_to_a_receiver_that_hangs(ws: Workspace
 
 
 @pytest.mark.parametrize(
-    ("reason", "stop", "exit_code"),
+    ("reason", "cause", "stop", "exit_code"),
     [
-        (APPROVAL_PAUSE + " expired at 2026-01-01 10:00:00 UTC", Stop.APPROVAL_EXPIRED, 4),
-        (f"channel 'hooks'{CHANNEL_DOWN_PAUSE}5 requests in a row", Stop.CHANNEL_DOWN, 3),
-        ("1 item(s) with unknown outcome", Stop.UNKNOWN_LEFT, 3),
+        (
+            APPROVAL_PAUSE + " expired at 2026-01-01 10:00:00 UTC",
+            StopCause.APPROVAL_EXPIRED,
+            Stop.APPROVAL_EXPIRED,
+            4,
+        ),
+        (
+            f"channel 'hooks'{CHANNEL_DOWN_PAUSE}5 requests in a row",
+            StopCause.CHANNEL_DOWN,
+            Stop.CHANNEL_DOWN,
+            3,
+        ),
+        ("1 item(s) with unknown outcome", StopCause.UNKNOWN_LEFT, Stop.UNKNOWN_LEFT, 3),
+        # The cause decides, never the wording: a reason that reads like another stop's.
+        (
+            "interrupted: channel 'x' is down: its approval",
+            StopCause.UNKNOWN_LEFT,
+            Stop.UNKNOWN_LEFT,
+            3,
+        ),
     ],
-    ids=["approval", "channel-down", "unknown"],
+    ids=["approval", "channel-down", "unknown", "cause-not-prose"],
 )
 def test_a_worker_that_finds_the_run_paused_by_another_ends_as_that_pause_says(
-    tmp_path: Path, reason: str, stop: Stop, exit_code: int
+    tmp_path: Path, reason: str, cause: StopCause, stop: Stop, exit_code: int
 ) -> None:
     """A worker of a shared run that finds it paused by another worker reports that
-    pause's own ending: an expired approval exits 4 (not 3 with advice about unknowns),
-    a channel that is down exits 3 saying resume goes on once it answers."""
+    pause's own ending, by the cause stored with it: an expired approval exits 4 (not 3
+    with advice about unknowns), a channel that is down exits 3 saying resume goes on once
+    it answers."""
     store = Store.open(tmp_path / "receipts.db", create=True)
     try:
         store.plans.create_run(
@@ -739,7 +757,7 @@ def test_a_worker_that_finds_the_run_paused_by_another_ends_as_that_pause_says(
         )
         store.ledger.move_run("r1", RunTrigger.START, version)
         store.ledger.move_run(
-            "r1", RunTrigger.PAUSE, version, stop_reason=reason
+            "r1", RunTrigger.PAUSE, version, stop_reason=reason, stop_cause=cause
         )  # the other worker
         runner = Runner(
             store, "r1", {}, RetryPolicy(), RunOptions(), lease_version=version,

@@ -21,7 +21,7 @@ import pytest
 
 from notifier import clock
 from notifier.lease import holder_alive
-from notifier.records import Item, Outcome
+from notifier.records import AttemptOutcome, Item, Outcome
 from notifier.state_machine import ItemState, ItemTrigger
 from notifier.store import LeaseLost, Store
 from notifier.store.postgres import PostgresEngine
@@ -72,7 +72,7 @@ def worker(db: str, run_id: str, token: str) -> tuple[Store, int]:
 def acks(seqs: list[int]) -> list[Outcome]:
     """Answered sends, as the pipeline records them (Ledger._record_acks)."""
     return [
-        Outcome(seq, ItemTrigger.ACK, attempt_outcome="accepted", receipt_id=f"r-{seq}",
+        Outcome(seq, ItemTrigger.ACK, attempt_outcome=AttemptOutcome.SENT, receipt_id=f"r-{seq}",
                 receipt_source="send", expected=ItemState.IN_FLIGHT, finished_at=clock.now_iso())
         for seq in seqs
     ]  # fmt: skip

@@ -20,7 +20,7 @@ import pytest
 from notifier.brakes import Brakes
 from notifier.channels import ChannelError, ErrorKind, Receipt
 from notifier.judging import NotStarted, Progress, Stop
-from notifier.records import Outcome
+from notifier.records import AttemptOutcome, Outcome
 from notifier.runner import RunOptions
 from notifier.state_machine import ItemTrigger
 
@@ -115,7 +115,10 @@ def test_the_committer_halts_at_exactly_the_streak_limit_of_unknowns() -> None:
     fifth does both."""
     progress = Progress(say=lambda line: None)
     brakes = Brakes(progress, streak_limit=5, down_after=3)
-    lost = [Outcome(seq, ItemTrigger.LOSE, "uncertain", error="timed out") for seq in range(1, 6)]
+    lost = [
+        Outcome(seq, ItemTrigger.LOSE, AttemptOutcome.UNCERTAIN, error="timed out")
+        for seq in range(1, 6)
+    ]
     channel_of = {outcome.seq: "hooks" for outcome in lost}
     assert not brakes.would_halt(lost[:4], channel_of)
     assert brakes.would_halt(lost, channel_of)

@@ -14,7 +14,7 @@ from psycopg.pq import TransactionStatus
 
 from notifier import clock
 from notifier.crash import ENV as CRASH_ENV
-from notifier.records import Outcome
+from notifier.records import AttemptOutcome, Outcome
 from notifier.state_machine import ItemState, ItemTrigger
 from notifier.store import LeaseLost, LostRace, Store
 from notifier.store import statements as sql
@@ -160,14 +160,23 @@ def test_a_move_that_lost_a_race_fails_loudly(tmp_path: Path) -> None:
     version = store.leases.acquire_lease("r1", {"host": "h", "pid": 1}, 30, lambda o, e: False)
     [item] = store.ledger.claim("r1", version, 1)
     store.ledger.record(
-        "r1", version, [Outcome(1, ItemTrigger.ACK, "sent", receipt_id="x", receipt_source="send")]
+        "r1",
+        version,
+        [Outcome(1, ItemTrigger.ACK, AttemptOutcome.SENT, receipt_id="x", receipt_source="send")],
     )
     with pytest.raises(LostRace):
         # A second settlement that still believes the item is in flight.
         store.ledger.record(
             "r1",
             version,
-            [Outcome(1, ItemTrigger.RETRY_LATER, "uncertain", expected=ItemState.IN_FLIGHT)],
+            [
+                Outcome(
+                    1,
+                    ItemTrigger.RETRY_LATER,
+                    AttemptOutcome.UNCERTAIN,
+                    expected=ItemState.IN_FLIGHT,
+                )
+            ],
         )
     assert store.queries.item("r1", 1).state.value == "sent"
     assert item.state.value == "in_flight"
@@ -183,11 +192,13 @@ def test_a_group_commit_whose_acks_lost_a_race_records_none_of_them(ws: Workspac
     try:
         version = store.leases.acquire_lease("r1", {"host": "h", "pid": 1}, 30, lambda o, e: False)
         assert len(store.ledger.claim("r1", version, 3)) == 3
-        settled = Outcome(2, ItemTrigger.RETRY_LATER, "uncertain", expected=ItemState.IN_FLIGHT)
+        settled = Outcome(
+            2, ItemTrigger.RETRY_LATER, AttemptOutcome.UNCERTAIN, expected=ItemState.IN_FLIGHT
+        )
         store.ledger.record("r1", version, [settled])
         acks = [
-            Outcome(seq, ItemTrigger.ACK, "sent", receipt_id=f"x{seq}", receipt_source="send",
-                    expected=ItemState.IN_FLIGHT)
+            Outcome(seq, ItemTrigger.ACK, AttemptOutcome.SENT, receipt_id=f"x{seq}",
+                    receipt_source="send", expected=ItemState.IN_FLIGHT)
             for seq in (1, 2, 3)
         ]  # fmt: skip
         with pytest.raises(LostRace):

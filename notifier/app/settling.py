@@ -3,7 +3,6 @@ that `reconcile --manual` (manual.py) records."""
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Mapping
 from contextlib import suppress
@@ -11,13 +10,13 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from .. import clock
-from ..channels import Channel, ErrorKind
+from ..channels import Channel
 from ..env import Env, open_store, pick_run
 from ..errors import BadInput, Refused
 from ..lease import SoleLease, live_holder
 from ..outcome import send_again
 from ..reconcile import settle, settle_doubts, settle_left, settleable_later
-from ..records import Counts, Run
+from ..records import AttemptOutcome, Counts, Run, StopCause, unknown_left_reason
 from ..state_machine import FINISHED_RUN_STATES, ItemState, ItemTrigger, RunState, RunTrigger
 from ..store import LeaseHeld, Store
 from ..who import operator_name
@@ -130,7 +129,13 @@ def _cancel_without_worker(env: Env, store: Store, run: Run, deadline: float) ->
             until = clock.later(max(0.0, deadline - time.monotonic()))
             settle_left(store, run.run_id, channels, lease.version, [], env.say, wait_until=until)
             settle_doubts(store, run.run_id, channels, lease.version, say=env.say)
-            store.ledger.move_run(run.run_id, RunTrigger.CANCEL, lease.version, stop_reason=None)
+            store.ledger.move_run(
+                run.run_id,
+                RunTrigger.CANCEL,
+                lease.version,
+                stop_reason=None,
+                stop_cause=StopCause.CANCELLED,
+            )
     return store.core.get_run(run.run_id)
 
 
@@ -178,25 +183,23 @@ def _unknown_on_unqueryable(
     return found
 
 
-# How the runner words a pause for unknown outcomes (runner.py): the one stop reason whose
-# cause a reconcile settles, item by item.
-_UNKNOWN_REASON = re.compile(r"\d+ item\(s\) with unknown outcome")
-
-
 def complete_if_done(store: Store, run_id: str, lease_version: int) -> None:
     """A paused or halted run whose every item is now sent or failed (or expired) is
     completed, its stop reason cleared. One that still waits, paused for unknown outcomes,
-    has that reason brought up to date: the count left, or none once no item is unknown."""
+    has that reason brought up to date: the count left, or none once no item is unknown
+    (a pause for unknown outcomes is the one stop whose cause a reconcile settles)."""
     run = store.core.get_run(run_id)
     counts = store.queries.counts(run_id)
     if run.state not in (RunState.PAUSED, RunState.HALTED):
         return
     if not counts.unfinished:
-        store.ledger.move_run(run_id, RunTrigger.COMPLETE, lease_version, stop_reason=None)
+        store.ledger.move_run(
+            run_id, RunTrigger.COMPLETE, lease_version, stop_reason=None, stop_cause=None
+        )
         return
     reason = run.stop_reason
-    if reason is not None and _UNKNOWN_REASON.fullmatch(reason):
-        now = f"{counts.unknown} item(s) with unknown outcome" if counts.unknown else None
+    if reason is not None and run.stop_cause is StopCause.UNKNOWN_LEFT:
+        now = unknown_left_reason(counts.unknown) if counts.unknown else None
         if now != reason:
             store.ledger.replace_stop_reason(run_id, lease_version, reason, now)
 
@@ -226,7 +229,7 @@ def decide(
     if not evidence.strip():
         raise BadInput("--evidence is required: say what the decision rests on.")
     if mark == "not-sent" and any(
-        a.outcome == ErrorKind.PARTIAL.value for a in store.queries.attempts(run.run_id, item.seq)
+        a.outcome == AttemptOutcome.PARTIAL for a in store.queries.attempts(run.run_id, item.seq)
     ):
         raise Refused(
             f"item {item.item_id} (seq {item.seq}) was delivered to some of channel "

@@ -114,9 +114,10 @@ def answer_outcome(result: Sent) -> str | None:
     None for a request that never left. A small fixed vocabulary: safe as a label."""
     from ..channels import ChannelError  # noqa: PLC0415 (this module loads on every path)
     from ..judging import NotStarted  # noqa: PLC0415
+    from ..records import AttemptOutcome  # noqa: PLC0415
 
     if isinstance(result, NotStarted):
         return None
     if isinstance(result, ChannelError):
-        return result.kind.value
-    return "sent"
+        return AttemptOutcome(result.kind.value).value
+    return AttemptOutcome.SENT.value

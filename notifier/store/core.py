@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from ..errors import NotifierError
-from ..records import Outcome, Run, run_from_row
+from ..records import Outcome, Run, StopCause, run_from_row
 from ..state_machine import (
     ACTIVE_ITEM_STATES,
     ItemState,
@@ -233,6 +233,10 @@ class Core:
         return target
 
     def move_run(self, run_id: str, trigger: RunTrigger, at: str, **sets: Any) -> RunState:
+        if ("stop_reason" in sets) != ("stop_cause" in sets):
+            # The prose and its cause go together: no reader ever parses the prose.
+            raise ValueError(f"run {run_id}: a stop reason is written with its stop cause")
+        sets = {k: v.value if isinstance(v, StopCause) else v for k, v in sets.items()}
         current = self.locked_run(run_id).state
         target = run_next(trigger, current)
         cursor = self.engine.execute(

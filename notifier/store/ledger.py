@@ -7,8 +7,10 @@ from typing import Any
 
 from .. import clock
 from ..records import (
+    AttemptOutcome,
     Item,
     Outcome,
+    StopCause,
     item_from_row,
 )
 from ..state_machine import (
@@ -63,14 +65,18 @@ class Ledger:
     def replace_stop_reason(
         self, run_id: str, lease_version: int, expected: str, reason: str | None
     ) -> bool:
-        """Replace the run's stop reason `expected` by `reason` (None clears it), fenced, and
-        only while it is still `expected`: a reason another process wrote meanwhile stays.
+        """Replace the reason `expected` of a run paused for unknown outcomes
+        (StopCause.UNKNOWN_LEFT) by `reason`; None clears the reason and its cause. Fenced,
+        and only while both are still as read: a stop another process wrote meanwhile stays.
         Not a move: the run's state is unchanged. True if it was replaced."""
+        cause = StopCause.UNKNOWN_LEFT
         with self.core.write(run_id, lease_version):
             cursor = self.engine.execute(
                 sql.REPLACE_STOP_REASON,
-                {"reason": reason, "at": clock.now_iso(), "run_id": run_id, "expected": expected},
-            )
+                {"reason": reason, "cause": None if reason is None else cause.value,
+                 "at": clock.now_iso(), "run_id": run_id, "expected": expected,
+                 "expected_cause": cause.value},
+            )  # fmt: skip
             return bool(cursor.rowcount == 1)
 
     @retried
@@ -173,7 +179,7 @@ class Ledger:
         detail = {"from": current.value, "to": target.value}
         params: dict[str, Any] = {"run_id": run_id, "at": at, "target": target.value}
         for names, o in zip(sql.ack_names(len(acks)), acks, strict=True):
-            row = (o.seq, o.finished_at or at, o.attempt_outcome, o.http_status, o.error,
+            row = (o.seq, o.finished_at or at, _stored(o.attempt_outcome), o.http_status, o.error,
                    o.retry_after_s, o.receipt_id, o.receipt_source, o.evidence,
                    o.started_at)  # fmt: skip
             params.update(zip(names, row, strict=True))
@@ -262,7 +268,7 @@ class Ledger:
                 sql.CLOSE_ATTEMPT,
                 {
                     "finished_at": o.finished_at or at,
-                    "outcome": o.attempt_outcome,
+                    "outcome": _stored(o.attempt_outcome),
                     "http_status": o.http_status,
                     "error": o.error,
                     "retry_after_s": o.retry_after_s,
@@ -393,7 +399,11 @@ class Ledger:
         at = clock.now_iso()
         with self.core.write():
             self.core.move_run(
-                run_id, RunTrigger.REJECT, at, stop_reason=f"rejected by {operator}: {reason}"
+                run_id,
+                RunTrigger.REJECT,
+                at,
+                stop_reason=f"rejected by {operator}: {reason}",
+                stop_cause=StopCause.REJECTED,
             )
             self.core.event(
                 run_id, "rejected", None, {"operator": operator, "at": at, "reason": reason}, at
@@ -415,3 +425,8 @@ class Ledger:
                 return False
             self.core.event(run_id, "cancel_requested", None, None, at)
         return True
+
+
+def _stored(outcome: AttemptOutcome | None) -> str | None:
+    """An attempt's outcome as `attempts.outcome` holds it: the enum's value."""
+    return None if outcome is None else AttemptOutcome(outcome).value

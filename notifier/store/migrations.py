@@ -129,6 +129,28 @@ CREATE INDEX draft_chunks_open ON draft_chunks(run_id, chunk)
 """
 
 
+# Why a run stopped, as a cause beside the prose of `stop_reason` (records.StopCause). Runs
+# stopped before it get their cause from their reason, read here once, as the code before it
+# read it back: the wording it wrote is fixed now that nothing writes it without a cause.
+_M011 = """
+ALTER TABLE runs ADD COLUMN stop_cause TEXT;
+
+UPDATE runs SET stop_cause = CASE
+        WHEN state = 'paused' AND paused_until IS NOT NULL THEN 'rate_limited'
+        WHEN state = 'paused' AND stop_reason LIKE 'its approval%' THEN 'approval_expired'
+        WHEN state = 'paused' AND stop_reason LIKE '% is down: %' THEN 'channel_down'
+        WHEN state = 'paused' AND stop_reason LIKE 'interrupted%' THEN 'interrupted'
+        WHEN state = 'paused' AND stop_reason LIKE '% item(s) with unknown outcome'
+            THEN 'unknown_left'
+        WHEN state = 'halted' AND stop_reason LIKE 'conflict on item %' THEN 'conflict'
+        WHEN state = 'halted' THEN 'halted'
+        WHEN state = 'cancelled' AND stop_reason LIKE 'rejected by %' THEN 'rejected'
+        WHEN state = 'cancelled' THEN 'cancelled'
+    END
+    WHERE state IN ('paused', 'halted', 'cancelled')
+"""
+
+
 def _m010_sqlite(engine: Engine) -> None:
     """Nothing to change: one SQLite writer at a time, so counters updated at each move are
     never waited for by another transaction."""
@@ -179,6 +201,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     # the run counters' triggers fire at COMMIT (schema_postgres.M010). SQLite has one
     # writer at a time, so its triggers stay as they are.
     Migration("m010_counts_at_commit", _m010_sqlite, schema_postgres.M010),
+    Migration("m011_stop_cause", _M011, _M011),
 )
 NAMES = frozenset(m.name for m in MIGRATIONS)
 

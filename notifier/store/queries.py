@@ -8,6 +8,7 @@ from typing import Any
 from .. import clock, waits
 from ..records import (
     Attempt,
+    AttemptOutcome,
     Counts,
     Decision,
     Item,
@@ -150,8 +151,9 @@ class Queries:
     def pending_kinds(self, run_id: str) -> dict[int, PendingKind]:
         """seq → kind for every pending item that was attempted (the others were never
         attempted). An attempt whose outcome was uncertain (timeout, 5xx, 409 in progress,
-        a stop mid-request) may have been delivered unless a later query (`not_found`) or an
-        operator (`mark_not_sent`) proved otherwise; a throttled or refused one was not."""
+        a stop mid-request: records.maybe_delivered) may have been delivered unless a later
+        query (`not_found`) or an operator (`mark_not_sent`) proved otherwise; a throttled
+        or refused one was not."""
         rows = self.engine.execute(sql.PENDING_KINDS, {"run_id": run_id})
         return {
             seq: PendingKind.MAYBE_DELIVERED if maybe_delivered else PendingKind.RETRY_WAITING
@@ -223,7 +225,7 @@ class Queries:
 
     def attempts(self, run_id: str, seq: int | None = None) -> list[Attempt]:
         rows = self.engine.execute(sql.attempts(seq is not None), {"run_id": run_id, "seq": seq})
-        return [Attempt(*tuple(r)) for r in rows]
+        return [_attempt(r) for r in rows]
 
     def attempt_tally(self, run_id: str) -> list[tuple[str, str, int]]:
         """(channel, outcome, count) of the run's finished attempts, for `notifier metrics`:
@@ -233,3 +235,11 @@ class Queries:
 
     def decisions(self, run_id: str) -> list[Decision]:
         return [Decision(*tuple(r)) for r in self.engine.execute(sql.DECISIONS, {"run_id": run_id})]
+
+
+def _attempt(r: Any) -> Attempt:
+    outcome = None if r.outcome is None else AttemptOutcome(r.outcome)
+    return Attempt(
+        r.seq, r.n, r.started_at, r.finished_at, outcome, r.http_status, r.error, r.waited_s,
+        r.retry_after_s, bool(r.disproved),
+    )  # fmt: skip

@@ -107,17 +107,21 @@ ACTIVE = "state IN ({})".format(", ".join(f"'{s.value}'" for s in ACTIVE_ITEM_ST
 # lets SQLite use items_attention (it matches a partial index only on the very same terms).
 ATTENTION_STATES = (ItemState.IN_FLIGHT, ItemState.UNKNOWN, ItemState.FAILED)
 ATTENTION = "state IN ({})".format(", ".join(f"'{s.value}'" for s in ATTENTION_STATES))
-# Whether an item `i` may have reached its recipient: one of its attempts had an outcome
-# that proves nothing (records.MAYBE_DELIVERED_OUTCOMES), and no later query (`not_found`) or
-# operator (`mark_not_sent`) proved otherwise. Any such attempt counts, not only the last: a
+# Whether the attempt `a` was disproved: a later query (`not_found`) or operator
+# (`mark_not_sent`) proved its item undelivered (records.Attempt.disproved).
+DISPROVED = (
+    "EXISTS (SELECT 1 FROM events e WHERE e.run_id = a.run_id AND e.item_seq = a.seq "
+    "AND e.kind IN ('not_found', 'mark_not_sent') AND e.at >= a.finished_at)"
+)
+# Whether an item `i` may have reached its recipient: records.maybe_delivered, in SQL. One of
+# its attempts had an outcome that proves nothing (records.MAYBE_DELIVERED_OUTCOMES, written
+# out from that set) and was not disproved. Any such attempt counts, not only the last: a
 # 429 or a release after a 500 says nothing about the 500's request. Such an item is never
 # called never sent (expired).
 MAYBE_DELIVERED = (
     "EXISTS (SELECT 1 FROM attempts a WHERE a.run_id = i.run_id AND a.seq = i.seq AND "
-    "a.outcome IN ({}) AND NOT EXISTS (SELECT 1 FROM events e WHERE e.run_id = i.run_id "
-    "AND e.item_seq = i.seq AND e.kind IN ('not_found', 'mark_not_sent') "
-    "AND e.at >= a.finished_at))"
-).format(", ".join(f"'{outcome}'" for outcome in MAYBE_DELIVERED_OUTCOMES))
+    f"a.outcome IN ({{}}) AND NOT {DISPROVED})"
+).format(", ".join(f"'{outcome.value}'" for outcome in sorted(MAYBE_DELIVERED_OUTCOMES)))
 
 
 def abandoned(item: str) -> str:

@@ -15,8 +15,9 @@ from . import (
 )
 
 REPLACE_STOP_REASON = (
-    "UPDATE runs SET stop_reason = %(reason)s, updated_at = %(at)s "
-    "WHERE run_id = %(run_id)s AND stop_reason = %(expected)s"
+    "UPDATE runs SET stop_reason = %(reason)s, stop_cause = %(cause)s, updated_at = %(at)s "
+    "WHERE run_id = %(run_id)s AND stop_reason = %(expected)s "
+    "AND stop_cause = %(expected_cause)s"
 )
 _DUE_FOR_EXPIRY = (
     "SELECT i.seq FROM items i WHERE i.run_id = %(run_id)s AND i.state = 'pending' "

@@ -9,6 +9,7 @@ from . import (
     ACTIVE,
     ATTENTION,
     ATTENTION_STATES,
+    DISPROVED,
     DUE,
     MAYBE_DELIVERED,
     listed,
@@ -132,12 +133,14 @@ def waiting_for_query(due_by: bool, worker: bool) -> str:
 
 
 def attempts(of_one: bool) -> str:
-    """A run's attempts (`of_one`: of the item `%(seq)s`), in the order made."""
+    """A run's attempts (`of_one`: of the item `%(seq)s`), in the order made, each with
+    whether it was disproved (records.Attempt)."""
     return (
-        "SELECT seq, n, started_at, finished_at, outcome, http_status, error, waited_s, "
-        "retry_after_s FROM attempts WHERE run_id = %(run_id)s"
-        + (" AND seq = %(seq)s" if of_one else "")
-        + " ORDER BY id"
+        "SELECT a.seq, a.n, a.started_at, a.finished_at, a.outcome, a.http_status, a.error, "
+        f"a.waited_s, a.retry_after_s, {DISPROVED} AS disproved FROM attempts a "
+        "WHERE a.run_id = %(run_id)s"
+        + (" AND a.seq = %(seq)s" if of_one else "")
+        + " ORDER BY a.id"
     )
 
 
