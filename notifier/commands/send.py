@@ -174,6 +174,7 @@ def send(
       notifier send examples/batch.csv                     # to ./outbox/, receipts.db
       notifier send campaign.csv --channel mail --concurrency 8 --require-approval
       notifier send alerts.csv --channel hooks --not-after 2026-12-24T18:00:00+01:00
+      notifier send people.csv --compose brief.txt --tz Europe/Paris --window "Mon-Fri 09:00-17:00"
     """
     from .. import app, compose, crash, schedule  # noqa: PLC0415 (start-up time)
     from ..runner import RunOptions  # noqa: PLC0415
