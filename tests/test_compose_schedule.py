@@ -17,7 +17,7 @@ from notifier import clock, schedule
 from notifier.batch import BatchRow, Problems
 
 from .conftest import Workspace, postgres_schema
-from .fake_messages import FakeMessages
+from .fake_messages import FakeMessages, error
 
 pytestmark = pytest.mark.both_stores
 
@@ -74,20 +74,30 @@ def scheduled(ws: Workspace) -> list[tuple[Any, ...]]:
     return [(*row[:5], json.loads(row[5])["data"]) for row in rows]
 
 
+@pytest.mark.parametrize("frozen_by", ["send", "resume"])
 def test_a_composed_row_is_scheduled_as_the_same_row_of_a_plain_send(
-    ws: Workspace, fake: FakeMessages, other: Workspace
+    ws: Workspace, fake: FakeMessages, other: Workspace, frozen_by: str
 ) -> None:
     """--not-before without a zone (each row's own wall clock), --tz, --window, and rows'
     own `tz` and `not_before`: the composed run's items have the start time, window and
     zone, identity and data of the plain run's, and both warn of the row that cannot make
-    its deadline."""
+    its deadline; so too when drafting stopped (a 401) and a later `resume` froze them."""
     file = three_zones(ws)
     brief = ws.path / "brief.txt"
     brief.write_text("Say hello.", "utf-8")
+    if frozen_by == "resume":
+        fake.script.extend(error(401, "authentication_error", "bad key") for _ in range(5))
     composed = ws.invoke(
         "send", str(file), "--compose", str(brief), "--require-approval", *SCHEDULE
     )
-    assert composed.exit_code == 0, composed.output
+    if frozen_by == "resume":
+        assert composed.exit_code == 3, composed.output
+        assert ws.query("SELECT COUNT(*) FROM items") == [(0,)]  # nothing frozen yet
+        fake.script.clear()
+        resumed = ws.invoke("resume")
+        assert resumed.exit_code == 0, resumed.output
+    else:
+        assert composed.exit_code == 0, composed.output
     plain = ws.invoke("send", str(file), "--require-approval", *SCHEDULE, "--db", str(other.db))
     assert plain.exit_code == 0, plain.output
     for result in (composed, plain):

@@ -455,15 +455,14 @@ def _read_scheduled(
     when: schedule.Schedule,
 ) -> list[BatchRow]:
     """The rows of a --compose file, validated and scheduled, before a token is spent."""
-    from .. import app  # noqa: PLC0415 (start-up time)
-    from .. import schedule as scheduling  # noqa: PLC0415
+    from .. import app, schedule  # noqa: PLC0415 (start-up time)
 
     try:
         rows = app.read_rows(env, batch, channel=channel, run_id=run_id, not_after=not_after)
     except KeyboardInterrupt:
         raise Interrupted(_interrupted_planning(batch, options)) from None
-    rows = scheduling.scheduled(rows, when, batch)
-    if (late := scheduling.late_warning(when)) is not None:
+    rows = schedule.scheduled(rows, when, batch)
+    if (late := schedule.late_warning(when)) is not None:
         click.echo(late, err=True)
     return rows
 
