@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from click.testing import Result
 
-from .conftest import Workspace, make_rows
+from .conftest import Inbox, Workspace, make_rows
 
 pytestmark = pytest.mark.both_stores
 
@@ -110,6 +110,19 @@ def test_reconcile_prints_the_run_its_state_and_counts(
     prompts = ws.invoke("reconcile", runs[0], "--manual", "--json")
     assert prompts.exit_code == 2 and prompts.stdout == ""
     assert "--item ID --mark" in prompts.stderr
+
+
+def test_a_manual_decision_prints_the_run_its_state_and_counts(ws: Workspace, inbox: Inbox) -> None:
+    """reconcile --manual --item … --json: the decision said on stderr, the result on stdout."""
+    ws.write_csv("batch.csv", make_rows(2))
+    crash = {"NOTIFIER_CRASH_AT": "after-send:1"}
+    assert ws.run("send", "batch.csv", "--channel", "mail", env=crash).returncode == 137
+    assert ws.run("resume").returncode == 3  # SMTP cannot be asked: u1 is unknown
+    result = ws.invoke("reconcile", "--manual", "--item", "u1", "--mark", "sent",
+                       "--evidence", "in the relay's log", "--json")  # fmt: skip
+    done = document(result)
+    assert done["state"] == "completed" and done["counts"]["sent"] == 2
+    assert "u1" in result.stderr
 
 
 def test_cancel_json_is_its_report(ws: Workspace, runs: tuple[str, str]) -> None:
