@@ -22,6 +22,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
 
+from . import clock, schedule
 from .batch import BatchRow
 from .config import Config
 from .errors import BadInput, NeedsAttention, NotifierError
@@ -359,8 +360,11 @@ def apply_draft(row: BatchRow, draft: Mapping[str, str], template: Template | No
 def freeze(store: Store, run_id: str, config: Config, then: RunTrigger | None) -> Plan:
     """Every row drafted (or failed): compute the intents from the stored drafts, in order,
     and store them with the fingerprint in one transaction. Rows whose draft failed are not
-    planned; `then` (request_approval) moves the run in the same transaction."""
+    planned; `then` (request_approval) moves the run in the same transaction. Each row was
+    scheduled when its file was read (send --not-before, --tz, --window, its own columns):
+    its start time is moved on to now, as a plain send planning it now would set it."""
     run = store.core.get_run(run_id)
+    now = clock.now()
     template_options = run.options.get("template")
     template = (
         from_sources(template_options["subject"], template_options["body"], "stored template")
@@ -373,7 +377,7 @@ def freeze(store: Store, run_id: str, config: Config, then: RunTrigger | None) -
     for stored in store.drafts.drafts(run_id):
         if stored.state == "pending":
             continue
-        row = row_from_source(stored.source)
+        row = schedule.retime(row_from_source(stored.source), now)
         identities[row.seq] = source_identity(row)
         if stored.state == "failed":
             # Planned as it came, then failed with its reason in the same transaction: a

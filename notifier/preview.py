@@ -25,7 +25,7 @@ from .intent import canonical_json, intent_digest
 from .records import Run, notifications
 from .store import Store
 
-FORMATS = ("table", "jsonl", "csv")
+FORMATS = ("table", "json", "jsonl", "csv")
 FIELDS = ("seq", "id", "to", "channel", "subject", "body", "deadline", "digest", "data")
 TABLE_ROWS = 10  # the table shows the first rows; jsonl and csv show every one
 _CHUNK = 1000  # rows per piece written
@@ -90,6 +90,32 @@ def fingerprint_line(fingerprint: str) -> str:
     return f"fingerprint: {fingerprint}"
 
 
+def iter_json(review: Review) -> Iterator[str]:
+    """One JSON document: the run, every notification (encoded as it is read), how many,
+    and their fingerprint, or null when the stored intents no longer hash to the run's (the
+    command then refuses, as for every format)."""
+    pieces = ['{\n  "run_id": ' + json.dumps(review.run.run_id) + ',\n  "notifications": [']
+    for row in review:
+        pieces.append(("\n    " if review.count == 1 else ",\n    ") + _json(row, "    "))
+        if len(pieces) >= _CHUNK:
+            yield "".join(pieces)
+            pieces.clear()
+    pieces.append("\n  ]" if review.count else "]")
+    try:
+        fingerprint: str | None = review.fingerprint()
+    except ApprovalRefused:
+        fingerprint = None
+    pieces.append(
+        f',\n  "count": {review.count},\n  "fingerprint": {json.dumps(fingerprint)}\n}}\n'
+    )
+    yield "".join(pieces)
+
+
+def _json(value: Any, indent: str) -> str:
+    """`value` as indented JSON whose lines after the first start with `indent`."""
+    return json.dumps(value, ensure_ascii=False, indent=2).replace("\n", "\n" + indent)
+
+
 def iter_jsonl(review: Review) -> Iterator[str]:
     """One JSON object per notification, one per line (UTF-8, not escaped)."""
     lines: list[str] = []
@@ -146,6 +172,7 @@ def iter_table(review: Review, rows: int | None = TABLE_ROWS) -> Iterator[str]:
 
 WRITERS: dict[str, Callable[[Review], Iterator[str]]] = {
     "table": iter_table,
+    "json": iter_json,
     "jsonl": iter_jsonl,
     "csv": iter_csv,
 }

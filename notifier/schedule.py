@@ -15,14 +15,15 @@ whether a row is sent at all.)
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Protocol
 
 from . import clock
-from .batch import BatchRow, Problem, Problems
+from .batch import BatchError, BatchRow, Problem, Problems
 from .errors import BadInput
 from .records import Item
 from .windows import Window, earliest, is_open, next_open, parse_window, zone
@@ -43,7 +44,7 @@ class Schedule:
     channel_windows: Mapping[str, Window] = field(default_factory=dict)
     # --not-before as written when it names no zone: read in each row's own zone.
     not_before_local: str | None = None
-    now: datetime = field(default_factory=clock.now)
+    now: datetime = field(default_factory=lambda: clock.now())  # noqa: PLW0108 (a test replaces clock.now)
     late: list[int] = field(default_factory=list)  # lines whose window opens after not_after
 
     @property
@@ -153,6 +154,27 @@ def schedule_stream(
             send_window=window.spec if window is not None else None,
             send_tz=tz_name if window is not None else None,
         )
+
+
+def scheduled(rows: Sequence[BatchRow], schedule: Schedule, path: Path) -> list[BatchRow]:
+    """`rows` (a `send --compose` file, read whole) through schedule_stream, before a token
+    is spent on them: BatchError naming every row whose `not_before` or `tz` is bad."""
+    problems = Problems()
+    kept = list(schedule_stream(rows, schedule, problems))
+    if problems:
+        raise BatchError(path, problems)
+    return kept
+
+
+def retime(row: BatchRow, now: datetime) -> BatchRow:
+    """A row scheduled earlier (a composed row, read before drafting) as schedule_stream
+    would schedule it at `now` (when its intent is frozen): its start time was the next
+    opening at or after the latest of its own start and the earlier `now`, so moving it on
+    from `now` gives the next opening at or after the later of its start and `now`."""
+    if row.not_before is None:
+        return row  # nothing was scheduled: it goes as soon as its turn comes
+    when = _earliest(row.not_before, row.send_window, row.send_tz or "UTC", clock.iso(now))
+    return row._replace(not_before=when)
 
 
 @lru_cache(maxsize=4096)

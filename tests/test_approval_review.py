@@ -146,6 +146,9 @@ def test_a_refusal_never_prints_a_fingerprint_to_paste(
     assert "changed after planning" in refused("approve", other, "--fingerprint", other_fp)
     assert "changed after planning" in refused("approve", "--fingerprint", other_fp)
     assert "changed after planning" in refused("preview", other)
+    assert "changed after planning" in refused("preview", other, "--json")
+    shown = json.loads(ws.invoke("preview", other, "--json").stdout)  # whole, without one
+    assert shown["count"] == 3 and shown["fingerprint"] is None
     fingerprints = {fingerprint, other_fp, current_fingerprint(ws, run_id)}
     fingerprints.add(current_fingerprint(ws, other))
     for output, refusal in refusals:

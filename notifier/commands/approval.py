@@ -13,6 +13,7 @@ from ..errors import BadInput, ExitCode, Refused
 from ..records import notifications
 from . import running
 from .group import cli, command_env
+from .output import chosen_format, format_options
 
 
 @cli.command()
@@ -48,13 +49,10 @@ def approve(ctx: click.Context, run_id: str | None, fingerprint: str, expires_in
 
 @cli.command()
 @click.argument("run_id", required=False)
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "jsonl", "csv"]),
-    default="table",
-    show_default=True,
-    help="table: the first rows (every one with --output); jsonl, csv: every notification.",
+@format_options(
+    ("table", "json", "jsonl", "csv"),
+    "table: the first rows (every one with --output); json (one document, the fingerprint "
+    "in it), jsonl, csv: every notification.",
 )
 @click.option(
     "--output",
@@ -62,14 +60,18 @@ def approve(ctx: click.Context, run_id: str | None, fingerprint: str, expires_in
     help="Write to this file instead of stdout.",
 )
 @click.pass_context
-def preview(ctx: click.Context, run_id: str | None, fmt: str, output: Path | None) -> None:
+def preview(
+    ctx: click.Context, run_id: str | None, fmt: str, as_json: bool, output: Path | None
+) -> None:
     """Write every notification of a run as it will be sent, then its fingerprint.
 
     The fingerprint line (`fingerprint: sha256:…`) is the last line printed: on stdout,
-    except after jsonl or csv on stdout (which then holds only notifications), on stderr."""
+    except after json, jsonl or csv on stdout (which then holds only notifications), on
+    stderr."""
     from .. import preview as review_module  # noqa: PLC0415 (start-up time)
 
-    env = command_env(ctx)
+    fmt = chosen_format(ctx, fmt, as_json)
+    env = command_env(ctx, machine_output=fmt != "table")
     store = open_store(env, readonly=True)
     try:
         run = pick_run(store, run_id)

@@ -15,6 +15,7 @@ from ..env import open_store, pick_run
 from ..errors import BadInput, ExitCode
 from ..state_machine import ItemState, RunState
 from .group import cli, command_env
+from .output import chosen_format, format_options, json_flag
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -22,22 +23,21 @@ if TYPE_CHECKING:
     from ..records import Counts
 
 
-_format_option = click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json", "csv"]),
-    default="table",
-    show_default=True,
-    help="How to print the report.",
-)
+_format_option = format_options(("table", "json", "csv"), "How to print the report.")
 
 
 @cli.command()
 @click.argument("run_id", required=False)
-@click.option("--json", "as_json", is_flag=True, help="Print the report object as JSON.")
+@json_flag("Print the report object as JSON (every item, as `report --json`).")
 @click.pass_context
 def status(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
-    """Show where a run stands (default: the newest run)."""
+    """Show where a run stands (default: the newest run).
+
+    \b
+    Examples:
+      notifier status                          # the newest run: counts, items needing attention
+      notifier status RUN --json | jq .counts
+    """
     _print_report(ctx, run_id, "json" if as_json else "table")
 
 
@@ -53,7 +53,7 @@ def status(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
 )
 @click.pass_context
 def report_command(
-    ctx: click.Context, run_id: str | None, fmt: str, states: tuple[str, ...]
+    ctx: click.Context, run_id: str | None, fmt: str, as_json: bool, states: tuple[str, ...]
 ) -> None:
     """Report which items were sent, which are unknown, pending or failed.
 
@@ -61,8 +61,9 @@ def report_command(
     Examples:
       notifier report                              # the newest run: counts, then every item
       notifier report RUN --format csv > items.csv # every item, for a spreadsheet
-      notifier report RUN --state unknown --state failed --format json
+      notifier report RUN --state unknown --state failed --json
     """
+    fmt = chosen_format(ctx, fmt, as_json)
     _print_report(ctx, run_id, fmt, [ItemState(s) for s in states], every_item=True)
 
 
@@ -76,7 +77,7 @@ def _print_report(
 ) -> None:
     """`status` (the counts and the items needing attention) or, with `every_item`,
     `report`, whose table goes on with every item, a line each, read as it is written."""
-    env = command_env(ctx)
+    env = command_env(ctx, machine_output=fmt != "table")
     store = open_store(env, readonly=True)
     try:
         run = pick_run(store, run_id)
@@ -132,7 +133,7 @@ def _emit(data: dict[str, Any], fmt: str) -> None:
 
 
 @cli.command()
-@click.option("--json", "as_json", is_flag=True, help="One JSON object: every run, newest first.")
+@json_flag("One JSON object: every run, newest first.")
 @click.pass_context
 def runs(ctx: click.Context, as_json: bool) -> None:
     """List every run in the database, newest first, with the channels it sends through.
@@ -198,7 +199,9 @@ def _run_row_counts(c: Counts) -> tuple[int, ...]:
 
 @cli.command()
 @click.argument("run_id", required=False)
-@click.option("--report", "with_report", is_flag=True, help="Print the report when done.")
+@click.option(
+    "--report", "with_report", is_flag=True, help="Print the report when done (--json implies it)."
+)
 @_format_option
 @click.option(
     "--wait",
@@ -210,18 +213,26 @@ def _run_row_counts(c: Counts) -> tuple[int, ...]:
 )
 @click.pass_context
 def cancel(
-    ctx: click.Context, run_id: str | None, with_report: bool, fmt: str, wait_s: float
+    ctx: click.Context,
+    run_id: str | None,
+    with_report: bool,
+    fmt: str,
+    as_json: bool,
+    wait_s: float,
 ) -> None:
     """Stop dispatch now, settle in-flight items, and mark the run cancelled.
 
     \b
     Examples:
       notifier cancel                        # the newest unfinished run
-      notifier cancel RUN --report --format json > who-got-it.json
+      notifier cancel RUN --report --format csv > who-got-it.csv
+      notifier cancel RUN --json > who-got-it.json
     """
     from ..api import Notifier  # noqa: PLC0415 (start-up time)
     from ..outcome import settled_exit  # noqa: PLC0415
 
+    fmt = chosen_format(ctx, fmt, as_json)
+    with_report = with_report or as_json  # a JSON document on stdout is the report
     env = command_env(ctx, machine_output=with_report and fmt != "table")
     result = Notifier(env).cancel(run_id, wait_s=wait_s)
     chunks_open = 0  # batch chunks the API could not be asked about: cancel again
@@ -250,6 +261,7 @@ def cancel(
     "--mark", type=click.Choice(["sent", "not-sent", "abandon"]), help="With --item: the decision."
 )
 @click.option("--evidence", help="With --item: what the decision rests on.")
+@json_flag("Print the result (the run, its state and counts) as one JSON object.")
 @click.pass_context
 def reconcile(
     ctx: click.Context,
@@ -258,6 +270,7 @@ def reconcile(
     item_ref: str | None,
     mark: str | None,
     evidence: str | None,
+    as_json: bool,
 ) -> None:
     """Settle in-flight and unknown items by query, or by hand with --manual.
 
@@ -272,6 +285,7 @@ def reconcile(
     \b
     Examples:
       notifier reconcile                      # ask the channels about every open item
+      notifier reconcile RUN --json           # the same, the result as JSON
       notifier reconcile --manual             # decide each unknown item at a prompt
       notifier reconcile RUN --manual --item n-0041 --mark not-sent --evidence "bounced"
     """
@@ -279,12 +293,22 @@ def reconcile(
     from ..manual import reconcile_manually  # noqa: PLC0415
     from ..outcome import settled_exit  # noqa: PLC0415
 
-    env = command_env(ctx)
+    env = command_env(ctx, machine_output=as_json)
     if not manual:
         if item_ref or mark or evidence:
             raise BadInput("--item, --mark and --evidence go with --manual.")
         run, counts = Notifier(env).reconcile(run_id)
-        click.echo(f"run {run.run_id}: {run.state.value}")
-        ctx.exit(settled_exit(run.state, counts))
-    run, counts = reconcile_manually(env, run_id, item_ref, mark, evidence)
+        if not as_json:
+            click.echo(f"run {run.run_id}: {run.state.value}")
+    else:
+        if as_json and item_ref is None:
+            raise BadInput(
+                "--json with --manual needs the decision on the command line (its prompts "
+                "would mix with the JSON): `notifier reconcile RUN --manual --item ID --mark "
+                "sent|not-sent|abandon --evidence TEXT --json`; nothing was changed."
+            )
+        run, counts = reconcile_manually(env, run_id, item_ref, mark, evidence)
+    if as_json:
+        result = {"run_id": run.run_id, "state": run.state.value, "counts": counts.as_json()}
+        click.echo(json.dumps(result, ensure_ascii=False, indent=2))
     ctx.exit(settled_exit(run.state, counts))

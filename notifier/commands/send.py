@@ -13,15 +13,16 @@ from typing import TYPE_CHECKING
 import click
 
 from ..env import Env
-from ..errors import BadInput, ExitCode, Interrupted
+from ..errors import ExitCode, Interrupted
 from ..records import notifications
 from ..state_machine import RunState, RunTrigger
 from . import composing, observing, running
 from .group import cli, command_env
 
 if TYPE_CHECKING:
-    from .. import compose
+    from .. import compose, schedule
     from ..app import Stored
+    from ..batch import BatchRow
     from ..observe import Observer
     from ..plan import Plan
     from ..records import Counts, Run
@@ -173,6 +174,7 @@ def send(
       notifier send examples/batch.csv                     # to ./outbox/, receipts.db
       notifier send campaign.csv --channel mail --concurrency 8 --require-approval
       notifier send alerts.csv --channel hooks --not-after 2026-12-24T18:00:00+01:00
+      notifier send people.csv --compose brief.txt --tz Europe/Paris --window "Mon-Fri 09:00-17:00"
     """
     from .. import app, compose, crash, schedule  # noqa: PLC0415 (start-up time)
     from ..runner import RunOptions  # noqa: PLC0415
@@ -195,13 +197,7 @@ def send(
         not_after=not_after_text, not_before=not_before_text, tz=tz, window=window,
         allow_duplicates=allow_duplicates or None, require_approval=require_approval or None,
     )  # fmt: skip
-    if compose_path is not None and (not_before_text or tz or window):
-        # Drafted rows are frozen into intents later, from what is stored of them, which
-        # keeps no start time yet: refused rather than silently ignored.
-        raise BadInput(
-            "--not-before, --tz and --window do not work with --compose yet: send without "
-            "them, or plan the drafted rows with a template instead (--template)."
-        )
+    when = schedule.from_options(not_before_text, tz, window, env.config.channels)
     if compose_path is not None:
         _send_compose(
             ctx,
@@ -214,12 +210,12 @@ def send(
             channel=channel,
             run_id=run_id,
             not_after=not_after,
+            when=when,
             dry_run=dry_run,
             observer=observer,
             quiet=quiet,
         )
         return
-    when = schedule.from_options(not_before_text, tz, window, env.config.channels)
     try:
         plan = app.plan_batch(
             env,
@@ -388,20 +384,19 @@ def _send_compose(
     channel: str | None,
     run_id: str | None,
     not_after: datetime | None,
+    when: schedule.Schedule,
     dry_run: bool,
     observer: Observer,
     quiet: bool,
 ) -> None:
     """send --compose: store the rows, draft them (stored one by one), freeze the intents,
-    then wait for approval or send."""
+    then wait for approval or send. Rows are scheduled as they are read, as a plain send
+    schedules them, so the model never sees their `tz` and `not_before` columns."""
     from .. import app, compose, drafting  # noqa: PLC0415 (start-up time)
     from ..plan import new_run_id  # noqa: PLC0415
 
     key = app.compose_key()  # before anything is stored
-    try:
-        rows = app.read_rows(env, batch, channel=channel, run_id=run_id, not_after=not_after)
-    except KeyboardInterrupt:
-        raise Interrupted(_interrupted_planning(batch, options)) from None
+    rows = _read_scheduled(env, batch, options, channel, run_id, not_after, when)
     settings = drafting.settle_settings(settings, rows, batch, columns, dry_run=dry_run)
     drafting.check_model(settings, key)  # an unknown model: exit 2, nothing stored
     if template is not None:
@@ -448,6 +443,28 @@ def _send_compose(
     finally:
         store.close()
     running.finish(ctx, new_id, result, failures, again=_send_again(batch, options))
+
+
+def _read_scheduled(
+    env: Env,
+    batch: Path,
+    options: dict[str, object],
+    channel: str | None,
+    run_id: str | None,
+    not_after: datetime | None,
+    when: schedule.Schedule,
+) -> list[BatchRow]:
+    """The rows of a --compose file, validated and scheduled, before a token is spent."""
+    from .. import app, schedule  # noqa: PLC0415 (start-up time)
+
+    try:
+        rows = app.read_rows(env, batch, channel=channel, run_id=run_id, not_after=not_after)
+    except KeyboardInterrupt:
+        raise Interrupted(_interrupted_planning(batch, options)) from None
+    rows = schedule.scheduled(rows, when, batch)
+    if (late := schedule.late_warning(when)) is not None:
+        click.echo(late, err=True)
+    return rows
 
 
 def _run_options(options: dict[str, object]) -> RunOptions:

@@ -16,6 +16,7 @@ from ..errors import BadInput
 from ..suppression import MAX_REASON_CHARS, Entry, Source, address_key, entries, read_import
 from ..who import operator_name
 from .group import cli, command_env
+from .output import chosen_format, format_options
 
 
 @cli.group()
@@ -75,17 +76,11 @@ def _store_entries(ctx: click.Context, found: list[Entry], source: Source) -> No
 
 
 @suppress.command("list")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json", "csv"]),
-    default="table",
-    show_default=True,
-    help="csv reads back with `notifier suppress import`.",
-)
+@format_options(("table", "json", "csv"), "csv reads back with `notifier suppress import`.")
 @click.pass_context
-def list_(ctx: click.Context, fmt: str) -> None:
+def list_(ctx: click.Context, fmt: str, as_json: bool) -> None:
     """Every suppressed address, with its reason, source, operator and time."""
+    fmt = chosen_format(ctx, fmt, as_json)
     store = open_store(command_env(ctx, machine_output=fmt != "table"), readonly=True)
     try:
         rows = store.suppressions.suppressions()
