@@ -35,13 +35,14 @@ def fresh(row: dict[str, Any], model: str = "claude-test-1") -> Canned:
     return tool_answer(f"Fresh {row.get('id')}", "A new body.", model)
 
 
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_ctrl_c_during_redraft_keeps_the_answers_received_and_asks_only_the_rest(
-    ws: Workspace, fake: FakeMessages
+    ws: Workspace, fake: FakeMessages, signum: signal.Signals, status: int
 ) -> None:
     """Redrafting 8 rows, 4 at a time: 2 answered, 4 held by the API, 2 not asked yet when
-    Ctrl-C comes. Exit 130; the 6 answers (the 4 held ones waited for) are stored as new
-    drafts, the fingerprint follows, the 2 rows never asked keep their draft and no request
-    is made for them; the command named for them asks for exactly those 2."""
+    Ctrl-C (or SIGTERM) comes. Exit 130 (143); the 6 answers (the 4 held ones waited for)
+    are stored as new drafts, the fingerprint follows, the 2 rows never asked keep their
+    draft and no request is made for them; the command named for them asks for those 2."""
     old = awaiting(ws, fake, 8)
     every = [f"u{i}" for i in range(1, 9)]
     mark = len(fake.requests)
@@ -51,14 +52,14 @@ def test_ctrl_c_during_redraft_keeps_the_answers_received_and_asks_only_the_rest
     args = ["redraft", *(a for i in every for a in ("--item", i))]
     process = ws.popen(*args)
     wait_for(lambda: fake.held == 4 and len(fake.requests) == mark + 6, "2 answered, 4 held")
-    process.send_signal(signal.SIGINT)
+    process.send_signal(signum)
     assert process.stdout is not None
     # The held answers go only once the Ctrl-C was taken (else the 2 left would be asked).
     while (line := process.stdout.readline()) and "while redrafting" not in line:
         pass
     fake.release.set()
     stdout, stderr = process.communicate(timeout=60)
-    assert process.returncode == 130, (stdout, stderr)
+    assert process.returncode == status, (stdout, stderr)
     asked = [r.row_id for r in fake.requests[mark:]]
     assert len(asked) == 6 and len(set(asked)) == 6, asked  # nothing asked after Ctrl-C
     left = sorted(set(every) - set(asked))
