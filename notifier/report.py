@@ -392,8 +392,8 @@ def fit_widths(
     """Widths for columns of `natural` widths in `room` cells: None (as wide as its content)
     for each when all fit. Otherwise the columns that fold share what the others leave:
     each gets the narrowest width at which `lines(column, width)` (its longest values, word
-    wrapped) takes no more lines than the fewest any sharing allows; what is left unfolds
-    the least folded first. Where not even 12 lines fit,
+    wrapped) takes no more lines than the fewest any sharing allows; what is left buys the
+    cheapest lines back, then goes to the last. Where not even 12 lines fit,
     rich's own shrinking decides (all None)."""
     if sum(natural) <= room:
         return [None] * len(natural)
@@ -407,12 +407,21 @@ def fit_widths(
         return [None] * len(natural)
     spare = share - sum(need)
     given = dict(zip(flexible, need, strict=True))
-    # The rows are `most` lines high whatever the rest goes to: it unfolds the columns
-    # nearest their content first (an id, a recipient), then widens the longest.
-    for n in sorted(flexible, key=lambda n: natural[n] - given[n]):
-        more = min(spare, natural[n] - given[n])
-        given[n] += more
-        spare -= more
+    # The rows are `most` lines high whatever the rest goes to: it saves the cheapest lines
+    # first (a state or a recipient folded less), one line at a time, then widens the last.
+    while spare > 0:
+        costs = [
+            (_narrowest(n, natural[n], taken - 1, lines) - given[n], n)
+            for n in flexible
+            if (taken := lines(n, given[n])) > 1
+        ]
+        if not costs or min(costs)[0] > spare:
+            break
+        cost, n = min(costs)
+        given[n] += cost
+        spare -= cost
+    last = flexible[-1]
+    given[last] += min(spare, max(0, natural[last] - given[last]))
     return [given.get(n, w) for n, w in enumerate(natural)]
 
 
