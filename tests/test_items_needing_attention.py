@@ -17,6 +17,8 @@ import termios
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from rich.console import Console
 
 from notifier import report
@@ -162,3 +164,25 @@ def test_a_wide_terminal_shows_every_column_and_the_key_unfolded() -> None:
     rows = _attention_rows(rendered)
     assert len(rows) == 3 and max(len(row) for row in rows) <= 2, rendered
     assert all(item["idempotency_key"] in rendered for item in _ordinary_items())
+
+
+@given(
+    st.lists(st.tuples(st.integers(1, 200), st.booleans()), min_size=1, max_size=8),
+    st.integers(20, 300),
+)
+def test_fitted_widths_stay_within_the_room_and_the_content(
+    columns: list[tuple[int, bool]], room: int
+) -> None:
+    """Whatever the content and the room: either every column keeps its content's width
+    (None), or the widths fit in the room, no column is wider than its content, and the
+    columns that do not fold keep their width."""
+    natural = [w for w, _ in columns]
+    folds = [f for _, f in columns]
+    widths = report.fit_widths(natural, folds, room, lambda n, w: -(-natural[n] // w))
+    if None in widths:
+        assert widths == [None] * len(columns)
+        return
+    fitted = [w for w in widths if w is not None]
+    assert sum(fitted) <= room
+    assert all(1 <= w <= n for w, n in zip(fitted, natural, strict=True))
+    assert all(w == n for w, n, f in zip(fitted, natural, folds, strict=True) if not f)
