@@ -14,22 +14,26 @@ and approved again.
 
 A row whose new draft fails keeps the draft it had (the others are applied); a row whose
 first draft had failed is planned again (`failed` to `pending`) when its new draft works.
+Ctrl-C or SIGTERM asks for nothing more but waits for the answers already requested (they
+are paid for) and applies them, then exits 130 (143) naming the rows never asked.
 The SDK loads only here, when a redraft is asked for."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, CancelledError, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass
 
 from . import compose
 from .batch import BatchRow
 from .config import Config
 from .env import Env, open_store, pick_run
-from .errors import BadInput, NeedsAttention, Refused
+from .errors import BadInput, ExitCode, Interrupted, NeedsAttention, Refused
 from .intent import content_fingerprint, run_fingerprint
 from .plan import make_plan, source_identity
 from .records import Run
+from .signals import Interruption, interrupt_guard
 from .state_machine import RunState
 from .store import LostRace, Store
 from .template import from_sources
@@ -113,21 +117,62 @@ def pick_rows(store: Store, run: Run, item_ids: Sequence[str]) -> list[tuple[int
     return [by_id[i] for i in wanted]
 
 
+TICK_S = 0.1  # how soon a Ctrl-C is noticed while answers are awaited
+
+
+@dataclass(frozen=True)
+class Asked:
+    answers: list[tuple[int, BatchRow, compose.Draft | str]]  # a draft, or why it failed
+    not_asked: list[str]  # item ids never requested: a Ctrl-C came first
+
+
 def ask(
-    drafter: compose.Drafts, rows: Sequence[tuple[int, BatchRow]], concurrency: int
-) -> list[tuple[int, BatchRow, compose.Draft | str]]:
+    drafter: compose.Drafts,
+    rows: Sequence[tuple[int, BatchRow]],
+    concurrency: int,
+    interrupted: Interruption | None = None,
+    say: Callable[[str], None] = lambda line: None,
+) -> Asked:
     """A new draft for every row (or the reason it failed), `concurrency` at a time.
-    ComposeStopped (exit 3, nothing changed) when drafting must stop for every row."""
+    ComposeStopped (exit 3, nothing changed) when drafting must stop for every row. Once
+    `interrupted` is set (signals.interrupt_guard), no new request starts, but the requests
+    already sent are waited for: their answers are paid for, and kept."""
 
     def one(row: BatchRow) -> compose.Draft | str:
         try:
             return drafter.draft(row)
-        except (compose.DraftRejected, compose.DraftDeferred) as exc:
+        except compose.DraftRejected as exc:
             return str(exc)
 
     with ThreadPoolExecutor(max(1, concurrency), thread_name_prefix="redraft") as pool:
-        answers = list(pool.map(one, [row for _, row in rows]))
-    return [(seq, row, answer) for (seq, row), answer in zip(rows, answers, strict=True)]
+        futures = [(seq, row, pool.submit(one, row)) for seq, row in rows]
+        waiting = {future for _, _, future in futures}
+        noticed = False
+        while waiting:
+            _, waiting = wait(waiting, timeout=TICK_S, return_when=FIRST_COMPLETED)
+            if interrupted is not None and interrupted.is_set() and not noticed:
+                noticed = True
+                drafter.stop()
+                for future in waiting:
+                    future.cancel()  # not started yet: never asked
+                in_flight = sum(1 for f in waiting if not f.cancelled())
+                say(
+                    f"{interrupted.name} while redrafting: no new request; waiting for the "
+                    f"{in_flight} answer(s) already requested, to keep them."
+                )
+    answers: list[tuple[int, BatchRow, compose.Draft | str]] = []
+    not_asked = []
+    for seq, row, future in futures:
+        try:
+            answers.append((seq, row, future.result()))
+        except CancelledError:
+            not_asked.append(row.item_id)
+        except compose.DraftDeferred as exc:
+            if exc.why is compose.Deferral.INTERRUPTED:
+                not_asked.append(row.item_id)
+            else:
+                answers.append((seq, row, str(exc)))
+    return Asked(answers, not_asked)
 
 
 def intents(
@@ -185,10 +230,12 @@ def redraft(
     config: Config,
     operator: str,
     say: Callable[[str], None],
+    interrupted: Interruption | None = None,
 ) -> Result:
     """Redraft the named rows of `run` (its lease held by the caller) and store the new
     intents and fingerprint, voiding any approval. NeedsAttention (3) when no row got a new
-    draft, nothing changed."""
+    draft, nothing changed. After a Ctrl-C or SIGTERM (`interrupted`), the drafts answered
+    are stored all the same, and RedraftInterrupted names the rows never asked."""
     from . import claude  # noqa: PLC0415 (the SDK loads only when drafting)
 
     check_run(run)
@@ -197,35 +244,76 @@ def redraft(
     drafter = claude.Drafter(settings, key)
     try:
         try:
-            answers = ask(drafter, rows, compose.CONCURRENCY)
+            asked = ask(drafter, rows, compose.CONCURRENCY, interrupted, say)
         except compose.ComposeStopped as exc:
             raise NeedsAttention(f"run {run.run_id}: {exc} Nothing was redrafted.") from exc
     finally:
         drafter.close()
-    redrafted, kept = intents(run, answers, config)
+    redrafted, kept = intents(run, asked.answers, config)
     for item_id, why in kept:
         say(f"row {item_id}: the new draft failed ({why}); it keeps the draft it had")
+    if redrafted:
+        changed = {r.seq: r.digest for r in redrafted}
+        digests = [
+            changed.get(item.seq, item.intent_digest) for item in store.queries.items(run.run_id)
+        ]
+        store.drafts.apply_redraft(
+            run.run_id,
+            run.fingerprint,
+            run_fingerprint(digests, run.channel_snapshot),
+            content_fingerprint(digests, list(run.channel_snapshot)),
+            [(r.seq, asdict(r.draft), r.payload, r.digest, r.identity) for r in redrafted],
+            operator,
+        )
+    result = Result(store.core.get_run(run.run_id), run.fingerprint, redrafted, kept)
+    if interrupted is not None and interrupted.is_set():
+        raise _interruption(result, asked.not_asked, interrupted)
     if not redrafted:
         raise NeedsAttention(
             f"run {run.run_id}: no row got a new draft, so nothing was changed and its "
             f"fingerprint stands. Run `notifier redraft {run.run_id} --item ID` again once the "
             "cause above is fixed."
         )
-    changed = {r.seq: r.digest for r in redrafted}
-    digests = [
-        changed.get(item.seq, item.intent_digest) for item in store.queries.items(run.run_id)
-    ]
-    fingerprint = run_fingerprint(digests, run.channel_snapshot)
-    content = content_fingerprint(digests, list(run.channel_snapshot))
-    store.drafts.apply_redraft(
-        run.run_id,
-        run.fingerprint,
-        fingerprint,
-        content,
-        [(r.seq, asdict(r.draft), r.payload, r.digest, r.identity) for r in redrafted],
-        operator,
+    return result
+
+
+class RedraftInterrupted(Interrupted):
+    """Ctrl-C while redrafting (130): the drafts answered are kept, the rest named."""
+
+
+class RedraftTerminated(RedraftInterrupted):
+    """SIGTERM while redrafting (143), kept alike."""
+
+    exit_code = ExitCode.TERMINATED
+
+
+def _interruption(
+    result: Result, not_asked: Sequence[str], interrupted: Interruption
+) -> RedraftInterrupted:
+    """What a redraft cut short kept (the answers already paid for, stored as one redraft)
+    and the command that redrafts the rows never asked, and only those."""
+    rid = result.run.run_id
+    if result.redrafted:
+        done = (
+            f"{len(result.redrafted)} row(s) redrafted and stored ("
+            + ", ".join(r.item_id for r in result.redrafted)
+            + f"), {len(result.kept)} kept their draft after a failed answer; the run's "
+            "fingerprint changed, so any approval of the old one is void: review it with "
+            f"`notifier preview {rid}`."
+        )
+    else:
+        done = "No new draft was received: nothing was changed and the fingerprint stands."
+    rest = (
+        f" {len(not_asked)} row(s) were never asked and keep their draft: `notifier redraft "
+        f"{rid} " + " ".join(f"--item {i}" for i in not_asked) + "` redrafts them."
+        if not_asked
+        else ""
     )
-    return Result(store.core.get_run(run.run_id), run.fingerprint, redrafted, kept)
+    kind = RedraftTerminated if interrupted.signum == signal.SIGTERM else RedraftInterrupted
+    return kind(
+        f"run {rid}: redraft interrupted ({interrupted.name}): no new request was made after "
+        f"it, and the answers already requested were waited for. {done}{rest}"
+    )
 
 
 def command(env: Env, run_id: str | None, item_ids: Sequence[str]) -> Result:
@@ -239,7 +327,11 @@ def command(env: Env, run_id: str | None, item_ids: Sequence[str]) -> Result:
         check_run(run)
         pick_rows(store, run, item_ids)  # exit 2 before the key or the lease is looked at
         key = app.compose_key()
-        with app.take_lease(store, run, env.config.lease_ttl_s):
+        interrupted = Interruption()
+        with (
+            app.take_lease(store, run, env.config.lease_ttl_s),
+            interrupt_guard(interrupted, env.say),
+        ):
             return redraft(
                 store,
                 store.core.get_run(run.run_id),
@@ -248,6 +340,7 @@ def command(env: Env, run_id: str | None, item_ids: Sequence[str]) -> Result:
                 env.config,
                 app.operator_name(),
                 env.say,
+                interrupted,
             )
     except LostRace as exc:
         raise Refused(

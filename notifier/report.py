@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import approval, clock
@@ -59,11 +59,13 @@ def build(
             for item, source, evidence in store.queries.items_with_receipts(run.run_id, states)
         )
     elif attention_only:
-        doubtful = [s for s, k in kinds.items() if k is PendingKind.MAYBE_DELIVERED]
+        # Every attempted pending item, with its last error: one that may have been
+        # delivered, and one that waits for its own retry (a recipient's 4xx at RCPT, a 5xx),
+        # which an operator should see before its attempts run out.
         chosen = sorted(
             [
                 *store.queries.items(run.run_id, _ATTENTION),
-                *(store.queries.item(run.run_id, s) for s in doubtful),
+                *(store.queries.item(run.run_id, s) for s in kinds),
             ],
             key=lambda i: i.seq,
         )
@@ -288,31 +290,15 @@ def render_table(report: dict[str, Any], console: Console) -> None:
             f"window; the next opens at {clock.local(waiting['next_opens_at'])}"
         )
     chosen = report.get("state_filter")
+    attempted = (PendingKind.MAYBE_DELIVERED.value, PendingKind.RETRY_WAITING.value)
     attention = [
-        i
-        for i in items
-        if chosen
-        or i["state"] in _ATTENTION
-        or i["pending_kind"] == PendingKind.MAYBE_DELIVERED.value
+        i for i in items if chosen or i["state"] in _ATTENTION or i["pending_kind"] in attempted
     ]
     if chosen and not attention:
         console.print(f"no item is {' or '.join(chosen)}.")
     if attention:
         title = f"items {' or '.join(chosen)}" if chosen else "items needing attention"
-        table = Table(title=title, show_header=True, header_style="bold")
-        for name in ("seq", "id", "to", "state", "attempts", "idempotency_key", "last_error"):
-            table.add_column(name, overflow="fold")
-        for i in attention:
-            table.add_row(
-                str(i["seq"]),
-                i["id"],
-                i["to"],
-                i["state"] if i["state"] != "pending" else f"pending ({i['pending_kind']})",
-                str(i["attempts"]),
-                i["idempotency_key"],
-                i["last_error"] or "",
-            )
-        console.print(table)
+        _attention_table(title, attention, report["run_id"], console)
     if report["decisions"]:
         table = Table(title="manual decisions", show_header=True, header_style="bold")
         for name in ("seq", "id", "decision", "operator", "at", "evidence"):
@@ -322,6 +308,130 @@ def render_table(report: dict[str, Any], console: Console) -> None:
                 str(d["seq"]), d["id"], d["decision"], d["operator"], d["at"], d["evidence"]
             )
         console.print(table)
+
+
+# Narrower than this, the attention table leaves out the idempotency key (45 characters,
+# never folded: it is copied whole) so that each row stays a few lines high.
+KEY_COLUMN_MIN_WIDTH = 150
+_GAP = 2  # between two columns of the attention table (no edges)
+
+
+def _attention_table(
+    title: str, attention: list[dict[str, Any]], run_id: str, console: Console
+) -> None:
+    """The items to look at, fitted to the terminal: short columns never wrap, and when the
+    long ones (id, to, state, last_error) do not fit on one line they fold (every character
+    still shown) at widths chosen to keep rows low: an ordinary row takes at most 3 lines at
+    80 columns."""
+    from rich import box  # noqa: PLC0415 (rich loads only for a table)
+    from rich.cells import cell_len  # noqa: PLC0415
+    from rich.table import Table  # noqa: PLC0415
+    from rich.text import Text  # noqa: PLC0415
+
+    with_key = console.width >= KEY_COLUMN_MIN_WIDTH
+    columns: list[tuple[str, bool]] = [  # (header, folds)
+        ("seq", False), ("id", True), ("to", True), ("state", True), ("tries", False),
+        *([("idempotency_key", False)] if with_key else []), ("last_error", True),
+    ]  # fmt: skip
+    rows = [
+        [
+            str(i["seq"]),
+            i["id"],
+            i["to"],
+            i["state"] if i["state"] != "pending" else f"pending ({i['pending_kind']})",
+            str(i["attempts"]),
+            *([i["idempotency_key"]] if with_key else []),
+            i["last_error"] or "",
+        ]
+        for i in attention
+    ]
+    natural = [
+        max([cell_len(header), *(cell_len(row[n]) for row in rows)])
+        for n, (header, _) in enumerate(columns)
+    ]
+    longest = [sorted((row[n] for row in rows), key=cell_len)[-3:] for n in range(len(columns))]
+
+    def lines(column: int, width: int) -> int:
+        """Lines the longest values of `column` take at `width` (its header included)."""
+        values = [columns[column][0], *longest[column]]
+        return max(len(Text(v).wrap(console, width, overflow="fold")) for v in values)
+
+    room = console.width - _GAP * (len(columns) - 1)
+    widths = fit_widths(natural, [folds for _, folds in columns], room, lines)
+    table = Table(
+        title=title,
+        show_header=True,
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    for (header, folds), width in zip(columns, widths, strict=True):
+        right = not folds and header != "idempotency_key"  # the numbers
+        table.add_column(
+            header,
+            width=width,
+            no_wrap=not folds,
+            overflow="fold",
+            justify="right" if right else "left",
+        )
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    if not with_key:
+        console.print(
+            f"(idempotency keys: `notifier report {run_id} --format csv`, or a terminal at "
+            f"least {KEY_COLUMN_MIN_WIDTH} columns wide)"
+        )
+
+
+def fit_widths(
+    natural: Sequence[int], folds: Sequence[bool], room: int, lines: Callable[[int, int], int]
+) -> list[int | None]:
+    """Widths for columns of `natural` widths in `room` cells: None (as wide as its content)
+    for each when all fit. Otherwise the columns that fold share what the others leave:
+    each gets the narrowest width at which `lines(column, width)` (its longest values, word
+    wrapped) takes no more lines than the fewest any sharing allows; what is left buys the
+    cheapest lines back, then goes to the last. Where not even 12 lines fit,
+    rich's own shrinking decides (all None)."""
+    if sum(natural) <= room:
+        return [None] * len(natural)
+    share = room - sum(w for w, f in zip(natural, folds, strict=True) if not f)
+    flexible = [n for n, f in enumerate(folds) if f]
+    for most in range(2, 13):
+        need = [_narrowest(n, natural[n], most, lines) for n in flexible]
+        if sum(need) <= share:
+            break
+    else:
+        return [None] * len(natural)
+    spare = share - sum(need)
+    given = dict(zip(flexible, need, strict=True))
+    # The rows are `most` lines high whatever the rest goes to: it saves the cheapest lines
+    # first (a state or a recipient folded less), one line at a time, then widens the last.
+    while spare > 0:
+        costs = [
+            (_narrowest(n, natural[n], taken - 1, lines) - given[n], n)
+            for n in flexible
+            if (taken := lines(n, given[n])) > 1
+        ]
+        if not costs or min(costs)[0] > spare:
+            break
+        cost, n = min(costs)
+        given[n] += cost
+        spare -= cost
+    last = flexible[-1]
+    given[last] += min(spare, max(0, natural[last] - given[last]))
+    return [given.get(n, w) for n, w in enumerate(natural)]
+
+
+def _narrowest(column: int, natural: int, most: int, lines: Callable[[int, int], int]) -> int:
+    """The narrowest width at which `column` takes at most `most` lines."""
+    low, high = max(1, -(-natural // most)), natural
+    while low < high:
+        mid = (low + high) // 2
+        low, high = (low, mid) if lines(column, mid) <= most else (mid + 1, high)
+    return low
 
 
 def item_lines(items: Iterable[dict[str, Any]]) -> Iterator[str]:

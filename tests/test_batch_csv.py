@@ -271,3 +271,18 @@ def test_a_template_rendering_a_control_character_is_refused(ws: Workspace) -> N
     result = ws.invoke("send", "b.csv", "--template", "t.toml")
     assert result.exit_code == 2, result.output
     assert "line 2: rendered: the body contains a control character (U+001B)" in result.output
+
+
+def test_a_batch_on_standard_input_is_refused_naming_a_way_that_works(ws: Workspace) -> None:
+    """`send -` is refused (exit 2, nothing read or stored) with a message that names the
+    file-based way through, and `send --help` says BATCH is a file, not standard input: the
+    run and the advice to send the same file again name the file."""
+    rows = "to,subject,body\nada@example.com,Hi,Body\n"
+    result = ws.invoke("send", "-", input=rows)
+    assert result.exit_code == 2, result.output
+    assert "standard input" in result.output
+    assert "cat > batch.csv" in result.output and "notifier send batch.csv" in result.output
+    assert "Traceback" not in result.output
+    assert not ws.db_file.exists() and not ws.outbox.exists()
+    shown = ws.invoke("send", "--help").output
+    assert "standard input" in " ".join(shown.split())

@@ -16,9 +16,10 @@ from ..progress import progress_bar
 
 if TYPE_CHECKING:
     from datetime import datetime
+    from pathlib import Path
 
     from ..records import Run
-    from ..runner import RunResult
+    from ..runner import RunOptions, RunResult
     from ..store import Store
 
 
@@ -153,3 +154,29 @@ def deadline_option(text: str | None, allow_expired: bool) -> datetime | None:
             "anyway; nothing was stored."
         )
     return deadline
+
+
+def batch_file(ctx: click.Context, param: click.Parameter, value: Path) -> Path:
+    """BATCH is a file: a run names it, and the advice to send the same file again (after
+    failures, a Ctrl-C, a refusal) must name something that can be sent again, which what
+    was piped in cannot be."""
+    if str(value) == "-":
+        raise BadInput(
+            "BATCH `-` (standard input) is not supported: nothing was read and nothing was "
+            "stored. A run is planned from a file, which every later command and piece of "
+            "advice names (`resume`, send the same file again), and piped rows cannot be sent "
+            "again. Write the rows to a file first, then send it: `cat > batch.csv` (end with "
+            "Ctrl-D), then `notifier send batch.csv`."
+        )
+    return value
+
+
+def run_options(options: dict[str, object]) -> RunOptions:
+    from ..runner import RunOptions  # noqa: PLC0415 (start-up time)
+
+    rate = options.get("rate")
+    return RunOptions(
+        int(str(options["concurrency"])),
+        float(str(options["max_wait"])),
+        rate=float(str(rate)) if rate is not None else None,
+    )

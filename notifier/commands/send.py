@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from ..observe import Observer
     from ..plan import Plan
     from ..records import Counts, Run
-    from ..runner import RunOptions
     from ..store import Store
     from ..template import Template
 
@@ -36,7 +35,11 @@ DEFAULT_MODEL = "claude-sonnet-5"
 
 
 @cli.command()
-@click.argument("batch", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument(
+    "batch",
+    type=click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path),
+    callback=running.batch_file,
+)
 @click.option("--channel", help="Channel for rows without a `channel` column value.")
 @click.option("--run-id", help="Name the run (default: generated).")
 @click.option(
@@ -168,6 +171,9 @@ def send(
     log_bodies: bool,
 ) -> None:
     """Validate BATCH.csv, store every intent, then send each notification durably.
+
+    BATCH is a file; `-` (standard input) is refused: write the rows to a file first
+    (`cat > batch.csv`, then `notifier send batch.csv`).
 
     \b
     Examples:
@@ -438,7 +444,7 @@ def _send_compose(
         observer.planned(run.run_id, total, {})
         with running.progress(total, quiet=quiet) as advance:
             result = app.work_run(
-                env, store, run, _run_options(options), advance=advance, observer=observer
+                env, store, run, running.run_options(options), advance=advance, observer=observer
             )
     finally:
         store.close()
@@ -465,14 +471,3 @@ def _read_scheduled(
     if (late := schedule.late_warning(when)) is not None:
         click.echo(late, err=True)
     return rows
-
-
-def _run_options(options: dict[str, object]) -> RunOptions:
-    from ..runner import RunOptions  # noqa: PLC0415 (start-up time)
-
-    rate = options.get("rate")
-    return RunOptions(
-        int(str(options["concurrency"])),
-        float(str(options["max_wait"])),
-        rate=float(str(rate)) if rate is not None else None,
-    )
