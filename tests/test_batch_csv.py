@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -273,16 +274,21 @@ def test_a_template_rendering_a_control_character_is_refused(ws: Workspace) -> N
     assert "line 2: rendered: the body contains a control character (U+001B)" in result.output
 
 
-def test_a_batch_on_standard_input_is_refused_naming_a_way_that_works(ws: Workspace) -> None:
-    """`send -` is refused (exit 2, nothing read or stored) with a message that names the
-    file-based way through, and `send --help` says BATCH is a file, not standard input: the
-    run and the advice to send the same file again name the file."""
-    rows = "to,subject,body\nada@example.com,Hi,Body\n"
+def test_a_batch_on_standard_input_is_planned_and_sent_like_a_file(ws: Workspace) -> None:
+    """`send -` reads the rows piped in (the contract: BATCH may be `-`), validates them
+    whole, plans and sends them; the run records its source as `-`, sending the same rows
+    again plans nothing delivered, and a bad row names its line. No spool is left behind."""
+    rows = "id,to,subject,body\nu1,ada@example.com,Hi,Body\nu2,bob@example.com,Hi,Body\n"
+    spools = set(Path(tempfile.gettempdir()).glob("notifier-stdin-*"))
     result = ws.invoke("send", "-", input=rows)
-    assert result.exit_code == 2, result.output
-    assert "standard input" in result.output
-    assert "cat > batch.csv" in result.output and "notifier send batch.csv" in result.output
-    assert "Traceback" not in result.output
-    assert not ws.db_file.exists() and not ws.outbox.exists()
-    shown = ws.invoke("send", "--help").output
-    assert "standard input" in " ".join(shown.split())
+    assert result.exit_code == 0, result.output
+    assert len(ws.outbox_documents()) == 2
+    assert ws.status()["batch"] == "-"
+    again = ws.invoke("send", "-", input=rows)
+    assert again.exit_code == 0, again.output
+    assert "already delivered" in again.output and len(ws.outbox_documents()) == 2
+    bad = ws.invoke("send", "-", input="to,subject\n,Hi\n")
+    assert bad.exit_code == 2, bad.output
+    assert "line 2" in bad.output and "Traceback" not in bad.output
+    assert set(Path(tempfile.gettempdir()).glob("notifier-stdin-*")) == spools
+    assert "standard input" in " ".join(ws.invoke("send", "--help").output.split())

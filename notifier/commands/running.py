@@ -3,8 +3,12 @@ screen, the progress bar, the closing line with its exit code, the wait for appr
 
 from __future__ import annotations
 
+import shutil
+import sys
+import tempfile
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -16,7 +20,6 @@ from ..progress import progress_bar
 
 if TYPE_CHECKING:
     from datetime import datetime
-    from pathlib import Path
 
     from ..records import Run
     from ..runner import RunOptions, RunResult
@@ -156,19 +159,31 @@ def deadline_option(text: str | None, allow_expired: bool) -> datetime | None:
     return deadline
 
 
+STDIN = "-"
+
+
 def batch_file(ctx: click.Context, param: click.Parameter, value: Path) -> Path:
-    """BATCH is a file: a run names it, and the advice to send the same file again (after
-    failures, a Ctrl-C, a refusal) must name something that can be sent again, which what
-    was piped in cannot be."""
-    if str(value) == "-":
-        raise BadInput(
-            "BATCH `-` (standard input) is not supported: nothing was read and nothing was "
-            "stored. A run is planned from a file, which every later command and piece of "
-            "advice names (`resume`, send the same file again), and piped rows cannot be sent "
-            "again. Write the rows to a file first, then send it: `cat > batch.csv` (end with "
-            "Ctrl-D), then `notifier send batch.csv`."
-        )
-    return value
+    """BATCH, a file to read. `-` (standard input) is spooled whole to a private temporary
+    file first, since the whole file is validated before anything is stored and read again
+    to plan it; the run records its source as `-`, and every command the tool suggests
+    pipes the rows in again (`… | notifier send - …`). The spool is removed when the
+    command ends."""
+    if str(value) != STDIN:
+        return value
+    spool_dir = Path(tempfile.mkdtemp(prefix="notifier-stdin-"))
+    ctx.call_on_close(lambda: shutil.rmtree(spool_dir, ignore_errors=True))
+    spool = spool_dir / "stdin.csv"
+    piped = sys.stdin.buffer
+    with spool.open("wb") as sink:
+        while chunk := piped.read(1 << 16):
+            sink.write(chunk)
+    ctx.meta[STDIN] = spool
+    return spool
+
+
+def batch_name(ctx: click.Context, batch: Path) -> Path:
+    """What the run and the advice call BATCH: `-` for rows piped in, else the file."""
+    return Path(STDIN) if ctx.meta.get(STDIN) == batch else batch
 
 
 def run_options(options: dict[str, object]) -> RunOptions:

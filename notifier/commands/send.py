@@ -172,8 +172,7 @@ def send(
 ) -> None:
     """Validate BATCH.csv, store every intent, then send each notification durably.
 
-    BATCH is a file; `-` (standard input) is refused: write the rows to a file first
-    (`cat > batch.csv`, then `notifier send batch.csv`).
+    BATCH is a CSV file, or `-` for rows piped in on standard input.
 
     \b
     Examples:
@@ -186,6 +185,8 @@ def send(
     from ..runner import RunOptions  # noqa: PLC0415
 
     env = command_env(ctx)
+    # Rows piped in are read from their spool; the run and the advice name them `-`.
+    source, batch = batch, running.batch_name(ctx, batch)
     rehearsal = crash.from_env()  # a mistyped NOTIFIER_CRASH_AT: exit 2 before anything is stored
     # A --metrics-port in use is a usage error too: the port is bound before anything is stored.
     observer = observing.make_observer(env, metrics_port, log_format, log_bodies)
@@ -208,7 +209,7 @@ def send(
         _send_compose(
             ctx,
             env,
-            batch,
+            (source, batch),
             compose.Settings(composing.read_brief(compose_path), model, batch_api=batch_api),
             template,
             options,
@@ -225,7 +226,7 @@ def send(
     try:
         plan = app.plan_batch(
             env,
-            batch,
+            source,
             channel=channel,
             run_id=run_id,
             template=template,
@@ -381,7 +382,7 @@ def _interrupted_storing(env: Env, batch: Path, run_id: str, options: dict[str, 
 def _send_compose(
     ctx: click.Context,
     env: Env,
-    batch: Path,
+    files: tuple[Path, Path],
     settings: compose.Settings,
     template: Template | None,
     options: dict[str, object],
@@ -401,8 +402,9 @@ def _send_compose(
     from .. import app, compose, drafting  # noqa: PLC0415 (start-up time)
     from ..plan import new_run_id  # noqa: PLC0415
 
+    batch = files[1]  # named so in every message (`-` for rows piped in); read from files[0]
     key = app.compose_key()  # before anything is stored
-    rows = _read_scheduled(env, batch, options, channel, run_id, not_after, when)
+    rows = _read_scheduled(env, files, options, channel, run_id, not_after, when)
     settings = drafting.settle_settings(settings, rows, batch, columns, dry_run=dry_run)
     drafting.check_model(settings, key)  # an unknown model: exit 2, nothing stored
     if template is not None:
@@ -453,7 +455,7 @@ def _send_compose(
 
 def _read_scheduled(
     env: Env,
-    batch: Path,
+    files: tuple[Path, Path],
     options: dict[str, object],
     channel: str | None,
     run_id: str | None,
@@ -463,8 +465,9 @@ def _read_scheduled(
     """The rows of a --compose file, validated and scheduled, before a token is spent."""
     from .. import app, schedule  # noqa: PLC0415 (start-up time)
 
+    source, batch = files
     try:
-        rows = app.read_rows(env, batch, channel=channel, run_id=run_id, not_after=not_after)
+        rows = app.read_rows(env, source, channel=channel, run_id=run_id, not_after=not_after)
     except KeyboardInterrupt:
         raise Interrupted(_interrupted_planning(batch, options)) from None
     rows = schedule.scheduled(rows, when, batch)
