@@ -350,23 +350,3 @@ def command(env: Env, run_id: str | None, item_ids: Sequence[str]) -> Result:
         ) from exc
     finally:
         store.close()
-
-
-def summary(result: Result) -> list[str]:
-    """What the command prints: each row's new subject, the fingerprint change, the fix."""
-    rid = result.run.run_id
-    lines = []
-    for r in result.redrafted:
-        lines.append(
-            f"row {r.item_id}: redrafted with {r.draft.model} ({r.draft.input_tokens}+"
-            f"{r.draft.output_tokens} tokens); subject: {r.draft.subject}"
-        )
-    lines.append(
-        f"run {rid}: {len(result.redrafted)} row(s) redrafted"
-        + (f", {len(result.kept)} kept their draft" if result.kept else "")
-        + f"; its fingerprint is now {result.run.fingerprint} (was "
-        f"{result.before[:19]}…), so any approval of the old one is void. Review with "
-        f"`notifier preview {rid}`, then approve again with `notifier approve {rid} "
-        f"--fingerprint {result.run.fingerprint}`."
-    )
-    return lines

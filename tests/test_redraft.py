@@ -73,7 +73,9 @@ def test_redraft_requests_only_the_named_rows_and_the_new_fingerprint_must_be_ap
     assert result.exit_code == 0, result.output
     assert Counter(r.row_id for r in fake.requests[mark:]) == {"u2": 1, "u4": 1}
     new = run_fingerprint(ws)
-    assert new != old and f"fingerprint is now {new}" in result.output
+    assert new != old and "fingerprint changed" in result.output
+    # The fingerprint to approve is shown only by `preview`, after what it covers.
+    assert new not in result.output and "notifier preview run-" in result.output
     after = intents(ws)
     assert {i: k for i, (k, _, _) in after.items()} == {i: k for i, (k, _, _) in before.items()}
     changed = {i for i in after if after[i][1] != before[i][1]}

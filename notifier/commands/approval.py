@@ -4,6 +4,7 @@ to its fingerprint), reject it, or redraft some of its rows."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -14,6 +15,9 @@ from ..records import notifications
 from . import running
 from .group import cli, command_env
 from .output import chosen_format, format_options
+
+if TYPE_CHECKING:
+    from .. import redraft as redraft_module
 
 
 @cli.command()
@@ -129,7 +133,25 @@ def redraft(ctx: click.Context, run_id: str | None, items: tuple[str, ...]) -> N
     from .. import redraft as redrafting  # noqa: PLC0415 (start-up time)
 
     result = redrafting.command(command_env(ctx), run_id, items)
-    for line in redrafting.summary(result):
+    for line in _redraft_summary(result):
         click.echo(line)
     if result.kept:  # asked for, not done: those rows keep their draft
         ctx.exit(ExitCode.ATTENTION)
+
+
+def _redraft_summary(result: redraft_module.Result) -> list[str]:
+    """Each row's new subject, and the fingerprint change: the fingerprint to approve is
+    shown only by `preview`, after what it covers, never here for drafts nobody has seen."""
+    rid = result.run.run_id
+    lines = [
+        f"row {r.item_id}: redrafted with {r.draft.model} ({r.draft.input_tokens}+"
+        f"{r.draft.output_tokens} tokens); subject: {r.draft.subject}"
+        for r in result.redrafted
+    ]
+    lines.append(
+        f"run {rid}: {len(result.redrafted)} row(s) redrafted"
+        + (f", {len(result.kept)} kept their draft" if result.kept else "")
+        + f"; its fingerprint changed (was {result.before[:19]}…), so any approval of the old "
+        f"one is void. {running.review_advice(rid)}"
+    )
+    return lines
