@@ -15,21 +15,24 @@ options, progress, advice. What a method refuses it raises as the error model's 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from . import app, approval, clock
+from .batch import BatchRow
 from .config import Config
 from .config import load as load_config
+from .crash import CrashPlan
 from .env import ChannelBuilder, Env, open_store, pick_run
 from .errors import BadInput
 from .observe import NULL_OBSERVER, Observer
+from .plan import Plan
 from .records import Counts, Item, Run
 from .runner import RunOptions, RunResult
-from .schedule import Schedule
+from .schedule import Schedule, scheduled
 from .state_machine import FINISHED_RUN_STATES, RunState, RunTrigger
 from .store import parse_target
 from .store.prior import Prior
@@ -43,11 +46,41 @@ def _silent(line: str) -> None:
 @dataclass(frozen=True)
 class Planned:
     """A stored plan: the run (None when every row of the file was already delivered or
-    goes to a suppressed recipient, and nothing was stored) and how the file's rows compared
-    with earlier runs (None with `new_run`)."""
+    goes to a suppressed recipient, and nothing was stored), how the file's rows compared
+    with earlier runs (None with `new_run`), and what was stored: its counts and its
+    notifications per channel."""
 
     run: Run | None
     prior: Prior | None
+    counts: Counts | None = None
+    per_channel: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Composed:
+    """A --compose run stored before any draft (None when no row was left to draft): how
+    its rows compared with earlier runs, how many were left out as suppressed, how many wait
+    for a draft."""
+
+    run: Run | None
+    prior: Prior
+    suppressed: int
+    to_draft: int
+
+
+@dataclass(frozen=True)
+class DraftFailure:
+    seq: int
+    line: int
+    error: str
+
+
+@dataclass(frozen=True)
+class Drafted:
+    """A --compose run once drafted and frozen, and the rows whose draft failed (never sent)."""
+
+    run: Run
+    failures: list[DraftFailure]
 
 
 @dataclass(frozen=True)
@@ -85,6 +118,77 @@ class Notifier:
 
     # --- planning ------------------------------------------------------------------------
 
+    def read(
+        self,
+        source: Path,
+        *,
+        channel: str | None = None,
+        run_id: str | None = None,
+        template: Template | None = None,
+        not_after: datetime | None = None,
+        schedule: Schedule | None = None,
+        allow_duplicates: bool = False,
+        rehearsal: CrashPlan | None = None,
+    ) -> Plan:
+        """Validate the whole file and compute every intent, streaming, into the plan's own
+        scratch stage; nothing is stored (BatchError, listing every bad line, otherwise).
+        `store` stores the plan, `dry_run` compares it; either closes it."""
+        return app.plan_batch(
+            self.env,
+            source,
+            channel=channel,
+            run_id=run_id,
+            template=template,
+            not_after=not_after,
+            schedule=schedule,
+            allow_duplicates=allow_duplicates,
+            rehearsal=rehearsal,
+        )
+
+    def dry_run(self, plan: Plan) -> app.DryRun:
+        """How the plan's rows compare with earlier runs; nothing is written."""
+        try:
+            return app.dry_run(self.env, plan)
+        finally:
+            plan.close()
+
+    def store(
+        self,
+        plan: Plan,
+        batch: Path,
+        options: dict[str, object],
+        *,
+        new_run: bool = False,
+        resend_changed: bool = False,
+    ) -> Planned:
+        """Store what is left of the plan, in one transaction, as run `plan.run_id` of
+        `batch` with `options` (app.stored_options). A run that needs approval (asked for in
+        `options`, the configuration's policy, or rows a reviewer rejected) is stored awaiting
+        it; one sent now first has its channels checked (their secrets and URLs from the
+        environment): BadInput means nothing was stored."""
+        if self.env.config.approval_required(plan.per_channel):
+            options["require_approval"] = True  # the policy, kept with the run
+        then = RunTrigger.REQUEST_APPROVAL if options.get("require_approval") else None
+        if then is None:
+            try:
+                app.check_channels(self.env, plan.per_channel)
+            except BaseException:
+                plan.close()
+                raise
+        stored = app.store_plan(
+            self.env, plan, batch, options, new_run, resend_changed=resend_changed, then=then
+        )
+        if stored.store is None:
+            return Planned(None, stored.prior)
+        store = stored.store
+        try:
+            run = store.core.get_run(plan.run_id)
+            left_out = stored.prior is not None and stored.prior.left < plan.count
+            per_channel = store.queries.per_channel(run.run_id) if left_out else plan.per_channel
+            return Planned(run, stored.prior, store.queries.counts(run.run_id), per_channel)
+        finally:
+            store.close()
+
     def plan(
         self,
         batch: Path,
@@ -102,11 +206,8 @@ class Notifier:
         new_run: bool = False,
         resend_changed: bool = False,
     ) -> Planned:
-        """Validate the whole file and store every intent in one transaction; nothing is sent.
-        A run that needs approval (asked for, the configuration's policy, or rows a reviewer
-        rejected) is stored awaiting it."""
-        plan = app.plan_batch(
-            self.env,
+        """`read` the file, then `store` it; nothing is sent."""
+        plan = self.read(
             batch,
             channel=channel,
             run_id=run_id,
@@ -121,24 +222,80 @@ class Notifier:
             allow_duplicates=allow_duplicates or None,
             require_approval=require_approval or None,
         )
-        if self.env.config.approval_required(plan.per_channel):
-            options["require_approval"] = True
-        then = RunTrigger.REQUEST_APPROVAL if options.get("require_approval") else None
-        if then is None:
-            try:
-                app.check_channels(self.env, plan.per_channel)
-            except BaseException:
-                plan.close()
-                raise
-        stored = app.store_plan(
-            self.env, plan, batch, options, new_run, resend_changed=resend_changed, then=then
-        )
-        if stored.store is None:
-            return Planned(None, stored.prior)
+        return self.store(plan, batch, options, new_run=new_run, resend_changed=resend_changed)
+
+    # --- composing (send --compose) ------------------------------------------------------
+
+    def compose_rows(
+        self,
+        source: Path,
+        batch: Path,
+        *,
+        channel: str | None,
+        run_id: str | None,
+        not_after: datetime | None,
+        schedule: Schedule,
+    ) -> list[BatchRow]:
+        """The rows of a file to compose, validated whole and scheduled as a plain send
+        schedules them (the model never sees their `tz` and `not_before`); nothing stored."""
+        rows = app.read_rows(self.env, source, channel=channel, run_id=run_id, not_after=not_after)
+        return scheduled(rows, schedule, batch)
+
+    def store_composed(
+        self, rows: list[BatchRow], batch: Path, options: dict[str, object], run_id: str
+    ) -> Composed:
+        """Store the run and one pending draft per row left to draft, before a token is spent:
+        rows delivered before, or whose recipient is suppressed, are left out; a row open
+        elsewhere refuses the file (BadInput). Approval as `store` decides it."""
+        if self.env.config.approval_required({row.channel for row in rows}):
+            options["require_approval"] = True  # the policy, kept with the run
+        compared = app.compare_composed(self.env, rows, batch, run_id)
+        if compared.prior.rejected_by:
+            options["require_approval"] = True  # rows a reviewer rejected: reviewed again
+        if not compared.rows:
+            return Composed(None, compared.prior, compared.suppressed, 0)
+        if "require_approval" not in options:
+            app.check_channels(self.env, {row.channel for row in compared.rows})
+        store = app.store_drafting_run(self.env, compared.rows, batch, options, run_id)
         try:
-            return Planned(stored.store.core.get_run(plan.run_id), stored.prior)
+            run = store.core.get_run(run_id)
         finally:
-            stored.store.close()
+            store.close()
+        return Composed(run, compared.prior, compared.suppressed, len(compared.rows))
+
+    def draft(self, run_id: str) -> Drafted:
+        """Draft what a --compose run lacks, then freeze its intents (awaiting approval when
+        it needs one); NeedsAttention when drafting cannot finish now, the drafts made
+        stored. KeyboardInterrupt leaves with the answers received stored."""
+        store = open_store(self.env)
+        try:
+            run = app.draft_run(self.env, store, store.core.get_run(run_id))
+            failures = [
+                DraftFailure(seq, line, error)
+                for seq, line, error in store.drafts.draft_failures(run.run_id)
+            ]
+            return Drafted(run, failures)
+        finally:
+            store.close()
+
+    def redraft_with(self, run: Run, model: str | None, recreate: bool) -> Run:
+        """For a run still drafting: `model` for the rows not drafted yet, and/or `recreate`
+        the batch chunks whose creation is in doubt (paid again); BadInput otherwise."""
+        from . import drafting  # noqa: PLC0415 (the Claude SDK loads with it)
+
+        store = open_store(self.env)
+        try:
+            return drafting.resume_overrides(self.env, store, run, model, recreate)
+        finally:
+            store.close()
+
+    def approval_preview(self, run: Run) -> list[str]:
+        """The first notifications of a run awaiting approval, as its review starts."""
+        store = open_store(self.env, readonly=True)
+        try:
+            return list(approval.preview(store, run))
+        finally:
+            store.close()
 
     def send(self, batch: Path, **options: Any) -> RunResult | Planned:
         """Plan the file, then send it: the run's result, or the plan when nothing was left to
@@ -205,10 +362,12 @@ class Notifier:
 
     # --- reading -------------------------------------------------------------------------
 
-    def run(self, run_id: str | None = None) -> Run:
+    def run(self, run_id: str | None = None, *, active_only: bool = False) -> Run:
+        """Run `run_id`, or the newest (with `active_only`, the newest not completed or
+        cancelled); BadInput naming `notifier runs` when there is none."""
         store = open_store(self.env, readonly=True)
         try:
-            return pick_run(store, run_id)
+            return pick_run(store, run_id, active_only=active_only)
         finally:
             store.close()
 

@@ -1,5 +1,6 @@
-"""What `send --compose` shows on the command line before anything is stored: the brief it
-reads and, for a dry run, the first drafts (which the API bills)."""
+"""`send --compose` on the command line: the brief it reads, the first drafts a dry run
+shows (which the API bills), and what it prints while the API (api.py) compares the rows,
+stores them, drafts, freezes and sends them."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..errors import BadInput
+from ..errors import BadInput, ExitCode
+from ..state_machine import RunState
+from . import running
 
 if TYPE_CHECKING:
     from .. import compose
     from ..batch import BatchRow
     from ..template import Template
+    from .planning import Sending
 
 
 def read_brief(path: Path) -> str:
@@ -54,3 +58,77 @@ def dry_run_drafts(
         f"dry run: drafted the first {len(shown)} of {len(rows)} rows with {settings.model}; "
         "nothing stored."
     )
+
+
+def send_composed(sending: Sending, settings: compose.Settings) -> None:
+    """send --compose: store the rows, draft them (stored one by one), freeze the intents,
+    then wait for approval or send. Rows are scheduled as they are read, as a plain send
+    schedules them, so the model never sees their `tz` and `not_before` columns."""
+    from .. import app, drafting  # noqa: PLC0415 (start-up time)
+    from .. import compose as composer  # noqa: PLC0415
+    from ..plan import new_run_id  # noqa: PLC0415
+    from ..schedule import late_warning  # noqa: PLC0415
+
+    notifier, given, batch, options = (
+        sending.notifier,
+        sending.given,
+        sending.batch,
+        sending.options,
+    )
+    key = app.compose_key()  # before anything is stored
+    try:
+        rows = notifier.compose_rows(
+            sending.source,
+            batch,
+            channel=given.channel,
+            run_id=given.run_id,
+            not_after=sending.not_after,
+            schedule=sending.when,
+        )
+    except KeyboardInterrupt:
+        raise sending.interrupted_planning() from None
+    if (late := late_warning(sending.when)) is not None:
+        click.echo(late, err=True)
+    settings = drafting.settle_settings(
+        settings, rows, batch, given.compose_columns, dry_run=given.dry_run
+    )
+    drafting.check_model(settings, key)  # an unknown model: exit 2, nothing stored
+    if sending.template is not None:
+        composer.check_template(sending.template, rows, batch)
+        options["template"] = sending.template.as_options()
+    if given.dry_run:
+        dry_run_drafts(settings, key, rows, sending.template)
+        return
+    options["compose"] = settings.as_options()
+    composed = notifier.store_composed(rows, batch, options, given.run_id or new_run_id())
+    for line in app.prior_summary(composed.prior):
+        click.echo(line)
+    if composed.suppressed:
+        click.echo(
+            f"{composed.suppressed} row(s) left out: their recipient is on the suppression "
+            "list, so they are neither drafted nor sent (`notifier suppress list`)."
+        )
+    if composed.run is None:
+        click.echo(f"nothing to send: no row of {batch} is left to draft.")
+        return
+    run_id = composed.run.run_id
+    click.echo(f"planned run {run_id}: {composed.to_draft} rows to draft with {settings.model}")
+    drafted = running.draft(sending.ctx, notifier, run_id)
+    failures = running.report_draft_failures(drafted)
+    run = drafted.run
+    click.echo(f"fingerprint: {run.fingerprint}")
+    if run.state is RunState.AWAITING_APPROVAL:
+        running.await_approval(notifier, run)
+        sending.ctx.exit(ExitCode.ATTENTION if failures else ExitCode.DONE)
+    total = notifier.counts(run_id).total
+    sending.observer.planned(run_id, total, {})
+    with running.progress(total, quiet=sending.quiet) as advance:
+        result = notifier.work(
+            run_id,
+            concurrency=given.concurrency,
+            max_wait=given.max_wait,
+            rate=given.rate,
+            advance=advance,
+            observer=sending.observer,
+        )
+    running.finish(sending.ctx, run_id, result, failures, again=sending.again())

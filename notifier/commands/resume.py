@@ -8,7 +8,6 @@ from collections.abc import Callable
 import click
 
 from .. import approval
-from ..env import open_store, pick_run
 from ..errors import BadInput, ExitCode
 from ..state_machine import FINISHED_RUN_STATES, RunState
 from . import observing, running
@@ -126,29 +125,25 @@ def _resume(
     # --metrics-port is bound before anything is stored (a port in use: exit 2).
     observer = observing.make_observer(env, *watch)
     ctx.call_on_close(observer.close)
-    store = open_store(env)
-    try:
-        run = pick_run(store, run_id, active_only=not joining or run_id is None)
-        if run.state in FINISHED_RUN_STATES:
-            if joining:
-                counts = store.queries.counts(run.run_id)
-                click.echo(f"run {run.run_id} is already {run.state.value}: {counts.summary()}")
-                ctx.exit(settled_exit(run.state, counts))
-            raise BadInput(f"run {run.run_id} is {run.state.value}; there is nothing to resume.")
-        drafting = compose.unfrozen(run)
-        if model is not None or recreate:
-            from .. import drafting as drafts  # noqa: PLC0415 (start-up time)
-
-            run = drafts.resume_overrides(env, store, run, model, recreate)
-        run = running.draft(ctx, env, store, run)
-        failures = running.report_draft_failures(store, run) if drafting else 0
-        if drafting and run.state is RunState.AWAITING_APPROVAL:
+    notifier = Notifier(env)
+    run = notifier.run(run_id, active_only=not joining or run_id is None)
+    if run.state in FINISHED_RUN_STATES:
+        if joining:
+            counts = notifier.counts(run.run_id)
+            click.echo(f"run {run.run_id} is already {run.state.value}: {counts.summary()}")
+            ctx.exit(settled_exit(run.state, counts))
+        raise BadInput(f"run {run.run_id} is {run.state.value}; there is nothing to resume.")
+    if model is not None or recreate:
+        run = notifier.redraft_with(run, model, recreate)
+    failures = 0
+    if compose.unfrozen(run):
+        drafted = running.draft(ctx, notifier, run.run_id)
+        run, failures = drafted.run, running.report_draft_failures(drafted)
+        if run.state is RunState.AWAITING_APPROVAL:
             click.echo(f"fingerprint: {run.fingerprint}")
-            running.await_approval(store, run)
+            running.await_approval(notifier, run)
             ctx.exit(ExitCode.ATTENTION if failures else ExitCode.DONE)
-        counts = store.queries.counts(run.run_id)
-    finally:
-        store.close()
+    counts = notifier.counts(run.run_id)
 
     def announce(resuming: Resuming) -> None:
         click.echo(f"resuming run {run.run_id}: {resuming.counts.summary()}")
@@ -161,7 +156,7 @@ def _resume(
     observer.planned(run.run_id, counts.total, {}, "worker" if joining else "resume")
     with running.progress(counts.unfinished, quiet=watch[1] == "json") as advance:
         try:
-            result = Notifier(env).work(
+            result = notifier.work(
                 run.run_id,
                 concurrency=concurrency,
                 max_wait=max_wait,

@@ -14,16 +14,15 @@ from typing import TYPE_CHECKING
 import click
 
 from .. import approval, clock
-from ..env import Env
 from ..errors import BadInput, ExitCode, Refused
 from ..progress import progress_bar
 
 if TYPE_CHECKING:
     from datetime import datetime
 
+    from ..api import Drafted, Notifier
     from ..records import Run
-    from ..runner import RunOptions, RunResult
-    from ..store import Store
+    from ..runner import RunResult
 
 
 def progress(total: int, *, quiet: bool = False) -> AbstractContextManager[Callable[[int], None]]:
@@ -54,31 +53,31 @@ def finish(
     ctx.exit(code)
 
 
-def draft(ctx: click.Context, env: Env, store: Store, run: Run) -> Run:
+def draft(ctx: click.Context, notifier: Notifier, run_id: str) -> Drafted:
     """Draft what a --compose run lacks; Ctrl-C leaves with 130, the drafts made stored."""
-    from .. import app  # noqa: PLC0415 (start-up time)
-
     try:
-        return app.draft_run(env, store, run)
+        return notifier.draft(run_id)
     except KeyboardInterrupt:
         click.echo(
             f"interrupted while drafting: the drafts already made are stored and nothing was "
-            f"sent. `notifier resume {run.run_id}` drafts the rest.",
+            f"sent. `notifier resume {run_id}` drafts the rest.",
             err=True,
         )
         ctx.exit(ExitCode.INTERRUPTED)
         raise  # unreachable: ctx.exit raises
 
 
-def report_draft_failures(store: Store, run: Run) -> int:
-    failures = store.drafts.draft_failures(run.run_id)
-    for seq, line, error in failures:
-        click.echo(f"row {seq} (line {line}) was not drafted and will not be sent: {error}")
-    return len(failures)
+def report_draft_failures(drafted: Drafted) -> int:
+    for failure in drafted.failures:
+        click.echo(
+            f"row {failure.seq} (line {failure.line}) was not drafted and will not be sent: "
+            f"{failure.error}"
+        )
+    return len(drafted.failures)
 
 
-def await_approval(store: Store, run: Run) -> None:
-    for line in approval.preview(store, run):
+def await_approval(notifier: Notifier, run: Run) -> None:
+    for line in notifier.approval_preview(run):
         click.echo(line)
     click.echo(
         f"run {run.run_id} is awaiting approval; nothing was sent. "
@@ -184,14 +183,3 @@ def batch_file(ctx: click.Context, param: click.Parameter, value: Path) -> Path:
 def batch_name(ctx: click.Context, batch: Path) -> Path:
     """What the run and the advice call BATCH: `-` for rows piped in, else the file."""
     return Path(STDIN) if ctx.meta.get(STDIN) == batch else batch
-
-
-def run_options(options: dict[str, object]) -> RunOptions:
-    from ..runner import RunOptions  # noqa: PLC0415 (start-up time)
-
-    rate = options.get("rate")
-    return RunOptions(
-        int(str(options["concurrency"])),
-        float(str(options["max_wait"])),
-        rate=float(str(rate)) if rate is not None else None,
-    )
