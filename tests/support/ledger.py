@@ -141,3 +141,17 @@ class Ledger:
             for e in (EventRow(*row) for row in rows)
             if (kind is None or e.kind == kind) and (run_id is None or e.run_id == run_id)
         ]
+
+    # --- leases ----------------------------------------------------------------------------
+
+    def lease_owner(self, run_id: str | None = None) -> str | None:
+        """Who holds the run's lease on paper, as stored (JSON: host, pid, token), or None."""
+        rows = self._query("SELECT run_id, lease_owner FROM runs", ())
+        owners = [owner for rid, owner in rows if run_id in (None, rid)]
+        assert len(owners) == 1, f"expected one run: {rows}"
+        return None if owners[0] is None else str(owners[0])
+
+    def live_worker_pids(self, run_id: str | None = None) -> list[int]:
+        """The pids of the workers registered live (a run shared through PostgreSQL)."""
+        rows = self._query("SELECT run_id, pid FROM workers WHERE state = 'live'", ())
+        return sorted(int(pid) for rid, pid in rows if run_id in (None, rid))
