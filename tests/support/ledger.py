@@ -155,3 +155,15 @@ class Ledger:
         """The pids of the workers registered live (a run shared through PostgreSQL)."""
         rows = self._query("SELECT run_id, pid FROM workers WHERE state = 'live'", ())
         return sorted(int(pid) for rid, pid in rows if run_id in (None, rid))
+
+    # --- receipts and decisions -------------------------------------------------------------
+
+    def receipt_sources(self) -> dict[str, str]:
+        """idempotency key -> how its receipt was recorded (an answer, a query, an operator)."""
+        rows = self._query("SELECT idempotency_key, source FROM receipts", ())
+        return {str(key): str(source) for key, source in rows}
+
+    def decisions(self, run_id: str | None = None) -> list[tuple[int, str, str]]:
+        """The operator's decisions on items, in the order made: (seq, decision, evidence)."""
+        rows = self._query("SELECT run_id, seq, decision, evidence FROM decisions ORDER BY id", ())
+        return [(int(s), str(d), str(e)) for rid, s, d, e in rows if run_id in (None, rid)]
