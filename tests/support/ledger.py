@@ -167,3 +167,9 @@ class Ledger:
         """The operator's decisions on items, in the order made: (seq, decision, evidence)."""
         rows = self._query("SELECT run_id, seq, decision, evidence FROM decisions ORDER BY id", ())
         return [(int(s), str(d), str(e)) for rid, s, d, e in rows if run_id in (None, rid)]
+
+    def next_attempts(self, state: str | None = None) -> dict[str, str | None]:
+        """item id -> when it is next tried or asked about (its next_attempt_at), of the
+        items in `state` when given."""
+        rows = self._query("SELECT item_id, state, next_attempt_at FROM items", ())
+        return {str(i): (None if t is None else str(t)) for i, s, t in rows if state in (None, s)}
