@@ -173,3 +173,8 @@ class Ledger:
         items in `state` when given."""
         rows = self._query("SELECT item_id, state, next_attempt_at FROM items", ())
         return {str(i): (None if t is None else str(t)) for i, s, t in rows if state in (None, s)}
+
+    def suppression_audit(self) -> list[tuple[str, str, str]]:
+        """Every change to the suppression list, in the order made: (action, address, source)."""
+        rows = self._query("SELECT action, address, source FROM suppression_audit ORDER BY id", ())
+        return [(str(a), str(address), str(s)) for a, address, s in rows]
