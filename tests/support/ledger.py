@@ -178,3 +178,15 @@ class Ledger:
         """Every change to the suppression list, in the order made: (action, address, source)."""
         rows = self._query("SELECT action, address, source FROM suppression_audit ORDER BY id", ())
         return [(str(a), str(address), str(s)) for a, address, s in rows]
+
+    def retry_afters(self, run_id: str | None = None) -> dict[tuple[int, int], float | None]:
+        """(seq, attempt number) -> the Retry-After its answer carried, in seconds, as stored."""
+        rows = self._query("SELECT run_id, seq, n, retry_after_s FROM attempts", ())
+        return {(int(s), int(n)): r for rid, s, n, r in rows if run_id in (None, rid)}
+
+    def channel_snapshot(self, run_id: str | None = None) -> str:
+        """The channel definitions stored with the run, as stored (JSON)."""
+        rows = self._query("SELECT run_id, channel_snapshot FROM runs", ())
+        found = [str(snapshot) for rid, snapshot in rows if run_id in (None, rid)]
+        assert len(found) == 1, f"expected one run: {rows}"
+        return found[0]
