@@ -13,22 +13,19 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
-from notifier.api import Notifier, Planned
-from notifier.runner import RunResult
 from notifier.sandbox import Faults, Sandbox
-from notifier.state_machine import RunState
 from notifier.store.postgres import POSTGRES
 
 from .conftest import Workspace, make_rows, smtp_server, wait_for
 from .receiver import Receiver, receiving, webhook_config
 from .smtp_relay import ScriptedRelay
+from .support.background import exit_code, send_in_background
 from .support.held import WAIT_S, Answered, HeldRun
 
 pytestmark = pytest.mark.both_stores
@@ -166,30 +163,16 @@ def test_an_address_suppressed_while_the_run_is_held_is_not_sent(
     relay.release.clear()
     ws.write_csv("batch.csv", make_rows(20))
     # The engine in a thread of this process: the list is read at the claim, whoever adds.
-    notifier = Notifier.open(ws.db, config=ws.path / "notifier.toml")
-    ended: list[RunResult | Planned | BaseException] = []
-
-    def send() -> None:
-        try:
-            ended.append(notifier.send(Path("batch.csv"), channel="mail", concurrency=n))
-        except BaseException as error:  # handed to the test's thread, which reports it
-            ended.append(error)
-
-    worker = threading.Thread(target=send)
-    worker.start()
+    sending = send_in_background(ws, "mail", n)
     try:
-        wait_for(lambda: relay.held >= n or bool(ended), f"{n} messages held at the relay")
+        wait_for(lambda: relay.held >= n or sending.done(), f"{n} messages held at the relay")
         late = [f"user{i}@example.com" for i in (15, 17, 20)]
         added = ws.invoke("suppress", "add", *late, "--reason", "complained mid-run")
         assert added.exit_code == 0, added.output
     finally:
         relay.release.set()
-        worker.join(WAIT_S)
-    assert not worker.is_alive(), "the send did not end"
-    [result] = ended
-    assert isinstance(result, RunResult), result
-    assert result.state is RunState.COMPLETED, result  # exit 0: nothing failed or unknown
-    assert (result.counts.failed, result.counts.unknown) == (0, 0), result
+    result = sending.result()
+    assert exit_code(result) == 0, result
     assert not set(late) & set(relay.rcpts)
     data = report(ws)
     assert (data["counts"]["sent"], data["counts"]["suppressed"]) == (17, 3)
