@@ -9,8 +9,6 @@ committed_once."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,8 +16,10 @@ from typing import Any, cast
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 
 from notifier import clock
+from notifier.cli import cli
 from notifier.lease import holder_alive
 from notifier.records import Item, Outcome
 from notifier.state_machine import ItemState, ItemTrigger
@@ -46,12 +46,11 @@ def pg_url(postgres_server: str) -> Iterator[str]:
 def plan(ws: Workspace, db: str, run_id: str, csv: str, start: int) -> None:
     """A run of 12 items, planned by the real CLI and left awaiting approval (nothing sent)."""
     ws.write_csv(csv, make_rows(12, start=start))
-    done = subprocess.run(
-        [sys.executable, "-m", "notifier", "--db", db, "send", csv, "--run-id", run_id,
-         "--require-approval"],
-        cwd=ws.path, capture_output=True, text=True, timeout=60, check=False,
+    done = CliRunner().invoke(
+        cli, ["--db", db, "send", csv, "--run-id", run_id, "--require-approval"],
+        catch_exceptions=False,
     )  # fmt: skip
-    assert done.returncode in (0, 3), done.stdout + done.stderr
+    assert done.exit_code in (0, 3), done.output
 
 
 def rows(db: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
