@@ -76,10 +76,8 @@ def test_redraft_requests_only_the_named_rows_and_the_new_fingerprint_must_be_ap
     audit = json.loads(event.detail or "{}")
     assert audit["fingerprint_before"] == old and audit["fingerprint"] == new
     assert audit["rows"] == [2, 4] and audit["operator"]
-    assert ws.query("SELECT input_tokens FROM drafts WHERE seq IN (1, 2) ORDER BY seq") == [
-        (11,),
-        (22,),
-    ]
+    drafts = ws.ledger.drafts()
+    assert (drafts[1][2], drafts[2][2]) == (11, 22)
 
     refused = ws.invoke("approve", "--fingerprint", old)
     assert refused.exit_code == 4, refused.output
@@ -169,4 +167,4 @@ def test_a_redraft_whose_answer_fails_keeps_the_old_draft_and_exits_3(
     assert result.exit_code == 3, result.output
     assert "keeps the draft it had" in result.output
     assert run_fingerprint(ws) == old
-    assert ws.query("SELECT state, subject FROM drafts WHERE seq = 1") == [("drafted", "Draft u1")]
+    assert ws.ledger.drafts()[1][:2] == ("drafted", "Draft u1")

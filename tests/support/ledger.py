@@ -190,3 +190,8 @@ class Ledger:
         found = [str(snapshot) for rid, snapshot in rows if run_id in (None, rid)]
         assert len(found) == 1, f"expected one run: {rows}"
         return found[0]
+
+    def drafts(self, run_id: str | None = None) -> dict[int, tuple[str, str | None, int | None]]:
+        """seq -> (state, subject, input tokens) of each row's draft (a --compose run)."""
+        rows = self._query("SELECT run_id, seq, state, subject, input_tokens FROM drafts", ())
+        return {int(s): (st, subj, tok) for rid, s, st, subj, tok in rows if run_id in (None, rid)}
