@@ -1,5 +1,7 @@
-"""Operator control with real processes: cancel against a live worker and a dead one, leases
-(two resumes, kill -9, expiry), and Ctrl-C (docs/design.md sections 8, 9 and 11)."""
+"""Operator control against real worker processes: cancel against a live worker and a dead
+one, leases (two resumes, kill -9, expiry), and Ctrl-C (docs/design.md sections 8, 9 and 11).
+The worker that is killed, signalled or contended with is a process; the command that
+follows it (cancel, resume) runs in-process."""
 
 from __future__ import annotations
 

@@ -3,8 +3,9 @@ came inside its query window (`timeout + query_delay` after its request left) is
 once the window has passed, and while
 the receiver holds that second query the committer goes on claiming, sending and recording
 the other items; the held query's answer, when it comes, settles the item. Killed while the
-query is held, `resume` settles the item by asking. Through the real CLI against a receiver
-on 127.0.0.1 (tests/receiver.py), at N = 1 and 8, on both stores."""
+query is held, `resume` settles the item by asking. Against a receiver on 127.0.0.1
+(tests/receiver.py), at N = 1 and 8, on both stores: the held send is the engine in a thread
+of the test (notifier.api), the killed one a real process."""
 
 from __future__ import annotations
 

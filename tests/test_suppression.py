@@ -1,9 +1,9 @@
-"""The suppression list end to end, through the real CLI against a real aiosmtpd
-relay, on SQLite and PostgreSQL, at concurrency 1 and 8: suppressed rows never reach the
-relay, a 5.1.1 at RCPT suppresses the address for the next run, an address suppressed while
-a run is held is not sent, an item that may already have been delivered is never called
-suppressed, suppressed items never make the exit code non-zero, and on PostgreSQL the
-claim asks the list by its primary key."""
+"""The suppression list end to end, through the CLI (or, for a run held mid-way, the engine
+in a thread) against a real aiosmtpd relay, on SQLite and PostgreSQL, at concurrency 1 and
+8: suppressed rows never reach the relay, a 5.1.1 at RCPT suppresses the address for the
+next run, an address suppressed while a run is held is not sent, an item that may already
+have been delivered is never called suppressed, suppressed items never make the exit code
+non-zero, and on PostgreSQL the claim asks the list by its primary key."""
 
 from __future__ import annotations
 
