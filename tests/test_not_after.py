@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -12,7 +11,7 @@ from typing import Any
 import pytest
 
 from notifier import clock
-from notifier.clock import SHIFT_ENV
+from notifier.api import Notifier
 from notifier.judging import NotStarted, Stop
 from notifier.sandbox import Faults, Sandbox
 
@@ -26,7 +25,7 @@ def iso_in(seconds: float, timespec: str = "seconds") -> str:
 
 
 def test_rows_past_their_deadline_when_resumed_are_expired_and_never_sent(
-    ws: Workspace,
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A run stopped after two items and resumed after rows 3 and 4 passed their not_after:
     those two become expired and are never sent; the others are sent; reports count them.
@@ -41,14 +40,16 @@ def test_rows_past_their_deadline_when_resumed_are_expired_and_never_sent(
     crashed = ws.run("send", str(batch), env={"NOTIFIER_CRASH_AT": "after-receipt:2"})
     assert crashed.returncode == 137, crashed.stderr
 
-    resumed = ws.run("resume", env={SHIFT_ENV: "3600"})
-    assert resumed.returncode == 3, resumed.stdout + resumed.stderr  # expired: never sent
+    # In-process, its clock an hour on (the switch clock.SHIFT_ENV sets for a process).
+    monkeypatch.setattr(clock, "_SHIFT", timedelta(seconds=3600))
+    resumed = ws.invoke("resume")
+    assert resumed.exit_code == 3, resumed.output  # expired: never sent
     assert "2 pending item(s) are already past their not_after" in resumed.stdout
     assert "2 expired" in resumed.stdout
     assert sorted(d["item_id"] for d in ws.outbox_documents()) == ["u1", "u2", "u5", "u6"]
-    states = dict(ws.query("SELECT item_id, state FROM items"))
+    states = ws.ledger.states()
     assert states["u3"] == states["u4"] == "expired"
-    assert ws.query("SELECT COUNT(*) FROM attempts WHERE seq IN (3, 4)") == [(0,)]
+    assert ws.ledger.attempts(seq=3) == ws.ledger.attempts(seq=4) == []
     report = ws.status()
     assert report["counts"]["expired"] == 2 and report["counts"]["sent"] == 4
     table = ws.invoke("report")
@@ -85,7 +86,8 @@ def test_the_deadline_is_part_of_the_digested_intent(ws: Workspace) -> None:
     assert fingerprint and fingerprint[0] not in second.output
     sent = ws.invoke("send", str(batch), "--not-after", "2031-01-01T00:00:00Z")
     assert sent.exit_code == 0, sent.output
-    payloads = [json.loads(p) for (p,) in ws.query("SELECT payload FROM items ORDER BY seq")]
+    notifier = Notifier.open(ws.db)
+    payloads = [item.payload for item in notifier.items(notifier.run().run_id)]
     assert payloads[0]["not_after"] == "2030-01-01T08:00:00.000000+00:00"
     assert payloads[1]["not_after"] == "2031-01-01T00:00:00.000000+00:00"
     assert "not_after" not in payloads[0]["data"]
@@ -125,9 +127,9 @@ def test_a_deadline_passing_after_an_uncertain_attempt_leaves_the_item_unknown(
         ]
         result = ws.invoke("send", str(ws.write_csv("b.csv", rows)), "--channel", "hooks")
     assert result.exit_code == 3, result.output
-    ((state, last_error),) = ws.query("SELECT state, last_error FROM items")
-    assert state == "unknown" and "may have been delivered" in last_error
-    attempts = ws.query("SELECT started_at, outcome FROM attempts ORDER BY n")
+    (item,) = ws.ledger.items()
+    assert item.state == "unknown" and "may have been delivered" in (item.last_error or "")
+    attempts = [(a.started_at, a.outcome) for a in ws.ledger.attempts()]
     assert len(attempts) >= 2 and attempts[-1][1] == "expired"
     assert all(outcome == "uncertain" for _, outcome in attempts[:-1])
     limit = datetime.fromisoformat(deadline)
@@ -155,14 +157,14 @@ def test_an_item_that_waits_past_its_deadline_for_a_free_sender_is_never_sent(
         requests = sandbox.stats()["totals"]["requests"]
     assert result.exit_code == 3, result.output
     assert delivered == ["u1", "u2"] and requests == 2
-    states = dict(ws.query("SELECT item_id, state FROM items"))
+    states = ws.ledger.states()
     assert states == {"u1": "sent", "u2": "sent", **{f"u{i}": "expired" for i in range(3, 7)}}
     limit = datetime.fromisoformat(deadline)
     # Attempts closed as not_started or expired never sent a request.
-    sent = ws.query(
-        "SELECT started_at FROM attempts WHERE outcome NOT IN ('not_started', 'expired')"
-    )
-    assert len(sent) == 2 and all(datetime.fromisoformat(at) < limit for (at,) in sent)
+    sent = [
+        a.started_at for a in ws.ledger.attempts() if a.outcome not in ("not_started", "expired")
+    ]
+    assert len(sent) == 2 and all(datetime.fromisoformat(at) < limit for at in sent)
 
 
 class _UncertainThenThrottled(BaseHTTPRequestHandler):
@@ -205,9 +207,9 @@ def test_a_deadline_passing_after_an_uncertain_then_a_throttled_attempt_leaves_i
         server.shutdown()
         server.server_close()
     assert result.exit_code == 3, result.output
-    ((state, last_error),) = ws.query("SELECT state, last_error FROM items")
-    assert state == "unknown" and "may have been delivered" in last_error
-    outcomes = [o for (o,) in ws.query("SELECT outcome FROM attempts ORDER BY id")]
+    (item,) = ws.ledger.items()
+    assert item.state == "unknown" and "may have been delivered" in (item.last_error or "")
+    outcomes = [a.outcome for a in ws.ledger.attempts()]
     assert outcomes[0] == "uncertain" and "throttled" in outcomes
 
 
@@ -236,8 +238,8 @@ def test_a_deadline_passing_while_the_relay_greets_sends_nothing(
     assert relay.most_waiting == n, "not every sender was mid-greeting when the deadline passed"
     assert result.exit_code == 3, result.output
     assert relay.messages == [], "a message was handed over after its not_after"
-    assert dict(ws.query("SELECT state, COUNT(*) FROM items GROUP BY state")) == {"expired": n}
-    outcomes = {o for (o,) in ws.query("SELECT outcome FROM attempts")}
+    assert ws.ledger.state_counts() == {"expired": n}
+    outcomes = {a.outcome for a in ws.ledger.attempts()}
     assert outcomes <= {"not_started", "expired"}, outcomes
 
 
@@ -267,7 +269,4 @@ def test_no_item_claimed_ahead_starts_after_its_not_after(
     assert len(channel.started) == n
     assert sum(isinstance(r, NotStarted) for r in run.taken) == 3 * n
     assert result.stop is Stop.COMPLETED, result
-    assert ws.query("SELECT state, COUNT(*) FROM items GROUP BY state ORDER BY state") == [
-        ("expired", 3 * n),
-        ("sent", n),
-    ]
+    assert ws.ledger.state_counts() == {"expired": 3 * n, "sent": n}

@@ -74,7 +74,7 @@ def status_counts(ws: Workspace, run_id: str) -> dict[str, int]:
 def private_texts(ws: Workspace, rows: list[list[str]]) -> set[str]:
     """What no label may ever carry: recipients, item ids, subjects, bodies, keys."""
     texts = {value for row in rows[1:] for value in row[:4]}
-    texts |= {key for (key,) in ws.query("SELECT idempotency_key FROM items")}
+    texts |= set(ws.ledger.keys())
     return texts
 
 
@@ -108,9 +108,7 @@ def test_metrics_scraped_mid_run_agree_with_status(ws: Workspace, n: int) -> Non
             receiver.wait_for(lambda r: len(r.arrivals) == answered + n)
             # Recorded: their commit claimed the items after them too; nothing moves now.
             wait_for(
-                lambda: (
-                    ws.query("SELECT COUNT(*) FROM items WHERE state = 'sent'") == [(answered,)]
-                ),
+                lambda: ws.ledger.state_counts().get("sent") == answered,
                 "the answered items recorded",
             )
             first = scrape(port)
@@ -175,16 +173,16 @@ def test_metrics_scraped_mid_run_agree_with_status(ws: Workspace, n: int) -> Non
 def test_log_bodies_adds_recipient_subject_and_body(ws: Workspace) -> None:
     """With --log-bodies each attempt_started carries its recipient, subject and body;
     without it none of them appears anywhere on stderr."""
-    bare = ws.run("send", str(EXAMPLE), "--run-id", "bare", "--log-format", "json")
-    assert bare.returncode == 0, bare.stdout + bare.stderr
+    bare = ws.invoke("send", str(EXAMPLE), "--run-id", "bare", "--log-format", "json")
+    assert bare.exit_code == 0, bare.output
     assert "ada.liskov1@example.org" not in bare.stderr
     assert "Scheduled maintenance" not in bare.stderr
     assert all("subject" not in e for e in json_lines(bare.stderr))
-    full = ws.run(
+    full = ws.invoke(
         "send", str(EXAMPLE), "--run-id", "full", "--new-run", "--log-format", "json",
         "--log-bodies",
     )  # fmt: skip
-    assert full.returncode == 0, full.stdout + full.stderr
+    assert full.exit_code == 0, full.output
     started = [e for e in json_lines(full.stderr) if e["event"] == "attempt_started"]
     assert started and all({"to", "subject", "body"} <= e.keys() for e in started)
     assert started[0]["to"] == "ada.liskov1@example.org"
@@ -200,7 +198,8 @@ def test_a_metrics_port_in_use_is_exit_2_before_anything_is_stored(
     if command == "resume":  # an approved run: `resume` alone would send it
         planned = ws.invoke("send", str(EXAMPLE), "--run-id", "later", "--require-approval")
         assert planned.exit_code == 0, planned.output
-        ((fingerprint,),) = ws.query("SELECT fingerprint FROM runs")
+        fingerprint = ws.ledger.run("later").fingerprint
+        assert fingerprint is not None
         approved = ws.invoke("approve", "later", "--fingerprint", fingerprint)
         assert approved.exit_code == 0, approved.output
     with socket.socket() as holder:
@@ -208,15 +207,15 @@ def test_a_metrics_port_in_use_is_exit_2_before_anything_is_stored(
         holder.listen()
         port = holder.getsockname()[1]
         args = [str(EXAMPLE)] if command == "send" else ["later"]
-        done = ws.run(command, *args, "--metrics-port", str(port))
-    assert done.returncode == 2, done.stdout + done.stderr
+        done = ws.invoke(command, *args, "--metrics-port", str(port))
+    assert done.exit_code == 2, done.output
     assert f"--metrics-port {port}" in done.stderr and "free --metrics-port" in done.stderr
     assert "Traceback" not in done.stderr
     if command == "send":
-        assert not ws.has_database() or ws.query("SELECT COUNT(*) FROM runs") == [(0,)]
+        assert not ws.has_database() or ws.ledger.runs() == []
     else:
-        assert ws.query("SELECT state FROM runs") == [("approved",)]
-        assert ws.query("SELECT COUNT(*) FROM attempts") == [(0,)]
+        assert ws.ledger.run().state == "approved"
+        assert ws.ledger.attempts() == []
 
 
 def test_status_and_a_plain_send_load_no_prometheus_client(ws: Workspace) -> None:
@@ -253,10 +252,7 @@ def test_throttled_answers_gate_seconds_and_rate_waits_are_counted(ws: Workspace
         )  # fmt: skip
         try:
             receiver.wait_for(lambda r: len(r.arrivals) == 4)
-            wait_for(
-                lambda: ws.query("SELECT COUNT(*) FROM items WHERE state = 'sent'") == [(2,)],
-                "u1 and u2 recorded",
-            )
+            wait_for(lambda: ws.ledger.state_counts().get("sent") == 2, "u1 and u2 recorded")
             figures = samples(scrape(port))
             hold.set()
             out, err = process.communicate(timeout=60)
@@ -331,12 +327,12 @@ def test_two_workers_endpoints_agree_with_status(ws: Workspace) -> None:
 def test_notifier_metrics_on_bad_input_is_exit_2_and_creates_nothing(ws: Workspace) -> None:
     """`notifier metrics` is a look: with no database it creates none, and an unknown run id
     is exit 2 naming it, as `status` does."""
-    missing = ws.run("metrics")
-    assert missing.returncode == 2 and "database here yet" in missing.stderr
+    missing = ws.invoke("metrics")
+    assert missing.exit_code == 2 and "database here yet" in missing.stderr
     assert not ws.has_database()
     assert ws.invoke("send", str(EXAMPLE), "--run-id", "known").exit_code == 0
-    unknown = ws.run("metrics", "nosuch")
-    assert unknown.returncode == 2 and "'nosuch'" in unknown.stderr, unknown.stderr
+    unknown = ws.invoke("metrics", "nosuch")
+    assert unknown.exit_code == 2 and "'nosuch'" in unknown.stderr, unknown.output
     assert "Traceback" not in unknown.stderr
 
 
@@ -386,14 +382,14 @@ def test_an_error_under_json_logs_is_a_json_event_too(ws: Workspace) -> None:
     """With --log-format json, a command's failure is one more JSON line on stderr (`error`,
     its exit code and message), with the contract's exit code, never prose a log pipeline
     cannot parse; without it, the plain message."""
-    result = ws.run("resume", "--log-format", "json")
-    assert result.returncode == 2, result.stdout + result.stderr
+    result = ws.invoke("resume", "--log-format", "json")
+    assert result.exit_code == 2, result.output
     (line,) = result.stderr.strip().splitlines()
     event = json.loads(line)
     assert (event["event"], event["exit_code"]) == ("error", 2)
     assert "database here yet" in event["message"] and "ts" in event
-    plain = ws.run("resume")
-    assert plain.returncode == 2 and plain.stderr.startswith("Error: ")
+    plain = ws.invoke("resume")
+    assert plain.exit_code == 2 and plain.stderr.startswith("Error: "), plain.output
 
 
 @pytest.fixture
@@ -410,11 +406,11 @@ def test_json_log_never_names_a_recipient_rejected_at_rcpt(
     """Without --log-bodies no JSON log line carries a recipient, even one a relay echoes."""
     relay.rcpt_answers["user4@example.com"] = "550 5.1.1 <user4@example.com>: no such user"
     ws.write_csv("batch.csv", make_rows(6))
-    done = ws.run(
+    done = ws.invoke(
         "send", "batch.csv", "--channel", "mail", "--concurrency", str(n),
         "--log-format", "json",
     )  # fmt: skip
-    assert done.returncode == 3, done.stdout + done.stderr
+    assert done.exit_code == 3, done.output
     lines = [json.loads(line) for line in done.stderr.splitlines()]
     assert any(e.get("attempt_outcome") == "permanent" for e in lines), lines
     assert "user4@example.com" not in done.stderr

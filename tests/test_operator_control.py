@@ -1,5 +1,7 @@
-"""Operator control with real processes: cancel against a live worker and a dead one, leases
-(two resumes, kill -9, expiry), and Ctrl-C (docs/design.md sections 8, 9 and 11)."""
+"""Operator control against real worker processes: cancel against a live worker and a dead
+one, leases (two resumes, kill -9, expiry), and Ctrl-C (docs/design.md sections 8, 9 and 11).
+The worker that is killed, signalled or contended with is a process; the command that
+follows it (cancel, resume) runs in-process."""
 
 from __future__ import annotations
 
@@ -52,7 +54,7 @@ def wait_for(condition: Callable[[], bool], timeout: float = 30) -> None:
 
 def sent_count(ws: Workspace) -> int:
     try:
-        return int(ws.query("SELECT COUNT(*) FROM items WHERE state = 'sent'")[0][0])
+        return ws.ledger.state_counts().get("sent", 0)
     except DB_ERRORS:  # not created yet
         return 0
 
@@ -63,8 +65,8 @@ def has_sent_or_ended(ws: Workspace, worker: subprocess.Popen[str], at_least: in
 
 def assert_each_key_committed_once(ws: Workspace, sandbox: Sandbox) -> None:
     stats = sandbox.stats()["keys"]
-    for (key,) in ws.query("SELECT idempotency_key FROM items"):
-        assert stats[key]["commits"] == 1, key
+    for item in ws.ledger.items():
+        assert stats[item.idempotency_key]["commits"] == 1, item.item_id
 
 
 @pytest.mark.parametrize("concurrency", ["1", "16"])
@@ -80,13 +82,15 @@ def test_cancel_against_a_live_worker_stops_dispatch_and_reports_exactly(
     worker = ws.popen("send", "batch.csv", "--channel", "hooks", "--concurrency", concurrency)
     try:
         wait_for(lambda: sent_count(ws) >= 10)
-        cancelled = ws.run("cancel", "--report", "--format", "json")
+        # In-process: what is pinned is that cancel returns only once the worker, another
+        # process, has stopped sending.
+        cancelled = ws.invoke("cancel", "--report", "--format", "json")
         after_cancel = slow_sandbox.stats()["totals"]
         # Once the worker has exited nothing more can come from it: whatever reached the
         # sandbox since cancel returned is in its totals by now.
         assert worker.wait(timeout=60) in (0, 3)
         assert slow_sandbox.stats()["totals"] == after_cancel
-        assert cancelled.returncode == 3, cancelled.stderr  # the rest will never be sent
+        assert cancelled.exit_code == 3, cancelled.output  # the rest will never be sent
         report = json.loads(cancelled.stdout)
         assert report["state"] == "cancelled"
         counts = report["counts"]
@@ -111,8 +115,8 @@ def test_cancel_without_a_worker_settles_in_flight_by_query(
     crashed = ws.run("send", "batch.csv", "--channel", "hooks",
                      env={"NOTIFIER_CRASH_AT": "after-send:20"})  # fmt: skip
     assert crashed.returncode == 137
-    cancelled = ws.run("cancel", "--report", "--format", "json")
-    assert cancelled.returncode == 3, cancelled.stderr  # 80 will never be sent
+    cancelled = ws.invoke("cancel", "--report", "--format", "json")
+    assert cancelled.exit_code == 3, cancelled.output  # 80 will never be sent
     report = json.loads(cancelled.stdout)
     assert (report["counts"]["sent"], report["counts"]["unknown"], report["counts"]["pending"]) == (
         20, 0, 80,
@@ -165,12 +169,11 @@ def test_kill_9_then_resume_takes_over_and_completes(ws: Workspace, slow_sandbox
     worker.wait()
     # The dead worker still holds the run on paper: its run lease, or its worker lease.
     if ws.url:
-        assert ws.query("SELECT pid FROM workers WHERE state = 'live'") == [(worker.pid,)]
+        assert ws.ledger.live_worker_pids() == [worker.pid]
     else:
-        owner = ws.query("SELECT lease_owner FROM runs")[0][0]
-        assert json.loads(owner)["pid"] == worker.pid
-    resumed = ws.run("resume")
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        assert json.loads(ws.ledger.lease_owner() or "{}")["pid"] == worker.pid
+    resumed = ws.invoke("resume")  # in-process: the holder it must find dead is the worker
+    assert resumed.exit_code == 0, resumed.output
     assert_each_key_committed_once(ws, slow_sandbox)
     assert ws.status()["counts"]["sent"] == 80
 
@@ -217,8 +220,8 @@ def test_ctrl_c_pauses_cleanly_and_resume_completes(ws: Workspace, slow_sandbox:
     assert set(committed_keys(slow_sandbox)) == {
         i["idempotency_key"] for i in status["items"] if i["state"] == "sent"
     }
-    resumed = ws.run("resume")
-    assert resumed.returncode == 0, resumed.stderr
+    resumed = ws.invoke("resume")
+    assert resumed.exit_code == 0, resumed.output
     assert_each_key_committed_once(ws, slow_sandbox)
     assert ws.status()["counts"]["sent"] == 80
 
@@ -252,13 +255,11 @@ def test_ctrl_c_during_smtp_at_concurrency_4_leaves_the_rest_never_attempted(
     assert len(pending) == 8 - started and all(i["attempts"] == 0 for i in pending)
     # A sender that had connected when the signal came withholds its message (its claim's
     # attempt closed `not_started`, never counted): only the messages that left are attempts.
-    started_attempts = ws.query(
-        "SELECT COUNT(*) FROM attempts WHERE outcome IS NULL OR outcome <> 'not_started'"
-    )
-    assert started_attempts == [(started,)], "only those started"
+    started_attempts = [a for a in ws.ledger.attempts() if a.outcome != "not_started"]
+    assert len(started_attempts) == started, "only those started"
     slow_relay.seconds = 0
-    resumed = ws.run("resume")
-    assert resumed.returncode == 0, resumed.stderr
+    resumed = ws.invoke("resume")
+    assert resumed.exit_code == 0, resumed.output
     assert len(slow_relay.mail_times) == 8
     assert ws.status()["counts"]["sent"] == 8
 
@@ -286,8 +287,8 @@ def test_chaos_sigkill_at_random_moments_still_delivers_each_key_once(
             # or after the run completed but before the process exited (then we are done).
             # Each round may last a little longer than the one before, so a loaded machine
             # (slow process start-up) still makes progress between kills.
-            states = ws.query("SELECT state FROM runs") if ws.has_database() else []
-            if states == [("completed",)]:
+            states = [r.state for r in ws.ledger.runs()] if ws.has_database() else []
+            if states == ["completed"]:
                 break
             worker = ws.popen(*(send if not states else ("resume",)))
             if round_ == 0:

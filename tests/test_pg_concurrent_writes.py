@@ -9,17 +9,18 @@ committed_once."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 
 from notifier import clock
+from notifier.cli import cli
 from notifier.lease import holder_alive
 from notifier.records import AttemptOutcome, Item, Outcome
 from notifier.state_machine import ItemState, ItemTrigger
@@ -27,6 +28,7 @@ from notifier.store import LeaseLost, Store
 from notifier.store.postgres import PostgresEngine
 
 from .conftest import Workspace, make_rows, postgres_schema
+from .support.ledger import Ledger
 
 # How long a writer may wait for a lock before its write fails: far below the store's 10 s,
 # so a write that the other transaction blocks fails the test quickly instead of hanging.
@@ -46,12 +48,16 @@ def pg_url(postgres_server: str) -> Iterator[str]:
 def plan(ws: Workspace, db: str, run_id: str, csv: str, start: int) -> None:
     """A run of 12 items, planned by the real CLI and left awaiting approval (nothing sent)."""
     ws.write_csv(csv, make_rows(12, start=start))
-    done = subprocess.run(
-        [sys.executable, "-m", "notifier", "--db", db, "send", csv, "--run-id", run_id,
-         "--require-approval"],
-        cwd=ws.path, capture_output=True, text=True, timeout=60, check=False,
+    done = CliRunner().invoke(
+        cli, ["--db", db, "send", csv, "--run-id", run_id, "--require-approval"],
+        catch_exceptions=False,
     )  # fmt: skip
-    assert done.returncode in (0, 3), done.stdout + done.stderr
+    assert done.exit_code in (0, 3), done.output
+
+
+def ledger(db: str) -> Ledger:
+    """The typed read model (support/ledger.py) of the schema `db` names."""
+    return Ledger(lambda sql, params: rows(db, sql, tuple(params)))
 
 
 def rows(db: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -142,9 +148,7 @@ def assert_history_whole(db: str, run_id: str) -> None:
     assert numbers == list(range(1, len(numbers) + 1))
     counted = rows(db, "SELECT state, n FROM run_counts WHERE run_id = ? AND n > 0 ORDER BY state",
                    (run_id,))  # fmt: skip
-    actual = rows(db, "SELECT state, COUNT(*) FROM items WHERE run_id = ? GROUP BY state "
-                  "ORDER BY state", (run_id,))  # fmt: skip
-    assert counted == actual
+    assert dict(counted) == ledger(db).state_counts(run_id)
 
 
 def test_two_group_commits_on_one_run_overlap(ws: Workspace, pg_url: str) -> None:
@@ -172,15 +176,14 @@ def test_two_group_commits_on_one_run_overlap(ws: Workspace, pg_url: str) -> Non
     finally:
         a.close()
         b.close()
-    states = rows(pg_url, "SELECT seq, state, worker_id FROM items WHERE run_id = 'one' "
-                  "AND seq <= 10 ORDER BY seq")  # fmt: skip
+    states = [(i.seq, i.state, i.worker_id) for i in ledger(pg_url).items("one") if i.seq <= 10]
     assert states == [(s, "sent", "worker-a") for s in (1, 2, 3)] + [
         (s, "sent", "worker-b") for s in (4, 5, 6)
     ] + [(7, "in_flight", "worker-a"), (8, "in_flight", "worker-a"),
          (9, "in_flight", "worker-b"), (10, "in_flight", "worker-b")]  # fmt: skip
-    assert rows(pg_url, "SELECT COUNT(*) FROM receipts") == [(6,)]
-    kinds = "SELECT kind, COUNT(*) FROM events WHERE run_id = 'one' AND kind IN ('ack', 'start') "
-    assert rows(pg_url, kinds + "GROUP BY kind ORDER BY kind") == [("ack", 6), ("start", 10)]
+    assert ledger(pg_url).receipt_count() == 6
+    kinds = Counter(e.kind for e in ledger(pg_url).events(run_id="one"))
+    assert (kinds["ack"], kinds["start"]) == (6, 10)
     assert_history_whole(pg_url, "one")
 
 
@@ -227,10 +230,8 @@ def test_two_commits_of_one_run_numbering_at_once_both_commit(ws: Workspace, pg_
     finally:
         a.close()
         b.close()
-    sent = rows(pg_url, "SELECT COUNT(*) FROM items WHERE run_id = 'both' AND state = 'sent'")
-    assert sent == [(2 * NUMBERING_ROUNDS,)]
-    acked = "SELECT COUNT(*) FROM events WHERE run_id = 'both' AND kind = 'ack'"
-    assert rows(pg_url, acked) == [(2 * NUMBERING_ROUNDS,)]
+    assert ledger(pg_url).state_counts("both").get("sent") == 2 * NUMBERING_ROUNDS
+    assert len(ledger(pg_url).events("ack", run_id="both")) == 2 * NUMBERING_ROUNDS
     assert_history_whole(pg_url, "both")
 
 
@@ -257,8 +258,8 @@ def test_writes_to_two_runs_never_wait_for_each_other(ws: Workspace, pg_url: str
         a.close()
         b.close()
     for run_id in ("left", "right"):
-        sql = "SELECT seq, state FROM items WHERE run_id = ? AND seq <= 3 ORDER BY seq"
-        assert rows(pg_url, sql, (run_id,)) == [(1, "sent"), (2, "sent"), (3, "in_flight")]
+        items = [(i.seq, i.state) for i in ledger(pg_url).items(run_id) if i.seq <= 3]
+        assert items == [(1, "sent"), (2, "sent"), (3, "in_flight")]
         assert_history_whole(pg_url, run_id)
 
 
@@ -299,8 +300,7 @@ def test_a_reap_skips_a_worker_whose_commit_is_open_and_takes_it_after(
     assert skipped == [[]] and live_while_open == [("live",)]
     assert [[i.seq for i in items] for items in claimed] == [[5, 6]]  # type: ignore[attr-defined]
     assert adopted == [3, 4, 5, 6]
-    assert rows(pg_url, "SELECT seq, state, worker_id FROM items WHERE run_id = 'fence' "
-                "AND seq <= 6 ORDER BY seq") == [
+    assert [(i.seq, i.state, i.worker_id) for i in ledger(pg_url).items("fence") if i.seq <= 6] == [
         (1, "sent", "worker-old"), (2, "sent", "worker-old"),
         *[(seq, "in_flight", "worker-new") for seq in (3, 4, 5, 6)],
     ]  # fmt: skip

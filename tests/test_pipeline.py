@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from notifier.api import Notifier
 from notifier.channels.outbox import OutboxChannel
 from notifier.pipeline import claim_ahead
 from notifier.sandbox import Faults, Sandbox
@@ -47,7 +48,7 @@ def commits(sandbox: Sandbox) -> dict[str, int]:
 
 
 def keys(ws: Workspace) -> list[str]:
-    return [key for (key,) in ws.query("SELECT idempotency_key FROM items")]
+    return ws.ledger.keys()
 
 
 @pytest.mark.parametrize("point", ["after-intent", "after-send", "after-receipt"])
@@ -61,8 +62,8 @@ def test_crash_with_16_in_flight_then_resume_commits_each_key_once(
     env = {"NOTIFIER_CRASH_AT": f"{point}:60"}
     crashed = ws.run("send", "batch.csv", "--channel", "hooks", "--concurrency", "16", env=env)
     assert crashed.returncode == 137, crashed.stderr
-    resumed = ws.run("resume", "--concurrency", "16")
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    resumed = ws.invoke("resume", "--concurrency", "16")
+    assert resumed.exit_code == 0, resumed.output
     assert commits(sandbox) == {key: 1 for key in keys(ws)}
     assert ws.status()["counts"]["sent"] == 120
 
@@ -77,7 +78,7 @@ def test_random_drops_at_16_in_flight_commit_each_key_once(ws: Workspace, sandbo
     assert result.exit_code == 0, result.output
     assert sandbox.stats()["keys"], "the sandbox saw nothing"
     assert commits(sandbox) == {key: 1 for key in keys(ws)}
-    dropped = ws.query("SELECT COUNT(*) FROM attempts WHERE outcome = 'uncertain'")[0][0]
+    dropped = len([a for a in ws.ledger.attempts() if a.outcome == "uncertain"])
     assert dropped > 0, "the seed should drop some answers"
 
 
@@ -100,18 +101,19 @@ def test_resume_settles_all_16_in_flight_before_claiming_a_new_item(
     env = {"NOTIFIER_CRASH_AT": f"after-intent:{crash_at}"}
     crashed = ws.run("send", "batch.csv", "--channel", "hooks", "--concurrency", "16", env=env)
     assert crashed.returncode == 137, crashed.stderr
-    in_flight = {seq for (seq,) in ws.query("SELECT seq FROM items WHERE state = 'in_flight'")}
+    in_flight = {i.seq for i in ws.ledger.items() if i.state == "in_flight"}
     assert len(in_flight) == capacity and crash_at in in_flight
-    never_claimed = ws.query("SELECT COUNT(*) FROM items WHERE state = 'pending'")[0][0]
+    never_claimed = ws.ledger.state_counts()["pending"]
     assert never_claimed >= 17
-    (crash_mark,) = ws.query("SELECT MAX(seq_no) FROM events")[0]
-    resumed = ws.run("resume", "--concurrency", "16")
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    events = ws.query(
-        "SELECT seq_no, kind, item_seq FROM events WHERE seq_no > ? AND item_seq IS NOT NULL "
-        "ORDER BY seq_no",
-        (crash_mark,),
-    )
+    crash_mark = len(ws.ledger.events())
+    resumed = ws.invoke("resume", "--concurrency", "16")
+    assert resumed.exit_code == 0, resumed.output
+    # The resume's events about items, numbered in the order they were written.
+    events = [
+        (n, e.kind, e.item_seq)
+        for n, e in enumerate(ws.ledger.events()[crash_mark:])
+        if e.item_seq is not None
+    ]
     settlement: dict[int, int] = {}
     for seq_no, _kind, item in events:
         if item in in_flight:
@@ -139,10 +141,9 @@ def test_items_are_claimed_ahead_3n_deep_only_where_resume_can_ask_about_them(
     env = {"NOTIFIER_CRASH_AT": "after-intent:1"}
     crashed = ws.run("send", "batch.csv", "--channel", channel, "--concurrency", "4", env=env)
     assert crashed.returncode == 137, crashed.stderr
-    in_flight = [seq for (seq,) in ws.query("SELECT seq FROM items WHERE state = 'in_flight'")]
+    in_flight = [i.seq for i in ws.ledger.items() if i.state == "in_flight"]
     assert in_flight == list(range(1, claimed + 1))
-    opened = ws.query("SELECT seq FROM attempts WHERE finished_at IS NULL ORDER BY seq")
-    assert [seq for (seq,) in opened] == in_flight
+    assert [a.seq for a in ws.ledger.attempts() if a.finished_at is None] == in_flight
     assert sandbox.stats()["keys"] == {}, "nothing is sent before its point A is committed"
 
 
@@ -212,8 +213,7 @@ def test_rate_50_over_200_items_takes_what_the_bucket_allows(
     assert result.exit_code == 0, result.output
     assert commits(sandbox) == {key: 1 for key in keys(ws)}
     assert arrival_span(sandbox) >= 2.7
-    (options,) = ws.query("SELECT options FROM runs")[0]
-    assert json.loads(options)["rate"] == 50
+    assert Notifier.open(ws.db).run().options["rate"] == 50
 
 
 @pytest.mark.parametrize("sandbox", [Faults()], indirect=True)

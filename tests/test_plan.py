@@ -120,17 +120,17 @@ def test_same_batch_again_has_nothing_to_send_unless_new_run(ws: Workspace) -> N
     """Re-sending a delivered batch plans nothing (exit 0, naming the run that delivered
     it); --new-run sends it again under new keys."""
     assert ws.invoke("send", str(EXAMPLE)).exit_code == 0
-    run_id = ws.query("SELECT run_id FROM runs")[0][0]
+    run_id = ws.ledger.run().run_id
     again = ws.invoke("send", str(EXAMPLE))
     assert again.exit_code == 0
     assert run_id in again.output and "nothing to send" in again.output
-    assert ws.query("SELECT COUNT(*) FROM runs") == [(1,)]
+    assert len(ws.ledger.runs()) == 1
     assert len(ws.outbox_documents()) == 100
 
     fresh = ws.invoke("send", str(EXAMPLE), "--new-run")
     assert fresh.exit_code == 0, fresh.output
-    assert ws.query("SELECT COUNT(*) FROM runs") == [(2,)]
-    assert ws.query("SELECT COUNT(DISTINCT idempotency_key) FROM items") == [(200,)]
+    assert len(ws.ledger.runs()) == 2
+    assert len(set(ws.ledger.keys())) == 200
     assert len(ws.outbox_documents()) == 200
 
 
@@ -160,7 +160,7 @@ def test_dry_run_on_a_planned_batch_names_the_run(ws: Workspace) -> None:
     ws.write_csv("b.csv", make_rows(3))
     assert ws.invoke("send", "b.csv").exit_code == 0
     before = ws.db_file.read_bytes()
-    run_id = ws.query("SELECT run_id FROM runs")[0][0]
+    run_id = ws.ledger.run().run_id
     result = ws.invoke("send", "b.csv", "--dry-run")
     assert result.exit_code == 0
     assert f"3 row(s) already delivered with the same content by run {run_id}" in result.output

@@ -115,8 +115,8 @@ def test_wrong_database_name_exits_2_naming_it(ws: Workspace) -> None:
     parts = urlsplit(ws.url)
     netloc = f"{parts.username or 'postgres'}@{parts.hostname}:{parts.port or 5432}"
     url = urlunsplit((parts.scheme, netloc, "/no_such_notifier_db", "", ""))
-    result = ws.run("--db", url, "status")  # the later --db wins over the workspace's
-    assert result.returncode == 2, result.stdout + result.stderr
+    result = ws.invoke("--db", url, "status")  # the later --db wins over the workspace's
+    assert result.exit_code == 2, result.output
     assert "no_such_notifier_db" in result.stderr and "cannot connect" in result.stderr
     assert_one_clear_paragraph(result.stderr)
 
@@ -215,9 +215,9 @@ def test_secrets_never_reach_the_database(ws: Workspace) -> None:
         env = {"HOOKS_SECRET": "whsec_" + "TWZLUTlyOEdLWXFyVHdqVVBEOElMUFpJ", "PGPASSWORD": SECRET}
         printed = ""
         for args in (["send", "batch.csv", "--channel", "hooks"], ["status"], ["report"]):
-            result = ws.run(*args, env=env)
-            assert result.returncode == 0, result.stdout + result.stderr
-            printed += result.stdout + result.stderr
+            result = ws.invoke(*args, env=env)  # the environment set for the command alone
+            assert result.exit_code == 0, result.output
+            printed += result.output
         assert sandbox.stats()["totals"]["commits"] == 3
     assert SECRET not in printed and env["HOOKS_SECRET"] not in printed
     cells = 0

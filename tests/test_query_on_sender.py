@@ -1,8 +1,9 @@
 """The status query after an uncertain send runs on the sender's thread: while
 one item's query waits on the receiver, the committer goes on recording the other items'
 answers, and once the query answers the item is settled by what it found; killed while the
-query waits, the item is left in flight for resume to ask about. Through the real CLI
-against a receiver on 127.0.0.1 (tests/receiver.py), at N = 1 and 8, on both stores."""
+query waits, the item is left in flight for resume to ask about. Against a receiver on
+127.0.0.1 (tests/receiver.py), at N = 1 and 8, on both stores: the held send is the engine
+in a thread of the test (notifier.api), the killed one a real process."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 from .conftest import Workspace, make_rows, wait_for
 from .receiver import WAIT_S, Receiver, receiving, released, webhook_config
+from .support.background import exit_code, send_in_background
 
 pytestmark = pytest.mark.both_stores
 
@@ -20,16 +22,12 @@ ROWS = 40
 
 def _sent_others(ws: Workspace) -> int:
     """Items other than u1 recorded as sent."""
-    ((count,),) = ws.query("SELECT COUNT(*) FROM items WHERE item_id <> 'u1' AND state = 'sent'")
-    return int(count)
+    return len([i for i in ws.ledger.items() if i.item_id != "u1" and i.state == "sent"])
 
 
 def _u1(ws: Workspace) -> tuple[str, str | None]:
-    ((state, source),) = ws.query(
-        "SELECT i.state, r.source FROM items i LEFT JOIN receipts r "
-        "ON r.idempotency_key = i.idempotency_key WHERE i.item_id = 'u1'"
-    )
-    return str(state), source
+    u1 = ws.ledger.item("u1")
+    return u1.state, ws.ledger.receipt_sources().get(u1.idempotency_key)
 
 
 @pytest.mark.parametrize("n", [1, 8])
@@ -53,8 +51,9 @@ def test_a_held_status_query_does_not_hold_up_the_other_items(ws: Workspace, n: 
             webhook_config(receiver, idempotent=False, status=True, timeout=WAIT_S + 10)
         )
         ws.write_csv("batch.csv", make_rows(ROWS))
-        process = ws.popen("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n))
-        with released([process], receiver.query_hold):
+        # The engine in a thread: the query on u1's sender and the committer are its own.
+        sending = send_in_background(ws, "hooks", n)
+        with released([], receiver.query_hold):
             receiver.wait_for(lambda r: len(r.queries) >= 1)  # u1's query is held
             if n > 1:
                 wait_for(
@@ -68,8 +67,8 @@ def test_a_held_status_query_does_not_hold_up_the_other_items(ws: Workspace, n: 
             assert not receiver.query_hold.is_set()
             assert _u1(ws) == ("in_flight", None), "u1 is recorded only with its finding"
             receiver.query_hold.set()
-            out, err = process.communicate(timeout=60)
-    assert process.returncode == 0, out + err
+            result = sending.result()
+    assert exit_code(result) == 0, result
     assert _u1(ws) == ("sent", "query")
     assert receiver.posts("u1") == 1, "found by the query: never sent again"
     assert _sent_others(ws) == ROWS - 1
@@ -105,8 +104,8 @@ def test_a_kill_during_the_held_query_leaves_the_item_for_resume_to_ask(
             process.communicate()
         assert _u1(ws) == ("in_flight", None)
         receiver.query_hold.set()
-        resumed = ws.run("resume", timeout=90)
-        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        resumed = ws.invoke("resume")  # in-process: the killed process is the one above
+        assert resumed.exit_code == 0, resumed.output
     assert _u1(ws) == ("sent", "query")
     assert receiver.posts("u1") == 1
     assert _sent_others(ws) == ROWS - 1

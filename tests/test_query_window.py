@@ -60,7 +60,7 @@ def _assert_each_delivered_once(ws: Workspace, receiver: Receiver, rows: int) ->
     """Every request that arrived has been committed (a second one, had there been one,
     too), and each item exactly once, under its one key, posted once."""
     receiver.wait_for(lambda r: sum(r.commits.values()) >= len(r.arrivals))
-    keys = [key for (key,) in ws.query("SELECT idempotency_key FROM items")]
+    keys = [item.idempotency_key for item in ws.ledger.items()]
     assert len(keys) == rows
     assert receiver.commits == dict.fromkeys(keys, 1)
     assert sorted(receiver.deliveries().values()) == [1] * rows
@@ -70,7 +70,7 @@ def _assert_each_delivered_once(ws: Workspace, receiver: Receiver, rows: int) ->
 def _assert_all_sent(ws: Workspace, rows: int) -> None:
     report = json.loads(ws.invoke("report", "--format", "json").output)
     assert report["counts"]["sent"] == rows, report["counts"]
-    assert ws.query("SELECT DISTINCT state FROM items") == [("sent",)]
+    assert set(ws.ledger.states().values()) == {"sent"}
 
 
 @EARLY
@@ -87,11 +87,11 @@ def test_an_early_answer_and_a_late_commit_is_delivered_once_and_reported_sent(
     with receiving(receiver):
         _configure(ws, receiver)
         ws.write_csv("batch.csv", make_rows(rows))
-        sent = ws.run("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n))
+        sent = ws.invoke("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n))
         _assert_each_delivered_once(ws, receiver, rows)
-    assert sent.returncode == 0, sent.stdout + sent.stderr
+    assert sent.exit_code == 0, sent.output
     _assert_all_sent(ws, rows)
-    assert ws.query("SELECT DISTINCT source FROM receipts") == [("query",)]
+    assert set(ws.ledger.receipt_sources().values()) == {"query"}
 
 
 @EARLY
@@ -108,10 +108,10 @@ def test_a_cancel_after_a_kill_never_reports_a_held_item_as_never_delivered(
     rows = _rows(n)
     with receiving(receiver):
         _killed_after_the_first_answer(ws, receiver, rows, n)
-        cancelled = ws.run("cancel", "--report", "--format", "json")
+        cancelled = ws.invoke("cancel", "--report", "--format", "json")
         receiver.wait_for(lambda r: sum(r.commits.values()) >= len(r.arrivals))
         held = {a.item_id for a in receiver.arrivals}
-    assert cancelled.returncode in (0, 3), cancelled.stdout + cancelled.stderr
+    assert cancelled.exit_code in (0, 3), cancelled.output
     report = json.loads(cancelled.stdout)
     assert report["state"] == "cancelled"
     ends = {row["id"]: row["state"] for row in report["items"] if row["id"] in held}
@@ -133,9 +133,9 @@ def test_a_resume_after_a_kill_waits_the_window_from_when_the_request_left(
     rows = _rows(n)
     with receiving(receiver):
         _killed_after_the_first_answer(ws, receiver, rows, n)
-        resumed = ws.run("resume", "--concurrency", str(n))
+        resumed = ws.invoke("resume", "--concurrency", str(n))
         _assert_each_delivered_once(ws, receiver, rows)
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert resumed.exit_code == 0, resumed.output
     _assert_all_sent(ws, rows)
 
 
@@ -152,14 +152,14 @@ def test_with_one_attempt_an_early_404_never_fails_an_item_the_receiver_holds(
     with receiving(receiver):
         _configure(ws, receiver, retry="[retry]\nmax_attempts = 1\n")
         ws.write_csv("batch.csv", make_rows(rows))
-        sent = ws.run("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n))
+        sent = ws.invoke("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n))
         receiver.wait_for(lambda r: sum(r.commits.values()) >= len(r.arrivals))
-        assert ws.query("SELECT COUNT(*) FROM items WHERE state = 'failed'") == [(0,)]
-        again = ws.run("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n))
+        assert "failed" not in ws.ledger.state_counts()
+        again = ws.invoke("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n))
         receiver.wait_for(lambda r: sum(r.commits.values()) >= len(r.arrivals))
         assert sorted(receiver.deliveries().values()) == [1] * rows
-    assert sent.returncode == 0, sent.stdout + sent.stderr
-    assert again.returncode == 0, again.stdout + again.stderr
+    assert sent.exit_code == 0, sent.output
+    assert again.exit_code == 0, again.output
     _assert_all_sent(ws, rows)
 
 
@@ -174,9 +174,9 @@ def test_a_cancel_after_a_kill_waits_out_the_window_and_asks_again(ws: Workspace
     rows = _rows(n)
     with receiving(receiver):
         _killed_after_the_first_answer(ws, receiver, rows, n)
-        cancelled = ws.run("cancel", "--report", "--format", "json", "--wait", "30")
+        cancelled = ws.invoke("cancel", "--report", "--format", "json", "--wait", "30")
         held = {a.item_id for a in receiver.arrivals}
-    assert cancelled.returncode == 3, cancelled.stdout + cancelled.stderr  # unsent items
+    assert cancelled.exit_code == 3, cancelled.output  # unsent items
     assert "--manual" not in cancelled.stderr, cancelled.stderr
     report = json.loads(cancelled.stdout)
     ends = {row["id"]: row["state"] for row in report["items"]}
@@ -198,23 +198,23 @@ def test_a_cancel_whose_wait_ends_first_says_when_reconcile_settles_them(
     receiver = Receiver(early="504", commit_hold=committed)
     with receiving(receiver):
         _killed_after_the_first_answer(ws, receiver, 2, 1)
-        cancelled = ws.run("cancel", "--wait", "0")
+        cancelled = ws.invoke("cancel", "--wait", "0")
         committed.set()  # within the window, which cancel could not wait out
-        said = cancelled.stdout + cancelled.stderr
-        assert cancelled.returncode == 3, said
-        (run_id,) = [r for (r,) in ws.query("SELECT run_id FROM runs")]
+        said = cancelled.output
+        assert cancelled.exit_code == 3, said
+        run_id = ws.ledger.run().run_id
         assert f"a plain `notifier reconcile {run_id}` then settles them by query" in said
         assert "--manual" not in said
-        assert ws.query("SELECT state FROM items WHERE item_id = 'u1'") == [("unknown",)]
+        assert ws.ledger.item("u1").state == "unknown"
         receiver.wait_for(lambda r: sum(r.commits.values()) >= len(r.arrivals))
         wait_for(lambda: _window_passed(ws), "every unknown item's window passed", timeout=30)
-        settled = ws.run("reconcile", run_id)
-    assert settled.returncode in (0, 3), settled.stdout + settled.stderr
-    assert ws.query("SELECT state FROM items WHERE item_id = 'u1'") == [("sent",)]
-    assert "will send again" not in settled.stdout + settled.stderr
+        settled = ws.invoke("reconcile", run_id)
+    assert settled.exit_code in (0, 3), settled.output
+    assert ws.ledger.item("u1").state == "sent"
+    assert "will send again" not in settled.output
 
 
 def _window_passed(ws: Workspace) -> bool:
     """Whether every unknown item's asking-again time has passed."""
-    times = [t for (t,) in ws.query("SELECT next_attempt_at FROM items WHERE state = 'unknown'")]
+    times = ws.ledger.next_attempts("unknown").values()
     return all(t is None or t <= clock.now_iso() for t in times)

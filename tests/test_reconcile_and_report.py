@@ -42,10 +42,9 @@ def test_reconcile_settles_in_flight_items_by_query(ws: Workspace, hooks: Sandbo
     assert result.exit_code == 0, result.output
     assert "item 7 (u7)" in result.output and "receipt found" in result.output
     assert hooks.stats()["totals"]["requests"] == requests
-    states = dict(ws.query("SELECT seq, state FROM items"))
+    states = {i.seq: i.state for i in ws.ledger.items()}
     assert states[7] == "sent" and states[8] == "pending"
-    assert ws.query("SELECT source FROM receipts r JOIN items i USING (idempotency_key) "
-                    "WHERE i.seq = 7") == [("query",)]  # fmt: skip
+    assert ws.ledger.receipt_sources()[ws.ledger.item("u7").idempotency_key] == "query"
     again = ws.invoke("reconcile")  # running it twice is harmless
     assert again.exit_code == 0 and "nothing to settle" in again.output
 
@@ -57,17 +56,17 @@ def test_manual_reconcile_interactively(ws: Workspace, inbox: Inbox) -> None:
     assert ws.run("send", "batch.csv", "--channel", "mail",
                   env={"NOTIFIER_CRASH_AT": "after-send:3"}).returncode == 137  # fmt: skip
     assert ws.run("resume", env={"NOTIFIER_CRASH_AT": "after-intent:6"}).returncode == 137
-    assert ws.run("resume").returncode == 3
-    assert [s for (s,) in ws.query("SELECT seq FROM items WHERE state = 'unknown'")] == [3, 6]
-    key6 = ws.query("SELECT idempotency_key FROM items WHERE seq = 6")[0][0]
+    assert ws.invoke("resume").exit_code == 3
+    assert [i.seq for i in ws.ledger.items() if i.state == "unknown"] == [3, 6]
+    key6 = ws.ledger.item("u6").idempotency_key
 
     session = ws.invoke("reconcile", "--manual", input="s\n\nseen in the mail log\nn\nnot in log\n")
     assert session.exit_code == 0, session.output
     assert "item u3 (seq 3)" in session.output and key6 in session.output
     assert "evidence (required)" in session.output
-    states = dict(ws.query("SELECT seq, state FROM items"))
+    states = {i.seq: i.state for i in ws.ledger.items()}
     assert (states[3], states[6]) == ("sent", "pending")
-    decisions = ws.query("SELECT seq, decision, evidence FROM decisions ORDER BY id")
+    decisions = ws.ledger.decisions()
     assert decisions == [(3, "mark_sent", "seen in the mail log"),
                          (6, "mark_not_sent", "not in log")]  # fmt: skip
 
@@ -83,7 +82,7 @@ def test_manual_reconcile_refuses_what_it_cannot_decide(ws: Workspace, inbox: In
     ws.write_csv("batch.csv", make_rows(4))
     assert ws.run("send", "batch.csv", "--channel", "mail",
                   env={"NOTIFIER_CRASH_AT": "after-send:2"}).returncode == 137  # fmt: skip
-    assert ws.run("resume").returncode == 3
+    assert ws.invoke("resume").exit_code == 3
     sent_item = ws.invoke("reconcile", "--manual", "--item", "u1", "--mark", "sent",
                           "--evidence", "x")  # fmt: skip
     assert sent_item.exit_code == 2 and "is sent, not unknown" in sent_item.output
@@ -95,7 +94,7 @@ def test_manual_reconcile_refuses_what_it_cannot_decide(ws: Workspace, inbox: In
     blank = ws.invoke("reconcile", "--manual", "--item", "u2", "--mark", "sent",
                       "--evidence", "  ")  # fmt: skip
     assert blank.exit_code == 2
-    assert ws.query("SELECT COUNT(*) FROM decisions") == [(0,)]
+    assert ws.ledger.decisions() == []
     abandoned = ws.invoke("reconcile", "--manual", "--item", "u2", "--mark", "abandon",
                           "--evidence", "customer asked us to stop")  # fmt: skip
     assert abandoned.exit_code == 3  # a failed item still needs attention
@@ -161,12 +160,12 @@ def test_second_ctrl_c_exits_at_once_and_resume_settles(ws: Workspace) -> None:
         worker.send_signal(signal.SIGINT)
         assert worker.wait(timeout=10) == 130
         # Left at once: no clean pause was written (a clean stop would say `paused`).
-        assert ws.query("SELECT state FROM runs") == [("running",)]
+        assert ws.ledger.run().state == "running"
         assert ws.status()["state"] == "paused"  # a dead worker's run is, in effect, paused
-        assert ws.run("resume").returncode == 0
+        assert ws.invoke("resume").exit_code == 0
         stats = sandbox.stats()["keys"]
-        for (key,) in ws.query("SELECT idempotency_key FROM items"):
-            assert stats[key]["commits"] == 1
+        for item in ws.ledger.items():
+            assert stats[item.idempotency_key]["commits"] == 1
 
 
 def test_report_lists_every_item_where_status_shows_only_those_needing_attention(
@@ -199,13 +198,9 @@ def two_unknown_items(ws: Workspace) -> str:
     assert ws.run("send", "batch.csv", "--channel", "mail", env=crash_1).returncode == 137
     crash_2 = {"NOTIFIER_CRASH_AT": "after-send:2"}
     assert ws.run("resume", env=crash_2).returncode == 137
-    assert ws.run("resume").returncode == 3
-    assert ws.query("SELECT item_id FROM items WHERE state = 'unknown' ORDER BY seq") == [
-        ("u1",),
-        ("u2",),
-    ]
-    ((run_id,),) = ws.query("SELECT run_id FROM runs")
-    return str(run_id)
+    assert ws.invoke("resume").exit_code == 3
+    assert [i.item_id for i in ws.ledger.items() if i.state == "unknown"] == ["u1", "u2"]
+    return ws.ledger.run().run_id
 
 
 def mark(ws: Workspace, item: str, decision: str) -> None:

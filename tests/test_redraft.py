@@ -43,17 +43,11 @@ def awaiting(ws: Workspace, fake: FakeMessages, n: int = 4, exit_code: int = 0) 
 
 def intents(ws: Workspace) -> dict[str, tuple[str, str, str]]:
     """item id: (idempotency key, intent digest, state)."""
-    return {
-        item_id: (key, digest, state)
-        for item_id, key, digest, state in ws.query(
-            "SELECT item_id, idempotency_key, intent_digest, state FROM items"
-        )
-    }
+    return {i.item_id: (i.idempotency_key, i.intent_digest, i.state) for i in ws.ledger.items()}
 
 
 def run_fingerprint(ws: Workspace) -> str:
-    [(fingerprint,)] = ws.query("SELECT fingerprint FROM runs")
-    return str(fingerprint)
+    return str(ws.ledger.run().fingerprint)
 
 
 def test_redraft_requests_only_the_named_rows_and_the_new_fingerprint_must_be_approved(
@@ -80,14 +74,12 @@ def test_redraft_requests_only_the_named_rows_and_the_new_fingerprint_must_be_ap
     assert {i: k for i, (k, _, _) in after.items()} == {i: k for i, (k, _, _) in before.items()}
     changed = {i for i in after if after[i][1] != before[i][1]}
     assert changed == {"u2", "u4"}
-    [(detail,)] = ws.query("SELECT detail FROM events WHERE kind = 'redraft'")
-    audit = json.loads(detail)
+    [event] = ws.ledger.events("redraft")
+    audit = json.loads(event.detail or "{}")
     assert audit["fingerprint_before"] == old and audit["fingerprint"] == new
     assert audit["rows"] == [2, 4] and audit["operator"]
-    assert ws.query("SELECT input_tokens FROM drafts WHERE seq IN (1, 2) ORDER BY seq") == [
-        (11,),
-        (22,),
-    ]
+    drafts = ws.ledger.drafts()
+    assert (drafts[1][2], drafts[2][2]) == (11, 22)
 
     refused = ws.invoke("approve", "--fingerprint", old)
     assert refused.exit_code == 4, refused.output
@@ -123,7 +115,8 @@ def test_an_approval_bound_to_the_state_before_a_redraft_is_refused(
             store.ledger.record_approval(run.run_id, approval, version)
     finally:
         store.close()
-    assert ws.query("SELECT state, approval FROM runs") == [("awaiting_approval", None)]
+    stored = ws.ledger.run()
+    assert (stored.state, stored.approval) == ("awaiting_approval", None)
 
 
 def test_redraft_is_refused_for_an_unknown_item_or_a_run_not_awaiting_approval(
@@ -146,7 +139,7 @@ def test_redraft_is_refused_for_an_unknown_item_or_a_run_not_awaiting_approval(
     assert completed.exit_code == 2, completed.output
     assert "is completed, not awaiting approval" in completed.output
     assert len(fake.requests) == mark and run_fingerprint(ws) == old
-    assert not ws.query("SELECT 1 FROM events WHERE kind = 'redraft'")
+    assert ws.ledger.events("redraft") == []
 
 
 def test_a_row_whose_draft_failed_is_planned_again_by_a_redraft(
@@ -176,4 +169,4 @@ def test_a_redraft_whose_answer_fails_keeps_the_old_draft_and_exits_3(
     assert result.exit_code == 3, result.output
     assert "keeps the draft it had" in result.output
     assert run_fingerprint(ws) == old
-    assert ws.query("SELECT state, subject FROM drafts WHERE seq = 1") == [("drafted", "Draft u1")]
+    assert ws.ledger.drafts()[1][:2] == ("drafted", "Draft u1")

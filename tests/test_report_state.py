@@ -24,8 +24,7 @@ def crashed_run(ws: Workspace, n: int, at: str, *more: str) -> str:
     ws.write_csv("batch.csv", make_rows(n))
     crashed = ws.run("send", "batch.csv", *more, env={"NOTIFIER_CRASH_AT": at})
     assert crashed.returncode == 137, crashed.stdout + crashed.stderr
-    ((run_id,),) = ws.query("SELECT run_id FROM runs")
-    return str(run_id)
+    return ws.ledger.run().run_id
 
 
 def test_report_state_lists_only_those_items_in_every_format(ws: Workspace) -> None:
@@ -62,7 +61,7 @@ def test_reconcile_points_unknowns_no_query_can_settle_to_manual(
     by query and names `notifier reconcile --manual RUN`, the command that settles them."""
     run_id = crashed_run(ws, 4, "after-send:2", "--channel", "mail")
     first = ws.invoke("reconcile")  # the in-flight item becomes unknown
-    assert ws.query("SELECT item_id FROM items WHERE state = 'unknown'") == [("u2",)]
+    assert [i.item_id for i in ws.ledger.items() if i.state == "unknown"] == ["u2"]
     again = ws.invoke("reconcile")
     for result in (first, again):
         assert result.exit_code == 3, result.output

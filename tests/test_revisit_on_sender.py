@@ -3,8 +3,9 @@ came inside its query window (`timeout + query_delay` after its request left) is
 once the window has passed, and while
 the receiver holds that second query the committer goes on claiming, sending and recording
 the other items; the held query's answer, when it comes, settles the item. Killed while the
-query is held, `resume` settles the item by asking. Through the real CLI against a receiver
-on 127.0.0.1 (tests/receiver.py), at N = 1 and 8, on both stores."""
+query is held, `resume` settles the item by asking. Against a receiver on 127.0.0.1
+(tests/receiver.py), at N = 1 and 8, on both stores: the held send is the engine in a thread
+of the test (notifier.api), the killed one a real process."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 from .conftest import Workspace, make_rows, wait_for
 from .receiver import HoldAfter, Receiver, receiving, released, webhook_config
+from .support.background import exit_code, send_in_background
 
 pytestmark = pytest.mark.both_stores
 
@@ -50,13 +52,11 @@ def _receiver(commit_delay_s: float = COMMIT_DELAY_S) -> tuple[Receiver, HoldAft
 
 def _sent_others(ws: Workspace) -> int:
     """Items other than u1 recorded as sent."""
-    ((count,),) = ws.query("SELECT COUNT(*) FROM items WHERE item_id <> 'u1' AND state = 'sent'")
-    return int(count)
+    return len([i for i in ws.ledger.items() if i.item_id != "u1" and i.state == "sent"])
 
 
 def _u1(ws: Workspace) -> str:
-    ((state,),) = ws.query("SELECT state FROM items WHERE item_id = 'u1'")
-    return str(state)
+    return ws.ledger.item("u1").state
 
 
 @pytest.mark.parametrize("n", [1, 8])
@@ -81,8 +81,9 @@ def test_a_held_revisit_query_does_not_hold_up_the_other_items(ws: Workspace, n:
             )
         )
         ws.write_csv("batch.csv", make_rows(rows))
-        process = ws.popen("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n))
-        with released([process], hold):
+        # The engine in a thread: the revisit's query on a sender and the committer are its own.
+        sending = send_in_background(ws, "hooks", n)
+        with released([], hold):
             receiver.wait_for(lambda r: len(r.queries) >= 2)  # the revisit's query is held
             assert _u1(ws) == "unknown"
             if n > 1:
@@ -108,8 +109,8 @@ def test_a_held_revisit_query_does_not_hold_up_the_other_items(ws: Workspace, n:
             assert _u1(ws) == "unknown", "u1 is recorded only with its finding"
             assert len(receiver.queries) == 2, "asked once more, not once per turn"
             hold.set()
-            out, err = process.communicate(timeout=60)
-    assert process.returncode == 0, out + err
+            result = sending.result()
+    assert exit_code(result) == 0, result
     assert _u1(ws) == "sent"
     assert receiver.posts("u1") == 2, "sent again once the held query proved it undelivered"
     assert _sent_others(ws) == rows - 1
@@ -143,8 +144,8 @@ def test_a_kill_during_the_held_revisit_query_leaves_the_item_for_resume_to_ask(
             process.communicate()
         assert _u1(ws) == "unknown"
         hold.set()
-        resumed = ws.run("resume", timeout=90)
-        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        resumed = ws.invoke("resume")  # in-process: the killed process is the one above
+        assert resumed.exit_code == 0, resumed.output
     assert _u1(ws) == "sent"
     assert receiver.posts("u1") == 2
     assert _sent_others(ws) == rows - 1

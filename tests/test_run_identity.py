@@ -99,11 +99,11 @@ def test_a_replay_on_a_first_attempt_is_a_conflict_never_a_delivery(
     status = ws.status()
     assert status["state"] == "halted"
     assert status["counts"]["sent"] == 0
-    assert ws.query("SELECT COUNT(*) FROM receipts") == [(0,)]
-    [(state, error)] = ws.query("SELECT state, last_error FROM items WHERE seq = 1")
-    assert state == "failed" and "conflict" in error
+    assert ws.ledger.receipt_count() == 0
+    first = ws.ledger.item("u1")
+    assert first.state == "failed" and "conflict" in (first.last_error or "")
     # The run stopped at the conflict: nothing after it was tried.
-    assert ws.query("SELECT COUNT(*) FROM attempts") == [(1,)]
+    assert len(ws.ledger.attempts()) == 1
 
 
 def test_two_databases_with_the_same_run_id_both_really_deliver(
@@ -121,8 +121,7 @@ def test_two_databases_with_the_same_run_id_both_really_deliver(
     assert second.exit_code == 0, second.output
     totals = sandbox.stats()["totals"]
     assert (totals["commits"], totals["replays"]) == (10, 0)
-    keys = {k for (k,) in ws.query("SELECT idempotency_key FROM items")}
-    assert keys.isdisjoint(k for (k,) in other.query("SELECT idempotency_key FROM items"))
+    assert set(ws.ledger.keys()).isdisjoint(other.ledger.keys())
     assert other.status()["counts"]["sent"] == 5
 
 
@@ -136,7 +135,7 @@ def test_a_tuning_change_does_not_make_the_same_batch_new(ws: Workspace, sandbox
     ws.write_csv("batch.csv", make_rows(4))
     first = ws.invoke("send", "batch.csv", "--channel", "hooks")
     assert first.exit_code == 0, first.output
-    [(run_id,)] = ws.query("SELECT run_id FROM runs")
+    run_id = ws.ledger.run().run_id
     webhook_config(ws, sandbox.notifications_url, timeout=20)
     dry = ws.invoke("send", "batch.csv", "--channel", "hooks", "--dry-run")
     assert dry.exit_code == 0, dry.output
@@ -144,7 +143,7 @@ def test_a_tuning_change_does_not_make_the_same_batch_new(ws: Workspace, sandbox
     again = ws.invoke("send", "batch.csv", "--channel", "hooks")
     assert again.exit_code == 0, again.output
     assert "nothing to send" in again.output
-    assert ws.query("SELECT COUNT(*) FROM runs") == [(1,)]
+    assert len(ws.ledger.runs()) == 1
     assert sandbox.stats()["totals"]["commits"] == 4
 
 
@@ -230,7 +229,7 @@ def test_two_plans_racing_to_insert_make_exactly_one_run(
     stores = [o for o in outcomes if isinstance(o, Store)]
     for store in stores:
         store.close()
-    [(run_id,)] = ws.query("SELECT run_id FROM runs")
+    run_id = ws.ledger.run().run_id
     [refused] = [o for o in outcomes if not isinstance(o, Store)]
     assert isinstance(refused, BadInput), refused
     assert refused.exit_code == ExitCode.BAD_INPUT
@@ -267,7 +266,7 @@ def test_two_simultaneous_send_processes_plan_and_deliver_once(
         # The loser finds the winner's rows open (exit 2), or, when the winner had finished
         # first, delivered: nothing to send (exit 0). Either way one run and N deliveries.
         assert codes in ([0, 2], [0, 0]), (trial, results)
-        [(run_id,)] = ws.query("SELECT run_id FROM runs")
+        run_id = ws.ledger.run().run_id
         loser = [r for r in results if r[0] == 2 or "nothing to send" in r[1]]
         assert len(loser) == 1, (trial, results)
         [(code, out, err)] = loser
@@ -279,7 +278,7 @@ def test_two_simultaneous_send_processes_plan_and_deliver_once(
         else:
             assert f"already delivered with the same content by run {run_id}" in out
         assert len(ws.outbox_documents()) == n
-        assert ws.query("SELECT COUNT(*) FROM receipts") == [(n,)]
+        assert ws.ledger.receipt_count() == n
 
 
 # ---------------------------------------------------------------------- m002
@@ -293,6 +292,7 @@ def test_an_m001_database_with_a_run_in_flight_resumes_after_m002(ws: Workspace)
     shutil.copytree(FIXTURES / "m001-inflight-run.outbox", ws.outbox)
     shutil.copy(FIXTURES / "m001-inflight-run.csv", ws.path / "batch.csv")
     before = {d["idempotency_key"]: d["written_at"] for d in ws.outbox_documents()}
+    # Read in m001's schema (the ledger's read model is the current one's).
     keys_before = ws.query("SELECT seq, idempotency_key FROM items ORDER BY seq")
     assert ws.query("SELECT name FROM _sqlite_migrations") == [("m001_initial",)]
 
@@ -302,10 +302,10 @@ def test_an_m001_database_with_a_run_in_flight_resumes_after_m002(ws: Workspace)
     names = {name for (name,) in ws.query("SELECT name FROM _sqlite_migrations")}
     assert {"m001_initial", "m002_key_nonce_content_fingerprint"} <= names
     # Keys are stored, never recomputed: the old run keeps them (and has no nonce).
-    assert ws.query("SELECT seq, idempotency_key FROM items ORDER BY seq") == keys_before
+    assert [(i.seq, i.idempotency_key) for i in ws.ledger.items()] == keys_before
     [(nonce, stored_content)] = ws.query("SELECT key_nonce, content_fingerprint FROM runs")
     assert nonce is None
-    digests = [d for (d,) in ws.query("SELECT intent_digest FROM items ORDER BY seq")]
+    digests = [i.intent_digest for i in ws.ledger.items()]
     assert stored_content == content_fingerprint(digests, ["outbox"])
     status = ws.status()
     assert status["state"] == "completed"
@@ -315,11 +315,8 @@ def test_an_m001_database_with_a_run_in_flight_resumes_after_m002(ws: Workspace)
     # Items 1-5 were delivered before the upgrade and were not written again.
     assert {k: w for k, w in ((d["idempotency_key"], d["written_at"]) for d in documents)
             if k in before} == before  # fmt: skip
-    [(source,)] = ws.query(
-        "SELECT r.source FROM receipts r JOIN items i ON i.idempotency_key = r.idempotency_key "
-        "WHERE i.seq = 5"
-    )
-    assert source == "query"
+    fifth = next(i for i in ws.ledger.items() if i.seq == 5)
+    assert ws.ledger.receipt_sources()[fifth.idempotency_key] == "query"
 
     again = ws.invoke("send", "batch.csv")
     assert again.exit_code == 0, again.output

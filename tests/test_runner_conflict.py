@@ -119,22 +119,21 @@ def test_status_query_answering_another_digest_is_a_conflict(
     crashed = ws.run("send", "batch.csv", "--channel", "hooks", "--concurrency", "1",
                      env={"NOTIFIER_CRASH_AT": "after-intent:1"})  # fmt: skip
     assert crashed.returncode == 137, crashed.stdout + crashed.stderr
-    ((key, state),) = ws.query("SELECT idempotency_key, state FROM items WHERE seq = 1")
-    assert state == "in_flight"
+    first = ws.ledger.item("u1")
+    key = first.idempotency_key
+    assert first.state == "in_flight"
     # The receiver holds another intent under item 1's key (a reused run id, another database).
     post_foreign_delivery(sandbox, key)
 
     resumed = ws.invoke("resume")
     assert resumed.exit_code == 4, resumed.output
     assert "CONFLICT" in resumed.output and FOREIGN_DIGEST in resumed.output
-    ((state, receipt_id, last_error),) = ws.query(
-        "SELECT state, receipt_id, last_error FROM items WHERE seq = 1"
-    )
-    assert state == "failed" and receipt_id is None
-    assert "conflict" in last_error
-    assert ws.query("SELECT COUNT(*) FROM receipts") == [(0,)]
-    assert ws.query("SELECT COUNT(*) FROM items WHERE state = 'sent'") == [(0,)]
-    assert ws.query("SELECT state FROM runs") == [("halted",)]
+    first = ws.ledger.item("u1")
+    assert first.state == "failed" and first.receipt_id is None
+    assert "conflict" in (first.last_error or "")
+    assert ws.ledger.receipt_count() == 0
+    assert "sent" not in ws.ledger.state_counts()
+    assert ws.ledger.run().state == "halted"
     # Only the foreign POST ever reached the receiver: nothing of ours was sent over it.
     assert sandbox.stats()["totals"]["requests"] == 1
     assert sandbox.stats()["keys"][key] == {"commits": 1, "replays": 0, "refused": 0}

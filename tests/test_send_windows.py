@@ -3,6 +3,7 @@ CLI against a loopback receiver (and the sandbox), on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -53,12 +54,12 @@ def test_a_window_keeps_every_send_inside_it(
     opens = (datetime.now(UTC) + timedelta(seconds=3)).replace(microsecond=0)
     closes = opens + timedelta(seconds=3)
     batch = ws.write_csv("b.csv", make_rows(40))
-    result = ws.run(
+    result = ws.invoke(
         "send", str(batch), "--channel", "hooks", "--window", window_from(opens, 3, ZONE),
         "--tz", ZONE, "--rate", "5", "--concurrency", str(concurrency), "--max-wait", "30",
     )  # fmt: skip
-    assert result.returncode == 3, result.stdout + result.stderr
-    assert "wait for their start time or send window" in result.stdout + result.stderr
+    assert result.exit_code == 3, result.output
+    assert "wait for their start time or send window" in result.output
     arrived = [a.wall for a in receiver.arrivals]
     assert 5 <= len(arrived) < 40
     # A send starts only while the window is open (checked right before the request); the
@@ -70,7 +71,7 @@ def test_a_window_keeps_every_send_inside_it(
     assert "wait for their start time or send window until" in status["stop_reason"]
     first = datetime.fromisoformat(status["waiting"]["next_opens_at"])
     assert first == opens + timedelta(days=7)  # next week's window, to the second
-    table = ws.run("status")
+    table = ws.invoke("status")
     assert f"{40 - len(arrived)} pending item(s) wait for their start time" in table.stdout
 
 
@@ -98,8 +99,8 @@ def test_a_window_closing_while_the_relay_greets_sends_nothing(
     assert relay.most_waiting == n, "not every sender was mid-greeting when the window closed"
     assert result.exit_code == 3, result.output
     assert relay.messages == [], "a message was handed over after its window closed"
-    assert ws.query("SELECT state, attempts FROM items") == [("pending", 0)] * n
-    assert {o for (o,) in ws.query("SELECT outcome FROM attempts")} == {"not_started"}
+    assert [(i.state, i.attempts) for i in ws.ledger.items()] == [("pending", 0)] * n
+    assert {a.outcome for a in ws.ledger.attempts()} == {"not_started"}
     assert "wait for their start time or send window" in result.output
 
 
@@ -118,8 +119,8 @@ def test_not_before_holds_after_kill_and_resume(ws: Workspace, receiver: Receive
     )
     assert crashed.returncode == 137, crashed.stderr
     assert datetime.now(UTC) < start  # the kill came before the start time
-    resumed = ws.run("resume", "--max-wait", "30")
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    resumed = ws.invoke("resume", "--max-wait", "30")
+    assert resumed.exit_code == 0, resumed.output
     late = [a.wall for a in receiver.arrivals if a.item_id in ("u3", "u4", "u5")]
     assert len(late) == 3 and min(late) >= start.timestamp()
     assert {a.item_id for a in receiver.arrivals} == {f"u{i}" for i in range(1, 6)}
@@ -151,11 +152,11 @@ def test_bad_window_or_zone_exits_2_and_stores_nothing(
         rows[1] += ["UTC", ""]
         rows[2] += list(cells)
     batch = ws.write_csv("b.csv", rows)
-    result = ws.run("send", str(batch), "--channel", "hooks", *args)
-    assert result.returncode == 2, result.stdout + result.stderr
-    assert said in result.stdout + result.stderr
-    assert "Traceback" not in result.stderr
-    assert not ws.has_database() or ws.query("SELECT COUNT(*) FROM runs") == [(0,)]
+    result = ws.invoke("send", str(batch), "--channel", "hooks", *args)
+    assert result.exit_code == 2, result.output
+    assert said in result.output
+    assert "Traceback" not in result.output
+    assert not ws.has_database() or ws.ledger.runs() == []
     assert receiver.arrivals == []
 
 
@@ -163,9 +164,9 @@ def test_a_bad_channel_window_exits_2(ws: Workspace, receiver: Receiver) -> None
     """A channel's `window` that is not one is refused with the configuration: exit 2."""
     toml = ws.path / "notifier.toml"
     toml.write_text(toml.read_text().replace("[retry]", 'window = "Mon 9-5"\n[retry]', 1))
-    result = ws.run("send", str(ws.write_csv("b.csv", make_rows(1))), "--channel", "hooks")
-    assert result.returncode == 2, result.stdout + result.stderr
-    assert "window" in result.stdout + result.stderr
+    result = ws.invoke("send", str(ws.write_csv("b.csv", make_rows(1))), "--channel", "hooks")
+    assert result.exit_code == 2, result.output
+    assert "window" in result.output
     assert receiver.arrivals == []
 
 
@@ -191,13 +192,15 @@ def test_the_domain_rate_holds_across_two_workers(ws: Workspace) -> None:
             row[1] = row[1].replace("example.com", "gmail.com")
         ws.write_csv("batch.csv", rows)
         db = str(ws.db)
-        code, out = finish(
-            notifier(ws, db, "send", "batch.csv", "--channel", "hooks", "--run-id", "d1",
-                     "--require-approval")
-        )  # fmt: skip
-        fingerprint = next(line.split()[-1] for line in out.splitlines() if "fingerprint:" in line)
-        code, out = finish(notifier(ws, db, "approve", "d1", "--fingerprint", fingerprint))
-        assert code == 0, out
+        # Planned and approved in-process: only the workers sharing the run need processes.
+        planned = ws.invoke(
+            "send", "batch.csv", "--channel", "hooks", "--run-id", "d1", "--require-approval"
+        )
+        assert planned.exit_code == 0, planned.output
+        lines = planned.output.splitlines()
+        fingerprint = next(line.split()[-1] for line in lines if "fingerprint:" in line)
+        approved = ws.invoke("approve", "d1", "--fingerprint", fingerprint)
+        assert approved.exit_code == 0, approved.output
         if ws.store == "postgres":
             workers = [notifier(ws, db, "worker", "d1", "--concurrency", "4") for _ in range(2)]
         else:  # one process works a SQLite run
@@ -226,20 +229,20 @@ def test_a_changed_start_time_is_not_a_changed_row(ws: Workspace, receiver: Rece
     """The same rows sent again with a `not_before` and a window are the same intents (same
     digests): --resend-changed sends none of them again."""
     rows = make_rows(3)
-    first = ws.run("send", str(ws.write_csv("a.csv", rows)), "--channel", "hooks")
-    assert first.returncode == 0, first.stdout + first.stderr
-    digests = ws.query("SELECT intent_digest FROM items ORDER BY seq")
+    first = ws.invoke("send", str(ws.write_csv("a.csv", rows)), "--channel", "hooks")
+    assert first.exit_code == 0, first.output
+    digests = [i.intent_digest for i in ws.ledger.items()]
     rows[0] += ["not_before", "tz"]
     for row in rows[1:]:
         row.extend(["2020-01-01T09:00:00", "Europe/Paris"])
-    changed = ws.run(
+    changed = ws.invoke(
         "send", str(ws.write_csv("b.csv", rows)), "--channel", "hooks", "--resend-changed",
         "--window", "Mon-Sun 00:00-24:00",
     )  # fmt: skip
-    assert changed.returncode == 0, changed.stdout + changed.stderr
+    assert changed.exit_code == 0, changed.output
     assert "3 row(s) already delivered with the same content" in changed.stdout
-    assert len(receiver.arrivals) == 3, changed.stdout + changed.stderr
-    assert ws.query("SELECT intent_digest FROM items WHERE seq <= 3 ORDER BY seq")[:3] == digests
+    assert len(receiver.arrivals) == 3, changed.output
+    assert [i.intent_digest for i in ws.ledger.items() if i.seq <= 3][:3] == digests
 
 
 def test_a_row_whose_window_opens_after_its_deadline_is_reported(
@@ -254,13 +257,13 @@ def test_a_row_whose_window_opens_after_its_deadline_is_reported(
     rows[0].append("not_after")
     rows[1].append(soon.isoformat())
     rows[2].append("")
-    result = ws.run(
+    result = ws.invoke(
         "send", str(ws.write_csv("b.csv", rows)), "--channel", "hooks", "--window", shut,
         "--max-wait", "1",
     )  # fmt: skip
-    out = result.stdout + result.stderr
+    out = result.output
     assert "1 row(s) cannot be sent before their not_after" in out and "line(s) 2" in out
-    assert result.returncode == 3, out
+    assert result.exit_code == 3, out
     assert receiver.arrivals == []
 
 
@@ -283,9 +286,9 @@ def test_a_window_closing_mid_run_does_not_pause_the_items_of_other_channels(
     for i, channel in enumerate(channels, start=1):
         rows.append([f"u{i}", f"user{i}@example.com", f"Hello {i}", f"Body {i}", channel])
     batch = ws.write_csv("b.csv", rows)
-    result = ws.run(
+    result = ws.invoke(
         "send", str(batch), "--rate", "2", "--concurrency", "1", "--max-wait", "5",
     )  # fmt: skip
-    assert result.returncode == 3, result.stdout + result.stderr  # `later` waits: a pause
-    sent = ws.query("SELECT channel, COUNT(*) FROM items WHERE state = 'sent' GROUP BY channel")
-    assert dict(sent).get("hooks") == 6, (sent, result.stdout + result.stderr)
+    assert result.exit_code == 3, result.output  # `later` waits: a pause
+    sent = Counter(i.channel for i in ws.ledger.items() if i.state == "sent")
+    assert sent.get("hooks") == 6, (sent, result.output)

@@ -26,7 +26,7 @@ CONCURRENCY = pytest.mark.parametrize("n", [1, 8])
 
 
 def _outcomes(ws: Workspace) -> list[str]:
-    return [o for (o,) in ws.query("SELECT outcome FROM attempts ORDER BY id")]
+    return [str(a.outcome) for a in ws.ledger.attempts()]
 
 
 @pytest.mark.both_stores
@@ -51,7 +51,7 @@ def test_451_storm_pauses_the_channel_then_delivers_everything_once(ws: Workspac
     assert outcomes.count("throttled") == 3, outcomes
     assert outcomes.count("not_sent") == 3, outcomes
     assert outcomes.count("sent") == 12 and len(outcomes) == 18, outcomes
-    assert ws.query("SELECT COUNT(*) FROM items WHERE state <> 'sent'") == [(0,)]
+    assert set(ws.ledger.states().values()) == {"sent"}
 
 
 @CONCURRENCY
@@ -78,11 +78,11 @@ def test_rcpt_5_1_1_fails_that_item_only_with_the_recipient_marked(ws: Workspace
         result = ws.invoke("send", "batch.csv", "--channel", "mail")
         assert result.exit_code == 3, result.output
         assert len(handler.messages) == 4
-    rows = ws.query("SELECT i.seq, i.state, a.outcome, a.error FROM items i "
-                    "JOIN attempts a ON a.seq = i.seq ORDER BY i.seq, a.n")  # fmt: skip
-    assert [(seq, state) for seq, state, _, _ in rows] == [
+    states = {i.seq: i.state for i in ws.ledger.items()}
+    attempts = ws.ledger.attempts()
+    assert [(a.seq, states[a.seq]) for a in attempts] == [
         (1, "sent"), (2, "sent"), (3, "failed"), (4, "sent"), (5, "sent")]  # fmt: skip
-    _, _, outcome, error = rows[2]
+    outcome, error = attempts[2].outcome, attempts[2].error or ""
     assert outcome == "permanent"
     assert "permanently rejected the recipient" in error and "550 5.1.1" in error
 
@@ -218,7 +218,6 @@ def test_mail_from_declares_the_size_so_a_message_too_big_is_refused_before_its_
         assert result.exit_code == 3, result.output
         assert [m["To"] for m in handler.messages] == ["bob@example.com"]
         assert len(handler.raw) == 1  # the big message's data never left
-    states = dict(ws.query("SELECT item_id, state FROM items"))
-    assert states == {"big": "failed", "small": "sent"}
-    (error,) = ws.query("SELECT last_error FROM items WHERE item_id = 'big'")[0]
+    assert ws.ledger.states() == {"big": "failed", "small": "sent"}
+    error = ws.ledger.item("big").last_error or ""
     assert "MAIL FROM (552" in error, error

@@ -5,7 +5,8 @@ database, the report and what the sandboxes committed must agree.
 
 Three webhook channels share the batch: `idem` (idempotent, queryable), `plain` (not
 idempotent, queryable) and `blind` (neither: its doubtful items become `unknown`, so manual
-marks have something to settle). Sends and resumes are real processes, so the kills are real.
+marks have something to settle). Sends, resumes and cancels that a kill may land on are real
+processes, so the kills are real; the commands no kill lands on run in-process.
 
 The seed is fixed (NOTIFIER_STATEFUL_SEED overrides it) and printed; the 25 examples run as
 5 parts of 5, part k from seed SEED + k, so that pytest-xdist's workers run them side by side
@@ -16,6 +17,7 @@ says.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -185,8 +187,11 @@ class NotifierMachine(RuleBasedStateMachine):
         )
 
     def run_cli(self, *args: str) -> tuple[int, str]:
-        done = self.ws.run(*args, timeout=PROCESS_TIMEOUT_S)
-        return done.returncode, done.stdout + done.stderr
+        """A command that is never killed, in-process, from the workspace (the batch's path
+        is relative to it): its exit status and output."""
+        with contextlib.chdir(self.ws.path):
+            result = self.invoke(*args)
+        return result.exit_code, result.output
 
     def start(self, *args: str) -> subprocess.Popen[str]:
         proc = self.ws.popen(*args)

@@ -21,6 +21,6 @@ def test_a_planned_run_is_what_send_would_store(ws: Workspace) -> None:
     assert (status["run_id"], status["state"]) == (run_id, "planned")
     assert f"fingerprint: {status['fingerprint']}" in dry.output
     assert status["counts"]["pending"] == 50
-    assert ws.query("SELECT COUNT(*) FROM attempts") == [(0,)]
+    assert ws.ledger.attempts() == []
     again = ws.invoke("send", "batch.csv")
     assert again.exit_code == 2 and "still open" in again.output, again.output

@@ -104,7 +104,7 @@ def test_import_of_a_bad_file_exits_2_with_line_numbers_and_stores_nothing(
     assert "nothing was stored" in result.output
     assert "Traceback" not in result.output
     assert [r["address"] for r in listed(ws)] == ["keep@example.com"]
-    assert ws.query("SELECT COUNT(*) FROM suppression_audit") == [(1,)]
+    assert len(ws.ledger.suppression_audit()) == 1
     missing = ws.invoke("suppress", "import", "absent.csv")
     assert missing.exit_code == 2 and "absent.csv does not exist" in missing.output
 

@@ -1,9 +1,9 @@
-"""The suppression list end to end, through the real CLI against a real aiosmtpd
-relay, on SQLite and PostgreSQL, at concurrency 1 and 8: suppressed rows never reach the
-relay, a 5.1.1 at RCPT suppresses the address for the next run, an address suppressed while
-a run is held is not sent, an item that may already have been delivered is never called
-suppressed, suppressed items never make the exit code non-zero, and on PostgreSQL the
-claim asks the list by its primary key."""
+"""The suppression list end to end, through the CLI (or, for a run held mid-way, the engine
+in a thread) against a real aiosmtpd relay, on SQLite and PostgreSQL, at concurrency 1 and
+8: suppressed rows never reach the relay, a 5.1.1 at RCPT suppresses the address for the
+next run, an address suppressed while a run is held is not sent, an item that may already
+have been delivered is never called suppressed, suppressed items never make the exit code
+non-zero, and on PostgreSQL the claim asks the list by its primary key."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from notifier.store.postgres import POSTGRES
 from .conftest import Workspace, make_rows, smtp_server, wait_for
 from .receiver import Receiver, receiving, webhook_config
 from .smtp_relay import ScriptedRelay
+from .support.background import exit_code, send_in_background
 from .support.held import WAIT_S, Answered, HeldRun
 
 pytestmark = pytest.mark.both_stores
@@ -65,6 +66,14 @@ def relay(ws: Workspace) -> Any:
         yield handler
 
 
+def listed_suppressions(ws: Workspace) -> list[dict[str, Any]]:
+    """The list as `suppress list --format json` shows it to the operator."""
+    listed = ws.invoke("suppress", "list", "--format", "json")
+    assert listed.exit_code == 0, listed.output
+    entries: list[dict[str, Any]] = json.loads(listed.output)["suppressions"]
+    return entries
+
+
 def report(ws: Workspace, *args: str) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(ws.invoke("report", "--format", "json", *args).output)
     return data
@@ -98,7 +107,7 @@ def test_suppressed_rows_never_reach_the_relay_and_the_run_exits_0(
     assert csv_report.count(",suppressed,") == 3
     assert "suppressed" in ws.invoke("runs").output
     # The intents are stored: the fingerprint covers the suppressed rows too.
-    assert ws.query("SELECT COUNT(*) FROM items") == [(20,)]
+    assert len(ws.ledger.items()) == 20
 
 
 @pytest.mark.parametrize("n", CONCURRENCY)
@@ -117,9 +126,7 @@ def test_a_5_1_1_rcpt_rejection_suppresses_the_address_for_the_next_run(
     [entry] = listed["suppressions"]
     assert entry["address"] == "user4@example.com" and entry["source"] == "relay"
     assert "550 5.1.1" in entry["reason"] and "no such user" in entry["reason"]
-    assert ws.query("SELECT action, address, source FROM suppression_audit") == [
-        ("add", "user4@example.com", "relay")
-    ]
+    assert ws.ledger.suppression_audit() == [("add", "user4@example.com", "relay")]
     asked = relay.rcpts.count("user4@example.com")
     # A new file (other ids, other content) that holds the rejected address again.
     rows = make_rows(10, start=101)
@@ -143,7 +150,7 @@ def test_suppress_on_reject_false_leaves_the_list_alone(ws: Workspace) -> None:
         sent = ws.invoke("send", "batch.csv", "--channel", "mail")
     assert sent.exit_code == 3, sent.output
     assert report(ws)["counts"]["failed"] == 1
-    assert ws.query("SELECT COUNT(*) FROM suppressions") == [(0,)]
+    assert listed_suppressions(ws) == []
 
 
 @pytest.mark.parametrize("n", CONCURRENCY)
@@ -155,18 +162,17 @@ def test_an_address_suppressed_while_the_run_is_held_is_not_sent(
     claim checks the list), marks them suppressed, and exits 0."""
     relay.release.clear()
     ws.write_csv("batch.csv", make_rows(20))
-    worker = ws.popen("send", "batch.csv", "--channel", "mail", "--concurrency", str(n))
+    # The engine in a thread of this process: the list is read at the claim, whoever adds.
+    sending = send_in_background(ws, "mail", n)
     try:
-        wait_for(lambda: relay.held >= n, f"{n} messages held at the relay")
+        wait_for(lambda: relay.held >= n or sending.done(), f"{n} messages held at the relay")
         late = [f"user{i}@example.com" for i in (15, 17, 20)]
         added = ws.invoke("suppress", "add", *late, "--reason", "complained mid-run")
         assert added.exit_code == 0, added.output
-        relay.release.set()
-        assert worker.wait(timeout=60) == 0, worker.stderr.read() if worker.stderr else ""
     finally:
         relay.release.set()
-        worker.kill()
-        worker.wait()
+    result = sending.result()
+    assert exit_code(result) == 0, result
     assert not set(late) & set(relay.rcpts)
     data = report(ws)
     assert (data["counts"]["sent"], data["counts"]["suppressed"]) == (17, 3)
@@ -202,10 +208,7 @@ def test_an_address_suppressed_mid_run_gets_only_the_requests_already_under_way(
         result = run.finish(channel)
     assert len(channel.started) == n
     assert result.stop.value == "completed", result
-    assert ws.query("SELECT state, COUNT(*) FROM items GROUP BY state ORDER BY state") == [
-        ("sent", n),
-        ("suppressed", 3 * n),
-    ]
+    assert ws.ledger.state_counts() == {"sent": n, "suppressed": 3 * n}
 
 
 def test_cancel_report_counts_suppressed_apart(ws: Workspace, relay: Relay) -> None:
@@ -247,7 +250,7 @@ def test_suppressed_rows_never_reach_a_webhook(ws: Workspace, n: int) -> None:
         sent = ws.invoke("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n))
         assert sent.exit_code == 0, sent.output
         committed = {k for k, v in sandbox.stats()["keys"].items() if v["commits"]}
-    keys = dict(ws.query("SELECT target, idempotency_key FROM items"))
+    keys = {item.target: item.idempotency_key for item in ws.ledger.items()}
     assert committed == {k for to, k in keys.items() if to not in suppressed}
     assert ws.status()["counts"]["suppressed"] == 4
 
@@ -279,10 +282,12 @@ def test_a_kill_right_after_the_rejection_is_recorded_keeps_the_suppression(
     crashed = ws.run("send", "batch.csv", "--channel", "mail",
                      env={"NOTIFIER_CRASH_AT": "after-receipt:4"})  # fmt: skip
     assert crashed.returncode == 137, crashed.stderr
-    assert ws.query("SELECT state FROM items WHERE seq = 4") == [("failed",)]
-    assert ws.query("SELECT address, source FROM suppressions") == [("user4@example.com", "relay")]
-    resumed = ws.run("resume")
-    assert resumed.returncode == 3, resumed.stdout + resumed.stderr  # the one failed item
+    assert ws.ledger.item("u4").state == "failed"
+    assert [(e["address"], e["source"]) for e in listed_suppressions(ws)] == [
+        ("user4@example.com", "relay")
+    ]
+    resumed = ws.invoke("resume")
+    assert resumed.exit_code == 3, resumed.output  # the one failed item
     assert relay.rcpts.count("user4@example.com") == 1
     assert (ws.status()["counts"]["sent"], len(relay.messages)) == (7, 7)
 
@@ -296,7 +301,7 @@ def test_a_non_ascii_capital_is_matched_at_the_claim(ws: Workspace) -> None:
     sent = ws.invoke("send", "batch.csv")
     assert sent.exit_code == 0, sent.output
     assert [d["item_id"] for d in ws.outbox_documents()] == ["2"]
-    assert ws.query("SELECT seq, state FROM items ORDER BY seq") == [(1, "suppressed"), (2, "sent")]
+    assert [(i.seq, i.state) for i in ws.ledger.items()] == [(1, "suppressed"), (2, "sent")]
 
 
 @pytest.mark.parametrize("n", CONCURRENCY)
@@ -320,8 +325,8 @@ def test_an_address_suppressed_while_the_run_is_paused_is_not_sent_on_resume(
     assert ws.status()["state"] == "paused"
     late = [f"user{i}@example.com" for i in (15, 17, 20)]
     assert ws.invoke("suppress", "add", *late).exit_code == 0
-    resumed = ws.run("resume")
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    resumed = ws.invoke("resume")
+    assert resumed.exit_code == 0, resumed.output
     assert not set(late) & set(relay.rcpts)
     data = report(ws)
     assert (data["counts"]["sent"], data["counts"]["suppressed"]) == (17, 3)
@@ -358,12 +363,12 @@ def test_a_maybe_delivered_item_is_not_called_suppressed_never_sent(
         worker.kill()
         worker.wait()
     receiver.wait_for(lambda r: len(r.commits) >= 3)  # u3's request was committed
-    ((outcome,),) = ws.query("SELECT outcome FROM attempts WHERE seq = 3")
-    assert outcome == "uncertain"
+    [attempt] = ws.ledger.attempts(seq=3)
+    assert attempt.outcome == "uncertain"
     assert ws.invoke("suppress", "add", "user3@example.com").exit_code == 0
-    resumed = ws.run("resume")
+    resumed = ws.invoke("resume")
     (state,) = [i["state"] for i in report(ws)["items"] if i["id"] == "u3"]
-    assert not (state == "suppressed" and resumed.returncode == 0), resumed.stdout
+    assert not (state == "suppressed" and resumed.exit_code == 0), resumed.output
 
 
 def test_the_claims_suppression_probe_uses_the_lists_primary_key(ws: Workspace) -> None:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from notifier.api import Notifier
 from notifier.intent import intent_digest
 
 from .conftest import Workspace, make_rows
@@ -35,11 +35,10 @@ def test_template_renders_each_row_and_the_digest_covers_the_rendered_text(
     docs = {d["item_id"]: d for d in ws.outbox_documents()}
     assert docs["a"]["subject"] == "Hi Ann"
     assert docs["b"]["body"] == "Dear Bob, your code is 2."
-    for channel, target, payload, digest in ws.query(
-        "SELECT channel, target, payload, intent_digest FROM items"
-    ):
-        assert intent_digest(channel, target, json.loads(payload)) == digest
-        assert json.loads(payload)["subject"].startswith("Hi ")
+    notifier = Notifier.open(ws.db)
+    for item in notifier.items(notifier.run().run_id):
+        assert intent_digest(item.channel, item.target, item.payload) == item.intent_digest
+        assert item.payload["subject"].startswith("Hi ")
 
 
 def test_missing_variable_rejects_the_whole_file_with_line_numbers(ws: Workspace) -> None:
@@ -54,7 +53,7 @@ def test_missing_variable_rejects_the_whole_file_with_line_numbers(ws: Workspace
     assert result.exit_code == 2, result.output
     assert "line 2" in result.output and "line 3" in result.output
     assert "'city' is undefined" in result.output
-    assert not ws.db_file.exists() or ws.query("SELECT COUNT(*) FROM items") == [(0,)]
+    assert not ws.db_file.exists() or ws.ledger.items() == []
     assert ws.outbox_documents() == []
 
 

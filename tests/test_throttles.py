@@ -56,7 +56,7 @@ def test_one_recipients_450_at_rcpt_is_its_own_not_the_channels(ws: Workspace, n
         assert result.exit_code == 3, result.output
         delivered = sorted(m["To"] for m in handler.messages)
     assert delivered == [f"user{i}@example.com" for i in (1, 2, 4, 5, 6)]
-    states = dict(ws.query("SELECT item_id, state FROM items"))
+    states = ws.ledger.states()
     assert states.pop("u3") == "failed" and set(states.values()) == {"sent"}
-    assert "RCPT TO (450" in ws.query("SELECT last_error FROM items WHERE item_id = 'u3'")[0][0]
-    assert ws.query("SELECT COUNT(*) FROM attempts WHERE outcome = 'throttled'") == [(0,)]
+    assert "RCPT TO (450" in (ws.ledger.item("u3").last_error or "")
+    assert [a for a in ws.ledger.attempts() if a.outcome == "throttled"] == []

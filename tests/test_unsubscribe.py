@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import email
 import email.policy
-import json
 from typing import Any
 
 import httpx2
 import pytest
 
+from notifier.api import Notifier
 from notifier.channels.webhook import WebhookChannel
 from notifier.intent import Intent, make_payload
 
@@ -86,7 +86,7 @@ def test_a_long_url_folds_between_the_two_uris_not_inside_one(ws: Workspace) -> 
 
 
 def _nothing_stored(ws: Workspace) -> bool:
-    return not ws.has_database() or ws.query("SELECT COUNT(*) FROM items") == [(0,)]
+    return not ws.has_database() or ws.ledger.items() == []
 
 
 def test_bad_unsubscribe_cells_fail_the_file_with_their_lines(ws: Workspace) -> None:
@@ -155,7 +155,13 @@ PINNED = [
 
 
 def _digests(ws: Workspace) -> list[str]:
-    return [d for (d,) in ws.query("SELECT intent_digest FROM items ORDER BY seq")]
+    return [item.intent_digest for item in ws.ledger.items()]
+
+
+def _payloads(ws: Workspace) -> list[dict[str, Any]]:
+    """The stored payloads of the run, by seq, as the API reads them."""
+    notifier = Notifier.open(ws.db)
+    return [item.payload for item in notifier.items(notifier.run().run_id)]
 
 
 def test_rows_without_unsubscribe_columns_digest_as_they_always_have(ws: Workspace) -> None:
@@ -165,7 +171,7 @@ def test_rows_without_unsubscribe_columns_digest_as_they_always_have(ws: Workspa
     result = ws.invoke("send", "batch.csv")
     assert result.exit_code == 0, result.output
     assert _digests(ws) == PINNED
-    payloads = [json.loads(p) for (p,) in ws.query("SELECT payload FROM items ORDER BY seq")]
+    payloads = _payloads(ws)
     assert all(not any(k.startswith("unsubscribe") for k in p) for p in payloads)
 
 
@@ -185,8 +191,7 @@ def test_the_unsubscribe_addresses_are_part_of_the_digest(ws: Workspace) -> None
     digests = _digests(ws)
     assert digests[0] == PINNED[0]
     assert len(set(digests)) == 4
-    ((payload,),) = ws.query("SELECT payload FROM items WHERE seq = 4")
-    assert json.loads(payload)["unsubscribe_mailto"] == "mailto:u@example.com"
+    assert _payloads(ws)[3]["unsubscribe_mailto"] == "mailto:u@example.com"
 
 
 def _webhook_body(payload: dict[str, Any]) -> bytes:

@@ -20,7 +20,8 @@ def test_markup_like_ids_evidence_and_file_names_print_literally(
     crashed = ws.run("send", "march[final].csv", "--channel", "mail",
                      env={"NOTIFIER_CRASH_AT": "after-send:1"})  # fmt: skip
     assert crashed.returncode == 137
-    assert ws.run("resume").returncode == 3  # item 1 is unknown on SMTP
+    resumed = ws.invoke("resume")
+    assert resumed.exit_code == 3, resumed.output  # item 1 is unknown on SMTP
     status = ws.invoke("status")
     assert status.exit_code == 0, status.output
     assert "[/x]" in status.output

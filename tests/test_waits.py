@@ -87,7 +87,8 @@ def test_a_new_process_restores_a_gate_as_scaled(
     factor with the switch on."""
     ws.write_csv("batch.csv", make_rows(1))
     assert ws.invoke("send", "batch.csv").exit_code == 0
-    ((run_id, seq),) = ws.query("SELECT run_id, seq FROM items")
+    (item,) = ws.ledger.items()
+    run_id, seq = item.run_id, item.seq
     finished = "2030-01-01T00:00:00.000000+00:00"
     ws.write(
         "UPDATE attempts SET outcome = 'throttled', retry_after_s = 30, finished_at = ? "

@@ -64,7 +64,7 @@ def send(ws: Workspace, n: int, *args: str) -> Any:
 
 
 def keys(ws: Workspace) -> dict[int, str]:
-    return dict(ws.query("SELECT seq, idempotency_key FROM items"))
+    return {item.seq: item.idempotency_key for item in ws.ledger.items()}
 
 
 def commits(sandbox: Sandbox) -> dict[str, int]:
@@ -84,19 +84,19 @@ def test_throttled_and_unavailable_all_sent_once_never_before_retry_after(
     result = send(ws, 200)
     assert result.exit_code == 0, result.output
     assert commits(sandbox) == {key: 1 for key in keys(ws).values()}
-    attempts = ws.query(
-        "SELECT seq, n, started_at, finished_at, http_status, retry_after_s, outcome "
-        "FROM attempts ORDER BY started_at"
-    )
-    throttled = [a for a in attempts if a[4] == 429]
+    attempts = ws.ledger.attempts()
+    retry_afters = ws.ledger.retry_afters()
+    throttled = [a for a in attempts if a.http_status == 429]
     assert throttled, "the seed should produce some 429s"
-    assert any(a[4] == 503 for a in attempts)
+    assert any(a.http_status == 503 for a in attempts)
     # An attempt claimed by a commit that began before a sender's 429 closed the gate is
     # released at the sender's gate check, its request never started: not a start.
-    starts = [datetime.fromisoformat(a[2]) for a in attempts if a[6] != "not_started"]
-    for _seq, _n, _started, finished, _status, retry_after, _outcome in throttled:
+    starts = [datetime.fromisoformat(a.started_at) for a in attempts if a.outcome != "not_started"]
+    for attempt in throttled:
+        retry_after = retry_afters[(attempt.seq, attempt.n)]
         assert retry_after == 1.0  # what the downstream said is stored as it said it
-        done = datetime.fromisoformat(finished)
+        assert attempt.finished_at is not None
+        done = datetime.fromisoformat(attempt.finished_at)
         # The gate counts from the moment the answer came, a little before finished_at is
         # read (the sender closes the gate first): milliseconds, tens of them on a loaded
         # machine, which the scaled wait (a fraction of the real one) does not dwarf.
@@ -120,7 +120,7 @@ def test_dropped_answers_on_an_idempotent_channel_are_retried_under_the_same_key
     assert result.exit_code == 0, result.output
     assert commits(sandbox) == {key: 1 for key in keys(ws).values()}
     assert sandbox.stats()["totals"]["replays"] > 0
-    retried = ws.query("SELECT COUNT(*) FROM attempts WHERE outcome = 'uncertain'")[0][0]
+    retried = len([a for a in ws.ledger.attempts() if a.outcome == "uncertain"])
     assert retried == sandbox.stats()["totals"]["replays"]
 
 
@@ -157,7 +157,7 @@ def test_server_errors_on_a_queryable_non_idempotent_channel_are_queried_first(
     result = send(ws, 60)
     assert result.exit_code == 0, result.output
     assert commits(sandbox) == {key: 1 for key in keys(ws).values()}
-    assert ws.query("SELECT COUNT(*) FROM attempts WHERE http_status = 500")[0][0] > 0
+    assert any(a.http_status == 500 for a in ws.ledger.attempts())
 
 
 def test_crash_after_send_is_found_by_query_and_not_posted_again(
@@ -171,8 +171,8 @@ def test_crash_after_send_is_found_by_query_and_not_posted_again(
                      env={"NOTIFIER_CRASH_AT": "after-send:20"})  # fmt: skip
     assert crashed.returncode == 137, crashed.stderr
     key = keys(ws)[20]
-    resumed = ws.run("resume")
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    resumed = ws.invoke("resume")
+    assert resumed.exit_code == 0, resumed.output
     assert f"item 20 (u20) key {key}: receipt found" in resumed.stdout
     assert sandbox.stats()["keys"][key] == {"commits": 1, "replays": 0, "refused": 0}
     assert commits(sandbox) == {k: 1 for k in keys(ws).values()}
@@ -184,9 +184,9 @@ def test_bad_request_fails_without_retry(ws: Workspace, sandbox: Sandbox) -> Non
     configure(ws, sandbox, idempotent=True, status=True)
     result = send(ws, 5)
     assert result.exit_code == 3
-    states = dict(ws.query("SELECT item_id, state FROM items"))
+    states = ws.ledger.states()
     assert states == {"u1": "sent", "u2": "sent", "u3": "failed", "u4": "sent", "u5": "sent"}
-    assert ws.query("SELECT COUNT(*) FROM attempts WHERE seq = 3") == [(1,)]
+    assert len(ws.ledger.attempts(seq=3)) == 1
 
 
 @pytest.mark.parametrize("sandbox", [Faults(force_status={"u3": 410})], indirect=True)
@@ -200,7 +200,7 @@ def test_gone_endpoint_halts_the_run(ws: Workspace, sandbox: Sandbox) -> None:
     assert status["state"] == "halted"
     assert status["counts"] == {"total": 6, "sent": 2, "unknown": 0, "pending": 3, "failed": 1,
                                 "in_flight": 0, "expired": 0, "suppressed": 0}  # fmt: skip
-    assert ws.query("SELECT COUNT(*) FROM attempts WHERE seq > 3") == [(0,)]
+    assert [a for a in ws.ledger.attempts() if a.seq > 3] == []
 
 
 @pytest.mark.parametrize("sandbox", [Faults(force_status={"u2": 422})], indirect=True)
@@ -247,10 +247,10 @@ def test_retry_after_beyond_max_wait_pauses_the_run(ws: Workspace, sandbox: Sand
     status = ws.status()
     assert status["state"] == "paused"
     assert status["paused_until"] is not None
-    assert ws.query("SELECT COUNT(*) FROM attempts") == [(1,)]
+    assert len(ws.ledger.attempts()) == 1
     again = ws.invoke("resume", "--max-wait", "5")
     assert again.exit_code == 3
-    assert ws.query("SELECT COUNT(*) FROM attempts") == [(1,)]
+    assert len(ws.ledger.attempts()) == 1
 
 
 def test_signed_requests_verify_and_no_secret_is_stored_or_printed(
@@ -286,7 +286,7 @@ def test_signed_requests_verify_and_no_secret_is_stored_or_printed(
         assert secret_body not in text
     for path in ws.path.glob("receipts.db*"):
         assert secret_body.encode() not in path.read_bytes()
-    assert "HOOKS_SECRET" in ws.query("SELECT channel_snapshot FROM runs")[0][0]
+    assert "HOOKS_SECRET" in ws.ledger.channel_snapshot()
 
 
 def test_resume_uses_the_snapshot_and_reports_a_changed_url(
@@ -319,16 +319,10 @@ def test_an_idempotent_webhook_without_status_url_answering_500_until_attempts_r
     ws.write_csv("batch.csv", make_rows(2))
     result = ws.invoke("send", "batch.csv", "--channel", "hooks")
     assert result.exit_code == 3, result.output
-    items = ws.query("SELECT seq, state, attempts, last_error FROM items ORDER BY seq")
-    assert [(seq, state, attempts) for seq, state, attempts, _ in items] == [
-        (1, "unknown", 3),
-        (2, "unknown", 3),
-    ]
-    assert all("may have been delivered" in error for *_, error in items)
-    assert ws.query(
-        "SELECT seq, COUNT(*), MIN(http_status), MAX(http_status) FROM attempts GROUP BY seq "
-        "ORDER BY seq"
-    ) == [(1, 3, 500, 500), (2, 3, 500, 500)]
-    assert ws.query("SELECT COUNT(*) FROM receipts") == [(0,)]
+    items = ws.ledger.items()
+    assert [(i.seq, i.state, i.attempts) for i in items] == [(1, "unknown", 3), (2, "unknown", 3)]
+    assert all("may have been delivered" in (i.last_error or "") for i in items)
+    assert [(a.seq, a.http_status) for a in ws.ledger.attempts()] == [(1, 500)] * 3 + [(2, 500)] * 3
+    assert ws.ledger.receipt_count() == 0
     assert sandbox.stats()["totals"]["requests"] == 6
     assert ws.status()["counts"]["failed"] == 0

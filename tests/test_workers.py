@@ -20,14 +20,17 @@ from typing import Any
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 
 from notifier import clock
+from notifier.cli import cli as cli_group
 from notifier.lease import holder_alive
 from notifier.sandbox import Faults, Sandbox
 from notifier.store import LeaseLost, Store
 
 from .conftest import ROOT, Workspace, default_sigint, make_rows, postgres_schema, wait_for
 from .receiver import WAIT_S, Receiver, receiving, released, webhook_config
+from .support.ledger import Ledger
 from .test_frozen_worker import UNSHARE, _stale, _stopped, _unshare_works, _waiting_for
 
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -120,13 +123,25 @@ def finish_fleet(processes: list[subprocess.Popen[str]], run_id: str) -> None:
             assert f"`notifier status {run_id}`" in out, out
 
 
+def cli(db: str, *args: str) -> tuple[int, str]:
+    """`notifier --db DB ARGS` in-process (the test's directory is the workspace), for a
+    command that contends with no worker for the run: its exit code and its output."""
+    result = CliRunner().invoke(cli_group, ["--db", db, *args], catch_exceptions=False)
+    return result.exit_code, result.output
+
+
+def ledger(db: str) -> Ledger:
+    """The typed read model (support/ledger.py) of the schema `db` names."""
+    return Ledger(lambda sql, params: rows(db, sql, tuple(params)))
+
+
 def rows(db: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     with psycopg.connect(db) as conn:
         return [tuple(r) for r in conn.execute(sql.replace("?", "%s"), params)]
 
 
 def report(ws: Workspace, db: str) -> dict[str, Any]:
-    code, out = finish(notifier(ws, db, "report", "--format", "json"))
+    code, out = cli(db, "report", "--format", "json")
     assert code == 0, out
     data: dict[str, Any] = json.loads(out)
     return data
@@ -137,29 +152,16 @@ def commits(sandbox: Sandbox) -> dict[str, int]:
 
 
 def has_sent(db: str, run_id: str, at_least: int) -> bool:
-    sql = "SELECT COUNT(*) FROM items WHERE run_id = ? AND state = 'sent'"
-    return int(rows(db, sql, (run_id,))[0][0]) >= at_least
+    return ledger(db).state_counts(run_id).get("sent", 0) >= at_least
 
 
 def live_pids(db: str, run_id: str) -> set[int]:
-    return {
-        pid
-        for (pid,) in rows(
-            db, "SELECT pid FROM workers WHERE run_id = ? AND state = 'live'", (run_id,)
-        )
-    }
+    return set(ledger(db).live_worker_pids(run_id))
 
 
 def holders(db: str, run_id: str) -> set[str]:
     """The workers holding at least one item of `run_id` in flight."""
-    return {
-        worker
-        for (worker,) in rows(
-            db,
-            "SELECT DISTINCT worker_id FROM items WHERE run_id = ? AND state = 'in_flight'",
-            (run_id,),
-        )
-    }
+    return {str(item.worker_id) for item in ledger(db).items(run_id) if item.state == "in_flight"}
 
 
 def test_worker_on_an_sqlite_file_is_refused_with_the_reason(ws: Workspace) -> None:
@@ -183,7 +185,7 @@ def test_an_m004_sqlite_database_gains_workers_and_resumes(ws: Workspace) -> Non
     documents = ws.outbox_documents()
     assert len(documents) == 20
     assert len({d["idempotency_key"] for d in documents}) == 20
-    assert ws.query("SELECT state, COUNT(*) FROM items GROUP BY state") == [("sent", 20)]
+    assert ws.ledger.state_counts() == {"sent": 20}
 
 
 def test_an_m004_postgres_database_gains_workers_and_resumes(ws: Workspace, pg_url: str) -> None:
@@ -192,14 +194,14 @@ def test_an_m004_postgres_database_gains_workers_and_resumes(ws: Workspace, pg_u
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute((FIXTURES / "m005-inflight-run-pg.sql").read_text().encode())
     shutil.copytree(FIXTURES / "m005-inflight-run-pg.outbox", ws.outbox)
-    code, out = finish(notifier(ws, pg_url, "resume", "m005-fixture"))
+    code, out = cli(pg_url, "resume", "m005-fixture")
     assert code == 0, out
     assert "7 sent, 1 in flight, 0 unknown, 0 failed, 12 pending" in out
     assert ("m005_workers",) in rows(pg_url, "SELECT name FROM notifier_migrations")
     documents = ws.outbox_documents()
     assert len(documents) == 20
     assert len({d["idempotency_key"] for d in documents}) == 20
-    assert rows(pg_url, "SELECT state, COUNT(*) FROM items GROUP BY state") == [("sent", 20)]
+    assert ledger(pg_url).state_counts() == {"sent": 20}
 
 
 @pytest.mark.parametrize(
@@ -245,8 +247,9 @@ def test_chaos_three_workers_killed_at_random_each_key_committed_once(
     for worker in workers:
         if worker.poll() is None:
             finish(worker, timeout=60)
-    # Whatever the last kill left behind, one more worker settles it and finishes the run.
-    code, out = finish(notifier(ws, pg_url, "worker", run_id))
+    # Whatever the last kill left behind, one more worker settles it and finishes the run
+    # (in-process: every other worker has ended).
+    code, out = cli(pg_url, "worker", run_id)
     assert code == 0, out
     assert kills == 8
     data = report(ws, pg_url)
@@ -266,17 +269,17 @@ def test_cancel_stops_every_worker(ws: Workspace, pg_url: str, sandbox: Sandbox)
     ws.write_csv("batch.csv", make_rows(300))
     first, second = fleet(ws, pg_url, "c1", 2, 4)
     wait_for(lambda: len(sandbox.deliveries()) >= 20, "20 deliveries")
-    code, out = finish(notifier(ws, pg_url, "cancel", "c1", "--wait", "30"))
+    code, out = cli(pg_url, "cancel", "c1", "--wait", "30")  # the workers are the processes
     returned = datetime.now(UTC)
     assert code in (0, 3), out
     assert "cancelled" in out
     for worker in (first, second):
         worker_code, worker_out = finish(worker, timeout=30)
         assert worker_code in (0, 3), worker_out
-    assert rows(pg_url, "SELECT state FROM runs WHERE run_id = 'c1'") == [("cancelled",)]
+    assert ledger(pg_url).run("c1").state == "cancelled"
     late = [d for d in sandbox.deliveries() if datetime.fromisoformat(d["committed_at"]) > returned]
     assert late == []
-    assert rows(pg_url, "SELECT COUNT(*) FROM workers WHERE state = 'live'") == [(0,)]
+    assert ledger(pg_url).live_worker_pids() == []
 
 
 def test_rate_is_one_bucket_for_all_workers(ws: Workspace, pg_url: str, sandbox: Sandbox) -> None:
@@ -285,21 +288,11 @@ def test_rate_is_one_bucket_for_all_workers(ws: Workspace, pg_url: str, sandbox:
     10); a bucket per worker would let them through in 2 s."""
     configure(ws, sandbox, rate=10)
     ws.write_csv("batch.csv", make_rows(60))
-    code, out = finish(
-        notifier(
-            ws,
-            pg_url,
-            "send",
-            "batch.csv",
-            "--channel",
-            "hooks",
-            "--run-id",
-            "r1",
-            "--require-approval",
-        )
+    code, out = cli(
+        pg_url, "send", "batch.csv", "--channel", "hooks", "--run-id", "r1", "--require-approval"
     )
     fingerprint = next(line.split()[-1] for line in out.splitlines() if "fingerprint:" in line)
-    code, out = finish(notifier(ws, pg_url, "approve", "r1", "--fingerprint", fingerprint))
+    code, out = cli(pg_url, "approve", "r1", "--fingerprint", fingerprint)
     assert code == 0, out
     workers = [notifier(ws, pg_url, "worker", "r1", "--concurrency", "4") for _ in range(2)]
     finish_fleet(workers, "r1")
@@ -325,12 +318,12 @@ def test_status_shows_the_live_workers(ws: Workspace, pg_url: str) -> None:
                 lambda: live_pids(pg_url, "s1") == {first.pid, second.pid}, "both workers live"
             )
             receiver.wait_for(lambda r: len(r.arrivals) == 4)  # 2 senders each: both at work
-            code, out = finish(notifier(ws, pg_url, "status", "s1", "--json"))
+            code, out = cli(pg_url, "status", "s1", "--json")
             assert code == 0, out
             workers = json.loads(out)["workers"]
             assert sorted(w["pid"] for w in workers) == sorted([first.pid, second.pid])
             assert all(w["host"] and w["heartbeat_at"] for w in workers)
-            code, table = finish(notifier(ws, pg_url, "status", "s1"))
+            code, table = cli(pg_url, "status", "s1")
             assert f"worker: pid {first.pid}" in table
         finally:
             hold.set()
@@ -342,9 +335,7 @@ def test_a_reaped_worker_writes_nothing(ws: Workspace, pg_url: str) -> None:
     """A worker on another host whose lease expired is fenced out when a live worker adopts
     its in-flight items: its next write (a claim) fails with LeaseLost and changes nothing."""
     ws.write_csv("batch.csv", make_rows(5))
-    code, out = finish(
-        notifier(ws, pg_url, "send", "batch.csv", "--run-id", "f1", "--require-approval")
-    )
+    code, out = cli(pg_url, "send", "batch.csv", "--run-id", "f1", "--require-approval")
     assert code in (0, 3), out
     old, new = Store.open(pg_url), Store.open(pg_url)
     try:
@@ -367,7 +358,7 @@ def test_a_reaped_worker_writes_nothing(ws: Workspace, pg_url: str) -> None:
         ("new-worker", "live"),
         ("old-worker", "reaped"),
     ]
-    assert rows(pg_url, "SELECT seq, state, worker_id FROM items WHERE seq <= 3 ORDER BY seq") == [
+    assert [(i.seq, i.state, i.worker_id) for i in ledger(pg_url).items() if i.seq <= 3] == [
         (1, "in_flight", "new-worker"),
         (2, "in_flight", "new-worker"),
         (3, "pending", None),
@@ -440,7 +431,7 @@ def test_ctrl_c_on_one_worker_leaves_the_run_to_the_other(ws: Workspace, pg_url:
                 if process.poll() is None:
                     process.kill()
                     process.communicate()
-    assert rows(pg_url, "SELECT state FROM runs") == [("completed",)]
+    assert ledger(pg_url).run().state == "completed"
     assert set(receiver.commits.values()) == {1}
     assert len(receiver.commits) == 120
 
@@ -466,7 +457,7 @@ def test_a_worker_that_leaves_a_run_still_being_sent_exits_3(ws: Workspace, pg_u
     out = ended[1][1]
     assert "still being sent by the other live workers" in out, out
     assert "`notifier status x1`" in out, out
-    assert rows(pg_url, "SELECT state FROM runs") == [("completed",)]
+    assert ledger(pg_url).run().state == "completed"
     assert len(receiver.commits) == 60
     assert set(receiver.commits.values()) == {1}
 
@@ -541,7 +532,7 @@ def test_a_worker_frozen_inside_a_transaction_holds_up_only_its_own_items(
             assert sorted(code for code, _ in ended) in ([0, 0], [0, 3]), ended
             assert not any("locked by another session" in out for _, out in ended), ended
             assert _stopped(frozen.pid), "B stayed stopped while the run was completed"
-            assert rows(pg_url, "SELECT state FROM runs") == [("completed",)]
+            assert ledger(pg_url).run().state == "completed"
             lease_of_b = (
                 "SELECT state, version, heartbeat_at, expires_at FROM workers WHERE worker_id = ?"
             )
@@ -553,7 +544,7 @@ def test_a_worker_frozen_inside_a_transaction_holds_up_only_its_own_items(
             assert "another process took over this run" in out, out  # A reaped it: it did
             assert "error ignored" not in out, out  # the driver's own noise, never shown
         assert rows(pg_url, lease_of_b, (b_id,)) == reaped, "B renewed nothing once thawed"
-    sent = rows(pg_url, "SELECT seq FROM items WHERE state = 'sent'")
+    sent = ledger(pg_url).keys("sent")
     assert len(sent) == FROZEN_ROWS and b_items
     assert len(receiver.commits) == FROZEN_ROWS
     assert set(receiver.commits.values()) == {1}, "every key committed once"
@@ -590,19 +581,19 @@ def test_cancel_during_a_freeze_inside_a_transaction_meets_no_lock_timeout(
             _freeze_inside_a_transaction(pg_url, frozen, b_id)
             wait_for(lambda: _stale(pg_url, b_id), "B's lease expired", timeout=30)
             assert first.poll() is None, "A was still sending"
-            code, out = finish(notifier(ws, pg_url, "cancel", "z2", "--wait", "15"))
+            code, out = cli(pg_url, "cancel", "z2", "--wait", "15")  # B and A are processes
             assert "locked by another session" not in out, out
             assert code in (0, 3), out
             assert _stopped(frozen.pid), "B stayed stopped while the run was cancelled"
-            assert rows(pg_url, "SELECT state FROM runs") == [("cancelled",)]
+            assert ledger(pg_url).run().state == "cancelled"
             code, out = finish(first)
             assert code in (0, 3), out
             frozen.send_signal(signal.SIGCONT)
             code, out = finish(frozen)
             assert code == 4, out
-    sent = rows(pg_url, "SELECT idempotency_key FROM items WHERE state = 'sent'")
-    states = dict(rows(pg_url, "SELECT idempotency_key, state FROM items"))
-    unsent = {key: states[key] for key in set(receiver.commits) - {k for (k,) in sent}}
+    items = ledger(pg_url).items()
+    states = {item.idempotency_key: item.state for item in items}
+    unsent = {key: states[key] for key in receiver.commits if states[key] != "sent"}
     assert unsent == {}, "every key committed is recorded sent"
-    assert rows(pg_url, "SELECT COUNT(*) FROM items WHERE state = 'in_flight'") == [(0,)]
+    assert [item.seq for item in items if item.state == "in_flight"] == []
     assert set(receiver.commits.values()) == {1}, "no key committed twice"

@@ -141,3 +141,57 @@ class Ledger:
             for e in (EventRow(*row) for row in rows)
             if (kind is None or e.kind == kind) and (run_id is None or e.run_id == run_id)
         ]
+
+    # --- leases ----------------------------------------------------------------------------
+
+    def lease_owner(self, run_id: str | None = None) -> str | None:
+        """Who holds the run's lease on paper, as stored (JSON: host, pid, token), or None."""
+        rows = self._query("SELECT run_id, lease_owner FROM runs", ())
+        owners = [owner for rid, owner in rows if run_id in (None, rid)]
+        assert len(owners) == 1, f"expected one run: {rows}"
+        return None if owners[0] is None else str(owners[0])
+
+    def live_worker_pids(self, run_id: str | None = None) -> list[int]:
+        """The pids of the workers registered live (a run shared through PostgreSQL)."""
+        rows = self._query("SELECT run_id, pid FROM workers WHERE state = 'live'", ())
+        return sorted(int(pid) for rid, pid in rows if run_id in (None, rid))
+
+    # --- receipts and decisions -------------------------------------------------------------
+
+    def receipt_sources(self) -> dict[str, str]:
+        """idempotency key -> how its receipt was recorded (an answer, a query, an operator)."""
+        rows = self._query("SELECT idempotency_key, source FROM receipts", ())
+        return {str(key): str(source) for key, source in rows}
+
+    def decisions(self, run_id: str | None = None) -> list[tuple[int, str, str]]:
+        """The operator's decisions on items, in the order made: (seq, decision, evidence)."""
+        rows = self._query("SELECT run_id, seq, decision, evidence FROM decisions ORDER BY id", ())
+        return [(int(s), str(d), str(e)) for rid, s, d, e in rows if run_id in (None, rid)]
+
+    def next_attempts(self, state: str | None = None) -> dict[str, str | None]:
+        """item id -> when it is next tried or asked about (its next_attempt_at), of the
+        items in `state` when given."""
+        rows = self._query("SELECT item_id, state, next_attempt_at FROM items", ())
+        return {str(i): (None if t is None else str(t)) for i, s, t in rows if state in (None, s)}
+
+    def suppression_audit(self) -> list[tuple[str, str, str]]:
+        """Every change to the suppression list, in the order made: (action, address, source)."""
+        rows = self._query("SELECT action, address, source FROM suppression_audit ORDER BY id", ())
+        return [(str(a), str(address), str(s)) for a, address, s in rows]
+
+    def retry_afters(self, run_id: str | None = None) -> dict[tuple[int, int], float | None]:
+        """(seq, attempt number) -> the Retry-After its answer carried, in seconds, as stored."""
+        rows = self._query("SELECT run_id, seq, n, retry_after_s FROM attempts", ())
+        return {(int(s), int(n)): r for rid, s, n, r in rows if run_id in (None, rid)}
+
+    def channel_snapshot(self, run_id: str | None = None) -> str:
+        """The channel definitions stored with the run, as stored (JSON)."""
+        rows = self._query("SELECT run_id, channel_snapshot FROM runs", ())
+        found = [str(snapshot) for rid, snapshot in rows if run_id in (None, rid)]
+        assert len(found) == 1, f"expected one run: {rows}"
+        return found[0]
+
+    def drafts(self, run_id: str | None = None) -> dict[int, tuple[str, str | None, int | None]]:
+        """seq -> (state, subject, input tokens) of each row's draft (a --compose run)."""
+        rows = self._query("SELECT run_id, seq, state, subject, input_tokens FROM drafts", ())
+        return {int(s): (st, subj, tok) for rid, s, st, subj, tok in rows if run_id in (None, rid)}
