@@ -1,23 +1,24 @@
 """Throughput, CPU and memory of `notifier send` against a plain, non-durable loop, in one run.
 
-The receiver runs in its own process. By default it is the fast one (bench/receiver.py: one
-asyncio thread, a fixed 201 with a receipt), which spends a small fraction of the CPU per
-request that the sandbox (`notifier sandbox`: a thread per connection, every body parsed and
-stored under a lock) does. This is the worse case for notifier, and the one to read: on this
-2-core machine the sandbox's own CPU is spent on the same cores as the client's, and at 0 ms
-it, not the client, sets the pace, so the plain loop and notifier both wait for it and their
-items/s ratio is pressed towards 1 (0.84x against the sandbox where the fast receiver shows
-about 0.6x). With a receiver that costs little, or one on another machine, each client's
-items/s is set by its own CPU per item under the GIL, and the items/s ratio comes close to
-the inverse of the CPU ratio. One row measures the 0 ms, concurrency 16 case against the
-sandbox as well, in the same run, to show that difference; `--receiver sandbox` measures
-every case against it.
+The receiver runs in its own process. By default it is bench/receiver.py (one asyncio
+thread, a fixed 201 with a receipt), which spends about a fifth of the sandbox's CPU per
+request (`notifier sandbox`: a thread per connection, every body parsed and stored under a
+lock); the last column prints it. That is the worse case for notifier: on this 2-core
+machine the receiver's CPU is spent on the client's cores, and at 0 ms the sandbox can set the
+pace (its ceiling, printed first, has been below the plain loop's rate), so that both clients
+wait for it and their items/s ratio is pressed towards 1. With a receiver that costs little,
+or one on other cores, each client is bound by its own CPU per item under the GIL, and the
+items/s ratio comes close to the inverse of the CPU ratio. The 0 ms, concurrency 16 case is
+measured against the sandbox as well, in the same run; `--receiver sandbox` measures every
+case against it.
 
 Its ceiling is measured first (a plain loop at high concurrency). Then, for each latency (0
 and 20 ms) and concurrency (1 and 16), a plain loop (one httpx2 client with keep-alive, its
 pool shared by threads, same concurrency, no database) and notifier's real code path (the
 CLI in a fresh process: plan, lease, point A, send, point B) deliver the same number of
-items, sized so that each case runs at least --seconds: at that size the start-up of either
+items, sized so that each case runs at least --seconds (--plain per-thread gives each thread
+a client of its own, --plain no-keepalive a connection per request: the former costs the
+same, the latter more, which flatters notifier): at that size the start-up of either
 process (imports, and notifier's plan, both counted) is a few per cent of its CPU per item,
 not the figure itself. Each measurement is a fresh process, so its CPU time and peak RSS are
 its own. Ratios are what to read, each from one run: the machine is shared. The receiver's
@@ -29,7 +30,8 @@ start-up (process start to the first request's point A) and `status` on that 1M-
 CSV in one fresh process, plan and send together, and prints its items/s and peak RSS (the
 child's own ru_maxrss).
 
-    python bench/throughput.py [--seconds 10] [--rounds 3] [--receiver fast|sandbox] [--million]
+    python bench/throughput.py [--seconds 10] [--rounds 3] [--receiver fast|sandbox]
+                               [--plain shared|per-thread|no-keepalive] [--case 0/16] [--million]
     python bench/throughput.py --send-million
 """
 
@@ -44,6 +46,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -74,18 +77,34 @@ def write_batch(path: Path, items: int) -> None:
                              f"Hello user {i}, your report is ready.", "team"])  # fmt: skip
 
 
-def plain_http(url: str, items: int, workers: int) -> None:
+# The plain loop's shapes (`--plain`): one client whose keep-alive pool the threads share (what
+# the webhook channel does, the default), a client of its own per thread, or a connection per
+# request.
+PLAIN_SHAPES = ("shared", "per-thread", "no-keepalive")
+
+
+def plain_http(url: str, items: int, workers: int, shape: str = "shared") -> None:
     """The non-durable baseline: the same POSTs, no intents, no receipts, no database."""
     import httpx2  # noqa: PLC0415  (only the child that measures it pays for the import)
 
-    client = httpx2.Client(trust_env=False, limits=httpx2.Limits(max_connections=workers))
+    keepalive = 0 if shape == "no-keepalive" else None
+    limits = httpx2.Limits(max_connections=workers, max_keepalive_connections=keepalive)
+    shared = httpx2.Client(trust_env=False, limits=limits)
+    own = threading.local()
+
+    def client() -> httpx2.Client:
+        if shape != "per-thread":
+            return shared
+        if not hasattr(own, "client"):
+            own.client = httpx2.Client(trust_env=False)
+        return own.client  # type: ignore[no-any-return]
 
     def post(i: int) -> None:
         body = {"to": f"user{i}@example.com", "subject": f"Notice {i}",
                 "body": f"Hello user {i}, your report is ready.", "data": {"plan": "team"},
                 "run_id": "plain", "item_id": f"b{i}"}  # fmt: skip
         key = f"plain-{os.getpid()}-{i}"
-        response = client.post(url, json=body, headers={"Idempotency-Key": key})
+        response = client().post(url, json=body, headers={"Idempotency-Key": key})
         response.raise_for_status()
 
     with ThreadPoolExecutor(workers) as pool:
@@ -105,8 +124,8 @@ def notifier_cli(workdir: Path, args: list[str]) -> None:
 
 def child(kind: str, arg: str, items: int, workers: int) -> None:
     start = time.perf_counter()
-    if kind == "plain":
-        plain_http(arg, items, workers)
+    if kind.startswith("plain"):
+        plain_http(arg, items, workers, kind.removeprefix("plain").lstrip(":") or "shared")
     else:
         args = ["send", "batch.csv", "--channel", "hooks", "--concurrency", str(workers)]
         notifier_cli(Path(arg), args)
@@ -162,7 +181,13 @@ def webhook_config(work: Path, url: str) -> None:
 
 
 def case(
-    url: str, latency_ms: float, workers: int, seconds: float, rounds: int, label: str = ""
+    url: str,
+    latency_ms: float,
+    workers: int,
+    seconds: float,
+    rounds: int,
+    label: str = "",
+    plain_kind: str = "plain",
 ) -> dict[str, Any]:
     """One row: items sized so that the plain loop runs >= `seconds` (notifier, slower,
     runs longer). A short probe includes the process's start-up, so it underestimates the
@@ -170,14 +195,14 @@ def case(
     > 1 the plain loop and notifier take turns that many times and the medians are shown
     (the machine is shared: one turn can land on either side of a target)."""
     probe_items = max(20, workers * 10)
-    probe = measure("plain", url, probe_items, workers)
+    probe = measure(plain_kind, url, probe_items, workers)
     served = probe_items  # requests the receiver answered in this case
     items = max(workers * 20, int(probe_items / probe["seconds"] * seconds))
-    plain = measure("plain", url, items, workers)
+    plain = measure(plain_kind, url, items, workers)
     served += items
     while plain["seconds"] < seconds:
         items = int(items * seconds / plain["seconds"] * 1.1)
-        plain = measure("plain", url, items, workers)
+        plain = measure(plain_kind, url, items, workers)
         served += items
     plains, durables = [plain], []
     with tempfile.TemporaryDirectory() as tmp:
@@ -186,7 +211,7 @@ def case(
         webhook_config(work, url)
         for turn in range(rounds):
             if turn:
-                plains.append(measure("plain", url, items, workers))
+                plains.append(measure(plain_kind, url, items, workers))
                 served += items
             for name in ("receipts.db", "receipts.db-wal", "receipts.db-shm"):
                 (work / name).unlink(missing_ok=True)  # each turn plans the batch anew
@@ -273,6 +298,12 @@ def arguments() -> argparse.Namespace:
         metavar="MS/N",
         help="only this latency/concurrency, e.g. 0/16 (repeatable; default all four)",
     )
+    parser.add_argument(
+        "--plain",
+        choices=PLAIN_SHAPES,
+        default="shared",
+        help="the plain loop's client: shared (default), per-thread, no-keepalive",
+    )
     parser.add_argument("--child")
     parser.add_argument("--arg")
     parser.add_argument("--items", type=int, default=0)
@@ -294,7 +325,8 @@ def against(
                   f"{4000 / ceiling['seconds']:,.0f} items/s")  # fmt: skip
         for n in workers:
             before = cpu_of(receiver)
-            row = case(url, latency, n, args.seconds, args.rounds, label)
+            plain = f"plain:{args.plain}"
+            row = case(url, latency, n, args.seconds, args.rounds, label, plain)
             row["receiver_cpu_ms"] = 1000 * (cpu_of(receiver) - before) / row["requests"]
             rows.append(row)
         if latency == 0 and not label and not args.case:
@@ -346,8 +378,9 @@ def main() -> None:
     cases = [(float(ms), int(n)) for ms, n in (c.split("/") for c in args.case)] or [
         (latency, workers) for latency in (0.0, 20.0) for workers in (1, 16)
     ]
-    print(f"{os.cpu_count()} cores; receiver: {args.receiver}; >= {args.seconds:g} s per case; "
-          f"fresh process each; {args.rounds} turn(s) per case, medians")  # fmt: skip
+    print(f"{os.cpu_count()} cores; receiver: {args.receiver}; plain loop: {args.plain} client; "
+          f">= {args.seconds:g} s per case; fresh process each; {args.rounds} turn(s) per case, "
+          "medians")  # fmt: skip
     rows = []
     for latency in sorted({latency for latency, _ in cases}):
         workers = sorted(n for ms, n in cases if ms == latency)
