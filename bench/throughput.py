@@ -319,7 +319,7 @@ def against(
     rows = []
     receiver, url = start_receiver(kind, latency)
     try:
-        if latency == 0 and not label:
+        if latency == 0:
             ceiling = measure("plain", url, 4000, 32)
             print(f"{kind} receiver's ceiling (plain loop, concurrency 32, 0 ms): "
                   f"{4000 / ceiling['seconds']:,.0f} items/s")  # fmt: skip
