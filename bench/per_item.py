@@ -2,13 +2,15 @@
 throttle gates computed per throttled answer, the reads of the run's row before the first send
 and per item, and the SQL statements per item, by name.
 
-Two scenarios, both on a temporary SQLite file:
+The scenarios, on a temporary SQLite file (each run also prints the CPU of each kind of
+thread, on its own CPU clock, and in `happy` the main thread's by phase):
 
 - `happy`: `notifier send` (the CLI, in this process) of a webhook channel against the fast
   receiver (bench/receiver.py, its own process, 0 ms): every answer a 201.
 - `mixed`: the in-process API with a scripted channel that cannot dedupe but can be asked by
   key (channels/scripted.py): every 25th item's first answer throttled (429, Retry-After 0),
   every 7th item's first answer lost after it was committed (uncertain: a status query).
+- `plain`: bench/throughput.py's plain loop against the fast receiver, for the threads' CPU.
 
 With --timers (and no counting), the CPU of the committer's main blocks (store/ledger.py's
 group commit, judging, the revisit) on its own CPU clock; with --profile, every thread under
@@ -16,8 +18,8 @@ cProfile on its own CPU clock, merged by kind (the main thread; the senders). cP
 small Python calls much more than C ones (SQLite): read it for shape and counts, and the
 timers for the split.
 
-    python bench/per_item.py [--scenario happy|mixed] [--items 4000] [--concurrency 16]
-                             [--profile]
+    python bench/per_item.py [--scenario happy|mixed|plain] [--items 4000] [--concurrency 16]
+                             [--timers | --profile [--sort cumulative] [--top 40]]
 """
 
 from __future__ import annotations
