@@ -294,3 +294,48 @@ def test_no_stop_reason_is_parsed_from_its_text() -> None:
         if (lines := stop_reason_parsed(path.read_text("utf-8")))
     }
     assert found == {}
+
+
+def advice_strings(source: str) -> list[int]:
+    """The lines of string literals (docstrings aside) that tell the operator a command to
+    run: "`notifier …`"."""
+    tree = ast.parse(source)
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return sorted(
+        {
+            node.lineno
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and "`notifier " in node.value
+            and id(node) not in docstrings
+        }
+    )
+
+
+# The advice still written below the command layer: a file that does not exist yet (its
+# message is shared by every command that opens one), and a stored last_error.
+ADVICE_LEFT = {
+    "notifier.store.sqlite": 1,
+    "notifier.store.postgres": 1,
+    "notifier.store.suppressions": 1,
+}
+
+
+def test_the_store_and_the_state_machine_state_facts_not_commands() -> None:
+    """What to do after a failure is a NextStep that the command layer words: no command
+    advice is written in notifier/store/ or state_machine.py beyond ADVICE_LEFT."""
+    found = {
+        name: len(lines)
+        for name, path in modules().items()
+        if name.startswith(STORE) or name == "notifier.state_machine"
+        if (lines := advice_strings(path.read_text("utf-8")))
+    }
+    assert found == ADVICE_LEFT
