@@ -6,8 +6,8 @@ decides exit codes for errors.
 
 from __future__ import annotations
 
-from enum import IntEnum
-from typing import ClassVar
+from enum import IntEnum, StrEnum
+from typing import ClassVar, Self
 
 
 class ExitCode(IntEnum):
@@ -21,10 +21,28 @@ class ExitCode(IntEnum):
     CRASHED = 137  # NOTIFIER_CRASH_AT: a simulated crash
 
 
+class NextStep(StrEnum):
+    """What the operator can do next after a failure, as a fact: the layers below the
+    command line state it, and the command layer words it (outcome.error_message)."""
+
+    STATUS = "status"  # look at where the run stands
+    STATUS_AND_AGAIN = "status_and_again"  # look, then run the command again if it applies
+    RESUME = "resume"  # once the cause is fixed, `resume` goes on from what was recorded
+    READ_ONLY = "read_only"  # the reading commands still work; the others need it writable
+
+
 class NotifierError(Exception):
-    """A failure with a one-paragraph message naming the thing, the cause and the fix."""
+    """A failure with a one-paragraph message naming the thing, the cause and the fix; the
+    fix that is a command to run is a NextStep (`then`), worded by the command layer."""
 
     exit_code: ClassVar[ExitCode] = ExitCode.INTERNAL
+    then: NextStep | None = None
+    then_run: str | None = None  # the run `then` concerns, where it names one
+
+    def advise(self, then: NextStep, run_id: str | None = None) -> Self:
+        """This failure, with what to do next (about run `run_id`)."""
+        self.then, self.then_run = then, run_id
+        return self
 
 
 class BadInput(NotifierError):

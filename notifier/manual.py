@@ -130,5 +130,7 @@ def _ask_about(
     except Refused as refused:
         # A refused decision (a partial delivery marked not-sent) leaves the item as it was;
         # say why and go on to the next one.
-        env.say(str(refused))
+        from .outcome import error_message  # noqa: PLC0415 (start-up time)
+
+        env.say(error_message(refused))
     return True

@@ -7,7 +7,7 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import ExitCode
+from .errors import ExitCode, NextStep, NotifierError
 from .judging import Stop
 from .records import Counts
 from .runner import RunResult
@@ -129,3 +129,24 @@ def run_advice(result: RunResult, run_id: str, again: str) -> str:
             f"`notifier report {run_id}` lists them."
         )
     return ""
+
+
+def error_message(exc: NotifierError) -> str:
+    """A failure's message as printed: with its next step (errors.NextStep) worded."""
+    run = f" {exc.then_run}" if exc.then_run else ""
+    if exc.then is NextStep.STATUS:
+        return f"{exc} `notifier status{run}` shows where it stands."
+    if exc.then is NextStep.STATUS_AND_AGAIN:
+        return (
+            f"{exc} `notifier status{run}` shows where it stands now; run the command again if "
+            "it still applies."
+        )
+    if exc.then is NextStep.RESUME:
+        return f"{exc}, then run `notifier resume`."
+    if exc.then is NextStep.READ_ONLY:
+        return (
+            f"{exc} `notifier status`, `report` and `runs` still read it; to send, resume, "
+            "cancel or reconcile, make it writable (or copy it somewhere writable and pass "
+            "--db)."
+        )
+    return str(exc)

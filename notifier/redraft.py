@@ -343,8 +343,11 @@ def command(env: Env, run_id: str | None, item_ids: Sequence[str]) -> Result:
                 interrupted,
             )
     except LostRace as exc:
+        from .outcome import error_message  # noqa: PLC0415 (start-up time)
+
         raise Refused(
-            f"run {run_id or 'the newest run'} changed while it was being redrafted ({exc}): "
+            f"run {run_id or 'the newest run'} changed while it was being redrafted "
+            f"({error_message(exc)}): "
             "another command approved, rejected or redrafted it; nothing was changed by this "
             "one. `notifier status` shows where it stands."
         ) from exc

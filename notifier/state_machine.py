@@ -11,7 +11,7 @@ from enum import StrEnum
 
 from transitions import Machine
 
-from .errors import Refused
+from .errors import NextStep, Refused
 
 
 class ItemState(StrEnum):
@@ -159,9 +159,8 @@ def _next(machine: Machine, states: type[StrEnum], trigger: str, current: StrEnu
     if not found:
         raise IllegalMove(
             f"{trigger!r} is not allowed from {current.value!r}: another process or an operator "
-            "changed it at the same moment; nothing was overwritten. `notifier status` shows "
-            "where it stands now; run the command again if it still applies."
-        )
+            "changed it at the same moment; nothing was overwritten."
+        ).advise(NextStep.STATUS_AND_AGAIN)
     return states[str(found[0].dest)].value
 
 

@@ -218,3 +218,124 @@ def test_nothing_points_outside_the_repository() -> None:
 def test_the_readme_is_under_250_lines() -> None:
     """README.md stays a user's page (under 250 lines); measurements live in docs/."""
     assert len((ROOT / "README.md").read_text("utf-8").splitlines()) < 250
+
+
+# What reads text: a string's own methods, and a pattern's.
+_TEXT_READERS = frozenset(
+    {"startswith", "endswith", "find", "rfind", "index", "rindex", "split", "rsplit",
+     "partition", "rpartition", "count", "removeprefix", "removesuffix", "lower", "casefold",
+     "match", "fullmatch", "search", "findall", "finditer", "sub", "subn"}
+)  # fmt: skip
+
+
+def stop_reason_parsed(source: str) -> list[int]:
+    """The lines where a run's `stop_reason`, or a name given it, is read as text: a string
+    method called on it, an `in` test on it, or it handed to a string or pattern method."""
+    found: list[int] = []
+    for scope in ast.walk(ast.parse(source)):
+        if not isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef | ast.Module):
+            continue
+        given = {
+            target.id
+            for node in ast.walk(scope)
+            if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None
+            and any(isinstance(n, ast.Attribute) and n.attr == "stop_reason"
+                    for n in ast.walk(node.value))
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            if isinstance(target, ast.Name)
+        }  # fmt: skip
+
+        def reason(node: ast.AST, given: set[str] = given) -> bool:
+            return (isinstance(node, ast.Attribute) and node.attr == "stop_reason") or (
+                isinstance(node, ast.Name) and node.id in given
+            )
+
+        for node in ast.walk(scope):
+            if isinstance(node, ast.Attribute) and node.attr in _TEXT_READERS:
+                if reason(node.value):
+                    found.append(node.lineno)
+            elif isinstance(node, ast.Compare):
+                tested = [node.left, *node.comparators]
+                if any(isinstance(op, ast.In | ast.NotIn) for op in node.ops) and any(
+                    reason(operand) for operand in tested
+                ):
+                    found.append(node.lineno)
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in _TEXT_READERS
+                and any(reason(arg) for arg in node.args)
+            ):
+                found.append(node.lineno)
+    return sorted(set(found))
+
+
+def test_the_stop_reason_finder_finds_prose_parsed() -> None:
+    source = (
+        "def f(run):\n"
+        "    why = run.stop_reason or ''\n"
+        "    if why.startswith('its approval'):\n"
+        "        return 1\n"
+        "    if ' is down: ' in why:\n"
+        "        return 2\n"
+        "    return PATTERN.fullmatch(run.stop_reason)\n"
+        "def g(run):\n"
+        "    return run.stop_reason == 'x' or run.stop_cause in CAUSES\n"
+    )
+    assert stop_reason_parsed(source) == [3, 5, 7]
+
+
+def test_no_stop_reason_is_parsed_from_its_text() -> None:
+    """Why a run stopped is read from `runs.stop_cause`; the prose `stop_reason` is only
+    stored and shown, never read back as text anywhere in notifier/."""
+    found = {
+        name: lines
+        for name, path in modules().items()
+        if (lines := stop_reason_parsed(path.read_text("utf-8")))
+    }
+    assert found == {}
+
+
+def advice_strings(source: str) -> list[int]:
+    """The lines of string literals (docstrings aside) that tell the operator a command to
+    run: "`notifier …`"."""
+    tree = ast.parse(source)
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return sorted(
+        {
+            node.lineno
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and "`notifier " in node.value
+            and id(node) not in docstrings
+        }
+    )
+
+
+# The advice still written below the command layer: a file that does not exist yet (its
+# message is shared by every command that opens one), and a stored last_error.
+ADVICE_LEFT = {
+    "notifier.store.sqlite": 1,
+    "notifier.store.postgres": 1,
+    "notifier.store.suppressions": 1,
+}
+
+
+def test_the_store_and_the_state_machine_state_facts_not_commands() -> None:
+    """What to do after a failure is a NextStep that the command layer words: no command
+    advice is written in notifier/store/ or state_machine.py beyond ADVICE_LEFT."""
+    found = {
+        name: len(lines)
+        for name, path in modules().items()
+        if name.startswith(STORE) or name == "notifier.state_machine"
+        if (lines := advice_strings(path.read_text("utf-8")))
+    }
+    assert found == ADVICE_LEFT

@@ -82,10 +82,14 @@ def test_an_earlier_409_keeps_an_exhausted_item_unknown() -> None:
 def test_the_python_rule_and_the_sql_rule_agree_for_every_outcome(ws: Workspace) -> None:
     """Each item of a run gets one attempt closed with one outcome (every AttemptOutcome),
     half of them disproved afterwards by a `not_found`; then the Python predicate over the
-    stored attempts and every SQL reading of the rule give the same items."""
+    stored attempts and every SQL reading of the rule (the report's pending kinds, the
+    deadline's and the suppression's checks, expiry) give the same items."""
     outcomes = list(AttemptOutcome)
     cases = [(o, disproved) for o in outcomes for disproved in (False, True)]
-    run_id = plan_run(ws, make_rows(len(cases)))
+    rows = make_rows(len(cases))
+    # A deadline on every row, for the expiry's reading of the rule (due at a later `at`).
+    rows = [[*rows[0], "not_after"]] + [[*row, "2030-01-01T00:00:00Z"] for row in rows[1:]]
+    run_id = plan_run(ws, rows)
     store = Store.open(ws.db)
     try:
         version = store.leases.acquire_lease(run_id, _OWNER, 30, holder_alive)
@@ -111,6 +115,7 @@ def test_the_python_rule_and_the_sql_rule_agree_for_every_outcome(ws: Workspace)
         by_kind = {s for s, k in kinds.items() if k is PendingKind.MAYBE_DELIVERED}
         among = store.queries.maybe_delivered(run_id, seqs)
         suppressions = store.suppressions._maybe_delivered(run_id, seqs)
+        expirable = set(store.ledger._due_for_expiry(run_id, "2031-01-01T00:00:00Z"))
         expected = {
             seq
             for seq, (outcome, disproved) in enumerate(cases, start=1)
@@ -121,6 +126,7 @@ def test_the_python_rule_and_the_sql_rule_agree_for_every_outcome(ws: Workspace)
         assert by_kind == expected
         assert among == expected
         assert suppressions == expected
+        assert expirable == set(seqs) - expected
         store.leases.release_lease(run_id, version)
     finally:
         store.close()

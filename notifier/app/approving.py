@@ -6,6 +6,7 @@ from __future__ import annotations
 from .. import approval
 from ..env import Env, open_store, pick_run
 from ..errors import BadInput, Refused
+from ..outcome import error_message
 from ..records import Run
 from ..state_machine import FINISHED_RUN_STATES, RunState
 from ..store import LostRace, Store
@@ -38,7 +39,8 @@ def approve(
             raise Refused(str(exc)) from exc
         except LostRace as exc:
             raise Refused(
-                f"run {run.run_id} changed while it was being approved ({exc}); nothing was "
+                f"run {run.run_id} changed while it was being approved "
+                f"({error_message(exc)}); nothing was "
                 "approved. Review it again with `notifier status`, then approve.",
             ) from exc
     finally:

@@ -129,7 +129,9 @@ class NotifierGroup(click.Group):
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
         except NotifierError as exc:
-            raise self._failure(ctx, str(exc), exc.exit_code) from exc
+            from ..outcome import error_message  # noqa: PLC0415 (start-up time)
+
+            raise self._failure(ctx, error_message(exc), exc.exit_code) from exc
         except KeyboardInterrupt as exc:
             # Ctrl-C outside the places that say more (planning, sending, drafting, manual
             # decisions): click would print "Aborted!" and exit 1, as if something broke.

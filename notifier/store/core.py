@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
-from ..errors import NotifierError
+from ..errors import NextStep, NotifierError
 from ..records import Outcome, Run, StopCause, run_from_row
 from ..state_machine import (
     ACTIVE_ITEM_STATES,
@@ -227,8 +227,8 @@ class Core:
             raise LostRace(
                 f"run {run_id} item {seq}: another process moved it first (it was no longer "
                 f"{current.value} for {trigger}); this process stopped without overwriting "
-                f"anything. `notifier status {run_id}` shows where it stands."
-            )
+                "anything."
+            ).advise(NextStep.STATUS, run_id)
         self.event(run_id, trigger, seq, {"from": current.value, "to": target.value}, at)
         return target
 
@@ -247,8 +247,8 @@ class Core:
             raise LostRace(
                 f"run {run_id}: another process moved it first (it was no longer "
                 f"{current.value} for {trigger}); this process stopped without overwriting "
-                f"anything. `notifier status {run_id}` shows where it stands."
-            )
+                "anything."
+            ).advise(NextStep.STATUS, run_id)
         self.event(
             run_id, f"run_{trigger}", None, {"from": current.value, "to": target.value, **sets}, at
         )

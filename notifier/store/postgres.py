@@ -35,7 +35,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 from psycopg.rows import namedtuple_row
 
-from ..errors import NotifierError
+from ..errors import NextStep, NotifierError
 from . import migrations, statements
 from .checks import Checks, refuse_newer
 from .core import ROLLED_BACK
@@ -321,8 +321,8 @@ class PostgresEngine:
         if isinstance(exc, pg_errors.DiskFull):
             return StorageFailed(
                 f"{self.path}: the PostgreSQL server's disk is full ({cause}). {ROLLED_BACK} "
-                "Free space on the server, then run `notifier resume`."
-            )
+                "Free space on the server"
+            ).advise(NextStep.RESUME)
         if isinstance(exc, pg_errors.ReadOnlySqlTransaction):
             return DatabaseUnwritable(
                 f"{self.path}: the server refuses writes ({cause}). Nothing was changed by "
@@ -341,8 +341,8 @@ class PostgresEngine:
             )
         return StorageFailed(
             f"{self.path}: the database could not be written ({cause}). {ROLLED_BACK} Check "
-            "the server and the connection to it, then run `notifier resume`."
-        )
+            "the server and the connection to it"
+        ).advise(NextStep.RESUME)
 
     def stream(self, statement: str, params: Mapping[str, Any]) -> Iterator[Any]:
         """Rows from a server-side cursor, a chunk at a time: a client-side cursor would hold

@@ -14,7 +14,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any, NamedTuple, Self
 
-from ..errors import NotifierError
+from ..errors import NextStep, NotifierError
 from . import migrations, statements
 from .checks import Checks, refuse_newer
 from .core import ROLLED_BACK
@@ -233,13 +233,13 @@ class SqliteEngine:
         if code == sqlite3.SQLITE_FULL:
             return StorageFailed(
                 f"{self.path}: the disk holding {self.path.name} is full. {safe} Free some "
-                f"space on that disk, then run `notifier resume`."
-            )
+                "space on that disk"
+            ).advise(NextStep.RESUME)
         if code == sqlite3.SQLITE_IOERR:
             return StorageFailed(
                 f"{self.path}: an I/O error while writing ({exc}). {safe} Check the disk "
-                "(dmesg, df), then run `notifier resume`."
-            )
+                "(dmesg, df)"
+            ).advise(NextStep.RESUME)
         if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
             return StorageFailed(
                 f"{self.path}: locked by another program for longer than the 10 s busy "
@@ -474,8 +474,6 @@ def _check_writable(path: Path) -> None:
         why = f"its directory {directory} is not writable"
     else:
         return
-    raise DatabaseUnwritable(
-        f"{path}: cannot be written: {why}. Nothing was changed. `notifier status`, `report` "
-        "and `runs` still read it; to send, resume, cancel or reconcile, make it writable "
-        "(or copy it somewhere writable and pass --db)."
+    raise DatabaseUnwritable(f"{path}: cannot be written: {why}. Nothing was changed.").advise(
+        NextStep.READ_ONLY
     )
