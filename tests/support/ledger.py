@@ -141,3 +141,20 @@ class Ledger:
             for e in (EventRow(*row) for row in rows)
             if (kind is None or e.kind == kind) and (run_id is None or e.run_id == run_id)
         ]
+
+    def receipts(self) -> dict[str, dict[str, Any]]:
+        """idempotency key -> its receipt: intent_digest, receipt_id, source (how it was
+        learnt: the answer, a query, by hand), evidence and recorded_at."""
+        rows = self._query(
+            "SELECT idempotency_key, intent_digest, receipt_id, source, evidence, recorded_at "
+            "FROM receipts",
+            (),
+        )
+        names = ("intent_digest", "receipt_id", "source", "evidence", "recorded_at")
+        return {row[0]: dict(zip(names, row[1:], strict=True)) for row in rows}
+
+    def event_numbers(self, run_id: str | None = None) -> list[int]:
+        """The events' seq_no, in the order they were written (of `run_id` when given)."""
+        where, params = ("WHERE run_id = ?", (run_id,)) if run_id else ("", ())
+        rows = self._query(f"SELECT seq_no FROM events {where} ORDER BY run_id, seq_no", params)
+        return [int(n) for (n,) in rows]
