@@ -10,8 +10,6 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +43,7 @@ from .conftest import (
     wait_for,
 )
 from .receiver import WAIT_S, HoldAfter, Receiver, receiving, webhook_config
+from .support.background import meanwhile
 
 pytestmark = pytest.mark.both_stores
 CONCURRENCY = pytest.mark.parametrize("n", [1, 8])
@@ -60,28 +59,6 @@ def _send(ws: Workspace, rows: int, n: int, *extra: str) -> Result:
     """`send` in-process (CliRunner): the same command, exit code and output, no start-up."""
     ws.write_csv("batch.csv", make_rows(rows))
     return ws.invoke("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n), *extra)
-
-
-@contextmanager
-def _meanwhile(action: Callable[[], None]) -> Iterator[None]:
-    """`action` in a thread while the block runs a command in-process that waits on what
-    the action releases; the action's failure fails the test once the block is done."""
-    failed: list[BaseException] = []
-
-    def act() -> None:
-        try:
-            action()
-        except BaseException as error:  # re-raised in the test's thread
-            failed.append(error)
-
-    thread = threading.Thread(target=act, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        thread.join(WAIT_S)
-    if failed:
-        raise failed[0]
 
 
 def _states(ws: Workspace) -> dict[str, int]:
@@ -405,7 +382,7 @@ def test_cancel_reports_the_items_it_released_as_never_attempted(ws: Workspace) 
     try:
         wait_for(lambda: len(channel.started) == n, "N requests under way")
         # The command in-process, the worker's senders released once it has seen the cancel.
-        with _meanwhile(release_once_the_worker_read_the_cancel):
+        with meanwhile(release_once_the_worker_read_the_cancel):
             cancel = ws.invoke("cancel", "r1", "--report", "--format", "json", "--wait", "30")
         thread.join(WAIT_S)
     finally:
@@ -455,7 +432,7 @@ def test_an_approval_that_expires_mid_run_pauses_it_until_approved_again(
             finally:
                 hold.set()
 
-        with _meanwhile(answer_after_the_expiry):
+        with meanwhile(answer_after_the_expiry):
             resumed = ws.invoke("resume", "--concurrency", str(n))
         out = resumed.output
         assert resumed.exit_code == 4, out
@@ -590,7 +567,7 @@ def test_after_a_kill_no_early_404_counts_as_proof(ws: Workspace, n: int, then: 
             finally:
                 hold.set()
 
-        with _meanwhile(commit_once_asked):
+        with meanwhile(commit_once_asked):
             cancelled = ws.invoke("cancel", "--wait", "5")
         assert cancelled.exit_code in (0, 3), cancelled.output  # 0: every item proved sent
         receiver.wait_for(lambda r: len(r.commits) == len({a.key for a in r.arrivals}))
