@@ -180,6 +180,6 @@ def test_a_progress_bar_shows_drafting_on_a_terminal_and_nothing_in_a_pipe(
     fake.release.clear()
     fake.answer_limit = None
     ws.reset()
-    piped = ws.run("send", str(batch(ws, 3)), "--compose", str(brief(ws)))
-    assert piped.returncode == 0, piped.stderr
+    piped = ws.invoke("send", str(batch(ws, 3)), "--compose", str(brief(ws)))  # no terminal
+    assert piped.exit_code == 0, piped.output
     assert "drafting" not in piped.stderr and "\x1b[" not in piped.stderr
