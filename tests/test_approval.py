@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from datetime import timedelta
 
 import pytest
+from click.testing import Result
 
 from notifier import approval as approval_module
 from notifier import clock
-from notifier.clock import SHIFT_ENV
 from notifier.intent import canonical_json, intent_digest
 from notifier.records import Run
 from notifier.store import Store
@@ -83,8 +82,9 @@ def test_approve_with_the_right_fingerprint_records_the_audit_and_lets_resume_se
         env={"USER": "alice"},
     )
     assert result.exit_code == 0, result.output
-    ((state, raw),) = ws.query("SELECT state, approval FROM runs")
-    record = json.loads(raw)
+    run = ws.ledger.run()
+    state, raw = run.state, run.approval
+    record = raw if isinstance(raw, dict) else json.loads(str(raw))
     assert state == "approved"
     assert record["operator"] == "alice" and record["fingerprint"] == fingerprint
     assert record["state_version"] == version
@@ -175,7 +175,9 @@ def _untouched_by_a_start(ws: Workspace) -> list[list[tuple[object, ...]]]:
 
 @pytest.mark.both_stores
 @pytest.mark.timeout(60)
-def test_an_expired_approval_is_refused_at_start_with_the_run_untouched(ws: Workspace) -> None:
+def test_an_expired_approval_is_refused_at_start_with_the_run_untouched(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`resume` (at N = 1 and N = 8) and, where runs are shared, `worker` of an approved run
     whose approval has expired exit 4 before taking a lease or moving the run: it is still
     `approved`, its events, leases and items as they were, nothing sent, and the refusal
@@ -184,19 +186,20 @@ def test_an_expired_approval_is_refused_at_start_with_the_run_untouched(ws: Work
     approved = ws.invoke("approve", run_id, "--fingerprint", fingerprint, "--expires-in", "1h")
     assert approved.exit_code == 0, approved.output
     before = _untouched_by_a_start(ws)
-    # Each command runs two hours on (clock.SHIFT_ENV): past the expiry, however loaded.
-    later = {SHIFT_ENV: "7200"}
+    # Each command runs two hours on (the clock's test shift): past the expiry, however
+    # loaded.
+    monkeypatch.setattr(clock, "_SHIFT", timedelta(hours=2))
     commands = [["resume", run_id], ["resume", run_id, "--concurrency", "8"]]
     if ws.store == "postgres":
         commands.append(["worker", run_id, "--concurrency", "8"])
     for command in commands:
-        refused = ws.run(*command, env=later, timeout=60)
-        said = refused.stdout + refused.stderr
-        assert refused.returncode == 4, (command, said)
+        refused = ws.invoke(*command)
+        said = refused.output
+        assert refused.exit_code == 4, (command, said)
         assert "expired" in said and f"notifier approve {run_id}" in said, (command, said)
         assert "Traceback" not in said, (command, said)
         assert fingerprint not in said, (command, said)
-        assert ws.query("SELECT state FROM runs") == [("approved",)], command
+        assert ws.ledger.run().state == "approved", command
         assert _untouched_by_a_start(ws) == before, command
     assert ws.outbox_documents() == []
 
@@ -229,14 +232,16 @@ def test_an_approval_bound_to_a_stale_state_version_is_refused(
     """An approval recorded against a stale state version is refused (exit 4), nothing kept."""
     run_id, fingerprint = plan_for_approval(ws)
     original = approval_module.recompute_fingerprint
-    competing: list[subprocess.CompletedProcess[str]] = []
+    competing: list[Result] = []
+    alices: list[bool] = []  # bob's command, in-process, passes here too: it lands once
 
     def then_another_operator_approves(store: Store, run: Run) -> str:
         # Between alice's read of the state version and her record: bob's approval lands.
         actual = original(store, run)
-        if not competing:
-            competing.append(
-                ws.run("approve", run_id, "--fingerprint", fingerprint, env={"USER": "bob"})
+        if not alices:
+            alices.append(True)
+            competing.append(  # bob's command, run in the middle of alice's
+                ws.invoke("approve", run_id, "--fingerprint", fingerprint, env={"USER": "bob"})
             )
         return actual
 
@@ -245,11 +250,12 @@ def test_an_approval_bound_to_a_stale_state_version_is_refused(
     monkeypatch.setattr(approval_module, "recompute_fingerprint", original)
 
     (bob,) = competing
-    assert bob.returncode == 0, bob.stdout + bob.stderr
+    assert bob.exit_code == 0, bob.output
     assert stale.exit_code == 4, stale.output
     assert "changed while it was being approved" in stale.output
-    ((state, raw),) = ws.query("SELECT state, approval FROM runs")
-    record = json.loads(raw)
+    run = ws.ledger.run()
+    state, raw = run.state, run.approval
+    record = raw if isinstance(raw, dict) else json.loads(str(raw))
     assert state == "approved" and record["operator"] == "bob"
     kinds = [kind for (kind,) in ws.query("SELECT kind FROM events WHERE kind LIKE '%approv%'")]
     assert sorted(kinds) == ["run_approve", "run_request_approval"]

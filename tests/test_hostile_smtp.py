@@ -87,9 +87,9 @@ def test_a_trickling_or_stalled_smtp_server_cannot_hang_the_run(
     failed); a final reply that never comes means maybe delivered (unknown, never re-sent)."""
     ws.write_csv("batch.csv", make_rows(3))
     started = time.monotonic()
-    result = ws.run("send", "batch.csv", "--channel", "mail", timeout=90)
+    result = ws.invoke("send", "batch.csv", "--channel", "mail")
     elapsed = time.monotonic() - started
-    assert result.returncode == 3, result.stdout + result.stderr
+    assert result.exit_code == 3, result.output
     assert elapsed < 30, f"the run took {elapsed:.1f}s against a {hostile.mode} server"
     states = [s for (s,) in ws.query("SELECT state FROM items ORDER BY seq")]
     if hostile.mode == "trickle":
