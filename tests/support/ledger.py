@@ -5,6 +5,7 @@ state on purpose still writes with `ws.write`."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -158,3 +159,36 @@ class Ledger:
         where, params = ("WHERE run_id = ?", (run_id,)) if run_id else ("", ())
         rows = self._query(f"SELECT seq_no FROM events {where} ORDER BY run_id, seq_no", params)
         return [int(n) for (n,) in rows]
+
+    def approval(self, run_id: str | None = None) -> dict[str, Any] | None:
+        """The approval record of `run_id` (else of the only run), decoded; None if none."""
+        raw = self.run(run_id).approval
+        return None if raw is None else dict(json.loads(raw))
+
+    def payload(self, seq: int, run_id: str | None = None) -> dict[str, Any]:
+        """Item `seq`'s stored payload (of `run_id`, else of the only run with that seq)."""
+        where, params = ("AND run_id = ?", (seq, run_id)) if run_id else ("", (seq,))
+        ((raw,),) = self._query(f"SELECT payload FROM items WHERE seq = ? {where}", params)
+        return dict(json.loads(raw))
+
+    def channel_snapshot(self, run_id: str | None = None) -> dict[str, Any]:
+        """The channel definitions stored with `run_id` (else the only run) when planned."""
+        run = self.run(run_id).run_id
+        ((raw,),) = self._query("SELECT channel_snapshot FROM runs WHERE run_id = ?", (run,))
+        return dict(json.loads(raw))
+
+    def drafts(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        """The composed drafts, by run and seq: seq, state, model, input_tokens,
+        output_tokens, error."""
+        names = ("run_id", "seq", "state", "model", "input_tokens", "output_tokens", "error")
+        rows = self._query(f"SELECT {', '.join(names)} FROM drafts ORDER BY run_id, seq", ())
+        found = [dict(zip(names, row, strict=True)) for row in rows]
+        return [d for d in found if run_id is None or d["run_id"] == run_id]
+
+    def draft_chunks(self) -> list[dict[str, Any]]:
+        """The Message Batches chunks, by run and chunk: chunk, state, created, batch_id."""
+        names = ("run_id", "chunk", "state", "created", "batch_id")
+        rows = self._query(
+            f"SELECT {', '.join(names)} FROM draft_chunks ORDER BY run_id, chunk", ()
+        )
+        return [dict(zip(names, row, strict=True)) for row in rows]
