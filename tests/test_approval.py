@@ -41,7 +41,7 @@ def test_require_approval_stores_the_plan_previews_it_and_sends_nothing(ws: Work
     assert "subject: Hello 1" in result.output and "body:    Body of 3" in result.output
     assert "Hello 4" not in result.output
     assert "notifier approve" in result.output
-    assert ws.query("SELECT state FROM runs") == [("awaiting_approval",)]
+    assert ws.ledger.run().state == "awaiting_approval"
     assert ws.outbox_documents() == []
 
 
@@ -71,7 +71,7 @@ def test_approve_with_the_right_fingerprint_records_the_audit_and_lets_resume_se
 ) -> None:
     """The approval records operator, times, fingerprint and state version; resume sends all."""
     run_id, fingerprint = plan_for_approval(ws)
-    version = ws.query("SELECT MAX(seq_no) FROM events WHERE run_id = ?", (run_id,))[0][0]
+    version = max(ws.ledger.event_numbers(run_id))
     result = ws.invoke(
         "approve",
         run_id,
@@ -89,8 +89,8 @@ def test_approve_with_the_right_fingerprint_records_the_audit_and_lets_resume_se
     assert record["operator"] == "alice" and record["fingerprint"] == fingerprint
     assert record["state_version"] == version
     assert record["expires_at"] > record["approved_at"]
-    events = ws.query("SELECT kind, detail FROM events WHERE kind = 'run_approve'")
-    assert len(events) == 1 and "alice" in events[0][1]
+    events = ws.ledger.events("run_approve")
+    assert len(events) == 1 and "alice" in str(events[0].detail)
     sent = ws.invoke("resume")
     assert sent.exit_code == 0, sent.output
     assert len(ws.outbox_documents()) == 4
@@ -102,7 +102,8 @@ def test_approve_with_a_wrong_fingerprint_is_refused(ws: Workspace) -> None:
     wrong = "sha256:" + "0" * 64
     result = ws.invoke("approve", run_id, "--fingerprint", wrong)
     assert result.exit_code == 4, result.output
-    assert ws.query("SELECT state, approval FROM runs") == [("awaiting_approval", None)]
+    run = ws.ledger.run()
+    assert (run.state, run.approval) == ("awaiting_approval", None)
     assert ws.invoke("resume").exit_code == 4
     assert ws.outbox_documents() == []
 
@@ -133,8 +134,8 @@ def test_intents_tampered_with_after_approval_are_refused(ws: Workspace) -> None
     fingerprint rewritten to match — makes resume refuse (exit 4) and send nothing."""
     run_id, fingerprint = plan_for_approval(ws)
     assert ws.invoke("approve", run_id, "--fingerprint", fingerprint).exit_code == 0
-    ((channel, target, raw),) = ws.query("SELECT channel, target, payload FROM items WHERE seq = 2")
-    payload = json.loads(raw)
+    item = ws.ledger.items()[1]  # seq 2
+    channel, target, payload = item.channel, item.target, ws.ledger.payload(2)
     payload["body"] = "Click here: http://evil.example"
     ws.write(
         "UPDATE items SET payload = ?, intent_digest = ? WHERE seq = 2",
@@ -257,9 +258,9 @@ def test_an_approval_bound_to_a_stale_state_version_is_refused(
     state, raw = run.state, run.approval
     record = raw if isinstance(raw, dict) else json.loads(str(raw))
     assert state == "approved" and record["operator"] == "bob"
-    kinds = [kind for (kind,) in ws.query("SELECT kind FROM events WHERE kind LIKE '%approv%'")]
+    kinds = [e.kind for e in ws.ledger.events() if "approv" in e.kind]
     assert sorted(kinds) == ["run_approve", "run_request_approval"]
     # Bob's approval is intact: the run sends on it.
     sent = ws.invoke("resume")
     assert sent.exit_code == 0, sent.output
-    assert ws.query("SELECT COUNT(*) FROM items WHERE state = 'sent'") == [(4,)]
+    assert ws.ledger.state_counts() == {"sent": 4}
