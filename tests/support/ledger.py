@@ -178,9 +178,11 @@ class Ledger:
         return dict(json.loads(raw))
 
     def drafts(self, run_id: str | None = None) -> list[dict[str, Any]]:
-        """The composed drafts, by run and seq: seq, state, model, input_tokens,
+        """The composed drafts, by run and seq: seq, state, source, model, input_tokens,
         output_tokens, error."""
-        names = ("run_id", "seq", "state", "model", "input_tokens", "output_tokens", "error")
+        names = (
+            "run_id", "seq", "state", "source", "model", "input_tokens", "output_tokens", "error",
+        )  # fmt: skip
         rows = self._query(f"SELECT {', '.join(names)} FROM drafts ORDER BY run_id, seq", ())
         found = [dict(zip(names, row, strict=True)) for row in rows]
         return [d for d in found if run_id is None or d["run_id"] == run_id]
