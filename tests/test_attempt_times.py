@@ -115,5 +115,6 @@ def test_an_attempt_starts_when_its_connection_was_ready_not_before_connecting(
     run = HeldRun(ws, channel, 1, 1, hold=False)
     run.thread.start()
     run.finish(channel)
-    ((started,),) = ws.query("SELECT started_at FROM attempts")
+    (attempt,) = ws.ledger.attempts()
+    started = attempt.started_at
     assert clock.parse(started) >= before + timedelta(seconds=30), (before, started)

@@ -80,7 +80,7 @@ def test_a_store_made_for_a_worker_leaves_its_origin_fenced_by_the_run_lease(
             secondary.close()
     finally:
         store.close()
-    assert ws.query("SELECT seq, state, worker_id FROM items ORDER BY seq") == [
+    assert [(i.seq, i.state, i.worker_id) for i in ws.ledger.items()] == [
         (1, "in_flight", None),
         (2, "in_flight", None),
         (3, "pending", None),
@@ -133,7 +133,7 @@ def test_a_worker_lease_fences_its_own_store_not_the_one_it_was_taken_on(
     finally:
         reaper.close()
         store.close()
-    assert ws.query("SELECT seq, state, worker_id FROM items ORDER BY seq") == [
+    assert [(i.seq, i.state, i.worker_id) for i in ws.ledger.items()] == [
         (1, "in_flight", "reaper"),
         (2, "in_flight", "reaper"),
         (3, "in_flight", None),
