@@ -64,10 +64,9 @@ def test_a_changed_row_is_refused_until_resend_changed(ws: Workspace) -> None:
     assert resent.exit_code == 0, resent.output
     assert _written(ws) == ["u1", "u2", "u2", "u3", "u4"]
     [new_key] = set(_keys(ws)) - set(before)
-    [(stored_key, subject)] = ws.query(
-        "SELECT idempotency_key, payload FROM items WHERE run_id != ?", (first,)
-    )
-    assert stored_key == new_key and "corrected" in subject
+    [item] = [i for i in ws.ledger.items() if i.run_id != first]
+    payload = ws.ledger.payload(item.seq, item.run_id)
+    assert item.idempotency_key == new_key and "corrected" in payload["subject"]
 
 
 def test_a_failed_item_is_retried_by_sending_the_same_file_again(ws: Workspace) -> None:

@@ -251,7 +251,7 @@ def test_a_worker_thawed_after_its_lease_went_stale_says_so_and_never_renews(
         )  # fmt: skip
         with released([sender]):
             wait_for(lambda: _stopped(sender.pid), "the sender froze")
-            ((worker_id,),) = ws.query("SELECT worker_id FROM workers")
+            (worker_id,) = [w["worker_id"] for w in ws.ledger.workers()]
             wait_for(lambda: _stale(url, worker_id), "its lease expired", timeout=30)
             with psycopg.connect(url) as holder:
                 holder.execute("SELECT 1 FROM workers WHERE worker_id = %s FOR UPDATE",
@@ -269,7 +269,7 @@ def test_a_worker_thawed_after_its_lease_went_stale_says_so_and_never_renews(
         assert sender.returncode == 4, out + err
         assert "its lease went stale while this process was not running" in err, err
         assert "took over" not in err, err
-        assert ws.query("SELECT state FROM workers") == [("released",)]
+        assert [w["state"] for w in ws.ledger.workers()] == ["released"]
         assert len(receiver.commits) == 4, "item 5 was not sent"
         monkeypatch.chdir(tmp_path)  # resume in-process reads this notifier.toml
         resumed = ws.invoke("resume")
@@ -300,9 +300,9 @@ def test_a_heartbeat_never_waits_behind_its_own_committer(
             with psycopg.connect(url) as holder:
                 holder.execute("SELECT 1 FROM runs WHERE run_id = 'h1' FOR UPDATE")
                 wait_for(lambda: _waiting_for(url, holder) >= 1, "the committer waits", timeout=8)
-                ((waited_from,),) = ws.query("SELECT heartbeat_at FROM workers")
+                (waited_from,) = [w["heartbeat_at"] for w in ws.ledger.workers()]
                 wait_for(
-                    lambda: ws.query("SELECT heartbeat_at FROM workers")[0][0] > waited_from,
+                    lambda: ws.ledger.workers()[0]["heartbeat_at"] > waited_from,
                     "a renewal while the committer waits",
                     timeout=5,  # within the lock timeout (10 s): the committer still waits
                 )

@@ -194,3 +194,15 @@ class Ledger:
             f"SELECT {', '.join(names)} FROM draft_chunks ORDER BY run_id, chunk", ()
         )
         return [dict(zip(names, row, strict=True)) for row in rows]
+
+    def workers(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        """The workers' leases of a shared run (of every run unless `run_id`), oldest first:
+        worker_id, run_id, host, pid, state, version, heartbeat_at, expires_at."""
+        names = (
+            "worker_id", "run_id", "host", "pid", "state", "version", "heartbeat_at", "expires_at",
+        )  # fmt: skip
+        rows = self._query(
+            f"SELECT {', '.join(names)} FROM workers ORDER BY joined_at, worker_id", ()
+        )
+        found = [dict(zip(names, row, strict=True)) for row in rows]
+        return [w for w in found if run_id is None or w["run_id"] == run_id]
