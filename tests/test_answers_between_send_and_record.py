@@ -140,12 +140,11 @@ def send(ws: Workspace, n: int, *args: str) -> Any:
 
 
 def run_id(ws: Workspace) -> str:
-    ((rid,),) = ws.query("SELECT run_id FROM runs")
-    return str(rid)
+    return ws.ledger.run().run_id
 
 
 def states(ws: Workspace) -> dict[str, str]:
-    return dict(ws.query("SELECT item_id, state FROM items"))
+    return ws.ledger.states()
 
 
 def throttled(seconds: str) -> Reply:
@@ -310,7 +309,7 @@ def test_undecodable_answers_in_a_window_keep_the_201s(
     result = send(ws, 4, "--concurrency", "4")
     assert result.exit_code == 3, result.output
     assert states(ws) == {"u1": "unknown", "u2": "unknown", "u3": "sent", "u4": "sent"}
-    assert ws.query("SELECT COUNT(*) FROM receipts") == [(2,)]
+    assert ws.ledger.receipt_count() == 2
     again = ws.invoke("resume", run_id(ws))
     assert again.exit_code == 3, again.output
     assert states(ws)["u3"] == "sent"

@@ -25,8 +25,8 @@ def test_apprise_sends_each_row_once_and_a_crash_leaves_unknown_not_a_duplicate(
         crashed = ws.run("send", "batch.csv", "--channel", "alerts",
                          env={"NOTIFIER_CRASH_AT": "after-send:5"})  # fmt: skip
         assert crashed.returncode == 137, crashed.stderr
-        resumed = ws.run("resume")
-        assert resumed.returncode == 3, resumed.stdout + resumed.stderr
+        resumed = ws.invoke("resume")
+        assert resumed.exit_code == 3, resumed.output
         deliveries = sandbox.deliveries()
     assert len(deliveries) == 10
     assert sorted(d["body"]["title"] for d in deliveries) == sorted(

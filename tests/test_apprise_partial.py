@@ -37,8 +37,8 @@ def test_mark_not_sent_is_refused_for_a_partial_delivery(ws: Workspace) -> None:
     assert len(deliveries) == 1, deliveries
     assert marked.exit_code == 4, marked.output
     assert "--mark sent" in marked.output and "abandon" in marked.output
-    assert ws.query("SELECT state FROM items") == [("unknown",)]
-    assert ws.query("SELECT outcome FROM attempts") == [("partial",)]
+    assert [i.state for i in ws.ledger.items()] == ["unknown"]
+    assert [a.outcome for a in ws.ledger.attempts()] == ["partial"]
     assert resumed.exit_code == 3, resumed.output
 
 
@@ -60,4 +60,4 @@ def test_partial_delivery_can_still_be_marked_sent_with_evidence(ws: Workspace) 
         )  # fmt: skip
         assert len(sandbox.deliveries()) == 1
     assert marked.exit_code == 0, marked.output
-    assert ws.query("SELECT state FROM items") == [("sent",)]
+    assert [i.state for i in ws.ledger.items()] == ["sent"]

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from datetime import timedelta
 
 import pytest
+from click.testing import Result
 
 from notifier import approval as approval_module
 from notifier import clock
-from notifier.clock import SHIFT_ENV
 from notifier.intent import canonical_json, intent_digest
 from notifier.records import Run
 from notifier.store import Store
@@ -42,7 +41,7 @@ def test_require_approval_stores_the_plan_previews_it_and_sends_nothing(ws: Work
     assert "subject: Hello 1" in result.output and "body:    Body of 3" in result.output
     assert "Hello 4" not in result.output
     assert "notifier approve" in result.output
-    assert ws.query("SELECT state FROM runs") == [("awaiting_approval",)]
+    assert ws.ledger.run().state == "awaiting_approval"
     assert ws.outbox_documents() == []
 
 
@@ -72,7 +71,7 @@ def test_approve_with_the_right_fingerprint_records_the_audit_and_lets_resume_se
 ) -> None:
     """The approval records operator, times, fingerprint and state version; resume sends all."""
     run_id, fingerprint = plan_for_approval(ws)
-    version = ws.query("SELECT MAX(seq_no) FROM events WHERE run_id = ?", (run_id,))[0][0]
+    version = max(ws.ledger.event_numbers(run_id))
     result = ws.invoke(
         "approve",
         run_id,
@@ -83,14 +82,15 @@ def test_approve_with_the_right_fingerprint_records_the_audit_and_lets_resume_se
         env={"USER": "alice"},
     )
     assert result.exit_code == 0, result.output
-    ((state, raw),) = ws.query("SELECT state, approval FROM runs")
-    record = json.loads(raw)
+    run = ws.ledger.run()
+    state, raw = run.state, run.approval
+    record = raw if isinstance(raw, dict) else json.loads(str(raw))
     assert state == "approved"
     assert record["operator"] == "alice" and record["fingerprint"] == fingerprint
     assert record["state_version"] == version
     assert record["expires_at"] > record["approved_at"]
-    events = ws.query("SELECT kind, detail FROM events WHERE kind = 'run_approve'")
-    assert len(events) == 1 and "alice" in events[0][1]
+    events = ws.ledger.events("run_approve")
+    assert len(events) == 1 and "alice" in str(events[0].detail)
     sent = ws.invoke("resume")
     assert sent.exit_code == 0, sent.output
     assert len(ws.outbox_documents()) == 4
@@ -102,7 +102,8 @@ def test_approve_with_a_wrong_fingerprint_is_refused(ws: Workspace) -> None:
     wrong = "sha256:" + "0" * 64
     result = ws.invoke("approve", run_id, "--fingerprint", wrong)
     assert result.exit_code == 4, result.output
-    assert ws.query("SELECT state, approval FROM runs") == [("awaiting_approval", None)]
+    run = ws.ledger.run()
+    assert (run.state, run.approval) == ("awaiting_approval", None)
     assert ws.invoke("resume").exit_code == 4
     assert ws.outbox_documents() == []
 
@@ -133,8 +134,8 @@ def test_intents_tampered_with_after_approval_are_refused(ws: Workspace) -> None
     fingerprint rewritten to match — makes resume refuse (exit 4) and send nothing."""
     run_id, fingerprint = plan_for_approval(ws)
     assert ws.invoke("approve", run_id, "--fingerprint", fingerprint).exit_code == 0
-    ((channel, target, raw),) = ws.query("SELECT channel, target, payload FROM items WHERE seq = 2")
-    payload = json.loads(raw)
+    item = ws.ledger.items()[1]  # seq 2
+    channel, target, payload = item.channel, item.target, ws.ledger.payload(2)
     payload["body"] = "Click here: http://evil.example"
     ws.write(
         "UPDATE items SET payload = ?, intent_digest = ? WHERE seq = 2",
@@ -175,7 +176,9 @@ def _untouched_by_a_start(ws: Workspace) -> list[list[tuple[object, ...]]]:
 
 @pytest.mark.both_stores
 @pytest.mark.timeout(60)
-def test_an_expired_approval_is_refused_at_start_with_the_run_untouched(ws: Workspace) -> None:
+def test_an_expired_approval_is_refused_at_start_with_the_run_untouched(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`resume` (at N = 1 and N = 8) and, where runs are shared, `worker` of an approved run
     whose approval has expired exit 4 before taking a lease or moving the run: it is still
     `approved`, its events, leases and items as they were, nothing sent, and the refusal
@@ -184,19 +187,20 @@ def test_an_expired_approval_is_refused_at_start_with_the_run_untouched(ws: Work
     approved = ws.invoke("approve", run_id, "--fingerprint", fingerprint, "--expires-in", "1h")
     assert approved.exit_code == 0, approved.output
     before = _untouched_by_a_start(ws)
-    # Each command runs two hours on (clock.SHIFT_ENV): past the expiry, however loaded.
-    later = {SHIFT_ENV: "7200"}
+    # Each command runs two hours on (the clock's test shift): past the expiry, however
+    # loaded.
+    monkeypatch.setattr(clock, "_SHIFT", timedelta(hours=2))
     commands = [["resume", run_id], ["resume", run_id, "--concurrency", "8"]]
     if ws.store == "postgres":
         commands.append(["worker", run_id, "--concurrency", "8"])
     for command in commands:
-        refused = ws.run(*command, env=later, timeout=60)
-        said = refused.stdout + refused.stderr
-        assert refused.returncode == 4, (command, said)
+        refused = ws.invoke(*command)
+        said = refused.output
+        assert refused.exit_code == 4, (command, said)
         assert "expired" in said and f"notifier approve {run_id}" in said, (command, said)
         assert "Traceback" not in said, (command, said)
         assert fingerprint not in said, (command, said)
-        assert ws.query("SELECT state FROM runs") == [("approved",)], command
+        assert ws.ledger.run().state == "approved", command
         assert _untouched_by_a_start(ws) == before, command
     assert ws.outbox_documents() == []
 
@@ -229,14 +233,16 @@ def test_an_approval_bound_to_a_stale_state_version_is_refused(
     """An approval recorded against a stale state version is refused (exit 4), nothing kept."""
     run_id, fingerprint = plan_for_approval(ws)
     original = approval_module.recompute_fingerprint
-    competing: list[subprocess.CompletedProcess[str]] = []
+    competing: list[Result] = []
+    alices: list[bool] = []  # bob's command, in-process, passes here too: it lands once
 
     def then_another_operator_approves(store: Store, run: Run) -> str:
         # Between alice's read of the state version and her record: bob's approval lands.
         actual = original(store, run)
-        if not competing:
-            competing.append(
-                ws.run("approve", run_id, "--fingerprint", fingerprint, env={"USER": "bob"})
+        if not alices:
+            alices.append(True)
+            competing.append(  # bob's command, run in the middle of alice's
+                ws.invoke("approve", run_id, "--fingerprint", fingerprint, env={"USER": "bob"})
             )
         return actual
 
@@ -245,15 +251,16 @@ def test_an_approval_bound_to_a_stale_state_version_is_refused(
     monkeypatch.setattr(approval_module, "recompute_fingerprint", original)
 
     (bob,) = competing
-    assert bob.returncode == 0, bob.stdout + bob.stderr
+    assert bob.exit_code == 0, bob.output
     assert stale.exit_code == 4, stale.output
     assert "changed while it was being approved" in stale.output
-    ((state, raw),) = ws.query("SELECT state, approval FROM runs")
-    record = json.loads(raw)
+    run = ws.ledger.run()
+    state, raw = run.state, run.approval
+    record = raw if isinstance(raw, dict) else json.loads(str(raw))
     assert state == "approved" and record["operator"] == "bob"
-    kinds = [kind for (kind,) in ws.query("SELECT kind FROM events WHERE kind LIKE '%approv%'")]
+    kinds = [e.kind for e in ws.ledger.events() if "approv" in e.kind]
     assert sorted(kinds) == ["run_approve", "run_request_approval"]
     # Bob's approval is intact: the run sends on it.
     sent = ws.invoke("resume")
     assert sent.exit_code == 0, sent.output
-    assert ws.query("SELECT COUNT(*) FROM items WHERE state = 'sent'") == [(4,)]
+    assert ws.ledger.state_counts() == {"sent": 4}

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.both_stores
 
 
 def _run_states(ws: Workspace) -> list[str]:
-    return [state for (state,) in ws.query("SELECT state FROM runs ORDER BY rowid")]
+    return [run.state for run in ws.ledger.runs()]
 
 
 @pytest.mark.parametrize(
@@ -79,7 +79,7 @@ def test_the_rows_of_a_rejected_run_need_approval_again(
     ws.write_csv("c.csv", make_rows(3))
     planned = ws.invoke("send", "c.csv", "--require-approval")
     assert planned.exit_code == 0, planned.output
-    (rejected_run,) = [r for (r,) in ws.query("SELECT run_id FROM runs")]
+    (rejected_run,) = [r.run_id for r in ws.ledger.runs()]
     rejected = ws.invoke("reject", "--reason", "not this week")
     assert rejected.exit_code == 0, rejected.output
     again = ws.invoke("send", "c.csv", *flags)

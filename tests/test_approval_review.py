@@ -47,17 +47,15 @@ def reviewed_fingerprint(ws: Workspace, run_id: str) -> str:
 
 def stored_fingerprint(ws: Workspace, run_id: str) -> str:
     """The fingerprint stored when the run was planned (what `send` printed)."""
-    ((fingerprint,),) = ws.query("SELECT fingerprint FROM runs WHERE run_id = ?", (run_id,))
-    return str(fingerprint)
+    return str(ws.ledger.run(run_id).fingerprint)
 
 
 def tamper(ws: Workspace, run_id: str, seq: int) -> None:
     """Rewrite a stored intent (its digest made to match), as someone with database access
     could."""
-    ((channel, target, raw),) = ws.query(
-        "SELECT channel, target, payload FROM items WHERE run_id = ? AND seq = ?", (run_id, seq)
-    )
-    payload = json.loads(raw)
+    item = next(i for i in ws.ledger.items(run_id) if i.seq == seq)
+    channel, target = item.channel, item.target
+    payload = ws.ledger.payload(seq, run_id)
     payload["body"] = "Click here: http://evil.example"
     ws.write(
         "UPDATE items SET payload = ?, intent_digest = ? WHERE run_id = ? AND seq = ?",
@@ -67,11 +65,8 @@ def tamper(ws: Workspace, run_id: str, seq: int) -> None:
 
 def current_fingerprint(ws: Workspace, run_id: str) -> str:
     """The fingerprint the run's stored intents hash to now (what pasting would approve)."""
-    digests = [d for (d,) in ws.query(
-        "SELECT intent_digest FROM items WHERE run_id = ? ORDER BY seq", (run_id,)
-    )]  # fmt: skip
-    ((snapshot,),) = ws.query("SELECT channel_snapshot FROM runs WHERE run_id = ?", (run_id,))
-    return run_fingerprint(digests, json.loads(snapshot))
+    digests = [i.intent_digest for i in ws.ledger.items(run_id)]
+    return run_fingerprint(digests, ws.ledger.channel_snapshot(run_id))
 
 
 def test_two_awaiting_runs_are_each_approved_by_their_own_fingerprint(ws: Workspace) -> None:
@@ -84,20 +79,18 @@ def test_two_awaiting_runs_are_each_approved_by_their_own_fingerprint(ws: Worksp
     approved = ws.invoke("approve", "--fingerprint", first_fp, env={"USER": "alice"})
     assert approved.exit_code == 0, approved.output
     assert f"run {first} approved by alice" in approved.output
-    states = dict(ws.query("SELECT run_id, state FROM runs"))
+    states = {run.run_id: run.state for run in ws.ledger.runs()}
     assert states == {first: "approved", second: "awaiting_approval"}
     approved = ws.invoke("approve", "--fingerprint", second_fp, env={"USER": "bob"})
     assert approved.exit_code == 0, approved.output
-    records = {
-        run_id: json.loads(raw) for run_id, raw in ws.query("SELECT run_id, approval FROM runs")
-    }
+    records = {run_id: ws.ledger.approval(run_id) or {} for run_id in (first, second)}
     assert (records[first]["fingerprint"], records[first]["operator"]) == (first_fp, "alice")
     assert (records[second]["fingerprint"], records[second]["operator"]) == (second_fp, "bob")
     # With RUN_ID, the fingerprint must be that run's.
     third = plan(ws, "c.csv", make_rows(2, start=7))
     refused = ws.invoke("approve", third, "--fingerprint", first_fp)
     assert refused.exit_code == 4, refused.output
-    assert ws.query("SELECT state FROM runs WHERE run_id = ?", (third,)) == [("awaiting_approval",)]
+    assert ws.ledger.run(third).state == "awaiting_approval"
 
 
 def test_a_refusal_never_prints_a_fingerprint_to_paste(
@@ -166,12 +159,12 @@ def test_preview_writes_every_notification_and_ends_with_its_fingerprint(ws: Wor
     rows[4][2] = '=HYPERLINK("http://evil.example")'  # u4's subject
     rows[6][3] = "-2+3"  # u6's body
     run_id = plan(ws, "b.csv", rows)
-    ((fingerprint,),) = ws.query("SELECT fingerprint FROM runs")
+    fingerprint = str(ws.ledger.run().fingerprint)
     jsonl = ws.invoke("preview", run_id, "--format", "jsonl")
     assert jsonl.exit_code == 0, jsonl.output
     records = [json.loads(line) for line in jsonl.stdout.splitlines()]
     assert [r["id"] for r in records] == [f"u{n}" for n in range(1, 26)]
-    stored = dict(ws.query("SELECT item_id, intent_digest FROM items"))
+    stored = {i.item_id: i.intent_digest for i in ws.ledger.items()}
     assert all(r["digest"] == stored[r["id"]] for r in records)
     assert records[24]["to"] == "user25@example.com" and records[24]["body"] == "Body of 25"
     assert {"channel", "subject", "deadline"} <= set(records[0])
@@ -207,11 +200,10 @@ def test_reject_closes_an_awaiting_run_with_its_audit(ws: Workspace) -> None:
     result = ws.invoke("reject", run_id, "--reason", "wrong audience", env={"USER": "carol"})
     assert result.exit_code == 0, result.output
     assert f"run {run_id} rejected by carol" in result.output
-    assert ws.query("SELECT state, stop_reason FROM runs") == [
-        ("cancelled", "rejected by carol: wrong audience")
-    ]
-    ((raw,),) = ws.query("SELECT detail FROM events WHERE kind = 'rejected'")
-    detail = json.loads(raw)
+    run = ws.ledger.run()
+    assert (run.state, run.stop_reason) == ("cancelled", "rejected by carol: wrong audience")
+    (rejected,) = ws.ledger.events("rejected")
+    detail = json.loads(str(rejected.detail))
     assert (detail["operator"], detail["reason"]) == ("carol", "wrong audience")
     assert clock.parse(detail["at"]) <= clock.now()
     assert ws.invoke("approve", run_id, "--fingerprint", "sha256:x").exit_code == 2
@@ -219,7 +211,7 @@ def test_reject_closes_an_awaiting_run_with_its_audit(ws: Workspace) -> None:
     assert ws.outbox_documents() == []
     again = ws.invoke("reject", run_id, "--reason", "twice")
     assert again.exit_code == 2, again.output
-    assert len(ws.query("SELECT 1 FROM events WHERE kind = 'rejected'")) == 1
+    assert len(ws.ledger.events("rejected")) == 1
 
 
 def test_expires_in_is_capped_at_30_days(ws: Workspace) -> None:
@@ -231,7 +223,8 @@ def test_expires_in_is_capped_at_30_days(ws: Workspace) -> None:
         result = ws.invoke("approve", run_id, "--fingerprint", fingerprint, "--expires-in", span)
         assert result.exit_code == 2, result.output
         assert "30 days" in result.output
-    assert ws.query("SELECT state, approval FROM runs") == [("awaiting_approval", None)]
+    run = ws.ledger.run()
+    assert (run.state, run.approval) == ("awaiting_approval", None)
     ok = ws.invoke("approve", run_id, "--fingerprint", fingerprint, "--expires-in", "30d")
     assert ok.exit_code == 0, ok.output
 
@@ -245,10 +238,9 @@ def test_the_operator_is_the_login_name_when_user_is_unset(ws: Workspace) -> Non
     fingerprint = stored_fingerprint(ws, run_id)
     approved = ws.invoke("approve", run_id, "--fingerprint", fingerprint, env=no_user)
     assert approved.exit_code == 0, approved.output
-    ((raw,),) = ws.query("SELECT approval FROM runs")
-    assert json.loads(raw)["operator"] == login
+    assert (ws.ledger.approval() or {})["operator"] == login
     other = plan(ws, "c.csv", make_rows(2, start=5))
     rejected = ws.invoke("reject", other, "--reason", "not now", env=no_user)
     assert rejected.exit_code == 0, rejected.output
-    ((detail,),) = ws.query("SELECT detail FROM events WHERE kind = 'rejected'")
-    assert json.loads(detail)["operator"] == login
+    (event,) = ws.ledger.events("rejected")
+    assert json.loads(str(event.detail))["operator"] == login

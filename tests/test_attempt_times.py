@@ -18,6 +18,7 @@ from notifier.intent import Intent
 
 from .conftest import Workspace, make_rows
 from .receiver import Receiver, receiving, webhook_config
+from .support.background import meanwhile
 from .support.held import Answered, HeldRun
 
 pytestmark = pytest.mark.both_stores
@@ -59,25 +60,27 @@ def test_an_attempt_claimed_ahead_records_when_its_request_left(
             webhook_config(receiver, idempotent=not every_kind, status=True)
         )
         ws.write_csv("batch.csv", make_rows(rows))
-        process = ws.popen("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n))
-        try:
+        freed: list[float] = []
+
+        def answer_once_every_sender_waits() -> None:
             # Every sender is waiting for an answer; the items after them are claimed.
-            receiver.wait_for(lambda r: len(r.arrivals) == n)
-            released = time.time()
-            hold.set()
-            out, err = process.communicate(timeout=60)
-        finally:
-            hold.set()
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
-    assert process.returncode == 0, out + err
+            try:
+                receiver.wait_for(lambda r: len(r.arrivals) == n)
+                freed.append(time.time())
+            finally:
+                hold.set()
+
+        with meanwhile(answer_once_every_sender_waits):
+            sent = ws.invoke("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n))
+    assert sent.exit_code == 0, sent.output
+    released = freed[0]
     first_ids = {a.item_id for a in receiver.arrivals[:n]}
-    later = ws.query(
-        "SELECT i.item_id, a.started_at FROM attempts a JOIN items i "
-        "ON i.run_id = a.run_id AND i.seq = a.seq WHERE a.outcome <> 'not_started'"
-    )
-    later = [(item_id, started) for item_id, started in later if item_id not in first_ids]
+    item_of = {i.seq: i.item_id for i in ws.ledger.items()}
+    later = [
+        (item_of[a.seq], a.started_at)
+        for a in ws.ledger.attempts()
+        if a.outcome != "not_started" and item_of[a.seq] not in first_ids
+    ]
     assert len(later) >= rows - n
     early = [
         (item_id, started)
@@ -86,7 +89,7 @@ def test_an_attempt_claimed_ahead_records_when_its_request_left(
     ]
     assert early == [], f"recorded as started before any sender was free: {early}"
     if every_kind:
-        closed = {outcome for (outcome,) in ws.query("SELECT DISTINCT outcome FROM attempts")}
+        closed = {a.outcome for a in ws.ledger.attempts()}
         assert {"uncertain", "throttled", "sent"} <= closed, closed
 
 
@@ -112,5 +115,6 @@ def test_an_attempt_starts_when_its_connection_was_ready_not_before_connecting(
     run = HeldRun(ws, channel, 1, 1, hold=False)
     run.thread.start()
     run.finish(channel)
-    ((started,),) = ws.query("SELECT started_at FROM attempts")
+    (attempt,) = ws.ledger.attempts()
+    started = attempt.started_at
     assert clock.parse(started) >= before + timedelta(seconds=30), (before, started)

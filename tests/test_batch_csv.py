@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import tempfile
 from pathlib import Path
 
@@ -66,10 +65,10 @@ def test_rejection_with_an_existing_database_adds_no_run(ws: Workspace) -> None:
     """A bad file sent against a database that already holds a run changes nothing in it."""
     ws.write_csv("good.csv", [["to"], ["ada@example.com"]])
     assert ws.invoke("send", "good.csv").exit_code == 0
-    before = ws.query("SELECT COUNT(*) FROM runs"), ws.query("SELECT COUNT(*) FROM items")
+    before = ws.ledger.runs(), ws.ledger.items()
     (ws.path / "bad.csv").write_bytes(b"to,subject\n,Hi\n")
     assert ws.invoke("send", "bad.csv").exit_code == 2
-    assert (ws.query("SELECT COUNT(*) FROM runs"), ws.query("SELECT COUNT(*) FROM items")) == before
+    assert (ws.ledger.runs(), ws.ledger.items()) == before
 
 
 def test_only_the_first_20_problems_are_listed_then_a_count(tmp_path: Path) -> None:
@@ -102,7 +101,7 @@ def test_bom_crlf_quoted_commas_newlines_and_unicode_are_read(ws: Workspace) -> 
     assert documents["a1"]["data"] == {"city": "Zürich"}
     assert documents["a2"]["subject"] == 'He said "hi"'
     assert documents["a2"]["data"] == {"city": "São Paulo"}
-    payload = json.loads(ws.query("SELECT payload FROM items WHERE item_id = 'a1'")[0][0])
+    payload = ws.ledger.payload(ws.ledger.item("a1").seq)
     assert payload["subject"] == "Bienvenue, Zoë"
 
 

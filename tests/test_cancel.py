@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import Result
 
 from notifier import clock
+from notifier.api import Notifier
 from notifier.sandbox import Faults, Sandbox
 from notifier.state_machine import RunTrigger
 from notifier.store import Store
@@ -23,6 +25,7 @@ from notifier.store.ledger import Ledger
 from notifier.store.planning import Planning
 
 from .conftest import DB_ERRORS, SlowRelay, Workspace, default_sigint, make_rows
+from .support.background import Worker
 
 pytestmark = pytest.mark.both_stores
 
@@ -45,9 +48,28 @@ def configure_hooks(ws: Workspace, sandbox: Sandbox, *, query: bool, retry: str 
 
 def finished_attempts(ws: Workspace) -> int:
     try:
-        return int(ws.query("SELECT COUNT(*) FROM attempts WHERE finished_at IS NOT NULL")[0][0])
+        return len([a for a in ws.ledger.attempts() if a.finished_at is not None])
     except DB_ERRORS:  # the worker may not have created the database yet
         return 0
+
+
+def worker(ws: Workspace, channel: str, concurrency: int = 1) -> Worker:
+    """`send batch.csv` as a worker would run it, in a thread of this process (the API
+    the command calls): the test cancels while it sends."""
+    notifier = Notifier.open(ws.db)
+    return Worker(
+        lambda: notifier.send(Path("batch.csv"), channel=channel, concurrency=concurrency)
+    )
+
+
+def assert_claimed_nothing_ahead(ws: Workspace, sent: int, *, senders: int) -> None:
+    """SMTP claims nothing ahead, so nothing queues behind its senders: every attempt is a
+    message the relay got, or the one item a sender had taken up but not yet started when
+    it saw the cancel, given back never started (at most one per sender)."""
+    outcomes = [a.outcome for a in ws.ledger.attempts()]
+    released = outcomes.count("not_started")
+    assert len(outcomes) - released == sent, outcomes
+    assert released <= senders, outcomes
 
 
 # ---------------------------------------------------------------------- point 8
@@ -62,17 +84,13 @@ def test_no_message_starts_after_cancel_and_unstarted_items_are_released(
     claimed (SMTP claims nothing ahead, so nothing queues behind its senders): pending,
     reported never attempted."""
     ws.write_csv("batch.csv", make_rows(12))
-    worker = ws.popen("send", "batch.csv", "--channel", "mail", "--concurrency", "4")
-    try:
-        assert slow_relay.first_mail.wait(60)
-        cancelled = ws.invoke("cancel", "--report", "--format", "json")
-        returned = time.time()
-        # Once the worker has exited it can start nothing more, and each MAIL it sent was
-        # noted before its reply, which the worker waited for: nothing more can show.
-        assert worker.wait(timeout=60) == 3
-    finally:
-        worker.kill()
-        worker.wait()
+    sending = worker(ws, "mail", 4)
+    assert slow_relay.first_mail.wait(60)
+    cancelled = ws.invoke("cancel", "--report", "--format", "json")
+    returned = time.time()
+    # Once the worker has returned it can start nothing more, and each MAIL it sent was
+    # noted before its reply, which the worker waited for: nothing more can show.
+    assert sending.exit_code() == 3
     assert cancelled.exit_code == 3, cancelled.output
     report = json.loads(cancelled.stdout)
     requested = clock.parse(report["cancel_requested_at"]).timestamp()
@@ -83,11 +101,7 @@ def test_no_message_starts_after_cancel_and_unstarted_items_are_released(
     counts = report["counts"]
     assert report["state"] == "cancelled" and counts["in_flight"] == counts["unknown"] == 0
     assert counts["sent"] == len(slow_relay.mail_times)
-    # A sender whose connection was still opening when the cancel landed released its item
-    # unsent (its attempt closed `not_started`, counted as none): every attempt that left is
-    # a message the relay got.
-    left = [a for a in ws.ledger.attempts() if a.outcome != "not_started"]
-    assert len(left) == counts["sent"]
+    assert_claimed_nothing_ahead(ws, counts["sent"], senders=4)
     for item in report["items"]:
         if item["state"] == "pending":
             assert item["attempts"] == 0 and item["pending_kind"] == "never_attempted"
@@ -102,22 +116,15 @@ def test_cancel_says_plainly_when_the_worker_does_not_confirm_in_time(
     in progress, at most one per sender, reached the relay) and closes the run as cancelled."""
     slow_relay.seconds = 4.0
     ws.write_csv("batch.csv", make_rows(6))
-    worker = ws.popen("send", "batch.csv", "--channel", "mail", "--concurrency", "3")
-    try:
-        assert slow_relay.first_mail.wait(60)
-        cancelled = ws.invoke("cancel", "--wait", "0.5")
-        assert worker.wait(timeout=60) == 3
-    finally:
-        worker.kill()
-        worker.wait()
+    sending = worker(ws, "mail", 3)
+    assert slow_relay.first_mail.wait(60)
+    cancelled = ws.invoke("cancel", "--wait", "0.5")
+    assert sending.exit_code() == 3
     assert cancelled.exit_code == 3, cancelled.output
     assert "did not confirm within 0.5s" in cancelled.output
     assert 1 <= len(slow_relay.mail_times) <= 3
-    assert ws.query("SELECT state FROM runs") == [("cancelled",)]
-    # SMTP claims nothing ahead: the items not under way were never claimed, or released
-    # unsent (`not_started`), so never attempted.
-    left = [a for a in ws.ledger.attempts() if a.outcome != "not_started"]
-    assert len(left) == len(slow_relay.mail_times)
+    assert ws.ledger.run().state == "cancelled"
+    assert_claimed_nothing_ahead(ws, len(slow_relay.mail_times), senders=3)
 
 
 # ---------------------------------------------------------------------- point 9
@@ -125,12 +132,12 @@ def test_cancel_says_plainly_when_the_worker_does_not_confirm_in_time(
 SLOW_RETRY = "[retry]\nmax_attempts = 5\nbackoff_base = 60\nbackoff_max = 60\n"
 
 
-def send_until_waiting(ws: Workspace, sandbox: Sandbox, attempts: int) -> subprocess.Popen[str]:
+def send_until_waiting(ws: Workspace, sandbox: Sandbox, attempts: int) -> Worker:
     """A worker that made `attempts` attempts and now waits (a backoff or a Retry-After)."""
     ws.write_csv("batch.csv", make_rows(3))
-    worker = ws.popen("send", "batch.csv", "--channel", "hooks")
+    sending = worker(ws, "hooks")
     wait_for(lambda: finished_attempts(ws) >= attempts)
-    return worker
+    return sending
 
 
 @pytest.mark.parametrize("query", [False, True], ids=["not-queryable", "queryable"])
@@ -141,13 +148,9 @@ def test_cancel_settles_maybe_delivered_retries(ws: Workspace, query: bool) -> N
     and cancel exits 3."""
     with Sandbox(faults=Faults(drop_rate=1.0)) as sandbox:
         configure_hooks(ws, sandbox, query=query, retry=SLOW_RETRY)
-        worker = send_until_waiting(ws, sandbox, 3)
-        try:
-            cancelled = ws.run("cancel", "--report", "--format", "json")
-            assert worker.wait(timeout=60) == (0 if query else 3)
-        finally:
-            worker.kill()
-            worker.wait()
+        sending = send_until_waiting(ws, sandbox, 3)
+        cancelled = ws.invoke("cancel", "--report", "--format", "json")
+        assert sending.exit_code() == (0 if query else 3)
         assert sandbox.stats()["totals"]["commits"] == 3
     report = json.loads(cancelled.stdout)
     counts = report["counts"]
@@ -157,11 +160,11 @@ def test_cancel_settles_maybe_delivered_retries(ws: Workspace, query: bool) -> N
         "maybe_delivered": 0,
     }
     if query:
-        assert cancelled.returncode == 0, cancelled.stderr
+        assert cancelled.exit_code == 0, cancelled.output
         assert (counts["sent"], counts["pending"], counts["unknown"]) == (3, 0, 0)
         assert {i["receipt_source"] for i in report["items"]} == {"query"}
     else:
-        assert cancelled.returncode == 3, cancelled.stderr
+        assert cancelled.exit_code == 3, cancelled.output
         assert (counts["sent"], counts["pending"], counts["unknown"]) == (0, 0, 3)
         assert all("may have been delivered" in i["last_error"] for i in report["items"])
 
@@ -172,14 +175,10 @@ def test_throttled_and_waiting_is_attempted_not_never_attempted(ws: Workspace) -
     none of them will be sent."""
     with Sandbox(faults=Faults(throttle_rate=1.0, retry_after=120)) as sandbox:
         configure_hooks(ws, sandbox, query=True)
-        worker = send_until_waiting(ws, sandbox, 1)
-        try:
-            cancelled = ws.run("cancel", "--report", "--format", "json")
-            assert worker.wait(timeout=60) == 3
-        finally:
-            worker.kill()
-            worker.wait()
-    assert cancelled.returncode == 3, cancelled.stderr
+        sending = send_until_waiting(ws, sandbox, 1)
+        cancelled = ws.invoke("cancel", "--report", "--format", "json")
+        assert sending.exit_code() == 3
+    assert cancelled.exit_code == 3, cancelled.output
     report = json.loads(cancelled.stdout)
     assert report["counts"]["pending"] == 3
     assert report["pending_detail"] == {
@@ -203,11 +202,11 @@ def test_cancel_without_run_id_picks_the_newest_active_run(ws: Workspace) -> Non
                          env={"NOTIFIER_CRASH_AT": "after-receipt:1"})  # fmt: skip
         assert crashed.returncode == 137
         ws.write_csv("new.csv", make_rows(3, start=10))
-        assert ws.run("send", "new.csv", "--channel", "hooks").returncode == 0
+        assert ws.invoke("send", "new.csv", "--channel", "hooks").exit_code == 0
         cancelled = ws.invoke("cancel")
     assert cancelled.exit_code == 3, cancelled.output
-    states = dict(ws.query("SELECT batch_path, state FROM runs"))
-    assert states == {"old.csv": "cancelled", "new.csv": "completed"}
+    old, new = ws.ledger.runs()  # oldest first
+    assert (old.state, new.state) == ("cancelled", "completed")
 
 
 # ---------------------------------------------------------------------- races
@@ -226,7 +225,7 @@ def test_cancel_racing_a_completion_reports_the_completed_run(
         crashed = ws.run("send", "batch.csv", "--channel", "hooks",
                          env={"NOTIFIER_CRASH_AT": "after-receipt:3"})  # fmt: skip
         assert crashed.returncode == 137  # every item sent, run left `running`
-    (run_id,) = ws.query("SELECT run_id FROM runs")[0]
+    run_id = ws.ledger.run().run_id
     original = Ledger.request_cancel
 
     def complete() -> None:
@@ -248,7 +247,7 @@ def test_cancel_racing_a_completion_reports_the_completed_run(
     cancelled = ws.invoke("cancel")
     assert cancelled.exit_code == 0, cancelled.output
     assert "already completed" in cancelled.output
-    assert ws.query("SELECT state FROM runs") == [("completed",)]
+    assert ws.ledger.run().state == "completed"
 
 
 CANCEL_AS_SOON_AS_PLANNED = """
@@ -308,14 +307,13 @@ def test_cancel_racing_a_starting_send_never_exits_1(ws: Workspace, trial: int) 
         # The canceller is polling before the send starts.
         wait_for(functools.partial(started_polling, polling, canceller))
         assert canceller.poll() is None, canceller.communicate()
-        sender = ws.run("send", f"batch{trial}.csv", "--channel", "hooks")
+        # The send in this process, racing the canceller's.
+        sender = ws.invoke("send", f"batch{trial}.csv", "--channel", "hooks")
         out, err = canceller.communicate(timeout=60)
-        assert sender.returncode in (0, 3), sender.stdout + sender.stderr
+        assert sender.exit_code in (0, 3), sender.output
         assert canceller.returncode in (0, 3), out + err
         assert "internal error" not in sender.stderr + err
-        (state,) = ws.query("SELECT state FROM runs WHERE batch_path = ?",
-                            (f"batch{trial}.csv",))[0]  # fmt: skip
-        assert state in ("cancelled", "completed")
+        assert ws.ledger.run().state in ("cancelled", "completed")
 
 
 def test_send_whose_run_was_cancelled_before_it_took_the_lease(
@@ -325,13 +323,13 @@ def test_send_whose_run_was_cancelled_before_it_took_the_lease(
     `send` stored its plan and before it takes the lease. The send then finds the run
     cancelled, sends nothing and exits 3 (not 1); the cancel exited 0."""
     original = Planning.create_run
-    cancels: list[subprocess.CompletedProcess[str]] = []
+    cancels: list[Result] = []
 
     def planned_then_cancelled(
         self: Planning, run: dict[str, Any], items: Any, **options: Any
     ) -> None:
         original(self, run, items, **options)
-        cancels.append(ws.run("cancel"))
+        cancels.append(ws.invoke("cancel"))  # the command, run in the middle of the send
 
     with Sandbox() as sandbox:
         configure_hooks(ws, sandbox, query=True)
@@ -339,7 +337,7 @@ def test_send_whose_run_was_cancelled_before_it_took_the_lease(
         monkeypatch.setattr(Planning, "create_run", planned_then_cancelled)
         sent = ws.invoke("send", "batch.csv", "--channel", "hooks")
         assert sandbox.stats()["totals"]["requests"] == 0
-    assert [c.returncode for c in cancels] == [3], cancels[0].stderr
+    assert [c.exit_code for c in cancels] == [3], cancels[0].output
     assert sent.exit_code == 3, sent.output
     assert "already cancelled; nothing was sent" in sent.output
-    assert ws.query("SELECT state FROM runs") == [("cancelled",)]
+    assert ws.ledger.run().state == "cancelled"

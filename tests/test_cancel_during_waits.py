@@ -1,19 +1,23 @@
 """A cancel or a signal that arrives while the process is waiting or writing: at N = 1 a
 `--rate` wait on the committer's own thread still sees a cancel, and a signal handler whose
 message cannot be written never breaks the send it interrupted. Both stores where it
-matters, through the real CLI against a receiver on 127.0.0.1."""
+matters, the sender in-process (the API) and `cancel` through the CLI, against a receiver
+on 127.0.0.1."""
 
 from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
+from notifier.api import Notifier
 from notifier.signals import Interruption, interrupt_guard
 
 from .conftest import Workspace, make_rows
 from .receiver import Receiver, receiving, webhook_config
+from .support.background import Worker
 
 
 @pytest.mark.both_stores
@@ -30,17 +34,15 @@ def test_a_cancel_during_a_rate_wait_at_n1_is_seen_and_nothing_more_is_sent(
             webhook_config(receiver, idempotent=True, status=True)
         )
         ws.write_csv("batch.csv", make_rows(3))
-        process = ws.popen("send", "batch.csv", "--channel", "hooks", "--rate", "0.05")
-        try:
-            receiver.wait_for(lambda r: len(r.commits) == 1)
-            cancelled = ws.run("cancel", "--wait", "10", timeout=60)
-            out, err = process.communicate(timeout=60)
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
-    assert "did not confirm" not in cancelled.stdout + cancelled.stderr, cancelled.stdout
-    assert ws.query("SELECT state FROM runs") == [("cancelled",)], out + err
+        notifier = Notifier.open(ws.db)
+        sending = Worker(
+            lambda: notifier.send(Path("batch.csv"), channel="hooks", concurrency=1, rate=0.05)
+        )
+        receiver.wait_for(lambda r: len(r.commits) == 1)
+        cancelled = ws.invoke("cancel", "--wait", "10")
+        result = sending.result()
+    assert "did not confirm" not in cancelled.output, cancelled.output
+    assert ws.ledger.run().state == "cancelled", result
     assert len(receiver.arrivals) == 1, "a request left after the cancel was committed"
 
 

@@ -10,17 +10,17 @@ from __future__ import annotations
 import json
 import re
 import signal
-import subprocess
-import sys
 import threading
 from datetime import datetime
 from typing import Any
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 
 from notifier import clock
 from notifier.channels import Ready, Receipt, always
+from notifier.cli import cli
 from notifier.coordination import RunOptions, Shared
 from notifier.intent import Intent
 from notifier.judging import Progress
@@ -30,6 +30,7 @@ from notifier.state_machine import ItemTrigger, RunState
 
 from .conftest import Workspace, make_rows, wait_for
 from .receiver import Receiver, receiving, released, webhook_config
+from .support.background import meanwhile
 from .test_pg_concurrent_writes import plan, worker
 from .test_workers import finish, fleet, notifier, pg_url, rows
 
@@ -83,21 +84,29 @@ def _cancel_over_a_dead_worker(
         a = notifier(ws, db, "worker", "k1", "--concurrency", str(N))
         processes.append(a)
         _holding(db, receiver, a.pid, N, N + ahead, "A")
-        cancel = subprocess.Popen(
-            [sys.executable, "-m", "notifier", "--db", db, "cancel", "k1", "--report",
-             "--format", "json", "--wait", "60"],
-            cwd=ws.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        processes.append(cancel)
-        wait_for(
-            lambda: rows(db, "SELECT cancel_requested_at IS NOT NULL FROM runs") == [(True,)],
-            "the cancel recorded",
-        )
-        b.send_signal(signal.SIGKILL)
-        b.wait()
-        receiver.answer_hold.set()
-        out, err = cancel.communicate(timeout=60)
-        code = cancel.returncode
+        answer_hold = receiver.answer_hold
+
+        def kill_b_once_the_cancel_is_recorded() -> None:
+            try:
+                wait_for(
+                    lambda: (
+                        rows(db, "SELECT cancel_requested_at IS NOT NULL FROM runs") == [(True,)]
+                    ),
+                    "the cancel recorded",
+                )
+                b.send_signal(signal.SIGKILL)
+                b.wait()
+            finally:
+                answer_hold.set()
+
+        # The cancel in-process: it waits for A to confirm while B is killed and the
+        # answers come back.
+        with meanwhile(kill_b_once_the_cancel_is_recorded):
+            cancel = CliRunner().invoke(
+                cli, ["--db", db, "cancel", "k1", "--report", "--format", "json", "--wait", "60"],
+                catch_exceptions=False,
+            )  # fmt: skip
+        out, err, code = cancel.stdout, cancel.stderr, cancel.exit_code
         a_code, a_out = finish(a)
         assert a_code == 3, a_out  # the worker a cancel stopped: the cancel's own code
     assert "cancelled" in err, err

@@ -12,17 +12,18 @@ from .receiver import Receiver, receiving
 
 pytestmark = pytest.mark.both_stores
 CONCURRENCY = pytest.mark.parametrize("n", [1, 8])
-# Two attempts an item: before, a closed port failed every item for good.
+# Two attempts an item: a closed port must not spend them and fail every item for good.
 RETRY = "[retry]\nmax_attempts = 2\nbackoff_base = 0.01\nbackoff_max = 0.05\n"
 
 
 def _items(ws: Workspace) -> list[tuple[str, int]]:
-    return [(str(s), int(a)) for s, a in ws.query("SELECT state, attempts FROM items")]
+    return [(i.state, i.attempts) for i in ws.ledger.items()]
 
 
 def _assert_paused_for_the_channel(ws: Workspace, out: str, rows: int) -> None:
     assert "is down" in out and "notifier resume" in out, out
-    assert ws.query("SELECT state, stop_cause FROM runs") == [("paused", "channel_down")]
+    run = ws.ledger.run()
+    assert (run.state, run.stop_cause) == ("paused", "channel_down")
     assert _items(ws) == [("pending", 0)] * rows, "no item failed or counts as attempted"
 
 
@@ -40,13 +41,13 @@ def test_a_webhook_receiver_that_is_down_pauses_the_run_and_resume_finishes_it(
         f'url = "http://127.0.0.1:{port}/notifications"\nidempotent = true\ntimeout = 5\n' + RETRY
     )
     ws.write_csv("batch.csv", make_rows(10))
-    down = ws.run("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n))
-    assert down.returncode == 3, down.stdout + down.stderr
+    down = ws.invoke("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n))
+    assert down.exit_code == 3, down.output
     _assert_paused_for_the_channel(ws, down.stdout, 10)
     with receiving(receiver, port):
-        resumed = ws.run("resume", "--concurrency", str(n))
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert receiver.commits == {key: 1 for (key,) in ws.query("SELECT idempotency_key FROM items")}
+        resumed = ws.invoke("resume", "--concurrency", str(n))
+    assert resumed.exit_code == 0, resumed.output
+    assert receiver.commits == dict.fromkeys(ws.ledger.keys(), 1)
 
 
 @CONCURRENCY
@@ -61,15 +62,15 @@ def test_an_smtp_relay_that_is_down_pauses_the_run_and_resume_finishes_it(
         'sender = "ops@example.com"\n' + RETRY
     )
     ws.write_csv("batch.csv", make_rows(5))
-    down = ws.run("send", "batch.csv", "--channel", "mail", "--concurrency", str(n))
-    assert down.returncode == 3, down.stdout + down.stderr
+    down = ws.invoke("send", "batch.csv", "--channel", "mail", "--concurrency", str(n))
+    assert down.exit_code == 3, down.output
     _assert_paused_for_the_channel(ws, down.stdout, 5)
     inbox = Inbox()
     controller = Controller(inbox, hostname="127.0.0.1", port=port)
     controller.start()
     try:
-        resumed = ws.run("resume", "--concurrency", str(n))
+        resumed = ws.invoke("resume", "--concurrency", str(n))
     finally:
         controller.stop()
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert resumed.exit_code == 0, resumed.output
     assert len(inbox.messages) == 5

@@ -50,9 +50,8 @@ def brief(ws: Workspace) -> Path:
 def drafted_rows(ws: Workspace) -> list[tuple[str]]:
     """The item ids drafted so far; none while the worker has not created the tables."""
     try:
-        return ws.query(
-            "SELECT json_extract(source, '$.item_id') FROM drafts WHERE state = 'drafted'"
-        )
+        drafts = ws.ledger.drafts()
+        return [(json.loads(d["source"])["item_id"],) for d in drafts if d["state"] == "drafted"]
     except sqlite3.OperationalError as exc:
         # Not there yet: no file, no tables in it, or being created (before WAL mode).
         if any(m in str(exc) for m in ("unable to open", "no such table", "is locked")):
@@ -85,14 +84,16 @@ def test_compose_drafts_every_row_through_a_forced_tool_and_stores_each_draft(
     assert set(tool["input_schema"]["properties"]) == {"subject", "body"}
     assert request.body["tool_choice"] == {"type": "tool", "name": tool["name"]}
     assert "renews next week" in request.body["system"]
-    drafts = ws.query("SELECT seq, state, model, input_tokens, output_tokens FROM drafts")
+    drafts = [
+        (d["seq"], d["state"], d["model"], d["input_tokens"], d["output_tokens"])
+        for d in ws.ledger.drafts()
+    ]
     assert drafts == [(i, "drafted", "claude-test-1", 11, 7) for i in range(1, 6)]
     docs = {d["item_id"]: d for d in ws.outbox_documents()}
     assert docs["u3"]["subject"] == "Draft u3" and docs["u3"]["body"] == "Dear User 3, hello."
-    for channel, target, payload, digest in ws.query(
-        "SELECT channel, target, payload, intent_digest FROM items"
-    ):
-        assert intent_digest(channel, target, json.loads(payload)) == digest
+    for item in ws.ledger.items():
+        payload = ws.ledger.payload(item.seq)
+        assert intent_digest(item.channel, item.target, payload) == item.intent_digest
     status = ws.status()
     assert status["drafts"]["drafted"] == 5 and status["drafts"]["input_tokens"] == 55
     assert status["drafts"]["output_tokens"] == 35
@@ -168,7 +169,7 @@ def test_401_stops_every_row_with_a_clear_message_and_resume_continues(
     assert KEY not in result.output
     assert "notifier resume" in result.output
     assert ws.outbox_documents() == []
-    assert ws.query("SELECT COUNT(*) FROM items") == [(0,)]
+    assert ws.ledger.items() == []
     assert len(fake.requests) <= 4  # no retry of a refused key
     fake.script.clear()
     resumed = ws.invoke("resume")
@@ -291,7 +292,7 @@ def test_ctrl_c_while_drafting_exits_130_keeping_the_drafts_made(
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, stderr
     assert "interrupted while drafting" in stderr
-    assert ws.query("SELECT COUNT(*) FROM drafts WHERE state = 'drafted'") == [(1,)]
+    assert [d["state"] for d in ws.ledger.drafts()].count("drafted") == 1
     assert ws.outbox_documents() == []
     mark = len(fake.requests)
     fake.answer_limit = None
@@ -316,7 +317,7 @@ def test_a_composed_row_has_the_identity_of_its_source_row(
     ws.write_csv("d.csv", rows)
     held = ws.invoke("send", "d.csv", "--compose", str(brief(ws)), "--require-approval")
     assert held.exit_code == 0, held.output
-    (first_run,) = [r for (r,) in ws.query("SELECT run_id FROM runs")]
+    first_run = ws.ledger.run().run_id
     requests = len(fake.requests)
     again = ws.invoke("send", "d.csv", "--compose", str(brief(ws)), "--run-id", "comp2")
     assert again.exit_code == 2, again.output
@@ -337,7 +338,7 @@ def test_a_composed_row_has_the_identity_of_its_source_row(
     assert sorted(d["to"] for d in ws.outbox_documents()) == [
         "user1@example.com", "user2@example.com", "user3@example.com"
     ]  # fmt: skip
-    assert [r for (r,) in ws.query("SELECT run_id FROM runs")] == [first_run]
+    assert [r.run_id for r in ws.ledger.runs()] == [first_run]
 
 
 @pytest.mark.parametrize(
@@ -396,7 +397,7 @@ def test_a_compose_run_frozen_later_sends_no_row_delivered_meanwhile(
     fake.script.extend(error(401, "authentication_error", "invalid x-api-key") for _ in range(4))
     stopped = ws.invoke("send", str(batch(ws, 3)), "--compose", str(brief(ws)))
     assert stopped.exit_code == 3, stopped.output
-    (compose_run,) = [r for (r,) in ws.query("SELECT run_id FROM runs")]
+    compose_run = ws.ledger.run().run_id
     plain = ws.invoke("send", str(ws.path / "b.csv"))
     assert plain.exit_code == 0, plain.output
     fake.script.clear()
@@ -404,5 +405,5 @@ def test_a_compose_run_frozen_later_sends_no_row_delivered_meanwhile(
     assert resumed.exit_code == 3, resumed.output  # its rows failed: another run sent them
     per_recipient = Counter(d["to"] for d in ws.outbox_documents())
     assert sorted(per_recipient.values()) == [1, 1, 1], per_recipient
-    reasons = ws.query(f"SELECT last_error FROM items WHERE run_id = '{compose_run}'")
-    assert all("delivered this row" in r for (r,) in reasons), reasons
+    reasons = [i.last_error for i in ws.ledger.items(compose_run)]
+    assert all("delivered this row" in str(r) for r in reasons), reasons

@@ -8,9 +8,8 @@ and a create needs it surely held."""
 
 from __future__ import annotations
 
-import json
 import re
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -44,7 +43,7 @@ def send(ws: Workspace, n: int = 5, *extra: str) -> list[str]:
 
 def chunk_states(ws: Workspace) -> list[tuple[int, str, int]]:
     try:
-        return ws.query("SELECT chunk, state, created FROM draft_chunks ORDER BY chunk")
+        return [(c["chunk"], c["state"], c["created"]) for c in ws.ledger.draft_chunks()]
     except DB_ERRORS:
         return []
 
@@ -52,14 +51,11 @@ def chunk_states(ws: Workspace) -> list[tuple[int, str, int]]:
 def assert_drafted_once_and_digests_hold(ws: Workspace) -> None:
     """Every row drafted exactly once (one draft event per row) and every stored digest is
     the digest of its stored intent."""
-    drafted = ws.query(
-        "SELECT item_seq, COUNT(*) FROM events WHERE kind = 'drafted' GROUP BY item_seq"
-    )
-    assert sorted(drafted) == [(i, 1) for i in range(1, 6)]
-    for channel, target, payload, digest in ws.query(
-        "SELECT channel, target, payload, intent_digest FROM items"
-    ):
-        assert intent_digest(channel, target, json.loads(payload)) == digest
+    drafted = Counter(e.item_seq for e in ws.ledger.events("drafted"))
+    assert sorted(drafted.items()) == [(i, 1) for i in range(1, 6)]
+    for item in ws.ledger.items():
+        payload = ws.ledger.payload(item.seq)
+        assert intent_digest(item.channel, item.target, payload) == item.intent_digest
 
 
 def test_batch_api_drafts_every_row_in_chunks_one_batch_each(
@@ -124,7 +120,7 @@ def test_recreate_is_the_operators_choice_to_pay_twice(ws: Workspace, fake: Fake
     assert "--recreate: 1 batch chunk(s)" in resumed.output
     assert len(fake.created()) == 4
     orphan = fake.created()[1]  # created by the crashed send, never recorded
-    recorded = [b for (b,) in ws.query("SELECT batch_id FROM draft_chunks ORDER BY chunk")]
+    recorded = [c["batch_id"] for c in ws.ledger.draft_chunks()]
     assert orphan not in recorded and len(set(recorded)) == 3
     assert chunk_states(ws)[1] == (2, "done", 1)
     assert_drafted_once_and_digests_hold(ws)
@@ -288,7 +284,7 @@ def test_creates_unanswered_every_time_stop_with_the_chunk_creating(
         result = ws.invoke(*send(ws))
         assert result.exit_code == 3, result.output
         assert fake.created() == []
-        assert ws.query("SELECT chunk, state FROM draft_chunks") == [(1, "creating")]
+        assert [(c["chunk"], c["state"]) for c in ws.ledger.draft_chunks()] == [(1, "creating")]
         resumed = ws.invoke("resume")
         assert resumed.exit_code == 0, resumed.output
         assert len(fake.created()) == 3 and sorted(fake.succeeded) == ROWS
@@ -306,7 +302,7 @@ def test_cancel_after_a_crash_after_create_cancels_the_unrecorded_batch(
         cancelled = ws.invoke("cancel")
         assert sorted(fake.cancelled) == sorted(fake.created()) != [], cancelled.output
         assert "(not created)" not in cancelled.output
-        assert ws.query("SELECT state FROM draft_chunks") == [("canceled",)]
+        assert [s for _, s, _ in chunk_states(ws)] == ["canceled"]
 
 
 def test_cancel_without_the_key_leaves_a_creating_chunk_open_and_says_why(
@@ -323,12 +319,12 @@ def test_cancel_without_the_key_leaves_a_creating_chunk_open_and_says_why(
         assert refused.exit_code == 3, refused.output
         assert "ANTHROPIC_API_KEY is not set" in refused.output
         assert "(not created)" not in refused.output and fake.cancelled == []
-        assert ws.query("SELECT state FROM draft_chunks") == [("creating",)]
+        assert [s for _, s, _ in chunk_states(ws)] == ["creating"]
         monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
-        run_id = ws.query("SELECT run_id FROM runs")[0][0]
+        run_id = ws.ledger.run().run_id
         again = ws.invoke("cancel", run_id)
         assert fake.cancelled == fake.created() != [], again.output
-        assert ws.query("SELECT state FROM draft_chunks") == [("canceled",)]
+        assert [s for _, s, _ in chunk_states(ws)] == ["canceled"]
 
 
 def test_cancel_out_of_reach_leaves_every_open_chunk_open(
@@ -344,10 +340,7 @@ def test_cancel_out_of_reach_leaves_every_open_chunk_open(
     result = ws.invoke("cancel")
     assert result.exit_code == 3, result.output
     assert result.output.count("could not be asked") == 2, result.output
-    assert ws.query("SELECT state FROM draft_chunks ORDER BY chunk") == [
-        ("submitted",),
-        ("creating",),
-    ]
+    assert [s for _, s, _ in chunk_states(ws)] == ["submitted", "creating"]
 
 
 def test_a_drafter_not_surely_holding_its_lease_creates_nothing(
@@ -360,7 +353,7 @@ def test_a_drafter_not_surely_holding_its_lease_creates_nothing(
             stopped = ws.invoke(*send(ws))
         assert stopped.exit_code == 3, stopped.output
         assert "lease" in stopped.output and fake.created() == []
-        assert ws.query("SELECT state FROM draft_chunks") == [("creating",)]
+        assert [s for _, s, _ in chunk_states(ws)] == ["creating"]
         resumed = ws.invoke("resume")
         assert resumed.exit_code == 0, resumed.output
         assert len(fake.created()) == 3 and sorted(fake.succeeded) == ROWS
@@ -387,4 +380,5 @@ def test_chunk_writes_are_fenced_by_the_drafters_lease(
         result = ws.invoke(*send(ws))
         assert result.exit_code != 0 and "took over" in result.output, result.output
         assert len(fake.created()) == 1
-        assert ws.query("SELECT state, batch_id FROM draft_chunks") == [("creating", None)]
+        chunks = ws.ledger.draft_chunks()
+        assert [(c["state"], c["batch_id"]) for c in chunks] == [("creating", None)]

@@ -6,6 +6,7 @@ drives the real CLI in a subprocess against the fake Messages API."""
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import select
@@ -34,23 +35,23 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeBatches]:
         yield server
 
 
-def events(ws: Workspace, kind: str) -> list[tuple[str]]:
+def events(ws: Workspace, kind: str) -> list[str | None]:
     try:
-        return ws.query("SELECT detail FROM events WHERE kind = ?", (kind,))
+        return [e.detail for e in ws.ledger.events(kind)]
     except DB_ERRORS:
         return []
 
 
 def drafts_by_state(ws: Workspace) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
-    for state, source in ws.query("SELECT state, source FROM drafts ORDER BY seq"):
-        found.setdefault(state, []).append(source.split('"item_id": "')[1].split('"')[0])
+    for draft in ws.ledger.drafts():
+        found.setdefault(draft["state"], []).append(json.loads(draft["source"])["item_id"])
     return found
 
 
 def stored_drafts(ws: Workspace) -> int:
     try:
-        return int(ws.query("SELECT COUNT(*) FROM drafts WHERE state = 'drafted'")[0][0])
+        return [d["state"] for d in ws.ledger.drafts()].count("drafted")
     except DB_ERRORS:
         return 0
 
@@ -115,11 +116,12 @@ def test_ctrl_c_while_polling_batches_leaves_them_for_resume(
     fake.polls_in_progress = 10**6
     process = ws.popen("send", str(batch(ws, 5)), "--compose", str(brief(ws)), "--batch-api")
 
-    def submitted() -> list[tuple[str]]:
+    def submitted() -> list[str]:
         try:
-            return ws.query("SELECT batch_id FROM draft_chunks WHERE state = 'submitted'")
+            chunks = ws.ledger.draft_chunks()
         except DB_ERRORS:
             return []
+        return [c["batch_id"] for c in chunks if c["state"] == "submitted"]
 
     wait_for(lambda: len(submitted()) == 3, "3 chunks submitted")
     process.send_signal(signal.SIGINT)
@@ -180,6 +182,6 @@ def test_a_progress_bar_shows_drafting_on_a_terminal_and_nothing_in_a_pipe(
     fake.release.clear()
     fake.answer_limit = None
     ws.reset()
-    piped = ws.run("send", str(batch(ws, 3)), "--compose", str(brief(ws)))
-    assert piped.returncode == 0, piped.stderr
+    piped = ws.invoke("send", str(batch(ws, 3)), "--compose", str(brief(ws)))  # no terminal
+    assert piped.exit_code == 0, piped.output
     assert "drafting" not in piped.stderr and "\x1b[" not in piped.stderr

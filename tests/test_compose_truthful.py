@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterator
 
 import pytest
@@ -31,7 +31,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeMessages]:
 def drafted(ws: Workspace) -> int:
     """Rows drafted so far, on either store (0 while the tables are not there yet)."""
     try:
-        return int(ws.query("SELECT COUNT(*) FROM drafts WHERE state = 'drafted'")[0][0])
+        return [d["state"] for d in ws.ledger.drafts()].count("drafted")
     except DB_ERRORS:
         return 0
 
@@ -125,7 +125,7 @@ def test_resume_model_changes_the_model_only_for_rows_not_drafted(
     # A request the killed process had already written may reach the fake after `mark`
     # (with m-old, never answered to anyone): only the resume's own requests are counted.
     assert len([r for r in fake.requests[mark:] if r.body["model"] == "m-new"]) == 3
-    models = dict(ws.query("SELECT model, COUNT(*) FROM drafts GROUP BY model"))
+    models = Counter(d["model"] for d in ws.ledger.drafts())
     assert models == {"m-old": 2, "m-new": 3}
     again = ws.invoke("resume", "--model", "m-x")
     assert again.exit_code == 2 and "no unfinished run" in again.output

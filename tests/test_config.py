@@ -76,9 +76,9 @@ def test_a_refused_connection_is_not_sent_never_unknown(ws: Workspace) -> None:
     ws.write_csv("batch.csv", make_rows(2))
     result = ws.invoke("send", "batch.csv", "--channel", "hooks")
     assert result.exit_code == 3, result.output
-    assert ws.query("SELECT state, SUM(attempts) FROM items GROUP BY state") == [("pending", 0)]
-    assert ws.query("SELECT DISTINCT outcome FROM attempts") == [("not_sent",)]
-    assert ws.query("SELECT state FROM runs") == [("paused",)]
+    assert {(i.state, i.attempts) for i in ws.ledger.items()} == {("pending", 0)}
+    assert {a.outcome for a in ws.ledger.attempts()} == {"not_sent"}
+    assert ws.ledger.run().state == "paused"
 
 
 @pytest.mark.both_stores
@@ -125,7 +125,7 @@ def test_a_missing_or_bad_secret_from_the_environment_stores_nothing(
     assert "Traceback" not in result.output
     for value in environment.values():
         assert value not in result.output
-    assert not ws.has_database() or ws.query("SELECT COUNT(*) FROM runs") == [(0,)]
+    assert not ws.has_database() or ws.ledger.runs() == []
 
 
 @pytest.mark.both_stores

@@ -28,7 +28,7 @@ def _written(ws: Workspace) -> list[str]:
 
 
 def _runs(ws: Workspace) -> list[str]:
-    return [run_id for (run_id,) in ws.query("SELECT run_id FROM runs ORDER BY rowid")]
+    return [run.run_id for run in ws.ledger.runs()]
 
 
 def test_an_appended_row_is_the_only_one_sent(ws: Workspace) -> None:
@@ -64,10 +64,9 @@ def test_a_changed_row_is_refused_until_resend_changed(ws: Workspace) -> None:
     assert resent.exit_code == 0, resent.output
     assert _written(ws) == ["u1", "u2", "u2", "u3", "u4"]
     [new_key] = set(_keys(ws)) - set(before)
-    [(stored_key, subject)] = ws.query(
-        "SELECT idempotency_key, payload FROM items WHERE run_id != ?", (first,)
-    )
-    assert stored_key == new_key and "corrected" in subject
+    [item] = [i for i in ws.ledger.items() if i.run_id != first]
+    payload = ws.ledger.payload(item.seq, item.run_id)
+    assert item.idempotency_key == new_key and "corrected" in payload["subject"]
 
 
 def test_a_failed_item_is_retried_by_sending_the_same_file_again(ws: Workspace) -> None:
@@ -90,11 +89,9 @@ def test_a_failed_item_is_retried_by_sending_the_same_file_again(ws: Workspace) 
     assert retried.exit_code == 0, retried.output
     assert f"1 row(s) never delivered by earlier run {first}" in retried.output
     assert "1 notification (" in retried.output
-    assert sorted(receiver.commits) == sorted(
-        k for (k,) in ws.query("SELECT idempotency_key FROM items WHERE state = 'sent'")
-    )
+    assert sorted(receiver.commits) == sorted(ws.ledger.keys("sent"))
     assert [a.item_id for a in receiver.arrivals].count("u1") == 1
-    assert ws.query("SELECT item_id FROM items WHERE run_id != ?", (first,)) == [("u3",)]
+    assert [i.item_id for i in ws.ledger.items() if i.run_id != first] == ["u3"]
 
 
 def test_a_cancelled_run_is_finished_by_sending_the_same_file(ws: Workspace) -> None:
@@ -105,7 +102,7 @@ def test_a_cancelled_run_is_finished_by_sending_the_same_file(ws: Workspace) -> 
     assert crashed.returncode == 137, crashed.stdout + crashed.stderr
     assert ws.invoke("cancel").exit_code in (0, 3)
     [first] = _runs(ws)
-    assert ws.query("SELECT state FROM runs") == [("cancelled",)]
+    assert ws.ledger.run().state == "cancelled"
     again = ws.invoke("send", "b.csv")
     assert again.exit_code == 0, again.output
     assert f"3 row(s) already delivered with the same content by run {first}" in again.output
@@ -214,14 +211,15 @@ def test_the_loser_of_two_simultaneous_sends_is_told_who_sends_and_what_to_run(
         first = ws.popen("send", "b.csv", "--channel", "hooks")
         try:
             receiver.wait_for(lambda r: len(r.arrivals) >= 1)  # the winner is sending
-            loser = ws.run("send", "b.csv", "--channel", "hooks")
+            # The loser in-process: what it says names the other process, still sending.
+            loser = ws.invoke("send", "b.csv", "--channel", "hooks")
             hold.set()
             out, err = first.communicate(timeout=60)
         finally:
             hold.set()
             if first.poll() is None:
                 first.kill()
-    assert loser.returncode == 2, loser.stdout + loser.stderr
+    assert loser.exit_code == 2, loser.output
     assert f"pid {first.pid}" in loser.stderr and "notifier status" in loser.stderr
     assert "notifier resume" not in loser.stderr
     assert first.returncode == 0, out + err
@@ -248,10 +246,10 @@ def test_an_early_404_on_a_channel_that_dedupes_never_ends_an_item_as_undelivere
             )
         )
         ws.write_csv("b.csv", make_rows(1))
-        first = ws.run("send", "b.csv", "--channel", "hooks")
-        assert first.returncode == 0, first.stdout + first.stderr
-        again = ws.run("send", "b.csv", "--channel", "hooks")
-        assert again.returncode == 0, again.stdout + again.stderr
+        first = ws.invoke("send", "b.csv", "--channel", "hooks")
+        assert first.exit_code == 0, first.output
+        again = ws.invoke("send", "b.csv", "--channel", "hooks")
+        assert again.exit_code == 0, again.output
         receiver.wait_for(lambda r: len(r.commits) == len(r.arrivals))
     assert len(receiver.commits) == 1, receiver.commits
 
@@ -278,13 +276,13 @@ def test_a_cancel_after_a_kill_never_takes_an_early_404_as_never_delivered(
         finally:
             sender.kill()
             sender.communicate()
-        cancelled = ws.run("cancel", "--wait", "5")
+        cancelled = ws.invoke("cancel", "--wait", "5")
         committed_later.set()
-        assert cancelled.returncode == 3, cancelled.stdout + cancelled.stderr
-        assert ws.query("SELECT state FROM items") == [("unknown",)]
+        assert cancelled.exit_code == 3, cancelled.output
+        assert list(ws.ledger.states().values()) == ["unknown"]
         receiver.wait_for(lambda r: len(r.commits) == 1)
-        again = ws.run("send", "b.csv", "--channel", "hooks")
-        assert again.returncode == 2, again.stdout + again.stderr
+        again = ws.invoke("send", "b.csv", "--channel", "hooks")
+        assert again.exit_code == 2, again.output
     assert len(receiver.commits) == 1, receiver.commits
 
 
@@ -304,9 +302,7 @@ def test_an_abandoned_item_is_never_sent_again_until_marked_not_sent(ws: Workspa
         first = ws.invoke("send", "b.csv", "--channel", "hooks")
         assert first.exit_code == 3, first.output
         (run_id,) = _runs(ws)
-        assert ws.query("SELECT item_id, state FROM items ORDER BY seq") == [
-            ("u1", "sent"), ("u2", "unknown"), ("u3", "sent")
-        ]  # fmt: skip
+        assert ws.ledger.states() == {"u1": "sent", "u2": "unknown", "u3": "sent"}
         abandoned = ws.invoke("reconcile", run_id, "--manual", "--item", "u2",
                               "--mark", "abandon", "--evidence", "customer called")  # fmt: skip
         assert abandoned.exit_code == 3, abandoned.output

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import Result
 
 from notifier import clock, waits
 from notifier.channels import ChannelError, ErrorKind, Ready, Receipt, always
@@ -42,50 +43,45 @@ from .conftest import (
     wait_for,
 )
 from .receiver import WAIT_S, HoldAfter, Receiver, receiving, webhook_config
+from .support.background import meanwhile
 
 pytestmark = pytest.mark.both_stores
 CONCURRENCY = pytest.mark.parametrize("n", [1, 8])
 
 
-def _send(ws: Workspace, rows: int, n: int, *extra: str) -> subprocess.Popen[str]:
+def _start(ws: Workspace, rows: int, n: int, *extra: str) -> subprocess.Popen[str]:
+    """`send` as a real process: for the tests that kill or signal it."""
     ws.write_csv("batch.csv", make_rows(rows))
     return ws.popen("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n), *extra)
 
 
-def _finish(process: subprocess.Popen[str]) -> tuple[str, str]:
-    """The process's output once it exits; killed, never left running, if it has not
-    within 60 s (a wedged sender would otherwise outlive its test)."""
-    try:
-        return process.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        out, err = process.communicate()
-        raise AssertionError(f"still running after 60 s, killed: {out}{err}") from None
+def _send(ws: Workspace, rows: int, n: int, *extra: str) -> Result:
+    """`send` in-process (CliRunner): the same command, exit code and output, no start-up."""
+    ws.write_csv("batch.csv", make_rows(rows))
+    return ws.invoke("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n), *extra)
 
 
 def _states(ws: Workspace) -> dict[str, int]:
-    return dict(ws.query("SELECT state, COUNT(*) FROM items GROUP BY state"))
+    return ws.ledger.state_counts()
 
 
 def _run_state(ws: Workspace) -> str:
-    ((state,),) = ws.query("SELECT state FROM runs")
-    return str(state)
+    return ws.ledger.run().state
 
 
 def _judged(ws: Workspace, item_id: str) -> bool:
     """Whether the committer has recorded an answer for `item_id` (no longer in flight)."""
-    rows = ws.query("SELECT state FROM items WHERE item_id = ?", (item_id,))
-    return bool(rows) and rows[0][0] not in ("pending", "in_flight")
-
-
-def _run_id(ws: Workspace) -> str:
-    ((run_id,),) = ws.query("SELECT run_id FROM runs")
-    return str(run_id)
+    items = [i for i in ws.ledger.items() if i.item_id == item_id]
+    return bool(items) and items[0].state not in ("pending", "in_flight")
 
 
 def _assert_nothing_left_open(ws: Workspace) -> None:
     assert "in_flight" not in _states(ws), _states(ws)
-    assert ws.query("SELECT seq FROM attempts WHERE finished_at IS NULL") == []
+    assert [a.seq for a in ws.ledger.attempts() if a.finished_at is None] == []
+
+
+def _keys(ws: Workspace) -> set[str]:
+    return set(ws.ledger.keys())
 
 
 @CONCURRENCY
@@ -117,17 +113,17 @@ def test_a_halting_answer_ends_the_run_at_every_concurrency(
         (ws.path / "notifier.toml").write_text(
             webhook_config(receiver, idempotent=idempotent, status=idempotent)
         )
-        process = _send(ws, 60, n)
-        out, err = _finish(process)
-        assert process.returncode == exit_code, out + err
+        result = _send(ws, 60, n)
+        out = result.output
+        assert result.exit_code == exit_code, out
         assert "halted" in out, out
         if answer == 500:  # unknowns on a channel that cannot be asked: settled by hand
-            assert f"notifier reconcile --manual {_run_id(ws)}" in out, out
+            assert f"notifier reconcile --manual {ws.ledger.run().run_id}" in out, out
         assert _run_state(ws) == "halted"
         _assert_nothing_left_open(ws)
         assert _states(ws).get("pending", 0) > 0, "nothing new starts once the run halts"
-        cancelled = ws.run("cancel", "--wait", "10", timeout=60)
-        assert cancelled.returncode == 3, cancelled.stdout + cancelled.stderr
+        cancelled = ws.invoke("cancel", "--wait", "10")
+        assert cancelled.exit_code == 3, cancelled.output
         assert _run_state(ws) == "cancelled"
 
 
@@ -283,14 +279,15 @@ def _runner(ws: Workspace, items: int, n: int, channel: _Recording) -> tuple[Sto
     return store, runner
 
 
-def _released(ws: Workspace) -> set[int]:
-    """Items whose claim was given back never attempted (their attempt closed not_started)."""
-    rows = ws.query(
-        "SELECT a.seq FROM attempts AS a JOIN items AS i ON i.run_id = a.run_id "
-        "AND i.seq = a.seq WHERE a.outcome = 'not_started' AND i.state = 'pending' "
-        "AND i.attempts = 0"
-    )
-    return {int(seq) for (seq,) in rows}
+def _released(ws: Workspace, *, attempted: bool = False) -> set[int]:
+    """Items whose claim was given back never attempted (their attempt closed not_started,
+    the item pending with no attempt counted; with `attempted`, whatever its count)."""
+    pending = {i.seq: i.attempts for i in ws.ledger.items() if i.state == "pending"}
+    return {
+        a.seq
+        for a in ws.ledger.attempts()
+        if a.outcome == "not_started" and a.seq in pending and (attempted or pending[a.seq] == 0)
+    }
 
 
 @CONCURRENCY
@@ -375,36 +372,32 @@ def test_cancel_reports_the_items_it_released_as_never_attempted(ws: Workspace) 
     results: list[RunResult] = []
     thread = threading.Thread(target=lambda: results.append(runner.run()))
     thread.start()
-    cancel = None
+
+    def release_once_the_worker_read_the_cancel() -> None:
+        try:
+            wait_for(lambda: runner.dispatch.cancel_seen is not None, "the worker read the cancel")
+        finally:
+            channel.release.set()
+
     try:
         wait_for(lambda: len(channel.started) == n, "N requests under way")
-        cancel = ws.popen("cancel", "r1", "--report", "--format", "json", "--wait", "30")
-        wait_for(lambda: runner.dispatch.cancel_seen is not None, "the worker read the cancel")
-        channel.release.set()
+        # The command in-process, the worker's senders released once it has seen the cancel.
+        with meanwhile(release_once_the_worker_read_the_cancel):
+            cancel = ws.invoke("cancel", "r1", "--report", "--format", "json", "--wait", "30")
         thread.join(WAIT_S)
-        out, err = cancel.communicate(timeout=WAIT_S)
     finally:
         channel.release.set()
         thread.join(WAIT_S)
-        if cancel is not None and cancel.poll() is None:
-            cancel.kill()
-            cancel.communicate()
         store.close()
     assert results and results[0].stop is Stop.CANCELLED, results
-    report = json.loads(out)
+    report = json.loads(cancel.stdout)
     assert report["state"] == "cancelled", report
-    released = {
-        int(seq)
-        for (seq,) in ws.query(
-            "SELECT a.seq FROM attempts AS a JOIN items AS i ON i.run_id = a.run_id "
-            "AND i.seq = a.seq WHERE a.outcome = 'not_started' AND i.state = 'pending'"
-        )
-    }
+    released = _released(ws, attempted=True)
     assert len(released) == 3 * n
     rows = {row["seq"]: row for row in report["items"]}
     assert {(rows[seq]["attempts"], rows[seq]["pending_kind"]) for seq in released} == {
         (0, "never_attempted")
-    }, err
+    }, cancel.output
     assert report["pending_detail"]["never_attempted"] == report["counts"]["pending"]
     assert report["pending_detail"]["maybe_delivered"] == 0
 
@@ -423,40 +416,38 @@ def test_an_approval_that_expires_mid_run_pauses_it_until_approved_again(
             webhook_config(receiver, idempotent=True, status=True, timeout=30)
         )
         planned = _send(ws, 40, n, "--require-approval")
-        out, err = _finish(planned)
-        assert planned.returncode == 0, out + err
-        fingerprint = ws.query("SELECT fingerprint FROM runs")[0][0]
+        assert planned.exit_code == 0, planned.output
+        fingerprint = ws.ledger.run().fingerprint
+        assert fingerprint is not None
         approved = ws.invoke("approve", "--fingerprint", fingerprint, "--expires-in", "6s")
         assert approved.exit_code == 0, approved.output
-        raw = ws.query("SELECT approval FROM runs")[0][0]
+        raw: Any = ws.ledger.run().approval
         expires_at = clock.parse((raw if isinstance(raw, dict) else json.loads(raw))["expires_at"])
-        process = ws.popen("resume", "--concurrency", str(n))
-        try:
+
+        def answer_after_the_expiry() -> None:
             # N requests started before the expiry; the receiver answers them only after it.
-            receiver.wait_for(lambda r: len(r.arrivals) >= n)
-            while clock.now() <= expires_at:
-                time.sleep(0.05)
-            hold.set()
-            out, err = process.communicate(timeout=60)
-        finally:
-            hold.set()
-            if process.poll() is None:
-                process.kill()
-        assert process.returncode == 4, out + err
+            try:
+                receiver.wait_for(lambda r: len(r.arrivals) >= n)
+                wait_for(lambda: clock.now() > expires_at, "the approval expired")
+            finally:
+                hold.set()
+
+        with meanwhile(answer_after_the_expiry):
+            resumed = ws.invoke("resume", "--concurrency", str(n))
+        out = resumed.output
+        assert resumed.exit_code == 4, out
         assert "notifier approve" in out, out
         assert _run_state(ws) == "paused"
         _assert_nothing_left_open(ws)
         assert [a for a in receiver.arrivals if a.wall > expires_at.timestamp()] == []
         assert len(receiver.arrivals) == n
-        refused = ws.run("resume", timeout=60)
-        assert refused.returncode == 4, refused.stdout + refused.stderr
+        refused = ws.invoke("resume")
+        assert refused.exit_code == 4, refused.output
         renewed = ws.invoke("approve", "--fingerprint", fingerprint, "--expires-in", "1h")
         assert renewed.exit_code == 0, renewed.output
-        finished = ws.run("resume", "--concurrency", str(n), timeout=60)
-        assert finished.returncode == 0, finished.stdout + finished.stderr
-        assert receiver.commits == {
-            key: 1 for (key,) in ws.query("SELECT idempotency_key FROM items")
-        }
+        finished = ws.invoke("resume", "--concurrency", str(n))
+        assert finished.exit_code == 0, finished.output
+        assert receiver.commits == dict.fromkeys(_keys(ws), 1)
 
 
 @CONCURRENCY
@@ -483,8 +474,8 @@ def test_smtp_killed_leaves_unknown_only_the_message_really_in_flight(
         # The relay's second per message was there to catch the kill mid-send; what resume
         # does with the in-flight items is what is pinned, not more seconds of relaying.
         relay.seconds = 0.0
-        resumed = ws.run("resume", timeout=120)
-        assert _states(ws).get("unknown", 0) <= n, resumed.stdout + resumed.stderr
+        resumed = ws.invoke("resume")
+        assert _states(ws).get("unknown", 0) <= n, resumed.output
 
 
 @CONCURRENCY
@@ -498,7 +489,7 @@ def test_sigterm_drains_like_ctrl_c_and_exits_143(ws: Workspace, n: int) -> None
         (ws.path / "notifier.toml").write_text(
             webhook_config(receiver, idempotent=True, status=True)
         )
-        process = _send(ws, 40, n)
+        process = _start(ws, 40, n)
         try:
             receiver.wait_for(lambda r: len(r.arrivals) >= n)
             process.send_signal(signal.SIGTERM)
@@ -519,19 +510,17 @@ def test_sigterm_drains_like_ctrl_c_and_exits_143(ws: Workspace, n: int) -> None
         assert process.returncode == 143, out + err
         assert _run_state(ws) == "paused"
         _assert_nothing_left_open(ws)
-        sent = {k for (k,) in ws.query("SELECT idempotency_key FROM items WHERE state = 'sent'")}
+        sent = set(ws.ledger.keys("sent"))
         assert sent == set(receiver.commits), "every request already sent was recorded"
         assert len(sent) < 40
         # The items claimed ahead (3N at N > 1) never started: back to pending, unattempted.
-        released = ws.query("SELECT seq FROM attempts WHERE outcome = 'not_started'")
+        released = [a.seq for a in ws.ledger.attempts() if a.outcome == "not_started"]
         assert len(released) == (3 * n if n > 1 else 0)
-        pending = {seq for (seq,) in ws.query("SELECT seq FROM items WHERE attempts = 0")}
-        assert {seq for (seq,) in released} <= pending
-        resumed = ws.run("resume", timeout=60)
-        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-        assert receiver.commits == {
-            key: 1 for (key,) in ws.query("SELECT idempotency_key FROM items")
-        }
+        pending = {i.seq for i in ws.ledger.items() if i.attempts == 0}
+        assert set(released) <= pending
+        resumed = ws.invoke("resume")
+        assert resumed.exit_code == 0, resumed.output
+        assert receiver.commits == dict.fromkeys(_keys(ws), 1)
 
 
 @CONCURRENCY
@@ -553,30 +542,36 @@ def test_after_a_kill_no_early_404_counts_as_proof(ws: Workspace, n: int, then: 
             webhook_config(receiver, idempotent=False, status=True, timeout=3, query_delay=1)
         )
         rows = 3 * n if n > 1 else 3
-        process = _send(ws, rows, n)
+        process = _start(ws, rows, n)
         try:
             # The third wave of requests has arrived: its items were claimed with the first.
             receiver.wait_for(lambda r: len(r.arrivals) > 2 * n)
         finally:
             process.kill()
             process.communicate()
-        keys = {key for (key,) in ws.query("SELECT idempotency_key FROM items")}
+        keys = _keys(ws)
         if then == "resume":
-            resumed = ws.run("resume", timeout=80)
-            assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+            resumed = ws.invoke("resume")
+            assert resumed.exit_code == 0, resumed.output
             receiver.wait_for(lambda r: len(r.commits) == rows)
-            assert receiver.commits == {key: 1 for key in keys}
+            assert receiver.commits == dict.fromkeys(keys, 1)
             return
-        canceller = ws.popen("cancel", "--wait", "5")
         assert hold is not None
-        # Committed once cancel has asked about them (an early 404), inside their window:
-        # cancel must not have taken that 404 as proof, and asks again once it counts.
-        receiver.wait_for(lambda r: len(r.queries) > 0)
-        hold.set()
-        out, err = canceller.communicate(timeout=80)
-        assert canceller.returncode in (0, 3), out + err  # 0: every item proved sent
+
+        def commit_once_asked() -> None:
+            # Committed once cancel has asked about them (an early 404), inside their
+            # window: cancel must not have taken that 404 as proof, and asks again once it
+            # counts.
+            try:
+                receiver.wait_for(lambda r: len(r.queries) > 0)
+            finally:
+                hold.set()
+
+        with meanwhile(commit_once_asked):
+            cancelled = ws.invoke("cancel", "--wait", "5")
+        assert cancelled.exit_code in (0, 3), cancelled.output  # 0: every item proved sent
         receiver.wait_for(lambda r: len(r.commits) == len({a.key for a in r.arrivals}))
-        states = dict(ws.query("SELECT idempotency_key, state FROM items"))
+        states = {i.idempotency_key: i.state for i in ws.ledger.items()}
         assert {states[key] for key in receiver.commits} <= {"sent", "unknown"}, states
 
 
@@ -592,20 +587,19 @@ def test_a_rate_slower_than_max_wait_pauses_the_run_instead_of_waiting(
         (ws.path / "notifier.toml").write_text(
             webhook_config(receiver, idempotent=True, status=True)
         )
-        process = _send(ws, 5, n, "--rate", "0.001", "--max-wait", "5")
-        out, err = _finish(process)
-        assert process.returncode == 3, out + err
-        assert "--rate" in out, out
+        result = _send(ws, 5, n, "--rate", "0.001", "--max-wait", "5")
+        assert result.exit_code == 3, result.output
+        assert "--rate" in result.output, result.output
         assert _run_state(ws) == "paused"
         _assert_nothing_left_open(ws)
         assert len(receiver.arrivals) == 1
-        ((until,),) = ws.query("SELECT paused_until FROM runs")
+        until = ws.ledger.run().paused_until
         assert (clock.parse(str(until)) - clock.now()).total_seconds() > 900
 
 
 @pytest.mark.timeout(90)
 def test_a_halt_ends_every_worker_of_a_shared_postgres_run(
-    tmp_path: Path, postgres_server: str
+    tmp_path: Path, postgres_server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two workers at N = 8 on one PostgreSQL run, both holding items in flight: a 410
     halts the run and both processes end (neither keeps its lease alive spinning), with
@@ -639,9 +633,10 @@ def test_a_halt_ends_every_worker_of_a_shared_postgres_run(
         _assert_nothing_left_open(ws)
         # A worker joining later does not undo the halt: only `resume` restarts the run.
         arrived = len(receiver.arrivals)
-        late = ws.run("worker", "shared", "--concurrency", "8", timeout=60)
-        assert late.returncode == 3, late.stdout + late.stderr
-        assert "halted" in late.stdout, late.stdout
+        monkeypatch.chdir(tmp_path)  # the late worker in-process reads this notifier.toml
+        late = ws.invoke("worker", "shared", "--concurrency", "8")
+        assert late.exit_code == 3, late.output
+        assert "halted" in late.stdout, late.output
         assert _run_state(ws) == "halted"
         assert len(receiver.arrivals) == arrived
 
@@ -649,8 +644,7 @@ def test_a_halt_ends_every_worker_of_a_shared_postgres_run(
 def _holders(ws: Workspace) -> int:
     """How many workers hold items in flight (0 before the plan is stored)."""
     try:
-        sql = "SELECT COUNT(DISTINCT worker_id) FROM items WHERE state = 'in_flight'"
-        return int(ws.query(sql)[0][0])
+        return len({i.worker_id for i in ws.ledger.items() if i.state == "in_flight"})
     except DB_ERRORS:  # not created yet
         return 0
 
@@ -668,9 +662,8 @@ def test_five_unknowns_in_a_row_stop_the_senders_before_the_committer_has_judged
         (ws.path / "notifier.toml").write_text(
             webhook_config(receiver, idempotent=False, status=True)
         )
-        process = _send(ws, 40, 8)
-        out, err = _finish(process)
-    assert process.returncode == 3, out + err
+        result = _send(ws, 40, 8)
+    assert result.exit_code == 3, result.output
     assert _run_state(ws) == "halted"
     # N first requests, then at most limit - 1 more: the senders that saw the first four
     # uncertain answers may each start one before the fifth arrives.
@@ -688,7 +681,7 @@ def test_a_stop_does_not_wait_for_queries_to_a_receiver_that_hangs(ws: Workspace
         (ws.path / "notifier.toml").write_text(
             webhook_config(receiver, idempotent=False, status=True, timeout=1, query_delay=0)
         )
-        process = _send(ws, 40, 8)
+        process = _start(ws, 40, 8)
         try:
             receiver.wait_for(lambda r: len(r.queries) >= 1)  # judging has begun
             process.send_signal(signal.SIGTERM)

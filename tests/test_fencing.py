@@ -22,7 +22,8 @@ from notifier.signals import Interruption
 from notifier.store import LeaseLost, LossCause, RunFence, Store, WorkerFence
 
 from .conftest import Workspace, make_rows, wait_for
-from .receiver import WAIT_S, Receiver, receiving, released, webhook_config
+from .receiver import WAIT_S, Receiver, receiving, webhook_config
+from .support.background import meanwhile
 
 _NOBODY = {"host": "elsewhere", "pid": 1, "started": None, "token": "run-holder"}
 
@@ -79,7 +80,7 @@ def test_a_store_made_for_a_worker_leaves_its_origin_fenced_by_the_run_lease(
             secondary.close()
     finally:
         store.close()
-    assert ws.query("SELECT seq, state, worker_id FROM items ORDER BY seq") == [
+    assert [(i.seq, i.state, i.worker_id) for i in ws.ledger.items()] == [
         (1, "in_flight", None),
         (2, "in_flight", None),
         (3, "pending", None),
@@ -132,7 +133,7 @@ def test_a_worker_lease_fences_its_own_store_not_the_one_it_was_taken_on(
     finally:
         reaper.close()
         store.close()
-    assert ws.query("SELECT seq, state, worker_id FROM items ORDER BY seq") == [
+    assert [(i.seq, i.state, i.worker_id) for i in ws.ledger.items()] == [
         (1, "in_flight", "reaper"),
         (2, "in_flight", "reaper"),
         (3, "in_flight", None),
@@ -165,8 +166,9 @@ def test_a_lease_taken_over_under_a_live_sender_stops_its_sends_at_its_next_look
             + webhook_config(receiver, idempotent=False, status=True, timeout=10 * SLOW_S)
         )
         ws.write_csv("batch.csv", make_rows(100))
-        sender = ws.popen("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n))
-        with released([sender]):
+        taken: list[float] = []
+
+        def take_over() -> None:
             # A second round of requests has started (at N = 8 from the items claimed
             # ahead): the next one starts as soon as one of these ends.
             receiver.wait_for(lambda r: len(r.arrivals) >= n + 1)
@@ -174,12 +176,16 @@ def test_a_lease_taken_over_under_a_live_sender_stops_its_sends_at_its_next_look
                 ws.write("UPDATE workers SET version = version + 1 WHERE state = 'live'")
             else:
                 ws.write("UPDATE runs SET lease_version = lease_version + 1")
-            taken = time.time()
-            out, err = sender.communicate(timeout=30)
-    out += err
-    assert sender.returncode == 4, out
+            taken.append(time.time())
+
+        # The send in-process, the takeover forged from a thread while it runs.
+        with meanwhile(take_over):
+            sender = ws.invoke("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n))
+    out = sender.output
+    assert taken, out
+    assert sender.exit_code == 4, out
     assert "another process took over this run" in out, out
-    late = [a.wall - taken for a in receiver.arrivals if a.wall > taken + LOOK_S]
+    late = [a.wall - taken[0] for a in receiver.arrivals if a.wall > taken[0] + LOOK_S]
     assert late == [], f"requests started {late} s after the takeover"
 
 

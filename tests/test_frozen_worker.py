@@ -31,6 +31,7 @@ from notifier.store.leases import Leases
 
 from .conftest import Workspace, make_rows, postgres_schema, wait_for
 from .receiver import Receiver, receiving, released, webhook_config
+from .support.background import meanwhile
 from .test_store_integrity import planned_store
 
 UNSHARE = shutil.which("unshare") or "/usr/bin/unshare"
@@ -100,7 +101,7 @@ def test_thawed_worker_does_not_send_after_another_took_over(ws: Workspace) -> N
         keys = Counter(d["idempotency_key"] for d in sandbox.deliveries())
     assert worker_a.returncode == 4, out_a + err_a
     assert len(keys) == 10 and set(keys.values()) == {1}, keys
-    assert ws.query("SELECT state, COUNT(*) FROM items GROUP BY state") == [("sent", 10)]
+    assert ws.ledger.state_counts() == {"sent": 10}
 
 
 @pytest.mark.both_stores
@@ -229,7 +230,7 @@ def _waiting_for(db: str, holder: psycopg.Connection[Any], query_like: str = "%"
 
 @pytest.mark.timeout(90)
 def test_a_worker_thawed_after_its_lease_went_stale_says_so_and_never_renews(
-    postgres_server: str, tmp_path: Path
+    postgres_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A `send` on PostgreSQL (N = 1) freezes after point A of item 5 and stays stopped
     until its 2 s lease has expired; nobody takes the run over. Thawed while its lease row
@@ -250,7 +251,7 @@ def test_a_worker_thawed_after_its_lease_went_stale_says_so_and_never_renews(
         )  # fmt: skip
         with released([sender]):
             wait_for(lambda: _stopped(sender.pid), "the sender froze")
-            ((worker_id,),) = ws.query("SELECT worker_id FROM workers")
+            (worker_id,) = [w["worker_id"] for w in ws.ledger.workers()]
             wait_for(lambda: _stale(url, worker_id), "its lease expired", timeout=30)
             with psycopg.connect(url) as holder:
                 holder.execute("SELECT 1 FROM workers WHERE worker_id = %s FOR UPDATE",
@@ -268,17 +269,18 @@ def test_a_worker_thawed_after_its_lease_went_stale_says_so_and_never_renews(
         assert sender.returncode == 4, out + err
         assert "its lease went stale while this process was not running" in err, err
         assert "took over" not in err, err
-        assert ws.query("SELECT state FROM workers") == [("released",)]
+        assert [w["state"] for w in ws.ledger.workers()] == ["released"]
         assert len(receiver.commits) == 4, "item 5 was not sent"
-        resumed = ws.run("resume")
-        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        monkeypatch.chdir(tmp_path)  # resume in-process reads this notifier.toml
+        resumed = ws.invoke("resume")
+        assert resumed.exit_code == 0, resumed.output
     assert len(receiver.commits) == 10
     assert set(receiver.commits.values()) == {1}
 
 
 @pytest.mark.timeout(60)
 def test_a_heartbeat_never_waits_behind_its_own_committer(
-    postgres_server: str, tmp_path: Path
+    postgres_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A `send` on PostgreSQL whose committer waits, inside its transaction (its fence on
     its lease row held), for the run's row, held here: its heartbeat still renews the
@@ -291,23 +293,27 @@ def test_a_heartbeat_never_waits_behind_its_own_committer(
             "[lease]\nttl = 3\n\n" + webhook_config(receiver, idempotent=False, status=True)
         )
         ws.write_csv("batch.csv", make_rows(200))
-        sender = ws.popen("send", "batch.csv", "--channel", "hooks", "--run-id", "h1")
-        with released([sender]):
-            wait_for(lambda: len(receiver.commits) >= 5 or sender.poll() is not None, "5 sent")
-            assert sender.poll() is None, sender.communicate()
+        monkeypatch.chdir(tmp_path)  # the send in-process reads this notifier.toml
+
+        def hold_the_runs_row() -> None:
+            wait_for(lambda: len(receiver.commits) >= 5, "5 sent")
             with psycopg.connect(url) as holder:
                 holder.execute("SELECT 1 FROM runs WHERE run_id = 'h1' FOR UPDATE")
                 wait_for(lambda: _waiting_for(url, holder) >= 1, "the committer waits", timeout=8)
-                ((waited_from,),) = ws.query("SELECT heartbeat_at FROM workers")
+                (waited_from,) = [w["heartbeat_at"] for w in ws.ledger.workers()]
                 wait_for(
-                    lambda: ws.query("SELECT heartbeat_at FROM workers")[0][0] > waited_from,
+                    lambda: ws.ledger.workers()[0]["heartbeat_at"] > waited_from,
                     "a renewal while the committer waits",
                     timeout=5,  # within the lock timeout (10 s): the committer still waits
                 )
                 assert _waiting_for(url, holder) >= 1, "the committer waited throughout"
                 holder.rollback()
-            out, err = sender.communicate(timeout=60)
-        assert sender.returncode == 0, out + err
+
+        # The send in-process (its heartbeat a thread of its own, as in a process), the
+        # run's row held from another thread while it sends.
+        with meanwhile(hold_the_runs_row):
+            sent = ws.invoke("send", "batch.csv", "--channel", "hooks", "--run-id", "h1")
+        assert sent.exit_code == 0, sent.output
     assert len(receiver.commits) == 200
 
 

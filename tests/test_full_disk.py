@@ -13,7 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner, Result
 
+from notifier.cli import cli
 from notifier.sandbox import Sandbox
 
 from .conftest import Workspace, make_rows
@@ -40,15 +42,9 @@ def small_disk(ws: Workspace) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(disk)], check=False)  # noqa: S607
 
 
-def notifier(ws: Workspace, db: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "notifier", "--db", str(db), *args],
-        cwd=ws.path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+def notifier(db: Path, *args: str) -> Result:
+    """The CLI in-process on `db` (not ws.db: the database lives on the small disk)."""
+    return CliRunner().invoke(cli, ["--db", str(db), *args], catch_exceptions=False)
 
 
 def test_a_disk_that_fills_mid_run_stops_cleanly_and_resumes_exactly_once(
@@ -68,13 +64,13 @@ def test_a_disk_that_fills_mid_run_stops_cleanly_and_resumes_exactly_once(
             f'[channels.hooks]\ntype = "webhook"\nurl = "{sandbox.notifications_url}"\n'
             f'status_url = "{sandbox.url}/notifications/{{key}}"\nidempotent = true\n'
         )
-        stopped = notifier(ws, db, "send", "batch.csv", "--channel", "hooks")
-        assert stopped.returncode == 3, stopped.stdout + stopped.stderr
+        stopped = notifier(db, "send", "batch.csv", "--channel", "hooks")
+        assert stopped.exit_code == 3, stopped.output
         assert "the disk holding receipts.db is full" in stopped.stderr
         assert "notifier resume" in stopped.stderr
         assert "Traceback" not in stopped.stderr and "internal error" not in stopped.stderr
-        status = notifier(ws, db, "status", "--json")
-        assert status.returncode == 0, status.stderr
+        status = notifier(db, "status", "--json")
+        assert status.exit_code == 0, status.output
         assert '"state": "paused"' in status.stdout
         committed_before = sandbox.stats()["totals"]["commits"]
         assert 0 < committed_before < 1000  # it really stopped mid-run
@@ -86,12 +82,12 @@ def test_a_disk_that_fills_mid_run_stops_cleanly_and_resumes_exactly_once(
             check=False,
         )
         assert grown.returncode == 0, grown.stderr
-        resumed = notifier(ws, db, "resume")
-        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        resumed = notifier(db, "resume")
+        assert resumed.exit_code == 0, resumed.output
         stats = sandbox.stats()
     assert stats["totals"]["commits"] == 1000
     assert all(entry["commits"] == 1 for entry in stats["keys"].values())
-    done = notifier(ws, db, "status", "--json")
+    done = notifier(db, "status", "--json")
     assert '"sent": 1000' in done.stdout
 
 
@@ -105,14 +101,12 @@ def test_a_database_locked_past_the_busy_timeout_is_named_not_internal(ws: Works
     holder = sqlite3.connect(ws.db_file, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
     try:
-        locked = ws.run("resume")
+        locked = ws.invoke("resume")
     finally:
         holder.execute("ROLLBACK")
         holder.close()
-    assert locked.returncode == 3, locked.stdout + locked.stderr
+    assert locked.exit_code == 3, locked.output
     assert "locked by another program" in locked.stderr and "run the command again" in locked.stderr
     assert "internal error" not in locked.stderr and "Traceback" not in locked.stderr
-    assert ws.query("SELECT state, COUNT(*) FROM items GROUP BY state") == [
-        ("in_flight", 1), ("pending", 2), ("sent", 2),
-    ]  # fmt: skip
-    assert ws.run("resume").returncode == 0
+    assert ws.ledger.state_counts() == {"in_flight": 1, "pending": 2, "sent": 2}
+    assert ws.invoke("resume").exit_code == 0

@@ -31,8 +31,8 @@ def test_an_m007_database_with_a_run_in_flight_resumes_after_m009(ws: Workspace)
         shutil.copy(FIXTURES / "m009-inflight-run.db", ws.db_file)
         shutil.copytree(FIXTURES / "m009-inflight-run.outbox", ws.outbox)
     assert len(ws.outbox_documents()) == 6
-    resumed = ws.run("resume", "m009-fixture")
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    resumed = ws.invoke("resume", "m009-fixture")
+    assert resumed.exit_code == 0, resumed.output
     assert "receipt found" in resumed.stdout, resumed.stdout
     documents = ws.outbox_documents()
     assert sorted(d["item_id"] for d in documents) == sorted(f"m5-{i}" for i in range(1, 21))

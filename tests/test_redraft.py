@@ -78,7 +78,7 @@ def test_redraft_requests_only_the_named_rows_and_the_new_fingerprint_must_be_ap
     audit = json.loads(event.detail or "{}")
     assert audit["fingerprint_before"] == old and audit["fingerprint"] == new
     assert audit["rows"] == [2, 4] and audit["operator"]
-    drafts = ws.ledger.drafts()
+    drafts = ws.ledger.draft_by_seq()
     assert (drafts[1][2], drafts[2][2]) == (11, 22)
 
     refused = ws.invoke("approve", "--fingerprint", old)
@@ -169,4 +169,4 @@ def test_a_redraft_whose_answer_fails_keeps_the_old_draft_and_exits_3(
     assert result.exit_code == 3, result.output
     assert "keeps the draft it had" in result.output
     assert run_fingerprint(ws) == old
-    assert ws.ledger.drafts()[1][:2] == ("drafted", "Draft u1")
+    assert ws.ledger.draft_by_seq()[1][:2] == ("drafted", "Draft u1")

@@ -286,7 +286,7 @@ def test_signed_requests_verify_and_no_secret_is_stored_or_printed(
         assert secret_body not in text
     for path in ws.path.glob("receipts.db*"):
         assert secret_body.encode() not in path.read_bytes()
-    assert "HOOKS_SECRET" in ws.ledger.channel_snapshot()
+    assert "HOOKS_SECRET" in str(ws.ledger.channel_snapshot())
 
 
 def test_resume_uses_the_snapshot_and_reports_a_changed_url(

@@ -1,12 +1,15 @@
-"""The engine in a thread of the test, for a test that acts while a send runs (holds a
-receiver, suppresses an address, watches the ledger) but needs no process: the same
-`notifier.api` call the command makes, its result judged by the command's own exit rule."""
+"""Something running while a test acts, in-process: a worker (the API's `send` or `work`) in a
+thread where a test used to start a `send` process only to act while it ran, and an action
+in a thread while the test's own thread runs a command that waits on it. Every wait is
+bounded; a failure in the thread fails the test."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from notifier.api import Notifier, Planned
 from notifier.errors import ExitCode
@@ -15,43 +18,71 @@ from notifier.runner import RunResult
 
 from .workspace import Workspace
 
-WAIT_S = 60.0  # no send a test starts here outlasts this once its holds are released
+WAIT_S = 60.0  # no thread here is waited for longer than this
 
 
-class Background:
-    """`call()` running in a daemon thread from construction; `result()` joins it and hands
-    back what it returned, or raises what it raised."""
+class Worker:
+    """`call` (e.g. `Notifier.open(ws.db).send(...)`) in a daemon thread, as a worker
+    process would run it; `exit_code()` is what that process would have exited with."""
 
     def __init__(self, call: Callable[[], RunResult | Planned]) -> None:
-        self._ended: list[RunResult | Planned | BaseException] = []
+        self._results: list[RunResult | Planned] = []
+        self._failed: list[BaseException] = []
 
-        def target() -> None:
+        def run() -> None:
             try:
-                self._ended.append(call())
-            except BaseException as error:  # handed to the test's thread, which raises it
-                self._ended.append(error)
+                self._results.append(call())
+            except BaseException as error:  # re-raised in the test's thread
+                self._failed.append(error)
 
-        self.thread = threading.Thread(target=target, daemon=True)
+        self.thread = threading.Thread(target=run, name="test-worker", daemon=True)
         self.thread.start()
 
     def done(self) -> bool:
-        return bool(self._ended)
+        return not self.thread.is_alive()
 
     def result(self, timeout: float = WAIT_S) -> RunResult:
         self.thread.join(timeout)
-        assert self._ended, f"the send did not end within {timeout} s"
-        (ended,) = self._ended
-        if isinstance(ended, BaseException):
-            raise ended
-        assert isinstance(ended, RunResult), f"nothing was sent: {ended}"
-        return ended
+        assert not self.thread.is_alive(), f"the worker still runs after {timeout} s"
+        if self._failed:
+            raise self._failed[0]
+        (result,) = self._results
+        assert isinstance(result, RunResult), result
+        return result
+
+    def exit_code(self, timeout: float = WAIT_S) -> int:
+        """The exit code of `send` or `resume` for the result (outcome.run_exit)."""
+        return int(run_exit(self.result(timeout)))
 
 
-def send_in_background(ws: Workspace, channel: str, concurrency: int) -> Background:
+@contextmanager
+def meanwhile(action: Callable[[], Any]) -> Iterator[None]:
+    """`action` in a thread while the block runs a command in-process that waits on what
+    the action releases; the action's failure fails the test once the block is done (an
+    action that releases a hold does so in a `finally`, so the command is never stranded)."""
+    failed: list[BaseException] = []
+
+    def act() -> None:
+        try:
+            action()
+        except BaseException as error:  # re-raised in the test's thread
+            failed.append(error)
+
+    thread = threading.Thread(target=act, name="test-meanwhile", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join(WAIT_S)
+    if failed:
+        raise failed[0]
+
+
+def send_in_background(ws: Workspace, channel: str, concurrency: int) -> Worker:
     """`notifier send batch.csv --channel CHANNEL --concurrency N` in a thread, with the
     workspace's notifier.toml."""
     notifier = Notifier.open(ws.db, config=ws.path / "notifier.toml")
-    return Background(
+    return Worker(
         lambda: notifier.send(Path("batch.csv"), channel=channel, concurrency=concurrency)
     )
 

@@ -5,6 +5,7 @@ state on purpose still writes with `ws.write`."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ class RunRow:
     fingerprint: str | None
     approval: str | None
     stop_reason: str | None
+    stop_cause: str | None
     paused_until: str | None
     cancel_requested_at: str | None
     lease_version: int
@@ -62,8 +64,8 @@ class EventRow:
 
 
 _RUN = (
-    "run_id, state, fingerprint, approval, stop_reason, paused_until, cancel_requested_at, "
-    "lease_version"
+    "run_id, state, fingerprint, approval, stop_reason, stop_cause, paused_until, "
+    "cancel_requested_at, lease_version"
 )
 _ITEM = (
     "run_id, seq, item_id, channel, target, idempotency_key, intent_digest, state, attempts, "
@@ -184,14 +186,73 @@ class Ledger:
         rows = self._query("SELECT run_id, seq, n, retry_after_s FROM attempts", ())
         return {(int(s), int(n)): r for rid, s, n, r in rows if run_id in (None, rid)}
 
-    def channel_snapshot(self, run_id: str | None = None) -> str:
-        """The channel definitions stored with the run, as stored (JSON)."""
-        rows = self._query("SELECT run_id, channel_snapshot FROM runs", ())
-        found = [str(snapshot) for rid, snapshot in rows if run_id in (None, rid)]
-        assert len(found) == 1, f"expected one run: {rows}"
-        return found[0]
-
-    def drafts(self, run_id: str | None = None) -> dict[int, tuple[str, str | None, int | None]]:
+    def draft_by_seq(
+        self, run_id: str | None = None
+    ) -> dict[int, tuple[str, str | None, int | None]]:
         """seq -> (state, subject, input tokens) of each row's draft (a --compose run)."""
         rows = self._query("SELECT run_id, seq, state, subject, input_tokens FROM drafts", ())
         return {int(s): (st, subj, tok) for rid, s, st, subj, tok in rows if run_id in (None, rid)}
+
+    def receipts(self) -> dict[str, dict[str, Any]]:
+        """idempotency key -> its receipt: intent_digest, receipt_id, source (how it was
+        learnt: the answer, a query, by hand), evidence and recorded_at."""
+        rows = self._query(
+            "SELECT idempotency_key, intent_digest, receipt_id, source, evidence, recorded_at "
+            "FROM receipts",
+            (),
+        )
+        names = ("intent_digest", "receipt_id", "source", "evidence", "recorded_at")
+        return {row[0]: dict(zip(names, row[1:], strict=True)) for row in rows}
+
+    def event_numbers(self, run_id: str | None = None) -> list[int]:
+        """The events' seq_no, in the order they were written (of `run_id` when given)."""
+        where, params = ("WHERE run_id = ?", (run_id,)) if run_id else ("", ())
+        rows = self._query(f"SELECT seq_no FROM events {where} ORDER BY run_id, seq_no", params)
+        return [int(n) for (n,) in rows]
+
+    def approval(self, run_id: str | None = None) -> dict[str, Any] | None:
+        """The approval record of `run_id` (else of the only run), decoded; None if none."""
+        raw = self.run(run_id).approval
+        return None if raw is None else dict(json.loads(raw))
+
+    def payload(self, seq: int, run_id: str | None = None) -> dict[str, Any]:
+        """Item `seq`'s stored payload (of `run_id`, else of the only run with that seq)."""
+        where, params = ("AND run_id = ?", (seq, run_id)) if run_id else ("", (seq,))
+        ((raw,),) = self._query(f"SELECT payload FROM items WHERE seq = ? {where}", params)
+        return dict(json.loads(raw))
+
+    def channel_snapshot(self, run_id: str | None = None) -> dict[str, Any]:
+        """The channel definitions stored with `run_id` (else the only run) when planned."""
+        run = self.run(run_id).run_id
+        ((raw,),) = self._query("SELECT channel_snapshot FROM runs WHERE run_id = ?", (run,))
+        return dict(json.loads(raw))
+
+    def drafts(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        """The composed drafts, by run and seq: seq, state, source, model, input_tokens,
+        output_tokens, error."""
+        names = (
+            "run_id", "seq", "state", "source", "model", "input_tokens", "output_tokens", "error",
+        )  # fmt: skip
+        rows = self._query(f"SELECT {', '.join(names)} FROM drafts ORDER BY run_id, seq", ())
+        found = [dict(zip(names, row, strict=True)) for row in rows]
+        return [d for d in found if run_id is None or d["run_id"] == run_id]
+
+    def draft_chunks(self) -> list[dict[str, Any]]:
+        """The Message Batches chunks, by run and chunk: chunk, state, created, batch_id."""
+        names = ("run_id", "chunk", "state", "created", "batch_id")
+        rows = self._query(
+            f"SELECT {', '.join(names)} FROM draft_chunks ORDER BY run_id, chunk", ()
+        )
+        return [dict(zip(names, row, strict=True)) for row in rows]
+
+    def workers(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        """The workers' leases of a shared run (of every run unless `run_id`), oldest first:
+        worker_id, run_id, host, pid, state, version, heartbeat_at, expires_at."""
+        names = (
+            "worker_id", "run_id", "host", "pid", "state", "version", "heartbeat_at", "expires_at",
+        )  # fmt: skip
+        rows = self._query(
+            f"SELECT {', '.join(names)} FROM workers ORDER BY joined_at, worker_id", ()
+        )
+        found = [dict(zip(names, row, strict=True)) for row in rows]
+        return [w for w in found if run_id is None or w["run_id"] == run_id]
