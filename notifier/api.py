@@ -27,7 +27,6 @@ from .config import Config
 from .config import load as load_config
 from .crash import CrashPlan
 from .env import ChannelBuilder, Env, open_store, pick_run
-from .errors import BadInput
 from .observe import NULL_OBSERVER, Observer
 from .plan import Plan
 from .records import Counts, Item, Run
@@ -325,9 +324,8 @@ class Notifier:
         store = open_store(self.env)
         try:
             run = pick_run(store, run_id, active_only=not joining or run_id is None)
-            if run.state in FINISHED_RUN_STATES:
-                raise BadInput(f"run {run.run_id} is {run.state.value}; there is nothing to do.")
-            approval.check_can_send(store, run)  # before the lease: a refusal changes nothing
+            if run.state not in FINISHED_RUN_STATES:  # finished: the runner says so, sends nothing
+                approval.check_can_send(store, run)  # before the lease: a refusal changes nothing
             counts = store.queries.counts(run.run_id)
             options = run_options(run, concurrency, max_wait, rate, restart=not joining)
 
