@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
-from . import approval, clock, schedule
+from . import approval, clock, schedule, wakes
 from .brakes import Brakes
 from .channels import Channel
 from .coordination import CHANNEL_DOWN_PAUSE, RunOptions, RunResult, for_run
@@ -295,7 +295,7 @@ class Runner:
     def _when_starved(self) -> RunResult | None:
         """Nothing in flight and nothing could be claimed: finish, pause until a long wait
         is over, or sleep until the next item may start (None: go on)."""
-        wake = self._next_wake()
+        wake = wakes.next_wake(self.store.queries, self.run_id, self.p)
         if wake is None:
             finished = self.coord.finish()
             if finished is None:  # other workers of a shared run are still at work
@@ -348,7 +348,7 @@ class Runner:
             [*outcomes, *settled],
             free,
             exclude_channels=exclude,
-            exclude_seqs=self._held(),
+            exclude_seqs=wakes.held(self.p),
         )
         if held_back:
             # Not sent, not recorded: left in flight for whoever holds the run to settle by
@@ -450,37 +450,6 @@ class Runner:
         return max(0.001, min([POLL_S, *(t - now for t in opens)]))
 
     # ------------------------------------------------------------------ waiting
-
-    def _held(self) -> list[int]:
-        """Items still waiting out a backoff given in this process (expired holds dropped)."""
-        now = time.monotonic()
-        self.p.holds = {seq: until for seq, until in self.p.holds.items() if until > now}
-        return list(self.p.holds)
-
-    def _next_wake(self) -> float | None:
-        """The monotonic time when the next pending item may start: its own next_attempt_at,
-        but no earlier than its channel's gate or its in-process hold. None when nothing is
-        pending."""
-        now = time.monotonic()
-        wakes = []
-        for channel, earliest in self.store.queries.pending_by_channel(self.run_id):
-            # A stored time is wall-clock (from an earlier process or this one): converted.
-            wake = now + (clock.seconds_until(clock.parse(earliest)) if earliest else 0.0)
-            wakes.append(max(wake, self.p.gates.get(channel, wake)))
-        # An item waiting for its query_delay keeps the run open until it is asked again.
-        wakes.extend(
-            now + clock.seconds_until(clock.parse(item.next_attempt_at))
-            for item in self.store.queries.waiting_for_query(self.run_id)
-            if item.next_attempt_at is not None
-        )
-        if not wakes:
-            return None
-        if min(wakes) <= now:
-            # Something looks due by the wall clock, yet nothing could be claimed: those items
-            # are held by a backoff given in this process (the wall clock may have jumped).
-            later = [w for w in wakes if w > now] + [h for h in self.p.holds.values() if h > now]
-            return min(later, default=now)
-        return min(wakes)
 
     def _sleep_until(self, wake: float) -> None:
         while (remaining := wake - time.monotonic()) > 0:
