@@ -434,11 +434,12 @@ class Runner:
         )
 
     def _read_flags(self) -> bool:
-        """Read the run's flags on this thread's connection and publish its cancel request
-        to the senders (`Dispatch.cancel_seen`). Whether the run stops starting sends: a
+        """Read the run's flags on this thread's connection and publish them to the senders
+        (`Dispatch.cancel_seen`, `moved_seen`). Whether the run stops starting sends: a
         cancel, or on a shared run another worker halted, paused or closed it."""
         cancel, moved = self.coord.signals()
         self.dispatch.cancel_seen = cancel
+        self.dispatch.moved_seen = None if moved is None else moved.value
         return cancel is not None or moved is not None
 
     def _poll_timeout(self) -> float:

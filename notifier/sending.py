@@ -107,6 +107,9 @@ class Dispatch:
         # to cancelled, with nothing in flight: a send that starts on a value not yet
         # refreshed is one that cancel waits for (docs/guarantees.md, Cancel).
         self.cancel_seen: str | None = None
+        # On a shared run, the state another worker moved it to (halted, paused, closed) as
+        # the committer last read it, with the cancel request: no send starts after that.
+        self.moved_seen: str | None = None
         self._flags_due = 0.0  # at N = 1, when a --rate wait next reads the flags
         # Set when a --rate allows a channel's next send only after more than --max-wait:
         # the monotonic time of that send, until which the run pauses.
@@ -139,6 +142,8 @@ class Dispatch:
             return "the run's approval expired before it started"
         if self.cancel_seen is not None:
             return f"cancel requested at {self.cancel_seen}"
+        if self.moved_seen is not None:
+            return f"the run was {self.moved_seen} by another worker before it started"
         return None
 
     def item_may_start(self, item: Item) -> str | None:
@@ -343,6 +348,7 @@ class Dispatch:
             or self.p.halt is not None
             or self.approval_expired()
             or self.cancel_seen is not None
+            or self.moved_seen is not None
             or self.rate_wake is not None
         )
 
