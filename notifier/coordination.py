@@ -24,7 +24,7 @@ from .channels import Channel
 from .judging import Progress, Stop
 from .lease import holder_alive
 from .pipeline import SharedBucket, TokenBucket
-from .reconcile import settle, settle_doubts, settle_items, settle_left
+from .reconcile import Asking, settle, settle_doubts, settle_items, settle_left
 from .records import Counts, Item, PendingKind, Run
 from .state_machine import ItemTrigger, RunState, RunTrigger
 from .store import LeaseLost, LossCause, Store, WorkerFence
@@ -81,6 +81,8 @@ class Coordination:
         self.lease_version = lease_version
         self.p = progress
         self.options = options
+        # Its queries honour (and close) the runner's gates; what they settle is observed.
+        self.asking = Asking(gates=progress, told=progress.settled)
 
     # ------------------------------------------------------------------ the strategy
 
@@ -167,7 +169,14 @@ class Coordination:
     def finish_cancel(self) -> RunResult:
         """Close a cancelled run. Items waiting to retry after an uncertain attempt may have
         been delivered: settled by query, or made unknown, before the run is closed."""
-        settle_doubts(self.store, self.run_id, self.channels, self.lease_version, say=self.p.say)
+        settle_doubts(
+            self.store,
+            self.run_id,
+            self.channels,
+            self.lease_version,
+            say=self.p.say,
+            asking=self.asking,
+        )
         self.move(RunTrigger.CANCEL, stop_reason=None)
         counts = self.store.queries.counts(self.run_id)
         kinds = list(self.store.queries.pending_kinds(self.run_id).values())
@@ -233,6 +242,7 @@ class Sole(Coordination):
             self.lease_version,
             include_unknown=True,
             say=self.p.say,
+            asking=self.asking,
         )
         for s in settlements:
             if s.outcome is not None and s.outcome.trigger == ItemTrigger.CONFLICT:
@@ -362,7 +372,15 @@ class Shared(Coordination):
         items = [self.store.queries.item(self.run_id, seq) for seq in seqs]
         # Even with nothing in flight: items asked about too early earlier (adopted mid-run,
         # say) are asked again once their 404 counts.
-        settle_left(self.store, self.run_id, self.channels, self.lease_version, items, self.p.say)
+        settle_left(
+            self.store,
+            self.run_id,
+            self.channels,
+            self.lease_version,
+            items,
+            self.p.say,
+            asking=self.asking,
+        )
         return super().finish_cancel()
 
     def _others_in_flight(self) -> bool:
@@ -389,7 +407,13 @@ class Shared(Coordination):
         if not items:
             return False
         for s in settle_items(
-            self.store, self.run_id, self.channels, self.lease_version, items, self.p.say
+            self.store,
+            self.run_id,
+            self.channels,
+            self.lease_version,
+            items,
+            self.p.say,
+            asking=self.asking,
         ):
             if s.outcome is not None and s.outcome.trigger == ItemTrigger.CONFLICT:
                 self.p.halt = (Stop.CONFLICT, f"conflict on item {s.item.seq}: {s.outcome.error}")

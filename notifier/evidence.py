@@ -46,11 +46,19 @@ class Answer:
     finding: Finding
     receipt: Receipt | None = None
     detail: str = ""
+    # The channel answered the query 429 (or 503): it asks to be left alone, like a send's
+    # 429, and says nothing of the item (the finding is UNCERTAIN). The asker closes the
+    # channel's gate with the error's Retry-After.
+    throttled: ChannelError | None = None
 
 
 @dataclass(frozen=True)
 class Unasked:
-    """A query the decision wanted was not made: the run was stopping."""
+    """A query the decision wanted was not made (`why`): the run was stopping, the
+    channel's gate was closed by a throttled answer, or every query slot was taken. The
+    item waits, maybe delivered, to be asked about later."""
+
+    why: str = "the run was stopping"
 
 
 @dataclass(frozen=True)

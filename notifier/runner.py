@@ -4,8 +4,9 @@ point A (intents + attempts durable) → send → point B (outcomes durable).
 Up to N sends are in flight at once on N sender threads (pipeline.py); this thread is the
 only one that writes, and each of its transactions records the outcomes that came back and
 claims their replacements together (a group commit). Mid-run it never asks a channel
-anything: the status queries (after an uncertain answer, at a revisit, for a dead worker's
-items) are asked by the senders, and it records what they found. N = 1 sends (and asks) in
+anything: the status queries are asked by the senders (after an uncertain answer) and by a
+question pool of their own (at a revisit, for a dead worker's items), at most
+max(1, N // 2) at once, and it records what they found. N = 1 sends (and asks) in
 this thread: the strict sequential protocol.
 """
 
@@ -112,6 +113,15 @@ class Runner:
             self.dispatch.work,
             gather_s=GATHER_PER_N_AHEAD_S * self._ahead / options.concurrency,
         )
+        # The committer's questions (revisits, adopted items) have threads of their own, one
+        # per query slot: one waiting for a gate or a slow status endpoint holds up no send.
+        self._askers: Senders[Item | Question, Slot | Asked] = Senders(
+            self.dispatch.query_slots,
+            self.dispatch.work,
+            done=self._senders.done,
+            threaded=options.concurrency > 1,
+            name="ask",
+        )
         self._revisit_at = 0.0  # when to look again for query_delay revisits that came due
 
     # ------------------------------------------------------------------ top level
@@ -126,6 +136,7 @@ class Runner:
             if self.dispatch.halting is None:
                 self.dispatch.halting = "the worker is stopping"
             self._senders.close()
+            self._askers.close()
             self.coord.close()
 
     def _run(self) -> RunResult:
@@ -405,12 +416,14 @@ class Runner:
             return
         adopted = self.coord.watch()  # other workers' gates, dead workers' items
         due = [] if stopping else self.store.queries.waiting_for_query(self.run_id, clock.now_iso())
+        gated = self.p.closed_gates(time.monotonic())  # a due item waits for its gate, unasked
+        due = [item for item in due if item.channel not in gated]
         for item, policy in [*((i, None) for i in adopted), *((i, self.policy) for i in due)]:
             channel = self.channels[item.channel]
             if item.seq in inflight or (item.state is ItemState.UNKNOWN and not channel.queryable):
                 continue  # being asked about already; or nothing could tell more
             inflight[item.seq] = item
-            self._senders.submit(question(self.store, self.run_id, channel, item, policy))
+            self._askers.submit(question(self.store, self.run_id, channel, item, policy))
         self._expire_due()
         if self.approval.until is not None:
             self.approval.read()
