@@ -59,6 +59,10 @@ class Unasked:
     item waits, maybe delivered, to be asked about later."""
 
     why: str = "the run was stopping"
+    # Put off (every query slot taken, or its channel's gate closed), not cut short by a
+    # stop: the uncertain answer still counts among the unknown outcomes in a row that halt
+    # the run, as it would had its query been asked and decided nothing.
+    put_off: bool = False
 
 
 @dataclass(frozen=True)

@@ -342,7 +342,8 @@ class Dispatch:
                 self.p.gate(item.channel, time.monotonic() + wait_s)
                 gated = f"the channel throttled the query ({answer.throttled})"
             if not wait:
-                return Unasked(gated or f"all {self.query_slots} query slots were taken")
+                why = gated or f"all {self.query_slots} query slots were taken"
+                return Unasked(why, put_off=True)
             opens = self.p.gates.get(item.channel, 0.0) - time.monotonic()
             time.sleep(min(POLL_S, max(opens, POLL_S / 4)))
 
@@ -364,7 +365,7 @@ class Dispatch:
                 # unknown-streak halt, and a run that is only stopping would halt.
                 return Unasked()
             if (gated := self._gated(item)) is not None:
-                return Unasked(gated)  # another answer closed the gate: asked again later
+                return Unasked(gated, put_off=True)  # another answer closed the gate
         return answer
 
     def _may_ask(self) -> bool:

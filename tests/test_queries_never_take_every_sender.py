@@ -88,15 +88,17 @@ def test_held_status_queries_leave_senders_to_send(ws: Workspace) -> None:
     """N = 8: the first 8 requests (one per sender) answer uncertain, and the receiver holds
     every status query. At most 4 queries are ever under way, and while they are held the
     other 32 items are all sent; once the queries are answered (nothing found) the 8 are
-    sent again, each accepted once, and the run completes."""
+    sent again, each accepted once, and the run completes. (The unknown-streak limit is set
+    above 8 here: at 5, eight uncertain answers in a row rightly stop every send, whatever
+    the query slots; tests/test_every_concurrency.py pins that brake.)"""
     n, items = 8, 40
     store = _planned(ws, items)
     channel = _HoldsItsQueries(uncertain={str(i) for i in range(1, n + 1)})
     version = store.leases.acquire_lease("h1", {"host": "h", "pid": 1}, 30, holder_alive)
     runner = Runner(
         store, "h1", {"hooks": channel}, RetryPolicy.from_settings(5, 60, 0.01, 0.05),
-        RunOptions(concurrency=n), lease_version=version, lease_lost=LostFlag(),
-        interrupted=Interruption(), say=lambda line: None,
+        RunOptions(concurrency=n, unknown_streak_limit=50), lease_version=version,
+        lease_lost=LostFlag(), interrupted=Interruption(), say=lambda line: None,
     )  # fmt: skip
     results = []
     thread = threading.Thread(target=lambda: results.append(runner.run()))
