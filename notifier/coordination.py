@@ -188,6 +188,15 @@ class Coordination:
             counts,
         )
 
+    def lost(self, lost: LeaseLost) -> RunResult:
+        """This process's ending on a lost lease: the run as its new holder keeps it."""
+        try:
+            state = self.store.core.get_run(self.run_id).state
+            counts = self.store.queries.counts(self.run_id)
+        except Exception:  # the database may be what cut this process off
+            state, counts = RunState.RUNNING, Counts()
+        return RunResult(state, Stop.LEASE_LOST, str(lost), counts)
+
     def left(self, stop: Stop, reason: str) -> RunResult:
         """This worker left the run to the others, which end it."""
         counts = self.store.queries.counts(self.run_id)

@@ -54,6 +54,9 @@ class Stop(StrEnum):
     HALTED = "halted"  # a safety rule: endpoint gone, too many unknowns in a row
     CONFLICT = "conflict"  # halted: the downstream holds another intent under our key
     LEFT = "left"  # a worker of a shared run left it to the other workers
+    # This process lost its lease (taken over, gone stale): it ends in LeaseLost, exit 4;
+    # the JSON log's ending event says so, as it says any other ending.
+    LEASE_LOST = "lease_lost"
 
 
 @dataclass

@@ -31,12 +31,12 @@ from .lease import LostFlag
 from .observe import NULL_OBSERVER, Observer
 from .pipeline import GATHER_PER_N_AHEAD_S, POLL_S, Senders, claim_ahead
 from .reconcile import Question, Settlement, decided, question
-from .records import Item
+from .records import Item, Outcome
 from .retry import RetryPolicy
 from .sending import Asked, Dispatch
 from .signals import Interruption
 from .state_machine import FINISHED_RUN_STATES, ItemState, ItemTrigger, RunState, RunTrigger
-from .store import Store
+from .store import LeaseLost, Store
 
 # A revisit's finding that settles its item for the progress shown.
 _COUNTED = (ItemTrigger.FOUND, ItemTrigger.UNDECIDED, ItemTrigger.GIVE_UP)
@@ -76,7 +76,14 @@ class Runner:
         self.interrupted = interrupted
         self.crash = crash
         self.observer = observer  # metrics and JSON logs (notifier/observe); a no-op without
-        self.p = Progress(say, advance, on_gate=observer.gated)
+        self.p = Progress(
+            say,
+            advance,
+            on_gate=observer.gated,
+            on_settled=None
+            if observer is NULL_OBSERVER  # nothing read for an observer that is not there
+            else lambda item, outcome: observer.recorded([(item, None)], [outcome]),
+        )
         self.judge = Judge(store, run_id, channels, policy, self.p)
         self.brakes = Brakes(
             self.p, streak_limit=options.unknown_streak_limit, down_after=policy.down_after
@@ -130,6 +137,9 @@ class Runner:
         try:
             with self.lease_lost.marking():  # a loss this thread finds, before all else
                 return self._run()
+        except LeaseLost as lost:
+            self.observer.ended(self.coord.lost(lost))  # the ending event any other end logs
+            raise
         finally:
             # Whatever ended the committer (a storage failure included), a sender that has
             # taken an item starts no request nobody would record.
@@ -222,6 +232,11 @@ class Runner:
     def _expire_due(self) -> None:
         expired = self.store.ledger.expire_due(self.run_id, self.lease_version)
         if expired:
+            if self.p.on_settled is not None:  # each item read only for an observer
+                error = "past its not_after before its turn; never sent"
+                for seq in expired:
+                    item = self.store.queries.item(self.run_id, seq)
+                    self.p.settled(item, Outcome(seq, ItemTrigger.EXPIRE, error=error))
             self.p.advance(len(expired))
             shown = ", ".join(str(seq) for seq in expired[:10])
             more = f" and {len(expired) - 10} more" if len(expired) > 10 else ""
@@ -233,6 +248,7 @@ class Runner:
         fresh, stale = split_stale(self.store, self.run_id, claimed)
         if stale:
             self.store.ledger.record(self.run_id, self.lease_version, stale)
+            self.observer.recorded([(item, None) for item in claimed], stale)
             for outcome in stale:
                 self.brakes.after(outcome)
         return fresh
@@ -272,7 +288,7 @@ class Runner:
             # claimed now is only released unstarted, and claimed again, over and over.
             braked = bool(inflight) and self.dispatch.braked()
             wait = bool(inflight) and (len(inflight) >= capacity or starved or draining or braked)
-            done = self._senders.results(self._poll_timeout() if wait else None)
+            done = self._senders.results(wakes.poll_timeout(self.p) if wait else None)
             for job, _ in done:
                 del inflight[job.seq]
             sent = [
@@ -375,6 +391,8 @@ class Runner:
             self._read_flags()
         for q, s in findings:
             self.p.say(s.line)
+            if s.outcome is not None:
+                self.p.settled(q.item, s.outcome)
             revisited = q.policy is not None
             if revisited and s.outcome is not None and s.outcome.trigger in _COUNTED:
                 self.p.advance(1)
@@ -454,14 +472,6 @@ class Runner:
         self.dispatch.cancel_seen = cancel
         self.dispatch.moved_seen = None if moved is None else moved.value
         return cancel is not None or moved is not None
-
-    def _poll_timeout(self) -> float:
-        """How long to wait for a finished send: until a gate or hold may open, at most
-        POLL_S (so a cancel or Ctrl-C is seen soon)."""
-        now = time.monotonic()
-        gates = self.p.closed_gates(now).values()
-        opens = [t for t in (*gates, *self.p.holds.values()) if t > now]
-        return max(0.001, min([POLL_S, *(t - now for t in opens)]))
 
     # ------------------------------------------------------------------ waiting
 

@@ -9,6 +9,7 @@ import time
 from typing import TYPE_CHECKING
 
 from . import clock
+from .pipeline import POLL_S
 
 if TYPE_CHECKING:
     from .judging import Progress
@@ -46,3 +47,12 @@ def next_wake(queries: Queries, run_id: str, p: Progress) -> float | None:
         later = [w for w in wakes if w > now] + [h for h in p.holds.values() if h > now]
         return min(later, default=now)
     return min(wakes)
+
+
+def poll_timeout(p: Progress) -> float:
+    """How long the committer waits for a finished send: until a gate or hold may open, at
+    most POLL_S (so a cancel or Ctrl-C is seen soon)."""
+    now = time.monotonic()
+    gates = p.closed_gates(now).values()
+    opens = [t for t in (*gates, *p.holds.values()) if t > now]
+    return max(0.001, min([POLL_S, *(t - now for t in opens)]))
