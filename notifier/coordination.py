@@ -81,8 +81,12 @@ class Coordination:
         self.lease_version = lease_version
         self.p = progress
         self.options = options
-        # Its queries honour (and close) the runner's gates; what they settle is observed.
-        self.asking = Asking(gates=progress, told=progress.settled)
+
+    @property
+    def asking(self) -> Asking:
+        """A settling pass's queries honour (and close) the runner's gates, and what they
+        settle is observed; each pass has its own wait for gates."""
+        return Asking(gates=self.p, told=self.p.settled)
 
     # ------------------------------------------------------------------ the strategy
 

@@ -137,7 +137,12 @@ class _OwnGates:
         return {channel: until for channel, until in self.gates.items() if until > now}
 
 
-@dataclass(frozen=True)
+# How long one settling pass (a resume's, a cancel's) waits in all for closed gates before it
+# asks: a short Retry-After is waited out, a long one leaves the channel's items unasked.
+GATE_WAIT_S = 30.0
+
+
+@dataclass
 class Asking:
     """What a settling pass shares with the process around it: the channels' gates (a
     throttled query closes its channel, and no query of a closed channel starts), and who
@@ -145,14 +150,21 @@ class Asking:
 
     gates: Gates = field(default_factory=_OwnGates)
     told: Callable[[Item, Outcome], None] = lambda item, outcome: None
+    gate_wait_s: float = GATE_WAIT_S  # what is left of the pass's wait for gates
 
     def ask(self, channel: Channel, item: Item, wait: tenacity.wait.wait_base) -> Answer | None:
-        """`ask`, unless the channel cannot be queried (None) or its gate is closed; a
-        throttled answer closes the gate for its Retry-After (at least the backoff)."""
+        """`ask`, unless the channel cannot be queried (None) or its gate stays closed for
+        longer than the pass may still wait; a throttled answer closes the gate for its
+        Retry-After (at least the backoff)."""
         if not channel.queryable:
             return None
-        if item.channel in self.gates.closed_gates(time.monotonic()):
-            return Answer(Finding.UNCERTAIN, detail="not asked: the channel throttled a query")
+        closed = self.gates.closed_gates(time.monotonic()).get(item.channel)
+        if closed is not None:
+            left = closed - time.monotonic()
+            if left > self.gate_wait_s:
+                return Answer(Finding.UNCERTAIN, detail="not asked: the channel is throttled")
+            self.gate_wait_s -= max(0.0, left)
+            time.sleep(max(0.0, left))
         answer = ask(channel, item, wait)
         if answer.throttled is not None:
             wait_s = RetryPolicy().backoff(answer.throttled, 1)

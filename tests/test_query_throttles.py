@@ -11,16 +11,21 @@ from dataclasses import dataclass, field
 
 import httpx2
 import pytest
+import tenacity
 
 from notifier import clock
 from notifier.channels import ChannelError, ErrorKind, Ready, Receipt, always
 from notifier.channels.webhook import WebhookChannel
+from notifier.decide import Finding
 from notifier.intent import Intent
 from notifier.judging import Stop
 from notifier.lease import LostFlag, holder_alive
+from notifier.reconcile import GATE_WAIT_S, Asking
+from notifier.records import Item
 from notifier.retry import RetryPolicy
 from notifier.runner import Runner, RunOptions
 from notifier.signals import Interruption
+from notifier.state_machine import ItemState
 from notifier.store import Store
 
 from .conftest import Workspace, wait_for
@@ -148,3 +153,54 @@ def test_a_throttled_status_query_holds_back_every_send_and_query_until_retry_af
     assert early == [], "requests or queries started within Retry-After of the query's 429"
     asked_again = [at for what, _, at in channel.starts if what == "query" and at > throttled]
     assert asked_again, "item 1 was never asked about again"
+
+
+@dataclass
+class _QueriedOnly:
+    """A downstream asked about items only: its first query is answered 429 with
+    `retry_after`, every later one finds nothing. Notes when each query started."""
+
+    retry_after: float
+    name: str = "hooks"
+    idempotent: bool = False
+    queryable: bool = True
+    asked: list[float] = field(default_factory=list)
+
+    def send(self, intent: Intent, ready: Ready = always) -> Receipt:
+        raise AssertionError("a settling pass sends nothing")
+
+    def query(self, key: str) -> Receipt | None:
+        self.asked.append(time.monotonic())
+        if len(self.asked) == 1:
+            raise ChannelError(ErrorKind.THROTTLED, "HTTP 429", retry_after=self.retry_after)
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+def _in_flight(seq: int) -> Item:
+    return Item(
+        run_id="r", seq=seq, item_id=str(seq), channel="hooks", target="a@b.c", payload={},
+        idempotency_key=f"k{seq}", intent_digest="sha256:x", state=ItemState.IN_FLIGHT,
+        attempts=1, next_attempt_at=None, receipt_id=None, last_error=None,
+    )  # fmt: skip
+
+
+def test_a_settling_pass_waits_out_a_short_throttle_and_leaves_a_long_one_unasked() -> None:
+    """Outside the runner (resume's settling, cancel, reconcile): a query answered 429 is
+    not tried again, and closes its channel; the next item of that channel is asked only
+    once Retry-After has passed (a short one is waited out), and an item of a channel
+    closed for longer than the pass may wait is not asked at all."""
+    channel = _QueriedOnly(retry_after=0.4)
+    asking = Asking()
+    first = asking.ask(channel, _in_flight(1), tenacity.wait_none())
+    assert first is not None and first.throttled is not None, first
+    assert len(channel.asked) == 1, "a throttled query is never tried again at once"
+    second = asking.ask(channel, _in_flight(2), tenacity.wait_none())
+    assert second is not None and second.finding is Finding.NOT_FOUND, second
+    assert channel.asked[1] - channel.asked[0] >= 0.4
+    asking.gates.gate("hooks", time.monotonic() + 2 * GATE_WAIT_S)
+    third = asking.ask(channel, _in_flight(3), tenacity.wait_none())
+    assert third is not None and third.finding is Finding.UNCERTAIN, third
+    assert len(channel.asked) == 2, "a channel closed for long is not asked"
