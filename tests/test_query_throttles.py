@@ -164,6 +164,7 @@ class _QueriedOnly:
     name: str = "hooks"
     idempotent: bool = False
     queryable: bool = True
+    thread_safe: bool = True
     asked: list[float] = field(default_factory=list)
 
     def send(self, intent: Intent, ready: Ready = always) -> Receipt:
