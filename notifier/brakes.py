@@ -56,11 +56,8 @@ class Brakes:
 
     def after(self, outcome: Outcome) -> None:
         if outcome.trigger == ItemTrigger.LOSE and outcome.next_attempt_at is not None:
-            # Waiting to be asked: not settled (yet), so no advance; nor an unknown outcome
-            # for the streak, unless its query was only put off (Outcome.in_doubt).
+            # Waiting for query_delay: not an unknown outcome (yet), so no streak, no advance.
             self.p.say(f"item {outcome.seq}: {outcome.error}")
-            self.p.unknown_streak = next_streak(self.p.unknown_streak, outcome)
-            self._halt_at_limit()
             return
         if outcome.trigger in (
             ItemTrigger.ACK,
@@ -73,20 +70,17 @@ class Brakes:
         self.p.unknown_streak = next_streak(self.p.unknown_streak, outcome)
         if outcome.trigger == ItemTrigger.LOSE:
             self.p.say(f"item {outcome.seq}: unknown — {outcome.error}")
-            self._halt_at_limit()
+            if self.p.unknown_streak >= self.streak_limit and self.p.halt is None:
+                self.p.halt = (
+                    Stop.HALTED,
+                    f"{self.p.unknown_streak} unknown outcomes in a row: check the downstream",
+                )
         elif outcome.trigger in (ItemTrigger.GIVE_UP, ItemTrigger.CONFLICT):
             self.p.say(f"item {outcome.seq}: failed — {outcome.error}")
         if outcome.trigger == ItemTrigger.CONFLICT:
             # Whatever revealed it (a 422, a query, a receipt for another digest), a key held
             # by another intent means something else writes under our keys: stop, exit 4.
             self.p.halt = (Stop.CONFLICT, f"conflict on item {outcome.seq}: {outcome.error}")
-
-    def _halt_at_limit(self) -> None:
-        if self.p.unknown_streak >= self.streak_limit and self.p.halt is None:
-            self.p.halt = (
-                Stop.HALTED,
-                f"{self.p.unknown_streak} unknown outcomes in a row: check the downstream",
-            )
 
 
 def unreached_after(count: int, outcome: Outcome) -> int:
@@ -99,12 +93,9 @@ def unreached_after(count: int, outcome: Outcome) -> int:
 
 
 def next_streak(streak: int, outcome: Outcome) -> int:
-    """Unknown outcomes in a row after `outcome` (a query_delay wait is not one; an
-    uncertain answer whose query was put off is)."""
+    """Unknown outcomes in a row after `outcome` (a query_delay wait is not one)."""
     if outcome.trigger in (ItemTrigger.ACK, ItemTrigger.FOUND):
         return 0
-    if outcome.trigger == ItemTrigger.LOSE and (
-        outcome.next_attempt_at is None or outcome.in_doubt
-    ):
+    if outcome.trigger == ItemTrigger.LOSE and outcome.next_attempt_at is None:
         return streak + 1
     return streak

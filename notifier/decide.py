@@ -238,7 +238,6 @@ def _by_query(
                 closed,
                 error=f"{error}; may have been delivered: asked about later ({finding.why})",
                 next_attempt_at=again,
-                in_doubt=finding.put_off,
             )
         )
     message = f"{error}; {finding.detail}"

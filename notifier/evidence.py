@@ -54,14 +54,13 @@ class Answer:
 
 @dataclass(frozen=True)
 class Unasked:
-    """A query the decision wanted was not made (`why`): the run was stopping, the
-    channel's gate was closed by a throttled answer, or every query slot was taken. The
-    item waits, maybe delivered, to be asked about later."""
+    """A query the decision wanted was not made (`why`): the run was stopping (the item
+    waits, maybe delivered, to be asked about later), or it was put off."""
 
     why: str = "the run was stopping"
     # Put off (every query slot taken, or its channel's gate closed), not cut short by a
-    # stop: the uncertain answer still counts among the unknown outcomes in a row that halt
-    # the run, as it would had its query been asked and decided nothing.
+    # stop: the runner leaves the item in flight, unjudged, and its question pool asks
+    # (sending.PutOff), waiting for a slot and the gate, before it is judged.
     put_off: bool = False
 
 

@@ -123,10 +123,6 @@ class Outcome:
     # the address (normalised) and the reply, put on the suppression list with the failure.
     suppress_address: str | None = None
     suppress_reason: str | None = None
-    # An uncertain answer whose status query was put off (no query slot free, a closed
-    # gate): it waits to be asked like a query_delay wait, and yet is an unknown outcome
-    # for the run's brake (brakes.next_streak). Never stored.
-    in_doubt: bool = False
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from .pipeline import GATHER_PER_N_AHEAD_S, POLL_S, Senders, claim_ahead
 from .reconcile import Question, Settlement, decided, question
 from .records import Item, Outcome
 from .retry import RetryPolicy
-from .sending import Asked, Dispatch
+from .sending import Asked, Dispatch, is_put_off
 from .signals import Interruption
 from .state_machine import FINISHED_RUN_STATES, ItemState, ItemTrigger, RunState, RunTrigger
 from .store import LeaseLost, Store
@@ -294,6 +294,11 @@ class Runner:
             sent = [
                 (job, r) for job, r in done if isinstance(job, Item) and not isinstance(r, Asked)
             ]
+            for item, slot in [(i, r) for i, r in sent if is_put_off(r)]:
+                inflight[item.seq] = item  # unjudged until the question pool has asked
+                self.dispatch.put_off[item.seq] = slot
+                self._askers.submit(item)
+            sent = [(item, r) for item, r in sent if not is_put_off(r)]
             asked = [r for _, r in done if isinstance(r, Asked)]
             if not draining and any(isinstance(slot[0], NotStarted) for _, slot in sent):
                 # A sender held an item back: a stop may have come while this thread waited

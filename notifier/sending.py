@@ -50,6 +50,13 @@ class Asked:
     at: datetime
 
 
+def is_put_off(slot: Slot | Asked) -> bool:
+    """A send's slot whose status query was put off (every query slot taken, or its
+    channel's gate closed: `Unasked.put_off`): its item stays in flight, unjudged (still
+    counted by the uncertain-answers brake), until the question pool has asked."""
+    return not isinstance(slot, Asked) and isinstance(slot[4], Unasked) and slot[4].put_off
+
+
 class Dispatch:
     """Starts sends and asks questions for one run's sender threads (or, at N = 1, the
     committer's own)."""
@@ -125,6 +132,9 @@ class Dispatch:
         # or the committer's question pool): never every sender, so sending goes on while
         # a status endpoint holds its answers. At N = 1, the committer's own one.
         self.query_slots = max(1, options.concurrency // 2)
+        # The slots of sends whose query was put off, by item, handed to the question pool
+        # with their item (Runner._pipeline): its one writer, the committer, then the pool.
+        self.put_off: dict[int, Slot] = {}
         self._queries = threading.BoundedSemaphore(self.query_slots)
 
     def may_start(self) -> str | None:
@@ -212,9 +222,15 @@ class Dispatch:
 
     def work(self, job: Item | Question) -> Slot | Asked:
         """What a sender does with what the committer handed it: send an item (point A
-        committed), or ask about one."""
+        committed), or ask about one; on the question pool, also ask the query a send's
+        answer needs that was put off (`is_put_off`), and hand its slot back with the finding,
+        as the sender would have."""
         if isinstance(job, Question):
             return self.ask_about(job)
+        slot = self.put_off.pop(job.seq, None)
+        if slot is not None:
+            result, at, mono, started, _ = slot
+            return result, at, mono, started, self.asked(job, wait=True)
         return self.send_one(job)
 
     def ask_about(self, question: Question) -> Asked:
