@@ -23,7 +23,7 @@ from .channels import Channel
 from .judging import Progress, Stop
 from .lease import holder_alive
 from .pipeline import SharedBucket, TokenBucket
-from .reconcile import settle, settle_doubts, settle_items, settle_left
+from .reconcile import Asking, settle, settle_doubts, settle_items, settle_left
 from .records import Counts, Item, PendingKind, Run, StopCause, unknown_left_reason
 from .state_machine import ItemTrigger, RunState, RunTrigger
 from .store import LeaseLost, LossCause, Store, WorkerFence
@@ -99,6 +99,12 @@ class Coordination:
         self.lease_version = lease_version
         self.p = progress
         self.options = options
+
+    @property
+    def asking(self) -> Asking:
+        """A settling pass's queries honour (and close) the runner's gates, and what they
+        settle is observed; each pass has its own wait for gates."""
+        return Asking(gates=self.p, told=self.p.settled)
 
     # ------------------------------------------------------------------ the strategy
 
@@ -189,7 +195,14 @@ class Coordination:
     def finish_cancel(self) -> RunResult:
         """Close a cancelled run. Items waiting to retry after an uncertain attempt may have
         been delivered: settled by query, or made unknown, before the run is closed."""
-        settle_doubts(self.store, self.run_id, self.channels, self.lease_version, say=self.p.say)
+        settle_doubts(
+            self.store,
+            self.run_id,
+            self.channels,
+            self.lease_version,
+            say=self.p.say,
+            asking=self.asking,
+        )
         self.stop(RunTrigger.CANCEL, Stop.CANCELLED, None)
         counts = self.store.queries.counts(self.run_id)
         kinds = list(self.store.queries.pending_kinds(self.run_id).values())
@@ -200,6 +213,15 @@ class Coordination:
             + counts.summary(counts.pending - len(kinds), kinds.count(PendingKind.RETRY_WAITING)),
             counts,
         )
+
+    def lost(self, lost: LeaseLost) -> RunResult:
+        """This process's ending on a lost lease: the run as its new holder keeps it."""
+        try:
+            state = self.store.core.get_run(self.run_id).state
+            counts = self.store.queries.counts(self.run_id)
+        except Exception:  # the database may be what cut this process off
+            state, counts = RunState.RUNNING, Counts()
+        return RunResult(state, Stop.LEASE_LOST, str(lost), counts)
 
     def left(self, stop: Stop, reason: str) -> RunResult:
         """This worker left the run to the others, which end it."""
@@ -248,6 +270,7 @@ class Sole(Coordination):
             self.lease_version,
             include_unknown=True,
             say=self.p.say,
+            asking=self.asking,
         )
         for s in settlements:
             if s.outcome is not None and s.outcome.trigger == ItemTrigger.CONFLICT:
@@ -378,7 +401,15 @@ class Shared(Coordination):
         items = [self.store.queries.item(self.run_id, seq) for seq in seqs]
         # Even with nothing in flight: items asked about too early earlier (adopted mid-run,
         # say) are asked again once their 404 counts.
-        settle_left(self.store, self.run_id, self.channels, self.lease_version, items, self.p.say)
+        settle_left(
+            self.store,
+            self.run_id,
+            self.channels,
+            self.lease_version,
+            items,
+            self.p.say,
+            asking=self.asking,
+        )
         return super().finish_cancel()
 
     def _others_in_flight(self) -> bool:
@@ -405,7 +436,13 @@ class Shared(Coordination):
         if not items:
             return False
         for s in settle_items(
-            self.store, self.run_id, self.channels, self.lease_version, items, self.p.say
+            self.store,
+            self.run_id,
+            self.channels,
+            self.lease_version,
+            items,
+            self.p.say,
+            asking=self.asking,
         ):
             if s.outcome is not None and s.outcome.trigger == ItemTrigger.CONFLICT:
                 self.p.halt = (Stop.CONFLICT, f"conflict on item {s.item.seq}: {s.outcome.error}")

@@ -246,7 +246,7 @@ def _by_query(
         return Decision(
             replace(
                 closed,
-                error=f"{error}; may have been delivered: asked about after the stop",
+                error=f"{error}; may have been delivered: asked about later ({finding.why})",
                 next_attempt_at=again,
             )
         )

@@ -47,11 +47,22 @@ class Answer:
     finding: Finding
     receipt: Receipt | None = None
     detail: str = ""
+    # The channel answered the query 429 (or 503): it asks to be left alone, like a send's
+    # 429, and says nothing of the item (the finding is UNCERTAIN). The asker closes the
+    # channel's gate with the error's Retry-After.
+    throttled: ChannelError | None = None
 
 
 @dataclass(frozen=True)
 class Unasked:
-    """A query the decision wanted was not made: the run was stopping."""
+    """A query the decision wanted was not made (`why`): the run was stopping (the item
+    waits, maybe delivered, to be asked about later), or it was put off."""
+
+    why: str = "the run was stopping"
+    # Put off (every query slot taken, or its channel's gate closed), not cut short by a
+    # stop: the runner leaves the item in flight, unjudged, and its question pool asks
+    # (sending.PutOff), waiting for a slot and the gate, before it is judged.
+    put_off: bool = False
 
 
 @dataclass(frozen=True)

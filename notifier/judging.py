@@ -54,6 +54,9 @@ class Stop(StrEnum):
     HALTED = "halted"  # a safety rule: endpoint gone, too many unknowns in a row
     CONFLICT = "conflict"  # halted: the downstream holds another intent under our key
     LEFT = "left"  # a worker of a shared run left it to the other workers
+    # This process lost its lease (taken over, gone stale): it ends in LeaseLost, exit 4;
+    # the JSON log's ending event says so, as it says any other ending.
+    LEASE_LOST = "lease_lost"
 
 
 @dataclass
@@ -75,6 +78,9 @@ class Progress:
 
     # Told of every gate closed or lengthened: (channel, now, until), monotonic (metrics, logs).
     on_gate: Callable[[str, float, float], None] | None = None
+    # Told of every item settled by a query (resume, a revisit, adoption, cancel) or by its
+    # deadline, once recorded: the JSON log's `outcome` event, as for a send's outcome.
+    on_settled: Callable[[Item, Outcome], None] | None = None
     # Senders close gates too, the moment a throttled answer arrives (Dispatch._warn).
     _gate_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -84,6 +90,11 @@ class Progress:
             self.gates[channel] = max(until, self.gates.get(channel, until))
         if self.on_gate is not None:
             self.on_gate(channel, time.monotonic(), until)
+
+    def settled(self, item: Item, outcome: Outcome) -> None:
+        """`item`'s settlement `outcome` is recorded (not by the answer to its send)."""
+        if self.on_settled is not None:
+            self.on_settled(item, outcome)
 
     def closed_gates(self, now: float) -> dict[str, float]:
         """The gates still closed at monotonic `now`, as a copy (senders may add to them)."""

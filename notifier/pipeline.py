@@ -61,25 +61,36 @@ def in_flight_cap(channel: Channel) -> int | None:
 
 class Senders(Generic[J, R]):
     """Up to `size` jobs (sends, queries) at once, in the order handed out. With size 1
-    there is no thread at all: `submit` does the job right away in the caller's thread, so
-    N = 1 is exactly the sequential protocol. `gather_s`: how long `results` waits for more
-    once one job has finished."""
+    there is no thread at all (unless `threaded`): `submit` does the job right away in the
+    caller's thread, so N = 1 is exactly the sequential protocol. `gather_s`: how long
+    `results` waits for more once one job has finished. A second pool made with the first's
+    `done` queue hands its results back through the first's `results`."""
 
-    def __init__(self, size: int, send: Callable[[J], R], gather_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        size: int,
+        send: Callable[[J], R],
+        gather_s: float = 0.0,
+        *,
+        done: queue.SimpleQueue[tuple[J, R]] | None = None,
+        threaded: bool | None = None,
+        name: str = "send",
+    ) -> None:
         self._send = send
         self._gather_s = gather_s
-        self._done: queue.SimpleQueue[tuple[J, R]] = queue.SimpleQueue()
+        self.done: queue.SimpleQueue[tuple[J, R]] = done or queue.SimpleQueue()
         self._work: queue.SimpleQueue[J | None] = queue.SimpleQueue()
+        threads = size if (size > 1 if threaded is None else threaded) else 0
         self._threads = [
-            threading.Thread(target=self._serve, name=f"send-{i}", daemon=True)
-            for i in range(size if size > 1 else 0)
+            threading.Thread(target=self._serve, name=f"{name}-{i}", daemon=True)
+            for i in range(threads)
         ]
         for thread in self._threads:
             thread.start()
 
     def submit(self, job: J) -> None:
         if not self._threads:
-            self._done.put((job, self._send(job)))
+            self.done.put((job, self._send(job)))
         else:
             self._work.put(job)
 
@@ -88,11 +99,11 @@ class Senders(Generic[J, R]):
         done: list[tuple[J, R]] = []
         try:
             if timeout is not None and timeout > 0:
-                done.append(self._done.get(timeout=timeout))
+                done.append(self.done.get(timeout=timeout))
                 if self._gather_s > 0:  # 0 with size 1: no other sender to wait for
                     time.sleep(self._gather_s)
             while True:
-                done.append(self._done.get_nowait())
+                done.append(self.done.get_nowait())
         except queue.Empty:
             return done
 
@@ -111,7 +122,7 @@ class Senders(Generic[J, R]):
 
     def _serve(self) -> None:
         while (job := self._work.get()) is not None:
-            self._done.put((job, self._send(job)))
+            self.done.put((job, self._send(job)))
 
 
 class TokenBucket:

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import Protocol
 
 import tenacity
 
@@ -29,6 +30,7 @@ from .store import Store
 
 __all__ = [
     "Answer",
+    "Asking",
     "Finding",
     "Question",
     "Settlement",
@@ -71,10 +73,11 @@ def ask(
     `go_on()` is asked before each further try: a sender's query stops retrying once the
     run is stopping (the try under way is not cut short: a query is not a send)."""
     retrying = tenacity.Retrying(
+        # Never a throttle: the channel asked to be left alone for its Retry-After, and the
+        # caller closes its gate (no query nor send of it starts until then).
         retry=tenacity.retry_if_exception(
             lambda e: (
-                isinstance(e, ChannelError)
-                and e.kind in (ErrorKind.UNCERTAIN, ErrorKind.NOT_SENT, ErrorKind.THROTTLED)
+                isinstance(e, ChannelError) and e.kind in (ErrorKind.UNCERTAIN, ErrorKind.NOT_SENT)
             )
         ),
         stop=tenacity.stop_after_attempt(QUERY_ATTEMPTS) | _stop_unless(go_on),
@@ -98,6 +101,8 @@ def ask(
     except _Stopped:
         return Answer(Finding.UNCERTAIN, detail="query not tried again: the run is stopping")
     except ChannelError as exc:
+        if exc.kind is ErrorKind.THROTTLED:
+            return Answer(Finding.UNCERTAIN, detail=f"query throttled: {exc}", throttled=exc)
         return Answer(Finding.UNCERTAIN, detail=f"query failed: {exc}")
     if receipt is None:
         return Answer(Finding.NOT_FOUND, detail="the downstream holds nothing under this key")
@@ -108,6 +113,63 @@ def ask(
             f"the downstream holds another intent under this key ({receipt.intent_digest})",
         )
     return Answer(Finding.FOUND, receipt, "receipt found by query")
+
+
+class Gates(Protocol):
+    """The channels' 429/503 gates, on the monotonic clock (judging.Progress keeps the
+    runner's)."""
+
+    def gate(self, channel: str, until: float) -> None: ...
+
+    def closed_gates(self, now: float) -> dict[str, float]: ...
+
+
+class _OwnGates:
+    """The gates of a settling pass that has no runner around it (`cancel`, `reconcile`)."""
+
+    def __init__(self) -> None:
+        self.gates: dict[str, float] = {}
+
+    def gate(self, channel: str, until: float) -> None:
+        self.gates[channel] = max(until, self.gates.get(channel, until))
+
+    def closed_gates(self, now: float) -> dict[str, float]:
+        return {channel: until for channel, until in self.gates.items() if until > now}
+
+
+# How long one settling pass (a resume's, a cancel's) waits in all for closed gates before it
+# asks: a short Retry-After is waited out, a long one leaves the channel's items unasked.
+GATE_WAIT_S = 30.0
+
+
+@dataclass
+class Asking:
+    """What a settling pass shares with the process around it: the channels' gates (a
+    throttled query closes its channel, and no query of a closed channel starts), and who
+    is told of each settlement recorded (the runner's observer: the JSON `outcome` event)."""
+
+    gates: Gates = field(default_factory=_OwnGates)
+    told: Callable[[Item, Outcome], None] = lambda item, outcome: None
+    gate_wait_s: float = GATE_WAIT_S  # what is left of the pass's wait for gates
+
+    def ask(self, channel: Channel, item: Item, wait: tenacity.wait.wait_base) -> Answer | None:
+        """`ask`, unless the channel cannot be queried (None) or its gate stays closed for
+        longer than the pass may still wait; a throttled answer closes the gate for its
+        Retry-After (at least the backoff)."""
+        if not channel.queryable:
+            return None
+        closed = self.gates.closed_gates(time.monotonic()).get(item.channel)
+        if closed is not None:
+            left = closed - time.monotonic()
+            if left > self.gate_wait_s:
+                return Answer(Finding.UNCERTAIN, detail="not asked: the channel is throttled")
+            self.gate_wait_s -= max(0.0, left)
+            time.sleep(max(0.0, left))
+        answer = ask(channel, item, wait)
+        if answer.throttled is not None:
+            wait_s = RetryPolicy().backoff(answer.throttled, 1)
+            self.gates.gate(item.channel, time.monotonic() + wait_s)
+        return answer
 
 
 def query_delay(channel: Channel) -> float:
@@ -184,11 +246,12 @@ def settle_item(
     *,
     moment: Moment = Moment.SETTLE,
     history: History | None = None,
+    asking: Asking | None = None,
 ) -> Settlement:
     """Ask about an `in_flight` (crashed mid-attempt) or `unknown` item, or at cancel a
     maybe-delivered pending one, and decide what it is (decide.decide). Before
     `not_found_from` (see not_found_counts_from) a 404 proves nothing."""
-    answer = ask(channel, item, wait) if channel.queryable else None
+    answer = (asking or Asking()).ask(channel, item, wait)
     q = Question(item, moment, history or History(), not_found_from)
     return decided(q, channel, answer, clock.now())
 
@@ -202,13 +265,13 @@ def settle(
     include_unknown: bool,
     say: Callable[[str], None],
     wait: tenacity.wait.wait_base = QUERY_WAIT,
+    asking: Asking | None = None,
 ) -> list[Settlement]:
     """Settle every in-flight item (and, with `include_unknown`, every unknown item whose
     channel can be queried), each recorded before the next is asked about."""
     states = [ItemState.IN_FLIGHT, ItemState.UNKNOWN] if include_unknown else [ItemState.IN_FLIGHT]
-    return settle_items(
-        store, run_id, channels, lease_version, list(store.queries.items(run_id, states)), say, wait
-    )
+    items = list(store.queries.items(run_id, states))
+    return settle_items(store, run_id, channels, lease_version, items, say, wait, asking)
 
 
 def settle_items(
@@ -219,20 +282,23 @@ def settle_items(
     items: list[Item],
     say: Callable[[str], None],
     wait: tenacity.wait.wait_base = QUERY_WAIT,
+    asking: Asking | None = None,
 ) -> list[Settlement]:
     """Settle `items` one by one, each recorded before the next is asked about."""
+    asking = asking or Asking()
     settled = []
     for item in items:
         channel = channels[item.channel]
         if item.state is ItemState.UNKNOWN and not channel.queryable:
             continue
         q = question(store, run_id, channel, item)
-        answer = ask(channel, item, wait) if channel.queryable else None
+        answer = asking.ask(channel, item, wait)
         settlement = decided(q, channel, answer, clock.now())
         if settlement.outcome is not None:
             store.ledger.record(
                 run_id, lease_version, [replace(settlement.outcome, expected=item.state)]
             )
+            asking.told(item, settlement.outcome)
         say(settlement.line)
         settled.append(settlement)
     return settled
@@ -248,6 +314,7 @@ def settle_left(
     wait: tenacity.wait.wait_base = QUERY_WAIT,
     *,
     wait_until: datetime | None = None,
+    asking: Asking | None = None,
 ) -> list[Settlement]:
     """For closing a cancelled run over `items` dead workers left in flight (the last
     worker's, or `cancel`'s own with no worker left): each is asked about now. Then every
@@ -260,7 +327,8 @@ def settle_left(
     --wait); what it leaves unknown `settleable_later` says. Those left pending and maybe
     delivered (a channel that dedupes) are for settle_doubts, which the caller runs next:
     their 404 counts by then too."""
-    settled = settle_items(store, run_id, channels, lease_version, items, say, wait)
+    asking = asking or Asking()
+    settled = settle_items(store, run_id, channels, lease_version, items, say, wait, asking)
     left = _left_mid_request(store, run_id, channels)
     later = [since for since in left.values() if since is not None]
     if later:
@@ -268,7 +336,9 @@ def settle_left(
         time.sleep(clock.seconds_until(until))
     again = [store.queries.item(run_id, seq) for seq in left]
     unknown = [item for item in again if item.state is ItemState.UNKNOWN]
-    return settled + settle_items(store, run_id, channels, lease_version, unknown, say, wait)
+    return settled + settle_items(
+        store, run_id, channels, lease_version, unknown, say, wait, asking
+    )
 
 
 def settleable_later(
@@ -309,6 +379,7 @@ def settle_doubts(
     *,
     say: Callable[[str], None],
     wait: tenacity.wait.wait_base = QUERY_WAIT,
+    asking: Asking | None = None,
 ) -> list[Settlement]:
     """For `cancel`: every pending item whose last uncertain attempt may have been delivered
     (it was waiting to retry on a channel that dedupes) is settled by query where the channel
@@ -316,15 +387,17 @@ def settle_doubts(
     maybe-delivered item as never attempted."""
     kinds = store.queries.pending_kinds(run_id)
     doubtful = [seq for seq, kind in kinds.items() if kind is PendingKind.MAYBE_DELIVERED]
+    asking = asking or Asking()
     settled = []
     for seq in doubtful:
         item = store.queries.item(run_id, seq)
         channel = channels[item.channel]
         since = not_found_counts_from(channel, store.queries.attempts(run_id, seq))
-        settlement = settle_item(item, channel, wait, since, moment=Moment.CANCEL)
+        settlement = settle_item(item, channel, wait, since, moment=Moment.CANCEL, asking=asking)
         outcome = settlement.outcome
         assert outcome is not None  # every doubt ends in a move, unknown at worst
         store.ledger.record(run_id, lease_version, [replace(outcome, expected=item.state)])
+        asking.told(item, outcome)
         say(settlement.line)
         settled.append(settlement)
     return settled

@@ -4,8 +4,9 @@ point A (intents + attempts durable) → send → point B (outcomes durable).
 Up to N sends are in flight at once on N sender threads (pipeline.py); this thread is the
 only one that writes, and each of its transactions records the outcomes that came back and
 claims their replacements together (a group commit). Mid-run it never asks a channel
-anything: the status queries (after an uncertain answer, at a revisit, for a dead worker's
-items) are asked by the senders, and it records what they found. N = 1 sends (and asks) in
+anything: the status queries are asked by the senders (after an uncertain answer) and by a
+question pool of their own (at a revisit, for a dead worker's items), at most
+max(1, N // 2) at once, and it records what they found. N = 1 sends (and asks) in
 this thread: the strict sequential protocol.
 """
 
@@ -17,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
-from . import approval, clock, schedule
+from . import approval, clock, schedule, wakes
 from .brakes import Brakes
 from .channels import Channel
 from .coordination import CHANNEL_DOWN_PAUSE, RunOptions, RunResult, for_run
@@ -30,12 +31,12 @@ from .lease import LostFlag
 from .observe import NULL_OBSERVER, Observer
 from .pipeline import GATHER_PER_N_AHEAD_S, POLL_S, Senders, claim_ahead
 from .reconcile import Question, Settlement, decided, question
-from .records import Item
+from .records import Item, Outcome
 from .retry import RetryPolicy
-from .sending import Asked, Dispatch
+from .sending import Asked, Dispatch, is_put_off
 from .signals import Interruption
 from .state_machine import FINISHED_RUN_STATES, ItemState, ItemTrigger, RunState, RunTrigger
-from .store import Store
+from .store import LeaseLost, Store
 
 # A revisit's finding that settles its item for the progress shown.
 _COUNTED = (ItemTrigger.FOUND, ItemTrigger.UNDECIDED, ItemTrigger.GIVE_UP)
@@ -75,7 +76,14 @@ class Runner:
         self.interrupted = interrupted
         self.crash = crash
         self.observer = observer  # metrics and JSON logs (notifier/observe); a no-op without
-        self.p = Progress(say, advance, on_gate=observer.gated)
+        self.p = Progress(
+            say,
+            advance,
+            on_gate=observer.gated,
+            on_settled=None
+            if observer is NULL_OBSERVER  # nothing read for an observer that is not there
+            else lambda item, outcome: observer.recorded([(item, None)], [outcome]),
+        )
         self.judge = Judge(store, run_id, channels, policy, self.p)
         self.brakes = Brakes(
             self.p, streak_limit=options.unknown_streak_limit, down_after=policy.down_after
@@ -112,6 +120,15 @@ class Runner:
             self.dispatch.work,
             gather_s=GATHER_PER_N_AHEAD_S * self._ahead / options.concurrency,
         )
+        # The committer's questions (revisits, adopted items) have threads of their own, one
+        # per query slot: one waiting for a gate or a slow status endpoint holds up no send.
+        self._askers: Senders[Item | Question, Slot | Asked] = Senders(
+            self.dispatch.query_slots,
+            self.dispatch.work,
+            done=self._senders.done,
+            threaded=options.concurrency > 1,
+            name="ask",
+        )
         self._revisit_at = 0.0  # when to look again for query_delay revisits that came due
 
     # ------------------------------------------------------------------ top level
@@ -120,12 +137,16 @@ class Runner:
         try:
             with self.lease_lost.marking():  # a loss this thread finds, before all else
                 return self._run()
+        except LeaseLost as lost:
+            self.observer.ended(self.coord.lost(lost))  # the ending event any other end logs
+            raise
         finally:
             # Whatever ended the committer (a storage failure included), a sender that has
             # taken an item starts no request nobody would record.
             if self.dispatch.halting is None:
                 self.dispatch.halting = "the worker is stopping"
             self._senders.close()
+            self._askers.close()
             self.coord.close()
 
     def _run(self) -> RunResult:
@@ -211,6 +232,11 @@ class Runner:
     def _expire_due(self) -> None:
         expired = self.store.ledger.expire_due(self.run_id, self.lease_version)
         if expired:
+            if self.p.on_settled is not None:  # each item read only for an observer
+                error = "past its not_after before its turn; never sent"
+                for seq in expired:
+                    item = self.store.queries.item(self.run_id, seq)
+                    self.p.settled(item, Outcome(seq, ItemTrigger.EXPIRE, error=error))
             self.p.advance(len(expired))
             shown = ", ".join(str(seq) for seq in expired[:10])
             more = f" and {len(expired) - 10} more" if len(expired) > 10 else ""
@@ -222,6 +248,7 @@ class Runner:
         fresh, stale = split_stale(self.store, self.run_id, claimed)
         if stale:
             self.store.ledger.record(self.run_id, self.lease_version, stale)
+            self.observer.recorded([(item, None) for item in claimed], stale)
             for outcome in stale:
                 self.brakes.after(outcome)
         return fresh
@@ -261,12 +288,17 @@ class Runner:
             # claimed now is only released unstarted, and claimed again, over and over.
             braked = bool(inflight) and self.dispatch.braked()
             wait = bool(inflight) and (len(inflight) >= capacity or starved or draining or braked)
-            done = self._senders.results(self._poll_timeout() if wait else None)
+            done = self._senders.results(wakes.poll_timeout(self.p) if wait else None)
             for job, _ in done:
                 del inflight[job.seq]
             sent = [
                 (job, r) for job, r in done if isinstance(job, Item) and not isinstance(r, Asked)
             ]
+            for item, slot in [(i, r) for i, r in sent if is_put_off(r)]:
+                inflight[item.seq] = item  # unjudged until the question pool has asked
+                self.dispatch.put_off[item.seq] = slot
+                self._askers.submit(item)
+            sent = [(item, r) for item, r in sent if not is_put_off(r)]
             asked = [r for _, r in done if isinstance(r, Asked)]
             if not draining and any(isinstance(slot[0], NotStarted) for _, slot in sent):
                 # A sender held an item back: a stop may have come while this thread waited
@@ -295,7 +327,7 @@ class Runner:
     def _when_starved(self) -> RunResult | None:
         """Nothing in flight and nothing could be claimed: finish, pause until a long wait
         is over, or sleep until the next item may start (None: go on)."""
-        wake = self._next_wake()
+        wake = wakes.next_wake(self.store.queries, self.run_id, self.p)
         if wake is None:
             finished = self.coord.finish()
             if finished is None:  # other workers of a shared run are still at work
@@ -348,7 +380,7 @@ class Runner:
             [*outcomes, *settled],
             free,
             exclude_channels=exclude,
-            exclude_seqs=self._held(),
+            exclude_seqs=wakes.held(self.p),
         )
         if held_back:
             # Not sent, not recorded: left in flight for whoever holds the run to settle by
@@ -364,6 +396,8 @@ class Runner:
             self._read_flags()
         for q, s in findings:
             self.p.say(s.line)
+            if s.outcome is not None:
+                self.p.settled(q.item, s.outcome)
             revisited = q.policy is not None
             if revisited and s.outcome is not None and s.outcome.trigger in _COUNTED:
                 self.p.advance(1)
@@ -405,12 +439,14 @@ class Runner:
             return
         adopted = self.coord.watch()  # other workers' gates, dead workers' items
         due = [] if stopping else self.store.queries.waiting_for_query(self.run_id, clock.now_iso())
+        gated = self.p.closed_gates(time.monotonic())  # a due item waits for its gate, unasked
+        due = [item for item in due if item.channel not in gated]
         for item, policy in [*((i, None) for i in adopted), *((i, self.policy) for i in due)]:
             channel = self.channels[item.channel]
             if item.seq in inflight or (item.state is ItemState.UNKNOWN and not channel.queryable):
                 continue  # being asked about already; or nothing could tell more
             inflight[item.seq] = item
-            self._senders.submit(question(self.store, self.run_id, channel, item, policy))
+            self._askers.submit(question(self.store, self.run_id, channel, item, policy))
         self._expire_due()
         if self.approval.until is not None:
             self.approval.read()
@@ -434,53 +470,15 @@ class Runner:
         )
 
     def _read_flags(self) -> bool:
-        """Read the run's flags on this thread's connection and publish its cancel request
-        to the senders (`Dispatch.cancel_seen`). Whether the run stops starting sends: a
+        """Read the run's flags on this thread's connection and publish them to the senders
+        (`Dispatch.cancel_seen`, `moved_seen`). Whether the run stops starting sends: a
         cancel, or on a shared run another worker halted, paused or closed it."""
         cancel, moved = self.coord.signals()
         self.dispatch.cancel_seen = cancel
+        self.dispatch.moved_seen = None if moved is None else moved.value
         return cancel is not None or moved is not None
 
-    def _poll_timeout(self) -> float:
-        """How long to wait for a finished send: until a gate or hold may open, at most
-        POLL_S (so a cancel or Ctrl-C is seen soon)."""
-        now = time.monotonic()
-        gates = self.p.closed_gates(now).values()
-        opens = [t for t in (*gates, *self.p.holds.values()) if t > now]
-        return max(0.001, min([POLL_S, *(t - now for t in opens)]))
-
     # ------------------------------------------------------------------ waiting
-
-    def _held(self) -> list[int]:
-        """Items still waiting out a backoff given in this process (expired holds dropped)."""
-        now = time.monotonic()
-        self.p.holds = {seq: until for seq, until in self.p.holds.items() if until > now}
-        return list(self.p.holds)
-
-    def _next_wake(self) -> float | None:
-        """The monotonic time when the next pending item may start: its own next_attempt_at,
-        but no earlier than its channel's gate or its in-process hold. None when nothing is
-        pending."""
-        now = time.monotonic()
-        wakes = []
-        for channel, earliest in self.store.queries.pending_by_channel(self.run_id):
-            # A stored time is wall-clock (from an earlier process or this one): converted.
-            wake = now + (clock.seconds_until(clock.parse(earliest)) if earliest else 0.0)
-            wakes.append(max(wake, self.p.gates.get(channel, wake)))
-        # An item waiting for its query_delay keeps the run open until it is asked again.
-        wakes.extend(
-            now + clock.seconds_until(clock.parse(item.next_attempt_at))
-            for item in self.store.queries.waiting_for_query(self.run_id)
-            if item.next_attempt_at is not None
-        )
-        if not wakes:
-            return None
-        if min(wakes) <= now:
-            # Something looks due by the wall clock, yet nothing could be claimed: those items
-            # are held by a backoff given in this process (the wall clock may have jumped).
-            later = [w for w in wakes if w > now] + [h for h in self.p.holds.values() if h > now]
-            return min(later, default=now)
-        return min(wakes)
 
     def _sleep_until(self, wake: float) -> None:
         while (remaining := wake - time.monotonic()) > 0:

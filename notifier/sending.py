@@ -50,6 +50,13 @@ class Asked:
     at: datetime
 
 
+def is_put_off(slot: Slot | Asked) -> bool:
+    """A send's slot whose status query was put off (every query slot taken, or its
+    channel's gate closed: `Unasked.put_off`): its item stays in flight, unjudged (still
+    counted by the uncertain-answers brake), until the question pool has asked."""
+    return not isinstance(slot, Asked) and isinstance(slot[4], Unasked) and slot[4].put_off
+
+
 class Dispatch:
     """Starts sends and asks questions for one run's sender threads (or, at N = 1, the
     committer's own)."""
@@ -107,6 +114,9 @@ class Dispatch:
         # to cancelled, with nothing in flight: a send that starts on a value not yet
         # refreshed is one that cancel waits for (docs/guarantees.md, Cancel).
         self.cancel_seen: str | None = None
+        # On a shared run, the state another worker moved it to (halted, paused, closed) as
+        # the committer last read it, with the cancel request: no send starts after that.
+        self.moved_seen: str | None = None
         self._flags_due = 0.0  # at N = 1, when a --rate wait next reads the flags
         # Set when a --rate allows a channel's next send only after more than --max-wait:
         # the monotonic time of that send, until which the run pauses.
@@ -118,6 +128,14 @@ class Dispatch:
         # list (put there after their claim): the senders start none of them. Replaced
         # whole by the committer, its one writer (Runner._revisit).
         self.suppressed_seen: frozenset[int] = frozenset()
+        # Status queries under way at once, whoever asks (a sender after an uncertain answer,
+        # or the committer's question pool): never every sender, so sending goes on while
+        # a status endpoint holds its answers. At N = 1, the committer's own one.
+        self.query_slots = max(1, options.concurrency // 2)
+        # The slots of sends whose query was put off, by item, handed to the question pool
+        # with their item (Runner._pipeline): its one writer, the committer, then the pool.
+        self.put_off: dict[int, Slot] = {}
+        self._queries = threading.BoundedSemaphore(self.query_slots)
 
     def may_start(self) -> str | None:
         """Why the next send must not start now, or None. Called inside the channel lock right
@@ -139,6 +157,8 @@ class Dispatch:
             return "the run's approval expired before it started"
         if self.cancel_seen is not None:
             return f"cancel requested at {self.cancel_seen}"
+        if self.moved_seen is not None:
+            return f"the run was {self.moved_seen} by another worker before it started"
         return None
 
     def item_may_start(self, item: Item) -> str | None:
@@ -202,16 +222,24 @@ class Dispatch:
 
     def work(self, job: Item | Question) -> Slot | Asked:
         """What a sender does with what the committer handed it: send an item (point A
-        committed), or ask about one."""
+        committed), or ask about one; on the question pool, also ask the query a send's
+        answer needs that was put off (`is_put_off`), and hand its slot back with the finding,
+        as the sender would have."""
         if isinstance(job, Question):
             return self.ask_about(job)
+        slot = self.put_off.pop(job.seq, None)
+        if slot is not None:
+            result, at, mono, started, _ = slot
+            return result, at, mono, started, self.asked(job, wait=True)
         return self.send_one(job)
 
     def ask_about(self, question: Question) -> Asked:
         """The committer's question, asked here so that it records the other answers while
-        this one waits (a channel that cannot be queried is not asked: nothing to wait for)."""
+        this one waits (a channel that cannot be queried is not asked: nothing to wait for).
+        It waits for its channel's gate and a free query slot: on a thread of the question
+        pool (pipeline.Senders), which sends nothing."""
         channel = self.channels[question.channel]
-        answer = self.asked(question.item) if channel.queryable else None
+        answer = self.asked(question.item, wait=True) if channel.queryable else None
         return Asked(question, answer, clock.now())
 
     def send_one(self, item: Item) -> Slot:
@@ -303,26 +331,57 @@ class Dispatch:
             return None
         return self.asked(item)
 
-    def asked(self, item: Item) -> Answer | Unasked:
-        """The one way a sender asks the channel about an item: Unasked when the run is
+    def asked(self, item: Item, *, wait: bool = False) -> Answer | Unasked:
+        """The one way to ask the channel about an item mid-run: Unasked when the run is
         stopping (no new request starts; the item waits, unknown or in flight, for whoever
-        settles the run next)."""
+        settles the run next). A query honours its channel's 429/503 gate and takes a query
+        slot, as a send honours the gate: after a send (`wait` False) it starts at once or
+        not at all, the item then left unknown to be asked about later and the sender free
+        to send; a question (`wait`) waits for both. A throttled answer closes the gate for
+        its Retry-After (at least the backoff): a question is asked again once it opens."""
+        while True:
+            if not self._may_ask():
+                return Unasked()
+            gated = self._gated(item)
+            if gated is None and self._queries.acquire(blocking=False):
+                try:
+                    answer = self._ask(item)
+                finally:
+                    self._queries.release()
+                if isinstance(answer, Unasked):
+                    if wait:
+                        continue  # cut short by a stop (seen above) or a gate: wait for it
+                    return answer
+                if answer.throttled is None:
+                    return answer
+                wait_s = self.policy.backoff(answer.throttled, 1)
+                self.p.gate(item.channel, time.monotonic() + wait_s)
+                gated = f"the channel throttled the query ({answer.throttled})"
+            if not wait:
+                why = gated or f"all {self.query_slots} query slots were taken"
+                return Unasked(why, put_off=True)
+            opens = self.p.gates.get(item.channel, 0.0) - time.monotonic()
+            time.sleep(min(POLL_S, max(opens, POLL_S / 4)))
+
+    def _ask(self, item: Item) -> Answer | Unasked:
+        """One query, in a slot, with its tries: each further one asked for too (a stop, or
+        a gate another answer closed, does not wait for three timeouts)."""
         channel = self.channels[item.channel]
-        if not self._may_ask():
-            return Unasked()
         try:
-            # Each further try is asked for too: a stop does not wait for three timeouts.
-            answer = ask(channel, item, go_on=self._may_ask)
+            answer = ask(channel, item, go_on=lambda: self._may_ask() and self._gated(item) is None)
         except Exception as exc:  # a channel bug: the query decides nothing
             return Answer(
                 Finding.UNCERTAIN, detail=f"query failed: unexpected {type(exc).__name__}: {exc}"
             )
-        if answer.finding is Finding.UNCERTAIN and not self._may_ask():
-            # The stop cut its tries short: the item waits, unknown, to be asked about by
-            # whoever settles the run next, like one not asked at all. Recorded as a plain
-            # unknown, every sender's query cut short by one Ctrl-C would count toward the
-            # unknown-streak halt, and a run that is only stopping would halt.
-            return Unasked()
+        if answer.finding is Finding.UNCERTAIN and answer.throttled is None:
+            if not self._may_ask():
+                # The stop cut its tries short: the item waits, unknown, to be asked about by
+                # whoever settles the run next, like one not asked at all. Recorded as a plain
+                # unknown, every sender's query cut short by one Ctrl-C would count toward the
+                # unknown-streak halt, and a run that is only stopping would halt.
+                return Unasked()
+            if (gated := self._gated(item)) is not None:
+                return Unasked(gated, put_off=True)  # another answer closed the gate
         return answer
 
     def _may_ask(self) -> bool:
@@ -343,6 +402,7 @@ class Dispatch:
             or self.p.halt is not None
             or self.approval_expired()
             or self.cancel_seen is not None
+            or self.moved_seen is not None
             or self.rate_wake is not None
         )
 

@@ -164,6 +164,15 @@ class WebhookChannel:
             ) from exc
         if answer.status == 404:
             return None
+        if classify_status(answer.status) is ErrorKind.THROTTLED:
+            # The receiver asks to be left alone, its status endpoint as much as its inbox:
+            # the asker closes the channel's gate, so sends wait as well.
+            raise ChannelError(
+                ErrorKind.THROTTLED,
+                f"{url}: query answered HTTP {answer.status}",
+                http_status=answer.status,
+                retry_after=parse_retry_after(answer.headers.get("Retry-After")),
+            )
         if answer.status != 200:
             raise ChannelError(
                 ErrorKind.UNCERTAIN,

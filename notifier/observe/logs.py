@@ -1,6 +1,7 @@
 """--log-format json: one JSON object per event on stderr, for a log pipeline (stdout keeps
-the reports). Events: plan, attempt_started, answer, outcome, gate, and the run's ending
-(complete, pause, halt, cancel, or the state another worker left it in).
+the reports). Events: plan, attempt_started, answer, outcome (of a send, and of a settlement
+by a status query or by a deadline), gate, and the run's ending (complete, pause, halt,
+cancel, the state another worker left it in, or lease_lost).
 
 stdlib `logging` with a small formatter, not structlog: the events are a fixed handful
 emitted from one module, so a processor chain would buy nothing, and a dependency fewer is
@@ -115,8 +116,9 @@ class JsonLog(Observer):
 
     def ended(self, result: RunResult) -> RunResult:
         state = result.state.value
+        lost = result.stop.value == "lease_lost"  # the run goes on, held by another
         self.emit(
-            _ENDINGS.get(state, state),
+            "lease_lost" if lost else _ENDINGS.get(state, state),
             state=state,
             stop=result.stop.value,
             reason=result.reason,
