@@ -17,6 +17,7 @@ from notifier.coordination import RunResult
 from notifier.intent import Intent
 from notifier.judging import Stop
 from notifier.lease import SharedLease, holder_alive
+from notifier.records import StopCause
 from notifier.retry import RetryPolicy
 from notifier.runner import Runner, RunOptions
 from notifier.signals import Interruption
@@ -97,8 +98,14 @@ def test_another_workers_halt_or_pause_stops_this_workers_queued_items(
             try:
                 wait_for(lambda: len(channel.started) == n, f"{n} requests held", WAIT_S)
                 version = other.leases.join_run("s1", _OTHER, 30, holder_alive)
+                cause = StopCause.HALTED if trigger is RunTrigger.HALT else StopCause.CHANNEL_DOWN
                 moved = other.ledger.move_run_from(
-                    "s1", trigger, version, (RunState.RUNNING,), stop_reason="by the other"
+                    "s1",
+                    trigger,
+                    version,
+                    (RunState.RUNNING,),
+                    stop_reason="by the other",
+                    stop_cause=cause,
                 )
                 assert moved is not RunState.RUNNING
                 seen = time.monotonic()
