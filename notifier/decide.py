@@ -6,9 +6,8 @@ cancel (`Moment.CANCEL`).
 
 Pure: no store, no clock, no channel. The caller reads what the decision rests on (the
 item, its attempts, the channel's capabilities, the policy, the time), asks the channel
-where the decision says so (`Decision.ask`), and records what it returns. The policy's
-backoff is random (full jitter): the only thing here not fixed by the inputs.
-"""
+first where `wants_finding` says so, decides once and records it. Only the policy's backoff
+(full jitter) is not fixed by the inputs."""
 
 from __future__ import annotations
 
@@ -39,7 +38,7 @@ from .records import (
     Item,
     Outcome,
 )
-from .retry import Action, RetryPolicy
+from .retry import Action, RetryPolicy, Verdict
 from .state_machine import ItemState, ItemTrigger
 
 # The records it takes and returns (evidence.py), for the callers that know them from here.
@@ -60,6 +59,7 @@ __all__ = [
     "decide",
     "not_found_counts_from",
     "request_window",
+    "wants_finding",
 ]
 
 
@@ -89,6 +89,31 @@ def decide(
 # ---------------------------------------------------------------------- after a send
 
 
+def wants_finding(
+    item: Item, error: ChannelError, *, caps: Caps, policy: RetryPolicy, history: History,
+    now: datetime,
+) -> bool:  # fmt: skip
+    """Whether deciding on `error` needs a status query's finding first: the sender asks it
+    before the one decision (`decide` with `AfterSend(error, finding)`), by this same rule."""
+    unreachable = error.kind is ErrorKind.NOT_SENT and error.unreachable
+    return not unreachable and _asks(_verdict(item, error, caps, policy, history, now), caps)
+
+
+def _verdict(item: Item, error: ChannelError, caps: Caps, policy: RetryPolicy,
+             history: History, now: datetime) -> Verdict:  # fmt: skip
+    return policy.judge(
+        error, attempts=item.attempts, elapsed_s=history.elapsed_s(item, now),
+        idempotent=caps.idempotent, queryable=caps.queryable,
+        throttled_before=history.throttled(),
+    )  # fmt: skip
+
+
+def _asks(verdict: Verdict, caps: Caps) -> bool:
+    """A verdict that only a status query can settle (an uncertain answer the downstream
+    cannot dedupe, or out of attempts), on a channel that can be asked."""
+    return verdict.action in (Action.QUERY, Action.EXHAUSTED) and caps.queryable
+
+
 def _after_send(
     item: Item, sent: AfterSend, caps: Caps, policy: RetryPolicy, history: History, now: datetime
 ) -> Decision:
@@ -113,14 +138,7 @@ def _after_send(
             next_attempt_at=clock.iso(clock.later(wait, now)),
         )
         return Decision(outcome, hold_s=wait)
-    verdict = policy.judge(
-        error,
-        attempts=item.attempts,
-        elapsed_s=history.elapsed_s(item, now),
-        idempotent=caps.idempotent,
-        queryable=caps.queryable,
-        throttled_before=history.throttled(),
-    )
+    verdict = _verdict(item, error, caps, policy, history, now)
     # Every branch closes the attempt with what the error said.
     said = AttemptOutcome(error.kind.value)
     closed = Outcome(
@@ -131,18 +149,17 @@ def _after_send(
         error=str(error),
         retry_after_s=error.retry_after,
     )
-    message = str(error)
-    gate = None
+    message, gate, wait_s = str(error), None, verdict.wait_s
     if verdict.pause_channel:
-        # Every throttled answer closes the channel, whatever becomes of this item (and,
-        # recorded with the outcome, for every other worker of a shared run).
-        gate = verdict.wait_s
-        closed = replace(closed, gate_until=clock.iso(clock.later(verdict.wait_s, now)))
+        # Every throttled answer closes the channel, whatever becomes of this item (and, with
+        # the outcome, for every other worker of a shared run), as long as its sender did.
+        gate = wait_s = sent.gate_s if sent.gate_s is not None else verdict.wait_s
+        closed = replace(closed, gate_until=clock.iso(clock.later(gate, now)))
     if verdict.action is Action.RETRY:
-        next_at = clock.iso(clock.later(verdict.wait_s, now))
+        next_at = clock.iso(clock.later(wait_s, now))
         retry = replace(closed, trigger=ItemTrigger.RETRY_LATER, next_attempt_at=next_at)
-        return Decision(retry, hold_s=verdict.wait_s, gate_s=gate)
-    if verdict.action in (Action.QUERY, Action.EXHAUSTED) and caps.queryable:
+        return Decision(retry, hold_s=wait_s, gate_s=gate)
+    if _asks(verdict, caps):
         if sent.finding is None:
             return Decision(None, ask=True, gate_s=gate)
         by_query = _by_query(

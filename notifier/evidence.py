@@ -194,6 +194,9 @@ class AfterSend:
     result: Sent
     finding: Answer | Unasked | None = None
     started: datetime | None = None  # when its request left (None: not known)
+    # A throttled answer whose sender closed the channel at once for this wait: the
+    # decision uses it rather than draw another, so gate and hold agree with the sender's.
+    gate_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 
@@ -29,13 +29,23 @@ from .retry import RetryPolicy
 from .state_machine import ItemTrigger
 from .store import Store
 
-__all__ = ["NEVER_REACHED", "Judge", "NotStarted", "Progress", "Sent", "Slot", "Stop"]
+__all__ = ["NEVER_REACHED", "Judge", "NotStarted", "Progress", "SendResult", "Sent", "Stop"]
 
-# A send slot's result with the moment it came (wall clock, monotonic), the moment its
-# request left (None: no request) and, after an uncertain answer, what the sender's status
-# query found (None: no query wanted; Unasked: wanted, but the run was stopping); result
-# None: not sent, this worker could not prove it still held the run.
-Slot = tuple[Sent | None, datetime, float, datetime | None, Answer | Unasked | None]
+
+@dataclass(frozen=True)
+class SendResult:
+    """What one sender hands the committer for one item."""
+
+    result: Sent | None  # None: not sent, this worker could not prove it still held the run
+    at: datetime  # when it came, on the wall clock (to record) ...
+    mono: float  # ... and the monotonic one (waits count from it)
+    started: datetime | None = None  # when its request left (None: no request)
+    # After an uncertain answer, what the sender's status query found (None: no query
+    # wanted; Unasked: wanted, but the run was stopping, or put off).
+    finding: Answer | Unasked | None = None
+    # A throttled answer: the wait the sender closed its channel for at once; the decision
+    # uses it, so the gate is drawn and set once.
+    gate_s: float | None = None
 
 
 class Stop(StrEnum):
@@ -120,19 +130,13 @@ class Judge:
         self.policy = policy
         self.p = progress
 
-    def safely(
-        self,
-        item: Item,
-        result: Sent,
-        at: datetime,
-        mono: float,
-        finding: Answer | Unasked | None = None,
-        started: datetime | None = None,
-    ) -> Outcome:
+    def safely(self, item: Item, sent: SendResult) -> Outcome:
         """`judge`, but an unexpected exception (a bug) costs only this item's certainty:
         never the window's other outcomes, never a receipt in hand."""
+        result = sent.result
+        assert result is not None  # a send held back is never judged
         try:
-            return self.judge(item, result, at, mono, finding, started)
+            return self.judge(item, sent)
         except Exception as exc:
             problem = f"unexpected {type(exc).__name__} while judging the answer: {exc}"
         if isinstance(result, NotStarted):
@@ -145,7 +149,7 @@ class Judge:
         # left unknown).
         uncertain = ChannelError(ErrorKind.UNCERTAIN, f"{result}; {problem}")
         try:
-            return self.judge(item, uncertain, at, mono, finding or Unasked(), started)
+            return self.judge(item, replace(sent, result=uncertain, gate_s=None))
         except Exception as exc:
             return Outcome(
                 item.seq,
@@ -157,43 +161,28 @@ class Judge:
                 retry_after_s=result.retry_after,
             )
 
-    def judge(
-        self,
-        item: Item,
-        result: Sent,
-        at: datetime,
-        mono: float,
-        finding: Answer | Unasked | None = None,
-        started: datetime | None = None,
-    ) -> Outcome:
-        """The item's next state after `result` (and its sender's status query, `finding`),
-        which arrived at `at` (wall) / `mono` (monotonic), its request having left at
-        `started` (a 404 counts from then plus the query window). The committer never asks the
-        channel itself: where the decision wants a query no sender made, the item is left
-        unknown, to be asked about once its query_delay has passed (`Unasked`)."""
-        channel = self.channels[item.channel]
-        history = self.history(item, result)
+    def judge(self, item: Item, sent: SendResult) -> Outcome:
+        """The item's next state after its send's result (and its sender's status query's
+        finding), decided once: the answer arrived at `sent.at` (wall) / `sent.mono`
+        (monotonic), its request having left at `sent.started` (a 404 counts from then plus
+        the query window). The committer never asks the channel itself: where the decision
+        would want a query no sender made, the item is left unknown, to be asked about once
+        its query_delay has passed (`Unasked`). A gate the sender closed is not closed again."""
+        result = sent.result
+        assert result is not None  # a send held back is never judged
+        finding = sent.finding if sent.finding is not None else Unasked()
         decision = decide(
             item,
-            AfterSend(result, finding, started),
-            caps=Caps.of(channel),
+            AfterSend(result, finding, sent.started, gate_s=sent.gate_s),
+            caps=Caps.of(self.channels[item.channel]),
             policy=self.policy,
-            history=history,
-            now=at,
+            history=self.history(item, result),
+            now=sent.at,
         )
-        if decision.ask:
-            decision = decide(
-                item,
-                AfterSend(result, Unasked(), started),
-                caps=Caps.of(channel),
-                policy=self.policy,
-                history=history,
-                now=at,
-            )
-        if decision.gate_s is not None:
-            self.p.gate(item.channel, mono + decision.gate_s)
+        if decision.gate_s is not None and sent.gate_s is None:
+            self.p.gate(item.channel, sent.mono + decision.gate_s)
         if decision.hold_s is not None:
-            self.p.holds[item.seq] = mono + decision.hold_s
+            self.p.holds[item.seq] = sent.mono + decision.hold_s
         if decision.halt is not None:
             self.p.halt = (Stop.HALTED, decision.halt)
         assert decision.outcome is not None  # every answer to a send ends in a move

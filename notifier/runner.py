@@ -26,7 +26,7 @@ from .crash import CrashPlan
 from .deadlines import split_stale
 from .decide import Unasked
 from .domain_rates import DomainRates
-from .judging import Judge, NotStarted, Progress, Slot, Stop
+from .judging import Judge, NotStarted, Progress, SendResult, Stop
 from .lease import LostFlag
 from .observe import NULL_OBSERVER, Observer
 from .pipeline import GATHER_PER_N_AHEAD_S, POLL_S, Senders, claim_ahead
@@ -115,14 +115,14 @@ class Runner:
         )
         # Items claimed ahead of the N being sent, point A committed (see claim_ahead).
         self._ahead = claim_ahead(options.concurrency, channels.values())
-        self._senders: Senders[Item | Question, Slot | Asked] = Senders(
+        self._senders: Senders[Item | Question, SendResult | Asked] = Senders(
             options.concurrency,
             self.dispatch.work,
             gather_s=GATHER_PER_N_AHEAD_S * self._ahead / options.concurrency,
         )
         # The committer's questions (revisits, adopted items) have threads of their own, one
         # per query slot: one waiting for a gate or a slow status endpoint holds up no send.
-        self._askers: Senders[Item | Question, Slot | Asked] = Senders(
+        self._askers: Senders[Item | Question, SendResult | Asked] = Senders(
             self.dispatch.query_slots,
             self.dispatch.work,
             done=self._senders.done,
@@ -300,7 +300,7 @@ class Runner:
                 self._askers.submit(item)
             sent = [(item, r) for item, r in sent if not is_put_off(r)]
             asked = [r for _, r in done if isinstance(r, Asked)]
-            if not draining and any(isinstance(slot[0], NotStarted) for _, slot in sent):
+            if not draining and any(isinstance(slot.result, NotStarted) for _, slot in sent):
                 # A sender held an item back: a stop may have come while this thread waited
                 # (a signal, a cancel), and what it gave back must not be claimed again.
                 draining = self._stopping()
@@ -339,7 +339,7 @@ class Runner:
         return None
 
     def _commit(
-        self, done: list[tuple[Item, Slot]], asked: list[Asked], free: int, busy: Counter[str]
+        self, done: list[tuple[Item, SendResult]], asked: list[Asked], free: int, busy: Counter[str]
     ) -> list[Item]:
         """Point B of the finished sends, what the senders' answers to this thread's
         questions established, and point A of up to `free` new items, one commit. `busy`:
@@ -350,16 +350,16 @@ class Runner:
             self.crash.at("after-send", seqs)
         outcomes = [
             replace(
-                self.judge.safely(item, result, at, mono, finding, started),
+                self.judge.safely(item, sent),
                 expected=ItemState.IN_FLIGHT,
-                finished_at=clock.iso(at),
-                started_at=None if started is None else clock.iso(started),
+                finished_at=clock.iso(sent.at),
+                started_at=None if sent.started is None else clock.iso(sent.started),
             )
-            for item, (result, at, mono, started, finding) in done
-            if result is not None
+            for item, sent in done
+            if sent.result is not None
         ]
-        held_back = [item.seq for item, (result, *_) in done if result is None]
-        doubted_here = sum(1 for item, (result, *_) in done if self.dispatch.doubts(item, result))
+        held_back = [item.seq for item, sent in done if sent.result is None]
+        doubted_here = sum(1 for item, sent in done if self.dispatch.doubts(item, sent.result))
         channel_of = {item.seq: item.channel for item, _ in done}
         findings = self._findings(asked)
         settled = [

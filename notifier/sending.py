@@ -20,16 +20,16 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from . import clock, schedule
 from .channels import Channel, ChannelError, ErrorKind, Ready, Receipt, Withheld
 from .coordination import RunOptions
 from .deadlines import past_deadline
-from .decide import AfterSend, Answer, Caps, Finding, History, Unasked, decide
+from .decide import Answer, Caps, Finding, History, Unasked, wants_finding
 from .domain_rates import DomainRates
-from .judging import NotStarted, Progress, Sent, Slot
+from .judging import NotStarted, Progress, SendResult, Sent
 from .lease import LostFlag
 from .observe import Observer
 from .pipeline import POLL_S, SharedBucket, TokenBucket, in_flight_cap
@@ -50,11 +50,13 @@ class Asked:
     at: datetime
 
 
-def is_put_off(slot: Slot | Asked) -> bool:
+def is_put_off(slot: SendResult | Asked) -> bool:
     """A send's slot whose status query was put off (every query slot taken, or its
     channel's gate closed: `Unasked.put_off`): its item stays in flight, unjudged (still
     counted by the uncertain-answers brake), until the question pool has asked."""
-    return not isinstance(slot, Asked) and isinstance(slot[4], Unasked) and slot[4].put_off
+    return (
+        not isinstance(slot, Asked) and isinstance(slot.finding, Unasked) and slot.finding.put_off
+    )
 
 
 class Dispatch:
@@ -134,7 +136,7 @@ class Dispatch:
         self.query_slots = max(1, options.concurrency // 2)
         # The slots of sends whose query was put off, by item, handed to the question pool
         # with their item (Runner._pipeline): its one writer, the committer, then the pool.
-        self.put_off: dict[int, Slot] = {}
+        self.put_off: dict[int, SendResult] = {}
         self._queries = threading.BoundedSemaphore(self.query_slots)
 
     def may_start(self) -> str | None:
@@ -220,7 +222,7 @@ class Dispatch:
             and not self.channels[item.channel].idempotent
         )
 
-    def work(self, job: Item | Question) -> Slot | Asked:
+    def work(self, job: Item | Question) -> SendResult | Asked:
         """What a sender does with what the committer handed it: send an item (point A
         committed), or ask about one; on the question pool, also ask the query a send's
         answer needs that was put off (`is_put_off`), and hand its slot back with the finding,
@@ -229,8 +231,7 @@ class Dispatch:
             return self.ask_about(job)
         slot = self.put_off.pop(job.seq, None)
         if slot is not None:
-            result, at, mono, started, _ = slot
-            return result, at, mono, started, self.asked(job, wait=True)
+            return replace(slot, finding=self.asked(job, wait=True))
         return self.send_one(job)
 
     def ask_about(self, question: Question) -> Asked:
@@ -242,7 +243,7 @@ class Dispatch:
         answer = self.asked(question.item, wait=True) if channel.queryable else None
         return Asked(question, answer, clock.now())
 
-    def send_one(self, item: Item) -> Slot:
+    def send_one(self, item: Item) -> SendResult:
         """The result and the moment it arrived, on the wall clock (to record) and on the
         monotonic clock (to wait): waits (Retry-After) count from then. None: not sent at
         all, because this worker can no longer prove the run is its own."""
@@ -265,7 +266,7 @@ class Dispatch:
                 # channel's lock or a --rate token; the channel asks them all again once its
                 # connection is ready (`ready`), right before the message is handed over.
                 if not self._lease_allows_send():
-                    return None, clock.now(), time.monotonic(), None, None
+                    return SendResult(None, clock.now(), time.monotonic())
                 reason = self.item_may_start(item)
                 if reason is None and wait is not None:
                     if wait > self.options.max_wait_s:
@@ -273,7 +274,7 @@ class Dispatch:
                         self.rate_wake = time.monotonic() + wait
                     reason = f"waiting for the channel's --rate ({wait:.1f}s to the next send)"
                 if reason is not None:
-                    return NotStarted(reason), clock.now(), time.monotonic(), None, None
+                    return SendResult(NotStarted(reason), clock.now(), time.monotonic())
                 # The attempt's real start: an item claimed ahead waited in the queue
                 # since its claim, which opened the attempt (see Outcome.started_at).
                 started = clock.now()
@@ -291,17 +292,19 @@ class Dispatch:
             # The channel's connection took long enough for a check to fail meanwhile:
             # nothing of the message left. Released never attempted, like the checks above.
             if self.lease_lost.is_set():
-                return None, clock.now(), time.monotonic(), None, None
-            return NotStarted(withheld.reason), clock.now(), time.monotonic(), None, None
+                return SendResult(None, clock.now(), time.monotonic())
+            return SendResult(NotStarted(withheld.reason), clock.now(), time.monotonic())
         except ChannelError as exc:
             result = exc
         except Exception as exc:  # a channel bug: the request may have left, so be careful
             result = ChannelError(ErrorKind.UNCERTAIN, f"unexpected {type(exc).__name__}: {exc}")
         mono, at = time.monotonic(), clock.now()
         self.observer.answered(item, result, started)
+        gate_s = None
         with suppress(Exception):  # a warning only: the committer judges the answer in full
-            self._warn(item, result, mono)
-        return result, at, mono, started, self._query(item, result, history, at)
+            gate_s = self._warn(item, result, mono)
+        finding = self._query(item, result, history, at)
+        return SendResult(result, at, mono, started, finding, gate_s)
 
     def _query(
         self, item: Item, result: Sent, history: History, at: datetime
@@ -317,14 +320,9 @@ class Dispatch:
             return None
         channel = self.channels[item.channel]
         try:
-            wanted = decide(
-                item,
-                AfterSend(result),
-                caps=Caps.of(channel),
-                policy=self.policy,
-                history=history,
-                now=at,
-            ).ask
+            wanted = wants_finding(
+                item, result, caps=Caps.of(channel), policy=self.policy, history=history, now=at
+            )
         except Exception:
             return None
         if not wanted:
@@ -420,17 +418,17 @@ class Dispatch:
                 self.lease_lost.mark(lost.cause)
         return self.lease_lost.is_set() or self.may_start() is not None
 
-    def _warn(self, item: Item, result: Receipt | ChannelError, mono: float) -> None:
+    def _warn(self, item: Item, result: Receipt | ChannelError, mono: float) -> float | None:
         """What every other sender must know the moment this answer arrives, not after the
         committer's next gather and commit: a throttled answer closes its channel's gate,
         and an answer that halts the run (410, 422, a receipt for another digest) stops
-        every send not yet started."""
+        every send not yet started. Returns the wait a throttle closed the channel for."""
         if isinstance(result, Receipt):
             if result.intent_digest and result.intent_digest != item.intent_digest:
                 self.halting = f"conflict on item {item.seq}"
             with self._doubted_lock:
                 self._doubted = 0
-            return
+            return None
         if self.doubts(item, result):
             with self._doubted_lock:
                 self._doubted += 1
@@ -448,6 +446,8 @@ class Dispatch:
                 queryable=channel.queryable,
             )
             self.p.gate(item.channel, mono + verdict.wait_s)
+            return verdict.wait_s
+        return None
 
     def _gated(self, item: Item) -> str | None:
         """A 429/503 closed the item's channel after it was claimed: it does not start now

@@ -21,7 +21,7 @@ from notifier import clock, waits
 from notifier.channels import ChannelError, ErrorKind, Ready, Receipt, always
 from notifier.crash import CrashPlan
 from notifier.intent import Intent
-from notifier.judging import Slot, Stop
+from notifier.judging import SendResult, Stop
 from notifier.lease import LostFlag, holder_alive
 from notifier.outcome import run_advice, run_exit
 from notifier.reconcile import Question
@@ -210,7 +210,7 @@ def test_a_throttled_answer_closes_the_channel_before_any_other_sender_starts(
     taken = []  # every claimed item goes through one sender call: sent, or held back
     send_one = runner._senders._send
 
-    def counted(job: Item | Question) -> Slot | Asked:
+    def counted(job: Item | Question) -> SendResult | Asked:
         slot = send_one(job)
         taken.append(job.seq)
         return slot

@@ -15,7 +15,7 @@ from notifier import clock
 from notifier.channels import ChannelError, Ready, Receipt, always, go_ahead
 from notifier.crash import CrashPlan
 from notifier.intent import Intent
-from notifier.judging import Slot
+from notifier.judging import SendResult
 from notifier.lease import LostFlag, holder_alive
 from notifier.reconcile import Question
 from notifier.records import Item
@@ -140,10 +140,10 @@ class HeldRun:
         self.changed = threading.Condition()
         send_one = self.runner._senders._send
 
-        def counted(job: Item | Question) -> Slot | Asked:
+        def counted(job: Item | Question) -> SendResult | Asked:
             slot = send_one(job)
             with self.changed:
-                self.taken.append(slot[0] if isinstance(slot, tuple) else slot)
+                self.taken.append(slot.result if isinstance(slot, SendResult) else slot)
                 self.changed.notify_all()
             return slot
 
