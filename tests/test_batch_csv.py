@@ -292,3 +292,27 @@ def test_a_batch_on_standard_input_is_planned_and_sent_like_a_file(ws: Workspace
     assert "line 2" in bad.output and "Traceback" not in bad.output
     assert set(Path(tempfile.gettempdir()).glob("notifier-stdin-*")) == spools
     assert "standard input" in " ".join(ws.invoke("send", "--help").output.split())
+
+
+def test_rows_piped_in_are_named_as_standard_input_when_refused(ws: Workspace) -> None:
+    """A refusal to read rows piped in names standard input, never the temporary spool they
+    were read from (gone once the command ends, so a path the operator cannot open), on a
+    plain send and with --compose, for a bad line and for a rehearsal that cannot fire."""
+    spool = str(Path(tempfile.gettempdir()) / "notifier-stdin-")
+    bad = ws.invoke("send", "-", input="to,subject\n,Hi\n")
+    assert bad.exit_code == 2, bad.output
+    assert "standard input (`-`): 1 problem" in bad.output and spool not in bad.output
+    (ws.path / "brief.txt").write_text("Say hello.")
+    composed = ws.invoke(
+        "send", "-", "--compose", "brief.txt", input="to,name\n,Ada\n",
+        env={"ANTHROPIC_API_KEY": "sk-test"},
+    )  # fmt: skip
+    assert composed.exit_code == 2, composed.output
+    assert "standard input (`-`): 1 problem" in composed.output and spool not in composed.output
+    rehearsal = ws.invoke(
+        "send", "-", input="to,subject,body\nada@example.com,Hi,B\n",
+        env={"NOTIFIER_CRASH_AT": "after-send:5"},
+    )  # fmt: skip
+    assert rehearsal.exit_code == 2, rehearsal.output
+    assert "standard input (`-`) has 1 item(s)" in rehearsal.output
+    assert spool not in rehearsal.output and not ws.has_database()
