@@ -169,7 +169,10 @@ def batch_file(ctx: click.Context, param: click.Parameter, value: Path) -> Path:
     command ends, and at once if reading the rows is cut short: it holds recipients."""
     if str(value) != STDIN:
         return value
-    spool_dir = Path(tempfile.mkdtemp(prefix="notifier-stdin-"))
+    try:
+        spool_dir = Path(tempfile.mkdtemp(prefix="notifier-stdin-"))
+    except OSError as exc:
+        raise _unspooled(Path(tempfile.gettempdir()), exc) from exc
     spool = spool_dir / "stdin.csv"
     piped = sys.stdin.buffer
     try:
@@ -185,10 +188,20 @@ def batch_file(ctx: click.Context, param: click.Parameter, value: Path) -> Path:
                 "nothing was stored and nothing was sent. Pipe them in again "
                 "(`… | notifier send - …`) to plan and send them."
             ) from None
+        if isinstance(exc, OSError):
+            raise _unspooled(spool_dir.parent, exc) from exc
         raise
     ctx.call_on_close(lambda: shutil.rmtree(spool_dir, ignore_errors=True))
     ctx.meta[STDIN] = spool
     return spool
+
+
+def _unspooled(where: Path, exc: OSError) -> BadInput:
+    return BadInput(
+        f"standard input: the rows piped in could not be kept in {where} to be read whole "
+        f"({exc.strerror or exc}); nothing was stored and nothing was sent. Free space there "
+        "or point TMPDIR at a directory with room, or give the file's path instead of `-`."
+    )
 
 
 def batch_name(ctx: click.Context, batch: Path) -> Path:
