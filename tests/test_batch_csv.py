@@ -4,6 +4,7 @@ the awkward-but-valid files (BOM, CRLF, quoted newlines, non-ASCII) are read cor
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import tempfile
 from pathlib import Path
@@ -273,12 +274,23 @@ def test_a_template_rendering_a_control_character_is_refused(ws: Workspace) -> N
     assert "line 2: rendered: the body contains a control character (U+001B)" in result.output
 
 
-def test_a_batch_on_standard_input_is_planned_and_sent_like_a_file(ws: Workspace) -> None:
+def own_tempdir(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A temporary directory of the test's own for the spools of `send -`: other tests (and
+    processes) spool in the shared one meanwhile."""
+    tmp = ws.path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    return tmp
+
+
+def test_a_batch_on_standard_input_is_planned_and_sent_like_a_file(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`send -` reads the rows piped in (the contract: BATCH may be `-`), validates them
     whole, plans and sends them; the run records its source as `-`, sending the same rows
     again plans nothing delivered, and a bad row names its line. No spool is left behind."""
     rows = "id,to,subject,body\nu1,ada@example.com,Hi,Body\nu2,bob@example.com,Hi,Body\n"
-    spools = set(Path(tempfile.gettempdir()).glob("notifier-stdin-*"))
+    tmp = own_tempdir(ws, monkeypatch)
     result = ws.invoke("send", "-", input=rows)
     assert result.exit_code == 0, result.output
     assert len(ws.outbox_documents()) == 2
@@ -289,5 +301,55 @@ def test_a_batch_on_standard_input_is_planned_and_sent_like_a_file(ws: Workspace
     bad = ws.invoke("send", "-", input="to,subject\n,Hi\n")
     assert bad.exit_code == 2, bad.output
     assert "line 2" in bad.output and "Traceback" not in bad.output
-    assert set(Path(tempfile.gettempdir()).glob("notifier-stdin-*")) == spools
+    assert list(tmp.iterdir()) == []
     assert "standard input" in " ".join(ws.invoke("send", "--help").output.split())
+
+
+def test_rows_piped_in_are_named_as_standard_input_when_refused(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refusal to read rows piped in names standard input, never the temporary spool they
+    were read from (gone once the command ends, so a path the operator cannot open), on a
+    plain send and with --compose, for a bad line and for a rehearsal that cannot fire."""
+    spool = str(own_tempdir(ws, monkeypatch) / "notifier-stdin-")
+    bad = ws.invoke("send", "-", input="to,subject\n,Hi\n")
+    assert bad.exit_code == 2, bad.output
+    assert "standard input (`-`): 1 problem" in bad.output and spool not in bad.output
+    (ws.path / "brief.txt").write_text("Say hello.")
+    composed = ws.invoke(
+        "send", "-", "--compose", "brief.txt", input="to,name\n,Ada\n",
+        env={"ANTHROPIC_API_KEY": "sk-test"},
+    )  # fmt: skip
+    assert composed.exit_code == 2, composed.output
+    assert "standard input (`-`): 1 problem" in composed.output and spool not in composed.output
+    rehearsal = ws.invoke(
+        "send", "-", input="to,subject,body\nada@example.com,Hi,B\n",
+        env={"NOTIFIER_CRASH_AT": "after-send:5"},
+    )  # fmt: skip
+    assert rehearsal.exit_code == 2, rehearsal.output
+    assert "standard input (`-`) has 1 item(s)" in rehearsal.output
+    assert spool not in rehearsal.output and not ws.has_database()
+
+
+def test_rows_piped_in_that_cannot_be_spooled_are_exit_2_naming_the_fix(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full temporary directory while `send -` keeps the rows piped in: exit 2 naming
+    standard input, the cause and what to do (TMPDIR, or the file's path), never an
+    internal error; nothing is stored and no spool is left behind."""
+    real_open = Path.open
+
+    def full(self: Path, mode: str = "r", *args: object, **kwargs: object) -> object:
+        if self.name == "stdin.csv" and "w" in mode:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_open(self, mode, *args, **kwargs)  # type: ignore[call-overload]
+
+    tmp = own_tempdir(ws, monkeypatch)
+    monkeypatch.setattr(Path, "open", full)
+    result = ws.invoke("send", "-", input="to,subject,body\nada@example.com,Hi,B\n")
+    monkeypatch.setattr(Path, "open", real_open)
+    assert result.exit_code == 2, result.output
+    assert "standard input" in result.output and "No space left on device" in result.output
+    assert "TMPDIR" in result.output and "internal error" not in result.output
+    assert list(tmp.iterdir()) == []
+    assert not ws.has_database()

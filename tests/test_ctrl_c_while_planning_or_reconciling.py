@@ -105,3 +105,39 @@ def test_ctrl_c_in_manual_reconcile_exits_130_saying_what_was_recorded(
     assert ws.query("SELECT seq, decision FROM decisions") == [(1, "mark_sent")]
     states = ws.ledger.states()
     assert states == {"u1": "sent", "u2": "unknown", "u3": "sent"}
+
+
+def test_ctrl_c_while_reading_rows_piped_in_stores_nothing_and_keeps_no_spool(
+    ws: Workspace,
+) -> None:
+    """Ctrl-C while `send -` still reads standard input into its spool exits 130 saying
+    nothing was stored and to pipe the rows in again (not that a run can be resumed), and
+    removes the spool at once: it holds recipients, and nothing else would remove it."""
+    tmp = ws.path / "tmp"
+    tmp.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "notifier", "--db", str(ws.db), "send", "-"],
+        cwd=ws.path,
+        env={**os.environ, "TMPDIR": str(tmp)},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=_default_sigint,  # noqa: PLW1509 (one signal() call: no lock, no import)
+    )
+    assert proc.stdin is not None
+    proc.stdin.write(b"id,to,subject,body\nu1,a@x.example,S,B\n")
+    proc.stdin.flush()
+    deadline = time.monotonic() + 60
+    while not any(tmp.glob("notifier-stdin-*/stdin.csv")):  # the rows are being spooled
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the process never spooled its input"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (out, err)
+    lines = err.decode().strip().splitlines()
+    assert len(lines) == 1 and "standard input" in lines[0], lines
+    assert "nothing was stored" in lines[0] and "notifier send -" in lines[0], lines
+    assert "resume" not in lines[0], lines
+    assert list(tmp.iterdir()) == []
+    assert not ws.has_database()

@@ -414,3 +414,20 @@ def test_json_log_never_names_a_recipient_rejected_at_rcpt(
     lines = [json.loads(line) for line in done.stderr.splitlines()]
     assert any(e.get("attempt_outcome") == "permanent" for e in lines), lines
     assert "user4@example.com" not in done.stderr
+
+
+def test_a_resume_refused_for_its_approval_logs_no_resume(ws: Workspace) -> None:
+    """A resume the run's approval refuses (exit 4) takes nothing up: its JSON log holds the
+    refusal alone, no `resume` event counting items as taken up; once approved, the resume
+    that sends logs it."""
+    planned = ws.invoke("send", str(EXAMPLE), "--run-id", "later", "--require-approval")
+    assert planned.exit_code == 0, planned.output
+    refused = ws.invoke("resume", "later", "--log-format", "json")
+    assert refused.exit_code == 4, refused.output
+    assert [e["event"] for e in json_lines(refused.stderr)] == ["error"]
+    fingerprint = ws.ledger.run("later").fingerprint
+    assert fingerprint is not None
+    assert ws.invoke("approve", "later", "--fingerprint", fingerprint).exit_code == 0
+    sent = ws.invoke("resume", "later", "--log-format", "json")
+    assert sent.exit_code == 0, sent.output
+    assert [e["event"] for e in json_lines(sent.stderr)].count("resume") == 1

@@ -77,14 +77,15 @@ def send_composed(sending: Sending, settings: compose.Settings) -> None:
     )
     key = app.compose_key()  # before anything is stored
     try:
-        rows = notifier.compose_rows(
-            sending.source,
-            batch,
-            channel=given.channel,
-            run_id=given.run_id,
-            not_after=sending.not_after,
-            schedule=sending.when,
-        )
+        with running.naming_stdin(sending.source, batch):
+            rows = notifier.compose_rows(
+                sending.source,
+                batch,
+                channel=given.channel,
+                run_id=given.run_id,
+                not_after=sending.not_after,
+                schedule=sending.when,
+            )
     except KeyboardInterrupt:
         raise sending.interrupted_planning() from None
     if (late := late_warning(sending.when)) is not None:

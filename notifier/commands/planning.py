@@ -109,16 +109,17 @@ def send_file(sending: Sending, rehearsal: CrashPlan | None) -> None:
 
     notifier, given, batch = sending.notifier, sending.given, sending.batch
     try:
-        plan = notifier.read(
-            sending.source,
-            channel=given.channel,
-            run_id=given.run_id,
-            template=sending.template,
-            not_after=sending.not_after,
-            schedule=sending.when,
-            allow_duplicates=given.allow_duplicates,
-            rehearsal=rehearsal,
-        )
+        with running.naming_stdin(sending.source, batch):
+            plan = notifier.read(
+                sending.source,
+                channel=given.channel,
+                run_id=given.run_id,
+                template=sending.template,
+                not_after=sending.not_after,
+                schedule=sending.when,
+                allow_duplicates=given.allow_duplicates,
+                rehearsal=rehearsal,
+            )
     except KeyboardInterrupt:
         raise sending.interrupted_planning() from None
     if (late := late_warning(sending.when)) is not None:

@@ -146,6 +146,8 @@ def _resume(
     counts = notifier.counts(run.run_id)
 
     def announce(resuming: Resuming) -> None:
+        # Only once the lease is held: a refusal (its approval, a live worker) takes nothing up.
+        observer.planned(run.run_id, resuming.counts.total, {}, "worker" if joining else "resume")
         click.echo(f"resuming run {run.run_id}: {resuming.counts.summary()}")
         if resuming.past_deadline:
             click.echo(
@@ -153,7 +155,6 @@ def _resume(
                 "they will be expired, not sent."
             )
 
-    observer.planned(run.run_id, counts.total, {}, "worker" if joining else "resume")
     with running.progress(counts.unfinished, quiet=watch[1] == "json") as advance:
         try:
             result = notifier.work(

@@ -6,15 +6,15 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
 from .. import approval, clock
-from ..errors import BadInput, ExitCode, Refused
+from ..errors import BadInput, ExitCode, Interrupted, Refused
 from ..progress import progress_bar
 
 if TYPE_CHECKING:
@@ -166,20 +166,56 @@ def batch_file(ctx: click.Context, param: click.Parameter, value: Path) -> Path:
     file first, since the whole file is validated before anything is stored and read again
     to plan it; the run records its source as `-`, and every command the tool suggests
     pipes the rows in again (`… | notifier send - …`). The spool is removed when the
-    command ends."""
+    command ends, and at once if reading the rows is cut short: it holds recipients."""
     if str(value) != STDIN:
         return value
-    spool_dir = Path(tempfile.mkdtemp(prefix="notifier-stdin-"))
-    ctx.call_on_close(lambda: shutil.rmtree(spool_dir, ignore_errors=True))
+    try:
+        spool_dir = Path(tempfile.mkdtemp(prefix="notifier-stdin-"))
+    except OSError as exc:
+        raise _unspooled(Path(tempfile.gettempdir()), exc) from exc
     spool = spool_dir / "stdin.csv"
     piped = sys.stdin.buffer
-    with spool.open("wb") as sink:
-        while chunk := piped.read(1 << 16):
-            sink.write(chunk)
+    try:
+        with spool.open("wb") as sink:
+            while chunk := piped.read(1 << 16):
+                sink.write(chunk)
+    except BaseException as exc:
+        # The context is not closed when its arguments fail: nothing else removes it.
+        shutil.rmtree(spool_dir, ignore_errors=True)
+        if isinstance(exc, KeyboardInterrupt):
+            raise Interrupted(
+                "interrupted (Ctrl-C) while reading the rows piped in on standard input: "
+                "nothing was stored and nothing was sent. Pipe them in again "
+                "(`… | notifier send - …`) to plan and send them."
+            ) from None
+        if isinstance(exc, OSError):
+            raise _unspooled(spool_dir.parent, exc) from exc
+        raise
+    ctx.call_on_close(lambda: shutil.rmtree(spool_dir, ignore_errors=True))
     ctx.meta[STDIN] = spool
     return spool
+
+
+def _unspooled(where: Path, exc: OSError) -> BadInput:
+    return BadInput(
+        f"standard input: the rows piped in could not be kept in {where} to be read whole "
+        f"({exc.strerror or exc}); nothing was stored and nothing was sent. Free space there "
+        "or point TMPDIR at a directory with room, or give the file's path instead of `-`."
+    )
 
 
 def batch_name(ctx: click.Context, batch: Path) -> Path:
     """What the run and the advice call BATCH: `-` for rows piped in, else the file."""
     return Path(STDIN) if ctx.meta.get(STDIN) == batch else batch
+
+
+@contextmanager
+def naming_stdin(source: Path, batch: Path) -> Iterator[None]:
+    """Rows piped in are named as standard input in what a refusal to read them says, not
+    as the spool they were read from (a temporary file, gone once the command ends)."""
+    try:
+        yield
+    except BadInput as exc:
+        if source != batch and str(source) in str(exc):
+            exc.args = (str(exc).replace(str(source), "standard input (`-`)"),)
+        raise
