@@ -28,11 +28,6 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeMessages]:
         yield server
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="composed rows lost their tz/not_before columns from their identity with no "
-    "migration of the identities stored before: each such row delivered is sent again",
-)
 def test_a_row_composed_before_is_not_composed_and_sent_again(
     ws: Workspace, fake: FakeMessages
 ) -> None:

@@ -336,7 +336,9 @@ def compare_composed(env: Env, rows: list[BatchRow], batch: Path, run_id: str) -
     plan = make_plan(rows, env.config, run_id)
     try:
         try:
-            store = open_store(env, readonly=True)
+            # Not read-only: a database an earlier version wrote is migrated first, so the
+            # rows are compared with the identities this version gives them (m012).
+            store = open_store(env)
         except NoDatabase:
             return Composing(rows, Prior(len(rows)))
         try:

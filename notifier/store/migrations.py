@@ -20,9 +20,10 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import clock
+from ..intent import digest_of_normalised, normalise_target, payload_json, row_identity
 from . import schema_postgres, schema_sqlite
 
 if TYPE_CHECKING:
@@ -151,6 +152,50 @@ UPDATE runs SET stop_cause = CASE
 """
 
 
+# A composed row's `tz` and `not_before` columns schedule it, as a plain row's do, and so
+# are no part of its data or its identity. Rows composed before kept them in their data:
+# their stored identity (a row without an `id`: its content digest) is moved to the one
+# the same row has now, wherever it still is the one computed with them, so a delivered row
+# is not composed and sent again; a draft not yet frozen loses them from its data, as a row
+# read now would. The identity is plan.source_identity's, from intent.py's parts: should
+# they change later, the old identity computed here no longer matches what is stored, and
+# nothing moves.
+_SCHEDULE_COLUMNS = ("not_before", "tz")
+
+
+def _source_identity(row: dict[str, Any]) -> str:
+    payload = payload_json(
+        row["subject"], row["body"], row["data"], row.get("not_after"),
+        row.get("unsubscribe_url"), row.get("unsubscribe_mailto"),
+    )  # fmt: skip
+    digest = digest_of_normalised(row["channel"], normalise_target(row["to"]), payload)
+    return row_identity(row["item_id"] if row.get("own_id") else None, digest)
+
+
+def _m012(engine: Engine) -> None:
+    drafts = engine.execute("SELECT run_id, seq, source FROM drafts").fetchall()
+    for run_id, seq, source in drafts:
+        before = json.loads(source)
+        if not any(name in before["data"] for name in _SCHEDULE_COLUMNS):
+            continue
+        data = {k: v for k, v in before["data"].items() if k not in _SCHEDULE_COLUMNS}
+        after = {**before, "data": data}
+        where = {"run_id": run_id, "seq": seq}
+        engine.execute(
+            "UPDATE items SET identity = %(new)s "
+            "WHERE run_id = %(run_id)s AND seq = %(seq)s AND identity = %(old)s",
+            {**where, "new": _source_identity(after), "old": _source_identity(before)},
+        )
+        frozen = engine.execute(
+            "SELECT 1 FROM items WHERE run_id = %(run_id)s AND seq = %(seq)s", where
+        ).fetchall()
+        if not frozen:  # compose.row_to_source's form
+            engine.execute(
+                "UPDATE drafts SET source = %(source)s WHERE run_id = %(run_id)s AND seq = %(seq)s",
+                {**where, "source": json.dumps(after, sort_keys=True, ensure_ascii=False)},
+            )
+
+
 def _m010_sqlite(engine: Engine) -> None:
     """Nothing to change: one SQLite writer at a time, so counters updated at each move are
     never waited for by another transaction."""
@@ -202,6 +247,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     # writer at a time, so its triggers stay as they are.
     Migration("m010_counts_at_commit", _m010_sqlite, schema_postgres.M010),
     Migration("m011_stop_cause", _M011, _M011),
+    Migration("m012_composed_identity_without_schedule", _m012, _m012),
 )
 NAMES = frozenset(m.name for m in MIGRATIONS)
 
