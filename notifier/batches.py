@@ -32,7 +32,14 @@ from .batch import BatchRow
 from .batch_api import cancel_batches, custom_prefix, listed_since, nothing_made
 from .claude import _api_message, _transient, _wait_honouring_retry_after, parse
 from .claude import request_params as params_of
-from .compose import KEY_ENV, ComposeStopped, DraftRejected, Progress, Settings, row_from_source
+from .compose import (
+    KEY_ENV,
+    ComposeStopped,
+    DraftProgress,
+    DraftRejected,
+    Settings,
+    row_from_source,
+)
 from .errors import NeedsAttention
 from .intent import canonical_json
 from .lease import Lease
@@ -91,7 +98,7 @@ class BatchDrafting:
 
     # ------------------------------------------------------------------ the rounds
 
-    def draft(self, rows_per_chunk: int) -> Progress:
+    def draft(self, rows_per_chunk: int) -> DraftProgress:
         """Settle, submit, wait, stream, until no row is left or MAX_ROUNDS chunks passed."""
         run_id = self.run.run_id
         try:
@@ -119,9 +126,9 @@ class BatchDrafting:
             return self._progress(None, interrupted=True)
         return self._progress(None)
 
-    def _progress(self, stopped: str | None, *, interrupted: bool = False) -> Progress:
+    def _progress(self, stopped: str | None, *, interrupted: bool = False) -> DraftProgress:
         summary = self.store.drafts.draft_summary(self.run.run_id)
-        return Progress(
+        return DraftProgress(
             summary["drafted"],
             summary["failed"],
             summary["pending"],

@@ -78,7 +78,7 @@ class DraftDeferred(NotifierError):
         self.why = why
 
 
-class Drafts(Protocol):
+class DraftClient(Protocol):
     """What drafting needs from the client (claude.Drafter): one draft per row."""
 
     def draft(self, row: BatchRow) -> Draft: ...
@@ -203,7 +203,7 @@ def check_draft_text(subject: str, body: str) -> tuple[str, str]:
 
 
 @dataclass(frozen=True)
-class Progress:
+class DraftProgress:
     drafted: int
     failed: int
     pending: int
@@ -216,13 +216,13 @@ class Progress:
 def draft_pending(
     store: Store,
     run_id: str,
-    drafter: Drafts,
+    drafter: DraftClient,
     say: Callable[[str], None],
     concurrency: int = CONCURRENCY,
     *,
     interrupted: Interruption | None = None,
     advance: Callable[[int], None] = lambda n: None,
-) -> Progress:
+) -> DraftProgress:
     """Draft every row of the run that has no draft yet, `concurrency` at a time, storing
     each result as it arrives (this thread writes; the pool only talks to the API).
 
@@ -244,7 +244,7 @@ def draft_pending(
             storing.stop_new()
             raise
     summary = store.drafts.draft_summary(run_id)
-    return Progress(
+    return DraftProgress(
         summary["drafted"],
         summary["failed"],
         summary["pending"],
@@ -264,7 +264,7 @@ class _Storing:
         self,
         store: Store,
         run_id: str,
-        drafter: Drafts,
+        drafter: DraftClient,
         futures: Mapping[Future[Draft], tuple[int, BatchRow]],
         say: Callable[[str], None],
         advance: Callable[[int], None],
@@ -329,7 +329,9 @@ class _Storing:
             self.kept += 1
 
 
-def first_drafts(drafter: Drafts, rows: Sequence[BatchRow]) -> list[tuple[BatchRow, Draft | str]]:
+def first_drafts(
+    drafter: DraftClient, rows: Sequence[BatchRow]
+) -> list[tuple[BatchRow, Draft | str]]:
     """--dry-run: drafts for the first rows, stored nowhere (a failure shows as its text)."""
     shown: list[tuple[BatchRow, Draft | str]] = []
     for row in rows:

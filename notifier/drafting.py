@@ -114,7 +114,7 @@ def chunk_rows() -> int:
 
 def draft(
     store: Store, run: Run, key: str, say: Callable[[str], None], lease: Lease
-) -> compose.Progress:
+) -> compose.DraftProgress:
     """Draft the rows of `run` without a draft (its `lease` held): through Message Batches
     when the run chose them, else one request per row. Ctrl-C or SIGTERM (the first) stops
     asking for more but keeps what was asked for: the synchronous path waits for the answers
@@ -160,7 +160,7 @@ class DraftingTerminated(DraftingInterrupted):
 
 
 def interruption(
-    store: Store, run: Run, progress: compose.Progress, *, batches: bool
+    store: Store, run: Run, progress: compose.DraftProgress, *, batches: bool
 ) -> DraftingInterrupted:
     """The error a drafting interrupted by `progress.interrupted` leaves with: how many
     drafts were kept, what was left with the API, and the command that goes on."""

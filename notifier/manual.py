@@ -44,7 +44,9 @@ def reconcile_manually(
         with app.take_lease(store, run, env.config.lease_ttl_s) as lease:
             if scripted:
                 assert item_ref is not None and mark is not None and evidence is not None
-                env.say(app.decide(env, store, run, item_ref, mark, evidence, lease.version))
+                env.say(
+                    app.decide_by_hand(env, store, run, item_ref, mark, evidence, lease.version)
+                )
             else:
                 unknown = list(store.queries.items(run.run_id, [ItemState.UNKNOWN]))
                 if not unknown:
@@ -125,7 +127,7 @@ def _ask_about(
         return False
     evidence = evidence.strip() or f"operator chose {decision} without a stated reason"
     try:
-        env.say(app.decide(env, store, run, item.item_id, decision, evidence, version))
+        env.say(app.decide_by_hand(env, store, run, item.item_id, decision, evidence, version))
         decided.append(f"item {item.item_id} → {decision}")
     except Refused as refused:
         # A refused decision (a partial delivery marked not-sent) leaves the item as it was;

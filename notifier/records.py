@@ -273,7 +273,7 @@ class Attempt:
 
 
 @dataclass(frozen=True)
-class Decision:
+class ManualDecision:
     seq: int
     item_id: str
     operator: str

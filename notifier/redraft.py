@@ -121,18 +121,18 @@ TICK_S = 0.1  # how soon a Ctrl-C is noticed while answers are awaited
 
 
 @dataclass(frozen=True)
-class Asked:
+class RedraftAnswers:
     answers: list[tuple[int, BatchRow, compose.Draft | str]]  # a draft, or why it failed
     not_asked: list[str]  # item ids never requested: a Ctrl-C came first
 
 
 def ask(
-    drafter: compose.Drafts,
+    drafter: compose.DraftClient,
     rows: Sequence[tuple[int, BatchRow]],
     concurrency: int,
     interrupted: Interruption | None = None,
     say: Callable[[str], None] = lambda line: None,
-) -> Asked:
+) -> RedraftAnswers:
     """A new draft for every row (or the reason it failed), `concurrency` at a time.
     ComposeStopped (exit 3, nothing changed) when drafting must stop for every row. Once
     `interrupted` is set (signals.interrupt_guard), no new request starts, but the requests
@@ -172,7 +172,7 @@ def ask(
                 not_asked.append(row.item_id)
             else:
                 answers.append((seq, row, str(exc)))
-    return Asked(answers, not_asked)
+    return RedraftAnswers(answers, not_asked)
 
 
 def intents(

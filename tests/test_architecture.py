@@ -339,3 +339,15 @@ def test_the_store_and_the_state_machine_state_facts_not_commands() -> None:
         if (lines := advice_strings(path.read_text("utf-8")))
     }
     assert found == ADVICE_LEFT
+
+
+def test_no_two_classes_share_a_name() -> None:
+    """One name per concept: a class name found in two modules would be two things a reader
+    must tell apart by where they were imported from (an item's attempts and the rows of
+    earlier runs are `History` and `RowHistory`, not two `History`)."""
+    where: dict[str, list[str]] = {}
+    for name, path in modules().items():
+        for node in ast.parse(path.read_text("utf-8")).body:
+            if isinstance(node, ast.ClassDef):
+                where.setdefault(node.name, []).append(name)
+    assert {cls: found for cls, found in where.items() if len(found) > 1} == {}

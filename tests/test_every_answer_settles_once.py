@@ -16,8 +16,8 @@ from notifier.channels.scripted import (
     LOST_BEFORE_COMMIT,
     REFUSE,
     REJECT,
-    Answer,
     Channels,
+    Response,
     ScriptedChannel,
     throttle,
 )
@@ -38,7 +38,7 @@ FIRST = (DELIVER, LOST_AFTER_COMMIT, LOST_BEFORE_COMMIT, throttle(0.05), REFUSE,
 LOST = {3: LOST_AFTER_COMMIT, 16: LOST_BEFORE_COMMIT, 29: LOST_AFTER_COMMIT, 40: LOST_BEFORE_COMMIT}
 
 
-def first_answer_then_deliver(intent: Intent, tries: int) -> Answer:
+def first_answer_then_deliver(intent: Intent, tries: int) -> Response:
     return FIRST[intent.seq % len(FIRST)] if tries == 0 else DELIVER
 
 
@@ -94,7 +94,7 @@ def test_a_receiver_that_can_neither_dedupe_nor_be_asked_is_never_sent_twice(
     fails its item. Each key reaches the receiver at most once, and exactly the `sent` and
     the `unknown` keys are those that may have."""
 
-    def script(intent: Intent, tries: int) -> Answer:
+    def script(intent: Intent, tries: int) -> Response:
         # Four lost answers in all: fewer than the unknown streak that halts a run, in any
         # order the senders' answers are committed in.
         if intent.seq in LOST:

@@ -20,8 +20,8 @@ from notifier.channels.scripted import (
     DELIVER,
     LOST_AFTER_COMMIT,
     LOST_BEFORE_COMMIT,
-    Answer,
     Channels,
+    Response,
     ScriptedChannel,
     throttle,
 )
@@ -38,7 +38,7 @@ ROWS = 30
 FIRST = (LOST_AFTER_COMMIT, throttle(0.05), DELIVER, LOST_BEFORE_COMMIT, throttle(0.05))
 
 
-def script(intent: Intent, tries: int) -> Answer:
+def script(intent: Intent, tries: int) -> Response:
     return FIRST[intent.seq % len(FIRST)] if tries == 0 else DELIVER
 
 

@@ -22,7 +22,7 @@ from notifier.errors import BadInput, ExitCode
 from notifier.intent import content_fingerprint
 from notifier.sandbox import Sandbox
 from notifier.store import Store, parse_target
-from notifier.store.history import History
+from notifier.store.history import RowHistory
 from notifier.store.planning import Planning
 from notifier.store.postgres import PostgresEngine
 
@@ -169,9 +169,9 @@ def test_two_plans_racing_to_insert_make_exactly_one_run(
     )
     first_compared, second_compared, release = (threading.Event() for _ in range(3))
     second_engine: list[Any] = []  # the second plan's engine, from its transaction's start
-    compare, transaction = History.compare, Planning.transaction
+    compare, transaction = RowHistory.compare, Planning.transaction
 
-    def held_compare(self: History, *args: Any, **kwargs: Any) -> Any:
+    def held_compare(self: RowHistory, *args: Any, **kwargs: Any) -> Any:
         prior = compare(self, *args, **kwargs)
         if not first_compared.is_set():
             first_compared.set()
@@ -185,7 +185,7 @@ def test_two_plans_racing_to_insert_make_exactly_one_run(
             second_engine.append(self.engine)
         return transaction(self)
 
-    monkeypatch.setattr(History, "compare", held_compare)
+    monkeypatch.setattr(RowHistory, "compare", held_compare)
     monkeypatch.setattr(Planning, "transaction", seen_transaction)
 
     def second_waits() -> bool:

@@ -29,7 +29,14 @@ from .planning import (
     store_plan,
     stored_options,
 )
-from .settling import MARKS, CancelResult, cancel, complete_if_done, decide, reconcile_by_query
+from .settling import (
+    MARKS,
+    CancelResult,
+    cancel,
+    complete_if_done,
+    decide_by_hand,
+    reconcile_by_query,
+)
 from .working import draft_run, run_channels, take_lease, work_run
 
 __all__ = [
@@ -44,7 +51,7 @@ __all__ = [
     "compare_composed",
     "complete_if_done",
     "compose_key",
-    "decide",
+    "decide_by_hand",
     "draft_run",
     "dry_run",
     "operator_name",

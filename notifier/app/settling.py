@@ -211,7 +211,7 @@ MARKS: Mapping[str, ItemTrigger] = {
 }
 
 
-def decide(
+def decide_by_hand(
     env: Env, store: Store, run: Run, item_ref: str, mark: str, evidence: str, lease_version: int
 ) -> str:
     item = store.queries.item_by_id(run.run_id, item_ref)
@@ -246,7 +246,9 @@ def decide(
             f"send the same file again (`{send_again(run.batch_path, run.options)}`) to send it; "
             "evidence recorded."
         )
-    store.ledger.decide(run.run_id, item.seq, MARKS[mark], operator_name(), evidence, lease_version)
+    store.ledger.record_decision(
+        run.run_id, item.seq, MARKS[mark], operator_name(), evidence, lease_version
+    )
     after = {
         "sent": "sent",
         "not-sent": (

@@ -2,7 +2,7 @@
 for the network: the engine runs whole, on either store, with no socket and no clock but its
 own. Tests build one per channel name and hand them to `Notifier.open(db, channels=...)`.
 
-The script maps each request to an `Answer`: delivered, delivered but the answer lost
+The script maps each request to an `Response`: delivered, delivered but the answer lost
 (uncertain), not delivered but the answer lost, throttled, refused before anything left,
 rejected. Like a careful real receiver it keeps what it committed by key, so a replay under a
 committed key is answered from the first delivery (when it dedupes), a status query tells the
@@ -33,29 +33,29 @@ class Kind(Enum):
 
 
 @dataclass(frozen=True)
-class Answer:
+class Response:
     kind: Kind
     retry_after: float = 0.0
     latency: float = 0.0  # seconds the request takes before its answer
 
 
-DELIVER = Answer(Kind.DELIVER)
-LOST_AFTER_COMMIT = Answer(Kind.LOST_AFTER_COMMIT)
-LOST_BEFORE_COMMIT = Answer(Kind.LOST_BEFORE_COMMIT)
-REFUSE = Answer(Kind.REFUSE)
-REJECT = Answer(Kind.REJECT)
+DELIVER = Response(Kind.DELIVER)
+LOST_AFTER_COMMIT = Response(Kind.LOST_AFTER_COMMIT)
+LOST_BEFORE_COMMIT = Response(Kind.LOST_BEFORE_COMMIT)
+REFUSE = Response(Kind.REFUSE)
+REJECT = Response(Kind.REJECT)
 
 
-def throttle(retry_after: float) -> Answer:
-    return Answer(Kind.THROTTLE, retry_after=retry_after)
+def throttle(retry_after: float) -> Response:
+    return Response(Kind.THROTTLE, retry_after=retry_after)
 
 
 # The script: given the intent and how many requests this item has made so far (0 for the
 # first), the answer. The default delivers everything.
-Script = Callable[[Intent, int], Answer]
+Script = Callable[[Intent, int], Response]
 
 
-def always_deliver(intent: Intent, tries: int) -> Answer:
+def always_deliver(intent: Intent, tries: int) -> Response:
     return DELIVER
 
 

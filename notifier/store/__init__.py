@@ -36,7 +36,7 @@ from .exceptions import (
     StorageFailed,
     StoreRefused,
 )
-from .history import History
+from .history import RowHistory
 from .leases import Leases
 from .ledger import Ledger
 from .planning import Planning
@@ -71,7 +71,7 @@ class Store:
     def __init__(self, engine: Engine, fencing: Fencing = RUN_FENCE) -> None:
         self.engine = engine
         self.core = core = Core(engine, fencing)
-        self.history = History(core)
+        self.history = RowHistory(core)
         self.suppressions = Suppressions(core)
         self.plans = Planning(core, self.history, self.suppressions)
         self.ledger = Ledger(core, self.suppressions)

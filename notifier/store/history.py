@@ -31,12 +31,12 @@ __all__ = [
     "OPEN",
     "RETRIED",
     "UNSETTLED",
-    "History",
     "Prior",
+    "RowHistory",
 ]
 
 
-class History:
+class RowHistory:
     """Comparing a staged plan with every earlier run of the database."""
 
     def __init__(self, core: Core) -> None:

@@ -307,7 +307,7 @@ class Ledger:
             current = ItemState(state)
         self.core.move_item(run_id, o.seq, current, o.trigger, at, **sets)
 
-    def decide(
+    def record_decision(
         self,
         run_id: str,
         seq: int,

@@ -17,7 +17,7 @@ from .core import (
     as_json,
 )
 from .exceptions import PlanRefused, RunExists
-from .history import ABANDONED, DELIVERED, RETRIED, History, Prior
+from .history import ABANDONED, DELIVERED, RETRIED, Prior, RowHistory
 from .stage import _ITEM_COLUMNS, _PENDING_COLUMNS, PlanStage
 from .statements import planning as sql
 from .suppressions import Suppressions
@@ -34,7 +34,7 @@ class _NothingToSend(Exception):
 class Planning:
     """A new run and its intents, all `pending`, stored whole or not at all."""
 
-    def __init__(self, core: Core, history: History, suppressions: Suppressions) -> None:
+    def __init__(self, core: Core, history: RowHistory, suppressions: Suppressions) -> None:
         self.core = core
         self.engine = core.engine
         self.history = history

@@ -10,8 +10,8 @@ from ..records import (
     Attempt,
     AttemptOutcome,
     Counts,
-    Decision,
     Item,
+    ManualDecision,
     PendingKind,
     Run,
     item_from_row,
@@ -233,8 +233,11 @@ class Queries:
         rows = self.engine.execute(sql.ATTEMPT_TALLY, {"run_id": run_id})
         return [(str(channel), str(outcome), int(n)) for channel, outcome, n in rows]
 
-    def decisions(self, run_id: str) -> list[Decision]:
-        return [Decision(*tuple(r)) for r in self.engine.execute(sql.DECISIONS, {"run_id": run_id})]
+    def decisions(self, run_id: str) -> list[ManualDecision]:
+        return [
+            ManualDecision(*tuple(r))
+            for r in self.engine.execute(sql.DECISIONS, {"run_id": run_id})
+        ]
 
 
 def _attempt(r: Any) -> Attempt:
