@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
 
 import pytest
 
 from notifier import clock
-from notifier.channels import Ready, Receipt, always
 from notifier.coordination import RunResult
-from notifier.intent import Intent
 from notifier.judging import Stop
 from notifier.lease import SharedLease, holder_alive
 from notifier.records import StopCause
@@ -26,34 +23,12 @@ from notifier.store import Store
 
 from .conftest import Workspace, wait_for
 from .receiver import WAIT_S
+from .support.held import Holding
 
 # How long after the other worker's move this worker's senders may still start a request:
 # the committer's next look (every 0.2 s at most) and what a loaded machine adds to it.
 LOOK_S = 1.0
 _OTHER = {"host": "elsewhere", "pid": 1, "started": None, "token": "other"}
-
-
-@dataclass
-class _Holding:
-    """A downstream that holds every request until `release`, noting each one started."""
-
-    name: str = "hooks"
-    idempotent: bool = True
-    queryable: bool = True
-    thread_safe: bool = True
-    release: threading.Event = field(default_factory=threading.Event)
-    started: list[str] = field(default_factory=list)
-
-    def send(self, intent: Intent, ready: Ready = always) -> Receipt:
-        self.started.append(intent.item_id)
-        self.release.wait(WAIT_S)
-        return Receipt("r-" + intent.item_id, intent.intent_digest)
-
-    def query(self, key: str) -> Receipt | None:
-        return None
-
-    def close(self) -> None:
-        pass
 
 
 def _planned(ws: Workspace, items: int) -> Store:
@@ -85,7 +60,7 @@ def test_another_workers_halt_or_pause_stops_this_workers_queued_items(
     store = _planned(ws, 4 * n + 8)
     other = Store.open(ws.db).for_worker("other")
     try:
-        channel = _Holding()
+        channel = Holding()
         with SharedLease(store, "s1", 30.0) as lease:
             runner = Runner(
                 lease.store, "s1", {"hooks": channel}, RetryPolicy(), RunOptions(concurrency=n),

@@ -7,13 +7,10 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
 
 import pytest
 
 from notifier import clock
-from notifier.channels import Ready, Receipt, always
-from notifier.intent import Intent
 from notifier.lease import LostFlag, SharedLease, holder_alive
 from notifier.records import Run
 from notifier.retry import RetryPolicy
@@ -24,6 +21,7 @@ from notifier.store import LeaseLost, LossCause, RunFence, Store, WorkerFence
 from .conftest import Workspace, make_rows, wait_for
 from .receiver import WAIT_S, Receiver, receiving, webhook_config
 from .support.background import meanwhile
+from .support.held import Holding
 
 _NOBODY = {"host": "elsewhere", "pid": 1, "started": None, "token": "run-holder"}
 
@@ -189,29 +187,6 @@ def test_a_lease_taken_over_under_a_live_sender_stops_its_sends_at_its_next_look
     assert late == [], f"requests started {late} s after the takeover"
 
 
-@dataclass
-class _Holding:
-    """A downstream that holds every request until `release`, noting each one started."""
-
-    name: str = "hooks"
-    idempotent: bool = True
-    queryable: bool = True
-    thread_safe: bool = True
-    release: threading.Event = field(default_factory=threading.Event)
-    started: list[str] = field(default_factory=list)
-
-    def send(self, intent: Intent, ready: Ready = always) -> Receipt:
-        self.started.append(intent.item_id)
-        self.release.wait(WAIT_S)
-        return Receipt("r-" + intent.item_id, intent.intent_digest)
-
-    def query(self, key: str) -> Receipt | None:
-        return None
-
-    def close(self) -> None:
-        pass
-
-
 @pytest.mark.both_stores
 @pytest.mark.timeout(60)
 def test_a_loss_the_committer_finds_is_marked_before_any_queued_item_starts(
@@ -233,7 +208,7 @@ def test_a_loss_the_committer_finds_is_marked_before_any_queued_item_starts(
     )  # fmt: skip
     try:
         version = store.leases.acquire_lease("f1", _NOBODY, 30, lambda owner, at: False)
-        channel = _Holding()
+        channel = Holding()
         lost = LostFlag()
         runner = Runner(
             store, "f1", {"hooks": channel}, RetryPolicy(), RunOptions(concurrency=8),

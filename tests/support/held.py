@@ -31,6 +31,29 @@ WAIT_S = 30.0  # no hold or wait here lasts longer than this
 
 
 @dataclass
+class Holding:
+    """A downstream that holds every request until `release`, noting each one started."""
+
+    name: str = "hooks"
+    idempotent: bool = True
+    queryable: bool = True
+    thread_safe: bool = True
+    release: threading.Event = field(default_factory=threading.Event)
+    started: list[str] = field(default_factory=list)
+
+    def send(self, intent: Intent, ready: Ready = always) -> Receipt:
+        self.started.append(intent.item_id)
+        self.release.wait(WAIT_S)
+        return Receipt("r-" + intent.item_id, intent.intent_digest)
+
+    def query(self, key: str) -> Receipt | None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
 class Answered:
     """A downstream whose every request waits until the test answers it (`answer(item_id)`
     once the item is let go): the wire does not matter, only the order of events. Like a
