@@ -1,7 +1,7 @@
-"""A row composed and delivered by the code before composed rows were scheduled (c45b9c4,
-whose composed rows kept their `tz` and `not_before` columns in their data, and so in their
-identity) is the same row after it: composing the same file again sends nothing twice, on
-both engines. The fixture is that code's database (tests/fixtures/README.md)."""
+"""A row composed and delivered by a version whose composed rows kept their `tz` and
+`not_before` columns in their data, and so in their identity (the schema at m010), is the same
+row once m012 has run: composing the same file again sends nothing twice, on both engines.
+The fixture is that version's database (tests/fixtures/README.md says how it was made)."""
 
 from __future__ import annotations
 
@@ -33,12 +33,12 @@ def test_a_row_composed_before_is_not_composed_and_sent_again(
 ) -> None:
     if ws.url:
         with psycopg.connect(ws.url, autocommit=True) as conn:
-            sql = (FIXTURES / "c45b9c4-composed-tz-column-pg.sql").read_text()
+            sql = (FIXTURES / "m010-composed-tz-column-pg.sql").read_text()
             conn.execute(sql.encode())
     else:
-        shutil.copy(FIXTURES / "c45b9c4-composed-tz-column.db", ws.db_file)
+        shutil.copy(FIXTURES / "m010-composed-tz-column.db", ws.db_file)
     (ws.path / "notifier.toml").write_text('[channels.files]\ntype = "outbox"\n')
-    shutil.copy(FIXTURES / "c45b9c4-composed-tz-column.csv", ws.path / "rows.csv")
+    shutil.copy(FIXTURES / "m010-composed-tz-column.csv", ws.path / "rows.csv")
     (ws.path / "brief.txt").write_text("Say hello to the person, by name.")
     again = ws.invoke("send", "rows.csv", "--compose", "brief.txt", "--channel", "files")
     assert again.exit_code == 0, again.output
