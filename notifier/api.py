@@ -15,7 +15,8 @@ options, progress, advice. What a method refuses it raises as the error model's 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -33,7 +34,7 @@ from .records import Counts, Item, Run
 from .runner import RunOptions, RunResult
 from .schedule import Schedule, scheduled
 from .state_machine import FINISHED_RUN_STATES, RunState, RunTrigger
-from .store import parse_target
+from .store import Store, parse_target
 from .store.prior import Prior
 from .template import Template
 
@@ -114,6 +115,15 @@ class Notifier:
         if channels is None:
             return cls(Env(target, config, say))
         return cls(Env(target, config, say, channels))
+
+    @contextmanager
+    def _store(self, *, readonly: bool = False) -> Iterator[Store]:
+        """The store one call needs, closed when it returns."""
+        store = open_store(self.env, readonly=readonly)
+        try:
+            yield store
+        finally:
+            store.close()
 
     # --- planning ------------------------------------------------------------------------
 
@@ -266,35 +276,26 @@ class Notifier:
         """Draft what a --compose run lacks, then freeze its intents (awaiting approval when
         it needs one); NeedsAttention when drafting cannot finish now, the drafts made
         stored. KeyboardInterrupt leaves with the answers received stored."""
-        store = open_store(self.env)
-        try:
+        with self._store() as store:
             run = app.draft_run(self.env, store, store.core.get_run(run_id))
             failures = [
                 DraftFailure(seq, line, error)
                 for seq, line, error in store.drafts.draft_failures(run.run_id)
             ]
             return Drafted(run, failures)
-        finally:
-            store.close()
 
     def redraft_with(self, run: Run, model: str | None, recreate: bool) -> Run:
         """For a run still drafting: `model` for the rows not drafted yet, and/or `recreate`
         the batch chunks whose creation is in doubt (paid again); BadInput otherwise."""
         from . import drafting  # noqa: PLC0415 (the Claude SDK loads with it)
 
-        store = open_store(self.env)
-        try:
+        with self._store() as store:
             return drafting.resume_overrides(self.env, store, run, model, recreate)
-        finally:
-            store.close()
 
     def approval_preview(self, run: Run) -> list[str]:
         """The first notifications of a run awaiting approval, as its review starts."""
-        store = open_store(self.env, readonly=True)
-        try:
+        with self._store(readonly=True) as store:
             return list(approval.preview(store, run))
-        finally:
-            store.close()
 
     def send(self, batch: Path, **options: Any) -> RunResult | Planned:
         """Plan the file, then send it: the run's result, or the plan when nothing was left to
@@ -321,8 +322,7 @@ class Notifier:
         """Settle every in-flight item by asking its downstream, then send the rest in order,
         with the run's own pace unless overridden; with `joining`, as one more worker of a
         run shared through PostgreSQL. `announce` runs once the lease is held."""
-        store = open_store(self.env)
-        try:
+        with self._store() as store:
             run = pick_run(store, run_id, active_only=not joining or run_id is None)
             if run.state not in FINISHED_RUN_STATES:  # finished: the runner says so, sends nothing
                 approval.check_can_send(store, run)  # before the lease: a refusal changes nothing
@@ -336,8 +336,6 @@ class Notifier:
             return app.work_run(
                 self.env, store, run, options, advance=advance, announce=held, observer=observer
             )
-        finally:
-            store.close()
 
     def approve(
         self, run_id: str | None, fingerprint: str, *, expires_in: str = "24h"
@@ -363,25 +361,16 @@ class Notifier:
     def run(self, run_id: str | None = None, *, active_only: bool = False) -> Run:
         """Run `run_id`, or the newest (with `active_only`, the newest not completed or
         cancelled); BadInput naming `notifier runs` when there is none."""
-        store = open_store(self.env, readonly=True)
-        try:
+        with self._store(readonly=True) as store:
             return pick_run(store, run_id, active_only=active_only)
-        finally:
-            store.close()
 
     def counts(self, run_id: str) -> Counts:
-        store = open_store(self.env, readonly=True)
-        try:
+        with self._store(readonly=True) as store:
             return store.queries.counts(run_id)
-        finally:
-            store.close()
 
     def items(self, run_id: str) -> list[Item]:
-        store = open_store(self.env, readonly=True)
-        try:
+        with self._store(readonly=True) as store:
             return list(store.queries.items(run_id))
-        finally:
-            store.close()
 
 
 def run_options(

@@ -122,14 +122,4 @@ def send_composed(sending: Sending, settings: compose.Settings) -> None:
         running.await_approval(notifier, run)
         sending.ctx.exit(ExitCode.ATTENTION if failures else ExitCode.DONE)
     total = notifier.counts(run_id).total
-    sending.observer.planned(run_id, total, {})
-    with running.progress(total, quiet=sending.quiet) as advance:
-        result = notifier.work(
-            run_id,
-            concurrency=given.concurrency,
-            max_wait=given.max_wait,
-            rate=given.rate,
-            advance=advance,
-            observer=sending.observer,
-        )
-    running.finish(sending.ctx, run_id, result, failures, again=sending.again())
+    sending.send_stored(run_id, total, {}, failures)

@@ -4,6 +4,7 @@ Ctrl-C stops it first. The compose path is composing.py."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -96,6 +97,23 @@ class Sending:
 
         return send_again(str(self.batch), self.options)
 
+    def send_stored(
+        self, run_id: str, total: int, per_channel: Mapping[str, int], draft_failures: int = 0
+    ) -> None:
+        """Send the stored run with the command's pace, a progress bar over its `total`
+        notifications, then say how it ended and exit with the contract's code."""
+        self.observer.planned(run_id, total, dict(per_channel))
+        with running.progress(total, quiet=self.quiet) as advance:
+            result = self.notifier.work(
+                run_id,
+                concurrency=self.given.concurrency,
+                max_wait=self.given.max_wait,
+                rate=self.given.rate,
+                advance=advance,
+                observer=self.observer,
+            )
+        running.finish(self.ctx, run_id, result, draft_failures, again=self.again())
+
     def interrupted_planning(self) -> Interrupted:
         return Interrupted(
             f"interrupted (Ctrl-C) while reading and planning {self.batch}: nothing was stored "
@@ -144,17 +162,7 @@ def send_file(sending: Sending, rehearsal: CrashPlan | None) -> None:
         running.await_approval(notifier, run)
         return
     total = planned.counts.total if planned.counts else 0
-    sending.observer.planned(run.run_id, total, dict(planned.per_channel))
-    with running.progress(total, quiet=sending.quiet) as advance:
-        result = notifier.work(
-            run.run_id,
-            concurrency=given.concurrency,
-            max_wait=given.max_wait,
-            rate=given.rate,
-            advance=advance,
-            observer=sending.observer,
-        )
-    running.finish(sending.ctx, run.run_id, result, again=sending.again())
+    sending.send_stored(run.run_id, total, planned.per_channel)
 
 
 def _announce(sending: Sending, planned: Planned) -> Run | None:
