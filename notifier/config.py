@@ -6,6 +6,7 @@ snapshots the definitions it uses, so `resume` talks to exactly the same targets
 
 from __future__ import annotations
 
+import os
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from . import retry
+from .chain import KEY_ENV, Signer, signer_from
 from .channels import definition_problems
 from .channels.options import nearest
 from .errors import BadInput
@@ -27,8 +29,9 @@ MIN_LEASE_TTL_S = 2.0
 _RETRY_KEYS = {"max_attempts", "deadline", "backoff_base", "backoff_max", "down_after"}
 _LEASE_KEYS = {"ttl"}
 _APPROVAL_KEYS = {"required"}
+_AUDIT_KEYS = {"key_file"}
 # A misspelled section (`[retyr]`) must not be silently ignored: its settings would not apply.
-_SECTIONS = {"channels", "retry", "lease", "approval"}
+_SECTIONS = {"channels", "retry", "lease", "approval", "audit"}
 
 
 class ConfigError(BadInput):
@@ -64,6 +67,28 @@ class Config:
     # `required = true` in [channels.NAME]).
     approval_for_all: bool = False
     approval_channels: frozenset[str] = frozenset()
+    # `[audit] key_file`: the file holding the key that links every run's events
+    # (chain.py), relative to this file; NOTIFIER_AUDIT_KEY in the environment wins.
+    audit_key_file: Path | None = None
+
+    def signer(self) -> Signer:
+        """What links the events of the runs this process writes: the environment's key,
+        else the key file's, else none (plain SHA-256 links)."""
+        text = None
+        if self.audit_key_file is not None and not os.environ.get(KEY_ENV):
+            try:
+                text = self.audit_key_file.read_text("utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ConfigError(
+                    f"{self.path}: [audit] key_file {self.audit_key_file} cannot be read "
+                    f"({exc}). Fix the path or the file's permissions, or set {KEY_ENV}."
+                ) from exc
+            if not text.strip():
+                raise ConfigError(
+                    f"{self.path}: [audit] key_file {self.audit_key_file} is empty. Put the "
+                    f"key in it, or set {KEY_ENV}."
+                )
+        return signer_from(os.environ.get(KEY_ENV), text)
 
     def approval_required(self, channels: Iterable[str]) -> bool:
         """Whether a run through `channels` must wait for `notifier approve` before it sends,
@@ -111,7 +136,25 @@ def load(path: Path | None, *, explicit: bool) -> Config:
         lease_ttl_s=_lease_ttl(path, document.get("lease", {})),
         approval_for_all=_approval_required(f"{path}: [approval]", document.get("approval", {})),
         approval_channels=frozenset(approval_channels),
+        audit_key_file=_audit_key_file(path, document.get("audit", {})),
     )
+
+
+def _audit_key_file(path: Path, table: Any) -> Path | None:
+    if not isinstance(table, Mapping):
+        raise ConfigError(f'{path}: [audit] must be a table, e.g. `key_file = "audit.key"`.')
+    unknown = sorted(set(table) - _AUDIT_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"{path}: [audit] unknown setting `{unknown[0]}`{nearest(unknown[0], _AUDIT_KEYS)} "
+            "(allowed: key_file). Fix the file; nothing was stored."
+        )
+    name = table.get("key_file")
+    if name is None:
+        return None
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{path}: [audit] key_file must be the path of a file. Fix the file.")
+    return path.parent / name
 
 
 def _approval_required(where: str, table: Any) -> bool:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .chain import UNKEYED
 from .channels import Channel, build_channel
 from .config import Config
 from .errors import BadInput
@@ -41,7 +42,8 @@ class Env:
 
 
 def open_store(env: Env, *, create: bool = False, readonly: bool = False) -> Store:
-    return Store.open(env.target, create=create, readonly=readonly)
+    signer = UNKEYED if readonly else env.config.signer()
+    return Store.open(env.target, create=create, readonly=readonly, signer=signer)
 
 
 def pick_run(store: Store, run_id: str | None, *, active_only: bool = False) -> Run:

@@ -56,6 +56,18 @@ def maybe_delivered(attempt: Attempt) -> bool:
     return attempt.outcome in MAYBE_DELIVERED_OUTCOMES and not attempt.disproved
 
 
+class EventKind(StrEnum):
+    """The event kinds, besides the state machines' triggers (an item's move is logged under
+    its trigger, a run's as `run_` + its trigger), that replay.py reads."""
+
+    PLANNED = "planned"
+    FROZEN = "frozen"
+    DECISION = "decision"
+    # A --compose row whose draft failed, or that another run took meanwhile: planned and
+    # failed at once, outside the item machine (it was never pending to anyone).
+    FAILED_AT_FREEZE = "failed_at_freeze"
+
+
 class StopCause(StrEnum):
     """Why a run stopped short of completing (`runs.stop_cause`, beside `stop_reason`, the
     same in prose for people): what a worker that finds the run moved, and a reconcile,

@@ -18,6 +18,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Self
 
+from ..chain import UNKEYED, Signer
 from .buckets import Buckets
 from .checks import Checks
 from .chunks import Chunks
@@ -82,11 +83,21 @@ class Store:
         self.buckets = Buckets(core)
 
     @classmethod
-    def open(cls, db: Path | str | Target, *, create: bool = False, readonly: bool = False) -> Self:
+    def open(
+        cls,
+        db: Path | str | Target,
+        *,
+        create: bool = False,
+        readonly: bool = False,
+        signer: Signer = UNKEYED,
+    ) -> Self:
         """The checked store (StoreRefused, NoDatabase, …): nothing is written to a database
-        that fails the checks, nor with `readonly`."""
+        that fails the checks, nor with `readonly`. `signer` links the events it writes
+        (chain.py: the process's audit key, or none)."""
         target = parse_target(db) if isinstance(db, Path | str) else db
-        return cls(target.engine(create=create, readonly=readonly))
+        engine = target.engine(create=create, readonly=readonly)
+        engine.signer = signer
+        return cls(engine)
 
     @property
     def path(self) -> Path | str:

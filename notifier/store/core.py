@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +24,7 @@ from ..state_machine import (
     item_next,
     run_next,
 )
+from .chaining import run_columns
 from .engine import Engine, Fence, snapshot
 from .exceptions import LeaseLost, LossCause, LostRace, WriteConflict
 from .migrations import stored_content_fingerprint
@@ -212,12 +213,28 @@ class Core:
         self.engine.event(run_id, kind, item_seq, as_json(detail), at)
 
     def events(self, run_id: str, kind: str, seqs: Sequence[int], detail: Any, at: str) -> None:
-        """`event` for several items at once."""
+        """`event` for several items at once, with one detail for all."""
         self.engine.events(run_id, kind, seqs, as_json(detail), at)
 
+    def each_event(self, run_id: str, kind: str, details: Mapping[int, Any], at: str) -> None:
+        """`event` for several items at once, each with its own detail, in seq order."""
+        seqs = sorted(details)
+        self.engine.events(run_id, kind, seqs, {s: as_json(details[s]) for s in seqs}, at)
+
     def move_item(
-        self, run_id: str, seq: int, current: ItemState, trigger: ItemTrigger, at: str, **sets: Any
+        self,
+        run_id: str,
+        seq: int,
+        current: ItemState,
+        trigger: ItemTrigger,
+        at: str,
+        *,
+        also: Mapping[str, Any] | None = None,
+        **sets: Any,
     ) -> ItemState:
+        """The conditional move and its event, which carries what the move wrote (`set`: the
+        columns `sets` gives) and `also` (the attempt closed, the receipt stored with it), so
+        replay.py can rebuild the item from its events alone."""
         target = item_next(trigger, current)
         cursor = self.engine.execute(
             sql.move_item(current, tuple(sets)),
@@ -229,7 +246,12 @@ class Core:
                 f"{current.value} for {trigger}); this process stopped without overwriting "
                 "anything."
             ).advise(NextStep.STATUS, run_id)
-        self.event(run_id, trigger, seq, {"from": current.value, "to": target.value}, at)
+        detail: dict[str, Any] = {"from": current.value, "to": target.value}
+        if sets:
+            detail["set"] = sets
+        if also:
+            detail.update(also)
+        self.event(run_id, trigger, seq, detail, at)
         return target
 
     def move_run(self, run_id: str, trigger: RunTrigger, at: str, **sets: Any) -> RunState:
@@ -256,6 +278,10 @@ class Core:
 
     def insert_row(self, table: str, row: dict[str, Any]) -> None:
         self.engine.execute(sql.insert_row(table, tuple(row)), row)
+
+    def insert_run(self, row: dict[str, Any]) -> None:
+        """A new run's row, recording how its events are chained and its key's id."""
+        self.insert_row("runs", {**row, **run_columns(self.engine.signer)})
 
     def runs(self) -> list[Run]:
         return [run_from_row(r) for r in self.engine.execute(sql.RUNS)]

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from .. import clock
-from ..records import Counts, Run, StoredDraft
+from ..records import Counts, EventKind, Run, StoredDraft
 from ..state_machine import (
     RunTrigger,
 )
@@ -34,8 +34,7 @@ class Drafts:
         (seq, line, source), in one transaction."""
         at = run["created_at"]
         with self.core.write():
-            self.core.insert_row(
-                "runs",
+            self.core.insert_run(
                 {
                     **run,
                     "fingerprint": "",
@@ -265,6 +264,8 @@ class Drafts:
                 self.engine.execute(
                     sql.FAIL_FROZEN_ITEM, {"error": error, "at": at, "run_id": run_id, "seq": seq}
                 )
+                moved = {"from": "pending", "to": "failed", "set": {"last_error": error}}
+                self.core.event(run_id, EventKind.FAILED_AT_FREEZE, seq, moved, at)
             self.core.event(run_id, "frozen", None, {"items": n, "failed": len(failed)}, at)
             if then is not None:
                 self.core.move_run(run_id, then, at)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from ..chain import Signer
     from ..errors import NotifierError
     from .stage import PlanStage
 
@@ -82,6 +83,10 @@ Fence = tuple[str, Any]
 class Engine(Protocol):
     """One open connection to one database, as the store's parts use it."""
 
+    # What links the events this connection writes (chain.py): the process's audit key,
+    # or none. Store.open sets it; a secondary connection takes its engine's.
+    signer: Signer
+
     @property
     def dialect(self) -> Dialect: ...
 
@@ -110,7 +115,7 @@ class Engine(Protocol):
         ...
 
     def commit(self) -> None:
-        """The transaction's due events, then COMMIT."""
+        """The transaction's due events, numbered and linked (chaining.py), then COMMIT."""
         ...
 
     def roll_back(self) -> None:
@@ -135,9 +140,14 @@ class Engine(Protocol):
         ...
 
     def events(
-        self, run_id: str, kind: str, seqs: Sequence[int], detail: str | None, at: str
+        self,
+        run_id: str,
+        kind: str,
+        seqs: Sequence[int],
+        detail: str | Mapping[int, str | None] | None,
+        at: str,
     ) -> None:
-        """`event` for several items at once."""
+        """`event` for several items at once: one shared detail, or each seq's own."""
         ...
 
     def stage_table(self, stage: PlanStage) -> str:

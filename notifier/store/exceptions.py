@@ -94,3 +94,8 @@ class LeaseHeld(Refused):
         super().__init__(
             f"held by pid {owner.get('pid')} on {owner.get('host')} until {clock.local(expires_at)}"
         )
+
+
+class AuditKeyMismatch(Refused):
+    """A run's events are keyed with one audit key and this process holds another, or none:
+    writing on would break the run's chain, so nothing was written."""

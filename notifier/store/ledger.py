@@ -176,21 +176,28 @@ class Ledger:
             return
         current = ItemState.IN_FLIGHT
         target = item_next(ItemTrigger.ACK, current)
-        detail = {"from": current.value, "to": target.value}
+        moves = {"from": current.value, "to": target.value}
         params: dict[str, Any] = {"run_id": run_id, "at": at, "target": target.value}
+        details: dict[int, Any] = {}
         for names, o in zip(sql.ack_names(len(acks)), acks, strict=True):
             row = (o.seq, o.finished_at or at, _stored(o.attempt_outcome), o.http_status, o.error,
                    o.retry_after_s, o.receipt_id, o.receipt_source, o.evidence,
                    o.started_at)  # fmt: skip
             params.update(zip(names, row, strict=True))
+            # What the statements below write of this item, in its event (replay.py).
+            details[o.seq] = {
+                **moves,
+                "set": {"next_attempt_at": None, "last_error": o.error,
+                        "receipt_id": o.receipt_id},
+                **_written(o, at),
+            }  # fmt: skip
         # As one statement, every part sees the same snapshot, and the events are those of
         # the rows really moved (PostgreSQL numbers them at COMMIT: see postgres.py). The
         # move (in_flight, a literal in MOVE_ACKED_ITEMS, to sent) is the one counted.
         acked = (sql.CLOSE_ACKED_ATTEMPTS, sql.ADD_ACKED_RECEIPTS, sql.MOVE_ACKED_ITEMS)
         group = Group(acked, 2, "items.seq", sql.ack_values(len(acks)))
         moved = writes.run(self.engine, group, params)
-        seqs = moved.seqs if moved.seqs is not None else [o.seq for o in acks]
-        self.core.events(run_id, "ack", seqs, detail, at)
+        self.core.each_event(run_id, ItemTrigger.ACK.value, details, at)
         if moved.rowcount != len(acks):  # raised inside the transaction: every write is undone
             raise LostRace(f"run {run_id}: expected {len(acks)} items in_flight for ack")
 
@@ -305,7 +312,7 @@ class Ledger:
                 sql.ITEM_STATE, {"run_id": run_id, "seq": o.seq}
             ).fetchone()
             current = ItemState(state)
-        self.core.move_item(run_id, o.seq, current, o.trigger, at, **sets)
+        self.core.move_item(run_id, o.seq, current, o.trigger, at, also=_written(o, at), **sets)
 
     def record_decision(
         self,
@@ -425,6 +432,23 @@ class Ledger:
                 return False
             self.core.event(run_id, "cancel_requested", None, None, at)
         return True
+
+
+def _written(o: Outcome, at: str) -> dict[str, Any]:
+    """The attempt closed and the receipt stored for `o`, as its event carries them: the
+    columns CLOSE_ATTEMPT (or CLOSE_ACKED_ATTEMPTS) and ADD_RECEIPT write, so that replay.py
+    rebuilds both rows from the event alone."""
+    written: dict[str, Any] = {}
+    if o.attempt_outcome is not None:
+        written["attempt"] = {
+            "finished_at": o.finished_at or at, "outcome": _stored(o.attempt_outcome),
+            "http_status": o.http_status, "error": o.error, "retry_after_s": o.retry_after_s,
+            "started_at": o.started_at,
+        }  # fmt: skip
+    if o.receipt_source is not None:
+        written["receipt"] = {"id": o.receipt_id, "source": o.receipt_source,
+                              "evidence": o.evidence}  # fmt: skip
+    return written
 
 
 def _stored(outcome: AttemptOutcome | None) -> str | None:

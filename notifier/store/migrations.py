@@ -196,6 +196,21 @@ def _m012(engine: Engine) -> None:
             )
 
 
+# The chain of each run's events (notifier/chain.py): every event written from here on
+# carries the hash of the one before it and its own; a run records how its events are
+# chained and the id of its key (never the key). Runs planned before keep NULL in both: they
+# verify as unsigned, and their later events stay unchained, so a run is one kind or the other.
+_M013 = """
+ALTER TABLE events ADD COLUMN prev_hash TEXT;
+
+ALTER TABLE events ADD COLUMN hash TEXT;
+
+ALTER TABLE runs ADD COLUMN audit_chain TEXT;
+
+ALTER TABLE runs ADD COLUMN audit_key_id TEXT
+"""
+
+
 def _m010_sqlite(engine: Engine) -> None:
     """Nothing to change: one SQLite writer at a time, so counters updated at each move are
     never waited for by another transaction."""
@@ -248,6 +263,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("m010_counts_at_commit", _m010_sqlite, schema_postgres.M010),
     Migration("m011_stop_cause", _M011, _M011),
     Migration("m012_composed_identity_without_schedule", _m012, _m012),
+    Migration("m013_event_chain", _M013, _M013),
 )
 NAMES = frozenset(m.name for m in MIGRATIONS)
 

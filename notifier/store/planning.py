@@ -102,8 +102,7 @@ class Planning:
                     then = RunTrigger.REQUEST_APPROVAL
                     prior = Prior(items.count) if prior is None else prior
                     prior = replace(prior, rejected_by=rejected)
-            self.core.insert_row(
-                "runs",
+            self.core.insert_run(
                 {
                     **run,
                     "channel_snapshot": as_json(run["channel_snapshot"]),

@@ -35,8 +35,9 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 from psycopg.rows import namedtuple_row
 
+from ..chain import UNKEYED, Signer
 from ..errors import NextStep, NotifierError
-from . import migrations, statements
+from . import chaining, migrations, statements
 from .checks import Checks, refuse_newer
 from .core import ROLLED_BACK
 from .engine import Dialect, Fence, Rows, closed_if_failed, written
@@ -82,18 +83,12 @@ _COLUMNS = (
 _LOCK_RUNS = (
     "SELECT 1 FROM runs WHERE run_id = ANY(CAST(%(runs)s AS TEXT[])) ORDER BY run_id {row_lock}"
 )
-# A transaction's events (commit): every column an array, in the order written; each run's
-# numbered on from its last event.
-_NUMBERED_EVENTS = (
-    "WITH last AS (SELECT r.run_id, (SELECT MAX(e.seq_no) FROM events e WHERE e.run_id = "
-    "r.run_id) AS n FROM unnest(CAST(%(runs)s AS TEXT[])) AS r(run_id)) "
-    "INSERT INTO events (run_id, seq_no, at, kind, item_seq, detail) "
-    "SELECT v.run_id, COALESCE(last.n, 0) + ROW_NUMBER() OVER (PARTITION BY v.run_id "
-    "ORDER BY v.o), v.at, v.kind, v.item_seq, v.detail "
-    "FROM unnest(CAST(%(run_ids)s AS TEXT[]), CAST(%(kinds)s AS TEXT[]), "
-    "CAST(%(item_seqs)s AS INTEGER[]), CAST(%(details)s AS TEXT[]), CAST(%(ats)s AS TEXT[])) "
-    "WITH ORDINALITY AS v(run_id, kind, item_seq, detail, at, o) "
-    "JOIN last ON last.run_id = v.run_id"
+# A transaction's events (commit), numbered and linked (chaining.py): every column an array.
+_INSERT_EVENTS = (
+    f"INSERT INTO events ({chaining.COLUMNS}) SELECT * FROM unnest(CAST(%(run_ids)s AS TEXT[]), "
+    "CAST(%(seq_nos)s AS INTEGER[]), CAST(%(ats)s AS TEXT[]), CAST(%(kinds)s AS TEXT[]), "
+    "CAST(%(item_seqs)s AS INTEGER[]), CAST(%(details)s AS TEXT[]), "
+    "CAST(%(prev_hashes)s AS TEXT[]), CAST(%(hashes)s AS TEXT[]))"
 )
 
 
@@ -151,9 +146,9 @@ class PostgresEngine:
         # every statement goes through a RawCursor (execute).
         self.raw = raw
         self._readonly = readonly  # opened for a read-only command
-        # Events wait in the transaction until COMMIT (see commit): (run_id, kind,
-        # item_seq, detail, at), in the order they were written.
-        self._due_events: list[tuple[str, str, int | None, str | None, str]] = []
+        # Events wait in the transaction until COMMIT (see commit), in the order written.
+        self._due = chaining.DueEvents()
+        self.signer: Signer = UNKEYED  # links the events (chain.py); Store.open sets it
         self._stage_copied = False  # the plan's stage copied into this transaction's table
         # the statements (statements/), with `$n` parameters, and the names bound to them in order
         self._compiled = statements.Compiled(self._compile)
@@ -195,7 +190,9 @@ class PostgresEngine:
         return cls(url, raw, readonly=readonly)
 
     def secondary(self) -> Self:
-        return type(self)._connect(self.url)
+        engine = type(self)._connect(self.url)
+        engine.signer = self.signer
+        return engine
 
     # ---------------------------------------------------------------- statements
 
@@ -240,7 +237,7 @@ class PostgresEngine:
         """BEGIN and the fence's locking read in one round trip (psycopg's pipeline mode): a
         group commit of the pipeline is a handful of round trips to the server, and each is
         felt."""
-        self._due_events = []
+        self._due.take()
         with self.raw.pipeline():
             self.execute("BEGIN")
             self.execute(_BOUND_IDLE)
@@ -254,41 +251,49 @@ class PostgresEngine:
 
     def event(self, run_id: str, kind: str, item_seq: int | None, detail: str | None,
               at: str) -> None:  # fmt: skip
-        self._due_events.append((run_id, kind, item_seq, detail, at))
+        self._due.add(run_id, kind, item_seq, detail, at)
 
-    def events(
-        self, run_id: str, kind: str, seqs: Sequence[int], detail: str | None, at: str
-    ) -> None:
-        self._due_events.extend((run_id, kind, seq, detail, at) for seq in seqs)
+    def events(self, run_id: str, kind: str, seqs: Sequence[int], detail: chaining.Detail,
+               at: str) -> None:  # fmt: skip
+        self._due.extend(run_id, kind, seqs, detail, at)
 
     def commit(self) -> None:
-        """The transaction's events, numbered, then COMMIT, in one round trip.
+        """The transaction's events, numbered and linked, then COMMIT.
 
         What serialises two writers of one run is its `runs` row, taken here, as late as a
         transaction can take it: the item writes of two workers' group commits go on side
         by side, and only this last step runs one at a time per run. Under the row, the
-        next statement reads the run's last event number afresh (READ COMMITTED: each
-        statement its own snapshot), so the numbers stay contiguous and unique; the run
-        counters (m010) move at COMMIT, under the row too, so their updates never
-        interleave. Rows are taken in run_id order, so two transactions never wait for each
-        other's. Two runs never share a row: they never wait for each other at all."""
-        due, self._due_events = self._due_events, []
-        if not due:
+        next statement reads the run's head afresh (READ COMMITTED: each statement its own
+        snapshot): its last event's number and hash, so the numbers stay contiguous and
+        unique and each new event links to the one really before it. The links are made
+        here (chaining.linked: the key never goes to the server), so this takes two round
+        trips: the row and the heads, then the events and COMMIT. The run counters (m010)
+        move at COMMIT, under the row too. Rows are taken in run_id order, so two
+        transactions never wait for each other's. Two runs never share a row: they never
+        wait for each other at all."""
+        if not self._due.rows:
             self.execute("COMMIT")
             return
-        runs = sorted({event[0] for event in due})
-        run_ids, kinds, item_seqs, details, ats = map(list, zip(*due, strict=True))
+        runs = self._due.runs()
         with self.raw.pipeline():
             self.execute(_LOCK_RUNS, {"runs": runs})
+            read = [(run, self.execute(chaining.HEAD, {"run_id": run})) for run in runs]
+        heads = {run: chaining.head_of(cursor.fetchone()) for run, cursor in read}
+        rows = chaining.linked(self._due.take(), heads, self.signer)
+        run_ids, seq_nos, ats, kinds, item_seqs, details, prevs, hashes = map(
+            list, zip(*rows, strict=True)
+        )
+        with self.raw.pipeline():
             self.execute(
-                _NUMBERED_EVENTS,
-                {"runs": runs, "run_ids": run_ids, "kinds": kinds, "item_seqs": item_seqs,
-                 "details": details, "ats": ats},
+                _INSERT_EVENTS,
+                {"run_ids": run_ids, "seq_nos": seq_nos, "ats": ats, "kinds": kinds,
+                 "item_seqs": item_seqs, "details": details, "prev_hashes": prevs,
+                 "hashes": hashes},
             )  # fmt: skip
             self.execute("COMMIT")
 
     def roll_back(self) -> None:
-        self._due_events = []
+        self._due.take()
         if self.raw.info.transaction_status != TransactionStatus.IDLE:
             with suppress(Exception):  # a lost connection may refuse even the rollback
                 self.execute("ROLLBACK")

@@ -14,8 +14,9 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any, NamedTuple, Self
 
+from ..chain import UNKEYED, Signer
 from ..errors import NextStep, NotifierError
-from . import migrations, statements
+from . import chaining, migrations, statements
 from .checks import Checks, refuse_newer
 from .core import ROLLED_BACK
 from .engine import Dialect, Fence, Rows, closed_if_failed, written
@@ -28,19 +29,8 @@ _HEADER = b"SQLite format 3\x00"
 _TABLES = "SELECT name FROM sqlite_master WHERE type = 'table'"
 _HAS_TABLE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = %(name)s"
 _INDEXES = "SELECT name FROM sqlite_master WHERE type = 'index'"
-# One event, numbered after the run's last in the transaction (one writer at a time).
-_EVENT = (
-    "INSERT INTO events (run_id, seq_no, at, kind, item_seq, detail) "
-    "SELECT %(run_id)s, COALESCE(MAX(seq_no), 0) + 1, %(at)s, %(kind)s, %(item_seq)s, "
-    "%(detail)s FROM events WHERE run_id = %(run_id)s"
-)
-# Several items' events: `{values}` is (n, %(sN)s) for the n-th item.
-_EVENTS = (
-    "INSERT INTO events (run_id, seq_no, at, kind, item_seq, detail) "
-    "SELECT %(run_id)s, COALESCE(last.n, 0) + v.column1, %(at)s, %(kind)s, v.column2, "
-    "%(detail)s FROM (SELECT MAX(seq_no) AS n FROM events WHERE run_id = %(run_id)s) AS last, "
-    "(VALUES {values}) AS v"
-)
+# The transaction's events, numbered and linked at COMMIT (chaining.py), bound as they come.
+_INSERT_EVENTS = f"INSERT INTO events ({chaining.COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 # sqlite3's positional form: rows of a plan are bound as they come, without a mapping each.
 _INSERT_PENDING = (
     f"INSERT INTO items ({_PENDING_COLUMNS}) "
@@ -81,6 +71,8 @@ class SqliteEngine:
         # The catalogue's statements, in sqlite3's named style.
         self._compiled = statements.Compiled(self._compile)
         self._stage_attached = False  # a plan's stage attached by stage_table
+        self.signer: Signer = UNKEYED  # links the events (chain.py); Store.open sets it
+        self._due = chaining.DueEvents()  # the open transaction's events, linked at COMMIT
 
     # ---------------------------------------------------------------- opening
 
@@ -221,6 +213,7 @@ class SqliteEngine:
         """Another connection to the same checked file, for a thread of our own."""
         engine = type(self)._connect(self.path, fresh=False)
         engine.conn.execute("PRAGMA synchronous = FULL")
+        engine.signer = self.signer
         return engine
 
     def close(self) -> None:
@@ -272,6 +265,7 @@ class SqliteEngine:
 
     def begin_write(self, fence: Fence | None) -> Any:
         """BEGIN IMMEDIATE: the write lock up front (see core.Core.write)."""
+        self._due.take()
         self.execute("BEGIN IMMEDIATE")
         if fence is None:
             return None
@@ -279,9 +273,21 @@ class SqliteEngine:
         return self.execute(statement, {"key": key}).fetchone()
 
     def commit(self) -> None:
+        """The transaction's events, numbered after each run's last and linked to it
+        (chaining.py; the write lock is held since BEGIN IMMEDIATE), then COMMIT."""
+        if self._due.rows:
+            runs = self._due.runs()
+            heads = {
+                run: chaining.head_of(self.execute(chaining.HEAD, {"run_id": run}).fetchone())
+                for run in runs
+            }
+            self.conn.executemany(
+                _INSERT_EVENTS, chaining.linked(self._due.take(), heads, self.signer)
+            )
         self.execute("COMMIT")
 
     def roll_back(self) -> None:
+        self._due.take()
         if self.conn.in_transaction:
             with suppress(Exception):  # a failed disk may refuse even the rollback
                 self.conn.execute("ROLLBACK")
@@ -296,21 +302,11 @@ class SqliteEngine:
 
     def event(self, run_id: str, kind: str, item_seq: int | None, detail: str | None,
               at: str) -> None:  # fmt: skip
-        """Numbered after the run's last event, in the transaction (one writer at a time)."""
-        self.execute(
-            _EVENT,
-            {"run_id": run_id, "at": at, "kind": kind, "item_seq": item_seq, "detail": detail},
-        )
+        self._due.add(run_id, kind, item_seq, detail, at)
 
-    def events(
-        self, run_id: str, kind: str, seqs: Sequence[int], detail: str | None, at: str
-    ) -> None:
-        """One statement numbers them after the run's last event (a bare MAX over the
-        primary key: one seek to the index's edge)."""
-        values = ", ".join(f"({i}, %(s{i})s)" for i in range(1, len(seqs) + 1))
-        params: dict[str, Any] = {"run_id": run_id, "at": at, "kind": kind, "detail": detail}
-        params.update((f"s{i}", seq) for i, seq in enumerate(seqs, start=1))
-        self.execute(_EVENTS.format(values=values), params)
+    def events(self, run_id: str, kind: str, seqs: Sequence[int], detail: chaining.Detail,
+               at: str) -> None:  # fmt: skip
+        self._due.extend(run_id, kind, seqs, detail, at)
 
     def serialise_plans(self) -> None:
         """Nothing to take: BEGIN IMMEDIATE already holds the file."""

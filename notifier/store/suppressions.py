@@ -151,14 +151,10 @@ class Suppressions:
             return 0
         current = ItemState.PENDING
         target = item_next(ItemTrigger.SUPPRESS, current)
+        error = "suppressed: the recipient is on the suppression list"
         moved = self.core.engine.execute(
             sql.suppress_planned(self.core.dialect, current),
-            {
-                "target": target.value,
-                "at": at,
-                "error": "suppressed: the recipient is on the suppression list",
-                "run_id": run_id,
-            },
+            {"target": target.value, "at": at, "error": error, "run_id": run_id},
         ).rowcount
         if moved:
             # At plan time every suppressed item of the run is one just moved. Numbered as
@@ -169,7 +165,8 @@ class Suppressions:
                     sql.SEQS_IN_STATE, {"run_id": run_id, "state": target.value}
                 )
             ]
-            detail = {"from": current.value, "to": target.value, "when": "plan"}
+            detail = {"from": current.value, "to": target.value, "when": "plan",
+                      "set": {"last_error": error}}  # fmt: skip
             self.core.events(run_id, ItemTrigger.SUPPRESS.value, seqs, detail, at)
         return int(moved)
 
