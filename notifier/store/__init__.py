@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Self
 
 from ..chain import UNKEYED, Signer
+from .audit import AuditRecords
 from .buckets import Buckets
 from .checks import Checks
 from .chunks import Chunks
@@ -81,6 +82,7 @@ class Store:
         self.leases = Leases(core)
         self.queries = Queries(core)
         self.buckets = Buckets(core)
+        self.audit = AuditRecords(core)
 
     @classmethod
     def open(
