@@ -9,7 +9,7 @@ server) when it runs, so that `status`, `report` and `runs` start fast.
 from __future__ import annotations
 
 # Each module adds its commands to `cli` as it is imported: importing them is assembling.
-from .commands import approval, observing, operator, resume, sandbox, send, suppress
+from .commands import approval, observing, operator, resume, sandbox, send, suppress, verify
 from .commands.group import cli
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "sandbox",
     "send",
     "suppress",
+    "verify",
 ]
 
 

@@ -16,6 +16,7 @@ class ExitCode(IntEnum):
     BAD_INPUT = 2  # usage or bad input; nothing was changed
     ATTENTION = 3  # stopped with items needing attention, or paused
     REFUSED = 4  # refused for safety: live lease, conflict, failed check, approval
+    ALTERED = 5  # `verify`: a run's events or rows were altered after they were written
     INTERRUPTED = 130  # Ctrl-C: the run was paused cleanly
     TERMINATED = 143  # SIGTERM (systemd, docker stop): the run was paused cleanly
     CRASHED = 137  # NOTIFIER_CRASH_AT: a simulated crash
