@@ -23,7 +23,7 @@ from .chain import UNKEYED, ChainKind, Signer
 from .replay import Change, Difference, EventRecord, RunRows, Table, compare, replay
 
 
-class Verdict(StrEnum):
+class AuditVerdict(StrEnum):
     KEYED = "keyed"
     UNKEYED = "unkeyed"
     UNSIGNED = "unsigned"
@@ -52,7 +52,7 @@ class AuditSource(Protocol):
 @dataclass(frozen=True)
 class RunVerdict:
     run_id: str
-    verdict: Verdict
+    verdict: AuditVerdict
     chain: str | None
     key_id: str | None  # the run's, as recorded
     events: int
@@ -79,13 +79,13 @@ def verify_run(run: AuditedRun, signer: Signer) -> RunVerdict:
         rebuilt = replay(((i.seq, i.item_id) for i in run.rows.items), run.events)
         findings += compare(rebuilt, run.rows)
     if findings:
-        verdict = Verdict.ALTERED
+        verdict = AuditVerdict.ALTERED
     elif run.chain is None:
-        verdict = Verdict.UNSIGNED
+        verdict = AuditVerdict.UNSIGNED
     elif run.chain == ChainKind.KEYED and signer.key is not None:
-        verdict = Verdict.KEYED
+        verdict = AuditVerdict.KEYED
     else:
-        verdict = Verdict.UNKEYED
+        verdict = AuditVerdict.UNKEYED
     return RunVerdict(run.run_id, verdict, run.chain, run.key_id, len(run.events), tuple(findings))
 
 

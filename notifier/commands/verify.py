@@ -12,18 +12,18 @@ from ..chain import KEY_ENV
 from ..env import open_store, pick_run
 from ..errors import ExitCode
 from ..replay import Change, Difference
-from ..verify import RunVerdict, Verdict, verify
+from ..verify import RunVerdict, AuditVerdict, verify
 from .group import cli, command_env
 from .output import json_flag
 
 # What each verdict proves, as the report says it.
 _MEANING = {
-    Verdict.KEYED: "every event checked with the audit key; every row is what the events say",
-    Verdict.UNKEYED: "checked without a key: this catches accidents (a lost write, truncation, "
+    AuditVerdict.KEYED: "every event checked with the audit key; every row is what the events say",
+    AuditVerdict.UNKEYED: "checked without a key: this catches accidents (a lost write, truncation, "
     "a bad disk), not someone who rewrote the database",
-    Verdict.UNSIGNED: "written before the event chain existed: there is nothing to check it "
+    AuditVerdict.UNSIGNED: "written before the event chain existed: there is nothing to check it "
     "against, and nothing was found altered",
-    Verdict.ALTERED: "altered after it was written",
+    AuditVerdict.ALTERED: "altered after it was written",
 }
 
 
@@ -58,7 +58,7 @@ def verify_command(ctx: click.Context, run_id: str | None, as_json: bool) -> Non
         click.echo(json.dumps(document, ensure_ascii=False, indent=2))
     else:
         _print(verdicts, signer.key_id)
-    if any(v.verdict is Verdict.ALTERED for v in verdicts):
+    if any(v.verdict is AuditVerdict.ALTERED for v in verdicts):
         ctx.exit(ExitCode.ALTERED)
 
 
