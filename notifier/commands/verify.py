@@ -12,7 +12,7 @@ from ..chain import KEY_ENV
 from ..env import open_store, pick_run
 from ..errors import ExitCode
 from ..replay import Change, Difference
-from ..verify import RunVerdict, AuditVerdict, verify
+from ..verify import AuditVerdict, RunVerdict, verify
 from .group import cli, command_env
 from .output import json_flag
 
