@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from ..chain import KEY_ENV
+from ..chain import KEY_ENV, ChainKind
 from ..env import open_store, pick_run
 from ..errors import ExitCode
 from ..replay import Change, Difference
@@ -78,6 +78,11 @@ def _print(verdicts: list[RunVerdict], key_id: str | None) -> None:
 def describe(d: Difference) -> str:
     """One finding as a line: the row, what is wrong with it, and the values."""
     where = f"{d.table.value}: {d.row}"
+    if d.column == "audit_key_id":
+        return (f"{where}: its events are keyed with another key (id {d.stored}); the key "
+                f"given has id {d.expected}")  # fmt: skip
+    if d.column == "audit_chain" and d.expected == ChainKind.KEYED:
+        return f"{where}: its events are not keyed ({d.stored} links), though a key was given"
     if d.change is Change.MISSING:
         what = f"{d.column} missing" if d.column else "missing (the events say it should exist)"
         return f"{where}: {what}"
