@@ -41,9 +41,14 @@ class Env:
         return self.target.may_hold_runs()
 
 
-def open_store(env: Env, *, create: bool = False, readonly: bool = False) -> Store:
+def open_store(
+    env: Env, *, create: bool = False, readonly: bool = False, audited: bool = False
+) -> Store:
+    """`audited`: read-only, for `verify`, which names rows that contradict each other
+    instead of refusing the database that holds them."""
     signer = UNKEYED if readonly else env.config.signer()
-    return Store.open(env.target, create=create, readonly=readonly, signer=signer)
+    return Store.open(env.target, create=create, readonly=readonly or audited, signer=signer,
+                      audited=audited)  # fmt: skip
 
 
 def pick_run(store: Store, run_id: str | None, *, active_only: bool = False) -> Run:

@@ -18,11 +18,17 @@ from .output import json_flag
 
 # What each verdict proves, as the report says it.
 _MEANING = {
-    AuditVerdict.KEYED: "every event checked with the audit key; every row is what the events say",
-    AuditVerdict.UNKEYED: "checked without a key: this catches accidents (a lost write, truncation, "
-    "a bad disk), not someone who rewrote the database",
-    AuditVerdict.UNSIGNED: "written before the event chain existed: there is nothing to check it "
-    "against, and nothing was found altered",
+    AuditVerdict.KEYED: (
+        "every event checked with the audit key; the rows are what the events say"
+    ),
+    AuditVerdict.UNKEYED: (
+        "checked without a key: it catches accidents (a lost write, truncation, a bad "
+        "disk), not someone who rewrote the database"
+    ),
+    AuditVerdict.UNSIGNED: (
+        "written before the event chain existed: there is nothing to check it against, and "
+        "nothing was found altered"
+    ),
     AuditVerdict.ALTERED: "altered after it was written",
 }
 
@@ -47,7 +53,7 @@ def verify_command(ctx: click.Context, run_id: str | None, as_json: bool) -> Non
     """
     env = command_env(ctx, machine_output=as_json)
     signer = env.config.signer()
-    store = open_store(env, readonly=True)
+    store = open_store(env, audited=True)
     try:
         run_ids = [pick_run(store, run_id).run_id] if run_id else store.audit.run_ids()
         verdicts = verify(store.audit, run_ids, signer)

@@ -92,12 +92,15 @@ class Store:
         create: bool = False,
         readonly: bool = False,
         signer: Signer = UNKEYED,
+        audited: bool = False,
     ) -> Self:
         """The checked store (StoreRefused, NoDatabase, …): nothing is written to a database
         that fails the checks, nor with `readonly`. `signer` links the events it writes
-        (chain.py: the process's audit key, or none)."""
+        (chain.py: the process's audit key, or none). `audited` (with `readonly`): a
+        database whose rows contradict each other is opened anyway, for `verify` to name
+        what was altered rather than refuse to look."""
         target = parse_target(db) if isinstance(db, Path | str) else db
-        engine = target.engine(create=create, readonly=readonly)
+        engine = target.engine(create=create, readonly=readonly, audited=audited)
         engine.signer = signer
         return cls(engine)
 

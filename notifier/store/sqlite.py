@@ -77,10 +77,14 @@ class SqliteEngine:
     # ---------------------------------------------------------------- opening
 
     @classmethod
-    def open(cls, path: Path | str, *, create: bool = False, readonly: bool = False) -> Self:
+    def open(
+        cls, path: Path | str, *, create: bool = False, readonly: bool = False,
+        audited: bool = False,
+    ) -> Self:  # fmt: skip
         """Open (or with `create`, make) the database at `path`, refusing any file that is
         not a healthy notifier database of a schema this version knows. Nothing is written
-        to a refused file, nor with `readonly`."""
+        to a refused file, nor with `readonly`. `audited` (with `readonly`): rows that
+        contradict each other are not refused, since `verify` is there to name them."""
         path = Path(path)
         if not path.exists():
             if not create:
@@ -96,7 +100,7 @@ class SqliteEngine:
         # write: SQLite may write through a read-write connection as it closes (the last one
         # checkpoints the -wal into the file and deletes the -wal), which a refused file must
         # never see. Only a file that passed is then opened read-write.
-        checked = cls._checked(path)
+        checked = cls._checked(path, invariants=not (readonly and audited))
         if readonly:
             return checked
         checked.close()
@@ -106,7 +110,7 @@ class SqliteEngine:
         return engine
 
     @classmethod
-    def _checked(cls, path: Path) -> Self:
+    def _checked(cls, path: Path, *, invariants: bool = True) -> Self:
         """A read-only connection to `path` that passed every check, or StoreRefused.
 
         Without a -wal the file is read `immutable` (see _connect), without SQLite's locks:
@@ -123,7 +127,8 @@ class SqliteEngine:
                 if short is not None:
                     engine._check_pages_in_wal(short)
                 engine._check_schema()
-                Checks(engine).check_invariants()
+                if invariants:
+                    Checks(engine).check_invariants()
             except sqlite3.DatabaseError as exc:
                 engine.close()
                 refusal = StoreRefused(

@@ -37,8 +37,11 @@ class Target(Protocol):
         """Whether a read-only look may find runs here, before anything is opened."""
         ...
 
-    def engine(self, *, create: bool = False, readonly: bool = False) -> Engine:
-        """The checked engine (StoreRefused, NoDatabase, …) that Store.open builds on."""
+    def engine(
+        self, *, create: bool = False, readonly: bool = False, audited: bool = False
+    ) -> Engine:
+        """The checked engine (StoreRefused, NoDatabase, …) that Store.open builds on;
+        `audited`, read-only, skips the check of rows against each other (`verify`)."""
         ...
 
 
@@ -76,11 +79,13 @@ class SqliteFile:
     def may_hold_runs(self) -> bool:
         return self.path.exists()
 
-    def engine(self, *, create: bool = False, readonly: bool = False) -> Engine:
+    def engine(
+        self, *, create: bool = False, readonly: bool = False, audited: bool = False
+    ) -> Engine:
         _refuse_dangling_link(self.path)
         from .sqlite import SqliteEngine  # noqa: PLC0415 - only when a target is opened
 
-        return SqliteEngine.open(self.path, create=create, readonly=readonly)
+        return SqliteEngine.open(self.path, create=create, readonly=readonly, audited=audited)
 
     def __str__(self) -> str:
         return str(self.path)
@@ -101,11 +106,13 @@ class PostgresUrl:
     def may_hold_runs(self) -> bool:
         return True  # only the server can say, once connected
 
-    def engine(self, *, create: bool = False, readonly: bool = False) -> Engine:
+    def engine(
+        self, *, create: bool = False, readonly: bool = False, audited: bool = False
+    ) -> Engine:
         # psycopg only when a server is named (see postgres.py).
         from .postgres import PostgresEngine  # noqa: PLC0415
 
-        return PostgresEngine.open(self.url, create=create, readonly=readonly)
+        return PostgresEngine.open(self.url, create=create, readonly=readonly, audited=audited)
 
     def __str__(self) -> str:
         from .postgres import describe  # noqa: PLC0415 - psycopg, only for a message

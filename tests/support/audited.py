@@ -1,0 +1,89 @@
+"""Runs sent under an audit key, and verify.py's verdict on them, for the tests of the event
+chain and replay: a run is sent in-process (notifier.api) through a scripted receiver, and
+checked the way `notifier verify` checks it, from a read-only store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from notifier.api import Notifier
+from notifier.chain import KEY_ENV, UNKEYED, Signer
+from notifier.channels.scripted import Channels, Script, ScriptedChannel, always_deliver
+from notifier.config import Config, RetrySettings
+from notifier.replay import Difference
+from notifier.runner import RunResult
+from notifier.store import Store
+from notifier.verify import RunVerdict, verify
+
+from .workspace import Workspace, make_rows
+
+KEY = "the auditors' key"
+SIGNER = Signer(KEY.encode())
+# The channel the runs go through: a webhook the script answers (never dialled).
+HOOKS = {
+    "type": "webhook",
+    "url": "http://127.0.0.1:9/notifications",
+    "idempotent": False,
+    "timeout": 0.2,
+    "query_delay": 0,
+}
+TOML = '[channels.hooks]\ntype = "webhook"\nurl = "http://127.0.0.1:9/notifications"\n'
+
+
+def config() -> Config:
+    retry = RetrySettings(max_attempts=3, backoff_base_s=0.01, backoff_max_s=0.05)
+    return Config(path=None, channels={"hooks": dict(HOOKS)}, retry=retry)
+
+
+def keyed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process writes under KEY (as NOTIFIER_AUDIT_KEY would have it)."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+
+
+def send(
+    ws: Workspace,
+    run_id: str,
+    rows: int,
+    script: Script = always_deliver,
+    *,
+    start: int = 1,
+    concurrency: int = 1,
+) -> tuple[RunResult, ScriptedChannel]:
+    """Send `rows` rows (u{start}…) as `run_id` through a receiver that neither dedupes
+    nor can be asked, answering by `script`."""
+    batch = ws.write_csv(f"{run_id}.csv", make_rows(rows, start=start))
+    channel = ScriptedChannel("hooks", script, idempotent=False, queryable=False)
+    notifier = Notifier.open(ws.db, config=config(), channels=Channels(hooks=channel))
+    result = notifier.send(Path(batch.name), channel="hooks", run_id=run_id,
+                           concurrency=concurrency)  # fmt: skip
+    assert isinstance(result, RunResult), result
+    return result, channel
+
+
+def verdict(ws: Workspace, run_id: str, signer: Signer = SIGNER) -> RunVerdict:
+    """verify.py's verdict on `run_id`, read from a read-only store as the command reads it."""
+    store = Store.open(ws.db, readonly=True, audited=True)
+    try:
+        (found,) = verify(store.audit, [run_id], signer)
+    finally:
+        store.close()
+    return found
+
+
+def verdicts(ws: Workspace, signer: Signer = UNKEYED) -> dict[str, RunVerdict]:
+    store = Store.open(ws.db, readonly=True, audited=True)
+    try:
+        return {v.run_id: v for v in verify(store.audit, store.audit.run_ids(), signer)}
+    finally:
+        store.close()
+
+
+def named(found: RunVerdict) -> set[tuple[str, str, str, str | None]]:
+    """Each finding as (table, row, change, column): what a test expects to be named."""
+    return {_key(d) for d in found.findings}
+
+
+def _key(d: Difference) -> tuple[str, str, str, str | None]:
+    return (d.table.value, d.row, d.change.value, d.column)
