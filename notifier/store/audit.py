@@ -15,7 +15,7 @@ from ..replay import (
 from ..verify import AuditedRun
 from .core import Core
 
-_RUN = "SELECT run_id, state, audit_chain, audit_key_id FROM runs WHERE run_id = %(run_id)s"
+_RUN = "SELECT run_id, state, {chain} FROM runs WHERE run_id = %(run_id)s"
 _RUN_IDS = "SELECT run_id FROM runs ORDER BY created_at, run_id"
 _ITEMS = (
     "SELECT seq, item_id, state, attempts, receipt_id, last_error, next_attempt_at "
@@ -35,9 +35,13 @@ _DECISIONS = (
     "ORDER BY id"
 )
 _EVENTS = (
-    "SELECT run_id, seq_no, at, kind, item_seq, detail, prev_hash, hash FROM events "
+    "SELECT run_id, seq_no, at, kind, item_seq, detail, {links} FROM events "
     "WHERE run_id = %(run_id)s ORDER BY seq_no"
 )
+# A database m013 was not applied to (opened read-only: `verify` migrates nothing) has no
+# chain: its runs read as planned before it.
+_NO_CHAIN = "NULL AS audit_chain, NULL AS audit_key_id"
+_NO_LINKS = "NULL AS prev_hash, NULL AS hash"
 
 
 class AuditRecords:
@@ -51,8 +55,11 @@ class AuditRecords:
         return [run_id for (run_id,) in self.engine.execute(_RUN_IDS)]
 
     def run(self, run_id: str) -> AuditedRun | None:
+        chained = "audit_chain" in self.engine.columns("runs")
+        read_run = _RUN.format(chain="audit_chain, audit_key_id" if chained else _NO_CHAIN)
+        read_events = _EVENTS.format(links="prev_hash, hash" if chained else _NO_LINKS)
         with self.core.snapshot():
-            row = self.engine.execute(_RUN, {"run_id": run_id}).fetchone()
+            row = self.engine.execute(read_run, {"run_id": run_id}).fetchone()
             if row is None:
                 return None
             key = {"run_id": run_id}
@@ -63,5 +70,5 @@ class AuditRecords:
                 receipts=[ReceiptRecord(*r) for r in self.engine.execute(_RECEIPTS, key)],
                 decisions=[DecisionRecord(*r) for r in self.engine.execute(_DECISIONS, key)],
             )
-            events = [EventRecord(*r) for r in self.engine.execute(_EVENTS, key)]
+            events = [EventRecord(*r) for r in self.engine.execute(read_events, key)]
         return AuditedRun(run_id, row.audit_chain, row.audit_key_id, rows, events)
