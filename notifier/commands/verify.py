@@ -48,7 +48,7 @@ def verify_command(ctx: click.Context, run_id: str | None, as_json: bool) -> Non
 
     \b
     Examples:
-      NOTIFIER_AUDIT_KEY=... notifier verify RUN
+      notifier verify RUN          # keyed when NOTIFIER_AUDIT_KEY holds the run's key
       notifier verify --json | jq '.runs[] | select(.verdict == "altered")'
     """
     env = command_env(ctx, machine_output=as_json)
