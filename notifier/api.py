@@ -28,19 +28,34 @@ from .config import Config
 from .config import load as load_config
 from .crash import CrashPlan
 from .env import ChannelBuilder, Env, open_store, pick_run
+from .errors import BadInput
 from .observe import NULL_OBSERVER, Observer
 from .plan import Plan
 from .records import Counts, Item, Run
+from .replay import Difference
 from .runner import RunOptions, RunResult
 from .schedule import Schedule, scheduled
 from .state_machine import FINISHED_RUN_STATES, RunState, RunTrigger
-from .store import Store, parse_target
+from .store import Store, audit_file, parse_target
 from .store.prior import Prior
 from .template import Template
+from .verify import RunVerdict, verify
 
 
 def _silent(line: str) -> None:
     """Say nothing: an API caller reads the results."""
+
+
+@dataclass(frozen=True)
+class VerifiedFile:
+    """An audit file checked: how it is sealed, what its seals say, and its run's verdict."""
+
+    path: Path
+    kind: str  # the seal's ChainKind value
+    key_id: str | None  # the key it is sealed with
+    findings: tuple[Difference, ...]  # rows, tables or signature that do not hold
+    runs: list[RunVerdict]
+    given_key_id: str | None  # the key this check was given
 
 
 @dataclass(frozen=True)
@@ -371,6 +386,46 @@ class Notifier:
     def items(self, run_id: str) -> list[Item]:
         with self._store(readonly=True) as store:
             return list(store.queries.items(run_id))
+
+    # --- evidence ------------------------------------------------------------------------
+
+    def export(
+        self, run_id: str | None, to: Path, *, with_bodies: bool = False
+    ) -> audit_file.Exported:
+        """Write run `run_id` (default: the newest) to a new audit file at `to`, sealed with
+        the audit key when one is set; read in one snapshot, so it may run beside a send."""
+        signer = self.env.config.signer()
+        with self._store(readonly=True) as store:
+            run = pick_run(store, run_id)
+            try:
+                return audit_file.export(
+                    store.core, run.run_id, to, signer, with_bodies=with_bodies
+                )
+            except FileExistsError:
+                raise BadInput(
+                    f"{to} already exists: an export never writes over a file. Give --to "
+                    "another path, or move that file away first."
+                ) from None
+
+    def verify_export(self, path: Path) -> VerifiedFile:
+        """Check an audit file offline: each row's seal and the manifest's signature, then
+        its run's chain and replay, as for a run in the database."""
+        signer = self.env.config.signer()
+        try:
+            exported = audit_file.AuditFile(path)
+        except (ValueError, OSError) as exc:
+            raise BadInput(
+                f"{path} cannot be read as a notifier audit file ({exc}). Give the file "
+                "`notifier export RUN --to FILE` wrote, or a run id."
+            ) from None
+        try:
+            findings = exported.check(signer)
+            return VerifiedFile(
+                path, exported.meta["kind"], exported.meta["key_id"], tuple(findings),
+                verify(exported, exported.run_ids(), signer), signer.key_id,
+            )  # fmt: skip
+        finally:
+            exported.close()
 
 
 def run_options(

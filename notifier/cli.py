@@ -9,12 +9,13 @@ server) when it runs, so that `status`, `report` and `runs` start fast.
 from __future__ import annotations
 
 # Each module adds its commands to `cli` as it is imported: importing them is assembling.
-from .commands import approval, observing, operator, resume, sandbox, send, suppress, verify
+from .commands import approval, export, observing, operator, resume, sandbox, send, suppress, verify
 from .commands.group import cli
 
 __all__ = [
     "approval",
     "cli",
+    "export",
     "main",
     "observing",
     "operator",

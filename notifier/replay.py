@@ -114,6 +114,12 @@ class Table(StrEnum):
     RECEIPTS = "receipts"
     DECISIONS = "decisions"
     EVENTS = "events"
+    # the tables only an export holds (store/audit_file.py)
+    BODIES = "bodies"
+    SUPPRESSIONS = "suppressions"
+    SUPPRESSION_AUDIT = "suppression_audit"
+    MANIFEST = "manifest"
+    SEAL = "seal"
 
 
 class Change(StrEnum):

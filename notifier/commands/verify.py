@@ -4,14 +4,15 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import click
 
 from ..chain import KEY_ENV, ChainKind
-from ..env import open_store, pick_run
+from ..env import Env, open_store, pick_run
 from ..errors import ExitCode
-from ..replay import Change, Difference
+from ..replay import Change, Difference, Table
 from ..verify import AuditVerdict, RunVerdict, verify
 from .group import cli, command_env
 from .output import json_flag
@@ -34,7 +35,7 @@ _MEANING = {
 
 
 @cli.command(name="verify")
-@click.argument("run_id", required=False)
+@click.argument("run_id", metavar="[RUN_ID | FILE]", required=False)
 @json_flag("Print one JSON object: each run's verdict and every finding.")
 @click.pass_context
 def verify_command(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
@@ -47,11 +48,20 @@ def verify_command(ctx: click.Context, run_id: str | None, as_json: bool) -> Non
     that differs. Read-only. Exit 0: everything holds; 5: something was altered.
 
     \b
+    Given a FILE that `notifier export` wrote, checks it alone, offline: every row's seal,
+    each table against the manifest and the manifest's signature, then its run's chain and
+    replay, the same way.
+
+    \b
     Examples:
       notifier verify RUN          # keyed when NOTIFIER_AUDIT_KEY holds the run's key
+      notifier verify audit.db     # an export, with no access to the database
       notifier verify --json | jq '.runs[] | select(.verdict == "altered")'
     """
     env = command_env(ctx, machine_output=as_json)
+    if run_id is not None and Path(run_id).is_file():
+        _verify_file(ctx, env, Path(run_id), as_json)
+        return
     signer = env.config.signer()
     store = open_store(env, audited=True)
     try:
@@ -65,6 +75,31 @@ def verify_command(ctx: click.Context, run_id: str | None, as_json: bool) -> Non
     else:
         _print(verdicts, signer.key_id)
     if any(v.verdict is AuditVerdict.ALTERED for v in verdicts):
+        ctx.exit(ExitCode.ALTERED)
+
+
+def _verify_file(ctx: click.Context, env: Env, path: Path, as_json: bool) -> None:
+    from ..api import Notifier  # noqa: PLC0415 (start-up time)
+
+    checked = Notifier(env).verify_export(path)
+    altered = bool(checked.findings) or any(v.verdict is AuditVerdict.ALTERED for v in checked.runs)
+    if as_json:
+        document = {
+            "file": str(path), "sealed": checked.kind, "key_id": checked.key_id,
+            "findings": [_finding_json(d) for d in checked.findings],
+            "runs": [_as_json(v) for v in checked.runs],
+        }  # fmt: skip
+        click.echo(json.dumps(document, ensure_ascii=False, indent=2))
+    else:
+        key = f"key {checked.key_id}" if checked.key_id else "no key"
+        state = "altered" if checked.findings else "its seals hold"
+        if checked.key_id and checked.given_key_id is None and not checked.findings:
+            state = "its tables agree with its manifest; no key given, so its seals are unchecked"
+        click.echo(f"file {path}: sealed with {key}: {state}.")
+        for finding in checked.findings:
+            click.echo(f"  {describe(finding)}")
+        _print(checked.runs, checked.given_key_id)
+    if altered:
         ctx.exit(ExitCode.ALTERED)
 
 
@@ -84,6 +119,15 @@ def _print(verdicts: list[RunVerdict], key_id: str | None) -> None:
 def describe(d: Difference) -> str:
     """One finding as a line: the row, what is wrong with it, and the values."""
     where = f"{d.table.value}: {d.row}"
+    if d.column == "seal":
+        return f"{where}: changed after it was exported (its seal is not its values')"
+    if d.table is Table.SEAL and d.column == "key_id":
+        return (f"{where}: sealed with another key (id {d.stored}); the key given has id "
+                f"{d.expected}")  # fmt: skip
+    if d.table is Table.SEAL:
+        return f"{where}: its manifest's signature does not hold"
+    if d.table is Table.MANIFEST:
+        return f"{where}: holds {d.column} {d.expected!r}, the manifest says {d.stored!r}"
     if d.column == "audit_key_id":
         return (f"{where}: its events are keyed with another key (id {d.stored}); the key "
                 f"given has id {d.expected}")  # fmt: skip
@@ -101,6 +145,11 @@ def describe(d: Difference) -> str:
     return f"{where}: {d.column} is {d.stored!r}, expected {d.expected!r}"
 
 
+def _finding_json(d: Difference) -> dict[str, Any]:
+    return {"table": d.table.value, "row": d.row, "change": d.change.value, "column": d.column,
+            "stored": d.stored, "expected": d.expected, "says": describe(d)}  # fmt: skip
+
+
 def _as_json(v: RunVerdict) -> dict[str, Any]:
     return {
         "run_id": v.run_id,
@@ -108,9 +157,5 @@ def _as_json(v: RunVerdict) -> dict[str, Any]:
         "chain": v.chain,
         "key_id": v.key_id,
         "events": v.events,
-        "findings": [
-            {"table": d.table.value, "row": d.row, "change": d.change.value, "column": d.column,
-             "stored": d.stored, "expected": d.expected, "says": describe(d)}
-            for d in v.findings
-        ],
+        "findings": [_finding_json(d) for d in v.findings],
     }  # fmt: skip

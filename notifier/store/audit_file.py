@@ -1,0 +1,370 @@
+"""The audit file: one run exported to a standalone SQLite file through sqlite-utils, for an
+auditor who has no access to the database it came from (`notifier export`, `notifier verify
+FILE`).
+
+It holds the run, its items, attempts, receipts, manual decisions and events with their
+chain, the approval record (in `run`), the suppression entries that applied to it, and two
+tables that seal it: `manifest` (each table's row count and digest) and `seal` (the
+signature over the manifest, with the key's id). Every row carries its own `seal`: an
+HMAC-SHA256 under the audit key (plain SHA-256 without one) of the table's name and the
+row's values, so an edit names its row, and the table digest over those seals in key order
+names a row deleted or added. Items are searchable by id, recipient and receipt id
+(`sqlite-utils search audit.db items ann@example.com --quote`); bodies are exported only
+when asked for.
+
+The run is read in one snapshot, each table streamed (a million items in flat memory), and
+the file is written under a temporary name and renamed once sealed: a file at the path asked
+for is whole.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from ..chain import Signer
+from ..clock import now_iso
+from ..replay import (
+    AttemptRecord,
+    Change,
+    DecisionRecord,
+    Difference,
+    EventRecord,
+    ItemRecord,
+    ReceiptRecord,
+    RunRows,
+    Table,
+)
+from ..suppression import address_key
+from ..verify import AuditedRun
+from .core import Core
+
+FORMAT = "notifier-audit-1"
+SEAL = "seal"  # the column every exported row carries
+_BATCH = 2000  # rows written per INSERT (sqlite-utils' batch): memory stays flat
+
+
+@dataclass(frozen=True)
+class Part:
+    """One exported table: its columns (in order), its key (the order its digest follows)
+    and how each row is named in a finding."""
+
+    name: str
+    columns: tuple[str, ...]
+    key: tuple[str, ...]
+
+
+RUN = Part(
+    "runs",
+    ("run_id", "state", "created_at", "updated_at", "batch_path", "fingerprint", "options",
+     "contract_version", "approval", "stop_reason", "audit_chain", "audit_key_id"),
+    ("run_id",),
+)  # fmt: skip
+ITEMS = Part(
+    "items",
+    ("seq", "item_id", "channel", "recipient", "idempotency_key", "intent_digest", "state",
+     "attempts", "receipt_id", "last_error", "next_attempt_at"),
+    ("seq",),
+)  # fmt: skip
+BODIES = Part("bodies", ("seq", "payload"), ("seq",))
+ATTEMPTS = Part(
+    "attempts",
+    ("seq", "n", "started_at", "finished_at", "outcome", "http_status", "error",
+     "retry_after_s", "waited_s"),
+    ("seq", "n"),
+)  # fmt: skip
+RECEIPTS = Part("receipts", ("seq", "receipt_id", "source", "evidence", "recorded_at"), ("seq",))
+DECISIONS = Part("decisions", ("id", "seq", "operator", "at", "decision", "evidence"), ("id",))
+EVENTS = Part(
+    "events", ("seq_no", "at", "kind", "item_seq", "detail", "prev_hash", "hash"), ("seq_no",)
+)
+SUPPRESSIONS = Part(
+    "suppressions", ("address", "reason", "source", "operator", "created_at"), ("address",)
+)
+SUPPRESSION_AUDIT = Part(
+    "suppression_audit",
+    ("id", "at", "operator", "action", "address", "source", "reason"),
+    ("id",),
+)
+PARTS = (RUN, ITEMS, BODIES, ATTEMPTS, RECEIPTS, DECISIONS, EVENTS, SUPPRESSIONS,
+         SUPPRESSION_AUDIT)  # fmt: skip
+
+_READS = {
+    "runs": "SELECT run_id, state, created_at, updated_at, batch_path, fingerprint, options, "
+    "contract_version, approval, stop_reason, {chain} FROM runs WHERE run_id = %(run_id)s",
+    "items": "SELECT seq, item_id, channel, target, idempotency_key, intent_digest, state, "
+    "attempts, receipt_id, last_error, next_attempt_at FROM items WHERE run_id = %(run_id)s "
+    "ORDER BY seq",
+    "bodies": "SELECT seq, payload FROM items WHERE run_id = %(run_id)s ORDER BY seq",
+    "attempts": "SELECT seq, n, started_at, finished_at, outcome, http_status, error, "
+    "retry_after_s, waited_s FROM attempts WHERE run_id = %(run_id)s ORDER BY seq, n",
+    "receipts": "SELECT i.seq, r.receipt_id, r.source, r.evidence, r.recorded_at "
+    "FROM receipts AS r JOIN items AS i ON i.idempotency_key = r.idempotency_key "
+    "WHERE i.run_id = %(run_id)s ORDER BY i.seq",
+    "decisions": "SELECT id, seq, operator, at, decision, evidence FROM decisions "
+    "WHERE run_id = %(run_id)s ORDER BY id",
+    "events": "SELECT seq_no, at, kind, item_seq, detail, {links} FROM events "
+    "WHERE run_id = %(run_id)s ORDER BY seq_no",
+    "suppressed": "SELECT target FROM items WHERE run_id = %(run_id)s AND state = 'suppressed'",
+    "suppression_audit": "SELECT id, at, operator, action, address, source, reason "
+    "FROM suppression_audit WHERE run_id = %(run_id)s ORDER BY id",
+}
+_SUPPRESSIONS = (
+    "SELECT address, reason, source, operator, created_at FROM suppressions "
+    "WHERE address IN ({keys}) ORDER BY address"
+)
+
+
+@dataclass(frozen=True)
+class Exported:
+    """What an export wrote."""
+
+    run_id: str
+    path: Path
+    rows: dict[str, int]  # per table
+    kind: str  # how it is sealed: the signer's ChainKind value
+    key_id: str | None
+    with_bodies: bool
+
+
+def seal(signer: Signer, message: bytes) -> str:
+    """An HMAC-SHA256 of `message` under the signer's key, or its SHA-256 without one."""
+    if signer.key is None:
+        return hashlib.sha256(message).hexdigest()
+    return hmac.digest(signer.key, message, "sha256").hex()
+
+
+def row_form(table: str, values: Sequence[Any]) -> bytes:
+    """The bytes a row's seal covers: its table's name and its values, as JSON."""
+    return json.dumps([table, *values], ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def manifest_form(run_id: str, exported_at: str, with_bodies: bool,
+                  manifest: Iterable[tuple[str, int, str]]) -> bytes:  # fmt: skip
+    """The bytes the file's signature covers: what was exported, and each table's count and
+    digest, in the order of PARTS."""
+    return json.dumps(
+        [FORMAT, run_id, exported_at, with_bodies, [list(m) for m in manifest]],
+        separators=(",", ":"),
+    ).encode()
+
+
+# ---------------------------------------------------------------- writing
+
+
+def export(core: Core, run_id: str, to: Path, signer: Signer, *, with_bodies: bool) -> Exported:
+    """Write run `run_id` of the store to a new file at `to`. FileExistsError if one is
+    there; KeyError for a run the store does not hold."""
+    if to.exists():
+        raise FileExistsError(to)
+    partial = to.with_name(f".{to.name}.partial")
+    partial.unlink(missing_ok=True)
+    try:
+        exported = _write(core, run_id, partial, signer, with_bodies)
+        os.replace(partial, to)
+    finally:
+        partial.unlink(missing_ok=True)
+    return Exported(run_id, to, exported, signer.kind.value, signer.key_id, with_bodies)
+
+
+def _write(
+    core: Core, run_id: str, path: Path, signer: Signer, with_bodies: bool
+) -> dict[str, int]:
+    engine = core.engine
+    chained = "audit_chain" in engine.columns("runs")
+    key = {"run_id": run_id}
+    db = sqlite_utils.Database(path)
+    manifest: list[tuple[str, int, str]] = []
+    with core.snapshot():
+        run = engine.execute(
+            _READS["runs"].format(chain="audit_chain, audit_key_id" if chained else "NULL, NULL"),
+            key,
+        ).fetchone()
+        if run is None:
+            raise KeyError(run_id)
+        sources: dict[str, Iterable[Sequence[Any]]] = {
+            "runs": [tuple(run)],
+            "items": engine.stream(_READS["items"], key),
+            "bodies": engine.stream(_READS["bodies"], key) if with_bodies else (),
+            "attempts": engine.stream(_READS["attempts"], key),
+            "receipts": engine.stream(_READS["receipts"], key),
+            "decisions": engine.stream(_READS["decisions"], key),
+            "events": engine.stream(
+                _READS["events"].format(links="prev_hash, hash" if chained else "NULL, NULL"),
+                key,
+            ),
+            "suppressions": _suppressions(core, run_id),
+            "suppression_audit": engine.stream(_READS["suppression_audit"], key),
+        }
+        for part in PARTS:
+            manifest.append(_write_part(db, part, sources[part.name], signer))
+    exported_at = now_iso()
+    signature = seal(signer, manifest_form(run_id, exported_at, with_bodies, manifest))
+    _table(db, "manifest").insert_all(
+        ({"name": n, "rows": c, "sha256": d} for n, c, d in manifest), pk="name"
+    )
+    _table(db, "seal").insert(
+        {"format": FORMAT, "run_id": run_id, "exported_at": exported_at,
+         "with_bodies": int(with_bodies), "kind": signer.kind.value, "key_id": signer.key_id,
+         "signature": signature},
+        pk="format",
+    )  # fmt: skip
+    _table(db, "items").enable_fts(["item_id", "recipient", "receipt_id"], create_triggers=False)
+    db.conn.commit()
+    db.close()
+    return {name: count for name, count, _ in manifest}
+
+
+def _write_part(db: sqlite_utils.Database, part: Part, rows: Iterable[Sequence[Any]],
+                signer: Signer) -> tuple[str, int, str]:  # fmt: skip
+    """Stream `rows` into the part's table, each with its seal; its count and digest."""
+    digest = hashlib.sha256()
+    count = 0
+
+    def sealed() -> Iterator[dict[str, Any]]:
+        nonlocal count
+        for row in rows:
+            values = tuple(row)
+            row_seal = seal(signer, row_form(part.name, values))
+            digest.update(row_seal.encode())
+            count += 1
+            yield {**dict(zip(part.columns, values, strict=True)), SEAL: row_seal}
+
+    table = _table(db, part.name)
+    table.create({c: _TYPES.get(c, str) for c in (*part.columns, SEAL)}, pk=part.key)
+    table.insert_all(sealed(), batch_size=_BATCH)
+    return part.name, count, digest.hexdigest()
+
+
+def _table(db: sqlite_utils.Database, name: str) -> sqlite_utils.db.Table:
+    return db.table(name)
+
+
+_TYPES: dict[str, type] = {
+    "seq": int, "n": int, "attempts": int, "http_status": int, "id": int, "seq_no": int,
+    "item_seq": int, "retry_after_s": float, "waited_s": float,
+}  # fmt: skip
+
+
+def _suppressions(core: Core, run_id: str) -> Iterator[Sequence[Any]]:
+    """The suppression entries that held back an item of the run: those under the address
+    key of each suppressed item's recipient, a chunk of keys at a time."""
+    keys = sorted(
+        {
+            address_key(target)
+            for (target,) in core.engine.stream(_READS["suppressed"], {"run_id": run_id})
+        }
+    )
+    for start in range(0, len(keys), 500):
+        chunk = keys[start : start + 500]
+        names = {f"k{i}": k for i, k in enumerate(chunk)}
+        statement = _SUPPRESSIONS.format(keys=", ".join(f"%({n})s" for n in names))
+        yield from core.engine.execute(statement, names)
+
+
+# ---------------------------------------------------------------- reading back
+
+
+class AuditFile:
+    """An exported file, read-only: its seals checked (`check`), and its run read as the
+    records verify.py checks (an AuditSource), with no access to the database it came from."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        self.db = sqlite_utils.Database(conn)
+        tables = set(self.db.table_names())
+        if not {"seal", "manifest", *(p.name for p in PARTS)} <= tables:
+            conn.close()
+            raise ValueError(f"{path} is not a notifier audit file")
+        (self.meta,) = self.db["seal"].rows
+
+    def close(self) -> None:
+        self.db.close()
+
+    def run_ids(self) -> list[str]:
+        return [str(self.meta["run_id"])]
+
+    def _rows(self, part: Part) -> Iterator[tuple[Any, ...]]:
+        columns = ", ".join(f'"{c}"' for c in (*part.columns, SEAL))
+        order = ", ".join(f'"{c}"' for c in part.key)
+        yield from self.db.execute(f'SELECT {columns} FROM "{part.name}" ORDER BY {order}')
+
+    def check(self, signer: Signer) -> list[Difference]:
+        """Every row whose seal is not its values', every table whose count or digest is not
+        the manifest's, and a manifest whose signature does not hold. With no key given, a
+        keyed file's seals cannot be checked: only that the tables agree with the manifest."""
+        kind = str(self.meta["kind"])
+        found: list[Difference] = []
+        if signer.key is not None and (
+            kind != signer.kind.value or self.meta["key_id"] != signer.key_id
+        ):
+            found.append(_finding("seal", "the file", "key_id", self.meta["key_id"], signer.key_id))
+            return found
+        checkable = kind == signer.kind.value and self.meta["key_id"] == signer.key_id
+        manifest = {r["name"]: (r["rows"], r["sha256"]) for r in self.db["manifest"].rows}
+        computed: list[tuple[str, int, str]] = []
+        for part in PARTS:
+            digest, count = hashlib.sha256(), 0
+            for row in self._rows(part):
+                values, stored = row[:-1], row[-1]
+                if checkable and seal(signer, row_form(part.name, values)) != stored:
+                    found.append(_finding(part.name, _name(part, values), SEAL, stored, None))
+                digest.update(str(stored).encode())
+                count += 1
+            computed.append((part.name, count, digest.hexdigest()))
+            if manifest.get(part.name) != (count, digest.hexdigest()):
+                stored_count, stored_digest = manifest.get(part.name, (None, None))
+                what = "rows" if stored_count != count else "sha256"
+                found.append(_finding("manifest", part.name, what,
+                                      stored_count if what == "rows" else stored_digest,
+                                      count if what == "rows" else digest.hexdigest()))  # fmt: skip
+        listed = [(n, *manifest[n]) for n in (p.name for p in PARTS) if n in manifest]
+        signature = seal(
+            signer,
+            manifest_form(
+                str(self.meta["run_id"]),
+                str(self.meta["exported_at"]),
+                bool(self.meta["with_bodies"]),
+                listed,
+            ),
+        )
+        if checkable and signature != self.meta["signature"]:
+            found.append(
+                _finding("seal", "the file", "signature", self.meta["signature"], signature)
+            )
+        return found
+
+    def run(self, run_id: str) -> AuditedRun | None:
+        if run_id != self.meta["run_id"]:
+            return None
+        (run,) = (dict(zip(RUN.columns, r[:-1], strict=True)) for r in self._rows(RUN))
+        rows = RunRows(
+            state=run["state"],
+            items=[
+                ItemRecord(r[0], r[1], r[6], r[7], r[8], r[9], r[10]) for r in self._rows(ITEMS)
+            ],
+            attempts=[AttemptRecord(*r[:-1]) for r in self._rows(ATTEMPTS)],
+            receipts=[ReceiptRecord(*r[:-1]) for r in self._rows(RECEIPTS)],
+            decisions=[DecisionRecord(*r[1:-1]) for r in self._rows(DECISIONS)],
+        )
+        events = [EventRecord(run_id, *r[:-1]) for r in self._rows(EVENTS)]
+        return AuditedRun(run_id, run["audit_chain"], run["audit_key_id"], rows, events)
+
+
+def _name(part: Part, values: Sequence[Any]) -> str:
+    key = ", ".join(f"{c} {values[part.columns.index(c)]}" for c in part.key)
+    return f"{part.name[:-1] if part.name.endswith('s') else part.name} {key}"
+
+
+def _finding(table: str, row: str, column: str, stored: Any, expected: Any) -> Difference:
+    return Difference(Table(table), row, Change.DIFFERS, column, stored, expected)
