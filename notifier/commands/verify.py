@@ -11,7 +11,7 @@ import click
 from ..chain import KEY_ENV, ChainKind
 from ..env import open_store, pick_run
 from ..errors import ExitCode
-from ..replay import Change, Difference
+from ..replay import Change, Difference, Table
 from ..verify import AuditVerdict, RunVerdict, verify
 from .group import cli, command_env
 from .output import json_flag
@@ -90,8 +90,11 @@ def describe(d: Difference) -> str:
     if d.column == "audit_chain" and d.expected == ChainKind.KEYED:
         return f"{where}: its events are not keyed ({d.stored} links), though a key was given"
     if d.change is Change.MISSING:
-        what = f"{d.column} missing" if d.column else "missing (the events say it should exist)"
-        return f"{where}: {what}"
+        if d.column:
+            return f"{where}: {d.column} missing"
+        if d.table is Table.EVENTS:
+            return f"{where}: missing (the run's event numbers skip it)"
+        return f"{where}: missing (the events say it should exist)"
     if d.change is Change.EXTRA:
         if d.column:
             return f"{where}: has a {d.column} it should not have ({d.stored!r})"
