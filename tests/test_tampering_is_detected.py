@@ -112,6 +112,30 @@ def test_an_event_inserted_at_the_end_is_named(run: Workspace) -> None:
     assert ("items", "item u2 (seq 2)", "differs", "state") in named(found)
 
 
+def test_an_event_inserted_mid_run_is_named_with_every_event_it_renumbered(
+    run: Workspace,
+) -> None:
+    """Slipped in after u3's ack, the events after it moved up one: the new event's link
+    and every renumbered one fail the key."""
+    at = event_no(run, "ack", 3)
+    last, _ = last_event(run)
+    # Two steps, so no number is ever held twice (the primary key).
+    run.write("UPDATE events SET seq_no = seq_no + 1000 WHERE run_id = ? AND seq_no > ?",
+              (RUN, at))  # fmt: skip
+    run.write("UPDATE events SET seq_no = seq_no - 999 WHERE run_id = ? AND seq_no > 1000",
+              (RUN,))  # fmt: skip
+    ((prev,),) = run.query("SELECT hash FROM events WHERE run_id = ? AND seq_no = ?", (RUN, at))
+    detail = '{"from": "pending", "to": "expired"}'
+    forged = UNKEYED.link(prev, RUN, at + 1, "expire", 6, detail, "t")
+    run.write(
+        "INSERT INTO events (run_id, seq_no, at, kind, item_seq, detail, prev_hash, hash) "
+        "VALUES (?, ?, 't', 'expire', 6, ?, ?, ?)",
+        (RUN, at + 1, detail, prev, forged),
+    )
+    hashes = {row for table, row, _, column in named(verdict(run, RUN)) if column == "hash"}
+    assert hashes == {f"event {n}" for n in range(at + 1, last + 2)}
+
+
 def test_two_events_reordered_are_both_named(run: Workspace) -> None:
     """Two events swap places (their content moves, their numbers stay)."""
     first, second = event_no(run, "ack", 3), event_no(run, "ack", 4)

@@ -134,8 +134,11 @@ def describe(d: Difference) -> str:
     if d.column == "audit_chain" and d.expected == ChainKind.KEYED:
         return f"{where}: its events are not keyed ({d.stored} links), though a key was given"
     if d.change is Change.MISSING:
-        what = f"{d.column} missing" if d.column else "missing (the events say it should exist)"
-        return f"{where}: {what}"
+        if d.column:
+            return f"{where}: {d.column} missing"
+        if d.table is Table.EVENTS:
+            return f"{where}: missing (the run's event numbers skip it)"
+        return f"{where}: missing (the events say it should exist)"
     if d.change is Change.EXTRA:
         if d.column:
             return f"{where}: has a {d.column} it should not have ({d.stored!r})"
