@@ -311,26 +311,33 @@ def _apply(rebuilt: Rebuilt, event: EventRecord, detail: Mapping[str, Any], targ
 # ---------------------------------------------------------------- the comparison
 
 
-def compare(rebuilt: Rebuilt, stored: RunRows) -> list[Difference]:
-    """Every stored row that is not what the events say, and every row the events made
-    that is not stored: each named, with the column and both values where one differs."""
+def compare_run(
+    rebuilt: Rebuilt, state: str, items: int, decisions: Sequence[DecisionRecord]
+) -> list[Difference]:
+    """The run's own rows against the replay of its own events and its decisions: its
+    state, how many items it holds, and each decision by hand."""
+    found: list[Difference] = list(rebuilt.illegal)
+    if state != rebuilt.state:
+        found.append(Difference(Table.RUNS, "the run", Change.DIFFERS, "state", state,
+                                rebuilt.state))  # fmt: skip
+    if rebuilt.planned is not None and rebuilt.planned != items:
+        found.append(Difference(Table.ITEMS, "the run's items", Change.DIFFERS, "count", items,
+                                rebuilt.planned))  # fmt: skip
+    found += _rows(
+        Table.DECISIONS,
+        dict(enumerate(decisions, start=1)),
+        dict(enumerate(rebuilt.decisions, start=1)),
+        lambda n: f"decision {n}",
+    )
+    return found
+
+
+def compare_items(rebuilt: Rebuilt, stored: RunRows) -> list[Difference]:
+    """Every stored item, attempt and receipt of these items that is not what their events
+    say, and every such row the events made that is not stored: each named, with the column
+    and both values where one differs."""
     names = {item.seq: f"item {item.item_id} (seq {item.seq})" for item in stored.items}
     found: list[Difference] = list(rebuilt.illegal)
-    if stored.state != rebuilt.state:
-        found.append(
-            Difference(Table.RUNS, "the run", Change.DIFFERS, "state", stored.state, rebuilt.state)
-        )
-    if rebuilt.planned is not None and rebuilt.planned != len(stored.items):
-        found.append(
-            Difference(
-                Table.ITEMS,
-                "the run's items",
-                Change.DIFFERS,
-                "count",
-                len(stored.items),
-                rebuilt.planned,
-            )
-        )
     found += _rows(
         Table.ITEMS,
         {i.seq: i for i in stored.items},
@@ -349,12 +356,6 @@ def compare(rebuilt: Rebuilt, stored: RunRows) -> list[Difference]:
         {r.seq: r for r in stored.receipts},
         rebuilt.receipts,
         lambda seq: f"receipt of {names.get(seq, f'item seq {seq}')}",
-    )
-    found += _rows(
-        Table.DECISIONS,
-        dict(enumerate(stored.decisions, start=1)),
-        dict(enumerate(rebuilt.decisions, start=1)),
-        lambda n: f"decision {n}",
     )
     return found
 

@@ -14,13 +14,24 @@ What each verdict means (docs/guarantees.md has the threat model):
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
 from .chain import UNKEYED, ChainKind, Signer
-from .replay import Change, Difference, EventRecord, RunRows, Table, compare, replay
+from .replay import (
+    Change,
+    DecisionRecord,
+    Difference,
+    EventRecord,
+    RunRows,
+    Table,
+    compare_items,
+    compare_run,
+    replay,
+)
 
 
 class AuditVerdict(StrEnum):
@@ -31,22 +42,52 @@ class AuditVerdict(StrEnum):
 
 
 @dataclass(frozen=True)
-class AuditedRun:
-    """A run as it is checked: how its events are chained, its rows, its events."""
+class RunHead:
+    """What verify reads of a run before its rows: how its events are chained, its state,
+    how many items it holds and the span of item numbers its items and events use."""
 
     run_id: str
     chain: str | None  # ChainKind's value; None: planned before the chain
     key_id: str | None
-    rows: RunRows
-    events: list[EventRecord]
+    state: str
+    items: int
+    seqs: range  # every item seq an item or an event names
 
 
 class AuditSource(Protocol):
-    """Where the runs to check are read from, read-only."""
+    """Where the runs to check are read from, read-only, a slice at a time: a run of a
+    million items is checked in the memory of CHUNK of them."""
 
     def run_ids(self) -> list[str]: ...
 
-    def run(self, run_id: str) -> AuditedRun | None: ...
+    def reading(self) -> AbstractContextManager[None]:
+        """One consistent view for the reads that follow (a snapshot of a live store)."""
+        ...
+
+    def head(self, run_id: str) -> RunHead | None: ...
+
+    def events(self, run_id: str) -> Iterable[EventRecord]:
+        """Every event of the run in seq_no order, streamed."""
+        ...
+
+    def run_events(self, run_id: str) -> list[EventRecord]:
+        """The run's own events (no item_seq) and its manual decisions, in seq_no order."""
+        ...
+
+    def item_events(self, run_id: str, seqs: range) -> list[EventRecord]:
+        """The events of the items numbered in `seqs`, in seq_no order."""
+        ...
+
+    def rows(self, run_id: str, seqs: range) -> RunRows:
+        """The stored items, attempts and receipts of the items numbered in `seqs` (state:
+        the run's; decisions: none, they are read whole)."""
+        ...
+
+    def decisions(self, run_id: str) -> list[DecisionRecord]: ...
+
+
+# How many items are replayed and compared at once.
+CHUNK = 5000
 
 
 @dataclass(frozen=True)
@@ -64,38 +105,69 @@ def verify(source: AuditSource, run_ids: Iterable[str], signer: Signer) -> list[
     run the source does not hold."""
     verdicts = []
     for run_id in run_ids:
-        run = source.run(run_id)
-        if run is None:
-            raise KeyError(run_id)
-        verdicts.append(verify_run(run, signer))
+        with source.reading():
+            head = source.head(run_id)
+            if head is None:
+                raise KeyError(run_id)
+            verdicts.append(verify_run(source, head, signer))
     return verdicts
 
 
-def verify_run(run: AuditedRun, signer: Signer) -> RunVerdict:
-    findings = _chain(run, signer)
-    if run.chain is not None:
+def verify_run(source: AuditSource, head: RunHead, signer: Signer) -> RunVerdict:
+    counted = _Counted(source.events(head.run_id))
+    findings = _chain(head, counted, signer)
+    for _ in counted:  # what the chain check left unread, counted
+        pass
+    if head.chain is not None:
         # Runs from before the chain wrote events that do not say what each move wrote:
         # their replay would differ from every row without anything having been altered.
-        rebuilt = replay(((i.seq, i.item_id) for i in run.rows.items), run.events)
-        findings += compare(rebuilt, run.rows)
+        findings += _replayed(source, head)
     if findings:
         verdict = AuditVerdict.ALTERED
-    elif run.chain is None:
+    elif head.chain is None:
         verdict = AuditVerdict.UNSIGNED
-    elif run.chain == ChainKind.KEYED and signer.key is not None:
+    elif head.chain == ChainKind.KEYED and signer.key is not None:
         verdict = AuditVerdict.KEYED
     else:
         verdict = AuditVerdict.UNKEYED
-    return RunVerdict(run.run_id, verdict, run.chain, run.key_id, len(run.events), tuple(findings))
+    return RunVerdict(head.run_id, verdict, head.chain, head.key_id, counted.count,
+                      tuple(findings))  # fmt: skip
 
 
-def _chain(run: AuditedRun, signer: Signer) -> list[Difference]:
+class _Counted:
+    """The events as they stream past, counted."""
+
+    def __init__(self, events: Iterable[EventRecord]) -> None:
+        self._events = events
+        self.count = 0
+
+    def __iter__(self) -> Iterator[EventRecord]:
+        for event in self._events:
+            self.count += 1
+            yield event
+
+
+def _replayed(source: AuditSource, head: RunHead) -> list[Difference]:
+    """The run replayed from its events and compared with its rows: the run's own moves and
+    its decisions whole, its items CHUNK at a time."""
+    run = replay((), source.run_events(head.run_id))
+    found = compare_run(run, head.state, head.items, source.decisions(head.run_id))
+    for start in range(head.seqs.start, head.seqs.stop, CHUNK):
+        seqs = range(start, min(start + CHUNK, head.seqs.stop))
+        rows = source.rows(head.run_id, seqs)
+        rebuilt = replay(((i.seq, i.item_id) for i in rows.items),
+                         source.item_events(head.run_id, seqs))  # fmt: skip
+        found += compare_items(rebuilt, rows)
+    return found
+
+
+def _chain(run: RunHead, events: Iterable[EventRecord], signer: Signer) -> list[Difference]:
     """Every event that breaks the run's chain, named; and a key that is not the run's."""
     if run.chain is None:
         # Unsigned: nothing was chained, so a hash here was put there by someone else.
         return [
             Difference(Table.EVENTS, f"event {e.seq_no}", Change.EXTRA, "hash", e.hash, None)
-            for e in run.events
+            for e in events
             if e.hash is not None or e.prev_hash is not None
         ]
     found: list[Difference] = []
@@ -135,11 +207,11 @@ def _chain(run: AuditedRun, signer: Signer) -> list[Difference]:
                     Table.RUNS, "the run", Change.DIFFERS, "audit_key_id", run.key_id, signer.key_id
                 )
             )
-    found += _links(run.events, link)
+    found += _links(events, link)
     return found
 
 
-def _links(events: list[EventRecord], link: Signer | None) -> list[Difference]:
+def _links(events: Iterable[EventRecord], link: Signer | None) -> list[Difference]:
     found: list[Difference] = []
     expected_no, prev = 1, None
     for e in events:

@@ -1,8 +1,11 @@
-"""What verify.py reads of a run (its rows and its chained events), as the plain records of
-replay.py: the checks never see the store's internals, so an exported file can be read into
-the same records and checked the same way."""
+"""What verify.py reads of a run (its head, its chained events, its rows a slice of items at a
+time), as the plain records of replay.py: the checks never see the store's internals, so an
+exported file can be read into the same records and checked the same way."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
 
 from ..replay import (
     AttemptRecord,
@@ -12,32 +15,42 @@ from ..replay import (
     ReceiptRecord,
     RunRows,
 )
-from ..verify import AuditedRun
+from ..verify import RunHead
 from .core import Core
 
 _RUN = "SELECT run_id, state, {chain} FROM runs WHERE run_id = %(run_id)s"
 _RUN_IDS = "SELECT run_id FROM runs ORDER BY created_at, run_id"
+_SPAN = (
+    "SELECT (SELECT COUNT(*) FROM items WHERE run_id = %(run_id)s) AS items, "
+    "(SELECT MIN(seq) FROM items WHERE run_id = %(run_id)s) AS first_item, "
+    "(SELECT MAX(seq) FROM items WHERE run_id = %(run_id)s) AS last_item, "
+    "(SELECT MIN(item_seq) FROM events WHERE run_id = %(run_id)s) AS first_event, "
+    "(SELECT MAX(item_seq) FROM events WHERE run_id = %(run_id)s) AS last_event"
+)
+_IN = "run_id = %(run_id)s AND {seq} >= %(lo)s AND {seq} < %(hi)s"
 _ITEMS = (
     "SELECT seq, item_id, state, attempts, receipt_id, last_error, next_attempt_at "
-    "FROM items WHERE run_id = %(run_id)s ORDER BY seq"
+    f"FROM items WHERE {_IN.format(seq='seq')} ORDER BY seq"
 )
 _ATTEMPTS = (
     "SELECT seq, n, started_at, finished_at, outcome, http_status, error, retry_after_s, "
-    "waited_s FROM attempts WHERE run_id = %(run_id)s ORDER BY seq, n"
+    f"waited_s FROM attempts WHERE {_IN.format(seq='seq')} ORDER BY seq, n"
 )
 _RECEIPTS = (
     "SELECT i.seq, r.receipt_id, r.source, r.evidence, r.recorded_at FROM receipts AS r "
-    "JOIN items AS i ON i.idempotency_key = r.idempotency_key WHERE i.run_id = %(run_id)s "
-    "ORDER BY i.seq"
+    "JOIN items AS i ON i.idempotency_key = r.idempotency_key "
+    f"WHERE i.{_IN.format(seq='i.seq')} ORDER BY i.seq"
 )
 _DECISIONS = (
     "SELECT seq, operator, at, decision, evidence FROM decisions WHERE run_id = %(run_id)s "
     "ORDER BY id"
 )
-_EVENTS = (
-    "SELECT run_id, seq_no, at, kind, item_seq, detail, {links} FROM events "
-    "WHERE run_id = %(run_id)s ORDER BY seq_no"
+_EVENT = "SELECT run_id, seq_no, at, kind, item_seq, detail, {links} FROM events "
+_EVENTS = _EVENT + "WHERE run_id = %(run_id)s ORDER BY seq_no"
+_RUN_EVENTS = (
+    _EVENT + "WHERE run_id = %(run_id)s AND (item_seq IS NULL OR kind = 'decision') ORDER BY seq_no"
 )
+_ITEM_EVENTS = _EVENT + f"WHERE {_IN.format(seq='item_seq')} ORDER BY seq_no"
 # A database m013 was not applied to (opened read-only: `verify` migrates nothing) has no
 # chain: its runs read as planned before it.
 _NO_CHAIN = "NULL AS audit_chain, NULL AS audit_key_id"
@@ -45,30 +58,59 @@ _NO_LINKS = "NULL AS prev_hash, NULL AS hash"
 
 
 class AuditRecords:
-    """Reads a run for verify.py, in one snapshot (the rows and the events agree)."""
+    """Reads runs for verify.py, inside one snapshot (`reading`): the rows and the events
+    agree."""
 
     def __init__(self, core: Core) -> None:
         self.core = core
         self.engine = core.engine
 
+    def _chained(self) -> bool:
+        return "audit_chain" in self.engine.columns("runs")
+
+    def _links(self) -> str:
+        return "prev_hash, hash" if self._chained() else _NO_LINKS
+
     def run_ids(self) -> list[str]:
         return [run_id for (run_id,) in self.engine.execute(_RUN_IDS)]
 
-    def run(self, run_id: str) -> AuditedRun | None:
-        chained = "audit_chain" in self.engine.columns("runs")
-        read_run = _RUN.format(chain="audit_chain, audit_key_id" if chained else _NO_CHAIN)
-        read_events = _EVENTS.format(links="prev_hash, hash" if chained else _NO_LINKS)
-        with self.core.snapshot():
-            row = self.engine.execute(read_run, {"run_id": run_id}).fetchone()
-            if row is None:
-                return None
-            key = {"run_id": run_id}
-            rows = RunRows(
-                state=row.state,
-                items=[ItemRecord(*r) for r in self.engine.execute(_ITEMS, key)],
-                attempts=[AttemptRecord(*r) for r in self.engine.execute(_ATTEMPTS, key)],
-                receipts=[ReceiptRecord(*r) for r in self.engine.execute(_RECEIPTS, key)],
-                decisions=[DecisionRecord(*r) for r in self.engine.execute(_DECISIONS, key)],
-            )
-            events = [EventRecord(*r) for r in self.engine.execute(read_events, key)]
-        return AuditedRun(run_id, row.audit_chain, row.audit_key_id, rows, events)
+    def reading(self) -> AbstractContextManager[None]:
+        return self.core.snapshot()
+
+    def head(self, run_id: str) -> RunHead | None:
+        chain = "audit_chain, audit_key_id" if self._chained() else _NO_CHAIN
+        row = self.engine.execute(_RUN.format(chain=chain), {"run_id": run_id}).fetchone()
+        if row is None:
+            return None
+        count, *ends = self.engine.execute(_SPAN, {"run_id": run_id}).fetchone()
+        lows = [int(v) for v in ends[0::2] if v is not None]
+        highs = [int(v) for v in ends[1::2] if v is not None]
+        seqs = range(min(lows), max(highs) + 1) if lows else range(0)
+        return RunHead(run_id, row.audit_chain, row.audit_key_id, row.state, int(count), seqs)
+
+    def events(self, run_id: str) -> Iterator[EventRecord]:
+        statement = _EVENTS.format(links=self._links())
+        for row in self.engine.stream(statement, {"run_id": run_id}):
+            yield EventRecord(*row)
+
+    def run_events(self, run_id: str) -> list[EventRecord]:
+        statement = _RUN_EVENTS.format(links=self._links())
+        return [EventRecord(*r) for r in self.engine.execute(statement, {"run_id": run_id})]
+
+    def item_events(self, run_id: str, seqs: range) -> list[EventRecord]:
+        statement = _ITEM_EVENTS.format(links=self._links())
+        key = {"run_id": run_id, "lo": seqs.start, "hi": seqs.stop}
+        return [EventRecord(*r) for r in self.engine.execute(statement, key)]
+
+    def rows(self, run_id: str, seqs: range) -> RunRows:
+        key = {"run_id": run_id, "lo": seqs.start, "hi": seqs.stop}
+        return RunRows(
+            state="",
+            items=[ItemRecord(*r) for r in self.engine.execute(_ITEMS, key)],
+            attempts=[AttemptRecord(*r) for r in self.engine.execute(_ATTEMPTS, key)],
+            receipts=[ReceiptRecord(*r) for r in self.engine.execute(_RECEIPTS, key)],
+            decisions=[],
+        )
+
+    def decisions(self, run_id: str) -> list[DecisionRecord]:
+        return [DecisionRecord(*r) for r in self.engine.execute(_DECISIONS, {"run_id": run_id})]

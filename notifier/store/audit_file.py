@@ -25,6 +25,7 @@ import json
 import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -46,7 +47,7 @@ from ..replay import (
     Table,
 )
 from ..suppression import address_key
-from ..verify import AuditedRun
+from ..verify import RunHead
 from .core import Core
 
 FORMAT = "notifier-audit-1"
@@ -227,6 +228,7 @@ def _write(
          "signature": signature},
         pk="format",
     )  # fmt: skip
+    _table(db, "events").create_index(["item_seq", "seq_no"])
     _table(db, "items").enable_fts(["item_id", "recipient", "receipt_id"], create_triggers=False)
     db.conn.commit()
     db.close()
@@ -361,21 +363,72 @@ class AuditFile:
             )
         return found
 
-    def run(self, run_id: str) -> AuditedRun | None:
+    def reading(self) -> AbstractContextManager[None]:
+        return nullcontext()  # a file opened read-only does not change under us
+
+    def head(self, run_id: str) -> RunHead | None:
         if run_id != self.meta["run_id"]:
             return None
         (run,) = (dict(zip(RUN.columns, r[:-1], strict=True)) for r in self._rows(RUN))
-        rows = RunRows(
-            state=run["state"],
-            items=[
-                ItemRecord(r[0], r[1], r[6], r[7], r[8], r[9], r[10]) for r in self._rows(ITEMS)
-            ],
-            attempts=[AttemptRecord(*r[:-1]) for r in self._rows(ATTEMPTS)],
-            receipts=[ReceiptRecord(*r[:-1]) for r in self._rows(RECEIPTS)],
-            decisions=[DecisionRecord(*r[1:-1]) for r in self._rows(DECISIONS)],
+        (count, *ends) = self.db.execute(_FILE_SPAN).fetchone()
+        lows = [int(v) for v in ends[0::2] if v is not None]
+        highs = [int(v) for v in ends[1::2] if v is not None]
+        seqs = range(min(lows), max(highs) + 1) if lows else range(0)
+        return RunHead(run_id, run["audit_chain"], run["audit_key_id"], run["state"],
+                       int(count), seqs)  # fmt: skip
+
+    def events(self, run_id: str) -> Iterator[EventRecord]:
+        for row in self._rows(EVENTS):
+            yield EventRecord(run_id, *row[:-1])
+
+    def run_events(self, run_id: str) -> list[EventRecord]:
+        rows = self.db.execute(_FILE_RUN_EVENTS)
+        return [EventRecord(run_id, *r) for r in rows]
+
+    def item_events(self, run_id: str, seqs: range) -> list[EventRecord]:
+        rows = self.db.execute(_FILE_ITEM_EVENTS, (seqs.start, seqs.stop))
+        return [EventRecord(run_id, *r) for r in rows]
+
+    def rows(self, run_id: str, seqs: range) -> RunRows:
+        span = (seqs.start, seqs.stop)
+        return RunRows(
+            state="",
+            items=[ItemRecord(*r) for r in self.db.execute(_FILE_ITEMS, span)],
+            attempts=[AttemptRecord(*r) for r in self.db.execute(_FILE_ATTEMPTS, span)],
+            receipts=[ReceiptRecord(*r) for r in self.db.execute(_FILE_RECEIPTS, span)],
+            decisions=[],
         )
-        events = [EventRecord(run_id, *r[:-1]) for r in self._rows(EVENTS)]
-        return AuditedRun(run_id, run["audit_chain"], run["audit_key_id"], rows, events)
+
+    def decisions(self, run_id: str) -> list[DecisionRecord]:
+        return [DecisionRecord(*r[1:-1]) for r in self._rows(DECISIONS)]
+
+
+# The reads of a file, by item seq (its events indexed by item_seq at export).
+_FILE_SPAN = (
+    "SELECT (SELECT COUNT(*) FROM items), (SELECT MIN(seq) FROM items), "
+    "(SELECT MAX(seq) FROM items), (SELECT MIN(item_seq) FROM events), "
+    "(SELECT MAX(item_seq) FROM events)"
+)
+_EVENT_COLUMNS = "seq_no, at, kind, item_seq, detail, prev_hash, hash"
+_FILE_RUN_EVENTS = (
+    f"SELECT {_EVENT_COLUMNS} FROM events WHERE item_seq IS NULL OR kind = 'decision' "
+    "ORDER BY seq_no"
+)
+_FILE_ITEM_EVENTS = (
+    f"SELECT {_EVENT_COLUMNS} FROM events WHERE item_seq >= ? AND item_seq < ? ORDER BY seq_no"
+)
+_FILE_ITEMS = (
+    "SELECT seq, item_id, state, attempts, receipt_id, last_error, next_attempt_at FROM items "
+    "WHERE seq >= ? AND seq < ? ORDER BY seq"
+)
+_FILE_ATTEMPTS = (
+    "SELECT seq, n, started_at, finished_at, outcome, http_status, error, retry_after_s, "
+    "waited_s FROM attempts WHERE seq >= ? AND seq < ? ORDER BY seq, n"
+)
+_FILE_RECEIPTS = (
+    "SELECT seq, receipt_id, source, evidence, recorded_at FROM receipts "
+    "WHERE seq >= ? AND seq < ? ORDER BY seq"
+)
 
 
 def _name(part: Part, values: Sequence[Any]) -> str:
