@@ -7,9 +7,10 @@ Writers do not take turns per schema, as SQLite's do per file (BEGIN IMMEDIATE):
 write transaction locks only the rows it needs, so the item writes of two workers' group
 commits on one run go on side by side, and two runs never wait for each other at all.
 
-- A run's events are numbered at COMMIT (`commit`), under its `runs` row taken FOR NO KEY
-  UPDATE as the transaction's last step: contiguous and unique per run. The run counters'
-  triggers fire at COMMIT too (m010), under that row.
+- A run's events are numbered and linked at COMMIT (`commit`, chaining.py), under its `runs`
+  row taken FOR NO KEY UPDATE as the transaction's last step: contiguous and unique per run,
+  each linked to the one before. The run counters' triggers fire at COMMIT too (m010), under
+  that row.
 - A run's state read then moved, a join, the exclusive lease, leaving, adopting: the run's
   row is read FOR NO KEY UPDATE first (core's `locked_run`).
 - Fencing: a worker's lease row is read FOR SHARE and held to COMMIT, so a reap waits for a
