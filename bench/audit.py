@@ -53,7 +53,7 @@ def build(db: str, batch: Path, plan_only: bool) -> dict[str, float]:
     )
     start = time.perf_counter()
     if plan_only:
-        notifier.plan(batch, channel="hooks", run_id=RUN)
+        notifier.content.plan(batch, channel="hooks", run_id=RUN)
     else:
         notifier.send(batch, channel="hooks", run_id=RUN, concurrency=16)
     return {"seconds": time.perf_counter() - start}
@@ -77,9 +77,9 @@ def child_verify_file(path: Path) -> dict[str, float]:
 
 
 def child_verify_db(db: str) -> dict[str, float]:
-    from notifier.chain import signer_from  # noqa: PLC0415
+    from notifier.domain.chain import signer_from  # noqa: PLC0415
+    from notifier.domain.verify import verify  # noqa: PLC0415
     from notifier.store import Store  # noqa: PLC0415
-    from notifier.verify import verify  # noqa: PLC0415
 
     start = time.perf_counter()
     store = Store.open(db, readonly=True, audited=True)

@@ -16,9 +16,9 @@ import pytest
 import sqlite_utils
 
 from notifier.api import Notifier, VerifiedFile
-from notifier.chain import KEY_ENV, Signer
 from notifier.channels.scripted import DELIVER, LOST_AFTER_COMMIT, Response
-from notifier.intent import Intent
+from notifier.domain.chain import KEY_ENV, Signer
+from notifier.domain.intent import Intent
 from notifier.store.audit_file import PARTS, manifest_form, row_form, seal
 
 from .conftest import Workspace

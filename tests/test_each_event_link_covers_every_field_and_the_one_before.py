@@ -9,7 +9,7 @@ from dataclasses import astuple, dataclass, replace
 
 import pytest
 
-from notifier.chain import UNKEYED, ChainKind, Signer, canonical, key_id, signer_from
+from notifier.domain.chain import UNKEYED, ChainKind, Signer, canonical, key_id, signer_from
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ import signal
 
 import pytest
 
-from notifier.chain import KEY_ENV
-from notifier.sandbox import Faults, Sandbox
-from notifier.verify import AuditVerdict
+from notifier.domain.chain import KEY_ENV
+from notifier.domain.verify import AuditVerdict
+from notifier.sandbox.server import Faults, Sandbox
 
 from .conftest import DB_ERRORS, Workspace, make_rows, wait_for
 from .support.audited import KEY, verdict

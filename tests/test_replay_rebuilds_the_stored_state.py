@@ -14,7 +14,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from notifier.api import Notifier
-from notifier.chain import KEY_ENV
 from notifier.channels.scripted import (
     DELIVER,
     LOST_AFTER_COMMIT,
@@ -25,9 +24,10 @@ from notifier.channels.scripted import (
     Response,
     throttle,
 )
-from notifier.crash import POINTS
-from notifier.intent import Intent
-from notifier.verify import AuditVerdict
+from notifier.domain.chain import KEY_ENV
+from notifier.domain.intent import Intent
+from notifier.domain.verify import AuditVerdict
+from notifier.engine.crash import POINTS
 
 from .conftest import Workspace, make_rows
 from .support.audited import KEY, TOML, config, keyed, send, verdict

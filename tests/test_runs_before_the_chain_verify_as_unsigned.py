@@ -12,9 +12,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from notifier.chain import KEY_ENV
+from notifier.domain.chain import KEY_ENV
+from notifier.domain.verify import AuditVerdict
 from notifier.store import Store
-from notifier.verify import AuditVerdict
 
 from .conftest import Workspace, make_rows
 from .support.audited import KEY, SIGNER, verdict, verdicts

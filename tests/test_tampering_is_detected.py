@@ -11,10 +11,10 @@ from collections.abc import Callable
 
 import pytest
 
-from notifier.chain import UNKEYED, Signer
 from notifier.channels.scripted import DELIVER, LOST_AFTER_COMMIT, Response
-from notifier.intent import Intent
-from notifier.verify import AuditVerdict
+from notifier.domain.chain import UNKEYED, Signer
+from notifier.domain.intent import Intent
+from notifier.domain.verify import AuditVerdict
 
 from .conftest import Workspace
 from .support.audited import KEY, TOML, keyed, named, send, verdict

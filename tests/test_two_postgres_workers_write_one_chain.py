@@ -11,8 +11,8 @@ import pytest
 
 from notifier.api import Notifier
 from notifier.channels.scripted import Channels, Kind, Response, ScriptedChannel
-from notifier.intent import Intent
-from notifier.verify import AuditVerdict
+from notifier.domain.intent import Intent
+from notifier.domain.verify import AuditVerdict
 
 from .conftest import Workspace, make_rows
 from .support.audited import config, keyed, verdict
@@ -34,7 +34,7 @@ def test_two_workers_on_one_run_write_one_chain_that_verifies(
     channel = ScriptedChannel("hooks", slow, idempotent=False, queryable=False)
     ws.write_csv("batch.csv", make_rows(ROWS))
     notifier = Notifier.open(ws.db, config=config(), channels=Channels(hooks=channel))
-    planned = notifier.plan(Path("batch.csv"), channel="hooks", run_id="shared")
+    planned = notifier.content.plan(Path("batch.csv"), channel="hooks", run_id="shared")
     assert planned.run is not None
     workers = [
         Worker(lambda: notifier.work("shared", concurrency=8, joining=True)) for _ in range(2)

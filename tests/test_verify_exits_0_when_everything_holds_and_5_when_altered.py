@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from notifier.chain import KEY_ENV, key_id
+from notifier.domain.chain import KEY_ENV, key_id
 
 from .conftest import Workspace, make_rows
 from .support.audited import KEY

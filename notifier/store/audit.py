@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 
-from ..replay import (
+from notifier.domain.replay import (
     AttemptRecord,
     DecisionRecord,
     EventRecord,
@@ -15,8 +15,8 @@ from ..replay import (
     ReceiptRecord,
     RunRows,
 )
-from ..verify import RunHead
-from .core import Core
+from notifier.domain.verify import RunHead
+from notifier.store.core import Core
 
 _RUN = "SELECT run_id, state, {chain} FROM runs WHERE run_id = %(run_id)s"
 _RUN_IDS = "SELECT run_id FROM runs ORDER BY created_at, run_id"

@@ -33,9 +33,9 @@ from typing import Any
 
 import sqlite_utils
 
-from ..chain import Signer
-from ..clock import now_iso
-from ..replay import (
+from notifier.domain.chain import Signer
+from notifier.domain.clock import now_iso
+from notifier.domain.replay import (
     AttemptRecord,
     Change,
     DecisionRecord,
@@ -46,9 +46,9 @@ from ..replay import (
     RunRows,
     Table,
 )
-from ..suppression import address_key
-from ..verify import RunHead
-from .core import Core
+from notifier.domain.suppression import address_key
+from notifier.domain.verify import RunHead
+from notifier.store.core import Core
 
 FORMAT = "notifier-audit-1"
 SEAL = "seal"  # the column every exported row carries

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from ..chain import ChainKind, Signer
-from .exceptions import AuditKeyMismatch
+from notifier.domain.chain import ChainKind, Signer
+from notifier.store.exceptions import AuditKeyMismatch
 
 # A run's head: how it is chained, its key's id, and its last event's number and hash.
 HEAD = (

@@ -22,12 +22,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from .. import clock
-from ..intent import digest_of_normalised, normalise_target, payload_json, row_identity
-from . import schema_postgres, schema_sqlite
+from notifier.domain import clock
+from notifier.domain.intent import (
+    digest_of_normalised,
+    normalise_target,
+    payload_json,
+    row_identity,
+)
+from notifier.store import schema_postgres, schema_sqlite
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from notifier.store.backend import Engine
 
 # The migration set every record names (earlier versions' sqlite-utils Migrations("notifier")).
 MIGRATION_SET = "notifier"
@@ -196,7 +201,7 @@ def _m012(engine: Engine) -> None:
             )
 
 
-# The chain of each run's events (notifier/chain.py): every event written from here on
+# The chain of each run's events (notifier/domain/chain.py): every event written from here on
 # carries the hash of the one before it and its own; a run records how its events are
 # chained and the id of its key (never the key). Runs planned before keep NULL in both: they
 # verify as unsigned, and their later events stay unchained, so a run is one kind or the other.

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from notifier.api import Notifier
-from notifier.chain import KEY_ENV, UNKEYED, Signer
 from notifier.channels.scripted import Channels, Script, ScriptedChannel, always_deliver
 from notifier.config import Config, RetrySettings
-from notifier.replay import Difference
-from notifier.runner import RunResult
+from notifier.domain.chain import KEY_ENV, UNKEYED, Signer
+from notifier.domain.replay import Difference
+from notifier.domain.verify import RunVerdict, verify
+from notifier.engine.runner import RunResult
 from notifier.store import Store
-from notifier.verify import RunVerdict, verify
 
 from .workspace import Workspace, make_rows
 

@@ -1,0 +1,378 @@
+"""Replay: a run's items, attempts, receipts and decisions rebuilt from its events alone,
+through the same state machines that allowed each move (state_machine.py), and compared
+with the rows stored. No I/O and no store: the records come from whoever read them (the
+live store's store/audit.py, or an exported file), and nothing is sent or written.
+
+Each item event carries what its move wrote (store/core.py `move_item`, store/ledger.py):
+`set` (the item columns), `attempt` (the attempt it closed) and `receipt` (the receipt it
+stored); a claim (`start`) opens an attempt as the store's claim does. So the rebuild needs
+no row but the list of the run's items, and any row edited, deleted or added afterwards
+differs from it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from enum import StrEnum
+from typing import Any
+
+from notifier.domain.clock import parse
+from notifier.domain.records import EventKind
+from notifier.domain.state_machine import (
+    IllegalMove,
+    ItemState,
+    ItemTrigger,
+    RunState,
+    RunTrigger,
+    item_next,
+    run_next,
+)
+
+# The item columns an event's `set` may write, and replay compares.
+ITEM_COLUMNS = ("receipt_id", "last_error", "next_attempt_at")
+_TRIGGERS = frozenset(t.value for t in ItemTrigger)
+_RUN_EVENT = "run_"
+
+
+# ---------------------------------------------------------------- the records read
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    run_id: str
+    seq_no: int
+    at: str
+    kind: str
+    item_seq: int | None
+    detail: str | None
+    prev_hash: str | None
+    hash: str | None
+
+
+@dataclass(frozen=True)
+class ItemRecord:
+    seq: int
+    item_id: str
+    state: str
+    attempts: int
+    receipt_id: str | None
+    last_error: str | None
+    next_attempt_at: str | None
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    seq: int
+    n: int
+    started_at: str
+    finished_at: str | None
+    outcome: str | None
+    http_status: int | None
+    error: str | None
+    retry_after_s: float | None
+    waited_s: float | None
+
+
+@dataclass(frozen=True)
+class ReceiptRecord:
+    seq: int
+    receipt_id: str | None
+    source: str
+    evidence: str | None
+    recorded_at: str
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    seq: int
+    operator: str
+    at: str
+    decision: str
+    evidence: str
+
+
+@dataclass(frozen=True)
+class RunRows:
+    """A run's stored rows, as verify.py compares them with their replay."""
+
+    state: str
+    items: Sequence[ItemRecord]
+    attempts: Sequence[AttemptRecord]
+    receipts: Sequence[ReceiptRecord]
+    decisions: Sequence[DecisionRecord]
+
+
+# ---------------------------------------------------------------- what replay finds
+
+
+class Table(StrEnum):
+    RUNS = "runs"
+    ITEMS = "items"
+    ATTEMPTS = "attempts"
+    RECEIPTS = "receipts"
+    DECISIONS = "decisions"
+    EVENTS = "events"
+    # the tables only an export holds (store/audit_file.py)
+    BODIES = "bodies"
+    SUPPRESSIONS = "suppressions"
+    SUPPRESSION_AUDIT = "suppression_audit"
+    MANIFEST = "manifest"
+    SEAL = "seal"
+
+
+class Change(StrEnum):
+    DIFFERS = "differs"  # the row is stored, one column is not what the events say
+    MISSING = "missing"  # the events made the row; it is not stored
+    EXTRA = "extra"  # the row is stored; no event made it
+    ILLEGAL = "illegal"  # an event makes a move the state machine does not allow
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One row that is not what it should be: which, how, and the two values (`expected`:
+    what the events replayed, or the chain, say it should hold)."""
+
+    table: Table
+    row: str  # names the row: "item k2 (seq 2)", "attempt 1 of item k2 (seq 2)", "event 7"
+    change: Change
+    column: str | None = None
+    stored: Any = None
+    expected: Any = None
+
+
+# ---------------------------------------------------------------- the rebuild
+
+
+@dataclass
+class _Item:
+    record: ItemRecord
+    attempts: list[AttemptRecord] = field(default_factory=list)
+
+
+@dataclass
+class Rebuilt:
+    """What the events say the rows are."""
+
+    state: str
+    items: dict[int, _Item]
+    receipts: dict[int, ReceiptRecord]
+    decisions: list[DecisionRecord]
+    planned: int | None  # how many items the plan (or the freeze) stored
+    illegal: list[Difference]
+
+
+def replay(items: Iterable[tuple[int, str]], events: Iterable[EventRecord]) -> Rebuilt:
+    """The rows rebuilt from `events` (in seq_no order), for the run's items (seq,
+    item_id), each planned pending with no attempt."""
+    rebuilt = Rebuilt(
+        state=RunState.PLANNED.value,
+        items={
+            seq: _Item(ItemRecord(seq, item_id, ItemState.PENDING.value, 0, None, None, None))
+            for seq, item_id in items
+        },
+        receipts={},
+        decisions=[],
+        planned=None,
+        illegal=[],
+    )
+    for event in events:
+        detail = _detail(event)
+        if event.kind.startswith(_RUN_EVENT):
+            _run_move(rebuilt, event)
+        elif event.kind in (EventKind.PLANNED, EventKind.FROZEN) and "items" in detail:
+            rebuilt.planned = int(detail["items"])
+        elif event.item_seq is None:
+            continue
+        elif event.kind == EventKind.DECISION:
+            rebuilt.decisions.append(
+                DecisionRecord(
+                    event.item_seq,
+                    detail["operator"],
+                    event.at,
+                    detail["decision"],
+                    detail["evidence"],
+                )
+            )
+        elif event.kind == EventKind.FAILED_AT_FREEZE:
+            _apply(rebuilt, event, detail, ItemState.FAILED.value)
+        elif event.kind in _TRIGGERS:
+            _item_move(rebuilt, event, detail)
+    return rebuilt
+
+
+def _detail(event: EventRecord) -> dict[str, Any]:
+    if not event.detail:
+        return {}
+    try:
+        value = json.loads(event.detail)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _run_move(rebuilt: Rebuilt, event: EventRecord) -> None:
+    try:
+        trigger = RunTrigger(event.kind[len(_RUN_EVENT) :])
+        rebuilt.state = run_next(trigger, RunState(rebuilt.state)).value
+    except (ValueError, IllegalMove):
+        rebuilt.illegal.append(
+            Difference(
+                Table.EVENTS,
+                f"event {event.seq_no}",
+                Change.ILLEGAL,
+                "kind",
+                rebuilt.state,
+                event.kind,
+            )
+        )
+
+
+def _item_move(rebuilt: Rebuilt, event: EventRecord, detail: Mapping[str, Any]) -> None:
+    seq = event.item_seq
+    item = rebuilt.items.get(seq) if seq is not None else None
+    if item is None:
+        rebuilt.illegal.append(
+            Difference(Table.EVENTS, f"event {event.seq_no}", Change.ILLEGAL, "item_seq", None, seq)
+        )
+        return
+    trigger = ItemTrigger(event.kind)
+    record = item.record
+    try:
+        target = item_next(trigger, ItemState(record.state)).value
+    except IllegalMove:
+        rebuilt.illegal.append(
+            Difference(
+                Table.EVENTS,
+                f"event {event.seq_no}",
+                Change.ILLEGAL,
+                "state",
+                record.state,
+                event.kind,
+            )
+        )
+        target = str(detail.get("to", record.state))
+    if trigger is ItemTrigger.RELEASE and record.state == ItemState.IN_FLIGHT and record.attempts:
+        # Claimed but never started: not counted as an attempt (ledger UNCOUNT_ATTEMPT).
+        item.record = record = replace(record, attempts=record.attempts - 1)
+    if trigger is ItemTrigger.START:
+        _open_attempt(item, event.at)
+    _apply(rebuilt, event, detail, target)
+
+
+def _open_attempt(item: _Item, at: str) -> None:
+    """The claim's attempt row (ledger._claim): numbered after the item's rows, with how
+    long it waited since the last one finished, if the item had any attempt counted."""
+    record = item.record
+    waited = None
+    if record.attempts and item.attempts and item.attempts[-1].finished_at:
+        waited = (parse(at) - parse(item.attempts[-1].finished_at)).total_seconds()
+    n = len(item.attempts) + 1
+    item.attempts.append(AttemptRecord(record.seq, n, at, None, None, None, None, None, waited))
+    item.record = replace(record, attempts=record.attempts + 1, next_attempt_at=None)
+
+
+def _apply(rebuilt: Rebuilt, event: EventRecord, detail: Mapping[str, Any], target: str) -> None:
+    """The move to `target` and what the event says it wrote with it."""
+    seq = event.item_seq
+    assert seq is not None
+    item = rebuilt.items.get(seq)
+    if item is None:
+        rebuilt.illegal.append(
+            Difference(Table.EVENTS, f"event {event.seq_no}", Change.ILLEGAL, "item_seq", None, seq)
+        )
+        return
+    sets = {k: v for k, v in dict(detail.get("set") or {}).items() if k in ITEM_COLUMNS}
+    item.record = replace(item.record, state=target, **sets)
+    closed = detail.get("attempt")
+    if isinstance(closed, Mapping):
+        item.attempts = [
+            a
+            if a.finished_at is not None
+            else replace(
+                a,
+                finished_at=closed.get("finished_at"),
+                outcome=closed.get("outcome"),
+                http_status=closed.get("http_status"),
+                error=closed.get("error"),
+                retry_after_s=closed.get("retry_after_s"),
+                started_at=closed.get("started_at") or a.started_at,
+            )
+            for a in item.attempts
+        ]
+    receipt = detail.get("receipt")
+    if isinstance(receipt, Mapping):
+        rebuilt.receipts[seq] = ReceiptRecord(
+            seq, receipt.get("id"), str(receipt.get("source")), receipt.get("evidence"), event.at
+        )
+
+
+# ---------------------------------------------------------------- the comparison
+
+
+def compare_run(
+    rebuilt: Rebuilt, state: str, items: int, decisions: Sequence[DecisionRecord]
+) -> list[Difference]:
+    """The run's own rows against the replay of its own events and its decisions: its
+    state, how many items it holds, and each decision by hand."""
+    found: list[Difference] = list(rebuilt.illegal)
+    if state != rebuilt.state:
+        found.append(Difference(Table.RUNS, "the run", Change.DIFFERS, "state", state,
+                                rebuilt.state))  # fmt: skip
+    if rebuilt.planned is not None and rebuilt.planned != items:
+        found.append(Difference(Table.ITEMS, "the run's items", Change.DIFFERS, "count", items,
+                                rebuilt.planned))  # fmt: skip
+    found += _rows(
+        Table.DECISIONS,
+        dict(enumerate(decisions, start=1)),
+        dict(enumerate(rebuilt.decisions, start=1)),
+        lambda n: f"decision {n}",
+    )
+    return found
+
+
+def compare_items(rebuilt: Rebuilt, stored: RunRows) -> list[Difference]:
+    """Every stored item, attempt and receipt of these items that is not what their events
+    say, and every such row the events made that is not stored: each named, with the column
+    and both values where one differs."""
+    names = {item.seq: f"item {item.item_id} (seq {item.seq})" for item in stored.items}
+    found: list[Difference] = list(rebuilt.illegal)
+    found += _rows(
+        Table.ITEMS,
+        {i.seq: i for i in stored.items},
+        {seq: item.record for seq, item in rebuilt.items.items()},
+        lambda seq: names.get(seq, f"item seq {seq}"),
+    )
+    replayed_attempts = {(a.seq, a.n): a for item in rebuilt.items.values() for a in item.attempts}
+    found += _rows(
+        Table.ATTEMPTS,
+        {(a.seq, a.n): a for a in stored.attempts},
+        replayed_attempts,
+        lambda key: f"attempt {key[1]} of {names.get(key[0], f'item seq {key[0]}')}",
+    )
+    found += _rows(
+        Table.RECEIPTS,
+        {r.seq: r for r in stored.receipts},
+        rebuilt.receipts,
+        lambda seq: f"receipt of {names.get(seq, f'item seq {seq}')}",
+    )
+    return found
+
+
+def _rows(
+    table: Table, stored: Mapping[Any, Any], replayed: Mapping[Any, Any], name: Any
+) -> list[Difference]:
+    found: list[Difference] = []
+    for key in sorted(set(stored) | set(replayed)):
+        mine, theirs = stored.get(key), replayed.get(key)
+        if theirs is None:
+            found.append(Difference(table, name(key), Change.EXTRA))
+        elif mine is None:
+            found.append(Difference(table, name(key), Change.MISSING))
+        else:
+            for f in fields(mine):
+                a, b = getattr(mine, f.name), getattr(theirs, f.name)
+                if a != b:
+                    found.append(Difference(table, name(key), Change.DIFFERS, f.name, a, b))
+    return found

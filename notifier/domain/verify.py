@@ -1,0 +1,243 @@
+"""`notifier verify`'s check of a run: its chain of events (chain.py), with the audit key
+where one is given, and its rows against their replay (replay.py). Pure: the run comes as
+plain records from an AuditSource (the live store's store/audit.py today; an exported file
+can give the same records), and the verdict is a record the command layer renders.
+
+What each verdict means (docs/guarantees.md has the threat model):
+- keyed: every link checked with the run's key, and every row is what the events say;
+- unkeyed: checked without a key (a run chained without one, or a keyed run verified
+  without its key: then only the links' order), so it shows accidents, not an editor;
+- unsigned: planned before the chain existed; there is nothing to check it against;
+- altered: something was named: an event missing, edited, inserted or moved, a chain
+  keyed with another key (or not keyed at all when a key is given), a row that differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+from notifier.domain.chain import UNKEYED, ChainKind, Signer
+from notifier.domain.replay import (
+    Change,
+    DecisionRecord,
+    Difference,
+    EventRecord,
+    RunRows,
+    Table,
+    compare_items,
+    compare_run,
+    replay,
+)
+
+
+class AuditVerdict(StrEnum):
+    KEYED = "keyed"
+    UNKEYED = "unkeyed"
+    UNSIGNED = "unsigned"
+    ALTERED = "altered"
+
+
+@dataclass(frozen=True)
+class RunHead:
+    """What verify reads of a run before its rows: how its events are chained, its state,
+    how many items it holds and the span of item numbers its items and events use."""
+
+    run_id: str
+    chain: str | None  # ChainKind's value; None: planned before the chain
+    key_id: str | None
+    state: str
+    items: int
+    seqs: range  # every item seq an item or an event names
+
+
+class AuditSource(Protocol):
+    """Where the runs to check are read from, read-only, a slice at a time: a run of a
+    million items is checked in the memory of CHUNK of them."""
+
+    def run_ids(self) -> list[str]: ...
+
+    def reading(self) -> AbstractContextManager[None]:
+        """One consistent view for the reads that follow (a snapshot of a live store)."""
+        ...
+
+    def head(self, run_id: str) -> RunHead | None: ...
+
+    def events(self, run_id: str) -> Iterable[EventRecord]:
+        """Every event of the run in seq_no order, streamed."""
+        ...
+
+    def run_events(self, run_id: str) -> list[EventRecord]:
+        """The run's own events (no item_seq) and its manual decisions, in seq_no order."""
+        ...
+
+    def item_events(self, run_id: str, seqs: range) -> list[EventRecord]:
+        """The events of the items numbered in `seqs`, in seq_no order."""
+        ...
+
+    def rows(self, run_id: str, seqs: range) -> RunRows:
+        """The stored items, attempts and receipts of the items numbered in `seqs` (state:
+        the run's; decisions: none, they are read whole)."""
+        ...
+
+    def decisions(self, run_id: str) -> list[DecisionRecord]: ...
+
+
+# How many items are replayed and compared at once.
+CHUNK = 5000
+
+
+@dataclass(frozen=True)
+class RunVerdict:
+    run_id: str
+    verdict: AuditVerdict
+    chain: str | None
+    key_id: str | None  # the run's, as recorded
+    events: int
+    findings: tuple[Difference, ...]
+
+
+def verify(source: AuditSource, run_ids: Iterable[str], signer: Signer) -> list[RunVerdict]:
+    """Each run's verdict (`signer`: the key given, or UNKEYED for none). KeyError for a
+    run the source does not hold."""
+    verdicts = []
+    for run_id in run_ids:
+        with source.reading():
+            head = source.head(run_id)
+            if head is None:
+                raise KeyError(run_id)
+            verdicts.append(verify_run(source, head, signer))
+    return verdicts
+
+
+def verify_run(source: AuditSource, head: RunHead, signer: Signer) -> RunVerdict:
+    counted = _Counted(source.events(head.run_id))
+    findings = _chain(head, counted, signer)
+    for _ in counted:  # what the chain check left unread, counted
+        pass
+    if head.chain is not None:
+        # Runs from before the chain wrote events that do not say what each move wrote:
+        # their replay would differ from every row without anything having been altered.
+        findings += _replayed(source, head)
+    if findings:
+        verdict = AuditVerdict.ALTERED
+    elif head.chain is None:
+        verdict = AuditVerdict.UNSIGNED
+    elif head.chain == ChainKind.KEYED and signer.key is not None:
+        verdict = AuditVerdict.KEYED
+    else:
+        verdict = AuditVerdict.UNKEYED
+    return RunVerdict(head.run_id, verdict, head.chain, head.key_id, counted.count,
+                      tuple(findings))  # fmt: skip
+
+
+class _Counted:
+    """The events as they stream past, counted."""
+
+    def __init__(self, events: Iterable[EventRecord]) -> None:
+        self._events = events
+        self.count = 0
+
+    def __iter__(self) -> Iterator[EventRecord]:
+        for event in self._events:
+            self.count += 1
+            yield event
+
+
+def _replayed(source: AuditSource, head: RunHead) -> list[Difference]:
+    """The run replayed from its events and compared with its rows: the run's own moves and
+    its decisions whole, its items CHUNK at a time."""
+    run = replay((), source.run_events(head.run_id))
+    found = compare_run(run, head.state, head.items, source.decisions(head.run_id))
+    for start in range(head.seqs.start, head.seqs.stop, CHUNK):
+        seqs = range(start, min(start + CHUNK, head.seqs.stop))
+        rows = source.rows(head.run_id, seqs)
+        rebuilt = replay(((i.seq, i.item_id) for i in rows.items),
+                         source.item_events(head.run_id, seqs))  # fmt: skip
+        found += compare_items(rebuilt, rows)
+    return found
+
+
+def _chain(run: RunHead, events: Iterable[EventRecord], signer: Signer) -> list[Difference]:
+    """Every event that breaks the run's chain, named; and a key that is not the run's."""
+    if run.chain is None:
+        # Unsigned: nothing was chained, so a hash here was put there by someone else.
+        return [
+            Difference(Table.EVENTS, f"event {e.seq_no}", Change.EXTRA, "hash", e.hash, None)
+            for e in events
+            if e.hash is not None or e.prev_hash is not None
+        ]
+    found: list[Difference] = []
+    try:
+        kind = ChainKind(run.chain)
+    except ValueError:
+        return [
+            Difference(
+                Table.RUNS,
+                "the run",
+                Change.DIFFERS,
+                "audit_chain",
+                run.chain,
+                "one of " + ", ".join(k.value for k in ChainKind),
+            )
+        ]
+    link: Signer | None = None  # what checks each link; None: only their order
+    if kind is ChainKind.UNKEYED:
+        link = UNKEYED
+        if signer.key is not None:
+            found.append(
+                Difference(
+                    Table.RUNS,
+                    "the run",
+                    Change.DIFFERS,
+                    "audit_chain",
+                    run.chain,
+                    ChainKind.KEYED.value,
+                )
+            )
+    elif signer.key is not None:
+        if signer.key_id == run.key_id:
+            link = signer
+        else:
+            found.append(
+                Difference(
+                    Table.RUNS, "the run", Change.DIFFERS, "audit_key_id", run.key_id, signer.key_id
+                )
+            )
+    found += _links(events, link)
+    return found
+
+
+def _links(events: Iterable[EventRecord], link: Signer | None) -> list[Difference]:
+    found: list[Difference] = []
+    expected_no, prev = 1, None
+    for e in events:
+        for missing in range(expected_no, e.seq_no):
+            found.append(Difference(Table.EVENTS, f"event {missing}", Change.MISSING))
+        expected_no = e.seq_no + 1
+        if e.prev_hash != prev:
+            found.append(
+                Difference(
+                    Table.EVENTS,
+                    f"event {e.seq_no}",
+                    Change.DIFFERS,
+                    "prev_hash",
+                    e.prev_hash,
+                    prev,
+                )
+            )
+        if link is not None:
+            own = link.link(e.prev_hash, e.run_id, e.seq_no, e.kind, e.item_seq, e.detail, e.at)
+            if e.hash != own:
+                found.append(
+                    Difference(
+                        Table.EVENTS, f"event {e.seq_no}", Change.DIFFERS, "hash", e.hash, own
+                    )
+                )
+        elif e.hash is None:
+            found.append(Difference(Table.EVENTS, f"event {e.seq_no}", Change.MISSING, "hash"))
+        prev = e.hash
+    return found
