@@ -20,6 +20,7 @@ from notifier import clock
 from notifier.sandbox import Faults, Sandbox
 
 from .conftest import DB_ERRORS, SlowRelay, Workspace, make_rows
+from .support.crashed import crash_send
 
 pytestmark = pytest.mark.both_stores
 
@@ -112,9 +113,7 @@ def test_cancel_without_a_worker_settles_in_flight_by_query(
     re-posting it) and reports 20 sent, 0 unknown, 80 pending."""
     configure(ws, slow_sandbox)
     ws.write_csv("batch.csv", make_rows(100))
-    crashed = ws.run("send", "batch.csv", "--channel", "hooks",
-                     env={"NOTIFIER_CRASH_AT": "after-send:20"})  # fmt: skip
-    assert crashed.returncode == 137
+    crash_send("after-send:20", db=ws.db, channel="hooks")
     cancelled = ws.invoke("cancel", "--report", "--format", "json")
     assert cancelled.exit_code == 3, cancelled.output  # 80 will never be sent
     report = json.loads(cancelled.stdout)

@@ -16,6 +16,7 @@ from notifier.cells import safe_cell
 from notifier.sandbox import Faults, Sandbox
 
 from .conftest import Inbox, Workspace, make_rows
+from .support.crashed import crash_resume, crash_send
 
 pytestmark = pytest.mark.both_stores
 
@@ -34,9 +35,8 @@ def test_reconcile_settles_in_flight_items_by_query(ws: Workspace, hooks: Sandbo
     """After a crash, `reconcile` asks the downstream about the in-flight item and records
     what it finds, without sending anything."""
     ws.write_csv("batch.csv", make_rows(10))
-    crashed = ws.run("send", "batch.csv", "--channel", "hooks",
-                     env={"NOTIFIER_CRASH_AT": "after-send:7"})  # fmt: skip
-    assert crashed.returncode == 137
+    crash_send("after-send:7", db=ws.db, channel="hooks")
+    assert ws.ledger.item("u7").state == "in_flight"
     requests = hooks.stats()["totals"]["requests"]
     result = ws.invoke("reconcile")
     assert result.exit_code == 0, result.output
@@ -53,9 +53,8 @@ def test_manual_reconcile_interactively(ws: Workspace, inbox: Inbox) -> None:
     """The operator is shown each unknown item and decides: sent (with evidence) or not sent
     (back to pending, resent under the same key by resume)."""
     ws.write_csv("batch.csv", make_rows(8))
-    assert ws.run("send", "batch.csv", "--channel", "mail",
-                  env={"NOTIFIER_CRASH_AT": "after-send:3"}).returncode == 137  # fmt: skip
-    assert ws.run("resume", env={"NOTIFIER_CRASH_AT": "after-intent:6"}).returncode == 137
+    crash_send("after-send:3", db=ws.db, channel="mail")
+    crash_resume("after-intent:6", db=ws.db)
     assert ws.invoke("resume").exit_code == 3
     assert [i.seq for i in ws.ledger.items() if i.state == "unknown"] == [3, 6]
     key6 = ws.ledger.item("u6").idempotency_key
@@ -80,8 +79,7 @@ def test_manual_reconcile_interactively(ws: Workspace, inbox: Inbox) -> None:
 def test_manual_reconcile_refuses_what_it_cannot_decide(ws: Workspace, inbox: Inbox) -> None:
     """Only unknown items are settled by hand, always with evidence; bad references exit 2."""
     ws.write_csv("batch.csv", make_rows(4))
-    assert ws.run("send", "batch.csv", "--channel", "mail",
-                  env={"NOTIFIER_CRASH_AT": "after-send:2"}).returncode == 137  # fmt: skip
+    crash_send("after-send:2", db=ws.db, channel="mail")
     assert ws.invoke("resume").exit_code == 3
     sent_item = ws.invoke("reconcile", "--manual", "--item", "u1", "--mark", "sent",
                           "--evidence", "x")  # fmt: skip
@@ -194,10 +192,8 @@ def two_unknown_items(ws: Workspace) -> str:
     """A run on the (unqueryable) SMTP channel whose items u1 and u2 are unknown (each killed
     right after its send), u3 sent; the run paused for them. Returns the run id."""
     ws.write_csv("batch.csv", make_rows(3))
-    crash_1 = {"NOTIFIER_CRASH_AT": "after-send:1"}
-    assert ws.run("send", "batch.csv", "--channel", "mail", env=crash_1).returncode == 137
-    crash_2 = {"NOTIFIER_CRASH_AT": "after-send:2"}
-    assert ws.run("resume", env=crash_2).returncode == 137
+    crash_send("after-send:1", db=ws.db, channel="mail")
+    crash_resume("after-send:2", db=ws.db)
     assert ws.invoke("resume").exit_code == 3
     assert [i.item_id for i in ws.ledger.items() if i.state == "unknown"] == ["u1", "u2"]
     return ws.ledger.run().run_id
