@@ -8,6 +8,7 @@ import json
 from notifier.sandbox import Faults, Sandbox
 
 from .conftest import Workspace, make_rows
+from .support.crashed import crash_send
 
 
 def test_apprise_sends_each_row_once_and_a_crash_leaves_unknown_not_a_duplicate(
@@ -22,9 +23,7 @@ def test_apprise_sends_each_row_once_and_a_crash_leaves_unknown_not_a_duplicate(
             f'urls = ["json://127.0.0.1:{sandbox.url.rsplit(":", 1)[1]}/notifications"]\n'
         )
         ws.write_csv("batch.csv", make_rows(10))
-        crashed = ws.run("send", "batch.csv", "--channel", "alerts",
-                         env={"NOTIFIER_CRASH_AT": "after-send:5"})  # fmt: skip
-        assert crashed.returncode == 137, crashed.stderr
+        crash_send("after-send:5", db=ws.db, channel="alerts")
         resumed = ws.invoke("resume")
         assert resumed.exit_code == 3, resumed.output
         deliveries = sandbox.deliveries()

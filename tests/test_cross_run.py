@@ -13,6 +13,7 @@ import pytest
 
 from .conftest import Workspace, make_rows
 from .receiver import Receiver, receiving, webhook_config
+from .support.crashed import crash_send
 
 pytestmark = pytest.mark.both_stores
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -98,8 +99,7 @@ def test_a_cancelled_run_is_finished_by_sending_the_same_file(ws: Workspace) -> 
     """A run cancelled after 3 of 8 (its process killed, then `cancel`): the same send
     plans and sends only the 5 never attempted; each row written once."""
     ws.write_csv("b.csv", make_rows(8))
-    crashed = ws.run("send", "b.csv", env={"NOTIFIER_CRASH_AT": "after-receipt:3"})
-    assert crashed.returncode == 137, crashed.stdout + crashed.stderr
+    crash_send("after-receipt:3", "b.csv", db=ws.db)
     assert ws.invoke("cancel").exit_code in (0, 3)
     [first] = _runs(ws)
     assert ws.ledger.run().state == "cancelled"
@@ -114,8 +114,7 @@ def test_a_row_open_in_an_unfinished_run_refuses_the_file(ws: Workspace) -> None
     """A run left unfinished by a crash holds its rows: sending the file again (even with a
     row appended) exits 2 naming that run and `notifier resume`, and stores nothing."""
     ws.write_csv("b.csv", make_rows(6))
-    crashed = ws.run("send", "b.csv", env={"NOTIFIER_CRASH_AT": "after-receipt:2"})
-    assert crashed.returncode == 137, crashed.stdout + crashed.stderr
+    crash_send("after-receipt:2", "b.csv", db=ws.db)
     [first] = _runs(ws)
     ws.write_csv("b.csv", make_rows(7))
     refused = ws.invoke("send", "b.csv")

@@ -15,6 +15,7 @@ from notifier.state_machine import IllegalMove, ItemState, ItemTrigger, item_nex
 from notifier.store import LostRace
 
 from .conftest import EXAMPLE, Inbox, Workspace, make_rows
+from .support.crashed import crash_send
 from .support.runs import plan_run
 
 
@@ -47,9 +48,7 @@ def test_2_bad_input(ws: Workspace) -> None:
 def test_3_items_need_attention(ws: Workspace, inbox: Inbox) -> None:
     """An SMTP item whose outcome is unknown after a crash leaves the resume at exit 3."""
     ws.write_csv("batch.csv", make_rows(3))
-    crashed = ws.run("send", "batch.csv", "--channel", "mail",
-                     env={"NOTIFIER_CRASH_AT": "after-send:2"})  # fmt: skip
-    assert crashed.returncode == ExitCode.CRASHED  # 137, the simulated crash
+    crash_send("after-send:2", db=ws.db, channel="mail")
     resumed = ws.invoke("resume")
     assert resumed.exit_code == ExitCode.ATTENTION, resumed.output
     assert "reconcile --manual" in resumed.output

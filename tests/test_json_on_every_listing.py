@@ -12,6 +12,7 @@ import pytest
 from click.testing import Result
 
 from .conftest import Inbox, Workspace, make_rows
+from .support.crashed import crash_send
 
 pytestmark = pytest.mark.both_stores
 
@@ -115,9 +116,8 @@ def test_reconcile_prints_the_run_its_state_and_counts(
 def test_a_manual_decision_prints_the_run_its_state_and_counts(ws: Workspace, inbox: Inbox) -> None:
     """reconcile --manual --item … --json: the decision said on stderr, the result on stdout."""
     ws.write_csv("batch.csv", make_rows(2))
-    crash = {"NOTIFIER_CRASH_AT": "after-send:1"}
-    assert ws.run("send", "batch.csv", "--channel", "mail", env=crash).returncode == 137
-    assert ws.run("resume").returncode == 3  # SMTP cannot be asked: u1 is unknown
+    crash_send("after-send:1", db=ws.db, channel="mail")
+    assert ws.invoke("resume").exit_code == 3  # SMTP cannot be asked: u1 is unknown
     result = ws.invoke("reconcile", "--manual", "--item", "u1", "--mark", "sent",
                        "--evidence", "in the relay's log", "--json")  # fmt: skip
     done = document(result)

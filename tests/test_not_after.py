@@ -16,6 +16,7 @@ from notifier.judging import NotStarted, Stop
 from notifier.sandbox import Faults, Sandbox
 
 from .conftest import Workspace, make_rows, smtp_server
+from .support.crashed import crash_send
 from .support.held import WAIT_S, Answered, HeldRun
 from .support.smtp import HeldGreeting
 
@@ -37,8 +38,7 @@ def test_rows_past_their_deadline_when_resumed_are_expired_and_never_sent(
     for i, deadline in enumerate(deadlines, start=1):
         rows.append([f"u{i}", f"user{i}@example.com", f"S{i}", f"B{i}", deadline])
     batch = ws.write_csv("b.csv", rows)
-    crashed = ws.run("send", str(batch), env={"NOTIFIER_CRASH_AT": "after-receipt:2"})
-    assert crashed.returncode == 137, crashed.stderr
+    crash_send("after-receipt:2", batch, db=ws.db)
 
     # In-process, its clock an hour on (the switch clock.SHIFT_ENV sets for a process).
     monkeypatch.setattr(clock, "_SHIFT", timedelta(seconds=3600))

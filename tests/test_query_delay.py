@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from .conftest import Workspace, make_rows, wait_for
+from .support.crashed import crash_send
 
 COMMIT_AFTER_S = 1.5  # longer than the client's timeout of 1 s
 
@@ -144,10 +145,8 @@ def test_resume_after_a_kill_mid_request_waits_for_the_late_commit(
     ws.write_csv("batch.csv", make_rows(1))
     # The window's send has timed out (1 s) by the time after-send fires; the receiver
     # commits only once it has answered a query with 404, so resume sees 404 first.
-    crashed = ws.run("send", "batch.csv", "--channel", "hooks",
-                     env={"NOTIFIER_CRASH_AT": "after-send:1"})  # fmt: skip
-    assert crashed.returncode == 137, crashed.stderr
-    resumed = ws.invoke("resume")  # in-process: the crash above is the real process
+    crash_send("after-send:1", db=ws.db, channel="hooks")
+    resumed = ws.invoke("resume")
     wait_for(lambda: slow_receiver.has_answered_every_post_of(ws), "every POST answered")
     assert len(slow_receiver.keys()) == 1, slow_receiver.deliveries
     assert resumed.exit_code == 0, resumed.output

@@ -16,6 +16,7 @@ from notifier import clock
 
 from .conftest import Workspace, make_rows, wait_for
 from .receiver import Receiver, receiving, webhook_config
+from .support.crashed import crash_send
 
 pytestmark = pytest.mark.both_stores
 
@@ -49,11 +50,7 @@ def _killed_after_the_first_answer(ws: Workspace, receiver: Receiver, rows: int,
     was recorded: at N = 8 others are in flight or claimed ahead."""
     _configure(ws, receiver)
     ws.write_csv("batch.csv", make_rows(rows))
-    crashed = ws.run(
-        "send", "batch.csv", "--channel", "hooks", "--concurrency", str(n),
-        env={"NOTIFIER_CRASH_AT": "after-receipt:1"},
-    )  # fmt: skip
-    assert crashed.returncode == 137, crashed.stdout + crashed.stderr
+    crash_send("after-receipt:1", db=ws.db, channel="hooks", concurrency=n)
 
 
 def _assert_each_delivered_once(ws: Workspace, receiver: Receiver, rows: int) -> None:

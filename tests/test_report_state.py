@@ -15,15 +15,15 @@ import pytest
 from notifier.lease import HOST, process_start
 
 from .conftest import Inbox, Workspace, make_rows
+from .support.crashed import crash_send
 
 pytestmark = pytest.mark.both_stores
 
 
-def crashed_run(ws: Workspace, n: int, at: str, *more: str) -> str:
+def crashed_run(ws: Workspace, n: int, at: str, **options: str) -> str:
     """Send `n` rows and crash at `at` (NOTIFIER_CRASH_AT); returns the run id."""
     ws.write_csv("batch.csv", make_rows(n))
-    crashed = ws.run("send", "batch.csv", *more, env={"NOTIFIER_CRASH_AT": at})
-    assert crashed.returncode == 137, crashed.stdout + crashed.stderr
+    crash_send(at, db=ws.db, **options)
     return ws.ledger.run().run_id
 
 
@@ -59,7 +59,7 @@ def test_reconcile_points_unknowns_no_query_can_settle_to_manual(
 ) -> None:
     """SMTP cannot be asked whether a message arrived: `reconcile` says it can settle nothing
     by query and names `notifier reconcile --manual RUN`, the command that settles them."""
-    run_id = crashed_run(ws, 4, "after-send:2", "--channel", "mail")
+    run_id = crashed_run(ws, 4, "after-send:2", channel="mail")
     first = ws.invoke("reconcile")  # the in-flight item becomes unknown
     assert [i.item_id for i in ws.ledger.items() if i.state == "unknown"] == ["u2"]
     again = ws.invoke("reconcile")

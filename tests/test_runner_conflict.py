@@ -23,6 +23,7 @@ from notifier.state_machine import RunState
 from notifier.store import Store
 
 from .conftest import Workspace, make_rows
+from .support.crashed import crash_send
 from .test_webhook_e2e import webhook_config
 
 
@@ -116,9 +117,7 @@ def test_status_query_answering_another_digest_is_a_conflict(
     """A status query answering 200 with another digest is a conflict: exit 4, no receipt."""
     webhook_config(ws, sandbox, status=True, max_attempts=3)
     ws.write_csv("batch.csv", make_rows(2))
-    crashed = ws.run("send", "batch.csv", "--channel", "hooks", "--concurrency", "1",
-                     env={"NOTIFIER_CRASH_AT": "after-intent:1"})  # fmt: skip
-    assert crashed.returncode == 137, crashed.stdout + crashed.stderr
+    crash_send("after-intent:1", db=ws.db, channel="hooks", concurrency=1)
     first = ws.ledger.item("u1")
     key = first.idempotency_key
     assert first.state == "in_flight"

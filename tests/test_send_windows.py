@@ -15,6 +15,7 @@ from notifier.sandbox import Sandbox
 
 from .conftest import Workspace, make_rows, smtp_server
 from .receiver import Receiver, receiving, webhook_config
+from .support.crashed import crash_send
 from .support.smtp import HeldGreeting
 from .test_workers import configure, finish, notifier
 
@@ -114,10 +115,7 @@ def test_not_before_holds_after_kill_and_resume(ws: Workspace, receiver: Receive
     for i, row in enumerate(rows[1:], start=1):
         row.extend([local, ZONE] if i >= 3 else ["", ""])
     batch = ws.write_csv("b.csv", rows)
-    crashed = ws.run(
-        "send", str(batch), "--channel", "hooks", env={"NOTIFIER_CRASH_AT": "after-receipt:2"}
-    )
-    assert crashed.returncode == 137, crashed.stderr
+    crash_send("after-receipt:2", batch, db=ws.db, channel="hooks")
     assert datetime.now(UTC) < start  # the kill came before the start time
     resumed = ws.invoke("resume", "--max-wait", "30")
     assert resumed.exit_code == 0, resumed.output

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from .conftest import Inbox, Workspace, make_rows
+from .support.crashed import crash_send
 
 
 def report(ws: Workspace, *args: str) -> dict[str, Any]:
@@ -21,13 +22,11 @@ def test_smtp_crash_after_send_unknown_then_cancel_report_then_manual_reconcile(
     in the mailbox), sends 21-100, exits 3; cancel reports 99 sent / 1 unknown / 0 pending;
     a manual decision with evidence settles it, and the report shows the evidence."""
     ws.write_csv("batch.csv", make_rows(100))
-    crashed = ws.run("send", "batch.csv", "--channel", "mail",
-                     env={"NOTIFIER_CRASH_AT": "after-send:20"})  # fmt: skip
-    assert crashed.returncode == 137, crashed.stderr
+    crash_send("after-send:20", db=ws.db, channel="mail")
     assert len(inbox.messages) == 20
     key20 = ws.ledger.item("u20").idempotency_key
 
-    resumed = ws.invoke("resume")  # in-process: the crash above is the real process
+    resumed = ws.invoke("resume")
     assert resumed.exit_code == 3, resumed.output
     line = next(x for x in resumed.stdout.splitlines() if "item 20 " in x)
     assert "unknown" in line and "NOT sent again" in line

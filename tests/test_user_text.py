@@ -4,6 +4,7 @@ literally by every table: never read as markup, never able to break a command.""
 from __future__ import annotations
 
 from .conftest import Inbox, Workspace
+from .support.crashed import crash_send
 
 
 def test_markup_like_ids_evidence_and_file_names_print_literally(
@@ -17,9 +18,7 @@ def test_markup_like_ids_evidence_and_file_names_print_literally(
         ["[b]", "b@example.com", "yo"],
     ]
     ws.write_csv("march[final].csv", rows)
-    crashed = ws.run("send", "march[final].csv", "--channel", "mail",
-                     env={"NOTIFIER_CRASH_AT": "after-send:1"})  # fmt: skip
-    assert crashed.returncode == 137
+    crash_send("after-send:1", "march[final].csv", db=ws.db, channel="mail")
     resumed = ws.invoke("resume")
     assert resumed.exit_code == 3, resumed.output  # item 1 is unknown on SMTP
     status = ws.invoke("status")

@@ -23,6 +23,7 @@ from notifier.api import Notifier
 from notifier.channels.scripted import Channels
 from notifier.config import Config
 from notifier.crash import CrashPlan
+from notifier.schedule import from_options
 
 
 class Crashed(BaseException):
@@ -63,6 +64,9 @@ def crash_send(
     """`notifier send BATCH [options]` with NOTIFIER_CRASH_AT=`spec`, in-process: returns
     once it has crashed at the point (fails the test if it ended without reaching it)."""
     notifier = Notifier.open(db, config=config, channels=channels)
+    # As the command schedules every file (a row's own not_before and tz columns included);
+    # the API schedules only when given a Schedule.
+    options.setdefault("schedule", from_options(None, None, None, notifier.env.config.channels))
     with rehearsing(spec):
         try:
             ended = notifier.send(Path(batch), **options)
