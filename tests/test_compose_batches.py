@@ -19,6 +19,7 @@ from notifier.intent import intent_digest
 
 from .conftest import DB_ERRORS, Workspace, wait_for
 from .fake_messages import Canned, FakeBatches, error, text_only_answer
+from .support.crashed import crash_invoke
 from .test_compose import KEY, batch, brief
 
 pytestmark = pytest.mark.both_stores
@@ -97,8 +98,7 @@ def test_a_crash_at_each_point_resumes_without_a_second_batch(
     resume settles by asking (adopting the batch that carries chunk 2's custom_ids, never
     chunk 1's of the same size), so the fake saw one batch per chunk and each row was
     drafted once."""
-    crashed = ws.run(*send(ws), env={"NOTIFIER_CRASH_AT": point})
-    assert crashed.returncode == 137, crashed.stderr
+    crash_invoke(ws, point, *send(ws))
     resumed = ws.invoke("resume")
     assert resumed.exit_code == 0, resumed.output
     assert len(fake.created()) == created
@@ -113,8 +113,7 @@ def test_a_crash_at_each_point_resumes_without_a_second_batch(
 def test_recreate_is_the_operators_choice_to_pay_twice(ws: Workspace, fake: FakeBatches) -> None:
     """After a crash right after create, `resume --recreate` creates chunk 2 again without
     asking (four batches), says so, and still stores one draft per row."""
-    crashed = ws.run(*send(ws), env={"NOTIFIER_CRASH_AT": "after-batch-create:2"})
-    assert crashed.returncode == 137, crashed.stderr
+    crash_invoke(ws, "after-batch-create:2", *send(ws))
     resumed = ws.invoke("resume", "--recreate")
     assert resumed.exit_code == 0, resumed.output
     assert "--recreate: 1 batch chunk(s)" in resumed.output
@@ -130,10 +129,8 @@ def test_recreate_consent_is_spent_by_the_create_even_if_it_crashes(
     ws: Workspace, fake: FakeBatches
 ) -> None:
     """A crash right after a --recreate create: the next plain resume asks and adopts."""
-    crashed = ws.run(*send(ws), env={"NOTIFIER_CRASH_AT": "after-batch-create:1"})
-    assert crashed.returncode == 137, crashed.stderr
-    again = ws.run("resume", "--recreate", env={"NOTIFIER_CRASH_AT": "after-batch-create:1"})
-    assert again.returncode == 137, again.stderr
+    crash_invoke(ws, "after-batch-create:1", *send(ws))
+    crash_invoke(ws, "after-batch-create:1", "resume", "--recreate")
     assert len(fake.created()) == 2
     resumed = ws.invoke("resume")
     assert resumed.exit_code == 0, resumed.output
@@ -297,8 +294,7 @@ def test_cancel_after_a_crash_after_create_cancels_the_unrecorded_batch(
     server = FakeBatches()
     server.polls_in_progress = 10**6
     for fake in serve(monkeypatch, server):
-        crashed = ws.run(*send(ws), env={"NOTIFIER_CRASH_AT": "after-batch-create:1"})
-        assert crashed.returncode == 137, crashed.stderr
+        crash_invoke(ws, "after-batch-create:1", *send(ws))
         cancelled = ws.invoke("cancel")
         assert sorted(fake.cancelled) == sorted(fake.created()) != [], cancelled.output
         assert "(not created)" not in cancelled.output
@@ -312,8 +308,7 @@ def test_cancel_without_the_key_leaves_a_creating_chunk_open_and_says_why(
     server = FakeBatches()
     server.polls_in_progress = 10**6
     for fake in serve(monkeypatch, server):
-        crashed = ws.run(*send(ws), env={"NOTIFIER_CRASH_AT": "after-batch-create:1"})
-        assert crashed.returncode == 137, crashed.stderr
+        crash_invoke(ws, "after-batch-create:1", *send(ws))
         monkeypatch.delenv("ANTHROPIC_API_KEY")
         refused = ws.invoke("cancel")
         assert refused.exit_code == 3, refused.output
@@ -334,8 +329,7 @@ def test_cancel_out_of_reach_leaves_every_open_chunk_open(
     server = FakeBatches()
     server.polls_in_progress = 10**6
     for _ in serve(monkeypatch, server):
-        crashed = ws.run(*send(ws), env={"NOTIFIER_CRASH_AT": "after-batch-create:2"})
-        assert crashed.returncode == 137, crashed.stderr
+        crash_invoke(ws, "after-batch-create:2", *send(ws))
     monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")  # nothing listens
     result = ws.invoke("cancel")
     assert result.exit_code == 3, result.output

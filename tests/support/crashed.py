@@ -25,6 +25,8 @@ from notifier.config import Config
 from notifier.crash import CrashPlan
 from notifier.schedule import from_options
 
+from .workspace import Workspace
+
 
 class Crashed(BaseException):
     """The point was reached: nothing in the engine catches it, as nothing survives a kill."""
@@ -91,3 +93,14 @@ def crash_resume(
         except Crashed:
             return
     raise AssertionError(f"the resume ended without reaching {spec}: {ended}")
+
+
+def crash_invoke(ws: Workspace, spec: str, *args: str) -> None:
+    """`notifier ARGS` in-process (ws.invoke) with NOTIFIER_CRASH_AT=`spec`: returns once it
+    has crashed at the point (fails the test if the command ended without reaching it)."""
+    with rehearsing(spec):
+        try:
+            ended = ws.invoke(*args)
+        except Crashed:
+            return
+    raise AssertionError(f"`notifier {' '.join(args)}` ended without reaching {spec}: {ended}")
