@@ -21,6 +21,7 @@ import pytest
 from notifier import clock, judging, sending, waits
 
 from .conftest import Workspace, make_rows
+from .support.crashed import crash_invoke
 from .support.waits import scale_waits
 
 # A body that claims to be gzip but is not: reading it raises httpx2.DecodingError.
@@ -185,10 +186,7 @@ def test_throttled_gate_survives_a_crash(
     state.posts["u1"] = [throttled("3")]
     configure(ws, url, idempotent=True, status=False, max_attempts=5)
     ws.write_csv("batch.csv", make_rows(2))
-    crashed = ws.run(
-        "send", "batch.csv", "--channel", "hooks", env={"NOTIFIER_CRASH_AT": "after-receipt:1"}
-    )
-    assert crashed.returncode == 137, crashed.stderr
+    crash_invoke(ws, "after-receipt:1", "send", "batch.csv", "--channel", "hooks")
     assert states(ws) == {"u1": "pending", "u2": "pending"}
     resumed_at = time.monotonic()
     result = ws.invoke("resume", run_id(ws))

@@ -26,6 +26,7 @@ from notifier.store.planning import Planning
 
 from .conftest import DB_ERRORS, SlowRelay, Workspace, default_sigint, make_rows
 from .support.background import Worker
+from .support.crashed import crash_invoke
 
 pytestmark = pytest.mark.both_stores
 
@@ -198,9 +199,7 @@ def test_cancel_without_run_id_picks_the_newest_active_run(ws: Workspace) -> Non
     with Sandbox() as sandbox:
         configure_hooks(ws, sandbox, query=True)
         ws.write_csv("old.csv", make_rows(3))
-        crashed = ws.run("send", "old.csv", "--channel", "hooks",
-                         env={"NOTIFIER_CRASH_AT": "after-receipt:1"})  # fmt: skip
-        assert crashed.returncode == 137
+        crash_invoke(ws, "after-receipt:1", "send", "old.csv", "--channel", "hooks")
         ws.write_csv("new.csv", make_rows(3, start=10))
         assert ws.invoke("send", "new.csv", "--channel", "hooks").exit_code == 0
         cancelled = ws.invoke("cancel")
@@ -222,9 +221,8 @@ def test_cancel_racing_a_completion_reports_the_completed_run(
     with Sandbox() as sandbox:
         configure_hooks(ws, sandbox, query=True)
         ws.write_csv("batch.csv", make_rows(3))
-        crashed = ws.run("send", "batch.csv", "--channel", "hooks",
-                         env={"NOTIFIER_CRASH_AT": "after-receipt:3"})  # fmt: skip
-        assert crashed.returncode == 137  # every item sent, run left `running`
+        # Every item sent, the run left `running`.
+        crash_invoke(ws, "after-receipt:3", "send", "batch.csv", "--channel", "hooks")
     run_id = ws.ledger.run().run_id
     original = Ledger.request_cancel
 

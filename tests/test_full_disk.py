@@ -19,6 +19,7 @@ from notifier.cli import cli
 from notifier.sandbox import Sandbox
 
 from .conftest import Workspace, make_rows
+from .support.crashed import crash_invoke
 
 
 @pytest.fixture
@@ -98,8 +99,7 @@ def test_a_database_locked_past_the_busy_timeout_is_named_not_internal(ws: Works
     exits 3 saying the file is locked and what to do, changes nothing, and works once the
     lock is gone."""
     ws.write_csv("batch.csv", make_rows(5))
-    crashed = ws.run("send", "batch.csv", env={"NOTIFIER_CRASH_AT": "after-intent:3"})
-    assert crashed.returncode == 137
+    crash_invoke(ws, "after-intent:3", "send", "batch.csv")
     holder = sqlite3.connect(ws.db_file, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
     try:

@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from notifier.clock import SHIFT_ENV
+from notifier import clock
 
 from .conftest import Workspace, make_rows
 from .receiver import Receiver, receiving, released, webhook_config
+from .support.crashed import crash_invoke
 
 # What an item's event carries (tests/test_observe.py), and an outcome event besides.
 ITEM_FIELDS = {"ts", "event", "run_id", "seq", "item", "key", "channel", "attempt"}
@@ -37,7 +38,9 @@ def outcomes(events: list[dict[str, Any]]) -> dict[int, list[str]]:
 
 @pytest.mark.both_stores
 @pytest.mark.timeout(90)
-def test_a_settlement_at_resume_and_an_expiry_are_outcome_events(ws: Workspace) -> None:
+def test_a_settlement_at_resume_and_an_expiry_are_outcome_events(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A send is killed right after item 2's request was answered (its outcome not
     recorded); the resume, an hour later by its clock, settles item 2 by query (found in
     the outbox) and expires items 3 and 4 (past their not_after): each is an `outcome`
@@ -47,10 +50,11 @@ def test_a_settlement_at_resume_and_an_expiry_are_outcome_events(ws: Workspace) 
     for i, deadline in enumerate(["", "", soon, soon, "", ""], start=1):
         rows.append([f"u{i}", f"user{i}@example.com", f"S{i}", f"B{i}", deadline])
     batch = ws.write_csv("b.csv", rows)
-    crashed = ws.run("send", str(batch), env={"NOTIFIER_CRASH_AT": "after-send:2"})
-    assert crashed.returncode == 137, crashed.stderr
-    resumed = ws.run("resume", "--log-format", "json", env={SHIFT_ENV: "3600"})
-    assert resumed.returncode == 3, resumed.stdout + resumed.stderr  # two expired
+    crash_invoke(ws, "after-send:2", "send", str(batch))
+    # In-process, its clock an hour on (what clock.SHIFT_ENV sets for a process).
+    monkeypatch.setattr(clock, "_SHIFT", timedelta(seconds=3600))
+    resumed = ws.invoke("resume", "--log-format", "json")
+    assert resumed.exit_code == 3, resumed.output  # two expired
     events = json_lines(resumed.stderr)
     assert outcomes(events) == {2: ["found"], 3: ["expire"], 4: ["expire"], 5: ["ack"], 6: ["ack"]}
     assert events[-1]["event"] == "complete", events[-1]
@@ -68,8 +72,8 @@ def test_a_revisit_by_query_is_an_outcome_event(ws: Workspace) -> None:
             webhook_config(receiver, idempotent=False, status=True, timeout=1, query_delay=0.5)
         )
         ws.write_csv("batch.csv", make_rows(3))
-        done = ws.run("send", "batch.csv", "--channel", "hooks", "--log-format", "json", timeout=60)
-    assert done.returncode == 0, done.stdout + done.stderr
+        done = ws.invoke("send", "batch.csv", "--channel", "hooks", "--log-format", "json")
+    assert done.exit_code == 0, done.output
     events = json_lines(done.stderr)
     assert outcomes(events) == {seq: ["lose", "found"] for seq in (1, 2, 3)}
     assert events[-1]["event"] == "complete", events[-1]

@@ -9,6 +9,7 @@ import time
 from notifier.sandbox import Faults, Sandbox
 
 from .conftest import Workspace, make_rows
+from .support.crashed import crash_invoke
 
 SECRET = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
@@ -45,9 +46,8 @@ def test_cancel_works_when_the_runs_channel_can_no_longer_be_built(ws: Workspace
             'secret_env = "HOOKS_SECRET"\n'
         )
         ws.write_csv("batch.csv", make_rows(5))
-        crash = {"NOTIFIER_CRASH_AT": "after-send:3", "HOOKS_SECRET": SECRET}
-        crashed = ws.run("send", "batch.csv", "--channel", "hooks", env=crash)
-        assert crashed.returncode == 137
+        secret = {"HOOKS_SECRET": SECRET}  # set for the send alone
+        crash_invoke(ws, "after-send:3", "send", "batch.csv", "--channel", "hooks", env=secret)
     assert "HOOKS_SECRET" not in os.environ  # this shell never had it
     cancelled = ws.invoke("cancel")
     assert cancelled.exit_code == 3, cancelled.output

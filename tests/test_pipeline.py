@@ -20,6 +20,7 @@ from notifier.pipeline import claim_ahead
 from notifier.sandbox import Faults, Sandbox
 
 from .conftest import Workspace, make_rows
+from .support.crashed import crash_invoke
 
 FAST_RETRY = "[retry]\nmax_attempts = 12\nbackoff_base = 0.02\nbackoff_max = 0.2\n"
 
@@ -59,9 +60,8 @@ def test_crash_with_16_in_flight_then_resume_commits_each_key_once(
     the receiver exactly once and every item ends sent."""
     configure_sandbox(ws, sandbox)
     ws.write_csv("batch.csv", make_rows(120))
-    env = {"NOTIFIER_CRASH_AT": f"{point}:60"}
-    crashed = ws.run("send", "batch.csv", "--channel", "hooks", "--concurrency", "16", env=env)
-    assert crashed.returncode == 137, crashed.stderr
+    send = ("send", "batch.csv", "--channel", "hooks", "--concurrency", "16")
+    crash_invoke(ws, f"{point}:60", *send)
     resumed = ws.invoke("resume", "--concurrency", "16")
     assert resumed.exit_code == 0, resumed.output
     assert commits(sandbox) == {key: 1 for key in keys(ws)}
@@ -98,9 +98,8 @@ def test_resume_settles_all_16_in_flight_before_claiming_a_new_item(
     capacity = 16 + claim_ahead(16, [OutboxChannel("hooks", ws.outbox)])
     crash_at = capacity + 36
     ws.write_csv("batch.csv", make_rows(crash_at + capacity + 16))
-    env = {"NOTIFIER_CRASH_AT": f"after-intent:{crash_at}"}
-    crashed = ws.run("send", "batch.csv", "--channel", "hooks", "--concurrency", "16", env=env)
-    assert crashed.returncode == 137, crashed.stderr
+    send = ("send", "batch.csv", "--channel", "hooks", "--concurrency", "16")
+    crash_invoke(ws, f"after-intent:{crash_at}", *send)
     in_flight = {i.seq for i in ws.ledger.items() if i.state == "in_flight"}
     assert len(in_flight) == capacity and crash_at in in_flight
     never_claimed = ws.ledger.state_counts()["pending"]
@@ -138,9 +137,8 @@ def test_items_are_claimed_ahead_3n_deep_only_where_resume_can_ask_about_them(
     mail = '[channels.mail]\ntype = "smtp"\nhost = "127.0.0.1"\nport = 9\nsender = "o@example.com"'
     configure(ws, sandbox.notifications_url, status_url=status, extra=mail)
     ws.write_csv("batch.csv", make_rows(40))
-    env = {"NOTIFIER_CRASH_AT": "after-intent:1"}
-    crashed = ws.run("send", "batch.csv", "--channel", channel, "--concurrency", "4", env=env)
-    assert crashed.returncode == 137, crashed.stderr
+    send = ("send", "batch.csv", "--channel", channel, "--concurrency", "4")
+    crash_invoke(ws, "after-intent:1", *send)
     in_flight = [i.seq for i in ws.ledger.items() if i.state == "in_flight"]
     assert in_flight == list(range(1, claimed + 1))
     assert [a.seq for a in ws.ledger.attempts() if a.finished_at is None] == in_flight

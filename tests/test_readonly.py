@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from notifier.cli import cli
 
 from .conftest import EXAMPLE, Workspace, make_rows
+from .support.crashed import crash_invoke
 
 UNSHARE = shutil.which("unshare") or "unshare"
 READ_ONLY_COMMANDS = [["status"], ["status", "--json"], ["report", "--format", "csv"], ["runs"]]
@@ -67,8 +68,7 @@ def test_unwritable_database_reads_fine_and_refuses_writes_clearly(ws: Workspace
     """On a read-only file system status still works, while send and resume exit 2 naming the
     database, the cause and the fix, and nothing is changed."""
     ws.write_csv("batch.csv", make_rows(5))
-    crashed = ws.run("send", "batch.csv", env={"NOTIFIER_CRASH_AT": "after-send:3"})
-    assert crashed.returncode == 137
+    crash_invoke(ws, "after-send:3", "send", "batch.csv")
     # A clean read first, so the killed process's log is checkpointed as an operator's
     # later commands would leave it; then the mount is made read-only.
     assert ws.invoke("report").exit_code == 0

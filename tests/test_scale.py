@@ -21,6 +21,7 @@ from notifier.plan import fingerprint_of
 from notifier.store.sqlite import SqliteEngine
 
 from .conftest import Workspace, make_rows
+from .support.crashed import crash_invoke
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -157,8 +158,7 @@ def test_counters_follow_a_crash_and_a_cancel(ws: Workspace) -> None:
     """Counts read from the counters match the rows through a crash mid-send and a cancel
     that settles the in-flight item (the ws fixture re-checks the counters at teardown)."""
     ws.write_csv("batch.csv", make_rows(40))
-    crashed = ws.run("send", "batch.csv", env={"NOTIFIER_CRASH_AT": "after-send:7"})
-    assert crashed.returncode == 137, crashed.stderr
+    crash_invoke(ws, "after-send:7", "send", "batch.csv")
     cancelled = ws.invoke("cancel")
     assert cancelled.exit_code == 3, cancelled.output  # cancelled with items never sent
     assert "cancelled" in cancelled.output
@@ -242,8 +242,7 @@ def test_status_and_resume_start_up_read_only_what_needs_attention(
     events tables: each goes through an index (EXPLAIN QUERY PLAN). (`report` lists every
     item, streamed, by design.)"""
     ws.write_csv("batch.csv", make_rows(300))
-    crashed = ws.run("send", "batch.csv", env={"NOTIFIER_CRASH_AT": "after-send:5"})
-    assert crashed.returncode == 137, crashed.stderr
+    crash_invoke(ws, "after-send:5", "send", "batch.csv")
     for command in (["status"], ["runs"], ["resume"]):
         assert _plans(ws, monkeypatch, command) == [], command
 

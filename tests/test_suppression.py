@@ -26,6 +26,7 @@ from .conftest import Workspace, make_rows, smtp_server, wait_for
 from .receiver import Receiver, receiving, webhook_config
 from .smtp_relay import ScriptedRelay
 from .support.background import exit_code, send_in_background
+from .support.crashed import crash_invoke
 from .support.held import WAIT_S, Answered, HeldRun
 
 pytestmark = pytest.mark.both_stores
@@ -279,9 +280,7 @@ def test_a_kill_right_after_the_rejection_is_recorded_keeps_the_suppression(
     asking the relay for that address again."""
     relay.rcpt_answers["user4@example.com"] = "550 5.1.1 no such user"
     ws.write_csv("batch.csv", make_rows(8))
-    crashed = ws.run("send", "batch.csv", "--channel", "mail",
-                     env={"NOTIFIER_CRASH_AT": "after-receipt:4"})  # fmt: skip
-    assert crashed.returncode == 137, crashed.stderr
+    crash_invoke(ws, "after-receipt:4", "send", "batch.csv", "--channel", "mail")
     assert ws.ledger.item("u4").state == "failed"
     assert [(e["address"], e["source"]) for e in listed_suppressions(ws)] == [
         ("user4@example.com", "relay")

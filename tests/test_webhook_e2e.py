@@ -15,6 +15,7 @@ from notifier import waits
 from notifier.sandbox import Faults, Sandbox
 
 from .conftest import Workspace, make_rows
+from .support.crashed import crash_invoke
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 FAST_RETRY = "[retry]\nmax_attempts = 12\nbackoff_base = 0.02\nbackoff_max = 0.2\n"
@@ -167,9 +168,7 @@ def test_crash_after_send_is_found_by_query_and_not_posted_again(
     commit and no replay for it."""
     configure(ws, sandbox, idempotent=True, status=True)
     ws.write_csv("batch.csv", make_rows(40))
-    crashed = ws.run("send", "batch.csv", "--channel", "hooks",
-                     env={"NOTIFIER_CRASH_AT": "after-send:20"})  # fmt: skip
-    assert crashed.returncode == 137, crashed.stderr
+    crash_invoke(ws, "after-send:20", "send", "batch.csv", "--channel", "hooks")
     key = keys(ws)[20]
     resumed = ws.invoke("resume")
     assert resumed.exit_code == 0, resumed.output
@@ -296,9 +295,7 @@ def test_resume_uses_the_snapshot_and_reports_a_changed_url(
     the URL the run was planned with."""
     configure(ws, sandbox, idempotent=True, status=True)
     ws.write_csv("batch.csv", make_rows(10))
-    crashed = ws.run("send", "batch.csv", "--channel", "hooks",
-                     env={"NOTIFIER_CRASH_AT": "after-receipt:4"})  # fmt: skip
-    assert crashed.returncode == 137
+    crash_invoke(ws, "after-receipt:4", "send", "batch.csv", "--channel", "hooks")
     toml = ws.path / "notifier.toml"
     toml.write_text(toml.read_text().replace(sandbox.url, "http://127.0.0.1:9"))
     resumed = ws.invoke("resume")

@@ -12,7 +12,7 @@ about the process itself keeps a real process killed at the point (tests/crash/)
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,12 +95,14 @@ def crash_resume(
     raise AssertionError(f"the resume ended without reaching {spec}: {ended}")
 
 
-def crash_invoke(ws: Workspace, spec: str, *args: str) -> None:
+def crash_invoke(
+    ws: Workspace, spec: str, *args: str, env: Mapping[str, str | None] | None = None
+) -> None:
     """`notifier ARGS` in-process (ws.invoke) with NOTIFIER_CRASH_AT=`spec`: returns once it
     has crashed at the point (fails the test if the command ended without reaching it)."""
     with rehearsing(spec):
         try:
-            ended = ws.invoke(*args)
+            ended = ws.invoke(*args, env=env)
         except Crashed:
             return
     raise AssertionError(f"`notifier {' '.join(args)}` ended without reaching {spec}: {ended}")
