@@ -134,8 +134,7 @@ def test_two_resumes_one_works_the_other_is_refused(ws: Workspace, slow_sandbox:
     other 0. Either way no key is committed twice."""
     configure(ws, slow_sandbox)
     ws.write_csv("batch.csv", make_rows(60))
-    assert ws.run("send", "batch.csv", "--channel", "hooks",
-                  env={"NOTIFIER_CRASH_AT": "after-receipt:5"}).returncode == 137  # fmt: skip
+    crash_send("after-receipt:5", db=ws.db, channel="hooks")
     first = ws.popen("resume")
     try:
         wait_for(lambda: sent_count(ws) >= 8)
@@ -180,9 +179,7 @@ def test_kill_9_then_resume_takes_over_and_completes(ws: Workspace, slow_sandbox
 def test_lease_from_another_host_blocks_until_it_expires(ws: Workspace) -> None:
     """A lease held on another machine is honoured until its expiry, then taken over."""
     ws.write_csv("batch.csv", make_rows(5))
-    assert (
-        ws.run("send", "batch.csv", env={"NOTIFIER_CRASH_AT": "after-receipt:2"}).returncode == 137
-    )
+    crash_send("after-receipt:2", db=ws.db)
     owner = json.dumps({"host": "other-host.example", "pid": 4242, "token": "t"})
 
     def hold(seconds: float) -> None:
