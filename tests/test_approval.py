@@ -137,11 +137,8 @@ def test_intents_tampered_with_after_approval_are_refused(ws: Workspace) -> None
     item = ws.ledger.items()[1]  # seq 2
     channel, target, payload = item.channel, item.target, ws.ledger.payload(2)
     payload["body"] = "Click here: http://evil.example"
-    ws.write(
-        "UPDATE items SET payload = ?, intent_digest = ? WHERE seq = 2",
-        (canonical_json(payload), intent_digest(channel, target, payload)),
-    )
-    ws.write("UPDATE runs SET fingerprint = 'sha256:forged'")
+    ws.forge.intent(2, canonical_json(payload), intent_digest(channel, target, payload))
+    ws.forge.run_fingerprint("sha256:forged")
     refused = ws.invoke("resume")
     assert refused.exit_code == 4, refused.output
     assert "changed after approval" in refused.output
@@ -152,9 +149,9 @@ def test_a_missing_approval_record_is_never_read_as_approved(ws: Workspace) -> N
     """A run in `approved` whose approval record is gone (or garbled) is refused (exit 4)."""
     run_id, fingerprint = plan_for_approval(ws)
     assert ws.invoke("approve", run_id, "--fingerprint", fingerprint).exit_code == 0
-    ws.write("UPDATE runs SET approval = NULL")
+    ws.forge.approval(None)
     assert ws.invoke("resume").exit_code == 4
-    ws.write('UPDATE runs SET approval = \'{"operator": "x"}\'')
+    ws.forge.approval('{"operator": "x"}')
     assert ws.invoke("resume").exit_code == 4
     assert ws.outbox_documents() == []
 

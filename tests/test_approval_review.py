@@ -57,10 +57,7 @@ def tamper(ws: Workspace, run_id: str, seq: int) -> None:
     channel, target = item.channel, item.target
     payload = ws.ledger.payload(seq, run_id)
     payload["body"] = "Click here: http://evil.example"
-    ws.write(
-        "UPDATE items SET payload = ?, intent_digest = ? WHERE run_id = ? AND seq = ?",
-        (canonical_json(payload), intent_digest(channel, target, payload), run_id, seq),
-    )
+    ws.forge.intent(seq, canonical_json(payload), intent_digest(channel, target, payload), run_id)
 
 
 def current_fingerprint(ws: Workspace, run_id: str) -> str:

@@ -362,7 +362,7 @@ class TakenOverOnCreate(FakeBatches):
 
     def on_post(self, path: str, payload: dict[str, Any]) -> Canned:
         if path == "/v1/messages/batches" and not self.order:
-            self.ws.write("UPDATE runs SET lease_version = lease_version + 1")
+            self.ws.forge.run_lease_taken_over()
         return super().on_post(path, payload)
 
 

@@ -67,11 +67,8 @@ def three_zones(ws: Workspace) -> Path:
 
 def scheduled(ws: Workspace) -> list[tuple[Any, ...]]:
     """Each item's id, start time, window, zone, identity and data columns, in file order."""
-    rows = ws.query(
-        "SELECT item_id, not_before, send_window, send_tz, identity, payload FROM items "
-        "ORDER BY seq"
-    )
-    return [(*row[:5], json.loads(row[5])["data"]) for row in rows]
+    names = ("item_id", "not_before", "send_window", "send_tz", "identity", "data")
+    return [tuple(s[name] for name in names) for s in ws.ledger.schedules()]
 
 
 @pytest.mark.parametrize("frozen_by", ["send", "resume"])
@@ -92,7 +89,7 @@ def test_a_composed_row_is_scheduled_as_the_same_row_of_a_plain_send(
     )
     if frozen_by == "resume":
         assert composed.exit_code == 3, composed.output
-        assert ws.query("SELECT COUNT(*) FROM items") == [(0,)]  # nothing frozen yet
+        assert ws.ledger.items() == []  # nothing frozen yet
         fake.script.clear()
         resumed = ws.invoke("resume")
         assert resumed.exit_code == 0, resumed.output
@@ -148,9 +145,9 @@ def test_a_composed_row_read_in_its_window_and_frozen_after_it_waits_for_the_nex
     window = ("--window", "Mon-Fri 09:00-18:00")
     result = ws.invoke("send", str(file), "--compose", str(brief), "--require-approval", *window)
     assert result.exit_code == 0, result.output
-    [(source,)] = ws.query("SELECT source FROM drafts")
+    [source] = [d["source"] for d in ws.ledger.drafts()]
     assert json.loads(source)["not_before"] == clock.iso(read_at)  # scheduled when read
-    assert ws.query("SELECT not_before FROM items") == [("2031-03-04T08:00:00.000000+00:00",)]
+    assert [s["not_before"] for s in ws.ledger.schedules()] == ["2031-03-04T08:00:00.000000+00:00"]
 
 
 @pytest.mark.parametrize("hours_later", [0.5, 9, 30, 24 * 5 + 3])

@@ -102,7 +102,7 @@ def test_ctrl_c_in_manual_reconcile_exits_130_saying_what_was_recorded(
     assert len(lines) == 1, lines
     assert "1 decision(s) recorded" in lines[0] and "item u1 → sent" in lines[0], lines
     assert "1 unknown item(s) left" in lines[0] and f"reconcile --manual {run_id}" in lines[0]
-    assert ws.query("SELECT seq, decision FROM decisions") == [(1, "mark_sent")]
+    assert [(seq, decision) for seq, decision, _ in ws.ledger.decisions()] == [(1, "mark_sent")]
     states = ws.ledger.states()
     assert states == {"u1": "sent", "u2": "unknown", "u3": "sent"}
 

@@ -171,9 +171,9 @@ def test_a_lease_taken_over_under_a_live_sender_stops_its_sends_at_its_next_look
             # ahead): the next one starts as soon as one of these ends.
             receiver.wait_for(lambda r: len(r.arrivals) >= n + 1)
             if ws.url:
-                ws.write("UPDATE workers SET version = version + 1 WHERE state = 'live'")
+                ws.forge.worker_leases_taken_over()
             else:
-                ws.write("UPDATE runs SET lease_version = lease_version + 1")
+                ws.forge.run_lease_taken_over()
             taken.append(time.time())
 
         # The send in-process, the takeover forged from a thread while it runs.
@@ -227,7 +227,7 @@ def test_a_loss_the_committer_finds_is_marked_before_any_queued_item_starts(
         thread.start()
         try:
             wait_for(lambda: len(channel.started) == 8, "8 requests held", timeout=20)
-            ws.write("UPDATE runs SET lease_version = lease_version + 1")
+            ws.forge.run_lease_taken_over()
             wait_for(lost.is_set, "the loss marked while the held requests are under way", 20)
             assert lost.cause is LossCause.TAKEN_OVER
         finally:

@@ -48,7 +48,7 @@ def test_an_item_waiting_to_retry_after_a_rcpt_450_is_listed_with_its_error(
     run pauses while that item waits for its own retry, and `status` lists it among the
     items needing attention, pending (retry waiting), with the relay's answer."""
     _paused_on_a_rcpt_450(ws)
-    states = dict(ws.query("SELECT item_id, state FROM items"))
+    states = ws.ledger.states()
     assert states == {"u1": "sent", "u2": "sent", "u3": "pending", "u4": "sent"}
     table = ws.invoke("status").output
     assert "items needing attention" in table, table

@@ -99,9 +99,9 @@ def test_a_run_that_ends_on_a_lost_lease_logs_its_ending(ws: Workspace) -> None:
         with released([sender]):
             receiver.wait_for(lambda r: len(r.arrivals) >= 1)
             if ws.url:
-                ws.write("UPDATE workers SET version = version + 1 WHERE state = 'live'")
+                ws.forge.worker_leases_taken_over()
             else:
-                ws.write("UPDATE runs SET lease_version = lease_version + 1")
+                ws.forge.run_lease_taken_over()
             _, err = sender.communicate(timeout=30)
     assert sender.returncode == 4, err
     events = json_lines(err)

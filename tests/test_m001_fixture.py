@@ -21,11 +21,11 @@ def test_a_paused_m001_run_is_migrated_and_resumed_exactly_once(ws: Workspace) -
     resumed = ws.invoke("resume")
     assert resumed.exit_code == 0, resumed.output
     assert "resuming run fixture-paused" in resumed.output
-    migrations = {r[0] for r in ws.query("SELECT name FROM _sqlite_migrations")}
+    migrations = set(ws.ledger.migrations())
     assert {"m001_initial", "m003_deadlines_and_drafts"} <= migrations
     documents = ws.outbox_documents()
     assert sorted(d["item_id"] for d in documents) == sorted(pending)
-    stored = dict(ws.query("SELECT idempotency_key, intent_digest FROM items"))
+    stored = {i.idempotency_key: i.intent_digest for i in ws.ledger.items()}
     assert all(stored[d["idempotency_key"]] == d["intent_digest"] for d in documents)
     counts = ws.status()["counts"]
     assert counts["sent"] == 200 and counts["expired"] == 0 and counts["pending"] == 0

@@ -37,13 +37,9 @@ def test_an_m007_database_with_a_run_in_flight_resumes_after_m008(ws: Workspace)
     assert sorted(d["item_id"] for d in documents) == sorted(f"m8-{i}" for i in range(1, 21))
     assert ws.status()["counts"]["sent"] == 20
     assert ws.status()["counts"]["suppressed"] == 0
-    assert ws.query("SELECT COUNT(*) FROM suppressions") == [(0,)]
-    assert ws.query("SELECT COUNT(*) FROM suppression_audit") == [(0,)]
-    table = "notifier_migrations" if ws.url else "_sqlite_migrations"
-    names = [name for (name,) in ws.query(f"SELECT name FROM {table} ORDER BY name")]
+    assert ws.ledger.suppressions() == [] and ws.ledger.suppression_audit() == []
+    names = ws.ledger.migrations()
     assert names[7] == "m008_suppression"  # later migrations (m009 on) may follow
     added = ws.invoke("suppress", "add", "User1@Example.com", "--reason", "asked to stop")
     assert added.exit_code == 0, added.output
-    assert ws.query("SELECT address, reason, source FROM suppressions") == [
-        ("user1@example.com", "asked to stop", "operator")
-    ]
+    assert ws.ledger.suppressions() == [("user1@example.com", "asked to stop", "operator")]

@@ -37,12 +37,12 @@ def test_an_m007_database_with_a_run_in_flight_resumes_after_m009(ws: Workspace)
     documents = ws.outbox_documents()
     assert sorted(d["item_id"] for d in documents) == sorted(f"m5-{i}" for i in range(1, 21))
     assert ws.status()["counts"]["sent"] == 20
-    assert ws.query(
-        "SELECT COUNT(*) FROM items WHERE not_before IS NULL AND send_window IS NULL "
-        "AND send_tz IS NULL"
-    ) == [(20,)]
-    table = "notifier_migrations" if ws.url else "_sqlite_migrations"
-    names = [name for (name,) in ws.query(f"SELECT name FROM {table} ORDER BY name")]
+    unscheduled = {"not_before": None, "send_window": None, "send_tz": None}
+    assert [s for s in ws.ledger.schedules() if s.items() >= unscheduled.items()] == (
+        ws.ledger.schedules()
+    )
+    assert len(ws.ledger.schedules()) == 20
+    names = ws.ledger.migrations()
     assert "m009_send_windows" in names  # not the last: m010 came after it
     assert names == sorted(m.name for m in MIGRATIONS)
     assert "m007_draft_chunks" in names

@@ -49,6 +49,7 @@ def test_each_stopped_run_gets_the_cause_its_reason_gave(ws: Workspace) -> None:
     """Opened read-write, the file is migrated; each run's cause is the one its reason
     stated, the reason itself unchanged, and m011 is recorded."""
     _load(ws)
+    # Read in m010's schema, before the migration (the read model is the current one's).
     before = dict(ws.query("SELECT run_id, stop_reason FROM runs"))
     store = Store.open(ws.db)
     try:
@@ -57,8 +58,7 @@ def test_each_stopped_run_gets_the_cause_its_reason_gave(ws: Workspace) -> None:
         store.close()
     assert {run_id: run.stop_cause for run_id, run in runs.items()} == CAUSES
     assert {run_id: run.stop_reason for run_id, run in runs.items()} == before
-    table = "notifier_migrations" if ws.url else "_sqlite_migrations"
-    names = [name for (name,) in ws.query(f"SELECT name FROM {table} ORDER BY name")]
+    names = ws.ledger.migrations()
     assert names == sorted(m.name for m in MIGRATIONS)
     assert "m011_stop_cause" in names
 
@@ -72,9 +72,8 @@ def test_the_interrupted_run_resumes_and_sends_each_item_once(ws: Workspace) -> 
     assert resumed.exit_code == 0, resumed.output
     documents = ws.outbox_documents()
     assert sorted(d["item_id"] for d in documents) == sorted(f"i{i}" for i in range(1, 11))
-    assert ws.query(
-        "SELECT state, stop_reason, stop_cause FROM runs WHERE run_id = 'm011-interrupted'"
-    ) == [("completed", None, None)]
+    run = ws.ledger.run("m011-interrupted")
+    assert (run.state, run.stop_reason, run.stop_cause) == ("completed", None, None)
 
 
 def test_settling_the_unknown_items_by_hand_follows_the_back_filled_cause(
@@ -92,10 +91,10 @@ def test_settling_the_unknown_items_by_hand_follows_the_back_filled_cause(
         assert result.exit_code in (0, 3), result.output
 
     mark("k2", "sent")
-    assert ws.query(
-        "SELECT state, stop_reason, stop_cause FROM runs WHERE run_id = 'm011-unknown'"
-    ) == [("paused", "1 item(s) with unknown outcome", "unknown_left")]
+    run = ws.ledger.run("m011-unknown")
+    assert (run.state, run.stop_reason, run.stop_cause) == (
+        "paused", "1 item(s) with unknown outcome", "unknown_left"
+    )  # fmt: skip
     mark("k4", "abandon")
-    assert ws.query(
-        "SELECT state, stop_reason, stop_cause FROM runs WHERE run_id = 'm011-unknown'"
-    ) == [("completed", None, None)]
+    run = ws.ledger.run("m011-unknown")
+    assert (run.state, run.stop_reason, run.stop_cause) == ("completed", None, None)

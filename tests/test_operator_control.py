@@ -180,13 +180,10 @@ def test_lease_from_another_host_blocks_until_it_expires(ws: Workspace) -> None:
     """A lease held on another machine is honoured until its expiry, then taken over."""
     ws.write_csv("batch.csv", make_rows(5))
     crash_send("after-receipt:2", db=ws.db)
-    owner = json.dumps({"host": "other-host.example", "pid": 4242, "token": "t"})
+    owner = {"host": "other-host.example", "pid": 4242, "token": "t"}
 
     def hold(seconds: float) -> None:
-        ws.write(
-            "UPDATE runs SET lease_owner = ?, lease_expires_at = ?",
-            (owner, clock.iso(clock.later(seconds))),
-        )
+        ws.forge.lease_held_by(owner, clock.iso(clock.later(seconds)))
 
     hold(600)
     refused = ws.invoke("resume")

@@ -28,17 +28,21 @@ def test_keys_are_short_ascii_and_carry_no_personal_data(ws: Workspace) -> None:
     """Every key is printable ASCII, at most 64 characters, unique, and does not contain the
     recipient; every digest is sha256 over the intent."""
     assert ws.invoke("send", str(EXAMPLE)).exit_code == 0
-    rows = ws.query("SELECT i.run_id, r.key_nonce, i.item_id, i.target, i.idempotency_key, "
-                    "i.intent_digest, i.channel, i.payload FROM items i "
-                    "JOIN runs r ON r.run_id = i.run_id")  # fmt: skip
-    keys = [r[4] for r in rows]
+    nonce = ws.ledger.run().key_nonce
+    assert nonce is not None
+    items = ws.ledger.items()
+    keys = [i.idempotency_key for i in items]
     assert len(set(keys)) == 100
-    for run_id, nonce, item_id, target, key, digest, channel, payload in rows:
+    for i in items:
+        run_id, item_id, target, key, digest, channel = (
+            i.run_id, i.item_id, i.target, i.idempotency_key, i.intent_digest, i.channel
+        )  # fmt: skip
+        payload = ws.ledger.payload(i.seq)
         assert re.fullmatch(r"[\x21-\x7e]{1,64}", key)
         assert target.split("@")[0] not in key
         assert re.fullmatch(r"[0-9a-f]{16}", nonce)
         assert key == idempotency_key(run_id, nonce, item_id, target)
-        assert digest == intent_digest(channel, target, json.loads(payload))
+        assert digest == intent_digest(channel, target, payload)
         assert re.fullmatch(r"sha256:[0-9a-f]{64}", digest)
 
 

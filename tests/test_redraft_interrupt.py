@@ -63,13 +63,13 @@ def test_ctrl_c_during_redraft_keeps_the_answers_received_and_asks_only_the_rest
     asked = [r.row_id for r in fake.requests[mark:]]
     assert len(asked) == 6 and len(set(asked)) == 6, asked  # nothing asked after Ctrl-C
     left = sorted(set(every) - set(asked))
-    subjects = dict(ws.query("SELECT source, subject FROM drafts"))
+    subjects = {d["source"]: d["subject"] for d in ws.ledger.drafts()}
     by_id = {re.search(r'"item_id": "(u\d)"', s).group(1): v for s, v in subjects.items()}  # type: ignore[union-attr]
     assert {i: by_id[i] for i in asked} == {i: f"Fresh {i}" for i in asked}
     assert {i: by_id[i] for i in left} == {i: f"Draft {i}" for i in left}
     assert run_fingerprint(ws) != old
     assert "6 row(s) redrafted" in stderr, stderr
-    suggested = f"notifier redraft {ws.query('SELECT run_id FROM runs')[0][0]}"
+    suggested = f"notifier redraft {ws.ledger.run().run_id}"
     suggested += "".join(f" --item {i}" for i in left)
     assert suggested in stderr, stderr
 
@@ -78,6 +78,4 @@ def test_ctrl_c_during_redraft_keeps_the_answers_received_and_asks_only_the_rest
     again = ws.invoke(*suggested.split()[1:])
     assert again.exit_code == 0, again.output
     assert Counter(r.row_id for r in fake.requests[mark:]) == dict.fromkeys(left, 1)
-    assert all(
-        v.startswith("Fresh ") for v in dict(ws.query("SELECT seq, subject FROM drafts")).values()
-    )
+    assert all(d["subject"].startswith("Fresh ") for d in ws.ledger.drafts())

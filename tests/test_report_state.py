@@ -20,10 +20,10 @@ from .support.crashed import crash_send
 pytestmark = pytest.mark.both_stores
 
 
-def crashed_run(ws: Workspace, n: int, at: str, **options: str) -> str:
+def crashed_run(ws: Workspace, n: int, at: str, channel: str | None = None) -> str:
     """Send `n` rows and crash at `at` (NOTIFIER_CRASH_AT); returns the run id."""
     ws.write_csv("batch.csv", make_rows(n))
-    crash_send(at, db=ws.db, **options)
+    crash_send(at, db=ws.db, channel=channel)
     return ws.ledger.run().run_id
 
 
@@ -80,10 +80,7 @@ def test_the_loser_of_a_race_is_told_the_holder_and_what_to_run_after(ws: Worksp
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         owner = {"host": HOST, "pid": holder.pid, "started": process_start(holder.pid)}
-        ws.write(
-            "UPDATE runs SET lease_owner = ?, lease_expires_at = ? WHERE run_id = ?",
-            (json.dumps({**owner, "token": "winner"}), "2999-01-01T00:00:00+00:00", run_id),
-        )
+        ws.forge.lease_held_by({**owner, "token": "winner"}, "2999-01-01T00:00:00+00:00", run_id)
         loser = ws.invoke("resume")
     finally:
         holder.kill()

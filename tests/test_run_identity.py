@@ -299,11 +299,12 @@ def test_an_m001_database_with_a_run_in_flight_resumes_after_m002(ws: Workspace)
     result = ws.invoke("resume")
     assert result.exit_code == 0, result.output
 
-    names = {name for (name,) in ws.query("SELECT name FROM _sqlite_migrations")}
+    names = set(ws.ledger.migrations())
     assert {"m001_initial", "m002_key_nonce_content_fingerprint"} <= names
     # Keys are stored, never recomputed: the old run keeps them (and has no nonce).
     assert [(i.seq, i.idempotency_key) for i in ws.ledger.items()] == keys_before
-    [(nonce, stored_content)] = ws.query("SELECT key_nonce, content_fingerprint FROM runs")
+    run = ws.ledger.run()
+    nonce, stored_content = run.key_nonce, run.content_fingerprint
     assert nonce is None
     digests = [i.intent_digest for i in ws.ledger.items()]
     assert stored_content == content_fingerprint(digests, ["outbox"])

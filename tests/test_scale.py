@@ -139,8 +139,8 @@ def test_an_m003_database_gains_counters_and_resumes(ws: Workspace) -> None:
         resumed.output
     )
     assert "completed: 30 sent, 0 unknown, 0 failed, 0 pending" in resumed.output
-    assert ("m004_counts_and_attention_indexes",) in ws.query("SELECT name FROM _sqlite_migrations")
-    assert set(ws.query("SELECT run_id, state, n FROM run_counts WHERE n != 0")) == {
+    assert "m004_counts_and_attention_indexes" in ws.ledger.migrations()
+    assert ws.ledger.counters() == {
         ("m004-done", "sent", 10),
         ("m004-fixture", "sent", 30),
     }
@@ -165,8 +165,7 @@ def test_counters_follow_a_crash_and_a_cancel(ws: Workspace) -> None:
     counts = ws.status()["counts"]
     assert counts["total"] == 40 and counts["in_flight"] == 0
     assert counts["sent"] + counts["pending"] + counts["unknown"] == 40
-    counters = dict(ws.query("SELECT state, n FROM run_counts WHERE n != 0"))
-    assert counters == ws.ledger.state_counts()
+    assert ws.ledger.run_counts() == ws.ledger.state_counts()
 
 
 def test_the_streamed_json_report_is_the_json_document(ws: Workspace) -> None:

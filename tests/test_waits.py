@@ -90,11 +90,7 @@ def test_a_new_process_restores_a_gate_as_scaled(
     (item,) = ws.ledger.items()
     run_id, seq = item.run_id, item.seq
     finished = "2030-01-01T00:00:00.000000+00:00"
-    ws.write(
-        "UPDATE attempts SET outcome = 'throttled', retry_after_s = 30, finished_at = ? "
-        "WHERE run_id = ? AND seq = ?",
-        (finished, run_id, seq),
-    )
+    ws.forge.throttled_answer(run_id, seq, 30, finished)
 
     def gate() -> str:
         store = Store.open(ws.db, readonly=True)

@@ -181,7 +181,7 @@ def test_an_m004_sqlite_database_gains_workers_and_resumes(ws: Workspace) -> Non
     result = ws.invoke("resume", "m005-fixture")
     assert result.exit_code == 0, result.output
     assert "7 sent, 1 in flight, 0 unknown, 0 failed, 12 pending" in result.output
-    assert ("m005_workers",) in ws.query("SELECT name FROM _sqlite_migrations")
+    assert "m005_workers" in ws.ledger.migrations()
     documents = ws.outbox_documents()
     assert len(documents) == 20
     assert len({d["idempotency_key"] for d in documents}) == 20

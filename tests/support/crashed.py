@@ -47,11 +47,11 @@ def rehearsing(spec: str) -> Iterator[CrashHere]:
     point, _, seq = spec.partition(":")
     plan = CrashHere(point, int(seq))
     real = crash.from_env
-    crash.from_env = lambda environ=None: plan  # type: ignore[assignment]
+    crash.from_env = lambda environ=None: plan
     try:
         yield plan
     finally:
-        crash.from_env = real  # type: ignore[assignment]
+        crash.from_env = real
 
 
 def crash_send(
