@@ -1,0 +1,353 @@
+"""The shape of the code: no import cycle, no module past 500 lines, the engine
+store/'s business alone, nothing pointing outside the repository. Read from the source with
+ast, every import counted, those inside functions and under TYPE_CHECKING too: a cycle hidden
+there is still a cycle for whoever reads or moves the code."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator, Mapping
+from functools import cache
+from pathlib import Path
+
+from ..conftest import ROOT
+
+PACKAGE = ROOT / "notifier"
+STORE = "notifier.store"
+MAX_LINES = 500
+# The modules that open or speak to one engine: only store/ may import them.
+ENGINES = ("sqlite3", "psycopg", "psycopg_pool")
+ENGINE_MODULES = tuple(
+    f"{STORE}.{name}" for name in ("sqlite", "postgres", "opening", "postgres_store")
+)
+
+
+@cache
+def modules() -> Mapping[str, Path]:
+    """Every module of notifier/, by dotted name (a package by its own name)."""
+    found: dict[str, Path] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def imported_names(name: str, path: Path) -> Iterator[tuple[str, ...]]:
+    """What each import statement anywhere in the module brings in, made absolute."""
+    return names_in(name, path.read_text("utf-8"), is_package=path.name == "__init__.py")
+
+
+def names_in(name: str, source: str, *, is_package: bool) -> Iterator[tuple[str, ...]]:
+    """For each name imported by module `name` (with this source), what it may be, most
+    precise first: `from .x import y` is `notifier...x.y` if that is a module, else a name
+    of `notifier...x`; `import a.b` is `a.b`."""
+    package = name.split(".") if is_package else name.split(".")[:-1]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            yield from ((alias.name,) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                origin = ".".join(base + ([node.module] if node.module else []))
+            else:
+                origin = node.module or ""
+            yield from ((f"{origin}.{alias.name}", origin) for alias in node.names)
+
+
+@cache
+def graph() -> Mapping[str, frozenset[str]]:
+    """Module -> the notifier modules it imports (a name imported from a module counts as
+    that module; a submodule's import of its own package's other submodules does not count
+    as importing the package, which Python has always loaded first anyway)."""
+    known = modules()
+    edges: dict[str, frozenset[str]] = {}
+    for name, path in known.items():
+        deps = {
+            next(candidate for candidate in candidates if candidate in known)
+            for candidates in imported_names(name, path)
+            if any(candidate in known for candidate in candidates)
+        }
+        deps.discard(name)
+        edges[name] = frozenset(deps)
+    return edges
+
+
+def cycles(edges: Mapping[str, frozenset[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative: the
+    graph is small, but recursion depth should not be what fails)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def in_store(name: str) -> bool:
+    return name == STORE or name.startswith(f"{STORE}.")
+
+
+def test_the_cycle_finder_finds_a_cycle_through_a_function_level_import() -> None:
+    """The check below can fail: a cycle closed only by an import inside a function is found."""
+    edges = {"a": frozenset({"b"}), "b": frozenset({"c"}), "c": frozenset({"a"}), "d": frozenset()}
+    assert cycles(edges) == [["a", "b", "c"]]
+    source = "def f():\n    from .b import thing\n    from ..c import other\n"
+    names = set(names_in("notifier.p.a", source, is_package=False))
+    assert names == {("notifier.p.b.thing", "notifier.p.b"), ("notifier.c.other", "notifier.c")}
+
+
+def test_no_import_cycle_outside_the_store() -> None:
+    """No import cycle among notifier's modules outside notifier/store/."""
+    outside = {
+        name: frozenset(dep for dep in deps if not in_store(dep))
+        for name, deps in graph().items()
+        if not in_store(name)
+    }
+    assert cycles(outside) == []
+
+
+def test_no_import_cycle_through_the_store() -> None:
+    """No import cycle at all in notifier/, the store's modules included."""
+    assert cycles(graph()) == []
+
+
+def test_no_module_is_over_500_lines() -> None:
+    """Every module of notifier/ has at most 500 lines."""
+    long = {
+        name: lines
+        for name, path in modules().items()
+        if (lines := len(path.read_text("utf-8").splitlines())) > MAX_LINES
+    }
+    assert long == {}
+
+
+def test_nothing_outside_the_store_imports_an_engine() -> None:
+    """No module outside notifier/store/ imports sqlite3, psycopg or the store's engine
+    modules: which engine holds the receipts is the store's business."""
+    offending = {
+        name: sorted(
+            imported
+            for candidates in imported_names(name, path)
+            for imported in candidates[:1]
+            if imported.split(".")[0] in ENGINES
+            or any(imported == m or imported.startswith(f"{m}.") for m in ENGINE_MODULES)
+        )
+        for name, path in modules().items()
+        if not in_store(name)
+    }
+    assert {name: found for name, found in offending.items() if found} == {}
+
+
+def repository_text() -> Iterator[tuple[str, str]]:
+    """(path from the root, text) of every text file of the project, tests and docs too."""
+    for top in ("notifier", "tests", "docs", "bench", "examples", ".ci"):
+        for path in sorted((ROOT / top).rglob("*")):
+            if path.is_file() and path.suffix in {"", ".py", ".md", ".toml", ".sql", ".csv"}:
+                yield str(path.relative_to(ROOT)), path.read_text("utf-8", errors="replace")
+    for name in ("README.md", "pyproject.toml", ".gitignore"):
+        yield name, (ROOT / name).read_text("utf-8")
+
+
+# The needles are built from parts, so that this file does not hold what it looks for.
+ENGINE_FLAG = "is_" + "postgres"
+CTE_FLAG = "_WRITING" + "_CTES"
+GONE = "wal" + "watch"
+
+
+def test_nothing_above_the_store_asks_which_engine_it_has() -> None:
+    """The engine is store/'s business: nothing outside notifier/store/ (code, tests, docs)
+    names the store's engine flag or its writing-CTE switch, and nothing names the
+    WAL watcher that was removed."""
+    found = [
+        (path, needle)
+        for path, text in repository_text()
+        for needle in (ENGINE_FLAG, CTE_FLAG, GONE)
+        if needle in text and (needle == GONE or not path.startswith("notifier/store/"))
+    ]
+    assert found == []
+
+
+def test_nothing_points_outside_the_repository() -> None:
+    """No file sends its reader to a document outside the repository (another folder's
+    design notes): what the project promises is written in it."""
+    needles = ("shared" + " folder", "shared" + "/design", "../" + "shared")
+    found = [
+        (path, needle)
+        for path, text in repository_text()
+        for needle in needles
+        if needle in text.lower()
+    ]
+    assert found == []
+
+
+def test_the_readme_is_under_250_lines() -> None:
+    """README.md stays a user's page (under 250 lines); measurements live in docs/."""
+    assert len((ROOT / "README.md").read_text("utf-8").splitlines()) < 250
+
+
+# What reads text: a string's own methods, and a pattern's.
+_TEXT_READERS = frozenset(
+    {"startswith", "endswith", "find", "rfind", "index", "rindex", "split", "rsplit",
+     "partition", "rpartition", "count", "removeprefix", "removesuffix", "lower", "casefold",
+     "match", "fullmatch", "search", "findall", "finditer", "sub", "subn"}
+)  # fmt: skip
+
+
+def stop_reason_parsed(source: str) -> list[int]:
+    """The lines where a run's `stop_reason`, or a name given it, is read as text: a string
+    method called on it, an `in` test on it, or it handed to a string or pattern method."""
+    found: list[int] = []
+    for scope in ast.walk(ast.parse(source)):
+        if not isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef | ast.Module):
+            continue
+        given = {
+            target.id
+            for node in ast.walk(scope)
+            if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None
+            and any(isinstance(n, ast.Attribute) and n.attr == "stop_reason"
+                    for n in ast.walk(node.value))
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            if isinstance(target, ast.Name)
+        }  # fmt: skip
+
+        def reason(node: ast.AST, given: set[str] = given) -> bool:
+            return (isinstance(node, ast.Attribute) and node.attr == "stop_reason") or (
+                isinstance(node, ast.Name) and node.id in given
+            )
+
+        for node in ast.walk(scope):
+            if isinstance(node, ast.Attribute) and node.attr in _TEXT_READERS:
+                if reason(node.value):
+                    found.append(node.lineno)
+            elif isinstance(node, ast.Compare):
+                tested = [node.left, *node.comparators]
+                if any(isinstance(op, ast.In | ast.NotIn) for op in node.ops) and any(
+                    reason(operand) for operand in tested
+                ):
+                    found.append(node.lineno)
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in _TEXT_READERS
+                and any(reason(arg) for arg in node.args)
+            ):
+                found.append(node.lineno)
+    return sorted(set(found))
+
+
+def test_the_stop_reason_finder_finds_prose_parsed() -> None:
+    source = (
+        "def f(run):\n"
+        "    why = run.stop_reason or ''\n"
+        "    if why.startswith('its approval'):\n"
+        "        return 1\n"
+        "    if ' is down: ' in why:\n"
+        "        return 2\n"
+        "    return PATTERN.fullmatch(run.stop_reason)\n"
+        "def g(run):\n"
+        "    return run.stop_reason == 'x' or run.stop_cause in CAUSES\n"
+    )
+    assert stop_reason_parsed(source) == [3, 5, 7]
+
+
+def test_no_stop_reason_is_parsed_from_its_text() -> None:
+    """Why a run stopped is read from `runs.stop_cause`; the prose `stop_reason` is only
+    stored and shown, never read back as text anywhere in notifier/."""
+    found = {
+        name: lines
+        for name, path in modules().items()
+        if (lines := stop_reason_parsed(path.read_text("utf-8")))
+    }
+    assert found == {}
+
+
+def advice_strings(source: str) -> list[int]:
+    """The lines of string literals (docstrings aside) that tell the operator a command to
+    run: "`notifier …`"."""
+    tree = ast.parse(source)
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return sorted(
+        {
+            node.lineno
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and "`notifier " in node.value
+            and id(node) not in docstrings
+        }
+    )
+
+
+# The advice still written below the command layer: a file that does not exist yet (its
+# message is shared by every command that opens one), and a stored last_error.
+ADVICE_LEFT = {
+    "notifier.store.sqlite": 1,
+    "notifier.store.postgres": 1,
+    "notifier.store.suppressions": 1,
+}
+
+
+def test_the_store_and_the_state_machine_state_facts_not_commands() -> None:
+    """What to do after a failure is a NextStep that the command layer words: no command
+    advice is written in notifier/store/ or state_machine.py beyond ADVICE_LEFT."""
+    found = {
+        name: len(lines)
+        for name, path in modules().items()
+        if name.startswith(STORE) or name == "notifier.state_machine"
+        if (lines := advice_strings(path.read_text("utf-8")))
+    }
+    assert found == ADVICE_LEFT
+
+
+def test_no_two_classes_share_a_name() -> None:
+    """One name per concept: a class name found in two modules would be two things a reader
+    must tell apart by where they were imported from (an item's attempts and the rows of
+    earlier runs are `History` and `RowHistory`, not two `History`)."""
+    where: dict[str, list[str]] = {}
+    for name, path in modules().items():
+        for node in ast.parse(path.read_text("utf-8")).body:
+            if isinstance(node, ast.ClassDef):
+                where.setdefault(node.name, []).append(name)
+    assert {cls: found for cls, found in where.items() if len(found) > 1} == {}
