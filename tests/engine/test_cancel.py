@@ -4,10 +4,8 @@ reported unknown, and a cancel racing a completion or a starting send never exit
 
 from __future__ import annotations
 
-import functools
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +22,7 @@ from notifier.store import Store
 from notifier.store.ledger import Ledger
 from notifier.store.planning import Planning
 
-from ..conftest import DB_ERRORS, SlowRelay, Workspace, default_sigint, make_rows
+from ..conftest import DB_ERRORS, SlowRelay, Workspace, make_rows
 from ..support.background import Worker
 from ..support.crashed import crash_invoke
 
@@ -284,34 +282,6 @@ def started_polling(marker: Path, canceller: subprocess.Popen[str]) -> bool:
 
 
 # Six trials, each a test of its own so that xdist's workers run them side by side.
-@pytest.mark.slow
-@pytest.mark.parametrize("trial", range(6))
-def test_cancel_racing_a_starting_send_never_exits_1(ws: Workspace, trial: int) -> None:
-    """A cancel that fires the moment a `send` has stored its plan (run still planned, the
-    lease about to be taken) lands in each trial on one side of the race or the other; neither
-    process exits 1 (illegal move, lost race) or 4, and the run ends cancelled or completed."""
-    with Sandbox() as sandbox:
-        configure_hooks(ws, sandbox, query=True)
-        ws.write_csv(f"batch{trial}.csv", make_rows(5, start=100 * trial))
-        polling = ws.path / f"polling{trial}"
-        canceller = subprocess.Popen(
-            [sys.executable, "-c", CANCEL_AS_SOON_AS_PLANNED, str(ws.db), str(polling)],
-            cwd=ws.path,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            preexec_fn=default_sigint,  # noqa: PLW1509 (as every process a test starts)
-        )
-        # The canceller is polling before the send starts.
-        wait_for(functools.partial(started_polling, polling, canceller))
-        assert canceller.poll() is None, canceller.communicate()
-        # The send in this process, racing the canceller's.
-        sender = ws.invoke("send", f"batch{trial}.csv", "--channel", "hooks")
-        out, err = canceller.communicate(timeout=60)
-        assert sender.exit_code in (0, 3), sender.output
-        assert canceller.returncode in (0, 3), out + err
-        assert "internal error" not in sender.stderr + err
-        assert ws.ledger.run().state in ("cancelled", "completed")
 
 
 def test_send_whose_run_was_cancelled_before_it_took_the_lease(

@@ -17,7 +17,7 @@ import pytest
 
 from notifier.intent import intent_digest
 
-from ..conftest import DB_ERRORS, Workspace, wait_for
+from ..conftest import DB_ERRORS, Workspace
 from ..fake_messages import Canned, FakeBatches, error, text_only_answer
 from ..support.crashed import crash_invoke
 from .test_compose import KEY, batch, brief
@@ -167,38 +167,6 @@ def test_polling_honours_retry_after(ws: Workspace, fake: FakeBatches) -> None:
     result = ws.invoke(*send(ws, 2))
     assert result.exit_code == 0, result.output
     assert fake.retrieved_at[1] - fake.retrieved_at[0] >= 0.9
-
-
-def test_cancel_while_drafting_cancels_the_submitted_batches(
-    ws: Workspace, fake: FakeBatches
-) -> None:
-    """`notifier cancel` while batches are processing: the drafting process cancels every
-    submitted batch, records each chunk cancelled, and the run ends cancelled, nothing
-    sent."""
-    fake.polls_in_progress = 10**6
-    process = ws.popen(*send(ws))
-    wait_for(lambda: [s for _, s, _ in chunk_states(ws)] == ["submitted"] * 3, "3 submitted")
-    cancelled = ws.invoke("cancel")
-    assert cancelled.exit_code == 0, cancelled.output
-    process.communicate(timeout=60)
-    assert sorted(fake.cancelled) == sorted(fake.created())
-    assert [s for _, s, _ in chunk_states(ws)] == ["canceled"] * 3
-    assert ws.status()["state"] == "cancelled" and ws.outbox_documents() == []
-
-
-def test_cancel_after_an_interrupted_drafting_cancels_the_batches_it_left(
-    ws: Workspace, fake: FakeBatches
-) -> None:
-    """Drafting killed with batches submitted: `notifier cancel` itself cancels them."""
-    fake.polls_in_progress = 10**6
-    process = ws.popen(*send(ws))
-    wait_for(lambda: [s for _, s, _ in chunk_states(ws)] == ["submitted"] * 3, "3 submitted")
-    process.kill()
-    process.communicate(timeout=60)
-    cancelled = ws.invoke("cancel")
-    assert cancelled.exit_code == 0, cancelled.output
-    assert sorted(fake.cancelled) == sorted(fake.created())
-    assert [s for _, s, _ in chunk_states(ws)] == ["canceled"] * 3
 
 
 def test_dry_run_with_batch_api_keeps_the_synchronous_three_drafts(
