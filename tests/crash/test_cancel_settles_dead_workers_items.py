@@ -12,9 +12,9 @@ import re
 import signal
 import threading
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 from click.testing import CliRunner
 
@@ -32,6 +32,7 @@ from ..conftest import Workspace, make_rows, wait_for
 from ..engine.test_pg_concurrent_writes import plan, worker
 from ..receiver import Receiver, receiving, released, webhook_config
 from ..support.background import meanwhile
+from ..support.ledger import Forge
 from .test_workers import finish, fleet, notifier, pg_url, rows
 
 __all__ = ["pg_url"]  # the fixture, from test_workers
@@ -226,13 +227,14 @@ class AskedByKey:
         pass
 
 
+def _forge(db: str) -> Forge:
+    """The changes a test makes behind notifier's back, on the schema at `db`."""
+    return Workspace(Path("."), url=db).forge
+
+
 def _dies(db: str, worker_id: str) -> None:
     """`worker_id`'s lease (from another host) expires: it counts as dead from now on."""
-    with psycopg.connect(db, autocommit=True) as conn:
-        conn.execute(
-            "UPDATE workers SET expires_at = %s WHERE worker_id = %s",
-            (clock.iso(clock.later(-60)), worker_id),
-        )
+    _forge(db).worker_lease_expires(worker_id, clock.iso(clock.later(-60)))
 
 
 @pytest.mark.timeout(60)
@@ -247,8 +249,7 @@ def test_the_last_worker_settles_every_item_left_mid_request_before_it_closes(
     undelivered, their deciding 404 heard only after their window closed; nothing is left
     in flight or unknown, and the closing line says nothing may have been delivered."""
     plan(ws, pg_url, "k2", "batch.csv", 1)
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute("UPDATE runs SET state = 'running' WHERE run_id = 'k2'")
+    _forge(pg_url).run_state("k2", "running")
     a, a_version = worker(pg_url, "k2", "worker-a")
     b, b_version = worker(pg_url, "k2", "worker-b")
     c, c_version = worker(pg_url, "k2", "worker-c")
@@ -298,8 +299,7 @@ def test_the_last_worker_asks_again_about_items_asked_too_early_with_nothing_in_
     (unknown) are asked again when A closes the cancelled run, although A holds nothing in
     flight then: none is left unknown, none sent to a manual decision."""
     plan(ws, pg_url, "k3", "batch.csv", 1)
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute("UPDATE runs SET state = 'running' WHERE run_id = 'k3'")
+    _forge(pg_url).run_state("k3", "running")
     a, a_version = worker(pg_url, "k3", "worker-a")
     c, c_version = worker(pg_url, "k3", "worker-c")
     try:

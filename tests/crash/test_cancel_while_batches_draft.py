@@ -6,10 +6,12 @@ from __future__ import annotations
 import pytest
 
 from ..conftest import Workspace, wait_for
+from ..engine import test_compose_batches
 from ..engine.test_compose_batches import chunk_states, send
 from ..fake_messages import FakeBatches
 
 pytestmark = pytest.mark.both_stores
+fake = test_compose_batches.fake  # a fixture of that module's, found here by name
 
 
 def test_cancel_while_drafting_cancels_the_submitted_batches(

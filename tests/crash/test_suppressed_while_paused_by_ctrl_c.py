@@ -9,10 +9,13 @@ import time
 import pytest
 
 from ..conftest import Workspace, make_rows, wait_for
+from ..engine import test_suppression
 from ..engine.test_suppression import CONCURRENCY, Relay, report
 from ..receiver import Receiver, webhook_config
 
 pytestmark = pytest.mark.both_stores
+receiver = test_suppression.receiver  # a fixture of that module's, found here by name
+relay = test_suppression.relay  # a fixture of that module's, found here by name
 
 
 @pytest.mark.parametrize("n", CONCURRENCY)

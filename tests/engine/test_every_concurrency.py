@@ -1,6 +1,8 @@
 """The promises at every concurrency: each test runs at N = 1 and at N = 8 with
 items claimed ahead, on both stores, through the real CLI against a receiver on 127.0.0.1
-(tests/receiver.py), or through the real Runner where only the order of events matters."""
+(tests/receiver.py), or through the real Runner where only the order of events matters.
+The real processes killed or signalled at every concurrency:
+tests/crash/test_kills_and_signals_at_every_concurrency.py."""
 
 from __future__ import annotations
 

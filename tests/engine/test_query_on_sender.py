@@ -1,9 +1,9 @@
 """The status query after an uncertain send runs on the sender's thread: while
 one item's query waits on the receiver, the committer goes on recording the other items'
-answers, and once the query answers the item is settled by what it found; killed while the
-query waits, the item is left in flight for resume to ask about. Against a receiver on
-127.0.0.1 (tests/receiver.py), at N = 1 and 8, on both stores: the held send is the engine
-in a thread of the test (notifier.api), the killed one a real process."""
+answers, and once the query answers the item is settled by what it found. Against a
+receiver on 127.0.0.1 (tests/receiver.py), at N = 1 and 8, on both stores, the engine in a
+thread of the test (notifier.api). Killed while the query waits:
+tests/crash/test_a_kill_during_a_status_query.py."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """A status query's further tries stop the moment the run stops: `reconcile.ask` asks
 `go_on()` right before each further try, so a stop that comes during the wait between two
-tries is not followed by one more request. In-process (the retry loop, not the wire), and
-through the real CLI at N = 8 against a receiver on 127.0.0.1 (tests/receiver.py), on both
-stores: once SIGTERM is seen no query tries again, and the queries it cut short leave their
-items unknown, to be asked about by whoever settles the run next, the run paused, not
-halted."""
+tries is not followed by one more request. In-process: the retry loop, not the wire. A
+real process signalled while its queries are under way is
+tests/crash/test_a_signal_stops_status_queries_mid_try.py."""
 
 from __future__ import annotations
 

@@ -2,10 +2,10 @@
 came inside its query window (`timeout + query_delay` after its request left) is asked again
 once the window has passed, and while
 the receiver holds that second query the committer goes on claiming, sending and recording
-the other items; the held query's answer, when it comes, settles the item. Killed while the
-query is held, `resume` settles the item by asking. Against a receiver on 127.0.0.1
-(tests/receiver.py), at N = 1 and 8, on both stores: the held send is the engine in a thread
-of the test (notifier.api), the killed one a real process."""
+the other items; the held query's answer, when it comes, settles the item. Against a
+receiver on 127.0.0.1 (tests/receiver.py), at N = 1 and 8, on both stores, the engine in a
+thread of the test (notifier.api). Killed while the query is held:
+tests/crash/test_a_kill_during_a_revisit_query.py."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """The SMTP channel's pool of connections, through the real CLI against an
 aiosmtpd relay: each sender has a connection of its own and reuses it, a connection the relay
 closed is reopened without costing the message anything, `max_connections` caps both the
-connections and the items in flight, and a kill -9 leaves in flight only the requests that
-were really under way."""
+connections and the items in flight. A kill -9 leaves in flight only the requests that were
+really under way: tests/crash/test_smtp_killed_at_n8.py."""
 
 from __future__ import annotations
 

@@ -360,3 +360,15 @@ class Forge:
             "WHERE run_id = ? AND seq = ?",
             (retry_after_s, finished_at, run_id, seq),
         )
+
+    def run_state(self, run_id: str, state: str) -> None:
+        """Run `run_id` put in `state` with no move of the state machine, as a process that
+        took it up would leave it."""
+        self._write("UPDATE runs SET state = ? WHERE run_id = ?", (state, run_id))
+
+    def worker_lease_expires(self, worker_id: str, expires_at: str) -> None:
+        """`worker_id`'s lease (a run shared through PostgreSQL) recorded as expiring at
+        `expires_at`: in the past, a worker on another host that counts as dead."""
+        self._write(
+            "UPDATE workers SET expires_at = ? WHERE worker_id = ?", (expires_at, worker_id)
+        )
