@@ -160,7 +160,7 @@ def _untouched_by_a_start(ws: Workspace) -> list[list[tuple[object, ...]]]:
     """Everything a start writes: the runs row (state, lease, stop reason), its events, the
     worker leases, the items and their attempts."""
     return [
-        ws.query(f"SELECT * FROM {table} ORDER BY {order}")
+        ws.ledger.rows(table, order)
         for table, order in (
             ("runs", "run_id"),
             ("events", "run_id, seq_no"),

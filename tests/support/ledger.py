@@ -306,6 +306,22 @@ class Ledger:
         ]
         return [s for s in found if run_id is None or s["run_id"] == run_id]
 
+    def tables(self) -> list[str]:
+        """The tables of the database (of the schema, on PostgreSQL), sorted."""
+        if self._postgres:
+            sql = (
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_schema = current_schema()"
+            )
+        else:
+            sql = "SELECT name FROM sqlite_master WHERE type = 'table'"
+        return sorted(str(name) for (name,) in self._query(sql, ()))
+
+    def rows(self, table: str, order: str = "1") -> list[tuple[Any, ...]]:
+        """Every row of `table`, every column as stored, ordered by `order`: for a test about
+        a table as a whole (that nothing in it changed, that no cell holds a secret)."""
+        return self._query(f'SELECT * FROM "{table}" ORDER BY {order}', ())
+
 
 class Forge:
     """What a test changes behind notifier's back on purpose, each change named (`ws.forge`):
