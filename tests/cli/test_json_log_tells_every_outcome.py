@@ -14,7 +14,8 @@ import pytest
 from notifier import clock
 
 from ..conftest import Workspace, make_rows
-from ..receiver import Receiver, receiving, released, webhook_config
+from ..receiver import Receiver, receiving, webhook_config
+from ..support.background import meanwhile
 from ..support.crashed import crash_invoke
 
 # What an item's event carries (tests/cli/test_observe.py), and an outcome event besides.
@@ -95,16 +96,19 @@ def test_a_run_that_ends_on_a_lost_lease_logs_its_ending(ws: Workspace) -> None:
             + webhook_config(receiver, idempotent=False, status=True, timeout=10 * SLOW_S)
         )
         ws.write_csv("batch.csv", make_rows(20))
-        sender = ws.popen("send", "batch.csv", "--channel", "hooks", "--log-format", "json")
-        with released([sender]):
+
+        def take_over() -> None:
             receiver.wait_for(lambda r: len(r.arrivals) >= 1)
             if ws.url:
                 ws.forge.worker_leases_taken_over()
             else:
                 ws.forge.run_lease_taken_over()
-            _, err = sender.communicate(timeout=30)
-    assert sender.returncode == 4, err
-    events = json_lines(err)
+
+        # The send in-process, the takeover forged from a thread while it runs.
+        with meanwhile(take_over):
+            sender = ws.invoke("send", "batch.csv", "--channel", "hooks", "--log-format", "json")
+    assert sender.exit_code == 4, sender.output
+    events = json_lines(sender.stderr)
     names = [e["event"] for e in events]
     assert names[-2:] == ["lease_lost", "error"], names
     ending = events[-2]

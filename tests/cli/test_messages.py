@@ -4,11 +4,17 @@ ours, and a run whose channels can no longer be built can still be cancelled."""
 from __future__ import annotations
 
 import os
-import time
+import threading
+from pathlib import Path
 
-from notifier.sandbox import Faults, Sandbox
+from notifier.api import Notifier
+from notifier.channels.scripted import DELIVER, Channels, Response, ScriptedChannel
+from notifier.config import Config
+from notifier.intent import Intent
+from notifier.sandbox import Sandbox
 
 from ..conftest import Workspace, make_rows
+from ..support.background import WAIT_S, Worker
 from ..support.crashed import crash_invoke
 
 SECRET = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -16,23 +22,31 @@ SECRET = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 def test_a_refused_resume_does_not_first_say_resuming(ws: Workspace) -> None:
     """A second `resume` while a live worker holds the lease exits 4 naming the holder, and
-    never prints "resuming run" first."""
-    with Sandbox(faults=Faults(latency_ms=200)) as sandbox:
-        (ws.path / "notifier.toml").write_text(
-            f'[channels.hooks]\ntype = "webhook"\nurl = "{sandbox.notifications_url}"\n'
-        )
-        ws.write_csv("batch.csv", make_rows(30))
-        worker = ws.popen("send", "batch.csv", "--channel", "hooks")
-        try:
-            deadline = time.monotonic() + 30
-            while sandbox.stats()["totals"]["commits"] < 2 and time.monotonic() < deadline:
-                time.sleep(0.05)
-            second = ws.invoke("resume")
-        finally:
-            worker.kill()
-            worker.wait()
+    never prints "resuming run" first. The worker is the engine in a thread of this process,
+    its first request held until the resume has been refused."""
+    started, release = threading.Event(), threading.Event()
+
+    def held(intent: Intent, tries: int) -> Response:
+        started.set()
+        release.wait(WAIT_S)
+        return DELIVER
+
+    hooks = {"type": "webhook", "url": "http://127.0.0.1:9/n"}  # never dialled: held answers
+    notifier = Notifier.open(
+        ws.db,
+        config=Config(path=None, channels={"hooks": hooks}),
+        channels=Channels(hooks=ScriptedChannel("hooks", held)),
+    )
+    ws.write_csv("batch.csv", make_rows(3))
+    worker = Worker(lambda: notifier.send(Path("batch.csv"), channel="hooks"))
+    try:
+        assert started.wait(WAIT_S), "the worker never sent"
+        second = ws.invoke("resume")
+    finally:
+        release.set()
+    assert worker.result().counts.sent == 3
     assert second.exit_code == 4, second.output
-    assert f"pid {worker.pid}" in second.output
+    assert f"pid {os.getpid()}" in second.output
     assert "resuming run" not in second.output
 
 
