@@ -6,6 +6,7 @@ processes; the in-process half is tests/engine/test_every_concurrency.py."""
 from __future__ import annotations
 
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from ..conftest import (
+    DB_ERRORS,
     SlowRelay,
     Workspace,
     make_rows,
@@ -23,16 +25,28 @@ from ..conftest import (
 from ..engine.test_every_concurrency import (
     CONCURRENCY,
     _assert_nothing_left_open,
-    _holders,
     _keys,
     _run_state,
-    _start,
     _states,
 )
 from ..receiver import WAIT_S, HoldAfter, Receiver, receiving, webhook_config
 from ..support.background import meanwhile
 
 pytestmark = pytest.mark.both_stores
+
+
+def _start(ws: Workspace, rows: int, n: int, *extra: str) -> subprocess.Popen[str]:
+    """`send` as a real process: for the tests that kill or signal it."""
+    ws.write_csv("batch.csv", make_rows(rows))
+    return ws.popen("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n), *extra)
+
+
+def _holders(ws: Workspace) -> int:
+    """How many workers hold items in flight (0 before the plan is stored)."""
+    try:
+        return len({i.worker_id for i in ws.ledger.items() if i.state == "in_flight"})
+    except DB_ERRORS:  # not created yet
+        return 0
 
 
 @CONCURRENCY

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -35,7 +34,6 @@ from notifier.state_machine import RunState, RunTrigger
 from notifier.store import Store
 
 from ..conftest import (
-    DB_ERRORS,
     Workspace,
     make_rows,
     wait_for,
@@ -45,12 +43,6 @@ from ..support.background import meanwhile
 
 pytestmark = pytest.mark.both_stores
 CONCURRENCY = pytest.mark.parametrize("n", [1, 8])
-
-
-def _start(ws: Workspace, rows: int, n: int, *extra: str) -> subprocess.Popen[str]:
-    """`send` as a real process: for the tests that kill or signal it."""
-    ws.write_csv("batch.csv", make_rows(rows))
-    return ws.popen("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n), *extra)
 
 
 def _send(ws: Workspace, rows: int, n: int, *extra: str) -> Result:
@@ -468,14 +460,6 @@ def test_a_rate_slower_than_max_wait_pauses_the_run_instead_of_waiting(
         assert len(receiver.arrivals) == 1
         until = ws.ledger.run().paused_until
         assert (clock.parse(str(until)) - clock.now()).total_seconds() > 900
-
-
-def _holders(ws: Workspace) -> int:
-    """How many workers hold items in flight (0 before the plan is stored)."""
-    try:
-        return len({i.worker_id for i in ws.ledger.items() if i.state == "in_flight"})
-    except DB_ERRORS:  # not created yet
-        return 0
 
 
 @pytest.mark.timeout(90)
