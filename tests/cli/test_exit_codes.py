@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from notifier import app
-from notifier.errors import ExitCode
-from notifier.runner import Runner
-from notifier.state_machine import IllegalMove, ItemState, ItemTrigger, item_next
+from notifier.domain.errors import ExitCode
+from notifier.domain.state_machine import IllegalMove, ItemState, ItemTrigger, item_next
+from notifier.engine.runner import Runner
 from notifier.store import LostRace
 
 from ..conftest import EXAMPLE, Inbox, Workspace, make_rows

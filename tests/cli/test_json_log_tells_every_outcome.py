@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from notifier import clock
+from notifier.domain import clock
 
 from ..conftest import Workspace, make_rows
 from ..receiver import Receiver, receiving, webhook_config

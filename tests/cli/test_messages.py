@@ -10,8 +10,8 @@ from pathlib import Path
 from notifier.api import Notifier
 from notifier.channels.scripted import DELIVER, Channels, Response, ScriptedChannel
 from notifier.config import Config
-from notifier.intent import Intent
-from notifier.sandbox import Sandbox
+from notifier.domain.intent import Intent
+from notifier.sandbox.server import Sandbox
 
 from ..conftest import Workspace, make_rows
 from ..support.background import WAIT_S, Worker

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from notifier.crash import ENV as CRASH_ENV
+from notifier.engine.crash import ENV as CRASH_ENV
 from notifier.store import Store
 from notifier.store.sqlite import SqliteEngine
 

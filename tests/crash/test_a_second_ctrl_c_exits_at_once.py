@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from notifier.sandbox import Faults, Sandbox
+from notifier.sandbox.server import Faults, Sandbox
 
 from ..conftest import Workspace, make_rows
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from notifier.sandbox import Sandbox
+from notifier.sandbox.server import Sandbox
 
 from ..conftest import Workspace, default_sigint, make_rows
 from ..engine.test_cancel import (

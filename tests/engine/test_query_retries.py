@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from notifier.domain.answers import ChannelError, ErrorKind, Receipt
 
-from notifier.channels import ChannelError, ErrorKind, Receipt
-from notifier.reconcile import Finding, ask
-from notifier.records import Item
-from notifier.state_machine import ItemState
+from notifier.domain.records import Item
+from notifier.domain.state_machine import ItemState
+from notifier.engine.settle_by_query import Finding, ask
 
 from ..receiver import Receiver
 

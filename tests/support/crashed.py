@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from notifier import crash
 from notifier.api import Notifier
 from notifier.channels.scripted import Channels
 from notifier.config import Config
-from notifier.crash import CrashPlan
-from notifier.schedule import from_options
+from notifier.content.schedule import from_options
+from notifier.engine import crash
+from notifier.engine.crash import CrashPlan
 
 from .workspace import Workspace
 
@@ -68,7 +68,7 @@ def crash_send(
     notifier = Notifier.open(db, config=config, channels=channels)
     # As the command schedules every file (a row's own not_before and tz columns included);
     # the API schedules only when given a Schedule.
-    options.setdefault("schedule", from_options(None, None, None, notifier.env.config.channels))
+    options.setdefault("schedule", from_options(None, None, None, notifier.api.env.config.channels))
     with rehearsing(spec):
         try:
             ended = notifier.send(Path(batch), **options)

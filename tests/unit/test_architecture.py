@@ -335,7 +335,7 @@ def test_the_store_and_the_state_machine_state_facts_not_commands() -> None:
     found = {
         name: len(lines)
         for name, path in modules().items()
-        if name.startswith(STORE) or name == "notifier.state_machine"
+        if name.startswith(STORE) or name == "notifier.domain.state_machine"
         if (lines := advice_strings(path.read_text("utf-8")))
     }
     assert found == ADVICE_LEFT
