@@ -19,7 +19,8 @@ from .batch import BatchRow
 from .env import open_store
 from .errors import BadInput, ExitCode, Interrupted
 from .progress import progress_bar
-from .signals import Interruption, interrupt_guard
+from .run_control import RunControl
+from .signals import interrupt_guard
 
 if TYPE_CHECKING:
     from .env import Env
@@ -124,7 +125,7 @@ def draft(
     from . import claude  # noqa: PLC0415 (the SDK loads only when drafting)
 
     settings = compose.Settings.from_options(run.options)
-    interrupted = Interruption()
+    interrupted = RunControl()
     total = store.drafts.draft_summary(run.run_id)
     with interrupt_guard(interrupted, say), progress_bar(total["total"], "drafting") as advance:
         advance(total["total"] - total["pending"])
@@ -166,7 +167,7 @@ def interruption(
     drafts were kept, what was left with the API, and the command that goes on."""
     signal_seen = progress.interrupted
     assert signal_seen is not None
-    name, run_id = signal_seen.name, run.run_id
+    name, run_id = signal_seen.signal_name, run.run_id
     done = (
         f"{progress.drafted} row(s) drafted, {progress.failed} failed, {progress.pending} "
         "still to draft"
@@ -189,7 +190,7 @@ def interruption(
             f"and kept ({done}; nothing was sent). `notifier resume {run_id}` drafts the "
             "rest without asking again for any draft kept."
         )
-    kind = DraftingTerminated if signal_seen.signum == signal.SIGTERM else DraftingInterrupted
+    kind = DraftingTerminated if signal_seen.first_signal == signal.SIGTERM else DraftingInterrupted
     return kind(text)
 
 

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from .errors import ExitCode, NextStep, NotifierError
-from .judging import Stop
 from .records import Counts
+from .run_control import Stop
 from .runner import RunResult
 from .state_machine import RunState
 

@@ -12,12 +12,11 @@ import pytest
 
 from notifier import clock
 from notifier.coordination import RunResult
-from notifier.judging import Stop
 from notifier.lease import SharedLease, holder_alive
 from notifier.records import StopCause
 from notifier.retry import RetryPolicy
+from notifier.run_control import Stop
 from notifier.runner import Runner, RunOptions
-from notifier.signals import Interruption
 from notifier.state_machine import RunState, RunTrigger
 from notifier.store import Store
 
@@ -63,8 +62,9 @@ def test_another_workers_halt_or_pause_stops_this_workers_queued_items(
         channel = Holding()
         with SharedLease(store, "s1", 30.0) as lease:
             runner = Runner(
-                lease.store, "s1", {"hooks": channel}, RetryPolicy(), RunOptions(concurrency=n),
-                lease_version=lease.version, lease_lost=lease.lost, interrupted=Interruption(),
+                lease.store, lease.store.core.get_run("s1"),
+                {"hooks": channel}, RetryPolicy(), RunOptions(concurrency=n),
+                lease_version=lease.version, control=lease.control,
                 lease_valid=lease.surely_valid, say=lambda line: None,
             )  # fmt: skip
             ended: list[RunResult] = []

@@ -26,6 +26,7 @@ from notifier.intent import Intent
 from notifier.judging import Progress
 from notifier.reconcile import not_found_counts_from, settle_items
 from notifier.records import PendingKind
+from notifier.run_control import RunControl
 from notifier.state_machine import ItemTrigger, RunState
 
 from .conftest import Workspace, make_rows, wait_for
@@ -260,7 +261,7 @@ def test_the_last_worker_settles_every_item_left_mid_request_before_it_closes(
         said: list[str] = []
         coord = Shared(
             "worker-a", a, "k2", {"outbox": channel}, a_version, Progress(said.append),
-            RunOptions(concurrency=8),
+            RunOptions(concurrency=8), RunControl(),
         )  # fmt: skip
         _dies(pg_url, "worker-c")
         assert [item.seq for item in coord.adopt()] == [5, 6, 7]  # mid-run, as watch() does
@@ -308,7 +309,7 @@ def test_the_last_worker_asks_again_about_items_asked_too_early_with_nothing_in_
         said: list[str] = []
         coord = Shared(
             "worker-a", a, "k3", {"outbox": channel}, a_version, Progress(said.append),
-            RunOptions(concurrency=8),
+            RunOptions(concurrency=8), RunControl(),
         )  # fmt: skip
         _dies(pg_url, "worker-c")
         assert [item.seq for item in coord.adopt()] == [1, 2, 3]  # mid-run, as watch() does

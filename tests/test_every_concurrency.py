@@ -21,15 +21,15 @@ from notifier import clock, waits
 from notifier.channels import ChannelError, ErrorKind, Ready, Receipt, always
 from notifier.crash import CrashPlan
 from notifier.intent import Intent
-from notifier.judging import SendResult, Stop
-from notifier.lease import LostFlag, holder_alive
+from notifier.judging import SendResult
+from notifier.lease import holder_alive
 from notifier.outcome import run_advice, run_exit
 from notifier.reconcile import Question
 from notifier.records import Item, StopCause
 from notifier.retry import RetryPolicy
+from notifier.run_control import RunControl, Stop
 from notifier.runner import APPROVAL_PAUSE, CHANNEL_DOWN_PAUSE, Runner, RunOptions, RunResult
 from notifier.sending import Asked
-from notifier.signals import Interruption
 from notifier.state_machine import RunState, RunTrigger
 from notifier.store import Store
 
@@ -203,9 +203,10 @@ def test_a_throttled_answer_closes_the_channel_before_any_other_sender_starts(
     held = _HeldCommitter("after-send", n)
     version = store.leases.acquire_lease("r1", {"host": "h", "pid": os.getpid()}, 30, holder_alive)
     runner = Runner(
-        store, "r1", {"hooks": channel}, RetryPolicy.from_settings(5, 60, 0.01, 0.05),
-        RunOptions(concurrency=n), lease_version=version, lease_lost=LostFlag(),
-        interrupted=Interruption(), crash=held, say=lambda line: None,
+        store, store.core.get_run("r1"),
+        {"hooks": channel}, RetryPolicy.from_settings(5, 60, 0.01, 0.05),
+        RunOptions(concurrency=n), lease_version=version, control=RunControl(),
+        crash=held, say=lambda line: None,
     )  # fmt: skip
     taken = []  # every claimed item goes through one sender call: sent, or held back
     send_one = runner._senders._send
@@ -272,9 +273,10 @@ def _runner(ws: Workspace, items: int, n: int, channel: _Recording) -> tuple[Sto
     store = _planned_run(ws, items)
     version = store.leases.acquire_lease("r1", {"host": "h", "pid": os.getpid()}, 30, holder_alive)
     runner = Runner(
-        store, "r1", {"hooks": channel}, RetryPolicy.from_settings(5, 60, 0.01, 0.05),
-        RunOptions(concurrency=n), lease_version=version, lease_lost=LostFlag(),
-        interrupted=Interruption(), say=lambda line: None,
+        store, store.core.get_run("r1"),
+        {"hooks": channel}, RetryPolicy.from_settings(5, 60, 0.01, 0.05),
+        RunOptions(concurrency=n), lease_version=version, control=RunControl(),
+        say=lambda line: None,
     )  # fmt: skip
     return store, runner
 
@@ -346,7 +348,7 @@ def test_items_claimed_ahead_never_start_once_the_worker_saw_a_cancel(
     try:
         wait_for(lambda: len(channel.started) == n, "N requests under way")
         assert canceller.ledger.request_cancel("r1")
-        wait_for(lambda: runner.dispatch.cancel_seen is not None, "the committer read the cancel")
+        wait_for(lambda: runner.control.requested(Stop.CANCELLED), "the committer read the cancel")
         channel.release.set()
         thread.join(WAIT_S)
     finally:
@@ -375,7 +377,7 @@ def test_cancel_reports_the_items_it_released_as_never_attempted(ws: Workspace) 
 
     def release_once_the_worker_read_the_cancel() -> None:
         try:
-            wait_for(lambda: runner.dispatch.cancel_seen is not None, "the worker read the cancel")
+            wait_for(lambda: runner.control.requested(Stop.CANCELLED), "the worker read the cancel")
         finally:
             channel.release.set()
 
@@ -753,8 +755,9 @@ def test_a_worker_that_finds_the_run_paused_by_another_ends_as_that_pause_says(
             "r1", RunTrigger.PAUSE, version, stop_reason=reason, stop_cause=cause
         )  # the other worker
         runner = Runner(
-            store, "r1", {}, RetryPolicy(), RunOptions(), lease_version=version,
-            lease_lost=LostFlag(), interrupted=Interruption(), say=lambda line: None,
+            store, store.core.get_run("r1"),
+            {}, RetryPolicy(), RunOptions(), lease_version=version,
+            control=RunControl(), say=lambda line: None,
         )  # fmt: skip
         result = runner.coord.moved_by_another(RunState.PAUSED)
     finally:

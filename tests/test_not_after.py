@@ -12,7 +12,8 @@ import pytest
 
 from notifier import clock
 from notifier.api import Notifier
-from notifier.judging import NotStarted, Stop
+from notifier.judging import NotStarted
+from notifier.run_control import Stop
 from notifier.sandbox import Faults, Sandbox
 
 from .conftest import Workspace, make_rows, smtp_server

@@ -14,11 +14,10 @@ import pytest
 from notifier import clock
 from notifier.channels import ChannelError, ErrorKind, Ready, Receipt, always
 from notifier.intent import Intent
-from notifier.judging import Stop
-from notifier.lease import LostFlag, holder_alive
+from notifier.lease import holder_alive
 from notifier.retry import RetryPolicy
+from notifier.run_control import RunControl, Stop
 from notifier.runner import Runner, RunOptions
-from notifier.signals import Interruption
 from notifier.store import Store
 
 from .conftest import Workspace, wait_for
@@ -96,9 +95,10 @@ def test_held_status_queries_leave_senders_to_send(ws: Workspace) -> None:
     channel = _HoldsItsQueries(uncertain={str(i) for i in range(1, n + 1)})
     version = store.leases.acquire_lease("h1", {"host": "h", "pid": 1}, 30, holder_alive)
     runner = Runner(
-        store, "h1", {"hooks": channel}, RetryPolicy.from_settings(5, 60, 0.01, 0.05),
+        store, store.core.get_run("h1"),
+        {"hooks": channel}, RetryPolicy.from_settings(5, 60, 0.01, 0.05),
         RunOptions(concurrency=n, unknown_streak_limit=50), lease_version=version,
-        lease_lost=LostFlag(), interrupted=Interruption(), say=lambda line: None,
+        control=RunControl(), say=lambda line: None,
     )  # fmt: skip
     results = []
     thread = threading.Thread(target=lambda: results.append(runner.run()))

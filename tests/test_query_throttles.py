@@ -18,13 +18,12 @@ from notifier.channels import ChannelError, ErrorKind, Ready, Receipt, always
 from notifier.channels.webhook import WebhookChannel
 from notifier.decide import Finding
 from notifier.intent import Intent
-from notifier.judging import Stop
-from notifier.lease import LostFlag, holder_alive
+from notifier.lease import holder_alive
 from notifier.reconcile import GATE_WAIT_S, Asking
 from notifier.records import Item
 from notifier.retry import RetryPolicy
+from notifier.run_control import RunControl, Stop
 from notifier.runner import Runner, RunOptions
-from notifier.signals import Interruption
 from notifier.state_machine import ItemState
 from notifier.store import Store
 
@@ -126,9 +125,10 @@ def test_a_throttled_status_query_holds_back_every_send_and_query_until_retry_af
         channel.release.set()
     version = store.leases.acquire_lease("q1", {"host": "h", "pid": 1}, 30, holder_alive)
     runner = Runner(
-        store, "q1", {"hooks": channel}, RetryPolicy.from_settings(5, 60, 0.01, 0.05),
-        RunOptions(concurrency=n), lease_version=version, lease_lost=LostFlag(),
-        interrupted=Interruption(), say=lambda line: None,
+        store, store.core.get_run("q1"),
+        {"hooks": channel}, RetryPolicy.from_settings(5, 60, 0.01, 0.05),
+        RunOptions(concurrency=n), lease_version=version, control=RunControl(),
+        say=lambda line: None,
     )  # fmt: skip
     results = []
     thread = threading.Thread(target=lambda: results.append(runner.run()))

@@ -13,12 +13,11 @@ import pytest
 
 from notifier.channels import Ready, Receipt, always
 from notifier.intent import Intent
-from notifier.judging import Stop
-from notifier.lease import LostFlag, holder_alive
+from notifier.lease import holder_alive
 from notifier.retry import RetryPolicy
+from notifier.run_control import RunControl, Stop
 from notifier.runner import Runner, RunOptions
 from notifier.sandbox import Faults, Sandbox
-from notifier.signals import Interruption
 from notifier.state_machine import RunState
 from notifier.store import Store
 
@@ -66,8 +65,8 @@ def test_receipt_for_another_digest_fails_the_item_and_halts(tmp_path: Path) -> 
     version = store.leases.acquire_lease("r1", {"host": "h", "pid": 1}, 30, holder_alive)
     channel = AnswersForAnotherIntent()
     result = Runner(
-        store, "r1", {"odd": channel}, RetryPolicy(), RunOptions(),
-        lease_version=version, lease_lost=LostFlag(), interrupted=Interruption(),
+        store, store.core.get_run("r1"), {"odd": channel}, RetryPolicy(), RunOptions(),
+        lease_version=version, control=RunControl(),
         say=lambda line: None,
     ).run()  # fmt: skip
     assert (result.stop, result.state) == (Stop.CONFLICT, RunState.HALTED)

@@ -16,13 +16,13 @@ from notifier.channels import ChannelError, Ready, Receipt, always, go_ahead
 from notifier.crash import CrashPlan
 from notifier.intent import Intent
 from notifier.judging import SendResult
-from notifier.lease import LostFlag, holder_alive
+from notifier.lease import holder_alive
 from notifier.reconcile import Question
 from notifier.records import Item
 from notifier.retry import RetryPolicy
+from notifier.run_control import RunControl
 from notifier.runner import Runner, RunOptions, RunResult
 from notifier.sending import Asked
-from notifier.signals import Interruption
 from notifier.store import Store
 
 from .workspace import Workspace
@@ -154,9 +154,10 @@ class HeldRun:
         )
         self.held = CommitterHeld()
         self.runner = Runner(
-            self.store, "r1", {"hooks": channel}, RetryPolicy.from_settings(5, 60, 0.01, 0.05),
-            RunOptions(concurrency=n), lease_version=version, lease_lost=LostFlag(),
-            interrupted=Interruption(), crash=self.held if hold else None,
+            self.store, self.store.core.get_run("r1"),
+            {"hooks": channel}, RetryPolicy.from_settings(5, 60, 0.01, 0.05),
+            RunOptions(concurrency=n), lease_version=version, control=RunControl(),
+            crash=self.held if hold else None,
             say=lambda line: None,
         )  # fmt: skip
         self.taken: list[object] = []  # each job's result, as its sender finished it
