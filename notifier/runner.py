@@ -203,15 +203,13 @@ class Runner:
         if stop.cause is Stop.RATE_LIMITED:
             assert stop.until is not None  # a --rate pause is requested with its end
             return self._pause_until(stop.until, stop.detail)
-        reason = stop.detail  # the approval expired
-        return self.coord.pause(
-            Stop.APPROVAL_EXPIRED, reason, f"paused: {reason}; nothing more was sent"
-        )
+        said = f"paused: {stop.detail}; nothing more was sent"  # the approval expired
+        return self.coord.pause(Stop.APPROVAL_EXPIRED, stop.detail, said)
 
     def _interrupted(self, stop: StopRequest) -> RunResult:
         """Ctrl-C or SIGTERM: pause the run (or, a worker of a shared run, leave it to the
         others), with what was sent recorded."""
-        name = stop.detail
+        name = stop.detail  # the signal, as people know it
         if self.coord.leave(wait_for_busy=False) == "left":
             return self.coord.left(
                 stop.cause,

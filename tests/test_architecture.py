@@ -6,6 +6,7 @@ there is still a cycle for whoever reads or moves the code."""
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator, Mapping
 from functools import cache
 from pathlib import Path
@@ -351,3 +352,175 @@ def test_no_two_classes_share_a_name() -> None:
             if isinstance(node, ast.ClassDef):
                 where.setdefault(node.name, []).append(name)
     assert {cls: found for cls, found in where.items() if len(found) > 1} == {}
+
+
+# ---------------------------------------------------------------- the run control
+
+RUN_CONTROL = "notifier.run_control"
+# The modules that send a run, or stop one: each reads the run control, none keeps a flag.
+ENGINE = tuple(
+    f"notifier.{name}"
+    for name in (
+        "runner", "sending", "judging", "coordination", "brakes", "pipeline", "wakes",
+        "reconcile", "domain_rates", "deadlines", "approval", "signals", "lease", "app.working",
+    )
+)  # fmt: skip
+# Stop flags the run control replaced: written anywhere else, each would be a second holder.
+RETIRED = frozenset(
+    {"halt", "halting", "cancel_seen", "moved_seen", "rate_wake", "lease_lost", "renewal_failing"}
+)
+# What an attribute name says when it holds whether to stop (the engine's own flags).
+_STOPPY = re.compile(r"stop|halt|cancel|interrupt|lost|loss|expire|moved|wake|signal")
+# Engine attributes with such a name that are no stop state of the run, and why.
+NOT_STOP_STATE = {
+    ("notifier.lease", "_stop"): "the heartbeat thread's own stop, set when the lease is released",
+    ("notifier.runner", "_revisit_at"): "when to look for revisits: a time, not a stop",
+}
+_MUTATORS = frozenset(
+    {"set", "clear", "mark", "mark_stale", "trip", "append", "extend", "update", "setdefault",
+     "pop", "popitem", "add", "discard", "remove", "insert"}
+)  # fmt: skip
+
+
+def control_state(source: str) -> tuple[frozenset[str], frozenset[str]]:
+    """RunControl's instance attributes (each `self.x = ...` in its body) and the names a
+    caller may read its state by (its properties)."""
+    (cls,) = [
+        node
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ClassDef) and node.name == "RunControl"
+    ]
+    attributes = {
+        target.attr
+        for node in ast.walk(cls)
+        if isinstance(node, ast.Assign | ast.AnnAssign)
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Attribute)
+        and isinstance(target.value, ast.Name)
+        and target.value.id == "self"
+    }
+    properties = {
+        node.name
+        for node in cls.body
+        if isinstance(node, ast.FunctionDef)
+        and any(isinstance(d, ast.Name) and d.id == "property" for d in node.decorator_list)
+    }
+    return frozenset(attributes), frozenset(properties)
+
+
+def stop_state_written(source: str, names: frozenset[str], *, engine: bool) -> list[int]:
+    """The lines where a module writes stop state: assigns, deletes or mutates an attribute
+    by one of `names` (the run control's state and properties, the retired flags), reaches
+    into another object's private run-control state, or makes a flag of its own (a subclass
+    of threading.Event; in the engine, an Event or any attribute named like a stop)."""
+    private = {name for name in names if name.startswith("_")}
+    found: list[int] = []
+    for node in ast.walk(ast.parse(source)):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        elif isinstance(node, ast.Delete):
+            targets = node.targets
+        for written in map(_subscripted, targets):
+            if isinstance(written, ast.Attribute) and (
+                (written.attr in names and (written.attr not in private or not _own(written)))
+                or (engine and _stoppy(written))
+            ):
+                found.append(node.lineno)
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in _MUTATORS
+            and isinstance(node.func.value, ast.Attribute)
+            and node.func.value.attr in names
+        ):
+            found.append(node.lineno)
+        if isinstance(node, ast.Attribute) and node.attr in private and not _own(node):
+            found.append(node.lineno)
+        if isinstance(node, ast.ClassDef) and any(
+            ast.unparse(base) in ("threading.Event", "Event") for base in node.bases
+        ):
+            found.append(node.lineno)
+        if engine and isinstance(node, ast.Call) and ast.unparse(node.func) == "threading.Event":
+            found.append(node.lineno)
+    return sorted(set(found))
+
+
+def _subscripted(target: ast.expr) -> ast.expr:
+    """What `x.y[k] = ...` writes into: `x.y`."""
+    while isinstance(target, ast.Subscript):
+        target = target.value
+    return target
+
+
+def _own(node: ast.Attribute) -> bool:
+    """An attribute of the object itself (`self._x`): another class's own private state."""
+    return isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+
+
+def _stoppy(target: ast.Attribute) -> bool:
+    return bool(_STOPPY.search(target.attr.lower()))
+
+
+def test_the_stop_state_finder_finds_a_flag_written_outside_the_run_control() -> None:
+    names = frozenset({"_requests", "lost", *RETIRED})
+    source = (
+        "class Flag(threading.Event):\n"  # 1: a flag of its own
+        "    pass\n"
+        "def f(self, control, dispatch):\n"
+        "    dispatch.halting = 'gone'\n"  # 4: a retired flag
+        "    control._requests[Stop.HALTED] = None\n"  # 5: into the control's state
+        "    control.lost = True\n"  # 6: over a property
+        "    self.p.halt = (1, 'x')\n"  # 7
+        "    self.lease_lost.set()\n"  # 8
+        "    self.stop_now = True\n"  # 9: a new flag, in the engine
+        "    self.wake = threading.Event()\n"  # 10: both
+        "    control.request(Stop.HALTED, 'x')\n"  # the way to ask: fine
+        "    return control.lost or decision.halt or self._requests\n"  # reads: fine
+    )
+    assert stop_state_written(source, names, engine=True) == [1, 4, 5, 6, 7, 8, 9, 10]
+    assert stop_state_written(source, names, engine=False) == [1, 4, 5, 6, 7, 8]
+
+
+def test_the_run_control_keeps_its_state_to_itself() -> None:
+    """Every attribute RunControl holds is private: read through its properties and
+    methods, written only by its own methods (the rule below finds any other writer)."""
+    attributes, properties = control_state(modules()[RUN_CONTROL].read_text("utf-8"))
+    assert attributes, "RunControl holds no state: the rule below would check nothing"
+    assert {name for name in attributes if not name.startswith("_")} == set()
+    assert {"lost", "loss"} <= properties
+
+
+def test_stop_state_is_written_only_in_the_run_control() -> None:
+    """Whether to stop has one holder and writer, notifier/run_control.py: every other module
+    asks it (`request`, `interrupt`, `lose`, `expires_at`) and reads it, none writes a flag
+    of its own or reaches into its state."""
+    attributes, properties = control_state(modules()[RUN_CONTROL].read_text("utf-8"))
+    names = attributes | properties | RETIRED
+    found = {
+        name: lines
+        for name, path in modules().items()
+        if name != RUN_CONTROL
+        and (
+            lines := [
+                line
+                for line in stop_state_written(
+                    path.read_text("utf-8"), names, engine=name in ENGINE
+                )
+                if not _allowed(name, path, line)
+            ]
+        )
+    }
+    assert found == {}
+    assert set(ENGINE) <= set(modules()), "an engine module was renamed: update ENGINE"
+
+
+def _allowed(module: str, path: Path, line: int) -> bool:
+    """Whether `line` of `module` writes only an attribute NOT_STOP_STATE names."""
+    text = path.read_text("utf-8").splitlines()[line - 1]
+    return any(
+        owner == module and re.search(rf"\.{re.escape(attr)}\b", text)
+        for owner, attr in NOT_STOP_STATE
+    )
