@@ -428,7 +428,7 @@ def stop_state_written(source: str, names: frozenset[str], *, engine: bool) -> l
                 (written.attr in names and (written.attr not in private or not _own(written)))
                 or (engine and _stoppy(written))
             ):
-                found.append(node.lineno)
+                found.append(written.lineno)
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
