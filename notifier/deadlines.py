@@ -1,7 +1,8 @@
 """An item's not_after, checked twice: when it is claimed (`split_stale`) and again right
-before its send (`past_deadline`), since an item claimed ahead may wait past it for a free
-sender. Either way it is never sent late: released, never attempted, it is expired by the
-next pass, or settled if an earlier attempt may have reached the recipient."""
+before its send (`past_deadline`, asked by the run control's `may_start`), since an item
+claimed ahead may wait past it for a free sender. Either way it is never sent late:
+released, never attempted, it is expired by the next pass, or settled if an earlier attempt
+may have reached the recipient."""
 
 from __future__ import annotations
 
@@ -13,12 +14,12 @@ from .state_machine import ItemState, ItemTrigger
 from .store import Store
 
 
-def past_deadline(item: Item) -> str | None:
+def past_deadline(item: Item, now: datetime) -> str | None:
     """An item claimed before its not_after may wait past it for a free sender (or the
     channel's lock, or a --rate token): then it does not start. Released, never attempted,
     it is expired by the next pass, or settled if an earlier attempt may have reached the
     recipient."""
-    if deadline_passed(item, clock.now()):
+    if deadline_passed(item, now):
         return f"not_after {item.not_after} passed before it started"
     return None
 

@@ -28,7 +28,7 @@ from enum import StrEnum
 from itertools import count
 from typing import NamedTuple
 
-from .deadlines import deadline_passed
+from .deadlines import past_deadline
 from .records import Item
 from .state_machine import RunState
 from .store import LeaseLost, LossCause
@@ -261,9 +261,7 @@ class RunControl:
             if r.cause in _SENDS_GO_ON and not r.provisional:
                 continue
             return _why_not_started(r)
-        if item is not None and deadline_passed(item, now):
-            return f"not_after {item.not_after} passed before it started"
-        return None
+        return None if item is None else past_deadline(item, now)
 
     def may_ask(self, now: datetime) -> bool:
         """Whether a status query may start (or try again): not once any stop is in force,
