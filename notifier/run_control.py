@@ -145,9 +145,9 @@ class RunControl:
         """Ask the run to stop for `cause`: from now on no send starts, and every wait ends.
         A cause asked again keeps its first detail."""
         with self._lock:
-            if cause in self._requests and not self._requests[cause].provisional:
-                return
-            if cause in self._requests and provisional:
+            asked = self._requests.get(cause)
+            # The first stands, but a judged cause replaces a sender's provisional reading.
+            if asked is not None and (provisional or not asked.provisional):
                 return
             self._requests[cause] = StopRequest(
                 cause, detail, next(self._order), until, moved_to, loss, provisional
@@ -208,7 +208,8 @@ class RunControl:
             cause = Stop.TERMINATED if self._signal == signal.SIGTERM else Stop.INTERRUPTED
             found.append(StopRequest(cause, SIGNAL_NAMES[self._signal], self._signal_order))
         if until is not None and now is not None and now >= until:
-            found.append(StopRequest(Stop.APPROVAL_EXPIRED, reason, next(self._order)))
+            # The one cause of its strength: its order does not matter.
+            found.append(StopRequest(Stop.APPROVAL_EXPIRED, reason, order=0))
         return sorted(found, key=lambda r: (-r.strength, r.order))
 
     def ending(self, now: datetime) -> StopRequest | None:
@@ -286,6 +287,4 @@ def _why_not_started(r: StopRequest) -> str:
         return f"cancel requested at {r.detail}"
     if r.cause is Stop.MOVED:
         return f"the run was {r.detail} by another worker before it started"
-    if r.cause is Stop.RATE_LIMITED:
-        return f"the run is pausing ({r.detail}) before it started"
     return f"the run is halting ({r.detail}) before it started"
