@@ -1,6 +1,7 @@
 """How a sending process is asked to stop: Ctrl-C (SIGINT) from an operator, SIGTERM from
 systemd, `docker stop` or Kubernetes. Both mean the same thing the first time: finish the
-requests already sent, record them, send nothing more, pause the run. The second either one
+requests already sent, record them, send nothing more, pause the run: the handler asks the
+process's run control (run_control.py), which every check reads. The second either one
 leaves at once (the next resume settles whatever was in flight)."""
 
 from __future__ import annotations
