@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -81,6 +82,8 @@ _STRENGTH: dict[Stop, int] = {
     Stop.APPROVAL_EXPIRED: 0,
 }
 _PROVISIONAL = 2
+# How soon a wait notices a signal: its handler sets no event (see RunControl.interrupt).
+_SIGNAL_LOOK_S = 0.05
 # The causes a status query is still asked under: none. Every one of them stops sends too,
 # except a --rate pause: the items already claimed of other channels still go out (the
 # committer claims nothing new), while their queries, each up to three timeouts, would
@@ -122,7 +125,7 @@ class RunControl:
         self._lock = threading.Lock()
         self._requests: dict[Stop, StopRequest] = {}  # the first request of each cause
         self._order = count()
-        self._stopped = threading.Event()  # set by the first request: every wait ends
+        self._stopped = threading.Event()  # set by the first request: every wait ends now
         self._signal: signal.Signals | None = None  # the first SIGINT or SIGTERM
         self._signal_order = 0
         # The run's approval (approval.Watch): at or after this moment no send starts.
@@ -156,12 +159,14 @@ class RunControl:
 
     def interrupt(self, signum: signal.Signals) -> bool:
         """A SIGINT or SIGTERM arrived: whether it is the first (the second one leaves at
-        once). Called from the signal handler: no lock, one assignment, one event set."""
+        once). Called from the signal handler, which runs between two bytecodes of the main
+        thread: that thread may hold this control's lock, or the event's own (inside
+        `wait`), so it takes neither: two assignments, read by every check, and every wait
+        looks for them at least every _SIGNAL_LOOK_S."""
         if self._signal is not None:
             return False
         self._signal_order = next(self._order)
         self._signal = signum
-        self._stopped.set()
         return True
 
     def lose(self, loss: LossCause) -> None:
@@ -219,7 +224,7 @@ class RunControl:
 
     def stopping(self, now: datetime) -> bool:
         """Whether a stop is in force at `now`: no new item is claimed or started."""
-        return self._stopped.is_set() or self.ending(now) is not None
+        return self._stopped.is_set() or self.ending(now) is not None  # a signal, an expiry
 
     def requested(self, cause: Stop) -> bool:
         """Whether `cause` was requested (by a request or a signal)."""
@@ -272,7 +277,13 @@ class RunControl:
 
     def wait(self, timeout: float) -> bool:
         """Wait up to `timeout` seconds, ended at once by a request: whether one has come."""
-        return self._stopped.wait(timeout)
+        deadline = time.monotonic() + timeout
+        while not self._stopped.is_set() and self._signal is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._stopped.wait(min(left, _SIGNAL_LOOK_S))
+        return True
 
 
 def _why_not_started(r: StopRequest) -> str:

@@ -244,6 +244,26 @@ def test_a_request_from_another_thread_wakes_every_waiter_at_once() -> None:
 
 
 @pytest.mark.timeout(30)
+def test_a_signal_wakes_every_waiter_and_takes_no_lock_the_main_thread_may_hold() -> None:
+    """The handler runs between two bytecodes of the main thread, which may be inside a
+    wait holding the stop event's own lock, or inside a request holding the control's:
+    asked then, it returns at once (taking either would hang here until the timeout), and
+    the waiters on other threads see it within moments."""
+    control = RunControl()
+    woke: list[bool] = []
+    waiter = threading.Thread(target=lambda: woke.append(control.wait(WAIT_S)))
+    waiter.start()
+    # The event's own lock, private to threading.Event, as its wait holds it.
+    held = control._stopped._cond  # type: ignore[attr-defined]
+    with control._lock, held:  # as the main thread may hold them
+        assert control.interrupt(signal.SIGINT)
+    asked = time.monotonic()
+    waiter.join(WAIT_S)
+    assert woke == [True] and time.monotonic() - asked < WAIT_S / 2
+    assert control.wait(0) and control.stopping(NOW)
+
+
+@pytest.mark.timeout(30)
 def test_requests_racing_from_many_threads_keep_one_first_detail_per_cause() -> None:
     """16 threads ask at once, half a cancel and half a halt, each with its own detail: the
     halt ends the run, and each cause keeps exactly one of the details asked (never a mix,
