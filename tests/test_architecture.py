@@ -336,7 +336,7 @@ def test_the_store_and_the_state_machine_state_facts_not_commands() -> None:
     found = {
         name: len(lines)
         for name, path in modules().items()
-        if name.startswith(STORE) or name == "notifier.state_machine"
+        if name.startswith(STORE) or name == "notifier.domain.state_machine"
         if (lines := advice_strings(path.read_text("utf-8")))
     }
     assert found == ADVICE_LEFT
@@ -356,7 +356,7 @@ def test_no_two_classes_share_a_name() -> None:
 
 # ---------------------------------------------------------------- the run control
 
-RUN_CONTROL = "notifier.run_control"
+RUN_CONTROL = "notifier.engine.run_control"
 # The modules that send a run, or stop one: each reads the run control, none keeps a flag.
 ENGINE = tuple(
     f"notifier.{name}"
@@ -373,8 +373,11 @@ RETIRED = frozenset(
 _STOPPY = re.compile(r"stop|halt|cancel|interrupt|lost|loss|expire|moved|wake|signal")
 # Engine attributes with such a name that are no stop state of the run, and why.
 NOT_STOP_STATE = {
-    ("notifier.lease", "_stop"): "the heartbeat thread's own stop, set when the lease is released",
-    ("notifier.runner", "_revisit_at"): "when to look for revisits: a time, not a stop",
+    (
+        "notifier.engine.membership",
+        "_stop",
+    ): "the heartbeat thread's own stop, set when the lease is released",
+    ("notifier.engine.runner", "_revisit_at"): "when to look for revisits: a time, not a stop",
 }
 _MUTATORS = frozenset(
     {"set", "clear", "mark", "mark_stale", "trip", "append", "extend", "update", "setdefault",
@@ -494,7 +497,7 @@ def test_the_run_control_keeps_its_state_to_itself() -> None:
 
 
 def test_stop_state_is_written_only_in_the_run_control() -> None:
-    """Whether to stop has one holder and writer, notifier/run_control.py: every other module
+    """Whether to stop has one holder and writer, notifier/engine/run_control.py: every other module
     asks it (`request`, `interrupt`, `lose`, `expires_at`) and reads it, none writes a flag
     of its own or reaches into its state."""
     attributes, properties = control_state(modules()[RUN_CONTROL].read_text("utf-8"))

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from notifier.api import Notifier
-from notifier.run_control import RunControl
-from notifier.signals import interrupt_guard
+from notifier.engine.run_control import RunControl
+from notifier.engine.signals import interrupt_guard
 
 from .conftest import Workspace, make_rows
 from .receiver import Receiver, receiving, webhook_config

@@ -16,21 +16,22 @@ from typing import Any
 
 import pytest
 from click.testing import Result
+from notifier.domain.answers import ChannelError, ErrorKind, Receipt
 
-from notifier import clock, waits
-from notifier.channels import ChannelError, ErrorKind, Ready, Receipt, always
-from notifier.crash import CrashPlan
-from notifier.intent import Intent
-from notifier.judging import SendResult
-from notifier.lease import holder_alive
-from notifier.outcome import run_advice, run_exit
-from notifier.reconcile import Question
-from notifier.records import Item, StopCause
-from notifier.retry import RetryPolicy
-from notifier.run_control import RunControl, Stop
-from notifier.runner import APPROVAL_PAUSE, CHANNEL_DOWN_PAUSE, Runner, RunOptions, RunResult
-from notifier.sending import Asked
-from notifier.state_machine import RunState, RunTrigger
+from notifier.channels import Ready, always
+from notifier.cli.outcome import run_advice, run_exit
+from notifier.domain import clock, waits
+from notifier.domain.intent import Intent
+from notifier.domain.records import Item, StopCause
+from notifier.domain.retry import RetryPolicy
+from notifier.domain.state_machine import RunState, RunTrigger
+from notifier.engine.crash import CrashPlan
+from notifier.engine.judging import SendResult
+from notifier.engine.membership import holder_alive
+from notifier.engine.run_control import RunControl, Stop
+from notifier.engine.runner import APPROVAL_PAUSE, CHANNEL_DOWN_PAUSE, Runner, RunOptions, RunResult
+from notifier.engine.sending import Asked
+from notifier.engine.settle_by_query import Question
 from notifier.store import Store
 
 from .conftest import (

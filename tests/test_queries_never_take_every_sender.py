@@ -10,14 +10,15 @@ import threading
 from dataclasses import dataclass, field
 
 import pytest
+from notifier.domain.answers import ChannelError, ErrorKind, Receipt
 
-from notifier import clock
-from notifier.channels import ChannelError, ErrorKind, Ready, Receipt, always
-from notifier.intent import Intent
-from notifier.lease import holder_alive
-from notifier.retry import RetryPolicy
-from notifier.run_control import RunControl, Stop
-from notifier.runner import Runner, RunOptions
+from notifier.channels import Ready, always
+from notifier.domain import clock
+from notifier.domain.intent import Intent
+from notifier.domain.retry import RetryPolicy
+from notifier.engine.membership import holder_alive
+from notifier.engine.run_control import RunControl, Stop
+from notifier.engine.runner import Runner, RunOptions
 from notifier.store import Store
 
 from .conftest import Workspace, wait_for

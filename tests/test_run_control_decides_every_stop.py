@@ -1,4 +1,4 @@
-"""The run control (notifier/run_control.py), on its own: the one holder of a working
+"""The run control (notifier/engine/run_control.py), on its own: the one holder of a working
 process's stop state. Whatever asks the run to stop, the strongest cause decides how it ends
 and the first of equal strength stands; each cause stops sends and status queries as it
 should; a signal, a lost lease and the approval's expiry each reach it; and a request from
@@ -13,9 +13,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from notifier.records import Item
-from notifier.run_control import RunControl, Stop
-from notifier.state_machine import ItemState, RunState
+from notifier.domain.records import Item
+from notifier.domain.state_machine import ItemState, RunState
+from notifier.engine.run_control import RunControl, Stop
 from notifier.store import LeaseLost, LossCause
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)

@@ -10,15 +10,16 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+from notifier.domain.answers import Receipt
 
-from notifier.channels import Ready, Receipt, always
-from notifier.intent import Intent
-from notifier.lease import holder_alive
-from notifier.retry import RetryPolicy
-from notifier.run_control import RunControl, Stop
-from notifier.runner import Runner, RunOptions
-from notifier.sandbox import Faults, Sandbox
-from notifier.state_machine import RunState
+from notifier.channels import Ready, always
+from notifier.domain.intent import Intent
+from notifier.domain.retry import RetryPolicy
+from notifier.domain.state_machine import RunState
+from notifier.engine.membership import holder_alive
+from notifier.engine.run_control import RunControl, Stop
+from notifier.engine.runner import Runner, RunOptions
+from notifier.sandbox.server import Faults, Sandbox
 from notifier.store import Store
 
 from .conftest import Workspace, make_rows

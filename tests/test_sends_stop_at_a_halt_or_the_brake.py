@@ -16,14 +16,14 @@ from __future__ import annotations
 from functools import partial
 
 import pytest
+from notifier.domain.answers import ChannelError, ErrorKind, Receipt
 
-from notifier.brakes import Brakes
-from notifier.channels import ChannelError, ErrorKind, Receipt
-from notifier.judging import NotStarted, Progress
-from notifier.records import AttemptOutcome, Outcome
-from notifier.run_control import Stop
-from notifier.runner import RunOptions
-from notifier.state_machine import ItemTrigger
+from notifier.domain.records import AttemptOutcome, Outcome
+from notifier.domain.state_machine import ItemTrigger
+from notifier.engine.brakes import Brakes
+from notifier.engine.judging import NotStarted, Progress
+from notifier.engine.run_control import Stop
+from notifier.engine.runner import RunOptions
 
 from .conftest import Workspace, make_rows, wait_for
 from .receiver import WAIT_S as RECEIVER_WAIT_S

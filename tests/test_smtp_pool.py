@@ -11,8 +11,8 @@ import socket
 import threading
 
 import pytest
+from notifier.domain.answers import ChannelError, ErrorKind
 
-from notifier.channels import ChannelError, ErrorKind
 from notifier.channels.smtp_pool import Relay, Watchdog, _connect
 
 from .conftest import Workspace, make_rows, wait_for

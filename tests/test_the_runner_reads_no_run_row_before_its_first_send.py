@@ -11,15 +11,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
+from notifier.domain.answers import Receipt
 
-from notifier import clock
-from notifier.channels import Ready, Receipt, always
-from notifier.intent import Intent
-from notifier.lease import holder_alive
-from notifier.records import Run
-from notifier.retry import RetryPolicy
-from notifier.run_control import RunControl, Stop
-from notifier.runner import Runner, RunOptions
+from notifier.channels import Ready, always
+from notifier.domain import clock
+from notifier.domain.intent import Intent
+from notifier.domain.records import Run
+from notifier.domain.retry import RetryPolicy
+from notifier.engine.membership import holder_alive
+from notifier.engine.run_control import RunControl, Stop
+from notifier.engine.runner import Runner, RunOptions
 from notifier.store import Store
 
 from .conftest import Workspace

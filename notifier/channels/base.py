@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import NamedTuple, Protocol
 
-from ..errors import BadInput, NotifierError
-from ..intent import Intent
+from notifier.domain.errors import BadInput, NotifierError
+from notifier.domain.intent import Intent
 
 # The longest wait a downstream can ask for. Any answer beyond it (Retry-After: 999999999999)
 # is read as "a very long time": far past any --max-wait, so the run pauses, and small enough

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..windows import parse_window
+from notifier.domain.windows import parse_window
 
 Check = Callable[[Any], str | None]  # a problem with the value, or None when it is fine
 

@@ -18,13 +18,13 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Self
 
-from .buckets import Buckets
-from .checks import Checks
-from .chunks import Chunks
-from .core import RUN_FENCE, Core, Fencing, RunFence, WorkerFence
-from .drafts import Drafts
-from .engine import Engine
-from .exceptions import (
+from notifier.store.backend import Engine
+from notifier.store.buckets import Buckets
+from notifier.store.checks import Checks
+from notifier.store.chunks import Chunks
+from notifier.store.core import RUN_FENCE, Core, Fencing, RunFence, WorkerFence
+from notifier.store.drafts import Drafts
+from notifier.store.exceptions import (
     DatabaseUnwritable,
     LeaseHeld,
     LeaseLost,
@@ -36,17 +36,17 @@ from .exceptions import (
     StorageFailed,
     StoreRefused,
 )
-from .history import RowHistory
-from .leases import Leases
-from .ledger import Ledger
-from .planning import Planning
-from .prior import Prior
-from .queries import Queries
-from .stage import PlanStage
-from .statements import ATTENTION_STATES
-from .suppressions import Suppressions
-from .target import NotADatabasePath, Target
-from .target import parse as parse_target
+from notifier.store.history import RowHistory
+from notifier.store.leases import Leases
+from notifier.store.ledger import Ledger
+from notifier.store.plans import Planning
+from notifier.store.prior import Prior
+from notifier.store.queries import Queries
+from notifier.store.stage import PlanStage
+from notifier.store.statements import ATTENTION_STATES
+from notifier.store.suppressions import Suppressions
+from notifier.store.target import NotADatabasePath, Target
+from notifier.store.target import parse as parse_target
 
 
 class Store:

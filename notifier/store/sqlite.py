@@ -14,13 +14,13 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any, NamedTuple, Self
 
-from ..errors import NextStep, NotifierError
-from . import migrations, statements
-from .checks import Checks, refuse_newer
-from .core import ROLLED_BACK
-from .engine import Dialect, Fence, Rows, closed_if_failed, written
-from .exceptions import DatabaseUnwritable, NoDatabase, StorageFailed, StoreRefused
-from .stage import _PENDING_COLUMNS, PlanStage
+from notifier.domain.errors import NextStep, NotifierError
+from notifier.store import migrations, statements
+from notifier.store.backend import Dialect, Fence, Rows, closed_if_failed, written
+from notifier.store.checks import Checks, refuse_newer
+from notifier.store.core import ROLLED_BACK
+from notifier.store.exceptions import DatabaseUnwritable, NoDatabase, StorageFailed, StoreRefused
+from notifier.store.stage import _PENDING_COLUMNS, PlanStage
 
 _HEADER = b"SQLite format 3\x00"
 

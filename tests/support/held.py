@@ -11,18 +11,20 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from notifier import clock
-from notifier.channels import ChannelError, Ready, Receipt, always, go_ahead
-from notifier.crash import CrashPlan
-from notifier.intent import Intent
-from notifier.judging import SendResult
-from notifier.lease import holder_alive
-from notifier.reconcile import Question
-from notifier.records import Item
-from notifier.retry import RetryPolicy
-from notifier.run_control import RunControl
-from notifier.runner import Runner, RunOptions, RunResult
-from notifier.sending import Asked
+from notifier.domain.answers import ChannelError, Receipt
+
+from notifier.channels import Ready, always, go_ahead
+from notifier.domain import clock
+from notifier.domain.intent import Intent
+from notifier.domain.records import Item
+from notifier.domain.retry import RetryPolicy
+from notifier.engine.crash import CrashPlan
+from notifier.engine.judging import SendResult
+from notifier.engine.membership import holder_alive
+from notifier.engine.run_control import RunControl
+from notifier.engine.runner import Runner, RunOptions, RunResult
+from notifier.engine.sending import Asked
+from notifier.engine.settle_by_query import Question
 from notifier.store import Store
 
 from .workspace import Workspace
