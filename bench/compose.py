@@ -25,8 +25,8 @@ sys.path.insert(0, str(ROOT))
 
 from click.testing import CliRunner  # noqa: E402
 
-from notifier import drafting  # noqa: E402
 from notifier.cli import cli  # noqa: E402
+from notifier.content import drafting  # noqa: E402
 from tests.fake_messages import FakeBatches  # noqa: E402
 
 

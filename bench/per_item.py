@@ -94,8 +94,12 @@ def name_of(statement: str, names: dict[str, str]) -> str:
 @contextmanager
 def spies(tally: Tally) -> Iterator[None]:
     """Count the decisions, the gate computations, the statements and the run reads."""
-    from notifier import judging, reconcile, sending  # noqa: PLC0415
-    from notifier.retry import RetryPolicy  # noqa: PLC0415
+    from notifier.domain.retry import RetryPolicy  # noqa: PLC0415
+    from notifier.engine import (  # noqa: PLC0415
+        judging,
+        sending,
+        settle_by_query,
+    )
     from notifier.store.sqlite import SqliteEngine  # noqa: PLC0415
 
     names = statement_names()
@@ -148,7 +152,7 @@ def spies(tally: Tally) -> Iterator[None]:
 
         return decide
 
-    for module in (judging, sending, reconcile):
+    for module in (judging, sending, settle_by_query):
         patch(module, "decide", decisions)
     patch(judging.Progress, "gate", counted("gate closed"))
     patch(RetryPolicy, "judge", counted("policy.judge"))
@@ -163,7 +167,7 @@ def spies(tally: Tally) -> Iterator[None]:
 # Blocks of the committer whose CPU is timed on the calling thread's CPU clock (inclusive:
 # a block inside another counts in both), `--timers`. (module, class or None, function).
 TIMED = [
-    ("notifier.runner", "Runner", "_commit"),
+    ("notifier.engine.runner", "Runner", "_commit"),
     ("notifier.store.ledger", "Ledger", "step"),
     ("notifier.store.ledger", "Ledger", "_record_acks"),
     ("notifier.store.ledger", "Ledger", "_claim"),
@@ -171,14 +175,14 @@ TIMED = [
     ("notifier.store.core", "Core", "events"),
     ("notifier.store.core", "Core", "_begin_fenced"),
     ("notifier.store.core", "Core", "_commit"),
-    ("notifier.judging", "Judge", "safely"),
-    ("notifier.judging", "Judge", "history"),
-    ("notifier.runner", "Runner", "_revisit"),
-    ("notifier.runner", "Runner", "_read_flags"),
-    ("notifier.runner", "Runner", "_drop_stale"),
-    ("notifier.runner", "Runner", "_hand_out"),
-    ("notifier.pipeline", "Senders", "results"),
-    ("notifier.records", None, "item_from_row"),
+    ("notifier.engine.judging", "Judge", "safely"),
+    ("notifier.engine.judging", "Judge", "history"),
+    ("notifier.engine.runner", "Runner", "_revisit"),
+    ("notifier.engine.runner", "Runner", "_read_flags"),
+    ("notifier.engine.runner", "Runner", "_drop_stale"),
+    ("notifier.engine.runner", "Runner", "_hand_out"),
+    ("notifier.engine.pipeline", "Senders", "results"),
+    ("notifier.domain.records", None, "item_from_row"),
     ("notifier.store.sqlite", None, "_named_row"),
 ]
 TIMES: defaultdict[str, float] = defaultdict(float)
@@ -273,11 +277,11 @@ PHASES: defaultdict[str, float] = defaultdict(float)
 
 def happy(work: Path, items: int, concurrency: int, tally: Tally) -> int:
     """`notifier send` through the CLI against the fast receiver; the answers counted."""
-    from notifier import app  # noqa: PLC0415
+    from notifier.api import working  # noqa: PLC0415
     from notifier.channels.webhook import WebhookChannel  # noqa: PLC0415
     from notifier.cli import cli  # noqa: PLC0415
 
-    work_run = app.work_run
+    work_run = working.work_run
 
     def phased(*args: Any, **kwargs: Any) -> Any:
         PHASES["plan (CLI start to the run's lease)"] += time.thread_time() - begun
@@ -287,7 +291,7 @@ def happy(work: Path, items: int, concurrency: int, tally: Tally) -> int:
         finally:
             PHASES["committer (the run, main thread)"] += time.thread_time() - start
 
-    app.work_run = phased
+    working.work_run = phased
 
     receiver = subprocess.Popen(
         [sys.executable, str(HERE.parent / "receiver.py")], stdout=subprocess.PIPE, text=True
@@ -323,7 +327,7 @@ def happy(work: Path, items: int, concurrency: int, tally: Tally) -> int:
             if exit_.code not in (0, None):
                 raise
     finally:
-        app.work_run = work_run
+        working.work_run = work_run
         WebhookChannel.send = send  # type: ignore[method-assign]
         receiver.terminate()
         receiver.wait()
@@ -358,7 +362,7 @@ def mixed(work: Path, items: int, concurrency: int, tally: Tally) -> int:
         ScriptedChannel,
         throttle,
     )
-    from notifier.intent import Intent  # noqa: PLC0415
+    from notifier.domain.intent import Intent  # noqa: PLC0415
 
     answers = Counter[str]()
 

@@ -51,17 +51,18 @@ def child_plain(batch: Path) -> dict[str, float]:
 
 def child_plan(batch: Path, db: Path) -> dict[str, float]:
     # Imported here so the plain baseline process does not pay for notifier at all.
-    from notifier import app, config  # noqa: PLC0415
-    from notifier.env import Env  # noqa: PLC0415
+    from notifier import config  # noqa: PLC0415
+    from notifier.api import planning  # noqa: PLC0415
+    from notifier.api.env import Env  # noqa: PLC0415
     from notifier.store import parse_target  # noqa: PLC0415
 
     env = Env(
         target=parse_target(db), config=config.load(None, explicit=False), say=lambda line: None
     )
     start = time.perf_counter()
-    plan = app.plan_batch(env, batch, channel=None, run_id=None)
+    plan = planning.plan_batch(env, batch, channel=None, run_id=None)
     planned = time.perf_counter()
-    stored = app.store_plan(env, plan, batch, {"concurrency": 1}, new_run=False)
+    stored = planning.store_plan(env, plan, batch, {"concurrency": 1}, new_run=False)
     if stored.store is not None:
         stored.store.close()
     end = time.perf_counter()

@@ -111,7 +111,7 @@ def plain(port: int, workers: int, messages: int) -> float:
 def pool(port: int, workers: int, messages: int) -> float:
     sys.path.insert(0, str(ROOT))
     from notifier.channels.smtp import SmtpChannel  # noqa: PLC0415
-    from notifier.intent import Intent, idempotency_key, intent_digest, make_payload  # noqa: PLC0415
+    from notifier.domain.intent import Intent, idempotency_key, intent_digest, make_payload  # noqa: PLC0415
 
     channel = SmtpChannel(
         "mail", {"type": "smtp", "host": "127.0.0.1", "port": port, "sender": SENDER}

@@ -1,5 +1,5 @@
 """`python -m notifier` is the `notifier` command."""
 
-from .cli import main
+from notifier.cli import main
 
 main()

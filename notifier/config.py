@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import retry
-from .channels import definition_problems
-from .channels.options import nearest
-from .errors import BadInput
+from notifier.channels import definition_problems
+from notifier.channels.options import nearest
+from notifier.domain import retry
+from notifier.domain.errors import BadInput
 
 DEFAULT_CHANNEL = "outbox"
 DEFAULT_LEASE_TTL_S = 30.0

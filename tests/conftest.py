@@ -81,7 +81,7 @@ def _real_waits(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def fast_waits(monkeypatch: pytest.MonkeyPatch) -> float:
-    """The test switch on (notifier/waits.py): this test's CLI, in-process and in every child
+    """The test switch on (notifier/domain/waits.py): this test's CLI, in-process and in every child
     process, waits a fraction of each Retry-After and backoff. The fraction, for the test to
     pin each wait against what is really waited."""
     return scale_waits(monkeypatch)

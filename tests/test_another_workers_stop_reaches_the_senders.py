@@ -10,15 +10,15 @@ import time
 
 import pytest
 
-from notifier import clock
-from notifier.coordination import RunResult
-from notifier.judging import Stop
-from notifier.lease import SharedLease, holder_alive
-from notifier.records import StopCause
-from notifier.retry import RetryPolicy
-from notifier.runner import Runner, RunOptions
-from notifier.signals import Interruption
-from notifier.state_machine import RunState, RunTrigger
+from notifier.domain import clock
+from notifier.domain.records import StopCause
+from notifier.domain.retry import RetryPolicy
+from notifier.domain.state_machine import RunState, RunTrigger
+from notifier.engine.coordination import RunResult
+from notifier.engine.judging import Stop
+from notifier.engine.membership import SharedLease, holder_alive
+from notifier.engine.runner import Runner, RunOptions
+from notifier.engine.signals import Interruption
 from notifier.store import Store
 
 from .conftest import Workspace, wait_for

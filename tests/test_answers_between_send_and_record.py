@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from notifier import clock, judging, sending, waits
+from notifier.domain import clock, waits
+from notifier.engine import judging, sending
 
 from .conftest import Workspace, make_rows
 from .support.waits import scale_waits

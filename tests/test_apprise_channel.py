@@ -16,8 +16,9 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import pytest
 
 from notifier.channels.apprise import AppriseChannel, mask_url, split_urls
-from notifier.channels.base import ChannelConfigError, ChannelError, ErrorKind, Withheld
-from notifier.intent import Intent, idempotency_key, intent_digest, make_payload
+from notifier.channels.base import ChannelConfigError, Withheld
+from notifier.domain.answers import ChannelError, ErrorKind
+from notifier.domain.intent import Intent, idempotency_key, intent_digest, make_payload
 
 pytest.importorskip("apprise")  # the optional extra; notifier.channels.apprise loads it lazily
 # Apprise's own import of the stdlib imghdr module warns on 3.11; not this project's concern.

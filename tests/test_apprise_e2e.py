@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from notifier.sandbox import Faults, Sandbox
+from notifier.sandbox.server import Faults, Sandbox
 
 from .conftest import Workspace, make_rows
 

@@ -11,10 +11,10 @@ from datetime import timedelta
 import pytest
 from click.testing import Result
 
-from notifier import approval as approval_module
-from notifier import clock
-from notifier.intent import canonical_json, intent_digest
-from notifier.records import Run
+from notifier.domain import clock
+from notifier.domain.intent import canonical_json, intent_digest
+from notifier.domain.records import Run
+from notifier.ops import approval as approval_module
 from notifier.store import Store
 
 from .conftest import Workspace, make_rows

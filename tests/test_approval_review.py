@@ -15,8 +15,8 @@ from datetime import timedelta
 
 import pytest
 
-from notifier import clock
-from notifier.intent import canonical_json, intent_digest, run_fingerprint
+from notifier.domain import clock
+from notifier.domain.intent import canonical_json, intent_digest, run_fingerprint
 
 from .conftest import Workspace, make_rows
 

@@ -12,9 +12,10 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from notifier import clock
-from notifier.channels import Ready, Receipt, always
-from notifier.intent import Intent
+from notifier.channels import Ready, always
+from notifier.domain import clock
+from notifier.domain.answers import Receipt
+from notifier.domain.intent import Intent
 
 from .conftest import Workspace, make_rows
 from .receiver import Receiver, receiving, webhook_config

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from notifier.batch import BatchError, read_batch
+from notifier.content.batch_csv import BatchError, read_batch
 
 from .conftest import Workspace
 

@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 from click.testing import Result
 
-from notifier import clock
 from notifier.api import Notifier
-from notifier.sandbox import Faults, Sandbox
-from notifier.state_machine import RunTrigger
+from notifier.domain import clock
+from notifier.domain.state_machine import RunTrigger
+from notifier.sandbox.server import Faults, Sandbox
 from notifier.store import Store
 from notifier.store.ledger import Ledger
-from notifier.store.planning import Planning
+from notifier.store.plans import Planning
 
 from .conftest import DB_ERRORS, SlowRelay, Workspace, default_sigint, make_rows
 from .support.background import Worker

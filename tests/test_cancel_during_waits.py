@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from notifier.api import Notifier
-from notifier.signals import Interruption, interrupt_guard
+from notifier.engine.signals import Interruption, interrupt_guard
 
 from .conftest import Workspace, make_rows
 from .receiver import Receiver, receiving, webhook_config

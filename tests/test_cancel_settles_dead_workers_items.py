@@ -18,15 +18,16 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
-from notifier import clock
-from notifier.channels import Ready, Receipt, always
+from notifier.channels import Ready, always
 from notifier.cli import cli
-from notifier.coordination import RunOptions, Shared
-from notifier.intent import Intent
-from notifier.judging import Progress
-from notifier.reconcile import not_found_counts_from, settle_items
-from notifier.records import PendingKind
-from notifier.state_machine import ItemTrigger, RunState
+from notifier.domain import clock
+from notifier.domain.answers import Receipt
+from notifier.domain.intent import Intent
+from notifier.domain.records import PendingKind
+from notifier.domain.state_machine import ItemTrigger, RunState
+from notifier.engine.coordination import RunOptions, Shared
+from notifier.engine.judging import Progress
+from notifier.engine.settle_by_query import not_found_counts_from, settle_items
 
 from .conftest import Workspace, make_rows, wait_for
 from .receiver import Receiver, receiving, released, webhook_config

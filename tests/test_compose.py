@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from notifier import compose, waits
-from notifier.batch import BatchRow
-from notifier.compose import ComposeStopped, Draft
-from notifier.intent import intent_digest
+from notifier.content import compose
+from notifier.content.batch_csv import BatchRow
+from notifier.content.compose import ComposeStopped, Draft
+from notifier.domain import waits
+from notifier.domain.intent import intent_digest
 
 from .conftest import Workspace, free_port, wait_for
 from .fake_messages import FakeMessages, error, text_only_answer

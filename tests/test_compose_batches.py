@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from notifier.intent import intent_digest
+from notifier.domain.intent import intent_digest
 
 from .conftest import DB_ERRORS, Workspace, wait_for
 from .fake_messages import Canned, FakeBatches, error, text_only_answer
@@ -349,7 +349,9 @@ def test_a_drafter_not_surely_holding_its_lease_creates_nothing(
     """No `create` unless the lease is surely held right before it; resume creates then."""
     for fake in serve(monkeypatch, FakeBatches()):
         with monkeypatch.context() as patched:
-            patched.setattr("notifier.lease._HeldLease.surely_valid", lambda self: False)
+            patched.setattr(
+                "notifier.engine.membership._HeldLease.surely_valid", lambda self: False
+            )
             stopped = ws.invoke(*send(ws))
         assert stopped.exit_code == 3, stopped.output
         assert "lease" in stopped.output and fake.created() == []

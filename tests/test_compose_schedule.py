@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from notifier import clock, schedule
-from notifier.batch import BatchRow, Problems
+from notifier.content import schedule
+from notifier.content.batch_csv import BatchRow, Problems
+from notifier.domain import clock
 
 from .conftest import Workspace, postgres_schema
 from .fake_messages import FakeMessages, error

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from notifier.crash import POINTS
+from notifier.engine.crash import POINTS
 
 from .conftest import EXAMPLE, Workspace
 

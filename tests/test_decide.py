@@ -1,4 +1,4 @@
-"""The one decision (notifier/decide.py) as a table: what each answer, and each query's
+"""The one decision (notifier/domain/decide.py) as a table: what each answer, and each query's
 finding, means for an item, at each moment it is decided (after a send, at resume, at the
 runner's revisit, at cancel); and, as a property, that no decision makes a move the item
 state machine forbids or retries blindly what may have been delivered. Pure: no store, no
@@ -15,9 +15,9 @@ import tenacity
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from notifier import clock
-from notifier.channels import ChannelError, ErrorKind, Receipt
-from notifier.decide import (
+from notifier.domain import clock
+from notifier.domain.answers import ChannelError, ErrorKind, Receipt
+from notifier.domain.decide import (
     AfterSend,
     Answer,
     Caps,
@@ -32,9 +32,9 @@ from notifier.decide import (
     decide,
     not_found_counts_from,
 )
-from notifier.records import Attempt, AttemptOutcome, Item
-from notifier.retry import RetryPolicy
-from notifier.state_machine import IllegalMove, ItemState, ItemTrigger, item_next
+from notifier.domain.records import Attempt, AttemptOutcome, Item
+from notifier.domain.retry import RetryPolicy
+from notifier.domain.state_machine import IllegalMove, ItemState, ItemTrigger, item_next
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 DIGEST = "sha256:ours"

@@ -22,9 +22,9 @@ from notifier.channels.scripted import (
     throttle,
 )
 from notifier.config import Config, RetrySettings
-from notifier.intent import Intent
-from notifier.runner import RunResult
-from notifier.state_machine import RunState
+from notifier.domain.intent import Intent
+from notifier.domain.state_machine import RunState
+from notifier.engine.runner import RunResult
 
 from .conftest import Workspace, make_rows
 

@@ -17,20 +17,21 @@ from typing import Any
 import pytest
 from click.testing import Result
 
-from notifier import clock, waits
-from notifier.channels import ChannelError, ErrorKind, Ready, Receipt, always
-from notifier.crash import CrashPlan
-from notifier.intent import Intent
-from notifier.judging import SendResult, Stop
-from notifier.lease import LostFlag, holder_alive
-from notifier.outcome import run_advice, run_exit
-from notifier.reconcile import Question
-from notifier.records import Item, StopCause
-from notifier.retry import RetryPolicy
-from notifier.runner import APPROVAL_PAUSE, CHANNEL_DOWN_PAUSE, Runner, RunOptions, RunResult
-from notifier.sending import Asked
-from notifier.signals import Interruption
-from notifier.state_machine import RunState, RunTrigger
+from notifier.channels import Ready, always
+from notifier.cli.outcome import run_advice, run_exit
+from notifier.domain import clock, waits
+from notifier.domain.answers import ChannelError, ErrorKind, Receipt
+from notifier.domain.intent import Intent
+from notifier.domain.records import Item, StopCause
+from notifier.domain.retry import RetryPolicy
+from notifier.domain.state_machine import RunState, RunTrigger
+from notifier.engine.crash import CrashPlan
+from notifier.engine.judging import SendResult, Stop
+from notifier.engine.membership import LostFlag, holder_alive
+from notifier.engine.runner import APPROVAL_PAUSE, CHANNEL_DOWN_PAUSE, Runner, RunOptions, RunResult
+from notifier.engine.sending import Asked
+from notifier.engine.settle_by_query import Question
+from notifier.engine.signals import Interruption
 from notifier.store import Store
 
 from .conftest import (

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from notifier.errors import NextStep, NotifierError
-from notifier.outcome import error_message
-from notifier.records import AttemptOutcome, Outcome
-from notifier.state_machine import IllegalMove, ItemState, ItemTrigger, item_next
+from notifier.cli.outcome import error_message
+from notifier.domain.errors import NextStep, NotifierError
+from notifier.domain.records import AttemptOutcome, Outcome
+from notifier.domain.state_machine import IllegalMove, ItemState, ItemTrigger, item_next
 from notifier.store import LostRace
 from notifier.store.core import ROLLED_BACK
 from notifier.store.exceptions import DatabaseUnwritable

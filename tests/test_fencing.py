@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from notifier import clock
-from notifier.lease import LostFlag, SharedLease, holder_alive
-from notifier.records import Run
-from notifier.retry import RetryPolicy
-from notifier.runner import Runner, RunOptions
-from notifier.signals import Interruption
+from notifier.domain import clock
+from notifier.domain.records import Run
+from notifier.domain.retry import RetryPolicy
+from notifier.engine.membership import LostFlag, SharedLease, holder_alive
+from notifier.engine.runner import Runner, RunOptions
+from notifier.engine.signals import Interruption
 from notifier.store import LeaseLost, LossCause, RunFence, Store, WorkerFence
 
 from .conftest import Workspace, make_rows, wait_for

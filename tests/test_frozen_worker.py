@@ -23,9 +23,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from notifier import clock
-from notifier import lease as lease_module
-from notifier.sandbox import Faults, Sandbox
+from notifier.domain import clock
+from notifier.engine import membership as lease_module
+from notifier.sandbox.server import Faults, Sandbox
 from notifier.store import StorageFailed, Store
 from notifier.store.leases import Leases
 

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from notifier.cli import cli
-from notifier.sandbox import Sandbox
+from notifier.sandbox.server import Sandbox
 
 from .conftest import Workspace, make_rows
 

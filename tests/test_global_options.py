@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from notifier.commands.group import hoist_global_options
+from notifier.cli.group import hoist_global_options
 
 from .conftest import Workspace, make_rows
 

@@ -21,7 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
 
-from notifier import report
+from notifier.ops import report
 
 from .conftest import Workspace, make_rows
 from .smtp_relay import relay

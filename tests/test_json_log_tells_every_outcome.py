@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from notifier.clock import SHIFT_ENV
+from notifier.domain.clock import SHIFT_ENV
 
 from .conftest import Workspace, make_rows
 from .receiver import Receiver, receiving, released, webhook_config

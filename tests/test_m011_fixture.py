@@ -12,7 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from notifier.records import StopCause
+from notifier.domain.records import StopCause
 from notifier.store import Store
 from notifier.store.migrations import MIGRATIONS
 

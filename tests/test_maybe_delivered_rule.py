@@ -10,18 +10,18 @@ from __future__ import annotations
 import pytest
 import tenacity
 
-from notifier.channels import ChannelError, ErrorKind
-from notifier.decide import AfterSend, Caps, History, decide
-from notifier.lease import holder_alive
-from notifier.records import (
+from notifier.domain.answers import ChannelError, ErrorKind
+from notifier.domain.decide import AfterSend, Caps, History, decide
+from notifier.domain.records import (
     MAYBE_DELIVERED_OUTCOMES,
     NEVER_REACHED,
     AttemptOutcome,
     Outcome,
     PendingKind,
 )
-from notifier.retry import RetryPolicy
-from notifier.state_machine import ItemState, ItemTrigger
+from notifier.domain.retry import RetryPolicy
+from notifier.domain.state_machine import ItemState, ItemTrigger
+from notifier.engine.membership import holder_alive
 from notifier.store import Store
 
 from .conftest import Workspace, make_rows

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 
-from notifier.sandbox import Faults, Sandbox
+from notifier.sandbox.server import Faults, Sandbox
 
 from .conftest import Workspace, make_rows
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from notifier.store import Store, migrations
-from notifier.store.engine import Engine
+from notifier.store.backend import Engine
 from notifier.store.migrations import MIGRATIONS, Migrator
 from notifier.store.postgres import PostgresEngine
 from notifier.store.sqlite import SqliteEngine

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from notifier import clock
 from notifier.api import Notifier
-from notifier.judging import NotStarted, Stop
-from notifier.sandbox import Faults, Sandbox
+from notifier.domain import clock
+from notifier.engine.judging import NotStarted, Stop
+from notifier.sandbox.server import Faults, Sandbox
 
 from .conftest import Workspace, make_rows, smtp_server
 from .support.held import WAIT_S, Answered, HeldRun

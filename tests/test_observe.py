@@ -222,7 +222,7 @@ def test_status_and_a_plain_send_load_no_prometheus_client(ws: Workspace) -> Non
     """Imports stay lazy: a send without --metrics-port, and `status`, never import
     prometheus_client; `notifier metrics` does."""
     loaded, _ = loaded_by(ws, "send", str(EXAMPLE))
-    assert "notifier.runner" in loaded and "prometheus_client" not in loaded
+    assert "notifier.engine.runner" in loaded and "prometheus_client" not in loaded
     loaded, output = loaded_by(ws, "status")
     assert "completed" in output and "prometheus_client" not in loaded
     loaded, output = loaded_by(ws, "metrics")

@@ -13,8 +13,6 @@ from typing import Any
 
 import pytest
 
-from notifier import decide as decide_module
-from notifier import judging, sending
 from notifier.api import Notifier
 from notifier.channels.scripted import (
     DELIVER,
@@ -25,10 +23,12 @@ from notifier.channels.scripted import (
     ScriptedChannel,
     throttle,
 )
-from notifier.evidence import AfterSend
-from notifier.intent import Intent
-from notifier.runner import RunResult
-from notifier.state_machine import RunState
+from notifier.domain import decide as decide_module
+from notifier.domain.evidence import AfterSend
+from notifier.domain.intent import Intent
+from notifier.domain.state_machine import RunState
+from notifier.engine import judging, sending
+from notifier.engine.runner import RunResult
 
 from .conftest import Workspace, make_rows
 from .test_every_answer_settles_once import config

@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from notifier import clock
-from notifier.sandbox import Faults, Sandbox
+from notifier.domain import clock
+from notifier.sandbox.server import Faults, Sandbox
 
 from .conftest import DB_ERRORS, SlowRelay, Workspace, make_rows
 

@@ -19,11 +19,11 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
-from notifier import clock
 from notifier.cli import cli
-from notifier.lease import holder_alive
-from notifier.records import AttemptOutcome, Item, Outcome
-from notifier.state_machine import ItemState, ItemTrigger
+from notifier.domain import clock
+from notifier.domain.records import AttemptOutcome, Item, Outcome
+from notifier.domain.state_machine import ItemState, ItemTrigger
+from notifier.engine.membership import holder_alive
 from notifier.store import LeaseLost, Store
 from notifier.store.postgres import PostgresEngine
 

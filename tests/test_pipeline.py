@@ -16,8 +16,8 @@ import pytest
 
 from notifier.api import Notifier
 from notifier.channels.outbox import OutboxChannel
-from notifier.pipeline import claim_ahead
-from notifier.sandbox import Faults, Sandbox
+from notifier.engine.pipeline import claim_ahead
+from notifier.sandbox.server import Faults, Sandbox
 
 from .conftest import Workspace, make_rows
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from notifier.intent import (
+from notifier.domain.intent import (
     CONTRACT_VERSION,
     KEY_PREFIX,
     idempotency_key,

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from notifier.cli import cli
-from notifier.sandbox import Sandbox
+from notifier.sandbox.server import Sandbox
 
 from .conftest import EXAMPLE, Workspace, free_port, make_rows
 

@@ -11,14 +11,15 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from notifier import clock
-from notifier.channels import ChannelError, ErrorKind, Ready, Receipt, always
-from notifier.intent import Intent
-from notifier.judging import Stop
-from notifier.lease import LostFlag, holder_alive
-from notifier.retry import RetryPolicy
-from notifier.runner import Runner, RunOptions
-from notifier.signals import Interruption
+from notifier.channels import Ready, always
+from notifier.domain import clock
+from notifier.domain.answers import ChannelError, ErrorKind, Receipt
+from notifier.domain.intent import Intent
+from notifier.domain.retry import RetryPolicy
+from notifier.engine.judging import Stop
+from notifier.engine.membership import LostFlag, holder_alive
+from notifier.engine.runner import Runner, RunOptions
+from notifier.engine.signals import Interruption
 from notifier.store import Store
 
 from .conftest import Workspace, wait_for

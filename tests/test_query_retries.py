@@ -15,10 +15,10 @@ from collections.abc import Callable
 
 import pytest
 
-from notifier.channels import ChannelError, ErrorKind, Receipt
-from notifier.reconcile import Finding, ask
-from notifier.records import Item
-from notifier.state_machine import ItemState
+from notifier.domain.answers import ChannelError, ErrorKind, Receipt
+from notifier.domain.records import Item
+from notifier.domain.state_machine import ItemState
+from notifier.engine.settle_by_query import Finding, ask
 
 from .conftest import Workspace, make_rows
 from .receiver import WAIT_S, Receiver, receiving, released, webhook_config

@@ -13,19 +13,20 @@ import httpx2
 import pytest
 import tenacity
 
-from notifier import clock
-from notifier.channels import ChannelError, ErrorKind, Ready, Receipt, always
+from notifier.channels import Ready, always
 from notifier.channels.webhook import WebhookChannel
-from notifier.decide import Finding
-from notifier.intent import Intent
-from notifier.judging import Stop
-from notifier.lease import LostFlag, holder_alive
-from notifier.reconcile import GATE_WAIT_S, Asking
-from notifier.records import Item
-from notifier.retry import RetryPolicy
-from notifier.runner import Runner, RunOptions
-from notifier.signals import Interruption
-from notifier.state_machine import ItemState
+from notifier.domain import clock
+from notifier.domain.answers import ChannelError, ErrorKind, Receipt
+from notifier.domain.decide import Finding
+from notifier.domain.intent import Intent
+from notifier.domain.records import Item
+from notifier.domain.retry import RetryPolicy
+from notifier.domain.state_machine import ItemState
+from notifier.engine.judging import Stop
+from notifier.engine.membership import LostFlag, holder_alive
+from notifier.engine.runner import Runner, RunOptions
+from notifier.engine.settle_by_query import GATE_WAIT_S, Asking
+from notifier.engine.signals import Interruption
 from notifier.store import Store
 
 from .conftest import Workspace, wait_for

@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from notifier import clock
+from notifier.domain import clock
 
 from .conftest import Workspace, make_rows, wait_for
 from .receiver import Receiver, receiving, webhook_config

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from notifier.cells import safe_cell
-from notifier.sandbox import Faults, Sandbox
+from notifier.domain.cells import safe_cell
+from notifier.sandbox.server import Faults, Sandbox
 
 from .conftest import Inbox, Workspace, make_rows
 

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from notifier.lease import HOST, process_start
+from notifier.engine.membership import HOST, process_start
 
 from .conftest import Inbox, Workspace, make_rows
 

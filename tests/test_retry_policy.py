@@ -8,8 +8,8 @@ import tenacity
 from hypothesis import given
 from hypothesis import strategies as st
 
-from notifier.channels import ChannelError, ErrorKind
-from notifier.retry import Action, RetryPolicy, action_for
+from notifier.domain.answers import ChannelError, ErrorKind
+from notifier.domain.retry import Action, RetryPolicy, action_for
 
 
 @pytest.mark.parametrize(

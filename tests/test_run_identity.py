@@ -15,15 +15,15 @@ from typing import Any
 
 import pytest
 
-from notifier import app
+from notifier.api import planning
+from notifier.api.env import Env
 from notifier.config import load as load_config
-from notifier.env import Env
-from notifier.errors import BadInput, ExitCode
-from notifier.intent import content_fingerprint
-from notifier.sandbox import Sandbox
+from notifier.domain.errors import BadInput, ExitCode
+from notifier.domain.intent import content_fingerprint
+from notifier.sandbox.server import Sandbox
 from notifier.store import Store, parse_target
 from notifier.store.history import RowHistory
-from notifier.store.planning import Planning
+from notifier.store.plans import Planning
 from notifier.store.postgres import PostgresEngine
 
 from .conftest import Workspace, make_rows, wait_for
@@ -204,8 +204,8 @@ def test_two_plans_racing_to_insert_make_exactly_one_run(
 
     def plan_and_store() -> None:
         try:
-            plan = app.plan_batch(env, ws.path / "batch.csv", channel=None, run_id=None)
-            stored = app.store_plan(env, plan, ws.path / "batch.csv", {}, False)
+            plan = planning.plan_batch(env, ws.path / "batch.csv", channel=None, run_id=None)
+            stored = planning.store_plan(env, plan, ws.path / "batch.csv", {}, False)
             assert stored.store is not None
             outcomes.append(stored.store)
         except BaseException as exc:

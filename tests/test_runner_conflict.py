@@ -11,15 +11,16 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from notifier.channels import Ready, Receipt, always
-from notifier.intent import Intent
-from notifier.judging import Stop
-from notifier.lease import LostFlag, holder_alive
-from notifier.retry import RetryPolicy
-from notifier.runner import Runner, RunOptions
-from notifier.sandbox import Faults, Sandbox
-from notifier.signals import Interruption
-from notifier.state_machine import RunState
+from notifier.channels import Ready, always
+from notifier.domain.answers import Receipt
+from notifier.domain.intent import Intent
+from notifier.domain.retry import RetryPolicy
+from notifier.domain.state_machine import RunState
+from notifier.engine.judging import Stop
+from notifier.engine.membership import LostFlag, holder_alive
+from notifier.engine.runner import Runner, RunOptions
+from notifier.engine.signals import Interruption
+from notifier.sandbox.server import Faults, Sandbox
 from notifier.store import Store
 
 from .conftest import Workspace, make_rows

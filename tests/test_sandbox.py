@@ -22,7 +22,7 @@ import httpx2
 import pytest
 from standardwebhooks import Webhook
 
-from notifier.sandbox import Faults, Sandbox, payload_identity, run_sandbox
+from notifier.sandbox.server import Faults, Sandbox, payload_identity, run_sandbox
 
 from .conftest import Workspace
 

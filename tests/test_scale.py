@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from notifier import report
-from notifier.intent import content_fingerprint, run_fingerprint
-from notifier.plan import fingerprint_of
+from notifier.content.plan import fingerprint_of
+from notifier.domain.intent import content_fingerprint, run_fingerprint
+from notifier.ops import report
 from notifier.store.sqlite import SqliteEngine
 
 from .conftest import Workspace, make_rows
@@ -99,7 +99,7 @@ def test_incremental_fingerprints_equal_the_list_formulas() -> None:
     (the formula m002 back-fills), so approvals and "already planned" do not change."""
     import hashlib  # noqa: PLC0415
 
-    from notifier.intent import canonical_json  # noqa: PLC0415
+    from notifier.domain.intent import canonical_json  # noqa: PLC0415
 
     digests = [f"sha256:{n:064x}" for n in range(5)]
     snapshot = {"hooks": {"type": "webhook", "url": "https://x.example/é"}, "outbox": {}}

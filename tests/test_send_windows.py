@@ -10,8 +10,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from notifier import clock
-from notifier.sandbox import Sandbox
+from notifier.domain import clock
+from notifier.sandbox.server import Sandbox
 
 from .conftest import Workspace, make_rows, smtp_server
 from .receiver import Receiver, receiving, webhook_config

@@ -17,12 +17,12 @@ from functools import partial
 
 import pytest
 
-from notifier.brakes import Brakes
-from notifier.channels import ChannelError, ErrorKind, Receipt
-from notifier.judging import NotStarted, Progress, Stop
-from notifier.records import AttemptOutcome, Outcome
-from notifier.runner import RunOptions
-from notifier.state_machine import ItemTrigger
+from notifier.domain.answers import ChannelError, ErrorKind, Receipt
+from notifier.domain.records import AttemptOutcome, Outcome
+from notifier.domain.state_machine import ItemTrigger
+from notifier.engine.brakes import Brakes
+from notifier.engine.judging import NotStarted, Progress, Stop
+from notifier.engine.runner import RunOptions
 
 from .conftest import Workspace, make_rows, wait_for
 from .receiver import WAIT_S as RECEIVER_WAIT_S

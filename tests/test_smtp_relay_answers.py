@@ -14,9 +14,9 @@ from dataclasses import replace
 
 import pytest
 
-from notifier.channels.base import ChannelError, ErrorKind
 from notifier.channels.smtp import SmtpChannel
-from notifier.intent import Intent, idempotency_key, intent_digest, make_payload
+from notifier.domain.answers import ChannelError, ErrorKind
+from notifier.domain.intent import Intent, idempotency_key, intent_digest, make_payload
 
 from .conftest import Workspace, make_rows
 from .smtp_relay import FAST_RETRY, ScriptedRelay, each_key_once, relay

@@ -66,5 +66,5 @@ def test_send_on_a_pipe_loads_no_rich(ws: Workspace) -> None:
     """A `send` whose output goes to a pipe or a log shows no progress bar and prints no
     table: it does not load rich at all (~0.1 s of every start)."""
     loaded, _ = loaded_by(ws, "send", str(EXAMPLE))
-    assert "notifier.runner" in loaded  # it did send
+    assert "notifier.engine.runner" in loaded  # it did send
     assert sorted(name for name in loaded if name.split(".")[0] == "rich") == []

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from notifier.state_machine import (
+from notifier.domain.state_machine import (
     ITEM_TRANSITIONS,
     RUN_TRANSITIONS,
     IllegalMove,

@@ -42,7 +42,7 @@ from hypothesis.stateful import (
 )
 
 from notifier.cli import cli
-from notifier.sandbox import Faults, Sandbox
+from notifier.sandbox.server import Faults, Sandbox
 from notifier.store import Store
 
 from .conftest import Workspace

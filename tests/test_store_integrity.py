@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 from psycopg.pq import TransactionStatus
 
-from notifier import clock
-from notifier.crash import ENV as CRASH_ENV
-from notifier.records import AttemptOutcome, Outcome
-from notifier.state_machine import ItemState, ItemTrigger
+from notifier.domain import clock
+from notifier.domain.records import AttemptOutcome, Outcome
+from notifier.domain.state_machine import ItemState, ItemTrigger
+from notifier.engine.crash import ENV as CRASH_ENV
 from notifier.store import LeaseLost, LostRace, Store
 from notifier.store import statements as sql
-from notifier.store.engine import Engine
+from notifier.store.backend import Engine
 from notifier.store.postgres import PostgresEngine
 from notifier.store.sqlite import SqliteEngine
 

@@ -11,7 +11,7 @@ import shlex
 
 import pytest
 
-from notifier.outcome import send_again
+from notifier.cli.outcome import send_again
 
 from .conftest import Workspace, make_rows
 from .receiver import Receiver, receiving, webhook_config

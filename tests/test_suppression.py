@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
-from notifier.sandbox import Faults, Sandbox
+from notifier.sandbox.server import Faults, Sandbox
 from notifier.store.postgres import POSTGRES
 
 from .conftest import Workspace, make_rows, smtp_server, wait_for

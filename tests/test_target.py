@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from notifier import lease as lease_module
+from notifier.engine import membership as lease_module
 from notifier.store import NotADatabasePath, RunFence, Store, WorkerFence, parse_target
 from notifier.store.target import PostgresUrl, SqliteFile
 

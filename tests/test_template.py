@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from notifier.api import Notifier
-from notifier.intent import intent_digest
+from notifier.domain.intent import intent_digest
 
 from .conftest import Workspace, make_rows
 

@@ -16,7 +16,7 @@ import pytest
 
 from notifier.api import Notifier
 from notifier.channels.webhook import WebhookChannel
-from notifier.intent import Intent, make_payload
+from notifier.domain.intent import Intent, make_payload
 
 from .conftest import Workspace
 from .smtp_relay import each_key_once, relay

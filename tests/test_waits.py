@@ -1,4 +1,4 @@
-"""The test switch for waits (notifier/waits.py): off, it changes nothing; on, every retry
+"""The test switch for waits (notifier/domain/waits.py): off, it changes nothing; on, every retry
 wait is that fraction of itself, a Retry-After included; set wrong, it refuses to guess."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import time
 import pytest
 import tenacity
 
-from notifier import waits
-from notifier.channels import ChannelError, ErrorKind, Receipt
-from notifier.reconcile import Finding, ask
-from notifier.records import Item
-from notifier.retry import RetryPolicy
-from notifier.state_machine import ItemState
+from notifier.domain import waits
+from notifier.domain.answers import ChannelError, ErrorKind, Receipt
+from notifier.domain.records import Item
+from notifier.domain.retry import RetryPolicy
+from notifier.domain.state_machine import ItemState
+from notifier.engine.settle_by_query import Finding, ask
 from notifier.store import Store
 
 from .conftest import Workspace, make_rows

@@ -11,9 +11,9 @@ import httpx2
 import pytest
 import standardwebhooks
 
-from notifier.channels import ChannelError, ErrorKind
 from notifier.channels.webhook import WebhookChannel, classify_status, parse_retry_after
-from notifier.intent import Intent
+from notifier.domain.answers import ChannelError, ErrorKind
+from notifier.domain.intent import Intent
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 

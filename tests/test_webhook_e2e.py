@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import standardwebhooks
 
-from notifier import waits
-from notifier.sandbox import Faults, Sandbox
+from notifier.domain import waits
+from notifier.sandbox.server import Faults, Sandbox
 
 from .conftest import Workspace, make_rows
 

@@ -19,10 +19,11 @@ from typing import Any
 import httpx2
 import pytest
 
-from notifier.channels import ChannelError, ErrorKind, Withheld
+from notifier.channels import Withheld
 from notifier.channels.deadline import DeadlineTransport, attempt_deadline
 from notifier.channels.webhook import WebhookChannel
-from notifier.intent import Intent
+from notifier.domain.answers import ChannelError, ErrorKind
+from notifier.domain.intent import Intent
 
 TIMEOUT_S = 0.5
 # A bound far above TIMEOUT_S, for a loaded machine, and far below what each server below

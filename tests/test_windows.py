@@ -1,4 +1,4 @@
-"""Send windows (notifier/windows.py): parsing, and next_open/is_open as properties over
+"""Send windows (notifier/domain/windows.py): parsing, and next_open/is_open as properties over
 time zones with clock changes, instants drawn around those changes."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from notifier import clock
-from notifier.batch import BatchRow, Problems
-from notifier.schedule import from_options, schedule_stream
-from notifier.windows import DAYS, is_open, next_open, parse_window, zone
+from notifier.content.batch_csv import BatchRow, Problems
+from notifier.content.schedule import from_options, schedule_stream
+from notifier.domain import clock
+from notifier.domain.windows import DAYS, is_open, next_open, parse_window, zone
 
 ZONES = [
     "UTC",

@@ -22,10 +22,10 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
-from notifier import clock
 from notifier.cli import cli as cli_group
-from notifier.lease import holder_alive
-from notifier.sandbox import Faults, Sandbox
+from notifier.domain import clock
+from notifier.engine.membership import holder_alive
+from notifier.sandbox.server import Faults, Sandbox
 from notifier.store import LeaseLost, Store
 
 from .conftest import ROOT, Workspace, default_sigint, make_rows, postgres_schema, wait_for

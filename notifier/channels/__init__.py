@@ -6,21 +6,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..intent import Intent
-from .base import (
+from notifier.channels.base import (
     Capabilities,
     Channel,
     ChannelConfigError,
-    ChannelError,
-    ErrorKind,
     Ready,
-    Receipt,
     Withheld,
     always,
     go_ahead,
 )
-from .options import nearest
-from .registry import TYPES
+from notifier.channels.options import nearest
+from notifier.channels.registry import TYPES
+from notifier.domain.answers import ChannelError, ErrorKind, Receipt
+from notifier.domain.intent import Intent
 
 __all__ = [
     "Capabilities",

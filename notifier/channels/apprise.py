@@ -22,18 +22,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from ..intent import Intent
-from . import options as o
-from .base import (
-    Capabilities,
-    ChannelConfigError,
-    ChannelError,
-    ErrorKind,
-    Ready,
-    Receipt,
-    always,
-    go_ahead,
-)
+from notifier.channels import options as o
+from notifier.channels.base import Capabilities, ChannelConfigError, Ready, always, go_ahead
+from notifier.domain.answers import ChannelError, ErrorKind, Receipt
+from notifier.domain.intent import Intent
 
 if TYPE_CHECKING:
     from apprise import Apprise, NotifyBase

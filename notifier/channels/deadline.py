@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 import httpcore2
 import httpx2
 
-from .base import Ready, go_ahead
+from notifier.channels.base import Ready, go_ahead
 
 _local = threading.local()
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..windows import parse_window
+from notifier.domain.windows import parse_window
 
 Check = Callable[[Any], str | None]  # a problem with the value, or None when it is fine
 
@@ -146,7 +146,7 @@ def _domain_rates(value: Any) -> str | None:
     return None
 
 
-# Every channel type also takes `window` (when its items may be sent; windows.py) and
+# Every channel type also takes `window` (when its items may be sent; domain/windows.py) and
 # `domain_rates` (sends per second per recipient domain; domain_rates.py).
 WINDOW = Option("str", check=_window)
 DOMAIN_RATES = Option("table", check=_domain_rates)

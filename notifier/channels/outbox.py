@@ -13,10 +13,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .. import clock
-from ..intent import Intent
-from . import options as o
-from .base import Capabilities, ChannelError, ErrorKind, Ready, Receipt, always, go_ahead
+from notifier.channels import options as o
+from notifier.channels.base import Capabilities, Ready, always, go_ahead
+from notifier.domain import clock
+from notifier.domain.answers import ChannelError, ErrorKind, Receipt
+from notifier.domain.intent import Intent
 
 SCHEMA = o.Schema(
     {

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import apprise, outbox, smtp_options, webhook_options
-from .base import Capabilities, Channel
-from .options import Schema
+from notifier.channels import apprise, outbox, smtp_options, webhook_options
+from notifier.channels.base import Capabilities, Channel
+from notifier.channels.options import Schema
 
 
 @dataclass(frozen=True)
@@ -30,13 +30,13 @@ class ChannelType:
 
 
 def _webhook(name: str, definition: dict[str, Any], base_dir: Path) -> Channel:
-    from .webhook import WebhookChannel  # noqa: PLC0415 (httpx2: see the module docstring)
+    from notifier.channels.webhook import WebhookChannel  # noqa: PLC0415 (httpx2: see the module docstring)
 
     return WebhookChannel(name, definition)
 
 
 def _smtp(name: str, definition: dict[str, Any], base_dir: Path) -> Channel:
-    from .smtp import SmtpChannel  # noqa: PLC0415 (smtplib: see the module docstring)
+    from notifier.channels.smtp import SmtpChannel  # noqa: PLC0415 (smtplib: see the module docstring)
 
     return SmtpChannel(name, definition)
 

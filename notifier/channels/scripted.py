@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from ..intent import Intent
-from .base import ChannelError, ErrorKind, Ready, Receipt, always, go_ahead
+from notifier.channels.base import Ready, always, go_ahead
+from notifier.domain.answers import ChannelError, ErrorKind, Receipt
+from notifier.domain.intent import Intent
 
 
 class Kind(Enum):

@@ -23,22 +23,20 @@ from email.headerregistry import HeaderRegistry
 from email.message import EmailMessage
 from typing import Any
 
-from .. import clock
-from ..intent import Intent, normalise_target
-from . import smtp_options as settings
-from . import smtp_replies as replies
-from .base import (
-    ChannelConfigError,
-    ChannelError,
-    ErrorKind,
-    Ready,
-    Receipt,
-    Withheld,
-    always,
-    go_ahead,
+from notifier.channels import smtp_options as settings
+from notifier.channels import smtp_replies as replies
+from notifier.channels.base import ChannelConfigError, Ready, Withheld, always, go_ahead
+from notifier.channels.smtp_options import (
+    DEFAULT_TIMEOUT_S,
+    SCHEMA,
+    capabilities,
+    has_control,
+    smtp_address,
 )
-from .smtp_options import DEFAULT_TIMEOUT_S, SCHEMA, capabilities, has_control, smtp_address
-from .smtp_pool import Pool, Relay, Session
+from notifier.channels.smtp_pool import Pool, Relay, Session
+from notifier.domain import clock
+from notifier.domain.answers import ChannelError, ErrorKind, Receipt
+from notifier.domain.intent import Intent, normalise_target
 
 DEFAULT_PORT = 25
 DEFAULT_SSL_PORT = 465

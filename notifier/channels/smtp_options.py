@@ -13,9 +13,9 @@ import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
-from ..intent import unsubscribe_mailto, unsubscribe_url
-from . import options as o
-from .base import Capabilities, ChannelConfigError
+from notifier.channels import options as o
+from notifier.channels.base import Capabilities, ChannelConfigError
+from notifier.domain.intent import unsubscribe_mailto, unsubscribe_url
 
 DEFAULT_TIMEOUT_S = 30.0
 _ADDRESS_FORBIDDEN = re.compile(r"[\s<>,;\"()\[\]\\]")

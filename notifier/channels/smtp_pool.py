@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from . import smtp_replies as replies
-from .base import ChannelError, ErrorKind
+from notifier.channels import smtp_replies as replies
+from notifier.domain.answers import ChannelError, ErrorKind
 
 _REPLY_CHARS = 200  # how much of a server reply an error message quotes
 

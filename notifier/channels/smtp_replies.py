@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from .base import ErrorKind
+from notifier.domain.answers import ErrorKind
 
 # RFC 5321 4.2.2/4.2.3: service closing (421), mailbox busy or greylisted (450), local error
 # or rate limit (451), insufficient storage or too many recipients (452).

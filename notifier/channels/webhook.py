@@ -19,19 +19,12 @@ from typing import Any
 import httpx2
 from standardwebhooks import Webhook
 
-from .. import __version__
-from ..intent import Intent
-from .base import (
-    ChannelConfigError,
-    ChannelError,
-    ErrorKind,
-    Ready,
-    Receipt,
-    always,
-    bounded_wait,
-)
-from .deadline import DeadlineTransport, attempt_deadline
-from .webhook_options import SCHEMA, capabilities
+from notifier import __version__
+from notifier.channels.base import ChannelConfigError, Ready, always
+from notifier.channels.deadline import DeadlineTransport, attempt_deadline
+from notifier.channels.webhook_options import SCHEMA, capabilities
+from notifier.domain.answers import ChannelError, ErrorKind, Receipt, bounded_wait
+from notifier.domain.intent import Intent
 
 # The most of an answer's body that is read; the rest is dropped. A receipt is a small JSON
 # document: a server streaming megabytes (or forever) must not fill memory or hold the run.

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from . import options as o
-from .base import Capabilities
+from notifier.channels import options as o
+from notifier.channels.base import Capabilities
 
 DEFAULT_TIMEOUT_S = 10.0
 # An ASSUMPTION about the receiver, not a fact: one that has not committed a request within

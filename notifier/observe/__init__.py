@@ -15,9 +15,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..coordination import RunResult
-    from ..judging import Sent
-    from ..records import Item, Outcome
+    from notifier.domain.records import Item, Outcome
+    from notifier.engine.coordination import RunResult
+    from notifier.engine.judging import Sent
 
 
 class Observer:
@@ -112,9 +112,9 @@ class Observers(Observer):
 def answer_outcome(result: Sent) -> str | None:
     """An answer as the attempts table names its outcome ("sent", or the error's kind);
     None for a request that never left. A small fixed vocabulary: safe as a label."""
-    from ..channels import ChannelError  # noqa: PLC0415 (this module loads on every path)
-    from ..judging import NotStarted  # noqa: PLC0415
-    from ..records import AttemptOutcome  # noqa: PLC0415
+    from notifier.domain.answers import ChannelError  # noqa: PLC0415
+    from notifier.domain.records import AttemptOutcome  # noqa: PLC0415
+    from notifier.engine.judging import NotStarted  # noqa: PLC0415
 
     if isinstance(result, NotStarted):
         return None

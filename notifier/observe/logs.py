@@ -23,13 +23,13 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from .. import clock
-from . import Observer, answer_outcome
+from notifier.domain import clock
+from notifier.observe import Observer, answer_outcome
 
 if TYPE_CHECKING:
-    from ..coordination import RunResult
-    from ..judging import Sent
-    from ..records import Item, Outcome
+    from notifier.domain.records import Item, Outcome
+    from notifier.engine.coordination import RunResult
+    from notifier.engine.judging import Sent
 
 LOGGER = "notifier.events"
 # The run's ending, by the state it ended in: the event's name.

@@ -28,19 +28,19 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from .. import clock
-from ..errors import BadInput
-from ..state_machine import ItemState, RunState
-from . import Observer, answer_outcome
+from notifier.domain import clock
+from notifier.domain.errors import BadInput
+from notifier.domain.state_machine import ItemState, RunState
+from notifier.observe import Observer, answer_outcome
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
     from prometheus_client.metrics_core import Metric
 
-    from ..judging import Sent
-    from ..records import Item
-    from ..store import Store
+    from notifier.domain.records import Item
+    from notifier.engine.judging import Sent
+    from notifier.store import Store
 
 # Sends last from milliseconds (a local relay) to the channel's timeout (30 s by default).
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -75,8 +75,8 @@ class RunCollector(Collector):
 
     def read(self, store: Store, run_ids: Sequence[str]) -> list[Metric]:
         """The metric families of `run_ids`, from one committed state of `store`."""
-        from ..report import effective_state  # noqa: PLC0415 (loads the lease module)
-        from ..store.drafts import run_counts  # noqa: PLC0415
+        from notifier.ops.report import effective_state  # noqa: PLC0415 (loads the lease module)
+        from notifier.store.drafts import run_counts  # noqa: PLC0415
 
         items = GaugeMetricFamily(
             "notifier_items", "Items of the run in each state, as `status` counts them.",
@@ -84,7 +84,7 @@ class RunCollector(Collector):
         )  # fmt: skip
         unknown = GaugeMetricFamily(
             "notifier_unknown_items",
-            "Items whose outcome is unknown (maybe delivered): `notifier reconcile` settles them.",
+            "Items whose outcome is unknown (maybe delivered): a reconcile settles them.",
             labels=["run_id"],
         )
         state = GaugeMetricFamily(

@@ -1,8 +1,8 @@
-"""The receipts store, split along its seams: one engine per database (engine.py: the
+"""The receipts store, split along its seams: one engine per database (backend.py: the
 protocol and the dialect record; sqlite.py for an SQLite file, postgres.py for a PostgreSQL
 server), the checks every open runs (checks.py, both engines), and the store's parts, each
 an object holding the one core (core.py: the write transaction and its fence, events, the
-conditional moves): the plan (planning.py, over history.py and suppressions.py), the ledger
+conditional moves): the plan (plans.py, over history.py and suppressions.py), the ledger
 of writes (ledger.py), drafts and chunks (drafts.py, chunks.py), leases (leases.py), queries
 (queries.py) and rate buckets (buckets.py). No part inherits from another; one that needs
 another is handed it. `Store` composes them over one engine, its fencing (the run's lease,
@@ -18,13 +18,13 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Self
 
-from .buckets import Buckets
-from .checks import Checks
-from .chunks import Chunks
-from .core import RUN_FENCE, Core, Fencing, RunFence, WorkerFence
-from .drafts import Drafts
-from .engine import Engine
-from .exceptions import (
+from notifier.store.backend import Engine
+from notifier.store.buckets import Buckets
+from notifier.store.checks import Checks
+from notifier.store.chunks import Chunks
+from notifier.store.core import RUN_FENCE, Core, Fencing, RunFence, WorkerFence
+from notifier.store.drafts import Drafts
+from notifier.store.exceptions import (
     DatabaseUnwritable,
     LeaseHeld,
     LeaseLost,
@@ -36,17 +36,17 @@ from .exceptions import (
     StorageFailed,
     StoreRefused,
 )
-from .history import RowHistory
-from .leases import Leases
-from .ledger import Ledger
-from .planning import Planning
-from .prior import Prior
-from .queries import Queries
-from .stage import PlanStage
-from .statements import ATTENTION_STATES
-from .suppressions import Suppressions
-from .target import NotADatabasePath, Target
-from .target import parse as parse_target
+from notifier.store.history import RowHistory
+from notifier.store.leases import Leases
+from notifier.store.ledger import Ledger
+from notifier.store.plans import Planning
+from notifier.store.prior import Prior
+from notifier.store.queries import Queries
+from notifier.store.stage import PlanStage
+from notifier.store.statements import ATTENTION_STATES
+from notifier.store.suppressions import Suppressions
+from notifier.store.target import NotADatabasePath, Target
+from notifier.store.target import parse as parse_target
 
 
 class Store:
@@ -57,7 +57,7 @@ class Store:
     Its parts, each an object over the one `core` (core.py: the write transaction, the
     fence, events, the conditional moves and the run rows: `core.get_run`, `core.runs`):
 
-    - `plans`: storing a plan (planning.py), over `history` (what earlier runs did with
+    - `plans`: storing a plan (plans.py), over `history` (what earlier runs did with
       its rows: history.py) and `suppressions` (the suppression list: suppressions.py);
     - `ledger`: every write of a run's history once planned (ledger.py);
     - `drafts` and `chunks`: a --compose run's drafts and its Batch API chunks;

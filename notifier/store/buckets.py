@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .core import Core
-from .statements import buckets as sql
+from notifier.store.core import Core
+from notifier.store.statements import buckets as sql
 
 
 class Buckets:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Set
 from pathlib import Path
 
-from . import statements
-from .engine import Engine, snapshot
-from .exceptions import StoreRefused
-from .statements import checks as sql
+from notifier.store import statements
+from notifier.store.backend import Engine, snapshot
+from notifier.store.exceptions import StoreRefused
+from notifier.store.statements import checks as sql
 
 
 def refuse_newer(path: Path | str, applied: Set[str], known: Set[str], untouched: str) -> None:

@@ -7,10 +7,10 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .. import clock
-from .core import Core
-from .exceptions import LostRace
-from .statements import chunks as sql
+from notifier.domain import clock
+from notifier.store.core import Core
+from notifier.store.exceptions import LostRace
+from notifier.store.statements import chunks as sql
 
 OPEN = ("creating", "submitted")
 

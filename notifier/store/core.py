@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
-from ..errors import NextStep, NotifierError
-from ..records import Outcome, Run, StopCause, run_from_row
-from ..state_machine import (
+from notifier.domain.errors import NextStep, NotifierError
+from notifier.domain.records import Outcome, Run, StopCause, run_from_row
+from notifier.domain.state_machine import (
     ACTIVE_ITEM_STATES,
     ItemState,
     ItemTrigger,
@@ -24,10 +24,10 @@ from ..state_machine import (
     item_next,
     run_next,
 )
-from .engine import Engine, Fence, snapshot
-from .exceptions import LeaseLost, LossCause, LostRace, WriteConflict
-from .migrations import stored_content_fingerprint
-from .statements import core as sql
+from notifier.store.backend import Engine, Fence, snapshot
+from notifier.store.exceptions import LeaseLost, LossCause, LostRace, WriteConflict
+from notifier.store.migrations import stored_content_fingerprint
+from notifier.store.statements import core as sql
 
 # What a failed write leaves behind, as every storage failure message says.
 ROLLED_BACK = (
@@ -83,7 +83,7 @@ RUN_FENCE = RunFence()
 
 
 class Core:
-    """What every part of the store shares, over one engine (engine.py): the write
+    """What every part of the store shares, over one engine (backend.py): the write
     transaction (fenced by the lease version of its `fencing`), the event log, the
     conditional moves through the state machine, and the run rows.
 

@@ -7,16 +7,14 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from .. import clock
-from ..records import Counts, Run, StoredDraft
-from ..state_machine import (
-    RunTrigger,
-)
-from .core import Core, as_json
-from .exceptions import LostRace
-from .planning import Planning
-from .stage import PlanStage
-from .statements import drafts as sql
+from notifier.domain import clock
+from notifier.domain.records import Counts, Run, StoredDraft
+from notifier.domain.state_machine import RunTrigger
+from notifier.store.core import Core, as_json
+from notifier.store.exceptions import LostRace
+from notifier.store.plans import Planning
+from notifier.store.stage import PlanStage
+from notifier.store.statements import drafts as sql
 
 
 class Drafts:

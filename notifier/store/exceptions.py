@@ -5,11 +5,11 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from .. import clock
-from ..errors import BadInput, NeedsAttention, Refused
+from notifier.domain import clock
+from notifier.domain.errors import BadInput, NeedsAttention, Refused
 
 if TYPE_CHECKING:
-    from .prior import Prior
+    from notifier.store.prior import Prior
 
 
 class StoreRefused(Refused):

@@ -19,10 +19,10 @@ every row at once: a million rows are never compared one by one in Python."""
 
 from __future__ import annotations
 
-from .core import Core
-from .prior import ABANDONED, CHANGED, DELIVERED, OPEN, RETRIED, UNSETTLED, Prior
-from .stage import PlanStage
-from .statements import history as sql
+from notifier.store.core import Core
+from notifier.store.prior import ABANDONED, CHANGED, DELIVERED, OPEN, RETRIED, UNSETTLED, Prior
+from notifier.store.stage import PlanStage
+from notifier.store.statements import history as sql
 
 __all__ = [
     "ABANDONED",

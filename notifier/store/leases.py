@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .. import clock
-from ..records import Run, Worker
-from . import statements
-from .core import Core, as_json, retried
-from .exceptions import LeaseHeld
-from .statements import leases as sql
+from notifier.domain import clock
+from notifier.domain.records import Run, Worker
+from notifier.store import statements
+from notifier.store.core import Core, as_json, retried
+from notifier.store.exceptions import LeaseHeld
+from notifier.store.statements import leases as sql
 
 Alive = Callable[[dict[str, Any], str | None], bool]
 # How many items one statement adopts at most (a bound on its parameters).
@@ -38,7 +38,8 @@ class Leases:
     ) -> int:
         """Take the run for `owner` unless a live holder has it (the run's lease, or any
         worker's); returns the new fencing version. `holder_alive(owner, expires_at)`
-        decides liveness (lease.py). Dead workers are fenced out in the same transaction."""
+        decides liveness (engine/membership.py). Dead workers are fenced out in the same
+        transaction."""
         at = clock.now()
         with self.core.write():
             # Dead workers are fenced out before the run's row is taken: a reap waits for a

@@ -5,32 +5,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .. import clock
-from ..records import (
-    AttemptOutcome,
-    Item,
-    Outcome,
-    StopCause,
-    item_from_row,
-)
-from ..state_machine import (
-    ItemState,
-    ItemTrigger,
-    RunState,
-    RunTrigger,
-    item_next,
-)
-from . import statements, waiting, writes
-from .core import Core, as_json, plain_ack, retried
-from .exceptions import LostRace
-from .statements import ledger as sql
-from .suppressions import Suppressions
-from .writes import Group
+from notifier.domain import clock
+from notifier.domain.records import AttemptOutcome, Item, Outcome, StopCause, item_from_row
+from notifier.domain.state_machine import ItemState, ItemTrigger, RunState, RunTrigger, item_next
+from notifier.store import statements, waiting, writes
+from notifier.store.core import Core, as_json, plain_ack, retried
+from notifier.store.exceptions import LostRace
+from notifier.store.statements import ledger as sql
+from notifier.store.suppressions import Suppressions
+from notifier.store.writes import Group
 
 
 class Ledger:
     """Point A and point B, decisions, cancels and approvals: every write of a run's history
-    once it is planned (planning.py stores the plan itself)."""
+    once it is planned (plans.py stores the plan itself)."""
 
     def __init__(self, core: Core, suppressions: Suppressions) -> None:
         self.core = core

@@ -22,12 +22,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from .. import clock
-from ..intent import digest_of_normalised, normalise_target, payload_json, row_identity
-from . import schema_postgres, schema_sqlite
+from notifier.domain import clock
+from notifier.domain.intent import (
+    digest_of_normalised,
+    normalise_target,
+    payload_json,
+    row_identity,
+)
+from notifier.store import schema_postgres, schema_sqlite
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from notifier.store.backend import Engine
 
 # The migration set every record names (earlier versions' sqlite-utils Migrations("notifier")).
 MIGRATION_SET = "notifier"

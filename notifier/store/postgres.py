@@ -1,4 +1,4 @@
-"""The PostgreSQL engine (engine.py; `--db postgresql://…`): the store's parts and SQL over
+"""The PostgreSQL engine (backend.py; `--db postgresql://…`): the store's parts and SQL over
 psycopg 3, so several workers on several machines can share one run. Imported only when a
 postgresql:// target is opened: psycopg's import costs every command about 0.3 s of
 start-up, which `status` or `resume` on an SQLite file must not pay.
@@ -35,12 +35,12 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 from psycopg.rows import namedtuple_row
 
-from ..errors import NextStep, NotifierError
-from . import migrations, statements
-from .checks import Checks, refuse_newer
-from .core import ROLLED_BACK
-from .engine import Dialect, Fence, Rows, closed_if_failed, written
-from .exceptions import (
+from notifier.domain.errors import NextStep, NotifierError
+from notifier.store import migrations, statements
+from notifier.store.backend import Dialect, Fence, Rows, closed_if_failed, written
+from notifier.store.checks import Checks, refuse_newer
+from notifier.store.core import ROLLED_BACK
+from notifier.store.exceptions import (
     DatabaseUnwritable,
     LeaseLost,
     LossCause,
@@ -49,7 +49,7 @@ from .exceptions import (
     StoreRefused,
     WriteConflict,
 )
-from .stage import _ITEM_COLUMNS, _PENDING_COLUMNS, PlanStage
+from notifier.store.stage import _ITEM_COLUMNS, _PENDING_COLUMNS, PlanStage
 
 # psycopg logs what it ignores while it gives up a connection the server ended (a pipeline
 # left unfinished): the store raises that failure as its own message, and a command shows
@@ -164,9 +164,8 @@ class PostgresEngine:
         engine = cls._connect(url, readonly=readonly)
         with closed_if_failed(engine):
             if engine._check_schema() and not create:
-                raise NoDatabase(
-                    f"{engine.path}: no notifier database here yet. Run `notifier send "
-                    "BATCH.csv` first, or point --db (or NOTIFIER_DB) at an existing one."
+                raise NoDatabase(f"{engine.path}: no notifier database here yet.").advise(
+                    NextStep.SEND_FIRST
                 )
             Checks(engine).check_invariants()
             if not readonly:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from .. import clock, waits
-from ..records import (
+from notifier.domain import clock, waits
+from notifier.domain.records import (
     Attempt,
     AttemptOutcome,
     Counts,
@@ -17,14 +17,11 @@ from ..records import (
     item_from_row,
     run_from_row,
 )
-from ..state_machine import (
-    ItemState,
-    RunState,
-)
-from . import statements
-from . import waiting as _waiting
-from .core import Core
-from .statements import queries as sql
+from notifier.domain.state_machine import ItemState, RunState
+from notifier.store import statements
+from notifier.store import waiting as _waiting
+from notifier.store.core import Core
+from notifier.store.statements import queries as sql
 
 
 class Queries:

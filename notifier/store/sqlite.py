@@ -1,4 +1,4 @@
-"""The SQLite engine (engine.py): one receipts database in one file, opened and checked
+"""The SQLite engine (backend.py): one receipts database in one file, opened and checked
 before anything is written to it, written by one process at a time (BEGIN IMMEDIATE)."""
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any, NamedTuple, Self
 
-from ..errors import NextStep, NotifierError
-from . import migrations, statements
-from .checks import Checks, refuse_newer
-from .core import ROLLED_BACK
-from .engine import Dialect, Fence, Rows, closed_if_failed, written
-from .exceptions import DatabaseUnwritable, NoDatabase, StorageFailed, StoreRefused
-from .stage import _PENDING_COLUMNS, PlanStage
+from notifier.domain.errors import NextStep, NotifierError
+from notifier.store import migrations, statements
+from notifier.store.backend import Dialect, Fence, Rows, closed_if_failed, written
+from notifier.store.checks import Checks, refuse_newer
+from notifier.store.core import ROLLED_BACK
+from notifier.store.exceptions import DatabaseUnwritable, NoDatabase, StorageFailed, StoreRefused
+from notifier.store.stage import _PENDING_COLUMNS, PlanStage
 
 _HEADER = b"SQLite format 3\x00"
 
@@ -92,10 +92,7 @@ class SqliteEngine:
         path = Path(path)
         if not path.exists():
             if not create:
-                raise NoDatabase(
-                    f"{path}: no database here yet. Run `notifier send BATCH.csv` first, "
-                    "or point --db (or NOTIFIER_DB) at an existing receipts database."
-                )
+                raise NoDatabase(f"{path}: no database here yet.").advise(NextStep.SEND_FIRST)
             _check_writable(path)
             _create_atomically(path, lambda p: cls._connect(p, fresh=True))
         if not readonly:

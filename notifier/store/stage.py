@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..pids import pid_exists
+from notifier.store.pids import pid_exists
 
 _ITEM_COLUMNS = (
     "seq, item_id, channel, target, payload, idempotency_key, intent_digest, not_after, identity, "

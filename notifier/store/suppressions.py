@@ -7,14 +7,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .. import clock
-from ..records import Item, Outcome
-from ..state_machine import ItemState, ItemTrigger, item_next
-from ..suppression import Entry, Source, Suppression, address_key, sql_keys_alike
-from ..who import operator_name
-from . import statements
-from .core import Core, retried
-from .statements import suppressions as sql
+from notifier.domain import clock
+from notifier.domain.records import Item, Outcome
+from notifier.domain.state_machine import ItemState, ItemTrigger, item_next
+from notifier.domain.suppression import Entry, Source, Suppression, address_key, sql_keys_alike
+from notifier.domain.who import operator_name
+from notifier.store import statements
+from notifier.store.core import Core, retried
+from notifier.store.statements import suppressions as sql
 
 
 class Suppressions:
@@ -213,7 +213,7 @@ class Suppressions:
                 at,
                 next_attempt_at=None,  # asked about by `reconcile`, not waited for here
                 last_error="suppressed after an attempt that may have been delivered: not "
-                "sent again; settle it with `notifier reconcile`",
+                "sent again until a query or a decision by hand settles it",
             )
             suppressed.add(seq)
         for seq in sorted(set(hits) - suppressed):

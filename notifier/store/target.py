@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol
 from urllib.parse import parse_qs, urlsplit
 
-from ..errors import BadInput
+from notifier.domain.errors import BadInput
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from notifier.store.backend import Engine
 
 SCHEMES = ("postgresql://", "postgres://")
 
@@ -78,7 +78,7 @@ class SqliteFile:
 
     def engine(self, *, create: bool = False, readonly: bool = False) -> Engine:
         _refuse_dangling_link(self.path)
-        from .sqlite import SqliteEngine  # noqa: PLC0415 - only when a target is opened
+        from notifier.store.sqlite import SqliteEngine  # noqa: PLC0415 - only when a target is opened
 
         return SqliteEngine.open(self.path, create=create, readonly=readonly)
 
@@ -103,12 +103,12 @@ class PostgresUrl:
 
     def engine(self, *, create: bool = False, readonly: bool = False) -> Engine:
         # psycopg only when a server is named (see postgres.py).
-        from .postgres import PostgresEngine  # noqa: PLC0415
+        from notifier.store.postgres import PostgresEngine  # noqa: PLC0415
 
         return PostgresEngine.open(self.url, create=create, readonly=readonly)
 
     def __str__(self) -> str:
-        from .postgres import describe  # noqa: PLC0415 - psycopg, only for a message
+        from notifier.store.postgres import describe  # noqa: PLC0415 - psycopg, only for a message
 
         return describe(self.url)
 

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import clock
-from ..schedule import reopen
-from .engine import Engine
-from .statements import waiting as sql
+from notifier.domain import clock
+from notifier.domain.windows import reopen
+from notifier.store.backend import Engine
+from notifier.store.statements import waiting as sql
 
 
 def keep_open(engine: Engine, run_id: str, rows: Sequence[Any], at: str) -> list[Any]:

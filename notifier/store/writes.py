@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from .engine import Engine
-from .statements import writes as sql
+from notifier.store.backend import Engine
+from notifier.store.statements import writes as sql
 
 
 class Group(NamedTuple):

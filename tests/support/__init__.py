@@ -8,5 +8,5 @@
   comes after the sending;
 - `held`: the real Runner in-process against a channel whose requests wait for the test,
   its committer held if need be, for tests of what the senders do meanwhile;
-- `waits`: the test switch that scales notifier's waits (notifier/waits.py).
+- `waits`: the test switch that scales notifier's waits (notifier/domain/waits.py).
 """

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from notifier.api import Notifier, Planned
-from notifier.errors import ExitCode
-from notifier.outcome import run_exit
-from notifier.runner import RunResult
+from notifier.cli.outcome import run_exit
+from notifier.domain.errors import ExitCode
+from notifier.engine.runner import RunResult
 
 from .workspace import Workspace
 

@@ -11,18 +11,19 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from notifier import clock
-from notifier.channels import ChannelError, Ready, Receipt, always, go_ahead
-from notifier.crash import CrashPlan
-from notifier.intent import Intent
-from notifier.judging import SendResult
-from notifier.lease import LostFlag, holder_alive
-from notifier.reconcile import Question
-from notifier.records import Item
-from notifier.retry import RetryPolicy
-from notifier.runner import Runner, RunOptions, RunResult
-from notifier.sending import Asked
-from notifier.signals import Interruption
+from notifier.channels import Ready, always, go_ahead
+from notifier.domain import clock
+from notifier.domain.answers import ChannelError, Receipt
+from notifier.domain.intent import Intent
+from notifier.domain.records import Item
+from notifier.domain.retry import RetryPolicy
+from notifier.engine.crash import CrashPlan
+from notifier.engine.judging import SendResult
+from notifier.engine.membership import LostFlag, holder_alive
+from notifier.engine.runner import Runner, RunOptions, RunResult
+from notifier.engine.sending import Asked
+from notifier.engine.settle_by_query import Question
+from notifier.engine.signals import Interruption
 from notifier.store import Store
 
 from .workspace import Workspace

@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from notifier import app, config
-from notifier.env import Env
+from notifier import config
+from notifier.api import planning
+from notifier.api.env import Env
 from notifier.store import target
 
 from .workspace import Workspace
@@ -34,8 +35,8 @@ def plan_run(
         config=config.load(ws.path / "notifier.toml", explicit=False),
         say=lambda line: None,
     )
-    plan = app.plan_batch(env, Path(batch), channel=channel, run_id=run_id)
-    stored = app.store_plan(env, plan, Path(batch), SEND_DEFAULTS, new_run=False)
+    plan = planning.plan_batch(env, Path(batch), channel=channel, run_id=run_id)
+    stored = planning.store_plan(env, plan, Path(batch), SEND_DEFAULTS, new_run=False)
     assert stored.store is not None, f"nothing left to plan in {name}"
     stored.store.close()
     return plan.run_id

@@ -1,4 +1,4 @@
-"""The test switch of notifier/waits.py as the tests use it: a test that waits out a
+"""The test switch of notifier/domain/waits.py as the tests use it: a test that waits out a
 Retry-After or a backoff asks for `fast_waits`, and its CLI (in-process and every child
 process, which inherits the environment) waits FACTOR of each such wait; the test then pins
 the rule against the scaled wait, so it still fails if the wait is not kept."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from notifier import waits
+from notifier.domain import waits
 
 # A Retry-After of 1 s (the least the wire can say) becomes 0.25 s: still far above the
 # milliseconds between two requests when nothing makes the sender wait, so a test that pins

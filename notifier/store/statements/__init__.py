@@ -20,11 +20,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ...records import MAYBE_DELIVERED_OUTCOMES
-from ...state_machine import ACTIVE_ITEM_STATES, ItemState
+from notifier.domain.records import MAYBE_DELIVERED_OUTCOMES
+from notifier.domain.state_machine import ACTIVE_ITEM_STATES, ItemState
 
 if TYPE_CHECKING:
-    from ..engine import Dialect
+    from notifier.store.backend import Dialect
 
 # The partial indexes an SQLite read may name with INDEXED BY (engine.indexed): a fragment
 # `{indexed_NAME}` each.

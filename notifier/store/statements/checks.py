@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from . import (
-    ACTIVE,
-    ATTENTION,
-)
+from notifier.store.statements import ACTIVE, ATTENTION
 
 SENT_WITHOUT_RECEIPT = (
     "SELECT i.run_id, i.seq FROM items i WHERE i.state = 'sent' AND NOT EXISTS "

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import functools
 
-from ...state_machine import ItemState
-from . import (
-    KEPT,
-    state_literal,
-)
+from notifier.domain.state_machine import ItemState
+from notifier.store.statements import KEPT, state_literal
 
 # The fences (core.Core._fence_query): the version the writer's lease must still hold, its
 # one parameter the lease's key. A worker's own lease is read shared, held to COMMIT: a

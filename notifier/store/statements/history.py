@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..prior import ABANDONED, CHANGED, DELIVERED, OPEN, RETRIED, UNSETTLED
-from . import abandoned
+from notifier.store.prior import ABANDONED, CHANGED, DELIVERED, OPEN, RETRIED, UNSETTLED
+from notifier.store.statements import abandoned
 
 # Refused rows listed by name in a message; the rest are counted.
 LISTED = 10

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from . import (
-    listed,
-)
+from notifier.store.statements import listed
 
 # m005's items_held condition, word for word: SQLite uses a partial index only then.
 HELD = "state IN ('in_flight', 'unknown')"

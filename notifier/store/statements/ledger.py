@@ -4,15 +4,8 @@ from __future__ import annotations
 
 import functools
 
-from ...state_machine import FINISHED_RUN_STATES, ItemState
-from . import (
-    ACTIVE,
-    DUE,
-    KEPT,
-    MAYBE_DELIVERED,
-    listed,
-    state_literal,
-)
+from notifier.domain.state_machine import FINISHED_RUN_STATES, ItemState
+from notifier.store.statements import ACTIVE, DUE, KEPT, MAYBE_DELIVERED, listed, state_literal
 
 REPLACE_STOP_REASON = (
     "UPDATE runs SET stop_reason = %(reason)s, stop_cause = %(cause)s, updated_at = %(at)s "

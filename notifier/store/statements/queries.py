@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ...state_machine import ACTIVE_ITEM_STATES, ItemState
-from . import (
+from notifier.domain.state_machine import ACTIVE_ITEM_STATES, ItemState
+from notifier.store.statements import (
     ACTIVE,
     ATTENTION,
     ATTENTION_STATES,

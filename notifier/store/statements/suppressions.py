@@ -4,15 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ...state_machine import ItemState
-from . import (
-    MAYBE_DELIVERED,
-    listed,
-    state_literal,
-)
+from notifier.domain.state_machine import ItemState
+from notifier.store.statements import MAYBE_DELIVERED, listed, state_literal
 
 if TYPE_CHECKING:
-    from ..engine import Dialect
+    from notifier.store.backend import Dialect
 
 
 def on_list(dialect: Dialect) -> str:

@@ -6,7 +6,7 @@ import functools
 
 # A group's writes (writes.py) read its VALUES rows as `{v}`, put in here before an engine
 # sees the statement. Cached: a group commit sends the same few shapes over and over.
-from . import KEPT
+from notifier.store.statements import KEPT
 
 
 @functools.lru_cache(maxsize=KEPT)

@@ -1,0 +1,388 @@
+"""`send`'s first half: validate and plan a batch (plan.py computes the intents), compare
+it with the runs before, and store it, or say why not. Nothing is sent from here."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from contextlib import suppress
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from notifier import config as config_module
+from notifier.api.env import Env, open_store
+from notifier.channels import ChannelConfigError
+from notifier.content import compose, unsubscribe
+from notifier.content.batch_csv import BatchError, BatchRow, Problems, read_batch, stream_batch
+from notifier.content.plan import RUN_ID_PATTERN, Plan, make_plan, new_run_id
+from notifier.content.schedule import Schedule, schedule_stream
+from notifier.content.template import Template, render_stream
+from notifier.domain import clock
+from notifier.domain.errors import BadInput
+from notifier.domain.intent import CONTRACT_VERSION, new_key_nonce
+from notifier.domain.state_machine import RunState, RunTrigger
+from notifier.domain.suppression import address_key
+from notifier.engine import crash
+from notifier.engine.membership import live_holder
+from notifier.store import NoDatabase, PlanRefused, PlanStage, Prior, RunExists, Store
+from notifier.store.history import ABANDONED, CHANGED, DELIVERED, OPEN, RETRIED, UNSETTLED
+
+
+@dataclass(frozen=True)
+class DryRun:
+    plan: Plan
+    prior: Prior
+
+
+def plan_batch(
+    env: Env,
+    batch: Path,
+    *,
+    channel: str | None,
+    run_id: str | None,
+    template: Template | None = None,
+    not_after: datetime | None = None,
+    schedule: Schedule | None = None,
+    allow_duplicates: bool = False,
+    rehearsal: crash.CrashPlan | None = None,
+) -> Plan:
+    """Validate the whole file, render it, and compute every intent, streaming: rows are
+    read, rendered and turned into intents one by one into the plan's scratch stage, so
+    memory does not grow with the batch. Nothing is stored in the database here; BatchError
+    (listing every bad line) once the file has been read to its end if any row is bad."""
+    check_send_options(env, channel=channel, run_id=run_id)
+    problems = Problems()
+    stage = PlanStage()
+    try:
+        rows = stream_batch(
+            batch,
+            env.config.channel_types(),
+            channel or config_module.DEFAULT_CHANNEL,
+            problems,
+            stage,
+            not_after,
+            unsubscribe.required(env.config.channels),
+        )
+        if schedule is not None:
+            rows = schedule_stream(rows, schedule, problems)
+        if template is not None:
+            rows = render_stream(template, rows, problems)
+        plan = make_plan(
+            rows,
+            env.config,
+            run_id or new_run_id(),
+            stage=stage,
+            problems=problems,
+            refuse_identical=not allow_duplicates,
+        )
+    except BaseException:
+        stage.close()
+        raise
+    if problems:
+        plan.close()
+        raise BatchError(batch, problems)
+    if rehearsal is not None:
+        try:
+            rehearsal.check_fires(plan.count, str(batch))
+        except crash.CrashSpecError:
+            plan.close()
+            raise
+    return plan
+
+
+def stored_options(pace: dict[str, object], **shaping: object) -> dict[str, object]:
+    """The options kept with the run: its pace, so `resume` sends the same way unless told
+    otherwise, and what shaped it (those given), which every command the tool suggests
+    repeats (outcome.send_again)."""
+    return {**pace, **{key: value for key, value in shaping.items() if value is not None}}
+
+
+def check_send_options(env: Env, *, channel: str | None, run_id: str | None) -> None:
+    types = env.config.channel_types()
+    if channel is not None and channel not in types:
+        known = ", ".join(sorted(types))
+        raise BadInput(f"--channel {channel!r} is not defined; known channels: {known}.")
+    if run_id is not None and not RUN_ID_PATTERN.match(run_id):
+        raise BadInput(f"--run-id {run_id!r}: use 1-64 letters, digits, '.', '_' or '-'.")
+
+
+def read_rows(
+    env: Env,
+    batch: Path,
+    *,
+    channel: str | None,
+    run_id: str | None,
+    not_after: datetime | None = None,
+) -> list[BatchRow]:
+    """The validated rows of `batch` as a list (BatchError naming every bad line): for
+    --compose, which holds its rows anyway (see compose.py)."""
+    check_send_options(env, channel=channel, run_id=run_id)
+    types = env.config.channel_types()
+    required = unsubscribe.required(env.config.channels)
+    return read_batch(batch, types, channel or config_module.DEFAULT_CHANNEL, not_after, required)
+
+
+def dry_run(env: Env, plan: Plan) -> DryRun:
+    """What `send` would plan, compared with the earlier runs of the database as `send`
+    compares it (nothing is written)."""
+    prior = Prior(plan.count)
+    if env.may_hold_runs():
+        try:
+            store = open_store(env, readonly=True)
+        except NoDatabase:
+            return DryRun(plan, prior)  # a server with no notifier schema yet: all is new
+        try:
+            prior = store.history.compare_plan(plan.items)
+        finally:
+            store.close()
+    return DryRun(plan, prior)
+
+
+def run_stored(env: Env, run_id: str) -> bool | None:
+    """Whether run `run_id` is in the database (None: the database cannot say right now),
+    for a command interrupted while it was storing that run."""
+    try:
+        if not env.may_hold_runs():
+            return False
+        store = open_store(env, readonly=True)
+    except NoDatabase:
+        return False
+    except Exception:
+        return None
+    try:
+        store.core.get_run(run_id)
+    except KeyError:
+        return False
+    except Exception:
+        return None
+    finally:
+        store.close()
+    return True
+
+
+def check_channels(env: Env, names: Iterable[str]) -> None:
+    """Build the channels a run will use, as they stand now, and close them: a secret or a
+    URL list named by an environment variable (`secret_env`, `urls_env`, `password_env`) that
+    is missing or unusable is found before anything is stored, so exit 2 keeps meaning that
+    nothing changed. The messages name the variable, never its value."""
+    for name in sorted(set(names)):
+        try:
+            channel = env.build(name, dict(env.config.channels[name]), env.base_dir)
+        except ChannelConfigError as exc:
+            raise BadInput(
+                f"{exc} Nothing was stored and nothing was sent; set it and run the same "
+                "command again."
+            ) from exc
+        channel.close()
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A stored plan: its store (None when nothing was left to send, and nothing stored),
+    and how the file's rows compared with earlier runs (None with --new-run)."""
+
+    store: Store | None
+    prior: Prior | None
+
+
+def store_plan(
+    env: Env,
+    plan: Plan,
+    batch: Path,
+    options: Mapping[str, object],
+    new_run: bool,
+    *,
+    resend_changed: bool = False,
+    then: RunTrigger | None = None,
+) -> Stored:
+    """Store what is left of the plan once earlier runs are accounted for (history.py: one
+    decision with the insert, inside the store's write transaction), or with `new_run`
+    every row. The plan's scratch stage is discarded either way."""
+    try:
+        store = open_store(env, create=True)
+    except BaseException:
+        plan.close()
+        raise
+    try:
+        prior = store.plans.create_run(
+            plan.run_row(str(batch), dict(options)),
+            plan.items,
+            new_run=new_run,
+            resend_changed=resend_changed,
+            then=then,
+        )
+    except PlanRefused as refused:
+        try:
+            holder = _open_run_holder(store, refused.prior)
+        finally:
+            store.close()
+        raise BadInput(refusal_message(batch, refused.prior, holder)) from None
+    except RunExists:
+        store.close()
+        raise BadInput(f"run {plan.run_id!r} already exists: choose another --run-id.") from None
+    except BaseException:
+        store.close()
+        raise
+    finally:
+        plan.close()
+    if prior is not None and not prior.left:
+        store.close()
+        return Stored(None, prior)
+    return Stored(store, prior)
+
+
+def _runs(prior: Prior, verdict: str) -> str:
+    """ "run A", or "runs A, B" (oldest first)."""
+    runs = prior.runs(verdict)
+    return ("run " if len(runs) == 1 else "runs ") + ", ".join(runs)
+
+
+def _open_run_holder(store: Store, prior: Prior) -> dict[str, Any] | None:
+    """Who is working the unfinished run that holds the file's open rows right now (the
+    winner of two simultaneous sends, say), if anyone."""
+    runs = prior.runs(OPEN)
+    return live_holder(store, store.core.get_run(runs[-1])) if runs else None
+
+
+def refusal_message(batch: Path, prior: Prior, holder: dict[str, Any] | None = None) -> str:
+    """Why nothing was stored, naming the runs and rows, and the command that will work."""
+    if prior.count(OPEN):
+        runs = prior.runs(OPEN)
+        if holder is not None:
+            # `resume` would be refused while that process holds the run.
+            return (
+                f"{batch}: {prior.count(OPEN)} row(s) are being sent right now by run "
+                f"{runs[-1]} (pid {holder.get('pid')} on {holder.get('host')}); two runs never "
+                f"hold the same row. Nothing was stored. Follow it with `notifier status "
+                f"{runs[-1]}`; once it is done, send the file again to send what it did not "
+                "deliver."
+            )
+        return (
+            f"{batch}: {prior.count(OPEN)} row(s) are still open (pending, in flight or "
+            f"unknown) in unfinished {_runs(prior, OPEN)}; two runs never hold the same "
+            f"row. Nothing was stored. Continue that run with `notifier resume {runs[-1]}` "
+            f"(or stop it with `notifier cancel {runs[-1]}`), then send the file again to "
+            "send what it did not deliver."
+        )
+    if prior.count(UNSETTLED):
+        runs = prior.runs(UNSETTLED)
+        return (
+            f"{batch}: {prior.count(UNSETTLED)} row(s) may have been delivered by finished "
+            f"{_runs(prior, UNSETTLED)} (their outcome is unknown). Nothing was stored. "
+            f"Settle them with `notifier reconcile --manual {runs[-1]}`, then send the file "
+            "again."
+        )
+    n = prior.count(CHANGED)
+    listed = ", ".join(f"{item_id} (row {seq})" for seq, item_id in prior.changed_rows)
+    more = f" and {n - len(prior.changed_rows)} more" if n > len(prior.changed_rows) else ""
+    return (
+        f"{batch}: {n} row(s) were delivered before by {_runs(prior, CHANGED)} with "
+        f"different content: {listed}{more}. Nothing was stored. If the change is meant to "
+        "reach them, send the file again with --resend-changed (each goes out again as a new "
+        "notification); otherwise restore those rows as they were."
+    )
+
+
+def prior_summary(prior: Prior) -> list[str]:
+    """The lines `send` prints about earlier runs: what was left out, and what is retried."""
+    lines = []
+    if prior.count(DELIVERED):
+        lines.append(
+            f"{prior.count(DELIVERED)} row(s) already delivered with the same content by "
+            f"{_runs(prior, DELIVERED)}: not sent again."
+        )
+    for run_id, n in prior.rejected_by.items():
+        lines.append(
+            f"{n} row(s) were rejected in run {run_id} (`notifier status {run_id}` says why "
+            "and by whom): this run waits for approval before anything is sent."
+        )
+    if prior.count(ABANDONED):
+        lines.append(
+            f"{prior.count(ABANDONED)} row(s) abandoned by an operator in "
+            f"{_runs(prior, ABANDONED)} (maybe delivered): not sent again. To send one, "
+            f"first mark it not sent there (`notifier reconcile {prior.runs(ABANDONED)[-1]} "
+            "--manual --item ID --mark not-sent --evidence …`), then send the file again."
+        )
+    if prior.count(RETRIED):
+        lines.append(
+            f"{prior.count(RETRIED)} row(s) never delivered by earlier "
+            f"{_runs(prior, RETRIED)} (failed, expired, suppressed, cancelled or not "
+            "sent): sent again, unless suppressed now."
+        )
+    if prior.count(CHANGED):
+        lines.append(
+            f"{prior.count(CHANGED)} row(s) changed since {_runs(prior, CHANGED)} "
+            "delivered them: sent again as new notifications (--resend-changed)."
+        )
+    return lines
+
+
+@dataclass(frozen=True)
+class Composing:
+    """The rows of a `send --compose` left to draft, and why the others were left out."""
+
+    rows: list[BatchRow]
+    prior: Prior
+    suppressed: int = 0  # rows whose recipient is on the suppression list
+
+
+def compare_composed(env: Env, rows: list[BatchRow], batch: Path, run_id: str) -> Composing:
+    """The rows of a `send --compose` left to draft, before a token is spent: compared
+    with every earlier run by their identities as rows of the file (a drafted text is not
+    part of a row's identity), BadInput (exit 2) when a row is open in an unfinished run or
+    unsettled in a finished one; rows delivered (or abandoned) before are left out, and so
+    are rows whose recipient is suppressed (drafting them would be paid for, never sent)."""
+    if not env.may_hold_runs():
+        return Composing(rows, Prior(len(rows)))
+    plan = make_plan(rows, env.config, run_id)
+    try:
+        try:
+            # Not read-only: a database an earlier version wrote is migrated first, so the
+            # rows are compared with the identities this version gives them (m012).
+            store = open_store(env)
+        except NoDatabase:
+            return Composing(rows, Prior(len(rows)))
+        try:
+            prior, left_out = store.history.compare_composed(plan.items)
+            if prior.refused(resend_changed=False):
+                raise BadInput(refusal_message(batch, prior, _open_run_holder(store, prior)))
+            suppressed = {s.address for s in store.suppressions.suppressions()}
+        finally:
+            store.close()
+    finally:
+        plan.close()
+    dropped = set(left_out)
+    kept = [row for row in rows if row.seq not in dropped]
+    drafted = [row for row in kept if address_key(row.to) not in suppressed]
+    return Composing(drafted, prior, len(kept) - len(drafted))
+
+
+def store_drafting_run(
+    env: Env, rows: list[BatchRow], batch: Path, options: Mapping[str, object], run_id: str
+) -> Store:
+    """The run and one pending draft per row, before any request: a crash from here on is
+    resumed by drafting only the rows without a draft."""
+    run = {
+        "run_id": run_id,
+        "state": RunState.PLANNED.value,
+        "created_at": clock.now_iso(),
+        "batch_path": str(batch),
+        "channel_snapshot": env.config.snapshot({row.channel for row in rows}),
+        "options": dict(options),
+        "contract_version": CONTRACT_VERSION,
+        # Made now, used when the drafts are frozen into intents (perhaps by a later resume).
+        "key_nonce": new_key_nonce(),
+    }
+    store = open_store(env, create=True)
+    try:
+        with suppress(KeyError):
+            store.core.get_run(run_id)
+            raise BadInput(f"run {run_id!r} already exists: choose another --run-id.")
+        store.drafts.create_drafting_run(
+            run, [(row.seq, row.line, compose.row_to_source(row)) for row in rows]
+        )
+    except BaseException:
+        store.close()
+        raise
+    return store

@@ -1,0 +1,269 @@
+"""Stopping and settling a run: `cancel`, `reconcile` by query, and the decisions by hand
+that `reconcile --manual` (manual.py) records."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from contextlib import suppress
+from dataclasses import dataclass
+from datetime import datetime
+
+from notifier.api.env import Env, open_store, pick_run
+from notifier.api.working import run_channels, take_lease
+from notifier.channels import Channel
+from notifier.cli.outcome import send_again
+from notifier.domain import clock
+from notifier.domain.errors import BadInput, Refused
+from notifier.domain.records import AttemptOutcome, Counts, Run, StopCause, unknown_left_reason
+from notifier.domain.state_machine import (
+    FINISHED_RUN_STATES,
+    ItemState,
+    ItemTrigger,
+    RunState,
+    RunTrigger,
+)
+from notifier.domain.who import operator_name
+from notifier.engine.membership import SoleLease, live_holder
+from notifier.engine.settle_by_query import settle, settle_doubts, settle_left, settleable_later
+from notifier.store import LeaseHeld, Store
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    run: Run
+    confirmed: bool  # no request of the run can start any more
+    message: str
+    counts: Counts
+
+
+def cancel(env: Env, run_id: str | None, wait_s: float) -> CancelResult:
+    """Returns once no request of the run can start any more (the worker moved the run to
+    cancelled, or there was no worker and this process did), or says that the worker did not
+    confirm in time (exit 3). A run that finished meanwhile is reported as it is."""
+    store = open_store(env)
+    try:
+        run = pick_run(store, run_id, active_only=True)
+        if run.state in FINISHED_RUN_STATES or not store.ledger.request_cancel(run.run_id):
+            return _already_finished(store, store.core.get_run(run.run_id))
+        deadline = time.monotonic() + wait_s
+        while True:
+            run = _wait_for_worker(store, run.run_id, deadline)
+            if run.state in FINISHED_RUN_STATES:
+                break
+            holder = live_holder(store, run)
+            if holder is not None:
+                return CancelResult(
+                    run,
+                    False,
+                    f"run {run.run_id}: cancel recorded, but the worker (pid "
+                    f"{holder.get('pid')} on {holder.get('host')}) did not "
+                    f"confirm within {wait_s:g}s, so a request may still start until it does. "
+                    f"Check with `notifier status {run.run_id}`, or wait longer with "
+                    f"`notifier cancel {run.run_id} --wait 120`.",
+                    store.queries.counts(run.run_id),
+                )
+            try:
+                run = _cancel_without_worker(env, store, run, deadline)
+                break
+            except LeaseHeld:
+                # A `send` or `resume` took the lease between our look and our take (e.g. a
+                # send that had just planned the run): it sees the flag; wait for it instead.
+                continue
+        if run.state is not RunState.CANCELLED:
+            return _already_finished(store, run)
+        later = None  # what of its unknown items a plain reconcile can settle by query later
+        if store.queries.counts(run.run_id).unknown:
+            with run_channels(run, env, tolerate_broken=True) as channels:
+                later = settleable_later(store, run.run_id, channels)
+        counts = store.queries.counts(run.run_id)
+        return CancelResult(run, True, _cancelled_message(run, counts, later), counts)
+    finally:
+        store.close()
+
+
+def _cancelled_message(run: Run, counts: Counts, later: tuple[int, datetime] | None) -> str:
+    """What `cancel` says of a run it closed: which unknown items a plain `reconcile` can
+    still settle by query (once the receivers' windows have passed) and which need a
+    person."""
+    message = f"run {run.run_id} cancelled."
+    by_query = later[0] if later is not None else 0
+    if later is not None:
+        message += (
+            f" {by_query} item(s) are unknown until the receiver's window passes at "
+            f"{clock.local(clock.iso(later[1]))}: a plain `notifier reconcile {run.run_id}` "
+            "then settles them by query (sent, or never delivered)."
+        )
+    if counts.unknown > by_query:
+        message += (
+            f" {counts.unknown - by_query} item(s) may have been delivered and no query can "
+            f"tell: settle them with `notifier reconcile --manual {run.run_id}`."
+        )
+    return message
+
+
+def _already_finished(store: Store, run: Run) -> CancelResult:
+    return CancelResult(
+        run,
+        True,
+        f"run {run.run_id} is already {run.state.value}; nothing to cancel.",
+        store.queries.counts(run.run_id),
+    )
+
+
+def _wait_for_worker(store: Store, run_id: str, deadline: float) -> Run:
+    while True:
+        run = store.core.get_run(run_id)
+        live = live_holder(store, run) is not None
+        if run.state in FINISHED_RUN_STATES or not live or time.monotonic() >= deadline:
+            return run
+        time.sleep(0.05)
+
+
+def _cancel_without_worker(env: Env, store: Store, run: Run, deadline: float) -> Run:
+    """No live worker: settle what it left in flight (and every maybe-delivered item waiting
+    to retry) by query, asking again, until the `deadline` of --wait at most, about each
+    whose 404 could not count yet (a request that never left then ends never delivered,
+    not unknown), then mark the run cancelled. Raises LeaseHeld if a worker took the run
+    meanwhile."""
+    with run_channels(run, env, tolerate_broken=True) as channels:
+        lease = SoleLease(store, run.run_id, env.config.lease_ttl_s)
+        with lease:
+            if store.core.get_run(run.run_id).state in FINISHED_RUN_STATES:
+                return store.core.get_run(run.run_id)  # a worker completed it first
+            settle(store, run.run_id, channels, lease.version, include_unknown=True, say=env.say)
+            until = clock.later(max(0.0, deadline - time.monotonic()))
+            settle_left(store, run.run_id, channels, lease.version, [], env.say, wait_until=until)
+            settle_doubts(store, run.run_id, channels, lease.version, say=env.say)
+            store.ledger.move_run(
+                run.run_id,
+                RunTrigger.CANCEL,
+                lease.version,
+                stop_reason=None,
+                stop_cause=StopCause.CANCELLED,
+            )
+    return store.core.get_run(run.run_id)
+
+
+# ---------------------------------------------------------------------- reconcile
+
+
+def reconcile_by_query(env: Env, run_id: str | None) -> tuple[Run, Counts]:
+    store = open_store(env)
+    try:
+        run = pick_run(store, run_id)
+        with (
+            run_channels(run, env) as channels,
+            take_lease(store, run, env.config.lease_ttl_s) as lease,
+        ):
+            settlements = settle(
+                store, run.run_id, channels, lease.version, include_unknown=True, say=env.say
+            )
+            blind = _unknown_on_unqueryable(store, run.run_id, channels)
+            if not settlements and not blind:
+                env.say("nothing to settle: no item is in flight or unknown.")
+            if blind:
+                names = ", ".join(sorted(blind))
+                env.say(
+                    f"{sum(blind.values())} unknown item(s) on channel(s) {names}, which "
+                    "cannot be asked whether a message arrived (SMTP and Apprise answer no "
+                    "such query): there is nothing `notifier reconcile` can settle for them by "
+                    "query. Check the recipients' side, then settle each by hand with "
+                    f"`notifier reconcile --manual {run.run_id}`."
+                )
+            complete_if_done(store, run.run_id, lease.version)
+        return store.core.get_run(run.run_id), store.queries.counts(run.run_id)
+    finally:
+        store.close()
+
+
+def _unknown_on_unqueryable(
+    store: Store, run_id: str, channels: Mapping[str, Channel]
+) -> dict[str, int]:
+    """Unknown items per channel that cannot be queried: only a person can settle them."""
+    found: dict[str, int] = {}
+    for item in store.queries.items(run_id, [ItemState.UNKNOWN]):
+        channel = channels.get(item.channel)
+        if channel is not None and not channel.queryable:
+            found[item.channel] = found.get(item.channel, 0) + 1
+    return found
+
+
+def complete_if_done(store: Store, run_id: str, lease_version: int) -> None:
+    """A paused or halted run whose every item is now sent or failed (or expired) is
+    completed, its stop reason cleared. One that still waits, paused for unknown outcomes,
+    has that reason brought up to date: the count left, or none once no item is unknown
+    (a pause for unknown outcomes is the one stop whose cause a reconcile settles)."""
+    run = store.core.get_run(run_id)
+    counts = store.queries.counts(run_id)
+    if run.state not in (RunState.PAUSED, RunState.HALTED):
+        return
+    if not counts.unfinished:
+        store.ledger.move_run(
+            run_id, RunTrigger.COMPLETE, lease_version, stop_reason=None, stop_cause=None
+        )
+        return
+    reason = run.stop_reason
+    if reason is not None and run.stop_cause is StopCause.UNKNOWN_LEFT:
+        now = unknown_left_reason(counts.unknown) if counts.unknown else None
+        if now != reason:
+            store.ledger.replace_stop_reason(run_id, lease_version, reason, now)
+
+
+MARKS: Mapping[str, ItemTrigger] = {
+    "sent": ItemTrigger.MARK_SENT,
+    "not-sent": ItemTrigger.MARK_NOT_SENT,
+    "abandon": ItemTrigger.ABANDON,
+}
+
+
+def decide_by_hand(
+    env: Env, store: Store, run: Run, item_ref: str, mark: str, evidence: str, lease_version: int
+) -> str:
+    item = store.queries.item_by_id(run.run_id, item_ref)
+    if item is None and item_ref.isdigit():
+        with suppress(KeyError):
+            item = store.queries.item(run.run_id, int(item_ref))
+    if item is None:
+        raise BadInput(f"run {run.run_id} has no item {item_ref!r}.")
+    abandoned = item.state is ItemState.FAILED and store.queries.abandoned(run.run_id, item.seq)
+    if item.state is not ItemState.UNKNOWN and not (abandoned and mark == "not-sent"):
+        raise BadInput(
+            f"item {item.item_id} (seq {item.seq}) is {item.state.value}, not unknown: only "
+            "unknown items, and abandoned ones (to mark not-sent), are settled by hand.",
+        )
+    if not evidence.strip():
+        raise BadInput("--evidence is required: say what the decision rests on.")
+    if mark == "not-sent" and any(
+        a.outcome == AttemptOutcome.PARTIAL for a in store.queries.attempts(run.run_id, item.seq)
+    ):
+        raise Refused(
+            f"item {item.item_id} (seq {item.seq}) was delivered to some of channel "
+            f"{item.channel!r}'s destinations ({item.last_error}); marking it not-sent would "
+            "send it again to all of them, including those that got it. Refused: mark it "
+            "`--mark sent --evidence …` (say who did not get it) or `--mark abandon`.",
+        )
+    if abandoned:
+        store.ledger.release_abandoned(
+            run.run_id, item.seq, operator_name(), evidence, lease_version
+        )
+        return (
+            f"item {item.item_id} (seq {item.seq}) stays failed, now known never delivered: "
+            f"send the same file again (`{send_again(run.batch_path, run.options)}`) to send it; "
+            "evidence recorded."
+        )
+    store.ledger.record_decision(
+        run.run_id, item.seq, MARKS[mark], operator_name(), evidence, lease_version
+    )
+    after = {
+        "sent": "sent",
+        "not-sent": (
+            "pending (it will be sent with the same key on resume)"
+            if run.state not in FINISHED_RUN_STATES
+            else f"pending; run {run.run_id} is {run.state.value}, so it will not send it. "
+            f"Send the same file again (`{send_again(run.batch_path, run.options)}`) to send "
+            "it: only rows never delivered are sent"
+        ),
+        "abandon": "failed, maybe delivered: it is never sent again unless you mark it not-sent",
+    }[mark]
+    return f"item {item.item_id} (seq {item.seq}) → {after}; evidence recorded."

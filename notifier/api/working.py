@@ -1,0 +1,142 @@
+"""Working a stored run: its channels as it snapshotted them, its lease, drafting a
+--compose run, and the runner that settles and sends until done, stopped or interrupted."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from notifier import config as config_module
+from notifier.api.env import Env
+from notifier.channels import Channel, ChannelConfigError, UnbuildableChannel
+from notifier.content import compose
+from notifier.content.drafting import compose_key, draft
+from notifier.domain import clock
+from notifier.domain.errors import BadInput, NeedsAttention, Refused
+from notifier.domain.records import Run
+from notifier.domain.state_machine import RunTrigger
+from notifier.engine import crash
+from notifier.engine.membership import Lease, LeaseKind, SoleLease, for_sending
+from notifier.engine.runner import Runner, RunOptions, RunResult
+from notifier.engine.signals import Interruption, interrupt_guard
+from notifier.observe import NULL_OBSERVER, Observer
+from notifier.store import LeaseHeld, Store
+
+
+def work_run(
+    env: Env,
+    store: Store,
+    run: Run,
+    options: RunOptions,
+    *,
+    advance: Callable[[int], None] = lambda n: None,
+    announce: Callable[[], None] = lambda: None,
+    observer: Observer = NULL_OBSERVER,
+) -> RunResult:
+    """Take the run's lease, then settle and send until done, stopped or interrupted.
+    `announce` runs once the lease is held: nothing says "resuming" before it is.
+    `observer` is told what happens (--metrics-port, --log-format json)."""
+    plan = crash.from_env()
+    for note in config_module.snapshot_drift(run.channel_snapshot, env.config):
+        env.say(f"note: {note}")
+    interrupted = Interruption()
+    with (
+        run_channels(run, env) as channels,
+        # Where the store shares runs, every process that sends holds a worker lease of its
+        # own, so more workers (`notifier worker`) can join the run from any machine.
+        take_lease(store, run, env.config.lease_ttl_s, kind=for_sending(store)) as lease,
+        interrupt_guard(interrupted, env.say),
+    ):
+        announce()
+        runner = Runner(
+            lease.store,  # fenced by the lease this process holds (a worker's own, or the run's)
+            run.run_id,
+            channels,
+            env.config.retry.policy(),
+            options,
+            lease_version=lease.version,
+            lease_lost=lease.lost,
+            interrupted=interrupted,
+            crash=plan,
+            say=env.say,
+            advance=advance,
+            lease_valid=lease.surely_valid,
+            channel_rates={
+                name: definition.get("rate") for name, definition in run.channel_snapshot.items()
+            },
+            observer=observer,
+        )
+        return observer.ended(runner.run())
+
+
+@contextmanager
+def run_channels(
+    run: Run, env: Env, *, tolerate_broken: bool = False
+) -> Iterator[dict[str, Channel]]:
+    """The channels as the run snapshotted them (never as the file says now), closed after.
+    With `tolerate_broken` (cancel), a channel that cannot be built (a secret no longer in
+    the environment, a definition an older version accepted) stands in as one that can be
+    neither sent to nor asked: its in-flight items become unknown instead of blocking."""
+    channels: dict[str, Channel] = {}
+    for name, definition in run.channel_snapshot.items():
+        try:
+            channels[name] = env.build(name, definition, env.base_dir)
+        except ChannelConfigError as exc:
+            if not tolerate_broken:
+                for built in channels.values():
+                    built.close()
+                raise BadInput(f"run {run.run_id}: {exc}") from exc
+            channels[name] = UnbuildableChannel(name, str(exc))
+    try:
+        yield channels
+    finally:
+        for channel in channels.values():
+            channel.close()
+
+
+@contextmanager
+def take_lease(
+    store: Store, run: Run, ttl_s: float, *, kind: LeaseKind = SoleLease
+) -> Iterator[Lease]:
+    try:
+        lease = kind(store, run.run_id, ttl_s)
+    except LeaseHeld as held:
+        if store.core.get_run(run.run_id).cancel_requested_at:
+            # A `cancel` holds the run for a moment while it closes it.
+            raise NeedsAttention(
+                f"run {run.run_id} was cancelled (by pid {held.owner.get('pid')}) before this "
+                f"process could start sending; nothing was sent by it. `notifier report "
+                f"{run.run_id}` shows the run.",
+            ) from held
+        raise Refused(
+            f"run {run.run_id} is being worked by another process, pid "
+            f"{held.owner.get('pid')} on {held.owner.get('host')} (lease until "
+            f"{clock.local(held.expires_at) if held.expires_at else 'it stops'}), so this one "
+            "did nothing. Follow it with `notifier status "
+            f"{run.run_id}`; once it has finished or stopped, `notifier resume {run.run_id}` "
+            f"continues whatever it left. To stop it now: `notifier cancel {run.run_id}`.",
+        ) from held
+    with lease:
+        yield lease
+
+
+def draft_run(env: Env, store: Store, run: Run) -> Run:
+    """For a --compose run not frozen yet: draft every row without a draft, then compute and
+    store the intents (and, with --require-approval, wait for approval). NeedsAttention (3) when
+    drafting cannot finish now; what was drafted stays stored."""
+    if not compose.unfrozen(run):
+        return run
+    with take_lease(store, run, env.config.lease_ttl_s) as lease:
+        progress = draft(store, run, compose_key(), env.say, lease)
+    done = f"{progress.drafted} drafted, {progress.failed} failed, {progress.pending} to draft"
+    if progress.stopped is not None:
+        raise NeedsAttention(f"run {run.run_id}: {progress.stopped} ({done}.)")
+    if progress.pending:
+        why = progress.deferred.value if progress.deferred else "gave no draft"
+        raise NeedsAttention(
+            f"run {run.run_id}: the Messages API {why} ({done}); the drafts made are "
+            f"stored. Run `notifier resume {run.run_id}` later to draft the rest.",
+        )
+    then = RunTrigger.REQUEST_APPROVAL if run.options.get("require_approval") else None
+    compose.freeze(store, run.run_id, env.config, then)
+    return store.core.get_run(run.run_id)

@@ -1,0 +1,205 @@
+"""The `notifier` click group, its global options, and the one place where failures become
+exit codes. Every module of notifier/cli adds its commands to `cli` here; cli/__init__.py imports
+them all and is what runs. The group sits below the commands, so that no command imports the
+module that imports it.
+
+Exit codes (docs/design.md sections 7 and 11): 0 done; 1 internal error; 2 usage or bad input
+(nothing changed); 3 stopped with items needing attention or paused; 4 refused for safety; 130
+interrupted; 137 simulated crash.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import traceback
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from notifier.api.env import Env
+from notifier.config import load as load_config
+from notifier.domain.errors import ExitCode, NotifierError
+from notifier.store import NotADatabasePath, parse_target
+
+
+@functools.cache
+def _exception_for(code: ExitCode) -> type[click.ClickException]:
+    """A click exception class that exits with `code` (click reads exit_code from the class)."""
+    return type(f"Exit{int(code)}", (click.ClickException,), {"exit_code": int(code)})
+
+
+def _Failure(message: str, code: ExitCode) -> click.ClickException:
+    """A failure on its way out: click prints its message and exits with `code`."""
+    return _exception_for(code)(message)
+
+
+class _JsonFailure(click.ClickException):
+    """A failure of a command run with --log-format json: said as one more JSON event on
+    stderr (`error`, with the exit code and the message), not as prose a log pipeline
+    cannot parse."""
+
+    def show(self, file: Any = None) -> None:
+        at = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        line = {"ts": at, "event": "error", "exit_code": self.exit_code, "message": self.message}
+        click.echo(json.dumps(line, ensure_ascii=False, separators=(",", ":")), err=True)
+
+
+@functools.cache
+def _json_exception_for(code: ExitCode) -> type[_JsonFailure]:
+    """A _JsonFailure class that exits with `code` (click reads exit_code from the class)."""
+    return type(f"JsonExit{int(code)}", (_JsonFailure,), {"exit_code": int(code)})
+
+
+def _json_logs(args: list[str]) -> bool:
+    """Whether the command line asks for JSON logs (`--log-format json` or `=json`)."""
+    pairs = zip(args, [*args[1:], ""], strict=True)
+    return any(a == "--log-format=json" or (a, b) == ("--log-format", "json") for a, b in pairs)
+
+
+# Commands that only look at runs: one cut short by a reader that stopped reading (`notifier
+# report | head`) has done what was asked of it.
+_LOOKS = frozenset({"status", "report", "runs", "preview", "metrics"})
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null: Python flushes it once more on the way out, and on a pipe
+    whose reader has gone that flush would fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass  # not a real file (a test's captured output): nothing will flush to a pipe
+
+
+# The global options, each taking a value: accepted after the subcommand too (as `gh` and
+# `llm` accept theirs), so `notifier status --db x.db` means what it says.
+_GLOBAL_OPTIONS = ("--db", "--config")
+
+
+def hoist_global_options(args: list[str]) -> list[str]:
+    """`args` with every global option (and its value) that follows the subcommand moved to
+    just before it, after any given before it (the later one wins, as click takes the last);
+    what comes after a `--` is left alone (positional by convention)."""
+    front: list[str] = []
+    rest: list[str] = []
+    command_seen = False
+    command_at = len(args)
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if word == "--":
+            rest.extend(args[i:])
+            break
+        name = word.split("=", 1)[0]
+        if name in _GLOBAL_OPTIONS:
+            taken = args[i : i + 1] if "=" in word else args[i : i + 2]
+            (front if command_seen else rest).extend(taken)
+            i += len(taken)
+            continue
+        if not command_seen and not word.startswith("-"):
+            command_seen, command_at = True, len(rest)
+        rest.append(word)
+        i += 1
+    return rest[:command_at] + front + rest[command_at:]
+
+
+class NotifierGroup(click.Group):
+    """The one place where failures become exit codes: a NotifierError carries its own, a
+    storage failure is named with its cause and fix, anything else is an internal error
+    (exit 1) without a traceback unless NOTIFIER_DEBUG."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["json_errors"] = _json_logs(args)
+        return super().parse_args(ctx, hoist_global_options(args))
+
+    def _failure(self, ctx: click.Context, message: str, code: ExitCode) -> click.ClickException:
+        if ctx.meta.get("json_errors"):
+            return _json_exception_for(code)(message)
+        return _Failure(message, code)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except NotifierError as exc:
+            from notifier.cli.outcome import error_message  # noqa: PLC0415 (start-up time)
+
+            raise self._failure(ctx, error_message(exc), exc.exit_code) from exc
+        except KeyboardInterrupt as exc:
+            # Ctrl-C outside the places that say more (planning, sending, drafting, manual
+            # decisions): click would print "Aborted!" and exit 1, as if something broke.
+            raise self._failure(
+                ctx,
+                "interrupted (Ctrl-C). Every change already made is durable: `notifier "
+                "status` shows where the run stands, and `notifier resume` continues it.",
+                ExitCode.INTERRUPTED,
+            ) from exc
+        except BrokenPipeError as exc:
+            _drop_stdout()
+            if ctx.invoked_subcommand in _LOOKS:
+                raise click.exceptions.Exit(0) from exc  # `| head` had what it wanted
+            raise self._failure(
+                ctx,
+                "the output was closed before notifier had written all of it (a pipe into "
+                "`head`?). What the command did is durable: `notifier status` shows where "
+                "the run stands, and `notifier resume` continues it if it did not finish.",
+                ExitCode.INTERNAL,
+            ) from exc
+        except Exception as exc:
+            if os.environ.get("NOTIFIER_DEBUG"):
+                traceback.print_exc()
+            raise self._failure(
+                ctx,
+                f"internal error: {type(exc).__name__}: {exc}. Nothing was lost: every "
+                "state change is durable; `notifier status` shows where the run stands. "
+                "Set NOTIFIER_DEBUG=1 for a traceback.",
+                ExitCode.INTERNAL,
+            ) from exc
+
+
+@click.group(cls=NotifierGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="notifier")
+@click.option(
+    "--db",
+    envvar="NOTIFIER_DB",
+    default="receipts.db",
+    show_default=True,
+    help="The receipts database: a file (SQLite), or a postgresql:// URL shared by many "
+    "workers (env NOTIFIER_DB).",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Channel definitions (default: ./notifier.toml when present).",
+)
+@click.pass_context
+def cli(ctx: click.Context, db: str, config_path: Path | None) -> None:
+    """Send a batch of notifications durably: nothing lost, nothing sent twice."""
+    try:
+        target = parse_target(db)
+    except NotADatabasePath as exc:
+        raise click.BadParameter(str(exc), param_hint="--db") from None
+    ctx.obj = {"db": target, "config": config_path}
+
+
+def command_env(ctx: click.Context, *, machine_output: bool = False) -> Env:
+    """With `machine_output` (JSON or CSV on stdout), running commentary goes to stderr."""
+    explicit = ctx.obj["config"] is not None
+    config = load_config(ctx.obj["config"] or Path("notifier.toml"), explicit=explicit)
+    return Env(target=ctx.obj["db"], config=config, say=say_err if machine_output else say)
+
+
+def say(line: str) -> None:
+    click.echo(line)
+
+
+def say_err(line: str) -> None:
+    click.echo(line, err=True)

@@ -1,0 +1,314 @@
+"""The commands that look at runs and stop or settle them: status, report, runs, cancel,
+reconcile. `status`, `report` and `runs` are read-only and must start fast: nothing here
+loads the API (and all that sending needs) at import time."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from notifier.api.env import open_store, pick_run
+from notifier.cli.group import cli, command_env
+from notifier.cli.output import chosen_format, format_options, json_flag
+from notifier.domain.errors import BadInput, ExitCode
+from notifier.domain.state_machine import ItemState, RunState
+from notifier.ops import approval, report
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from notifier.domain.records import Counts
+
+
+_format_option = format_options(("table", "json", "csv"), "How to print the report.")
+
+
+@cli.command()
+@click.argument("run_id", required=False)
+@json_flag("Print the report object as JSON (every item, as `report --json`).")
+@click.pass_context
+def status(ctx: click.Context, run_id: str | None, as_json: bool) -> None:
+    """Show where a run stands (default: the newest run).
+
+    \b
+    Examples:
+      notifier status                          # the newest run: counts, items needing attention
+      notifier status RUN --json | jq .counts
+    """
+    _print_report(ctx, run_id, "json" if as_json else "table")
+
+
+@cli.command(name="report")
+@click.argument("run_id", required=False)
+@_format_option
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    type=click.Choice([s.value for s in ItemState]),
+    help="List only the items in this state (repeatable).",
+)
+@click.pass_context
+def report_command(
+    ctx: click.Context, run_id: str | None, fmt: str, as_json: bool, states: tuple[str, ...]
+) -> None:
+    """Report which items were sent, which are unknown, pending or failed.
+
+    \b
+    Examples:
+      notifier report                              # the newest run: counts, then every item
+      notifier report RUN --format csv > items.csv # every item, for a spreadsheet
+      notifier report RUN --state unknown --state failed --json
+    """
+    fmt = chosen_format(ctx, fmt, as_json)
+    _print_report(ctx, run_id, fmt, [ItemState(s) for s in states], every_item=True)
+
+
+def _print_report(
+    ctx: click.Context,
+    run_id: str | None,
+    fmt: str,
+    states: list[ItemState] | None = None,
+    *,
+    every_item: bool = False,
+) -> None:
+    """`status` (the counts and the items needing attention) or, with `every_item`,
+    `report`, whose table goes on with every item, a line each, read as it is written."""
+    env = command_env(ctx, machine_output=fmt != "table")
+    store = open_store(env, readonly=True)
+    try:
+        run = pick_run(store, run_id)
+        data = report.build(store, run, attention_only=fmt == "table", states=states or None)
+        try:
+            _emit(data, fmt)
+        finally:
+            # A report cut short (a closed pipe) leaves its item rows half read: their
+            # cursor goes before the store closes, not at exit, on a closed database.
+            getattr(data["items"], "close", lambda: None)()
+        if fmt == "table" and run.state is RunState.AWAITING_APPROVAL:
+            for line in approval.preview(store, run):  # what an approval would cover
+                click.echo(line)
+        if fmt == "table" and every_item and not states:
+            every = report.build(store, run)["items"]
+            try:
+                for line in report.item_lines(every):
+                    click.echo(line)
+            finally:
+                getattr(every, "close", lambda: None)()
+    finally:
+        store.close()
+
+
+def _console() -> Console:
+    """Tables for people: on a pipe (no terminal width to honour) wide enough not to fold
+    run ids and keys. Markup is off: item ids, evidence, file names and error texts come from
+    users and downstreams, and `[/x]` in one of them must print as written, not as a tag."""
+    from rich.console import Console  # noqa: PLC0415 (start-up time)
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            """rich would exit 1 at once; a closed pipe has one rule, in NotifierGroup.invoke."""
+            self.quiet = True
+            raise BrokenPipeError
+
+    if sys.stdout.isatty():
+        return _Console(markup=False)
+    return _Console(width=200, markup=False)
+
+
+def _emit(data: dict[str, Any], fmt: str) -> None:
+    # Written as the items are read: a million-item report never sits in memory.
+    if fmt == "json":
+        for piece in report.iter_json(data):
+            click.echo(piece, nl=False)
+        click.echo("")
+    elif fmt == "csv":
+        for piece in report.iter_csv(data):
+            click.echo(piece, nl=False)
+    else:
+        report.render_table(data, _console())
+
+
+@cli.command()
+@json_flag("One JSON object: every run, newest first.")
+@click.pass_context
+def runs(ctx: click.Context, as_json: bool) -> None:
+    """List every run in the database, newest first, with the channels it sends through.
+
+    \b
+    Examples:
+      notifier runs
+      notifier runs --json | jq -r '.runs[] | select(.state == "paused") | .run_id'
+    """
+    env = command_env(ctx, machine_output=as_json)
+    store = open_store(env, readonly=True)
+    try:
+        from notifier.store.drafts import run_counts  # noqa: PLC0415 (start-up time)
+
+        listed = [
+            (run, report.effective_state(store, run).value, run_counts(store, run))
+            for run in store.core.runs()
+        ]
+    finally:
+        store.close()
+    names = ("total", "sent", "unknown", "pending", "failed", "suppressed")
+    if as_json:
+        records = [
+            {
+                "run_id": run.run_id,
+                "state": state,
+                "created_at": run.created_at,
+                "channels": sorted(run.channel_snapshot),
+                "approval_expired_at": approval.lapsed(run),
+                "counts": dict(zip(names, _run_row_counts(c), strict=True)),
+                "batch": run.batch_path,
+            }
+            for run, state, c in listed
+        ]
+        click.echo(json.dumps({"runs": records}, ensure_ascii=False, indent=2))
+        return
+    from rich.table import Table  # noqa: PLC0415 (start-up time)
+
+    table = Table(show_header=True, header_style="bold")
+    for name in ("run", "state", "created"):
+        table.add_column(name, no_wrap=True)  # ids are copied from here: never fold them
+    table.add_column("channels", overflow="fold")
+    for name in names:
+        table.add_column(name, justify="right")
+    table.add_column("batch", overflow="fold")
+    for run, state, c in listed:
+        table.add_row(
+            run.run_id,
+            f"{state} (approval expired)" if approval.lapsed(run) else state,
+            run.created_at[:19],
+            ", ".join(sorted(run.channel_snapshot)),
+            *(str(n) for n in _run_row_counts(c)),
+            run.batch_path,
+        )
+    _console().print(table)
+
+
+def _run_row_counts(c: Counts) -> tuple[int, ...]:
+    """A run's counts as `runs` shows them: total, sent, unknown, pending (in flight
+    included), failed, suppressed."""
+    return (c.total, c.sent, c.unknown, c.pending + c.in_flight, c.failed, c.suppressed)
+
+
+@cli.command()
+@click.argument("run_id", required=False)
+@click.option(
+    "--report", "with_report", is_flag=True, help="Print the report when done (--json implies it)."
+)
+@_format_option
+@click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(0),
+    default=30,
+    show_default=True,
+    help="Seconds to wait for a live worker to stop.",
+)
+@click.pass_context
+def cancel(
+    ctx: click.Context,
+    run_id: str | None,
+    with_report: bool,
+    fmt: str,
+    as_json: bool,
+    wait_s: float,
+) -> None:
+    """Stop dispatch now, settle in-flight items, and mark the run cancelled.
+
+    \b
+    Examples:
+      notifier cancel                        # the newest unfinished run
+      notifier cancel RUN --report --format csv > who-got-it.csv
+      notifier cancel RUN --json > who-got-it.json
+    """
+    from notifier.api import Notifier  # noqa: PLC0415 (start-up time)
+    from notifier.cli.outcome import settled_exit  # noqa: PLC0415
+
+    fmt = chosen_format(ctx, fmt, as_json)
+    with_report = with_report or as_json  # a JSON document on stdout is the report
+    env = command_env(ctx, machine_output=with_report and fmt != "table")
+    result = Notifier(env).cancel(run_id, wait_s=wait_s)
+    chunks_open = 0  # batch chunks the API could not be asked about: cancel again
+    if result.run.options.get("compose") and result.run.state is RunState.CANCELLED:
+        from notifier.content import drafting  # noqa: PLC0415 (start-up time)
+
+        chunks_open = drafting.cancel_batches(env, result.run.run_id)  # left by a drafting
+    env.say(result.message)
+    if with_report:
+        store = open_store(env)
+        try:
+            run = store.core.get_run(result.run.run_id)
+            _emit(report.build(store, run, attention_only=fmt == "table"), fmt)
+        finally:
+            store.close()
+    if not result.confirmed or chunks_open:
+        ctx.exit(ExitCode.ATTENTION)
+    ctx.exit(settled_exit(result.run.state, result.counts))
+
+
+@cli.command()
+@click.argument("run_id", required=False)
+@click.option("--manual", is_flag=True, help="Settle unknown items by hand, with evidence.")
+@click.option("--item", "item_ref", help="With --manual: the item id to settle.")
+@click.option(
+    "--mark", type=click.Choice(["sent", "not-sent", "abandon"]), help="With --item: the decision."
+)
+@click.option("--evidence", help="With --item: what the decision rests on.")
+@json_flag("Print the result (the run, its state and counts) as one JSON object.")
+@click.pass_context
+def reconcile(
+    ctx: click.Context,
+    run_id: str | None,
+    manual: bool,
+    item_ref: str | None,
+    mark: str | None,
+    evidence: str | None,
+    as_json: bool,
+) -> None:
+    """Settle in-flight and unknown items by query, or by hand with --manual.
+
+    \b
+    The marks of --manual:
+      sent      it was delivered (say how you know): recorded sent, never sent again
+      not-sent  it was not delivered: sent again (same key) by resume, or, once the run
+                is finished, by sending the same file again
+      abandon   you cannot tell: failed, but maybe delivered, so it is never sent again
+                unless you later mark it not-sent (allowed on an abandoned item)
+
+    \b
+    Examples:
+      notifier reconcile                      # ask the channels about every open item
+      notifier reconcile RUN --json           # the same, the result as JSON
+      notifier reconcile --manual             # decide each unknown item at a prompt
+      notifier reconcile RUN --manual --item n-0041 --mark not-sent --evidence "bounced"
+    """
+    from notifier.api import Notifier  # noqa: PLC0415 (start-up time)
+    from notifier.cli.outcome import settled_exit  # noqa: PLC0415
+    from notifier.ops.manual import reconcile_manually  # noqa: PLC0415
+
+    env = command_env(ctx, machine_output=as_json)
+    if not manual:
+        if item_ref or mark or evidence:
+            raise BadInput("--item, --mark and --evidence go with --manual.")
+        run, counts = Notifier(env).reconcile(run_id)
+        if not as_json:
+            click.echo(f"run {run.run_id}: {run.state.value}")
+    else:
+        if as_json and item_ref is None:
+            raise BadInput(
+                "--json with --manual needs the decision on the command line (its prompts "
+                "would mix with the JSON): `notifier reconcile RUN --manual --item ID --mark "
+                "sent|not-sent|abandon --evidence TEXT --json`; nothing was changed."
+            )
+        run, counts = reconcile_manually(env, run_id, item_ref, mark, evidence)
+    if as_json:
+        result = {"run_id": run.run_id, "state": run.state.value, "counts": counts.as_json()}
+        click.echo(json.dumps(result, ensure_ascii=False, indent=2))
+    ctx.exit(settled_exit(run.state, counts))

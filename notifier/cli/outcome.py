@@ -1,0 +1,157 @@
+"""From how a command ended to the contract's exit code and the advice to print: the one
+table, used only by the command line. The layers below return states, reasons and counts."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from typing import Any
+
+from notifier.domain.errors import ExitCode, NextStep, NotifierError
+from notifier.domain.records import Counts
+from notifier.domain.state_machine import RunState
+from notifier.engine.judging import Stop
+from notifier.engine.runner import RunResult
+
+# The `send` options that shape a run (where, what, whether reviewed, when), as stored in its
+# options: the command that sends its file again must repeat them, or it plans another run.
+_SHAPING = (
+    ("channel", "--channel"),
+    ("template_path", "--template"),
+    ("not_after", "--not-after"),
+    ("not_before", "--not-before"),
+    ("tz", "--tz"),
+    ("window", "--window"),
+)
+_SHAPING_FLAGS = (
+    ("require_approval", "--require-approval"),
+    ("allow_duplicates", "--allow-duplicates"),
+)
+
+
+def send_again(batch: str, options: Mapping[str, Any]) -> str:
+    """The `notifier send` command that plans `batch` again as the run with these options
+    was planned: the same channel, template, approval and schedule."""
+    words = ["notifier", "send", batch]
+    for key, flag in _SHAPING:
+        if options.get(key) is not None:
+            words += [flag, str(options[key])]
+    words += [flag for key, flag in _SHAPING_FLAGS if options.get(key)]
+    return shlex.join(words)
+
+
+def settled_exit(state: RunState, counts: Counts) -> ExitCode:
+    """3 while some item needs attention (unknown, failed, or expired: its not_after passed
+    and it was never sent; in a cancelled run, also any item that will now never be sent),
+    else 0 — so `notifier send … && echo delivered` never lies. A suppressed item needs
+    no attention: not sending it is what the operator asked for. The same rule for `send`,
+    `resume`, `cancel`, `reconcile` and the worker a cancel stopped, so one outcome never
+    gets two codes."""
+    if state is RunState.CANCELLED:
+        done = counts.sent + counts.suppressed
+        return ExitCode.DONE if counts.total == done else ExitCode.ATTENTION
+    needs_attention = counts.unknown or counts.failed or counts.expired
+    return ExitCode.ATTENTION if needs_attention else ExitCode.DONE
+
+
+def run_exit(result: RunResult) -> ExitCode:
+    """The exit code of a `send` or `resume` that ran to a stop."""
+    if result.stop is Stop.INTERRUPTED:
+        return ExitCode.INTERRUPTED
+    if result.stop is Stop.TERMINATED:
+        return ExitCode.TERMINATED
+    if result.stop in (Stop.CONFLICT, Stop.APPROVAL_EXPIRED):
+        return ExitCode.REFUSED
+    if result.stop in (Stop.UNKNOWN_LEFT, Stop.RATE_LIMITED, Stop.HALTED, Stop.CHANNEL_DOWN):
+        return ExitCode.ATTENTION
+    if result.stop is Stop.LEFT:
+        # Stopped, not done: this worker left a run that is not finished (other live
+        # workers are still sending it, or another worker's interruption paused it). 0 is
+        # kept for every item sent: the worker that finishes the run exits 0.
+        return ExitCode.ATTENTION
+    return settled_exit(result.state, result.counts)
+
+
+def run_advice(result: RunResult, run_id: str, again: str) -> str:
+    """What to do next, if anything, after a run stopped. `again`: the command that sends
+    the run's file again (send_again), which delivers what the run did not, nothing twice."""
+    # A worker that left a run another worker's interruption paused: as if interrupted.
+    left_paused = result.stop is Stop.LEFT and result.state is not RunState.RUNNING
+    if result.stop in (Stop.INTERRUPTED, Stop.TERMINATED) or left_paused:
+        return f"Continue with `notifier resume {run_id}`."
+    if result.stop is Stop.APPROVAL_EXPIRED:
+        return (
+            f"Review every notification with `notifier preview {run_id}`; `notifier approve "
+            f"{run_id} --fingerprint sha256:…` with the fingerprint on its last line renews "
+            f"the approval, then `notifier resume {run_id}` goes on."
+        )
+    if result.stop is Stop.RATE_LIMITED:
+        return f"Run `notifier resume {run_id}` after that time."
+    if result.stop is Stop.CHANNEL_DOWN:
+        return (
+            f"No item failed for it: they wait as pending. Once the receiver answers again, "
+            f"`notifier resume {run_id}` continues."
+        )
+    if result.stop is Stop.UNKNOWN_LEFT:
+        return f"Settle the unknown items with `notifier reconcile --manual {run_id}`."
+    if result.stop in (Stop.HALTED, Stop.CONFLICT):
+        advice = (
+            f"`notifier status {run_id}` lists the items; fix the cause, then "
+            f"`notifier resume {run_id}`. Once the run is finished, send the same file again "
+            f"(`{again}`) to retry the items that failed: only rows never delivered are sent."
+        )
+        if result.counts.unknown:
+            # `reconcile` by query settles nothing on a channel that cannot be asked.
+            advice += (
+                f" The {result.counts.unknown} unknown item(s): `notifier reconcile {run_id}` "
+                f"asks the receiver where it can be asked; where it cannot (SMTP, Apprise), "
+                f"`notifier reconcile --manual {run_id}`."
+            )
+        return advice
+    if result.stop is Stop.ALREADY_FINISHED:
+        return f"`notifier report {run_id}` shows the run."
+    if result.stop is Stop.LEFT:
+        return (
+            f"The run is still being sent by the other live workers; follow it with "
+            f"`notifier status {run_id}`."
+        )
+    if result.counts.unknown:
+        return f"Settle the unknown items with `notifier reconcile --manual {run_id}`."
+    if result.counts.failed:
+        return (
+            f"{result.counts.failed} item(s) failed; `notifier report {run_id}` lists them "
+            f"with their errors. Fix the cause, then send the same file again (`{again}`): "
+            "only the rows not delivered are sent, each once."
+        )
+    if result.counts.expired:
+        return (
+            f"{result.counts.expired} item(s) passed their not_after and were never sent; "
+            f"`notifier report {run_id}` lists them."
+        )
+    return ""
+
+
+def error_message(exc: NotifierError) -> str:
+    """A failure's message as printed: with its next step (errors.NextStep) worded."""
+    run = f" {exc.then_run}" if exc.then_run else ""
+    if exc.then is NextStep.STATUS:
+        return f"{exc} `notifier status{run}` shows where it stands."
+    if exc.then is NextStep.STATUS_AND_AGAIN:
+        return (
+            f"{exc} `notifier status{run}` shows where it stands now; run the command again if "
+            "it still applies."
+        )
+    if exc.then is NextStep.RESUME:
+        return f"{exc}, then run `notifier resume`."
+    if exc.then is NextStep.READ_ONLY:
+        return (
+            f"{exc} `notifier status`, `report` and `runs` still read it; to send, resume, "
+            "cancel or reconcile, make it writable (or copy it somewhere writable and pass "
+            "--db)."
+        )
+    if exc.then is NextStep.SEND_FIRST:
+        return (
+            f"{exc} Run `notifier send BATCH.csv` first, or point --db (or NOTIFIER_DB) at an "
+            "existing receipts database."
+        )
+    return str(exc)

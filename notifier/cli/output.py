@@ -1,0 +1,63 @@
+"""`--json` on every command that lists or reports, as `gh` and `llm` offer it: one JSON
+document on stdout, anything said along the way on stderr. Where a command also offers
+`--format` (csv, jsonl or a table besides json), `--json` is `--format json` spelled short."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+import click
+from click.core import ParameterSource
+
+from notifier.domain.errors import BadInput
+
+F = TypeVar("F", bound=Callable[..., None])
+
+
+def json_flag(help_text: str) -> Callable[[F], F]:
+    """`--json` alone, for a command with no other format (its value is `as_json`)."""
+    return click.option("--json", "as_json", is_flag=True, help=help_text)
+
+
+def format_options(choices: Sequence[str], help_text: str) -> Callable[[F], F]:
+    """`--format CHOICE` (default table; its value is `fmt`) and `--json` (`as_json`), which
+    the command reads back as one format through `chosen_format`."""
+
+    def decorate(command: F) -> F:
+        command = click.option(
+            "--json", "as_json", is_flag=True, help="The same as --format json."
+        )(command)
+        return click.option(
+            "--format",
+            "fmt",
+            type=click.Choice(list(choices)),
+            default="table",
+            show_default=True,
+            help=help_text,
+        )(command)
+
+    return decorate
+
+
+def chosen_format(ctx: click.Context, fmt: str, as_json: bool) -> str:
+    """The format asked for: `--json` is `--format json`; both given and disagreeing is a
+    usage error (exit 2), never a guess at which one was meant."""
+    if not as_json:
+        return fmt
+    if fmt != "json" and ctx.get_parameter_source("fmt") is ParameterSource.COMMANDLINE:
+        raise BadInput(
+            f"--json and --format {fmt} disagree (--json is --format json); nothing was done. "
+            f"Give one of them, e.g. `{command_line(ctx)} --json` or "
+            f"`{command_line(ctx)} --format {fmt}`."
+        )
+    return "json"
+
+
+def command_line(ctx: click.Context) -> str:
+    """`notifier` and the subcommands that lead to `ctx`, as an operator types them."""
+    names: list[str] = []
+    while ctx.parent is not None:
+        names.append(ctx.info_name or "")
+        ctx = ctx.parent
+    return " ".join(["notifier", *reversed(names)])

@@ -1,0 +1,158 @@
+"""The commands around a run planned with --require-approval: preview it, approve it (bound
+to its fingerprint), reject it, or redraft some of its rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from notifier.api.env import open_store, pick_run
+from notifier.cli import running
+from notifier.cli.group import cli, command_env
+from notifier.cli.output import chosen_format, format_options
+from notifier.domain import clock
+from notifier.domain.errors import BadInput, ExitCode, Refused
+from notifier.domain.records import notifications
+from notifier.ops import approval
+
+if TYPE_CHECKING:
+    from notifier.content import redraft as redraft_module
+
+
+@cli.command()
+@click.argument("run_id", required=False)
+@click.option(
+    "--fingerprint",
+    required=True,
+    help="The sha256:… fingerprint on the last line of `notifier preview`. Without RUN_ID: "
+    "approves the run awaiting approval whose fingerprint it is.",
+)
+@click.option(
+    "--expires-in",
+    default=approval.DEFAULT_EXPIRES_IN,
+    show_default=True,
+    help="How long the approval holds: e.g. 30m, 1h, 2d; at most 30d.",
+)
+@click.pass_context
+def approve(ctx: click.Context, run_id: str | None, fingerprint: str, expires_in: str) -> None:
+    """Approve a run planned with --require-approval, bound to its fingerprint."""
+    from notifier.api import Notifier  # noqa: PLC0415 (start-up time)
+
+    env = command_env(ctx)
+    try:
+        run, granted = Notifier(env).approve(run_id, fingerprint, expires_in=expires_in)
+    except approval.NotApproved as refused:
+        raise running.not_approved(refused) from refused
+    click.echo(
+        f"run {run.run_id} approved by {granted.operator} until "
+        f"{clock.local(granted.expires_at)} for fingerprint {granted.fingerprint} (state "
+        f"version {granted.state_version}). Send it with `notifier resume {run.run_id}`."
+    )
+
+
+@cli.command()
+@click.argument("run_id", required=False)
+@format_options(
+    ("table", "json", "jsonl", "csv"),
+    "table: the first rows (every one with --output); json (one document, the fingerprint "
+    "in it), jsonl, csv: every notification.",
+)
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    help="Write to this file instead of stdout.",
+)
+@click.pass_context
+def preview(
+    ctx: click.Context, run_id: str | None, fmt: str, as_json: bool, output: Path | None
+) -> None:
+    """Write every notification of a run as it will be sent, then its fingerprint.
+
+    The fingerprint line (`fingerprint: sha256:…`) is the last line printed: on stdout,
+    except after json, jsonl or csv on stdout (which then holds only notifications), on
+    stderr."""
+    from notifier.ops import preview as review_module  # noqa: PLC0415 (start-up time)
+
+    fmt = chosen_format(ctx, fmt, as_json)
+    env = command_env(ctx, machine_output=fmt != "table")
+    store = open_store(env, readonly=True)
+    try:
+        run = pick_run(store, run_id)
+        try:
+            review = review_module.Review(store, run)
+        except approval.ApprovalUsage as exc:
+            raise BadInput(str(exc)) from exc
+        pieces = (
+            review_module.iter_table(review, rows=None)  # a file holds every notification
+            if fmt == "table" and output is not None
+            else review_module.WRITERS[fmt](review)
+        )
+        if output is None:
+            for piece in pieces:
+                click.echo(piece, nl=False)
+        else:
+            with output.open("w", encoding="utf-8", newline="") as handle:
+                for piece in pieces:
+                    handle.write(piece)
+        try:
+            line = review_module.fingerprint_line(review.fingerprint())
+        except approval.ApprovalRefused as exc:
+            raise Refused(str(exc)) from exc
+    finally:
+        store.close()
+    if output is not None:
+        click.echo(f"wrote {notifications(review.count)} of run {run.run_id} to {output}.")
+    click.echo(line, err=output is None and fmt != "table")
+
+
+@cli.command()
+@click.argument("run_id", required=False)
+@click.option("--reason", required=True, help="Why the run is rejected (kept in its audit).")
+@click.pass_context
+def reject(ctx: click.Context, run_id: str | None, reason: str) -> None:
+    """Close a run awaiting approval without sending anything, with the reason audited."""
+    from notifier.api import Notifier  # noqa: PLC0415 (start-up time)
+
+    env = command_env(ctx)
+    run, operator = Notifier(env).reject(run_id, reason)
+    click.echo(
+        f"run {run.run_id} rejected by {operator} and closed ({run.state.value}); nothing "
+        f"was sent. `notifier report {run.run_id}` shows it."
+    )
+
+
+@cli.command()
+@click.argument("run_id", required=False)
+@click.option(
+    "--item", "items", multiple=True, required=True, help="The id of a row to redraft (repeat)."
+)
+@click.pass_context
+def redraft(ctx: click.Context, run_id: str | None, items: tuple[str, ...]) -> None:
+    """Redraft rows of a --compose run awaiting approval; it must then be approved again."""
+    from notifier.content import redraft as redrafting  # noqa: PLC0415 (start-up time)
+
+    result = redrafting.command(command_env(ctx), run_id, items)
+    for line in _redraft_summary(result):
+        click.echo(line)
+    if result.kept:  # asked for, not done: those rows keep their draft
+        ctx.exit(ExitCode.ATTENTION)
+
+
+def _redraft_summary(result: redraft_module.Result) -> list[str]:
+    """Each row's new subject, and the fingerprint change: the fingerprint to approve is
+    shown only by `preview`, after what it covers, never here for drafts nobody has seen."""
+    rid = result.run.run_id
+    lines = [
+        f"row {r.item_id}: redrafted with {r.draft.model} ({r.draft.input_tokens}+"
+        f"{r.draft.output_tokens} tokens); subject: {r.draft.subject}"
+        for r in result.redrafted
+    ]
+    lines.append(
+        f"run {rid}: {len(result.redrafted)} row(s) redrafted"
+        + (f", {len(result.kept)} kept their draft" if result.kept else "")
+        + f"; its fingerprint changed (was {result.before[:19]}…), so any approval of the old "
+        f"one is void. {running.review_advice(rid)}"
+    )
+    return lines

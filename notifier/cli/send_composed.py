@@ -1,0 +1,126 @@
+"""`send --compose` on the command line: the brief it reads, the first drafts a dry run
+shows (which the API bills), and what it prints while the API (notifier/api) compares the rows,
+stores them, drafts, freezes and sends them."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from notifier.cli import running
+from notifier.domain.errors import BadInput, ExitCode
+from notifier.domain.state_machine import RunState
+
+if TYPE_CHECKING:
+    from notifier.cli.send_file import Sending
+    from notifier.content import compose
+    from notifier.content.batch_csv import BatchRow
+    from notifier.content.template import Template
+
+
+def read_brief(path: Path) -> str:
+    brief = path.read_text("utf-8").strip()
+    if not brief:
+        raise BadInput(f"{path}: the brief is empty: say what the notifications should say.")
+    return brief
+
+
+def dry_run_drafts(
+    settings: compose.Settings, key: str, rows: list[BatchRow], template: Template | None
+) -> None:
+    from notifier.content import claude_messages, compose  # noqa: PLC0415 (the SDK loads only when drafting)
+
+    count = min(len(rows), compose.DRY_RUN_ROWS)
+    click.echo(
+        f"dry run: drafting the first {count} of {len(rows)} rows with {settings.model} to show "
+        "them (billed to the key in the environment; rehearse for free against `notifier "
+        "sandbox`, see README)."
+    )
+    drafter = claude_messages.Drafter(settings, key)
+    try:
+        shown = compose.first_drafts(drafter, rows[: compose.DRY_RUN_ROWS])
+    finally:
+        drafter.close()
+    for row, draft in shown:
+        click.echo(f"  #{row.seq} {row.item_id} → {row.to} via {row.channel}")
+        if isinstance(draft, str):
+            click.echo(f"    {draft}")
+            continue
+        final = compose.apply_draft(row, asdict(draft), template)
+        click.echo(f"    subject: {final.subject}")
+        for n, text in enumerate(final.body.splitlines() or [""]):
+            click.echo(("    body:    " if n == 0 else "             ") + text)
+        click.echo(f"    ({draft.model}, {draft.input_tokens}+{draft.output_tokens} tokens)")
+    click.echo(
+        f"dry run: drafted the first {len(shown)} of {len(rows)} rows with {settings.model}; "
+        "nothing stored."
+    )
+
+
+def send_composed(sending: Sending, settings: compose.Settings) -> None:
+    """send --compose: store the rows, draft them (stored one by one), freeze the intents,
+    then wait for approval or send. Rows are scheduled as they are read, as a plain send
+    schedules them, so the model never sees their `tz` and `not_before` columns."""
+    from notifier.api import planning  # noqa: PLC0415 (start-up time)
+    from notifier.content import compose as composer  # noqa: PLC0415
+    from notifier.content import drafting  # noqa: PLC0415 (start-up time)
+    from notifier.content.plan import new_run_id  # noqa: PLC0415
+    from notifier.content.schedule import late_warning  # noqa: PLC0415
+
+    notifier, given, batch, options = (
+        sending.notifier,
+        sending.given,
+        sending.batch,
+        sending.options,
+    )
+    key = drafting.compose_key()  # before anything is stored
+    try:
+        with running.naming_stdin(sending.source, batch):
+            rows = notifier.compose_rows(
+                sending.source,
+                batch,
+                channel=given.channel,
+                run_id=given.run_id,
+                not_after=sending.not_after,
+                schedule=sending.when,
+            )
+    except KeyboardInterrupt:
+        raise sending.interrupted_planning() from None
+    if (late := late_warning(sending.when)) is not None:
+        click.echo(late, err=True)
+    settings = drafting.settle_settings(
+        settings, rows, batch, given.compose_columns, dry_run=given.dry_run
+    )
+    drafting.check_model(settings, key)  # an unknown model: exit 2, nothing stored
+    if sending.template is not None:
+        composer.check_template(sending.template, rows, batch)
+        options["template"] = sending.template.as_options()
+    if given.dry_run:
+        dry_run_drafts(settings, key, rows, sending.template)
+        return
+    options["compose"] = settings.as_options()
+    composed = notifier.store_composed(rows, batch, options, given.run_id or new_run_id())
+    for line in planning.prior_summary(composed.prior):
+        click.echo(line)
+    if composed.suppressed:
+        click.echo(
+            f"{composed.suppressed} row(s) left out: their recipient is on the suppression "
+            "list, so they are neither drafted nor sent (`notifier suppress list`)."
+        )
+    if composed.run is None:
+        click.echo(f"nothing to send: no row of {batch} is left to draft.")
+        return
+    run_id = composed.run.run_id
+    click.echo(f"planned run {run_id}: {composed.to_draft} rows to draft with {settings.model}")
+    drafted = running.draft(sending.ctx, notifier, run_id)
+    failures = running.report_draft_failures(drafted)
+    run = drafted.run
+    click.echo(f"fingerprint: {run.fingerprint}")
+    if run.state is RunState.AWAITING_APPROVAL:
+        running.await_approval(notifier, run)
+        sending.ctx.exit(ExitCode.ATTENTION if failures else ExitCode.DONE)
+    total = notifier.counts(run_id).total
+    sending.send_stored(run_id, total, {}, failures)

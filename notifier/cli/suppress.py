@@ -1,0 +1,235 @@
+"""`notifier suppress add|import|list|remove`: the suppression list, kept in the
+database beside the runs (both engines), every change audited with the operator and time.
+A row whose recipient is on the list is planned `suppressed` and never sent."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import click
+
+from notifier.api.env import open_store
+from notifier.cli.group import cli, command_env
+from notifier.cli.output import chosen_format, format_options
+from notifier.domain.cells import cell_value
+from notifier.domain.errors import BadInput
+from notifier.domain.suppression import (
+    MAX_REASON_CHARS,
+    Entry,
+    Source,
+    address_key,
+    address_problem,
+)
+from notifier.domain.who import operator_name
+
+
+@cli.group()
+def suppress() -> None:
+    """The suppression list: addresses never sent to (bounced, unsubscribed, complained)."""
+
+
+class _AddressesCommand(click.Command):
+    """A command whose arguments are addresses, one of which may start with `-`
+    (-dash@example.com): a word that starts with `-` and holds an `@` is an address, never
+    a bundle of short options (where its `h` would be -h, help), so it needs no `--`."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            return super().parse_args(ctx, args)
+        dashed = [a for a in args if a.startswith("-") and not a.startswith("--") and "@" in a]
+        rest = [a for a in args if a not in dashed]
+        return super().parse_args(ctx, [*rest, "--", *dashed] if dashed else rest)
+
+
+@suppress.command("add", cls=_AddressesCommand)
+@click.argument("addresses", nargs=-1, required=True)
+@click.option("--reason", help="Why, kept with each address (e.g. 'asked to stop').")
+@click.pass_context
+def add(ctx: click.Context, addresses: tuple[str, ...], reason: str | None) -> None:
+    """Suppress ADDRESS… (case does not matter: Ann@Example.com is ann@example.com)."""
+    if reason is not None and len(reason) > MAX_REASON_CHARS:
+        raise BadInput(
+            f"suppress add: --reason is longer than {MAX_REASON_CHARS} characters; give a "
+            "shorter one. Nothing was stored."
+        )
+    found = entries(list(addresses), reason.strip() or None if reason else None)
+    _store_entries(ctx, found, Source.OPERATOR)
+
+
+@suppress.command("import")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.pass_context
+def import_(ctx: click.Context, file: Path) -> None:
+    """Suppress every address in FILE.csv: a column `address` (or `email`, else the first
+    column), and an optional `reason` column. A file with a bad line stores nothing."""
+    _store_entries(ctx, read_import(file), Source.IMPORT)
+
+
+def _store_entries(ctx: click.Context, found: list[Entry], source: Source) -> None:
+    """Put `found` on the list in one transaction and say how many were new."""
+    store = open_store(command_env(ctx), create=True)
+    try:
+        added = store.suppressions.suppress(found, source, operator_name())
+    finally:
+        store.close()
+    already = len(found) - len(added)
+    line = f"suppressed {len(added)} address(es)"
+    if already:
+        line += f"; {already} already on the list (kept as they were)"
+    click.echo(line + ". `notifier suppress list` shows the list.")
+
+
+@suppress.command("list")
+@format_options(("table", "json", "csv"), "csv reads back with `notifier suppress import`.")
+@click.pass_context
+def list_(ctx: click.Context, fmt: str, as_json: bool) -> None:
+    """Every suppressed address, with its reason, source, operator and time."""
+    fmt = chosen_format(ctx, fmt, as_json)
+    store = open_store(command_env(ctx, machine_output=fmt != "table"), readonly=True)
+    try:
+        rows = store.suppressions.suppressions()
+    finally:
+        store.close()
+    names = ("address", "reason", "source", "operator", "created_at")
+    records = [
+        {
+            "address": s.address,
+            "reason": s.reason,
+            "source": s.source.value,
+            "operator": s.operator,
+            "created_at": s.created_at,
+        }
+        for s in rows
+    ]
+    if fmt == "json":
+        click.echo(json.dumps({"suppressions": records}, ensure_ascii=False, indent=2))
+        return
+    if fmt == "csv":
+        from notifier.domain.cells import safe_cell  # noqa: PLC0415 (start-up time)
+
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(names)
+        for record in records:
+            writer.writerow([safe_cell(record[name]) for name in names])
+        click.echo(buffer.getvalue(), nl=False)
+        return
+    if not records:
+        click.echo("the suppression list is empty.")
+        return
+    from rich.table import Table  # noqa: PLC0415 (start-up time)
+
+    from notifier.cli.operator import _console  # noqa: PLC0415
+
+    table = Table(show_header=True, header_style="bold")
+    for name in names:
+        table.add_column(name, overflow="fold")
+    for record in records:
+        table.add_row(*(str(record[name] or "") for name in names))
+    _console().print(table)
+    click.echo(f"{len(records)} suppressed address(es).")
+
+
+@suppress.command("remove", cls=_AddressesCommand)
+@click.argument("addresses", nargs=-1, required=True)
+@click.pass_context
+def remove(ctx: click.Context, addresses: tuple[str, ...]) -> None:
+    """Take ADDRESS… off the list: later runs send to them again."""
+    keys = list(dict.fromkeys(address_key(a) for a in addresses))
+    store = open_store(command_env(ctx))
+    try:
+        removed = store.suppressions.unsuppress(keys, operator_name())
+    finally:
+        store.close()
+    line = f"removed {len(removed)} address(es) from the suppression list"
+    absent = [k for k in keys if k not in removed]
+    if absent:
+        line += f"; not on it: {', '.join(absent)}"
+    click.echo(line + ".")
+
+
+def entries(addresses: list[str], reason: str | None) -> list[Entry]:
+    """The command line's ADDRESS… as entries; BadInput naming every bad one."""
+    bad = [f"{a!r} {p}" for a in addresses if (p := address_problem(a)) is not None]
+    if bad:
+        raise BadInput(
+            "suppress: " + "; ".join(bad) + ". Give each address as local@domain, e.g. "
+            "`notifier suppress add ann@example.com --reason 'asked to stop'`; nothing "
+            "was stored."
+        )
+    return [Entry(address_key(a), reason) for a in dict.fromkeys(addresses)]
+
+
+_ADDRESS_COLUMNS = ("address", "email")
+
+
+def read_import(path: Path) -> list[Entry]:
+    """The entries of an import file: a CSV whose address column is named `address` or
+    `email` (else the first column, the first line then being data when it looks like an
+    address), with an optional `reason` column. BadInput naming every bad line: a file is
+    imported whole or not at all."""
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise BadInput(
+            f"suppress import: {path} does not exist. Give a CSV file with a column "
+            "`address` (or `email`), e.g. `notifier suppress import bounced.csv`."
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(
+            f"suppress import: {path} cannot be read as UTF-8 text ({exc}). Save it as a "
+            "UTF-8 CSV file and run `notifier suppress import` again; nothing was stored."
+        ) from None
+    # `suppress list --format csv` escapes formula-like cells; reading them back undoes it.
+    rows = [[cell_value(c) for c in row] for row in csv.reader(io.StringIO(text))]
+    while rows and not any(cell.strip() for cell in rows[-1]):
+        rows.pop()
+    if not rows:
+        raise BadInput(
+            f"suppress import: {path} is empty. It needs a column `address` (or `email`) "
+            "with one address per line; nothing was stored."
+        )
+    header = [cell.strip().lower() for cell in rows[0]]
+    column = next((header.index(n) for n in _ADDRESS_COLUMNS if n in header), None)
+    reason_column = header.index("reason") if "reason" in header else None
+    first_data = 1
+    if column is None:
+        column = 0
+        # No named column: the first line is data when it is an address itself.
+        first_data = 0 if address_problem(rows[0][0] if rows[0] else "") is None else 1
+    found: list[Entry] = []
+    problems: list[str] = []
+    for line, row in enumerate(rows[first_data:], start=first_data + 1):
+        if not any(cell.strip() for cell in row):
+            continue  # a blank line
+        address = row[column] if column < len(row) else ""
+        problem = address_problem(address)
+        if problem is not None:
+            problems.append(f"line {line}: {address!r} {problem}")
+            continue
+        reason = (
+            row[reason_column].strip()
+            if reason_column is not None and reason_column < len(row)
+            else ""
+        )
+        if len(reason) > MAX_REASON_CHARS:
+            problems.append(f"line {line}: the reason is longer than {MAX_REASON_CHARS} characters")
+            continue
+        found.append(Entry(address_key(address), reason or None))
+    if problems:
+        shown = "; ".join(problems[:20])
+        more = f"; and {len(problems) - 20} more" if len(problems) > 20 else ""
+        raise BadInput(
+            f"suppress import: {path} has {len(problems)} bad line(s): {shown}{more}. Fix "
+            "them (each line one address, local@domain) and run `notifier suppress import` "
+            "again; nothing was stored."
+        )
+    if not found:
+        raise BadInput(
+            f"suppress import: {path} holds no address. It needs a column `address` (or "
+            "`email`) with one address per line; nothing was stored."
+        )
+    return list({e.address: e for e in found}.values())

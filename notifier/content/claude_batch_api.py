@@ -1,0 +1,121 @@
+"""What drafting and `notifier cancel` both ask of the Message Batches API about a run's
+chunks: whose a batch is (its custom_id prefix), which batches may be a chunk's (listed by
+time and size), and cancelling them. A chunk whose batch the API could not be asked about
+stays open, so that `cancel` run again finishes it rather than claiming what it cannot know."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from datetime import datetime
+
+import anthropic
+
+from notifier.domain import clock
+from notifier.domain.records import Run
+from notifier.store import Store
+from notifier.store.chunks import Chunk
+
+
+def custom_prefix(run: Run) -> str:
+    """The run's part of every custom_id: its key nonce, letters and digits only (custom_ids
+    are 1-64 characters of [A-Za-z0-9_-]); `{prefix}_{chunk}_{seq}` stays under 40."""
+    return "n" + re.sub(r"[^A-Za-z0-9]", "", run.key_nonce or run.run_id)[:16]
+
+
+def nothing_made(exc: anthropic.APIError) -> bool:
+    """An answer to `create` that proves no batch was made: a 4xx refusing the request,
+    except 408 and 499 (the request may have been read before the connection ended)."""
+    return (
+        isinstance(exc, anthropic.APIStatusError)
+        and 400 <= exc.status_code < 500
+        and exc.status_code not in (408, 499)
+    )
+
+
+def listed_since(client: anthropic.Anthropic, since: datetime, count: int) -> list[str]:
+    """Batches created since `since` with `count` requests, newest first."""
+    found = []
+    for batch in client.messages.batches.list(limit=100):
+        if batch.created_at < since:
+            break
+        counts = batch.request_counts
+        total = (
+            counts.processing + counts.succeeded + counts.errored + counts.canceled
+            + counts.expired
+        )  # fmt: skip
+        if total == count:
+            found.append(batch.id)
+    return found
+
+
+def cancel_batches(
+    store: Store, run_id: str, client: anthropic.Anthropic, say: Callable[[str], None]
+) -> int:
+    """Cancel the run's open chunks and record it (results already in stay stored). A chunk
+    still `creating` may have a batch nobody recorded: the batches that may be its own are
+    looked up as resume would and cancelled first. A chunk whose batch the API could not be
+    asked about stays open, so `cancel` run again finishes it. Returns how many stay open."""
+    mine = custom_prefix(store.core.get_run(run_id))
+    left = 0
+    for chunk in store.chunks.chunks(run_id, ["creating", "submitted"]):
+        try:
+            if chunk.batch_id is not None:
+                _cancel_batch(client, chunk.chunk, chunk.batch_id, say)
+                ended = f"batch {chunk.batch_id} cancelled"
+            else:
+                found = _cancel_maybe_ours(client, chunk, f"{mine}_{chunk.chunk}_", say)
+                ended = f"batch(es) {', '.join(found)} cancelled" if found else "no batch was made"
+        except anthropic.APIError as exc:
+            left += 1
+            say(_not_asked(run_id, chunk.chunk, chunk.batch_id, str(exc)))
+            continue
+        store.chunks.end_chunk(run_id, chunk.chunk, "canceled", f"cancelled at {clock.now_iso()}")
+        say(f"chunk {chunk.chunk}: {ended}")
+    return left
+
+
+def _not_asked(run_id: str, number: int, batch_id: str | None, cause: str) -> str:
+    """Why a chunk stays open after `cancel`: the API could not be asked (`cause`)."""
+    what = (
+        f"its batch {batch_id} may still be running"
+        if batch_id is not None
+        else "its batch may have been created without its answer being recorded"
+    )
+    return (
+        f"run {run_id}: chunk {number} was not cancelled: {what}, and the Message Batches API "
+        f"could not be asked ({cause}). The chunk stays open, so nothing is claimed about it; "
+        f"run `notifier cancel {run_id}` again once the API can be reached."
+    )
+
+
+def _cancel_batch(
+    client: anthropic.Anthropic, number: int, batch_id: str, say: Callable[[str], None]
+) -> None:
+    """Cancel one batch; a 4xx (e.g. it has ended) is said, anything else raised."""
+    try:
+        client.messages.batches.cancel(batch_id)
+    except anthropic.APIStatusError as exc:
+        if not nothing_made(exc):
+            raise
+        say(f"chunk {number}: batch {batch_id} not cancelled: {exc.message}")
+
+
+def _cancel_maybe_ours(
+    client: anthropic.Anthropic, chunk: Chunk, mine: str, say: Callable[[str], None]
+) -> list[str]:
+    """The batches since the chunk's time bound with its request count: an ended one is
+    the chunk's if its results carry `mine` (nothing left to cancel); one still running
+    cannot be told before it ends, so it is cancelled as maybe the chunk's."""
+    found = []
+    since = datetime.fromisoformat(chunk.not_before)
+    for batch_id in listed_since(client, since, chunk.request_count):
+        batch = client.messages.batches.retrieve(batch_id)
+        if batch.processing_status == "ended":
+            if any(r.custom_id.startswith(mine) for r in client.messages.batches.results(batch_id)):
+                say(f"chunk {chunk.chunk}: batch {batch_id} was its own and has ended")
+            continue
+        say(f"chunk {chunk.chunk}: batch {batch_id} may be its own (still running): cancelling")
+        _cancel_batch(client, chunk.chunk, batch_id, say)
+        found.append(batch_id)
+    return found

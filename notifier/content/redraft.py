@@ -1,0 +1,357 @@
+"""`notifier redraft [RUN_ID] --item ID…`: new drafts for selected rows of a --compose run
+still awaiting approval (docs/guarantees.md, "Drafts").
+
+Nothing of such a run was sent (`awaiting_approval` is reached only from `planned`), so its
+intents may still change: the named rows are drafted again, their intents recomputed
+exactly as the freeze computes them (intent digest, identity; the idempotency key names
+the row's delivery slot, not its content, so it stays, and nothing ever went out under it),
+and the run's fingerprint follows. In one transaction, conditional on the run still
+awaiting approval with the fingerprint read here: the drafts, the intents, the fingerprint,
+and the approval record cleared, with a `redraft` event naming who, which rows and both
+fingerprints. An approval binds to the fingerprint and the state version, so the old
+fingerprint (and any approval under way) is refused from then on: the run must be reviewed
+and approved again.
+
+A row whose new draft fails keeps the draft it had (the others are applied); a row whose
+first draft had failed is planned again (`failed` to `pending`) when its new draft works.
+Ctrl-C or SIGTERM asks for nothing more but waits for the answers already requested (they
+are paid for) and applies them, then exits 130 (143) naming the rows never asked.
+The SDK loads only here, when a redraft is asked for."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, CancelledError, ThreadPoolExecutor, wait
+from dataclasses import asdict, dataclass
+
+from notifier.api.env import Env, open_store, pick_run
+from notifier.config import Config
+from notifier.content import compose
+from notifier.content.batch_csv import BatchRow
+from notifier.content.plan import make_plan, source_identity
+from notifier.content.template import from_sources
+from notifier.domain.errors import BadInput, ExitCode, Interrupted, NeedsAttention, Refused
+from notifier.domain.intent import content_fingerprint, run_fingerprint
+from notifier.domain.records import Run
+from notifier.domain.state_machine import RunState
+from notifier.engine.signals import Interruption, interrupt_guard
+from notifier.store import LostRace, Store
+
+
+class RedraftUsage(BadInput):
+    """Redraft cannot apply to this run or these rows (exit 2): nothing was changed."""
+
+
+@dataclass(frozen=True)
+class Redrafted:
+    seq: int
+    item_id: str
+    draft: compose.Draft
+    payload: str
+    digest: str
+    identity: str | None
+
+
+@dataclass(frozen=True)
+class Result:
+    run: Run
+    before: str  # the fingerprint the redraft replaced
+    redrafted: list[Redrafted]
+    kept: list[tuple[str, str]]  # (item id, why its new draft failed): its old one stands
+
+
+def check_run(run: Run) -> None:
+    """Exit 2 unless `run` is a --compose run awaiting approval."""
+    rid = run.run_id
+    if not run.options.get("compose"):
+        raise RedraftUsage(
+            f"run {rid} was not drafted by Claude (no --compose), so it has no drafts to redraft; "
+            "nothing was changed. Change the CSV or the template and plan it again as a new run "
+            "(`notifier send BATCH.csv --require-approval --new-run`)."
+        )
+    if run.state is RunState.AWAITING_APPROVAL:
+        return
+    if compose.unfrozen(run):
+        why = (
+            f"it is still drafting; `notifier resume {rid}` finishes the drafts (and, planned "
+            "with --require-approval, stops for approval: redraft applies then)"
+        )
+    elif run.state is RunState.APPROVED:
+        why = (
+            "it is already approved, and a redraft would change what was approved; to change "
+            f"it, `notifier cancel {rid}` and plan it again (`notifier send BATCH.csv --compose "
+            "BRIEF --require-approval --new-run`)"
+        )
+    else:
+        why = (
+            "only a run awaiting approval has sent nothing, so only its drafts may change; "
+            f"`notifier status {rid}` shows where it stands"
+        )
+    raise RedraftUsage(
+        f"run {rid} is {run.state.value}, not awaiting approval, so its rows cannot be "
+        f"redrafted; nothing was changed: {why}."
+    )
+
+
+def pick_rows(store: Store, run: Run, item_ids: Sequence[str]) -> list[tuple[int, BatchRow]]:
+    """The rows named by `item_ids` (seq, row as stored before drafting); exit 2 naming any
+    id the run does not have."""
+    wanted = list(dict.fromkeys(i.strip() for i in item_ids if i.strip()))
+    if not wanted:
+        raise RedraftUsage(
+            f"redraft of run {run.run_id} names no row; nothing was changed. Name each row to "
+            f"redraft with --item ID (`notifier preview {run.run_id} --format csv` lists them)."
+        )
+    by_id = {}
+    for stored in store.drafts.drafts(run.run_id):
+        row = compose.row_from_source(stored.source)
+        by_id[row.item_id] = (stored.seq, row)
+    unknown = [i for i in wanted if i not in by_id]
+    if unknown:
+        raise RedraftUsage(
+            f"run {run.run_id} has no row with id {', '.join(map(repr, unknown))}; nothing was "
+            f"changed. `notifier preview {run.run_id} --format csv` lists its rows' ids; run "
+            f"`notifier redraft {run.run_id} --item ID` with ids from there."
+        )
+    return [by_id[i] for i in wanted]
+
+
+TICK_S = 0.1  # how soon a Ctrl-C is noticed while answers are awaited
+
+
+@dataclass(frozen=True)
+class RedraftAnswers:
+    answers: list[tuple[int, BatchRow, compose.Draft | str]]  # a draft, or why it failed
+    not_asked: list[str]  # item ids never requested: a Ctrl-C came first
+
+
+def ask(
+    drafter: compose.DraftClient,
+    rows: Sequence[tuple[int, BatchRow]],
+    concurrency: int,
+    interrupted: Interruption | None = None,
+    say: Callable[[str], None] = lambda line: None,
+) -> RedraftAnswers:
+    """A new draft for every row (or the reason it failed), `concurrency` at a time.
+    ComposeStopped (exit 3, nothing changed) when drafting must stop for every row. Once
+    `interrupted` is set (signals.interrupt_guard), no new request starts, but the requests
+    already sent are waited for: their answers are paid for, and kept."""
+
+    def one(row: BatchRow) -> compose.Draft | str:
+        try:
+            return drafter.draft(row)
+        except compose.DraftRejected as exc:
+            return str(exc)
+
+    with ThreadPoolExecutor(max(1, concurrency), thread_name_prefix="redraft") as pool:
+        futures = [(seq, row, pool.submit(one, row)) for seq, row in rows]
+        waiting = {future for _, _, future in futures}
+        noticed = False
+        while waiting:
+            _, waiting = wait(waiting, timeout=TICK_S, return_when=FIRST_COMPLETED)
+            if interrupted is not None and interrupted.is_set() and not noticed:
+                noticed = True
+                drafter.stop()
+                for future in waiting:
+                    future.cancel()  # not started yet: never asked
+                in_flight = sum(1 for f in waiting if not f.cancelled())
+                say(
+                    f"{interrupted.name} while redrafting: no new request; waiting for the "
+                    f"{in_flight} answer(s) already requested, to keep them."
+                )
+    answers: list[tuple[int, BatchRow, compose.Draft | str]] = []
+    not_asked = []
+    for seq, row, future in futures:
+        try:
+            answers.append((seq, row, future.result()))
+        except CancelledError:
+            not_asked.append(row.item_id)
+        except compose.DraftDeferred as exc:
+            if exc.why is compose.Deferral.INTERRUPTED:
+                not_asked.append(row.item_id)
+            else:
+                answers.append((seq, row, str(exc)))
+    return RedraftAnswers(answers, not_asked)
+
+
+def intents(
+    run: Run, answers: Sequence[tuple[int, BatchRow, compose.Draft | str]], config: Config
+) -> tuple[list[Redrafted], list[tuple[str, str]]]:
+    """Each new draft as its row's intent, computed by make_plan exactly as the freeze does
+    (the run's template, snapshot and key nonce); a draft the template rejects is kept out."""
+    template_options = run.options.get("template")
+    template = (
+        from_sources(template_options["subject"], template_options["body"], "stored template")
+        if template_options
+        else None
+    )
+    kept: list[tuple[str, str]] = []
+    ready: list[tuple[int, BatchRow, compose.Draft]] = []
+    identities: dict[int, str] = {}  # a redrafted row keeps its source row's identity
+    for seq, row, answer in answers:
+        identities[row.seq] = source_identity(row)
+        if isinstance(answer, str):
+            kept.append((row.item_id, answer))
+            continue
+        try:
+            final = compose.apply_draft(row, asdict(answer), template)
+        except compose.DraftRejected as exc:
+            kept.append((row.item_id, str(exc)))
+            continue
+        ready.append((seq, final, answer))
+    if not ready:
+        return [], kept
+    plan = make_plan(
+        [row for _, row, _ in ready],
+        config,
+        run.run_id,
+        snapshot=run.channel_snapshot,
+        nonce=run.key_nonce,
+        identities=identities,
+    )
+    try:
+        staged = {r[0]: r for r in plan.items.rows()}
+    finally:
+        plan.close()
+    redrafted = []
+    for seq, row, answer in ready:
+        # The stage's row: store.stage._ITEM_COLUMNS, in that order.
+        payload, digest, identity = staged[seq][4], staged[seq][6], staged[seq][8]
+        redrafted.append(Redrafted(seq, row.item_id, answer, payload, digest, identity))
+    return redrafted, kept
+
+
+def redraft(
+    store: Store,
+    run: Run,
+    item_ids: Sequence[str],
+    key: str,
+    config: Config,
+    operator: str,
+    say: Callable[[str], None],
+    interrupted: Interruption | None = None,
+) -> Result:
+    """Redraft the named rows of `run` (its lease held by the caller) and store the new
+    intents and fingerprint, voiding any approval. NeedsAttention (3) when no row got a new
+    draft, nothing changed. After a Ctrl-C or SIGTERM (`interrupted`), the drafts answered
+    are stored all the same, and RedraftInterrupted names the rows never asked."""
+    from notifier.content import claude_messages  # noqa: PLC0415 (the SDK loads only when drafting)
+
+    check_run(run)
+    rows = pick_rows(store, run, item_ids)
+    settings = compose.Settings.from_options(run.options)
+    drafter = claude_messages.Drafter(settings, key)
+    try:
+        try:
+            asked = ask(drafter, rows, compose.CONCURRENCY, interrupted, say)
+        except compose.ComposeStopped as exc:
+            raise NeedsAttention(f"run {run.run_id}: {exc} Nothing was redrafted.") from exc
+    finally:
+        drafter.close()
+    redrafted, kept = intents(run, asked.answers, config)
+    for item_id, why in kept:
+        say(f"row {item_id}: the new draft failed ({why}); it keeps the draft it had")
+    if redrafted:
+        changed = {r.seq: r.digest for r in redrafted}
+        digests = [
+            changed.get(item.seq, item.intent_digest) for item in store.queries.items(run.run_id)
+        ]
+        store.drafts.apply_redraft(
+            run.run_id,
+            run.fingerprint,
+            run_fingerprint(digests, run.channel_snapshot),
+            content_fingerprint(digests, list(run.channel_snapshot)),
+            [(r.seq, asdict(r.draft), r.payload, r.digest, r.identity) for r in redrafted],
+            operator,
+        )
+    result = Result(store.core.get_run(run.run_id), run.fingerprint, redrafted, kept)
+    if interrupted is not None and interrupted.is_set():
+        raise _interruption(result, asked.not_asked, interrupted)
+    if not redrafted:
+        raise NeedsAttention(
+            f"run {run.run_id}: no row got a new draft, so nothing was changed and its "
+            f"fingerprint stands. Run `notifier redraft {run.run_id} --item ID` again once the "
+            "cause above is fixed."
+        )
+    return result
+
+
+class RedraftInterrupted(Interrupted):
+    """Ctrl-C while redrafting (130): the drafts answered are kept, the rest named."""
+
+
+class RedraftTerminated(RedraftInterrupted):
+    """SIGTERM while redrafting (143), kept alike."""
+
+    exit_code = ExitCode.TERMINATED
+
+
+def _interruption(
+    result: Result, not_asked: Sequence[str], interrupted: Interruption
+) -> RedraftInterrupted:
+    """What a redraft cut short kept (the answers already paid for, stored as one redraft)
+    and the command that redrafts the rows never asked, and only those."""
+    rid = result.run.run_id
+    if result.redrafted:
+        done = (
+            f"{len(result.redrafted)} row(s) redrafted and stored ("
+            + ", ".join(r.item_id for r in result.redrafted)
+            + f"), {len(result.kept)} kept their draft after a failed answer; the run's "
+            "fingerprint changed, so any approval of the old one is void: review it with "
+            f"`notifier preview {rid}`."
+        )
+    else:
+        done = "No new draft was received: nothing was changed and the fingerprint stands."
+    rest = (
+        f" {len(not_asked)} row(s) were never asked and keep their draft: `notifier redraft "
+        f"{rid} " + " ".join(f"--item {i}" for i in not_asked) + "` redrafts them."
+        if not_asked
+        else ""
+    )
+    kind = RedraftTerminated if interrupted.signum == signal.SIGTERM else RedraftInterrupted
+    return kind(
+        f"run {rid}: redraft interrupted ({interrupted.name}): no new request was made after "
+        f"it, and the answers already requested were waited for. {done}{rest}"
+    )
+
+
+def command(env: Env, run_id: str | None, item_ids: Sequence[str]) -> Result:
+    """`notifier redraft`: the run (without RUN_ID the newest, as the contract says) checked, its
+    lease held while its rows are redrafted (no resume or second redraft meanwhile)."""
+    from notifier.api import working  # noqa: PLC0415 (start-up time)
+    from notifier.content import drafting  # noqa: PLC0415 (start-up time)
+    from notifier.domain import who  # noqa: PLC0415 (start-up time)
+
+    store = open_store(env)
+    try:
+        run = pick_run(store, run_id)
+        check_run(run)
+        pick_rows(store, run, item_ids)  # exit 2 before the key or the lease is looked at
+        key = drafting.compose_key()
+        interrupted = Interruption()
+        with (
+            working.take_lease(store, run, env.config.lease_ttl_s),
+            interrupt_guard(interrupted, env.say),
+        ):
+            return redraft(
+                store,
+                store.core.get_run(run.run_id),
+                item_ids,
+                key,
+                env.config,
+                who.operator_name(),
+                env.say,
+                interrupted,
+            )
+    except LostRace as exc:
+        from notifier.cli.outcome import error_message  # noqa: PLC0415 (start-up time)
+
+        raise Refused(
+            f"run {run_id or 'the newest run'} changed while it was being redrafted "
+            f"({error_message(exc)}): "
+            "another command approved, rejected or redrafted it; nothing was changed by this "
+            "one. `notifier status` shows where it stands."
+        ) from exc
+    finally:
+        store.close()

@@ -1,0 +1,71 @@
+"""One error model: every failure an operator can act on is a `NotifierError` carrying its exit
+code from the one `ExitCode` table of the CLI contract (docs/design.md section 7). The click
+group (cli/group.py) turns it into the exit status in exactly one place; nothing else
+decides exit codes for errors.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum, StrEnum
+from typing import ClassVar, Self
+
+
+class ExitCode(IntEnum):
+    DONE = 0
+    INTERNAL = 1  # a bug: nothing is lost, every state change is durable
+    BAD_INPUT = 2  # usage or bad input; nothing was changed
+    ATTENTION = 3  # stopped with items needing attention, or paused
+    REFUSED = 4  # refused for safety: live lease, conflict, failed check, approval
+    INTERRUPTED = 130  # Ctrl-C: the run was paused cleanly
+    TERMINATED = 143  # SIGTERM (systemd, docker stop): the run was paused cleanly
+    CRASHED = 137  # NOTIFIER_CRASH_AT: a simulated crash
+
+
+class NextStep(StrEnum):
+    """What the operator can do next after a failure, as a fact: the layers below the
+    command line state it, and the command layer words it (outcome.error_message)."""
+
+    STATUS = "status"  # look at where the run stands
+    STATUS_AND_AGAIN = "status_and_again"  # look, then run the command again if it applies
+    RESUME = "resume"  # once the cause is fixed, `resume` goes on from what was recorded
+    READ_ONLY = "read_only"  # the reading commands still work; the others need it writable
+    SEND_FIRST = "send_first"  # no database yet: a send creates it, or --db names another
+
+
+class NotifierError(Exception):
+    """A failure with a one-paragraph message naming the thing, the cause and the fix; the
+    fix that is a command to run is a NextStep (`then`), worded by the command layer."""
+
+    exit_code: ClassVar[ExitCode] = ExitCode.INTERNAL
+    then: NextStep | None = None
+    then_run: str | None = None  # the run `then` concerns, where it names one
+
+    def advise(self, then: NextStep, run_id: str | None = None) -> Self:
+        """This failure, with what to do next (about run `run_id`)."""
+        self.then, self.then_run = then, run_id
+        return self
+
+
+class BadInput(NotifierError):
+    """Usage or bad input; nothing was changed."""
+
+    exit_code = ExitCode.BAD_INPUT
+
+
+class NeedsAttention(NotifierError):
+    """Stopped with items needing attention, or paused (a long Retry-After, a full disk)."""
+
+    exit_code = ExitCode.ATTENTION
+
+
+class Refused(NotifierError):
+    """Refused for safety: a live lease, a conflict, a failed integrity check, a lost race."""
+
+    exit_code = ExitCode.REFUSED
+
+
+class Interrupted(NotifierError):
+    """Ctrl-C outside a run's sending loop (while planning, between manual decisions): the
+    message says what was already recorded, and what will carry on from there."""
+
+    exit_code = ExitCode.INTERRUPTED

@@ -1,0 +1,82 @@
+"""The suppression list: addresses that are never sent to, whatever a batch says.
+
+An address is kept under its key: the intent's normalisation of a target (NFC, trimmed,
+domain lower-cased: intent.normalise_target) with the local part lower-cased too, so that
+`Ann@Example.com` and `ann@example.com` are one address. The intent keeps the local part's
+case (RFC 5321 lets a mailbox tell them apart, and the digest must not change); a
+suppression errs the other way, because mailing an address its owner asked to stop is the
+mistake that costs, and no real mailbox is told apart by case alone.
+
+Where a row is matched: at plan time by SQL (store/suppressions.py, one pass over the new
+items, with the database lower-casing ASCII letters only, the same on both engines), and
+again at the claim by this module's `address_key`, which also lower-cases non-ASCII letters.
+So an address with non-ASCII capitals may be planned `pending` and is then suppressed at its
+claim: either way it is never sent.
+
+This module is the typed records and the address rules; the SQL is in
+store/suppressions.py, the commands and the reading of an import file in cli/suppress.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from notifier.domain.intent import normalise_target
+
+# Longest address SMTP carries (RFC 5321 4.5.3.1.3: a 256-octet path minus its brackets).
+MAX_ADDRESS_CHARS = 254
+MAX_REASON_CHARS = 1000
+
+
+class Source(StrEnum):
+    """Where a suppression came from."""
+
+    OPERATOR = "operator"  # `suppress add`
+    IMPORT = "import"  # `suppress import FILE.csv`
+    RELAY = "relay"  # a permanent rejection of the recipient (SMTP 550/551/553 5.1.x)
+
+
+@dataclass(frozen=True)
+class Suppression:
+    """One suppressed address as stored."""
+
+    address: str
+    reason: str | None
+    source: Source
+    operator: str
+    created_at: str
+
+
+@dataclass(frozen=True)
+class Entry:
+    """An address to suppress, with its reason (from the command line or an import row)."""
+
+    address: str  # its key (address_key)
+    reason: str | None
+
+
+def address_key(target: str) -> str:
+    """The form an address is suppressed and looked up under (see the module's docstring)."""
+    return normalise_target(target).lower()
+
+
+def sql_keys_alike(target: str) -> bool:
+    """Whether SQL's form of the key (store/suppressions.py: trimmed of spaces, ASCII
+    letters lower-cased) is `address_key(target)`: for an ASCII target whose only
+    surrounding whitespace is spaces. Otherwise the key is computed here, in Python."""
+    return target.isascii() and target.strip() == target.strip(" ")
+
+
+def address_problem(text: str) -> str | None:
+    """Why `text` cannot be suppressed as an e-mail address, or None."""
+    value = normalise_target(text)
+    local, at, domain = value.rpartition("@")
+    if not value:
+        return "is empty"
+    if not at or not local or not domain or "://" in value:
+        return "is not an e-mail address (local@domain)"
+    if any(c.isspace() for c in value) or any(ord(c) < 32 for c in value):
+        return "holds a space or a control character"
+    if len(value) > MAX_ADDRESS_CHARS:
+        return f"is longer than {MAX_ADDRESS_CHARS} characters"
+    return None

@@ -1,0 +1,140 @@
+"""`reconcile --manual`: an operator settles unknown items with evidence, audited.
+
+Interactive by default (one prompt per unknown item); `--item ID --mark … --evidence …` for
+scripts. Every decision is a `decisions` row plus an event, written with the state change.
+Ctrl-C between or during the prompts keeps every decision already recorded, records nothing
+half-made, and exits 130 saying which decisions were recorded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from notifier.api import settling, working
+from notifier.api.env import Env, open_store, pick_run
+from notifier.domain.errors import BadInput, Interrupted, Refused
+from notifier.domain.records import Counts, Item, Run
+from notifier.domain.state_machine import ItemState
+from notifier.store import Store
+
+_CHOICES = {"s": "sent", "n": "not-sent", "a": "abandon", "k": "skip", "q": "quit"}
+# What each mark does, shown once before the first question.
+_LEGEND = (
+    "For each item: [s]ent = it was delivered (evidence required; never sent again); "
+    "[n]ot sent = it was not delivered (it is sent again, under the same key on resume); "
+    "[a]bandon = you cannot tell (it stays maybe delivered and is never sent again unless "
+    "you later mark it not sent); s[k]ip = decide later; [q]uit."
+)
+
+
+def reconcile_manually(
+    env: Env, run_id: str | None, item_ref: str | None, mark: str | None, evidence: str | None
+) -> tuple[Run, Counts]:
+    scripted = item_ref is not None or mark is not None or evidence is not None
+    if scripted and not (item_ref and mark and evidence is not None):
+        raise BadInput(
+            "non-interactive use needs all three: --item ID --mark sent|not-sent|abandon "
+            "--evidence TEXT."
+        )
+    store = open_store(env)
+    try:
+        run = pick_run(store, run_id)
+        with working.take_lease(store, run, env.config.lease_ttl_s) as lease:
+            if scripted:
+                assert item_ref is not None and mark is not None and evidence is not None
+                env.say(
+                    settling.decide_by_hand(
+                        env, store, run, item_ref, mark, evidence, lease.version
+                    )
+                )
+            else:
+                unknown = list(store.queries.items(run.run_id, [ItemState.UNKNOWN]))
+                if not unknown:
+                    env.say(f"run {run.run_id} has no unknown items.")
+                else:
+                    click.echo(_LEGEND)
+                decided: list[str] = []
+                try:
+                    for item in unknown:
+                        if not _ask_about(env, store, run, item, lease.version, decided):
+                            break
+                except KeyboardInterrupt:
+                    # A decision being written when it came was rolled back whole.
+                    settling.complete_if_done(store, run.run_id, lease.version)
+                    counts = store.queries.counts(run.run_id)
+                    raise Interrupted(_interrupted(run, decided, counts)) from None
+            settling.complete_if_done(store, run.run_id, lease.version)
+        counts = store.queries.counts(run.run_id)
+        env.say(f"run {run.run_id}: {counts.summary()}")
+        return store.core.get_run(run.run_id), counts
+    finally:
+        store.close()
+
+
+def _interrupted(run: Run, decided: list[str], counts: Counts) -> str:
+    recorded = (
+        f"{len(decided)} decision(s) recorded before it ({'; '.join(decided)})"
+        if decided
+        else "no decision was recorded"
+    )
+    return (
+        f"interrupted (Ctrl-C): {recorded}; run {run.run_id} has {counts.unknown} unknown "
+        f"item(s) left. `notifier reconcile --manual {run.run_id}` goes on with them."
+    )
+
+
+def _prompt(text: str, **kwargs: Any) -> Any:
+    """click.prompt, except that Ctrl-C stays a KeyboardInterrupt (click turns it, like an
+    end of input, into Abort): the end of input stops asking, Ctrl-C interrupts."""
+    try:
+        return click.prompt(text, **kwargs)
+    except click.Abort as abort:
+        if isinstance(abort.__context__, KeyboardInterrupt):
+            raise KeyboardInterrupt from None
+        raise
+
+
+def _ask_about(
+    env: Env, store: Store, run: Run, item: Item, version: int, decided: list[str]
+) -> bool:
+    """Show one unknown item and record the operator's decision (noted in `decided`); False
+    to stop asking."""
+    click.echo("")
+    click.echo(f"item {item.item_id} (seq {item.seq}) on channel {item.channel} → {item.target}")
+    click.echo(f"  subject:  {item.payload.get('subject', '')}")
+    click.echo(f"  key:      {item.idempotency_key}")
+    click.echo(f"  digest:   {item.intent_digest}")
+    click.echo(f"  attempts: {item.attempts}   last error: {item.last_error or '-'}")
+    try:
+        answer = _prompt(
+            "  delivered? [s]ent / [n]ot sent / [a]bandon / s[k]ip / [q]uit",
+            type=click.Choice(list(_CHOICES)),
+            show_choices=False,
+        )
+    except click.Abort:
+        return False
+    decision = _CHOICES[answer]
+    if decision == "quit":
+        return False
+    if decision == "skip":
+        return True
+    prompt = "  evidence (required)" if decision == "sent" else "  reason"
+    try:
+        evidence = _prompt(prompt, default="" if decision != "sent" else None)
+        while decision == "sent" and not evidence.strip():
+            evidence = _prompt(prompt)
+    except click.Abort:
+        return False
+    evidence = evidence.strip() or f"operator chose {decision} without a stated reason"
+    try:
+        env.say(settling.decide_by_hand(env, store, run, item.item_id, decision, evidence, version))
+        decided.append(f"item {item.item_id} → {decision}")
+    except Refused as refused:
+        # A refused decision (a partial delivery marked not-sent) leaves the item as it was;
+        # say why and go on to the next one.
+        from notifier.cli.outcome import error_message  # noqa: PLC0415 (start-up time)
+
+        env.say(error_message(refused))
+    return True
