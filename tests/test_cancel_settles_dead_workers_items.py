@@ -17,11 +17,11 @@ from typing import Any
 import psycopg
 import pytest
 from click.testing import CliRunner
-from notifier.domain.answers import Receipt
 
 from notifier.channels import Ready, always
 from notifier.cli import cli
 from notifier.domain import clock
+from notifier.domain.answers import Receipt
 from notifier.domain.intent import Intent
 from notifier.domain.records import PendingKind
 from notifier.domain.state_machine import ItemTrigger, RunState

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 from click.testing import Result
-from notifier.domain.answers import ChannelError, ErrorKind, Receipt
 
 from notifier.channels import Ready, always
 from notifier.cli.outcome import run_advice, run_exit
 from notifier.domain import clock, waits
+from notifier.domain.answers import ChannelError, ErrorKind, Receipt
 from notifier.domain.intent import Intent
 from notifier.domain.records import Item, StopCause
 from notifier.domain.retry import RetryPolicy

@@ -10,10 +10,10 @@ import threading
 from dataclasses import dataclass, field
 
 import pytest
-from notifier.domain.answers import ChannelError, ErrorKind, Receipt
 
 from notifier.channels import Ready, always
 from notifier.domain import clock
+from notifier.domain.answers import ChannelError, ErrorKind, Receipt
 from notifier.domain.intent import Intent
 from notifier.domain.retry import RetryPolicy
 from notifier.engine.membership import holder_alive

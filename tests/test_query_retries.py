@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 
 import pytest
-from notifier.domain.answers import ChannelError, ErrorKind, Receipt
 
+from notifier.domain.answers import ChannelError, ErrorKind, Receipt
 from notifier.domain.records import Item
 from notifier.domain.state_machine import ItemState
 from notifier.engine.settle_by_query import Finding, ask

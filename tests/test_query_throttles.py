@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 import httpx2
 import pytest
 import tenacity
-from notifier.domain.answers import ChannelError, ErrorKind, Receipt
 
 from notifier.channels import Ready, always
 from notifier.channels.webhook import WebhookChannel
 from notifier.domain import clock
+from notifier.domain.answers import ChannelError, ErrorKind, Receipt
 from notifier.domain.decide import Finding
 from notifier.domain.intent import Intent
 from notifier.domain.records import Item

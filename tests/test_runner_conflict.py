@@ -10,9 +10,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from notifier.domain.answers import Receipt
 
 from notifier.channels import Ready, always
+from notifier.domain.answers import Receipt
 from notifier.domain.intent import Intent
 from notifier.domain.retry import RetryPolicy
 from notifier.domain.state_machine import RunState

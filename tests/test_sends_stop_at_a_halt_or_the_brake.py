@@ -16,8 +16,8 @@ from __future__ import annotations
 from functools import partial
 
 import pytest
-from notifier.domain.answers import ChannelError, ErrorKind, Receipt
 
+from notifier.domain.answers import ChannelError, ErrorKind, Receipt
 from notifier.domain.records import AttemptOutcome, Outcome
 from notifier.domain.state_machine import ItemTrigger
 from notifier.engine.brakes import Brakes

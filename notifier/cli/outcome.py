@@ -1,5 +1,5 @@
 """From how a command ended to the contract's exit code and the advice to print: the one
-table, used only by cli.py. The layers below return states, reasons and counts."""
+table, used only by the command line. The layers below return states, reasons and counts."""
 
 from __future__ import annotations
 
@@ -148,5 +148,10 @@ def error_message(exc: NotifierError) -> str:
             f"{exc} `notifier status`, `report` and `runs` still read it; to send, resume, "
             "cancel or reconcile, make it writable (or copy it somewhere writable and pass "
             "--db)."
+        )
+    if exc.then is NextStep.SEND_FIRST:
+        return (
+            f"{exc} Run `notifier send BATCH.csv` first, or point --db (or NOTIFIER_DB) at an "
+            "existing receipts database."
         )
     return str(exc)

@@ -6,7 +6,7 @@ digests and the run's fingerprint computed from the stored drafts ("frozen"). A 
 side effect, so a crash before one is stored just asks again; a stored draft is never asked
 for again, so `resume` never changes a digest.
 
-The requests themselves are claude.py's (imported only when drafting: the SDK is heavy to
+The requests themselves are claude_messages.py's (imported only when drafting: the SDK is heavy to
 load and every other command starts without it).
 """
 

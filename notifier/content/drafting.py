@@ -1,8 +1,8 @@
 """Drafting a --compose run, as the commands see it: the settings a send starts with, the
 model checked before anything is stored, what `resume --model` / `--recreate` change, and
-which path drafts (one request per row, or Message Batches: batches.py).
+which path drafts (one request per row, or Message Batches: claude_batches.py).
 
-Kept out of cli.py and app.py (both past their size) and out of compose.py (which knows
+Kept out of the command line and the API and out of compose.py (which knows
 nothing of the SDK): the SDK loads only in the functions that talk to the API."""
 
 from __future__ import annotations

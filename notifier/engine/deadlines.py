@@ -54,7 +54,7 @@ def split_stale(store: Store, run_id: str, window: list[Item]) -> tuple[list[Ite
                 AttemptOutcome.EXPIRED,
                 error=(
                     f"not_after {item.not_after} passed after an attempt that may have "
-                    "been delivered; not sent again: settle it with `notifier reconcile`"
+                    "been delivered; not sent again until a query or a decision by hand settles it"
                     if uncertain
                     else f"not_after {item.not_after} passed before its turn: not sent"
                 ),

@@ -205,7 +205,7 @@ class Runner:
                     RunState.CANCELLED,
                     Stop.CANCELLED,
                     "cancel requested: this worker stopped sending; the last worker (or "
-                    f"`notifier cancel`) closes the run: {counts.summary()}",
+                    f"the cancel) closes the run: {counts.summary()}",
                     counts,
                 )
             return self.coord.finish_cancel()
@@ -398,7 +398,7 @@ class Runner:
             held = ", ".join(map(str, held_back))  # a sender marked why it held them back
             raise self.control.lost_error(
                 self.run_id,
-                f", so item(s) {held} were not sent; `notifier resume {self.run_id}` settles them",
+                f", so item(s) {held} were not sent; a resume settles them by query",
             )
         if claimed:
             # Read after this commit, before its items go to the senders: an item claimed

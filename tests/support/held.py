@@ -11,10 +11,9 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from notifier.domain.answers import ChannelError, Receipt
-
 from notifier.channels import Ready, always, go_ahead
 from notifier.domain import clock
+from notifier.domain.answers import ChannelError, Receipt
 from notifier.domain.intent import Intent
 from notifier.domain.records import Item
 from notifier.domain.retry import RetryPolicy
