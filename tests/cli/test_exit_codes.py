@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from notifier.api import planning
 from notifier.domain.errors import ExitCode
 from notifier.domain.state_machine import IllegalMove, ItemState, ItemTrigger, item_next
 from notifier.engine.runner import Runner
@@ -30,7 +31,7 @@ def test_1_internal_error_without_traceback(ws: Workspace, monkeypatch: pytest.M
     def broken(*args: object, **kwargs: object) -> None:
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr(app, "plan_batch", broken)
+    monkeypatch.setattr(planning, "plan_batch", broken)
     result = ws.invoke("send", str(EXAMPLE))
     assert result.exit_code == ExitCode.INTERNAL
     assert "internal error: ZeroDivisionError: a bug. Nothing was lost" in result.output

@@ -11,8 +11,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from notifier.cli.suppress import read_import
 from notifier.domain.cells import safe_cell
-from notifier.domain.suppression import Entry, address_key, address_problem, read_import
+from notifier.domain.suppression import Entry, address_key, address_problem
 
 from ..conftest import Workspace
 

@@ -17,16 +17,17 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from notifier.domain.answers import Receipt
 
 from notifier.channels import Ready, always
 from notifier.cli import cli
 from notifier.domain import clock
+from notifier.domain.answers import Receipt
 from notifier.domain.intent import Intent
 from notifier.domain.records import PendingKind
 from notifier.domain.state_machine import ItemTrigger, RunState
 from notifier.engine.coordination import RunOptions, Shared
 from notifier.engine.judging import Progress
+from notifier.engine.run_control import RunControl
 from notifier.engine.settle_by_query import not_found_counts_from, settle_items
 
 from ..conftest import Workspace, make_rows, wait_for
@@ -262,7 +263,7 @@ def test_the_last_worker_settles_every_item_left_mid_request_before_it_closes(
         said: list[str] = []
         coord = Shared(
             "worker-a", a, "k2", {"outbox": channel}, a_version, Progress(said.append),
-            RunOptions(concurrency=8),
+            RunOptions(concurrency=8), RunControl(),
         )  # fmt: skip
         _dies(pg_url, "worker-c")
         assert [item.seq for item in coord.adopt()] == [5, 6, 7]  # mid-run, as watch() does
@@ -309,7 +310,7 @@ def test_the_last_worker_asks_again_about_items_asked_too_early_with_nothing_in_
         said: list[str] = []
         coord = Shared(
             "worker-a", a, "k3", {"outbox": channel}, a_version, Progress(said.append),
-            RunOptions(concurrency=8),
+            RunOptions(concurrency=8), RunControl(),
         )  # fmt: skip
         _dies(pg_url, "worker-c")
         assert [item.seq for item in coord.adopt()] == [1, 2, 3]  # mid-run, as watch() does

@@ -15,10 +15,9 @@ from notifier.domain.records import StopCause
 from notifier.domain.retry import RetryPolicy
 from notifier.domain.state_machine import RunState, RunTrigger
 from notifier.engine.coordination import RunResult
-from notifier.engine.judging import Stop
 from notifier.engine.membership import SharedLease, holder_alive
+from notifier.engine.run_control import Stop
 from notifier.engine.runner import Runner, RunOptions
-from notifier.engine.signals import Interruption
 from notifier.store import Store
 
 from ..conftest import Workspace, wait_for
@@ -63,8 +62,9 @@ def test_another_workers_halt_or_pause_stops_this_workers_queued_items(
         channel = Holding()
         with SharedLease(store, "s1", 30.0) as lease:
             runner = Runner(
-                lease.store, "s1", {"hooks": channel}, RetryPolicy(), RunOptions(concurrency=n),
-                lease_version=lease.version, lease_lost=lease.lost, interrupted=Interruption(),
+                lease.store, lease.store.core.get_run("s1"),
+                {"hooks": channel}, RetryPolicy(), RunOptions(concurrency=n),
+                lease_version=lease.version, control=lease.control,
                 lease_valid=lease.surely_valid, say=lambda line: None,
             )  # fmt: skip
             ended: list[RunResult] = []

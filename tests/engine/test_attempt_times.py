@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import pytest
-from notifier.domain.answers import Receipt
 
 from notifier.channels import Ready, always
 from notifier.domain import clock
+from notifier.domain.answers import Receipt
 from notifier.domain.intent import Intent
 
 from ..conftest import Workspace, make_rows

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from notifier.api import Notifier
-from notifier.engine.signals import Interruption, interrupt_guard
+from notifier.engine.run_control import RunControl
+from notifier.engine.signals import interrupt_guard
 
 from ..conftest import Workspace, make_rows
 from ..receiver import Receiver, receiving, webhook_config
@@ -50,7 +51,7 @@ def test_a_cancel_during_a_rate_wait_at_n1_is_seen_and_nothing_more_is_sent(
 def test_a_signal_whose_message_cannot_be_written_does_not_raise_into_the_send() -> None:
     """The first SIGINT is recorded even when its message fails to write (stderr a closed
     pipe): the handler raises nothing into whatever it interrupted, a send included."""
-    interrupted = Interruption()
+    interrupted = RunControl()
 
     def broken(_line: str) -> None:
         raise BrokenPipeError("stderr is a closed pipe")
@@ -58,6 +59,6 @@ def test_a_signal_whose_message_cannot_be_written_does_not_raise_into_the_send()
     with interrupt_guard(interrupted, broken):
         os.kill(os.getpid(), signal.SIGINT)  # handled at the next bytecode, in this block
         for _ in range(1000):
-            if interrupted.is_set():
+            if interrupted.signalled:
                 break
-    assert interrupted.is_set()
+    assert interrupted.signalled

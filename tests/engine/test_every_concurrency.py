@@ -16,22 +16,22 @@ from typing import Any
 
 import pytest
 from click.testing import Result
-from notifier.domain.answers import ChannelError, ErrorKind, Receipt
 
 from notifier.channels import Ready, always
 from notifier.cli.outcome import run_advice, run_exit
 from notifier.domain import clock, waits
+from notifier.domain.answers import ChannelError, ErrorKind, Receipt
 from notifier.domain.intent import Intent
 from notifier.domain.records import Item, StopCause
 from notifier.domain.retry import RetryPolicy
 from notifier.domain.state_machine import RunState, RunTrigger
 from notifier.engine.crash import CrashPlan
-from notifier.engine.judging import SendResult, Stop
-from notifier.engine.membership import LostFlag, holder_alive
+from notifier.engine.judging import SendResult
+from notifier.engine.membership import holder_alive
+from notifier.engine.run_control import RunControl, Stop
 from notifier.engine.runner import APPROVAL_PAUSE, CHANNEL_DOWN_PAUSE, Runner, RunOptions, RunResult
 from notifier.engine.sending import Asked
 from notifier.engine.settle_by_query import Question
-from notifier.engine.signals import Interruption
 from notifier.store import Store
 
 from ..conftest import (
@@ -194,9 +194,10 @@ def test_a_throttled_answer_closes_the_channel_before_any_other_sender_starts(
     held = _HeldCommitter("after-send", n)
     version = store.leases.acquire_lease("r1", {"host": "h", "pid": os.getpid()}, 30, holder_alive)
     runner = Runner(
-        store, "r1", {"hooks": channel}, RetryPolicy.from_settings(5, 60, 0.01, 0.05),
-        RunOptions(concurrency=n), lease_version=version, lease_lost=LostFlag(),
-        interrupted=Interruption(), crash=held, say=lambda line: None,
+        store, store.core.get_run("r1"),
+        {"hooks": channel}, RetryPolicy.from_settings(5, 60, 0.01, 0.05),
+        RunOptions(concurrency=n), lease_version=version, control=RunControl(),
+        crash=held, say=lambda line: None,
     )  # fmt: skip
     taken = []  # every claimed item goes through one sender call: sent, or held back
     send_one = runner._senders._send
@@ -263,9 +264,10 @@ def _runner(ws: Workspace, items: int, n: int, channel: _Recording) -> tuple[Sto
     store = _planned_run(ws, items)
     version = store.leases.acquire_lease("r1", {"host": "h", "pid": os.getpid()}, 30, holder_alive)
     runner = Runner(
-        store, "r1", {"hooks": channel}, RetryPolicy.from_settings(5, 60, 0.01, 0.05),
-        RunOptions(concurrency=n), lease_version=version, lease_lost=LostFlag(),
-        interrupted=Interruption(), say=lambda line: None,
+        store, store.core.get_run("r1"),
+        {"hooks": channel}, RetryPolicy.from_settings(5, 60, 0.01, 0.05),
+        RunOptions(concurrency=n), lease_version=version, control=RunControl(),
+        say=lambda line: None,
     )  # fmt: skip
     return store, runner
 
@@ -337,7 +339,7 @@ def test_items_claimed_ahead_never_start_once_the_worker_saw_a_cancel(
     try:
         wait_for(lambda: len(channel.started) == n, "N requests under way")
         assert canceller.ledger.request_cancel("r1")
-        wait_for(lambda: runner.dispatch.cancel_seen is not None, "the committer read the cancel")
+        wait_for(lambda: runner.control.requested(Stop.CANCELLED), "the committer read the cancel")
         channel.release.set()
         thread.join(WAIT_S)
     finally:
@@ -366,7 +368,7 @@ def test_cancel_reports_the_items_it_released_as_never_attempted(ws: Workspace) 
 
     def release_once_the_worker_read_the_cancel() -> None:
         try:
-            wait_for(lambda: runner.dispatch.cancel_seen is not None, "the worker read the cancel")
+            wait_for(lambda: runner.control.requested(Stop.CANCELLED), "the worker read the cancel")
         finally:
             channel.release.set()
 
@@ -533,8 +535,9 @@ def test_a_worker_that_finds_the_run_paused_by_another_ends_as_that_pause_says(
             "r1", RunTrigger.PAUSE, version, stop_reason=reason, stop_cause=cause
         )  # the other worker
         runner = Runner(
-            store, "r1", {}, RetryPolicy(), RunOptions(), lease_version=version,
-            lease_lost=LostFlag(), interrupted=Interruption(), say=lambda line: None,
+            store, store.core.get_run("r1"),
+            {}, RetryPolicy(), RunOptions(), lease_version=version,
+            control=RunControl(), say=lambda line: None,
         )  # fmt: skip
         result = runner.coord.moved_by_another(RunState.PAUSED)
     finally:

@@ -13,9 +13,9 @@ import pytest
 from notifier.domain import clock
 from notifier.domain.records import Run
 from notifier.domain.retry import RetryPolicy
-from notifier.engine.membership import LostFlag, SharedLease, holder_alive
+from notifier.engine.membership import SharedLease, holder_alive
+from notifier.engine.run_control import RunControl
 from notifier.engine.runner import Runner, RunOptions
-from notifier.engine.signals import Interruption
 from notifier.store import LeaseLost, LossCause, RunFence, Store, WorkerFence
 
 from ..conftest import Workspace, make_rows, wait_for
@@ -209,10 +209,11 @@ def test_a_loss_the_committer_finds_is_marked_before_any_queued_item_starts(
     try:
         version = store.leases.acquire_lease("f1", _NOBODY, 30, lambda owner, at: False)
         channel = Holding()
-        lost = LostFlag()
+        lost = RunControl()
         runner = Runner(
-            store, "f1", {"hooks": channel}, RetryPolicy(), RunOptions(concurrency=8),
-            lease_version=version, lease_lost=lost, interrupted=Interruption(),
+            store, store.core.get_run("f1"),
+            {"hooks": channel}, RetryPolicy(), RunOptions(concurrency=8),
+            lease_version=version, control=lost,
             say=lambda line: None,
         )  # fmt: skip
         ended: list[BaseException] = []
@@ -228,8 +229,8 @@ def test_a_loss_the_committer_finds_is_marked_before_any_queued_item_starts(
         try:
             wait_for(lambda: len(channel.started) == 8, "8 requests held", timeout=20)
             ws.forge.run_lease_taken_over()
-            wait_for(lost.is_set, "the loss marked while the held requests are under way", 20)
-            assert lost.cause is LossCause.TAKEN_OVER
+            wait_for(lambda: lost.lost, "the loss marked while the held requests are under way", 20)
+            assert lost.loss is LossCause.TAKEN_OVER
         finally:
             channel.release.set()
             thread.join(WAIT_S)

@@ -12,7 +12,8 @@ import pytest
 
 from notifier.api import Notifier
 from notifier.domain import clock
-from notifier.engine.judging import NotStarted, Stop
+from notifier.engine.judging import NotStarted
+from notifier.engine.run_control import Stop
 from notifier.sandbox.server import Faults, Sandbox
 
 from ..conftest import Workspace, make_rows, smtp_server

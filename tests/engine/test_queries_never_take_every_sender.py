@@ -10,16 +10,15 @@ import threading
 from dataclasses import dataclass, field
 
 import pytest
-from notifier.domain.answers import ChannelError, ErrorKind, Receipt
 
 from notifier.channels import Ready, always
 from notifier.domain import clock
+from notifier.domain.answers import ChannelError, ErrorKind, Receipt
 from notifier.domain.intent import Intent
 from notifier.domain.retry import RetryPolicy
-from notifier.engine.judging import Stop
-from notifier.engine.membership import LostFlag, holder_alive
+from notifier.engine.membership import holder_alive
+from notifier.engine.run_control import RunControl, Stop
 from notifier.engine.runner import Runner, RunOptions
-from notifier.engine.signals import Interruption
 from notifier.store import Store
 
 from ..conftest import Workspace, wait_for
@@ -97,9 +96,10 @@ def test_held_status_queries_leave_senders_to_send(ws: Workspace) -> None:
     channel = _HoldsItsQueries(uncertain={str(i) for i in range(1, n + 1)})
     version = store.leases.acquire_lease("h1", {"host": "h", "pid": 1}, 30, holder_alive)
     runner = Runner(
-        store, "h1", {"hooks": channel}, RetryPolicy.from_settings(5, 60, 0.01, 0.05),
+        store, store.core.get_run("h1"),
+        {"hooks": channel}, RetryPolicy.from_settings(5, 60, 0.01, 0.05),
         RunOptions(concurrency=n, unknown_streak_limit=50), lease_version=version,
-        lease_lost=LostFlag(), interrupted=Interruption(), say=lambda line: None,
+        control=RunControl(), say=lambda line: None,
     )  # fmt: skip
     results = []
     thread = threading.Thread(target=lambda: results.append(runner.run()))

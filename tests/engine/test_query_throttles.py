@@ -12,21 +12,20 @@ from dataclasses import dataclass, field
 import httpx2
 import pytest
 import tenacity
-from notifier.domain.answers import ChannelError, ErrorKind, Receipt
 
 from notifier.channels import Ready, always
 from notifier.channels.webhook import WebhookChannel
 from notifier.domain import clock
+from notifier.domain.answers import ChannelError, ErrorKind, Receipt
 from notifier.domain.decide import Finding
 from notifier.domain.intent import Intent
 from notifier.domain.records import Item
 from notifier.domain.retry import RetryPolicy
 from notifier.domain.state_machine import ItemState
-from notifier.engine.judging import Stop
-from notifier.engine.membership import LostFlag, holder_alive
+from notifier.engine.membership import holder_alive
+from notifier.engine.run_control import RunControl, Stop
 from notifier.engine.runner import Runner, RunOptions
 from notifier.engine.settle_by_query import GATE_WAIT_S, Asking
-from notifier.engine.signals import Interruption
 from notifier.store import Store
 
 from ..conftest import Workspace, wait_for
@@ -127,9 +126,10 @@ def test_a_throttled_status_query_holds_back_every_send_and_query_until_retry_af
         channel.release.set()
     version = store.leases.acquire_lease("q1", {"host": "h", "pid": 1}, 30, holder_alive)
     runner = Runner(
-        store, "q1", {"hooks": channel}, RetryPolicy.from_settings(5, 60, 0.01, 0.05),
-        RunOptions(concurrency=n), lease_version=version, lease_lost=LostFlag(),
-        interrupted=Interruption(), say=lambda line: None,
+        store, store.core.get_run("q1"),
+        {"hooks": channel}, RetryPolicy.from_settings(5, 60, 0.01, 0.05),
+        RunOptions(concurrency=n), lease_version=version, control=RunControl(),
+        say=lambda line: None,
     )  # fmt: skip
     results = []
     thread = threading.Thread(target=lambda: results.append(runner.run()))

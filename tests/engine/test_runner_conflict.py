@@ -10,16 +10,15 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from notifier.domain.answers import Receipt
 
 from notifier.channels import Ready, always
+from notifier.domain.answers import Receipt
 from notifier.domain.intent import Intent
 from notifier.domain.retry import RetryPolicy
 from notifier.domain.state_machine import RunState
-from notifier.engine.judging import Stop
-from notifier.engine.membership import LostFlag, holder_alive
+from notifier.engine.membership import holder_alive
+from notifier.engine.run_control import RunControl, Stop
 from notifier.engine.runner import Runner, RunOptions
-from notifier.engine.signals import Interruption
 from notifier.sandbox.server import Faults, Sandbox
 from notifier.store import Store
 
@@ -68,8 +67,8 @@ def test_receipt_for_another_digest_fails_the_item_and_halts(tmp_path: Path) -> 
     version = store.leases.acquire_lease("r1", {"host": "h", "pid": 1}, 30, holder_alive)
     channel = AnswersForAnotherIntent()
     result = Runner(
-        store, "r1", {"odd": channel}, RetryPolicy(), RunOptions(),
-        lease_version=version, lease_lost=LostFlag(), interrupted=Interruption(),
+        store, store.core.get_run("r1"), {"odd": channel}, RetryPolicy(), RunOptions(),
+        lease_version=version, control=RunControl(),
         say=lambda line: None,
     ).run()  # fmt: skip
     assert (result.stop, result.state) == (Stop.CONFLICT, RunState.HALTED)

@@ -16,12 +16,13 @@ from __future__ import annotations
 from functools import partial
 
 import pytest
-from notifier.domain.answers import ChannelError, ErrorKind, Receipt
 
+from notifier.domain.answers import ChannelError, ErrorKind, Receipt
 from notifier.domain.records import AttemptOutcome, Outcome
 from notifier.domain.state_machine import ItemTrigger
 from notifier.engine.brakes import Brakes
-from notifier.engine.judging import NotStarted, Progress, Stop
+from notifier.engine.judging import NotStarted, Progress
+from notifier.engine.run_control import Stop
 from notifier.engine.runner import RunOptions
 
 from ..conftest import Workspace, make_rows, wait_for
@@ -121,11 +122,9 @@ def test_the_committer_halts_at_exactly_the_streak_limit_of_unknowns() -> None:
     channel_of = {outcome.seq: "hooks" for outcome in lost}
     assert not brakes.would_halt(lost[:4], channel_of)
     assert brakes.would_halt(lost, channel_of)
-    for outcome in lost[:4]:
-        brakes.after(outcome)
-    assert progress.halt is None
-    brakes.after(lost[4])
-    assert progress.halt is not None and progress.halt[0] is Stop.HALTED
+    assert [brakes.after(outcome) for outcome in lost[:4]] == [None] * 4
+    brake = brakes.after(lost[4])
+    assert brake is not None and brake.cause is Stop.HALTED
 
 
 ROWS = 40

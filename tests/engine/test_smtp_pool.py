@@ -11,9 +11,9 @@ import socket
 import threading
 
 import pytest
-from notifier.domain.answers import ChannelError, ErrorKind
 
 from notifier.channels.smtp_pool import Relay, Watchdog, _connect
+from notifier.domain.answers import ChannelError, ErrorKind
 
 from ..conftest import Workspace, make_rows
 from ..smtp_relay import FAST_RETRY, each_key_once, relay

@@ -13,9 +13,9 @@ from contextlib import suppress
 from dataclasses import replace
 
 import pytest
-from notifier.domain.answers import ChannelError, ErrorKind
 
 from notifier.channels.smtp import SmtpChannel
+from notifier.domain.answers import ChannelError, ErrorKind
 from notifier.domain.intent import Intent, idempotency_key, intent_digest, make_payload
 
 from ..conftest import Workspace, make_rows

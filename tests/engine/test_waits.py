@@ -8,9 +8,9 @@ import time
 
 import pytest
 import tenacity
-from notifier.domain.answers import ChannelError, ErrorKind, Receipt
 
 from notifier.domain import waits
+from notifier.domain.answers import ChannelError, ErrorKind, Receipt
 from notifier.domain.records import Item
 from notifier.domain.retry import RetryPolicy
 from notifier.domain.state_machine import ItemState

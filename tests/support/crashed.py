@@ -68,7 +68,7 @@ def crash_send(
     notifier = Notifier.open(db, config=config, channels=channels)
     # As the command schedules every file (a row's own not_before and tz columns included);
     # the API schedules only when given a Schedule.
-    options.setdefault("schedule", from_options(None, None, None, notifier.api.env.config.channels))
+    options.setdefault("schedule", from_options(None, None, None, notifier.env.config.channels))
     with rehearsing(spec):
         try:
             ended = notifier.send(Path(batch), **options)

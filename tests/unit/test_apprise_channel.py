@@ -14,10 +14,10 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
-from notifier.domain.answers import ChannelError, ErrorKind
 
 from notifier.channels.apprise import AppriseChannel, mask_url, split_urls
 from notifier.channels.base import ChannelConfigError, Withheld
+from notifier.domain.answers import ChannelError, ErrorKind
 from notifier.domain.intent import Intent, idempotency_key, intent_digest, make_payload
 
 pytest.importorskip("apprise")  # the optional extra; notifier.channels.apprise loads it lazily

@@ -14,9 +14,9 @@ import pytest
 import tenacity
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from notifier.domain.answers import ChannelError, ErrorKind, Receipt
 
 from notifier.domain import clock
+from notifier.domain.answers import ChannelError, ErrorKind, Receipt
 from notifier.domain.decide import (
     AfterSend,
     Answer,

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 import tenacity
-from notifier.domain.answers import ChannelError, ErrorKind
 
+from notifier.domain.answers import ChannelError, ErrorKind
 from notifier.domain.decide import AfterSend, Caps, History, decide
 from notifier.domain.records import (
     MAYBE_DELIVERED_OUTCOMES,

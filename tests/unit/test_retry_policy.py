@@ -7,8 +7,8 @@ import pytest
 import tenacity
 from hypothesis import given
 from hypothesis import strategies as st
-from notifier.domain.answers import ChannelError, ErrorKind
 
+from notifier.domain.answers import ChannelError, ErrorKind
 from notifier.domain.retry import Action, RetryPolicy, action_for
 
 

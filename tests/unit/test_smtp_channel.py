@@ -17,10 +17,10 @@ import pytest
 import trustme
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
-from notifier.domain.answers import ChannelError, ErrorKind
 
 from notifier.channels.base import ChannelConfigError
 from notifier.channels.smtp import SmtpChannel
+from notifier.domain.answers import ChannelError, ErrorKind
 from notifier.domain.intent import Intent, idempotency_key, intent_digest, make_payload
 
 SENDER = "ops@example.com"

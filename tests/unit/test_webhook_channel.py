@@ -10,9 +10,9 @@ from email.utils import format_datetime
 import httpx2
 import pytest
 import standardwebhooks
-from notifier.domain.answers import ChannelError, ErrorKind
 
 from notifier.channels.webhook import WebhookChannel, classify_status, parse_retry_after
+from notifier.domain.answers import ChannelError, ErrorKind
 from notifier.domain.intent import Intent
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"

@@ -18,11 +18,11 @@ from typing import Any
 
 import httpx2
 import pytest
-from notifier.domain.answers import ChannelError, ErrorKind
 
 from notifier.channels import Withheld
 from notifier.channels.deadline import DeadlineTransport, attempt_deadline
 from notifier.channels.webhook import WebhookChannel
+from notifier.domain.answers import ChannelError, ErrorKind
 from notifier.domain.intent import Intent
 
 TIMEOUT_S = 0.5
