@@ -53,7 +53,7 @@ def build(db: str, batch: Path, plan_only: bool) -> dict[str, float]:
     )
     start = time.perf_counter()
     if plan_only:
-        notifier.content.plan(batch, channel="hooks", run_id=RUN)
+        notifier.plan(batch, channel="hooks", run_id=RUN)
     else:
         notifier.send(batch, channel="hooks", run_id=RUN, concurrency=16)
     return {"seconds": time.perf_counter() - start}

@@ -419,8 +419,8 @@ class Notifier:
             exported = audit_file.AuditFile(path)
         except (ValueError, OSError) as exc:
             raise BadInput(
-                f"{path} cannot be read as a notifier audit file ({exc}). Give the file "
-                "`notifier export RUN --to FILE` wrote, or a run id."
+                f"{path} cannot be read as a notifier audit file ({exc}). Give the file an "
+                "export wrote, or a run id."
             ) from None
         try:
             findings = exported.check(signer)

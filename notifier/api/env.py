@@ -1,6 +1,6 @@
 """What a command works in (its database, its configuration, where it says things), and how
 a command that looks at a run begins: it opens the store and picks the run. Apart from
-app.py, which loads everything sending needs, so that `status`, `report` and `runs` start
+the API's modules, which load everything sending needs, so that `status`, `report` and `runs` start
 without it."""
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from notifier.domain.state_machine import RunTrigger
 from notifier.engine import crash
 from notifier.engine.membership import Lease, LeaseKind, SoleLease, for_sending
 from notifier.engine.runner import Runner, RunOptions, RunResult
-from notifier.engine.signals import Interruption, interrupt_guard
+from notifier.engine.signals import interrupt_guard
 from notifier.observe import NULL_OBSERVER, Observer
 from notifier.store import LeaseHeld, Store
 
@@ -39,24 +39,26 @@ def work_run(
     plan = crash.from_env()
     for note in config_module.snapshot_drift(run.channel_snapshot, env.config):
         env.say(f"note: {note}")
-    interrupted = Interruption()
     with (
         run_channels(run, env) as channels,
         # Where the store shares runs, every process that sends holds a worker lease of its
         # own, so more workers (`notifier worker`) can join the run from any machine.
         take_lease(store, run, env.config.lease_ttl_s, kind=for_sending(store)) as lease,
-        interrupt_guard(interrupted, env.say),
+        # A signal asks the same run control the lease tells of a loss: the one holder of
+        # whether this process stops (run_control.py).
+        interrupt_guard(lease.control, env.say),
     ):
         announce()
         runner = Runner(
             lease.store,  # fenced by the lease this process holds (a worker's own, or the run's)
-            run.run_id,
+            # Read once the lease is held: a `cancel` (or another process) may have moved the
+            # run since it was read to plan or check it; the runner reads it no more.
+            lease.store.core.get_run(run.run_id),
             channels,
             env.config.retry.policy(),
             options,
             lease_version=lease.version,
-            lease_lost=lease.lost,
-            interrupted=interrupted,
+            control=lease.control,
             crash=plan,
             say=env.say,
             advance=advance,

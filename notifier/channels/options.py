@@ -146,7 +146,7 @@ def _domain_rates(value: Any) -> str | None:
     return None
 
 
-# Every channel type also takes `window` (when its items may be sent; windows.py) and
+# Every channel type also takes `window` (when its items may be sent; domain/windows.py) and
 # `domain_rates` (sends per second per recipient domain; domain_rates.py).
 WINDOW = Option("str", check=_window)
 DOMAIN_RATES = Option("table", check=_domain_rates)

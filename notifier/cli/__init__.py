@@ -9,27 +9,31 @@ server) when it runs, so that `status`, `report` and `runs` start fast.
 
 from __future__ import annotations
 
-from notifier.cli import exporting as export
-from notifier.cli import operator, resume, send, suppress
-from notifier.cli import proving as verify
-
 # Each module adds its commands to `cli` as it is imported: importing them is assembling.
-from notifier.cli import review as approval
-from notifier.cli import run_sandbox as sandbox
-from notifier.cli import watching as observing
+from notifier.cli import (
+    exporting,
+    operator,
+    proving,
+    resume,
+    review,
+    run_sandbox,
+    send,
+    suppress,
+    watching,
+)
 from notifier.cli.group import cli
 
 __all__ = [
     "cli",
-    "export",
+    "exporting",
     "main",
     "operator",
+    "proving",
     "resume",
     "review",
     "run_sandbox",
     "send",
     "suppress",
-    "verify",
     "watching",
 ]
 

@@ -1,5 +1,5 @@
 """The `notifier` click group, its global options, and the one place where failures become
-exit codes. Every module of notifier/commands adds its commands to `cli` here; cli.py imports
+exit codes. Every module of notifier/cli adds its commands to `cli` here; cli/__init__.py imports
 them all and is what runs. The group sits below the commands, so that no command imports the
 module that imports it.
 

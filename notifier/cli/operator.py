@@ -1,6 +1,6 @@
 """The commands that look at runs and stop or settle them: status, report, runs, cancel,
 reconcile. `status`, `report` and `runs` are read-only and must start fast: nothing here
-loads app.py (and all that sending needs) at import time."""
+loads the API (and all that sending needs) at import time."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """From how a command ended to the contract's exit code and the advice to print: the one
-table, used only by cli.py. The layers below return states, reasons and counts."""
+table, used only by the command line. The layers below return states, reasons and counts."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 from notifier.domain.errors import ExitCode, NextStep, NotifierError
 from notifier.domain.records import Counts
 from notifier.domain.state_machine import RunState
-from notifier.engine.judging import Stop
+from notifier.engine.run_control import Stop
 from notifier.engine.runner import RunResult
 
 # The `send` options that shape a run (where, what, whether reviewed, when), as stored in its
@@ -148,5 +148,10 @@ def error_message(exc: NotifierError) -> str:
             f"{exc} `notifier status`, `report` and `runs` still read it; to send, resume, "
             "cancel or reconcile, make it writable (or copy it somewhere writable and pass "
             "--db)."
+        )
+    if exc.then is NextStep.SEND_FIRST:
+        return (
+            f"{exc} Run `notifier send BATCH.csv` first, or point --db (or NOTIFIER_DB) at an "
+            "existing receipts database."
         )
     return str(exc)

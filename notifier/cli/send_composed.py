@@ -1,5 +1,5 @@
 """`send --compose` on the command line: the brief it reads, the first drafts a dry run
-shows (which the API bills), and what it prints while the API (api.py) compares the rows,
+shows (which the API bills), and what it prints while the API (notifier/api) compares the rows,
 stores them, drafts, freezes and sends them."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""`send` of a file, on the command line: what the command prints while the API (api.py)
+"""`send` of a file, on the command line: what the command prints while the API (notifier/api)
 reads, compares, stores and sends it, and what it says when a dry run, a refusal or a
-Ctrl-C stops it first. The compose path is composing.py."""
+Ctrl-C stops it first. The compose path is send_composed.py."""
 
 from __future__ import annotations
 

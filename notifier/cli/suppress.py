@@ -14,14 +14,14 @@ import click
 from notifier.api.env import open_store
 from notifier.cli.group import cli, command_env
 from notifier.cli.output import chosen_format, format_options
+from notifier.domain.cells import cell_value
 from notifier.domain.errors import BadInput
 from notifier.domain.suppression import (
     MAX_REASON_CHARS,
     Entry,
     Source,
     address_key,
-    entries,
-    read_import,
+    address_problem,
 )
 from notifier.domain.who import operator_name
 
@@ -149,3 +149,87 @@ def remove(ctx: click.Context, addresses: tuple[str, ...]) -> None:
     if absent:
         line += f"; not on it: {', '.join(absent)}"
     click.echo(line + ".")
+
+
+def entries(addresses: list[str], reason: str | None) -> list[Entry]:
+    """The command line's ADDRESS… as entries; BadInput naming every bad one."""
+    bad = [f"{a!r} {p}" for a in addresses if (p := address_problem(a)) is not None]
+    if bad:
+        raise BadInput(
+            "suppress: " + "; ".join(bad) + ". Give each address as local@domain, e.g. "
+            "`notifier suppress add ann@example.com --reason 'asked to stop'`; nothing "
+            "was stored."
+        )
+    return [Entry(address_key(a), reason) for a in dict.fromkeys(addresses)]
+
+
+_ADDRESS_COLUMNS = ("address", "email")
+
+
+def read_import(path: Path) -> list[Entry]:
+    """The entries of an import file: a CSV whose address column is named `address` or
+    `email` (else the first column, the first line then being data when it looks like an
+    address), with an optional `reason` column. BadInput naming every bad line: a file is
+    imported whole or not at all."""
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise BadInput(
+            f"suppress import: {path} does not exist. Give a CSV file with a column "
+            "`address` (or `email`), e.g. `notifier suppress import bounced.csv`."
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(
+            f"suppress import: {path} cannot be read as UTF-8 text ({exc}). Save it as a "
+            "UTF-8 CSV file and run `notifier suppress import` again; nothing was stored."
+        ) from None
+    # `suppress list --format csv` escapes formula-like cells; reading them back undoes it.
+    rows = [[cell_value(c) for c in row] for row in csv.reader(io.StringIO(text))]
+    while rows and not any(cell.strip() for cell in rows[-1]):
+        rows.pop()
+    if not rows:
+        raise BadInput(
+            f"suppress import: {path} is empty. It needs a column `address` (or `email`) "
+            "with one address per line; nothing was stored."
+        )
+    header = [cell.strip().lower() for cell in rows[0]]
+    column = next((header.index(n) for n in _ADDRESS_COLUMNS if n in header), None)
+    reason_column = header.index("reason") if "reason" in header else None
+    first_data = 1
+    if column is None:
+        column = 0
+        # No named column: the first line is data when it is an address itself.
+        first_data = 0 if address_problem(rows[0][0] if rows[0] else "") is None else 1
+    found: list[Entry] = []
+    problems: list[str] = []
+    for line, row in enumerate(rows[first_data:], start=first_data + 1):
+        if not any(cell.strip() for cell in row):
+            continue  # a blank line
+        address = row[column] if column < len(row) else ""
+        problem = address_problem(address)
+        if problem is not None:
+            problems.append(f"line {line}: {address!r} {problem}")
+            continue
+        reason = (
+            row[reason_column].strip()
+            if reason_column is not None and reason_column < len(row)
+            else ""
+        )
+        if len(reason) > MAX_REASON_CHARS:
+            problems.append(f"line {line}: the reason is longer than {MAX_REASON_CHARS} characters")
+            continue
+        found.append(Entry(address_key(address), reason or None))
+    if problems:
+        shown = "; ".join(problems[:20])
+        more = f"; and {len(problems) - 20} more" if len(problems) > 20 else ""
+        raise BadInput(
+            f"suppress import: {path} has {len(problems)} bad line(s): {shown}{more}. Fix "
+            "them (each line one address, local@domain) and run `notifier suppress import` "
+            "again; nothing was stored."
+        )
+    if not found:
+        raise BadInput(
+            f"suppress import: {path} holds no address. It needs a column `address` (or "
+            "`email`) with one address per line; nothing was stored."
+        )
+    return list({e.address: e for e in found}.values())

@@ -54,7 +54,7 @@ from notifier.domain.intent import canonical_json
 from notifier.domain.records import Run
 from notifier.engine import crash
 from notifier.engine.membership import Lease
-from notifier.engine.signals import Interruption
+from notifier.engine.run_control import RunControl
 from notifier.store import Store
 
 CHUNK_ROWS = 2000  # rows per batch: a fiftieth of the API's 100,000 requests per batch
@@ -90,12 +90,12 @@ class BatchDrafting:
         key: str,
         say: Callable[[str], None],
         lease: Lease,
-        interrupted: Interruption | None = None,
+        interrupted: RunControl | None = None,
         advance: Callable[[int], None] = lambda n: None,
     ) -> None:
         self.store, self.run, self.settings, self.say = store, run, settings, say
         self.lease = lease  # its version fences every chunk write; create needs it surely held
-        self.interrupted = interrupted if interrupted is not None else Interruption()
+        self.interrupted = interrupted if interrupted is not None else RunControl()
         self.advance = advance
         self.client = anthropic.Anthropic(api_key=key, max_retries=0, timeout=300.0)
         self.prefix = custom_prefix(run)
@@ -131,7 +131,7 @@ class BatchDrafting:
             self.store.drafts.note_drafting(
                 run_id,
                 "drafting_interrupted",
-                {"signal": self.interrupted.name, "batches_left": left},
+                {"signal": self.interrupted.signal_name, "batches_left": left},
             )
             return self._progress(None, interrupted=True)
         return self._progress(None)
@@ -150,7 +150,7 @@ class BatchDrafting:
         """After Ctrl-C or SIGTERM: nothing more is created, polled or read. A `create`
         under way when the signal came has ended and its batch id is recorded (the signal
         does not cut a call short), so every batch paid for is known to `resume`."""
-        if self.interrupted.is_set():
+        if self.interrupted.signalled:
             raise _Interrupted
 
     def _submit_new(self, rows_per_chunk: int) -> None:
@@ -354,7 +354,7 @@ class BatchDrafting:
         any other 4xx stops drafting; anything else is in doubt (_CreateInDoubt)."""
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception_type(anthropic.RateLimitError),
-            stop=tenacity.stop_after_attempt(8) | tenacity.stop_when_event_set(self.interrupted),
+            stop=tenacity.stop_after_attempt(8) | _UntilSignalled(self.interrupted),
             wait=_wait_honouring_retry_after,
             sleep=self._sleep,
             reraise=True,
@@ -362,7 +362,7 @@ class BatchDrafting:
         try:
             return retrying(lambda: self.client.messages.batches.create(requests=requests))
         except anthropic.APIError as exc:
-            if self.interrupted.is_set():
+            if self.interrupted.signalled:
                 raise _Interrupted from exc  # the chunk stays creating: resume asks
             if nothing_made(exc):
                 raise _stopped(exc) from exc
@@ -373,7 +373,7 @@ class BatchDrafting:
         stops drafting for every row."""
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception(_transient),
-            stop=tenacity.stop_after_attempt(8) | tenacity.stop_when_event_set(self.interrupted),
+            stop=tenacity.stop_after_attempt(8) | _UntilSignalled(self.interrupted),
             wait=_wait_honouring_retry_after,
             sleep=self._sleep,
             reraise=True,
@@ -381,9 +381,19 @@ class BatchDrafting:
         try:
             return retrying(action)
         except anthropic.APIError as exc:
-            if self.interrupted.is_set():
+            if self.interrupted.signalled:
                 raise _Interrupted from exc  # no retry after Ctrl-C: resume asks again
             raise _stopped(exc) from exc
+
+
+class _UntilSignalled(tenacity.stop.stop_base):
+    """No retry after Ctrl-C or SIGTERM."""
+
+    def __init__(self, control: RunControl) -> None:
+        self.control = control
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
+        return self.control.signalled
 
 
 def _stopped(exc: anthropic.APIError) -> ComposeStopped:

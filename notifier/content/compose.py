@@ -6,7 +6,7 @@ digests and the run's fingerprint computed from the stored drafts ("frozen"). A 
 side effect, so a crash before one is stored just asks again; a stored draft is never asked
 for again, so `resume` never changes a digest.
 
-The requests themselves are claude.py's (imported only when drafting: the SDK is heavy to
+The requests themselves are claude_messages.py's (imported only when drafting: the SDK is heavy to
 load and every other command starts without it).
 """
 
@@ -33,7 +33,7 @@ from notifier.domain.errors import BadInput, NeedsAttention, NotifierError
 from notifier.domain.intent import canonical_json
 from notifier.domain.records import Run
 from notifier.domain.state_machine import RunTrigger
-from notifier.engine.signals import Interruption
+from notifier.engine.run_control import RunControl
 from notifier.store import Store
 
 KEY_ENV = "ANTHROPIC_API_KEY"
@@ -209,7 +209,7 @@ class DraftProgress:
     failed: int
     pending: int
     stopped: str | None = None  # why drafting stopped for every row
-    interrupted: Interruption | None = None  # set: Ctrl-C or SIGTERM stopped drafting
+    interrupted: RunControl | None = None  # set: Ctrl-C or SIGTERM stopped drafting
     kept: int = 0  # answers that arrived after the interruption, stored all the same
     deferred: Deferral | None = None  # why the last row left undrafted got no draft
 
@@ -221,7 +221,7 @@ def draft_pending(
     say: Callable[[str], None],
     concurrency: int = CONCURRENCY,
     *,
-    interrupted: Interruption | None = None,
+    interrupted: RunControl | None = None,
     advance: Callable[[int], None] = lambda n: None,
 ) -> DraftProgress:
     """Draft every row of the run that has no draft yet, `concurrency` at a time, storing
@@ -283,21 +283,21 @@ class _Storing:
         for other in self.futures:
             other.cancel()  # not started yet: they stay undrafted
 
-    def run(self, interrupted: Interruption | None) -> None:
+    def run(self, interrupted: RunControl | None) -> None:
         waiting = set(self.futures)
         tick = None if interrupted is None else self.TICK_S
         while waiting:
             done, waiting = wait(waiting, timeout=tick, return_when=FIRST_COMPLETED)
-            if interrupted is not None and interrupted.is_set() and not self.noticed:
+            if interrupted is not None and interrupted.signalled and not self.noticed:
                 self.noticed = True
                 self.stop_new()
                 in_flight = sum(1 for f in waiting if not f.cancelled())
                 self.store.drafts.note_drafting(
-                    self.run_id, "drafting_interrupted", {"signal": interrupted.name,
+                    self.run_id, "drafting_interrupted", {"signal": interrupted.signal_name,
                                                           "in_flight": in_flight},
                 )  # fmt: skip
                 self.say(
-                    f"{interrupted.name} while drafting: waiting for the {in_flight} "
+                    f"{interrupted.signal_name} while drafting: waiting for the {in_flight} "
                     "answer(s) already requested, to store them."
                 )
             for future in done:

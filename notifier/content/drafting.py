@@ -1,8 +1,8 @@
 """Drafting a --compose run, as the commands see it: the settings a send starts with, the
 model checked before anything is stored, what `resume --model` / `--recreate` change, and
-which path drafts (one request per row, or Message Batches: batches.py).
+which path drafts (one request per row, or Message Batches: claude_batches.py).
 
-Kept out of cli.py and app.py (both past their size) and out of compose.py (which knows
+Kept out of the command line and the API and out of compose.py (which knows
 nothing of the SDK): the SDK loads only in the functions that talk to the API."""
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from notifier.api.env import open_store
 from notifier.content import compose
 from notifier.content.batch_csv import BatchRow
 from notifier.domain.errors import BadInput, ExitCode, Interrupted
-from notifier.engine.signals import Interruption, interrupt_guard
+from notifier.engine.run_control import RunControl
+from notifier.engine.signals import interrupt_guard
 from notifier.observe.progress import progress_bar
 
 if TYPE_CHECKING:
@@ -124,7 +125,7 @@ def draft(
     from notifier.content import claude_messages  # noqa: PLC0415 (the SDK loads only when drafting)
 
     settings = compose.Settings.from_options(run.options)
-    interrupted = Interruption()
+    interrupted = RunControl()
     total = store.drafts.draft_summary(run.run_id)
     with interrupt_guard(interrupted, say), progress_bar(total["total"], "drafting") as advance:
         advance(total["total"] - total["pending"])
@@ -166,7 +167,7 @@ def interruption(
     drafts were kept, what was left with the API, and the command that goes on."""
     signal_seen = progress.interrupted
     assert signal_seen is not None
-    name, run_id = signal_seen.name, run.run_id
+    name, run_id = signal_seen.signal_name, run.run_id
     done = (
         f"{progress.drafted} row(s) drafted, {progress.failed} failed, {progress.pending} "
         "still to draft"
@@ -189,7 +190,7 @@ def interruption(
             f"and kept ({done}; nothing was sent). `notifier resume {run_id}` drafts the "
             "rest without asking again for any draft kept."
         )
-    kind = DraftingTerminated if signal_seen.signum == signal.SIGTERM else DraftingInterrupted
+    kind = DraftingTerminated if signal_seen.first_signal == signal.SIGTERM else DraftingInterrupted
     return kind(text)
 
 

@@ -35,7 +35,8 @@ from notifier.domain.errors import BadInput, ExitCode, Interrupted, NeedsAttenti
 from notifier.domain.intent import content_fingerprint, run_fingerprint
 from notifier.domain.records import Run
 from notifier.domain.state_machine import RunState
-from notifier.engine.signals import Interruption, interrupt_guard
+from notifier.engine.run_control import RunControl
+from notifier.engine.signals import interrupt_guard
 from notifier.store import LostRace, Store
 
 
@@ -130,7 +131,7 @@ def ask(
     drafter: compose.DraftClient,
     rows: Sequence[tuple[int, BatchRow]],
     concurrency: int,
-    interrupted: Interruption | None = None,
+    interrupted: RunControl | None = None,
     say: Callable[[str], None] = lambda line: None,
 ) -> RedraftAnswers:
     """A new draft for every row (or the reason it failed), `concurrency` at a time.
@@ -150,14 +151,14 @@ def ask(
         noticed = False
         while waiting:
             _, waiting = wait(waiting, timeout=TICK_S, return_when=FIRST_COMPLETED)
-            if interrupted is not None and interrupted.is_set() and not noticed:
+            if interrupted is not None and interrupted.signalled and not noticed:
                 noticed = True
                 drafter.stop()
                 for future in waiting:
                     future.cancel()  # not started yet: never asked
                 in_flight = sum(1 for f in waiting if not f.cancelled())
                 say(
-                    f"{interrupted.name} while redrafting: no new request; waiting for the "
+                    f"{interrupted.signal_name} while redrafting: no new request; waiting for the "
                     f"{in_flight} answer(s) already requested, to keep them."
                 )
     answers: list[tuple[int, BatchRow, compose.Draft | str]] = []
@@ -230,7 +231,7 @@ def redraft(
     config: Config,
     operator: str,
     say: Callable[[str], None],
-    interrupted: Interruption | None = None,
+    interrupted: RunControl | None = None,
 ) -> Result:
     """Redraft the named rows of `run` (its lease held by the caller) and store the new
     intents and fingerprint, voiding any approval. NeedsAttention (3) when no row got a new
@@ -266,7 +267,7 @@ def redraft(
             operator,
         )
     result = Result(store.core.get_run(run.run_id), run.fingerprint, redrafted, kept)
-    if interrupted is not None and interrupted.is_set():
+    if interrupted is not None and interrupted.signalled:
         raise _interruption(result, asked.not_asked, interrupted)
     if not redrafted:
         raise NeedsAttention(
@@ -288,7 +289,7 @@ class RedraftTerminated(RedraftInterrupted):
 
 
 def _interruption(
-    result: Result, not_asked: Sequence[str], interrupted: Interruption
+    result: Result, not_asked: Sequence[str], interrupted: RunControl
 ) -> RedraftInterrupted:
     """What a redraft cut short kept (the answers already paid for, stored as one redraft)
     and the command that redrafts the rows never asked, and only those."""
@@ -309,10 +310,10 @@ def _interruption(
         if not_asked
         else ""
     )
-    kind = RedraftTerminated if interrupted.signum == signal.SIGTERM else RedraftInterrupted
+    kind = RedraftTerminated if interrupted.first_signal == signal.SIGTERM else RedraftInterrupted
     return kind(
-        f"run {rid}: redraft interrupted ({interrupted.name}): no new request was made after "
-        f"it, and the answers already requested were waited for. {done}{rest}"
+        f"run {rid}: redraft interrupted ({interrupted.signal_name}): no new request was made "
+        f"after it, and the answers already requested were waited for. {done}{rest}"
     )
 
 
@@ -329,7 +330,7 @@ def command(env: Env, run_id: str | None, item_ids: Sequence[str]) -> Result:
         check_run(run)
         pick_rows(store, run, item_ids)  # exit 2 before the key or the lease is looked at
         key = drafting.compose_key()
-        interrupted = Interruption()
+        interrupted = RunControl()
         with (
             working.take_lease(store, run, env.config.lease_ttl_s),
             interrupt_guard(interrupted, env.say),

@@ -26,7 +26,7 @@ from notifier.content.batch_csv import BatchError, BatchRow, Problem, Problems
 from notifier.domain import clock
 from notifier.domain.errors import BadInput
 from notifier.domain.records import Item
-from notifier.domain.windows import Window, earliest, is_open, next_open, parse_window, zone
+from notifier.domain.windows import Window, earliest, parse_window, reopen, zone
 
 # The CSV columns read here (case-insensitively), taken out of a row's data columns so that
 # they never reach the payload or its digest.
@@ -187,15 +187,6 @@ def _earliest(start: str | None, spec: str | None, tz_name: str, now: str) -> st
     return clock.iso(moment.astimezone(UTC))
 
 
-def reopen(spec: str, tz_name: str, now: datetime) -> str | None:
-    """For a claim: None when the item's window is open at `now`, else the next opening (UTC
-    ISO), to store as its not_before."""
-    window, tz = parse_window(spec), zone(tz_name)
-    if is_open(window, tz, now):
-        return None
-    return clock.iso(next_open(window, tz, now))
-
-
 def late_warning(schedule: Schedule) -> str | None:
     """The planning warning for rows whose window opens only after their not_after."""
     if not schedule.late:
@@ -224,9 +215,8 @@ class _Waiting(Protocol):
 
 
 class _Waits(Protocol):
-    """What pause_cause reads of the store (its queries, Store.queries): typed so, the
-    store's own modules may import this one (store/waiting.py reopens windows with it)
-    without a cycle."""
+    """What pause_cause reads of the store (its queries, Store.queries), typed so that this
+    module need not import the store."""
 
     def waiting(self, run_id: str) -> _Waiting: ...
 

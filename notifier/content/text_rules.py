@@ -1,6 +1,6 @@
 """The rules every notification's text is held to, whatever wrote it: the CSV's own
 `subject` and `body`, a template's rendering, or a Claude draft. One set, checked at plan
-time (batch.py, template.py, compose.py), so what an approver previews is what is sent.
+time (batch_csv.py, template.py, compose.py), so what an approver previews is what is sent.
 
 - A recipient or subject carries no line break or other control character: one could
   smuggle extra headers into an e-mail or a webhook log line.

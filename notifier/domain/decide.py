@@ -401,7 +401,7 @@ def _settle(item: Item, settling: Settling, caps: Caps, now: datetime) -> Decisi
         # It waited for its query_delay and the query still cannot decide: a plain unknown.
         return Decision(
             Outcome(item.seq, ItemTrigger.UNDECIDED, error=f"outcome unknown: {why}"),
-            f"{head} still unknown ({why}); settle it with `notifier reconcile --manual`",
+            f"{head} still unknown ({why}): only a decision by hand settles it now",
         )
     if item.state is ItemState.UNKNOWN:
         return Decision(None, f"{head} still unknown ({why})")
@@ -418,8 +418,7 @@ def _settle(item: Item, settling: Settling, caps: Caps, now: datetime) -> Decisi
         )
     return Decision(
         Outcome(item.seq, ItemTrigger.LOSE, closes, error=f"outcome unknown after a stop ({why})"),
-        f"{head} outcome unknown ({why}) → unknown; NOT sent again. "
-        "Settle it with `notifier reconcile --manual`",
+        f"{head} outcome unknown ({why}) → unknown; NOT sent again",
     )
 
 
@@ -495,6 +494,5 @@ def _at_cancel(item: Item, settling: Settling, caps: Caps, now: datetime) -> Dec
             ItemTrigger.DOUBT,
             error=f"an earlier attempt may have been delivered; cancelled before a retry ({why})",
         ),
-        f"{head} may have been delivered ({why}) → unknown. "
-        "Settle it with `notifier reconcile --manual`",
+        f"{head} may have been delivered ({why}) → unknown; NOT sent again",
     )

@@ -1,6 +1,6 @@
 """One error model: every failure an operator can act on is a `NotifierError` carrying its exit
 code from the one `ExitCode` table of the CLI contract (docs/design.md section 7). The click
-group (commands/group.py) turns it into the exit status in exactly one place; nothing else
+group (cli/group.py) turns it into the exit status in exactly one place; nothing else
 decides exit codes for errors.
 """
 
@@ -30,6 +30,7 @@ class NextStep(StrEnum):
     STATUS_AND_AGAIN = "status_and_again"  # look, then run the command again if it applies
     RESUME = "resume"  # once the cause is fixed, `resume` goes on from what was recorded
     READ_ONLY = "read_only"  # the reading commands still work; the others need it writable
+    SEND_FIRST = "send_first"  # no database yet: a send creates it, or --db names another
 
 
 class NotifierError(Exception):

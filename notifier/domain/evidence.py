@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import Protocol
 
-from notifier.channels import Channel
 from notifier.domain import clock
 from notifier.domain.answers import ChannelError, Receipt
 from notifier.domain.records import (
@@ -66,6 +66,13 @@ class Unasked:
     put_off: bool = False
 
 
+class Capable(Protocol):
+    """A channel, as far as its capabilities go (channels.Channel has these)."""
+
+    idempotent: bool
+    queryable: bool
+
+
 @dataclass(frozen=True)
 class Caps:
     """What a channel's capabilities say about an uncertain answer."""
@@ -77,7 +84,7 @@ class Caps:
     suppress_on_reject: bool = False
 
     @classmethod
-    def of(cls, channel: Channel) -> Caps:
+    def of(cls, channel: Capable) -> Caps:
         return cls(
             idempotent=channel.idempotent,
             queryable=channel.queryable,

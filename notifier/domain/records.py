@@ -111,7 +111,7 @@ class Run:
     key_nonce: str | None  # None for a run planned before m002 (its keys have no nonce)
     # None only when read from a database m002 has not been applied to (read-only commands).
     content_fingerprint: str | None
-    approval: dict[str, Any] | None = None  # approval.py reads it; None is never "approved"
+    approval: dict[str, Any] | None = None  # ops/approval.py reads it; None is never "approved"
     stop_cause: StopCause | None = None  # None: running, completed, or no cause recorded
 
 

@@ -114,7 +114,7 @@ def verify(source: AuditSource, run_ids: Iterable[str], signer: Signer) -> list[
 
 
 def verify_run(source: AuditSource, head: RunHead, signer: Signer) -> RunVerdict:
-    counted = _Counted(source.events(head.run_id))
+    counted = _CountedEvents(source.events(head.run_id))
     findings = _chain(head, counted, signer)
     for _ in counted:  # what the chain check left unread, counted
         pass
@@ -134,7 +134,7 @@ def verify_run(source: AuditSource, head: RunHead, signer: Signer) -> RunVerdict
                       tuple(findings))  # fmt: skip
 
 
-class _Counted:
+class _CountedEvents:
     """The events as they stream past, counted."""
 
     def __init__(self, events: Iterable[EventRecord]) -> None:

@@ -24,6 +24,8 @@ from datetime import UTC, date, datetime, timedelta, tzinfo
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from notifier.domain import clock
+
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 DAY_S = 86_400
 # How many days ahead an opening is looked for: a week, plus one more for a range skipped by a
@@ -194,3 +196,12 @@ def earliest(
     its window."""
     start = max(now, not_before) if not_before is not None else now
     return next_open(window, tz, start) if window is not None else start.astimezone(UTC)
+
+
+def reopen(spec: str, tz_name: str, now: datetime) -> str | None:
+    """For a claim: None when the item's window is open at `now`, else the next opening (UTC
+    ISO), to store as its not_before."""
+    window, tz = parse_window(spec), zone(tz_name)
+    if is_open(window, tz, now):
+        return None
+    return clock.iso(next_open(window, tz, now))

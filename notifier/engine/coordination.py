@@ -22,14 +22,14 @@ from notifier.channels import Channel
 from notifier.domain import clock
 from notifier.domain.records import Counts, Item, PendingKind, Run, StopCause, unknown_left_reason
 from notifier.domain.state_machine import ItemTrigger, RunState, RunTrigger
-from notifier.engine.judging import Progress, Stop
+from notifier.engine.brakes import conflict
+from notifier.engine.judging import Progress
 from notifier.engine.membership import holder_alive
 from notifier.engine.pipeline import SharedBucket, TokenBucket
+from notifier.engine.run_control import RunControl, Stop
 from notifier.engine.settle_by_query import Asking, settle, settle_doubts, settle_items, settle_left
 from notifier.store import LeaseLost, LossCause, Store, WorkerFence
 
-# How the reason of a pause for a channel that is down reads (its cause: StopCause).
-CHANNEL_DOWN_PAUSE = " is down: "
 # The cause stored with each way a run stops short (runs.stop_cause).
 CAUSES: Mapping[Stop, StopCause] = {
     Stop.RATE_LIMITED: StopCause.RATE_LIMITED,
@@ -92,6 +92,7 @@ class Coordination:
         lease_version: int,
         progress: Progress,
         options: RunOptions,
+        control: RunControl,
     ) -> None:
         self.store = store
         self.run_id = run_id
@@ -99,6 +100,7 @@ class Coordination:
         self.lease_version = lease_version
         self.p = progress
         self.options = options
+        self.control = control
 
     @property
     def asking(self) -> Asking:
@@ -112,9 +114,9 @@ class Coordination:
         """Move the run to running; the state it is in after (running, or another's move)."""
         raise NotImplementedError
 
-    def settle_open(self) -> tuple[Stop, str] | None:
-        """Settle every item whose outcome is open before anything new starts; the halt a
-        conflict found, if any."""
+    def settle_open(self) -> None:
+        """Settle every item whose outcome is open before anything new starts; a conflict
+        found halts the run (asked of the run control)."""
         raise NotImplementedError
 
     def signals(self) -> tuple[str | None, RunState | None]:
@@ -262,7 +264,7 @@ class Sole(Coordination):
             )
         return RunState.RUNNING
 
-    def settle_open(self) -> tuple[Stop, str] | None:
+    def settle_open(self) -> None:
         settlements = settle(
             self.store,
             self.run_id,
@@ -274,8 +276,7 @@ class Sole(Coordination):
         )
         for s in settlements:
             if s.outcome is not None and s.outcome.trigger == ItemTrigger.CONFLICT:
-                return Stop.CONFLICT, f"conflict on item {s.item.seq}: {s.outcome.error}"
-        return None
+                self.control.request(*conflict(s.outcome))
 
     def signals(self) -> tuple[str | None, RunState | None]:
         cancel, version = self.store.queries.run_flags(self.run_id)
@@ -308,8 +309,9 @@ class Shared(Coordination):
         lease_version: int,
         progress: Progress,
         options: RunOptions,
+        control: RunControl,
     ) -> None:
-        super().__init__(store, run_id, channels, lease_version, progress, options)
+        super().__init__(store, run_id, channels, lease_version, progress, options, control)
         self.worker_id = worker_id
 
     def start(self, run: Run) -> RunState:
@@ -327,10 +329,9 @@ class Shared(Coordination):
             )
         return self.store.core.get_run(self.run_id).state
 
-    def settle_open(self) -> tuple[Stop, str] | None:
+    def settle_open(self) -> None:
         """Every item whose outcome is open that no live worker holds, adopted first."""
         self.adopt_and_settle()
-        return self.p.halt
 
     def signals(self) -> tuple[str | None, RunState | None]:
         """As Sole's, with this worker's own lease in the same read: reaped (its version
@@ -445,7 +446,7 @@ class Shared(Coordination):
             asking=self.asking,
         ):
             if s.outcome is not None and s.outcome.trigger == ItemTrigger.CONFLICT:
-                self.p.halt = (Stop.CONFLICT, f"conflict on item {s.item.seq}: {s.outcome.error}")
+                self.control.request(*conflict(s.outcome))
         return True
 
     def bucket(self, channel: str, rate: float) -> TokenBucket | SharedBucket:
@@ -469,11 +470,14 @@ def for_run(
     lease_version: int,
     progress: Progress,
     options: RunOptions,
+    control: RunControl,
 ) -> Coordination:
     """The strategy for this process: shared when `store` is fenced by a worker lease of its
     own (a PostgreSQL `worker`, or `send`/`resume` on a run workers share: SharedLease's
     store), else sole. The fencing is fixed when the store is made, so this choice is too."""
     fencing = store.fencing
     if isinstance(fencing, WorkerFence):
-        return Shared(fencing.worker_id, store, run_id, channels, lease_version, progress, options)
-    return Sole(store, run_id, channels, lease_version, progress, options)
+        return Shared(
+            fencing.worker_id, store, run_id, channels, lease_version, progress, options, control
+        )
+    return Sole(store, run_id, channels, lease_version, progress, options, control)

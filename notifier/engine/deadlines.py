@@ -1,7 +1,8 @@
 """An item's not_after, checked twice: when it is claimed (`split_stale`) and again right
-before its send (`past_deadline`), since an item claimed ahead may wait past it for a free
-sender. Either way it is never sent late: released, never attempted, it is expired by the
-next pass, or settled if an earlier attempt may have reached the recipient."""
+before its send (`past_deadline`, asked by the run control's `may_start`), since an item
+claimed ahead may wait past it for a free sender. Either way it is never sent late:
+released, never attempted, it is expired by the next pass, or settled if an earlier attempt
+may have reached the recipient."""
 
 from __future__ import annotations
 
@@ -13,12 +14,12 @@ from notifier.domain.state_machine import ItemState, ItemTrigger
 from notifier.store import Store
 
 
-def past_deadline(item: Item) -> str | None:
+def past_deadline(item: Item, now: datetime) -> str | None:
     """An item claimed before its not_after may wait past it for a free sender (or the
     channel's lock, or a --rate token): then it does not start. Released, never attempted,
     it is expired by the next pass, or settled if an earlier attempt may have reached the
     recipient."""
-    if deadline_passed(item, clock.now()):
+    if deadline_passed(item, now):
         return f"not_after {item.not_after} passed before it started"
     return None
 
@@ -53,7 +54,7 @@ def split_stale(store: Store, run_id: str, window: list[Item]) -> tuple[list[Ite
                 AttemptOutcome.EXPIRED,
                 error=(
                     f"not_after {item.not_after} passed after an attempt that may have "
-                    "been delivered; not sent again: settle it with `notifier reconcile`"
+                    "been delivered; not sent again until a query or a decision by hand settles it"
                     if uncertain
                     else f"not_after {item.not_after} passed before its turn: not sent"
                 ),

@@ -9,7 +9,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from enum import StrEnum
 
 from notifier.channels import Channel
 from notifier.domain.answers import ChannelError, ErrorKind, Receipt
@@ -28,9 +27,10 @@ from notifier.domain.decide import (
 from notifier.domain.records import AttemptOutcome, Item, Outcome
 from notifier.domain.retry import RetryPolicy
 from notifier.domain.state_machine import ItemTrigger
+from notifier.engine.run_control import RunControl, Stop
 from notifier.store import Store
 
-__all__ = ["NEVER_REACHED", "Judge", "NotStarted", "Progress", "SendResult", "Sent", "Stop"]
+__all__ = ["NEVER_REACHED", "Judge", "NotStarted", "Progress", "SendResult", "Sent"]
 
 
 @dataclass(frozen=True)
@@ -49,36 +49,15 @@ class SendResult:
     gate_s: float | None = None
 
 
-class Stop(StrEnum):
-    """Why a run stopped. The CLI turns this (with the counts) into the exit code and the
-    advice to print; the runner itself decides neither."""
-
-    COMPLETED = "completed"  # every item settled (some may have failed)
-    UNKNOWN_LEFT = "unknown_left"  # paused: unknown items wait for a reconcile
-    RATE_LIMITED = "rate_limited"  # paused: a Retry-After longer than --max-wait
-    INTERRUPTED = "interrupted"  # Ctrl-C: paused cleanly
-    TERMINATED = "terminated"  # SIGTERM: paused cleanly, like a first Ctrl-C
-    APPROVAL_EXPIRED = "approval_expired"  # paused: no send starts without a valid approval
-    CHANNEL_DOWN = "channel_down"  # paused: a channel's receiver cannot be reached
-    CANCELLED = "cancelled"
-    ALREADY_FINISHED = "already_finished"  # finished by someone else before we started
-    HALTED = "halted"  # a safety rule: endpoint gone, too many unknowns in a row
-    CONFLICT = "conflict"  # halted: the downstream holds another intent under our key
-    LEFT = "left"  # a worker of a shared run left it to the other workers
-    # This process lost its lease (taken over, gone stale): it ends in LeaseLost, exit 4;
-    # the JSON log's ending event says so, as it says any other ending.
-    LEASE_LOST = "lease_lost"
-
-
 @dataclass
 class Progress:
-    """What the send loop keeps between sends: progress, the halt it must make, and the
-    channel gates and item holds it times on the monotonic clock."""
+    """What the send loop keeps between sends: progress, the brakes' counts, and the
+    channel gates and item holds it times on the monotonic clock (whether to stop is the
+    run control's, run_control.py)."""
 
     say: Callable[[str], None]
     advance: Callable[[int], None] = lambda n: None
     unknown_streak: int = 0
-    halt: tuple[Stop, str] | None = None  # (HALTED, CONFLICT or CHANNEL_DOWN, reason)
     # Per channel: requests in a row that could not reach its receiver (Brakes.note_reach).
     unreached: dict[str, int] = field(default_factory=dict)
     # In-process waits run on the monotonic clock (time.monotonic()), so a step of the wall
@@ -115,7 +94,8 @@ class Progress:
 
 class Judge:
     """Turns send results into outcomes for one run (decide.decide, the one decision), and
-    applies what they mean for this process: holds, gates, a halt."""
+    applies what they mean for this process: holds, gates, and a halt, asked of the run
+    control."""
 
     def __init__(
         self,
@@ -124,12 +104,14 @@ class Judge:
         channels: Mapping[str, Channel],
         policy: RetryPolicy,
         progress: Progress,
+        control: RunControl,
     ) -> None:
         self.store = store
         self.run_id = run_id
         self.channels = channels
         self.policy = policy
         self.p = progress
+        self.control = control
 
     def safely(self, item: Item, sent: SendResult) -> Outcome:
         """`judge`, but an unexpected exception (a bug) costs only this item's certainty:
@@ -185,7 +167,7 @@ class Judge:
         if decision.hold_s is not None:
             self.p.holds[item.seq] = sent.mono + decision.hold_s
         if decision.halt is not None:
-            self.p.halt = (Stop.HALTED, decision.halt)
+            self.control.request(Stop.HALTED, decision.halt)
         assert decision.outcome is not None  # every answer to a send ends in a move
         return decision.outcome
 

@@ -23,13 +23,14 @@ import socket
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, Protocol
 
 from notifier.domain import clock
 from notifier.domain.records import Run
+from notifier.engine.run_control import RunControl
 from notifier.store import LeaseLost, LossCause, StorageFailed, Store
 from notifier.store.pids import pid_exists
 
@@ -80,43 +81,6 @@ def live_holder(store: Store, run: Run) -> dict[str, Any] | None:
     return None
 
 
-class LostFlag(threading.Event):
-    """Set once this process has learned it no longer holds its lease, with why (the first
-    cause found stands). Whoever learns it marks it before anything else: no send starts,
-    and the heartbeat renews nothing, once it is set."""
-
-    cause: LossCause | None = None
-    # Whether the heartbeat's last renewal failed (the database busy or out of reach): a
-    # lease gone stale then went stale while this process was running.
-    renewal_failing: bool = False
-
-    def mark(self, cause: LossCause) -> None:
-        if self.cause is None:
-            self.cause = cause
-        self.set()
-
-    def mark_stale(self) -> None:
-        """The lease was not renewed for longer than a send may trust it: because this
-        process was not running (stopped, stalled), or because its renewals failed."""
-        self.mark(LossCause.UNKEPT if self.renewal_failing else LossCause.STALE)
-
-    @contextmanager
-    def marking(self) -> Iterator[None]:
-        """The one place a loss found by the work in the block (a fence, the flags, a failed
-        write) is marked, with its cause, first as it leaves: no sender starts the item it
-        just took from its queue, and the heartbeat renews nothing from then on."""
-        try:
-            yield
-        except LeaseLost as lost:
-            self.mark(lost.cause)
-            raise
-
-    def error(self, run_id: str, then: str = "") -> LeaseLost:
-        """The LeaseLost a run ends with on this loss: why, and `then` what it left."""
-        cause = self.cause or LossCause.TAKEN_OVER
-        return LeaseLost(f"run {run_id}: {cause}{then}", cause)
-
-
 class Lease(Protocol):
     """A held lease with its heartbeat, used as a context manager around the work: what the
     commands and the runner read of it, whichever kind it is."""
@@ -126,7 +90,9 @@ class Lease(Protocol):
     # was taken on (SoleLease), or one made for this worker over its connection (SharedLease).
     store: Store
     version: int  # the fencing version every write of the holder carries
-    lost: LostFlag  # set once this process learns it lost the lease (and why)
+    # Where a loss is recorded (run_control.RunControl.lose), and read: the run control of
+    # the process that holds the lease.
+    control: RunControl
 
     def surely_valid(self) -> bool: ...
 
@@ -163,7 +129,7 @@ class _HeldLease(ABC):
         self.version = self._acquire()
         self._renewed = renewed
         _ACTIVE_TOKENS.add(self.owner["token"])
-        self.lost = LostFlag()
+        self.control = RunControl()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="lease-heartbeat", daemon=True)
         self._thread.start()
@@ -188,7 +154,7 @@ class _HeldLease(ABC):
     def surely_valid(self) -> bool:
         """True while nobody else can have taken the run over: not lost, and renewed less
         than TTL minus a margin ago on the monotonic clock. A send may start only then."""
-        if self.lost.is_set():
+        if self.control.lost:
             return False
         age = time.monotonic() - self._renewed
         return age < self.ttl_s * (1 - MARGIN_FRACTION)
@@ -197,11 +163,11 @@ class _HeldLease(ABC):
         try:
             store = self.store.secondary()
         except Exception:
-            self.lost.mark(LossCause.UNKEPT)  # no heartbeat at all: the lease cannot be kept
+            self.control.lose(LossCause.UNKEPT)  # no heartbeat at all: the lease cannot be kept
             return
         try:
             while not self._stop.wait(self.ttl_s / 3):
-                if self.lost.is_set():
+                if self.control.lost:
                     # This process learned it lost (a sender found the lease stale, the
                     # committer found it taken): a renewal now would tell every other
                     # process it is still at work while it is stopping.
@@ -210,7 +176,7 @@ class _HeldLease(ABC):
                 try:
                     renewed = self._renew(store)
                 except StorageFailed:
-                    self.lost.renewal_failing = True
+                    self.control.renewed(ok=False)
                     # The database was busy for longer than its lock timeout, or its disk is
                     # full (the store raises every storage error of its engine as
                     # StorageFailed): try next beat. A renewal that keeps failing simply ages
@@ -219,13 +185,13 @@ class _HeldLease(ABC):
                 except Exception:
                     # Anything else is a bug or a broken store: a heartbeat that stops renewing
                     # is a lost lease, so say so rather than die silently.
-                    self.lost.mark(LossCause.UNKEPT)
+                    self.control.lose(LossCause.UNKEPT)
                     return
                 if not renewed:
-                    self.lost.mark(LossCause.TAKEN_OVER)
+                    self.control.lose(LossCause.TAKEN_OVER)
                     return
                 self._renewed = started  # the new expiry counts from before the UPDATE
-                self.lost.renewal_failing = False
+                self.control.renewed(ok=True)
         finally:
             store.close()
 

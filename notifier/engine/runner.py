@@ -12,7 +12,6 @@ this thread: the strict sequential protocol.
 
 from __future__ import annotations
 
-import signal
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -22,7 +21,7 @@ from notifier.channels import Channel
 from notifier.content import schedule
 from notifier.domain import clock
 from notifier.domain.decide import Unasked
-from notifier.domain.records import Item, Outcome
+from notifier.domain.records import Item, Outcome, Run
 from notifier.domain.retry import RetryPolicy
 from notifier.domain.state_machine import (
     FINISHED_RUN_STATES,
@@ -32,17 +31,16 @@ from notifier.domain.state_machine import (
     RunTrigger,
 )
 from notifier.engine import wakes
-from notifier.engine.brakes import Brakes
-from notifier.engine.coordination import CHANNEL_DOWN_PAUSE, RunOptions, RunResult, for_run
+from notifier.engine.brakes import CHANNEL_DOWN_PAUSE, Brakes, conflict
+from notifier.engine.coordination import RunOptions, RunResult, for_run
 from notifier.engine.crash import CrashPlan
 from notifier.engine.deadlines import split_stale
 from notifier.engine.domain_rates import DomainRates
-from notifier.engine.judging import Judge, NotStarted, Progress, SendResult, Stop
-from notifier.engine.membership import LostFlag
+from notifier.engine.judging import Judge, NotStarted, Progress, SendResult
 from notifier.engine.pipeline import GATHER_PER_N_AHEAD_S, POLL_S, Senders, claim_ahead
+from notifier.engine.run_control import Brake, RunControl, Stop, StopRequest
 from notifier.engine.sending import Asked, Dispatch, is_put_off
 from notifier.engine.settle_by_query import Question, Settlement, decided, question
-from notifier.engine.signals import Interruption
 from notifier.observe import NULL_OBSERVER, Observer
 from notifier.ops import approval
 from notifier.store import LeaseLost, Store
@@ -60,14 +58,13 @@ class Runner:
     def __init__(
         self,
         store: Store,
-        run_id: str,
+        run: Run,
         channels: Mapping[str, Channel],
         policy: RetryPolicy,
         options: RunOptions,
         *,
         lease_version: int,
-        lease_lost: LostFlag,
-        interrupted: Interruption,
+        control: RunControl,
         crash: CrashPlan | None = None,
         say: Callable[[str], None] = print,
         advance: Callable[[int], None] = lambda n: None,
@@ -76,13 +73,17 @@ class Runner:
         observer: Observer = NULL_OBSERVER,
     ) -> None:
         self.store = store
-        self.run_id = run_id
+        # The run as read once this process held its lease: nothing before the first send
+        # reads its row again (its state decides the start, its snapshot the domains).
+        self.record = run
+        self.run_id = run_id = run.run_id
         self.channels = channels
         self.policy = policy
         self.options = options
         self.lease_version = lease_version
-        self.lease_lost = lease_lost
-        self.interrupted = interrupted
+        # The one holder of whether to stop (run_control.py): a signal, the lease, a brake,
+        # a cancel or another worker's move each ask it; every check here reads it.
+        self.control = control
         self.crash = crash
         self.observer = observer  # metrics and JSON logs (notifier/observe); a no-op without
         self.p = Progress(
@@ -93,13 +94,13 @@ class Runner:
             if observer is NULL_OBSERVER  # nothing read for an observer that is not there
             else lambda item, outcome: observer.recorded([(item, None)], [outcome]),
         )
-        self.judge = Judge(store, run_id, channels, policy, self.p)
+        self.judge = Judge(store, run_id, channels, policy, self.p, control)
         self.brakes = Brakes(
             self.p, streak_limit=options.unknown_streak_limit, down_after=policy.down_after
         )
         # How this process shares the run: alone, or with other workers (coordination.py).
-        self.coord = for_run(store, run_id, channels, lease_version, self.p, options)
-        self.approval = approval.Watch(store, run_id)
+        self.coord = for_run(store, run_id, channels, lease_version, self.p, options, control)
+        self.approval = approval.Watch(control)
         # One token bucket per rate-limited channel, shared by all its senders: --rate for
         # the run, else the channel's own `rate`.
         rates = channel_rates or {}
@@ -113,14 +114,12 @@ class Runner:
             policy,
             options,
             self.p,
-            interrupted=interrupted,
-            lease_lost=lease_lost,
+            control=control,
             lease_valid=lease_valid,
-            approval_expired=self.approval.expired,
             read_flags=self._read_flags,
             observer=observer,
             buckets=buckets,
-            domains=DomainRates(store.core.get_run(run_id).channel_snapshot, self.coord.bucket),
+            domains=DomainRates(run.channel_snapshot, self.coord.bucket),
         )
         # Items claimed ahead of the N being sent, point A committed (see claim_ahead).
         self._ahead = claim_ahead(options.concurrency, channels.values())
@@ -144,7 +143,7 @@ class Runner:
 
     def run(self) -> RunResult:
         try:
-            with self.lease_lost.marking():  # a loss this thread finds, before all else
+            with self.control.marking():  # a loss this thread finds, before all else
                 return self._run()
         except LeaseLost as lost:
             self.observer.ended(self.coord.lost(lost))  # the ending event any other end logs
@@ -152,14 +151,13 @@ class Runner:
         finally:
             # Whatever ended the committer (a storage failure included), a sender that has
             # taken an item starts no request nobody would record.
-            if self.dispatch.halting is None:
-                self.dispatch.halting = "the worker is stopping"
+            self.control.request(Stop.HALTED, "the worker is stopping", provisional=True)
             self._senders.close()
             self._askers.close()
             self.coord.close()
 
     def _run(self) -> RunResult:
-        run = self.store.core.get_run(self.run_id)
+        run = self.record
         if run.state in FINISHED_RUN_STATES:
             # A `cancel` (or another process) finished the run between our plan or read and
             # our lease: there is nothing to send, and no move is legal any more.
@@ -172,69 +170,68 @@ class Runner:
         state = self.coord.start(run)
         if state is not RunState.RUNNING:
             return self.coord.moved_by_another(state)
-        self.approval.read()
+        self.approval.read(run)
         # Gates an earlier process was given: its wall-clock time, converted once.
         for channel, until in self.store.queries.throttled_until(self.run_id).items():
             self.p.gate(channel, time.monotonic() + clock.seconds_until(clock.parse(until)))
-        # Nothing new starts until every item whose outcome is open has been settled.
-        halted = self.coord.settle_open()
-        if halted is not None:
-            return self.coord.halt(*halted)
+        # Nothing new starts until every item whose outcome is open has been settled (a
+        # conflict found halts the run: the pipeline's first turn ends it).
+        self.coord.settle_open()
         return self._pipeline()
 
-    def _stop_requested(self) -> RunResult | None:
-        if self.lease_lost.is_set():
-            raise self.lease_lost.error(self.run_id)
-        if self.interrupted.is_set():
-            stop = (
-                Stop.TERMINATED if self.interrupted.signum == signal.SIGTERM else Stop.INTERRUPTED
-            )
-            if self.coord.leave(wait_for_busy=False) == "left":
-                return self.coord.left(
-                    stop,
-                    f"interrupted ({self.interrupted.name}): this worker recorded what it sent "
-                    "and left the run to the other workers",
-                )
-            self.coord.stop(RunTrigger.PAUSE, stop, f"interrupted ({self.interrupted.name})")
-            return RunResult(
-                RunState.PAUSED,
-                stop,
-                f"interrupted ({self.interrupted.name}): requests already sent were recorded; "
-                "the run is paused",
-                self.store.queries.counts(self.run_id),
-            )
-        cancel_requested_at, moved = self.coord.signals()
-        if moved is not None:
-            return self.coord.moved_by_another(moved)
-        if cancel_requested_at:
+    def _ending(self) -> RunResult | None:
+        """Once nothing is in flight: end as the strongest stop in force says (the run
+        control's `ending`), or None to go on (an approval renewed meanwhile). The run's
+        flags are read once more first: a cancel that came during the drain counts."""
+        self._read_flags()
+        stop = self.control.ending(clock.now())
+        if stop is None:
+            return None
+        if stop.cause is Stop.LEASE_LOST:
+            raise self.control.lost_error(self.run_id)
+        if stop.cause in (Stop.HALTED, Stop.CONFLICT, Stop.CHANNEL_DOWN):
+            # A sender's reading of an answer the committer could not judge as halting (a
+            # failure while judging it) halts all the same.
+            return self.coord.halt(stop.cause, stop.detail)
+        if stop.cause in (Stop.INTERRUPTED, Stop.TERMINATED):
+            return self._interrupted(stop)
+        if stop.cause is Stop.MOVED:
+            assert stop.moved_to is not None  # a move is requested with its state
+            return self.coord.moved_by_another(stop.moved_to)
+        if stop.cause is Stop.CANCELLED:
             if self.coord.leave(wait_for_busy=False) == "left":
                 counts = self.store.queries.counts(self.run_id)
                 return RunResult(
                     RunState.CANCELLED,
                     Stop.CANCELLED,
                     "cancel requested: this worker stopped sending; the last worker (or "
-                    f"`notifier cancel`) closes the run: {counts.summary()}",
+                    f"the cancel) closes the run: {counts.summary()}",
                     counts,
                 )
             return self.coord.finish_cancel()
-        return self._own_stop()
+        if stop.cause is Stop.RATE_LIMITED:
+            assert stop.until is not None  # a --rate pause is requested with its end
+            return self._pause_until(stop.until, stop.detail)
+        said = f"paused: {stop.detail}; nothing more was sent"  # the approval expired
+        return self.coord.pause(Stop.APPROVAL_EXPIRED, stop.detail, said)
 
-    def _own_stop(self) -> RunResult | None:
-        """The endings this process found on its own, once nothing is in flight."""
-        if self.dispatch.halting is not None:
-            # A sender saw an answer that halts the run, which the committer could not judge
-            # as one (a failure while judging it): halt all the same.
-            return self.coord.halt(Stop.HALTED, self.dispatch.halting)
-        if self.dispatch.rate_wake is not None:
-            return self._pause_until(
-                self.dispatch.rate_wake, "the channel's --rate allows its next send"
+    def _interrupted(self, stop: StopRequest) -> RunResult:
+        """Ctrl-C or SIGTERM: pause the run (or, a worker of a shared run, leave it to the
+        others), with what was sent recorded."""
+        name = stop.detail  # the signal, as people know it
+        if self.coord.leave(wait_for_busy=False) == "left":
+            return self.coord.left(
+                stop.cause,
+                f"interrupted ({name}): this worker recorded what it sent "
+                "and left the run to the other workers",
             )
-        if self.approval.expired():
-            reason = self.approval.pause_reason()
-            return self.coord.pause(
-                Stop.APPROVAL_EXPIRED, reason, f"paused: {reason}; nothing more was sent"
-            )
-        return None
+        self.coord.stop(RunTrigger.PAUSE, stop.cause, f"interrupted ({name})")
+        return RunResult(
+            RunState.PAUSED,
+            stop.cause,
+            f"interrupted ({name}): requests already sent were recorded; the run is paused",
+            self.store.queries.counts(self.run_id),
+        )
 
     # ------------------------------------------------------------------ the pipeline
 
@@ -259,8 +256,13 @@ class Runner:
             self.store.ledger.record(self.run_id, self.lease_version, stale)
             self.observer.recorded([(item, None) for item in claimed], stale)
             for outcome in stale:
-                self.brakes.after(outcome)
+                self._brake(self.brakes.after(outcome))
         return fresh
+
+    def _brake(self, brake: Brake | None) -> None:
+        """A brake the rules set off stops the run: asked of the run control."""
+        if brake is not None:
+            self.control.request(*brake)
 
     def _pipeline(self) -> RunResult:
         """Keep up to N sends in flight. Each turn takes the finished sends (waiting for one
@@ -276,12 +278,10 @@ class Runner:
         inflight: dict[int, Item] = {}
         starved = False  # the last claim found nothing more that may start now
         while True:
-            draining = self.p.halt is not None or self._stopping()
+            draining = self._stopping()
             if not inflight and draining:
                 # Every ending happens with nothing in flight, exactly as between two windows.
-                if self.p.halt is not None:
-                    return self.coord.halt(*self.p.halt)
-                stop = self._stop_requested()
+                stop = self._ending()
                 if stop is not None:
                     return stop
                 continue
@@ -374,7 +374,8 @@ class Runner:
         settled = [
             replace(s.outcome, expected=s.item.state) for _, s in findings if s.outcome is not None
         ]
-        if held_back or self.p.halt is not None or self.brakes.would_halt(outcomes, channel_of):
+        stopping = self.control.stopping(clock.now())
+        if held_back or stopping or self.brakes.would_halt(outcomes, channel_of):
             free = 0  # nothing new starts in a run about to stop
         # A capped channel gets new items only while under its cap, and no more than the
         # room left: while one has room, a commit claims at most that many items.
@@ -395,9 +396,9 @@ class Runner:
             # Not sent, not recorded: left in flight for whoever holds the run to settle by
             # query (nothing left, so it is sent then, once, with the same key).
             held = ", ".join(map(str, held_back))  # a sender marked why it held them back
-            raise self.lease_lost.error(
+            raise self.control.lost_error(
                 self.run_id,
-                f", so item(s) {held} were not sent; `notifier resume {self.run_id}` settles them",
+                f", so item(s) {held} were not sent; a resume settles them by query",
             )
         if claimed:
             # Read after this commit, before its items go to the senders: an item claimed
@@ -414,8 +415,8 @@ class Runner:
             self.crash.at("after-receipt", seqs)
         self.observer.recorded(done, outcomes)
         for outcome in outcomes:
-            self.brakes.after(outcome)
-            self.brakes.note_reach(channel_of[outcome.seq], outcome)
+            self._brake(self.brakes.after(outcome))
+            self._brake(self.brakes.note_reach(channel_of[outcome.seq], outcome))
         self.dispatch.judged(doubted_here)
         if self.crash and claimed:
             self.crash.at("after-intent", [item.seq for item in claimed])
@@ -432,8 +433,8 @@ class Runner:
                 continue
             s = decided(a.question, self.channels[a.question.channel], a.answer, a.at)
             o = s.outcome
-            if o is not None and o.trigger == ItemTrigger.CONFLICT and self.p.halt is None:
-                self.p.halt = (Stop.CONFLICT, f"conflict on item {o.seq}: {o.error}")
+            if o is not None and o.trigger == ItemTrigger.CONFLICT:
+                self.control.request(*conflict(o))
             findings.append((a.question, s))
         return findings
 
@@ -457,45 +458,46 @@ class Runner:
             inflight[item.seq] = item
             self._askers.submit(question(self.store, self.run_id, channel, item, policy))
         self._expire_due()
-        if self.approval.until is not None:
-            self.approval.read()
+        if self.approval.needed:
+            self.approval.read(self.store.core.get_run(self.run_id))
         self.dispatch.suppressed_seen = self.store.suppressions.among(inflight.values())
         self._revisit_at = time.monotonic() + POLL_S
 
     def _stopping(self) -> bool:
-        """Whether to stop starting sends (Ctrl-C, a cancel); the ending itself waits until
-        nothing is in flight. A lost lease ends at once: nothing more can be recorded."""
-        if self.lease_lost.is_set():
-            raise self.lease_lost.error(self.run_id)
+        """Whether to stop starting sends (any stop in force: the run control); the ending
+        itself waits until nothing is in flight. A lost lease ends at once: nothing more
+        can be recorded."""
+        if self.control.lost:
+            raise self.control.lost_error(self.run_id)
         # The flags are read even when already stopping: a cancel that comes during a rate
         # pause or a drain must still reach the senders holding claimed items.
-        moved = self._read_flags()
-        return (
-            moved
-            or self.interrupted.is_set()
-            or self.dispatch.halting is not None
-            or self.approval.expired()
-            or self.dispatch.rate_wake is not None
-        )
+        self._read_flags()
+        return self.control.stopping(clock.now())
 
     def _read_flags(self) -> bool:
-        """Read the run's flags on this thread's connection and publish them to the senders
-        (`Dispatch.cancel_seen`, `moved_seen`). Whether the run stops starting sends: a
-        cancel, or on a shared run another worker halted, paused or closed it."""
+        """Read the run's flags on this thread's connection and tell the run control (which
+        the senders check before each send, instead of asking the database): a cancel, or
+        on a shared run another worker halted, paused or closed it. Whether either was
+        found. Read after each transaction that claimed items and at each turn: `cancel`
+        returns only once this process has moved the run to cancelled, with nothing in
+        flight, so a send that starts before the next read is one that cancel waits for
+        (docs/guarantees.md, Cancel)."""
         cancel, moved = self.coord.signals()
-        self.dispatch.cancel_seen = cancel
-        self.dispatch.moved_seen = None if moved is None else moved.value
+        if moved is not None:
+            self.control.request(Stop.MOVED, moved.value, moved_to=moved)
+        if cancel is not None:
+            self.control.request(Stop.CANCELLED, cancel)
         return cancel is not None or moved is not None
 
     # ------------------------------------------------------------------ waiting
 
     def _sleep_until(self, wake: float) -> None:
         while (remaining := wake - time.monotonic()) > 0:
-            if self.interrupted.is_set() or self.lease_lost.is_set():
+            if self.control.stopping(clock.now()):
                 return
             if self.store.queries.run_flags(self.run_id)[0]:
                 return  # cancel requested: the main loop finishes the run
-            time.sleep(min(remaining, POLL_S))
+            self.control.wait(min(remaining, POLL_S))  # a signal or a lost lease ends it
 
     # ------------------------------------------------------------------ endings
 

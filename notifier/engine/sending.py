@@ -31,13 +31,11 @@ from notifier.domain.decide import Answer, Caps, Finding, History, Unasked, want
 from notifier.domain.records import Item
 from notifier.domain.retry import RetryPolicy
 from notifier.engine.coordination import RunOptions
-from notifier.engine.deadlines import past_deadline
 from notifier.engine.domain_rates import DomainRates
 from notifier.engine.judging import NotStarted, Progress, SendResult, Sent
-from notifier.engine.membership import LostFlag
 from notifier.engine.pipeline import POLL_S, SharedBucket, TokenBucket, in_flight_cap
+from notifier.engine.run_control import RunControl, Stop
 from notifier.engine.settle_by_query import Question, ask
-from notifier.engine.signals import Interruption
 from notifier.observe import Observer
 from notifier.store import LeaseLost
 
@@ -72,10 +70,8 @@ class Dispatch:
         options: RunOptions,
         progress: Progress,
         *,
-        interrupted: Interruption,
-        lease_lost: LostFlag,
+        control: RunControl,
         lease_valid: Callable[[], bool],
-        approval_expired: Callable[[], bool],
         read_flags: Callable[[], bool],
         observer: Observer,
         buckets: Mapping[str, TokenBucket | SharedBucket],
@@ -85,12 +81,12 @@ class Dispatch:
         self.policy = policy
         self.options = options
         self.p = progress
-        self.interrupted = interrupted
-        self.lease_lost = lease_lost
+        # Whether to stop: every check below reads it, and a sender asks it to stop (a lost
+        # lease, an answer that halts the run, a --rate wait past --max-wait).
+        self.control = control
         self.lease_valid = lease_valid  # Lease.surely_valid: checked right before each send
-        self.approval_expired = approval_expired
-        # The committer's read of the run's flags (it publishes `cancel_seen`): at N = 1 a
-        # --rate wait holds up the committer's own turn, so the wait reads them itself.
+        # The committer's read of the run's flags (it tells the run control of a cancel): at
+        # N = 1 a --rate wait holds up the committer's own turn, so the wait reads them itself.
         self.read_flags = read_flags
         self.observer = observer  # metrics and JSON logs; a no-op without either
         self.buckets = buckets
@@ -104,27 +100,12 @@ class Dispatch:
         # The lock is a second line: the claim already keeps one item of such a channel in
         # flight at a time (Runner._commit).
         self._locks = {name: threading.Lock() for name, cap in self.caps.items() if cap == 1}
-        # Set by a sender the moment an answer means the run halts (410, 422, a receipt for
-        # another digest), before the committer has judged it: no other send starts.
-        self.halting: str | None = None
         # Uncertain answers in a row from channels that cannot dedupe, as the senders see
         # them: at the unknown-streak limit no send starts until the committer has judged
         # them (a streak of unknowns halts the run; it must not grow by N more first).
         self._doubted = 0
         self._doubted_lock = threading.Lock()
-        # The run's cancel request as the committer last read it, after each transaction
-        # that claimed items and at each turn: the senders check it before each send instead
-        # of asking the database. `cancel` returns only once this process has moved the run
-        # to cancelled, with nothing in flight: a send that starts on a value not yet
-        # refreshed is one that cancel waits for (docs/guarantees.md, Cancel).
-        self.cancel_seen: str | None = None
-        # On a shared run, the state another worker moved it to (halted, paused, closed) as
-        # the committer last read it, with the cancel request: no send starts after that.
-        self.moved_seen: str | None = None
         self._flags_due = 0.0  # at N = 1, when a --rate wait next reads the flags
-        # Set when a --rate allows a channel's next send only after more than --max-wait:
-        # the monotonic time of that send, until which the run pauses.
-        self.rate_wake: float | None = None
         # The earlier attempts of each retry handed to a sender, read by the committer when
         # it claimed the item: whether an uncertain answer needs a query rests on them.
         self.histories: dict[int, History] = {}
@@ -141,39 +122,32 @@ class Dispatch:
         self.put_off: dict[int, SendResult] = {}
         self._queries = threading.BoundedSemaphore(self.query_slots)
 
-    def may_start(self) -> str | None:
-        """Why the next send must not start now, or None. Called inside the channel lock right
-        before the send, so an item queued behind a slow request is checked at the moment it
-        would start, not when it was claimed; also while waiting for a --rate token. Ctrl-C
-        stops every send not yet started, like a cancel: the requests already under way
-        finish and are recorded, nothing else leaves."""
-        if self.interrupted.is_set():
-            return f"interrupted ({self.interrupted.name}) before it started"
-        halting = self.halting or (self.p.halt[1] if self.p.halt is not None else None)
-        if halting is not None:
-            return f"the run is halting ({halting}) before it started"
+    def may_start(self, item: Item | None = None) -> str | None:
+        """Why the next send (of `item`) must not start now, or None: the run control's
+        checks (a stop in force: Ctrl-C, a halt, an expired approval, a cancel, another
+        worker's move; the item's not_after), then the senders' brake. Called inside the
+        channel lock right before the send, so an item queued behind a slow request is
+        checked at the moment it would start, not when it was claimed; also while waiting
+        for a --rate token. The requests already under way finish and are recorded, nothing
+        else leaves."""
+        stopped = self.control.may_start(item, clock.now())
+        if stopped is not None:
+            return stopped
         # Uncertain answers in a row: those judged (the committer's streak) plus those the
         # senders saw and the committer has not judged yet.
         if self.braked():
             doubted = self._doubted + self.p.unknown_streak
             return f"{doubted} uncertain answers in a row are being judged"
-        if self.approval_expired():
-            return "the run's approval expired before it started"
-        if self.cancel_seen is not None:
-            return f"cancel requested at {self.cancel_seen}"
-        if self.moved_seen is not None:
-            return f"the run was {self.moved_seen} by another worker before it started"
         return None
 
     def item_may_start(self, item: Item) -> str | None:
         """Why `item`'s request must not start now, or None: the run's checks (may_start),
-        its channel's 429/503 gate, its not_after, its send window and the suppression
-        list. Each depends on the moment, so it is asked right before the send and again
-        once the channel's connection is ready (`_ready`)."""
+        its channel's 429/503 gate, its send window and the suppression list. Each depends
+        on the moment, so it is asked right before the send and again once the channel's
+        connection is ready (`_ready`)."""
         return (
-            self.may_start()
+            self.may_start(item)
             or self._gated(item)
-            or past_deadline(item)
             or schedule.closed(item)  # a send window closed meanwhile
             or self._suppressed(item)
         )
@@ -273,7 +247,11 @@ class Dispatch:
                 if reason is None and wait is not None:
                     if wait > self.options.max_wait_s:
                         # The run pauses until then, rather than wait past --max-wait.
-                        self.rate_wake = time.monotonic() + wait
+                        self.control.request(
+                            Stop.RATE_LIMITED,
+                            "the channel's --rate allows its next send",
+                            until=time.monotonic() + wait,
+                        )
                     reason = f"waiting for the channel's --rate ({wait:.1f}s to the next send)"
                 if reason is not None:
                     return SendResult(NotStarted(reason), clock.now(), time.monotonic())
@@ -293,7 +271,7 @@ class Dispatch:
         except Withheld as withheld:
             # The channel's connection took long enough for a check to fail meanwhile:
             # nothing of the message left. Released never attempted, like the checks above.
-            if self.lease_lost.is_set():
+            if self.control.lost:
                 return SendResult(None, clock.now(), time.monotonic())
             return SendResult(NotStarted(withheld.reason), clock.now(), time.monotonic())
         except ChannelError as exc:
@@ -361,7 +339,7 @@ class Dispatch:
                 why = gated or f"all {self.query_slots} query slots were taken"
                 return Unasked(why, put_off=True)
             opens = self.p.gates.get(item.channel, 0.0) - time.monotonic()
-            time.sleep(min(POLL_S, max(opens, POLL_S / 4)))
+            self.control.wait(min(POLL_S, max(opens, POLL_S / 4)))  # a stop ends it at once
 
     def _ask(self, item: Item) -> Answer | Unasked:
         """One query, in a slot, with its tries: each further one asked for too (a stop, or
@@ -394,17 +372,8 @@ class Dispatch:
                 if self.read_flags():
                     return False
             except LeaseLost as lost:
-                self.lease_lost.mark(lost.cause)
-        return not (
-            self.lease_lost.is_set()
-            or self.interrupted.is_set()
-            or self.halting is not None
-            or self.p.halt is not None
-            or self.approval_expired()
-            or self.cancel_seen is not None
-            or self.moved_seen is not None
-            or self.rate_wake is not None
-        )
+                self.control.lose(lost.cause)
+        return self.control.may_ask(clock.now())
 
     def _send_stopped(self) -> bool:
         """Stop waiting for a --rate token: the lease is lost, or the send may not start. At
@@ -417,17 +386,21 @@ class Dispatch:
                 if self.read_flags():
                     return True
             except LeaseLost as lost:
-                self.lease_lost.mark(lost.cause)
-        return self.lease_lost.is_set() or self.may_start() is not None
+                self.control.lose(lost.cause)
+        return self.control.lost or self.may_start() is not None
 
     def _warn(self, item: Item, result: Receipt | ChannelError, mono: float) -> float | None:
         """What every other sender must know the moment this answer arrives, not after the
         committer's next gather and commit: a throttled answer closes its channel's gate,
         and an answer that halts the run (410, 422, a receipt for another digest) stops
-        every send not yet started. Returns the wait a throttle closed the channel for."""
+        every send not yet started (asked of the run control as provisional: the committer's
+        judgement of the answer says how the run ends). Returns the wait a throttle closed
+        the channel for."""
         if isinstance(result, Receipt):
             if result.intent_digest and result.intent_digest != item.intent_digest:
-                self.halting = f"conflict on item {item.seq}"
+                self.control.request(
+                    Stop.CONFLICT, f"conflict on item {item.seq}", provisional=True
+                )
             with self._doubted_lock:
                 self._doubted = 0
             return None
@@ -435,7 +408,9 @@ class Dispatch:
             with self._doubted_lock:
                 self._doubted += 1
         if result.kind in (ErrorKind.GONE, ErrorKind.CONFLICT):
-            self.halting = f"{result.kind.value} answer for item {item.seq}"
+            cause = Stop.CONFLICT if result.kind is ErrorKind.CONFLICT else Stop.HALTED
+            detail = f"{result.kind.value} answer for item {item.seq}"
+            self.control.request(cause, detail, provisional=True)
         elif result.kind is ErrorKind.THROTTLED:
             channel = self.channels[item.channel]
             # The wait a retry would take (never less than Retry-After); elapsed time only
@@ -462,9 +437,9 @@ class Dispatch:
     def _lease_allows_send(self) -> bool:
         """Fencing guards writes, not sends: a worker frozen after point A and thawed after
         another took the run over must not send. Checked right before each send."""
-        if self.lease_lost.is_set():
+        if self.control.lost:
             return False
         if not self.lease_valid():
-            self.lease_lost.mark_stale()
+            self.control.lose_stale()
             return False
         return True

@@ -1,6 +1,7 @@
 """How a sending process is asked to stop: Ctrl-C (SIGINT) from an operator, SIGTERM from
 systemd, `docker stop` or Kubernetes. Both mean the same thing the first time: finish the
-requests already sent, record them, send nothing more, pause the run. The second either one
+requests already sent, record them, send nothing more, pause the run: the handler asks the
+process's run control (run_control.py), which every check reads. The second either one
 leaves at once (the next resume settles whatever was in flight)."""
 
 from __future__ import annotations
@@ -12,46 +13,31 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from types import FrameType
 
+from notifier.engine.run_control import RunControl
+
 # The exit status of a process stopped by a signal, as a shell reports it: 128 + the signal.
 EXIT_STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}
-NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
-
-
-class Interruption(threading.Event):
-    """Set by the first SIGINT or SIGTERM; `signum` says which (SIGINT until then)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.signum = signal.SIGINT
-
-    @property
-    def name(self) -> str:
-        return NAMES[self.signum]
-
-    def trip(self, signum: signal.Signals) -> None:
-        self.signum = signum
-        self.set()
 
 
 @contextmanager
-def interrupt_guard(interrupted: Interruption, say: Callable[[str], None]) -> Iterator[None]:
-    """First SIGINT or SIGTERM: finish what was already sent, record it, pause. A second one
-    of either: leave now, with the exit status of the signal that asked first."""
+def interrupt_guard(control: RunControl, say: Callable[[str], None]) -> Iterator[None]:
+    """First SIGINT or SIGTERM: ask `control` to stop (finish what was already sent, record
+    it, pause). A second one of either: leave now, with the exit status of the signal that
+    asked first."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        if interrupted.is_set():
-            os._exit(EXIT_STATUS[interrupted.signum])
-        interrupted.trip(signal.Signals(signum))
+        if not control.interrupt(signal.Signals(signum)):
+            os._exit(EXIT_STATUS[control.first_signal or signal.Signals(signum)])
         # A handler runs between any two bytecodes, inside a send too (a socket call checks
         # for signals after each chunk): if it raised (stderr a closed pipe), the send would
         # fail at a point it cannot account for, and a message handed to the relay could be
         # judged not sent.
         with suppress(Exception):
             say(
-                f"{interrupted.name}: finishing the requests already sent, then pausing "
+                f"{control.signal_name}: finishing the requests already sent, then pausing "
                 "(Ctrl-C or SIGTERM again to quit now)"
             )
 

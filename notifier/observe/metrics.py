@@ -84,7 +84,7 @@ class RunCollector(Collector):
         )  # fmt: skip
         unknown = GaugeMetricFamily(
             "notifier_unknown_items",
-            "Items whose outcome is unknown (maybe delivered): `notifier reconcile` settles them.",
+            "Items whose outcome is unknown (maybe delivered): a reconcile settles them.",
             labels=["run_id"],
         )
         state = GaugeMetricFamily(

@@ -22,6 +22,7 @@ from notifier.domain.errors import BadInput, Refused
 from notifier.domain.intent import intent_digest, run_fingerprint
 from notifier.domain.records import Item, Run, notifications
 from notifier.domain.state_machine import FINISHED_RUN_STATES, RunState
+from notifier.engine.run_control import RunControl
 from notifier.store import Store
 
 DEFAULT_EXPIRES_IN = "24h"
@@ -241,38 +242,36 @@ def preview(store: Store, run: Run, rows: int = PREVIEW_ROWS) -> list[str]:
 
 
 class Watch:
-    """A sending run's approval as last read: the fingerprint approved and its expiry, at or
-    after which no send starts. Read again at each revisit, so `notifier approve` renewing it
+    """A sending run's approval as last read, handed to the run control: at or after its
+    expiry no send starts. Read again at each revisit, so `notifier approve` renewing it
     mid-run counts. A run that needs no approval is never expired."""
 
-    def __init__(self, store: Store, run_id: str) -> None:
-        self.store = store
-        self.run_id = run_id
+    def __init__(self, control: RunControl) -> None:
+        self.control = control
         self._approved: str | None = None
-        self.until: datetime | None = None  # None: the run needs no approval
+        self.needed = False  # whether the run needs an approval (known at the first read)
 
-    def read(self) -> None:
-        """The approval as stored now (its fingerprint and expiry were checked before the
-        lease was taken: check_can_send). A record gone, or bound to another fingerprint,
+    def read(self, run: Run) -> None:
+        """The approval as stored in `run` (its fingerprint and expiry were checked before
+        the lease was taken: check_can_send). A record gone, or bound to another fingerprint,
         counts as expired: nothing more is sent."""
-        run = self.store.core.get_run(self.run_id)
         if not requires_approval(run):
             return
+        self.needed = True
         current = stored_approval(run)
         if current is None or current.fingerprint != (self._approved or current.fingerprint):
-            self.until = _WITHDRAWN
-            return
-        self._approved = current.fingerprint
-        self.until = clock.parse(current.expires_at)
+            until = _WITHDRAWN
+        else:
+            self._approved = current.fingerprint
+            until = clock.parse(current.expires_at)
+        self.control.expires_at(until, pause_reason(until))
 
-    def expired(self) -> bool:
-        """Whether the run needs an approval that has expired (checked before every send)."""
-        return self.until is not None and clock.now() >= self.until
 
-    def pause_reason(self) -> str:
-        """Why the run pauses once expired, beginning with APPROVAL_PAUSE."""
-        return APPROVAL_PAUSE + (
-            " was withdrawn or bound to other content"
-            if self.until is None or self.until == _WITHDRAWN
-            else f" expired at {clock.local(clock.iso(self.until))}"
-        )
+def pause_reason(until: datetime) -> str:
+    """Why the run pauses once its approval, good until `until`, no longer holds, beginning
+    with APPROVAL_PAUSE."""
+    return APPROVAL_PAUSE + (
+        " was withdrawn or bound to other content"
+        if until == _WITHDRAWN
+        else f" expired at {clock.local(clock.iso(until))}"
+    )

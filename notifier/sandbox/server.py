@@ -20,7 +20,7 @@ Faults (latency, 429 with Retry-After, 503, 500, "commit then drop the connectio
 forced answers per item) are drawn from one seeded random generator, so a seed always gives
 the same sequence of answers for the same sequence of requests.
 
-The fault model and the state behind the answers are in sandbox_state.py; this module is
+The fault model and the state behind the answers are in faults.py; this module is
 the HTTP server around them. Standard library only. The handler speaks HTTP/1.1 with
 keep-alive and disables Nagle's algorithm: without it, every small response waits ~40 ms
 for the client's delayed ACK.
@@ -324,7 +324,7 @@ class Sandbox:
     `url` reports the real one); `start()` serves in a daemon thread, `serve_forever()` in
     the calling thread. Use it as a context manager to start and stop it."""
 
-    # Faults is a frozen dataclass (sandbox_state.py): one default shared by every call is safe.
+    # Faults is a frozen dataclass (faults.py): one default shared by every call is safe.
     def __init__(self, host: str = "127.0.0.1", port: int = 0, faults: Faults = Faults()) -> None:  # noqa: B008
         self.faults = faults
         self._state = State(self.faults)

@@ -1,8 +1,8 @@
-"""The receipts store, split along its seams: one engine per database (engine.py: the
+"""The receipts store, split along its seams: one engine per database (backend.py: the
 protocol and the dialect record; sqlite.py for an SQLite file, postgres.py for a PostgreSQL
 server), the checks every open runs (checks.py, both engines), and the store's parts, each
 an object holding the one core (core.py: the write transaction and its fence, events, the
-conditional moves): the plan (planning.py, over history.py and suppressions.py), the ledger
+conditional moves): the plan (plans.py, over history.py and suppressions.py), the ledger
 of writes (ledger.py), drafts and chunks (drafts.py, chunks.py), leases (leases.py), queries
 (queries.py) and rate buckets (buckets.py). No part inherits from another; one that needs
 another is handed it. `Store` composes them over one engine, its fencing (the run's lease,
@@ -59,7 +59,7 @@ class Store:
     Its parts, each an object over the one `core` (core.py: the write transaction, the
     fence, events, the conditional moves and the run rows: `core.get_run`, `core.runs`):
 
-    - `plans`: storing a plan (planning.py), over `history` (what earlier runs did with
+    - `plans`: storing a plan (plans.py), over `history` (what earlier runs did with
       its rows: history.py) and `suppressions` (the suppression list: suppressions.py);
     - `ledger`: every write of a run's history once planned (ledger.py);
     - `drafts` and `chunks`: a --compose run's drafts and its Batch API chunks;

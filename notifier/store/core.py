@@ -84,7 +84,7 @@ RUN_FENCE = RunFence()
 
 
 class Core:
-    """What every part of the store shares, over one engine (engine.py): the write
+    """What every part of the store shares, over one engine (backend.py): the write
     transaction (fenced by the lease version of its `fencing`), the event log, the
     conditional moves through the state machine, and the run rows.
 

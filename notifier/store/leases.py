@@ -38,7 +38,8 @@ class Leases:
     ) -> int:
         """Take the run for `owner` unless a live holder has it (the run's lease, or any
         worker's); returns the new fencing version. `holder_alive(owner, expires_at)`
-        decides liveness (lease.py). Dead workers are fenced out in the same transaction."""
+        decides liveness (engine/membership.py). Dead workers are fenced out in the same
+        transaction."""
         at = clock.now()
         with self.core.write():
             # Dead workers are fenced out before the run's row is taken: a reap waits for a

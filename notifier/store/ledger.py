@@ -18,7 +18,7 @@ from notifier.store.writes import Group
 
 class Ledger:
     """Point A and point B, decisions, cancels and approvals: every write of a run's history
-    once it is planned (planning.py stores the plan itself)."""
+    once it is planned (plans.py stores the plan itself)."""
 
     def __init__(self, core: Core, suppressions: Suppressions) -> None:
         self.core = core

@@ -1,5 +1,5 @@
-"""Processes on this machine, as leases (lease.py) and abandoned plan stages (store/stage.py)
-ask about them: a module of its own, so the store need not import the lease that imports it."""
+"""Processes on this machine, as leases (engine/membership.py) and abandoned plan stages
+(store/stage.py) ask about them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The PostgreSQL engine (engine.py; `--db postgresql://…`): the store's parts and SQL over
+"""The PostgreSQL engine (backend.py; `--db postgresql://…`): the store's parts and SQL over
 psycopg 3, so several workers on several machines can share one run. Imported only when a
 postgresql:// target is opened: psycopg's import costs every command about 0.3 s of
 start-up, which `status` or `resume` on an SQLite file must not pay.
@@ -165,9 +165,8 @@ class PostgresEngine:
         engine = cls._connect(url, readonly=readonly)
         with closed_if_failed(engine):
             if engine._check_schema() and not create:
-                raise NoDatabase(
-                    f"{engine.path}: no notifier database here yet. Run `notifier send "
-                    "BATCH.csv` first, or point --db (or NOTIFIER_DB) at an existing one."
+                raise NoDatabase(f"{engine.path}: no notifier database here yet.").advise(
+                    NextStep.SEND_FIRST
                 )
             if not (readonly and audited):
                 Checks(engine).check_invariants()

@@ -1,4 +1,4 @@
-"""The SQLite engine (engine.py): one receipts database in one file, opened and checked
+"""The SQLite engine (backend.py): one receipts database in one file, opened and checked
 before anything is written to it, written by one process at a time (BEGIN IMMEDIATE)."""
 
 from __future__ import annotations
@@ -88,10 +88,7 @@ class SqliteEngine:
         path = Path(path)
         if not path.exists():
             if not create:
-                raise NoDatabase(
-                    f"{path}: no database here yet. Run `notifier send BATCH.csv` first, "
-                    "or point --db (or NOTIFIER_DB) at an existing receipts database."
-                )
+                raise NoDatabase(f"{path}: no database here yet.").advise(NextStep.SEND_FIRST)
             _check_writable(path)
             _create_atomically(path, lambda p: cls._connect(p, fresh=True))
         if not readonly:

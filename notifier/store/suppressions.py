@@ -210,7 +210,7 @@ class Suppressions:
                 at,
                 next_attempt_at=None,  # asked about by `reconcile`, not waited for here
                 last_error="suppressed after an attempt that may have been delivered: not "
-                "sent again; settle it with `notifier reconcile`",
+                "sent again until a query or a decision by hand settles it",
             )
             suppressed.add(seq)
         for seq in sorted(set(hits) - suppressed):

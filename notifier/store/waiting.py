@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from notifier.content.schedule import reopen
 from notifier.domain import clock
+from notifier.domain.windows import reopen
 from notifier.store.backend import Engine
 from notifier.store.statements import waiting as sql
 

@@ -11,20 +11,19 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from notifier.domain.answers import ChannelError, Receipt
-
 from notifier.channels import Ready, always, go_ahead
 from notifier.domain import clock
+from notifier.domain.answers import ChannelError, Receipt
 from notifier.domain.intent import Intent
 from notifier.domain.records import Item
 from notifier.domain.retry import RetryPolicy
 from notifier.engine.crash import CrashPlan
 from notifier.engine.judging import SendResult
-from notifier.engine.membership import LostFlag, holder_alive
+from notifier.engine.membership import holder_alive
+from notifier.engine.run_control import RunControl
 from notifier.engine.runner import Runner, RunOptions, RunResult
 from notifier.engine.sending import Asked
 from notifier.engine.settle_by_query import Question
-from notifier.engine.signals import Interruption
 from notifier.store import Store
 
 from .workspace import Workspace
@@ -156,9 +155,10 @@ class HeldRun:
         )
         self.held = CommitterHeld()
         self.runner = Runner(
-            self.store, "r1", {"hooks": channel}, RetryPolicy.from_settings(5, 60, 0.01, 0.05),
-            RunOptions(concurrency=n), lease_version=version, lease_lost=LostFlag(),
-            interrupted=Interruption(), crash=self.held if hold else None,
+            self.store, self.store.core.get_run("r1"),
+            {"hooks": channel}, RetryPolicy.from_settings(5, 60, 0.01, 0.05),
+            RunOptions(concurrency=n), lease_version=version, control=RunControl(),
+            crash=self.held if hold else None,
             say=lambda line: None,
         )  # fmt: skip
         self.taken: list[object] = []  # each job's result, as its sender finished it

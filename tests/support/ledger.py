@@ -1,7 +1,8 @@
 """What the tests read of a database, in one place: the runs, items, attempts, receipts and
 events as typed rows, on either store. A test asks `ws.ledger.states()` rather than writing
-SQL, so a schema change touches this file, not the suite. Reads only; a test that forges a
-state on purpose still writes with `ws.write`."""
+SQL, so a schema change touches this file, not the suite. The changes a test makes behind
+notifier's back on purpose (a lease taken over, an intent rewritten, an approval garbled) are
+here too, named, in `Forge` (`ws.forge`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 Query = Callable[[str, Sequence[Any]], list[tuple[Any, ...]]]
+Write = Callable[[str, Sequence[Any]], None]
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,8 @@ class RunRow:
     paused_until: str | None
     cancel_requested_at: str | None
     lease_version: int
+    key_nonce: str | None
+    content_fingerprint: str | None
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,7 @@ class EventRow:
 
 _RUN = (
     "run_id, state, fingerprint, approval, stop_reason, stop_cause, paused_until, "
-    "cancel_requested_at, lease_version"
+    "cancel_requested_at, lease_version, key_nonce, content_fingerprint"
 )
 _ITEM = (
     "run_id, seq, item_id, channel, target, idempotency_key, intent_digest, state, attempts, "
@@ -77,8 +81,9 @@ _ATTEMPT = "run_id, seq, n, started_at, finished_at, outcome, http_status, error
 class Ledger:
     """The read model over one workspace's database (`ws.ledger`)."""
 
-    def __init__(self, query: Query) -> None:
+    def __init__(self, query: Query, *, postgres: bool = False) -> None:
         self._query = query
+        self._postgres = postgres
 
     # --- runs ----------------------------------------------------------------------------
 
@@ -229,9 +234,10 @@ class Ledger:
 
     def drafts(self, run_id: str | None = None) -> list[dict[str, Any]]:
         """The composed drafts, by run and seq: seq, state, source, model, input_tokens,
-        output_tokens, error."""
+        output_tokens, error, subject."""
         names = (
             "run_id", "seq", "state", "source", "model", "input_tokens", "output_tokens", "error",
+            "subject",
         )  # fmt: skip
         rows = self._query(f"SELECT {', '.join(names)} FROM drafts ORDER BY run_id, seq", ())
         found = [dict(zip(names, row, strict=True)) for row in rows]
@@ -256,3 +262,129 @@ class Ledger:
         )
         found = [dict(zip(names, row, strict=True)) for row in rows]
         return [w for w in found if run_id is None or w["run_id"] == run_id]
+
+    # --- schema, counters, suppressions, schedules ------------------------------------------
+
+    def migrations(self) -> list[str]:
+        """The names of the migrations applied to the database, sorted."""
+        table = "notifier_migrations" if self._postgres else "_sqlite_migrations"
+        return sorted(str(name) for (name,) in self._query(f"SELECT name FROM {table}", ()))
+
+    def counters(self) -> set[tuple[str, str, int]]:
+        """The per-run counters as kept (not counted from the items): (run_id, state, n), for
+        each n that is not 0."""
+        rows = self._query("SELECT run_id, state, n FROM run_counts WHERE n != 0", ())
+        return {(str(run), str(state), int(n)) for run, state, n in rows}
+
+    def run_counts(self, run_id: str | None = None) -> dict[str, int]:
+        """state -> n, as the counters of `run_id` (else of the only run) keep it."""
+        run = self.run(run_id).run_id
+        return {state: n for rid, state, n in self.counters() if rid == run}
+
+    def suppressions(self) -> list[tuple[str, str | None, str]]:
+        """The suppression list, by address: (address, reason, source)."""
+        rows = self._query("SELECT address, reason, source FROM suppressions ORDER BY address", ())
+        return [(str(a), None if r is None else str(r), str(s)) for a, r, s in rows]
+
+    def suppression_operators(self) -> list[str]:
+        """Who made each change to the suppression list, in the order made (beside
+        suppression_audit's action, address and source)."""
+        return [
+            str(o) for (o,) in self._query("SELECT operator FROM suppression_audit ORDER BY id", ())
+        ]
+
+    def schedules(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        """Each item's schedule, by run and seq: item_id, not_before, send_window, send_tz,
+        identity, and the row's data columns as stored in its payload."""
+        names = ("run_id", "item_id", "not_before", "send_window", "send_tz", "identity")
+        rows = self._query(
+            f"SELECT {', '.join(names)}, payload FROM items ORDER BY run_id, seq", ()
+        )
+        found = [
+            {**dict(zip(names, row[:-1], strict=True)), "data": json.loads(row[-1])["data"]}
+            for row in rows
+        ]
+        return [s for s in found if run_id is None or s["run_id"] == run_id]
+
+    def tables(self) -> list[str]:
+        """The tables of the database (of the schema, on PostgreSQL), sorted."""
+        if self._postgres:
+            sql = (
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_schema = current_schema()"
+            )
+        else:
+            sql = "SELECT name FROM sqlite_master WHERE type = 'table'"
+        return sorted(str(name) for (name,) in self._query(sql, ()))
+
+    def rows(self, table: str, order: str = "1") -> list[tuple[Any, ...]]:
+        """Every row of `table`, every column as stored, ordered by `order`: for a test about
+        a table as a whole (that nothing in it changed, that no cell holds a secret)."""
+        return self._query(f'SELECT * FROM "{table}" ORDER BY {order}', ())
+
+
+class Forge:
+    """What a test changes behind notifier's back on purpose, each change named (`ws.forge`):
+    a lease taken over, a lease held elsewhere, an intent or an approval tampered with, an
+    answer rewritten. The one place tests write the schema."""
+
+    def __init__(self, write: Write) -> None:
+        self._write = write
+
+    def run_lease_taken_over(self) -> None:
+        """Another process took every run's lease: its fencing version moved on."""
+        self._write("UPDATE runs SET lease_version = lease_version + 1", ())
+
+    def worker_leases_taken_over(self) -> None:
+        """Every live worker's lease (a run shared through PostgreSQL) moved on."""
+        self._write("UPDATE workers SET version = version + 1 WHERE state = 'live'", ())
+
+    def lease_held_by(
+        self, owner: dict[str, Any], expires_at: str, run_id: str | None = None
+    ) -> None:
+        """The run's lease (every run's, without `run_id`) recorded as held by `owner`
+        (host, pid, token, ...) until `expires_at`."""
+        where, params = (" WHERE run_id = ?", (run_id,)) if run_id else ("", ())
+        self._write(
+            f"UPDATE runs SET lease_owner = ?, lease_expires_at = ?{where}",
+            (json.dumps(owner), expires_at, *params),
+        )
+
+    def intent(self, seq: int, payload: str, digest: str, run_id: str | None = None) -> None:
+        """Item `seq`'s stored payload (canonical JSON) and intent digest rewritten."""
+        where, params = (" AND run_id = ?", (run_id,)) if run_id else ("", ())
+        self._write(
+            f"UPDATE items SET payload = ?, intent_digest = ? WHERE seq = ?{where}",
+            (payload, digest, seq, *params),
+        )
+
+    def run_fingerprint(self, fingerprint: str) -> None:
+        """Every run's stored fingerprint rewritten."""
+        self._write("UPDATE runs SET fingerprint = ?", (fingerprint,))
+
+    def approval(self, record: str | None) -> None:
+        """Every run's approval record replaced by `record` (raw JSON), or removed."""
+        self._write("UPDATE runs SET approval = ?", (record,))
+
+    def throttled_answer(
+        self, run_id: str, seq: int, retry_after_s: float, finished_at: str
+    ) -> None:
+        """Item `seq`'s attempts recorded as throttled with Retry-After `retry_after_s`,
+        answered at `finished_at`."""
+        self._write(
+            "UPDATE attempts SET outcome = 'throttled', retry_after_s = ?, finished_at = ? "
+            "WHERE run_id = ? AND seq = ?",
+            (retry_after_s, finished_at, run_id, seq),
+        )
+
+    def run_state(self, run_id: str, state: str) -> None:
+        """Run `run_id` put in `state` with no move of the state machine, as a process that
+        took it up would leave it."""
+        self._write("UPDATE runs SET state = ? WHERE run_id = ?", (state, run_id))
+
+    def worker_lease_expires(self, worker_id: str, expires_at: str) -> None:
+        """`worker_id`'s lease (a run shared through PostgreSQL) recorded as expiring at
+        `expires_at`: in the past, a worker on another host that counts as dead."""
+        self._write(
+            "UPDATE workers SET expires_at = ? WHERE worker_id = ?", (expires_at, worker_id)
+        )

@@ -12,6 +12,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ from click.testing import CliRunner, Result
 
 from notifier.cli import cli
 
-from .ledger import Ledger
+from .ledger import Forge, Ledger
 from .postgres import schema_of
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -137,7 +138,12 @@ class Workspace:
     @property
     def ledger(self) -> Ledger:
         """The typed read model of this database (support/ledger.py): what tests read."""
-        return Ledger(self.query)
+        return Ledger(self.query, postgres=bool(self.url))
+
+    @property
+    def forge(self) -> Forge:
+        """The changes a test makes behind notifier's back on purpose (support/ledger.py)."""
+        return Forge(self.write)
 
     def write(self, sql: str, params: Sequence[Any] = ()) -> None:
         """Change the database behind notifier's back, as a test that forges a state does."""
@@ -206,8 +212,10 @@ def assert_counters_match_items(ws: Workspace) -> None:
                 return
         except sqlite3.DatabaseError:
             return  # a test that damaged or replaced the file on purpose
-    kept = set(ws.query("SELECT run_id, state, n FROM run_counts WHERE n != 0"))
-    counted = set(ws.query("SELECT run_id, state, COUNT(*) FROM items GROUP BY run_id, state"))
+    kept = ws.ledger.counters()
+    counted = {
+        (r, s, n) for (r, s), n in Counter((i.run_id, i.state) for i in ws.ledger.items()).items()
+    }
     assert kept == counted, f"run_counts drifted from the items: {kept ^ counted}"
 
 

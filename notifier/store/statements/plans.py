@@ -1,4 +1,4 @@
-"""The statements of store/planning.py (their notation: statements/__init__.py)."""
+"""The statements of store/plans.py (their notation: statements/__init__.py)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,148 @@
+"""notifier.toml is validated whole when it loads, against each channel type's own option
+table: a bad definition exits 2 naming the section, the key and the nearest valid name, and
+nothing is stored. So does a secret or URL list the environment lacks or gives unusable
+(named, never shown) and a lease TTL below its minimum."""
+
+from __future__ import annotations
+
+import pytest
+
+from ..conftest import Workspace, make_rows
+
+BAD = {
+    "port_out_of_range": (
+        '[channels.mail]\ntype = "smtp"\nhost = "127.0.0.1"\nport = 70000\n'
+        'sender = "ops@example.com"\n',
+        "`port` must be a port number from 1 to 65535",
+    ),
+    "timeout_not_a_number": (
+        '[channels.hooks]\ntype = "webhook"\nurl = "http://127.0.0.1:9/x"\ntimeout = "ten"\n',
+        "`timeout` must be a number, not 'ten'",
+    ),
+    "url_without_host": (
+        '[channels.hooks]\ntype = "webhook"\nurl = "http://"\n',
+        "`url` must be an http:// or https:// URL with a host",
+    ),
+    "malformed_host": (
+        '[channels.hooks]\ntype = "webhook"\nurl = "http://a..b/x"\n',
+        "`url` has a malformed host name 'a..b'",
+    ),
+    "misspelled_section": (
+        "[retyr]\nmax_attempts = 2\n",
+        "unknown section [retyr] (did you mean `retry`?)",
+    ),
+    "misspelled_key": (
+        '[channels.hooks]\ntype = "webhook"\nurl = "http://127.0.0.1:9/x"\nidempotant = true\n',
+        "unknown setting `idempotant` (did you mean `idempotent`?)",
+    ),
+    "misspelled_type": (
+        '[channels.hooks]\ntype = "webhok"\nurl = "http://127.0.0.1:9/x"\n',
+        "type 'webhok' (did you mean `webhook`?)",
+    ),
+    "smtp_without_sender": (
+        '[channels.mail]\ntype = "smtp"\nhost = "127.0.0.1"\n',
+        "missing `sender`",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+@pytest.mark.parametrize("dry_run", [False, True], ids=["send", "dry-run"])
+def test_bad_configuration_exits_2_before_anything_is_stored(
+    ws: Workspace, case: str, dry_run: bool
+) -> None:
+    """A definition that could not work is refused when the file loads, by send and by
+    --dry-run alike, naming the problem; no database and no outbox appear."""
+    text, expected = BAD[case]
+    (ws.path / "notifier.toml").write_text(text)
+    ws.write_csv("batch.csv", make_rows(3))
+    result = ws.invoke("send", "batch.csv", *(["--dry-run"] if dry_run else []))
+    assert result.exit_code == 2, result.output
+    assert expected in result.output
+    assert "notifier.toml" in result.output
+    assert "Traceback" not in result.output
+    assert not ws.db_file.exists()
+    assert not ws.outbox.exists()
+
+
+def test_a_refused_connection_is_not_sent_never_unknown(ws: Workspace) -> None:
+    """A request that provably never left (connection refused) is not sent, even on a
+    channel that cannot dedupe: never `unknown`, and never failed either (the channel is
+    down, not the items): the run pauses with both pending, never attempted."""
+    (ws.path / "notifier.toml").write_text(
+        '[channels.hooks]\ntype = "webhook"\nurl = "http://127.0.0.1:1/n"\n'
+        "[retry]\nmax_attempts = 2\nbackoff_base = 0.01\nbackoff_max = 0.02\n"
+    )
+    ws.write_csv("batch.csv", make_rows(2))
+    result = ws.invoke("send", "batch.csv", "--channel", "hooks")
+    assert result.exit_code == 3, result.output
+    assert {(i.state, i.attempts) for i in ws.ledger.items()} == {("pending", 0)}
+    assert {a.outcome for a in ws.ledger.attempts()} == {"not_sent"}
+    assert ws.ledger.run().state == "paused"
+
+
+@pytest.mark.both_stores
+@pytest.mark.parametrize(
+    ("channel", "environment", "named"),
+    [
+        (
+            'type = "webhook"\nurl = "http://127.0.0.1:9/n"\nsecret_env = "HOOKS_SECRET"\n',
+            {},
+            "HOOKS_SECRET",
+        ),
+        (
+            'type = "webhook"\nurl = "http://127.0.0.1:9/n"\nsecret_env = "HOOKS_SECRET"\n',
+            {"HOOKS_SECRET": "not-a-signing-secret-9f8e7d"},
+            "HOOKS_SECRET",
+        ),
+        (
+            'type = "webhook"\nurl = "http://127.0.0.1:9/n"\nsecret_env = "HOOKS_SECRET"\n',
+            {"HOOKS_SECRET": "whsec_!!!"},
+            "HOOKS_SECRET",
+        ),
+        ('type = "apprise"\nurls_env = "ALERT_URLS"\n', {}, "ALERT_URLS"),
+    ],
+    ids=["secret-unset", "secret-invalid", "secret-empty", "urls-unset"],
+)
+def test_a_missing_or_bad_secret_from_the_environment_stores_nothing(
+    ws: Workspace,
+    monkeypatch: pytest.MonkeyPatch,
+    channel: str,
+    environment: dict[str, str],
+    named: str,
+) -> None:
+    """A channel's secret or URL list from the environment that is unset or unusable exits 2
+    before the run is stored, naming the variable and never its value."""
+    monkeypatch.delenv("HOOKS_SECRET", raising=False)
+    monkeypatch.delenv("ALERT_URLS", raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    (ws.path / "notifier.toml").write_text(f"[channels.hooks]\n{channel}")
+    batch = ws.write_csv("b.csv", make_rows(2))
+    result = ws.invoke("send", str(batch), "--channel", "hooks")
+    assert result.exit_code == 2, result.output
+    assert named in result.output and "Nothing was stored" in result.output
+    assert "Traceback" not in result.output
+    for value in environment.values():
+        assert value not in result.output
+    assert not ws.has_database() or ws.ledger.runs() == []
+
+
+@pytest.mark.both_stores
+@pytest.mark.parametrize("ttl", ["0.001", "1.5"])
+def test_a_lease_ttl_below_the_minimum_is_refused_when_the_config_loads(
+    ws: Workspace, ttl: str
+) -> None:
+    """`[lease] ttl` below 2 seconds exits 2 at load, naming the setting, why and the fix,
+    before anything is stored; 2 itself is accepted."""
+    (ws.path / "notifier.toml").write_text(f"[lease]\nttl = {ttl}\n")
+    batch = ws.write_csv("b.csv", make_rows(2))
+    result = ws.invoke("send", str(batch))
+    assert result.exit_code == 2, result.output
+    message = result.output.strip()
+    assert len(message.splitlines()) == 1, message
+    assert "[lease] ttl" in message and "minimum of 2 seconds" in message
+    assert "Set `ttl` to 2 or more" in message and "Traceback" not in message
+    assert not ws.has_database()
+    (ws.path / "notifier.toml").write_text("[lease]\nttl = 2\n")
+    assert ws.invoke("send", str(batch)).exit_code == 0

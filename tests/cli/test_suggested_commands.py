@@ -1,0 +1,80 @@
+"""Every command the tool suggests reproduces the options that shaped the run (channel,
+template, approval, schedule): following the advice printed after a run, word for word,
+retries that run's rows, and never plans the file again on another channel or without its
+approval. `runs` names each run's channels, as a table and as JSON."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+
+import pytest
+
+from notifier.cli.outcome import send_again
+
+from ..conftest import Workspace, make_rows
+from ..receiver import Receiver, receiving, webhook_config
+
+
+def test_send_again_repeats_every_option_that_shaped_the_run() -> None:
+    """Channel, template, deadline, schedule, approval and duplicates, quoted for a shell."""
+    options = {
+        "concurrency": 8,
+        "channel": "hooks",
+        "template_path": "my template.toml",
+        "not_after": "2026-12-24T18:00:00+01:00",
+        "not_before": "2026-12-24T09:00",
+        "tz": "Europe/Paris",
+        "window": "Mon-Fri 09:00-18:00",
+        "require_approval": True,
+        "allow_duplicates": True,
+    }
+    command = send_again("b 1.csv", options)
+    assert shlex.split(command) == [
+        "notifier", "send", "b 1.csv", "--channel", "hooks", "--template", "my template.toml",
+        "--not-after", "2026-12-24T18:00:00+01:00", "--not-before", "2026-12-24T09:00",
+        "--tz", "Europe/Paris", "--window", "Mon-Fri 09:00-18:00", "--require-approval",
+        "--allow-duplicates",
+    ]  # fmt: skip
+    assert send_again("b.csv", {"concurrency": 8, "rate": 5}) == "notifier send b.csv"
+
+
+@pytest.mark.both_stores
+def test_the_advice_after_failures_retries_the_same_channel(ws: Workspace) -> None:
+    """A `--channel hooks` run in which two rows fail says to send the file again with
+    `--channel hooks`; doing exactly that sends those two rows through hooks, and nothing
+    goes to the default channel."""
+    failing = {"u2", "u4"}
+    receiver = Receiver(answer=lambda item_id, n: 400 if item_id in failing else None)
+    with receiving(receiver):
+        (ws.path / "notifier.toml").write_text(
+            webhook_config(receiver, idempotent=True, status=False)
+        )
+        ws.write_csv("b.csv", make_rows(5))
+        first = ws.invoke("send", "b.csv", "--channel", "hooks")
+        assert first.exit_code == 3, first.output
+        advice = re.search(r"`(notifier send [^`]+)`", first.output)
+        assert advice is not None, first.output
+        assert advice.group(1) == "notifier send b.csv --channel hooks"
+        failing.clear()  # the cause is fixed
+        again = ws.invoke(*shlex.split(advice.group(1))[1:])
+        assert again.exit_code == 0, again.output
+        assert "3 row(s) already delivered" in again.output
+    assert sorted(a.item_id for a in receiver.arrivals) == [
+        "u1",
+        "u2",
+        "u2",
+        "u3",
+        "u4",
+        "u4",
+        "u5",
+    ]
+    assert ws.outbox_documents() == []
+    listed = json.loads(ws.invoke("runs", "--json").output)["runs"]
+    assert [(r["channels"], r["counts"]["sent"], r["batch"]) for r in listed] == [
+        (["hooks"], 2, "b.csv"),
+        (["hooks"], 3, "b.csv"),
+    ]
+    table = ws.invoke("runs")
+    assert table.exit_code == 0 and "hooks" in table.output

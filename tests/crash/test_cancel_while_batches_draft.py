@@ -1,0 +1,46 @@
+"""notifier cancel while Message Batches drafting runs in another process, or after that
+process was killed: every batch it submitted is cancelled."""
+
+from __future__ import annotations
+
+import pytest
+
+from ..conftest import Workspace, wait_for
+from ..engine import test_compose_batches
+from ..engine.test_compose_batches import chunk_states, send
+from ..fake_messages import FakeBatches
+
+pytestmark = pytest.mark.both_stores
+fake = test_compose_batches.fake  # a fixture of that module's, found here by name
+
+
+def test_cancel_while_drafting_cancels_the_submitted_batches(
+    ws: Workspace, fake: FakeBatches
+) -> None:
+    """`notifier cancel` while batches are processing: the drafting process cancels every
+    submitted batch, records each chunk cancelled, and the run ends cancelled, nothing
+    sent."""
+    fake.polls_in_progress = 10**6
+    process = ws.popen(*send(ws))
+    wait_for(lambda: [s for _, s, _ in chunk_states(ws)] == ["submitted"] * 3, "3 submitted")
+    cancelled = ws.invoke("cancel")
+    assert cancelled.exit_code == 0, cancelled.output
+    process.communicate(timeout=60)
+    assert sorted(fake.cancelled) == sorted(fake.created())
+    assert [s for _, s, _ in chunk_states(ws)] == ["canceled"] * 3
+    assert ws.status()["state"] == "cancelled" and ws.outbox_documents() == []
+
+
+def test_cancel_after_an_interrupted_drafting_cancels_the_batches_it_left(
+    ws: Workspace, fake: FakeBatches
+) -> None:
+    """Drafting killed with batches submitted: `notifier cancel` itself cancels them."""
+    fake.polls_in_progress = 10**6
+    process = ws.popen(*send(ws))
+    wait_for(lambda: [s for _, s, _ in chunk_states(ws)] == ["submitted"] * 3, "3 submitted")
+    process.kill()
+    process.communicate(timeout=60)
+    cancelled = ws.invoke("cancel")
+    assert cancelled.exit_code == 0, cancelled.output
+    assert sorted(fake.cancelled) == sorted(fake.created())
+    assert [s for _, s, _ in chunk_states(ws)] == ["canceled"] * 3

@@ -1,0 +1,114 @@
+"""A disk that fills mid-run is a clean stop, never an internal error: the message names the
+disk and the next step, nothing recorded is lost, and once space is back `resume` completes
+the batch with every key committed exactly once."""
+
+from __future__ import annotations
+
+import csv
+import os
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from notifier.cli import cli
+from notifier.sandbox.server import Sandbox
+
+from ..conftest import Workspace, make_rows
+from ..support.crashed import crash_invoke
+
+
+@pytest.fixture
+def small_disk(ws: Workspace) -> Iterator[Path]:
+    """A 2.4 MB tmpfs for the database alone (root on Linux; skipped elsewhere): room for
+    the plan of 1000 rows while its write-ahead log is checkpointed into the file (about
+    twice the plan), far from room for the whole run."""
+    if sys.platform != "linux" or os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root on Linux")
+    disk = ws.path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2400k", "tmpfs", str(disk)],  # noqa: S607
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)  # noqa: S607
+
+
+def notifier(db: Path, *args: str) -> Result:
+    """The CLI in-process on `db` (not ws.db: the database lives on the small disk)."""
+    return CliRunner().invoke(cli, ["--db", str(db), *args], catch_exceptions=False)
+
+
+def test_a_disk_that_fills_mid_run_stops_cleanly_and_resumes_exactly_once(
+    ws: Workspace, small_disk: Path
+) -> None:
+    """1000 items, the disk under the database fills after planning: exit 3 naming the full
+    disk and `notifier resume`, no traceback, status still reads the run; after the disk
+    grows, resume completes and the sandbox committed every key exactly once."""
+    with (ws.path / "batch.csv").open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["id", "to", "subject", "body"])
+        for i in range(1, 1001):
+            writer.writerow([f"u{i}", f"u{i}@example.com", "Subject " * 3, "Body text " * 20])
+    db = small_disk / "receipts.db"
+    with Sandbox() as sandbox:
+        (ws.path / "notifier.toml").write_text(
+            f'[channels.hooks]\ntype = "webhook"\nurl = "{sandbox.notifications_url}"\n'
+            f'status_url = "{sandbox.url}/notifications/{{key}}"\nidempotent = true\n'
+        )
+        stopped = notifier(db, "send", "batch.csv", "--channel", "hooks")
+        assert stopped.exit_code == 3, stopped.output
+        assert "the disk holding receipts.db is full" in stopped.stderr
+        assert "notifier resume" in stopped.stderr
+        assert "Traceback" not in stopped.stderr and "internal error" not in stopped.stderr
+        status = notifier(db, "status", "--json")
+        assert status.exit_code == 0, status.output
+        assert '"state": "paused"' in status.stdout
+        committed_before = sandbox.stats()["totals"]["commits"]
+        assert 0 < committed_before < 1000  # it really stopped mid-run
+
+        grown = subprocess.run(
+            ["mount", "-o", "remount,size=64m", str(small_disk)],  # noqa: S607
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert grown.returncode == 0, grown.stderr
+        resumed = notifier(db, "resume")
+        assert resumed.exit_code == 0, resumed.output
+        stats = sandbox.stats()
+    assert stats["totals"]["commits"] == 1000
+    assert all(entry["commits"] == 1 for entry in stats["keys"].values())
+    done = notifier(db, "status", "--json")
+    assert '"sent": 1000' in done.stdout
+
+
+def test_a_database_locked_past_the_busy_timeout_is_named_not_internal(ws: Workspace) -> None:
+    """Another program holding the write lock longer than the 10 s busy timeout: `resume`
+    exits 3 saying the file is locked and what to do, changes nothing, and works once the
+    lock is gone."""
+    ws.write_csv("batch.csv", make_rows(5))
+    crash_invoke(ws, "after-intent:3", "send", "batch.csv")
+    holder = sqlite3.connect(ws.db_file, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        locked = ws.invoke("resume")
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert locked.exit_code == 3, locked.output
+    assert "locked by another program" in locked.stderr and "run the command again" in locked.stderr
+    assert "internal error" not in locked.stderr and "Traceback" not in locked.stderr
+    assert ws.ledger.state_counts() == {"in_flight": 1, "pending": 2, "sent": 2}
+    assert ws.invoke("resume").exit_code == 0

@@ -1,0 +1,189 @@
+"""`notifier export` writes one run to a standalone SQLite file (through sqlite-utils) that an
+auditor searches and checks with nothing else: `notifier verify FILE` checks every row's
+seal, each table against the manifest, the manifest's signature, then the run's chain and
+replay. An edited row is named; a file resealed with another key is named as such. Each on
+both stores, against a run sent under the audit key: u2 and u5 lost their answers, u5 then
+marked sent by carol, and user4's address on the suppression list before the send."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+import sqlite_utils
+
+from notifier.api import Notifier, VerifiedFile
+from notifier.channels.scripted import DELIVER, LOST_AFTER_COMMIT, Response
+from notifier.domain.chain import KEY_ENV, Signer
+from notifier.domain.intent import Intent
+from notifier.store.audit_file import PARTS, manifest_form, row_form, seal
+
+from ..conftest import Workspace
+from ..support.audited import KEY, TOML, config, keyed, send
+
+pytestmark = [pytest.mark.both_stores, pytest.mark.timeout(120)]
+RUN = "audited"
+
+
+def lose_2_and_5(intent: Intent, tries: int) -> Response:
+    return LOST_AFTER_COMMIT if intent.seq in (2, 5) else DELIVER
+
+
+@pytest.fixture
+def run(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> Workspace:
+    keyed(monkeypatch)
+    (ws.path / "notifier.toml").write_text(TOML)
+    added = ws.invoke("suppress", "add", "USER4@example.com", "--reason", "asked to stop")
+    assert added.exit_code == 0, added.output
+    send(ws, RUN, 6, lose_2_and_5)
+    marked = ws.invoke(
+        "reconcile", RUN, "--manual", "--item", "u5", "--mark", "sent",
+        "--evidence", "relay log line 7", env={"USER": "carol"},
+    )  # fmt: skip
+    assert marked.exit_code in (0, 3), marked.output
+    return ws
+
+
+def export(ws: Workspace, name: str = "audit.db", *, with_bodies: bool = False) -> Path:
+    to = ws.path / name
+    Notifier.open(ws.db, config=config()).export(RUN, to, with_bodies=with_bodies)
+    return to
+
+
+def checked(path: Path) -> VerifiedFile:
+    """verify_export's result on `path` under the process's key, from a Notifier whose
+    database does not exist: the file is all it reads."""
+    return Notifier.open(path.parent / "elsewhere.db", config=config()).verify_export(path)
+
+
+def findings(result: VerifiedFile) -> set[tuple[str, str, str | None]]:
+    return {(d.table.value, d.row, d.column) for d in result.findings} | {
+        (d.table.value, d.row, d.column) for v in result.runs for d in v.findings
+    }
+
+
+def test_an_export_holds_the_run_and_verifies_alone(run: Workspace) -> None:
+    """The file holds every table's rows, searchable by recipient, without bodies; verified
+    with the key and nothing else (the database it came from is gone), everything holds."""
+    path = export(run)
+    db = sqlite_utils.Database(path)
+    assert db["items"].count == 6
+    assert {r["item_id"]: r["state"] for r in db["items"].rows} == {
+        "u1": "sent", "u2": "unknown", "u3": "sent", "u4": "suppressed", "u5": "sent",
+        "u6": "sent",
+    }  # fmt: skip
+    (hit,) = db.table("items").search("user3@example.com", quote=True)
+    assert hit["item_id"] == "u3" and hit["receipt_id"]
+    assert db["bodies"].count == 0 and "payload" not in db["items"].columns_dict
+    assert [(r["address"], r["reason"]) for r in db["suppressions"].rows] == [
+        ("user4@example.com", "asked to stop")
+    ]
+    assert [(r["seq"], r["operator"]) for r in db["decisions"].rows] == [(5, "carol")]
+    db.close()
+    result = checked(path)
+    assert result.findings == () and [v.verdict.value for v in result.runs] == ["keyed"]
+
+
+def test_bodies_are_exported_only_when_asked_for(run: Workspace) -> None:
+    path = export(run, with_bodies=True)
+    db = sqlite_utils.Database(path)
+    bodies = {r["seq"]: json.loads(r["payload"]) for r in db["bodies"].rows}
+    assert len(bodies) == 6 and "Body of 3" in json.dumps(bodies[3])
+    db.close()
+    assert checked(path).findings == ()
+
+
+def test_an_edited_row_of_an_export_is_named(run: Workspace) -> None:
+    """A recipient rewritten in the file (a column replay cannot see) is named by its seal;
+    an item's state rewritten is named by its seal and by the replay."""
+    path = export(run)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE items SET recipient = 'other@example.com' WHERE seq = 3")
+        conn.execute("UPDATE items SET state = 'sent' WHERE seq = 2")
+    found = findings(checked(path))
+    assert ("items", "item seq 3", "seal") in found
+    assert ("items", "item seq 2", "seal") in found
+    assert ("items", "item u2 (seq 2)", "state") in found
+
+
+def test_a_row_deleted_from_an_export_is_found(run: Workspace) -> None:
+    path = export(run)
+    with sqlite3.connect(path) as conn:
+        conn.execute("DELETE FROM suppressions")
+        conn.execute("DELETE FROM attempts WHERE seq = 3")
+    found = findings(checked(path))
+    assert ("manifest", "suppressions", "rows") in found
+    assert ("manifest", "attempts", "rows") in found
+    assert any(table == "attempts" and "seq 3" in row for table, row, _ in found)
+
+
+def test_an_export_resealed_with_another_key_is_named(
+    run: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Exported again under another key, the file is whole by its own seals, but verified
+    with the auditors' key it is named as sealed with another key."""
+    monkeypatch.setenv(KEY_ENV, "an editor's key")
+    path = export(run)
+    monkeypatch.setenv(KEY_ENV, KEY)
+    assert findings(checked(path)) >= {("seal", "the file", "key_id")}
+
+
+def test_an_export_forged_without_the_key_is_named_row_by_row(run: Workspace) -> None:
+    """An editor who rewrites a row and recomputes its seal, the manifest and the signature,
+    without the key (plain SHA-256, the key's id kept), is caught by every seal it touched
+    and by the signature."""
+    path = export(run)
+    unkeyed = Signer()
+    with sqlite3.connect(path) as conn:
+        items = next(p for p in PARTS if p.name == "items")
+        columns = ", ".join(items.columns)
+        row = conn.execute(f"SELECT {columns} FROM items WHERE seq = 3").fetchone()
+        forged = (*row[:3], "other@example.com", *row[4:])
+        conn.execute(
+            "UPDATE items SET recipient = ?, seal = ? WHERE seq = 3",
+            ("other@example.com", seal(unkeyed, row_form("items", forged))),
+        )
+        digest = hashlib.sha256()
+        for (stored,) in conn.execute("SELECT seal FROM items ORDER BY seq"):
+            digest.update(stored.encode())
+        conn.execute("UPDATE manifest SET sha256 = ? WHERE name = 'items'", (digest.hexdigest(),))
+        meta = conn.execute("SELECT run_id, exported_at, with_bodies FROM seal").fetchone()
+        listed = conn.execute("SELECT name, rows, sha256 FROM manifest").fetchall()
+        order = [p.name for p in PARTS]
+        listed.sort(key=lambda m: order.index(m[0]))
+        signature = seal(unkeyed, manifest_form(meta[0], meta[1], bool(meta[2]), listed))
+        conn.execute("UPDATE seal SET signature = ?", (signature,))
+    found = findings(checked(path))
+    assert ("items", "item seq 3", "seal") in found
+    assert ("seal", "the file", "signature") in found
+    assert not any(table == "manifest" for table, _, _ in found)
+
+
+def test_an_export_never_writes_over_a_file(run: Workspace) -> None:
+    path = run.path / "audit.db"
+    path.write_text("kept")
+    result = run.invoke("export", RUN, "--to", str(path))
+    assert result.exit_code == 2, result.output
+    assert "already exists" in result.output
+    assert path.read_text() == "kept"
+
+
+def test_export_and_verify_on_the_command_line(run: Workspace) -> None:
+    """The commands: `export` says what it wrote; `verify FILE` exits 0 on the file as
+    written and 5, naming the row, once a row is edited."""
+    path = run.path / "audit.db"
+    exported = run.invoke("export", RUN, "--to", str(path))
+    assert exported.exit_code == 0, exported.output
+    assert f"exported run {RUN} to {path}: 6 items" in exported.output
+    assert f"`notifier verify {path}` checks it" in exported.output
+    whole = run.invoke("verify", str(path))
+    assert whole.exit_code == 0, whole.output
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE receipts SET receipt_id = 'forged' WHERE seq = 1")
+    edited = run.invoke("verify", str(path), "--json")
+    assert edited.exit_code == 5, edited.output
+    document = json.loads(edited.output)
+    assert {f["row"] for f in document["findings"]} >= {"receipt seq 1"}

@@ -1,0 +1,47 @@
+"""A row composed and delivered by a version whose composed rows kept their `tz` and
+`not_before` columns in their data, and so in their identity (the schema at m010), is the same
+row once m012 has run: composing the same file again sends nothing twice, on both engines.
+The fixture is that version's database (tests/fixtures/README.md says how it was made)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from ..conftest import Workspace
+from ..fake_messages import FakeMessages
+
+pytestmark = pytest.mark.both_stores
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeMessages]:
+    server = FakeMessages()
+    with server.running():
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-0123456789")
+        yield server
+
+
+def test_a_row_composed_before_is_not_composed_and_sent_again(
+    ws: Workspace, fake: FakeMessages
+) -> None:
+    if ws.url:
+        with psycopg.connect(ws.url, autocommit=True) as conn:
+            sql = (FIXTURES / "m010-composed-tz-column-pg.sql").read_text()
+            conn.execute(sql.encode())
+    else:
+        shutil.copy(FIXTURES / "m010-composed-tz-column.db", ws.db_file)
+    (ws.path / "notifier.toml").write_text('[channels.files]\ntype = "outbox"\n')
+    shutil.copy(FIXTURES / "m010-composed-tz-column.csv", ws.path / "rows.csv")
+    (ws.path / "brief.txt").write_text("Say hello to the person, by name.")
+    again = ws.invoke("send", "rows.csv", "--compose", "brief.txt", "--channel", "files")
+    assert again.exit_code == 0, again.output
+    assert ws.outbox_documents() == [], again.output
+    assert "2 row(s) already delivered" in again.output
+    assert fake.requests == []

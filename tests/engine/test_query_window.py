@@ -1,0 +1,217 @@
+"""A 404 from a status query proves "not sent" only once `timeout + query_delay` has passed
+since the request LEFT, whatever ended the attempt: a gateway's 504 at once, or a reset at
+once, ends it early while the receiver behind may still commit the request. Through the real
+CLI against tests/receiver.py on 127.0.0.1 answering early and committing 1.2 s after each
+request arrived (timeout 2, query_delay 0.5: within the window), at N = 1 and N = 8 (a
+`status_url` webhook claims items ahead), on both stores, live and after a kill -9."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from notifier.domain import clock
+
+from ..conftest import Workspace, make_rows, wait_for
+from ..receiver import Receiver, receiving, webhook_config
+from ..support.crashed import crash_send
+
+pytestmark = pytest.mark.both_stores
+
+TIMEOUT_S = 2
+QUERY_DELAY_S = 0.5
+COMMIT_AFTER_S = 1.2  # after the early answer and the first queries: within the window
+EARLY = pytest.mark.parametrize("early", ["504", "reset"])
+CONCURRENCY = pytest.mark.parametrize("n", [1, 8])
+
+
+def _configure(ws: Workspace, receiver: Receiver, retry: str | None = None) -> None:
+    extra = {} if retry is None else {"retry": retry}
+    (ws.path / "notifier.toml").write_text(
+        webhook_config(
+            receiver,
+            idempotent=False,
+            status=True,
+            timeout=TIMEOUT_S,
+            query_delay=QUERY_DELAY_S,
+            **extra,
+        )
+    )
+
+
+def _rows(n: int) -> int:
+    return 2 if n == 1 else 2 * n  # at N = 8, more than the senders: some claimed ahead
+
+
+def _killed_after_the_first_answer(ws: Workspace, receiver: Receiver, rows: int, n: int) -> None:
+    """`send` of `rows` rows at --concurrency `n`, killed (137) right after the first answer
+    was recorded: at N = 8 others are in flight or claimed ahead."""
+    _configure(ws, receiver)
+    ws.write_csv("batch.csv", make_rows(rows))
+    crash_send("after-receipt:1", db=ws.db, channel="hooks", concurrency=n)
+
+
+def _assert_each_delivered_once(ws: Workspace, receiver: Receiver, rows: int) -> None:
+    """Every request that arrived has been committed (a second one, had there been one,
+    too), and each item exactly once, under its one key, posted once."""
+    receiver.wait_for(lambda r: sum(r.commits.values()) >= len(r.arrivals))
+    keys = [item.idempotency_key for item in ws.ledger.items()]
+    assert len(keys) == rows
+    assert receiver.commits == dict.fromkeys(keys, 1)
+    assert sorted(receiver.deliveries().values()) == [1] * rows
+    assert len(receiver.arrivals) == rows
+
+
+def _assert_all_sent(ws: Workspace, rows: int) -> None:
+    report = json.loads(ws.invoke("report", "--format", "json").output)
+    assert report["counts"]["sent"] == rows, report["counts"]
+    assert set(ws.ledger.states().values()) == {"sent"}
+
+
+@EARLY
+@CONCURRENCY
+@pytest.mark.timeout(60)
+def test_an_early_answer_and_a_late_commit_is_delivered_once_and_reported_sent(
+    ws: Workspace, early: str, n: int
+) -> None:
+    """The query right after the early answer finds nothing (404), and so does one
+    `query_delay` after the answer; the item waits until `timeout + query_delay` after its
+    request left, is found then, and is never sent again."""
+    receiver = Receiver(early=early, commit_after_s=COMMIT_AFTER_S)
+    rows = _rows(n)
+    with receiving(receiver):
+        _configure(ws, receiver)
+        ws.write_csv("batch.csv", make_rows(rows))
+        sent = ws.invoke("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n))
+        _assert_each_delivered_once(ws, receiver, rows)
+    assert sent.exit_code == 0, sent.output
+    _assert_all_sent(ws, rows)
+    assert set(ws.ledger.receipt_sources().values()) == {"query"}
+
+
+@EARLY
+@CONCURRENCY
+@pytest.mark.timeout(90)
+def test_a_cancel_after_a_kill_never_reports_a_held_item_as_never_delivered(
+    ws: Workspace, early: str, n: int
+) -> None:
+    """Killed right after the first early answer was recorded, then cancelled: `cancel`
+    takes no 404 inside an item's window as proof, so every item the receiver holds (or
+    will hold) ends `sent` or `unknown`, never `pending` (not delivered) in the cancelled
+    run."""
+    receiver = Receiver(early=early, commit_after_s=COMMIT_AFTER_S)
+    rows = _rows(n)
+    with receiving(receiver):
+        _killed_after_the_first_answer(ws, receiver, rows, n)
+        cancelled = ws.invoke("cancel", "--report", "--format", "json")
+        receiver.wait_for(lambda r: sum(r.commits.values()) >= len(r.arrivals))
+        held = {a.item_id for a in receiver.arrivals}
+    assert cancelled.exit_code in (0, 3), cancelled.output
+    report = json.loads(cancelled.stdout)
+    assert report["state"] == "cancelled"
+    ends = {row["id"]: row["state"] for row in report["items"] if row["id"] in held}
+    assert set(ends.values()) <= {"sent", "unknown"}, ends
+    assert len(ends) == len(held)
+
+
+@EARLY
+@CONCURRENCY
+@pytest.mark.timeout(90)
+def test_a_resume_after_a_kill_waits_the_window_from_when_the_request_left(
+    ws: Workspace, early: str, n: int
+) -> None:
+    """Killed right after the first early answer was recorded (its item unknown, waiting
+    for its query window; at N = 8 others in flight or claimed ahead): `resume` counts a
+    404 only from the request's start plus `timeout + query_delay`, so the late commit is
+    found, not sent a second time."""
+    receiver = Receiver(early=early, commit_after_s=COMMIT_AFTER_S)
+    rows = _rows(n)
+    with receiving(receiver):
+        _killed_after_the_first_answer(ws, receiver, rows, n)
+        resumed = ws.invoke("resume", "--concurrency", str(n))
+        _assert_each_delivered_once(ws, receiver, rows)
+    assert resumed.exit_code == 0, resumed.output
+    _assert_all_sent(ws, rows)
+
+
+@CONCURRENCY
+@pytest.mark.timeout(60)
+def test_with_one_attempt_an_early_404_never_fails_an_item_the_receiver_holds(
+    ws: Workspace, n: int
+) -> None:
+    """`max_attempts = 1`: a 404 inside the window does not make the item failed (never
+    delivered); it is found once the window has passed. Sending the file again then plans
+    nothing that was delivered: each recipient still has one copy."""
+    receiver = Receiver(early="504", commit_after_s=COMMIT_AFTER_S)
+    rows = _rows(n)
+    with receiving(receiver):
+        _configure(ws, receiver, retry="[retry]\nmax_attempts = 1\n")
+        ws.write_csv("batch.csv", make_rows(rows))
+        sent = ws.invoke("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n))
+        receiver.wait_for(lambda r: sum(r.commits.values()) >= len(r.arrivals))
+        assert "failed" not in ws.ledger.state_counts()
+        again = ws.invoke("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n))
+        receiver.wait_for(lambda r: sum(r.commits.values()) >= len(r.arrivals))
+        assert sorted(receiver.deliveries().values()) == [1] * rows
+    assert sent.exit_code == 0, sent.output
+    assert again.exit_code == 0, again.output
+    _assert_all_sent(ws, rows)
+
+
+@CONCURRENCY
+@pytest.mark.timeout(90)
+def test_a_cancel_after_a_kill_waits_out_the_window_and_asks_again(ws: Workspace, n: int) -> None:
+    """Killed with requests at the receiver (committed late) and, at N = 8, items claimed
+    ahead that never left: `cancel` waits out each item's window (within --wait) and asks
+    again, so every delivered item ends `sent`, every never-left one never delivered
+    (`pending`), none `unknown`, and nobody is sent to a manual decision."""
+    receiver = Receiver(early="504", commit_after_s=COMMIT_AFTER_S)
+    rows = _rows(n)
+    with receiving(receiver):
+        _killed_after_the_first_answer(ws, receiver, rows, n)
+        cancelled = ws.invoke("cancel", "--report", "--format", "json", "--wait", "30")
+        held = {a.item_id for a in receiver.arrivals}
+    assert cancelled.exit_code == 3, cancelled.output  # unsent items
+    assert "--manual" not in cancelled.stderr, cancelled.stderr
+    report = json.loads(cancelled.stdout)
+    ends = {row["id"]: row["state"] for row in report["items"]}
+    assert report["counts"]["unknown"] == 0, ends
+    assert {ends[i] for i in held} == {"sent"}
+    assert {s for i, s in ends.items() if i not in held} <= {"pending"}
+    assert receiver.commits == dict.fromkeys(receiver.commits, 1)
+
+
+def test_a_cancel_whose_wait_ends_first_says_when_reconcile_settles_them(
+    ws: Workspace,
+) -> None:
+    """With --wait 0, `cancel` cannot wait out the receiver's window: the items it leaves
+    unknown are named with the moment a plain `notifier reconcile` settles them by query,
+    not sent to `--manual`; that reconcile, run then, settles them and says that the
+    cancelled run will not send them. (The receiver commits only once cancel has ended: a
+    condition, not a time.)"""
+    committed = threading.Event()
+    receiver = Receiver(early="504", commit_hold=committed)
+    with receiving(receiver):
+        _killed_after_the_first_answer(ws, receiver, 2, 1)
+        cancelled = ws.invoke("cancel", "--wait", "0")
+        committed.set()  # within the window, which cancel could not wait out
+        said = cancelled.output
+        assert cancelled.exit_code == 3, said
+        run_id = ws.ledger.run().run_id
+        assert f"a plain `notifier reconcile {run_id}` then settles them by query" in said
+        assert "--manual" not in said
+        assert ws.ledger.item("u1").state == "unknown"
+        receiver.wait_for(lambda r: sum(r.commits.values()) >= len(r.arrivals))
+        wait_for(lambda: _window_passed(ws), "every unknown item's window passed", timeout=30)
+        settled = ws.invoke("reconcile", run_id)
+    assert settled.exit_code in (0, 3), settled.output
+    assert ws.ledger.item("u1").state == "sent"
+    assert "will send again" not in settled.output
+
+
+def _window_passed(ws: Workspace) -> bool:
+    """Whether every unknown item's asking-again time has passed."""
+    times = ws.ledger.next_attempts("unknown").values()
+    return all(t is None or t <= clock.now_iso() for t in times)

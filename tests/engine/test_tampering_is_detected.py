@@ -1,0 +1,254 @@
+"""Whatever is changed in a run after it was written is found by `verify`, and named: an
+item's state, a receipt id, an attempt, an event deleted, inserted, reordered or edited, the
+database cut short mid-run, a manual mark given another operator, a chain keyed with another
+key, and a chain forged end to end without the key (found with the key; "unkeyed" without).
+Each on both stores, against a run sent under the audit key through a scripted receiver:
+u2 and u5 lost their answers (unknown), u5 then marked sent by carol."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from notifier.channels.scripted import DELIVER, LOST_AFTER_COMMIT, Response
+from notifier.domain.chain import UNKEYED, Signer
+from notifier.domain.intent import Intent
+from notifier.domain.verify import AuditVerdict
+
+from ..conftest import Workspace
+from ..support.audited import KEY, TOML, keyed, named, send, verdict
+
+pytestmark = [pytest.mark.both_stores, pytest.mark.timeout(120)]
+RUN = "audited"
+
+
+def lose_2_and_5(intent: Intent, tries: int) -> Response:
+    return LOST_AFTER_COMMIT if intent.seq in (2, 5) else DELIVER
+
+
+@pytest.fixture
+def run(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> Workspace:
+    """The run, verified whole before any test changes it."""
+    keyed(monkeypatch)
+    send(ws, RUN, 6, lose_2_and_5)
+    (ws.path / "notifier.toml").write_text(TOML)
+    marked = ws.invoke(
+        "reconcile", RUN, "--manual", "--item", "u5", "--mark", "sent",
+        "--evidence", "relay log line 7", env={"USER": "carol"},
+    )  # fmt: skip
+    assert marked.exit_code in (0, 3), marked.output
+    whole = verdict(ws, RUN)
+    assert (whole.verdict, whole.findings) == (AuditVerdict.KEYED, ())
+    return ws
+
+
+def event_no(ws: Workspace, kind: str, item_seq: int) -> int:
+    ((seq_no,),) = ws.query(
+        "SELECT seq_no FROM events WHERE run_id = ? AND kind = ? AND item_seq = ?",
+        (RUN, kind, item_seq),
+    )
+    return int(seq_no)
+
+
+def last_event(ws: Workspace) -> tuple[int, str]:
+    ((seq_no, hashed),) = ws.query(
+        "SELECT seq_no, hash FROM events WHERE run_id = ? ORDER BY seq_no DESC LIMIT 1", (RUN,)
+    )
+    return int(seq_no), str(hashed)
+
+
+def key_of(ws: Workspace, seq: int) -> str:
+    ((key,),) = ws.query("SELECT idempotency_key FROM items WHERE run_id = ? AND seq = ?",
+                         (RUN, seq))  # fmt: skip
+    return str(key)
+
+
+def test_an_item_state_changed_from_unknown_to_sent_is_named(run: Workspace) -> None:
+    run.write("UPDATE items SET state = 'sent' WHERE run_id = ? AND seq = 2", (RUN,))
+    found = verdict(run, RUN)
+    assert found.verdict is AuditVerdict.ALTERED
+    assert named(found) == {("items", "item u2 (seq 2)", "differs", "state")}
+    (difference,) = found.findings
+    assert (difference.stored, difference.expected) == ("sent", "unknown")
+
+
+def test_a_receipt_id_edited_is_named(run: Workspace) -> None:
+    run.write("UPDATE receipts SET receipt_id = 'forged' WHERE idempotency_key = ?",
+              (key_of(run, 3),))  # fmt: skip
+    found = verdict(run, RUN)
+    assert named(found) == {("receipts", "receipt of item u3 (seq 3)", "differs", "receipt_id")}
+    assert found.findings[0].stored == "forged"
+
+
+def test_an_attempt_deleted_is_named(run: Workspace) -> None:
+    run.write("DELETE FROM attempts WHERE run_id = ? AND seq = 4", (RUN,))
+    found = verdict(run, RUN)
+    assert named(found) == {("attempts", "attempt 1 of item u4 (seq 4)", "missing", None)}
+
+
+def test_an_event_deleted_is_named(run: Workspace) -> None:
+    gone = event_no(run, "ack", 3)
+    run.write("DELETE FROM events WHERE run_id = ? AND seq_no = ?", (RUN, gone))
+    found = verdict(run, RUN)
+    assert ("events", f"event {gone}", "missing", None) in named(found)
+    # The next event's link names what it followed; the replay names the item it left.
+    assert ("events", f"event {gone + 1}", "differs", "prev_hash") in named(found)
+    assert ("items", "item u3 (seq 3)", "differs", "state") in named(found)
+
+
+def test_an_event_inserted_at_the_end_is_named(run: Workspace) -> None:
+    """Appended with a link that looks right to anyone without the key: its hash is
+    SHA-256 over its content and the last event's hash."""
+    seq_no, prev = last_event(run)
+    forged = UNKEYED.link(prev, RUN, seq_no + 1, "mark_sent", 2, '{"from": "unknown"}', "t")
+    run.write(
+        "INSERT INTO events (run_id, seq_no, at, kind, item_seq, detail, prev_hash, hash) "
+        "VALUES (?, ?, 't', 'mark_sent', 2, '{\"from\": \"unknown\"}', ?, ?)",
+        (RUN, seq_no + 1, prev, forged),
+    )
+    found = verdict(run, RUN)
+    assert ("events", f"event {seq_no + 1}", "differs", "hash") in named(found)
+    assert ("items", "item u2 (seq 2)", "differs", "state") in named(found)
+
+
+def test_an_event_inserted_mid_run_is_named_with_every_event_it_renumbered(
+    run: Workspace,
+) -> None:
+    """Slipped in after u3's ack, the events after it moved up one: the new event's link
+    and every renumbered one fail the key."""
+    at = event_no(run, "ack", 3)
+    last, _ = last_event(run)
+    # Two steps, so no number is ever held twice (the primary key).
+    run.write("UPDATE events SET seq_no = seq_no + 1000 WHERE run_id = ? AND seq_no > ?",
+              (RUN, at))  # fmt: skip
+    run.write("UPDATE events SET seq_no = seq_no - 999 WHERE run_id = ? AND seq_no > 1000",
+              (RUN,))  # fmt: skip
+    ((prev,),) = run.query("SELECT hash FROM events WHERE run_id = ? AND seq_no = ?", (RUN, at))
+    detail = '{"from": "pending", "to": "expired"}'
+    forged = UNKEYED.link(prev, RUN, at + 1, "expire", 6, detail, "t")
+    run.write(
+        "INSERT INTO events (run_id, seq_no, at, kind, item_seq, detail, prev_hash, hash) "
+        "VALUES (?, ?, 't', 'expire', 6, ?, ?, ?)",
+        (RUN, at + 1, detail, prev, forged),
+    )
+    hashes = {row for table, row, _, column in named(verdict(run, RUN)) if column == "hash"}
+    assert hashes == {f"event {n}" for n in range(at + 1, last + 2)}
+
+
+def test_two_events_reordered_are_both_named(run: Workspace) -> None:
+    """Two events swap places (their content moves, their numbers stay)."""
+    first, second = event_no(run, "ack", 3), event_no(run, "ack", 4)
+    rows = run.query(
+        "SELECT seq_no, at, kind, item_seq, detail FROM events WHERE run_id = ? AND seq_no IN "
+        "(?, ?) ORDER BY seq_no",
+        (RUN, first, second),
+    )
+    for (_, at, kind, item_seq, detail), seq_no in zip(rows, (second, first), strict=True):
+        run.write(
+            "UPDATE events SET at = ?, kind = ?, item_seq = ?, detail = ? "
+            "WHERE run_id = ? AND seq_no = ?",
+            (at, kind, item_seq, detail, RUN, seq_no),
+        )
+    found = verdict(run, RUN)
+    assert {("events", f"event {n}", "differs", "hash") for n in (first, second)} <= named(found)
+
+
+def test_an_event_detail_edited_is_named(run: Workspace) -> None:
+    edited = event_no(run, "ack", 1)
+    run.write(
+        "UPDATE events SET detail = REPLACE(detail, '\"sent\"', '\"failed\"') "
+        "WHERE run_id = ? AND seq_no = ?",
+        (RUN, edited),
+    )
+    found = verdict(run, RUN)
+    assert ("events", f"event {edited}", "differs", "hash") in named(found)
+
+
+def test_a_database_cut_short_mid_run_names_each_item_it_left(run: Workspace) -> None:
+    """Every event after u3's ack removed, as a restore from an old backup of the events
+    alone would leave them: the chain that remains holds, and the replay names the items
+    and the run whose later history is gone."""
+    cut = event_no(run, "ack", 3)
+    lost = {seq for (seq,) in run.query(
+        "SELECT DISTINCT item_seq FROM events WHERE run_id = ? AND seq_no > ? "
+        "AND item_seq IS NOT NULL", (RUN, cut))}  # fmt: skip
+    run.write("DELETE FROM events WHERE run_id = ? AND seq_no > ?", (RUN, cut))
+    found = verdict(run, RUN)
+    assert found.verdict is AuditVerdict.ALTERED
+    items = {row for table, row, _, _ in named(found) if table == "items"}
+    assert items == {f"item u{seq} (seq {seq})" for seq in lost}
+    assert ("runs", "the run", "differs", "state") in named(found)
+
+
+def test_a_manual_mark_given_another_operator_is_named(run: Workspace) -> None:
+    run.write("UPDATE decisions SET operator = 'mallory' WHERE run_id = ?", (RUN,))
+    found = verdict(run, RUN)
+    assert named(found) == {("decisions", "decision 1", "differs", "operator")}
+    assert (found.findings[0].stored, found.findings[0].expected) == ("mallory", "carol")
+
+
+def test_a_manual_mark_rewritten_in_its_event_too_is_named_by_the_chain(run: Workspace) -> None:
+    """The row and its event both say mallory: the replay agrees with the rows, and only
+    the key shows the event is not the one written."""
+    mark = event_no(run, "decision", 5)
+    run.write("UPDATE decisions SET operator = 'mallory' WHERE run_id = ?", (RUN,))
+    run.write("UPDATE events SET detail = REPLACE(detail, 'carol', 'mallory') "
+              "WHERE run_id = ? AND seq_no = ?", (RUN, mark))  # fmt: skip
+    assert named(verdict(run, RUN)) == {("events", f"event {mark}", "differs", "hash")}
+
+
+def test_a_chain_keyed_with_another_key_is_named(run: Workspace) -> None:
+    found = verdict(run, RUN, Signer(b"another key"))
+    assert found.verdict is AuditVerdict.ALTERED
+    assert named(found) == {("runs", "the run", "differs", "audit_key_id")}
+
+
+Forge = Callable[[Workspace], None]
+
+
+def forge_end_to_end(ws: Workspace) -> int:
+    """u2 (unknown) made sent, with its events, and every link from there on computed
+    again as anyone without the key can: SHA-256. Returns the first event forged."""
+    seq_no, _ = last_event(ws)
+    ws.write("UPDATE items SET state = 'sent' WHERE run_id = ? AND seq = 2", (RUN,))
+    ws.write(
+        "INSERT INTO events (run_id, seq_no, at, kind, item_seq, detail) VALUES "
+        '(?, ?, \'t\', \'mark_sent\', 2, \'{"from": "unknown", "to": "sent"}\')',
+        (RUN, seq_no + 1),
+    )
+    ws.write("UPDATE runs SET audit_chain = 'sha256', audit_key_id = NULL WHERE run_id = ?",
+             (RUN,))  # fmt: skip
+    prev = None
+    for n, at, kind, item_seq, detail in ws.query(
+        "SELECT seq_no, at, kind, item_seq, detail FROM events WHERE run_id = ? ORDER BY seq_no",
+        (RUN,),
+    ):
+        link = UNKEYED.link(prev, RUN, n, kind, item_seq, detail, at)
+        ws.write("UPDATE events SET prev_hash = ?, hash = ? WHERE run_id = ? AND seq_no = ?",
+                 (prev, link, RUN, n))  # fmt: skip
+        prev = link
+    return seq_no + 1
+
+
+def test_a_chain_forged_end_to_end_without_the_key(run: Workspace) -> None:
+    """Found with the key (the run's chain is not keyed with it); without one, all that
+    can be said is that the chain is unkeyed, which proves nothing against an editor."""
+    forge_end_to_end(run)
+    with_key = verdict(run, RUN)
+    assert with_key.verdict is AuditVerdict.ALTERED
+    assert ("runs", "the run", "differs", "audit_chain") in named(with_key)
+    without = verdict(run, RUN, UNKEYED)
+    assert (without.verdict, without.findings) == (AuditVerdict.UNKEYED, ())
+
+
+def test_a_chain_forged_under_the_runs_key_id_is_named_event_by_event(run: Workspace) -> None:
+    """The forger keeps the run's key id and chain kind: every link they computed fails
+    the key, each named."""
+    first = forge_end_to_end(run)
+    run.write("UPDATE runs SET audit_chain = 'hmac-sha256', audit_key_id = ? WHERE run_id = ?",
+              (Signer(KEY.encode()).key_id, RUN))  # fmt: skip
+    found = verdict(run, RUN)
+    hashes = {row for table, row, _, column in named(found) if column == "hash"}
+    assert hashes == {f"event {n}" for n in range(1, first + 1)}
+    assert verdict(run, RUN, UNKEYED).verdict is AuditVerdict.UNKEYED
