@@ -39,14 +39,14 @@ def export_command(
     their chain, the approval record and the suppression entries that applied, each row
     sealed (HMAC-SHA256 under the audit key, NOTIFIER_AUDIT_KEY or [audit] key_file; plain
     SHA-256 without one), with a manifest of every table's digest and its signature. Items
-    are searchable by id, recipient and receipt id. Read-only on the database; streams, so a
-    million-item run needs no more memory than a small one.
+    are searchable by id, recipient and receipt id (`sqlite-utils search audit.db items
+    ann@example.com --quote`). Read-only on the database; streams, so a million-item run needs
+    no more memory than a small one.
 
     \b
     Examples:
       notifier export RUN --to audit.db
-      sqlite-utils search audit.db items ann@example.com --quote
-      notifier verify audit.db          # checks the file alone, offline
+      notifier export RUN --to audit.db --with-bodies --json
     """
     from notifier.api import Notifier  # noqa: PLC0415 (start-up time)
 

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from notifier.cli import cli
 
-WITH_EXAMPLES = ("send", "resume", "cancel", "reconcile", "report", "verify")
+WITH_EXAMPLES = ("send", "resume", "cancel", "reconcile", "report", "verify", "export")
 
 
 def every_command(
