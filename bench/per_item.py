@@ -95,11 +95,7 @@ def name_of(statement: str, names: dict[str, str]) -> str:
 def spies(tally: Tally) -> Iterator[None]:
     """Count the decisions, the gate computations, the statements and the run reads."""
     from notifier.domain.retry import RetryPolicy  # noqa: PLC0415
-    from notifier.engine import (  # noqa: PLC0415
-        judging,
-        sending,
-        settle_by_query,
-    )
+    from notifier.engine import judging, settle_by_query  # noqa: PLC0415
     from notifier.store.sqlite import SqliteEngine  # noqa: PLC0415
 
     names = statement_names()
@@ -152,7 +148,8 @@ def spies(tally: Tally) -> Iterator[None]:
 
         return decide
 
-    for module in (judging, sending, settle_by_query):
+    # The modules that call `decide` (the sender asks only whether an answer wants a finding).
+    for module in (judging, settle_by_query):
         patch(module, "decide", decisions)
     patch(judging.Progress, "gate", counted("gate closed"))
     patch(RetryPolicy, "judge", counted("policy.judge"))
