@@ -132,7 +132,10 @@ def test_a_deadline_passing_after_an_uncertain_attempt_leaves_the_item_unknown(
     assert item.state == "unknown" and "may have been delivered" in (item.last_error or "")
     attempts = [(a.started_at, a.outcome) for a in ws.ledger.attempts()]
     assert len(attempts) >= 2 and attempts[-1][1] == "expired"
-    assert all(outcome == "uncertain" for _, outcome in attempts[:-1])
+    outcomes = [outcome for _, outcome in attempts[:-1]]
+    # On a loaded machine the deadline may pass between a claim and its request: that claim
+    # is released unsent (not_started); none is sent after the deadline either way.
+    assert outcomes[0] == "uncertain" and set(outcomes) <= {"uncertain", "not_started"}
     limit = datetime.fromisoformat(deadline)
     assert all(datetime.fromisoformat(started) < limit for started, _ in attempts[:-1])
 

@@ -20,7 +20,7 @@ from ..conftest import Workspace, make_rows
 from ..support.audited import KEY, SIGNER, verdict, verdicts
 
 pytestmark = pytest.mark.both_stores
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 RUNS = ("m013-done", "m013-crashed", "m013-manual")
 
 
