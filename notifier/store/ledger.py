@@ -10,7 +10,7 @@ from notifier.domain.records import AttemptOutcome, Item, Outcome, StopCause, it
 from notifier.domain.state_machine import ItemState, ItemTrigger, RunState, RunTrigger, item_next
 from notifier.store import statements, waiting, writes
 from notifier.store.core import Core, as_json, plain_ack, retried
-from notifier.store.exceptions import LostRace
+from notifier.store.exceptions import AuditKeyMismatch, LostRace
 from notifier.store.statements import ledger as sql
 from notifier.store.suppressions import Suppressions
 from notifier.store.writes import Group
@@ -414,11 +414,19 @@ class Ledger:
         """Flag the run for cancel; False (nothing written) when it already finished, e.g. a
         worker completed it between the caller's read and this write."""
         at = clock.now_iso()
-        with self.core.write():
-            cursor = self.engine.execute(sql.REQUEST_CANCEL, {"at": at, "run_id": run_id})
-            if cursor.rowcount != 1:
-                return False
-            self.core.event(run_id, "cancel_requested", None, None, at)
+        try:
+            with self.core.write():
+                cursor = self.engine.execute(sql.REQUEST_CANCEL, {"at": at, "run_id": run_id})
+                if cursor.rowcount != 1:
+                    return False
+                self.core.event(run_id, "cancel_requested", None, None, at)
+        except AuditKeyMismatch:
+            # A process without the run's audit key cannot link an event into its chain, but
+            # a cancel is never refused for want of a key: the flag alone, which every worker
+            # reads, and the worker that stops (holding the key) records the run's end.
+            with self.core.write():
+                cursor = self.engine.execute(sql.REQUEST_CANCEL, {"at": at, "run_id": run_id})
+                return cursor.rowcount == 1
         return True
 
 

@@ -71,8 +71,10 @@ def test_a_run_that_is_not_there_is_a_usage_error(sent: Workspace) -> None:
 
 
 def test_a_keyed_run_is_not_written_on_without_its_key(sent: Workspace) -> None:
-    """A cancel of a keyed run by a process holding another key is refused (exit 4), naming
-    the run's key id and the fix, and writes nothing: the chain stays whole."""
+    """A cancel of a keyed run awaiting approval, by a process holding another key: its flag
+    is set (no worker may start the run), but closing the run would write events, which is
+    refused (exit 4), naming the run's key id and the fix: no event is written, and the
+    chain stays whole."""
     sent.write_csv("more.csv", make_rows(3, start=10))
     planned = sent.run("send", "more.csv", "--run-id", "r2", "--require-approval",
                        env={KEY_ENV: KEY})  # fmt: skip
@@ -84,4 +86,5 @@ def test_a_keyed_run_is_not_written_on_without_its_key(sent: Workspace) -> None:
     assert KEY_ENV in refused.stderr
     assert sent.query("SELECT COUNT(*) FROM events WHERE run_id = 'r2'") == before
     assert sent.query("SELECT state FROM runs WHERE run_id = 'r2'") == [("awaiting_approval",)]
+    assert sent.ledger.run("r2").cancel_requested_at is not None
     assert sent.run("verify", "r2", env={KEY_ENV: KEY}).returncode == 0

@@ -7,17 +7,21 @@ u2 and u5 lost their answers (unknown), u5 then marked sent by carol."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 import pytest
 
+from notifier.api import Notifier
 from notifier.channels.scripted import DELIVER, LOST_AFTER_COMMIT, Response
-from notifier.domain.chain import UNKEYED, Signer
+from notifier.domain.chain import KEY_ENV, UNKEYED, Signer
 from notifier.domain.intent import Intent
+from notifier.domain.state_machine import RunState
 from notifier.domain.verify import AuditVerdict
 
-from ..conftest import Workspace
-from ..support.audited import KEY, TOML, keyed, named, send, verdict
+from ..conftest import Workspace, wait_for
+from ..support.audited import KEY, TOML, config, keyed, named, send, verdict
+from ..support.background import WAIT_S, Worker
 
 pytestmark = [pytest.mark.both_stores, pytest.mark.timeout(120)]
 RUN = "audited"
@@ -252,3 +256,39 @@ def test_a_chain_forged_under_the_runs_key_id_is_named_event_by_event(run: Works
     hashes = {row for table, row, _, column in named(found) if column == "hash"}
     assert hashes == {f"event {n}" for n in range(1, first + 1)}
     assert verdict(run, RUN, UNKEYED).verdict is AuditVerdict.UNKEYED
+
+
+def test_a_cancel_without_the_key_still_stops_a_keyed_run(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator's cancel is never refused for want of the audit key: run by a process
+    without it while a keyed send is under way, it sets the flag the worker reads, the worker
+    stops and closes the run, and the chain (written by the worker, which holds the key)
+    verifies keyed."""
+    keyed(monkeypatch)
+    reached, go_on = threading.Event(), threading.Event()
+
+    def held_from_3(intent: Intent, tries: int) -> Response:
+        if intent.seq >= 3:
+            reached.set()
+            go_on.wait(WAIT_S)
+        return DELIVER
+
+    sending = Worker(lambda: send(ws, "stopped", 10, held_from_3)[0])
+    assert reached.wait(WAIT_S), "the send never reached item 3"
+    monkeypatch.delenv(KEY_ENV)
+    cancelling = threading.Thread(
+        target=lambda: Notifier.open(ws.db, config=config()).cancel("stopped", wait_s=WAIT_S),
+        daemon=True,
+    )
+    cancelling.start()
+    wait_for(lambda: ws.ledger.run("stopped").cancel_requested_at is not None, "the cancel flag")
+    go_on.set()
+    ended = sending.result()
+    cancelling.join(WAIT_S)
+    assert ended.state is RunState.CANCELLED
+    assert ws.ledger.run("stopped").state == "cancelled"
+    assert ws.ledger.receipt_count() <= 3
+    monkeypatch.setenv(KEY_ENV, KEY)
+    whole = verdict(ws, "stopped")
+    assert (whole.verdict, whole.findings) == (AuditVerdict.KEYED, ())
