@@ -33,7 +33,7 @@ from notifier.content.template import Template
 from notifier.domain import clock
 from notifier.domain.errors import BadInput
 from notifier.domain.records import Counts, Item, Run
-from notifier.domain.replay import Difference
+from notifier.domain.replay import Change, Difference, Table
 from notifier.domain.state_machine import FINISHED_RUN_STATES, RunState, RunTrigger
 from notifier.domain.verify import RunVerdict, verify
 from notifier.engine.crash import CrashPlan
@@ -424,10 +424,16 @@ class Notifier:
             ) from None
         try:
             findings = exported.check(signer)
-            return VerifiedFile(
-                path, exported.meta["kind"], exported.meta["key_id"], tuple(findings),
-                verify(exported, exported.run_ids(), signer), signer.key_id,
-            )  # fmt: skip
+            try:
+                runs = verify(exported, exported.run_ids(), signer)
+            except (ValueError, TypeError) as exc:
+                # A row whose values are not of their column's kind (an item_seq of text):
+                # written by no export, so the file was altered.
+                runs = []
+                findings.append(Difference(Table.SEAL, "the file", Change.DIFFERS, "rows",
+                                           str(exc), None))  # fmt: skip
+            kind, key_id = exported.meta.get("kind"), exported.meta.get("key_id")
+            return VerifiedFile(path, str(kind), key_id, tuple(findings), runs, signer.key_id)
         finally:
             exported.close()
 

@@ -116,18 +116,39 @@ def _print(verdicts: list[RunVerdict], key_id: str | None) -> None:
             click.echo(f"  {describe(finding)}")
 
 
-def describe(d: Difference) -> str:
-    """One finding as a line: the row, what is wrong with it, and the values."""
-    where = f"{d.table.value}: {d.row}"
+def _file_finding(d: Difference, where: str) -> str | None:
+    """A finding about an export's own structure, seals or manifest, as a line; None for
+    any other."""
     if d.column == "seal":
         return f"{where}: changed after it was exported (its seal is not its values')"
+    if d.column == "rows" and d.expected == 1:
+        return f"{where}: {d.stored} rows where an export writes one"
+    if d.table is Table.SEAL and d.column == "rows":
+        return f"{where}: rows that no export writes ({d.stored})"
     if d.table is Table.SEAL and d.column == "key_id":
         return (f"{where}: sealed with another key (id {d.stored}); the key given has id "
                 f"{d.expected}")  # fmt: skip
     if d.table is Table.SEAL:
         return f"{where}: its manifest's signature does not hold"
+    if d.table is Table.MANIFEST and d.column in ("table", "view", "trigger"):
+        if d.stored is None:
+            return f"{where}: missing (every export has this table)"
+        return f"{where}: a {d.column} no export makes, added to the file"
+    if d.table is Table.MANIFEST and d.column == "columns":
+        return f"{where}: its columns are {d.stored}, an export's are {d.expected}"
     if d.table is Table.MANIFEST:
         return f"{where}: holds {d.column} {d.expected!r}, the manifest says {d.stored!r}"
+    return None
+
+
+def describe(d: Difference) -> str:
+    """One finding as a line: the row, what is wrong with it, and the values."""
+    where = f"{d.table.value}: {d.row}"
+    said = _file_finding(d, where)
+    if said is not None:
+        return said
+    if d.column == "audit_chain" and d.change is Change.MISSING:
+        return f"{where}: its chain was removed (it was planned after its database began chaining)"
     if d.column == "audit_key_id":
         return (f"{where}: its events are keyed with another key (id {d.stored}); the key "
                 f"given has id {d.expected}")  # fmt: skip

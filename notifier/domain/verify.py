@@ -17,7 +17,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
+from itertools import pairwise
 from typing import Protocol
 
 from notifier.domain.chain import UNKEYED, ChainKind, Signer
@@ -44,14 +46,23 @@ class AuditVerdict(StrEnum):
 @dataclass(frozen=True)
 class RunHead:
     """What verify reads of a run before its rows: how its events are chained, its state,
-    how many items it holds and the span of item numbers its items and events use."""
+    how many items it holds, when it was planned, and since when the database chains every
+    new run (when m013 was applied to it; None where that is not recorded)."""
 
     run_id: str
     chain: str | None  # ChainKind's value; None: planned before the chain
     key_id: str | None
     state: str
     items: int
-    seqs: range  # every item seq an item or an event names
+    created_at: str
+    chained_since: str | None
+
+    def chained_when_planned(self) -> bool:
+        """Whether the run was planned after its database began chaining every run: then it
+        cannot be unchained unless someone cleared its chain."""
+        if self.chained_since is None:
+            return False
+        return datetime.fromisoformat(self.created_at) >= datetime.fromisoformat(self.chained_since)
 
 
 class AuditSource(Protocol):
@@ -72,6 +83,10 @@ class AuditSource(Protocol):
 
     def run_events(self, run_id: str) -> list[EventRecord]:
         """The run's own events (no item_seq) and its manual decisions, in seq_no order."""
+        ...
+
+    def item_seqs(self, run_id: str) -> Iterable[int]:
+        """The run's item seqs in order, streamed (where its slices begin)."""
         ...
 
     def item_events(self, run_id: str, seqs: range) -> list[EventRecord]:
@@ -118,7 +133,13 @@ def verify_run(source: AuditSource, head: RunHead, signer: Signer) -> RunVerdict
     findings = _chain(head, counted, signer)
     for _ in counted:  # what the chain check left unread, counted
         pass
-    if head.chain is not None:
+    stripped = head.chain is None and head.chained_when_planned()
+    if stripped:
+        findings.append(
+            Difference(Table.RUNS, "the run", Change.MISSING, "audit_chain", None,
+                       "a chain: the run was planned after its database began chaining")
+        )  # fmt: skip
+    if head.chain is not None or stripped:
         # Runs from before the chain wrote events that do not say what each move wrote:
         # their replay would differ from every row without anything having been altered.
         findings += _replayed(source, head)
@@ -152,13 +173,25 @@ def _replayed(source: AuditSource, head: RunHead) -> list[Difference]:
     its decisions whole, its items CHUNK at a time."""
     run = replay((), source.run_events(head.run_id))
     found = compare_run(run, head.state, head.items, source.decisions(head.run_id))
-    for start in range(head.seqs.start, head.seqs.stop, CHUNK):
-        seqs = range(start, min(start + CHUNK, head.seqs.stop))
+    for seqs in slices(source.item_seqs(head.run_id), CHUNK):
         rows = source.rows(head.run_id, seqs)
         rebuilt = replay(((i.seq, i.item_id) for i in rows.items),
                          source.item_events(head.run_id, seqs))  # fmt: skip
         found += compare_items(rebuilt, rows)
     return found
+
+
+# Past any seq a run can hold: the first slice begins below every item, the last ends above,
+# so an event naming an item no row holds is replayed (and named) with its neighbours.
+_FAR = 2**62
+
+
+def slices(seqs: Iterable[int], size: int) -> list[range]:
+    """Ranges of item seqs that cover every integer, each holding `size` of the run's items
+    (`seqs`, in order): as many slices as the items fill, whatever numbers events name."""
+    starts = [seq for n, seq in enumerate(seqs) if n % size == 0 and n]
+    bounds = [-_FAR, *starts, _FAR]
+    return [range(lo, hi) for lo, hi in pairwise(bounds)]
 
 
 def _chain(run: RunHead, events: Iterable[EventRecord], signer: Signer) -> list[Difference]:

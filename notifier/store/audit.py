@@ -16,17 +16,14 @@ from notifier.domain.replay import (
     RunRows,
 )
 from notifier.domain.verify import RunHead
+from notifier.store import migrations
 from notifier.store.core import Core
 
-_RUN = "SELECT run_id, state, {chain} FROM runs WHERE run_id = %(run_id)s"
+_RUN = "SELECT run_id, state, created_at, {chain} FROM runs WHERE run_id = %(run_id)s"
 _RUN_IDS = "SELECT run_id FROM runs ORDER BY created_at, run_id"
-_SPAN = (
-    "SELECT (SELECT COUNT(*) FROM items WHERE run_id = %(run_id)s) AS items, "
-    "(SELECT MIN(seq) FROM items WHERE run_id = %(run_id)s) AS first_item, "
-    "(SELECT MAX(seq) FROM items WHERE run_id = %(run_id)s) AS last_item, "
-    "(SELECT MIN(item_seq) FROM events WHERE run_id = %(run_id)s) AS first_event, "
-    "(SELECT MAX(item_seq) FROM events WHERE run_id = %(run_id)s) AS last_event"
-)
+_COUNT = "SELECT COUNT(*) FROM items WHERE run_id = %(run_id)s"
+_SEQS = "SELECT seq FROM items WHERE run_id = %(run_id)s ORDER BY seq"
+_CHAINED_SINCE = "SELECT applied_at FROM {table} WHERE name = 'm013_event_chain'"
 _IN = "run_id = %(run_id)s AND {seq} >= %(lo)s AND {seq} < %(hi)s"
 _ITEMS = (
     "SELECT seq, item_id, state, attempts, receipt_id, last_error, next_attempt_at "
@@ -82,11 +79,22 @@ class AuditRecords:
         row = self.engine.execute(_RUN.format(chain=chain), {"run_id": run_id}).fetchone()
         if row is None:
             return None
-        count, *ends = self.engine.execute(_SPAN, {"run_id": run_id}).fetchone()
-        lows = [int(v) for v in ends[0::2] if v is not None]
-        highs = [int(v) for v in ends[1::2] if v is not None]
-        seqs = range(min(lows), max(highs) + 1) if lows else range(0)
-        return RunHead(run_id, row.audit_chain, row.audit_key_id, row.state, int(count), seqs)
+        (count,) = self.engine.execute(_COUNT, {"run_id": run_id}).fetchone()
+        return RunHead(run_id, row.audit_chain, row.audit_key_id, row.state, int(count),
+                       row.created_at, self.chained_since())  # fmt: skip
+
+    def chained_since(self) -> str | None:
+        """When m013 was applied to this database: every run planned after it is chained."""
+        for migrator in (migrations.SQLITE, migrations.POSTGRES):
+            if self.engine.has_table(migrator.table):
+                found = self.engine.execute(_CHAINED_SINCE.format(table=migrator.table))
+                row = found.fetchone()
+                return None if row is None else str(row[0])
+        return None
+
+    def item_seqs(self, run_id: str) -> Iterator[int]:
+        for (seq,) in self.engine.stream(_SEQS, {"run_id": run_id}):
+            yield int(seq)
 
     def events(self, run_id: str) -> Iterator[EventRecord]:
         statement = _EVENTS.format(links=self._links())

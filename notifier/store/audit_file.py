@@ -48,6 +48,7 @@ from notifier.domain.replay import (
 )
 from notifier.domain.suppression import address_key
 from notifier.domain.verify import RunHead
+from notifier.store.audit import AuditRecords
 from notifier.store.core import Core
 
 FORMAT = "notifier-audit-1"
@@ -154,12 +155,12 @@ def row_form(table: str, values: Sequence[Any]) -> bytes:
     return _JSON([table, *values]).encode()
 
 
-def manifest_form(run_id: str, exported_at: str, with_bodies: bool,
+def manifest_form(run_id: str, exported_at: str, with_bodies: bool, chained_since: str | None,
                   manifest: Iterable[tuple[str, int, str]]) -> bytes:  # fmt: skip
     """The bytes the file's signature covers: what was exported, and each table's count and
     digest, in the order of PARTS."""
     return json.dumps(
-        [FORMAT, run_id, exported_at, with_bodies, [list(m) for m in manifest]],
+        [FORMAT, run_id, exported_at, with_bodies, chained_since, [list(m) for m in manifest]],
         separators=(",", ":"),
     ).encode()
 
@@ -195,6 +196,7 @@ def _write(
     db.execute("PRAGMA synchronous = OFF")
     manifest: list[tuple[str, int, str]] = []
     with core.snapshot():
+        chained_since = AuditRecords(core).chained_since()
         run = engine.execute(
             _READS["runs"].format(chain="audit_chain, audit_key_id" if chained else "NULL, NULL"),
             key,
@@ -218,12 +220,15 @@ def _write(
         for part in PARTS:
             manifest.append(_write_part(db, part, sources[part.name], signer))
     exported_at = now_iso()
-    signature = seal(signer, manifest_form(run_id, exported_at, with_bodies, manifest))
+    signature = seal(
+        signer, manifest_form(run_id, exported_at, with_bodies, chained_since, manifest)
+    )
     _table(db, "manifest").insert_all(
         ({"name": n, "rows": c, "sha256": d} for n, c, d in manifest), pk="name"
     )
     _table(db, "seal").insert(
         {"format": FORMAT, "run_id": run_id, "exported_at": exported_at,
+         "chained_since": chained_since,
          "with_bodies": int(with_bodies), "kind": signer.kind.value, "key_id": signer.key_id,
          "signature": signature},
         pk="format",
@@ -301,17 +306,32 @@ class AuditFile:
         self.path = path
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         self.db = sqlite_utils.Database(conn)
-        tables = set(self.db.table_names())
-        if not {"seal", "manifest", *(p.name for p in PARTS)} <= tables:
+        try:
+            tables = set(self.db.table_names())
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise ValueError(f"{path} is not an SQLite file ({exc})") from None
+        if not tables & {"seal", "manifest"}:
             conn.close()
             raise ValueError(f"{path} is not a notifier audit file")
-        (self.meta,) = self.db["seal"].rows
+        # What is not where the format puts it: a table missing, or one added, a column
+        # missing or added. A file with any of these is altered, and read no further.
+        self.structure = _structure(self.db, tables)
+        metas = list(self.db["seal"].rows) if "seal" in tables else []
+        runs = (
+            self.db.execute('SELECT COUNT(*) FROM "runs"').fetchone()[0] if "runs" in tables else 0
+        )
+        if len(metas) != 1:
+            self.structure.append(_finding("seal", "the file", "rows", len(metas), 1))
+        if runs != 1:
+            self.structure.append(_finding("runs", "the run", "rows", runs, 1))
+        self.meta: dict[str, Any] = metas[0] if len(metas) == 1 else {}
 
     def close(self) -> None:
         self.db.close()
 
     def run_ids(self) -> list[str]:
-        return [str(self.meta["run_id"])]
+        return [] if self.structure else [str(self.meta["run_id"])]
 
     def _rows(self, part: Part) -> Iterator[tuple[Any, ...]]:
         columns = ", ".join(f'"{c}"' for c in (*part.columns, SEAL))
@@ -322,6 +342,8 @@ class AuditFile:
         """Every row whose seal is not its values', every table whose count or digest is not
         the manifest's, and a manifest whose signature does not hold. With no key given, a
         keyed file's seals cannot be checked: only that the tables agree with the manifest."""
+        if self.structure:
+            return list(self.structure)
         kind = str(self.meta["kind"])
         found: list[Difference] = []
         if signer.key is not None and (
@@ -354,6 +376,7 @@ class AuditFile:
                 str(self.meta["run_id"]),
                 str(self.meta["exported_at"]),
                 bool(self.meta["with_bodies"]),
+                self.meta.get("chained_since"),
                 listed,
             ),
         )
@@ -367,15 +390,16 @@ class AuditFile:
         return nullcontext()  # a file opened read-only does not change under us
 
     def head(self, run_id: str) -> RunHead | None:
-        if run_id != self.meta["run_id"]:
+        if self.structure or run_id != self.meta["run_id"]:
             return None
         (run,) = (dict(zip(RUN.columns, r[:-1], strict=True)) for r in self._rows(RUN))
-        (count, *ends) = self.db.execute(_FILE_SPAN).fetchone()
-        lows = [int(v) for v in ends[0::2] if v is not None]
-        highs = [int(v) for v in ends[1::2] if v is not None]
-        seqs = range(min(lows), max(highs) + 1) if lows else range(0)
+        (count,) = self.db.execute("SELECT COUNT(*) FROM items").fetchone()
         return RunHead(run_id, run["audit_chain"], run["audit_key_id"], run["state"],
-                       int(count), seqs)  # fmt: skip
+                       int(count), run["created_at"], self.meta.get("chained_since"))  # fmt: skip
+
+    def item_seqs(self, run_id: str) -> Iterator[int]:
+        for (seq,) in self.db.execute("SELECT seq FROM items ORDER BY seq"):
+            yield int(seq)
 
     def events(self, run_id: str) -> Iterator[EventRecord]:
         for row in self._rows(EVENTS):
@@ -404,11 +428,6 @@ class AuditFile:
 
 
 # The reads of a file, by item seq (its events indexed by item_seq at export).
-_FILE_SPAN = (
-    "SELECT (SELECT COUNT(*) FROM items), (SELECT MIN(seq) FROM items), "
-    "(SELECT MAX(seq) FROM items), (SELECT MIN(item_seq) FROM events), "
-    "(SELECT MAX(item_seq) FROM events)"
-)
 _EVENT_COLUMNS = "seq_no, at, kind, item_seq, detail, prev_hash, hash"
 _FILE_RUN_EVENTS = (
     f"SELECT {_EVENT_COLUMNS} FROM events WHERE item_seq IS NULL OR kind = 'decision' "
@@ -429,6 +448,30 @@ _FILE_RECEIPTS = (
     "SELECT seq, receipt_id, source, evidence, recorded_at FROM receipts "
     "WHERE seq >= ? AND seq < ? ORDER BY seq"
 )
+
+
+# The tables sqlite-utils makes for the search index over items, and the index on events.
+_SEARCH = {"items_fts", "items_fts_data", "items_fts_idx", "items_fts_docsize", "items_fts_config"}
+_FORMAT_TABLES = {*(p.name for p in PARTS), "manifest", "seal"}
+
+
+def _structure(db: sqlite_utils.Database, tables: set[str]) -> list[Difference]:
+    """Every table, view or trigger the format does not make, every table it makes that is
+    missing, and every part whose columns are not the format's."""
+    found = [_finding("manifest", name, "table", None, name)
+             for name in sorted(_FORMAT_TABLES - tables)]  # fmt: skip
+    made = db.execute(
+        "SELECT type, name FROM sqlite_master WHERE type IN ('table', 'view', 'trigger')"
+    ).fetchall()
+    found += [_finding("manifest", name, kind, name, None) for kind, name in made
+              if name not in _FORMAT_TABLES | _SEARCH]  # fmt: skip
+    for part in PARTS:
+        if part.name in tables:
+            columns = tuple(c.name for c in db.table(part.name).columns)
+            if columns != (*part.columns, SEAL):
+                found.append(_finding("manifest", part.name, "columns", list(columns),
+                                      [*part.columns, SEAL]))  # fmt: skip
+    return found
 
 
 def _name(part: Part, values: Sequence[Any]) -> str:

@@ -150,11 +150,13 @@ def test_an_export_forged_without_the_key_is_named_row_by_row(run: Workspace) ->
         for (stored,) in conn.execute("SELECT seal FROM items ORDER BY seq"):
             digest.update(stored.encode())
         conn.execute("UPDATE manifest SET sha256 = ? WHERE name = 'items'", (digest.hexdigest(),))
-        meta = conn.execute("SELECT run_id, exported_at, with_bodies FROM seal").fetchone()
+        meta = conn.execute(
+            "SELECT run_id, exported_at, with_bodies, chained_since FROM seal"
+        ).fetchone()
         listed = conn.execute("SELECT name, rows, sha256 FROM manifest").fetchall()
         order = [p.name for p in PARTS]
         listed.sort(key=lambda m: order.index(m[0]))
-        signature = seal(unkeyed, manifest_form(meta[0], meta[1], bool(meta[2]), listed))
+        signature = seal(unkeyed, manifest_form(meta[0], meta[1], bool(meta[2]), meta[3], listed))
         conn.execute("UPDATE seal SET signature = ?", (signature,))
     found = findings(checked(path))
     assert ("items", "item seq 3", "seal") in found
@@ -187,3 +189,31 @@ def test_export_and_verify_on_the_command_line(run: Workspace) -> None:
     assert edited.exit_code == 5, edited.output
     document = json.loads(edited.output)
     assert {f["row"] for f in document["findings"]} >= {"receipt seq 1"}
+
+
+@pytest.mark.parametrize(
+    ("tamper", "expected"),
+    [
+        ("ALTER TABLE items ADD COLUMN delivered_to_inbox TEXT", ("manifest", "items", "columns")),
+        ("CREATE VIEW delivered AS SELECT * FROM items", ("manifest", "delivered", "view")),
+        ("CREATE TABLE notes (x)", ("manifest", "notes", "table")),
+        ("DROP TABLE bodies", ("manifest", "bodies", "table")),
+        ("DELETE FROM runs", ("runs", "the run", "rows")),
+        ("DELETE FROM seal", ("seal", "the file", "rows")),
+        ("UPDATE events SET item_seq = 'x' WHERE seq_no = 3", ("events", "event seq_no 3", "seal")),
+    ],
+    ids=["column-added", "view-added", "table-added", "table-dropped", "run-deleted",
+         "seal-deleted", "text-for-a-number"],
+)  # fmt: skip
+def test_an_export_changed_in_its_structure_is_named(
+    run: Workspace, tamper: str, expected: tuple[str, str, str]
+) -> None:
+    """A file whose tables, columns, views or single rows are not what an export writes is
+    altered (exit 5 on the command line), never read as a healthy file or refused as no
+    audit file at all."""
+    path = export(run)
+    with sqlite3.connect(path) as conn:
+        conn.execute(tamper)
+    assert expected in findings(checked(path))
+    said = run.invoke("verify", str(path))
+    assert said.exit_code == 5, said.output

@@ -16,8 +16,10 @@ from notifier.api import Notifier
 from notifier.channels.scripted import DELIVER, LOST_AFTER_COMMIT, Response
 from notifier.domain.chain import KEY_ENV, UNKEYED, Signer
 from notifier.domain.intent import Intent
+from notifier.domain.replay import RunRows
 from notifier.domain.state_machine import RunState
 from notifier.domain.verify import AuditVerdict
+from notifier.store.audit import AuditRecords
 
 from ..conftest import Workspace, wait_for
 from ..support.audited import KEY, TOML, config, keyed, named, send, verdict
@@ -292,3 +294,40 @@ def test_a_cancel_without_the_key_still_stops_a_keyed_run(
     monkeypatch.setenv(KEY_ENV, KEY)
     whole = verdict(ws, "stopped")
     assert (whole.verdict, whole.findings) == (AuditVerdict.KEYED, ())
+
+
+def test_a_chain_stripped_from_a_run_planned_after_the_chain_is_named(run: Workspace) -> None:
+    """Clearing a keyed run's chain columns and every hash does not make it pass as planned
+    before the chain: the database began chaining before the run was planned, so its missing
+    chain is named, and the replay still names the item edited with it."""
+    run.write("UPDATE runs SET audit_chain = NULL, audit_key_id = NULL WHERE run_id = ?", (RUN,))
+    run.write("UPDATE events SET prev_hash = NULL, hash = NULL WHERE run_id = ?", (RUN,))
+    run.write("UPDATE items SET state = 'sent' WHERE run_id = ? AND seq = 2", (RUN,))
+    found = verdict(run, RUN)
+    assert found.verdict is AuditVerdict.ALTERED
+    assert named(found) >= {
+        ("runs", "the run", "missing", "audit_chain"),
+        ("items", "item u2 (seq 2)", "differs", "state"),
+    }
+
+
+def test_an_event_naming_an_item_far_past_the_run_is_named_at_once(
+    run: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An event moved to an item number no item holds (however large) is replayed with the
+    last slice of items and named, in as many slices as the items fill (one, here), not one
+    per 5,000 numbers up to it."""
+    seq_no = event_no(run, "start", 3)
+    run.write("UPDATE events SET item_seq = 2000000000 WHERE run_id = ? AND seq_no = ?",
+              (RUN, seq_no))  # fmt: skip
+    slices: list[range] = []
+    read = AuditRecords.rows
+
+    def counted(self: AuditRecords, run_id: str, seqs: range) -> RunRows:
+        slices.append(seqs)
+        return read(self, run_id, seqs)
+
+    monkeypatch.setattr(AuditRecords, "rows", counted)
+    found = verdict(run, RUN, UNKEYED)
+    assert ("events", f"event {seq_no}", "illegal", "item_seq") in named(found)
+    assert len(slices) == 1
