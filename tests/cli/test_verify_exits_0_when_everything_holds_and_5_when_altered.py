@@ -20,8 +20,8 @@ pytestmark = [pytest.mark.both_stores, pytest.mark.timeout(120)]
 @pytest.fixture
 def sent(ws: Workspace) -> Workspace:
     ws.write_csv("batch.csv", make_rows(4))
-    done = ws.run("send", "batch.csv", "--run-id", "r1", env={KEY_ENV: KEY})
-    assert done.returncode == 0, done.stderr
+    done = ws.invoke("send", "batch.csv", "--run-id", "r1", env={KEY_ENV: KEY})
+    assert done.exit_code == 0, done.output
     return ws
 
 

@@ -53,6 +53,12 @@ def export(ws: Workspace, name: str = "audit.db", *, with_bodies: bool = False) 
     return to
 
 
+def edit(path: Path, *statements: str) -> None:
+    """Change an exported file behind notifier's back, as an editor would."""
+    with sqlite3.connect(path) as conn:
+        conn.executescript(";\n".join(statements))
+
+
 def checked(path: Path) -> VerifiedFile:
     """verify_export's result on `path` under the process's key, from a Notifier whose
     database does not exist: the file is all it reads."""
@@ -100,9 +106,8 @@ def test_an_edited_row_of_an_export_is_named(run: Workspace) -> None:
     """A recipient rewritten in the file (a column replay cannot see) is named by its seal;
     an item's state rewritten is named by its seal and by the replay."""
     path = export(run)
-    with sqlite3.connect(path) as conn:
-        conn.execute("UPDATE items SET recipient = 'other@example.com' WHERE seq = 3")
-        conn.execute("UPDATE items SET state = 'sent' WHERE seq = 2")
+    edit(path, "UPDATE items SET recipient = 'other@example.com' WHERE seq = 3",
+         "UPDATE items SET state = 'sent' WHERE seq = 2")  # fmt: skip
     found = findings(checked(path))
     assert ("items", "item seq 3", "seal") in found
     assert ("items", "item seq 2", "seal") in found
@@ -111,9 +116,7 @@ def test_an_edited_row_of_an_export_is_named(run: Workspace) -> None:
 
 def test_a_row_deleted_from_an_export_is_found(run: Workspace) -> None:
     path = export(run)
-    with sqlite3.connect(path) as conn:
-        conn.execute("DELETE FROM suppressions")
-        conn.execute("DELETE FROM attempts WHERE seq = 3")
+    edit(path, "DELETE FROM suppressions", "DELETE FROM attempts WHERE seq = 3")
     found = findings(checked(path))
     assert ("manifest", "suppressions", "rows") in found
     assert ("manifest", "attempts", "rows") in found
@@ -183,8 +186,7 @@ def test_export_and_verify_on_the_command_line(run: Workspace) -> None:
     assert f"`notifier verify {path}` checks it" in exported.output
     whole = run.invoke("verify", str(path))
     assert whole.exit_code == 0, whole.output
-    with sqlite3.connect(path) as conn:
-        conn.execute("UPDATE receipts SET receipt_id = 'forged' WHERE seq = 1")
+    edit(path, "UPDATE receipts SET receipt_id = 'forged' WHERE seq = 1")
     edited = run.invoke("verify", str(path), "--json")
     assert edited.exit_code == 5, edited.output
     document = json.loads(edited.output)
@@ -212,8 +214,7 @@ def test_an_export_changed_in_its_structure_is_named(
     altered (exit 5 on the command line), never read as a healthy file or refused as no
     audit file at all."""
     path = export(run)
-    with sqlite3.connect(path) as conn:
-        conn.execute(tamper)
+    edit(path, tamper)
     assert expected in findings(checked(path))
     said = run.invoke("verify", str(path))
     assert said.exit_code == 5, said.output

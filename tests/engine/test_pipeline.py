@@ -52,22 +52,6 @@ def keys(ws: Workspace) -> list[str]:
     return ws.ledger.keys()
 
 
-@pytest.mark.parametrize("point", ["after-intent", "after-send", "after-receipt"])
-def test_crash_with_16_in_flight_then_resume_commits_each_key_once(
-    ws: Workspace, sandbox: Sandbox, point: str
-) -> None:
-    """A crash at any point with 16 sends in flight, then resume: every key is committed at
-    the receiver exactly once and every item ends sent."""
-    configure_sandbox(ws, sandbox)
-    ws.write_csv("batch.csv", make_rows(120))
-    send = ("send", "batch.csv", "--channel", "hooks", "--concurrency", "16")
-    crash_invoke(ws, f"{point}:60", *send)
-    resumed = ws.invoke("resume", "--concurrency", "16")
-    assert resumed.exit_code == 0, resumed.output
-    assert commits(sandbox) == {key: 1 for key in keys(ws)}
-    assert ws.status()["counts"]["sent"] == 120
-
-
 @pytest.mark.parametrize("sandbox", [Faults(seed=11, latency_ms=5, drop_rate=0.15)], indirect=True)
 def test_random_drops_at_16_in_flight_commit_each_key_once(ws: Workspace, sandbox: Sandbox) -> None:
     """With 15% of requests committed then dropped unanswered, N = 16 still ends with each

@@ -6,9 +6,11 @@ recorded: the item's attempt open, its answer unrecorded, the items taken meanwh
 flight.
 
 What differs from a killed process: the lease is given up as the call unwinds, so the next
-command takes the run at once, as it does from a holder that died on this host. A promise
-about finding a dead holder (its pid, its lease on paper), about the exit status 137 or
-about the process itself keeps a real process killed at the point (tests/crash/)."""
+command takes the run at once, as it does from a holder that died on this host; and the
+senders' requests already under way finish as the pipeline closes (a kill cuts them off,
+unanswered). A promise about finding a dead holder (its pid, its lease on paper), about the
+exit status 137, about requests cut off in flight, or about the process itself keeps a real
+process killed at the point (tests/crash/)."""
 
 from __future__ import annotations
 
