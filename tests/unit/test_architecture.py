@@ -193,30 +193,47 @@ def layer_of(name: str) -> str:
     return parts[1] if len(parts) > 1 else ""
 
 
-# What each lower layer may not import: pure rules know no store, engine, channel, content,
-# operator or command; the engine knows no command and not the API that drives it.
+# What each layer may not import: pure rules know no store, engine, channel, content,
+# operator or command; the engine knows no command and not the API that drives it; the
+# store and the channels nothing above them; content, operators' tools and observers no
+# command line; the API not the command line; configuration only channels and the domain.
 FORBIDDEN = {
-    "domain": {
-        "store",
-        "engine",
-        "channels",
-        "content",
-        "ops",
-        "api",
-        "cli",
-        "sandbox",
-        "observe",
-        "config",
-    },
+    "domain": {"store", "engine", "channels", "content", "ops", "api", "cli", "sandbox",
+               "observe", "config"},
     "engine": {"cli", "api"},
     "store": {"engine", "cli", "api", "ops", "content"},
     "channels": {"engine", "cli", "api", "store", "ops"},
+    "content": {"cli", "api", "ops"},
+    "ops": {"cli", "api"},
+    "observe": {"cli", "api", "content"},
+    "api": {"cli"},
+    "config": {"store", "engine", "cli", "api", "ops", "content", "observe"},
+}  # fmt: skip
+# The imports that still cross a layer the wrong way, each a module that sits in one package
+# and does another's work (drafting and redrafting orchestrate like the API; `reconcile
+# --manual` prompts like a command; two API modules word exit advice). None may be added.
+KNOWN_UPWARD = {
+    ("notifier.api.approving", "notifier.cli.outcome"),
+    ("notifier.api.settling", "notifier.cli.outcome"),
+    ("notifier.content.drafting", "notifier.api.env"),
+    ("notifier.content.redraft", "notifier.api.env"),
+    ("notifier.content.redraft", "notifier.api.working"),
+    ("notifier.content.redraft", "notifier.cli.outcome"),
+    ("notifier.ops.manual", "notifier.api.env"),
+    ("notifier.ops.manual", "notifier.api.settling"),
+    ("notifier.ops.manual", "notifier.api.working"),
+    ("notifier.ops.manual", "notifier.cli.outcome"),
 }
 
 
 def layer_breaches(edges: Mapping[str, frozenset[str]]) -> dict[str, list[str]]:
     found = {
-        name: sorted(dep for dep in deps if layer_of(dep) in FORBIDDEN.get(layer_of(name), ()))
+        name: sorted(
+            dep
+            for dep in deps
+            if layer_of(dep) in FORBIDDEN.get(layer_of(name), ())
+            and (name, dep) not in KNOWN_UPWARD
+        )
         for name, deps in edges.items()
     }
     return {name: deps for name, deps in found.items() if deps}
