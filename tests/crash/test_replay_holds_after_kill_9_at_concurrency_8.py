@@ -51,9 +51,9 @@ def test_a_run_killed_at_concurrency_8_with_faults_replays_before_and_after_resu
             worker.communicate(timeout=30)
         killed = verdict(ws, "chaos")
         assert (killed.verdict, killed.findings) == (AuditVerdict.KEYED, ())
-        assert ws.query("SELECT state FROM runs WHERE run_id = 'chaos'") == [("running",)]
+        assert ws.ledger.run("chaos").state == "running"
         resumed = ws.run("resume", "chaos", env=key)
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     finished = verdict(ws, "chaos")
     assert (finished.verdict, finished.findings) == (AuditVerdict.KEYED, ())
-    assert ws.query("SELECT COUNT(*) FROM items WHERE state = 'sent'") == [(ROWS,)]
+    assert ws.ledger.state_counts() == {"sent": ROWS}

@@ -103,7 +103,7 @@ def test_replay_equals_the_stored_state_after_a_cancel_with_its_report(
     keyed(monkeypatch)
     cancelled = ws.invoke("cancel", "cancelled", "--report")
     assert cancelled.exit_code in (0, 3), cancelled.output
-    assert ws.query("SELECT state FROM runs WHERE run_id = 'cancelled'") == [("cancelled",)]
+    assert ws.ledger.run("cancelled").state == "cancelled"
     holds(ws, "cancelled")
 
 
@@ -126,8 +126,8 @@ def test_replay_equals_the_stored_state_after_manual_reconciliation(
                             "--evidence", evidence, env={"USER": "carol"})  # fmt: skip
         assert decided.exit_code in (0, 3), decided.output
     holds(ws, "manual")
-    assert len(ws.query("SELECT * FROM decisions WHERE run_id = 'manual'")) == 3
+    assert len(ws.ledger.decisions("manual")) == 3
     notifier = Notifier.open(ws.db, config=config(), channels=Channels(hooks=channel))
     notifier.work("manual")
-    assert ws.query("SELECT state FROM items WHERE run_id = 'manual' AND seq = 3") == [("sent",)]
+    assert ws.ledger.item("u3", "manual").state == "sent"
     holds(ws, "manual")

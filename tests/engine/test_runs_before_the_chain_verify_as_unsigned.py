@@ -44,16 +44,12 @@ def test_the_runs_before_the_chain_verify_as_unsigned_not_altered(ws: Workspace)
     for migrated in (False, True):
         if migrated:
             Store.open(ws.db).close()
-            assert ("m013_event_chain",) in ws.query(f"SELECT name FROM {_migrations(ws)}")
+            assert "m013_event_chain" in ws.ledger.migrations()
         for found in (verdicts(ws), verdicts(ws, SIGNER)):
             assert {run: (v.verdict, v.findings) for run, v in found.items()} == unsigned
         result = ws.invoke("verify", env={KEY_ENV: KEY})
         assert result.exit_code == 0, result.output
         assert result.output.count(": unsigned") == len(RUNS)
-
-
-def _migrations(ws: Workspace) -> str:
-    return "notifier_migrations" if ws.url else "_sqlite_migrations"
 
 
 def test_the_killed_run_resumes_and_stays_unsigned(ws: Workspace) -> None:

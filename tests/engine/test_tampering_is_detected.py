@@ -50,11 +50,8 @@ def run(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> Workspace:
 
 
 def event_no(ws: Workspace, kind: str, item_seq: int) -> int:
-    ((seq_no,),) = ws.query(
-        "SELECT seq_no FROM events WHERE run_id = ? AND kind = ? AND item_seq = ?",
-        (RUN, kind, item_seq),
-    )
-    return int(seq_no)
+    (event,) = (e for e in ws.ledger.events(kind, RUN) if e.item_seq == item_seq)
+    return event.seq_no
 
 
 def last_event(ws: Workspace) -> tuple[int, str]:
@@ -65,9 +62,8 @@ def last_event(ws: Workspace) -> tuple[int, str]:
 
 
 def key_of(ws: Workspace, seq: int) -> str:
-    ((key,),) = ws.query("SELECT idempotency_key FROM items WHERE run_id = ? AND seq = ?",
-                         (RUN, seq))  # fmt: skip
-    return str(key)
+    (item,) = (i for i in ws.ledger.items(RUN) if i.seq == seq)
+    return item.idempotency_key
 
 
 def test_an_item_state_changed_from_unknown_to_sent_is_named(run: Workspace) -> None:

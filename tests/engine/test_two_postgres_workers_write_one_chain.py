@@ -41,9 +41,9 @@ def test_two_workers_on_one_run_write_one_chain_that_verifies(
     ]
     for worker in workers:
         worker.result(timeout=150)
-    sent_by = ws.query("SELECT COUNT(DISTINCT worker_id) FROM items WHERE run_id = 'shared'")
+    sent_by = [(len({i.worker_id for i in ws.ledger.items("shared")}),)]
     assert sent_by == [(2,)], "both workers must have sent for the chain to interleave"
-    assert ws.query("SELECT COUNT(*) FROM items WHERE state = 'sent'") == [(ROWS,)]
+    assert ws.ledger.state_counts() == {"sent": ROWS}
     found = verdict(ws, "shared")
     assert (found.verdict, found.findings) == (AuditVerdict.KEYED, ())
-    assert found.events == ws.query("SELECT MAX(seq_no) FROM events")[0][0]
+    assert found.events == max(ws.ledger.event_numbers("shared"))

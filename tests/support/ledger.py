@@ -65,6 +65,7 @@ class EventRow:
     kind: str
     item_seq: int | None
     detail: str | None
+    seq_no: int
 
 
 _RUN = (
@@ -141,7 +142,7 @@ class Ledger:
     def events(self, kind: str | None = None, run_id: str | None = None) -> list[EventRow]:
         """The events in the order they were written; of `kind` when given."""
         rows = self._query(
-            "SELECT run_id, kind, item_seq, detail FROM events ORDER BY run_id, seq_no", ()
+            "SELECT run_id, kind, item_seq, detail, seq_no FROM events ORDER BY run_id, seq_no", ()
         )
         return [
             e
