@@ -224,7 +224,8 @@ def test_chaos_three_workers_killed_at_random_each_key_committed_once(
 ) -> None:
     """Three workers on one run, SIGKILLed at 8 random points of its progress and replaced,
     against a sandbox that throttles, fails and drops: every key is committed exactly once,
-    and the report says `sent` for exactly the keys the sandbox holds."""
+    the report says `sent` for exactly the keys the sandbox holds, and `verify` replays the
+    run's chain to exactly its rows."""
     configure(ws, sandbox)
     ws.write_csv("batch.csv", make_rows(400))
     rng = random.Random(7)
@@ -259,6 +260,10 @@ def test_chaos_three_workers_killed_at_random_each_key_committed_once(
     counted = commits(sandbox)
     assert set(counted) == sent
     assert set(counted.values()) == {1}
+    # The chain the workers wrote, each killed at random, replays to exactly the rows stored.
+    code, out = cli(pg_url, "verify", run_id)
+    assert code == 0, out
+    assert f"run {run_id}: unkeyed" in out, out
 
 
 @pytest.mark.parametrize("sandbox", [Faults(latency_ms=150)], indirect=True)
