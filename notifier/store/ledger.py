@@ -415,18 +415,20 @@ class Ledger:
         worker completed it between the caller's read and this write."""
         at = clock.now_iso()
         try:
-            with self.core.write():
-                cursor = self.engine.execute(sql.REQUEST_CANCEL, {"at": at, "run_id": run_id})
-                if cursor.rowcount != 1:
-                    return False
-                self.core.event(run_id, "cancel_requested", None, None, at)
+            return self._flag_cancel(run_id, at, with_event=True)
         except AuditKeyMismatch:
             # A process without the run's audit key cannot link an event into its chain, but
             # a cancel is never refused for want of a key: the flag alone, which every worker
             # reads, and the worker that stops (holding the key) records the run's end.
-            with self.core.write():
-                cursor = self.engine.execute(sql.REQUEST_CANCEL, {"at": at, "run_id": run_id})
-                return cursor.rowcount == 1
+            return self._flag_cancel(run_id, at, with_event=False)
+
+    def _flag_cancel(self, run_id: str, at: str, *, with_event: bool) -> bool:
+        with self.core.write():
+            cursor = self.engine.execute(sql.REQUEST_CANCEL, {"at": at, "run_id": run_id})
+            if cursor.rowcount != 1:
+                return False
+            if with_event:
+                self.core.event(run_id, "cancel_requested", None, None, at)
         return True
 
 
