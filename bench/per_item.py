@@ -181,6 +181,9 @@ TIMED = [
     ("notifier.engine.pipeline", "Senders", "results"),
     ("notifier.domain.records", None, "item_from_row"),
     ("notifier.store.sqlite", None, "_named_row"),
+    ("notifier.store.sqlite", "SqliteEngine", "commit"),
+    ("notifier.store.chaining", None, "linked"),
+    ("notifier.store.chaining", None, "head_of"),
 ]
 TIMES: defaultdict[str, float] = defaultdict(float)
 

@@ -55,7 +55,7 @@ def canonical(
     different events, nor a field's text moved into its neighbour, share a form."""
     parts = (prev_hash, run_id, str(seq_no), kind,
              None if item_seq is None else str(item_seq), detail, at)  # fmt: skip
-    return "".join("-" if p is None else f"{len(p)}:{p}" for p in parts).encode("utf-8")
+    return "".join(["-" if p is None else f"{len(p)}:{p}" for p in parts]).encode("utf-8")
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
@@ -145,10 +145,24 @@ class Difference:
 # ---------------------------------------------------------------- the rebuild
 
 
-@dataclass
+@dataclass(slots=True)
 class _Item:
-    record: ItemRecord
-    attempts: list[AttemptRecord] = field(default_factory=list)
+    """One item as its events rebuild it: mutable while they replay (a frozen record copied
+    at every move would cost more than the rest of the replay), read as an ItemRecord."""
+
+    seq: int
+    item_id: str
+    state: str = ItemState.PENDING.value
+    attempts: int = 0
+    receipt_id: str | None = None
+    last_error: str | None = None
+    next_attempt_at: str | None = None
+    rows: list[AttemptRecord] = field(default_factory=list)  # its attempt rows
+
+    @property
+    def record(self) -> ItemRecord:
+        return ItemRecord(self.seq, self.item_id, self.state, self.attempts, self.receipt_id,
+                          self.last_error, self.next_attempt_at)  # fmt: skip
 
 
 @dataclass
@@ -168,10 +182,7 @@ def replay(items: Iterable[tuple[int, str]], events: Iterable[EventRecord]) -> R
     item_id), each planned pending with no attempt."""
     rebuilt = Rebuilt(
         state=RunState.PLANNED.value,
-        items={
-            seq: _Item(ItemRecord(seq, item_id, ItemState.PENDING.value, 0, None, None, None))
-            for seq, item_id in items
-        },
+        items={seq: _Item(seq, item_id) for seq, item_id in items},
         receipts={},
         decisions=[],
         planned=None,
@@ -238,9 +249,8 @@ def _item_move(rebuilt: Rebuilt, event: EventRecord, detail: Mapping[str, Any]) 
         )
         return
     trigger = ItemTrigger(event.kind)
-    record = item.record
     try:
-        target = item_next(trigger, ItemState(record.state)).value
+        target = item_next(trigger, ItemState(item.state)).value
     except IllegalMove:
         rebuilt.illegal.append(
             Difference(
@@ -248,14 +258,14 @@ def _item_move(rebuilt: Rebuilt, event: EventRecord, detail: Mapping[str, Any]) 
                 f"event {event.seq_no}",
                 Change.ILLEGAL,
                 "state",
-                record.state,
+                item.state,
                 event.kind,
             )
         )
-        target = str(detail.get("to", record.state))
-    if trigger is ItemTrigger.RELEASE and record.state == ItemState.IN_FLIGHT and record.attempts:
+        target = str(detail.get("to", item.state))
+    if trigger is ItemTrigger.RELEASE and item.state == ItemState.IN_FLIGHT and item.attempts:
         # Claimed but never started: not counted as an attempt (ledger UNCOUNT_ATTEMPT).
-        item.record = record = replace(record, attempts=record.attempts - 1)
+        item.attempts -= 1
     if trigger is ItemTrigger.START:
         _open_attempt(item, event.at)
     _apply(rebuilt, event, detail, target)
@@ -264,13 +274,13 @@ def _item_move(rebuilt: Rebuilt, event: EventRecord, detail: Mapping[str, Any]) 
 def _open_attempt(item: _Item, at: str) -> None:
     """The claim's attempt row (ledger._claim): numbered after the item's rows, with how
     long it waited since the last one finished, if the item had any attempt counted."""
-    record = item.record
     waited = None
-    if record.attempts and item.attempts and item.attempts[-1].finished_at:
-        waited = (parse(at) - parse(item.attempts[-1].finished_at)).total_seconds()
-    n = len(item.attempts) + 1
-    item.attempts.append(AttemptRecord(record.seq, n, at, None, None, None, None, None, waited))
-    item.record = replace(record, attempts=record.attempts + 1, next_attempt_at=None)
+    if item.attempts and item.rows and item.rows[-1].finished_at:
+        waited = (parse(at) - parse(item.rows[-1].finished_at)).total_seconds()
+    n = len(item.rows) + 1
+    item.rows.append(AttemptRecord(item.seq, n, at, None, None, None, None, None, waited))
+    item.attempts += 1
+    item.next_attempt_at = None
 
 
 def _apply(rebuilt: Rebuilt, event: EventRecord, detail: Mapping[str, Any], target: str) -> None:
@@ -283,24 +293,25 @@ def _apply(rebuilt: Rebuilt, event: EventRecord, detail: Mapping[str, Any], targ
             Difference(Table.EVENTS, f"event {event.seq_no}", Change.ILLEGAL, "item_seq", None, seq)
         )
         return
-    sets = {k: v for k, v in dict(detail.get("set") or {}).items() if k in ITEM_COLUMNS}
-    item.record = replace(item.record, state=target, **sets)
+    item.state = target
+    for column, value in dict(detail.get("set") or {}).items():
+        if column in ITEM_COLUMNS:
+            setattr(item, column, value)
     closed = detail.get("attempt")
     if isinstance(closed, Mapping):
-        item.attempts = [
-            a
-            if a.finished_at is not None
-            else replace(
-                a,
-                finished_at=closed.get("finished_at"),
-                outcome=closed.get("outcome"),
-                http_status=closed.get("http_status"),
-                error=closed.get("error"),
-                retry_after_s=closed.get("retry_after_s"),
-                started_at=closed.get("started_at") or a.started_at,
-            )
-            for a in item.attempts
-        ]
+        for n, a in enumerate(item.rows):
+            if a.finished_at is None:
+                item.rows[n] = AttemptRecord(
+                    a.seq,
+                    a.n,
+                    closed.get("started_at") or a.started_at,
+                    closed.get("finished_at"),
+                    closed.get("outcome"),
+                    closed.get("http_status"),
+                    closed.get("error"),
+                    closed.get("retry_after_s"),
+                    a.waited_s,
+                )
     receipt = detail.get("receipt")
     if isinstance(receipt, Mapping):
         rebuilt.receipts[seq] = ReceiptRecord(
@@ -344,7 +355,7 @@ def compare_items(rebuilt: Rebuilt, stored: RunRows) -> list[Difference]:
         {seq: item.record for seq, item in rebuilt.items.items()},
         lambda seq: names.get(seq, f"item seq {seq}"),
     )
-    replayed_attempts = {(a.seq, a.n): a for item in rebuilt.items.values() for a in item.attempts}
+    replayed_attempts = {(a.seq, a.n): a for item in rebuilt.items.values() for a in item.rows}
     found += _rows(
         Table.ATTEMPTS,
         {(a.seq, a.n): a for a in stored.attempts},
@@ -370,7 +381,7 @@ def _rows(
             found.append(Difference(table, name(key), Change.EXTRA))
         elif mine is None:
             found.append(Difference(table, name(key), Change.MISSING))
-        else:
+        elif mine != theirs:  # records of one class: equal field by field
             for f in fields(mine):
                 a, b = getattr(mine, f.name), getattr(theirs, f.name)
                 if a != b:

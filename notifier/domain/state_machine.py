@@ -154,24 +154,42 @@ _ITEM_MACHINE = _machine(ItemState, ITEM_TRANSITIONS)  # type: ignore[arg-type]
 _RUN_MACHINE = _machine(RunState, RUN_TRANSITIONS)  # type: ignore[arg-type]
 
 
-def _next(machine: Machine, states: type[StrEnum], trigger: str, current: StrEnum) -> str:
-    found = machine.get_transitions(trigger=trigger, source=current.name)
-    if not found:
+def _moves(
+    machine: Machine, states: type[StrEnum], triggers: type[StrEnum]
+) -> dict[tuple[str, str], str]:
+    """Every (trigger, state) the machine allows and the state it leads to, asked of the
+    machine once: a move is then one dict lookup, on the path of every item sent."""
+    moves = {}
+    for trigger in triggers:
+        for state in states:
+            found = machine.get_transitions(trigger=str(trigger), source=state.name)
+            if found:
+                moves[(str(trigger), state.value)] = states[str(found[0].dest)].value
+    return moves
+
+
+_ITEM_MOVES = _moves(_ITEM_MACHINE, ItemState, ItemTrigger)
+_RUN_MOVES = _moves(_RUN_MACHINE, RunState, RunTrigger)
+
+
+def _next(moves: dict[tuple[str, str], str], trigger: str, current: StrEnum) -> str:
+    found = moves.get((trigger, current.value))
+    if found is None:
         raise IllegalMove(
             f"{trigger!r} is not allowed from {current.value!r}: another process or an operator "
             "changed it at the same moment; nothing was overwritten."
         ).advise(NextStep.STATUS_AND_AGAIN)
-    return states[str(found[0].dest)].value
+    return found
 
 
 def item_next(trigger: ItemTrigger, current: ItemState) -> ItemState:
     """The state an item moves to when `trigger` fires in `current`, or IllegalMove."""
-    return ItemState(_next(_ITEM_MACHINE, ItemState, trigger, current))
+    return ItemState(_next(_ITEM_MOVES, trigger, current))
 
 
 def run_next(trigger: RunTrigger, current: RunState) -> RunState:
     """The state a run moves to when `trigger` fires in `current`, or IllegalMove."""
-    return RunState(_next(_RUN_MACHINE, RunState, trigger, current))
+    return RunState(_next(_RUN_MOVES, trigger, current))
 
 
 def item_triggers(current: ItemState) -> list[str]:
