@@ -16,7 +16,7 @@ import pytest
 import sqlite_utils
 
 from notifier.api import Notifier, VerifiedFile
-from notifier.channels.scripted import DELIVER, LOST_AFTER_COMMIT, Response
+from notifier.channels.scripted import DELIVER, LOST_AFTER_COMMIT, Response, throttle
 from notifier.domain.chain import KEY_ENV, Signer
 from notifier.domain.intent import Intent
 from notifier.store.audit_file import PARTS, manifest_form, row_form, seal
@@ -165,6 +165,36 @@ def test_an_export_forged_without_the_key_is_named_row_by_row(run: Workspace) ->
     assert ("items", "item seq 3", "seal") in found
     assert ("seal", "the file", "signature") in found
     assert not any(table == "manifest" for table, _, _ in found)
+
+
+def test_an_export_of_a_run_sent_at_concurrency_8_verifies_and_names_an_edit(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Forty items sent eight at a time, claimed ahead, every fifth answer lost and every
+    seventh throttled first: the file holds each item as the database does and verifies
+    keyed; an attempt's outcome rewritten in it is named by its seal and by the replay."""
+    keyed(monkeypatch)
+
+    def faults(intent: Intent, tries: int) -> Response:
+        if tries == 0 and intent.seq % 5 == 0:
+            return LOST_AFTER_COMMIT
+        if tries == 0 and intent.seq % 7 == 0:
+            return throttle(0.01)
+        return DELIVER
+
+    send(ws, RUN, 40, faults, concurrency=8)
+    path = export(ws)
+    db = sqlite_utils.Database(path)
+    exported = {r["item_id"]: r["state"] for r in db["items"].rows}
+    db.close()
+    assert exported == {i.item_id: i.state for i in ws.ledger.items(RUN)}
+    assert "unknown" in exported.values() and "sent" in exported.values()
+    result = checked(path)
+    assert result.findings == () and [v.verdict.value for v in result.runs] == ["keyed"]
+    edit(path, "UPDATE attempts SET outcome = 'sent' WHERE seq = 5 AND n = 1")
+    found = findings(checked(path))
+    assert ("attempts", "attempt seq 5, n 1", "seal") in found
+    assert ("attempts", "attempt 1 of item u5 (seq 5)", "outcome") in found
 
 
 def test_an_export_never_writes_over_a_file(run: Workspace) -> None:

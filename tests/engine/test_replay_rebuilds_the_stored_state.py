@@ -2,8 +2,8 @@
 attempts, receipts, manual decisions and run state that are stored, after whatever the run
 went through: random answers at concurrency 1 and 8 (a property test through the scripted
 receiver), a crash at every point of the rehearsal and the resume after it, a cancel with its
-report, and manual reconciliation (sent, not sent and abandoned, then resumed). Both stores;
-the chain holds under the key throughout."""
+report, manual reconciliation (sent, not sent and abandoned, then resumed), and a rejection by
+the reviewer. Both stores; the chain holds under the key throughout."""
 
 from __future__ import annotations
 
@@ -79,15 +79,15 @@ def test_replay_equals_the_stored_state_after_a_crash_and_after_the_resume(
     ws: Workspace, point: str
 ) -> None:
     """Killed at `point` of item 3 (a real process, status 137): what it committed replays
-    to its rows, and so does the run once `resume` has finished it."""
+    to its rows, and so does the run once `resume` (in this process) has finished it."""
     ws.write_csv("batch.csv", make_rows(6))
     key = {KEY_ENV: KEY}
     crashed = ws.run("send", "batch.csv", "--run-id", "crashed",
                      env={**key, "NOTIFIER_CRASH_AT": f"{point}:3"})  # fmt: skip
     assert crashed.returncode == 137, crashed.stderr
     holds(ws, "crashed")
-    resumed = ws.run("resume", "crashed", env=key)
-    assert resumed.returncode == 0, resumed.stderr
+    resumed = ws.invoke("resume", "crashed", env=key)  # in-process: the killed holder is gone
+    assert resumed.exit_code == 0, resumed.output
     holds(ws, "crashed")
 
 
@@ -131,3 +131,26 @@ def test_replay_equals_the_stored_state_after_manual_reconciliation(
     notifier.work("manual")
     assert ws.ledger.item("u3", "manual").state == "sent"
     holds(ws, "manual")
+
+
+def test_replay_equals_the_stored_state_after_a_rejection(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run planned for approval and rejected by its reviewer: the rejection closes it,
+    cancelled, with nothing sent, and the chain and the replay hold under the key; a
+    `resume` after it is refused and writes nothing that would break them."""
+    keyed(monkeypatch)
+    (ws.path / "notifier.toml").write_text(TOML)
+    ws.write_csv("batch.csv", make_rows(4))
+    planned = ws.invoke("send", "batch.csv", "--channel", "hooks", "--run-id", "rejected",
+                        "--require-approval")  # fmt: skip
+    assert planned.exit_code == 0, planned.output
+    holds(ws, "rejected")
+    rejected = ws.invoke("reject", "rejected", "--reason", "wrong audience",
+                         env={"USER": "carol"})  # fmt: skip
+    assert rejected.exit_code == 0, rejected.output
+    assert ws.ledger.run("rejected").state == "cancelled"
+    holds(ws, "rejected")
+    assert ws.invoke("resume", "rejected").exit_code == 2
+    assert ws.ledger.receipt_count() == 0
+    holds(ws, "rejected")

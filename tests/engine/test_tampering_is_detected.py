@@ -256,24 +256,30 @@ def test_a_chain_forged_under_the_runs_key_id_is_named_event_by_event(run: Works
     assert verdict(run, RUN, UNKEYED).verdict is AuditVerdict.UNKEYED
 
 
+@pytest.mark.parametrize("concurrency", [1, 8])
 def test_a_cancel_without_the_key_still_stops_a_keyed_run(
-    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch, concurrency: int
 ) -> None:
     """The operator's cancel is never refused for want of the audit key: run by a process
-    without it while a keyed send is under way, it sets the flag the worker reads, the worker
+    without it while a keyed send is under way (every sender holding an item, more claimed
+    ahead at 8), it sets the flag the worker reads; no item starts after it, the worker
     stops and closes the run, and the chain (written by the worker, which holds the key)
     verifies keyed."""
     keyed(monkeypatch)
-    reached, go_on = threading.Event(), threading.Event()
+    held: set[int] = set()
+    late: list[int] = []
+    flagged, go_on = threading.Event(), threading.Event()
 
     def held_from_3(intent: Intent, tries: int) -> Response:
+        if flagged.is_set():
+            late.append(intent.seq)
         if intent.seq >= 3:
-            reached.set()
+            held.add(intent.seq)
             go_on.wait(WAIT_S)
         return DELIVER
 
-    sending = Worker(lambda: send(ws, "stopped", 10, held_from_3)[0])
-    assert reached.wait(WAIT_S), "the send never reached item 3"
+    sending = Worker(lambda: send(ws, "stopped", 30, held_from_3, concurrency=concurrency)[0])
+    wait_for(lambda: len(held) == concurrency, "every sender holding an item")
     monkeypatch.delenv(KEY_ENV)
     cancelling = threading.Thread(
         target=lambda: Notifier.open(ws.db, config=config()).cancel("stopped", wait_s=WAIT_S),
@@ -281,12 +287,14 @@ def test_a_cancel_without_the_key_still_stops_a_keyed_run(
     )
     cancelling.start()
     wait_for(lambda: ws.ledger.run("stopped").cancel_requested_at is not None, "the cancel flag")
+    flagged.set()
     go_on.set()
     ended = sending.result()
     cancelling.join(WAIT_S)
     assert ended.state is RunState.CANCELLED
     assert ws.ledger.run("stopped").state == "cancelled"
-    assert ws.ledger.receipt_count() <= 3
+    assert late == []
+    assert ws.ledger.receipt_count() == 2 + concurrency
     monkeypatch.setenv(KEY_ENV, KEY)
     whole = verdict(ws, "stopped")
     assert (whole.verdict, whole.findings) == (AuditVerdict.KEYED, ())
