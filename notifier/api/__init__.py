@@ -16,6 +16,7 @@ options, progress, advice. What a method refuses it raises as the error model's 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -31,6 +32,7 @@ from notifier.content.plan import Plan
 from notifier.content.schedule import Schedule, scheduled
 from notifier.content.template import Template
 from notifier.domain import clock
+from notifier.domain.chain import Signer
 from notifier.domain.errors import BadInput
 from notifier.domain.records import Counts, Item, Run
 from notifier.domain.replay import Change, Difference, Table
@@ -423,19 +425,42 @@ class Notifier:
                 "export wrote, or a run id."
             ) from None
         try:
-            findings = exported.check(signer)
-            try:
-                runs = verify(exported, exported.run_ids(), signer)
-            except (ValueError, TypeError) as exc:
-                # A row whose values are not of their column's kind (an item_seq of text):
-                # written by no export, so the file was altered.
-                runs = []
-                findings.append(Difference(Table.SEAL, "the file", Change.DIFFERS, "rows",
-                                           str(exc), None))  # fmt: skip
+            with _seals_checked(exported, path, signer) as sealed:
+                replayed: list[Difference] = []
+                try:
+                    runs = verify(exported, exported.run_ids(), signer)
+                except (ValueError, TypeError) as exc:
+                    # A row whose values are not of their column's kind (an item_seq of
+                    # text): written by no export, so the file was altered.
+                    runs = []
+                    replayed.append(Difference(Table.SEAL, "the file", Change.DIFFERS, "rows",
+                                               str(exc), None))  # fmt: skip
+                findings = sealed() + replayed
             kind, key_id = exported.meta.get("kind"), exported.meta.get("key_id")
             return VerifiedFile(path, str(kind), key_id, tuple(findings), runs, signer.key_id)
         finally:
             exported.close()
+
+
+@contextmanager
+def _seals_checked(
+    exported: audit_file.AuditFile, path: Path, signer: Signer
+) -> Iterator[Callable[[], list[Difference]]]:
+    """What checks the file's seals, manifest and signature: for a large file a second
+    process, started here to run beside the replay, else this one when asked."""
+    with audit_file.second_process(exported.item_count() > audit_file.APART_ABOVE_ITEMS) as pool:
+        if pool is None:
+            yield lambda: exported.check(signer)
+            return
+        apart = pool.submit(audit_file.check_file, path, signer)
+
+        def sealed() -> list[Difference]:
+            try:
+                return apart.result()
+            except BrokenProcessPool:  # the second process died: check here instead
+                return exported.check(signer)
+
+        yield sealed
 
 
 def run_options(

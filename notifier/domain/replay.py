@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 from notifier.domain.clock import parse
 from notifier.domain.records import EventKind
@@ -39,8 +39,7 @@ _RUN_EVENT = "run_"
 # ---------------------------------------------------------------- the records read
 
 
-@dataclass(frozen=True)
-class EventRecord:
+class EventRecord(NamedTuple):
     run_id: str
     seq_no: int
     at: str
@@ -51,8 +50,7 @@ class EventRecord:
     hash: str | None
 
 
-@dataclass(frozen=True)
-class ItemRecord:
+class ItemRecord(NamedTuple):
     seq: int
     item_id: str
     state: str
@@ -62,8 +60,7 @@ class ItemRecord:
     next_attempt_at: str | None
 
 
-@dataclass(frozen=True)
-class AttemptRecord:
+class AttemptRecord(NamedTuple):
     seq: int
     n: int
     started_at: str
@@ -75,8 +72,7 @@ class AttemptRecord:
     waited_s: float | None
 
 
-@dataclass(frozen=True)
-class ReceiptRecord:
+class ReceiptRecord(NamedTuple):
     seq: int
     receipt_id: str | None
     source: str
@@ -84,8 +80,7 @@ class ReceiptRecord:
     recorded_at: str
 
 
-@dataclass(frozen=True)
-class DecisionRecord:
+class DecisionRecord(NamedTuple):
     seq: int
     operator: str
     at: str
@@ -381,9 +376,8 @@ def _rows(
             found.append(Difference(table, name(key), Change.EXTRA))
         elif mine is None:
             found.append(Difference(table, name(key), Change.MISSING))
-        elif mine != theirs:  # records of one class: equal field by field
-            for f in fields(mine):
-                a, b = getattr(mine, f.name), getattr(theirs, f.name)
+        elif mine != theirs:  # records of one kind: equal field by field
+            for column, a, b in zip(mine._fields, mine, theirs, strict=True):
                 if a != b:
-                    found.append(Difference(table, name(key), Change.DIFFERS, f.name, a, b))
+                    found.append(Difference(table, name(key), Change.DIFFERS, column, a, b))
     return found

@@ -22,10 +22,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import multiprocessing
 import os
 import sqlite3
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -54,6 +57,7 @@ from notifier.store.core import Core
 FORMAT = "notifier-audit-1"
 SEAL = "seal"  # the column every exported row carries
 _BATCH = 2000  # rows written per INSERT (sqlite-utils' batch): memory stays flat
+_COUNT_ITEMS = "SELECT COUNT(*) FROM items WHERE run_id = %(run_id)s"
 
 
 @dataclass(frozen=True)
@@ -217,8 +221,10 @@ def _write(
             "suppressions": _suppressions(core, run_id),
             "suppression_audit": engine.stream(_READS["suppression_audit"], key),
         }
-        for part in PARTS:
-            manifest.append(_write_part(db, part, sources[part.name], signer))
+        items = engine.execute(_COUNT_ITEMS, key).fetchone()[0]
+        with second_process(items > APART_ABOVE_ITEMS) as pool:
+            for part in PARTS:
+                manifest.append(_write_part(db, part, sources[part.name], signer, pool))
     exported_at = now_iso()
     signature = seal(
         signer, manifest_form(run_id, exported_at, with_bodies, chained_since, manifest)
@@ -243,30 +249,64 @@ def _write(
 
 
 def _write_part(db: sqlite_utils.Database, part: Part, rows: Iterable[Sequence[Any]],
-                signer: Signer) -> tuple[str, int, str]:  # fmt: skip
+                signer: Signer, pool: Executor | None) -> tuple[str, int, str]:  # fmt: skip
     """Stream `rows` into the part's table, each with its seal; its count and digest. The
     table is made by sqlite-utils; its rows go in through one prepared INSERT, a chunk at a
     time (sqlite-utils' insert_all inspects every value of every row: five times slower)."""
     digest = hashlib.sha256()
     count = 0
-
-    def sealed() -> Iterator[tuple[Any, ...]]:
-        nonlocal count
-        for row in rows:
-            values = tuple(row)
-            row_seal = seal(signer, row_form(part.name, values))
-            digest.update(row_seal.encode())
-            count += 1
-            yield (*values, row_seal)
-
     table = _table(db, part.name)
     table.create({c: _TYPES.get(c, str) for c in (*part.columns, SEAL)}, pk=part.key)
     marks = ", ".join("?" * (len(part.columns) + 1))
     insert = f'INSERT INTO "{part.name}" VALUES ({marks})'
-    batch = sealed()
-    while chunk := list(islice(batch, _BATCH)):
-        db.conn.executemany(insert, chunk)
+    for chunk, seals in _sealed(part.name, rows, signer, pool):
+        digest.update("".join(seals).encode())  # as one update per seal, in key order
+        db.conn.executemany(insert, [(*row, s) for row, s in zip(chunk, seals, strict=True)])
+        count += len(chunk)
     return part.name, count, digest.hexdigest()
+
+
+def seal_rows(table: str, rows: Sequence[Sequence[Any]], signer: Signer) -> list[str]:
+    """Each row's seal, in order (what the second process runs for an export)."""
+    return [seal(signer, row_form(table, row)) for row in rows]
+
+
+@contextmanager
+def second_process(wanted: bool) -> Iterator[Executor | None]:
+    """A second process for a large run's seals, to work beside this one: forked, so it
+    imports nothing and never runs the caller's main module again (as a spawned one would,
+    a library caller's script without its `__main__` guard included), and touches none of
+    this process's connections. None when not wanted, or where the platform cannot fork."""
+    if not wanted or "fork" not in multiprocessing.get_all_start_methods():
+        yield None
+        return
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
+        yield pool
+
+
+def _sealed(table: str, rows: Iterable[Sequence[Any]], signer: Signer,
+            pool: Executor | None) -> Iterator[tuple[_Chunk, list[str]]]:  # fmt: skip
+    """The rows a chunk at a time, each chunk with its seals: sealed here, or by `pool`
+    with two chunks handed ahead, so that it seals while this process writes."""
+    source = iter(rows)
+    chunks = iter(lambda: [tuple(r) for r in islice(source, _BATCH)], [])
+    if pool is None:
+        for chunk in chunks:
+            yield chunk, seal_rows(table, chunk, signer)
+        return
+    ahead: deque[tuple[_Chunk, Future[list[str]]]] = deque()
+    for chunk in chunks:
+        ahead.append((chunk, pool.submit(seal_rows, table, chunk, signer)))
+        if len(ahead) > _AHEAD:
+            done, sealing = ahead.popleft()
+            yield done, sealing.result()
+    while ahead:
+        done, sealing = ahead.popleft()
+        yield done, sealing.result()
+
+
+_Chunk = list[tuple[Any, ...]]
+_AHEAD = 2  # chunks handed to the sealing process before this one waits for the first
 
 
 def _table(db: sqlite_utils.Database, name: str) -> sqlite_utils.db.Table:
@@ -296,6 +336,21 @@ def _suppressions(core: Core, run_id: str) -> Iterator[Sequence[Any]]:
 
 
 # ---------------------------------------------------------------- reading back
+
+# Above this many items, a file's seals are checked in a second process while this one
+# replays its run (api's verify_export): each reads the file on its own, so a million-item
+# file takes about the longer of the two. Below it, starting a process costs more than the
+# check it takes over.
+APART_ABOVE_ITEMS = 20_000
+
+
+def check_file(path: Path, signer: Signer) -> list[Difference]:
+    """AuditFile.check of the file at `path`, opened for it: what the second process runs."""
+    exported = AuditFile(path)
+    try:
+        return exported.check(signer)
+    finally:
+        exported.close()
 
 
 class AuditFile:
@@ -388,6 +443,13 @@ class AuditFile:
 
     def reading(self) -> AbstractContextManager[None]:
         return nullcontext()  # a file opened read-only does not change under us
+
+    def item_count(self) -> int:
+        return (
+            0
+            if self.structure
+            else int(self.db.execute("SELECT COUNT(*) FROM items").fetchone()[0])
+        )
 
     def head(self, run_id: str) -> RunHead | None:
         if self.structure or run_id != self.meta["run_id"]:

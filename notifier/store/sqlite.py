@@ -296,7 +296,8 @@ class SqliteEngine:
 
     def stream(self, statement: str, params: Mapping[str, Any]) -> Iterator[Any]:
         """Rows read as the caller goes (SQLite's cursor steps through the file), as named
-        tuples of one class made once for the cursor rather than looked up for each row."""
+        tuples of one class made for the cursor (a million rows of an export or a report:
+        no check per row of which statement it came from)."""
         cursor = self.conn.cursor()
         cursor.row_factory = None
         cursor.execute(self._compiled.of(statement), params)
@@ -381,10 +382,23 @@ def _row_class(names: tuple[str, ...]) -> Any:
     return namedtuple("Row", names, rename=True)
 
 
+# The description last read and its row class. A statement's rows share one description
+# object, so a row of the same statement costs an identity check rather than a lookup by
+# its column names; another statement's rows (or another thread's, in between) only miss.
+# Correct whatever sqlite3 does with the object: the class is always the description's own.
+_last_class: tuple[Any, Any] = ((), None)
+
+
 def _named_row(cursor: sqlite3.Cursor, values: tuple[Any, ...]) -> Any:
     """A row as a named tuple, as psycopg's namedtuple_row makes them on PostgreSQL: one
     way to read a row for the store's parts, whichever engine read it."""
-    return _row_class(tuple(column[0] for column in cursor.description))._make(values)
+    global _last_class  # noqa: PLW0603 (one slot, replaced whole: no torn read)
+    description, row_class = _last_class
+    if description is not cursor.description:
+        description = cursor.description
+        row_class = _row_class(tuple(column[0] for column in description))
+        _last_class = (description, row_class)
+    return row_class._make(values)
 
 
 class _FileState(NamedTuple):

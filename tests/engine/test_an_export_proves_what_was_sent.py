@@ -10,7 +10,9 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlite_utils
@@ -19,6 +21,7 @@ from notifier.api import Notifier, VerifiedFile
 from notifier.channels.scripted import DELIVER, LOST_AFTER_COMMIT, Response, throttle
 from notifier.domain.chain import KEY_ENV, Signer
 from notifier.domain.intent import Intent
+from notifier.store import audit_file
 from notifier.store.audit_file import PARTS, manifest_form, row_form, seal
 
 from ..conftest import Workspace
@@ -195,6 +198,37 @@ def test_an_export_of_a_run_sent_at_concurrency_8_verifies_and_names_an_edit(
     found = findings(checked(path))
     assert ("attempts", "attempt seq 5, n 1", "seal") in found
     assert ("attempts", "attempt 1 of item u5 (seq 5)", "outcome") in found
+
+
+def test_a_large_run_is_sealed_and_checked_in_a_second_process_as_in_one(
+    run: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Above APART_ABOVE_ITEMS items an export seals its rows in a second process, and
+    verify checks a file's seals in one beside the replay: the file is the one a single
+    process writes, row for row and seal for seal, it verifies keyed, and an edited row is
+    named as it is by a single process."""
+    alone = export(run, "alone.db")
+    handed: list[Any] = []
+    submit = ProcessPoolExecutor.submit
+
+    def counted(self: ProcessPoolExecutor, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        handed.append(fn.__name__)
+        return submit(self, fn, *args, **kwargs)
+
+    monkeypatch.setattr(ProcessPoolExecutor, "submit", counted)
+    monkeypatch.setattr(audit_file, "APART_ABOVE_ITEMS", 0)
+    apart = export(run, "apart.db")
+    assert "seal_rows" in handed
+    for part in PARTS:
+        order = ", ".join(part.key)
+        with sqlite3.connect(alone) as one, sqlite3.connect(apart) as two:
+            read = f'SELECT * FROM "{part.name}" ORDER BY {order}'
+            assert one.execute(read).fetchall() == two.execute(read).fetchall(), part.name
+    result = checked(apart)
+    assert "check_file" in handed
+    assert result.findings == () and [v.verdict.value for v in result.runs] == ["keyed"]
+    edit(apart, "UPDATE items SET recipient = 'other@example.com' WHERE seq = 3")
+    assert ("items", "item seq 3", "seal") in findings(checked(apart))
 
 
 def test_an_export_never_writes_over_a_file(run: Workspace) -> None:
