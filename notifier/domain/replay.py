@@ -26,7 +26,7 @@ from notifier.domain.state_machine import (
     ItemTrigger,
     RunState,
     RunTrigger,
-    item_next,
+    item_target,
     run_next,
 )
 
@@ -243,10 +243,9 @@ def _item_move(rebuilt: Rebuilt, event: EventRecord, detail: Mapping[str, Any]) 
             Difference(Table.EVENTS, f"event {event.seq_no}", Change.ILLEGAL, "item_seq", None, seq)
         )
         return
-    trigger = ItemTrigger(event.kind)
-    try:
-        target = item_next(trigger, ItemState(item.state)).value
-    except IllegalMove:
+    kind = event.kind
+    target = item_target(kind, item.state)
+    if target is None:
         rebuilt.illegal.append(
             Difference(
                 Table.EVENTS,
@@ -254,14 +253,14 @@ def _item_move(rebuilt: Rebuilt, event: EventRecord, detail: Mapping[str, Any]) 
                 Change.ILLEGAL,
                 "state",
                 item.state,
-                event.kind,
+                kind,
             )
         )
         target = str(detail.get("to", item.state))
-    if trigger is ItemTrigger.RELEASE and item.state == ItemState.IN_FLIGHT and item.attempts:
+    if kind == ItemTrigger.RELEASE and item.state == ItemState.IN_FLIGHT and item.attempts:
         # Claimed but never started: not counted as an attempt (ledger UNCOUNT_ATTEMPT).
         item.attempts -= 1
-    if trigger is ItemTrigger.START:
+    if kind == ItemTrigger.START:
         _open_attempt(item, event.at)
     _apply(rebuilt, event, detail, target)
 
@@ -289,11 +288,13 @@ def _apply(rebuilt: Rebuilt, event: EventRecord, detail: Mapping[str, Any], targ
         )
         return
     item.state = target
-    for column, value in dict(detail.get("set") or {}).items():
-        if column in ITEM_COLUMNS:
-            setattr(item, column, value)
+    sets = detail.get("set")
+    if isinstance(sets, dict):  # the detail is parsed JSON: its objects are dicts
+        for column, value in sets.items():
+            if column in ITEM_COLUMNS:
+                setattr(item, column, value)
     closed = detail.get("attempt")
-    if isinstance(closed, Mapping):
+    if isinstance(closed, dict):
         for n, a in enumerate(item.rows):
             if a.finished_at is None:
                 item.rows[n] = AttemptRecord(
@@ -308,7 +309,7 @@ def _apply(rebuilt: Rebuilt, event: EventRecord, detail: Mapping[str, Any], targ
                     a.waited_s,
                 )
     receipt = detail.get("receipt")
-    if isinstance(receipt, Mapping):
+    if isinstance(receipt, dict):
         rebuilt.receipts[seq] = ReceiptRecord(
             seq, receipt.get("id"), str(receipt.get("source")), receipt.get("evidence"), event.at
         )

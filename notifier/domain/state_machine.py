@@ -182,6 +182,12 @@ def _next(moves: dict[tuple[str, str], str], trigger: str, current: StrEnum) -> 
     return found
 
 
+def item_target(trigger: str, current: str) -> str | None:
+    """`item_next` by value, None for a move not allowed: for replay, which reads the
+    trigger and the state as text and names a move not allowed rather than refusing it."""
+    return _ITEM_MOVES.get((trigger, current))
+
+
 def item_next(trigger: ItemTrigger, current: ItemState) -> ItemState:
     """The state an item moves to when `trigger` fires in `current`, or IllegalMove."""
     return ItemState(_next(_ITEM_MOVES, trigger, current))
