@@ -173,8 +173,10 @@ class Rebuilt:
 
 
 def replay(items: Iterable[tuple[int, str]], events: Iterable[EventRecord]) -> Rebuilt:
-    """The rows rebuilt from `events` (in seq_no order), for the run's items (seq,
-    item_id), each planned pending with no attempt."""
+    """The rows rebuilt from `events`, for the run's items (seq, item_id), each planned
+    pending with no attempt. Each item's events in seq_no order, and the run's own in
+    theirs: an item's rows follow from its own events alone, so items may come one after
+    another or interleaved."""
     rebuilt = Rebuilt(
         state=RunState.PLANNED.value,
         items={seq: _Item(seq, item_id) for seq, item_id in items},

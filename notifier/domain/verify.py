@@ -90,7 +90,8 @@ class AuditSource(Protocol):
         ...
 
     def item_events(self, run_id: str, seqs: range) -> list[EventRecord]:
-        """The events of the items numbered in `seqs`, in seq_no order."""
+        """The events of the items numbered in `seqs`, item by item, each item's in seq_no
+        order (the order of the index they are read through: no sort)."""
         ...
 
     def rows(self, run_id: str, seqs: range) -> RunRows:

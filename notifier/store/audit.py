@@ -47,7 +47,7 @@ _EVENTS = _EVENT + "WHERE run_id = %(run_id)s ORDER BY seq_no"
 _RUN_EVENTS = (
     _EVENT + "WHERE run_id = %(run_id)s AND (item_seq IS NULL OR kind = 'decision') ORDER BY seq_no"
 )
-_ITEM_EVENTS = _EVENT + f"WHERE {_IN.format(seq='item_seq')} ORDER BY seq_no"
+_ITEM_EVENTS = _EVENT + f"WHERE {_IN.format(seq='item_seq')} ORDER BY item_seq, seq_no"
 # A database m013 was not applied to (opened read-only: `verify` migrates nothing) has no
 # chain: its runs read as planned before it.
 _NO_CHAIN = "NULL AS audit_chain, NULL AS audit_key_id"

@@ -496,7 +496,8 @@ _FILE_RUN_EVENTS = (
     "ORDER BY seq_no"
 )
 _FILE_ITEM_EVENTS = (
-    f"SELECT {_EVENT_COLUMNS} FROM events WHERE item_seq >= ? AND item_seq < ? ORDER BY seq_no"
+    f"SELECT {_EVENT_COLUMNS} FROM events WHERE item_seq >= ? AND item_seq < ? "
+    "ORDER BY item_seq, seq_no"
 )
 _FILE_ITEMS = (
     "SELECT seq, item_id, state, attempts, receipt_id, last_error, next_attempt_at FROM items "
