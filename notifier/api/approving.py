@@ -4,7 +4,6 @@ for the audit of every decision by hand."""
 from __future__ import annotations
 
 from notifier.api.env import Env, open_store, pick_run
-from notifier.cli.outcome import error_message
 from notifier.domain.errors import BadInput, Refused
 from notifier.domain.records import Run
 from notifier.domain.state_machine import FINISHED_RUN_STATES, RunState
@@ -40,7 +39,7 @@ def approve(
         except LostRace as exc:
             raise Refused(
                 f"run {run.run_id} changed while it was being approved "
-                f"({error_message(exc)}); nothing was "
+                f"({exc}); nothing was "
                 "approved. Review it again with `notifier status`, then approve.",
             ) from exc
     finally:

@@ -12,7 +12,6 @@ from datetime import datetime
 from notifier.api.env import Env, open_store, pick_run
 from notifier.api.working import run_channels, take_lease
 from notifier.channels import Channel
-from notifier.cli.outcome import send_again
 from notifier.domain import clock
 from notifier.domain.errors import BadInput, Refused
 from notifier.domain.records import AttemptOutcome, Counts, Run, StopCause, unknown_left_reason
@@ -217,9 +216,23 @@ MARKS: Mapping[str, ItemTrigger] = {
 }
 
 
+@dataclass(frozen=True)
+class Marked:
+    """An item settled by hand: `mark` is one of MARKS; `released`: an abandoned item marked
+    not-sent, which stays failed, now known never delivered."""
+
+    run: Run
+    item_id: str
+    seq: int
+    mark: str
+    released: bool
+
+
 def decide_by_hand(
     env: Env, store: Store, run: Run, item_ref: str, mark: str, evidence: str, lease_version: int
-) -> str:
+) -> Marked:
+    """Record the operator's `mark` of one unknown item (or of an abandoned one, marked
+    not-sent), with its evidence: what it was marked, for the command to word."""
     item = store.queries.item_by_id(run.run_id, item_ref)
     if item is None and item_ref.isdigit():
         with suppress(KeyError):
@@ -247,23 +260,8 @@ def decide_by_hand(
         store.ledger.release_abandoned(
             run.run_id, item.seq, operator_name(), evidence, lease_version
         )
-        return (
-            f"item {item.item_id} (seq {item.seq}) stays failed, now known never delivered: "
-            f"send the same file again (`{send_again(run.batch_path, run.options)}`) to send it; "
-            "evidence recorded."
-        )
+        return Marked(run, item.item_id, item.seq, mark, released=True)
     store.ledger.record_decision(
         run.run_id, item.seq, MARKS[mark], operator_name(), evidence, lease_version
     )
-    after = {
-        "sent": "sent",
-        "not-sent": (
-            "pending (it will be sent with the same key on resume)"
-            if run.state not in FINISHED_RUN_STATES
-            else f"pending; run {run.run_id} is {run.state.value}, so it will not send it. "
-            f"Send the same file again (`{send_again(run.batch_path, run.options)}`) to send "
-            "it: only rows never delivered are sent"
-        ),
-        "abandon": "failed, maybe delivered: it is never sent again unless you mark it not-sent",
-    }[mark]
-    return f"item {item.item_id} (seq {item.seq}) → {after}; evidence recorded."
+    return Marked(run, item.item_id, item.seq, mark, released=False)

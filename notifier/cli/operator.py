@@ -290,8 +290,8 @@ def reconcile(
       notifier reconcile RUN --manual --item n-0041 --mark not-sent --evidence "bounced"
     """
     from notifier.api import Notifier  # noqa: PLC0415 (start-up time)
+    from notifier.cli.manual import reconcile_manually  # noqa: PLC0415
     from notifier.cli.outcome import settled_exit  # noqa: PLC0415
-    from notifier.ops.manual import reconcile_manually  # noqa: PLC0415
 
     env = command_env(ctx, machine_output=as_json)
     if not manual:

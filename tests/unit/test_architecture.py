@@ -213,16 +213,10 @@ FORBIDDEN = {
 # and does another's work (drafting and redrafting orchestrate like the API; `reconcile
 # --manual` prompts like a command; two API modules word exit advice). None may be added.
 KNOWN_UPWARD = {
-    ("notifier.api.approving", "notifier.cli.outcome"),
-    ("notifier.api.settling", "notifier.cli.outcome"),
     ("notifier.content.drafting", "notifier.api.env"),
     ("notifier.content.redraft", "notifier.api.env"),
     ("notifier.content.redraft", "notifier.api.working"),
     ("notifier.content.redraft", "notifier.cli.outcome"),
-    ("notifier.ops.manual", "notifier.api.env"),
-    ("notifier.ops.manual", "notifier.api.settling"),
-    ("notifier.ops.manual", "notifier.api.working"),
-    ("notifier.ops.manual", "notifier.cli.outcome"),
 }
 
 
@@ -436,7 +430,6 @@ ADVICE_LEFT = {
     "notifier.content.redraft": 10,
     "notifier.content.schedule": 2,
     "notifier.ops.approval": 3,
-    "notifier.ops.manual": 1,
     "notifier.ops.preview": 3,
     "notifier.ops.report": 1,
 }

@@ -14,9 +14,10 @@ import click
 
 from notifier.api import settling, working
 from notifier.api.env import Env, open_store, pick_run
+from notifier.cli.outcome import error_message, send_again
 from notifier.domain.errors import BadInput, Interrupted, Refused
 from notifier.domain.records import Counts, Item, Run
-from notifier.domain.state_machine import ItemState
+from notifier.domain.state_machine import FINISHED_RUN_STATES, ItemState
 from notifier.store import Store
 
 _CHOICES = {"s": "sent", "n": "not-sent", "a": "abandon", "k": "skip", "q": "quit"}
@@ -44,11 +45,10 @@ def reconcile_manually(
         with working.take_lease(store, run, env.config.lease_ttl_s) as lease:
             if scripted:
                 assert item_ref is not None and mark is not None and evidence is not None
-                env.say(
-                    settling.decide_by_hand(
-                        env, store, run, item_ref, mark, evidence, lease.version
-                    )
+                marked = settling.decide_by_hand(
+                    env, store, run, item_ref, mark, evidence, lease.version
                 )
+                env.say(marked_message(marked))
             else:
                 unknown = list(store.queries.items(run.run_id, [ItemState.UNKNOWN]))
                 if not unknown:
@@ -71,6 +71,29 @@ def reconcile_manually(
         return store.core.get_run(run.run_id), counts
     finally:
         store.close()
+
+
+def marked_message(marked: settling.Marked) -> str:
+    """What an item settled by hand became, and what follows from it."""
+    run, name = marked.run, f"item {marked.item_id} (seq {marked.seq})"
+    again = f"`{send_again(run.batch_path, run.options)}`"
+    if marked.released:
+        return (
+            f"{name} stays failed, now known never delivered: send the same file again "
+            f"({again}) to send it; evidence recorded."
+        )
+    after = {
+        "sent": "sent",
+        "not-sent": (
+            "pending (it will be sent with the same key on resume)"
+            if run.state not in FINISHED_RUN_STATES
+            else f"pending; run {run.run_id} is {run.state.value}, so it will not send it. "
+            f"Send the same file again ({again}) to send it: only rows never delivered are "
+            "sent"
+        ),
+        "abandon": "failed, maybe delivered: it is never sent again unless you mark it not-sent",
+    }[marked.mark]
+    return f"{name} → {after}; evidence recorded."
 
 
 def _interrupted(run: Run, decided: list[str], counts: Counts) -> str:
@@ -129,12 +152,14 @@ def _ask_about(
         return False
     evidence = evidence.strip() or f"operator chose {decision} without a stated reason"
     try:
-        env.say(settling.decide_by_hand(env, store, run, item.item_id, decision, evidence, version))
+        env.say(
+            marked_message(
+                settling.decide_by_hand(env, store, run, item.item_id, decision, evidence, version)
+            )
+        )
         decided.append(f"item {item.item_id} → {decision}")
     except Refused as refused:
         # A refused decision (a partial delivery marked not-sent) leaves the item as it was;
         # say why and go on to the next one.
-        from notifier.cli.outcome import error_message  # noqa: PLC0415 (start-up time)
-
         env.say(error_message(refused))
     return True
