@@ -449,10 +449,13 @@ def _seals_checked(
     """What checks the file's seals, manifest and signature: for a large file a second
     process, started here to run beside the replay, else this one when asked."""
     with audit_file.second_process(exported.item_count() > audit_file.APART_ABOVE_ITEMS) as pool:
-        if pool is None:
+        try:
+            apart = None if pool is None else pool.submit(audit_file.check_file, path, signer)
+        except (BrokenProcessPool, OSError):  # no fork (a process limit), or it died
+            apart = None
+        if apart is None:
             yield lambda: exported.check(signer)
             return
-        apart = pool.submit(audit_file.check_file, path, signer)
 
         def sealed() -> list[Difference]:
             try:

@@ -25,10 +25,12 @@ import json
 import multiprocessing
 import os
 import sqlite3
+import threading
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -276,8 +278,13 @@ def second_process(wanted: bool) -> Iterator[Executor | None]:
     """A second process for a large run's seals, to work beside this one: forked, so it
     imports nothing and never runs the caller's main module again (as a spawned one would,
     a library caller's script without its `__main__` guard included), and touches none of
-    this process's connections. None when not wanted, or where the platform cannot fork."""
-    if not wanted or "fork" not in multiprocessing.get_all_start_methods():
+    this process's connections. None when not wanted, where the platform cannot fork, or
+    while other threads run (a library caller exporting beside a send)."""
+    if (
+        not wanted
+        or "fork" not in multiprocessing.get_all_start_methods()
+        or threading.active_count() > 1  # a lock another thread holds would stay held
+    ):
         yield None
         return
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
@@ -286,23 +293,32 @@ def second_process(wanted: bool) -> Iterator[Executor | None]:
 
 def _sealed(table: str, rows: Iterable[Sequence[Any]], signer: Signer,
             pool: Executor | None) -> Iterator[tuple[_Chunk, list[str]]]:  # fmt: skip
-    """The rows a chunk at a time, each chunk with its seals: sealed here, or by `pool`
-    with two chunks handed ahead, so that it seals while this process writes."""
+    """The rows a chunk at a time, each chunk with its seals: sealed by `pool` with two
+    chunks handed ahead, so that it seals while this process writes, or here, without a
+    pool or once it could not start or died (then nothing it had is lost: its chunks are
+    sealed here)."""
     source = iter(rows)
     chunks = iter(lambda: [tuple(r) for r in islice(source, _BATCH)], [])
-    if pool is None:
-        for chunk in chunks:
-            yield chunk, seal_rows(table, chunk, signer)
-        return
-    ahead: deque[tuple[_Chunk, Future[list[str]]]] = deque()
+    ahead: deque[tuple[_Chunk, Future[list[str]] | None]] = deque()
+
+    def sealed(chunk: _Chunk, sealing: Future[list[str]] | None) -> tuple[_Chunk, list[str]]:
+        if sealing is not None:
+            with suppress(BrokenProcessPool):
+                return chunk, sealing.result()
+        return chunk, seal_rows(table, chunk, signer)
+
     for chunk in chunks:
-        ahead.append((chunk, pool.submit(seal_rows, table, chunk, signer)))
+        sealing = None
+        if pool is not None:
+            try:
+                sealing = pool.submit(seal_rows, table, chunk, signer)
+            except (BrokenProcessPool, OSError):  # no fork (a process limit), or it died
+                pool = None
+        ahead.append((chunk, sealing))
         if len(ahead) > _AHEAD:
-            done, sealing = ahead.popleft()
-            yield done, sealing.result()
+            yield sealed(*ahead.popleft())
     while ahead:
-        done, sealing = ahead.popleft()
-        yield done, sealing.result()
+        yield sealed(*ahead.popleft())
 
 
 _Chunk = list[tuple[Any, ...]]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -229,6 +230,28 @@ def test_a_large_run_is_sealed_and_checked_in_a_second_process_as_in_one(
     assert result.findings == () and [v.verdict.value for v in result.runs] == ["keyed"]
     edit(apart, "UPDATE items SET recipient = 'other@example.com' WHERE seq = 3")
     assert ("items", "item seq 3", "seal") in findings(checked(apart))
+
+
+def test_a_large_run_that_cannot_fork_is_sealed_and_checked_here(
+    run: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where no second process can start (a process limit: fork fails with EAGAIN), the
+    export seals and verify checks in this process: the same file, verified keyed, never an
+    internal error."""
+    alone = export(run, "alone.db")
+
+    def no_fork() -> int:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    monkeypatch.setattr(audit_file, "APART_ABOVE_ITEMS", 0)
+    here = export(run, "here.db")
+    for part in PARTS:
+        read = f'SELECT * FROM "{part.name}" ORDER BY {", ".join(part.key)}'
+        with sqlite3.connect(alone) as one, sqlite3.connect(here) as two:
+            assert one.execute(read).fetchall() == two.execute(read).fetchall(), part.name
+    result = checked(here)
+    assert result.findings == () and [v.verdict.value for v in result.runs] == ["keyed"]
 
 
 def test_an_export_never_writes_over_a_file(run: Workspace) -> None:
