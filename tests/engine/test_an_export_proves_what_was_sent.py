@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import sqlite3
+import threading
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -219,7 +220,7 @@ def test_a_large_run_is_sealed_and_checked_in_a_second_process_as_in_one(
     monkeypatch.setattr(ProcessPoolExecutor, "submit", counted)
     monkeypatch.setattr(audit_file, "APART_ABOVE_ITEMS", 0)
     # Threads a test run leaves behind (another test's) would keep the fork from happening.
-    monkeypatch.setattr(audit_file.threading, "active_count", lambda: 1)
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
     apart = export(run, "apart.db")
     assert "seal_rows" in handed
     for part in PARTS:
