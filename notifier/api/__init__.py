@@ -16,7 +16,6 @@ options, progress, advice. What a method refuses it raises as the error model's 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -32,7 +31,6 @@ from notifier.content.plan import Plan
 from notifier.content.schedule import Schedule, scheduled
 from notifier.content.template import Template
 from notifier.domain import clock
-from notifier.domain.chain import Signer
 from notifier.domain.errors import BadInput
 from notifier.domain.records import Counts, Item, Run
 from notifier.domain.replay import Change, Difference, Table
@@ -425,7 +423,11 @@ class Notifier:
                 "export wrote, or a run id."
             ) from None
         try:
-            with _seals_checked(exported, path, signer) as sealed:
+            large = exported.item_count() > audit_file.APART_ABOVE_ITEMS
+            with audit_file.second_process(large) as pool:
+                # The seals, manifest and signature, checked beside the replay for a large
+                # file (check_file opens the file for the process that runs it).
+                sealed = audit_file.handed(pool, audit_file.check_file, path, signer)
                 replayed: list[Difference] = []
                 try:
                     runs = verify(exported, exported.run_ids(), signer)
@@ -440,30 +442,6 @@ class Notifier:
             return VerifiedFile(path, str(kind), key_id, tuple(findings), runs, signer.key_id)
         finally:
             exported.close()
-
-
-@contextmanager
-def _seals_checked(
-    exported: audit_file.AuditFile, path: Path, signer: Signer
-) -> Iterator[Callable[[], list[Difference]]]:
-    """What checks the file's seals, manifest and signature: for a large file a second
-    process, started here to run beside the replay, else this one when asked."""
-    with audit_file.second_process(exported.item_count() > audit_file.APART_ABOVE_ITEMS) as pool:
-        try:
-            apart = None if pool is None else pool.submit(audit_file.check_file, path, signer)
-        except (BrokenProcessPool, OSError):  # no fork (a process limit), or it died
-            apart = None
-        if apart is None:
-            yield lambda: exported.check(signer)
-            return
-
-        def sealed() -> list[Difference]:
-            try:
-                return apart.result()
-            except BrokenProcessPool:  # the second process died: check here instead
-                return exported.check(signer)
-
-        yield sealed
 
 
 def run_options(

@@ -27,14 +27,14 @@ import os
 import sqlite3
 import threading
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlite_utils
 
@@ -294,34 +294,40 @@ def second_process(wanted: bool) -> Iterator[Executor | None]:
 def _sealed(table: str, rows: Iterable[Sequence[Any]], signer: Signer,
             pool: Executor | None) -> Iterator[tuple[_Chunk, list[str]]]:  # fmt: skip
     """The rows a chunk at a time, each chunk with its seals: sealed by `pool` with two
-    chunks handed ahead, so that it seals while this process writes, or here, without a
-    pool or once it could not start or died (then nothing it had is lost: its chunks are
-    sealed here)."""
+    chunks handed ahead, so that it seals while this process writes (or here: `handed`)."""
     source = iter(rows)
     chunks = iter(lambda: [tuple(r) for r in islice(source, _BATCH)], [])
-    ahead: deque[tuple[_Chunk, Future[list[str]] | None]] = deque()
-
-    def sealed(chunk: _Chunk, sealing: Future[list[str]] | None) -> tuple[_Chunk, list[str]]:
-        if sealing is not None:
-            with suppress(BrokenProcessPool):
-                return chunk, sealing.result()
-        return chunk, seal_rows(table, chunk, signer)
-
+    ahead: deque[tuple[_Chunk, Callable[[], list[str]]]] = deque()
     for chunk in chunks:
-        sealing = None
-        if pool is not None:
-            try:
-                sealing = pool.submit(seal_rows, table, chunk, signer)
-            except (BrokenProcessPool, OSError):  # no fork (a process limit), or it died
-                pool = None
-        ahead.append((chunk, sealing))
+        ahead.append((chunk, handed(pool, seal_rows, table, chunk, signer)))
         if len(ahead) > _AHEAD:
-            yield sealed(*ahead.popleft())
+            done, seals = ahead.popleft()
+            yield done, seals()
     while ahead:
-        yield sealed(*ahead.popleft())
+        done, seals = ahead.popleft()
+        yield done, seals()
+
+
+def handed(pool: Executor | None, work: Callable[..., _T], *args: Any) -> Callable[[], _T]:
+    """`work(*args)`, handed to `pool` to run while the caller goes on, its result when
+    asked; or run here when asked: without a pool, or one that could not start (no fork
+    under a process limit) or died (nothing it had is lost: it is done here again)."""
+    future = None
+    if pool is not None:
+        with suppress(BrokenProcessPool, OSError):
+            future = pool.submit(work, *args)
+
+    def result() -> _T:
+        if future is not None:
+            with suppress(BrokenProcessPool):
+                return future.result()
+        return work(*args)
+
+    return result
 
 
 _Chunk = list[tuple[Any, ...]]
+_T = TypeVar("_T")
 _AHEAD = 2  # chunks handed to the sealing process before this one waits for the first
 
 
@@ -471,9 +477,9 @@ class AuditFile:
         if self.structure or run_id != self.meta["run_id"]:
             return None
         (run,) = (dict(zip(RUN.columns, r[:-1], strict=True)) for r in self._rows(RUN))
-        (count,) = self.db.execute("SELECT COUNT(*) FROM items").fetchone()
         return RunHead(run_id, run["audit_chain"], run["audit_key_id"], run["state"],
-                       int(count), run["created_at"], self.meta.get("chained_since"))  # fmt: skip
+                       self.item_count(), run["created_at"],
+                       self.meta.get("chained_since"))  # fmt: skip
 
     def item_seqs(self, run_id: str) -> Iterator[int]:
         for (seq,) in self.db.execute("SELECT seq FROM items ORDER BY seq"):
