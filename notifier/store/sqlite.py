@@ -295,15 +295,8 @@ class SqliteEngine:
                 self.conn.execute("ROLLBACK")
 
     def stream(self, statement: str, params: Mapping[str, Any]) -> Iterator[Any]:
-        """Rows read as the caller goes (SQLite's cursor steps through the file), as named
-        tuples of one class made for the cursor (a million rows of an export or a report:
-        no check per row of which statement it came from)."""
-        cursor = self.conn.cursor()
-        cursor.row_factory = None
-        cursor.execute(self._compiled.of(statement), params)
-        make = _row_class(tuple(column[0] for column in cursor.description))._make
-        for values in cursor:
-            yield make(values)
+        """Rows read as the caller goes (SQLite's cursor steps through the file)."""
+        yield from self.execute(statement, params)
 
     def insert_pending(self, rows: Iterable[tuple[Any, ...]]) -> None:
         # Positional, as the rows come (a million of them: no mapping made per row).
