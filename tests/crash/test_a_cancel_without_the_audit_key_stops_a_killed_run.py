@@ -16,18 +16,11 @@ from notifier.domain.chain import KEY_ENV, key_id
 from notifier.domain.verify import AuditVerdict
 from notifier.sandbox.server import Faults, Sandbox
 
-from ..conftest import DB_ERRORS, Workspace, make_rows, wait_for
+from ..conftest import Workspace, make_rows, wait_for
 from ..support.audited import KEY, verdict
 
 pytestmark = [pytest.mark.both_stores, pytest.mark.timeout(180)]
 ROWS = 200
-
-
-def sent(ws: Workspace) -> int:
-    try:
-        return ws.ledger.state_counts().get("sent", 0)
-    except DB_ERRORS:  # not created yet
-        return 0
 
 
 def committed(box: Sandbox) -> set[str]:
@@ -49,7 +42,7 @@ def test_a_cancel_without_the_key_after_kill_9_stops_the_run_and_its_advice_clos
         worker = ws.popen("send", "batch.csv", "--channel", "hooks", "--concurrency", "8",
                           "--run-id", "keyed", env={KEY_ENV: KEY})  # fmt: skip
         try:
-            wait_for(lambda: sent(ws) >= 20 or worker.poll() is not None, "20 items sent")
+            wait_for(lambda: ws.sent_so_far() >= 20 or worker.poll() is not None, "20 items sent")
             assert worker.poll() is None, "the run ended before the kill"
             worker.send_signal(signal.SIGKILL)
         finally:

@@ -12,18 +12,11 @@ from notifier.domain.chain import KEY_ENV
 from notifier.domain.verify import AuditVerdict
 from notifier.sandbox.server import Faults, Sandbox
 
-from ..conftest import DB_ERRORS, Workspace, make_rows, wait_for
+from ..conftest import Workspace, make_rows, wait_for
 from ..support.audited import KEY, verdict
 
 pytestmark = [pytest.mark.both_stores, pytest.mark.timeout(240)]
 ROWS = 150
-
-
-def sent(ws: Workspace) -> int:
-    try:
-        return ws.ledger.state_counts().get("sent", 0)
-    except DB_ERRORS:  # not created yet
-        return 0
 
 
 def test_a_run_killed_at_concurrency_8_with_faults_replays_before_and_after_resume(
@@ -43,7 +36,7 @@ def test_a_run_killed_at_concurrency_8_with_faults_replays_before_and_after_resu
         worker = ws.popen("send", "batch.csv", "--channel", "hooks", "--concurrency", "8",
                           "--run-id", "chaos", env=key)  # fmt: skip
         try:
-            wait_for(lambda: sent(ws) >= 30 or worker.poll() is not None, "30 items sent")
+            wait_for(lambda: ws.sent_so_far() >= 30 or worker.poll() is not None, "30 items sent")
             assert worker.poll() is None, "the run ended before the kill"
             worker.send_signal(signal.SIGKILL)
         finally:

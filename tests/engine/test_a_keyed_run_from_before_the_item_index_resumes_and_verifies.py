@@ -6,10 +6,6 @@ item once; and its chain, written before and after the upgrade, still verifies k
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
-import psycopg
 import pytest
 
 from notifier.domain import verify
@@ -21,19 +17,7 @@ from ..conftest import Workspace
 from ..support.audited import KEY, verdict
 
 pytestmark = pytest.mark.timeout(120)
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 RUN = "m014-crashed"
-
-
-def _load(ws: Workspace) -> None:
-    if ws.url:
-        with psycopg.connect(ws.url, autocommit=True) as conn:
-            conn.execute((FIXTURES / "m014-keyed-inflight-run-pg.sql").read_text().encode())
-        shutil.copytree(FIXTURES / "m014-keyed-inflight-run-pg.outbox", ws.outbox)
-    else:
-        shutil.copy(FIXTURES / "m014-keyed-inflight-run.db", ws.db_file)
-        shutil.copytree(FIXTURES / "m014-keyed-inflight-run.outbox", ws.outbox)
-    (ws.path / "notifier.toml").write_text('[channels.files]\ntype = "outbox"\n')
 
 
 def keyed_whole(ws: Workspace) -> None:
@@ -49,7 +33,7 @@ def test_the_killed_keyed_run_verifies_resumes_once_each_and_verifies_again(
     verifies keyed as the code before m014 left it; migrated by a read-write open, it
     verifies the same; resume settles k7 by asking the outbox and sends k8-k12, each once;
     and the whole chain, both codes' events, verifies keyed."""
-    _load(ws)
+    ws.load_fixture("m014-keyed-inflight-run")
     monkeypatch.setattr(verify, "CHUNK", 3)
     keyed_whole(ws)
     Store.open(ws.db).close()
@@ -68,7 +52,7 @@ def test_a_slice_of_items_reads_its_events_through_the_index(ws: Workspace) -> N
     searches the index, in its order, rather than every
     event of the run (a million-item run: two hundred slices, each reading two million
     events)."""
-    _load(ws)
+    ws.load_fixture("m014-keyed-inflight-run")
     Store.open(ws.db).close()
     plan = ws.query(
         "EXPLAIN QUERY PLAN SELECT seq_no, detail FROM events "

@@ -6,10 +6,6 @@ the unknown items by hand keeps the paused run's reason up to date."""
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
-import psycopg
 import pytest
 
 from notifier.domain.records import StopCause
@@ -19,7 +15,6 @@ from notifier.store.migrations import MIGRATIONS
 from ..conftest import Workspace
 
 pytestmark = pytest.mark.both_stores
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 # Each run of the fixture (tests/fixtures/make_m011_stopped_runs.py), and its cause.
 CAUSES = {
     "m011-interrupted": StopCause.INTERRUPTED,  # SIGTERM after item 4
@@ -34,21 +29,10 @@ CAUSES = {
 }
 
 
-def _load(ws: Workspace) -> None:
-    if ws.url:
-        with psycopg.connect(ws.url, autocommit=True) as conn:
-            conn.execute((FIXTURES / "m011-stopped-runs-pg.sql").read_text().encode())
-        shutil.copytree(FIXTURES / "m011-stopped-runs-pg.outbox", ws.outbox)
-    else:
-        shutil.copy(FIXTURES / "m011-stopped-runs.db", ws.db_file)
-        shutil.copytree(FIXTURES / "m011-stopped-runs.outbox", ws.outbox)
-    (ws.path / "notifier.toml").write_text('[channels.files]\ntype = "outbox"\n')
-
-
 def test_each_stopped_run_gets_the_cause_its_reason_gave(ws: Workspace) -> None:
     """Opened read-write, the file is migrated; each run's cause is the one its reason
     stated, the reason itself unchanged, and m011 is recorded."""
-    _load(ws)
+    ws.load_fixture("m011-stopped-runs")
     # Read in m010's schema, before the migration (the read model is the current one's).
     before = dict(ws.query("SELECT run_id, stop_reason FROM runs"))
     store = Store.open(ws.db)
@@ -66,7 +50,7 @@ def test_each_stopped_run_gets_the_cause_its_reason_gave(ws: Workspace) -> None:
 def test_the_interrupted_run_resumes_and_sends_each_item_once(ws: Workspace) -> None:
     """Items 1-4 were sent before the SIGTERM; resume sends 5-10, each once, and the
     completed run keeps no stop reason or cause."""
-    _load(ws)
+    ws.load_fixture("m011-stopped-runs")
     assert len(ws.outbox_documents()) == 4
     resumed = ws.invoke("resume", "m011-interrupted")
     assert resumed.exit_code == 0, resumed.output
@@ -81,7 +65,7 @@ def test_settling_the_unknown_items_by_hand_follows_the_back_filled_cause(
 ) -> None:
     """The run paused for its 2 unknown items (cause back-filled from its reason): each
     decision by hand brings its reason up to date, and the last completes it."""
-    _load(ws)
+    ws.load_fixture("m011-stopped-runs")
 
     def mark(item: str, decision: str) -> None:
         result = ws.invoke(

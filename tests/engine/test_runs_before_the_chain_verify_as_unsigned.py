@@ -6,10 +6,6 @@ after the upgrade on the same database is chained and verifies."""
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
-import psycopg
 import pytest
 
 from notifier.domain.chain import KEY_ENV
@@ -20,26 +16,14 @@ from ..conftest import Workspace, make_rows
 from ..support.audited import KEY, SIGNER, verdict, verdicts
 
 pytestmark = pytest.mark.both_stores
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 RUNS = ("m013-done", "m013-crashed", "m013-manual")
-
-
-def _load(ws: Workspace) -> None:
-    if ws.url:
-        with psycopg.connect(ws.url, autocommit=True) as conn:
-            conn.execute((FIXTURES / "m013-unchained-runs-pg.sql").read_text().encode())
-        shutil.copytree(FIXTURES / "m013-unchained-runs-pg.outbox", ws.outbox)
-    else:
-        shutil.copy(FIXTURES / "m013-unchained-runs.db", ws.db_file)
-        shutil.copytree(FIXTURES / "m013-unchained-runs.outbox", ws.outbox)
-    (ws.path / "notifier.toml").write_text('[channels.files]\ntype = "outbox"\n')
 
 
 def test_the_runs_before_the_chain_verify_as_unsigned_not_altered(ws: Workspace) -> None:
     """Read as the code before m013 left them (verify, read-only, migrates nothing), then
     migrated by a read-write open: with the key and without, every run is unsigned and
     nothing is named; the command says so and exits 0."""
-    _load(ws)
+    ws.load_fixture("m013-unchained-runs")
     unsigned = {run: (AuditVerdict.UNSIGNED, ()) for run in RUNS}
     for migrated in (False, True):
         if migrated:
@@ -56,7 +40,7 @@ def test_the_killed_run_resumes_and_stays_unsigned(ws: Workspace) -> None:
     """c1-c4 were sent and c5 written before the kill: resume settles c5 by asking the
     outbox and sends c6-c8, each once; the run's new events carry no hash (a run is
     chained from its first event or not at all), and it still verifies as unsigned."""
-    _load(ws)
+    ws.load_fixture("m013-unchained-runs")
     resumed = ws.invoke("resume", "m013-crashed", env={KEY_ENV: KEY})
     assert resumed.exit_code == 0, resumed.output
     ids = [d["item_id"] for d in ws.outbox_documents() if d["item_id"].startswith("c")]
@@ -69,7 +53,7 @@ def test_the_killed_run_resumes_and_stays_unsigned(ws: Workspace) -> None:
 
 
 def test_a_run_sent_after_the_upgrade_is_chained_and_verifies(ws: Workspace) -> None:
-    _load(ws)
+    ws.load_fixture("m013-unchained-runs")
     ws.write_csv("new.csv", make_rows(3, start=50))
     sent = ws.invoke("send", "new.csv", "--channel", "files", "--run-id", "m013-after",
                      env={KEY_ENV: KEY})  # fmt: skip

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -28,6 +29,7 @@ from .postgres import schema_of
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 EXAMPLE = ROOT / "examples" / "batch.csv"
+FIXTURES = ROOT / "tests" / "fixtures"
 STORES = ("sqlite", "postgres")
 # What reading a database that is not there yet (or is being created) raises, on either store.
 DB_ERRORS = (sqlite3.Error, psycopg.Error)
@@ -188,6 +190,27 @@ class Workspace:
         if not self.outbox.exists():
             return []
         return [json.loads(p.read_text("utf-8")) for p in sorted(self.outbox.glob("*.json"))]
+
+    def sent_so_far(self) -> int:
+        """How many items are sent, 0 while the database is not there yet (a send that was
+        just started may still be creating it)."""
+        try:
+            return self.ledger.state_counts().get("sent", 0)
+        except DB_ERRORS:
+            return 0
+
+    def load_fixture(self, name: str) -> None:
+        """A database written by an earlier version (tests/fixtures/README.md): NAME.db, or
+        on PostgreSQL the dump NAME-pg.sql loaded into this workspace's schema, with the
+        outbox its runs wrote and a notifier.toml naming that outbox channel."""
+        if self.url:
+            with psycopg.connect(self.url, autocommit=True) as conn:
+                conn.execute((FIXTURES / f"{name}-pg.sql").read_text().encode())
+            shutil.copytree(FIXTURES / f"{name}-pg.outbox", self.outbox)
+        else:
+            shutil.copy(FIXTURES / f"{name}.db", self.db_file)
+            shutil.copytree(FIXTURES / f"{name}.outbox", self.outbox)
+        (self.path / "notifier.toml").write_text('[channels.files]\ntype = "outbox"\n')
 
     def status(self) -> dict[str, Any]:
         result = self.invoke("status", "--json")
