@@ -126,9 +126,15 @@ class _HeldLease(ABC):
         self.store = self._fenced(store)
         # Read before acquiring: the lease is valid from no later than this moment.
         renewed = time.monotonic()
-        self.version = self._acquire()
-        self._renewed = renewed
+        # Held before the lease row commits: another worker of this process that looks at
+        # the run in between must find this holder alive, not reap it as dead.
         _ACTIVE_TOKENS.add(self.owner["token"])
+        try:
+            self.version = self._acquire()
+        except BaseException:
+            _ACTIVE_TOKENS.discard(self.owner["token"])
+            raise
+        self._renewed = renewed
         self.control = RunControl()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="lease-heartbeat", daemon=True)
