@@ -104,8 +104,11 @@ def ws(
     server: str = request.getfixturevalue("postgres_server")
     with postgres_schema(server) as url:
         workspace = Workspace(tmp_path, url=url)
-        yield workspace
-        assert_counters_match_items(workspace)
+        try:
+            yield workspace
+            assert_counters_match_items(workspace)
+        finally:
+            workspace.close()
 
 
 @pytest.fixture(scope="session")

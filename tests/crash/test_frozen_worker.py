@@ -15,7 +15,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -239,8 +239,11 @@ def test_a_worker_thawed_after_its_lease_went_stale_says_so_and_never_renews(
     its lease released, not renewed: a `resume` then goes on at once and completes the
     run, every key committed once."""
     receiver = Receiver()
-    with postgres_schema(postgres_server) as url, receiving(receiver):
-        ws = Workspace(tmp_path, url=url)
+    with (
+        postgres_schema(postgres_server) as url,
+        receiving(receiver),
+        closing(Workspace(tmp_path, url=url)) as ws,
+    ):
         (ws.path / "notifier.toml").write_text(
             "[lease]\nttl = 2\n\n" + webhook_config(receiver, idempotent=False, status=True)
         )
@@ -287,8 +290,11 @@ def test_a_heartbeat_never_waits_behind_its_own_committer(
     lease meanwhile (it writes no key of that row), so the lease stays surely valid for
     as long as the committer waits; let go, the run completes."""
     receiver = Receiver(commit_delay_s=0.05)  # the run lasts seconds
-    with postgres_schema(postgres_server) as url, receiving(receiver):
-        ws = Workspace(tmp_path, url=url)
+    with (
+        postgres_schema(postgres_server) as url,
+        receiving(receiver),
+        closing(Workspace(tmp_path, url=url)) as ws,
+    ):
         (ws.path / "notifier.toml").write_text(
             "[lease]\nttl = 3\n\n" + webhook_config(receiver, idempotent=False, status=True)
         )

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import threading
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -184,11 +185,14 @@ def test_a_halt_ends_every_worker_of_a_shared_postgres_run(
     halted."""
     hold, gone = threading.Event(), threading.Event()
     receiver = Receiver(answer=lambda item, _n: 410 if gone.is_set() else None, hold=hold)
-    with receiving(receiver), postgres_schema(postgres_server) as url:
+    with (
+        receiving(receiver),
+        postgres_schema(postgres_server) as url,
+        closing(Workspace(tmp_path, url)) as ws,
+    ):
         (tmp_path / "notifier.toml").write_text(
             webhook_config(receiver, idempotent=True, status=True, timeout=30)
         )
-        ws = Workspace(tmp_path, url)
         ws.write_csv("batch.csv", make_rows(200))
         first = ws.popen("send", "batch.csv", "--channel", "hooks", "--run-id", "shared",
                          "--concurrency", "8")  # fmt: skip

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -46,8 +47,9 @@ def other(ws: Workspace, request: pytest.FixtureRequest) -> Iterator[Workspace]:
         (ws.path / "plain").mkdir()
         yield Workspace(ws.path / "plain")
         return
-    with postgres_schema(request.getfixturevalue("postgres_server")) as url:
-        yield Workspace(ws.path, url=url)
+    server = request.getfixturevalue("postgres_server")
+    with postgres_schema(server) as url, closing(Workspace(ws.path, url=url)) as workspace:
+        yield workspace
 
 
 def three_zones(ws: Workspace) -> Path:

@@ -15,7 +15,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,13 +44,18 @@ def default_sigint() -> None:
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    """Until `condition()` holds, polled every 20 ms; fails naming `what` after `timeout`
-    seconds (a bound for a hung process, never a guess at how long something takes)."""
+    """Until `condition()` holds, polled every 10 ms at first and every 100 ms at most;
+    fails naming `what` after `timeout` seconds (a bound for a hung process, never a guess
+    at how long something takes)."""
     deadline = time.monotonic() + timeout
+    pause = 0.01
     while not condition():
         if time.monotonic() > deadline:
             raise AssertionError(f"not reached within {timeout} s: {what}")
-        time.sleep(0.02)
+        time.sleep(pause)
+        # A condition met soon is seen soon; a long wait polls less, since each look may
+        # read the database (the suite's CPU, not its waits, bounds how fast it runs).
+        pause = min(pause * 1.5, 0.1)
 
 
 @dataclass
@@ -60,6 +65,9 @@ class Workspace:
 
     path: Path
     url: str = ""  # the schema's store URL, for a [postgres] test
+    # One read-only session for all of a [postgres] test's reads: a session per read (per
+    # poll of a wait) made the server start a backend each time.
+    _reader: psycopg.Connection[Any] | None = field(default=None, repr=False, compare=False)
 
     @property
     def store(self) -> str:
@@ -127,15 +135,27 @@ class Workspace:
         (read-only: a test must never create the database a worker is about to create).
         `?` parameters on both."""
         if self.url:
-            with psycopg.connect(self.url, autocommit=True) as pg:
-                pg.execute("SET default_transaction_read_only = on")
-                cursor = pg.execute(_psycopg_form(sql), params)
-                return [tuple(r) for r in cursor]
+            cursor = self._pg_reader().execute(_psycopg_form(sql), params)
+            return [tuple(r) for r in cursor]
         conn = sqlite3.connect(f"file:{self.db_file}?mode=ro", uri=True)
         try:
             return [tuple(r) for r in conn.execute(sql, params)]
         finally:
             conn.close()
+
+    def _pg_reader(self) -> psycopg.Connection[Any]:
+        reader = self._reader
+        if reader is None or reader.closed or reader.broken:
+            reader = psycopg.connect(self.url, autocommit=True)
+            reader.execute("SET default_transaction_read_only = on")
+            self._reader = reader
+        return reader
+
+    def close(self) -> None:
+        """End the read session, if any (before the test's schema is dropped)."""
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
 
     @property
     def ledger(self) -> Ledger:
