@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from notifier.api import approving, planning, settling, working
 from notifier.api.env import ChannelBuilder, Env, open_store, pick_run
@@ -40,8 +40,11 @@ from notifier.engine.crash import CrashPlan
 from notifier.engine.runner import RunOptions, RunResult
 from notifier.observe import NULL_OBSERVER, Observer
 from notifier.ops import approval
-from notifier.store import Store, audit_file, parse_target
+from notifier.store import Store, parse_target
 from notifier.store.prior import Prior
+
+if TYPE_CHECKING:
+    from notifier.store import audit_file
 
 
 def _silent(line: str) -> None:
@@ -398,6 +401,8 @@ class Notifier:
     ) -> audit_file.Exported:
         """Write run `run_id` (default: the newest) to a new audit file at `to`, sealed with
         the audit key when one is set; read in one snapshot, so it may run beside a send."""
+        from notifier.store import audit_file  # noqa: PLC0415 (sqlite-utils loads only here)
+
         signer = self.env.config.signer()
         with self._store(readonly=True) as store:
             run = pick_run(store, run_id)
@@ -414,6 +419,8 @@ class Notifier:
     def verify_export(self, path: Path) -> VerifiedFile:
         """Check an audit file offline: each row's seal and the manifest's signature, then
         its run's chain and replay, as for a run in the database."""
+        from notifier.store import audit_file  # noqa: PLC0415 (sqlite-utils loads only here)
+
         signer = self.env.config.signer()
         try:
             exported = audit_file.AuditFile(path)
