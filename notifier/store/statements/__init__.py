@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 # The partial indexes an SQLite read may name with INDEXED BY (engine.indexed): a fragment
 # `{indexed_NAME}` each.
-HINTED_INDEXES = ("items_attention", "items_retried", "items_pending_channel")
+HINTED_INDEXES = ("items_attention", "items_retried", "items_pending_channel", "events_disproof")
 
 
 def fragments(dialect: Dialect, indexed: dict[str, str]) -> dict[str, str]:
@@ -109,19 +109,26 @@ ATTENTION_STATES = (ItemState.IN_FLIGHT, ItemState.UNKNOWN, ItemState.FAILED)
 ATTENTION = "state IN ({})".format(", ".join(f"'{s.value}'" for s in ATTENTION_STATES))
 # Whether the attempt `a` was disproved: a later query (`not_found`) or operator
 # (`mark_not_sent`) proved its item undelivered (records.Attempt.disproved).
+# Named on SQLite: without statistics it prefers m014's events_by_item, which holds every
+# event of the item, to m004's events_disproof, which holds only the disproving ones (0.13 s
+# against 0.53 s for the kinds of 100,000 retried items).
 DISPROVED = (
-    "EXISTS (SELECT 1 FROM events e WHERE e.run_id = a.run_id AND e.item_seq = a.seq "
-    "AND e.kind IN ('not_found', 'mark_not_sent') AND e.at >= a.finished_at)"
+    "EXISTS (SELECT 1 FROM events e {indexed_events_disproof} WHERE e.run_id = a.run_id "
+    "AND e.item_seq = a.seq AND e.kind IN ('not_found', 'mark_not_sent') "
+    "AND e.at >= a.finished_at)"
 )
 # Whether an item `i` may have reached its recipient: records.maybe_delivered, in SQL. One of
 # its attempts had an outcome that proves nothing (records.MAYBE_DELIVERED_OUTCOMES, written
 # out from that set) and was not disproved. Any such attempt counts, not only the last: a
 # 429 or a release after a 500 says nothing about the 500's request. Such an item is never
 # called never sent (expired).
+_MAYBE_DELIVERED_OUTCOMES = ", ".join(
+    f"'{outcome.value}'" for outcome in sorted(MAYBE_DELIVERED_OUTCOMES)
+)
 MAYBE_DELIVERED = (
     "EXISTS (SELECT 1 FROM attempts a WHERE a.run_id = i.run_id AND a.seq = i.seq AND "
-    f"a.outcome IN ({{}}) AND NOT {DISPROVED})"
-).format(", ".join(f"'{outcome.value}'" for outcome in sorted(MAYBE_DELIVERED_OUTCOMES)))
+    f"a.outcome IN ({_MAYBE_DELIVERED_OUTCOMES}) AND NOT {DISPROVED})"
+)
 
 
 def abandoned(item: str) -> str:
