@@ -25,6 +25,7 @@ A deadlock's victim is run again (core.retried). docs/design.md says the same at
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import suppress
 from pathlib import Path
@@ -183,6 +184,10 @@ class PostgresEngine:
                 row_factory=namedtuple_row,
                 cursor_factory=psycopg.RawCursor,
                 connect_timeout=10,
+                # Which process a session belongs to, in pg_stat_activity (an operator's
+                # look at a lock, a test waiting for a killed process's sessions to end),
+                # unless the URL or PGAPPNAME names it otherwise.
+                fallback_application_name=f"notifier[{os.getpid()}]",
             )
         except psycopg.Error as exc:
             raise NoDatabase(

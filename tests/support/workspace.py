@@ -219,6 +219,20 @@ class Workspace:
         except DB_ERRORS:
             return 0
 
+    def sessions_of(self, pid: int) -> int:
+        """How many PostgreSQL sessions process `pid` has open (notifier names its sessions
+        `notifier[PID]`); 0 on SQLite."""
+        if not self.url:
+            return 0
+        sql = "SELECT COUNT(*) FROM pg_stat_activity WHERE application_name = ?"
+        return int(self.query(sql, (f"notifier[{pid}]",))[0][0])
+
+    def wait_sessions_ended(self, pid: int) -> None:
+        """Until the server has ended every session of the killed process `pid`: what it sent
+        before it died (a whole transaction with its COMMIT, say) may still be committed
+        until then, after the process itself is gone."""
+        wait_for(lambda: self.sessions_of(pid) == 0, f"the sessions of process {pid} ended")
+
     def load_fixture(self, name: str) -> None:
         """A database written by an earlier version (tests/fixtures/README.md): NAME.db, or
         on PostgreSQL the dump NAME-pg.sql loaded into this workspace's schema, with the
