@@ -15,7 +15,7 @@ options, progress, advice. What a method refuses it raises as the error model's 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -37,13 +37,16 @@ from notifier.domain.replay import Change, Difference, Table
 from notifier.domain.state_machine import FINISHED_RUN_STATES, RunState, RunTrigger
 from notifier.domain.verify import RunVerdict, verify
 from notifier.engine.crash import CrashPlan
+from notifier.engine.run_control import RunControl
 from notifier.engine.runner import RunOptions, RunResult
+from notifier.engine.signals import interrupt_guard
 from notifier.observe import NULL_OBSERVER, Observer
 from notifier.ops import approval
 from notifier.store import Store, parse_target
 from notifier.store.prior import Prior
 
 if TYPE_CHECKING:
+    from notifier.content import redraft as redrafting
     from notifier.store import audit_file
 
 
@@ -312,7 +315,47 @@ class Notifier:
         from notifier.content import drafting  # noqa: PLC0415 (the Claude SDK loads with it)
 
         with self._store() as store:
-            return drafting.resume_overrides(self.env, store, run, model, recreate)
+            return drafting.resume_overrides(store, run, model, recreate, self.env.say)
+
+    def cancel_open_batches(self, run_id: str) -> int:
+        """After the cancel of a run that drafted through Message Batches: cancel (and
+        record) any batch still open, as one left by a drafting process that was
+        interrupted or killed. Returns how many stay open (the API could not be asked)."""
+        from notifier.content import drafting  # noqa: PLC0415 (the Claude SDK loads with it)
+
+        with self._store() as store:
+            return drafting.cancel_batches(store, run_id, self.env.say)
+
+    def redraft(self, run_id: str | None, item_ids: Sequence[str]) -> redrafting.Result:
+        """New drafts for rows `item_ids` of a --compose run awaiting approval (without
+        `run_id` the newest run): the run and rows checked first (RedraftUsage), its lease
+        held while they are drafted, so no resume or second redraft runs meanwhile.
+        LostRace if another command approved, rejected or redrafted it first."""
+        from notifier.content import drafting  # noqa: PLC0415 (the Claude SDK loads with it)
+        from notifier.content import redraft as redrafting  # noqa: PLC0415
+        from notifier.domain import who  # noqa: PLC0415
+
+        with self._store() as store:
+            run = pick_run(store, run_id)
+            redrafting.check_run(run)
+            # Exit 2 for an unknown row before the key or the lease is looked at.
+            redrafting.pick_rows(store, run, item_ids)
+            key = drafting.compose_key()
+            interrupted = RunControl()
+            with (
+                working.take_lease(store, run, self.env.config.lease_ttl_s),
+                interrupt_guard(interrupted, self.env.say),
+            ):
+                return redrafting.redraft(
+                    store,
+                    store.core.get_run(run.run_id),
+                    item_ids,
+                    key,
+                    self.env.config,
+                    who.operator_name(),
+                    self.env.say,
+                    interrupted,
+                )
 
     def approval_preview(self, run: Run) -> list[str]:
         """The first notifications of a run awaiting approval, as its review starts."""

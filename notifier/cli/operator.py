@@ -237,9 +237,7 @@ def cancel(
     result = Notifier(env).cancel(run_id, wait_s=wait_s)
     chunks_open = 0  # batch chunks the API could not be asked about: cancel again
     if result.run.options.get("compose") and result.run.state is RunState.CANCELLED:
-        from notifier.content import drafting  # noqa: PLC0415 (start-up time)
-
-        chunks_open = drafting.cancel_batches(env, result.run.run_id)  # left by a drafting
+        chunks_open = Notifier(env).cancel_open_batches(result.run.run_id)  # left by drafting
     env.say(result.message)
     if with_report:
         store = open_store(env)

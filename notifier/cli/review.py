@@ -131,9 +131,19 @@ def reject(ctx: click.Context, run_id: str | None, reason: str) -> None:
 @click.pass_context
 def redraft(ctx: click.Context, run_id: str | None, items: tuple[str, ...]) -> None:
     """Redraft rows of a --compose run awaiting approval; it must then be approved again."""
-    from notifier.content import redraft as redrafting  # noqa: PLC0415 (start-up time)
+    from notifier.api import Notifier  # noqa: PLC0415 (start-up time)
+    from notifier.cli.outcome import error_message  # noqa: PLC0415
+    from notifier.store import LostRace  # noqa: PLC0415
 
-    result = redrafting.command(command_env(ctx), run_id, items)
+    try:
+        result = Notifier(command_env(ctx)).redraft(run_id, items)
+    except LostRace as exc:
+        raise Refused(
+            f"run {run_id or 'the newest run'} changed while it was being redrafted "
+            f"({error_message(exc)}): "
+            "another command approved, rejected or redrafted it; nothing was changed by this "
+            "one. `notifier status` shows where it stands."
+        ) from exc
     for line in _redraft_summary(result):
         click.echo(line)
     if result.kept:  # asked for, not done: those rows keep their draft

@@ -14,7 +14,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from notifier.api.env import open_store
 from notifier.content import compose
 from notifier.content.batch_csv import BatchRow
 from notifier.domain.errors import BadInput, ExitCode, Interrupted
@@ -23,7 +22,6 @@ from notifier.engine.signals import interrupt_guard
 from notifier.observe.progress import progress_bar
 
 if TYPE_CHECKING:
-    from notifier.api.env import Env
     from notifier.domain.records import Run
     from notifier.engine.membership import Lease
     from notifier.store import Store
@@ -73,7 +71,9 @@ def check_model(settings: compose.Settings, key: str) -> None:
         drafter.close()
 
 
-def resume_overrides(env: Env, store: Store, run: Run, model: str | None, recreate: bool) -> Run:
+def resume_overrides(
+    store: Store, run: Run, model: str | None, recreate: bool, say: Callable[[str], None]
+) -> Run:
     """`resume --model NAME` (rows not drafted yet) and `--recreate` (chunks in doubt), both
     recorded with the run before drafting resumes; refused (exit 2) for a run not drafting."""
     if not compose.unfrozen(run):
@@ -88,13 +88,13 @@ def resume_overrides(env: Env, store: Store, run: Run, model: str | None, recrea
         drafting_with = replace(settings, model=model)
         check_model(drafting_with, compose_key())
         before, pending = store.drafts.set_compose_model(run.run_id, model)
-        env.say(
+        say(
             f"run {run.run_id}: the {pending} row(s) not drafted yet will be drafted with "
             f"{model} (was {before}); the drafts already made keep their model."
         )
     if recreate:
         chosen = store.chunks.choose_recreate(run.run_id)
-        env.say(
+        say(
             f"run {run.run_id}: --recreate: {chosen} batch chunk(s) whose creation is in doubt "
             "will be created again without looking for them (a chunk created before is paid "
             "twice)."
@@ -194,33 +194,29 @@ def interruption(
     return kind(text)
 
 
-def cancel_batches(env: Env, run_id: str) -> int:
+def cancel_batches(store: Store, run_id: str, say: Callable[[str], None]) -> int:
     """After `notifier cancel` of a run that drafted through batches: cancel (and record)
     any batch still open, e.g. one left by a drafting process that was interrupted or
     killed. Returns how many chunks stay open (the API could not be asked about them)."""
-    store = open_store(env)
+    open_chunks = store.chunks.chunks(run_id, ["creating", "submitted"])
+    if not open_chunks:
+        return 0
     try:
-        open_chunks = store.chunks.chunks(run_id, ["creating", "submitted"])
-        if not open_chunks:
-            return 0
-        try:
-            key = compose.api_key()
-        except compose.ComposeUsage:
-            env.say(
-                f"run {run_id}: {len(open_chunks)} batch chunk(s) may still be running with "
-                f"the Message Batches API, but {compose.KEY_ENV} is not set, so they could not "
-                "be looked up or cancelled; they stay open and nothing is claimed about them. "
-                f"Export {compose.KEY_ENV} and run `notifier cancel {run_id}` again."
-            )
-            return len(open_chunks)
-        import anthropic  # noqa: PLC0415 (the SDK loads only when drafting)
+        key = compose.api_key()
+    except compose.ComposeUsage:
+        say(
+            f"run {run_id}: {len(open_chunks)} batch chunk(s) may still be running with "
+            f"the Message Batches API, but {compose.KEY_ENV} is not set, so they could not "
+            "be looked up or cancelled; they stay open and nothing is claimed about them. "
+            f"Export {compose.KEY_ENV} and run `notifier cancel {run_id}` again."
+        )
+        return len(open_chunks)
+    import anthropic  # noqa: PLC0415 (the SDK loads only when drafting)
 
-        from notifier.content.claude_batch_api import cancel_batches as cancel  # noqa: PLC0415
+    from notifier.content.claude_batch_api import cancel_batches as cancel  # noqa: PLC0415
 
-        client = anthropic.Anthropic(api_key=key, max_retries=2)
-        try:
-            return cancel(store, run_id, client, env.say)
-        finally:
-            client.close()
+    client = anthropic.Anthropic(api_key=key, max_retries=2)
+    try:
+        return cancel(store, run_id, client, say)
     finally:
-        store.close()
+        client.close()

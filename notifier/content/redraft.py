@@ -25,19 +25,17 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, CancelledError, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass
 
-from notifier.api.env import Env, open_store, pick_run
 from notifier.config import Config
 from notifier.content import compose
 from notifier.content.batch_csv import BatchRow
 from notifier.content.plan import make_plan, source_identity
 from notifier.content.template import from_sources
-from notifier.domain.errors import BadInput, ExitCode, Interrupted, NeedsAttention, Refused
+from notifier.domain.errors import BadInput, ExitCode, Interrupted, NeedsAttention
 from notifier.domain.intent import content_fingerprint, run_fingerprint
 from notifier.domain.records import Run
 from notifier.domain.state_machine import RunState
 from notifier.engine.run_control import RunControl
-from notifier.engine.signals import interrupt_guard
-from notifier.store import LostRace, Store
+from notifier.store import Store
 
 
 class RedraftUsage(BadInput):
@@ -315,44 +313,3 @@ def _interruption(
         f"run {rid}: redraft interrupted ({interrupted.signal_name}): no new request was made "
         f"after it, and the answers already requested were waited for. {done}{rest}"
     )
-
-
-def command(env: Env, run_id: str | None, item_ids: Sequence[str]) -> Result:
-    """`notifier redraft`: the run (without RUN_ID the newest, as the contract says) checked, its
-    lease held while its rows are redrafted (no resume or second redraft meanwhile)."""
-    from notifier.api import working  # noqa: PLC0415 (start-up time)
-    from notifier.content import drafting  # noqa: PLC0415 (start-up time)
-    from notifier.domain import who  # noqa: PLC0415 (start-up time)
-
-    store = open_store(env)
-    try:
-        run = pick_run(store, run_id)
-        check_run(run)
-        pick_rows(store, run, item_ids)  # exit 2 before the key or the lease is looked at
-        key = drafting.compose_key()
-        interrupted = RunControl()
-        with (
-            working.take_lease(store, run, env.config.lease_ttl_s),
-            interrupt_guard(interrupted, env.say),
-        ):
-            return redraft(
-                store,
-                store.core.get_run(run.run_id),
-                item_ids,
-                key,
-                env.config,
-                who.operator_name(),
-                env.say,
-                interrupted,
-            )
-    except LostRace as exc:
-        from notifier.cli.outcome import error_message  # noqa: PLC0415 (start-up time)
-
-        raise Refused(
-            f"run {run_id or 'the newest run'} changed while it was being redrafted "
-            f"({error_message(exc)}): "
-            "another command approved, rejected or redrafted it; nothing was changed by this "
-            "one. `notifier status` shows where it stands."
-        ) from exc
-    finally:
-        store.close()
