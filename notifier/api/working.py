@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 
 from notifier import config as config_module
 from notifier.api.env import Env
@@ -18,6 +19,7 @@ from notifier.domain.state_machine import RunTrigger
 from notifier.engine import crash
 from notifier.engine.membership import Lease, LeaseKind, SoleLease, for_sending
 from notifier.engine.runner import Runner, RunOptions, RunResult
+from notifier.engine.settle_by_query import settleable_later
 from notifier.engine.signals import interrupt_guard
 from notifier.observe import NULL_OBSERVER, Observer
 from notifier.store import LeaseHeld, Store
@@ -68,7 +70,13 @@ def work_run(
             },
             observer=observer,
         )
-        return observer.ended(runner.run())
+        result = runner.run()
+        if result.counts.unknown:
+            # Unknown items that only wait for their window: advised to a plain reconcile
+            # then, not to a manual mark (marked not sent, they could be sent twice).
+            later = settleable_later(lease.store, run.run_id, channels)
+            result = replace(result, settle_later=later)
+        return observer.ended(result)
 
 
 @contextmanager

@@ -7,6 +7,7 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
+from notifier.domain import clock
 from notifier.domain.errors import ExitCode, NextStep, NotifierError
 from notifier.domain.records import Counts
 from notifier.domain.state_machine import RunState
@@ -93,7 +94,7 @@ def run_advice(result: RunResult, run_id: str, again: str) -> str:
             f"`notifier resume {run_id}` continues."
         )
     if result.stop is Stop.UNKNOWN_LEFT:
-        return f"Settle the unknown items with `notifier reconcile --manual {run_id}`."
+        return unknown_advice(result, run_id)
     if result.stop in (Stop.HALTED, Stop.CONFLICT):
         advice = (
             f"`notifier status {run_id}` lists the items; fix the cause, then "
@@ -116,7 +117,7 @@ def run_advice(result: RunResult, run_id: str, again: str) -> str:
             f"`notifier status {run_id}`."
         )
     if result.counts.unknown:
-        return f"Settle the unknown items with `notifier reconcile --manual {run_id}`."
+        return unknown_advice(result, run_id)
     if result.counts.failed:
         return (
             f"{result.counts.failed} item(s) failed; `notifier report {run_id}` lists them "
@@ -129,6 +130,25 @@ def run_advice(result: RunResult, run_id: str, again: str) -> str:
             f"`notifier report {run_id}` lists them."
         )
     return ""
+
+
+def unknown_advice(result: RunResult, run_id: str) -> str:
+    """How a run's unknown items get settled: those that only wait for their query window
+    by a plain `reconcile` once it has passed (the receiver may still commit them until
+    then: marked not sent by hand, they would go out twice); the others by a person."""
+    later = result.settle_later
+    by_query = later[0] if later is not None else 0
+    advice = []
+    if later is not None:
+        advice.append(
+            f"{by_query} unknown item(s) wait for the receiver's window, which passes at "
+            f"{clock.local(clock.iso(later[1]))}: a plain `notifier reconcile {run_id}` then "
+            "settles them by query (sent, or never delivered)."
+        )
+    if result.counts.unknown > by_query:
+        others = "the other unknown items" if later is not None else "the unknown items"
+        advice.append(f"Settle {others} with `notifier reconcile --manual {run_id}`.")
+    return " ".join(advice)
 
 
 def error_message(exc: NotifierError) -> str:

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 
 from notifier.channels import Channel
 from notifier.domain import clock
@@ -78,6 +79,10 @@ class RunResult:
     reason: str
     counts: Counts
     paused_until: str | None = None
+    # Of the unknown items, how many wait only for their query window (the receiver may
+    # still commit them until then) and when the last window passes: a plain reconcile
+    # settles those by query then. None when none waits for that (settle_by_query).
+    settle_later: tuple[int, datetime] | None = None
 
 
 class Coordination:

@@ -13,6 +13,7 @@ import threading
 import pytest
 
 from notifier.domain import clock
+from notifier.store import Store
 
 from ..conftest import Workspace, make_rows, wait_for
 from ..receiver import Receiver, receiving, webhook_config
@@ -215,3 +216,40 @@ def _window_passed(ws: Workspace) -> bool:
     """Whether every unknown item's asking-again time has passed."""
     times = ws.ledger.next_attempts("unknown").values()
     return all(t is None or t <= clock.now_iso() for t in times)
+
+
+@CONCURRENCY
+@pytest.mark.timeout(90)
+def test_a_resume_closing_a_cancelled_run_sends_no_one_to_a_manual_mark_inside_a_window(
+    ws: Workspace, n: int
+) -> None:
+    """Killed right after the first early answer was recorded, with a cancel asked for
+    meanwhile (its flag set, the run not closed): `resume` closes the run cancelled. An item
+    whose 404 proves nothing yet (the receiver may still commit it) stays unknown, and the
+    advice printed for it is a plain `reconcile` once its window has passed, never a manual
+    mark (marked not sent, it would go out again to a recipient who got it). Following that
+    advice settles it by query: every item the receiver took delivered once and `sent`.
+    (Where the receiver has committed before `resume` asks, nothing is left to advise; the
+    wording itself: tests/unit/test_advice_for_unknown_items.py.)"""
+    receiver = Receiver(early="504", commit_after_s=COMMIT_AFTER_S)
+    rows = _rows(n)
+    with receiving(receiver):
+        _killed_after_the_first_answer(ws, receiver, rows, n)
+        run_id = ws.ledger.run().run_id
+        store = Store.open(ws.db)
+        try:
+            assert store.ledger.request_cancel(run_id)
+        finally:
+            store.close()
+        resumed = ws.invoke("resume")
+        assert ws.ledger.run().state == "cancelled", resumed.output
+        assert "reconcile --manual" not in resumed.output, resumed.output
+        if "unknown" in ws.ledger.state_counts():
+            assert f"a plain `notifier reconcile {run_id}` then" in resumed.output
+        receiver.wait_for(lambda r: sum(r.commits.values()) >= len(r.arrivals))
+        reconciled = ws.invoke("reconcile", run_id)
+        assert reconciled.exit_code == 3, reconciled.output  # cancelled: some never sent
+        held = {a.item_id for a in receiver.arrivals}
+    assert "unknown" not in ws.ledger.state_counts()
+    assert {ws.ledger.item(i).state for i in held} == {"sent"}
+    assert sorted(receiver.deliveries().values()) == [1] * len(held)
