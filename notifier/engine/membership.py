@@ -204,7 +204,6 @@ class _HeldLease(ABC):
     def release(self) -> None:
         self._stop.set()
         self._thread.join()
-        _ACTIVE_TOKENS.discard(self.owner["token"])
         # Released even when lost: the release is fenced by this lease's version, so it
         # changes nothing once another process took the lease; a lease that only went stale
         # (or that a renewal racing the loss extended) is then not left looking live until
@@ -212,8 +211,13 @@ class _HeldLease(ABC):
         # its senders). On a full or failing disk, or a connection the server ended, the
         # release cannot be written; the lease then dies with this process (same host) or
         # at its expiry, and the first error stands.
-        with suppress(StorageFailed, LeaseLost):
-            self._release()
+        try:
+            with suppress(StorageFailed, LeaseLost):
+                self._release()
+        finally:
+            # Given up only once the release is written: until then another worker of this
+            # process must still find this holder alive.
+            _ACTIVE_TOKENS.discard(self.owner["token"])
 
     def __enter__(self) -> Lease:
         return self

@@ -44,7 +44,9 @@ def test_a_cancel_without_the_key_after_kill_9_stops_the_run_and_its_advice_clos
         try:
             wait_for(lambda: ws.sent_so_far() >= 20 or worker.poll() is not None, "20 items sent")
             assert worker.poll() is None, "the run ended before the kill"
-            assert ws.store == "sqlite" or ws.sessions_of(worker.pid) > 0, "its sessions named"
+            assert ws.store == "sqlite" or ws.sessions_of(worker.pid) > 0, (
+                f"no session named notifier[{worker.pid}] (PGAPPNAME set?)"
+            )
             worker.send_signal(signal.SIGKILL)
         finally:
             worker.kill()

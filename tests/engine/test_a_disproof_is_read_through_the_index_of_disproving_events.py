@@ -20,6 +20,7 @@ ASKING = {
     "a run's attempts": queries.attempts(of_one=False),
     "one item's attempts": queries.attempts(of_one=True),
     "the items due to expire": ledger.DUE_FOR_EXPIRY,
+    "the items due to expire, locked": ledger.DUE_FOR_EXPIRY_LOCKED,
     "the suppressed items that may have been delivered": suppressions.attempted_maybe_delivered(2),
 }
 
@@ -40,3 +41,22 @@ def test_a_disproof_is_read_through_events_disproof(ws: Workspace, what: str) ->
         detail for detail in plan if detail.split()[:2] in (["SEARCH", "e"], ["SCAN", "e"])
     ]
     assert on_events == ["SEARCH e USING INDEX events_disproof (run_id=? AND item_seq=?)"], plan
+
+
+def test_every_statement_that_asks_is_listed() -> None:
+    """A statement added later that asks whether an attempt was disproved is planned above
+    too: every constant of the statement modules that holds the hint is in ASKING."""
+    asking = {
+        f"{module.__name__}.{name}"
+        for module in (ledger, queries, suppressions)
+        for name, value in vars(module).items()
+        if isinstance(value, str) and "{indexed_events_disproof}" in value
+        if value.startswith(("SELECT", "UPDATE", "DELETE"))  # a statement, not a condition
+    }
+    listed = {
+        f"{module.__name__}.{name}"
+        for module in (ledger, queries, suppressions)
+        for name, value in vars(module).items()
+        if isinstance(value, str) and value in ASKING.values()
+    }
+    assert asking and asking <= listed, asking - listed

@@ -94,3 +94,31 @@ def test_a_lease_that_could_not_be_taken_leaves_no_live_token(
         store.close()
     assert len(owners) == 1
     assert not holder_alive(owners[0], None)
+
+
+@pytest.mark.both_stores
+@pytest.mark.timeout(60)
+def test_a_lease_stays_live_until_its_release_is_written(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Released, a holder is still alive to its process while its release is being
+    written; afterwards it is not."""
+    _planned(ws)
+    seen: list[bool] = []
+    owners: list[dict[str, Any]] = []
+    releasing = Leases.release_lease
+
+    def looked_at(self: Leases, run_id: str, version: int) -> None:
+        seen.append(holder_alive(owners[0], None))
+        releasing(self, run_id, version)
+
+    monkeypatch.setattr(Leases, "release_lease", looked_at)
+    store = Store.open(ws.db)
+    try:
+        lease = SoleLease(store, "r1", 30.0)
+        owners.append(lease.owner)
+        lease.release()
+    finally:
+        store.close()
+    assert seen == [True]
+    assert not holder_alive(owners[0], None)

@@ -146,7 +146,9 @@ class Workspace:
     def _pg_reader(self) -> psycopg.Connection[Any]:
         reader = self._reader
         if reader is None or reader.closed or reader.broken:
-            reader = psycopg.connect(self.url, autocommit=True)
+            # No prepared statements: a long-lived session's prepared `SELECT *` would fail
+            # once a test changed the table's columns behind it.
+            reader = psycopg.connect(self.url, autocommit=True, prepare_threshold=None)
             reader.execute("SET default_transaction_read_only = on")
             self._reader = reader
         return reader
