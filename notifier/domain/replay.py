@@ -190,24 +190,39 @@ def replay(items: Iterable[tuple[int, str]], events: Iterable[EventRecord]) -> R
         if event.kind.startswith(_RUN_EVENT):
             _run_move(rebuilt, event)
         elif event.kind in (EventKind.PLANNED, EventKind.FROZEN) and "items" in detail:
-            rebuilt.planned = int(detail["items"])
+            if isinstance(detail["items"], int):
+                rebuilt.planned = detail["items"]
+            else:
+                _unreadable(rebuilt, event)
         elif event.item_seq is None:
             continue
         elif event.kind == EventKind.DECISION:
-            rebuilt.decisions.append(
-                DecisionRecord(
-                    event.item_seq,
-                    detail["operator"],
-                    event.at,
-                    detail["decision"],
-                    detail["evidence"],
-                )
+            operator, decision, evidence = (
+                detail.get(name) for name in ("operator", "decision", "evidence")
             )
+            if (
+                isinstance(operator, str)
+                and isinstance(decision, str)
+                and isinstance(evidence, str)
+            ):
+                rebuilt.decisions.append(
+                    DecisionRecord(event.item_seq, operator, event.at, decision, evidence)
+                )
+            else:
+                _unreadable(rebuilt, event)
         elif event.kind == EventKind.FAILED_AT_FREEZE:
             _apply(rebuilt, event, detail, ItemState.FAILED.value)
         elif event.kind in _TRIGGERS:
             _item_move(rebuilt, event, detail)
     return rebuilt
+
+
+def _unreadable(rebuilt: Rebuilt, event: EventRecord) -> None:
+    """An event whose detail lacks what its kind always records: written by no version of
+    notifier, so named (as an illegal event) rather than replayed."""
+    rebuilt.illegal.append(
+        Difference(Table.EVENTS, f"event {event.seq_no}", Change.ILLEGAL, "detail", None, None)
+    )
 
 
 def _detail(event: EventRecord) -> dict[str, Any]:

@@ -200,6 +200,30 @@ def test_a_manual_mark_rewritten_in_its_event_too_is_named_by_the_chain(run: Wor
     assert named(verdict(run, RUN)) == {("events", f"event {mark}", "differs", "hash")}
 
 
+@pytest.mark.parametrize(
+    ("kind", "item_seq", "detail"),
+    [
+        ("decision", 5, '{"decision": "sent", "evidence": "relay log line 7"}'),
+        ("planned", None, '{"items": "six"}'),
+    ],
+    ids=["a-mark-without-its-operator", "a-plan-with-a-count-of-text"],
+)
+def test_an_event_missing_what_its_kind_records_is_named_not_a_crash(
+    run: Workspace, kind: str, item_seq: int | None, detail: str
+) -> None:
+    """An event whose detail lacks what every event of its kind records (a manual mark's
+    operator; a plan's count of items, as a number) was written by no version of notifier:
+    the replay names it as illegal, beside the chain, instead of failing on it."""
+    (edited,) = (e.seq_no for e in run.ledger.events(kind, RUN) if e.item_seq == item_seq)
+    run.write("UPDATE events SET detail = ? WHERE run_id = ? AND seq_no = ?", (detail, RUN, edited))
+    found = verdict(run, RUN)
+    assert found.verdict is AuditVerdict.ALTERED
+    assert {
+        ("events", f"event {edited}", "differs", "hash"),
+        ("events", f"event {edited}", "illegal", "detail"),
+    } <= named(found)
+
+
 def test_a_chain_keyed_with_another_key_is_named(run: Workspace) -> None:
     found = verdict(run, RUN, Signer(b"another key"))
     assert found.verdict is AuditVerdict.ALTERED
