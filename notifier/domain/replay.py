@@ -217,11 +217,11 @@ def replay(items: Iterable[tuple[int, str]], events: Iterable[EventRecord]) -> R
     return rebuilt
 
 
-def _unreadable(rebuilt: Rebuilt, event: EventRecord) -> None:
-    """An event whose detail lacks what its kind always records: written by no version of
+def _unreadable(rebuilt: Rebuilt, event: EventRecord, column: str = "detail") -> None:
+    """An event whose `column` lacks what its kind always records: written by no version of
     notifier, so named (as an illegal event) rather than replayed."""
     rebuilt.illegal.append(
-        Difference(Table.EVENTS, f"event {event.seq_no}", Change.ILLEGAL, "detail", None, None)
+        Difference(Table.EVENTS, f"event {event.seq_no}", Change.ILLEGAL, column, None, None)
     )
 
 
@@ -278,16 +278,20 @@ def _item_move(rebuilt: Rebuilt, event: EventRecord, detail: Mapping[str, Any]) 
         # Claimed but never started: not counted as an attempt (ledger UNCOUNT_ATTEMPT).
         item.attempts -= 1
     if kind == ItemTrigger.START:
-        _open_attempt(item, event.at)
+        _open_attempt(rebuilt, item, event)
     _apply(rebuilt, event, detail, target)
 
 
-def _open_attempt(item: _Item, at: str) -> None:
+def _open_attempt(rebuilt: Rebuilt, item: _Item, event: EventRecord) -> None:
     """The claim's attempt row (ledger._claim): numbered after the item's rows, with how
     long it waited since the last one finished, if the item had any attempt counted."""
+    at = event.at
     waited = None
     if item.attempts and item.rows and item.rows[-1].finished_at:
-        waited = (parse(at) - parse(item.rows[-1].finished_at)).total_seconds()
+        try:
+            waited = (parse(at) - parse(item.rows[-1].finished_at)).total_seconds()
+        except (ValueError, TypeError):  # a time no version of notifier wrote
+            _unreadable(rebuilt, event, "at")
     n = len(item.rows) + 1
     item.rows.append(AttemptRecord(item.seq, n, at, None, None, None, None, None, waited))
     item.attempts += 1

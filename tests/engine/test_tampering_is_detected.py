@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pytest
 
 from notifier.api import Notifier
-from notifier.channels.scripted import DELIVER, LOST_AFTER_COMMIT, Response
+from notifier.channels.scripted import DELIVER, LOST_AFTER_COMMIT, Kind, Response
 from notifier.domain.chain import KEY_ENV, UNKEYED, Signer
 from notifier.domain.intent import Intent
 from notifier.domain.replay import RunRows
@@ -222,6 +222,26 @@ def test_an_event_missing_what_its_kind_records_is_named_not_a_crash(
         ("events", f"event {edited}", "differs", "hash"),
         ("events", f"event {edited}", "illegal", "detail"),
     } <= named(found)
+
+
+def test_a_start_whose_time_is_not_a_time_is_named_not_a_crash(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """u1 was throttled once, then sent: its second start's time, edited to no time at
+    all, is named (the replay counts how long the attempt waited from it)."""
+    keyed(monkeypatch)
+
+    def throttled_once(intent: Intent, tries: int) -> Response:
+        return Response(Kind.THROTTLE) if intent.seq == 1 and tries == 0 else DELIVER
+
+    send(ws, RUN, 2, throttled_once)
+    starts = [e.seq_no for e in ws.ledger.events("start", RUN) if e.item_seq == 1]
+    assert len(starts) == 2
+    ws.write("UPDATE events SET at = 'yesterday' WHERE run_id = ? AND seq_no = ?",
+             (RUN, starts[1]))  # fmt: skip
+    found = verdict(ws, RUN)
+    assert found.verdict is AuditVerdict.ALTERED
+    assert ("events", f"event {starts[1]}", "illegal", "at") in named(found)
 
 
 def test_a_chain_keyed_with_another_key_is_named(run: Workspace) -> None:
