@@ -10,9 +10,11 @@ import json
 import re
 from collections import Counter, deque
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
+from notifier.content import redraft as redraft_module
 from notifier.store import LostRace, Store
 
 from ..conftest import Workspace
@@ -117,6 +119,29 @@ def test_an_approval_bound_to_the_state_before_a_redraft_is_refused(
         store.close()
     stored = ws.ledger.run()
     assert (stored.state, stored.approval) == ("awaiting_approval", None)
+
+
+def test_a_redraft_that_loses_its_race_to_an_approval_is_refused_changing_nothing(
+    ws: Workspace, fake: FakeMessages, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Approved by another command while its new drafts were being asked for, the redraft
+    writes nothing (its write is conditional on the run it read) and exits 4, saying what
+    happened and where to look."""
+    old = awaiting(ws, fake, 2)
+    asking = redraft_module.ask
+
+    def approved_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        assert ws.invoke("approve", "--fingerprint", old).exit_code == 0
+        return asking(*args, **kwargs)
+
+    monkeypatch.setattr(redraft_module, "ask", approved_meanwhile)
+    lost = ws.invoke("redraft", "--item", "u1")
+    assert lost.exit_code == 4, lost.output
+    assert "changed while it was being redrafted" in lost.output
+    assert "another command approved, rejected or redrafted it" in lost.output
+    assert "`notifier status` shows where it stands" in lost.output
+    assert (ws.ledger.run().state, run_fingerprint(ws)) == ("approved", old)
+    assert ws.ledger.events("redraft") == []
 
 
 def test_redraft_is_refused_for_an_unknown_item_or_a_run_not_awaiting_approval(
