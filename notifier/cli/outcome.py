@@ -77,7 +77,8 @@ def run_advice(result: RunResult, run_id: str, again: str) -> str:
     """What to do next, if anything, after a run stopped. `again`: the command that sends
     the run's file again (send_again), which delivers what the run did not, nothing twice."""
     # A worker that left a run another worker's interruption paused: as if interrupted.
-    left_paused = result.stop is Stop.LEFT and result.state is not RunState.RUNNING
+    # (Not one the other workers finished meanwhile: the run was being sent when it left.)
+    left_paused = result.stop is Stop.LEFT and result.state is RunState.PAUSED
     if result.stop in (Stop.INTERRUPTED, Stop.TERMINATED) or left_paused:
         return f"Continue with `notifier resume {run_id}`."
     if result.stop is Stop.APPROVAL_EXPIRED:
