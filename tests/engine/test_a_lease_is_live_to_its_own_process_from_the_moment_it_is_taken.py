@@ -5,12 +5,11 @@ before it sent anything). Within one process a holder is alive while its token i
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from notifier.engine.membership import SharedLease, SoleLease, holder_alive
+from notifier.engine.membership import LeaseKind, SharedLease, SoleLease, holder_alive
 from notifier.store import Store
 from notifier.store.leases import Leases
 
@@ -23,9 +22,13 @@ def _planned(ws: Workspace) -> None:
     assert result.exit_code in (0, 3), result.output
 
 
-def _alive_right_after(monkeypatch: pytest.MonkeyPatch, method: str) -> Callable[[], list[bool]]:
-    """Wrap Leases.`method` (how a lease is taken): right after its transaction commits,
-    ask whether the owner it wrote is alive, as another worker of this process would."""
+def _alive_once_taken(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch, kind: LeaseKind, method: str
+) -> list[bool]:
+    """Take a lease of `kind` on run r1 with Leases.`method` wrapped: right after its
+    transaction commits, whether the owner it wrote is alive, as another worker of this
+    process would ask."""
+    _planned(ws)
     seen: list[bool] = []
     taken = getattr(Leases, method)
 
@@ -35,7 +38,13 @@ def _alive_right_after(monkeypatch: pytest.MonkeyPatch, method: str) -> Callable
         return version
 
     monkeypatch.setattr(Leases, method, looked_at)
-    return lambda: seen
+    store = Store.open(ws.db)
+    try:
+        with kind(store, "r1", 30.0):
+            pass
+    finally:
+        store.close()
+    return seen
 
 
 @pytest.mark.both_stores
@@ -43,15 +52,7 @@ def _alive_right_after(monkeypatch: pytest.MonkeyPatch, method: str) -> Callable
 def test_the_runs_lease_is_live_once_committed(
     ws: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _planned(ws)
-    seen = _alive_right_after(monkeypatch, "acquire_lease")
-    store = Store.open(ws.db)
-    try:
-        with SoleLease(store, "r1", 30.0):
-            pass
-        assert seen() == [True]
-    finally:
-        store.close()
+    assert _alive_once_taken(ws, monkeypatch, SoleLease, "acquire_lease") == [True]
 
 
 # Only PostgreSQL lets workers share a run (Store.shares_runs).
@@ -60,15 +61,7 @@ def test_the_runs_lease_is_live_once_committed(
 def test_a_worker_lease_is_live_once_committed(
     ws: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _planned(ws)
-    seen = _alive_right_after(monkeypatch, "join_run")
-    store = Store.open(ws.db)
-    try:
-        with SharedLease(store, "r1", 30.0):
-            pass
-        assert seen() == [True]
-    finally:
-        store.close()
+    assert _alive_once_taken(ws, monkeypatch, SharedLease, "join_run") == [True]
 
 
 @pytest.mark.both_stores
