@@ -34,6 +34,9 @@ class CancelResult:
     confirmed: bool  # no request of the run can start any more
     message: str
     counts: Counts
+    # Of its unknown items, how many a plain reconcile settles by query once their window
+    # has passed, and when the last one's passes (the command words the advice).
+    settle_later: tuple[int, datetime] | None = None
 
 
 def cancel(env: Env, run_id: str | None, wait_s: float) -> CancelResult:
@@ -76,29 +79,9 @@ def cancel(env: Env, run_id: str | None, wait_s: float) -> CancelResult:
             with run_channels(run, env, tolerate_broken=True) as channels:
                 later = settleable_later(store, run.run_id, channels)
         counts = store.queries.counts(run.run_id)
-        return CancelResult(run, True, _cancelled_message(run, counts, later), counts)
+        return CancelResult(run, True, f"run {run.run_id} cancelled.", counts, later)
     finally:
         store.close()
-
-
-def _cancelled_message(run: Run, counts: Counts, later: tuple[int, datetime] | None) -> str:
-    """What `cancel` says of a run it closed: which unknown items a plain `reconcile` can
-    still settle by query (once the receivers' windows have passed) and which need a
-    person."""
-    message = f"run {run.run_id} cancelled."
-    by_query = later[0] if later is not None else 0
-    if later is not None:
-        message += (
-            f" {by_query} item(s) are unknown until the receiver's window passes at "
-            f"{clock.local(clock.iso(later[1]))}: a plain `notifier reconcile {run.run_id}` "
-            "then settles them by query (sent, or never delivered)."
-        )
-    if counts.unknown > by_query:
-        message += (
-            f" {counts.unknown - by_query} item(s) may have been delivered and no query can "
-            f"tell: settle them with `notifier reconcile --manual {run.run_id}`."
-        )
-    return message
 
 
 def _already_finished(store: Store, run: Run) -> CancelResult:

@@ -229,7 +229,7 @@ def cancel(
       notifier cancel RUN --json > who-got-it.json
     """
     from notifier.api import Notifier  # noqa: PLC0415 (start-up time)
-    from notifier.cli.outcome import settled_exit  # noqa: PLC0415
+    from notifier.cli.outcome import settled_exit, unknown_advice  # noqa: PLC0415
 
     fmt = chosen_format(ctx, fmt, as_json)
     with_report = with_report or as_json  # a JSON document on stdout is the report
@@ -238,7 +238,10 @@ def cancel(
     chunks_open = 0  # batch chunks the API could not be asked about: cancel again
     if result.run.options.get("compose") and result.run.state is RunState.CANCELLED:
         chunks_open = Notifier(env).cancel_open_batches(result.run.run_id)  # left by drafting
-    env.say(result.message)
+    advice = ""
+    if result.confirmed and result.run.state is RunState.CANCELLED and result.counts.unknown:
+        advice = " " + unknown_advice(result.run.run_id, result.counts.unknown, result.settle_later)
+    env.say(result.message + advice)
     if with_report:
         store = open_store(env)
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from notifier.domain import clock
@@ -95,7 +96,7 @@ def run_advice(result: RunResult, run_id: str, again: str) -> str:
             f"`notifier resume {run_id}` continues."
         )
     if result.stop is Stop.UNKNOWN_LEFT:
-        return unknown_advice(result, run_id)
+        return unknown_advice(run_id, result.counts.unknown, result.settle_later)
     if result.stop in (Stop.HALTED, Stop.CONFLICT):
         advice = (
             f"`notifier status {run_id}` lists the items; fix the cause, then "
@@ -118,7 +119,7 @@ def run_advice(result: RunResult, run_id: str, again: str) -> str:
             f"`notifier status {run_id}`."
         )
     if result.counts.unknown:
-        return unknown_advice(result, run_id)
+        return unknown_advice(run_id, result.counts.unknown, result.settle_later)
     if result.counts.failed:
         return (
             f"{result.counts.failed} item(s) failed; `notifier report {run_id}` lists them "
@@ -133,11 +134,11 @@ def run_advice(result: RunResult, run_id: str, again: str) -> str:
     return ""
 
 
-def unknown_advice(result: RunResult, run_id: str) -> str:
-    """How a run's unknown items get settled: those that only wait for their query window
-    by a plain `reconcile` once it has passed (the receiver may still commit them until
-    then: marked not sent by hand, they would go out twice); the others by a person."""
-    later = result.settle_later
+def unknown_advice(run_id: str, unknown: int, later: tuple[int, datetime] | None) -> str:
+    """How a run's `unknown` items get settled, after a run or a cancel: those that only
+    wait for their query window (`later`: how many, and when the last window passes) by a
+    plain `reconcile` once it has passed (the receiver may still commit them until then:
+    marked not sent by hand, they would go out twice); the others by a person."""
     by_query = later[0] if later is not None else 0
     advice = []
     if later is not None:
@@ -146,7 +147,7 @@ def unknown_advice(result: RunResult, run_id: str) -> str:
             f"{clock.local(clock.iso(later[1]))}: a plain `notifier reconcile {run_id}` then "
             "settles them by query (sent, or never delivered)."
         )
-    if result.counts.unknown > by_query:
+    if unknown > by_query:
         others = "the other unknown items" if later is not None else "the unknown items"
         advice.append(f"Settle {others} with `notifier reconcile --manual {run_id}`.")
     return " ".join(advice)

@@ -193,7 +193,7 @@ def replay(items: Iterable[tuple[int, str]], events: Iterable[EventRecord]) -> R
             if isinstance(detail["items"], int):
                 rebuilt.planned = detail["items"]
             else:
-                _unreadable(rebuilt, event)
+                _illegal(rebuilt, event, "detail")
         elif event.item_seq is None:
             continue
         elif event.kind == EventKind.DECISION:
@@ -209,7 +209,7 @@ def replay(items: Iterable[tuple[int, str]], events: Iterable[EventRecord]) -> R
                     DecisionRecord(event.item_seq, operator, event.at, decision, evidence)
                 )
             else:
-                _unreadable(rebuilt, event)
+                _illegal(rebuilt, event, "detail")
         elif event.kind == EventKind.FAILED_AT_FREEZE:
             _apply(rebuilt, event, detail, ItemState.FAILED.value)
         elif event.kind in _TRIGGERS:
@@ -217,11 +217,14 @@ def replay(items: Iterable[tuple[int, str]], events: Iterable[EventRecord]) -> R
     return rebuilt
 
 
-def _unreadable(rebuilt: Rebuilt, event: EventRecord, column: str = "detail") -> None:
-    """An event whose `column` lacks what its kind always records: written by no version of
-    notifier, so named (as an illegal event) rather than replayed."""
+def _illegal(
+    rebuilt: Rebuilt, event: EventRecord, column: str, stored: Any = None, expected: Any = None
+) -> None:
+    """Name `event` as one no version of notifier wrote (a move its state does not allow, an
+    item the run lacks, a detail without what its kind always records), rather than
+    replay it."""
     rebuilt.illegal.append(
-        Difference(Table.EVENTS, f"event {event.seq_no}", Change.ILLEGAL, column, None, None)
+        Difference(Table.EVENTS, f"event {event.seq_no}", Change.ILLEGAL, column, stored, expected)
     )
 
 
@@ -240,39 +243,19 @@ def _run_move(rebuilt: Rebuilt, event: EventRecord) -> None:
         trigger = RunTrigger(event.kind[len(_RUN_EVENT) :])
         rebuilt.state = run_next(trigger, RunState(rebuilt.state)).value
     except (ValueError, IllegalMove):
-        rebuilt.illegal.append(
-            Difference(
-                Table.EVENTS,
-                f"event {event.seq_no}",
-                Change.ILLEGAL,
-                "kind",
-                rebuilt.state,
-                event.kind,
-            )
-        )
+        _illegal(rebuilt, event, "kind", rebuilt.state, event.kind)
 
 
 def _item_move(rebuilt: Rebuilt, event: EventRecord, detail: Mapping[str, Any]) -> None:
     seq = event.item_seq
     item = rebuilt.items.get(seq) if seq is not None else None
     if item is None:
-        rebuilt.illegal.append(
-            Difference(Table.EVENTS, f"event {event.seq_no}", Change.ILLEGAL, "item_seq", None, seq)
-        )
+        _illegal(rebuilt, event, "item_seq", None, seq)
         return
     kind = event.kind
     target = item_target(kind, item.state)
     if target is None:
-        rebuilt.illegal.append(
-            Difference(
-                Table.EVENTS,
-                f"event {event.seq_no}",
-                Change.ILLEGAL,
-                "state",
-                item.state,
-                kind,
-            )
-        )
+        _illegal(rebuilt, event, "state", item.state, kind)
         target = str(detail.get("to", item.state))
     if kind == ItemTrigger.RELEASE and item.state == ItemState.IN_FLIGHT and item.attempts:
         # Claimed but never started: not counted as an attempt (ledger UNCOUNT_ATTEMPT).
@@ -291,7 +274,7 @@ def _open_attempt(rebuilt: Rebuilt, item: _Item, event: EventRecord) -> None:
         try:
             waited = (parse(at) - parse(item.rows[-1].finished_at)).total_seconds()
         except (ValueError, TypeError):  # a time no version of notifier wrote
-            _unreadable(rebuilt, event, "at")
+            _illegal(rebuilt, event, "at")
     n = len(item.rows) + 1
     item.rows.append(AttemptRecord(item.seq, n, at, None, None, None, None, None, waited))
     item.attempts += 1
@@ -304,9 +287,7 @@ def _apply(rebuilt: Rebuilt, event: EventRecord, detail: Mapping[str, Any], targ
     assert seq is not None
     item = rebuilt.items.get(seq)
     if item is None:
-        rebuilt.illegal.append(
-            Difference(Table.EVENTS, f"event {event.seq_no}", Change.ILLEGAL, "item_seq", None, seq)
-        )
+        _illegal(rebuilt, event, "item_seq", None, seq)
         return
     item.state = target
     sets = detail.get("set")
