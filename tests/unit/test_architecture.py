@@ -407,7 +407,7 @@ ADVICE_LEFT = {
     "notifier.api.approving": 4,
     "notifier.api.env": 2,
     "notifier.api.planning": 5,
-    "notifier.api.settling": 4,
+    "notifier.api.settling": 2,
     "notifier.api.working": 3,
     "notifier.content.claude_batch_api": 1,
     "notifier.content.claude_batches": 7,
