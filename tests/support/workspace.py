@@ -192,8 +192,7 @@ class Workspace:
         return {
             name
             for (name,) in self.query(
-                "SELECT table_name FROM information_schema.tables "
-                "WHERE table_schema = current_schema()"
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
             )
         }
 
