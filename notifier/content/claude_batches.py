@@ -34,6 +34,7 @@ from notifier.content.claude_batch_api import (
     listed_since,
     nothing_made,
 )
+from notifier.content.claude_client import claude_client
 from notifier.content.claude_messages import (
     _api_message,
     _transient,
@@ -97,7 +98,7 @@ class BatchDrafting:
         self.lease = lease  # its version fences every chunk write; create needs it surely held
         self.interrupted = interrupted if interrupted is not None else RunControl()
         self.advance = advance
-        self.client = anthropic.Anthropic(api_key=key, max_retries=0, timeout=300.0)
+        self.client = claude_client(key, max_retries=0, timeout=300.0)
         self.prefix = custom_prefix(run)
         self.crash = crash.from_env()
         self.poll_first = _poll_first()

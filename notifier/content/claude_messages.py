@@ -22,6 +22,7 @@ from anthropic.types.message_create_params import MessageCreateParamsNonStreamin
 from tenacity import RetryCallState
 
 from notifier.content.batch_csv import BatchRow
+from notifier.content.claude_client import claude_client
 from notifier.content.compose import (
     KEY_ENV,
     ComposeStopped,
@@ -62,9 +63,8 @@ class Drafter:
     def __init__(self, settings: Settings, key: str) -> None:
         self.settings = settings
         # max_retries=0: tenacity owns retries (and honours retry-after); two retry layers
-        # would multiply the attempts and hide the waits. The base URL comes from
-        # ANTHROPIC_BASE_URL when set (tests point it at a fake on 127.0.0.1).
-        self.client = anthropic.Anthropic(api_key=key, max_retries=0, timeout=120.0)
+        # would multiply the attempts and hide the waits.
+        self.client = claude_client(key, max_retries=0, timeout=120.0)
         self.stopping = threading.Event()
 
     def close(self) -> None:

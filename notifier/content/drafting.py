@@ -211,11 +211,11 @@ def cancel_batches(store: Store, run_id: str, say: Callable[[str], None]) -> int
             f"Export {compose.KEY_ENV} and run `notifier cancel {run_id}` again."
         )
         return len(open_chunks)
-    import anthropic  # noqa: PLC0415 (the SDK loads only when drafting)
-
+    # The SDK loads only when drafting.
     from notifier.content.claude_batch_api import cancel_batches as cancel  # noqa: PLC0415
+    from notifier.content.claude_client import claude_client  # noqa: PLC0415
 
-    client = anthropic.Anthropic(api_key=key, max_retries=2)
+    client = claude_client(key, max_retries=2)
     try:
         return cancel(store, run_id, client, say)
     finally:
