@@ -165,8 +165,8 @@ def test_with_one_attempt_an_early_404_never_fails_an_item_the_receiver_holds(
 @pytest.mark.timeout(90)
 def test_a_cancel_after_a_kill_waits_out_the_window_and_asks_again(ws: Workspace, n: int) -> None:
     """Killed with requests at the receiver (committed late) and, at N = 8, items claimed
-    ahead that never left: `cancel` waits out each item's window (within --wait) and asks
-    again, so every delivered item ends `sent`, every never-left one never delivered
+    ahead that usually never left: `cancel` waits out each item's window (within --wait) and
+    asks again, so every delivered item ends `sent`, every never-left one never delivered
     (`pending`), none `unknown`, and nobody is sent to a manual decision."""
     receiver = Receiver(early="504", commit_after_s=COMMIT_AFTER_S)
     rows = _rows(n)
@@ -174,7 +174,9 @@ def test_a_cancel_after_a_kill_waits_out_the_window_and_asks_again(ws: Workspace
         _killed_after_the_first_answer(ws, receiver, rows, n)
         cancelled = ws.invoke("cancel", "--report", "--format", "json", "--wait", "30")
         held = {a.item_id for a in receiver.arrivals}
-    assert cancelled.exit_code == 3, cancelled.output  # unsent items
+    # 3 with items never sent; 0 when every item had left before the kill (a slow committer
+    # lets the senders send everything before the first answer is recorded).
+    assert cancelled.exit_code == (3 if len(held) < rows else 0), cancelled.output
     assert "--manual" not in cancelled.stderr, cancelled.stderr
     report = json.loads(cancelled.stdout)
     ends = {row["id"]: row["state"] for row in report["items"]}
