@@ -98,8 +98,11 @@ def ws(
     store = getattr(request, "param", "sqlite")
     if store == "sqlite":
         workspace = Workspace(tmp_path)
-        yield workspace
-        assert_counters_match_items(workspace)
+        try:
+            yield workspace
+            assert_counters_match_items(workspace)
+        finally:
+            workspace.close()
         return
     server: str = request.getfixturevalue("postgres_server")
     with postgres_schema(server) as url:

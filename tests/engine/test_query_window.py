@@ -250,7 +250,8 @@ def test_a_resume_closing_a_cancelled_run_sends_no_one_to_a_manual_mark_inside_a
         if left_unknown:
             assert f"a plain `notifier reconcile {run_id}` then" in resumed.output
         receiver.wait_for(lambda r: sum(r.commits.values()) >= len(r.arrivals))
-        if left_unknown:  # the advice followed
+        if left_unknown:  # the advice followed, once the moment it names has passed
+            wait_for(lambda: _window_passed(ws), "every unknown item's window passed", timeout=30)
             reconciled = ws.invoke("reconcile", run_id)
             assert reconciled.exit_code == 3, reconciled.output  # cancelled: some never sent
         held = {a.item_id for a in receiver.arrivals}

@@ -68,6 +68,8 @@ class Workspace:
     # One read-only session for all of a [postgres] test's reads: a session per read (per
     # poll of a wait) made the server start a backend each time.
     _reader: psycopg.Connection[Any] | None = field(default=None, repr=False, compare=False)
+    # Every process `popen` started, so that one a failing test left running is killed.
+    _children: list[subprocess.Popen[str]] = field(default_factory=list, repr=False, compare=False)
 
     @property
     def store(self) -> str:
@@ -113,8 +115,9 @@ class Workspace:
         )
 
     def popen(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-        """Start the CLI as a real process, its SIGINT deliverable (see default_sigint)."""
-        return subprocess.Popen(
+        """Start the CLI as a real process, its SIGINT deliverable (see default_sigint);
+        killed at the end of the test if it is still running then."""
+        child = subprocess.Popen(
             [sys.executable, "-m", "notifier", "--db", str(self.db), *args],
             cwd=self.path,
             env={**os.environ, **(env or {})},
@@ -123,6 +126,8 @@ class Workspace:
             text=True,
             preexec_fn=default_sigint,  # noqa: PLW1509 (one signal() call: no lock, no import)
         )
+        self._children.append(child)
+        return child
 
     def write_csv(self, name: str, rows: Sequence[Sequence[str]]) -> Path:
         path = self.path / name
@@ -154,7 +159,17 @@ class Workspace:
         return reader
 
     def close(self) -> None:
-        """End the read session, if any (before the test's schema is dropped)."""
+        """Kill what `popen` started and is still running (a test that failed midway, or
+        timed out, leaves its worker behind), and end the read session, if any (before the
+        test's schema is dropped)."""
+        for child in self._children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+            for pipe in (child.stdout, child.stderr):
+                if pipe is not None:
+                    pipe.close()
+        self._children.clear()
         if self._reader is not None:
             self._reader.close()
             self._reader = None
