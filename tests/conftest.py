@@ -100,6 +100,7 @@ def ws(
         workspace = Workspace(tmp_path)
         try:
             yield workspace
+            workspace.stop_children()  # none still writing while the counters are read
             assert_counters_match_items(workspace)
         finally:
             workspace.close()
@@ -109,6 +110,7 @@ def ws(
         workspace = Workspace(tmp_path, url=url)
         try:
             yield workspace
+            workspace.stop_children()  # none still writing while the counters are read
             assert_counters_match_items(workspace)
         finally:
             workspace.close()

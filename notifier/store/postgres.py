@@ -73,15 +73,17 @@ _BOUND_IDLE = f"SET LOCAL idle_in_transaction_session_timeout = '{IDLE_IN_WRITE_
 _SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext(%(key)s || ':' || current_schema()))"
 # The engine's own statements (the notation of statements/), used on PostgreSQL only.
 # The catalog's own tables, not information_schema's views: those check the privileges on
-# every relation of the database, and took a new session twice as long to read.
+# every relation of the database, and took a new session twice as long to read. Unlike them,
+# these list a table this role may not read too: it is there all the same, and a schema
+# holding it is not an empty one to create notifier's tables in.
 _IN_SCHEMA = "c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())"
-_TABLES = (  # the kinds information_schema.tables lists: tables, views, foreign, partitioned
-    f"SELECT c.relname FROM pg_class c WHERE {_IN_SCHEMA} AND c.relkind IN ('r', 'v', 'f', 'p')"
-)
+_KINDS = "c.relkind IN ('r', 'v', 'f', 'p')"  # information_schema.tables': tables, views…
+_TABLES = f"SELECT c.relname FROM pg_class c WHERE {_IN_SCHEMA} AND {_KINDS}"
 _HAS_TABLE = f"{_TABLES} AND c.relname = %(name)s"
 _COLUMNS = (
     "SELECT a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
-    f"WHERE {_IN_SCHEMA} AND c.relname = %(table)s AND a.attnum > 0 AND NOT a.attisdropped"
+    f"WHERE {_IN_SCHEMA} AND {_KINDS} AND c.relname = %(table)s "
+    "AND a.attnum > 0 AND NOT a.attisdropped"
 )
 # The runs a transaction wrote events of, their rows taken in run_id order (commit).
 _LOCK_RUNS = (

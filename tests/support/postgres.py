@@ -38,7 +38,8 @@ def schema_of(url: str) -> str:
 # command opens one) reads through them: three whole suite runs' schemas made opening a store
 # cost the server 31 ms instead of 9, and every later run was slower than the one before.
 CHURNED_CATALOGS = ("pg_class", "pg_attribute", "pg_type", "pg_depend", "pg_index",
-                    "pg_constraint", "pg_attrdef", "pg_trigger", "pg_namespace")  # fmt: skip
+                    "pg_constraint", "pg_attrdef", "pg_trigger", "pg_namespace",
+                    "pg_statistic", "pg_sequence", "pg_proc")  # fmt: skip
 
 
 @functools.cache
@@ -47,8 +48,10 @@ def vacuum_catalogs(server: str) -> None:
     in its catalogs, unless its autovacuum does (a user who may not vacuum them gets a
     warning, not an error). Within one run they stay few enough not to matter."""
     with psycopg.connect(server, autocommit=True) as pg:
-        (autovacuum,) = pg.execute("SHOW autovacuum").fetchone() or ("on",)
-        if autovacuum != "on":
+        settings = pg.execute(
+            "SELECT current_setting('autovacuum'), current_setting('track_counts')"
+        )
+        if settings.fetchone() != ("on", "on"):  # autovacuum needs both
             pg.execute("VACUUM " + ", ".join(f"pg_catalog.{name}" for name in CHURNED_CATALOGS))
 
 

@@ -158,21 +158,27 @@ class Workspace:
             self._reader = reader
         return reader
 
-    def close(self) -> None:
-        """Kill what `popen` started and is still running (a test that failed midway, or
-        timed out, leaves its worker behind), and end the read session, if any (before the
-        test's schema is dropped)."""
-        for child in self._children:
+    def stop_children(self) -> None:
+        """Kill what `popen` started and is still running: a test that failed midway, or
+        timed out, leaves its worker behind."""
+        children, self._children = self._children, []
+        for child in children:
             if child.poll() is None:
                 child.kill()
                 child.wait()
             for pipe in (child.stdout, child.stderr):
                 if pipe is not None:
                     pipe.close()
-        self._children.clear()
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
+
+    def close(self) -> None:
+        """Stop the children, and end the read session, if any (before the test's schema is
+        dropped)."""
+        try:
+            self.stop_children()
+        finally:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
 
     @property
     def ledger(self) -> Ledger:

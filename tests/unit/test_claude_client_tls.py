@@ -4,6 +4,7 @@ real API), never over the plain http of a local fake."""
 from __future__ import annotations
 
 import ssl
+from collections.abc import Callable
 
 import pytest
 
@@ -12,35 +13,53 @@ from notifier.content.claude_client import claude_client
 pytestmark = pytest.mark.timeout(30)
 
 
-def _counting(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    built: list[int] = []
-    real = ssl.create_default_context
+def _counting(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every load of trusted certificates into a TLS context from here on: whichever way the
+    HTTP client builds its context (ssl.create_default_context when SSL_CERT_FILE or
+    SSL_CERT_DIR is set, else a bare context given a CA file), it loads them by one of these."""
+    loads: list[str] = []
 
-    def counted(*args: object, **kwargs: object) -> ssl.SSLContext:
-        built.append(1)
-        return real(*args, **kwargs)  # type: ignore[arg-type]
+    def counted(name: str) -> Callable[..., None]:
+        real = getattr(ssl.SSLContext, name)
 
-    monkeypatch.setattr(ssl, "create_default_context", counted)
-    return built
+        def load(self: ssl.SSLContext, *args: object, **kwargs: object) -> None:
+            loads.append(name)
+            real(self, *args, **kwargs)
+
+        return load
+
+    for name in ("load_verify_locations", "load_default_certs"):
+        monkeypatch.setattr(ssl.SSLContext, name, counted(name))
+    return loads
 
 
-def test_over_plain_http_no_certificates_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
-    built = _counting(monkeypatch)
+def test_over_plain_http_to_this_machine_no_certificates_are_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loads = _counting(monkeypatch)
     monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
     client = claude_client("k", max_retries=0, timeout=5.0)
     client.close()
-    assert built == []
+    assert loads == []
     assert str(client.base_url).startswith("http://127.0.0.1:9")
 
 
-@pytest.mark.parametrize("base_url", [None, "https://api.example.test"])
-def test_over_https_the_trusted_certificates_are_read(
-    monkeypatch: pytest.MonkeyPatch, base_url: str | None
+@pytest.mark.parametrize(
+    "base_url", [None, "https://api.example.test", "http://gateway.example.test"]
+)
+@pytest.mark.parametrize("cert_env", [True, False])
+def test_elsewhere_the_trusted_certificates_are_read(
+    monkeypatch: pytest.MonkeyPatch, base_url: str | None, cert_env: bool
 ) -> None:
-    built = _counting(monkeypatch)
+    """The real API, or an http gateway that may redirect to https: the bundle is read,
+    with or without SSL_CERT_FILE naming it."""
+    if not cert_env:
+        monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+        monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    loads = _counting(monkeypatch)
     if base_url is None:
         monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
     else:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", base_url)
     claude_client("k", max_retries=0).close()
-    assert built, "an https client was built without the trusted certificates"
+    assert loads, "a client that may need TLS was built without the trusted certificates"
