@@ -11,6 +11,7 @@ them, and re-exports the names tests import `from .conftest`."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -96,24 +97,15 @@ def ws(
     monkeypatch.delenv("NOTIFIER_CRASH_AT", raising=False)
     monkeypatch.delenv("NOTIFIER_DB", raising=False)
     store = getattr(request, "param", "sqlite")
-    if store == "sqlite":
-        workspace = Workspace(tmp_path)
-        try:
-            yield workspace
-            workspace.stop_children()  # none still writing while the counters are read
-            assert_counters_match_items(workspace)
-        finally:
-            workspace.close()
-        return
-    server: str = request.getfixturevalue("postgres_server")
-    with postgres_schema(server) as url:
+    with contextlib.ExitStack() as stack:
+        url = ""
+        if store == "postgres":
+            url = stack.enter_context(postgres_schema(request.getfixturevalue("postgres_server")))
         workspace = Workspace(tmp_path, url=url)
-        try:
-            yield workspace
-            workspace.stop_children()  # none still writing while the counters are read
-            assert_counters_match_items(workspace)
-        finally:
-            workspace.close()
+        stack.callback(workspace.close)  # before its schema is dropped
+        yield workspace
+        workspace.stop_children()  # none still writing while the counters are read
+        assert_counters_match_items(workspace)
 
 
 @pytest.fixture(scope="session")

@@ -234,10 +234,11 @@ def cancel(
     fmt = chosen_format(ctx, fmt, as_json)
     with_report = with_report or as_json  # a JSON document on stdout is the report
     env = command_env(ctx, machine_output=with_report and fmt != "table")
-    result = Notifier(env).cancel(run_id, wait_s=wait_s)
+    api = Notifier(env)
+    result = api.cancel(run_id, wait_s=wait_s)
     chunks_open = 0  # batch chunks the API could not be asked about: cancel again
     if result.run.options.get("compose") and result.run.state is RunState.CANCELLED:
-        chunks_open = Notifier(env).cancel_open_batches(result.run.run_id)  # left by drafting
+        chunks_open = api.cancel_open_batches(result.run.run_id)  # left by drafting
     advice = ""
     if result.confirmed and result.run.state is RunState.CANCELLED and result.counts.unknown:
         advice = " " + unknown_advice(result.run.run_id, result.counts.unknown, result.settle_later)

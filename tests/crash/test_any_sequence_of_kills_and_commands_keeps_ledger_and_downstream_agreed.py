@@ -142,7 +142,6 @@ class NotifierMachine(RuleBasedStateMachine):
         self.ok = True  # False from the start of a step until its checks passed
         self.manual_sent: set[str] = set()  # keys an operator marked sent
         self.send_args: tuple[str, ...] = ("send", "batch.csv")
-        self.procs: list[subprocess.Popen[str]] = []  # to reap if a step failed midway
 
     # ------------------------------------------------------------------ helpers
 
@@ -192,11 +191,6 @@ class NotifierMachine(RuleBasedStateMachine):
         with contextlib.chdir(self.ws.path):
             result = self.invoke(*args)
         return result.exit_code, result.output
-
-    def start(self, *args: str) -> subprocess.Popen[str]:
-        proc = self.ws.popen(*args)
-        self.procs.append(proc)
-        return proc
 
     def finish(self, proc: subprocess.Popen[str]) -> tuple[int, str]:
         out, err = proc.communicate(timeout=PROCESS_TIMEOUT_S)
@@ -309,7 +303,7 @@ class NotifierMachine(RuleBasedStateMachine):
             assert self.requests() == before, self.fail("a refused send made requests")
             return
         self.step(f"send kill={kill}")
-        proc = self.start(*self.send_args)
+        proc = self.ws.popen(*self.send_args)
         code, output = self.finish(proc) if kill is None else self.kill_at(proc, kill)
         self.log.append(f"    → exit {code}")
         self.expect(code, {0, 3} if kill is None else {0, 3, -signal.SIGKILL}, output, "send")
@@ -319,7 +313,7 @@ class NotifierMachine(RuleBasedStateMachine):
         """Resume the run; with no unfinished run there is nothing to resume (exit 2)."""
         self.step(f"resume kill={kill} ({self.where()})")
         allowed = {0, 3} if self.active() else {2}
-        proc = self.start("resume")
+        proc = self.ws.popen("resume")
         code, output = self.finish(proc) if kill is None else self.kill_at(proc, kill)
         self.log.append(f"    → exit {code}")
         if kill is not None:
@@ -339,7 +333,7 @@ class NotifierMachine(RuleBasedStateMachine):
             return
         command = "resume" if self.run_exists() else "send"
         self.step(f"cancel while a {command} works, at {during} ({self.where()})")
-        worker = self.start(*(self.send_args if command == "send" else ["resume"]))
+        worker = self.ws.popen(*(self.send_args if command == "send" else ["resume"]))
         self.wait_for(worker, during)
         code, output = self.run_cli("cancel", "--wait", "30")
         worker_code, worker_output = self.finish(worker)
@@ -360,7 +354,7 @@ class NotifierMachine(RuleBasedStateMachine):
         (starting Python takes most of the first 0.4 s): nothing it half did may show."""
         self.step(f"cancel killed after {after_s:.3f}s ({self.where()})")
         code, output = self.kill_at(
-            self.start("cancel", "--wait", "20"), KillAt(0, "request", after_s)
+            self.ws.popen("cancel", "--wait", "20"), KillAt(0, "request", after_s)
         )
         self.log.append(f"    → exit {code}")
         allowed = {0, 3} if self.active() else {2}
@@ -531,10 +525,7 @@ class NotifierMachine(RuleBasedStateMachine):
         finally:
             if VERBOSE:
                 print("\n".join(["example:", *self.log]))
-            for proc in self.procs:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.communicate()
+            self.ws.stop_children()  # any a step that failed midway left running
             for sandbox in (self.idem, self.plain):
                 if sandbox is not None:
                     sandbox.stop()
