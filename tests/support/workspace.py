@@ -207,15 +207,7 @@ class Workspace:
         """Whether anything was created yet: the file, or any table in the schema."""
         if not self.url:
             return self.db_file.exists()
-        return bool(self._pg_tables())
-
-    def _pg_tables(self) -> set[str]:
-        return {
-            name
-            for (name,) in self.query(
-                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
-            )
-        }
+        return bool(self.ledger.tables())
 
     def reset(self) -> None:
         """Start again from no database, in the same workspace."""
@@ -279,7 +271,7 @@ def assert_counters_match_items(ws: Workspace) -> None:
     """After every test: m004's per-run counters equal a count of the item rows, whatever
     moves the test made (so the whole suite checks that no move path skips them)."""
     if ws.url:
-        if "run_counts" not in ws._pg_tables():
+        if "run_counts" not in ws.ledger.tables():
             return
     else:
         if not ws.db_file.exists():
