@@ -174,9 +174,7 @@ def test_a_cancel_after_a_kill_waits_out_the_window_and_asks_again(ws: Workspace
         _killed_after_the_first_answer(ws, receiver, rows, n)
         cancelled = ws.invoke("cancel", "--report", "--format", "json", "--wait", "30")
         held = {a.item_id for a in receiver.arrivals}
-    # 3 with items never sent; 0 when every item had left before the kill (a slow committer
-    # lets the senders send everything before the first answer is recorded).
-    assert cancelled.exit_code == (3 if len(held) < rows else 0), cancelled.output
+    assert cancelled.exit_code == _cancelled_exit(held, rows), cancelled.output
     assert "--manual" not in cancelled.stderr, cancelled.stderr
     report = json.loads(cancelled.stdout)
     ends = {row["id"]: row["state"] for row in report["items"]}
@@ -212,6 +210,13 @@ def test_a_cancel_whose_wait_ends_first_says_when_reconcile_settles_them(
     assert settled.exit_code in (0, 3), settled.output
     assert ws.ledger.item("u1").state == "sent"
     assert "will send again" not in settled.output
+
+
+def _cancelled_exit(held: set[str], rows: int) -> int:
+    """The exit of a command that leaves a run cancelled and settled: 3 with items never sent,
+    0 when every item had left before the kill (a slow committer lets the senders send
+    everything before the first answer is recorded)."""
+    return 3 if len(held) < rows else 0
 
 
 def _window_passed(ws: Workspace) -> bool:
@@ -254,8 +259,7 @@ def test_a_resume_closing_a_cancelled_run_sends_no_one_to_a_manual_mark_inside_a
         if left_unknown:  # the advice followed, once the moment it names has passed
             wait_for(lambda: _window_passed(ws), "every unknown item's window passed", timeout=30)
             reconciled = ws.invoke("reconcile", run_id)
-            # Cancelled: 3 with items never sent, 0 when every item had left before the kill.
-            assert reconciled.exit_code == (3 if len(held) < rows else 0), reconciled.output
+            assert reconciled.exit_code == _cancelled_exit(held, rows), reconciled.output
     assert "unknown" not in ws.ledger.state_counts()
     assert {ws.ledger.item(i).state for i in held} == {"sent"}
     assert sorted(receiver.deliveries().values()) == [1] * len(held)
