@@ -1,15 +1,18 @@
 """The statement catalogue's compiled forms: a bounded number kept, hints
-current after a migration on open, and a pipelined fence that times out leaving its
-connection usable."""
+current after a migration on open, a group commit's statements padded to a few sizes (the
+padding writing nothing), and a pipelined fence that times out leaving its connection
+usable."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 
+from notifier.engine.membership import holder_alive
 from notifier.store import Store, statements
 from notifier.store.exceptions import StorageFailed
 from notifier.store.sqlite import SQLITE, SqliteEngine
@@ -17,7 +20,7 @@ from notifier.store.statements import ledger, suppressions
 from notifier.store.statements import queries as q
 
 from ..conftest import ROOT, Workspace
-from .test_pg_concurrent_writes import pg_url, plan, worker
+from .test_pg_concurrent_writes import acks, pg_url, plan, worker
 
 __all__ = ["pg_url"]  # the fixture, imported to be used here
 
@@ -70,3 +73,38 @@ def test_claim_shapes_do_not_accumulate_with_the_number_of_held_items(tmp_path: 
         assert len(engine._compiled) < 300
     finally:
         engine.close()
+
+
+@pytest.mark.both_stores
+@pytest.mark.timeout(60)
+def test_a_group_commit_of_three_sends_the_statements_written_for_four(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim of 3 and the answers of 3 are sent as statements written for 4 rows (so that
+    every size shares one of a few prepared statements: statements.padded), and the padding
+    row moves no item and writes no attempt or receipt."""
+    plan(ws, str(ws.db), "one", "batch.csv", 1)
+    store = Store.open(ws.db).for_worker("worker-a")
+    sent: list[str] = []
+    real = store.engine.execute
+
+    def spied(statement: str, params: Any = None) -> Any:
+        sent.append(statement)
+        return real(statement, params)
+
+    monkeypatch.setattr(store.engine, "execute", spied)
+    try:
+        owner = {"host": "host-a", "pid": 1, "started": None, "token": "worker-a"}
+        version = store.leases.join_run("one", owner, 60, holder_alive)
+        claimed = store.ledger.claim("one", version, 3)
+        claim_sent, sent[:] = list(sent), []
+        store.ledger.step("one", version, acks([i.seq for i in claimed]), 0)
+    finally:
+        store.close()
+    assert [i.seq for i in claimed] == [1, 2, 3]
+    assert any("%(seq3)s" in s for s in claim_sent), "the claim of 3 written for 4"
+    assert any("%(receipt3)s" in s for s in sent), "the answers of 3 written for 4"
+    read = ws.ledger
+    assert [(a.seq, a.n) for a in read.attempts(run_id="one")] == [(1, 1), (2, 1), (3, 1)]
+    assert len(read.receipts()) == 3
+    assert read.state_counts("one") == {"sent": 3, "pending": 9}

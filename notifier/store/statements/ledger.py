@@ -108,8 +108,9 @@ def claim_items(n: int) -> str:
 @functools.lru_cache(maxsize=KEPT)
 def open_attempts(n: int) -> str:
     """An attempt row for each of the n claimed items `%(seq0)s`…, with how long it waited
-    `%(waited0)s`…. n counts attempt rows, not the item's attempts: a released attempt
-    (claimed, never started) keeps its row but is not counted as an attempt."""
+    `%(waited0)s`… (a row whose seq is NULL is padding: statements.padded). n counts attempt
+    rows, not the item's attempts: a released attempt (claimed, never started) keeps its row
+    but is not counted as an attempt."""
     values = ", ".join(
         ["(%(seq0)s, CAST(%(waited0)s AS DOUBLE PRECISION))"]
         + [f"(%(seq{i})s, %(waited{i})s)" for i in range(1, n)]
@@ -118,7 +119,7 @@ def open_attempts(n: int) -> str:
         "INSERT INTO attempts (run_id, seq, n, started_at, waited_s) "
         "SELECT %(run_id)s, v.column1, (SELECT COALESCE(MAX(n), 0) + 1 FROM attempts AS a "
         "WHERE a.run_id = %(run_id)s AND a.seq = v.column1), %(at)s, v.column2 "
-        f"FROM (VALUES {values}) AS v"
+        f"FROM (VALUES {values}) AS v WHERE v.column1 IS NOT NULL"
     )
 
 
