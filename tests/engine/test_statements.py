@@ -11,7 +11,9 @@ from typing import Any
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 
+from notifier.cli import cli
 from notifier.engine.membership import holder_alive
 from notifier.store import Store, statements
 from notifier.store.exceptions import StorageFailed
@@ -19,7 +21,7 @@ from notifier.store.sqlite import SQLITE, SqliteEngine
 from notifier.store.statements import ledger, suppressions
 from notifier.store.statements import queries as q
 
-from ..conftest import ROOT, Workspace
+from ..conftest import ROOT, Workspace, make_rows
 from .test_pg_concurrent_writes import acks, pg_url, plan, worker
 
 __all__ = ["pg_url"]  # the fixture, imported to be used here
@@ -103,8 +105,49 @@ def test_a_group_commit_of_three_sends_the_statements_written_for_four(
         store.close()
     assert [i.seq for i in claimed] == [1, 2, 3]
     assert any("%(seq3)s" in s for s in claim_sent), "the claim of 3 written for 4"
+    assert not any("%(seq4)s" in s for s in claim_sent), "for 4, not more"
     assert any("%(receipt3)s" in s for s in sent), "the answers of 3 written for 4"
+    assert not any("%(receipt4)s" in s for s in sent), "for 4, not more"
     read = ws.ledger
     assert [(a.seq, a.n) for a in read.attempts(run_id="one")] == [(1, 1), (2, 1), (3, 1)]
     assert len(read.receipts()) == 3
     assert read.state_counts("one") == {"sent": 3, "pending": 9}
+
+
+@pytest.mark.both_stores
+@pytest.mark.timeout(60)
+def test_group_commits_of_every_size_up_to_nine_write_exactly_their_rows(
+    ws: Workspace,
+) -> None:
+    """Group commits of 1 to 9 claims and answers, each size six times (past the five uses
+    after which psycopg prepares a statement): each claimed item gets one attempt and one
+    start event, each answer one receipt and one ack event, and the run's counters agree
+    with its items; the padding writes nothing anywhere."""
+    sizes = [k for k in range(1, 10) for _ in range(6)]
+    ws.write_csv("batch.csv", make_rows(sum(sizes) + 5))
+    done = CliRunner().invoke(
+        cli, ["--db", str(ws.db), "send", "batch.csv", "--run-id", "one", "--require-approval"],
+        catch_exceptions=False,
+    )  # fmt: skip
+    assert done.exit_code in (0, 3), done.output
+    store = Store.open(ws.db).for_worker("worker-a")
+    try:
+        owner = {"host": "host-a", "pid": 1, "started": None, "token": "worker-a"}
+        version = store.leases.join_run("one", owner, 60, holder_alive)
+        held: list[int] = []
+        for k in sizes:
+            claimed = store.ledger.step("one", version, acks(held), k)
+            assert len(claimed) == k
+            held = [i.seq for i in claimed]
+        store.ledger.step("one", version, acks(held), 0)
+    finally:
+        store.close()
+    claimed_n = sum(sizes)
+    read = ws.ledger
+    assert [(a.seq, a.n) for a in read.attempts(run_id="one")] == [
+        (s, 1) for s in range(1, claimed_n + 1)
+    ]
+    assert read.receipt_count() == claimed_n
+    assert len(read.events("start", "one")) == len(read.events("ack", "one")) == claimed_n
+    assert read.state_counts("one") == {"sent": claimed_n, "pending": 5}
+    assert read.run_counts("one") == {"sent": claimed_n, "pending": 5}
