@@ -33,6 +33,7 @@ from ..conftest import Workspace, make_rows, postgres_schema, wait_for
 from ..engine.test_store_integrity import planned_store
 from ..receiver import Receiver, receiving, released, webhook_config
 from ..support.background import meanwhile
+from ..support.workspace import stopped
 
 UNSHARE = shutil.which("unshare") or "/usr/bin/unshare"
 
@@ -45,11 +46,6 @@ def _unshare_works() -> bool:
     except (OSError, subprocess.TimeoutExpired):
         return False
     return probe.returncode == 0
-
-
-def _stopped(pid: int) -> bool:
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat[stat.rindex(")") + 2 :].split()[0] == "T"
 
 
 @pytest.mark.both_stores
@@ -79,7 +75,7 @@ def test_thawed_worker_does_not_send_after_another_took_over(ws: Workspace) -> N
         )  # fmt: skip
         try:
             deadline = time.monotonic() + 60
-            while not _stopped(worker_a.pid):
+            while not stopped(worker_a.pid):
                 assert worker_a.poll() is None, worker_a.communicate()
                 assert time.monotonic() < deadline, "worker A never froze"
                 time.sleep(0.05)
@@ -253,7 +249,7 @@ def test_a_worker_thawed_after_its_lease_went_stale_says_so_and_never_renews(
             env={"NOTIFIER_FREEZE_AT": "after-intent:5"},
         )  # fmt: skip
         with released([sender]):
-            wait_for(lambda: _stopped(sender.pid), "the sender froze")
+            wait_for(lambda: stopped(sender.pid), "the sender froze")
             (worker_id,) = [w["worker_id"] for w in ws.ledger.workers()]
             wait_for(lambda: _stale(url, worker_id), "its lease expired", timeout=30)
             with psycopg.connect(url) as holder:

@@ -31,7 +31,8 @@ from notifier.store import LeaseLost, Store
 from ..conftest import ROOT, Workspace, default_sigint, make_rows, postgres_schema, wait_for
 from ..receiver import WAIT_S, Receiver, receiving, released, webhook_config
 from ..support.ledger import Ledger
-from .test_frozen_worker import UNSHARE, _stale, _stopped, _unshare_works, _waiting_for
+from ..support.workspace import stopped
+from .test_frozen_worker import UNSHARE, _stale, _unshare_works, _waiting_for
 
 FIXTURES = ROOT / "tests" / "fixtures"
 FAST_RETRY = "[retry]\nmax_attempts = 20\nbackoff_base = 0.02\nbackoff_max = 0.2\n"
@@ -493,7 +494,7 @@ def _freeze_inside_a_transaction(
             holder.rollback()  # its commit moved them meanwhile: lock the next ones
         wait_for(lambda: _waiting_for(db, holder) >= 1, "the worker's write waits")
         process.send_signal(signal.SIGSTOP)
-        wait_for(lambda: _stopped(process.pid), "the worker is stopped")
+        wait_for(lambda: stopped(process.pid), "the worker is stopped")
         holder.rollback()
     return locked
 
@@ -536,7 +537,7 @@ def test_a_worker_frozen_inside_a_transaction_holds_up_only_its_own_items(
             ended = [finish(process, timeout=90) for process in processes[::2]]
             assert sorted(code for code, _ in ended) in ([0, 0], [0, 3]), ended
             assert not any("locked by another session" in out for _, out in ended), ended
-            assert _stopped(frozen.pid), "B stayed stopped while the run was completed"
+            assert stopped(frozen.pid), "B stayed stopped while the run was completed"
             assert ledger(pg_url).run().state == "completed"
             lease_of_b = (
                 "SELECT state, version, heartbeat_at, expires_at FROM workers WHERE worker_id = ?"
@@ -589,7 +590,7 @@ def test_cancel_during_a_freeze_inside_a_transaction_meets_no_lock_timeout(
             code, out = cli(pg_url, "cancel", "z2", "--wait", "15")  # B and A are processes
             assert "locked by another session" not in out, out
             assert code in (0, 3), out
-            assert _stopped(frozen.pid), "B stayed stopped while the run was cancelled"
+            assert stopped(frozen.pid), "B stayed stopped while the run was cancelled"
             assert ledger(pg_url).run().state == "cancelled"
             code, out = finish(first)
             assert code in (0, 3), out

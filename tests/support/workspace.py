@@ -43,6 +43,13 @@ def default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def stopped(pid: int) -> bool:
+    """Whether process `pid` is stopped (SIGSTOP: NOTIFIER_FREEZE_AT froze it), from Linux's
+    /proc."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2 :].split()[0] == "T"
+
+
 def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
     """Until `condition()` holds, polled every 10 ms at first and every 100 ms at most;
     fails naming `what` after `timeout` seconds (a bound for a hung process, never a guess
