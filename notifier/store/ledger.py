@@ -167,11 +167,7 @@ class Ledger:
         moves = {"from": current.value, "to": target.value}
         params: dict[str, Any] = {"run_id": run_id, "at": at, "target": target.value}
         details: dict[int, Any] = {}
-        width = statements.padded(len(acks))
-        names_of = sql.ack_names(width)
-        for unused in names_of[len(acks) :]:
-            params.update(dict.fromkeys(unused))
-        for names, o in zip(names_of, acks, strict=False):
+        for names, o in zip(sql.ack_names(len(acks)), acks, strict=True):
             row = (o.seq, o.finished_at or at, _stored(o.attempt_outcome), o.http_status, o.error,
                    o.retry_after_s, o.receipt_id, o.receipt_source, o.evidence,
                    o.started_at)  # fmt: skip
@@ -187,7 +183,8 @@ class Ledger:
         # the rows really moved (PostgreSQL numbers them at COMMIT: see postgres.py). The
         # move (in_flight, a literal in MOVE_ACKED_ITEMS, to sent) is the one counted.
         acked = (sql.CLOSE_ACKED_ATTEMPTS, sql.ADD_ACKED_RECEIPTS, sql.MOVE_ACKED_ITEMS)
-        group = Group(acked, 2, "items.seq", sql.ack_values(width))
+        params.update(statements.padding(sql.ACK_FIELDS, len(acks)))
+        group = Group(acked, 2, "items.seq", sql.ack_values(statements.padded(len(acks))))
         moved = writes.run(self.engine, group, params)
         self.core.each_event(run_id, ItemTrigger.ACK.value, details, at)
         if moved.rowcount != len(acks):  # raised inside the transaction: every write is undone
@@ -228,10 +225,11 @@ class Ledger:
         seqs = [row.seq for row in rows]
         moves: dict[str, Any] = {"run_id": run_id, "at": at, "target": target.value,
                                  "worker_id": self.core.worker_id}  # fmt: skip
+        for i, (seq, seconds) in enumerate(zip(seqs, waited, strict=True)):
+            moves[f"seq{i}"] = seq
+            moves[f"waited{i}"] = seconds
+        moves.update(statements.padding(("seq", "waited"), len(seqs)))
         width = statements.padded(len(seqs))
-        for i in range(width):  # past the claimed rows, NULLs (statements.padded)
-            moves[f"seq{i}"] = seqs[i] if i < len(seqs) else None
-            moves[f"waited{i}"] = waited[i] if i < len(seqs) else None
         claim = (sql.claim_items(width), sql.open_attempts(width))
         moved = writes.run(self.engine, Group(claim, 0), moves)
         self.core.events(run_id, "start", seqs if moved.seqs is None else moved.seqs, detail, at)

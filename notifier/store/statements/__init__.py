@@ -179,6 +179,12 @@ def padded(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
+def padding(fields: Sequence[str], n: int) -> dict[str, None]:
+    """The NULLs that bind rows n… of a statement written for `padded(n)` rows, whose row i
+    reads the parameters `field{i}` of each of `fields`."""
+    return {f"{field}{i}": None for i in range(n, padded(n)) for field in fields}
+
+
 # The claim's extra condition: the item's start time, if any, has come by `%(at)s`.
 DUE = "(not_before IS NULL OR not_before <= %(at)s)"
 

@@ -25,14 +25,14 @@ PAST_DEADLINE = (
     "AND not_after IS NOT NULL AND not_after <= %(at)s"
 )
 # One answered send's row of the VALUES the acks' statements read (column1 … column10).
-_ACK_FIELDS = ("seq", "finished", "outcome", "status", "error", "retry", "receipt", "source",
+ACK_FIELDS = ("seq", "finished", "outcome", "status", "error", "retry", "receipt", "source",
                "evidence", "started")  # fmt: skip
 
 
 @functools.lru_cache(maxsize=KEPT)
 def ack_names(n: int) -> tuple[tuple[str, ...], ...]:
     """The parameters of `ack_values(n)`, row by row, in column order."""
-    return tuple(tuple(f"{field}{i}" for field in _ACK_FIELDS) for i in range(n))
+    return tuple(tuple(f"{field}{i}" for field in ACK_FIELDS) for i in range(n))
 
 
 @functools.lru_cache(maxsize=KEPT)
