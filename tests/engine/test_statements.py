@@ -11,9 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from click.testing import CliRunner
 
-from notifier.cli import cli
 from notifier.engine.membership import holder_alive
 from notifier.store import Store, statements
 from notifier.store.exceptions import StorageFailed
@@ -77,6 +75,14 @@ def test_claim_shapes_do_not_accumulate_with_the_number_of_held_items(tmp_path: 
         engine.close()
 
 
+def leased(ws: Workspace, run_id: str) -> tuple[Store, int]:
+    """A store working the planned run `run_id` under a worker lease of its own, as the
+    pipeline's committer does (its group commits: Ledger.step)."""
+    store = Store.open(ws.db).for_worker("worker-a")
+    owner = {"host": "host-a", "pid": 1, "started": None, "token": "worker-a"}
+    return store, store.leases.join_run(run_id, owner, 60, holder_alive)
+
+
 @pytest.mark.both_stores
 @pytest.mark.timeout(60)
 def test_a_group_commit_of_three_sends_the_statements_written_for_four(
@@ -86,7 +92,7 @@ def test_a_group_commit_of_three_sends_the_statements_written_for_four(
     every size shares one of a few prepared statements: statements.padded), and the padding
     row moves no item and writes no attempt or receipt."""
     plan(ws, str(ws.db), "one", "batch.csv", 1)
-    store = Store.open(ws.db).for_worker("worker-a")
+    store, version = leased(ws, "one")
     sent: list[str] = []
     real = store.engine.execute
 
@@ -96,8 +102,6 @@ def test_a_group_commit_of_three_sends_the_statements_written_for_four(
 
     monkeypatch.setattr(store.engine, "execute", spied)
     try:
-        owner = {"host": "host-a", "pid": 1, "started": None, "token": "worker-a"}
-        version = store.leases.join_run("one", owner, 60, holder_alive)
         claimed = store.ledger.claim("one", version, 3)
         claim_sent, sent[:] = list(sent), []
         store.ledger.step("one", version, acks([i.seq for i in claimed]), 0)
@@ -125,15 +129,10 @@ def test_group_commits_of_every_size_up_to_nine_write_exactly_their_rows(
     with its items; the padding writes nothing anywhere."""
     sizes = [k for k in range(1, 10) for _ in range(6)]
     ws.write_csv("batch.csv", make_rows(sum(sizes) + 5))
-    done = CliRunner().invoke(
-        cli, ["--db", str(ws.db), "send", "batch.csv", "--run-id", "one", "--require-approval"],
-        catch_exceptions=False,
-    )  # fmt: skip
+    done = ws.invoke("send", "batch.csv", "--run-id", "one", "--require-approval")
     assert done.exit_code in (0, 3), done.output
-    store = Store.open(ws.db).for_worker("worker-a")
+    store, version = leased(ws, "one")
     try:
-        owner = {"host": "host-a", "pid": 1, "started": None, "token": "worker-a"}
-        version = store.leases.join_run("one", owner, 60, holder_alive)
         held: list[int] = []
         for k in sizes:
             claimed = store.ledger.step("one", version, acks(held), k)
