@@ -12,13 +12,15 @@ them, and re-exports the names tests import `from .conftest`."""
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from .support.net import free_port
-from .support.postgres import postgres_schema, schema_url, server_url
+from .support.postgres import postgres_schema, schema_url, server_url, vacuum_catalogs
 from .support.smtp import Inbox, SlowRelay, smtp_server
 from .support.waits import no_scaled_waits, scale_waits
 from .support.workspace import (
@@ -58,6 +60,16 @@ def pytest_configure(config: pytest.Config) -> None:
         "both_stores: run the test once per store ([sqlite], [postgres]) through a "
         "parametrised `ws`",
     )
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Once per run, in the process that hands out the tests and before any runs: vacuum the
+    catalogs of NOTIFIER_TEST_POSTGRES's server (a throwaway cluster is new and needs none). An
+    unreachable server is left for the `postgres_server` fixture to report."""
+    url = os.environ.get("NOTIFIER_TEST_POSTGRES", "")
+    if url and not hasattr(session.config, "workerinput"):
+        with contextlib.suppress(psycopg.Error):
+            vacuum_catalogs(url)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

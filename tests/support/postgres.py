@@ -4,7 +4,6 @@ else a throwaway cluster of this machine's PostgreSQL binaries; a fresh schema p
 from __future__ import annotations
 
 import contextlib
-import functools
 import glob
 import os
 import pwd
@@ -42,12 +41,13 @@ CHURNED_CATALOGS = ("pg_class", "pg_attribute", "pg_type", "pg_depend", "pg_inde
                     "pg_statistic", "pg_sequence", "pg_proc")  # fmt: skip
 
 
-@functools.cache
 def vacuum_catalogs(server: str) -> None:
-    """Once per test process and server: clear the dead rows that earlier runs' schemas left
-    in its catalogs, unless its autovacuum does (a user who may not vacuum them gets a
-    warning, not an error). Within one run they stay few enough not to matter."""
-    with psycopg.connect(server, autocommit=True) as pg:
+    """Clear the dead rows that earlier runs' schemas left in `server`'s catalogs, unless its
+    autovacuum does (a user who may not vacuum them gets a warning, not an error). Called once
+    per run, before any test: a vacuum run beside the tests' DDL waits up to 5 s per catalog
+    for the lock that truncates it, and every session reading that catalog queues behind it.
+    Within one run the dead rows stay few enough not to matter."""
+    with psycopg.connect(server, autocommit=True, connect_timeout=10) as pg:
         settings = pg.execute(
             "SELECT current_setting('autovacuum'), current_setting('track_counts')"
         )
@@ -58,7 +58,6 @@ def vacuum_catalogs(server: str) -> None:
 @contextlib.contextmanager
 def postgres_schema(server: str) -> Iterator[str]:
     """A fresh schema on `server` for one test, dropped with everything in it afterwards."""
-    vacuum_catalogs(server)
     schema = f"t_{secrets.token_hex(6)}"
     with psycopg.connect(server, autocommit=True) as pg:
         pg.execute(f"CREATE SCHEMA {schema}")
