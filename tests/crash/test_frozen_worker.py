@@ -74,11 +74,13 @@ def test_thawed_worker_does_not_send_after_another_took_over(ws: Workspace) -> N
             env={"NOTIFIER_FREEZE_AT": "after-intent:5"},
         )  # fmt: skip
         try:
-            deadline = time.monotonic() + 60
-            while not stopped(worker_a.pid):
+
+            def frozen() -> bool:
                 assert worker_a.poll() is None, worker_a.communicate()
-                assert time.monotonic() < deadline, "worker A never froze"
-                time.sleep(0.05)
+                return stopped(worker_a.pid)
+
+            wait_for(frozen, "worker A froze after point A of item 5")
+            deadline = time.monotonic() + 60
             command = [sys.executable, "-m", "notifier", "--db", str(ws.db), "resume"]
             while True:  # A's lease blocks (exit 4) until it expires, 2 s after its last beat
                 worker_b = subprocess.run(
