@@ -44,8 +44,8 @@ CHURNED_CATALOGS = ("pg_class", "pg_attribute", "pg_type", "pg_depend", "pg_inde
 def vacuum_catalogs(server: str) -> None:
     """Clear the dead rows that earlier runs' schemas left in `server`'s catalogs, unless its
     autovacuum does (a user who may not vacuum them gets a warning, not an error). Called once
-    per run, before any test: a vacuum run beside the tests' DDL waits up to 5 s per catalog
-    for the lock that truncates it, and every session reading that catalog queues behind it.
+    per run, before any test: vacuums run beside the tests queue behind one another, and each
+    tries for up to 5 s per catalog for the lock that truncates it.
     Within one run the dead rows stay few enough not to matter."""
     with psycopg.connect(server, autocommit=True, connect_timeout=10) as pg:
         settings = pg.execute(
