@@ -77,6 +77,7 @@ class Receiver:
     # test that must see the request uncommitted first releases it on a condition).
     commit_hold: threading.Event | None = None
     queries: list[float] = field(default_factory=list)  # time.time() of each status query
+    queried: list[str] = field(default_factory=list)  # the key of each, looked up on arrival
     arrivals: list[Arrival] = field(default_factory=list)
     commits: dict[str, int] = field(default_factory=dict)
     digests: dict[str, str] = field(default_factory=dict)
@@ -181,6 +182,7 @@ class _Handler(BaseHTTPRequestHandler):
         key = self.path.rsplit("/", 1)[-1]
         with r.changed:
             r.queries.append(time.time())
+            r.queried.append(key)
             digest = r.digests.get(key)
             r.changed.notify_all()
         if r.query_hold is not None:

@@ -280,7 +280,7 @@ def _by_query(
         return Decision(found)
     if finding.finding is Finding.CONFLICT:
         return Decision(replace(closed, trigger=ItemTrigger.CONFLICT, error=f"conflict: {message}"))
-    if finding.finding is Finding.NOT_FOUND and since is not None and now < since:
+    if since is not None and _looked_early(finding, since, now):
         # Too early for a 404 to prove anything: the receiver may still be committing the
         # request (a 504 or a reset can come at once while it does). The item waits,
         # unknown, and is asked about again once the window has passed.
@@ -323,6 +323,17 @@ def _by_query(
 # ---------------------------------------------------------------------- settling
 
 
+def _looked_early(answer: Answer | Unasked | None, since: datetime, now: datetime) -> bool:
+    """Whether `answer` is a 404 that proves nothing yet: the receiver looked the key up
+    before `since`, while it could still commit the request. It looked after the query's try
+    left (`asked_at`), however late the answer came back; where that moment is not known,
+    `now` stands for it."""
+    if not isinstance(answer, Answer) or answer.finding is not Finding.NOT_FOUND:
+        return False
+    looked = answer.asked_at if answer.asked_at is not None else now
+    return looked < since
+
+
 def _head(item: Item) -> str:
     return f"item {item.seq} ({item.item_id}) key {item.idempotency_key}:"
 
@@ -354,7 +365,7 @@ def _settle(item: Item, settling: Settling, caps: Caps, now: datetime) -> Decisi
             f"{head} CONFLICT: {answer.detail} → failed; never overwritten",
         )
     early = since is not None and now < since
-    if answer is not None and answer.finding is Finding.NOT_FOUND and early:
+    if since is not None and _looked_early(answer, since, now):
         assert since is not None
         when = clock.iso(since)
         line = (
@@ -453,12 +464,7 @@ def _at_cancel(item: Item, settling: Settling, caps: Caps, now: datetime) -> Dec
     head = _head(item)
     answer = settling.finding
     since = settling.not_found_from
-    if (
-        answer is not None
-        and answer.finding is Finding.NOT_FOUND
-        and since is not None
-        and now < since
-    ):
+    if since is not None and _looked_early(answer, since, now):
         # Too early for a 404 to prove anything: the receiver may still commit the request.
         answer = Answer(
             Finding.UNCERTAIN,

@@ -52,6 +52,10 @@ class Answer:
     # 429, and says nothing of the item (the finding is UNCERTAIN). The asker closes the
     # channel's gate with the error's Retry-After.
     throttled: ChannelError | None = None
+    # When the try that got this answer left: the receiver looked the key up after it,
+    # however late the answer came back. A 404 is judged by this moment (decide.py). None
+    # where no try was made, or the asker did not say.
+    asked_at: datetime | None = None
 
 
 @dataclass(frozen=True)

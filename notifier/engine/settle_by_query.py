@@ -86,15 +86,17 @@ def ask(
         reraise=True,
     )
     tries = 0
+    asked_at: datetime | None = None  # when the last try left: the receiver looked after it
 
     def query(key: str) -> Receipt | None:
         # go_on() again right before each further try: the stop above is checked before
         # the wait between tries, and a stop that comes during that wait must not be
         # followed by one more request.
-        nonlocal tries
+        nonlocal tries, asked_at
         tries += 1
         if tries > 1 and not go_on():
             raise _Stopped
+        asked_at = clock.now()
         return channel.query(key)
 
     try:
@@ -106,7 +108,11 @@ def ask(
             return Answer(Finding.UNCERTAIN, detail=f"query throttled: {exc}", throttled=exc)
         return Answer(Finding.UNCERTAIN, detail=f"query failed: {exc}")
     if receipt is None:
-        return Answer(Finding.NOT_FOUND, detail="the downstream holds nothing under this key")
+        return Answer(
+            Finding.NOT_FOUND,
+            detail="the downstream holds nothing under this key",
+            asked_at=asked_at,
+        )
     if receipt.intent_digest is not None and receipt.intent_digest != item.intent_digest:
         return Answer(
             Finding.CONFLICT,

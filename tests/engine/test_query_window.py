@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+from datetime import timedelta
 
 import pytest
 
@@ -17,6 +18,7 @@ from notifier.store import Store
 
 from ..conftest import Workspace, make_rows, wait_for
 from ..receiver import Receiver, receiving, webhook_config
+from ..support.background import meanwhile
 from ..support.crashed import crash_send
 
 pytestmark = pytest.mark.both_stores
@@ -263,3 +265,48 @@ def test_a_resume_closing_a_cancelled_run_sends_no_one_to_a_manual_mark_inside_a
     assert "unknown" not in ws.ledger.state_counts()
     assert {ws.ledger.item(i).state for i in held} == {"sent"}
     assert sorted(receiver.deliveries().values()) == [1] * len(held)
+
+
+@CONCURRENCY
+@pytest.mark.timeout(90)
+def test_a_404_looked_up_inside_the_window_proves_nothing_however_late_it_comes_back(
+    ws: Workspace, n: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed right after the first early answer was recorded. `resume` asks about an item
+    whose request the receiver took: the receiver looks the key up while the window is open
+    (nothing there yet), then commits the request, and its 404 comes back only after every
+    window closed. What counts is when the receiver looked, not when the answer came: the
+    item is not sent again, and is found later. (The answer is held while this process's
+    wall clock is moved past every window: conditions, no waits.)"""
+    commit = threading.Event()
+    answer = threading.Event()
+    answer.set()  # the senders' own queries, before the kill, are answered at once
+    receiver = Receiver(early="504", commit_hold=commit, query_hold=answer)
+    rows = _rows(n)
+    with receiving(receiver):
+        _killed_after_the_first_answer(ws, receiver, rows, n)
+        took = {arrival.key for arrival in receiver.arrivals}
+        asked_before = len(receiver.queried)
+        answer.clear()
+
+        def receiver_side() -> None:
+            try:
+                receiver.wait_for(lambda r: bool(took.intersection(r.queried[asked_before:])))
+                commit.set()  # after that look-up, inside its window
+                receiver.wait_for(lambda r: sum(r.commits.values()) >= len(r.arrivals))
+                monkeypatch.setattr(clock, "_SHIFT", timedelta(minutes=5))
+            finally:
+                answer.set()
+
+        with meanwhile(receiver_side):
+            resumed = ws.invoke("resume", "--concurrency", str(n))
+        assert resumed.exit_code in (0, 3), resumed.output
+        assert "not found yet" in resumed.output, resumed.output  # a 404 judged, as held
+        if "unknown" in ws.ledger.state_counts():  # every window has closed: asked again
+            settled = ws.invoke("reconcile")
+            assert settled.exit_code in (0, 3), settled.output
+        if "pending" in ws.ledger.state_counts():
+            finished = ws.invoke("resume", "--concurrency", str(n))
+            assert finished.exit_code == 0, finished.output
+        _assert_each_delivered_once(ws, receiver, rows)
+    _assert_all_sent(ws, rows)

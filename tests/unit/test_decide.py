@@ -535,3 +535,63 @@ def test_a_404_counts_from_timeout_plus_query_delay_after_the_request_left(name:
 def test_an_atomic_write_needs_no_window() -> None:
     """The outbox (no timeout, no query_delay): a missing file is proof at once."""
     assert not_found_counts_from(ASKABLE, (_closed(1, "uncertain", 1, 1),), NOW) is None
+
+
+# A status query's try left at `asked`; its 404 is judged at NOW, after the window closed at
+# CLOSED. Where a settle, a revisit or a cancel asks.
+CLOSED = NOW - timedelta(seconds=10)
+ASKING = [
+    (Moment.SETTLE, ItemState.IN_FLIGHT),
+    (Moment.SETTLE, ItemState.UNKNOWN),
+    (Moment.REVISIT, ItemState.UNKNOWN),
+    (Moment.CANCEL, ItemState.PENDING),
+]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(("moment", "state"), ASKING)
+def test_a_404_looked_up_before_the_window_closed_proves_nothing_however_late_it_came_back(
+    moment: Moment, state: ItemState
+) -> None:
+    """What counts is when the receiver looked the key up, after the query's try left
+    (`asked_at`), not when its answer came back: a 404 asked for while the receiver could
+    still commit the request, and answered after the window, proves nothing. Asked for after
+    the window, the same 404 is proof (the control)."""
+
+    def decided(asked: datetime) -> ItemTrigger | None:
+        answer = replace(MISSING, asked_at=asked)
+        decision = decide(
+            _item(state=state),
+            Settling(moment, answer, CLOSED),
+            caps=DELAYED,
+            policy=POLICY,
+            history=History(),
+            now=NOW,
+        )
+        return None if decision.outcome is None else decision.outcome.trigger
+
+    assert decided(CLOSED - timedelta(seconds=1)) is not ItemTrigger.NOT_FOUND
+    assert decided(CLOSED + timedelta(seconds=1)) is ItemTrigger.NOT_FOUND
+
+
+@pytest.mark.timeout(30)
+def test_after_a_send_a_404_counts_from_when_its_query_left() -> None:
+    """The sender's own query after an uncertain answer: its 404 is judged by when its try
+    left too. Asked before the window closed it proves nothing, whenever the send's answer
+    came; asked after, it is proof."""
+    started = CLOSED - timedelta(seconds=DELAYED.timeout_s + DELAYED.query_delay_s)
+
+    def decided(asked: datetime, answered: datetime) -> ItemTrigger | None:
+        sent = AfterSend(
+            _err(ErrorKind.UNCERTAIN), replace(MISSING, asked_at=asked), started=started
+        )
+        outcome = decide(
+            _item(), sent, caps=DELAYED, policy=POLICY, history=History(), now=answered
+        ).outcome
+        return None if outcome is None else outcome.trigger
+
+    # The send's answer came at once (a 504): the window closes at CLOSED all the same.
+    early = decided(CLOSED - timedelta(seconds=1), answered=started)
+    assert early is ItemTrigger.LOSE
+    late = decided(CLOSED + timedelta(seconds=1), answered=started)
+    assert late is ItemTrigger.NOT_FOUND  # proven undelivered: sent again, under the same key
