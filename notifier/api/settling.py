@@ -14,7 +14,14 @@ from notifier.api.working import run_channels, take_lease
 from notifier.channels import Channel
 from notifier.domain import clock
 from notifier.domain.errors import BadInput, Refused
-from notifier.domain.records import AttemptOutcome, Counts, Run, StopCause, unknown_left_reason
+from notifier.domain.records import (
+    AttemptOutcome,
+    Counts,
+    Item,
+    Run,
+    StopCause,
+    unknown_left_reason,
+)
 from notifier.domain.state_machine import (
     FINISHED_RUN_STATES,
     ItemState,
@@ -24,7 +31,13 @@ from notifier.domain.state_machine import (
 )
 from notifier.domain.who import operator_name
 from notifier.engine.membership import SoleLease, live_holder
-from notifier.engine.settle_by_query import settle, settle_doubts, settle_left, settleable_later
+from notifier.engine.settle_by_query import (
+    not_found_counts_from,
+    settle,
+    settle_doubts,
+    settle_left,
+    settleable_later,
+)
 from notifier.store import LeaseHeld, Store
 
 
@@ -211,6 +224,25 @@ class Marked:
     released: bool
 
 
+def _refuse_inside_the_window(env: Env, store: Store, run: Run, item: Item) -> None:
+    """A `not-sent` mark is the operator's own "not found": like a status query's 404, it
+    proves nothing while the receiver may still commit a request of the item, until
+    `timeout + query_delay` after it left (evidence.not_found_counts_from). Marked then, the
+    item would be sent again to a receiver about to commit the first request. The run's own
+    channel says how long (built from its snapshot: a mark that sends again needs it)."""
+    attempts = store.queries.attempts(run.run_id, item.seq)
+    with run_channels(run, env) as channels:
+        since = not_found_counts_from(channels[item.channel], attempts)
+    if since is not None and clock.now() < since:
+        raise Refused(
+            f"item {item.item_id} (seq {item.seq}): the receiver of channel {item.channel!r} "
+            f"may still commit its last request until {clock.local(clock.iso(since))} (the "
+            "channel's timeout plus query_delay after the request left), so nothing seen there "
+            "before then shows that it was not sent. Refused: look again after that time, then "
+            "mark it not-sent, or sent if the receiver holds it."
+        )
+
+
 def decide_by_hand(
     env: Env, store: Store, run: Run, item_ref: str, mark: str, evidence: str, lease_version: int
 ) -> Marked:
@@ -239,6 +271,8 @@ def decide_by_hand(
             "send it again to all of them, including those that got it. Refused: mark it "
             "`--mark sent --evidence …` (say who did not get it) or `--mark abandon`.",
         )
+    if mark == "not-sent":
+        _refuse_inside_the_window(env, store, run, item)
     if abandoned:
         store.ledger.release_abandoned(
             run.run_id, item.seq, operator_name(), evidence, lease_version

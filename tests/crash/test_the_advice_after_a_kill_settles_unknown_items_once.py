@@ -4,7 +4,9 @@ nor trusted to deduplicate one, `resume` leaves those items unknown and its advi
 and resuming delivers every row exactly once. Real processes, both stores, N = 1 and 8; the
 kill lands at a chosen point (the sender stopped there with NOTIFIER_FREEZE_AT, then killed):
 an answer received but not recorded (marked sent), and an item claimed whose request never
-left (marked not-sent, then sent by the resume)."""
+left (marked not-sent, then sent by the resume). A not-sent mark is refused until the
+receiver's window has passed (the receiver may still commit a request until then); the
+operator looks again after it, and the marks go through."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import pytest
 from notifier.sandbox.server import Faults, Sandbox
 
 from ..conftest import Workspace, make_rows, wait_for
+from ..support.waits import past_every_window
 from ..support.workspace import stopped
 
 pytestmark = [pytest.mark.both_stores, pytest.mark.timeout(180)]
@@ -21,7 +24,7 @@ pytestmark = [pytest.mark.both_stores, pytest.mark.timeout(180)]
 @pytest.mark.parametrize("n", [1, 8])
 @pytest.mark.parametrize(("point", "mark"), [("after-send", "sent"), ("after-intent", "not-sent")])
 def test_the_manual_marks_the_advice_names_settle_a_killed_run_and_send_nothing_twice(
-    ws: Workspace, n: int, point: str, mark: str
+    ws: Workspace, n: int, point: str, mark: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # after-send:1 - item 1 answered (committed at the receiver), not recorded;
     # after-intent:n+1 - item n+1 claimed in the ledger, its request never handed out.
@@ -58,6 +61,13 @@ def test_the_manual_marks_the_advice_names_settle_a_killed_run_and_send_nothing_
                  for item in unknown}  # fmt: skip
         assert marks.get(seq) == mark, marks  # the item the kill caught is unknown, as expected
         evidence = "the receiver's deliveries"
+        if "not-sent" in marks.values():  # followed at once: inside the receiver's window
+            first = next(item for item in unknown if marks[item.seq] == "not-sent")
+            early = ws.invoke("reconcile", "--manual", "blast", "--item", first.item_id,
+                              "--mark", "not-sent", "--evidence", evidence)  # fmt: skip
+            assert early.exit_code == 4, early.output
+            assert "may still commit" in early.output, early.output
+        past_every_window(monkeypatch)  # the operator looks again once it has passed
         for item in unknown:
             marked = ws.invoke("reconcile", "--manual", "blast", "--item", item.item_id,
                                "--mark", marks[item.seq], "--evidence", evidence)  # fmt: skip

@@ -13,6 +13,7 @@ import pytest
 from ..conftest import Workspace, make_rows
 from ..receiver import Receiver, receiving, webhook_config
 from ..support.crashed import crash_send
+from ..support.waits import past_every_window
 
 pytestmark = pytest.mark.both_stores
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -221,12 +222,15 @@ def test_an_early_404_on_a_channel_that_dedupes_never_ends_an_item_as_undelivere
     assert len(receiver.commits) == 1, receiver.commits
 
 
-def test_an_abandoned_item_is_never_sent_again_until_marked_not_sent(ws: Workspace) -> None:
+def test_an_abandoned_item_is_never_sent_again_until_marked_not_sent(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An item whose outcome nobody knows (a 504 from a receiver that did commit it, on a
     channel that can neither dedupe nor be asked) and that an operator abandons is failed
     but maybe delivered: sending the file again leaves its row out, naming the run and the
     mark that would release it, so the recipient gets no second copy; once the operator marks
-    it not-sent, the next send plans it again."""
+    it not-sent (refused until the receiver's window has passed), the next send plans it
+    again."""
     receiver = Receiver(answer=lambda item_id, n: 504 if (item_id, n) == ("u2", 1) else None)
     receiver.commit_first = True  # the gateway's 504 hides a delivery
     with receiving(receiver):
@@ -250,8 +254,13 @@ def test_an_abandoned_item_is_never_sent_again_until_marked_not_sent(ws: Workspa
         assert f"notifier reconcile {run_id} --manual --item ID --mark not-sent" in again.output
         assert _runs(ws) == [run_id]  # nothing planned
         assert receiver.posts("u2") == 1
-        released = ws.invoke("reconcile", run_id, "--manual", "--item", "u2",
-                             "--mark", "not-sent", "--evidence", "bounce came back")  # fmt: skip
+        release = ("reconcile", run_id, "--manual", "--item", "u2", "--mark", "not-sent",
+                   "--evidence", "bounce came back")  # fmt: skip
+        too_early = ws.invoke(*release)
+        assert too_early.exit_code == 4, too_early.output
+        assert "may still commit" in too_early.output
+        past_every_window(monkeypatch)
+        released = ws.invoke(*release)
         assert released.exit_code in (0, 3), released.output
         resent = ws.invoke("send", "b.csv", "--channel", "hooks")
         assert resent.exit_code == 0, resent.output

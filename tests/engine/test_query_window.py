@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import threading
-from datetime import timedelta
 
 import pytest
 
@@ -20,6 +19,7 @@ from ..conftest import Workspace, make_rows, wait_for
 from ..receiver import Receiver, receiving, webhook_config
 from ..support.background import meanwhile
 from ..support.crashed import crash_send
+from ..support.waits import past_every_window
 
 pytestmark = pytest.mark.both_stores
 
@@ -294,7 +294,7 @@ def test_a_404_looked_up_inside_the_window_proves_nothing_however_late_it_comes_
                 receiver.wait_for(lambda r: bool(took.intersection(r.queried[asked_before:])))
                 commit.set()  # after that look-up, inside its window
                 receiver.wait_for(lambda r: sum(r.commits.values()) >= len(r.arrivals))
-                monkeypatch.setattr(clock, "_SHIFT", timedelta(minutes=5))
+                past_every_window(monkeypatch)
             finally:
                 answer.set()
 

@@ -31,6 +31,7 @@ from notifier.engine.crash import POINTS
 
 from ..conftest import Workspace, make_rows
 from ..support.audited import KEY, TOML, config, keyed, send, verdict
+from ..support.waits import past_every_window
 
 pytestmark = [pytest.mark.both_stores, pytest.mark.timeout(300)]
 ANSWERS = (DELIVER, LOST_AFTER_COMMIT, LOST_BEFORE_COMMIT, throttle(0.01), REFUSE, REJECT)
@@ -120,6 +121,7 @@ def test_replay_equals_the_stored_state_after_manual_reconciliation(
 
     _, channel = send(ws, "manual", 6, lose)
     (ws.path / "notifier.toml").write_text(TOML)
+    past_every_window(monkeypatch)  # a not-sent mark waits out the receiver's window
     for item, mark in (("u2", "sent"), ("u3", "not-sent"), ("u4", "abandon")):
         evidence = f"relay log for {item}"
         decided = ws.invoke("reconcile", "manual", "--manual", "--item", item, "--mark", mark,

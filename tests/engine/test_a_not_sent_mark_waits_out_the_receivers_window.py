@@ -1,0 +1,68 @@
+"""A `not-sent` mark is the operator's own "not found": while the receiver may still commit a
+request of the item (until `timeout + query_delay` after it left), nothing seen there shows
+it was not sent, so `reconcile --manual` refuses the mark (exit 4, naming the moment) and the
+item stays unknown. After that moment the honest marks settle the run: each key delivered
+once. A webhook that can neither be asked nor dedupes; N = 1 and 8, both stores; the clock
+is moved past the window rather than waited for."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from ..conftest import Workspace, make_rows
+from ..receiver import Receiver, receiving, webhook_config
+from ..support.waits import past_every_window
+
+pytestmark = [pytest.mark.both_stores, pytest.mark.timeout(90)]
+
+
+@pytest.mark.parametrize("n", [1, 8])
+def test_a_not_sent_mark_inside_the_window_is_refused_and_the_honest_marks_after_it_send_once(
+    ws: Workspace, n: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # u1: the receiver takes the request and holds it past the 1 s timeout (committed only
+    # once released); u2: a 500, nothing taken. Both end unknown.
+    held = threading.Event()
+    receiver = Receiver(answer=lambda item_id, nth: 500 if (item_id, nth) == ("u2", 1) else None,
+                        hold=held)  # fmt: skip
+    with receiving(receiver):
+        try:
+            (ws.path / "notifier.toml").write_text(
+                webhook_config(receiver, idempotent=False, status=False, timeout=1, query_delay=30)
+            )
+            ws.write_csv("batch.csv", make_rows(2))
+            sent = ws.invoke("send", "batch.csv", "--channel", "hooks", "--run-id", "r1",
+                             "--concurrency", str(n))  # fmt: skip
+            assert sent.exit_code == 3, sent.output
+            assert "`notifier reconcile --manual r1`" in sent.output
+            assert {i.item_id: i.state for i in ws.ledger.items("r1")} == {
+                "u1": "unknown",
+                "u2": "unknown",
+            }
+            # Following the advice at once: the receiver holds neither key yet.
+            assert receiver.commits == {}
+            for item_id in ("u1", "u2"):
+                early = ws.invoke("reconcile", "--manual", "r1", "--item", item_id,
+                                  "--mark", "not-sent", "--evidence", "nothing there")  # fmt: skip
+                assert early.exit_code == 4, early.output
+                assert "may still commit" in early.output, early.output
+            assert {i.state for i in ws.ledger.items("r1")} == {"unknown"}
+        finally:
+            held.set()  # the receiver commits what it took (u1), inside the window
+        receiver.wait_for(lambda r: len(r.commits) == 1)
+        past_every_window(monkeypatch)
+        keys = {i.item_id: i.idempotency_key for i in ws.ledger.items("r1")}
+        for item_id, key in keys.items():
+            mark = "sent" if key in receiver.commits else "not-sent"
+            marked = ws.invoke("reconcile", "--manual", "r1", "--item", item_id,
+                               "--mark", mark, "--evidence", "the receiver's commits")  # fmt: skip
+            assert marked.exit_code in (0, 3), marked.output
+        resumed = ws.invoke("resume", "r1", "--concurrency", str(n))
+        assert resumed.exit_code == 0, resumed.output
+        receiver.wait_for(lambda r: len(r.commits) == 2)
+    assert receiver.commits == dict.fromkeys(keys.values(), 1)
+    report = json.loads(ws.invoke("report", "r1", "--format", "json").output)
+    assert report["counts"]["sent"] == 2, report["counts"]
