@@ -134,8 +134,9 @@ MAYBE_DELIVERED = (
 def abandoned(item: str) -> str:
     """Whether the item aliased `item` was abandoned by an operator (`reconcile --manual
     --mark abandon`): failed, its newest decision `abandon`. Its outcome is unknown, so its
-    row is maybe delivered and never planned again by a plain send (store/history.py); a
-    later `--mark sent` or `--mark not-sent` moves it out of `failed`."""
+    row is maybe delivered and never planned again by a plain send (store/history.py). A
+    later `--mark not-sent` (a newer decision; Ledger.release_abandoned) leaves it failed but
+    no longer abandoned: known never delivered, its row is planned again."""
     return (
         f"({item}.state = 'failed' AND EXISTS (SELECT 1 FROM decisions d "
         f"WHERE d.run_id = {item}.run_id AND d.seq = {item}.seq AND d.decision = 'abandon' "
