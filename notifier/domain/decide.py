@@ -366,7 +366,6 @@ def _settle(item: Item, settling: Settling, caps: Caps, now: datetime) -> Decisi
         )
     early = since is not None and now < since
     if since is not None and _looked_early(answer, since, now):
-        assert since is not None
         when = clock.iso(since)
         line = (
             f"{head} not found yet, but the receiver may still commit it until {when} "
