@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from notifier.api.env import Env, open_store, pick_run
-from notifier.api.working import run_channels, take_lease
+from notifier.api.working import run_channel, run_channels, take_lease
 from notifier.channels import Channel
 from notifier.domain import clock
 from notifier.domain.errors import BadInput, Refused
@@ -229,10 +229,14 @@ def _refuse_inside_the_window(env: Env, store: Store, run: Run, item: Item) -> N
     proves nothing while the receiver may still commit a request of the item, until
     `timeout + query_delay` after it left (evidence.not_found_counts_from). Marked then, the
     item would be sent again to a receiver about to commit the first request. The run's own
-    channel says how long (built from its snapshot: a mark that sends again needs it)."""
+    channel says how long: built from the run's snapshot (a mark that sends again needs it;
+    the run's other channels are not)."""
     attempts = store.queries.attempts(run.run_id, item.seq)
-    with run_channels(run, env) as channels:
-        since = not_found_counts_from(channels[item.channel], attempts)
+    channel = run_channel(run, env, item.channel)
+    try:
+        since = not_found_counts_from(channel, attempts)
+    finally:
+        channel.close()
     if since is not None and clock.now() < since:
         raise Refused(
             f"item {item.item_id} (seq {item.seq}): the receiver of channel {item.channel!r} "

@@ -88,20 +88,29 @@ def run_channels(
     the environment, a definition an older version accepted) stands in as one that can be
     neither sent to nor asked: its in-flight items become unknown instead of blocking."""
     channels: dict[str, Channel] = {}
-    for name, definition in run.channel_snapshot.items():
+    for name in run.channel_snapshot:
         try:
-            channels[name] = env.build(name, definition, env.base_dir)
-        except ChannelConfigError as exc:
+            channels[name] = run_channel(run, env, name)
+        except BadInput as exc:
             if not tolerate_broken:
                 for built in channels.values():
                     built.close()
-                raise BadInput(f"run {run.run_id}: {exc}") from exc
-            channels[name] = UnbuildableChannel(name, str(exc))
+                raise
+            channels[name] = UnbuildableChannel(name, str(exc.__cause__))
     try:
         yield channels
     finally:
         for channel in channels.values():
             channel.close()
+
+
+def run_channel(run: Run, env: Env, name: str) -> Channel:
+    """The run's channel `name` as the run snapshotted it, for the caller to close; BadInput
+    naming the run if it cannot be built any more."""
+    try:
+        return env.build(name, run.channel_snapshot[name], env.base_dir)
+    except ChannelConfigError as exc:
+        raise BadInput(f"run {run.run_id}: {exc}") from exc
 
 
 @contextmanager

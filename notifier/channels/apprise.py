@@ -31,6 +31,9 @@ if TYPE_CHECKING:
     from apprise import Apprise, NotifyBase
 
 PLACEHOLDER = "{to}"
+# Apprise's own socket timeouts where the channel sets none: 4 s to connect and 4 s per read
+# (its URL arguments `cto` and `rto`).
+APPRISE_TIMEOUTS_S = 8.0
 # Targets tried when validating a URL that contains {to}: plugins check the shape of their
 # targets (an address, a phone number, a channel name), so one of these should fit.
 _PROBE_TARGETS = ("notifier-probe@example.com", "15555550100", "notifier-probe")
@@ -104,6 +107,10 @@ class AppriseChannel:
         ):
             raise ChannelConfigError(f"{where}: `timeout` must be a positive number of seconds.")
         self.timeout: float | None = None if timeout is None else float(timeout)
+        # How long after a notification left its service may still take it (evidence.Caps):
+        # a not-sent mark waits that long (api/settling.py). Unset, Apprise's own connect and
+        # read timeouts apply.
+        self.timeout_s = self.timeout if self.timeout is not None else APPRISE_TIMEOUTS_S
         self._apprise: type[Apprise] = apprise.Apprise
         self._text_format = apprise.NotifyFormat.TEXT
         self._asset = apprise.AppriseAsset()

@@ -112,6 +112,9 @@ class SmtpChannel:
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
             raise ChannelConfigError(f"{where}: `timeout` must be a positive number of seconds.")
         self.timeout = float(timeout)
+        # How long after a message left the relay may still take it (evidence.Caps): a
+        # not-sent mark waits that long (api/settling.py).
+        self.timeout_s = self.timeout
 
         sender = definition.get("sender")
         if not isinstance(sender, str) or has_control(sender):

@@ -15,6 +15,7 @@ from notifier.sandbox.server import Faults, Sandbox
 
 from ..conftest import Inbox, Workspace, make_rows
 from ..support.crashed import crash_resume, crash_send
+from ..support.waits import past_every_window
 
 pytestmark = pytest.mark.both_stores
 
@@ -47,15 +48,19 @@ def test_reconcile_settles_in_flight_items_by_query(ws: Workspace, hooks: Sandbo
     assert again.exit_code == 0 and "nothing to settle" in again.output
 
 
-def test_manual_reconcile_interactively(ws: Workspace, inbox: Inbox) -> None:
+def test_manual_reconcile_interactively(
+    ws: Workspace, inbox: Inbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The operator is shown each unknown item and decides: sent (with evidence) or not sent
-    (back to pending, resent under the same key by resume)."""
+    (back to pending, resent under the same key by resume), once the relay's timeout has
+    passed (tests/engine/test_a_not_sent_mark_waits_out_the_receivers_window.py)."""
     ws.write_csv("batch.csv", make_rows(8))
     crash_send("after-send:3", db=ws.db, channel="mail")
     crash_resume("after-intent:6", db=ws.db)
     assert ws.invoke("resume").exit_code == 3
     assert [i.seq for i in ws.ledger.items() if i.state == "unknown"] == [3, 6]
     key6 = ws.ledger.item("u6").idempotency_key
+    past_every_window(monkeypatch)
 
     session = ws.invoke("reconcile", "--manual", input="s\n\nseen in the mail log\nn\nnot in log\n")
     assert session.exit_code == 0, session.output
@@ -176,11 +181,12 @@ def mark(ws: Workspace, item: str, decision: str) -> None:
 
 
 def test_settling_unknown_items_by_hand_updates_then_clears_the_stop_reason(
-    ws: Workspace, inbox: Inbox
+    ws: Workspace, inbox: Inbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A run paused for unknown outcomes: each manual decision brings "stopped because" up to
     date, and once no item is unknown it is gone, though the run still waits to resume."""
     two_unknown_items(ws)
+    past_every_window(monkeypatch)  # a not-sent mark waits out the relay's timeout
     assert ws.status()["stop_reason"] == "2 item(s) with unknown outcome"
     mark(ws, "u1", "not-sent")
     assert ws.status()["stop_reason"] == "1 item(s) with unknown outcome"
