@@ -33,6 +33,7 @@ from notifier.domain.who import operator_name
 from notifier.engine.membership import SoleLease, live_holder
 from notifier.engine.settle_by_query import (
     not_found_counts_from,
+    not_sent_marks_from,
     settle,
     settle_doubts,
     settle_left,
@@ -50,6 +51,7 @@ class CancelResult:
     # Of its unknown items, how many a plain reconcile settles by query once their window
     # has passed, and when the last one's passes (the command words the advice).
     settle_later: tuple[int, datetime] | None = None
+    marks_from: datetime | None = None  # when a not-sent mark is taken (RunResult's)
 
 
 def cancel(env: Env, run_id: str | None, wait_s: float) -> CancelResult:
@@ -88,11 +90,14 @@ def cancel(env: Env, run_id: str | None, wait_s: float) -> CancelResult:
         if run.state is not RunState.CANCELLED:
             return _already_finished(store, run)
         later = None  # what of its unknown items a plain reconcile can settle by query later
+        marks_from = None  # and when the others can be marked not sent
         if store.queries.counts(run.run_id).unknown:
             with run_channels(run, env, tolerate_broken=True) as channels:
                 later = settleable_later(store, run.run_id, channels)
+                marks_from = not_sent_marks_from(store, run.run_id, channels)
         counts = store.queries.counts(run.run_id)
-        return CancelResult(run, True, f"run {run.run_id} cancelled.", counts, later)
+        message = f"run {run.run_id} cancelled."
+        return CancelResult(run, True, message, counts, later, marks_from)
     finally:
         store.close()
 

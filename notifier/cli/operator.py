@@ -241,7 +241,9 @@ def cancel(
         chunks_open = api.cancel_open_batches(result.run.run_id)  # left by drafting
     advice = ""
     if result.confirmed and result.run.state is RunState.CANCELLED and result.counts.unknown:
-        advice = " " + unknown_advice(result.run.run_id, result.counts.unknown, result.settle_later)
+        advice = " " + unknown_advice(
+            result.run.run_id, result.counts.unknown, result.settle_later, result.marks_from
+        )
     env.say(result.message + advice)
     if with_report:
         store = open_store(env)

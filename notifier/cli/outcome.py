@@ -96,7 +96,7 @@ def run_advice(result: RunResult, run_id: str, again: str) -> str:
             f"`notifier resume {run_id}` continues."
         )
     if result.stop is Stop.UNKNOWN_LEFT:
-        return unknown_advice(run_id, result.counts.unknown, result.settle_later)
+        return unknown_advice(run_id, result.counts.unknown, result.settle_later, result.marks_from)
     if result.stop in (Stop.HALTED, Stop.CONFLICT):
         advice = (
             f"`notifier status {run_id}` lists the items; fix the cause, then "
@@ -119,7 +119,7 @@ def run_advice(result: RunResult, run_id: str, again: str) -> str:
             f"`notifier status {run_id}`."
         )
     if result.counts.unknown:
-        return unknown_advice(run_id, result.counts.unknown, result.settle_later)
+        return unknown_advice(run_id, result.counts.unknown, result.settle_later, result.marks_from)
     if result.counts.failed:
         return (
             f"{result.counts.failed} item(s) failed; `notifier report {run_id}` lists them "
@@ -134,11 +134,17 @@ def run_advice(result: RunResult, run_id: str, again: str) -> str:
     return ""
 
 
-def unknown_advice(run_id: str, unknown: int, later: tuple[int, datetime] | None) -> str:
+def unknown_advice(
+    run_id: str,
+    unknown: int,
+    later: tuple[int, datetime] | None,
+    marks_from: datetime | None = None,
+) -> str:
     """How a run's `unknown` items get settled, after a run or a cancel: those that only
     wait for their query window (`later`: how many, and when the last window passes) by a
     plain `reconcile` once it has passed (the receiver may still commit them until then:
-    marked not sent by hand, they would go out twice); the others by a person."""
+    marked not sent by hand, they would go out twice); the others by a person, from
+    `marks_from` where a not-sent mark is not taken yet (the same reason)."""
     by_query = later[0] if later is not None else 0
     advice = []
     if later is not None:
@@ -149,7 +155,13 @@ def unknown_advice(run_id: str, unknown: int, later: tuple[int, datetime] | None
         )
     if unknown > by_query:
         others = "the other unknown items" if later is not None else "the unknown items"
-        advice.append(f"Settle {others} with `notifier reconcile --manual {run_id}`.")
+        when = (
+            ""
+            if marks_from is None
+            else f" from {clock.local(clock.iso(marks_from))}, when the receiver can no longer "
+            "commit them (a not-sent mark is refused before then)"
+        )
+        advice.append(f"Settle {others} with `notifier reconcile --manual {run_id}`{when}.")
     return " ".join(advice)
 
 

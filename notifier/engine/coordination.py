@@ -83,6 +83,9 @@ class RunResult:
     # still commit them until then) and when the last window passes: a plain reconcile
     # settles those by query then. None when none waits for that (settle_by_query).
     settle_later: tuple[int, datetime] | None = None
+    # When a not-sent mark is taken for the unknown items no query settles (the receiver
+    # can no longer commit them then); None when it is taken now (settle_by_query).
+    marks_from: datetime | None = None
 
 
 class Coordination:

@@ -357,6 +357,25 @@ def settleable_later(
     return (len(waiting), max(waiting)) if waiting else None
 
 
+def not_sent_marks_from(
+    store: Store, run_id: str, channels: Mapping[str, Channel]
+) -> datetime | None:
+    """When a not-sent mark is taken for every unknown item of the run that no query can
+    settle (its channel cannot be asked): the latest moment until which the receiver may
+    still commit one of them (api/settling refuses a mark before its item's); None when
+    that has passed for all of them."""
+    now = clock.now()
+    latest: datetime | None = None
+    for item in store.queries.items(run_id, [ItemState.UNKNOWN]):
+        channel = channels[item.channel]
+        if channel.queryable:
+            continue
+        since = not_found_counts_from(channel, store.queries.attempts(run_id, item.seq))
+        if since is not None and since > now and (latest is None or since > latest):
+            latest = since
+    return latest
+
+
 def _left_mid_request(
     store: Store, run_id: str, channels: Mapping[str, Channel]
 ) -> dict[int, datetime | None]:

@@ -54,9 +54,10 @@ def test_the_manual_marks_the_advice_names_settle_a_killed_run_and_send_nothing_
         resumed = ws.invoke("resume", "blast", "--concurrency", str(n))
         unknown = [item for item in ws.ledger.items("blast") if item.state == "unknown"]
         assert resumed.exit_code == 3, resumed.output
-        assert "Settle the unknown items with `notifier reconcile --manual blast`." in (
+        assert "Settle the unknown items with `notifier reconcile --manual blast` from " in (
             resumed.output
         )
+        assert "when the receiver can no longer commit them" in resumed.output
         marks = {item.seq: "sent" if item.idempotency_key in committed else "not-sent"
                  for item in unknown}  # fmt: skip
         assert marks.get(seq) == mark, marks  # the item the kill caught is unknown, as expected

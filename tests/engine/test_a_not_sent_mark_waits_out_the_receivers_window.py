@@ -38,7 +38,8 @@ def test_a_not_sent_mark_inside_the_window_is_refused_and_the_honest_marks_after
             sent = ws.invoke("send", "batch.csv", "--channel", "hooks", "--run-id", "r1",
                              "--concurrency", str(n))  # fmt: skip
             assert sent.exit_code == 3, sent.output
-            assert "`notifier reconcile --manual r1`" in sent.output
+            assert "`notifier reconcile --manual r1` from " in sent.output
+            assert "when the receiver can no longer commit them" in sent.output
             assert {i.item_id: i.state for i in ws.ledger.items("r1")} == {
                 "u1": "unknown",
                 "u2": "unknown",

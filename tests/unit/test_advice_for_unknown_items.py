@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from notifier.cli.outcome import run_advice
+from notifier.domain import clock
 from notifier.domain.records import Counts
 from notifier.domain.state_machine import RunState
 from notifier.engine.run_control import Stop
@@ -22,10 +23,12 @@ ENDINGS = pytest.mark.parametrize(
 )
 
 
-def _ended(state: RunState, stop: Stop, unknown: int, later: int | None) -> RunResult:
+def _ended(
+    state: RunState, stop: Stop, unknown: int, later: int | None, marks_from: datetime | None = None
+) -> RunResult:
     counts = Counts(unknown=unknown, pending=2)
     settle_later = (later, WINDOW_ENDS) if later is not None else None
-    return RunResult(state, stop, "ended", counts, settle_later=settle_later)
+    return RunResult(state, stop, "ended", counts, settle_later=settle_later, marks_from=marks_from)
 
 
 @ENDINGS
@@ -51,3 +54,18 @@ def test_only_the_items_no_query_can_settle_go_to_a_manual_mark(
 def test_with_no_window_to_wait_for_a_person_settles_them(state: RunState, stop: Stop) -> None:
     advice = run_advice(_ended(state, stop, unknown=2, later=None), "r1", "again")
     assert advice == "Settle the unknown items with `notifier reconcile --manual r1`."
+
+
+@ENDINGS
+def test_a_manual_mark_not_taken_yet_is_advised_with_the_moment_it_is(
+    state: RunState, stop: Stop
+) -> None:
+    """Items no query settles, whose receiver may still commit them: the advice names the
+    moment a not-sent mark is taken (api/settling refuses it before)."""
+    advice = run_advice(_ended(state, stop, unknown=2, later=None, marks_from=WINDOW_ENDS),
+                        "r1", "again")  # fmt: skip
+    assert advice == (
+        "Settle the unknown items with `notifier reconcile --manual r1` from "
+        f"{clock.local(clock.iso(WINDOW_ENDS))}, when the receiver can no longer commit them "
+        "(a not-sent mark is refused before then)."
+    )
