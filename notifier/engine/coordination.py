@@ -203,8 +203,12 @@ class Coordination:
         return RunResult(RunState.COMPLETED, Stop.COMPLETED, f"completed: {summary}", counts)
 
     def finish_cancel(self) -> RunResult:
-        """Close a cancelled run. Items waiting to retry after an uncertain attempt may have
-        been delivered: settled by query, or made unknown, before the run is closed."""
+        """Close a cancelled run, having asked first about what may have been delivered:
+        the items left unknown or mid-request (`settle_unknown`: the revisits stop once the
+        run is stopping, and an item a query settles is never left for a person), then
+        those waiting to retry after an uncertain attempt, settled by query or made unknown
+        (settle_doubts)."""
+        self.settle_unknown()
         settle_doubts(
             self.store,
             self.run_id,
@@ -222,6 +226,23 @@ class Coordination:
             "cancelled: "
             + counts.summary(counts.pending - len(kinds), kinds.count(PendingKind.RETRY_WAITING)),
             counts,
+        )
+
+    def settle_unknown(self) -> None:
+        """Before a cancel closes the run: ask now about every item left unknown or
+        mid-request on a channel that can be asked (settle_left, waiting for no window:
+        what a 404 cannot settle yet stays unknown, and the advice names the moment a plain
+        reconcile settles it). This process is the only one: its own sends are all recorded
+        by now, nothing else is in flight."""
+        settle_left(
+            self.store,
+            self.run_id,
+            self.channels,
+            self.lease_version,
+            [],
+            self.p.say,
+            wait_until=clock.now(),
+            asking=self.asking,
         )
 
     def lost(self, lost: LeaseLost) -> RunResult:
@@ -393,14 +414,14 @@ class Shared(Coordination):
     def may_close(self, counts: Counts) -> bool:
         return not counts.in_flight  # held by a worker not yet known dead: wait for it
 
-    def finish_cancel(self) -> RunResult:
-        """The last live worker closes a cancelled run, but first settles what dead workers
+    def settle_unknown(self) -> None:
+        """The last live worker, before it closes a cancelled run, settles what dead workers
         left in flight (it may have been delivered): adopted now, or adopted earlier and left
         unasked because the run was stopping (this worker's own sends are all recorded by
         now: whatever it holds in flight is adopted). A dead worker whose transaction is
         still open is fenced out at a later look, every REAP_S, for at most CANCEL_ADOPT_S.
-        Then asked about, and asked again once a 404 counts (reconcile.settle_left): never
-        left in flight, nor reported pending while it may have been delivered."""
+        Then asked about, and asked again once a 404 counts (settle_left): never left in
+        flight, nor reported pending while it may have been delivered."""
         deadline = time.monotonic() + CANCEL_ADOPT_S
         self.adopt()
         while self._others_in_flight() and time.monotonic() < deadline:
@@ -408,8 +429,6 @@ class Shared(Coordination):
             self.adopt()
         seqs = sorted(self.store.leases.held_in_flight(self.run_id, self.worker_id))
         items = [self.store.queries.item(self.run_id, seq) for seq in seqs]
-        # Even with nothing in flight: items asked about too early earlier (adopted mid-run,
-        # say) are asked again once their 404 counts.
         settle_left(
             self.store,
             self.run_id,
@@ -419,7 +438,6 @@ class Shared(Coordination):
             self.p.say,
             asking=self.asking,
         )
-        return super().finish_cancel()
 
     def _others_in_flight(self) -> bool:
         """Whether items are in flight under another worker (one not fenced out yet)."""

@@ -17,7 +17,7 @@ from notifier.store import Store
 
 from ..conftest import Workspace, make_rows, wait_for
 from ..receiver import Receiver, receiving, webhook_config
-from ..support.background import meanwhile
+from ..support.background import meanwhile, send_in_background
 from ..support.crashed import crash_send
 from ..support.waits import past_every_window
 
@@ -310,3 +310,43 @@ def test_a_404_looked_up_inside_the_window_proves_nothing_however_late_it_comes_
             assert finished.exit_code == 0, finished.output
         _assert_each_delivered_once(ws, receiver, rows)
     _assert_all_sent(ws, rows)
+
+
+@pytest.mark.timeout(90)
+def test_a_worker_closing_a_cancel_asks_about_the_unknown_items_a_query_now_settles(
+    ws: Workspace, fast_waits: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At N = 8: u1's answer is lost (a 504 for a request the receiver took) while the
+    receiver's status endpoint fails, so u1 is left unknown; u2, held in flight, keeps the
+    worker sending. The status endpoint recovers, u1's window passes, and the run is
+    cancelled: the worker asks about u1 before it closes the run (its revisits stopped with
+    the cancel) and finds it sent, so no item a query settles is advised to a manual mark.
+    (The window passes on this process's clock, moved on: no wait.)"""
+    hold = threading.Event()
+    receiver = Receiver(answer=lambda item_id, nth: 504 if item_id == "u1" else None,
+                        commit_first=True, hold=hold, query_status=500)  # fmt: skip
+    with receiving(receiver):
+        try:
+            _configure(ws, receiver)
+            ws.write_csv("batch.csv", make_rows(2))
+            worker = send_in_background(ws, "hooks", 8)
+            wait_for(lambda: ws.has_database() and ws.ledger.states().get("u1") == "unknown",
+                     "u1 left unknown, its queries failed")  # fmt: skip
+            receiver.query_status = None  # the status endpoint answers again
+            past_every_window(monkeypatch)
+
+            def release_once_cancelled() -> None:
+                try:
+                    wait_for(lambda: ws.ledger.run().cancel_requested_at is not None, "cancel")
+                finally:
+                    hold.set()  # u2 answered: the worker sees the cancel and closes the run
+
+            with meanwhile(release_once_cancelled):
+                cancelled = ws.invoke("cancel", "--wait", "60")
+        finally:
+            hold.set()
+        assert worker.exit_code(60) == 0  # pending were never attempted: cancelled, exit 0
+    assert cancelled.exit_code in (0, 3), cancelled.output
+    assert "--manual" not in cancelled.output, cancelled.output
+    assert ws.ledger.states() == {"u1": "sent", "u2": "sent"}
+    assert receiver.commits == {item.idempotency_key: 1 for item in ws.ledger.items()}
