@@ -398,7 +398,8 @@ def _settle(item: Item, settling: Settling, caps: Caps, now: datetime) -> Decisi
         )
     if answer is not None and answer.finding is Finding.NOT_FOUND:
         then = (
-            "its run is finished, so it is not sent; sending the file again sends it"
+            "its run is finished or being cancelled, so it is not sent; sending the file "
+            "again sends it"
             if settling.run_finished
             else "will send again with the same key"
         )

@@ -208,7 +208,8 @@ class Question:
     history: History
     not_found_from: datetime | None
     policy: RetryPolicy | None = None
-    run_finished: bool = False  # its run is completed or cancelled (Settling.run_finished)
+    # Its run is completed or cancelled, or being cancelled (Settling.run_finished).
+    run_finished: bool = False
 
     @property
     def seq(self) -> int:
@@ -226,8 +227,12 @@ def question(
     history = History.of(store.queries.attempts(run_id, item.seq))
     moment = Moment.SETTLE if policy is None else Moment.REVISIT
     since = not_found_counts_from(channel, history.attempts)
-    # The runner's revisit is of its own running run: no read of the run for it.
-    finished = policy is None and store.core.get_run(run_id).state in FINISHED_RUN_STATES
+    # The runner's revisit is of its own running run: no read of the run for it. A run a
+    # cancel was asked for sends nothing more either: it is being closed (settle_left).
+    run = None if policy is not None else store.core.get_run(run_id)
+    finished = run is not None and (
+        run.state in FINISHED_RUN_STATES or run.cancel_requested_at is not None
+    )
     return Question(item, moment, history, since, policy, run_finished=finished)
 
 

@@ -178,6 +178,7 @@ def test_a_cancel_after_a_kill_waits_out_the_window_and_asks_again(ws: Workspace
         held = {a.item_id for a in receiver.arrivals}
     assert cancelled.exit_code == _cancelled_exit(held, rows), cancelled.output
     assert "--manual" not in cancelled.stderr, cancelled.stderr
+    assert "will send again" not in cancelled.stderr, cancelled.stderr  # the run sends no more
     report = json.loads(cancelled.stdout)
     ends = {row["id"]: row["state"] for row in report["items"]}
     assert report["counts"]["unknown"] == 0, ends
@@ -350,3 +351,24 @@ def test_a_worker_closing_a_cancel_asks_about_the_unknown_items_a_query_now_sett
     assert "--manual" not in cancelled.output, cancelled.output
     assert ws.ledger.states() == {"u1": "sent", "u2": "sent"}
     assert receiver.commits == {item.idempotency_key: 1 for item in ws.ledger.items()}
+
+
+@pytest.mark.timeout(60)
+def test_a_cancel_that_proves_an_item_undelivered_says_its_run_will_not_send_it(
+    ws: Workspace,
+) -> None:
+    """Killed after item 1 was claimed, its request never sent: `cancel` waits out the
+    window, finds nothing, and leaves it never delivered (pending in the cancelled run). What
+    it says is that the run will not send it (sending the file again will), never that it
+    will be sent again."""
+    receiver = Receiver(early="504", commit_after_s=COMMIT_AFTER_S)
+    with receiving(receiver):
+        _configure(ws, receiver)
+        ws.write_csv("batch.csv", make_rows(2))
+        crash_send("after-intent:1", db=ws.db, channel="hooks", concurrency=1)
+        cancelled = ws.invoke("cancel", "--wait", "30")
+    assert receiver.arrivals == []
+    assert cancelled.exit_code in (0, 3), cancelled.output
+    assert "nothing was delivered; its run is finished or being cancelled" in cancelled.output
+    assert "will send again" not in cancelled.output, cancelled.output
+    assert ws.ledger.item("u1").state == "pending"
