@@ -33,11 +33,10 @@ from notifier.domain.who import operator_name
 from notifier.engine.membership import SoleLease, live_holder
 from notifier.engine.settle_by_query import (
     not_found_counts_from,
-    not_sent_marks_from,
     settle,
     settle_doubts,
     settle_left,
-    settleable_later,
+    unknown_waits,
 )
 from notifier.store import LeaseHeld, Store
 
@@ -89,12 +88,10 @@ def cancel(env: Env, run_id: str | None, wait_s: float) -> CancelResult:
                 continue
         if run.state is not RunState.CANCELLED:
             return _already_finished(store, run)
-        later = None  # what of its unknown items a plain reconcile can settle by query later
-        marks_from = None  # and when the others can be marked not sent
+        later, marks_from = None, None  # what its unknown items wait for (unknown_waits)
         if store.queries.counts(run.run_id).unknown:
             with run_channels(run, env, tolerate_broken=True) as channels:
-                later = settleable_later(store, run.run_id, channels)
-                marks_from = not_sent_marks_from(store, run.run_id, channels)
+                later, marks_from = unknown_waits(store, run.run_id, channels)
         counts = store.queries.counts(run.run_id)
         message = f"run {run.run_id} cancelled."
         return CancelResult(run, True, message, counts, later, marks_from)

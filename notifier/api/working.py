@@ -19,7 +19,7 @@ from notifier.domain.state_machine import RunTrigger
 from notifier.engine import crash
 from notifier.engine.membership import Lease, LeaseKind, SoleLease, for_sending
 from notifier.engine.runner import Runner, RunOptions, RunResult
-from notifier.engine.settle_by_query import not_sent_marks_from, settleable_later
+from notifier.engine.settle_by_query import unknown_waits
 from notifier.engine.signals import interrupt_guard
 from notifier.observe import NULL_OBSERVER, Observer
 from notifier.store import LeaseHeld, Store
@@ -74,8 +74,7 @@ def work_run(
         if result.counts.unknown:
             # Unknown items that only wait for their window: advised to a plain reconcile
             # then, not to a manual mark (marked not sent, they could be sent twice).
-            later = settleable_later(lease.store, run.run_id, channels)
-            marks_from = not_sent_marks_from(lease.store, run.run_id, channels)
+            later, marks_from = unknown_waits(lease.store, run.run_id, channels)
             result = replace(result, settle_later=later, marks_from=marks_from)
         return observer.ended(result)
 

@@ -336,7 +336,7 @@ def settle_left(
     `not_found_counts_from`, is asked again once it counts, so a request that never left
     ends proven undelivered rather than unknown. The wait is bounded by the channel's
     timeout + query_delay, as a request still under way is, and by `wait_until` (cancel's
-    --wait); what it leaves unknown `settleable_later` says. Those left pending and maybe
+    --wait); what it leaves unknown `unknown_waits` says. Those left pending and maybe
     delivered (a channel that dedupes) are for settle_doubts, which the caller runs next:
     their 404 counts by then too."""
     asking = asking or Asking()
@@ -353,32 +353,29 @@ def settle_left(
     )
 
 
-def settleable_later(
+def unknown_waits(
     store: Store, run_id: str, channels: Mapping[str, Channel]
-) -> tuple[int, datetime] | None:
-    """How many unknown items a plain `reconcile` can settle by query once their window
-    has passed, and when the last one's passes; None when none waits for that."""
-    waiting = [since for since in _left_mid_request(store, run_id, channels).values() if since]
-    return (len(waiting), max(waiting)) if waiting else None
-
-
-def not_sent_marks_from(
-    store: Store, run_id: str, channels: Mapping[str, Channel]
-) -> datetime | None:
-    """When a not-sent mark is taken for every unknown item of the run that no query can
-    settle (its channel cannot be asked): the latest moment until which the receiver may
-    still commit one of them (api/settling refuses a mark before its item's); None when
-    that has passed for all of them."""
-    now = clock.now()
-    latest: datetime | None = None
+) -> tuple[tuple[int, datetime] | None, datetime | None]:
+    """What the run's unknown items wait for, for the advice a run's end or a cancel prints:
+    how many a plain `reconcile` can settle by query once their window has passed, and when
+    the last one's passes (None: none waits for that); and when a not-sent mark is taken for
+    those no query can settle, the latest moment until which the receiver may still commit
+    one of them (api/settling refuses a mark before its item's; None: taken now)."""
+    by_query = [since for since in _left_mid_request(store, run_id, channels).values() if since]
+    by_hand = []
     for item in store.queries.items(run_id, [ItemState.UNKNOWN]):
         channel = channels[item.channel]
-        if channel.queryable:
-            continue
-        since = not_found_counts_from(channel, store.queries.attempts(run_id, item.seq))
-        if since is not None and since > now and (latest is None or since > latest):
-            latest = since
-    return latest
+        if not channel.queryable:
+            since = _window_ahead(channel, store.queries.attempts(run_id, item.seq))
+            by_hand += [since] if since is not None else []
+    return ((len(by_query), max(by_query)) if by_query else None), max(by_hand, default=None)
+
+
+def _window_ahead(channel: Channel, attempts: Sequence[Attempt]) -> datetime | None:
+    """When the receiver can no longer commit a request of the item `attempts` are of, if
+    that is still ahead (None: past, or no request of it may have reached the receiver)."""
+    since = not_found_counts_from(channel, attempts)
+    return since if since is not None and since > clock.now() else None
 
 
 def _left_mid_request(
@@ -390,15 +387,13 @@ def _left_mid_request(
     kinds = store.queries.pending_kinds(run_id)
     maybe = [seq for seq, kind in kinds.items() if kind is PendingKind.MAYBE_DELIVERED]
     unknown = [item.seq for item in store.queries.items(run_id, [ItemState.UNKNOWN])]
-    now = clock.now()
     left: dict[int, datetime | None] = {}
     for seq in sorted({*maybe, *unknown}):
         channel = channels[store.queries.item(run_id, seq).channel]
         attempts = store.queries.attempts(run_id, seq)
         if not channel.queryable or not attempts:
             continue
-        since = not_found_counts_from(channel, attempts)
-        left[seq] = since if since is not None and since > now else None
+        left[seq] = _window_ahead(channel, attempts)
     return left
 
 
