@@ -313,11 +313,12 @@ def test_a_404_looked_up_inside_the_window_proves_nothing_however_late_it_comes_
     _assert_all_sent(ws, rows)
 
 
+@CONCURRENCY
 @pytest.mark.timeout(90)
 def test_a_worker_closing_a_cancel_asks_about_the_unknown_items_a_query_now_settles(
-    ws: Workspace, fast_waits: float, monkeypatch: pytest.MonkeyPatch
+    ws: Workspace, n: int, fast_waits: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """At N = 8: u1's answer is lost (a 504 for a request the receiver took) while the
+    """At N = 1 and 8: u1's answer is lost (a 504 for a request the receiver took) while the
     receiver's status endpoint fails, so u1 is left unknown; u2, held in flight, keeps the
     worker sending. The status endpoint recovers, u1's window passes, and the run is
     cancelled: the worker asks about u1 before it closes the run (its revisits stopped with
@@ -330,7 +331,7 @@ def test_a_worker_closing_a_cancel_asks_about_the_unknown_items_a_query_now_sett
         try:
             _configure(ws, receiver)
             ws.write_csv("batch.csv", make_rows(2))
-            worker = send_in_background(ws, "hooks", 8)
+            worker = send_in_background(ws, "hooks", n)
             wait_for(lambda: ws.has_database() and ws.ledger.states().get("u1") == "unknown",
                      "u1 left unknown, its queries failed")  # fmt: skip
             receiver.query_status = None  # the status endpoint answers again
