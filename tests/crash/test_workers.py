@@ -478,14 +478,16 @@ def _freeze_inside_a_transaction(
     its items in flight are locked here until its committer's write of them waits for
     that lock (inside its transaction), then it is stopped and the lock let go, so that
     write ends on the server while the process can send nothing more. Its in-flight items
-    then, as locked here."""
+    then, as locked here. SKIP LOCKED: rows the worker's open transaction holds are left to
+    it, as this lock must never wait for the worker (it waiting for this one too would be
+    a deadlock, and the server would abort one of the two)."""
     with psycopg.connect(db) as holder:
         while True:
             locked = [
                 seq
                 for (seq,) in holder.execute(
                     "SELECT seq FROM items WHERE worker_id = %s AND state = 'in_flight' "
-                    "ORDER BY seq FOR UPDATE",
+                    "ORDER BY seq FOR UPDATE SKIP LOCKED",
                     (worker_id,),
                 )
             ]
