@@ -63,6 +63,8 @@ class Receiver:
     # Every status query waits for this before it answers, when set (the query has arrived:
     # it is in `queries`).
     query_hold: threading.Event | None = None
+    # With `query_hold`: only the queries of these keys wait for it, when set.
+    query_hold_keys: set[str] | None = None
     # The status query's answer: None for the truth (200 or 404), else this status; it is
     # given `query_delay_s` after the query arrived.
     query_status: int | None = None
@@ -185,7 +187,7 @@ class _Handler(BaseHTTPRequestHandler):
             r.queried.append(key)
             digest = r.digests.get(key)
             r.changed.notify_all()
-        if r.query_hold is not None:
+        if r.query_hold is not None and (r.query_hold_keys is None or key in r.query_hold_keys):
             r.query_hold.wait(WAIT_S)
         if r.query_delay_s:
             time.sleep(r.query_delay_s)  # the receiver's own slowness, not a test's wait

@@ -314,6 +314,61 @@ def test_a_404_looked_up_inside_the_window_proves_nothing_however_late_it_comes_
 
 
 @CONCURRENCY
+@pytest.mark.parametrize("then", ["reconcile", "cancel"])
+@pytest.mark.timeout(90)
+def test_a_404_that_reconcile_or_cancel_got_for_a_look_inside_the_window_proves_nothing(
+    ws: Workspace, n: int, then: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As above, through the operator's commands, which ask about one item at a time:
+    killed right after the first early answer was recorded, then `reconcile` or `cancel`
+    asks about an item whose request the receiver took. The receiver looks the key up inside
+    the window (nothing there yet), then commits, and its 404 comes back only after every
+    window closed. Neither command takes it as proof: the item is not reported undelivered,
+    never sent again, and is found sent when asked again. (Only the queries of the keys the
+    receiver took are held: the commands ask in the order of the items.)"""
+    commit = threading.Event()
+    answer = threading.Event()
+    answer.set()
+    receiver = Receiver(early="504", commit_hold=commit, query_hold=answer)
+    rows = _rows(n)
+    with receiving(receiver):
+        _killed_after_the_first_answer(ws, receiver, rows, n)
+        took = {arrival.key for arrival in receiver.arrivals}
+        receiver.query_hold_keys = took
+        asked_before = len(receiver.queried)
+        answer.clear()
+
+        def receiver_side() -> None:
+            try:
+                receiver.wait_for(lambda r: bool(took.intersection(r.queried[asked_before:])))
+                commit.set()  # after that look-up, inside its window
+                receiver.wait_for(lambda r: sum(r.commits.values()) >= len(r.arrivals))
+                past_every_window(monkeypatch)
+            finally:
+                answer.set()
+
+        with meanwhile(receiver_side):
+            asked = ws.invoke(then, *(["--wait", "30"] if then == "cancel" else []))
+        assert asked.exit_code in (0, 3), asked.output
+        assert "not found yet" in asked.output, asked.output  # a 404 judged, as held
+        states = {item.idempotency_key: item.state for item in ws.ledger.items()}
+        if then == "cancel":  # asked again once the window had passed (this clock's)
+            assert {states[key] for key in took} == {"sent"}, states
+            receiver.wait_for(lambda r: sum(r.commits.values()) >= len(r.arrivals))
+            assert receiver.commits == dict.fromkeys(took, 1)
+            assert len(receiver.arrivals) == len(took)  # none sent again
+            return
+        assert {states[key] for key in took} <= {"sent", "unknown"}, states
+        settled = ws.invoke("reconcile")  # every window has closed: asked again
+        assert settled.exit_code in (0, 3), settled.output
+        if "pending" in ws.ledger.state_counts():
+            finished = ws.invoke("resume", "--concurrency", str(n))
+            assert finished.exit_code == 0, finished.output
+        _assert_each_delivered_once(ws, receiver, rows)
+    _assert_all_sent(ws, rows)
+
+
+@CONCURRENCY
 @pytest.mark.timeout(90)
 def test_a_worker_closing_a_cancel_asks_about_the_unknown_items_a_query_now_settles(
     ws: Workspace, n: int, fast_waits: float, monkeypatch: pytest.MonkeyPatch
