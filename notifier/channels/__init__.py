@@ -66,6 +66,8 @@ class UnbuildableChannel:
     idempotent = False
     queryable = False
     thread_safe = True
+    timeout_s = 0.0  # nothing goes through it
+    query_delay_s = 0.0
 
     def __init__(self, name: str, problem: str) -> None:
         self.name = name

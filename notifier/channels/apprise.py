@@ -111,6 +111,7 @@ class AppriseChannel:
         # a not-sent mark waits that long (api/settling.py). Unset, Apprise's own connect and
         # read timeouts apply.
         self.timeout_s = self.timeout if self.timeout is not None else APPRISE_TIMEOUTS_S
+        self.query_delay_s = 0.0  # a service behind Apprise cannot be asked
         self._apprise: type[Apprise] = apprise.Apprise
         self._text_format = apprise.NotifyFormat.TEXT
         self._asset = apprise.AppriseAsset()

@@ -58,6 +58,10 @@ class Channel(Protocol):
     idempotent: bool  # see Capabilities
     queryable: bool
     thread_safe: bool
+    # The receiver's window (evidence.Capable): how long after a request left the receiver
+    # may still commit it, and how much longer its status query may not show it; 0 for none.
+    timeout_s: float
+    query_delay_s: float
 
     def send(self, intent: Intent, ready: Ready = always) -> Receipt:
         """Deliver `intent` under its idempotency key; raise ChannelError on failure. Ask

@@ -43,6 +43,8 @@ class OutboxChannel:
     def __init__(self, name: str, directory: Path) -> None:
         self.name = name
         self.idempotent, self.queryable, self.thread_safe = CAPABILITIES
+        # A file written whole or not at all, and read back at once: no window.
+        self.timeout_s = self.query_delay_s = 0.0
         self.directory = directory
 
     def _path(self, key: str) -> Path:

@@ -64,6 +64,9 @@ class ScriptedChannel:
     """A downstream that answers by script (see the module docstring)."""
 
     thread_safe = True
+    # Every answer is final when it is given (a late commit is scripted as such): no window.
+    timeout_s = 0.0
+    query_delay_s = 0.0
 
     def __init__(
         self,

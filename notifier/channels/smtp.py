@@ -115,6 +115,7 @@ class SmtpChannel:
         # How long after a message left the relay may still take it (evidence.Caps): a
         # not-sent mark waits that long (api/settling.py).
         self.timeout_s = self.timeout
+        self.query_delay_s = 0.0  # a relay cannot be asked
 
         sender = definition.get("sender")
         if not isinstance(sender, str) or has_control(sender):

@@ -75,6 +75,12 @@ class Capable(Protocol):
 
     idempotent: bool
     queryable: bool
+    # The receiver's window: how long after a request left it may still commit it (its
+    # timeout), and how much longer a status query may not see it yet (its query_delay).
+    # Every channel states both, 0 where none applies: a default here once gave a channel
+    # with a timeout no window at all, and a 404 or a not-sent mark was taken at once.
+    timeout_s: float
+    query_delay_s: float
 
 
 @dataclass(frozen=True)
@@ -92,9 +98,8 @@ class Caps:
         return cls(
             idempotent=channel.idempotent,
             queryable=channel.queryable,
-            # Zero where the channel has no such setting (the outbox: its write is atomic).
-            query_delay_s=float(getattr(channel, "query_delay_s", 0.0)),
-            timeout_s=float(getattr(channel, "timeout_s", 0.0)),
+            query_delay_s=channel.query_delay_s,
+            timeout_s=channel.timeout_s,
             # SMTP's option (default on); other channel types have none: off.
             suppress_on_reject=bool(getattr(channel, "suppress_on_reject", False)),
         )

@@ -53,7 +53,7 @@ def in_flight_cap(channel: Channel) -> int | None:
     1 for a channel that sends one request at a time (not thread-safe), else its own
     `max_in_flight` when it has one (SMTP: max_connections). The claim never takes more,
     so an item is never claimed to wait for a connection inside the channel."""
-    if not getattr(channel, "thread_safe", False):
+    if not channel.thread_safe:
         return 1
     cap = getattr(channel, "max_in_flight", None)
     return cap if isinstance(cap, int) and cap > 0 else None

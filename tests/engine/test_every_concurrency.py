@@ -128,6 +128,8 @@ class _Throttling:
     idempotent: bool = True
     queryable: bool = True
     thread_safe: bool = True
+    timeout_s: float = 0.0  # no window: each answer is final
+    query_delay_s: float = 0.0
     release: threading.Event = field(default_factory=threading.Event)
     starts: list[tuple[str, float]] = field(default_factory=list)
     throttled_at: float = 0.0
@@ -243,6 +245,8 @@ class _Recording:
     idempotent: bool = True
     queryable: bool = True
     thread_safe: bool = True
+    timeout_s: float = 0.0  # no window: each answer is final
+    query_delay_s: float = 0.0
     release: threading.Event = field(default_factory=threading.Event)
     started: list[int] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)

@@ -37,6 +37,8 @@ class _HoldsItsQueries:
     idempotent: bool = False
     queryable: bool = True
     thread_safe: bool = True
+    timeout_s: float = 0.0  # no window: each answer is final
+    query_delay_s: float = 0.0
     release: threading.Event = field(default_factory=threading.Event)
     accepted: list[str] = field(default_factory=list)
     sends: list[str] = field(default_factory=list)

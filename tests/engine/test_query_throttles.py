@@ -65,6 +65,8 @@ class _ThrottlesItsQuery:
     idempotent: bool = False
     queryable: bool = True
     thread_safe: bool = True
+    timeout_s: float = 0.0  # no window: each answer is final
+    query_delay_s: float = 0.0
     release: threading.Event = field(default_factory=threading.Event)
     starts: list[tuple[str, str, float]] = field(default_factory=list)
     throttled_at: float = 0.0
@@ -166,6 +168,8 @@ class _QueriedOnly:
     idempotent: bool = False
     queryable: bool = True
     thread_safe: bool = True
+    timeout_s: float = 0.0  # no window: each answer is final
+    query_delay_s: float = 0.0
     asked: list[float] = field(default_factory=list)
 
     def send(self, intent: Intent, ready: Ready = always) -> Receipt:

@@ -35,6 +35,8 @@ class AnswersForAnotherIntent:
     idempotent = True
     queryable = False
     thread_safe = True
+    timeout_s = 0.0
+    query_delay_s = 0.0
 
     def __init__(self) -> None:
         self.sent: list[str] = []

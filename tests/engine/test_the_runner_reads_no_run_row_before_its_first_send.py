@@ -37,6 +37,8 @@ class _Counting:
     idempotent: bool = True
     queryable: bool = True
     thread_safe: bool = True
+    timeout_s: float = 0.0  # no window: each answer is final
+    query_delay_s: float = 0.0
     at_first_send: list[int] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 

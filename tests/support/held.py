@@ -39,6 +39,8 @@ class Holding:
     idempotent: bool = True
     queryable: bool = True
     thread_safe: bool = True
+    timeout_s: float = 0.0  # no window: each answer is final
+    query_delay_s: float = 0.0
     release: threading.Event = field(default_factory=threading.Event)
     started: list[str] = field(default_factory=list)
 
@@ -66,6 +68,8 @@ class Answered:
     holds: bool = False  # what a status query finds: a delivery, or nothing
     name: str = "hooks"
     thread_safe: bool = True
+    timeout_s: float = 0.0  # no window: each answer is final
+    query_delay_s: float = 0.0
     started: list[tuple[str, float]] = field(default_factory=list)  # (item, monotonic)
     answered: dict[str, float] = field(default_factory=dict)  # item -> monotonic
     _go: dict[str, threading.Event] = field(default_factory=dict)
