@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -13,7 +12,7 @@ from notifier.api.env import Env, open_store, pick_run
 from notifier.api.working import run_channel, run_channels, take_lease
 from notifier.channels import Channel
 from notifier.domain import clock
-from notifier.domain.errors import BadInput, Refused
+from notifier.domain.errors import BadInput, NextStep, Refused
 from notifier.domain.records import (
     AttemptOutcome,
     Counts,
@@ -254,12 +253,14 @@ def decide_by_hand(
 ) -> Marked:
     """Record the operator's `mark` of one unknown item (or of an abandoned one, marked
     not-sent), with its evidence: what it was marked, for the command to word."""
+    # By the row's id only: a number that is no id is never taken for the item at that
+    # position, another recipient (an id from another run, a typo, marked not-sent, would
+    # send that one again).
     item = store.queries.item_by_id(run.run_id, item_ref)
-    if item is None and item_ref.isdigit():
-        with suppress(KeyError):
-            item = store.queries.item(run.run_id, int(item_ref))
     if item is None:
-        raise BadInput(f"run {run.run_id} has no item {item_ref!r}.")
+        raise BadInput(
+            f"run {run.run_id} has no item {item_ref!r}: --item takes the row's id."
+        ).advise(NextStep.LIST_UNKNOWN, run.run_id)
     abandoned = item.state is ItemState.FAILED and store.queries.abandoned(run.run_id, item.seq)
     if item.state is not ItemState.UNKNOWN and not (abandoned and mark == "not-sent"):
         raise BadInput(

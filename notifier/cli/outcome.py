@@ -183,6 +183,8 @@ def error_message(exc: NotifierError) -> str:
             "cancel or reconcile, make it writable (or copy it somewhere writable and pass "
             "--db)."
         )
+    if exc.then is NextStep.LIST_UNKNOWN:
+        return f"{exc} `notifier report{run} --state unknown` lists its unknown items by id."
     if exc.then is NextStep.SEND_FIRST:
         return (
             f"{exc} Run `notifier send BATCH.csv` first, or point --db (or NOTIFIER_DB) at an "

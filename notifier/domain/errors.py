@@ -31,6 +31,7 @@ class NextStep(StrEnum):
     RESUME = "resume"  # once the cause is fixed, `resume` goes on from what was recorded
     READ_ONLY = "read_only"  # the reading commands still work; the others need it writable
     SEND_FIRST = "send_first"  # no database yet: a send creates it, or --db names another
+    LIST_UNKNOWN = "list_unknown"  # the run's report lists its unknown items by id
 
 
 class NotifierError(Exception):

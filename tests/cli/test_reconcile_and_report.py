@@ -102,6 +102,24 @@ def test_manual_reconcile_refuses_what_it_cannot_decide(ws: Workspace, inbox: In
     assert ws.status()["state"] == "completed"
 
 
+def test_a_manual_mark_names_its_item_by_id_never_by_position(ws: Workspace, inbox: Inbox) -> None:
+    """`--item` takes the row's id, as the report lists it: a number that is no id of the
+    run (an id from another run, a typo) is refused, exit 2, nothing marked, and never
+    taken for the item at that position, which is another recipient (marked not-sent, it
+    would be sent again)."""
+    ws.write_csv("batch.csv", make_rows(4))
+    crash_send("after-send:2", db=ws.db, channel="mail")
+    assert ws.invoke("resume").exit_code == 3
+    assert ws.ledger.item("u2").state == "unknown" and ws.ledger.item("u2").seq == 2
+    by_position = ws.invoke("reconcile", "--manual", "--item", "2", "--mark", "sent",
+                            "--evidence", "the relay's log")  # fmt: skip
+    assert by_position.exit_code == 2, by_position.output
+    assert "no item '2'" in by_position.output
+    assert "notifier report" in by_position.output  # where the ids are listed
+    assert ws.ledger.decisions() == []
+    assert ws.ledger.item("u2").state == "unknown"
+
+
 def test_csv_report_neutralises_spreadsheet_formulas(ws: Workspace) -> None:
     """Cells that a spreadsheet would run (=, +, -, @, tab, CR first) are exported as text."""
     ws.write_csv(
