@@ -239,6 +239,8 @@ def redraft(
 
     check_run(run)
     rows = pick_rows(store, run, item_ids)
+    # Before paying for new drafts; checked again where they are stored (apply_redraft).
+    store.drafts.refuse_held_elsewhere(run.run_id, [seq for seq, _ in rows])
     settings = compose.Settings.from_options(run.options)
     drafter = claude_messages.Drafter(settings, key)
     try:

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from notifier.domain import clock
+from notifier.domain.errors import Refused
 from notifier.domain.records import Counts, EventKind, Run, StoredDraft
 from notifier.domain.state_machine import RunTrigger
 from notifier.store.core import Core, as_json
@@ -159,9 +160,13 @@ class Drafts:
         identity) and its recomputed intent, the run's new fingerprints and its approval
         cleared, in one transaction, only while the run still awaits approval with the
         fingerprint `before` (LostRace otherwise, nothing written). The key stays: it names
-        the row's slot, and nothing was sent under it. Tokens add up: both drafts were paid."""
+        the row's slot, and nothing was sent under it. Tokens add up: both drafts were paid.
+        Refused, nothing written, if another run delivered, abandoned or holds one of the
+        rows (`refuse_held_elsewhere`), read under the lock plans take: a row failed here
+        may have been sent by the same file sent again since."""
         at = clock.now_iso()
-        with self.core.write():
+        with self.plans.transaction():
+            self.refuse_held_elsewhere(run_id, [seq for seq, *_ in rows])
             cursor = self.engine.execute(
                 sql.REDRAFT_RUN,
                 {
@@ -200,6 +205,18 @@ class Drafts:
                  "fingerprint_before": before, "fingerprint": fingerprint},
                 at,
             )  # fmt: skip
+
+    def refuse_held_elsewhere(self, run_id: str, seqs: Sequence[int]) -> None:
+        """Refused (exit 4) if another run delivered, abandoned or holds one of run
+        `run_id`'s rows `seqs` (row identity): planned again here, it would be sent twice."""
+        held = self.plans.history.held_by_other_runs(run_id, seqs)
+        if held:
+            listed = ", ".join(f"{item_id} (run {run})" for item_id, run in held.items())
+            raise Refused(
+                f"run {run_id}: another run sent or holds row(s) {listed}, so a new draft would "
+                "send them a second time. Refused: nothing was redrafted, and those rows stay "
+                "failed in this run."
+            )
 
     def drafts(self, run_id: str) -> list[StoredDraft]:
         return [StoredDraft(*tuple(r)) for r in self.engine.execute(sql.DRAFTS, {"run_id": run_id})]

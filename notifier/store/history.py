@@ -19,6 +19,9 @@ every row at once: a million rows are never compared one by one in Python."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from notifier.store.core import Core
 from notifier.store.prior import ABANDONED, CHANGED, DELIVERED, OPEN, RETRIED, UNSETTLED, Prior
 from notifier.store.stage import PlanStage
@@ -34,6 +37,11 @@ __all__ = [
     "Prior",
     "RowHistory",
 ]
+
+
+# The verdicts under which another run has, or may have, sent a row, or may still send it:
+# every one but `retried`.
+_HELD = (OPEN, UNSETTLED, DELIVERED, ABANDONED, CHANGED)
 
 
 class RowHistory:
@@ -69,7 +77,7 @@ class RowHistory:
                 prior = self.compare(table, stage.count)
                 left_out = (DELIVERED, ABANDONED, CHANGED)
                 held = self.engine.execute(sql.held_by_run(table, left_out))
-                seqs = [int(seq) for seq, _run in held]
+                seqs = [int(seq) for seq, _item_id, _run in held]
                 rejected = self.rejected(stage)
         finally:
             self.engine.release_stage()
@@ -83,8 +91,19 @@ class RowHistory:
         """Inside a plan's transaction: the staged rows another run delivered, abandoned or
         holds open (any verdict but `retried`), each with that run."""
         table = self.engine.stage_table(stage)
-        verdicts = (OPEN, UNSETTLED, DELIVERED, ABANDONED, CHANGED)
-        return {int(seq): run for seq, run in self.engine.execute(sql.held_by_run(table, verdicts))}
+        held = self.engine.execute(sql.held_by_run(table, _HELD))
+        return {int(seq): run for seq, _, run in held}
+
+    def held_by_other_runs(self, run_id: str, seqs: Sequence[int]) -> dict[str, str]:
+        """As held_elsewhere, for rows `seqs` already planned in run `run_id`: the ids of
+        those another run delivered (whatever its content), abandoned or holds open, each
+        with that run."""
+        if not seqs:
+            return {}
+        statement = sql.held_by_run(sql.rows_of_run(len(seqs)), _HELD, other_runs=True)
+        params: dict[str, Any] = {"run_id": run_id}
+        params.update((f"seq{i}", seq) for i, seq in enumerate(seqs))
+        return {str(item_id): run for _, item_id, run in self.engine.execute(statement, params)}
 
     def compare(self, stage: str, total: int) -> Prior:
         by_run: dict[str, dict[str, int]] = {}

@@ -13,10 +13,12 @@ LISTED = 10
 _ABANDONED = abandoned("p")
 
 
-def _per_row(stage: str) -> str:
+def _per_row(stage: str, *, other_runs: bool = False) -> str:
     """Per staged row (s), the newest earlier run (by runs.rowid) in which each verdict's
     condition holds, NULL where it holds in none. Each column is non-NULL exactly when its
-    verdict applies, so the first non-NULL one, in history.py's order, is the row's verdict."""
+    verdict applies, so the first non-NULL one, in history.py's order, is the row's verdict.
+    With `other_runs`, the rows are run %(run_id)s's own, and only other runs count."""
+    own = " AND p.run_id <> %(run_id)s" if other_runs else ""
     return f"""
 SELECT s.seq AS seq, s.item_id AS item_id,
     MAX(CASE WHEN p.state IN ('pending', 'in_flight', 'unknown')
@@ -28,7 +30,7 @@ SELECT s.seq AS seq, s.item_id AS item_id,
         THEN r.rowid END) AS abandoned_in,
     MAX(CASE WHEN p.state = 'sent' OR {_ABANDONED} THEN r.rowid END) AS changed_in,
     MAX(r.rowid) AS earlier
-FROM {stage} s {{ordered_join}} items p ON p.channel = s.channel AND p.identity = s.identity
+FROM {stage} s {{ordered_join}} items p ON p.channel = s.channel AND p.identity = s.identity{own}
 JOIN runs r ON r.run_id = p.run_id
 GROUP BY s.seq, s.item_id
 """
@@ -55,17 +57,26 @@ ORDER BY v.verdict, MIN(r.rowid)
 """
 
 
-def held_by_run(stage: str, verdicts: tuple[str, ...]) -> str:
-    """(seq, run_id) of the staged rows of `stage` whose verdict is one of `verdicts`, with
-    the run it names."""
+def held_by_run(stage: str, verdicts: tuple[str, ...], *, other_runs: bool = False) -> str:
+    """(seq, item_id, run_id) of the staged rows of `stage` whose verdict is one of
+    `verdicts`, with the run it names (`other_runs`: see _per_row)."""
     listed = ", ".join(f"'{v}'" for v in verdicts)
     return f"""
-SELECT m.seq, r.run_id FROM ({_per_row(stage)}) AS m
+SELECT m.seq, m.item_id, r.run_id FROM ({_per_row(stage, other_runs=other_runs)}) AS m
 JOIN runs r ON r.rowid = COALESCE(m.open_in, m.unsettled_in, m.delivered_in, m.abandoned_in,
     m.changed_in, m.earlier)
 WHERE {_VERDICT} IN ({listed})
 ORDER BY m.seq
 """
+
+
+def rows_of_run(n: int) -> str:
+    """Run %(run_id)s's items %(seq0)s… (`n` of them) as a stage is read: their row identity."""
+    seqs = ", ".join(f"%(seq{i})s" for i in range(n))
+    return (
+        "(SELECT seq, item_id, channel, identity, intent_digest FROM items "
+        f"WHERE run_id = %(run_id)s AND seq IN ({seqs}))"
+    )
 
 
 def changed_rows(stage: str) -> str:
