@@ -33,11 +33,20 @@ _SHAPING_FLAGS = (
 
 def send_again(batch: str, options: Mapping[str, Any]) -> str:
     """The `notifier send` command that plans `batch` again as the run with these options
-    was planned: the same channel, template, approval and schedule."""
+    was planned: the same channel, template, brief and model, approval and schedule."""
     words = ["notifier", "send", batch]
     for key, flag in _SHAPING:
         if options.get(key) is not None:
             words += [flag, str(options[key])]
+    # A composed run: drafted again with the same brief, model and columns (sent without
+    # --compose, its rows would carry the file's text, not the drafts delivered, and be
+    # refused as changed). A run stored without its brief's path names the option's value.
+    compose = options.get("compose")
+    if isinstance(compose, Mapping):
+        words += ["--compose", str(options.get("compose_path") or "BRIEF")]
+        words += ["--model", str(compose["model"])]
+        if compose.get("columns") is not None:
+            words += ["--compose-columns", ",".join(compose["columns"])]
     words += [flag for key, flag in _SHAPING_FLAGS if options.get(key)]
     return shlex.join(words)
 

@@ -64,6 +64,7 @@ class SendOptions:
             {"concurrency": self.concurrency, "max_wait": self.max_wait, "rate": self.rate},
             channel=self.channel,
             template_path=self.template_path and str(self.template_path),
+            compose_path=self.compose_path and str(self.compose_path),
             not_after=self.not_after_text,
             not_before=self.not_before_text,
             tz=self.tz,

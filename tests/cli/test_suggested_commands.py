@@ -8,13 +8,26 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections import Counter, deque
+from collections.abc import Iterator
 
 import pytest
 
 from notifier.cli.outcome import send_again
 
 from ..conftest import Workspace, make_rows
+from ..engine.test_compose import KEY, batch, brief
+from ..fake_messages import FakeMessages, text_only_answer
 from ..receiver import Receiver, receiving, webhook_config
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeMessages]:
+    server = FakeMessages()
+    with server.running():
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+        yield server
 
 
 def test_send_again_repeats_every_option_that_shaped_the_run() -> None:
@@ -41,6 +54,43 @@ def test_send_again_repeats_every_option_that_shaped_the_run() -> None:
 
 
 @pytest.mark.both_stores
+def test_the_advice_after_a_composed_run_drafts_again_with_its_brief(
+    ws: Workspace, fake: FakeMessages
+) -> None:
+    """A `--compose` run with a draft that failed: the advice, followed word for word,
+    composes the file again with the same brief and model and sends the one row left,
+    never the file's own text for the rows already delivered (which would be refused as
+    changed, and sent twice with --resend-changed)."""
+    fake.per_row["u2"] = deque([text_only_answer()])
+    first = ws.invoke("send", str(batch(ws, 3)), "--compose", str(brief(ws)), "--model",
+                      "claude-haiku-4-5", "--compose-columns", "id,name")  # fmt: skip
+    assert first.exit_code == 3, first.output
+    advised = re.search(r"send the same file again \(`(notifier send [^`]*)`\)", first.output)
+    assert advised is not None, first.output
+    words = shlex.split(advised.group(1))
+    assert words[words.index("--compose") + 1] == str(brief(ws))
+    assert words[words.index("--model") + 1] == "claude-haiku-4-5"
+    assert words[words.index("--compose-columns") + 1] == "id,name"
+    again = ws.invoke(*words[1:])
+    assert again.exit_code == 0, again.output
+    assert Counter(d["item_id"] for d in ws.outbox_documents()) == {"u1": 1, "u2": 1, "u3": 1}
+
+
+def test_a_composed_run_stored_without_its_briefs_path_is_advised_with_the_option() -> None:
+    """A run stored before its brief's path was kept: the advice still names --compose."""
+    options = {"compose": {"brief": "…", "model": "m", "columns": None, "batch_api": False}}
+    command = send_again("b.csv", options)
+    assert shlex.split(command) == [
+        "notifier",
+        "send",
+        "b.csv",
+        "--compose",
+        "BRIEF",
+        "--model",
+        "m",
+    ]
+
+
 def test_the_advice_after_failures_retries_the_same_channel(ws: Workspace) -> None:
     """A `--channel hooks` run in which two rows fail says to send the file again with
     `--channel hooks`; doing exactly that sends those two rows through hooks, and nothing
