@@ -477,10 +477,10 @@ def _freeze_inside_a_transaction(
     """Stop `process` (SIGSTOP) inside one of its write transactions, holding row locks:
     its items in flight are locked here until its committer's write of them waits for
     that lock (inside its transaction), then it is stopped and the lock let go, so that
-    write ends on the server while the process can send nothing more. Its in-flight items
-    then, as locked here. SKIP LOCKED: rows the worker's open transaction holds are left to
-    it, as this lock must never wait for the worker (it waiting for this one too would be
-    a deadlock, and the server would abort one of the two)."""
+    write ends on the server while the process can send nothing more. Returns the in-flight
+    items locked here (SKIP LOCKED: rows the worker's open transaction holds are left to it,
+    as this lock must never wait for the worker; it waiting for this one too would be a
+    deadlock, and the server would abort one of the two)."""
     with psycopg.connect(db) as holder:
         while True:
             locked = [
