@@ -184,7 +184,9 @@ def classify_status(status: int) -> ErrorKind | None:
         return None
     if status in (429, 503):
         return ErrorKind.THROTTLED
-    if status in (408, 500, 502, 504) or status >= 500:
+    # A 3xx is not followed, and may answer a request that was processed (303 See Other
+    # says so: RFC 9110 15.4.4), like a 1xx never finished: neither proves anything.
+    if status in (408, 500, 502, 504) or status >= 500 or status < 200 or 300 <= status < 400:
         return ErrorKind.UNCERTAIN
     if status == 409:
         return ErrorKind.IN_PROGRESS

@@ -166,22 +166,8 @@ def _after_send(
             item, error, sent.finding, closed, caps, policy, history, now, sent.started
         )
         return replace(by_query, gate_s=gate)
-    if verdict.action is Action.CONFLICT:
-        conflict = replace(closed, trigger=ItemTrigger.CONFLICT, error=f"conflict: {message}")
-        return Decision(conflict, gate_s=gate)
-    if verdict.action is Action.GONE:
-        gone = replace(closed, trigger=ItemTrigger.GIVE_UP)
-        return Decision(gone, gate_s=gate, halt=f"endpoint gone (item {item.seq}): {message}")
-    if verdict.action is Action.FAIL:
-        if error.suppress_recipient and caps.suppress_on_reject:
-            # A failure that rejects its recipient for good carries the address to the
-            # suppression list, stored with the failure in its transaction.
-            closed = replace(
-                closed,
-                suppress_address=error.suppress_recipient,
-                suppress_reason=error.suppress_reason,
-            )
-        return Decision(replace(closed, trigger=ItemTrigger.GIVE_UP), gate_s=gate)
+    if verdict.action in (Action.CONFLICT, Action.GONE, Action.FAIL):
+        return _refused(item, error, verdict.action, closed, caps, history, gate)
     maybe = said in MAYBE_DELIVERED_OUTCOMES or history.maybe_delivered()
     if verdict.action is Action.EXHAUSTED and not maybe:
         why = (
@@ -193,6 +179,40 @@ def _after_send(
         return Decision(given_up, gate_s=gate)
     lost = replace(closed, error=f"{message}; may have been delivered, not sent again")
     return Decision(lost, gate_s=gate)
+
+
+def _refused(
+    item: Item,
+    error: ChannelError,
+    action: Action,
+    closed: Outcome,
+    caps: Caps,
+    history: History,
+    gate: float | None,
+) -> Decision:
+    """This request refused: a conflict, the endpoint gone (the run halts) or a permanent
+    failure. A refusal answers this request only: an earlier one of the item may have been
+    delivered (its answer lost), so such an item is not given up as failed, which sending
+    the file again would deliver a second time, but left unknown, as when its attempts run
+    out."""
+    message = str(error)
+    if action is Action.CONFLICT:
+        conflict = replace(closed, trigger=ItemTrigger.CONFLICT, error=f"conflict: {message}")
+        return Decision(conflict, gate_s=gate)
+    if action is Action.FAIL and error.suppress_recipient and caps.suppress_on_reject:
+        # A failure that rejects its recipient for good carries the address to the
+        # suppression list, stored with the failure in its transaction.
+        closed = replace(
+            closed, suppress_address=error.suppress_recipient, suppress_reason=error.suppress_reason
+        )
+    if history.maybe_delivered():
+        closed = replace(
+            closed, error=f"{message}; an earlier attempt may have been delivered, not sent again"
+        )
+    else:
+        closed = replace(closed, trigger=ItemTrigger.GIVE_UP)
+    halt = f"endpoint gone (item {item.seq}): {message}" if action is Action.GONE else None
+    return Decision(closed, gate_s=gate, halt=halt)
 
 
 def _by_receipt(item: Item, receipt: Receipt, history: History) -> Outcome:

@@ -82,6 +82,7 @@ UNSURE = Answer(Finding.UNCERTAIN, detail="query failed: 500")
 LATER = NOW + timedelta(seconds=30)  # a 404 counts only from then
 EARLIER = NOW - timedelta(seconds=30)
 SPENT = History((_attempt(1, "uncertain", 3), _attempt(2, "uncertain", 2), _attempt(3, None)))
+AFTER_A_MAYBE = History((_attempt(1, "uncertain", 2), _attempt(2, None)))
 
 
 @dataclass(frozen=True)
@@ -252,6 +253,23 @@ CASES = {
     ),
     "refused-spent-after-a-maybe": Case(
         _item(3), AfterSend(_err(ErrorKind.NOT_SENT)), BLIND, ItemTrigger.LOSE, history=SPENT
+    ),
+    # A refusal answers its own request only: an earlier one may have been delivered.
+    "permanent-after-a-maybe": Case(
+        _item(2),
+        AfterSend(_err(ErrorKind.PERMANENT, suppress_recipient="a@b", suppress_reason="550")),
+        BLIND,
+        ItemTrigger.LOSE,
+        history=AFTER_A_MAYBE,
+        expect=(("suppress_address", "a@b"),),
+    ),
+    "gone-after-a-maybe": Case(
+        _item(2),
+        AfterSend(_err(ErrorKind.GONE)),
+        DEDUPES,
+        ItemTrigger.LOSE,
+        history=AFTER_A_MAYBE,
+        expect=(("halt", "endpoint gone (item 7): gone answer"),),
     ),
     "partial": Case(_item(), AfterSend(_err(ErrorKind.PARTIAL)), BLIND, ItemTrigger.LOSE),
     # -- resume, reconcile, a dead worker's items
@@ -438,6 +456,11 @@ def test_no_answer_leads_to_an_illegal_move_or_a_blind_resend(
     if maybe and not caps.idempotent and decision.outcome.trigger is not ItemTrigger.FOUND:
         back = decision.outcome.trigger in (ItemTrigger.RETRY_LATER, ItemTrigger.NOT_FOUND)
         assert not back or asked == MISSING, decision
+    # An item an earlier attempt may have delivered is never given up as failed (sending the
+    # file again would deliver it twice), whatever answers this request, unless a query
+    # proved that nothing was delivered under its key.
+    if history.maybe_delivered() and asked != MISSING:
+        assert decision.outcome.trigger is not ItemTrigger.GIVE_UP, decision
 
 
 @pytest.mark.timeout(60)

@@ -1,0 +1,53 @@
+"""A refusal answers its own request only. An idempotent webhook's first request of each item
+is committed by the receiver, but its answer never comes back (the client's timeout: uncertain,
+so the item is retried under the same key); the retry is refused (401) or the endpoint is gone
+(410). The item may have been delivered: it is left unknown, never failed, so sending the file
+again, as a failed item's advice says, plans nothing to send a second time. Through the real
+CLI against tests/receiver.py on 127.0.0.1, at N = 1 and N = 8 (16 items, claimed ahead), on
+both stores."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import pytest
+
+from ..conftest import Workspace, make_rows
+from ..receiver import Receiver, receiving, webhook_config
+
+pytestmark = pytest.mark.both_stores
+RETRY = "[retry]\nmax_attempts = 3\nbackoff_base = 0.02\nbackoff_max = 0.1\n"
+
+
+@pytest.mark.parametrize(
+    ("refusal", "n"), [(401, 1), (401, 8), (410, 1)], ids=["401-1", "401-8", "410-1"]
+)
+@pytest.mark.timeout(60)
+def test_a_refused_retry_after_a_maybe_delivered_request_is_unknown_and_never_sent_again(
+    ws: Workspace, refusal: int, n: int
+) -> None:
+    rows = 1 if n == 1 else 2 * n
+    answered = threading.Event()  # the first requests' answers, held past the timeout
+    receiver = Receiver(
+        answer=lambda item_id, nth: refusal if nth == 2 else None, answer_hold=answered
+    )
+    with receiving(receiver):
+        try:
+            (ws.path / "notifier.toml").write_text(
+                webhook_config(receiver, idempotent=True, status=False, timeout=1, retry=RETRY)
+            )
+            ws.write_csv("batch.csv", make_rows(rows))
+            first = ws.invoke("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n))
+            assert first.exit_code == 3, first.output
+            states = ws.ledger.states()
+        finally:
+            answered.set()
+        tries = Counter(arrival.item_id for arrival in receiver.arrivals)
+        retried = {item_id for item_id, nth in tries.items() if nth >= 2}
+        assert retried, "some item's retry was refused"
+        assert all(states[item_id] == "unknown" for item_id in retried), states
+        assert "failed" not in states.values(), states
+        again = ws.invoke("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n))
+        assert again.exit_code == 2, again.output  # its unknown items are settled first
+        assert set(receiver.deliveries().values()) == {1}, "no item delivered twice"
