@@ -154,7 +154,7 @@ def runs(ctx: click.Context, as_json: bool) -> None:
         ]
     finally:
         store.close()
-    names = ("total", "sent", "unknown", "pending", "failed", "suppressed")
+    names = ("total", "sent", "unknown", "pending", "failed", "expired", "suppressed")
     if as_json:
         records = [
             {
@@ -193,8 +193,10 @@ def runs(ctx: click.Context, as_json: bool) -> None:
 
 def _run_row_counts(c: Counts) -> tuple[int, ...]:
     """A run's counts as `runs` shows them: total, sent, unknown, pending (in flight
-    included), failed, suppressed."""
-    return (c.total, c.sent, c.unknown, c.pending + c.in_flight, c.failed, c.suppressed)
+    included), failed, expired, suppressed: every item in one of them."""
+    return (
+        c.total, c.sent, c.unknown, c.pending + c.in_flight, c.failed, c.expired, c.suppressed
+    )  # fmt: skip
 
 
 @cli.command()

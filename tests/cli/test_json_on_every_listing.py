@@ -65,7 +65,23 @@ def test_runs_lists_every_run_with_the_tables_columns(ws: Workspace, runs: tuple
     for run in listed:
         assert {"created_at", "channels", "counts", "batch", "approval_expired_at"} <= set(run)
         assert run["channels"] == ["outbox"]
-        assert set(run["counts"]) == {"total", "sent", "unknown", "pending", "failed", "suppressed"}
+        assert set(run["counts"]) == {
+            "total", "sent", "unknown", "pending", "failed", "expired", "suppressed"
+        }  # fmt: skip
+
+
+def test_the_counts_runs_shows_add_up_to_every_item_expired_ones_too(ws: Workspace) -> None:
+    """Items never sent because their deadline passed need attention (exit 3): `runs`
+    counts them, in `--json` and in the table, so its counts add up to the run's total."""
+    ws.write_csv("batch.csv", make_rows(2))
+    sent = ws.invoke("send", "batch.csv", "--not-after", "2001-01-01T00:00:00Z", "--allow-expired")
+    assert sent.exit_code == 3, sent.output
+    assert set(ws.ledger.states().values()) == {"expired"}
+    counts = document(ws.invoke("runs", "--json"))["runs"][0]["counts"]
+    assert counts["expired"] == 2
+    assert sum(n for name, n in counts.items() if name != "total") == counts["total"] == 2
+    table = ws.invoke("runs").output
+    assert "expired" in table, table
 
 
 def test_preview_prints_every_notification_and_the_fingerprint(
