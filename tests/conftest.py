@@ -19,6 +19,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from .fake_messages import KEY, FakeMessages
 from .support.net import free_port
 from .support.postgres import postgres_schema, schema_url, server_url, vacuum_catalogs
 from .support.smtp import Inbox, SlowRelay, smtp_server
@@ -125,6 +126,17 @@ def postgres_server() -> Iterator[str]:
     """The URL of a PostgreSQL database the tests may create schemas in: NOTIFIER_TEST_POSTGRES
     (which must then be reachable), else a throwaway cluster, else the test skips."""
     yield from server_url()
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeMessages]:
+    """The fake Messages API on 127.0.0.1 (tests/fake_messages.py), with the SDK pointed at
+    it and a key in the environment. A module that needs the batch endpoints overrides it."""
+    server = FakeMessages()
+    with server.running():
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+        yield server
 
 
 @pytest.fixture

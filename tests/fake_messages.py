@@ -17,6 +17,8 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+# The API key the tests' environment holds for the fake (never a real one).
+KEY = "sk-ant-test-0123456789"
 TOOL_NAME = "notification_draft"
 
 

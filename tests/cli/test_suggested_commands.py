@@ -9,25 +9,15 @@ import json
 import re
 import shlex
 from collections import Counter, deque
-from collections.abc import Iterator
 
 import pytest
 
 from notifier.cli.outcome import send_again
 
 from ..conftest import Workspace, make_rows
-from ..engine.test_compose import KEY, batch, brief
+from ..engine.test_compose import batch, brief
 from ..fake_messages import FakeMessages, text_only_answer
 from ..receiver import Receiver, receiving, webhook_config
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeMessages]:
-    server = FakeMessages()
-    with server.running():
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
-        yield server
 
 
 def test_send_again_repeats_every_option_that_shaped_the_run() -> None:

@@ -19,8 +19,8 @@ from collections.abc import Iterator
 import pytest
 
 from ..conftest import DB_ERRORS, Workspace, default_sigint, wait_for
-from ..engine.test_compose import KEY, batch, brief
-from ..fake_messages import FakeBatches, FakeMessages
+from ..engine.test_compose import batch, brief
+from ..fake_messages import KEY, FakeBatches, FakeMessages
 
 
 @pytest.fixture

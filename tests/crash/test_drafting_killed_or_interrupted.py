@@ -6,11 +6,8 @@ from __future__ import annotations
 import signal
 
 from ..conftest import Workspace, wait_for
-from ..engine import test_compose
 from ..engine.test_compose import batch, brief, drafted_rows, sigint_pending
 from ..fake_messages import FakeMessages
-
-fake = test_compose.fake  # a fixture of that module's, found here by name
 
 
 def test_kill_9_mid_drafting_then_resume_never_requests_a_stored_draft_again(

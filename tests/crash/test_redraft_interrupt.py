@@ -9,26 +9,15 @@ from __future__ import annotations
 import re
 import signal
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from ..conftest import Workspace, wait_for
-from ..engine.test_compose import KEY
 from ..engine.test_redraft import awaiting, run_fingerprint
 from ..fake_messages import Canned, FakeMessages, tool_answer
 
 pytestmark = pytest.mark.both_stores
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeMessages]:
-    server = FakeMessages()
-    with server.running():
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
-        yield server
 
 
 def fresh(row: dict[str, Any], model: str = "claude-test-1") -> Canned:

@@ -9,13 +9,11 @@ from collections import Counter
 import pytest
 
 from ..conftest import Workspace, wait_for
-from ..engine import test_compose_truthful
 from ..engine.test_compose import batch, brief
 from ..engine.test_compose_truthful import drafted
 from ..fake_messages import FakeMessages
 
 pytestmark = pytest.mark.both_stores
-fake = test_compose_truthful.fake  # a fixture of that module's, found here by name
 
 
 def test_resume_model_changes_the_model_only_for_rows_not_drafted(

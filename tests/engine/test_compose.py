@@ -8,7 +8,6 @@ import re
 import signal
 import sqlite3
 from collections import Counter, deque
-from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -21,19 +20,7 @@ from notifier.domain import waits
 from notifier.domain.intent import intent_digest
 
 from ..conftest import Workspace, free_port
-from ..fake_messages import FakeMessages, error, text_only_answer
-
-KEY = "sk-ant-test-0123456789"
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeMessages]:
-    """The fake API, with the SDK pointed at it and a key in the environment."""
-    server = FakeMessages()
-    with server.running():
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
-        yield server
+from ..fake_messages import KEY, FakeMessages, error, text_only_answer
 
 
 def batch(ws: Workspace, n: int) -> Path:

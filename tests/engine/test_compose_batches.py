@@ -18,9 +18,9 @@ import pytest
 from notifier.domain.intent import intent_digest
 
 from ..conftest import DB_ERRORS, Workspace
-from ..fake_messages import Canned, FakeBatches, error, text_only_answer
+from ..fake_messages import KEY, Canned, FakeBatches, error, text_only_answer
 from ..support.crashed import crash_invoke
-from .test_compose import KEY, batch, brief
+from .test_compose import batch, brief
 
 pytestmark = pytest.mark.both_stores
 ROWS = [f"u{i}" for i in range(1, 6)]

@@ -32,15 +32,6 @@ SCHEDULE = (
 
 
 @pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeMessages]:
-    server = FakeMessages()
-    with server.running():
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
-        yield server
-
-
-@pytest.fixture
 def other(ws: Workspace, request: pytest.FixtureRequest) -> Iterator[Workspace]:
     """A second database on the store of `ws`, for the plain send to compare with."""
     if ws.store == "sqlite":

@@ -6,25 +6,14 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Iterator
 
 import pytest
 
 from ..conftest import DB_ERRORS, Workspace
 from ..fake_messages import FakeMessages, error, text_only_answer, tool_answer
-from .test_compose import KEY, batch, brief
+from .test_compose import batch, brief
 
 pytestmark = pytest.mark.both_stores
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeMessages]:
-    """The fake API, with the SDK pointed at it and a key in the environment."""
-    server = FakeMessages()
-    with server.running():
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
-        yield server
 
 
 def drafted(ws: Workspace) -> int:

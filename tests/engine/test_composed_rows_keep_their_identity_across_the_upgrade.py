@@ -6,7 +6,6 @@ The fixture is that version's database (tests/fixtures/README.md says how it was
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -17,15 +16,6 @@ from ..fake_messages import FakeMessages
 
 pytestmark = pytest.mark.both_stores
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeMessages]:
-    server = FakeMessages()
-    with server.running():
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-0123456789")
-        yield server
 
 
 def test_a_row_composed_before_is_not_composed_and_sent_again(

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter, deque
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,18 +18,9 @@ from notifier.store import LostRace, Store
 
 from ..conftest import Workspace
 from ..fake_messages import FakeMessages, text_only_answer, tool_answer
-from .test_compose import KEY, batch, brief
+from .test_compose import batch, brief
 
 pytestmark = pytest.mark.both_stores
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeMessages]:
-    server = FakeMessages()
-    with server.running():
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
-        yield server
 
 
 def awaiting(ws: Workspace, fake: FakeMessages, n: int = 4, exit_code: int = 0) -> str:

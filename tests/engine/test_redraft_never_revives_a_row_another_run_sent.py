@@ -8,24 +8,14 @@ from __future__ import annotations
 
 import re
 from collections import Counter, deque
-from collections.abc import Iterator
 
 import pytest
 
 from ..conftest import Workspace
 from ..fake_messages import FakeMessages, error, text_only_answer
-from .test_compose import KEY, batch, brief
+from .test_compose import batch, brief
 
 pytestmark = pytest.mark.both_stores
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeMessages]:
-    server = FakeMessages()
-    with server.running():
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
-        yield server
 
 
 def _approve(ws: Workspace, run_id: str) -> None:
