@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 
 import pytest
 
@@ -65,6 +66,17 @@ def _assert_each_delivered_once(ws: Workspace, receiver: Receiver, rows: int) ->
     assert receiver.commits == dict.fromkeys(keys, 1)
     assert sorted(receiver.deliveries().values()) == [1] * rows
     assert len(receiver.arrivals) == rows
+
+
+def _settled_and_finished(ws: Workspace, n: int) -> None:
+    """Once every window has closed: `reconcile` asks about what is still unknown, and a
+    `resume` sends what it proved never delivered."""
+    if "unknown" in ws.ledger.state_counts():
+        settled = ws.invoke("reconcile")
+        assert settled.exit_code in (0, 3), settled.output
+    if "pending" in ws.ledger.state_counts():
+        finished = ws.invoke("resume", "--concurrency", str(n))
+        assert finished.exit_code == 0, finished.output
 
 
 def _assert_all_sent(ws: Workspace, rows: int) -> None:
@@ -268,6 +280,30 @@ def test_a_resume_closing_a_cancelled_run_sends_no_one_to_a_manual_mark_inside_a
     assert sorted(receiver.deliveries().values()) == [1] * len(held)
 
 
+def _looked_up_then_committed(
+    receiver: Receiver,
+    took: set[str],
+    commit: threading.Event,
+    answer: threading.Event,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Callable[[], None]:
+    """The receiver's side, from now on: once a key it took is looked up (nothing there
+    yet), it commits the held requests, inside their window; once they are committed, this
+    process's clock moves past every window; only then is the held answer let go."""
+    asked_before = len(receiver.queried)
+
+    def receiver_side() -> None:
+        try:
+            receiver.wait_for(lambda r: bool(took.intersection(r.queried[asked_before:])))
+            commit.set()
+            receiver.wait_for(lambda r: sum(r.commits.values()) >= len(r.arrivals))
+            past_every_window(monkeypatch)
+        finally:
+            answer.set()
+
+    return receiver_side
+
+
 @CONCURRENCY
 @pytest.mark.timeout(90)
 def test_a_404_looked_up_inside_the_window_proves_nothing_however_late_it_comes_back(
@@ -287,28 +323,12 @@ def test_a_404_looked_up_inside_the_window_proves_nothing_however_late_it_comes_
     with receiving(receiver):
         _killed_after_the_first_answer(ws, receiver, rows, n)
         took = {arrival.key for arrival in receiver.arrivals}
-        asked_before = len(receiver.queried)
         answer.clear()
-
-        def receiver_side() -> None:
-            try:
-                receiver.wait_for(lambda r: bool(took.intersection(r.queried[asked_before:])))
-                commit.set()  # after that look-up, inside its window
-                receiver.wait_for(lambda r: sum(r.commits.values()) >= len(r.arrivals))
-                past_every_window(monkeypatch)
-            finally:
-                answer.set()
-
-        with meanwhile(receiver_side):
+        with meanwhile(_looked_up_then_committed(receiver, took, commit, answer, monkeypatch)):
             resumed = ws.invoke("resume", "--concurrency", str(n))
         assert resumed.exit_code in (0, 3), resumed.output
         assert "not found yet" in resumed.output, resumed.output  # a 404 judged, as held
-        if "unknown" in ws.ledger.state_counts():  # every window has closed: asked again
-            settled = ws.invoke("reconcile")
-            assert settled.exit_code in (0, 3), settled.output
-        if "pending" in ws.ledger.state_counts():
-            finished = ws.invoke("resume", "--concurrency", str(n))
-            assert finished.exit_code == 0, finished.output
+        _settled_and_finished(ws, n)
         _assert_each_delivered_once(ws, receiver, rows)
     _assert_all_sent(ws, rows)
 
@@ -335,19 +355,8 @@ def test_a_404_that_reconcile_or_cancel_got_for_a_look_inside_the_window_proves_
         _killed_after_the_first_answer(ws, receiver, rows, n)
         took = {arrival.key for arrival in receiver.arrivals}
         receiver.query_hold_keys = took
-        asked_before = len(receiver.queried)
         answer.clear()
-
-        def receiver_side() -> None:
-            try:
-                receiver.wait_for(lambda r: bool(took.intersection(r.queried[asked_before:])))
-                commit.set()  # after that look-up, inside its window
-                receiver.wait_for(lambda r: sum(r.commits.values()) >= len(r.arrivals))
-                past_every_window(monkeypatch)
-            finally:
-                answer.set()
-
-        with meanwhile(receiver_side):
+        with meanwhile(_looked_up_then_committed(receiver, took, commit, answer, monkeypatch)):
             asked = ws.invoke(then, *(["--wait", "30"] if then == "cancel" else []))
         assert asked.exit_code in (0, 3), asked.output
         assert "not found yet" in asked.output, asked.output  # a 404 judged, as held
@@ -359,11 +368,7 @@ def test_a_404_that_reconcile_or_cancel_got_for_a_look_inside_the_window_proves_
             assert len(receiver.arrivals) == len(took)  # none sent again
             return
         assert {states[key] for key in took} <= {"sent", "unknown"}, states
-        settled = ws.invoke("reconcile")  # every window has closed: asked again
-        assert settled.exit_code in (0, 3), settled.output
-        if "pending" in ws.ledger.state_counts():
-            finished = ws.invoke("resume", "--concurrency", str(n))
-            assert finished.exit_code == 0, finished.output
+        _settled_and_finished(ws, n)
         _assert_each_delivered_once(ws, receiver, rows)
     _assert_all_sent(ws, rows)
 
