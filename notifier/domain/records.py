@@ -124,6 +124,7 @@ class Worker:
     host: str
     pid: int
     process_start: str | None
+    pid_space: str | None  # membership.PID_SPACE of the worker (None: written before m015)
     state: str  # live | released | reaped
     version: int
     joined_at: str
@@ -137,6 +138,7 @@ class Worker:
         return {
             "host": self.host,
             "pid": self.pid,
+            "pid_space": self.pid_space,
             "started": self.process_start,
             "token": self.worker_id,
         }

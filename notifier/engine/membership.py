@@ -2,10 +2,12 @@
 lease (SoleLease), or, where the store lets workers share a run, a worker lease each
 (SharedLease). Both are a Lease; for_sending() says which one a process that sends holds.
 
-A lease from this host whose process is gone is dead at once (pid plus the process's start
-time, so a recycled pid does not count); a lease from another host is trusted until it
-expires. A heartbeat thread renews the lease; if renewal finds the version moved on, the
-worker learns it lost the run and stops.
+A lease from this host and PID namespace whose process is gone is dead at once (pid plus
+the process's start time, so a recycled pid does not count); any other lease is trusted until
+it expires: from another host, from another PID namespace on this one (a container on the
+host's network shares its host name, not its pids), or from a process this one cannot see.
+A heartbeat thread renews the lease; if renewal finds the version moved on, the worker
+learns it lost the run and stops.
 
 Fencing stops a worker's *writes*, not its *sends*: a worker frozen (SIGSTOP, a paused
 container, a VM stall) between point A and its send would, once thawed, send an item a new
@@ -53,21 +55,48 @@ def process_start(pid: int) -> str | None:
     return fields[19]
 
 
+def _pid_space() -> str | None:
+    """This machine's boot and this process's PID namespace: where a pid names one process.
+    None where either cannot be read."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+    return f"{boot} {namespace}"
+
+
+PID_SPACE = _pid_space()
+
+
 def new_owner() -> dict[str, Any]:
     pid = os.getpid()
-    return {"host": HOST, "pid": pid, "started": process_start(pid), "token": secrets.token_hex(8)}
+    return {
+        "host": HOST,
+        "pid_space": PID_SPACE,
+        "pid": pid,
+        "started": process_start(pid),
+        "token": secrets.token_hex(8),
+    }
 
 
 def holder_alive(owner: dict[str, Any], expires_at: str | None) -> bool:
-    """Whether the recorded lease holder may still be working the run."""
-    if owner.get("host") == HOST:
+    """Whether the recorded lease holder may still be working the run: judged by its pid
+    only where that pid names a process this one can see (same host and PID space), else by
+    its lease's expiry."""
+    if owner.get("host") == HOST and PID_SPACE is not None and owner.get("pid_space") == PID_SPACE:
         pid = int(owner.get("pid", -1))
         if pid == os.getpid():
             return owner.get("token") in _ACTIVE_TOKENS
         if not pid_exists(pid):
             return False
         started = owner.get("started")
-        return started is None or process_start(pid) == started
+        if started is None:
+            return True
+        now = process_start(pid)
+        if now is not None:
+            return bool(now == started)
+        # Its /proc entry cannot be read (hidepid, another user's process): not known dead.
     return expires_at is not None and clock.parse(expires_at) > clock.now()
 
 

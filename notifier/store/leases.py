@@ -118,6 +118,7 @@ class Leases:
                     "host": owner["host"],
                     "pid": owner["pid"],
                     "process_start": owner.get("started"),
+                    "pid_space": owner.get("pid_space"),
                     "state": "live",
                     "version": 1,
                     "joined_at": clock.iso(at),

@@ -224,6 +224,10 @@ _M014 = """
 CREATE INDEX events_by_item ON events(run_id, item_seq, seq_no)
 """
 
+_M015 = """
+ALTER TABLE workers ADD COLUMN pid_space TEXT
+"""
+
 
 def _m010_sqlite(engine: Engine) -> None:
     """Nothing to change: one SQLite writer at a time, so counters updated at each move are
@@ -279,6 +283,10 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("m012_composed_identity_without_schedule", _m012, _m012),
     Migration("m013_event_chain", _M013, _M013),
     Migration("m014_events_by_item", _M014, _M014),
+    # Which machine boot and PID namespace a worker's pid belongs to (membership.PID_SPACE):
+    # a worker with the same host name in another namespace (a container on the host's
+    # network) is judged by its lease's expiry, never by a pid that names another process.
+    Migration("m015_worker_pid_space", _M015, _M015),
 )
 NAMES = frozenset(m.name for m in MIGRATIONS)
 

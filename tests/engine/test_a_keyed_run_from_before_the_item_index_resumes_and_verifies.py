@@ -37,7 +37,7 @@ def test_the_killed_keyed_run_verifies_resumes_once_each_and_verifies_again(
     monkeypatch.setattr(verify, "CHUNK", 3)
     keyed_whole(ws)
     Store.open(ws.db).close()
-    assert "m014_events_by_item" in ws.ledger.migrations()
+    assert {"m014_events_by_item", "m015_worker_pid_space"} <= set(ws.ledger.migrations())
     keyed_whole(ws)
     resumed = ws.invoke("resume", RUN, env={KEY_ENV: KEY})
     assert resumed.exit_code == 0, resumed.output

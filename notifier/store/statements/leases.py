@@ -29,7 +29,7 @@ RELEASE_WORKER = (
 )
 # Each live worker, and how many items it holds in flight.
 LIVE_WORKERS = (
-    "SELECT worker_id, run_id, host, pid, process_start, state, version, joined_at, "
+    "SELECT worker_id, run_id, host, pid, process_start, pid_space, state, version, joined_at, "
     "heartbeat_at, expires_at, (SELECT COUNT(*) FROM items i WHERE i.run_id = w.run_id "
     f"AND i.{HELD} AND i.state = 'in_flight' AND i.worker_id = w.worker_id) "
     "FROM workers w WHERE w.run_id = %(run_id)s AND w.state = 'live' ORDER BY w.joined_at"
