@@ -190,13 +190,14 @@ def _refused(
     history: History,
     gate: float | None,
 ) -> Decision:
-    """This request refused: a conflict, the endpoint gone (the run halts) or a permanent
-    failure. A refusal answers this request only: an earlier one of the item may have been
-    delivered (its answer lost), so such an item is not given up as failed, which sending
-    the file again would deliver a second time, but left unknown, as when its attempts run
-    out."""
+    """This request refused: a conflict or the endpoint gone (either halts the run) or a
+    permanent failure. A refusal answers this request only: an earlier one of the item may
+    have been delivered (its answer lost; a receiver may answer a key it already took with a
+    conflict), so such an item is not given up as failed, which sending the file again would
+    deliver a second time, but left unknown, as when its attempts run out."""
     message = str(error)
-    if action is Action.CONFLICT:
+    maybe = history.maybe_delivered()
+    if action is Action.CONFLICT and not maybe:
         conflict = replace(closed, trigger=ItemTrigger.CONFLICT, error=f"conflict: {message}")
         return Decision(conflict, gate_s=gate)
     if action is Action.FAIL and error.suppress_recipient and caps.suppress_on_reject:
@@ -205,14 +206,17 @@ def _refused(
         closed = replace(
             closed, suppress_address=error.suppress_recipient, suppress_reason=error.suppress_reason
         )
-    if history.maybe_delivered():
+    if maybe:
         closed = replace(
             closed, error=f"{message}; an earlier attempt may have been delivered, not sent again"
         )
     else:
         closed = replace(closed, trigger=ItemTrigger.GIVE_UP)
-    halt = f"endpoint gone (item {item.seq}): {message}" if action is Action.GONE else None
-    return Decision(closed, gate_s=gate, halt=halt)
+    halts = {
+        Action.GONE: f"endpoint gone (item {item.seq}): {message}",
+        Action.CONFLICT: f"conflict on item {item.seq}: {message}",
+    }
+    return Decision(closed, gate_s=gate, halt=halts.get(action))
 
 
 def _by_receipt(item: Item, receipt: Receipt, history: History) -> Outcome:

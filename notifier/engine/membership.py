@@ -43,15 +43,23 @@ _ACTIVE_TOKENS: set[str] = set()  # leases held by workers inside this very proc
 MARGIN_FRACTION = 1 / 3
 
 
-def process_start(pid: int) -> str | None:
-    """The kernel's start time of `pid` (clock ticks since boot), or None if unknown."""
+_EXITED = ("Z", "X")  # a zombie, or dead: /proc/PID/stat's state
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name, or None if it cannot be read."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = stat[stat.rindex(")") + 2 :].split()
-    if fields[0] in ("Z", "X"):
-        return None  # a zombie has exited; only its exit status is left to collect
+    return stat[stat.rindex(")") + 2 :].split()
+
+
+def process_start(pid: int) -> str | None:
+    """The kernel's start time of `pid` (clock ticks since boot), or None if unknown."""
+    fields = _stat(pid)
+    if fields is None or fields[0] in _EXITED:
+        return None
     return fields[19]
 
 
@@ -80,15 +88,23 @@ def new_owner() -> dict[str, Any]:
     }
 
 
+def exited(pid: int) -> bool:
+    """Whether `pid` has exited and only its exit status is left to collect (a zombie)."""
+    fields = _stat(pid)
+    return fields is not None and fields[0] in _EXITED
+
+
 def holder_alive(owner: dict[str, Any], expires_at: str | None) -> bool:
     """Whether the recorded lease holder may still be working the run: judged by its pid
     only where that pid names a process this one can see (same host and PID space), else by
     its lease's expiry."""
+    if owner.get("token") in _ACTIVE_TOKENS:
+        return True  # held inside this very process
     if owner.get("host") == HOST and PID_SPACE is not None and owner.get("pid_space") == PID_SPACE:
         pid = int(owner.get("pid", -1))
         if pid == os.getpid():
-            return owner.get("token") in _ACTIVE_TOKENS
-        if not pid_exists(pid):
+            return False  # this process, which no longer holds it
+        if not pid_exists(pid) or exited(pid):
             return False
         started = owner.get("started")
         if started is None:

@@ -158,7 +158,9 @@ class Leases:
         return self._live_workers(run_id)
 
     def _live_workers(self, run_id: str) -> list[Worker]:
-        rows = self.engine.execute(sql.LIVE_WORKERS, {"run_id": run_id}).fetchall()
+        # Opened read-only, a database from before m015 has no pid_space yet.
+        statement = sql.live_workers("pid_space" in self.engine.columns("workers"))
+        rows = self.engine.execute(statement, {"run_id": run_id}).fetchall()
         return [Worker(*tuple(row)) for row in rows]
 
     @retried

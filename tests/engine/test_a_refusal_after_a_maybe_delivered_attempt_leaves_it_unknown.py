@@ -1,10 +1,11 @@
 """A refusal answers its own request only. An idempotent webhook's first request of each item
 is committed by the receiver, but its answer never comes back (the client's timeout: uncertain,
-so the item is retried under the same key); the retry is refused (401) or the endpoint is gone
-(410). The item may have been delivered: it is left unknown, never failed, so sending the file
-again, as a failed item's advice says, plans nothing to send a second time. Through the real
-CLI against tests/receiver.py on 127.0.0.1, at N = 1 and N = 8 (16 items, claimed ahead), on
-both stores."""
+so the item is retried under the same key); the retry is refused (401), the endpoint is gone
+(410), or the key is answered as a conflict (422: a receiver may answer so for a key it took).
+The item may have been delivered: it is left unknown, never failed, so sending the file again,
+as a failed item's advice says, plans nothing to send a second time. Through the real CLI
+against tests/receiver.py on 127.0.0.1, at N = 1 and N = 8 (16 items, claimed ahead), on both
+stores."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ RETRY = "[retry]\nmax_attempts = 3\nbackoff_base = 0.02\nbackoff_max = 0.1\n"
 
 
 @pytest.mark.parametrize(
-    ("refusal", "n"), [(401, 1), (401, 8), (410, 1)], ids=["401-1", "401-8", "410-1"]
+    ("refusal", "n"),
+    [(401, 1), (401, 8), (410, 1), (422, 1)],
+    ids=["401-1", "401-8", "410-1", "422-1"],
 )
 @pytest.mark.timeout(60)
 def test_a_refused_retry_after_a_maybe_delivered_request_is_unknown_and_never_sent_again(

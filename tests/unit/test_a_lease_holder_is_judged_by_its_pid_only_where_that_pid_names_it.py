@@ -18,6 +18,8 @@ import pytest
 from notifier.engine import membership
 from notifier.engine.membership import HOST, PID_SPACE, holder_alive, process_start
 
+from ..conftest import wait_for
+
 UNEXPIRED = "2999-01-01T00:00:00+00:00"
 EXPIRED = "2001-01-01T00:00:00+00:00"
 
@@ -51,6 +53,17 @@ def _owner(pid: int, **changes: Any) -> dict[str, Any]:
 def test_a_holder_here_whose_process_is_gone_is_dead_at_once() -> None:
     dead = _dead_pid()
     assert not holder_alive(_owner(dead, started="12345"), UNEXPIRED)
+
+
+def test_a_holder_here_that_has_exited_uncollected_is_dead_at_once() -> None:
+    """A zombie: exited, its exit status not collected yet by its parent."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    owner = _owner(child.pid)
+    try:
+        wait_for(lambda: membership.exited(child.pid), "the child has exited")
+        assert not holder_alive(owner, UNEXPIRED)
+    finally:
+        child.wait()
 
 
 def test_a_holder_here_whose_pid_now_names_another_process_is_dead(live_pid: int) -> None:

@@ -263,6 +263,14 @@ CASES = {
         history=AFTER_A_MAYBE,
         expect=(("suppress_address", "a@b"),),
     ),
+    "conflict-after-a-maybe": Case(
+        _item(2),
+        AfterSend(_err(ErrorKind.CONFLICT)),
+        DEDUPES,
+        ItemTrigger.LOSE,
+        history=AFTER_A_MAYBE,
+        expect=(("halt", "conflict on item 7: conflict answer"),),
+    ),
     "gone-after-a-maybe": Case(
         _item(2),
         AfterSend(_err(ErrorKind.GONE)),
@@ -461,6 +469,8 @@ def test_no_answer_leads_to_an_illegal_move_or_a_blind_resend(
     # proved that nothing was delivered under its key.
     if history.maybe_delivered() and asked != MISSING:
         assert decision.outcome.trigger is not ItemTrigger.GIVE_UP, decision
+        if isinstance(sent, ChannelError) and sent.kind is ErrorKind.CONFLICT:
+            assert decision.outcome.trigger is not ItemTrigger.CONFLICT, decision
 
 
 @pytest.mark.timeout(60)

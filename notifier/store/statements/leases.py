@@ -27,13 +27,19 @@ RELEASE_WORKER = (
     "UPDATE workers SET state = 'released' "
     "WHERE worker_id = %(worker_id)s AND version = %(version)s AND state = 'live'"
 )
-# Each live worker, and how many items it holds in flight.
-LIVE_WORKERS = (
-    "SELECT worker_id, run_id, host, pid, process_start, pid_space, state, version, joined_at, "
-    "heartbeat_at, expires_at, (SELECT COUNT(*) FROM items i WHERE i.run_id = w.run_id "
-    f"AND i.{HELD} AND i.state = 'in_flight' AND i.worker_id = w.worker_id) "
-    "FROM workers w WHERE w.run_id = %(run_id)s AND w.state = 'live' ORDER BY w.joined_at"
-)
+
+
+def live_workers(pid_space: bool) -> str:
+    """Each live worker, and how many items it holds in flight; its pid space NULL where the
+    database, opened read-only, is from before m015 (`pid_space` False)."""
+    space = "pid_space" if pid_space else "NULL AS pid_space"
+    return (
+        f"SELECT worker_id, run_id, host, pid, process_start, {space}, state, version, "
+        "joined_at, heartbeat_at, expires_at, (SELECT COUNT(*) FROM items i "
+        f"WHERE i.run_id = w.run_id AND i.{HELD} AND i.state = 'in_flight' "
+        "AND i.worker_id = w.worker_id) "
+        "FROM workers w WHERE w.run_id = %(run_id)s AND w.state = 'live' ORDER BY w.joined_at"
+    )
 
 
 def adopt_items(n: int) -> str:
