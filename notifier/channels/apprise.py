@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from apprise import Apprise, NotifyBase
 
 PLACEHOLDER = "{to}"
+# What Apprise reads as a list in a URL's target: one row is one recipient.
+_LIST_SEPARATORS = re.compile(r"[,;\s]")
 # Apprise's own socket timeouts where the channel sets none: 4 s to connect and 4 s per read
 # (its URL arguments `cto` and `rto`).
 APPRISE_TIMEOUTS_S = 8.0
@@ -38,6 +40,21 @@ APPRISE_TIMEOUTS_S = 8.0
 # targets (an address, a phone number, a channel name), so one of these should fit.
 _PROBE_TARGETS = ("notifier-probe@example.com", "15555550100", "notifier-probe")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]{0,31})://")
+
+
+def target_problem(target: str, channel: str) -> str | None:
+    """Why a batch row's `to` cannot go through this apprise channel, as planning reports
+    it: Apprise splits a URL's target at commas, semicolons and spaces, so a `to` holding
+    them would reach every recipient listed in it, past the suppression list, which knows
+    the row's `to` as one address."""
+    if _LIST_SEPARATORS.search(target.strip()):
+        return (
+            f"`to` {target!r} holds a list (a comma, semicolon or space), which channel "
+            f"{channel!r} would send to each of: give one recipient per row"
+        )
+    return None
+
+
 _SCHEME_AHEAD = re.compile(r",+(?=[A-Za-z][A-Za-z0-9+.-]{0,31}://)")
 _HOSTNAME = re.compile(r"^(localhost|[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+|\[[0-9A-Fa-f:.]+\])$")
 _SECRET_PARAM = re.compile(r"(^|[?&;])[^=&;]*(pass|token|secret|key)[^=&;]*=", re.IGNORECASE)

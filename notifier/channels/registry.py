@@ -51,5 +51,5 @@ TYPES: Mapping[str, ChannelType] = {
     "smtp": ChannelType(
         smtp_options.SCHEMA, smtp_options.capabilities, _smtp, smtp_options.target_problem
     ),
-    "apprise": ChannelType(apprise.SCHEMA, apprise.capabilities, _apprise),
+    "apprise": ChannelType(apprise.SCHEMA, apprise.capabilities, _apprise, apprise.target_problem),
 }

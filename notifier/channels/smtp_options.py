@@ -157,9 +157,19 @@ def smtp_address(address: str) -> tuple[str, bool]:
         raise ValueError("spaces, quotes, brackets, commas or semicolons are not allowed")
     if not domain.isascii():
         try:
-            domain = domain.encode("idna").decode("ascii")
+            wire = domain.encode("idna").decode("ascii")
+            back = wire.encode("ascii").decode("idna")
         except UnicodeError as exc:
             raise ValueError("the domain is not a valid internationalised name") from exc
+        if back.casefold() != domain.casefold():
+            # Encoding drops some characters (a zero-width space, a soft hyphen) and maps
+            # others (fullwidth letters): the relay would get another address than the one
+            # the suppression list and the row's identity know.
+            raise ValueError(
+                f"the domain goes on the wire as {wire!r}: characters in it would be dropped or "
+                "changed; write it as it is sent"
+            )
+        domain = wire
     if domain.startswith(".") or domain.endswith(".") or ".." in domain:
         raise ValueError("the domain is malformed")
     return f"{local}@{domain}", not local.isascii()

@@ -188,6 +188,48 @@ def test_an_smtp_address_the_channel_would_refuse_fails_the_file(ws: Workspace) 
     assert not ws.db_file.exists()
 
 
+@pytest.mark.parametrize(
+    "spelling",
+    ["ann@exam\u200bple.com", "ann@exa\u00admple.com", "ann@\uff45xample.com"],
+    ids=["zero-width-space", "soft-hyphen", "fullwidth"],
+)
+def test_an_smtp_domain_that_would_change_on_the_wire_fails_the_file(
+    ws: Workspace, spelling: str
+) -> None:
+    """Encoding a domain for the envelope drops a zero-width space or a soft hyphen and maps
+    fullwidth letters: the relay would get ann@example.com, which the suppression list (or
+    another row) knows under that spelling, not this one. Refused while planning, exit 2,
+    nothing stored; a real internationalised domain still goes."""
+    (ws.path / "notifier.toml").write_text(
+        '[channels.mail]\ntype = "smtp"\nhost = "127.0.0.1"\nport = 2525\n'
+        'sender = "ops@example.com"\n'
+    )
+    ws.write_csv("mail.csv", [["to"], ["ok@b\u00fccher.de"], [spelling]])
+    result = ws.invoke("send", "mail.csv", "--channel", "mail")
+    assert result.exit_code == 2, result.output
+    assert "line 3: " in result.output and "'example.com'" in result.output, result.output
+    assert "line 2: " not in result.output, result.output
+    assert not ws.db_file.exists()
+
+
+@pytest.mark.parametrize("listed", ["ann@example.com,bob@example.com", "ann@x.org; bob@x.org"])
+def test_an_apprise_row_whose_to_holds_a_list_fails_the_file(ws: Workspace, listed: str) -> None:
+    """Apprise splits a URL's target at commas, semicolons and spaces: a row's `to` holding
+    a list would reach each address in it, past the suppression list, which knows it as one.
+    Refused while planning, exit 2, nothing stored."""
+    (ws.path / "notifier.toml").write_text(
+        '[channels.alerts]\ntype = "apprise"\n'
+        'urls = ["mailto://127.0.0.1:2525/?from=ops@example.com&to={to}"]\n'
+    )
+    ws.write_csv("a.csv", [["to", "subject", "body"], ["ann@example.com", "Hi", "B"],
+                           [listed, "Hi", "B"]])  # fmt: skip
+    result = ws.invoke("send", "a.csv", "--channel", "alerts")
+    assert result.exit_code == 2, result.output
+    assert "line 3: " in result.output and "holds a list" in result.output, result.output
+    assert "line 2: " not in result.output, result.output
+    assert not ws.db_file.exists()
+
+
 def test_duplicate_ids_far_apart_are_listed_in_file_order(ws: Workspace) -> None:
     """Ids are checked a chunk of rows at a time, yet a duplicate across chunks and one
     inside a chunk are both found, and listed in line order among the other problems."""
