@@ -65,11 +65,14 @@ def test_an_unknown_type_is_refused_naming_the_registered_ones(tmp_path: Path) -
         build_channel("x", {"type": "webhok"}, tmp_path)
 
 
-def test_only_smtp_constrains_a_rows_target() -> None:
-    """Planning refuses a row whose `to` an smtp channel would refuse; other types take any
-    target as it is."""
+def test_only_smtp_and_apprise_constrain_a_rows_target() -> None:
+    """Planning refuses a row whose `to` an smtp channel would refuse, or that an apprise
+    channel would read as a list; other types take any target as it is."""
     assert target_problem("smtp", "ops@example.com", "mail") is None
     problem = target_problem("smtp", "not an address", "mail")
     assert problem is not None and "is not an e-mail address, which channel 'mail'" in problem
-    for kind in set(TYPES) - {"smtp"}:
+    assert target_problem("apprise", "ops@example.com", "alerts") is None
+    listed = target_problem("apprise", "a@example.com,b@example.com", "alerts")
+    assert listed is not None and "holds a list" in listed
+    for kind in set(TYPES) - {"smtp", "apprise"}:
         assert target_problem(kind, "not an address", "c") is None
