@@ -40,6 +40,9 @@ APPRISE_TIMEOUTS_S = 8.0
 # targets (an address, a phone number, a channel name), so one of these should fit.
 _PROBE_TARGETS = ("notifier-probe@example.com", "15555550100", "notifier-probe")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]{0,31})://")
+_SCHEME_AHEAD = re.compile(r",+(?=[A-Za-z][A-Za-z0-9+.-]{0,31}://)")
+_HOSTNAME = re.compile(r"^(localhost|[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+|\[[0-9A-Fa-f:.]+\])$")
+_SECRET_PARAM = re.compile(r"(^|[?&;])[^=&;]*(pass|token|secret|key)[^=&;]*=", re.IGNORECASE)
 
 
 def target_problem(target: str, channel: str) -> str | None:
@@ -53,11 +56,6 @@ def target_problem(target: str, channel: str) -> str | None:
             f"{channel!r} would send to each of: give one recipient per row"
         )
     return None
-
-
-_SCHEME_AHEAD = re.compile(r",+(?=[A-Za-z][A-Za-z0-9+.-]{0,31}://)")
-_HOSTNAME = re.compile(r"^(localhost|[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+|\[[0-9A-Fa-f:.]+\])$")
-_SECRET_PARAM = re.compile(r"(^|[?&;])[^=&;]*(pass|token|secret|key)[^=&;]*=", re.IGNORECASE)
 
 
 def _urls_given(definition: Any) -> list[str]:

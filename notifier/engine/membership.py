@@ -88,12 +88,6 @@ def new_owner() -> dict[str, Any]:
     }
 
 
-def exited(pid: int) -> bool:
-    """Whether `pid` has exited and only its exit status is left to collect (a zombie)."""
-    fields = _stat(pid)
-    return fields is not None and fields[0] in _EXITED
-
-
 def holder_alive(owner: dict[str, Any], expires_at: str | None) -> bool:
     """Whether the recorded lease holder may still be working the run: judged by its pid
     only where that pid names a process this one can see (same host and PID space), else by
@@ -104,14 +98,16 @@ def holder_alive(owner: dict[str, Any], expires_at: str | None) -> bool:
         pid = int(owner.get("pid", -1))
         if pid == os.getpid():
             return False  # this process, which no longer holds it
-        if not pid_exists(pid) or exited(pid):
+        if not pid_exists(pid):
             return False
+        fields = _stat(pid)  # one read of /proc/PID/stat; None where it cannot be read
+        if fields is not None and fields[0] in _EXITED:
+            return False  # exited, not collected yet (a zombie)
         started = owner.get("started")
         if started is None:
             return True
-        now = process_start(pid)
-        if now is not None:
-            return bool(now == started)
+        if fields is not None:
+            return bool(fields[19] == started)
         # Its /proc entry cannot be read (hidepid, another user's process): not known dead.
     return expires_at is not None and clock.parse(expires_at) > clock.now()
 

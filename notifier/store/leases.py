@@ -9,6 +9,7 @@ them lives, and fences the dead ones out when taken."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cached_property
 from typing import Any
 
 from notifier.domain import clock
@@ -157,10 +158,15 @@ class Leases:
             return []  # opened read-only before m005
         return self._live_workers(run_id)
 
+    @cached_property
+    def _live_workers_statement(self) -> str:
+        """Read once per store: opened read-only, a database from before m015 has no
+        pid_space, and never gains it under this store (one migrated meanwhile by another
+        process is read as before: a NULL pid space only makes a holder wait for expiry)."""
+        return sql.live_workers("pid_space" in self.engine.columns("workers"))
+
     def _live_workers(self, run_id: str) -> list[Worker]:
-        # Opened read-only, a database from before m015 has no pid_space yet.
-        statement = sql.live_workers("pid_space" in self.engine.columns("workers"))
-        rows = self.engine.execute(statement, {"run_id": run_id}).fetchall()
+        rows = self.engine.execute(self._live_workers_statement, {"run_id": run_id}).fetchall()
         return [Worker(*tuple(row)) for row in rows]
 
     @retried

@@ -60,7 +60,8 @@ def test_a_holder_here_that_has_exited_uncollected_is_dead_at_once() -> None:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     owner = _owner(child.pid)
     try:
-        wait_for(lambda: membership.exited(child.pid), "the child has exited")
+        # /proc is readable here: no start time means the child has exited, uncollected.
+        wait_for(lambda: process_start(child.pid) is None, "the child has exited")
         assert not holder_alive(owner, UNEXPIRED)
     finally:
         child.wait()
@@ -97,7 +98,7 @@ def test_a_holder_whose_proc_entry_cannot_be_read_is_trusted_until_its_lease_exp
     """/proc hides another user's processes (hidepid, ProtectProc=invisible): the pid exists,
     its start time cannot be read. Not known dead."""
     owner = _owner(live_pid)
-    monkeypatch.setattr(membership, "process_start", lambda pid: None)
+    monkeypatch.setattr(membership, "_stat", lambda pid: None)  # /proc/PID/stat hidden
     assert holder_alive(owner, UNEXPIRED)
     assert not holder_alive(owner, EXPIRED)
 
