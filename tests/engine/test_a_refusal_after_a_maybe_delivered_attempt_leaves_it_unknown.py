@@ -16,6 +16,7 @@ import pytest
 
 from ..conftest import Workspace, make_rows
 from ..receiver import Receiver, receiving, webhook_config
+from ..support.crashed import crash_send
 
 pytestmark = pytest.mark.both_stores
 RETRY = "[retry]\nmax_attempts = 3\nbackoff_base = 0.02\nbackoff_max = 0.1\n"
@@ -53,4 +54,30 @@ def test_a_refused_retry_after_a_maybe_delivered_request_is_unknown_and_never_se
         assert "failed" not in states.values(), states
         again = ws.invoke("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n))
         assert again.exit_code == 2, again.output  # its unknown items are settled first
+        assert set(receiver.deliveries().values()) == {1}, "no item delivered twice"
+
+
+@pytest.mark.parametrize("n", [1, 8])
+@pytest.mark.timeout(60)
+def test_after_a_kill_a_refused_retry_leaves_the_request_that_left_unknown(
+    ws: Workspace, n: int
+) -> None:
+    """Killed right after item 1's request left (the receiver committed it; its attempt is
+    left open, maybe delivered). `resume` sends it again under the same key, as the channel
+    dedupes, and the retry is refused (401): u1 stays unknown, never failed, and the file
+    sent again delivers nothing twice."""
+    receiver = Receiver(answer=lambda item_id, nth: 401 if nth == 2 else None)
+    with receiving(receiver):
+        (ws.path / "notifier.toml").write_text(
+            webhook_config(receiver, idempotent=True, status=False, timeout=1, retry=RETRY)
+        )
+        ws.write_csv("batch.csv", make_rows(1 if n == 1 else 2 * n))
+        crash_send("after-send:1", db=ws.db, channel="hooks", concurrency=n)
+        assert receiver.deliveries().get("u1") == 1
+        resumed = ws.invoke("resume", "--concurrency", str(n))
+        assert resumed.exit_code == 3, resumed.output
+        assert ws.ledger.item("u1").state == "unknown", resumed.output
+        assert "failed" not in ws.ledger.states().values(), ws.ledger.states()
+        again = ws.invoke("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n))
+        assert again.exit_code == 2, again.output
         assert set(receiver.deliveries().values()) == {1}, "no item delivered twice"
