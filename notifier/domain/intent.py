@@ -200,12 +200,29 @@ def run_fingerprint(digests: Iterable[str], channel_snapshot: Mapping[str, Any])
     """The approval fingerprint: the ordered intent digests plus the channel definitions
     they will travel through, so an approval covers exactly where things go. It is what
     `runs.fingerprint` holds; "already planned" is decided by `content_fingerprint`."""
-    h = hashlib.sha256()
+    fingerprint = Fingerprinting()
     for digest in digests:
-        h.update(digest.encode("ascii"))
-        h.update(b"\n")
-    h.update(canonical_json(channel_snapshot).encode("utf-8"))
-    return "sha256:" + h.hexdigest()
+        fingerprint.add(digest)
+    return fingerprint.result(channel_snapshot)
+
+
+class Fingerprinting:
+    """run_fingerprint fed a digest at a time, in order: verify hashes a million items'
+    digests as it reads them, a slice at a time, without holding them."""
+
+    def __init__(self) -> None:
+        self._hash = hashlib.sha256()
+
+    def add(self, digest: str) -> None:
+        # utf-8: the same bytes as ascii for every digest written, and no error for one an
+        # editor wrote (verify hashes what is stored, whatever it is).
+        self._hash.update(digest.encode("utf-8"))
+        self._hash.update(b"\n")
+
+    def result(self, channel_snapshot: Mapping[str, Any]) -> str:
+        h = self._hash.copy()
+        h.update(canonical_json(channel_snapshot).encode("utf-8"))
+        return "sha256:" + h.hexdigest()
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,8 @@ class EventKind(StrEnum):
 
     PLANNED = "planned"
     FROZEN = "frozen"
+    REDRAFT = "redraft"  # a run's rows drafted again: its new fingerprint, its approval cleared
+    APPROVAL_RENEWED = "approval_renewed"
     DECISION = "decision"
     # A --compose row whose draft failed, or that another run took meanwhile: planned and
     # failed at once, outside the item machine (it was never pending to anyone).

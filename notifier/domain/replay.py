@@ -3,6 +3,12 @@ through the same state machines that allowed each move (state_machine.py), and c
 with the rows stored. No I/O and no store: the records come from whoever read them (the
 live store's store/audit.py, or an exported file), and nothing is sent or written.
 
+Beside the moves, the events chain what was planned: the run's fingerprint (at its plan, its
+freeze, each redraft) and its approval record (at `run_approve`, each renewal; a redraft
+clears it). An item's digest is recomputed from the target and payload it holds
+(`compare_intents`), and the run's fingerprint from those digests (verify.py): so an intent
+rewritten, with or without its digest and the run's fingerprint, is named.
+
 Each item event carries what its move wrote (store/core.py `move_item`, store/ledger.py):
 `set` (the item columns), `attempt` (the attempt it closed) and `receipt` (the receipt it
 stored); a claim (`start`) opens an attempt as the store's claim does. So the rebuild needs
@@ -19,6 +25,7 @@ from enum import StrEnum
 from typing import Any, NamedTuple
 
 from notifier.domain.clock import parse
+from notifier.domain.intent import intent_digest
 from notifier.domain.records import EventKind
 from notifier.domain.state_machine import (
     IllegalMove,
@@ -60,6 +67,17 @@ class ItemRecord(NamedTuple):
     next_attempt_at: str | None
 
 
+class IntentRecord(NamedTuple):
+    """What an item sends: its digest as stored, and what it is recomputed from (payload:
+    its JSON text; None where it is not at hand, an export without bodies)."""
+
+    seq: int
+    channel: str
+    target: str
+    payload: str | None
+    intent_digest: str
+
+
 class AttemptRecord(NamedTuple):
     seq: int
     n: int
@@ -97,6 +115,7 @@ class RunRows:
     attempts: Sequence[AttemptRecord]
     receipts: Sequence[ReceiptRecord]
     decisions: Sequence[DecisionRecord]
+    intents: Sequence[IntentRecord] = ()
 
 
 # ---------------------------------------------------------------- what replay finds
@@ -170,6 +189,8 @@ class Rebuilt:
     decisions: list[DecisionRecord]
     planned: int | None  # how many items the plan (or the freeze) stored
     illegal: list[Difference]
+    fingerprint: str | None = None  # the last one chained; None: no event records one
+    approval: Any = None  # the approval record, parsed, as the last event that set it left it
 
 
 def replay(items: Iterable[tuple[int, str]], events: Iterable[EventRecord]) -> Rebuilt:
@@ -188,12 +209,9 @@ def replay(items: Iterable[tuple[int, str]], events: Iterable[EventRecord]) -> R
     for event in events:
         detail = _detail(event)
         if event.kind.startswith(_RUN_EVENT):
-            _run_move(rebuilt, event)
-        elif event.kind in (EventKind.PLANNED, EventKind.FROZEN) and "items" in detail:
-            if isinstance(detail["items"], int):
-                rebuilt.planned = detail["items"]
-            else:
-                _illegal(rebuilt, event, "detail")
+            _run_move(rebuilt, event, detail)
+        elif event.kind in _PLAN_EVENTS:
+            _plan_event(rebuilt, event, detail)
         elif event.item_seq is None:
             continue
         elif event.kind == EventKind.DECISION:
@@ -238,12 +256,44 @@ def _detail(event: EventRecord) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _run_move(rebuilt: Rebuilt, event: EventRecord) -> None:
+_PLAN_EVENTS = frozenset(
+    (EventKind.PLANNED, EventKind.FROZEN, EventKind.REDRAFT, EventKind.APPROVAL_RENEWED)
+)
+
+
+def _plan_event(rebuilt: Rebuilt, event: EventRecord, detail: Mapping[str, Any]) -> None:
+    """What the run's plan holds: how many items a plan or a freeze stored, the fingerprint
+    it (or a redraft) chained, its approval renewed or cleared."""
+    if event.kind == EventKind.APPROVAL_RENEWED:
+        rebuilt.approval = detail
+        return
+    if event.kind == EventKind.REDRAFT:
+        rebuilt.approval = None  # a redraft clears the approval (store/drafts.py)
+    elif "items" in detail:
+        if isinstance(detail["items"], int):
+            rebuilt.planned = detail["items"]
+        else:
+            _illegal(rebuilt, event, "detail")
+    if "fingerprint" in detail:  # runs planned before it was chained record none
+        if isinstance(detail["fingerprint"], str):
+            rebuilt.fingerprint = detail["fingerprint"]
+        else:
+            _illegal(rebuilt, event, "detail")
+
+
+def _run_move(rebuilt: Rebuilt, event: EventRecord, detail: Mapping[str, Any]) -> None:
+    """The run's move, and the approval it wrote: the column's JSON text, or null."""
     try:
         trigger = RunTrigger(event.kind[len(_RUN_EVENT) :])
         rebuilt.state = run_next(trigger, RunState(rebuilt.state)).value
     except (ValueError, IllegalMove):
         _illegal(rebuilt, event, "kind", rebuilt.state, event.kind)
+    if "approval" in detail:
+        approval = detail["approval"]
+        try:
+            rebuilt.approval = None if approval is None else json.loads(approval)
+        except (TypeError, ValueError):
+            _illegal(rebuilt, event, "detail")
 
 
 def _item_move(rebuilt: Rebuilt, event: EventRecord, detail: Mapping[str, Any]) -> None:
@@ -321,14 +371,24 @@ def _apply(rebuilt: Rebuilt, event: EventRecord, detail: Mapping[str, Any], targ
 
 
 def compare_run(
-    rebuilt: Rebuilt, state: str, items: int, decisions: Sequence[DecisionRecord]
+    rebuilt: Rebuilt,
+    run: Mapping[str, Any],
+    items: int,
+    decisions: Sequence[DecisionRecord],
 ) -> list[Difference]:
-    """The run's own rows against the replay of its own events and its decisions: its
-    state, how many items it holds, and each decision by hand."""
+    """The run's own row (`run`: its state, fingerprint and approval as stored) against the
+    replay of its own events, with how many items it holds and each decision by hand."""
     found: list[Difference] = list(rebuilt.illegal)
-    if state != rebuilt.state:
-        found.append(Difference(Table.RUNS, "the run", Change.DIFFERS, "state", state,
+    if run["state"] != rebuilt.state:
+        found.append(Difference(Table.RUNS, "the run", Change.DIFFERS, "state", run["state"],
                                 rebuilt.state))  # fmt: skip
+    if rebuilt.fingerprint is not None and run["fingerprint"] != rebuilt.fingerprint:
+        found.append(Difference(Table.RUNS, "the run", Change.DIFFERS, "fingerprint",
+                                run["fingerprint"], rebuilt.fingerprint))  # fmt: skip
+    approval = _parsed(run["approval"])
+    if approval != rebuilt.approval:
+        found.append(Difference(Table.RUNS, "the run", Change.DIFFERS, "approval", approval,
+                                rebuilt.approval))  # fmt: skip
     if rebuilt.planned is not None and rebuilt.planned != items:
         found.append(Difference(Table.ITEMS, "the run's items", Change.DIFFERS, "count", items,
                                 rebuilt.planned))  # fmt: skip
@@ -338,6 +398,36 @@ def compare_run(
         dict(enumerate(rebuilt.decisions, start=1)),
         lambda n: f"decision {n}",
     )
+    return found
+
+
+def _parsed(text: str | None) -> Any:
+    """A JSON column's value, or its text where it is not JSON (then it differs from any
+    record an event holds)."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def compare_intents(intents: Iterable[IntentRecord], names: Mapping[int, str]) -> list[Difference]:
+    """Every item whose stored digest is not the one its channel, target and payload hash
+    to now (where its payload is at hand)."""
+    found: list[Difference] = []
+    for intent in intents:
+        if intent.payload is None:
+            continue
+        try:
+            payload = json.loads(intent.payload)
+            own = intent_digest(intent.channel, intent.target, payload)
+        except (TypeError, ValueError, AttributeError):
+            own = None  # not a payload notifier wrote: no digest is its own
+        if own != intent.intent_digest:
+            name = names.get(intent.seq, f"item seq {intent.seq}")
+            found.append(Difference(Table.ITEMS, name, Change.DIFFERS, "intent_digest",
+                                    intent.intent_digest, own))  # fmt: skip
     return found
 
 
@@ -366,6 +456,7 @@ def compare_items(rebuilt: Rebuilt, stored: RunRows) -> list[Difference]:
         rebuilt.receipts,
         lambda seq: f"receipt of {names.get(seq, f'item seq {seq}')}",
     )
+    found += compare_intents(stored.intents, names)
     return found
 
 

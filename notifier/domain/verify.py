@@ -14,6 +14,7 @@ What each verdict means (docs/guarantees.md has the threat model):
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from itertools import pairwise
 from typing import Protocol
 
 from notifier.domain.chain import UNKEYED, ChainKind, Signer
+from notifier.domain.intent import Fingerprinting
 from notifier.domain.replay import (
     Change,
     DecisionRecord,
@@ -46,8 +48,10 @@ class AuditVerdict(StrEnum):
 @dataclass(frozen=True)
 class RunHead:
     """What verify reads of a run before its rows: how its events are chained, its state,
-    how many items it holds, when it was planned, and since when the database chains every
-    new run (when m013 was applied to it; None where that is not recorded)."""
+    how many items it holds, when it was planned, since when the database chains every
+    new run (when m013 was applied to it; None where that is not recorded), and what its
+    approval covers: its fingerprint, its approval record and its channel snapshot (JSON
+    text; None in an audit file exported before files held it)."""
 
     run_id: str
     chain: str | None  # ChainKind's value; None: planned before the chain
@@ -56,6 +60,9 @@ class RunHead:
     items: int
     created_at: str
     chained_since: str | None
+    fingerprint: str
+    approval: str | None
+    channel_snapshot: str | None
 
     def chained_when_planned(self) -> bool:
         """Whether the run was planned after its database began chaining every run: then it
@@ -173,13 +180,36 @@ def _replayed(source: AuditSource, head: RunHead) -> list[Difference]:
     """The run replayed from its events and compared with its rows: the run's own moves and
     its decisions whole, its items CHUNK at a time."""
     run = replay((), source.run_events(head.run_id))
-    found = compare_run(run, head.state, head.items, source.decisions(head.run_id))
+    stored = {"state": head.state, "fingerprint": head.fingerprint, "approval": head.approval}
+    found = compare_run(run, stored, head.items, source.decisions(head.run_id))
+    fingerprint = Fingerprinting()
     for seqs in slices(source.item_seqs(head.run_id), CHUNK):
         rows = source.rows(head.run_id, seqs)
         rebuilt = replay(((i.seq, i.item_id) for i in rows.items),
                          source.item_events(head.run_id, seqs))  # fmt: skip
         found += compare_items(rebuilt, rows)
+        for intent in rows.intents:
+            fingerprint.add(intent.intent_digest)
+    found += _covered(head, fingerprint)
     return found
+
+
+def _covered(head: RunHead, digests: Fingerprinting) -> list[Difference]:
+    """The run's fingerprint against the one its stored digests and channel snapshot hash
+    to (what an approval is checked against): a digest, or the snapshot, rewritten since
+    the plan. Not for a run still drafting (no fingerprint yet), nor where the snapshot is
+    not at hand."""
+    if head.fingerprint == "" or head.channel_snapshot is None:
+        return []
+    try:
+        snapshot = json.loads(head.channel_snapshot)
+        own = digests.result(snapshot) if isinstance(snapshot, dict) else None
+    except ValueError:
+        own = None
+    if own == head.fingerprint:
+        return []
+    return [Difference(Table.RUNS, "the run", Change.DIFFERS, "fingerprint", head.fingerprint,
+                       own)]  # fmt: skip
 
 
 # Past any seq a run can hold: the first slice begins below every item, the last ends above,

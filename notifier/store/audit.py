@@ -11,6 +11,7 @@ from notifier.domain.replay import (
     AttemptRecord,
     DecisionRecord,
     EventRecord,
+    IntentRecord,
     ItemRecord,
     ReceiptRecord,
     RunRows,
@@ -19,16 +20,22 @@ from notifier.domain.verify import RunHead
 from notifier.store import migrations
 from notifier.store.core import Core
 
-_RUN = "SELECT run_id, state, created_at, {chain} FROM runs WHERE run_id = %(run_id)s"
+_RUN = (
+    "SELECT run_id, state, created_at, fingerprint, approval, channel_snapshot, {chain} "
+    "FROM runs WHERE run_id = %(run_id)s"
+)
 _RUN_IDS = "SELECT run_id FROM runs ORDER BY created_at, run_id"
 _COUNT = "SELECT COUNT(*) FROM items WHERE run_id = %(run_id)s"
 _SEQS = "SELECT seq FROM items WHERE run_id = %(run_id)s ORDER BY seq"
 _CHAINED_SINCE = "SELECT applied_at FROM {table} WHERE name = 'm013_event_chain'"
 _IN = "run_id = %(run_id)s AND {seq} >= %(lo)s AND {seq} < %(hi)s"
+# An item's record (ItemRecord's columns) and then its intent's (IntentRecord's, after seq).
 _ITEMS = (
-    "SELECT seq, item_id, state, attempts, receipt_id, last_error, next_attempt_at "
-    f"FROM items WHERE {_IN.format(seq='seq')} ORDER BY seq"
+    "SELECT seq, item_id, state, attempts, receipt_id, last_error, next_attempt_at, "
+    f"channel, target, payload, intent_digest FROM items WHERE {_IN.format(seq='seq')} "
+    "ORDER BY seq"
 )
+_ITEM_FIELDS = len(ItemRecord._fields)
 _ATTEMPTS = (
     "SELECT seq, n, started_at, finished_at, outcome, http_status, error, retry_after_s, "
     f"waited_s FROM attempts WHERE {_IN.format(seq='seq')} ORDER BY seq, n"
@@ -81,7 +88,8 @@ class AuditRecords:
             return None
         (count,) = self.engine.execute(_COUNT, {"run_id": run_id}).fetchone()
         return RunHead(run_id, row.audit_chain, row.audit_key_id, row.state, int(count),
-                       row.created_at, self.chained_since())  # fmt: skip
+                       row.created_at, self.chained_since(), row.fingerprint, row.approval,
+                       row.channel_snapshot)  # fmt: skip
 
     def chained_since(self) -> str | None:
         """When m013 was applied to this database: every run planned after it is chained."""
@@ -112,12 +120,14 @@ class AuditRecords:
 
     def rows(self, run_id: str, seqs: range) -> RunRows:
         key = {"run_id": run_id, "lo": seqs.start, "hi": seqs.stop}
+        items = [tuple(r) for r in self.engine.execute(_ITEMS, key)]
         return RunRows(
             state="",
-            items=[ItemRecord(*r) for r in self.engine.execute(_ITEMS, key)],
+            items=[ItemRecord(*r[:_ITEM_FIELDS]) for r in items],
             attempts=[AttemptRecord(*r) for r in self.engine.execute(_ATTEMPTS, key)],
             receipts=[ReceiptRecord(*r) for r in self.engine.execute(_RECEIPTS, key)],
             decisions=[],
+            intents=[IntentRecord(r[0], *r[_ITEM_FIELDS:]) for r in items],
         )
 
     def decisions(self, run_id: str) -> list[DecisionRecord]:

@@ -46,6 +46,7 @@ from notifier.domain.replay import (
     DecisionRecord,
     Difference,
     EventRecord,
+    IntentRecord,
     ItemRecord,
     ReceiptRecord,
     RunRows,
@@ -56,7 +57,7 @@ from notifier.domain.verify import RunHead
 from notifier.store.audit import AuditRecords
 from notifier.store.core import Core
 
-FORMAT = "notifier-audit-1"
+FORMAT = "notifier-audit-2"  # -1: before the run's channel snapshot was exported
 SEAL = "seal"  # the column every exported row carries
 _BATCH = 2000  # rows written per INSERT (sqlite-utils' batch): memory stays flat
 _COUNT_ITEMS = "SELECT COUNT(*) FROM items WHERE run_id = %(run_id)s"
@@ -74,8 +75,9 @@ class Part:
 
 RUN = Part(
     "runs",
-    ("run_id", "state", "created_at", "updated_at", "batch_path", "fingerprint", "options",
-     "contract_version", "approval", "stop_reason", "audit_chain", "audit_key_id"),
+    ("run_id", "state", "created_at", "updated_at", "batch_path", "fingerprint",
+     "channel_snapshot", "options", "contract_version", "approval", "stop_reason",
+     "audit_chain", "audit_key_id"),
     ("run_id",),
 )  # fmt: skip
 ITEMS = Part(
@@ -106,10 +108,15 @@ SUPPRESSION_AUDIT = Part(
 )
 PARTS = (RUN, ITEMS, BODIES, ATTEMPTS, RECEIPTS, DECISIONS, EVENTS, SUPPRESSIONS,
          SUPPRESSION_AUDIT)  # fmt: skip
+# A file exported before the run's channel snapshot was: read and checked as written, its
+# fingerprint not recomputed (verify.py: no snapshot at hand).
+_RUN_1 = Part("runs", tuple(c for c in RUN.columns if c != "channel_snapshot"), RUN.key)
+_FORMATS = {FORMAT: PARTS, "notifier-audit-1": (_RUN_1, *PARTS[1:])}
 
 _READS = {
-    "runs": "SELECT run_id, state, created_at, updated_at, batch_path, fingerprint, options, "
-    "contract_version, approval, stop_reason, {chain} FROM runs WHERE run_id = %(run_id)s",
+    "runs": "SELECT run_id, state, created_at, updated_at, batch_path, fingerprint, "
+    "channel_snapshot, options, contract_version, approval, stop_reason, {chain} FROM runs "
+    "WHERE run_id = %(run_id)s",
     "items": "SELECT seq, item_id, channel, target, idempotency_key, intent_digest, state, "
     "attempts, receipt_id, last_error, next_attempt_at FROM items WHERE run_id = %(run_id)s "
     "ORDER BY seq",
@@ -161,12 +168,18 @@ def row_form(table: str, values: Sequence[Any]) -> bytes:
     return _JSON([table, *values]).encode()
 
 
-def manifest_form(run_id: str, exported_at: str, with_bodies: bool, chained_since: str | None,
-                  manifest: Iterable[tuple[str, int, str]]) -> bytes:  # fmt: skip
-    """The bytes the file's signature covers: what was exported, and each table's count and
-    digest, in the order of PARTS."""
+def manifest_form(
+    run_id: str,
+    exported_at: str,
+    with_bodies: bool,
+    chained_since: str | None,
+    manifest: Iterable[tuple[str, int, str]],
+    form: str = FORMAT,
+) -> bytes:
+    """The bytes the file's signature covers: its format, what was exported, and each
+    table's count and digest, in the order of PARTS."""
     return json.dumps(
-        [FORMAT, run_id, exported_at, with_bodies, chained_since, [list(m) for m in manifest]],
+        [form, run_id, exported_at, with_bodies, chained_since, [list(m) for m in manifest]],
         separators=(",", ":"),
     ).encode()
 
@@ -391,18 +404,23 @@ class AuditFile:
         if not tables & {"seal", "manifest"}:
             conn.close()
             raise ValueError(f"{path} is not a notifier audit file")
+        metas = list(self.db["seal"].rows) if "seal" in tables else []
+        self.meta: dict[str, Any] = metas[0] if len(metas) == 1 else {}
+        self.parts = _FORMATS.get(self.meta.get("format", FORMAT), PARTS)
         # What is not where the format puts it: a table missing, or one added, a column
         # missing or added. A file with any of these is altered, and read no further.
-        self.structure = _structure(self.db, tables)
-        metas = list(self.db["seal"].rows) if "seal" in tables else []
+        self.structure = _structure(self.db, tables, self.parts)
         runs = (
             self.db.execute('SELECT COUNT(*) FROM "runs"').fetchone()[0] if "runs" in tables else 0
         )
         if len(metas) != 1:
             self.structure.append(_finding("seal", "the file", "rows", len(metas), 1))
+        elif self.meta.get("format") not in _FORMATS:
+            self.structure.append(
+                _finding("seal", "the file", "format", self.meta.get("format"), FORMAT)
+            )
         if runs != 1:
             self.structure.append(_finding("runs", "the run", "rows", runs, 1))
-        self.meta: dict[str, Any] = metas[0] if len(metas) == 1 else {}
 
     def close(self) -> None:
         self.db.close()
@@ -431,7 +449,7 @@ class AuditFile:
         checkable = kind == signer.kind.value and self.meta["key_id"] == signer.key_id
         manifest = {r["name"]: (r["rows"], r["sha256"]) for r in self.db["manifest"].rows}
         computed: list[tuple[str, int, str]] = []
-        for part in PARTS:
+        for part in self.parts:
             digest, count = hashlib.sha256(), 0
             for row in self._rows(part):
                 values, stored = row[:-1], row[-1]
@@ -446,7 +464,7 @@ class AuditFile:
                 found.append(_finding("manifest", part.name, what,
                                       stored_count if what == "rows" else stored_digest,
                                       count if what == "rows" else digest.hexdigest()))  # fmt: skip
-        listed = [(n, *manifest[n]) for n in (p.name for p in PARTS) if n in manifest]
+        listed = [(n, *manifest[n]) for n in (p.name for p in self.parts) if n in manifest]
         signature = seal(
             signer,
             manifest_form(
@@ -455,6 +473,7 @@ class AuditFile:
                 bool(self.meta["with_bodies"]),
                 self.meta.get("chained_since"),
                 listed,
+                str(self.meta["format"]),
             ),
         )
         if checkable and signature != self.meta["signature"]:
@@ -476,10 +495,12 @@ class AuditFile:
     def head(self, run_id: str) -> RunHead | None:
         if self.structure or run_id != self.meta["run_id"]:
             return None
-        (run,) = (dict(zip(RUN.columns, r[:-1], strict=True)) for r in self._rows(RUN))
+        part = self.parts[0]
+        (run,) = (dict(zip(part.columns, r[:-1], strict=True)) for r in self._rows(part))
         return RunHead(run_id, run["audit_chain"], run["audit_key_id"], run["state"],
-                       self.item_count(), run["created_at"],
-                       self.meta.get("chained_since"))  # fmt: skip
+                       self.item_count(), run["created_at"], self.meta.get("chained_since"),
+                       run["fingerprint"], run["approval"],
+                       run.get("channel_snapshot"))  # fmt: skip
 
     def item_seqs(self, run_id: str) -> Iterator[int]:
         for (seq,) in self.db.execute("SELECT seq FROM items ORDER BY seq"):
@@ -499,12 +520,14 @@ class AuditFile:
 
     def rows(self, run_id: str, seqs: range) -> RunRows:
         span = (seqs.start, seqs.stop)
+        items = self.db.execute(_FILE_ITEMS, span).fetchall()
         return RunRows(
             state="",
-            items=[ItemRecord(*r) for r in self.db.execute(_FILE_ITEMS, span)],
+            items=[ItemRecord(*r[:_ITEM_FIELDS]) for r in items],
             attempts=[AttemptRecord(*r) for r in self.db.execute(_FILE_ATTEMPTS, span)],
             receipts=[ReceiptRecord(*r) for r in self.db.execute(_FILE_RECEIPTS, span)],
             decisions=[],
+            intents=[IntentRecord(r[0], *r[_ITEM_FIELDS:]) for r in items],
         )
 
     def decisions(self, run_id: str) -> list[DecisionRecord]:
@@ -521,10 +544,13 @@ _FILE_ITEM_EVENTS = (
     f"SELECT {_EVENT_COLUMNS} FROM events WHERE item_seq >= ? AND item_seq < ? "
     "ORDER BY item_seq, seq_no"
 )
+# An item's record, then its intent's (its payload only where bodies were exported).
 _FILE_ITEMS = (
-    "SELECT seq, item_id, state, attempts, receipt_id, last_error, next_attempt_at FROM items "
-    "WHERE seq >= ? AND seq < ? ORDER BY seq"
+    "SELECT i.seq, i.item_id, i.state, i.attempts, i.receipt_id, i.last_error, "
+    "i.next_attempt_at, i.channel, i.recipient, b.payload, i.intent_digest FROM items AS i "
+    "LEFT JOIN bodies AS b ON b.seq = i.seq WHERE i.seq >= ? AND i.seq < ? ORDER BY i.seq"
 )
+_ITEM_FIELDS = len(ItemRecord._fields)
 _FILE_ATTEMPTS = (
     "SELECT seq, n, started_at, finished_at, outcome, http_status, error, retry_after_s, "
     "waited_s FROM attempts WHERE seq >= ? AND seq < ? ORDER BY seq, n"
@@ -540,9 +566,11 @@ _SEARCH = {"items_fts", "items_fts_data", "items_fts_idx", "items_fts_docsize", 
 _FORMAT_TABLES = {*(p.name for p in PARTS), "manifest", "seal"}
 
 
-def _structure(db: sqlite_utils.Database, tables: set[str]) -> list[Difference]:
+def _structure(
+    db: sqlite_utils.Database, tables: set[str], parts: Sequence[Part]
+) -> list[Difference]:
     """Every table, view or trigger the format does not make, every table it makes that is
-    missing, and every part whose columns are not the format's."""
+    missing, and every part whose columns are not the format's (`parts`)."""
     found = [_finding("manifest", name, "table", None, name)
              for name in sorted(_FORMAT_TABLES - tables)]  # fmt: skip
     made = db.execute(
@@ -550,7 +578,7 @@ def _structure(db: sqlite_utils.Database, tables: set[str]) -> list[Difference]:
     ).fetchall()
     found += [_finding("manifest", name, kind, name, None) for kind, name in made
               if name not in _FORMAT_TABLES | _SEARCH]  # fmt: skip
-    for part in PARTS:
+    for part in parts:
         if part.name in tables:
             columns = tuple(c.name for c in db.table(part.name).columns)
             if columns != (*part.columns, SEAL):

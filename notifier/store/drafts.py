@@ -281,7 +281,8 @@ class Drafts:
                 )
                 moved = {"from": "pending", "to": "failed", "set": {"last_error": error}}
                 self.core.event(run_id, EventKind.FAILED_AT_FREEZE, seq, moved, at)
-            self.core.event(run_id, "frozen", None, {"items": n, "failed": len(failed)}, at)
+            frozen = {"items": n, "failed": len(failed), "fingerprint": fingerprint}
+            self.core.event(run_id, "frozen", None, frozen, at)
             if then is not None:
                 self.core.move_run(run_id, then, at)
 

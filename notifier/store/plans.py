@@ -112,7 +112,8 @@ class Planning:
                 # Every row left was planned before and is suppressed now: a run of nothing
                 # but suppressed items, once more each time the file is sent. None is stored.
                 raise _NothingToSend(replace(prior, suppressed_only=n))
-            detail: dict[str, Any] = {"items": n}
+            # The fingerprint chained: verify checks the run's, and its intents', against it.
+            detail: dict[str, Any] = {"items": n, "fingerprint": run["fingerprint"]}
             if prior is not None and prior.count(DELIVERED):
                 detail["delivered_before"] = prior.count(DELIVERED)
             if prior is not None and prior.count(ABANDONED):

@@ -27,7 +27,7 @@ from notifier.store import audit_file
 from notifier.store.audit_file import PARTS, manifest_form, row_form, seal
 
 from ..conftest import Workspace
-from ..support.audited import KEY, TOML, config, keyed, send
+from ..support.audited import KEY, TOML, config, keyed, rewrite_intent, send, stored_fingerprint
 
 pytestmark = [pytest.mark.both_stores, pytest.mark.timeout(120)]
 RUN = "audited"
@@ -309,3 +309,33 @@ def test_an_export_changed_in_its_structure_is_named(
     assert expected in findings(checked(path))
     said = run.invoke("verify", str(path))
     assert said.exit_code == 5, said.output
+
+
+@pytest.mark.parametrize("with_bodies", [False, True], ids=["without-bodies", "with-bodies"])
+def test_an_intent_rewritten_before_the_export_is_named_in_the_file(
+    run: Workspace, with_bodies: bool
+) -> None:
+    """u2's recipient, words and digest (it has no receipt, which would hold the digest
+    too), and the run's fingerprint, rewritten in the database to agree before it is
+    exported: the file is whole by its seals, but the fingerprint the plan chained under
+    the key is not the run's."""
+    rewrite_intent(run, RUN, 2)
+    run.write("UPDATE runs SET fingerprint = ? WHERE run_id = ?", (stored_fingerprint(run, RUN),
+                                                                  RUN))  # fmt: skip
+    result = checked(export(run, with_bodies=with_bodies))
+    assert result.findings == ()
+    assert [v.verdict.value for v in result.runs] == ["altered"]
+    assert findings(result) == {("runs", "the run", "fingerprint")}
+
+
+def test_an_intent_rewritten_before_the_export_under_its_old_digest_is_named_by_its_body(
+    run: Workspace,
+) -> None:
+    """u2's recipient and words rewritten, its digest left: a file with bodies recomputes
+    the digest and names u2; a file without them holds nothing the digest was made of, and
+    the run's fingerprint still covers the digests it holds."""
+    rewrite_intent(run, RUN, 2, digest=False)
+    assert findings(checked(export(run, "bodies.db", with_bodies=True))) == {
+        ("items", "item u2 (seq 2)", "intent_digest")
+    }
+    assert findings(checked(export(run, "plain.db"))) == set()

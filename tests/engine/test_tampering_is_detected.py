@@ -7,6 +7,7 @@ u2 and u5 lost their answers (unknown), u5 then marked sent by carol."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 
@@ -22,7 +23,17 @@ from notifier.domain.verify import AuditVerdict
 from notifier.store.audit import AuditRecords
 
 from ..conftest import Workspace, wait_for
-from ..support.audited import KEY, TOML, config, keyed, named, send, verdict
+from ..support.audited import (
+    KEY,
+    TOML,
+    config,
+    keyed,
+    named,
+    rewrite_intent,
+    send,
+    stored_fingerprint,
+    verdict,
+)
 from ..support.background import WAIT_S, Worker
 
 pytestmark = [pytest.mark.both_stores, pytest.mark.timeout(120)]
@@ -379,3 +390,59 @@ def test_an_event_naming_an_item_far_past_the_run_is_named_at_once(
     found = verdict(run, RUN, UNKEYED)
     assert ("events", f"event {seq_no}", "illegal", "item_seq") in named(found)
     assert len(slices) == 1
+
+
+def test_a_target_and_payload_rewritten_under_their_old_digest_are_named(run: Workspace) -> None:
+    """u3's recipient and words rewritten, its digest left: the digest verify recomputes
+    from what the row holds is not the one stored."""
+    rewrite_intent(run, RUN, 3, digest=False)
+    found = verdict(run, RUN)
+    assert found.verdict is AuditVerdict.ALTERED
+    assert named(found) == {("items", "item u3 (seq 3)", "differs", "intent_digest")}
+
+
+def test_an_intent_rewritten_with_its_digest_is_named_by_the_run_fingerprint(
+    run: Workspace,
+) -> None:
+    """u3 rewritten with a digest that matches it: the run's fingerprint no longer covers
+    the digests stored."""
+    rewrite_intent(run, RUN, 3)
+    found = verdict(run, RUN)
+    assert found.verdict is AuditVerdict.ALTERED
+    assert named(found) == {("runs", "the run", "differs", "fingerprint")}
+
+
+def test_an_intent_and_the_run_fingerprint_rewritten_together_are_named_by_the_chain(
+    run: Workspace,
+) -> None:
+    """u3, its digest and the run's fingerprint all rewritten to agree: the fingerprint the
+    plan chained under the key is not the one stored."""
+    rewrite_intent(run, RUN, 3)
+    forged = stored_fingerprint(run, RUN)
+    run.write("UPDATE runs SET fingerprint = ? WHERE run_id = ?", (forged, RUN))
+    found = verdict(run, RUN)
+    assert found.verdict is AuditVerdict.ALTERED
+    assert named(found) == {("runs", "the run", "differs", "fingerprint")}
+    (difference,) = found.findings
+    assert difference.stored == forged and difference.expected != forged
+
+
+def test_a_channel_definition_rewritten_is_named_by_the_run_fingerprint(run: Workspace) -> None:
+    """The channel's URL in the run's snapshot pointed elsewhere: the intents still hash to
+    their digests, but not with this snapshot to the run's fingerprint."""
+    ((snapshot,),) = run.query("SELECT channel_snapshot FROM runs WHERE run_id = ?", (RUN,))
+    moved = snapshot.replace("127.0.0.1:9", "mallory.example.net")
+    assert moved != snapshot
+    run.write("UPDATE runs SET channel_snapshot = ? WHERE run_id = ?", (moved, RUN))
+    assert named(verdict(run, RUN)) == {("runs", "the run", "differs", "fingerprint")}
+
+
+def test_an_approval_forged_on_a_run_never_approved_is_named(run: Workspace) -> None:
+    approval = {"operator": "mallory", "approved_at": "2026-01-01T00:00:00+00:00",
+                "expires_at": "2099-01-01T00:00:00+00:00", "fingerprint": "sha256:00",
+                "state_version": 1}  # fmt: skip
+    run.write("UPDATE runs SET approval = ? WHERE run_id = ?", (json.dumps(approval), RUN))
+    found = verdict(run, RUN)
+    assert named(found) == {("runs", "the run", "differs", "approval")}
+    (difference,) = found.findings
+    assert (difference.stored, difference.expected) == (approval, None)

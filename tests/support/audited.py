@@ -4,6 +4,7 @@ checked the way `notifier verify` checks it, from a read-only store."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from notifier.api import Notifier
 from notifier.channels.scripted import Channels, Script, ScriptedChannel, always_deliver
 from notifier.config import Config, RetrySettings
 from notifier.domain.chain import KEY_ENV, UNKEYED, Signer
+from notifier.domain.intent import intent_digest, run_fingerprint
 from notifier.domain.replay import Difference
 from notifier.domain.verify import RunVerdict, verify
 from notifier.engine.runner import RunResult
@@ -87,3 +89,29 @@ def named(found: RunVerdict) -> set[tuple[str, str, str, str | None]]:
 
 def _key(d: Difference) -> tuple[str, str, str, str | None]:
     return (d.table.value, d.row, d.change.value, d.column)
+
+
+def rewrite_intent(ws: Workspace, run_id: str, seq: int, *, digest: bool = True) -> str:
+    """Send item `seq` of `run_id` elsewhere with other words, as an editor without the key
+    would: its target and payload rewritten, and (with `digest`) its digest recomputed to
+    match. Returns the digest the item now holds."""
+    ((channel, payload, stored),) = ws.query(
+        "SELECT channel, payload, intent_digest FROM items WHERE run_id = ? AND seq = ?",
+        (run_id, seq),
+    )
+    target = "mallory@example.net"
+    forged = {**json.loads(payload), "to": target, "body": "Pay at mallory.example.net"}
+    new_digest = intent_digest(channel, target, forged) if digest else stored
+    ws.write(
+        "UPDATE items SET target = ?, payload = ?, intent_digest = ? WHERE run_id = ? AND seq = ?",
+        (target, json.dumps(forged), new_digest, run_id, seq),
+    )
+    return str(new_digest)
+
+
+def stored_fingerprint(ws: Workspace, run_id: str) -> str:
+    """The run's fingerprint recomputed from its items' digests as stored now."""
+    digests = [d for (d,) in ws.query(
+        "SELECT intent_digest FROM items WHERE run_id = ? ORDER BY seq", (run_id,))]  # fmt: skip
+    ((snapshot,),) = ws.query("SELECT channel_snapshot FROM runs WHERE run_id = ?", (run_id,))
+    return run_fingerprint(digests, json.loads(snapshot))
