@@ -68,9 +68,12 @@ def _assert_each_delivered_once(ws: Workspace, receiver: Receiver, rows: int) ->
     assert len(receiver.arrivals) == rows
 
 
-def _settled_and_finished(ws: Workspace, n: int) -> None:
-    """Once every window has closed: `reconcile` asks about what is still unknown, and a
+def _settled_and_finished(ws: Workspace, n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once every window has closed, those the commands before opened included (an attempt
+    a killed process left open is judged from when its holder was found gone: a window the
+    first command's look opened): `reconcile` asks about what is still unknown, and a
     `resume` sends what it proved never delivered."""
+    past_every_window(monkeypatch)
     if "unknown" in ws.ledger.state_counts():
         settled = ws.invoke("reconcile")
         assert settled.exit_code in (0, 3), settled.output
@@ -328,7 +331,7 @@ def test_a_404_looked_up_inside_the_window_proves_nothing_however_late_it_comes_
             resumed = ws.invoke("resume", "--concurrency", str(n))
         assert resumed.exit_code in (0, 3), resumed.output
         assert "not found yet" in resumed.output, resumed.output  # a 404 judged, as held
-        _settled_and_finished(ws, n)
+        _settled_and_finished(ws, n, monkeypatch)
         _assert_each_delivered_once(ws, receiver, rows)
     _assert_all_sent(ws, rows)
 
@@ -368,7 +371,7 @@ def test_a_404_that_reconcile_or_cancel_got_for_a_look_inside_the_window_proves_
             assert len(receiver.arrivals) == len(took)  # none sent again
             return
         assert {states[key] for key in took} <= {"sent", "unknown"}, states
-        _settled_and_finished(ws, n)
+        _settled_and_finished(ws, n, monkeypatch)
         _assert_each_delivered_once(ws, receiver, rows)
     _assert_all_sent(ws, rows)
 

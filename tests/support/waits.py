@@ -35,6 +35,7 @@ PAST_EVERY_WINDOW = timedelta(minutes=5)
 
 def past_every_window(monkeypatch: pytest.MonkeyPatch) -> None:
     """This process's wall clock moved on (notifier/domain/clock.py's test switch): for the
-    commands the test runs in-process from here, every receiver's window has passed, with
-    nothing waited for. Real processes started from here keep the real clock."""
-    monkeypatch.setattr(clock, "_SHIFT", PAST_EVERY_WINDOW)
+    commands the test runs in-process from here, every receiver's window opened until now
+    has passed, with nothing waited for; called again, it moves on again, past the windows
+    the commands in between opened. Real processes started from here keep the real clock."""
+    monkeypatch.setattr(clock, "_SHIFT", clock._SHIFT + PAST_EVERY_WINDOW)
