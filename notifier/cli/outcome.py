@@ -192,6 +192,8 @@ def error_message(exc: NotifierError) -> str:
             "cancel or reconcile, make it writable (or copy it somewhere writable and pass "
             "--db)."
         )
+    if exc.then is NextStep.VERIFY:
+        return f"{exc} `notifier verify{run}` names every change."
     if exc.then is NextStep.LIST_UNKNOWN:
         return f"{exc} `notifier report{run} --state unknown` lists its unknown items by id."
     if exc.then is NextStep.SEND_FIRST:

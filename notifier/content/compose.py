@@ -29,10 +29,12 @@ from notifier.content.plan import Plan, make_plan, source_identity
 from notifier.content.template import Template, from_sources, render_row, render_rows
 from notifier.content.text_rules import text_problems
 from notifier.domain import clock
-from notifier.domain.errors import BadInput, NeedsAttention, NotifierError
+from notifier.domain.chain import UNKEYED, ChainKind
+from notifier.domain.errors import BadInput, NeedsAttention, NextStep, NotifierError, Refused
 from notifier.domain.intent import canonical_json
 from notifier.domain.records import Run
 from notifier.domain.state_machine import RunTrigger
+from notifier.domain.verify import verify_run
 from notifier.engine.run_control import RunControl
 from notifier.store import Store
 
@@ -360,12 +362,38 @@ def apply_draft(row: BatchRow, draft: Mapping[str, str], template: Template | No
     raise DraftRejected(result.message)
 
 
+def refuse_if_altered(store: Store, run_id: str) -> None:
+    """The freeze makes intents of the drafts, sources, template and channel snapshot as
+    stored now, and chains their fingerprint: one rewritten while the run drafted would be
+    sealed as planned, and verify would vouch for it. So the run is verified first, under
+    its chain's key (Refused, nothing frozen, when anything of it is not what was chained).
+    A run chained under another key than this process's is left to the freeze's write,
+    which refuses it for that key."""
+    with store.audit.reading():
+        head = store.audit.head(run_id)
+        if head is None or head.chain is None:
+            return  # planned before the chain: nothing to check it against
+        signer = store.engine.signer if head.chain == ChainKind.KEYED else UNKEYED
+        if head.chain == ChainKind.KEYED and signer.key_id != head.key_id:
+            return
+        findings = verify_run(store.audit, head, signer).findings
+    if findings:
+        named = "; ".join(f"{d.row}: {d.column or d.change.value}" for d in findings[:3])
+        more = f" and {len(findings) - 3} more" if len(findings) > 3 else ""
+        raise Refused(
+            f"run {run_id}: what its notifications are made of was changed after it was "
+            f"recorded ({named}{more}), so its drafts were not frozen into notifications "
+            "and nothing was sent."
+        ).advise(NextStep.VERIFY, run_id)
+
+
 def freeze(store: Store, run_id: str, config: Config, then: RunTrigger | None) -> Plan:
     """Every row drafted (or failed): compute the intents from the stored drafts, in order,
     and store them with the fingerprint in one transaction. Rows whose draft failed are not
     planned; `then` (request_approval) moves the run in the same transaction. Each row was
     scheduled when its file was read (send --not-before, --tz, --window, its own columns):
     its start time is moved on to now, as a plain send planning it now would set it."""
+    refuse_if_altered(store, run_id)
     run = store.core.get_run(run_id)
     now = clock.now()
     template_options = run.options.get("template")

@@ -32,6 +32,7 @@ class NextStep(StrEnum):
     READ_ONLY = "read_only"  # the reading commands still work; the others need it writable
     SEND_FIRST = "send_first"  # no database yet: a send creates it, or --db names another
     LIST_UNKNOWN = "list_unknown"  # the run's report lists its unknown items by id
+    VERIFY = "verify"  # verify names every row that is not what was recorded
 
 
 class NotifierError(Exception):

@@ -225,6 +225,31 @@ class Fingerprinting:
         return "sha256:" + h.hexdigest()
 
 
+def draft_digest(subject: str | None, body: str | None) -> str:
+    """What a --compose row's draft says, chained when it is stored: verify and the freeze
+    find a draft rewritten after the model wrote it."""
+    return "sha256:" + sha256_hex(canonical_json([subject, body]))
+
+
+class DraftingInputs:
+    """What a --compose run's intents are made of besides its drafts: each row's source (fed
+    in seq order, a slice at a time), the stored template, the channel snapshot and the
+    key nonce. Chained at the plan; verify and the freeze find any of them rewritten while
+    the run drafts."""
+
+    def __init__(self) -> None:
+        self._sources = hashlib.sha256()
+
+    def add(self, source: str) -> None:
+        self._sources.update(source.encode("utf-8"))
+        self._sources.update(b"\n")
+
+    def result(self, template: Any, channel_snapshot: Any, key_nonce: str | None) -> str:
+        whole = {"channel_snapshot": channel_snapshot, "key_nonce": key_nonce,
+                 "sources": self._sources.hexdigest(), "template": template}  # fmt: skip
+        return "sha256:" + sha256_hex(canonical_json(whole))
+
+
 @dataclass(frozen=True)
 class Intent:
     """One notification as it will be sent, identical on every attempt."""

@@ -63,6 +63,10 @@ class EventKind(StrEnum):
     PLANNED = "planned"
     FROZEN = "frozen"
     REDRAFT = "redraft"  # a run's rows drafted again: its new fingerprint, its approval cleared
+    DRAFTED = "drafted"  # a --compose row's draft stored (its digest)
+    # A row drafted again after the freeze: its new draft's digest, its intent's, and the
+    # item planned again (failed or pending, never attempted, to pending).
+    REDRAFTED = "redrafted"
     APPROVAL_RENEWED = "approval_renewed"
     DECISION = "decision"
     # A --compose row whose draft failed, or that another run took meanwhile: planned and

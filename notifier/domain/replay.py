@@ -7,7 +7,11 @@ Beside the moves, the events chain what was planned: the run's fingerprint (at i
 freeze, each redraft) and its approval record (at `run_approve`, each renewal; a redraft
 clears it). An item's digest is recomputed from the target and payload it holds
 (`compare_intents`), and the run's fingerprint from those digests (verify.py): so an intent
-rewritten, with or without its digest and the run's fingerprint, is named.
+rewritten, with or without its digest and the run's fingerprint, is named. A --compose run
+chains what its intents will be made of: at its plan the digest of its sources, template,
+channel snapshot and key nonce (`intent.DraftingInputs`), and each draft's digest when it is
+stored (`drafted`, `redrafted`): a draft or an input rewritten while the run drafts is named
+(and refused by the freeze: content/compose.py).
 
 Each item event carries what its move wrote (store/core.py `move_item`, store/ledger.py):
 `set` (the item columns), `attempt` (the attempt it closed) and `receipt` (the receipt it
@@ -25,7 +29,7 @@ from enum import StrEnum
 from typing import Any, NamedTuple
 
 from notifier.domain.clock import parse
-from notifier.domain.intent import intent_digest
+from notifier.domain.intent import draft_digest, intent_digest
 from notifier.domain.records import EventKind
 from notifier.domain.state_machine import (
     IllegalMove,
@@ -78,6 +82,16 @@ class IntentRecord(NamedTuple):
     intent_digest: str
 
 
+class DraftRecord(NamedTuple):
+    """A --compose row as stored: its source and its draft."""
+
+    seq: int
+    state: str
+    source: str
+    subject: str | None
+    body: str | None
+
+
 class AttemptRecord(NamedTuple):
     seq: int
     n: int
@@ -116,6 +130,8 @@ class RunRows:
     receipts: Sequence[ReceiptRecord]
     decisions: Sequence[DecisionRecord]
     intents: Sequence[IntentRecord] = ()
+    # A --compose run's rows in these seqs; None where they are not at hand (an export).
+    drafts: Sequence[DraftRecord] | None = None
 
 
 # ---------------------------------------------------------------- what replay finds
@@ -127,6 +143,7 @@ class Table(StrEnum):
     ATTEMPTS = "attempts"
     RECEIPTS = "receipts"
     DECISIONS = "decisions"
+    DRAFTS = "drafts"
     EVENTS = "events"
     # the tables only an export holds (store/audit_file.py)
     BODIES = "bodies"
@@ -191,6 +208,8 @@ class Rebuilt:
     illegal: list[Difference]
     fingerprint: str | None = None  # the last one chained; None: no event records one
     approval: Any = None  # the approval record, parsed, as the last event that set it left it
+    inputs: str | None = None  # a --compose run's DraftingInputs digest, chained at its plan
+    drafts: dict[int, str] = field(default_factory=dict)  # each row's last draft digest
 
 
 def replay(items: Iterable[tuple[int, str]], events: Iterable[EventRecord]) -> Rebuilt:
@@ -212,27 +231,47 @@ def replay(items: Iterable[tuple[int, str]], events: Iterable[EventRecord]) -> R
             _run_move(rebuilt, event, detail)
         elif event.kind in _PLAN_EVENTS:
             _plan_event(rebuilt, event, detail)
-        elif event.item_seq is None:
-            continue
-        elif event.kind == EventKind.DECISION:
-            operator, decision, evidence = (
-                detail.get(name) for name in ("operator", "decision", "evidence")
-            )
-            if (
-                isinstance(operator, str)
-                and isinstance(decision, str)
-                and isinstance(evidence, str)
-            ):
-                rebuilt.decisions.append(
-                    DecisionRecord(event.item_seq, operator, event.at, decision, evidence)
-                )
-            else:
-                _illegal(rebuilt, event, "detail")
-        elif event.kind == EventKind.FAILED_AT_FREEZE:
-            _apply(rebuilt, event, detail, ItemState.FAILED.value)
-        elif event.kind in _TRIGGERS:
-            _item_move(rebuilt, event, detail)
+        elif event.item_seq is not None:
+            _item_event(rebuilt, event, detail)
     return rebuilt
+
+
+def _item_event(rebuilt: Rebuilt, event: EventRecord, detail: Mapping[str, Any]) -> None:
+    """An event of one item (or row): its move, a decision by hand, a draft stored."""
+    seq = event.item_seq
+    assert seq is not None
+    if event.kind == EventKind.DECISION:
+        operator, decision, evidence = (
+            detail.get(name) for name in ("operator", "decision", "evidence")
+        )
+        if isinstance(operator, str) and isinstance(decision, str) and isinstance(evidence, str):
+            rebuilt.decisions.append(DecisionRecord(seq, operator, event.at, decision, evidence))
+        else:
+            _illegal(rebuilt, event, "detail")
+    elif event.kind == EventKind.FAILED_AT_FREEZE:
+        _apply(rebuilt, event, detail, ItemState.FAILED.value)
+    elif event.kind in _TRIGGERS:
+        _item_move(rebuilt, event, detail)
+    elif event.kind in (EventKind.DRAFTED, EventKind.REDRAFTED):
+        draft = detail.get("draft")
+        if isinstance(draft, str):
+            rebuilt.drafts[seq] = draft
+        elif "draft" in detail:
+            _illegal(rebuilt, event, "detail")
+        if event.kind == EventKind.REDRAFTED:
+            _replanned(rebuilt, event)
+
+
+def _replanned(rebuilt: Rebuilt, event: EventRecord) -> None:
+    """A redraft plans its row again (store/drafts.py REDRAFT_ITEM): pending or failed, never
+    attempted, to pending with no error."""
+    item = rebuilt.items.get(event.item_seq) if event.item_seq is not None else None
+    if item is None:
+        return  # the row's item is in another slice's replay, or it was never planned
+    if item.state not in (ItemState.PENDING, ItemState.FAILED) or item.attempts:
+        _illegal(rebuilt, event, "state", item.state, event.kind)
+        return
+    item.state, item.last_error = ItemState.PENDING.value, None
 
 
 def _illegal(
@@ -272,6 +311,11 @@ def _plan_event(rebuilt: Rebuilt, event: EventRecord, detail: Mapping[str, Any])
     elif "items" in detail:
         if isinstance(detail["items"], int):
             rebuilt.planned = detail["items"]
+        else:
+            _illegal(rebuilt, event, "detail")
+    if "inputs" in detail:  # a --compose run's plan (none before it was chained)
+        if isinstance(detail["inputs"], str):
+            rebuilt.inputs = detail["inputs"]
         else:
             _illegal(rebuilt, event, "detail")
     if "fingerprint" in detail:  # runs planned before it was chained record none
@@ -385,7 +429,7 @@ def compare_run(
     if rebuilt.fingerprint is not None and run["fingerprint"] != rebuilt.fingerprint:
         found.append(Difference(Table.RUNS, "the run", Change.DIFFERS, "fingerprint",
                                 run["fingerprint"], rebuilt.fingerprint))  # fmt: skip
-    approval = _parsed(run["approval"])
+    approval = json_value(run["approval"])
     if approval != rebuilt.approval:
         found.append(Difference(Table.RUNS, "the run", Change.DIFFERS, "approval", approval,
                                 rebuilt.approval))  # fmt: skip
@@ -401,7 +445,7 @@ def compare_run(
     return found
 
 
-def _parsed(text: str | None) -> Any:
+def json_value(text: str | None) -> Any:
     """A JSON column's value, or its text where it is not JSON (then it differs from any
     record an event holds)."""
     if text is None:
@@ -431,6 +475,21 @@ def compare_intents(intents: Iterable[IntentRecord], names: Mapping[int, str]) -
     return found
 
 
+def compare_drafts(drafts: Iterable[DraftRecord], chained: Mapping[int, str]) -> list[Difference]:
+    """Every drafted row whose draft does not hash to the digest chained when it was stored
+    (rows drafted before drafts were chained have none)."""
+    found: list[Difference] = []
+    for draft in drafts:
+        expected = chained.get(draft.seq)
+        if draft.state != "drafted" or expected is None:
+            continue
+        own = draft_digest(draft.subject, draft.body)
+        if own != expected:
+            found.append(Difference(Table.DRAFTS, f"draft of row {draft.seq}", Change.DIFFERS,
+                                    "draft", own, expected))  # fmt: skip
+    return found
+
+
 def compare_items(rebuilt: Rebuilt, stored: RunRows) -> list[Difference]:
     """Every stored item, attempt and receipt of these items that is not what their events
     say, and every such row the events made that is not stored: each named, with the column
@@ -457,6 +516,7 @@ def compare_items(rebuilt: Rebuilt, stored: RunRows) -> list[Difference]:
         lambda seq: f"receipt of {names.get(seq, f'item seq {seq}')}",
     )
     found += compare_intents(stored.intents, names)
+    found += compare_drafts(stored.drafts or (), rebuilt.drafts)
     return found
 
 

@@ -24,7 +24,7 @@ from itertools import pairwise
 from typing import Protocol
 
 from notifier.domain.chain import UNKEYED, ChainKind, Signer
-from notifier.domain.intent import Fingerprinting
+from notifier.domain.intent import DraftingInputs, Fingerprinting
 from notifier.domain.replay import (
     Change,
     DecisionRecord,
@@ -34,6 +34,7 @@ from notifier.domain.replay import (
     Table,
     compare_items,
     compare_run,
+    json_value,
     replay,
 )
 
@@ -51,7 +52,9 @@ class RunHead:
     how many items it holds, when it was planned, since when the database chains every
     new run (when m013 was applied to it; None where that is not recorded), and what its
     approval covers: its fingerprint, its approval record and its channel snapshot (JSON
-    text; None in an audit file exported before files held it)."""
+    text; None in an audit file exported before files held it); and, for a --compose run,
+    what its intents are made of besides its drafts: its options (JSON text, holding its
+    template) and its key nonce."""
 
     run_id: str
     chain: str | None  # ChainKind's value; None: planned before the chain
@@ -63,6 +66,8 @@ class RunHead:
     fingerprint: str
     approval: str | None
     channel_snapshot: str | None
+    options: str | None = None
+    key_nonce: str | None = None
 
     def chained_when_planned(self) -> bool:
         """Whether the run was planned after its database began chaining every run: then it
@@ -102,8 +107,9 @@ class AuditSource(Protocol):
         ...
 
     def rows(self, run_id: str, seqs: range) -> RunRows:
-        """The stored items, attempts and receipts of the items numbered in `seqs` (state:
-        the run's; decisions: none, they are read whole)."""
+        """The stored items, attempts, receipts and intents of the items numbered in `seqs`,
+        and a --compose run's rows (drafts) among them, None where not at hand (state: the
+        run's; decisions: none, they are read whole)."""
         ...
 
     def decisions(self, run_id: str) -> list[DecisionRecord]: ...
@@ -182,16 +188,34 @@ def _replayed(source: AuditSource, head: RunHead) -> list[Difference]:
     run = replay((), source.run_events(head.run_id))
     stored = {"state": head.state, "fingerprint": head.fingerprint, "approval": head.approval}
     found = compare_run(run, stored, head.items, source.decisions(head.run_id))
-    fingerprint = Fingerprinting()
+    fingerprint, inputs, drafted = Fingerprinting(), DraftingInputs(), True
     for seqs in slices(source.item_seqs(head.run_id), CHUNK):
         rows = source.rows(head.run_id, seqs)
         rebuilt = replay(((i.seq, i.item_id) for i in rows.items),
                          source.item_events(head.run_id, seqs))  # fmt: skip
         found += compare_items(rebuilt, rows)
         for intent in rows.intents:
-            fingerprint.add(intent.intent_digest)
+            fingerprint.add(str(intent.intent_digest))  # what is stored, whatever it is
+        if rows.drafts is None:
+            drafted = False
+        for draft in rows.drafts or ():
+            inputs.add(str(draft.source))
     found += _covered(head, fingerprint)
+    if drafted and run.inputs is not None:
+        found += _drafted_from(head, inputs, run.inputs)
     return found
+
+
+def _drafted_from(head: RunHead, inputs: DraftingInputs, chained: str) -> list[Difference]:
+    """A --compose run's sources, template, channel snapshot and key nonce against the
+    digest its plan chained: one rewritten while the run drafted (before its freeze made
+    intents of it) is named."""
+    options = json_value(head.options)
+    template = options.get("template") if isinstance(options, dict) else None
+    own = inputs.result(template, json_value(head.channel_snapshot), head.key_nonce)
+    if own == chained:
+        return []
+    return [Difference(Table.DRAFTS, "the run's rows", Change.DIFFERS, "inputs", own, chained)]
 
 
 def _covered(head: RunHead, digests: Fingerprinting) -> list[Difference]:

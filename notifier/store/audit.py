@@ -10,6 +10,7 @@ from contextlib import AbstractContextManager
 from notifier.domain.replay import (
     AttemptRecord,
     DecisionRecord,
+    DraftRecord,
     EventRecord,
     IntentRecord,
     ItemRecord,
@@ -21,8 +22,8 @@ from notifier.store import migrations
 from notifier.store.core import Core
 
 _RUN = (
-    "SELECT run_id, state, created_at, fingerprint, approval, channel_snapshot, {chain} "
-    "FROM runs WHERE run_id = %(run_id)s"
+    "SELECT run_id, state, created_at, fingerprint, approval, channel_snapshot, options, "
+    "{nonce}, {chain} FROM runs WHERE run_id = %(run_id)s"
 )
 _RUN_IDS = "SELECT run_id FROM runs ORDER BY created_at, run_id"
 _COUNT = "SELECT COUNT(*) FROM items WHERE run_id = %(run_id)s"
@@ -36,6 +37,11 @@ _ITEMS = (
     "ORDER BY seq"
 )
 _ITEM_FIELDS = len(ItemRecord._fields)
+# A --compose run's rows (drafts) in a slice of seqs.
+_DRAFTS = (
+    "SELECT seq, state, source, subject, body FROM drafts "
+    f"WHERE {_IN.format(seq='seq')} ORDER BY seq"
+)
 _ATTEMPTS = (
     "SELECT seq, n, started_at, finished_at, outcome, http_status, error, retry_after_s, "
     f"waited_s FROM attempts WHERE {_IN.format(seq='seq')} ORDER BY seq, n"
@@ -59,6 +65,7 @@ _ITEM_EVENTS = _EVENT + f"WHERE {_IN.format(seq='item_seq')} ORDER BY item_seq, 
 # chain: its runs read as planned before it.
 _NO_CHAIN = "NULL AS audit_chain, NULL AS audit_key_id"
 _NO_LINKS = "NULL AS prev_hash, NULL AS hash"
+_NO_NONCE = "NULL AS key_nonce"  # a database from before m002
 
 
 class AuditRecords:
@@ -83,13 +90,15 @@ class AuditRecords:
 
     def head(self, run_id: str) -> RunHead | None:
         chain = "audit_chain, audit_key_id" if self._chained() else _NO_CHAIN
-        row = self.engine.execute(_RUN.format(chain=chain), {"run_id": run_id}).fetchone()
+        nonce = "key_nonce" if "key_nonce" in self.engine.columns("runs") else _NO_NONCE
+        statement = _RUN.format(chain=chain, nonce=nonce)
+        row = self.engine.execute(statement, {"run_id": run_id}).fetchone()
         if row is None:
             return None
         (count,) = self.engine.execute(_COUNT, {"run_id": run_id}).fetchone()
         return RunHead(run_id, row.audit_chain, row.audit_key_id, row.state, int(count),
                        row.created_at, self.chained_since(), row.fingerprint, row.approval,
-                       row.channel_snapshot)  # fmt: skip
+                       row.channel_snapshot, row.options, row.key_nonce)  # fmt: skip
 
     def chained_since(self) -> str | None:
         """When m013 was applied to this database: every run planned after it is chained."""
@@ -128,6 +137,9 @@ class AuditRecords:
             receipts=[ReceiptRecord(*r) for r in self.engine.execute(_RECEIPTS, key)],
             decisions=[],
             intents=[IntentRecord(r[0], *r[_ITEM_FIELDS:]) for r in items],
+            drafts=[DraftRecord(*r) for r in self.engine.execute(_DRAFTS, key)]
+            if self.engine.has_table("drafts")
+            else [],
         )
 
     def decisions(self, run_id: str) -> list[DecisionRecord]:

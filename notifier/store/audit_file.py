@@ -499,8 +499,8 @@ class AuditFile:
         (run,) = (dict(zip(part.columns, r[:-1], strict=True)) for r in self._rows(part))
         return RunHead(run_id, run["audit_chain"], run["audit_key_id"], run["state"],
                        self.item_count(), run["created_at"], self.meta.get("chained_since"),
-                       run["fingerprint"], run["approval"],
-                       run.get("channel_snapshot"))  # fmt: skip
+                       run["fingerprint"], run["approval"], run.get("channel_snapshot"),
+                       run["options"])  # fmt: skip
 
     def item_seqs(self, run_id: str) -> Iterator[int]:
         for (seq,) in self.db.execute("SELECT seq FROM items ORDER BY seq"):

@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 from notifier.domain import clock
 from notifier.domain.errors import Refused
+from notifier.domain.intent import DraftingInputs, draft_digest
 from notifier.domain.records import Counts, EventKind, Run, StoredDraft
 from notifier.domain.state_machine import RunTrigger
 from notifier.store.core import Core, as_json
@@ -49,7 +50,15 @@ class Drafts:
                     for seq, line, source in sources
                 ),
             )
-            self.core.event(run["run_id"], "planned", None, {"drafts": len(sources)}, at)
+            # What the intents will be made of besides the drafts, chained: verify, and the
+            # freeze before it makes intents of them, find one rewritten while the run drafts.
+            inputs = DraftingInputs()
+            for _, _, source in sources:
+                inputs.add(source)
+            template = run["options"].get("template")
+            made_of = inputs.result(template, run["channel_snapshot"], run.get("key_nonce"))
+            detail = {"drafts": len(sources), "inputs": made_of}
+            self.core.event(run["run_id"], "planned", None, detail, at)
 
     def pending_drafts(self, run_id: str) -> list[tuple[int, str]]:
         return [
@@ -76,7 +85,9 @@ class Drafts:
             )
             if cursor.rowcount != 1:
                 raise LostRace(f"run {run_id} row {seq}: already drafted")
-            self.core.event(run_id, "drafted", seq, {"model": draft["model"]}, at)
+            chained = {"model": draft["model"],
+                       "draft": draft_digest(draft["subject"], draft["body"])}  # fmt: skip
+            self.core.event(run_id, EventKind.DRAFTED, seq, chained, at)
 
     def save_result(self, run_id: str, seq: int, draft: dict[str, Any]) -> bool:
         """A batch result's draft, only if the row has none yet (streaming a batch's results
@@ -195,8 +206,9 @@ class Drafts:
                 )
                 if moved.rowcount != 1:
                     raise LostRace(f"run {run_id} row {seq}: its intent was already used")
-                self.core.event(run_id, "redrafted", seq, {"model": draft["model"],
-                                                       "intent_digest": digest}, at)  # fmt: skip
+                chained = {"model": draft["model"], "intent_digest": digest,
+                           "draft": draft_digest(draft["subject"], draft["body"])}  # fmt: skip
+                self.core.event(run_id, EventKind.REDRAFTED, seq, chained, at)
             self.core.event(
                 run_id,
                 "redraft",

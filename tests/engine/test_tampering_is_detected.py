@@ -446,3 +446,22 @@ def test_an_approval_forged_on_a_run_never_approved_is_named(run: Workspace) -> 
     assert named(found) == {("runs", "the run", "differs", "approval")}
     (difference,) = found.findings
     assert (difference.stored, difference.expected) == (approval, None)
+
+
+@pytest.mark.parametrize(
+    ("table", "column", "named_as"),
+    [("items", "intent_digest", "intent_digest"), ("items", "payload", "intent_digest"),
+     ("runs", "channel_snapshot", "fingerprint"), ("runs", "approval", "approval"),
+     ("runs", "fingerprint", "fingerprint")],
+)  # fmt: skip
+def test_a_blob_written_where_text_belongs_is_named_not_a_crash(
+    run: Workspace, table: str, column: str, named_as: str
+) -> None:
+    """SQLite keeps bytes in a TEXT column, and PostgreSQL keeps the text of what is not
+    JSON: either way what it breaks is named (exit 5), never a traceback."""
+    value: object = b"\xff\x00" if run.url == "" else "\\xff00"
+    where = "run_id = ? AND seq = 2" if table == "items" else "run_id = ?"
+    run.write(f"UPDATE {table} SET {column} = ? WHERE {where}", (value, RUN))
+    found = verdict(run, RUN)
+    assert found.verdict is AuditVerdict.ALTERED
+    assert named_as in {d.column for d in found.findings}

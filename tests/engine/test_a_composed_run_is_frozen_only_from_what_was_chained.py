@@ -1,0 +1,102 @@
+"""A --compose run drafts for minutes or hours before its notifications exist, and its freeze
+makes them from what is stored then: each row's source and draft, the template, the channel
+snapshot and the key nonce. Its plan chains the digest of those inputs, and each draft's
+digest is chained when the draft is stored, so a rewrite while the run drafts (by someone
+without the audit key) is found: the freeze refuses (exit 4, nothing sent, the advice names
+`verify`), and `verify` names it. A run redrafted by the operator, nothing rewritten, still
+verifies keyed. Each on both stores, under the audit key."""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from notifier.content import compose
+from notifier.domain.verify import AuditVerdict
+
+from ..conftest import Workspace
+from ..fake_messages import FakeMessages, text_only_answer, tool_answer
+from ..support.audited import SIGNER, keyed, named, verdicts
+from .test_compose import batch, brief
+
+pytestmark = [pytest.mark.both_stores, pytest.mark.timeout(60)]
+
+
+def edited_before_the_freeze(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch, edit: Callable[[str], None]
+) -> None:
+    """`edit(run_id)` runs once every row is drafted, just before the freeze reads them."""
+    real = compose.freeze
+
+    def edit_then_freeze(*args: Any) -> Any:
+        edit(args[1])
+        return real(*args)
+
+    monkeypatch.setattr(compose, "freeze", edit_then_freeze)
+
+
+def sends_nothing_and_names(ws: Workspace, change: tuple[str, str, str, str]) -> None:
+    sent = ws.invoke("send", str(batch(ws, 3)), "--compose", str(brief(ws)))
+    assert sent.exit_code == 4, sent.output
+    assert "were not frozen" in sent.output and "notifier verify" in sent.output, sent.output
+    assert ws.outbox_documents() == []
+    (found,) = verdicts(ws, SIGNER).values()
+    assert found.verdict is AuditVerdict.ALTERED
+    assert change in named(found)
+
+
+def test_a_draft_and_its_source_rewritten_while_drafting_are_refused_and_named(
+    ws: Workspace, fake: FakeMessages, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keyed(monkeypatch)
+
+    def edit(run_id: str) -> None:
+        ((source,),) = ws.query("SELECT source FROM drafts WHERE run_id = ? AND seq = 2",
+                                (run_id,))  # fmt: skip
+        moved = source.replace("user2@example.com", "mallory@example.net")
+        assert moved != source
+        ws.write("UPDATE drafts SET source = ?, body = ? WHERE run_id = ? AND seq = 2",
+                 (moved, "Pay at mallory.example.net", run_id))  # fmt: skip
+
+    edited_before_the_freeze(ws, monkeypatch, edit)
+    sends_nothing_and_names(ws, ("drafts", "draft of row 2", "differs", "draft"))
+    (found,) = verdicts(ws, SIGNER).values()
+    assert ("drafts", "the run's rows", "differs", "inputs") in named(found)
+
+
+def test_a_channel_definition_rewritten_while_drafting_is_refused_and_named(
+    ws: Workspace, fake: FakeMessages, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keyed(monkeypatch)
+
+    def edit(run_id: str) -> None:
+        ((snapshot,),) = ws.query("SELECT channel_snapshot FROM runs WHERE run_id = ?",
+                                  (run_id,))  # fmt: skip
+        value = json.loads(snapshot)
+        for definition in value.values():
+            definition["path"] = "/tmp/mallory"
+        ws.write("UPDATE runs SET channel_snapshot = ? WHERE run_id = ?",
+                 (json.dumps(value), run_id))  # fmt: skip
+
+    edited_before_the_freeze(ws, monkeypatch, edit)
+    sends_nothing_and_names(ws, ("drafts", "the run's rows", "differs", "inputs"))
+
+
+def test_a_failed_draft_redrafted_verifies_keyed(
+    ws: Workspace, fake: FakeMessages, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """u2's draft fails, the run awaits approval; `redraft --item u2` plans u2 again (failed
+    to pending): its events say so, and the run verifies keyed, before and after it is sent."""
+    keyed(monkeypatch)
+    fake.per_row["u2"] = deque([text_only_answer()] * 10)
+    sent = ws.invoke("send", str(batch(ws, 3)), "--compose", str(brief(ws)), "--require-approval")
+    assert sent.exit_code in (0, 3), sent.output
+    fake.per_row["u2"] = deque([tool_answer("Fresh u2", "New body.")])
+    redrafted = ws.invoke("redraft", "--item", "u2")
+    assert redrafted.exit_code == 0, redrafted.output
+    (found,) = verdicts(ws, SIGNER).values()
+    assert (found.verdict, found.findings) == (AuditVerdict.KEYED, ())
