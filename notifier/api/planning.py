@@ -22,7 +22,7 @@ from notifier.domain import clock
 from notifier.domain.errors import BadInput
 from notifier.domain.intent import CONTRACT_VERSION, new_key_nonce
 from notifier.domain.state_machine import RunState, RunTrigger
-from notifier.domain.suppression import address_key
+from notifier.domain.suppression import address_keys
 from notifier.engine import crash
 from notifier.engine.membership import live_holder
 from notifier.store import NoDatabase, PlanRefused, PlanStage, Prior, RunExists, Store
@@ -354,7 +354,7 @@ def compare_composed(env: Env, rows: list[BatchRow], batch: Path, run_id: str) -
         plan.close()
     dropped = set(left_out)
     kept = [row for row in rows if row.seq not in dropped]
-    drafted = [row for row in kept if address_key(row.to) not in suppressed]
+    drafted = [row for row in kept if suppressed.isdisjoint(address_keys(row.to))]
     return Composing(drafted, prior, len(kept) - len(drafted))
 
 

@@ -7,11 +7,15 @@ case (RFC 5321 lets a mailbox tell them apart, and the digest must not change); 
 suppression errs the other way, because mailing an address its owner asked to stop is the
 mistake that costs, and no real mailbox is told apart by case alone.
 
+An internationalised domain has two spellings that reach one mailbox: `bücher.example` goes
+on the wire as `xn--bcher-kva.example`. An entry keeps the spelling it was given, and a row
+is matched under both of its domain's (`address_keys`).
+
 Where a row is matched: at plan time by SQL (store/suppressions.py, one pass over the new
 items, with the database lower-casing ASCII letters only, the same on both engines), and
 again at the claim by this module's `address_key`, which also lower-cases non-ASCII letters.
-So an address with non-ASCII capitals may be planned `pending` and is then suppressed at its
-claim: either way it is never sent.
+So an address with non-ASCII capitals, or written in the other spelling of its domain, may
+be planned `pending` and is then suppressed at its claim: either way it is never sent.
 
 This module is the typed records and the address rules; the SQL is in
 store/suppressions.py, the commands and the reading of an import file in cli/suppress.py."""
@@ -60,11 +64,33 @@ def address_key(target: str) -> str:
     return normalise_target(target).lower()
 
 
+def address_keys(target: str) -> tuple[str, ...]:
+    """Every key `target` is suppressed under: its own, and where its domain is
+    internationalised, the key under the domain's other spelling (punycode, as the wire
+    carries it, or the Unicode it decodes to). A domain the codec refuses has one key."""
+    key = address_key(target)
+    local, at, domain = key.rpartition("@")
+    if not at:
+        return (key,)
+    try:
+        if not domain.isascii():
+            other = domain.encode("idna").decode("ascii")
+        elif "xn--" in domain:
+            other = domain.encode("ascii").decode("idna")
+        else:
+            return (key,)
+    except UnicodeError:
+        return (key,)
+    spelled = f"{local}@{other.lower()}"
+    return (key,) if spelled == key else (key, spelled)
+
+
 def sql_keys_alike(target: str) -> bool:
     """Whether SQL's form of the key (store/suppressions.py: trimmed of spaces, ASCII
-    letters lower-cased) is `address_key(target)`: for an ASCII target whose only
-    surrounding whitespace is spaces. Otherwise the key is computed here, in Python."""
-    return target.isascii() and target.strip() == target.strip(" ")
+    letters lower-cased) is `address_keys(target)`: for an ASCII target whose only
+    surrounding whitespace is spaces and whose domain is not punycode. Otherwise the keys
+    are computed here, in Python."""
+    return target.isascii() and target.strip() == target.strip(" ") and "xn--" not in target.lower()
 
 
 def address_problem(text: str) -> str | None:

@@ -52,7 +52,7 @@ from notifier.domain.replay import (
     RunRows,
     Table,
 )
-from notifier.domain.suppression import address_key
+from notifier.domain.suppression import address_keys
 from notifier.domain.verify import RunHead
 from notifier.store.audit import AuditRecords
 from notifier.store.core import Core
@@ -359,8 +359,9 @@ def _suppressions(core: Core, run_id: str) -> Iterator[Sequence[Any]]:
     key of each suppressed item's recipient, a chunk of keys at a time."""
     keys = sorted(
         {
-            address_key(target)
+            key
             for (target,) in core.engine.stream(_READS["suppressed"], {"run_id": run_id})
+            for key in address_keys(target)
         }
     )
     for start in range(0, len(keys), 500):

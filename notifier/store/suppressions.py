@@ -10,7 +10,14 @@ from typing import Any
 from notifier.domain import clock
 from notifier.domain.records import Item, Outcome
 from notifier.domain.state_machine import ItemState, ItemTrigger, item_next
-from notifier.domain.suppression import Entry, Source, Suppression, address_key, sql_keys_alike
+from notifier.domain.suppression import (
+    Entry,
+    Source,
+    Suppression,
+    address_key,
+    address_keys,
+    sql_keys_alike,
+)
 from notifier.domain.who import operator_name
 from notifier.store import statements
 from notifier.store.core import Core, retried
@@ -131,7 +138,8 @@ class Suppressions:
         address gets only the requests under way, or whose check passed, before the look."""
         seqs_of: dict[str, list[int]] = {}
         for item in items:
-            seqs_of.setdefault(address_key(item.target), []).append(item.seq)
+            for key in address_keys(item.target):
+                seqs_of.setdefault(key, []).append(item.seq)
         if not seqs_of:
             return frozenset()
         found = self.core.engine.execute(
@@ -187,18 +195,19 @@ class Suppressions:
         the list (`listed`, at most every POLL_S) and the senders' check before each send;
         what remains is a request already started, or whose check passed, before that
         look."""
-        hits = [row.seq for row in rows if row.on_list]
+        hits = {row.seq for row in rows if row.on_list}
         keys: dict[str, list[int]] = {}
         for row in rows:
             if not row.on_list and not sql_keys_alike(row.target):
-                keys.setdefault(address_key(row.target), []).append(row.seq)
+                for key in address_keys(row.target):
+                    keys.setdefault(key, []).append(row.seq)
         if keys:
             for (address,) in self.core.engine.execute(
                 sql.suppressed_among(len(keys)), statements.bound("a", list(keys))
             ).fetchall():
-                hits += keys[address]
+                hits.update(keys[address])
         suppressed: set[int] = set()
-        for seq in sorted(self._maybe_delivered(run_id, hits)):
+        for seq in sorted(self._maybe_delivered(run_id, sorted(hits))):
             # An earlier attempt may have reached the recipient: calling it suppressed (never
             # sent) would claim what nobody knows, as expiring it would (ledger.expire_due).
             # It is not sent again either: unknown, for a query or an operator to settle.

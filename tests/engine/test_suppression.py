@@ -301,6 +301,31 @@ def test_a_non_ascii_capital_is_matched_at_the_claim(ws: Workspace) -> None:
     assert [(i.seq, i.state) for i in ws.ledger.items()] == [(1, "suppressed"), (2, "sent")]
 
 
+@pytest.mark.parametrize("n", CONCURRENCY)
+@pytest.mark.parametrize(
+    ("listed", "written"),
+    [("ann@bücher.example", "ann@xn--bcher-kva.example"),
+     ("ann@XN--BCHER-KVA.example", "ann@Bücher.example")],
+    ids=["unicode-listed", "punycode-listed"],
+)  # fmt: skip
+def test_an_internationalised_domain_is_one_address_in_either_spelling(
+    ws: Workspace, relay: Relay, n: int, listed: str, written: str
+) -> None:
+    """`ann@bücher.example` goes on the wire as `ann@xn--bcher-kva.example`: one mailbox.
+    Suppressed in one spelling, a row written in the other (and in other case) is suppressed
+    at the claim, among others claimed ahead at N = 8, and never reaches the relay."""
+    rows = make_rows(12)
+    rows[5][1] = written
+    ws.write_csv("batch.csv", rows)
+    assert ws.invoke("suppress", "add", listed).exit_code == 0
+    sent = ws.invoke("send", "batch.csv", "--channel", "mail", "--concurrency", str(n))
+    assert sent.exit_code == 0, sent.output
+    assert not any("bcher" in r.lower() for r in relay.rcpts), relay.rcpts
+    assert len(relay.messages) == 11
+    states = {i.item_id: i.state for i in ws.ledger.items()}
+    assert states["u5"] == "suppressed" and set(states.values()) == {"sent", "suppressed"}
+
+
 @pytest.fixture
 def receiver(ws: Workspace) -> Iterator[Receiver]:
     with receiving(Receiver()) as running:

@@ -1,0 +1,35 @@
+"""The keys a recipient is suppressed under (domain/suppression.py): its own, lower-cased, and
+for an internationalised domain the other spelling that reaches the same mailbox (punycode as
+the wire carries it, or the Unicode it decodes to). Whatever SQL cannot key alike is keyed in
+Python."""
+
+from __future__ import annotations
+
+import pytest
+
+from notifier.domain.suppression import address_keys, sql_keys_alike
+
+pytestmark = pytest.mark.timeout(10)
+
+
+@pytest.mark.parametrize(
+    ("target", "keys"),
+    [
+        ("Ann@Example.com", ("ann@example.com",)),
+        ("Ann@Bücher.example", ("ann@bücher.example", "ann@xn--bcher-kva.example")),
+        ("ann@XN--BCHER-KVA.example", ("ann@xn--bcher-kva.example", "ann@bücher.example")),
+        ("ann@xn--.example", ("ann@xn--.example",)),  # punycode the codec refuses: one key
+        ("not an address", ("not an address",)),
+    ],
+)
+def test_the_keys_of_a_recipient(target: str, keys: tuple[str, ...]) -> None:
+    assert address_keys(target) == keys
+
+
+@pytest.mark.parametrize(
+    ("target", "alike"),
+    [("ann@example.com", True), ("ann@bücher.example", False),
+     ("ann@XN--BCHER-KVA.example", False), ("\tann@example.com", False)],
+)  # fmt: skip
+def test_sql_keys_only_a_plain_ascii_address(target: str, alike: bool) -> None:
+    assert sql_keys_alike(target) is alike
