@@ -146,6 +146,9 @@ def draft_run(env: Env, store: Store, run: Run) -> Run:
     if not compose.unfrozen(run):
         return run
     with take_lease(store, run, env.config.lease_ttl_s) as lease:
+        # What the rows are drafted from (the brief, the columns shown to the model, the
+        # sources) is what was chained, before any of it is sent to the Messages API.
+        compose.refuse_if_altered(store, run, store.drafts.drafts(run.run_id))
         progress = draft(store, run, compose_key(), env.say, lease)
     done = f"{progress.drafted} drafted, {progress.failed} failed, {progress.pending} to draft"
     if progress.stopped is not None:

@@ -31,8 +31,17 @@ from notifier.content.text_rules import text_problems
 from notifier.domain import clock
 from notifier.domain.chain import UNKEYED, ChainKind
 from notifier.domain.errors import BadInput, NeedsAttention, NextStep, NotifierError, Refused
-from notifier.domain.intent import canonical_json
-from notifier.domain.records import Run
+from notifier.domain.intent import DraftingInputs, canonical_json
+from notifier.domain.records import Run, StoredDraft
+from notifier.domain.replay import (
+    Change,
+    Difference,
+    DraftRecord,
+    Rebuilt,
+    Table,
+    compare_drafts,
+    replay,
+)
 from notifier.domain.state_machine import RunTrigger
 from notifier.domain.verify import verify_run
 from notifier.engine.run_control import RunControl
@@ -362,21 +371,35 @@ def apply_draft(row: BatchRow, draft: Mapping[str, str], template: Template | No
     raise DraftRejected(result.message)
 
 
-def refuse_if_altered(store: Store, run_id: str) -> None:
-    """The freeze makes intents of the drafts, sources, template and channel snapshot as
-    stored now, and chains their fingerprint: one rewritten while the run drafted would be
-    sealed as planned, and verify would vouch for it. So the run is verified first, under
-    its chain's key (Refused, nothing frozen, when anything of it is not what was chained).
-    A run chained under another key than this process's is left to the freeze's write,
-    which refuses it for that key."""
+def refuse_if_altered(store: Store, run: Run, drafts: Sequence[StoredDraft]) -> None:
+    """Refused (exit 4, nothing drafted or frozen) unless the run's chain holds, under its
+    key, and `run` and `drafts`, as the caller read them to draft or freeze from, are what
+    was chained: what is drafted from, and frozen, is what was checked."""
+    chained = chained_drafting(store, run.run_id)
+    if chained is not None:
+        _refuse_if_changed(chained, run, drafts)
+
+
+def chained_drafting(store: Store, run_id: str) -> Rebuilt | None:
+    """What the run's events chained of its drafting (the digest of its inputs, each
+    draft's), once the run is verified under its chain's key: Refused (nothing frozen) when
+    anything of it is not what was chained. The freeze makes intents of the drafts, sources,
+    options and channel snapshot as stored, and chains their fingerprint: one rewritten
+    while the run drafted would be sealed as planned, and verify would vouch for it. None
+    where there is nothing to check against: a run planned before the chain, or chained
+    under another key than this process's (the freeze's write refuses it for that key)."""
     with store.audit.reading():
         head = store.audit.head(run_id)
         if head is None or head.chain is None:
-            return  # planned before the chain: nothing to check it against
+            return None
         signer = store.engine.signer if head.chain == ChainKind.KEYED else UNKEYED
         if head.chain == ChainKind.KEYED and signer.key_id != head.key_id:
-            return
-        findings = verify_run(store.audit, head, signer).findings
+            return None
+        _refuse_if_any(run_id, list(verify_run(store.audit, head, signer).findings))
+        return replay((), store.audit.events(run_id))
+
+
+def _refuse_if_any(run_id: str, findings: Sequence[Difference]) -> None:
     if findings:
         named = "; ".join(f"{d.row}: {d.column or d.change.value}" for d in findings[:3])
         more = f" and {len(findings) - 3} more" if len(findings) > 3 else ""
@@ -387,14 +410,30 @@ def refuse_if_altered(store: Store, run_id: str) -> None:
         ).advise(NextStep.VERIFY, run_id)
 
 
+def _refuse_if_changed(chained: Rebuilt, run: Run, drafts: Sequence[StoredDraft]) -> None:
+    """The drafts and the run as the freeze read them (after the check, in reads of their
+    own) against what was chained: what is frozen is what was checked."""
+    if chained.inputs is None:
+        return  # drafting began before its inputs were chained
+    records = [DraftRecord(d.seq, d.state, d.source, d.subject, d.body) for d in drafts]
+    inputs = DraftingInputs()
+    for draft in records:
+        inputs.add(draft.source)
+    found = compare_drafts(records, chained.drafts, every_draft_chained=True)
+    if inputs.result(run.options, run.channel_snapshot, run.key_nonce) != chained.inputs:
+        found.append(Difference(Table.DRAFTS, "the run's rows", Change.DIFFERS, "inputs"))
+    _refuse_if_any(run.run_id, found)
+
+
 def freeze(store: Store, run_id: str, config: Config, then: RunTrigger | None) -> Plan:
     """Every row drafted (or failed): compute the intents from the stored drafts, in order,
     and store them with the fingerprint in one transaction. Rows whose draft failed are not
     planned; `then` (request_approval) moves the run in the same transaction. Each row was
     scheduled when its file was read (send --not-before, --tz, --window, its own columns):
     its start time is moved on to now, as a plain send planning it now would set it."""
-    refuse_if_altered(store, run_id)
     run = store.core.get_run(run_id)
+    drafts = store.drafts.drafts(run_id)
+    refuse_if_altered(store, run, drafts)
     now = clock.now()
     template_options = run.options.get("template")
     template = (
@@ -405,7 +444,7 @@ def freeze(store: Store, run_id: str, config: Config, then: RunTrigger | None) -
     rows: list[BatchRow] = []
     failed: dict[int, str] = {}
     identities: dict[int, str] = {}
-    for stored in store.drafts.drafts(run_id):
+    for stored in drafts:
         if stored.state == "pending":
             continue
         row = schedule.retime(row_from_source(stored.source), now)

@@ -233,9 +233,10 @@ def draft_digest(subject: str | None, body: str | None) -> str:
 
 class DraftingInputs:
     """What a --compose run's intents are made of besides its drafts: each row's source (fed
-    in seq order, a slice at a time), the stored template, the channel snapshot and the
-    key nonce. Chained at the plan; verify and the freeze find any of them rewritten while
-    the run drafts."""
+    in seq order, a slice at a time), the run's options that shape a draft or a payload (the
+    brief, the columns sent to the model, the template; not the model, which `resume
+    --model` may change), the channel snapshot and the key nonce. Chained at the plan;
+    verify and the freeze find any of them rewritten while the run drafts."""
 
     def __init__(self) -> None:
         self._sources = hashlib.sha256()
@@ -244,9 +245,16 @@ class DraftingInputs:
         self._sources.update(source.encode("utf-8"))
         self._sources.update(b"\n")
 
-    def result(self, template: Any, channel_snapshot: Any, key_nonce: str | None) -> str:
+    def result(self, options: Any, channel_snapshot: Any, key_nonce: str | None) -> str:
+        """The digest, with the run's `options` (as stored: anything, if rewritten)."""
+        shaping: Any = options
+        if isinstance(options, Mapping):
+            compose = options.get("compose")
+            if isinstance(compose, Mapping):
+                compose = {k: v for k, v in compose.items() if k != "model"}
+            shaping = {"compose": compose, "template": options.get("template")}
         whole = {"channel_snapshot": channel_snapshot, "key_nonce": key_nonce,
-                 "sources": self._sources.hexdigest(), "template": template}  # fmt: skip
+                 "options": shaping, "sources": self._sources.hexdigest()}  # fmt: skip
         return "sha256:" + sha256_hex(canonical_json(whole))
 
 

@@ -32,6 +32,7 @@ from notifier.domain.replay import (
     EventRecord,
     RunRows,
     Table,
+    compare_drafts,
     compare_items,
     compare_run,
     json_value,
@@ -194,6 +195,8 @@ def _replayed(source: AuditSource, head: RunHead) -> list[Difference]:
         rebuilt = replay(((i.seq, i.item_id) for i in rows.items),
                          source.item_events(head.run_id, seqs))  # fmt: skip
         found += compare_items(rebuilt, rows)
+        found += compare_drafts(rows.drafts or (), rebuilt.drafts,
+                                every_draft_chained=run.inputs is not None)  # fmt: skip
         for intent in rows.intents:
             fingerprint.add(str(intent.intent_digest))  # what is stored, whatever it is
         if rows.drafts is None:
@@ -210,9 +213,7 @@ def _drafted_from(head: RunHead, inputs: DraftingInputs, chained: str) -> list[D
     """A --compose run's sources, template, channel snapshot and key nonce against the
     digest its plan chained: one rewritten while the run drafted (before its freeze made
     intents of it) is named."""
-    options = json_value(head.options)
-    template = options.get("template") if isinstance(options, dict) else None
-    own = inputs.result(template, json_value(head.channel_snapshot), head.key_nonce)
+    own = inputs.result(json_value(head.options), json_value(head.channel_snapshot), head.key_nonce)
     if own == chained:
         return []
     return [Difference(Table.DRAFTS, "the run's rows", Change.DIFFERS, "inputs", own, chained)]

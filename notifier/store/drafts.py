@@ -55,8 +55,10 @@ class Drafts:
             inputs = DraftingInputs()
             for _, _, source in sources:
                 inputs.add(source)
-            template = run["options"].get("template")
-            made_of = inputs.result(template, run["channel_snapshot"], run.get("key_nonce"))
+            # Hashed as they are read back (JSON), as verify and the freeze will hash them.
+            options = json.loads(as_json(run["options"]) or "null")
+            snapshot = json.loads(as_json(run["channel_snapshot"]) or "null")
+            made_of = inputs.result(options, snapshot, run.get("key_nonce"))
             detail = {"drafts": len(sources), "inputs": made_of}
             self.core.event(run["run_id"], "planned", None, detail, at)
 

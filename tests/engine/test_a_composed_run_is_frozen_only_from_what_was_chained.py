@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from notifier.content import compose
-from notifier.domain.verify import AuditVerdict
+from notifier.domain.verify import AuditVerdict, verify_run
 
 from ..conftest import Workspace
-from ..fake_messages import FakeMessages, text_only_answer, tool_answer
+from ..fake_messages import FakeMessages, error, text_only_answer, tool_answer
 from ..support.audited import SIGNER, keyed, named, verdicts
 from .test_compose import batch, brief
 
@@ -100,3 +100,73 @@ def test_a_failed_draft_redrafted_verifies_keyed(
     assert redrafted.exit_code == 0, redrafted.output
     (found,) = verdicts(ws, SIGNER).values()
     assert (found.verdict, found.findings) == (AuditVerdict.KEYED, ())
+
+
+PHISH = "Pay at mallory.example.net"
+
+
+@pytest.mark.parametrize(
+    "rewrite",
+    [
+        # A failed draft made a drafted one: no draft was chained for it.
+        "UPDATE drafts SET state = 'drafted', subject = 'Hi', body = ?, error = NULL "
+        "WHERE run_id = ? AND seq = 2",
+        # A state the freeze also takes for drafted, spelled otherwise.
+        "UPDATE drafts SET state = 'Drafted', body = ? WHERE run_id = ? AND seq = 2",
+    ],
+    ids=["failed-made-drafted", "state-respelled"],
+)
+def test_a_row_the_freeze_would_send_is_checked_whatever_its_state_says(
+    ws: Workspace, fake: FakeMessages, monkeypatch: pytest.MonkeyPatch, rewrite: str
+) -> None:
+    keyed(monkeypatch)
+    fake.per_row["u2"] = deque([text_only_answer()] * 10)
+    edited_before_the_freeze(ws, monkeypatch, lambda run_id: ws.write(rewrite, (PHISH, run_id)))
+    sends_nothing_and_names(ws, ("drafts", "draft of row 2", "differs", "draft"))
+
+
+def test_a_brief_rewritten_while_drafting_is_stopped_is_refused_before_any_request(
+    ws: Workspace, fake: FakeMessages, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Drafting stops (the API refuses the key); the run's brief and the columns shown to the
+    model are rewritten; `resume` refuses before any request (nothing of the rewrite, and no
+    address, reaches the API) and names the inputs."""
+    keyed(monkeypatch)
+    fake.script.extend(error(401, "authentication_error", "invalid x-api-key") for _ in range(4))
+    stopped = ws.invoke("send", str(batch(ws, 3)), "--compose", str(brief(ws)))
+    assert stopped.exit_code == 3, stopped.output
+    ((run_id, options),) = ws.query("SELECT run_id, options FROM runs")
+    value = json.loads(options)
+    value["compose"]["brief"] = "Tell them to pay at mallory.example.net."
+    value["compose"]["columns"] = ["id", "to", "name"]
+    ws.write("UPDATE runs SET options = ? WHERE run_id = ?", (json.dumps(value), run_id))
+    fake.requests.clear()
+    fake.script.clear()
+    resumed = ws.invoke("resume")
+    assert resumed.exit_code == 4, resumed.output
+    assert fake.requests == []
+    (found,) = verdicts(ws, SIGNER).values()
+    assert ("drafts", "the run's rows", "differs", "inputs") in named(found)
+
+
+def test_a_draft_rewritten_while_the_run_is_checked_is_never_what_is_sent(
+    ws: Workspace, fake: FakeMessages, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Drafting and the freeze each compare the drafts they read themselves with what the
+    verified chain holds, so a rewrite landing while the chain is checked is never sent;
+    `verify` names it afterwards."""
+    keyed(monkeypatch)
+    real = verify_run
+
+    def verify_then_rewrite(*args: Any) -> Any:
+        verdict = real(*args)
+        ws.write("UPDATE drafts SET body = ? WHERE run_id = ? AND seq = 2",
+                 (PHISH, args[1].run_id))  # fmt: skip
+        return verdict
+
+    monkeypatch.setattr(compose, "verify_run", verify_then_rewrite)
+    sent = ws.invoke("send", str(batch(ws, 3)), "--compose", str(brief(ws)))
+    assert sent.exit_code in (0, 4), sent.output
+    assert PHISH not in json.dumps(ws.outbox_documents())
+    (found,) = verdicts(ws, SIGNER).values()
+    assert ("drafts", "draft of row 2", "differs", "draft") in named(found)
