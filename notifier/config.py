@@ -6,6 +6,7 @@ snapshots the definitions it uses, so `resume` talks to exactly the same targets
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from collections.abc import Iterable, Mapping
@@ -25,6 +26,18 @@ DEFAULT_LEASE_TTL_S = 30.0
 # than 2/3 of ttl ago: below this a renewal slowed by a busy disk or database lets the lease
 # lapse, and every command then finds that another process took the run over.
 MIN_LEASE_TTL_S = 2.0
+# Every number of the file is finite and within its setting's range: `inf`, `nan` or 1e300
+# seconds would pass as a number and overflow the first time a lease, a retry or a pause is
+# timed, after the run was stored. A day is longer than any sensible lease or backoff.
+DAY_S = 86400.0
+MAX_LEASE_TTL_S = DAY_S
+_RETRY_RANGES: dict[str, tuple[float, float]] = {
+    "max_attempts": (1, 10_000),
+    "deadline": (0, 30 * DAY_S),
+    "backoff_base": (0, DAY_S),
+    "backoff_max": (0, DAY_S),
+    "down_after": (1, 10_000),
+}
 
 _RETRY_KEYS = {"max_attempts", "deadline", "backoff_base", "backoff_max", "down_after"}
 _LEASE_KEYS = {"ttl"}
@@ -197,6 +210,8 @@ def _lease_ttl(path: Path, table: Any) -> float:
     ttl = table.get("ttl", DEFAULT_LEASE_TTL_S)
     if isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl <= 0:
         raise ConfigError(f"{path}: [lease] ttl must be a positive number of seconds.")
+    if not math.isfinite(ttl) or ttl > MAX_LEASE_TTL_S:
+        raise _out_of_range(path, "lease", "ttl", ttl, (MIN_LEASE_TTL_S, MAX_LEASE_TTL_S))
     if ttl < MIN_LEASE_TTL_S:
         raise ConfigError(
             f"{path}: [lease] ttl = {ttl:g} is below the minimum of {MIN_LEASE_TTL_S:g} "
@@ -218,22 +233,34 @@ def _retry_settings(path: Path, table: Any) -> RetrySettings:
             f"{path}: [retry] unknown setting `{unknown[0]}`{nearest(unknown[0], _RETRY_KEYS)} "
             f"(allowed: {', '.join(sorted(_RETRY_KEYS))})."
         )
+    for key, bounds in _RETRY_RANGES.items():
+        value = table.get(key)
+        if value is None:
+            continue
+        try:
+            number = float(value)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{path}: [retry] values must be numbers ({exc}).") from exc
+        if not (math.isfinite(number) and bounds[0] <= number <= bounds[1]):
+            raise _out_of_range(path, "retry", key, value, bounds)
     defaults = RetrySettings()
-    try:
-        settings = RetrySettings(
-            max_attempts=int(table.get("max_attempts", defaults.max_attempts)),
-            deadline_s=float(table.get("deadline", defaults.deadline_s)),
-            backoff_base_s=float(table.get("backoff_base", defaults.backoff_base_s)),
-            backoff_max_s=float(table.get("backoff_max", defaults.backoff_max_s)),
-            down_after=int(table.get("down_after", defaults.down_after)),
-        )
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{path}: [retry] values must be numbers ({exc}).") from exc
-    if settings.max_attempts < 1:
-        raise ConfigError(f"{path}: [retry] max_attempts must be at least 1.")
-    if settings.down_after < 1:
-        raise ConfigError(f"{path}: [retry] down_after must be at least 1.")
-    return settings
+    return RetrySettings(
+        max_attempts=int(table.get("max_attempts", defaults.max_attempts)),
+        deadline_s=float(table.get("deadline", defaults.deadline_s)),
+        backoff_base_s=float(table.get("backoff_base", defaults.backoff_base_s)),
+        backoff_max_s=float(table.get("backoff_max", defaults.backoff_max_s)),
+        down_after=int(table.get("down_after", defaults.down_after)),
+    )
+
+
+def _out_of_range(
+    path: Path, section: str, key: str, value: Any, bounds: tuple[float, float]
+) -> ConfigError:
+    return ConfigError(
+        f"{path}: [{section}] {key} = {value!r} is out of range: it must be a finite number "
+        f"from {bounds[0]:g} to {bounds[1]:g}. Set `{key}` within that range in "
+        f"[{section}]; nothing was stored."
+    )
 
 
 def snapshot_drift(snapshot: Mapping[str, Mapping[str, Any]], current: Config) -> list[str]:

@@ -68,7 +68,7 @@ SCHEMA = o.Schema(
     {
         "urls": o.Option("list[str]"),
         "urls_env": o.Option("str"),
-        "timeout": o.Option("number", check=o.positive),
+        "timeout": o.Option("number", check=o.seconds),
         "rate": o.RATE,
         "window": o.WINDOW,
         "domain_rates": o.DOMAIN_RATES,

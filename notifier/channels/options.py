@@ -10,6 +10,7 @@ stored, instead of turning every item of a stored run into `unknown`.
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -84,7 +85,10 @@ def _type_problem(kind: str, value: Any) -> str | None:
     if kind == "int":
         return None if isinstance(value, int) else "must be a whole number"
     if kind == "number":
-        return None if isinstance(value, int | float) else "must be a number"
+        # `inf` and `nan` are TOML floats, but no timeout, delay or rate works with them.
+        if not isinstance(value, int | float):
+            return "must be a number"
+        return None if math.isfinite(value) else "must be a finite number"
     if kind == "table":
         return None  # its check says what it must hold
     if kind == "list[str]":
@@ -98,8 +102,39 @@ def positive(value: Any) -> str | None:
     return None if value > 0 else "must be greater than 0"
 
 
-def not_negative(value: Any) -> str | None:
-    return None if value >= 0 else "must be 0 or more"
+# The longest timeout or delay a channel may set: past it, the moment a request's window
+# closes (`timeout + query_delay` after it left) is no time worth waiting for.
+MAX_SECONDS = 86400.0
+
+
+def seconds(value: Any) -> str | None:
+    """A timeout: more than 0, at most a day."""
+    return (
+        None
+        if 0 < value <= MAX_SECONDS
+        else f"must be more than 0 and at most {MAX_SECONDS:g} seconds"
+    )
+
+
+def delay(value: Any) -> str | None:
+    """A delay that may be none: 0 to a day."""
+    return None if 0 <= value <= MAX_SECONDS else f"must be from 0 to {MAX_SECONDS:g} seconds"
+
+
+# The slowest rate (sends per second) a channel, a domain or `--rate` may set: one send a
+# day. A slower one (1e-12) is a wait of millennia between two sends, past any date.
+MIN_RATE = 1 / 86400
+
+
+def rate_problem(value: Any) -> str | None:
+    """A rate of sends per second: finite, and at least one send a day."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return "must be a finite number of sends per second"
+    if value <= 0:
+        return "must be greater than 0"
+    if value < MIN_RATE:
+        return f"must be at least {MIN_RATE:.3g} sends per second (one a day)"
+    return None
 
 
 def port(value: Any) -> str | None:
@@ -124,7 +159,7 @@ def http_url(value: Any) -> str | None:
 
 # Every channel type takes `rate`: most sends per second, one token bucket shared by all the
 # channel's senders (the runner reads it; `--rate` overrides it for a run).
-RATE = Option("number", check=positive)
+RATE = Option("number", check=rate_problem)
 
 
 def _window(value: Any) -> str | None:
@@ -141,8 +176,8 @@ def _domain_rates(value: Any) -> str | None:
     for domain, rate in value.items():
         if not isinstance(domain, str) or "@" in domain or not domain.strip():
             return f"has {domain!r}, which is not a domain name like gmail.com"
-        if isinstance(rate, bool) or not isinstance(rate, int | float) or rate <= 0:
-            return f"gives {domain!r} the rate {rate!r}: a number greater than 0"
+        if rate_problem(rate) is not None:
+            return f"gives {domain!r} the rate {rate!r}: it {rate_problem(rate)}"
     return None
 
 

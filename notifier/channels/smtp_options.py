@@ -104,7 +104,7 @@ SCHEMA = o.Schema(
         "ssl": o.Option("bool", default=False),
         "username_env": o.Option("str"),
         "password_env": o.Option("str"),
-        "timeout": o.Option("number", default=DEFAULT_TIMEOUT_S, check=o.positive),
+        "timeout": o.Option("number", default=DEFAULT_TIMEOUT_S, check=o.seconds),
         # Connections to the relay at once, one per sender; unset: the run's --concurrency.
         "max_connections": o.Option("int", check=o.positive),
         # Refuse a batch file with a row that has neither unsubscribe_url nor _mailto.

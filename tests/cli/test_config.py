@@ -1,13 +1,16 @@
 """notifier.toml is validated whole when it loads, against each channel type's own option
 table: a bad definition exits 2 naming the section, the key and the nearest valid name, and
 nothing is stored. So does a secret or URL list the environment lacks or gives unusable
-(named, never shown) and a lease TTL below its minimum."""
+(named, never shown), a lease TTL below its minimum and a number that is not finite or
+beyond its setting's bound."""
 
 from __future__ import annotations
 
 import pytest
 
 from ..conftest import Workspace, make_rows
+
+pytestmark = pytest.mark.timeout(60)
 
 BAD = {
     "port_out_of_range": (
@@ -146,3 +149,45 @@ def test_a_lease_ttl_below_the_minimum_is_refused_when_the_config_loads(
     assert not ws.has_database()
     (ws.path / "notifier.toml").write_text("[lease]\nttl = 2\n")
     assert ws.invoke("send", str(batch)).exit_code == 0
+
+
+HOOKS = '[channels.hooks]\ntype = "webhook"\nurl = "http://127.0.0.1:9/n"\n'
+OUT_OF_BOUNDS = {
+    "lease-ttl-inf": ("[lease]\nttl = inf\n", "[lease] ttl"),
+    "lease-ttl-nan": ("[lease]\nttl = nan\n", "[lease] ttl"),
+    "lease-ttl-1e300": ("[lease]\nttl = 1e300\n", "[lease] ttl"),
+    "backoff-base-inf": ("[retry]\nbackoff_base = inf\n", "[retry] backoff_base"),
+    "backoff-max-inf": ("[retry]\nbackoff_max = inf\n", "[retry] backoff_max"),
+    "backoff-base-negative": ("[retry]\nbackoff_base = -1\n", "[retry] backoff_base"),
+    "deadline-nan": ("[retry]\ndeadline = nan\n", "[retry] deadline"),
+    "deadline-1e300": ("[retry]\ndeadline = 1e300\n", "[retry] deadline"),
+    "max-attempts-inf": ("[retry]\nmax_attempts = inf\n", "[retry] max_attempts"),
+    "down-after-huge": ("[retry]\ndown_after = 1e30\n", "[retry] down_after"),
+    "timeout-inf": (f"{HOOKS}timeout = inf\n", "`timeout`"),
+    "query-delay-1e300": (f"{HOOKS}query_delay = 1e300\n", "`query_delay`"),
+    "rate-nan": (f"{HOOKS}rate = nan\n", "`rate`"),
+    "rate-1e-12": (f"{HOOKS}rate = 1e-12\n", "`rate`"),
+    "domain-rate-1e-12": (
+        f'{HOOKS}domain_rates = {{ "gmail.com" = 1e-12 }}\n',
+        "`domain_rates`",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OUT_OF_BOUNDS))
+def test_a_number_that_is_not_finite_or_beyond_its_bound_is_refused_when_the_config_loads(
+    ws: Workspace, case: str
+) -> None:
+    """Every number notifier.toml gives is finite and within its setting's range (`inf`,
+    `nan` or 1e300 seconds would overflow the first time a lease, a retry or a rate is
+    timed, after the run was stored): exit 2 at load, naming the setting and its range,
+    in one paragraph, before anything is stored."""
+    text, named = OUT_OF_BOUNDS[case]
+    (ws.path / "notifier.toml").write_text(text)
+    batch = ws.write_csv("b.csv", make_rows(2))
+    result = ws.invoke("send", str(batch), "--channel", "hooks" if "hooks" in text else "outbox")
+    assert result.exit_code == 2, result.output
+    message = result.output.strip()
+    assert named in message and "notifier.toml" in message, message
+    assert "internal error" not in message and "Traceback" not in message
+    assert not ws.has_database()
