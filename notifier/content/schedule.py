@@ -101,7 +101,7 @@ def parse_moment(text: str, tz_name: str) -> datetime:
     value = datetime.fromisoformat(text.strip())
     if value.tzinfo is None:
         value = value.replace(tzinfo=zone(tz_name))
-    return value
+    return clock.in_range(value, text)
 
 
 def schedule_stream(

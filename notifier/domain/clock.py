@@ -31,6 +31,27 @@ def parse(text: str) -> datetime:
     return datetime.fromisoformat(text)
 
 
+# The moments an operator may give (--not-before, --not-after, a row's not_before or
+# not_after): past either end, applying a zone or finding a window's next opening would step
+# outside the dates Python holds, after the run was stored.
+EARLIEST = datetime(1900, 1, 1, tzinfo=UTC)
+LATEST = datetime(9000, 1, 1, tzinfo=UTC)
+
+
+def in_range(moment: datetime, text: str) -> datetime:
+    """`moment` (aware), as read from `text`; ValueError when it is outside EARLIEST to
+    LATEST."""
+    try:
+        utc = moment.astimezone(UTC)
+    except OverflowError:
+        utc = None
+    if utc is None or not EARLIEST <= utc < LATEST:
+        raise ValueError(
+            f"{text.strip()!r} is out of range (from {EARLIEST:%Y-%m-%d} to {LATEST:%Y-%m-%d} UTC)"
+        )
+    return moment
+
+
 def later(seconds: float, start: datetime | None = None) -> datetime:
     return (start or now()) + timedelta(seconds=seconds)
 

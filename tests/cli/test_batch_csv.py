@@ -42,6 +42,16 @@ REJECTIONS = {
     "unclosed_quote": (b'to,subject\nada@example.com,"Hi\n', 2, "malformed CSV"),
     "semicolons": (b"to;subject\nada@example.com;Hi\n", 1, "separated by semicolons"),
     "field_over_cap": (b'to,body\nada@example.com,"' + b"x" * (5 << 20) + b'"\n', 2, "longer than"),
+    "not_after_past_the_last_date": (
+        b"to,not_after\nada@example.com,9999-12-31T23:59:59-05:00\n",
+        2,
+        "`not_after` '9999-12-31T23:59:59-05:00' is out of range",
+    ),
+    "not_before_before_the_first_date": (
+        b"to,not_before\nada@example.com,0001-01-01T00:00:00+05:00\n",
+        2,
+        "`not_before` '0001-01-01T00:00:00+05:00' is out of range",
+    ),
 }
 
 

@@ -1,0 +1,41 @@
+"""A value an option parses but no run could use (a time past the last date Python holds
+once its zone is applied, a rate of one send in millennia, an approval valid for longer
+than any date) is bad input: exit 2 naming the option and what it accepts, nothing stored,
+never an overflow (exit 1) once the run is under way."""
+
+from __future__ import annotations
+
+import pytest
+
+from ..conftest import Workspace, make_rows
+
+pytestmark = pytest.mark.timeout(60)
+
+SEND_OPTIONS = {
+    "not-before-past-the-last-date": (
+        ["--not-before", "9999-12-31T23:59:59-05:00"],
+        "--not-before",
+    ),
+    "not-after-past-the-last-date": (["--not-after", "9999-12-31T23:59:59-05:00"], "--not-after"),
+    "not-before-before-the-first-date": (
+        ["--not-before", "0001-01-01T00:00:00+05:00"],
+        "--not-before",
+    ),
+    "not-before-with-a-window-past-the-last-date": (
+        ["--not-before", "9999-12-31T23:00:00Z", "--window", "Mon 09:00-10:00"],
+        "--not-before",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SEND_OPTIONS))
+def test_a_send_option_out_of_range_exits_2_and_stores_nothing(ws: Workspace, case: str) -> None:
+    """A --not-before or --not-after whose zone or window would carry it past the dates
+    Python holds is exit 2 naming the option, before the run is stored."""
+    args, named = SEND_OPTIONS[case]
+    batch = ws.write_csv("b.csv", make_rows(2))
+    result = ws.invoke("send", str(batch), *args)
+    assert result.exit_code == 2, result.output
+    assert named in result.output and "out of range" in result.output, result.output
+    assert "internal error" not in result.output and "Traceback" not in result.output
+    assert not ws.has_database() or ws.ledger.runs() == []
