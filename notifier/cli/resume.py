@@ -27,7 +27,7 @@ def _overrides(command: Callable[..., None]) -> Callable[..., None]:
             ),
             click.option(
                 "--rate",
-                type=click.FloatRange(0, min_open=True),
+                type=running.RATE,
                 help="Override the run's --rate (sends per second on each channel).",
             ),
             watching.observe_options,

@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -134,6 +134,27 @@ def not_approved(refusal: approval.NotApproved) -> Refused:
                 "another run's preview, mistyped, or the notifications changed since that "
                 f"preview. Nothing was approved. {review}"
             )
+
+
+class Rate(click.ParamType[float]):
+    """--rate: sends per second, finite and at least one a day (channels/options.MIN_RATE):
+    a slower one is a wait of millennia between two sends, past any date a pause can name."""
+
+    name = "float"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        from notifier.channels.options import rate_problem  # noqa: PLC0415 (start-up time)
+
+        rate = click.FLOAT.convert(value, param, ctx)
+        problem = rate_problem(rate)
+        if problem is not None:
+            self.fail(f"{value!r} {problem}.", param, ctx)
+        return rate
+
+
+RATE = Rate()
 
 
 def deadline_option(text: str | None, allow_expired: bool) -> datetime | None:

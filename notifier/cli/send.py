@@ -120,7 +120,7 @@ DEFAULT_MODEL = "claude-sonnet-5"
 )
 @click.option(
     "--rate",
-    type=click.FloatRange(0, min_open=True),
+    type=running.RATE,
     help="Most sends per second on each channel (overrides a channel's `rate`).",
 )
 @watching.observe_options

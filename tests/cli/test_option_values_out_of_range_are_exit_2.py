@@ -39,3 +39,24 @@ def test_a_send_option_out_of_range_exits_2_and_stores_nothing(ws: Workspace, ca
     assert named in result.output and "out of range" in result.output, result.output
     assert "internal error" not in result.output and "Traceback" not in result.output
     assert not ws.has_database() or ws.ledger.runs() == []
+
+
+@pytest.mark.parametrize("rate", ["1e-12", "inf", "nan"])
+@pytest.mark.parametrize("command", ["send", "resume"])
+def test_a_rate_slower_than_one_send_a_day_or_not_finite_exits_2(
+    ws: Workspace, command: str, rate: str
+) -> None:
+    """`--rate` is a finite number of sends per second, at least one a day: 1e-12 would wait
+    millennia between two sends and overflow the pause it names. Exit 2 naming --rate, the
+    run not stored (send) or not touched (resume)."""
+    batch = ws.write_csv("b.csv", make_rows(2))
+    if command == "resume":
+        assert ws.invoke("send", str(batch), "--require-approval").exit_code == 0
+        before = [(i.item_id, i.state) for i in ws.ledger.items()]
+        result = ws.invoke("resume", "--rate", rate)
+        assert [(i.item_id, i.state) for i in ws.ledger.items()] == before
+    else:
+        result = ws.invoke("send", str(batch), "--rate", rate)
+        assert not ws.has_database() or ws.ledger.runs() == []
+    assert result.exit_code == 2, result.output
+    assert "--rate" in result.output and "Traceback" not in result.output, result.output
