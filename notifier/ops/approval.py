@@ -89,7 +89,10 @@ def parse_duration(text: str) -> timedelta:
     if not text.strip() or match is None or not any(match.groups()):
         raise ApprovalUsage(f"--expires-in {text!r}: use a duration such as 30m, 1h, 1h30m or 2d.")
     d, h, m, s = (int(g or 0) for g in match.groups())
-    span = timedelta(days=d, hours=h, minutes=m, seconds=s)
+    try:
+        span = timedelta(days=d, hours=h, minutes=m, seconds=s)
+    except OverflowError:  # more days than a timedelta holds: longer than 30 days too
+        span = timedelta.max
     if span <= timedelta(0):
         raise ApprovalUsage(f"--expires-in {text!r}: the approval must last some time.")
     if span > MAX_EXPIRES_IN:
