@@ -49,7 +49,15 @@ def parse(db: str | Path) -> Target:
     """The target --db (or NOTIFIER_DB) names: a postgresql:// URL, else an SQLite file.
     NotADatabasePath for a directory."""
     if isinstance(db, str) and db.startswith(SCHEMES):
-        parts = urlsplit(db)
+        try:
+            parts = urlsplit(db)  # the port is libpq's to read: `h1:5432,h2` is two hosts
+        except ValueError as exc:
+            # Named without the URL itself, which may hold a password.
+            raise NotADatabasePath(
+                f"the postgresql:// URL cannot be read ({exc}). Write it as "
+                "postgresql://USER@HOST:PORT/DATABASE (an IPv6 host in brackets, [::1]); "
+                "nothing was opened."
+            ) from None
         if parts.password is not None or "password" in parse_qs(parts.query):
             # Secrets come from the environment only: a URL lands in shell history, process
             # lists and logs. Named without the URL itself, which holds the password.

@@ -70,3 +70,17 @@ def test_an_address_that_starts_with_a_dash_needs_no_double_dash(ws: Workspace) 
     listed = ws.invoke("suppress", "list", "--format", "json").output
     assert '"-dash@example.com"' in listed
     assert ws.invoke("suppress", "remove", "-dash@example.com").exit_code == 0
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "url",
+    ["postgresql://[::1", "postgres://notifier@[::1/n", "postgresql://notifier@::1]:5432/n"],
+)
+def test_a_db_url_that_cannot_be_read_is_exit_2_naming_the_problem(ws: Workspace, url: str) -> None:
+    """A postgresql:// URL that does not parse (an IPv6 host's bracket unclosed or unopened)
+    is exit 2 naming --db and what is wrong with it; never an internal error."""
+    result = ws.invoke("status", "--db", url)
+    assert result.exit_code == 2, result.output
+    assert "--db" in result.output and "URL" in result.output, result.output
+    assert "internal error" not in result.output and "Traceback" not in result.output
