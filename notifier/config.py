@@ -101,7 +101,18 @@ class Config:
                     f"{self.path}: [audit] key_file {self.audit_key_file} is empty. Put the "
                     f"key in it, or set {KEY_ENV}."
                 )
-        return signer_from(os.environ.get(KEY_ENV), text)
+        env_key = os.environ.get(KEY_ENV)
+        if env_key:
+            try:
+                env_key.encode("utf-8")
+            except UnicodeEncodeError:
+                # Bytes the environment held that are not UTF-8: never shown, they are a key.
+                raise ConfigError(
+                    f"{KEY_ENV} holds bytes that are not UTF-8 text, so no key can be read "
+                    f"from it. Set {KEY_ENV} to the key as text (e.g. hex or base64); "
+                    "nothing was changed."
+                ) from None
+        return signer_from(env_key, text)
 
     def approval_required(self, channels: Iterable[str]) -> bool:
         """Whether a run through `channels` must wait for `notifier approve` before it sends,

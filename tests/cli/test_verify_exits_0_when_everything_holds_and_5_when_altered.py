@@ -88,3 +88,19 @@ def test_a_keyed_run_is_not_written_on_without_its_key(sent: Workspace) -> None:
     assert sent.query("SELECT state FROM runs WHERE run_id = 'r2'") == [("awaiting_approval",)]
     assert sent.ledger.run("r2").cancel_requested_at is not None
     assert sent.run("verify", "r2", env={KEY_ENV: KEY}).returncode == 0
+
+
+@pytest.mark.parametrize("command", [("verify", "r1"), ("send", "more.csv")], ids=" ".join)
+def test_an_audit_key_that_is_not_utf8_is_a_usage_error_naming_the_variable(
+    sent: Workspace, command: tuple[str, ...]
+) -> None:
+    """NOTIFIER_AUDIT_KEY holding bytes that are not UTF-8 (a key read from a binary file
+    into the environment) is exit 2 naming the variable, never its value, nothing stored."""
+    sent.write_csv("more.csv", make_rows(2, start=10))
+    runs = sent.ledger.runs()
+    # The environment's bytes 0xff 0xfe, as Python hands undecodable bytes to a str.
+    result = sent.run(*command, env={KEY_ENV: "\udcff\udcfe"})
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert KEY_ENV in result.stderr and "UTF-8" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+    assert sent.ledger.runs() == runs
