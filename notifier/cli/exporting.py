@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from notifier.cli.group import cli, command_env
-from notifier.cli.output import json_flag
+from notifier.cli.output import json_flag, unwritable
 from notifier.domain.chain import KEY_ENV
 
 
@@ -51,7 +51,10 @@ def export_command(
     from notifier.api import Notifier  # noqa: PLC0415 (start-up time)
 
     env = command_env(ctx, machine_output=as_json)
-    exported = Notifier(env).export(run_id, to, with_bodies=with_bodies)
+    try:
+        exported = Notifier(env).export(run_id, to, with_bodies=with_bodies)
+    except OSError as exc:  # the new file (audit_file.export opens it before reading a row)
+        raise unwritable(to, "--to", exc) from None
     if as_json:
         document = {
             "run_id": exported.run_id, "path": str(exported.path), "rows": exported.rows,

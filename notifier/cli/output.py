@@ -4,13 +4,15 @@ document on stdout, anything said along the way on stderr. Where a command also 
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TypeVar
 
 import click
 from click.core import ParameterSource
 
-from notifier.domain.errors import BadInput
+from notifier.domain.errors import BadInput, NeedsAttention, NotifierError
 
 F = TypeVar("F", bound=Callable[..., None])
 
@@ -61,3 +63,20 @@ def command_line(ctx: click.Context) -> str:
         names.append(ctx.info_name or "")
         ctx = ctx.parent
     return " ".join(["notifier", *reversed(names)])
+
+
+def unwritable(path: Path, option: str, exc: OSError) -> NotifierError:
+    """A file a command writes (`option` names it) that could not be: its disk full is the
+    contract's disk problem (exit 3, as for the database); any other cause (a directory that
+    is not there, no permission) is bad input (exit 2). The database is not changed."""
+    cause = exc.strerror or str(exc)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return NeedsAttention(
+            f"{path}: the disk is full ({cause}), so the file is incomplete. Free space on "
+            "that disk, or give another path, then run the command again; the database was "
+            "not changed."
+        )
+    return BadInput(
+        f"{path} cannot be written ({cause}). Give {option} a file in a directory that exists "
+        "and may be written to; the database was not changed."
+    )

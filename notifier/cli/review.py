@@ -11,7 +11,7 @@ import click
 from notifier.api.env import open_store, pick_run
 from notifier.cli import running
 from notifier.cli.group import cli, command_env
-from notifier.cli.output import chosen_format, format_options
+from notifier.cli.output import chosen_format, format_options, unwritable
 from notifier.domain import clock
 from notifier.domain.errors import BadInput, ExitCode, Refused
 from notifier.domain.records import notifications
@@ -93,9 +93,12 @@ def preview(
             for piece in pieces:
                 click.echo(piece, nl=False)
         else:
-            with output.open("w", encoding="utf-8", newline="") as handle:
-                for piece in pieces:
-                    handle.write(piece)
+            try:
+                with output.open("w", encoding="utf-8", newline="") as handle:
+                    for piece in pieces:
+                        handle.write(piece)
+            except OSError as exc:
+                raise unwritable(output, "--output", exc) from None
         try:
             line = review_module.fingerprint_line(review.fingerprint())
         except approval.ApprovalRefused as exc:

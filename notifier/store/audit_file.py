@@ -194,6 +194,9 @@ def export(core: Core, run_id: str, to: Path, signer: Signer, *, with_bodies: bo
         raise FileExistsError(to)
     partial = to.with_name(f".{to.name}.partial")
     partial.unlink(missing_ok=True)
+    # Created here, so a directory that is not there or not writable is an OSError naming
+    # its cause, before a row is read (SQLite would say only "unable to open database file").
+    partial.open("xb").close()
     try:
         exported = _write(core, run_id, partial, signer, with_bodies)
         os.replace(partial, to)
