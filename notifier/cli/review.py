@@ -89,16 +89,22 @@ def preview(
             if fmt == "table" and output is not None
             else review_module.WRITERS[fmt](review)
         )
-        if output is None:
-            for piece in pieces:
-                click.echo(piece, nl=False)
-        else:
-            try:
-                with output.open("w", encoding="utf-8", newline="") as handle:
-                    for piece in pieces:
-                        handle.write(piece)
-            except OSError as exc:
-                raise unwritable(output, "--output", exc) from None
+        try:
+            if output is None:
+                for piece in pieces:
+                    click.echo(piece, nl=False)
+            else:
+                try:
+                    with output.open("w", encoding="utf-8", newline="") as handle:
+                        for piece in pieces:
+                            handle.write(piece)
+                except OSError as exc:
+                    raise unwritable(output, "--output", exc) from None
+        finally:
+            # A read cut short (`| head` closed the pipe) ends here, while the store is open:
+            # left to the garbage collector, it would close its cursor on a closed database
+            # and Python would print that on stderr.
+            getattr(pieces, "close", lambda: None)()
         try:
             line = review_module.fingerprint_line(review.fingerprint())
         except approval.ApprovalRefused as exc:
