@@ -454,7 +454,18 @@ def _create_atomically(path: Path, connect: Callable[[Path], SqliteEngine]) -> N
     temporary = path.with_name(f".{path.name}.creating-{os.getpid()}-{secrets.token_hex(4)}")
     try:
         engine = connect(temporary)
-        engine.close()  # the last connection checkpoints the log: one self-contained file
+        try:
+            # Into one self-contained file here, not by close(), which would swallow a
+            # failure: on a full disk the schema would stay in the -wal (deleted below) and
+            # a short file be linked into place, refused from then on as truncated.
+            engine.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error as exc:
+            raise StorageFailed(
+                f"{path}: the new database could not be written ({exc}); no database was "
+                "created. Free some space on that disk, then run the command again."
+            ) from None
+        finally:
+            engine.close()
         try:
             os.link(temporary, path)
         except FileExistsError:

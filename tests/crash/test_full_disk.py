@@ -27,12 +27,23 @@ def small_disk(ws: Workspace) -> Iterator[Path]:
     """A 2.4 MB tmpfs for the database alone (root on Linux; skipped elsewhere): room for
     the plan of 1000 rows while its write-ahead log is checkpointed into the file (about
     twice the plan), far from room for the whole run."""
+    yield from _tmpfs(ws, "2400k")
+
+
+@pytest.fixture
+def tiny_disk(ws: Workspace) -> Iterator[Path]:
+    """A 256 KiB tmpfs: room for a new database's write-ahead log, not for the log and
+    the file it is checkpointed into (root on Linux; skipped elsewhere)."""
+    yield from _tmpfs(ws, "256k")
+
+
+def _tmpfs(ws: Workspace, size: str) -> Iterator[Path]:
     if sys.platform != "linux" or os.geteuid() != 0:
         pytest.skip("mounting a small tmpfs needs root on Linux")
-    disk = ws.path / "disk"
+    disk = ws.path / f"disk-{size}"
     disk.mkdir()
     mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2400k", "tmpfs", str(disk)],  # noqa: S607
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(disk)],  # noqa: S607
         capture_output=True,
         text=True,
         check=False,
@@ -112,3 +123,21 @@ def test_a_database_locked_past_the_busy_timeout_is_named_not_internal(ws: Works
     assert "internal error" not in locked.stderr and "Traceback" not in locked.stderr
     assert ws.ledger.state_counts() == {"in_flight": 1, "pending": 2, "sent": 2}
     assert ws.invoke("resume").exit_code == 0
+
+
+def test_a_new_database_on_a_full_disk_is_not_left_half_made(
+    ws: Workspace, tiny_disk: Path
+) -> None:
+    """The first send, onto a disk with room for the new database's log but not for the file
+    it is checkpointed into: exit 3 naming the full disk, no file left at the path (a short
+    one would be refused by every later command as truncated), and once there is room the
+    same command plans and sends."""
+    ws.write_csv("batch.csv", make_rows(3))
+    db = tiny_disk / "receipts.db"
+    first = notifier(db, "send", "batch.csv")
+    assert first.exit_code == 3, first.output
+    assert "full" in first.output and "Traceback" not in first.output
+    assert sorted(p.name for p in tiny_disk.iterdir()) == []
+    subprocess.run(["mount", "-o", "remount,size=4m", str(tiny_disk)], check=True)  # noqa: S607
+    again = notifier(db, "send", "batch.csv")
+    assert again.exit_code == 0, again.output
