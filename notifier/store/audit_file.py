@@ -19,6 +19,7 @@ for is whole.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import hmac
 import json
@@ -200,6 +201,12 @@ def export(core: Core, run_id: str, to: Path, signer: Signer, *, with_bodies: bo
     try:
         exported = _write(core, run_id, partial, signer, with_bodies)
         os.replace(partial, to)
+    except sqlite3.OperationalError as exc:
+        if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_FULL:
+            raise
+        # The new file's disk filled (the database read from is not written): the OSError
+        # the command layer words for any file it cannot write, the partial file gone.
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(to)) from None
     finally:
         partial.unlink(missing_ok=True)
     return Exported(run_id, to, exported, signer.kind.value, signer.key_id, with_bodies)

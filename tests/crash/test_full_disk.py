@@ -141,3 +141,17 @@ def test_a_new_database_on_a_full_disk_is_not_left_half_made(
     subprocess.run(["mount", "-o", "remount,size=4m", str(tiny_disk)], check=True)  # noqa: S607
     again = notifier(db, "send", "batch.csv")
     assert again.exit_code == 0, again.output
+
+
+def test_an_export_onto_a_full_disk_is_named_and_leaves_no_file(
+    ws: Workspace, tiny_disk: Path
+) -> None:
+    """An export whose file fills its disk mid-way: exit 3 naming the full disk, no file (and
+    no partial one) left on it, the database read from untouched; another path works."""
+    ws.write_csv("batch.csv", make_rows(1500))
+    assert ws.invoke("send", "batch.csv").exit_code == 0
+    full = ws.invoke("export", "--to", str(tiny_disk / "audit.db"), "--with-bodies")
+    assert full.exit_code == 3, full.output
+    assert "full" in full.output and "Traceback" not in full.output
+    assert list(tiny_disk.iterdir()) == []
+    assert ws.invoke("export", "--to", str(ws.path / "audit.db")).exit_code == 0
