@@ -68,6 +68,8 @@ class UnbuildableChannel:
     thread_safe = True
     timeout_s = 0.0  # nothing goes through it
     query_delay_s = 0.0
+    suppress_on_reject = False
+    max_in_flight: int | None = None
 
     def __init__(self, name: str, problem: str) -> None:
         self.name = name

@@ -127,6 +127,8 @@ class AppriseChannel:
         # read timeouts apply.
         self.timeout_s = self.timeout if self.timeout is not None else APPRISE_TIMEOUTS_S
         self.query_delay_s = 0.0  # a service behind Apprise cannot be asked
+        self.suppress_on_reject = False  # no relay to reject a recipient
+        self.max_in_flight: int | None = None  # as many as the run's senders
         self._apprise: type[Apprise] = apprise.Apprise
         self._text_format = apprise.NotifyFormat.TEXT
         self._asset = apprise.AppriseAsset()

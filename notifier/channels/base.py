@@ -62,6 +62,10 @@ class Channel(Protocol):
     # may still commit it, and how much longer its status query may not show it; 0 for none.
     timeout_s: float
     query_delay_s: float
+    # Whether a permanent rejection of a recipient puts it on the suppression list (SMTP's
+    # option); the most requests in flight at once, None: as many as the run's senders.
+    suppress_on_reject: bool
+    max_in_flight: int | None
 
     def send(self, intent: Intent, ready: Ready = always) -> Receipt:
         """Deliver `intent` under its idempotency key; raise ChannelError on failure. Ask

@@ -45,6 +45,8 @@ class OutboxChannel:
         self.idempotent, self.queryable, self.thread_safe = CAPABILITIES
         # A file written whole or not at all, and read back at once: no window.
         self.timeout_s = self.query_delay_s = 0.0
+        self.suppress_on_reject = False  # no relay to reject a recipient
+        self.max_in_flight: int | None = None  # as many as the run's senders
         self.directory = directory
 
     def _path(self, key: str) -> Path:

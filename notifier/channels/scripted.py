@@ -67,6 +67,8 @@ class ScriptedChannel:
     # Every answer is final when it is given (a late commit is scripted as such): no window.
     timeout_s = 0.0
     query_delay_s = 0.0
+    suppress_on_reject = False
+    max_in_flight: int | None = None
 
     def __init__(
         self,

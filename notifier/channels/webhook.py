@@ -49,6 +49,8 @@ class WebhookChannel:
         self.timeout = float(SCHEMA.value(definition, "timeout"))
         self.timeout_s = self.timeout
         self.query_delay_s = float(SCHEMA.value(definition, "query_delay"))
+        self.suppress_on_reject = False  # no relay to reject a recipient
+        self.max_in_flight: int | None = None  # as many as the run's senders
         # One keep-alive connection per concurrent sender is plenty.
         limits = httpx2.Limits(max_connections=64, max_keepalive_connections=64)
         self._client = httpx2.Client(

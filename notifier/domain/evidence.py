@@ -81,6 +81,7 @@ class Capable(Protocol):
     # with a timeout no window at all, and a 404 or a not-sent mark was taken at once.
     timeout_s: float
     query_delay_s: float
+    suppress_on_reject: bool  # SMTP's option (default on); off on every other channel type
 
 
 @dataclass(frozen=True)
@@ -100,8 +101,7 @@ class Caps:
             queryable=channel.queryable,
             query_delay_s=channel.query_delay_s,
             timeout_s=channel.timeout_s,
-            # SMTP's option (default on); other channel types have none: off.
-            suppress_on_reject=bool(getattr(channel, "suppress_on_reject", False)),
+            suppress_on_reject=channel.suppress_on_reject,
         )
 
 

@@ -55,8 +55,8 @@ def in_flight_cap(channel: Channel) -> int | None:
     so an item is never claimed to wait for a connection inside the channel."""
     if not channel.thread_safe:
         return 1
-    cap = getattr(channel, "max_in_flight", None)
-    return cap if isinstance(cap, int) and cap > 0 else None
+    cap = channel.max_in_flight
+    return cap if cap is not None and cap > 0 else None
 
 
 class Senders(Generic[J, R]):

@@ -213,6 +213,8 @@ class AskedByKey:
     thread_safe = True
     timeout_s = 0.6  # with query_delay_s: the window before a 404 counts
     query_delay_s = 0.2
+    suppress_on_reject = False
+    max_in_flight: int | None = None
 
     def __init__(self, delivered: set[str]) -> None:
         self.delivered = delivered

@@ -130,6 +130,8 @@ class _Throttling:
     thread_safe: bool = True
     timeout_s: float = 0.0  # no window: each answer is final
     query_delay_s: float = 0.0
+    suppress_on_reject: bool = False
+    max_in_flight: int | None = None
     release: threading.Event = field(default_factory=threading.Event)
     starts: list[tuple[str, float]] = field(default_factory=list)
     throttled_at: float = 0.0
@@ -247,6 +249,8 @@ class _Recording:
     thread_safe: bool = True
     timeout_s: float = 0.0  # no window: each answer is final
     query_delay_s: float = 0.0
+    suppress_on_reject: bool = False
+    max_in_flight: int | None = None
     release: threading.Event = field(default_factory=threading.Event)
     started: list[int] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)

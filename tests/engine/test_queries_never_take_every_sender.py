@@ -39,6 +39,8 @@ class _HoldsItsQueries:
     thread_safe: bool = True
     timeout_s: float = 0.0  # no window: each answer is final
     query_delay_s: float = 0.0
+    suppress_on_reject: bool = False
+    max_in_flight: int | None = None
     release: threading.Event = field(default_factory=threading.Event)
     accepted: list[str] = field(default_factory=list)
     sends: list[str] = field(default_factory=list)

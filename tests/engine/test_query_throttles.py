@@ -67,6 +67,8 @@ class _ThrottlesItsQuery:
     thread_safe: bool = True
     timeout_s: float = 0.0  # no window: each answer is final
     query_delay_s: float = 0.0
+    suppress_on_reject: bool = False
+    max_in_flight: int | None = None
     release: threading.Event = field(default_factory=threading.Event)
     starts: list[tuple[str, str, float]] = field(default_factory=list)
     throttled_at: float = 0.0
@@ -170,6 +172,8 @@ class _QueriedOnly:
     thread_safe: bool = True
     timeout_s: float = 0.0  # no window: each answer is final
     query_delay_s: float = 0.0
+    suppress_on_reject: bool = False
+    max_in_flight: int | None = None
     asked: list[float] = field(default_factory=list)
 
     def send(self, intent: Intent, ready: Ready = always) -> Receipt:

@@ -37,6 +37,8 @@ class AnswersForAnotherIntent:
     thread_safe = True
     timeout_s = 0.0
     query_delay_s = 0.0
+    suppress_on_reject = False
+    max_in_flight: int | None = None
 
     def __init__(self) -> None:
         self.sent: list[str] = []

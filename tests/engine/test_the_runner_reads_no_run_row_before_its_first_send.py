@@ -39,6 +39,8 @@ class _Counting:
     thread_safe: bool = True
     timeout_s: float = 0.0  # no window: each answer is final
     query_delay_s: float = 0.0
+    suppress_on_reject: bool = False
+    max_in_flight: int | None = None
     at_first_send: list[int] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 

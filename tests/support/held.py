@@ -41,6 +41,8 @@ class Holding:
     thread_safe: bool = True
     timeout_s: float = 0.0  # no window: each answer is final
     query_delay_s: float = 0.0
+    suppress_on_reject: bool = False
+    max_in_flight: int | None = None
     release: threading.Event = field(default_factory=threading.Event)
     started: list[str] = field(default_factory=list)
 
@@ -70,6 +72,8 @@ class Answered:
     thread_safe: bool = True
     timeout_s: float = 0.0  # no window: each answer is final
     query_delay_s: float = 0.0
+    suppress_on_reject: bool = False
+    max_in_flight: int | None = None
     started: list[tuple[str, float]] = field(default_factory=list)  # (item, monotonic)
     answered: dict[str, float] = field(default_factory=dict)  # item -> monotonic
     _go: dict[str, threading.Event] = field(default_factory=dict)
