@@ -90,13 +90,13 @@ def run_channels(
     channels: dict[str, Channel] = {}
     for name in run.channel_snapshot:
         try:
-            channels[name] = run_channel(run, env, name)
-        except BadInput as exc:
+            channels[name] = env.build(name, run.channel_snapshot[name], env.base_dir)
+        except ChannelConfigError as exc:
             if not tolerate_broken:
                 for built in channels.values():
                     built.close()
-                raise
-            channels[name] = UnbuildableChannel(name, str(exc.__cause__))
+                raise _unbuildable(run, exc) from exc
+            channels[name] = UnbuildableChannel(name, str(exc))
     try:
         yield channels
     finally:
@@ -110,7 +110,11 @@ def run_channel(run: Run, env: Env, name: str) -> Channel:
     try:
         return env.build(name, run.channel_snapshot[name], env.base_dir)
     except ChannelConfigError as exc:
-        raise BadInput(f"run {run.run_id}: {exc}") from exc
+        raise _unbuildable(run, exc) from exc
+
+
+def _unbuildable(run: Run, exc: ChannelConfigError) -> BadInput:
+    return BadInput(f"run {run.run_id}: {exc}")
 
 
 @contextmanager
