@@ -107,8 +107,8 @@ def preview(
             getattr(pieces, "close", lambda: None)()
         try:
             line = review_module.fingerprint_line(review.fingerprint())
-        except approval.ApprovalRefused as exc:
-            raise Refused(str(exc)) from exc
+        except approval.NotApproved as refused:
+            raise running.not_approved(refused) from refused
     finally:
         store.close()
     if output is not None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from notifier.cli import outcome
 from notifier.domain import clock
 from notifier.domain.errors import BadInput, ExitCode, Interrupted, Refused
 from notifier.observe.progress import progress_bar
@@ -95,6 +96,21 @@ def review_advice(run_id: str) -> str:
     )
 
 
+def _plan_again(refusal: approval.NotApproved) -> str:
+    """How to send a run's file as it was meant once its stored notifications changed: the
+    run cancelled, and the file planned again with the run's own options for a review. Never
+    --new-run: the rows the run delivered are left out of the new plan, not sent twice."""
+    run = refusal.run
+    batch = run.batch_path if run is not None else "BATCH.csv"
+    options = dict(run.options) if run is not None else {}
+    options["require_approval"] = True
+    return (
+        f"Cancel it (`notifier cancel {refusal.run_id}`), then plan its file again for a "
+        f"review (`{outcome.send_again(batch, options)}`): the rows it delivered are left "
+        "out, not sent again."
+    )
+
+
 def not_approved(refusal: approval.NotApproved) -> Refused:
     """The refusal (exit 4) of a send or an approval the run's approval does not allow:
     why, and the command that works. A whole fingerprint is never printed to be pasted."""
@@ -124,8 +140,13 @@ def not_approved(refusal: approval.NotApproved) -> Refused:
             return Refused(
                 f"run {run_id}: its stored notifications no longer hash to the fingerprint "
                 f"{approver} approved: they were changed after approval, so they are not what "
-                "was reviewed. Nothing was sent; plan the batch again as a new run (`notifier "
-                "send BATCH.csv --require-approval --new-run`) and review that."
+                f"was reviewed. Nothing was sent. {_plan_again(refusal)}"
+            )
+        case approval.Unapproved.CHANGED_SINCE_PLANNED:
+            return Refused(
+                f"run {run_id}: its stored notifications no longer hash to the fingerprint "
+                "computed when it was planned: they were changed after planning, so no preview "
+                f"shows what would be sent. Nothing was approved or sent. {_plan_again(refusal)}"
             )
         case approval.Unapproved.NOT_ITS_FINGERPRINT:
             return Refused(

@@ -65,22 +65,34 @@ class Unapproved(Enum):
     NO_RECORD = "it has no valid approval record"
     EXPIRED = "its approval expired"
     CHANGED = "its stored notifications no longer hash to the fingerprint approved"
+    CHANGED_SINCE_PLANNED = (
+        "its stored notifications no longer hash to the fingerprint computed when it was planned"
+    )
     NOT_ITS_FINGERPRINT = "the fingerprint given is not that of its stored notifications"
 
 
 class NotApproved(ApprovalRefused):
     """Nothing is sent (or approved) for run `run_id`, because of `why` (exit 4). `approval`:
     the record that no longer holds (EXPIRED, CHANGED); `given`: the fingerprint refused
-    (NOT_ITS_FINGERPRINT). Typed, so that the command layer says what to do next."""
+    (NOT_ITS_FINGERPRINT); `run`: the run whose notifications changed (CHANGED,
+    CHANGED_SINCE_PLANNED), whose options plan its file again. Typed, so that the command
+    layer says what to do next."""
 
     def __init__(
-        self, run_id: str, why: Unapproved, *, approval: Approval | None = None, given: str = ""
+        self,
+        run_id: str,
+        why: Unapproved,
+        *,
+        approval: Approval | None = None,
+        given: str = "",
+        run: Run | None = None,
     ) -> None:
         super().__init__(f"run {run_id}: {why.value}; nothing was sent or approved.")
         self.run_id = run_id
         self.why = why
         self.approval = approval
         self.given = given
+        self.run = run
 
 
 def parse_duration(text: str) -> timedelta:
@@ -178,12 +190,7 @@ def approve(
     version = store.ledger.state_version(run.run_id)
     actual = recompute_fingerprint(store, run)
     if actual != run.fingerprint:
-        raise ApprovalRefused(
-            f"run {run.run_id}: its stored intents no longer hash to the fingerprint printed "
-            "when it was planned: they were changed after planning, so no preview shows what "
-            "would be sent. Nothing was approved: plan the batch again as a new run (`notifier "
-            "send BATCH.csv --require-approval --new-run`) and review that."
-        )
+        raise NotApproved(run.run_id, Unapproved.CHANGED_SINCE_PLANNED, run=run)
     if fingerprint.strip() != actual:
         raise NotApproved(run.run_id, Unapproved.NOT_ITS_FINGERPRINT, given=fingerprint)
     now = clock.now()
@@ -212,7 +219,7 @@ def check_can_send(store: Store, run: Run) -> None:
     if clock.parse(approval.expires_at) <= clock.now():
         raise NotApproved(run.run_id, Unapproved.EXPIRED, approval=approval)
     if recompute_fingerprint(store, run) != approval.fingerprint:
-        raise NotApproved(run.run_id, Unapproved.CHANGED, approval=approval)
+        raise NotApproved(run.run_id, Unapproved.CHANGED, approval=approval, run=run)
 
 
 def preview(store: Store, run: Run, rows: int = PREVIEW_ROWS) -> list[str]:

@@ -22,7 +22,7 @@ from typing import Any
 from notifier.domain.cells import safe_cell
 from notifier.domain.intent import canonical_json, intent_digest
 from notifier.domain.records import Run, notifications
-from notifier.ops.approval import ApprovalRefused, ApprovalUsage
+from notifier.ops.approval import ApprovalUsage, NotApproved, Unapproved
 from notifier.store import Store
 
 FORMATS = ("table", "json", "jsonl", "csv")
@@ -69,20 +69,14 @@ class Review:
 
     def fingerprint(self) -> str:
         """The fingerprint of every notification read (the same bytes as
-        intent.run_fingerprint), or ApprovalRefused when the stored intents no longer hash to
-        the one computed when the run was planned."""
+        intent.run_fingerprint), or NotApproved (CHANGED_SINCE_PLANNED) when the stored
+        intents no longer hash to the one computed when the run was planned."""
         assert self._done, "the review was not read to its end"
         h = self._hash.copy()
         h.update(canonical_json(self.run.channel_snapshot).encode("utf-8"))
         fingerprint = "sha256:" + h.hexdigest()
         if fingerprint != self.run.fingerprint:
-            raise ApprovalRefused(
-                f"run {self.run.run_id}: the {self.count} notifications just shown no longer "
-                "hash to the fingerprint computed when the run was planned: they were changed "
-                "after planning, so `notifier approve` refuses this run and no fingerprint is "
-                "printed. Plan the batch again as a new run (`notifier send BATCH.csv "
-                "--require-approval --new-run`) and review that."
-            )
+            raise NotApproved(self.run.run_id, Unapproved.CHANGED_SINCE_PLANNED, run=self.run)
         return fingerprint
 
 
@@ -103,7 +97,7 @@ def iter_json(review: Review) -> Iterator[str]:
     pieces.append("\n  ]" if review.count else "]")
     try:
         fingerprint: str | None = review.fingerprint()
-    except ApprovalRefused:
+    except NotApproved:
         fingerprint = None
     pieces.append(
         f',\n  "count": {review.count},\n  "fingerprint": {json.dumps(fingerprint)}\n}}\n'

@@ -18,6 +18,7 @@ from notifier.ops import approval as approval_module
 from notifier.store import Store
 
 from ..conftest import Workspace, make_rows
+from ..support.crashed import crash_invoke
 
 
 def plan_for_approval(ws: Workspace, n: int = 4) -> tuple[str, str]:
@@ -261,3 +262,39 @@ def test_an_approval_bound_to_a_stale_state_version_is_refused(
     sent = ws.invoke("resume")
     assert sent.exit_code == 0, sent.output
     assert ws.ledger.state_counts() == {"sent": 4}
+
+
+@pytest.mark.both_stores
+@pytest.mark.timeout(60)
+def test_the_advice_after_intents_changed_mid_run_never_sends_a_delivered_row_again(
+    ws: Workspace,
+) -> None:
+    """An approved run stops after delivering two of its four rows (a crash); one of the
+    rows left is then changed in the database. `resume` refuses (exit 4), and its advice,
+    followed word for word, plans only the rows not delivered, for a review: each row is
+    delivered once, the changed one never as changed."""
+    run_id, fingerprint = plan_for_approval(ws)
+    assert ws.invoke("approve", run_id, "--fingerprint", fingerprint).exit_code == 0
+    crash_invoke(ws, "after-receipt:2", "resume", run_id)
+    item = ws.ledger.items()[3]  # seq 4, never attempted
+    payload = ws.ledger.payload(4)
+    payload["body"] = "Click here: http://evil.example"
+    ws.forge.intent(4, canonical_json(payload), intent_digest(item.channel, item.target, payload))
+    refused = ws.invoke("resume", run_id)
+    assert refused.exit_code == 4, refused.output
+    assert "--new-run" not in refused.output
+    advice = re.findall(r"`(notifier [^`]+)`", refused.output)
+    assert advice, refused.output
+    for command in advice:
+        words = command.split()[1:]
+        followed = ws.invoke(*(w.replace("BATCH.csv", "b.csv") for w in words))
+        assert followed.exit_code in (0, 3), (command, followed.output)
+    (again,) = [r for r in ws.ledger.runs() if r.run_id != run_id]
+    shown = ws.invoke("preview", again.run_id)
+    new_fp = re.search(r"fingerprint: (sha256:[0-9a-f]+)", shown.output)
+    assert new_fp, shown.output
+    assert ws.invoke("approve", again.run_id, "--fingerprint", new_fp.group(1)).exit_code == 0
+    assert ws.invoke("resume", again.run_id).exit_code == 0
+    delivered = sorted(d["item_id"] for d in ws.outbox_documents())
+    assert delivered == ["u1", "u2", "u3", "u4"]
+    assert "evil.example" not in json.dumps(ws.outbox_documents())

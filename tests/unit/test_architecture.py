@@ -415,8 +415,8 @@ ADVICE_LEFT = {
     "notifier.content.drafting": 4,
     "notifier.content.redraft": 9,
     "notifier.content.schedule": 2,
-    "notifier.ops.approval": 3,
-    "notifier.ops.preview": 3,
+    "notifier.ops.approval": 2,
+    "notifier.ops.preview": 2,
     "notifier.ops.report": 1,
 }
 
