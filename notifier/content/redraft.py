@@ -66,8 +66,9 @@ def check_run(run: Run) -> None:
     if not run.options.get("compose"):
         raise RedraftUsage(
             f"run {rid} was not drafted by Claude (no --compose), so it has no drafts to redraft; "
-            "nothing was changed. Change the CSV or the template and plan it again as a new run "
-            "(`notifier send BATCH.csv --require-approval --new-run`)."
+            f"nothing was changed. To change its notifications, cancel it (`notifier cancel "
+            f"{rid}`), change the CSV or the template, and send the file again with "
+            "--require-approval: rows delivered before are left out."
         )
     if run.state is RunState.AWAITING_APPROVAL:
         return
@@ -79,8 +80,8 @@ def check_run(run: Run) -> None:
     elif run.state is RunState.APPROVED:
         why = (
             "it is already approved, and a redraft would change what was approved; to change "
-            f"it, `notifier cancel {rid}` and plan it again (`notifier send BATCH.csv --compose "
-            "BRIEF --require-approval --new-run`)"
+            f"it, `notifier cancel {rid}` and plan its file again (`notifier send BATCH.csv "
+            "--compose BRIEF --require-approval`: rows delivered before are left out)"
         )
     else:
         why = (

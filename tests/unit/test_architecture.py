@@ -435,6 +435,34 @@ def test_advice_is_worded_only_above_the_engine() -> None:
     assert {name: n for name, n in found.items() if n > ADVICE_LEFT.get(name, 0)} == {}
 
 
+def test_no_advice_plans_every_row_again() -> None:
+    """No command the tool suggests carries --new-run: followed word for word after a run
+    that delivered rows (or after an earlier run that did), it plans every row again and
+    sends those a second time. Advice to plan a file again relies on the comparison with
+    earlier runs, which leaves delivered rows out."""
+    found = {
+        name: node.lineno
+        for name, path in modules().items()
+        for node in ast.walk(ast.parse(path.read_text("utf-8")))
+        if isinstance(node, ast.Constant | ast.JoinedStr)
+        and _SUGGESTS_NEW_RUN.search(_literal(node))
+    }
+    assert found == {}
+
+
+# A command in backticks, as advice is written, that carries --new-run.
+_SUGGESTS_NEW_RUN = re.compile(r"`notifier [^`]*--new-run")
+
+
+def _literal(node: ast.expr) -> str:
+    """A string literal's text, an f-string's with `{}` for each value it formats."""
+    if isinstance(node, ast.Constant):
+        return node.value if isinstance(node.value, str) else ""
+    assert isinstance(node, ast.JoinedStr)
+    return "".join(_literal(part) if isinstance(part, ast.Constant) else "{}"
+                   for part in node.values)  # fmt: skip
+
+
 def test_no_two_classes_share_a_name() -> None:
     """One name per concept: a class name found in two modules would be two things a reader
     must tell apart by where they were imported from (an item's attempts and the rows of
