@@ -76,7 +76,12 @@ class Leases:
         for worker in self._live_workers(run_id):
             if holder_alive(worker.owner, worker.expires_at):
                 raise LeaseHeld(worker.owner, worker.expires_at)
-            self._reap(worker, at)
+            if not self._reap(worker, at) and self._still_live(run_id, worker.worker_id):
+                # It renewed its lease after it was read: alive after all.
+                raise LeaseHeld(worker.owner, worker.expires_at)
+
+    def _still_live(self, run_id: str, worker_id: str) -> bool:
+        return any(w.worker_id == worker_id for w in self._live_workers(run_id))
 
     def renew_lease(self, run_id: str, lease_version: int, ttl_s: float) -> bool:
         with self.core.write():
@@ -254,12 +259,16 @@ class Leases:
             ).fetchone()
         )
 
-    def _reap(self, worker: Worker, at: str, *, wait: bool = True) -> None:
-        """Fence a dead worker out: its renewals and fenced writes fail from now on. Without
-        `wait`, a worker whose own transaction is open is left as it is."""
+    def _reap(self, worker: Worker, at: str, *, wait: bool = True) -> bool:
+        """Fence a dead worker out: its renewals and fenced writes fail from now on. Only
+        the lease `worker` was read with is reaped: one renewed since is left live. Without
+        `wait`, a worker whose own transaction is open is left as it is. Whether it was."""
         cursor = self.engine.execute(
             sql.REAP_WORKER if wait else sql.REAP_WORKER_UNLESS_BUSY,
-            {"worker_id": worker.worker_id, "version": worker.version},
-        )
-        if cursor.rowcount == 1:
-            self.core.event(worker.run_id, "worker_reaped", None, {"worker": worker.worker_id}, at)
+            {"worker_id": worker.worker_id, "version": worker.version,
+             "expires_at": worker.expires_at},
+        )  # fmt: skip
+        if cursor.rowcount != 1:
+            return False
+        self.core.event(worker.run_id, "worker_reaped", None, {"worker": worker.worker_id}, at)
+        return True

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -16,7 +18,7 @@ from notifier.domain.retry import RetryPolicy
 from notifier.engine.membership import SharedLease, holder_alive
 from notifier.engine.run_control import RunControl
 from notifier.engine.runner import Runner, RunOptions
-from notifier.store import LeaseLost, LossCause, RunFence, Store, WorkerFence
+from notifier.store import LeaseHeld, LeaseLost, LossCause, RunFence, Store, WorkerFence
 
 from ..conftest import Workspace, make_rows, wait_for
 from ..receiver import WAIT_S, Receiver, receiving, webhook_config
@@ -238,3 +240,78 @@ def test_a_loss_the_committer_finds_is_marked_before_any_queued_item_starts(
         assert len(channel.started) == 8, channel.started
     finally:
         store.close()
+
+
+def _expired_worker_holding_two(ws: Workspace) -> tuple[Store, int]:
+    """Worker A (on another host, so judged by its lease's expiry) joined run f1 with a
+    0.3 s lease and claimed items 1 and 2; its lease has expired (frozen, or its heartbeat
+    starved). Returns A's store and version."""
+    planned(ws, 4)
+    a = Store.open(ws.db).for_worker("worker-a")
+    owner = {**_NOBODY, "token": "worker-a"}
+    version = a.leases.join_run("f1", owner, 0.3, holder_alive)
+    assert [item.seq for item in a.ledger.claim("f1", version, 2)] == [1, 2]
+    (lease,) = a.leases.live_workers("f1")
+    wait_for(lambda: clock.parse(lease.expires_at) < clock.now(), "A's lease expired", 10)
+    return a, version
+
+
+def _renewed_once_found_dead(a: Store, version: int, renewals: list[bool]) -> Callable[..., bool]:
+    """holder_alive for the taker, with A's renewal landing right after A is found dead:
+    between the taker's read of A's lease and its fence (A thawed at that moment)."""
+
+    def alive(owner: dict[str, Any], expires_at: str | None) -> bool:
+        verdict = holder_alive(owner, expires_at)
+        if owner.get("token") == "worker-a" and not verdict and not renewals:
+            renewals.append(a.leases.renew_worker("worker-a", version, 30))
+        return verdict
+
+    return alive
+
+
+@pytest.mark.both_stores
+@pytest.mark.timeout(60)
+def test_a_worker_whose_renewal_landed_after_it_was_found_dead_is_not_reaped(
+    ws: Workspace,
+) -> None:
+    """A renewal that succeeded is never overruled by a reap decided on the lease read
+    before it: A keeps its items and its lease (its senders were told the lease is good),
+    and the other worker adopts nothing; once A's lease expires again unrenewed, it is."""
+    a, a_version = _expired_worker_holding_two(ws)
+    b = Store.open(ws.db).for_worker("worker-b")
+    try:
+        b_version = b.leases.join_run("f1", {**_NOBODY, "token": "worker-b"}, 30, holder_alive)
+        renewals: list[bool] = []
+        alive = _renewed_once_found_dead(a, a_version, renewals)
+        adopted = b.leases.reap_dead_workers("f1", "worker-b", b_version, alive)
+        assert renewals == [True]
+        assert adopted == []
+        assert [item.seq for item in a.ledger.claim("f1", a_version, 1)] == [3]
+    finally:
+        a.close()
+        b.close()
+
+
+@pytest.mark.both_stores
+@pytest.mark.timeout(60)
+def test_a_worker_whose_renewal_landed_after_it_was_found_dead_keeps_the_run_from_a_taker(
+    ws: Workspace,
+) -> None:
+    """The same moment for `cancel` or `reconcile`, which take the run's own lease: A's
+    renewal landed after A was found dead, so the run is held (LeaseHeld), not taken.
+    On SQLite a renewal cannot land inside the taker's write transaction (the file's write
+    lock orders them), so there the race is PostgreSQL's."""
+    if not ws.url:
+        pytest.skip("PostgreSQL: on SQLite the taker's write lock keeps A's renewal out")
+    a, a_version = _expired_worker_holding_two(ws)
+    taker = Store.open(ws.db)
+    try:
+        renewals: list[bool] = []
+        alive = _renewed_once_found_dead(a, a_version, renewals)
+        with pytest.raises(LeaseHeld):
+            taker.leases.acquire_lease("f1", _NOBODY, 30, alive)
+        assert renewals == [True]
+        assert [item.seq for item in a.ledger.claim("f1", a_version, 1)] == [3]
+    finally:
+        a.close()
+        taker.close()

@@ -70,10 +70,13 @@ HOLDS_UNKNOWN = (
 )
 # A reap takes the dead worker's row FOR UPDATE first: the one row lock that conflicts with
 # its fence (FOR KEY SHARE, held by a transaction of that worker until COMMIT), which a
-# plain UPDATE of these columns would not wait for.
+# plain UPDATE of these columns would not wait for. Only the lease that was judged dead is
+# reaped (its expiry as read): a renewal that committed since then stands, for its holder
+# was told its lease is good.
 _REAPABLE = (
     "SELECT worker_id FROM workers "
-    "WHERE worker_id = %(worker_id)s AND version = %(version)s AND state = 'live'"
+    "WHERE worker_id = %(worker_id)s AND version = %(version)s AND state = 'live' "
+    "AND expires_at = %(expires_at)s"
 )
 _REAP = "UPDATE workers SET state = 'reaped', version = version + 1 WHERE worker_id IN "
 # Waiting while the dead worker's transaction is open: at most until the server ends that
