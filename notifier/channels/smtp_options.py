@@ -16,6 +16,7 @@ from typing import Any
 from notifier.channels import options as o
 from notifier.channels.base import Capabilities, ChannelConfigError
 from notifier.domain.intent import unsubscribe_mailto, unsubscribe_url
+from notifier.domain.suppression import punycode_spelling
 
 DEFAULT_TIMEOUT_S = 30.0
 _ADDRESS_FORBIDDEN = re.compile(r"[\s<>,;\"()\[\]\\]")
@@ -168,6 +169,14 @@ def smtp_address(address: str) -> tuple[str, bool]:
             raise ValueError(
                 f"the domain goes on the wire as {wire!r}: characters in it would be dropped or "
                 "changed; write it as it is sent"
+            )
+        registered = punycode_spelling(domain.lower())
+        if registered is not None and registered != wire.lower():
+            # ß, final sigma and the joiners: IDNA 2003 (this encoding) maps them to another
+            # domain (strasse.de) than the one IDNA 2008 registers (xn--strae-oqa.de).
+            raise ValueError(
+                f"the domain would go on the wire as {wire!r}, another domain than "
+                f"{registered!r}, which the two IDNA standards make of it; write the one meant"
             )
         domain = wire
     if domain.startswith(".") or domain.endswith(".") or ".." in domain:

@@ -70,19 +70,35 @@ def address_keys(target: str) -> tuple[str, ...]:
     carries it, or the Unicode it decodes to). A domain the codec refuses has one key."""
     key = address_key(target)
     local, at, domain = key.rpartition("@")
-    if not at:
-        return (key,)
-    try:
-        if not domain.isascii():
-            other = domain.encode("idna").decode("ascii")
-        elif "xn--" in domain:
-            other = domain.encode("ascii").decode("idna")
-        else:
-            return (key,)
-    except UnicodeError:
+    other = punycode_spelling(domain) if at else None
+    if other is None:
         return (key,)
     spelled = f"{local}@{other.lower()}"
     return (key,) if spelled == key else (key, spelled)
+
+
+def punycode_spelling(domain: str) -> str | None:
+    """The domain's other spelling, label by label as IDNA 2008 writes it (no mapping: `ß`
+    stays `ß`, and is `xn--strae-oqa`): its punycode for a Unicode domain, its Unicode for
+    a punycode one. None when it has no other (ASCII only), or a label is no punycode."""
+    try:
+        if not domain.isascii():
+            labels = [
+                label if label.isascii() else "xn--" + label.encode("punycode").decode("ascii")
+                for label in domain.split(".")
+            ]
+        elif "xn--" in domain.lower():
+            labels = [
+                label[4:].encode("ascii").decode("punycode")
+                if label.lower().startswith("xn--")
+                else label
+                for label in domain.split(".")
+            ]
+        else:
+            return None
+    except UnicodeError:
+        return None
+    return ".".join(labels)
 
 
 def sql_keys_alike(target: str) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import errno
 import io
+import re
 import tempfile
 from pathlib import Path
 
@@ -220,6 +221,32 @@ def test_an_smtp_domain_that_would_change_on_the_wire_fails_the_file(
     assert "line 3: " in result.output and "'example.com'" in result.output, result.output
     assert "line 2: " not in result.output, result.output
     assert not ws.db_file.exists()
+
+
+@pytest.mark.parametrize(
+    "spelling", ["ann@stra\u00dfe.de", "ann@\u03c3\u03bf\u03c6\u03af\u03b1\u03c2.gr"]
+)
+def test_an_smtp_domain_the_two_idna_standards_spell_apart_fails_the_file(
+    ws: Workspace, spelling: str
+) -> None:
+    """`straße.de` goes on the wire as `strasse.de` by IDNA 2003 (what the envelope's
+    encoding does) and as `xn--strae-oqa.de` by IDNA 2008 (what the domain is registered
+    as): another domain, not the one the row names. Refused while planning, exit 2, naming
+    the punycode to write; that spelling is accepted."""
+    (ws.path / "notifier.toml").write_text(
+        '[channels.mail]\ntype = "smtp"\nhost = "127.0.0.1"\nport = 2525\n'
+        'sender = "ops@example.com"\n'
+    )
+    ws.write_csv("mail.csv", [["to"], ["ok@b\u00fccher.de"], [spelling]])
+    result = ws.invoke("send", "mail.csv", "--channel", "mail", "--dry-run")
+    assert result.exit_code == 2, result.output
+    assert "line 3: " in result.output and "xn--" in result.output, result.output
+    assert not ws.db_file.exists()
+    punycode = re.search(r"'(xn--[^']+)'", result.output)
+    assert punycode, result.output
+    local = spelling.split("@", maxsplit=1)[0]
+    ws.write_csv("mail.csv", [["to"], [f"{local}@{punycode.group(1)}"]])
+    assert ws.invoke("send", "mail.csv", "--channel", "mail", "--dry-run").exit_code == 0
 
 
 @pytest.mark.parametrize("listed", ["ann@example.com,bob@example.com", "ann@x.org; bob@x.org"])

@@ -18,7 +18,10 @@ pytestmark = pytest.mark.timeout(10)
         ("Ann@Example.com", ("ann@example.com",)),
         ("Ann@Bücher.example", ("ann@bücher.example", "ann@xn--bcher-kva.example")),
         ("ann@XN--BCHER-KVA.example", ("ann@xn--bcher-kva.example", "ann@bücher.example")),
-        ("ann@xn--.example", ("ann@xn--.example",)),  # punycode the codec refuses: one key
+        # IDNA 2008's spelling of ß (2003's maps it to "ss", another domain).
+        ("Ann@Straße.de", ("ann@straße.de", "ann@xn--strae-oqa.de")),
+        ("ann@XN--STRAE-OQA.de", ("ann@xn--strae-oqa.de", "ann@straße.de")),
+        ("ann@xn--zz.example", ("ann@xn--zz.example",)),  # not punycode at all: one key
         ("not an address", ("not an address",)),
     ],
 )
