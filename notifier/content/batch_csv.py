@@ -213,7 +213,7 @@ def parse_deadline(text: str) -> datetime:
     value = datetime.fromisoformat(text.strip())
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError(f"{text!r} has no time zone: add one, e.g. +00:00 or Z")
-    return clock.in_range(value, text)
+    return clock.in_range(value, text, latest=clock.LAST)
 
 
 def _decoding_problems(path: Path) -> Problems:

@@ -33,21 +33,24 @@ def parse(text: str) -> datetime:
 
 # The moments an operator may give (--not-before, --not-after, a row's not_before or
 # not_after): past either end, applying a zone or finding a window's next opening would step
-# outside the dates Python holds, after the run was stored.
+# outside the dates Python holds, after the run was stored. A start time is worked on (the
+# next opening of a window, a wait until it); a deadline is only compared, so it may be as
+# late as a date goes: 9999-12-31, the "never expires" of spreadsheets and databases.
 EARLIEST = datetime(1900, 1, 1, tzinfo=UTC)
 LATEST = datetime(9000, 1, 1, tzinfo=UTC)
+LAST = datetime.max.replace(tzinfo=UTC)
 
 
-def in_range(moment: datetime, text: str) -> datetime:
-    """`moment` (aware), as read from `text`; ValueError when it is outside EARLIEST to
-    LATEST."""
+def in_range(moment: datetime, text: str, latest: datetime = LATEST) -> datetime:
+    """`moment` (aware), as read from `text`; ValueError when it is before EARLIEST, or not
+    before `latest` (LAST: a moment that has a UTC time at all)."""
     try:
         utc = moment.astimezone(UTC)
     except OverflowError:
         utc = None
-    if utc is None or not EARLIEST <= utc < LATEST:
+    if utc is None or not EARLIEST <= utc < latest:
         raise ValueError(
-            f"{text.strip()!r} is out of range (from {EARLIEST:%Y-%m-%d} to {LATEST:%Y-%m-%d} UTC)"
+            f"{text.strip()!r} is out of range (from {EARLIEST:%Y-%m-%d} to {latest:%Y-%m-%d} UTC)"
         )
     return moment
 
@@ -63,9 +66,12 @@ def local(text: str | None) -> str:
     if not text:
         return "-"
     moment = parse(text)
-    if moment.microsecond:
-        moment += timedelta(microseconds=1_000_000 - moment.microsecond)
-    return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+    try:
+        if moment.microsecond:
+            moment += timedelta(microseconds=1_000_000 - moment.microsecond)
+        return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+    except OverflowError:  # a deadline of 9999-12-31 has no later local time: shown in UTC
+        return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def seconds_until(moment: datetime) -> float:

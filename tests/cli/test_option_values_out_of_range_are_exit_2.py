@@ -60,3 +60,24 @@ def test_a_rate_slower_than_one_send_a_day_or_not_finite_exits_2(
         assert not ws.has_database() or ws.ledger.runs() == []
     assert result.exit_code == 2, result.output
     assert "--rate" in result.output and "Traceback" not in result.output, result.output
+
+
+@pytest.mark.parametrize("where", ["column", "option"])
+def test_a_never_expires_deadline_of_9999_12_31_is_kept_and_the_row_sent(
+    ws: Workspace, where: str
+) -> None:
+    """`9999-12-31` in UTC, the "never expires" of spreadsheets and databases, is a deadline
+    like any other (only a zone that carries it past the last date is refused): the row is
+    sent, and `status` and `report` show the deadline."""
+    rows = [["id", "to", "subject", "body"], ["x1", "a@example.org", "s", "b"]]
+    args: list[str] = []
+    if where == "column":
+        rows = [[*rows[0], "not_after"], [*rows[1], "9999-12-31T23:59:59Z"]]
+    else:
+        args = ["--not-after", "9999-12-31T23:59:59Z"]
+    batch = ws.write_csv("b.csv", rows)
+    result = ws.invoke("send", str(batch), *args)
+    assert result.exit_code == 0, result.output
+    for command in (["status"], ["report"], ["report", "--format", "json"]):
+        shown = ws.invoke(*command)
+        assert shown.exit_code == 0, (command, shown.output)
