@@ -99,7 +99,8 @@ class AuditSource(Protocol):
         ...
 
     def item_seqs(self, run_id: str) -> Iterable[int]:
-        """The run's item seqs in order, streamed (where its slices begin)."""
+        """The run's item seqs in order, and a --compose run's drafted rows' (one still
+        drafting has no items), streamed: where its slices begin."""
         ...
 
     def item_events(self, run_id: str, seqs: range) -> list[EventRecord]:

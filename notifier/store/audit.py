@@ -28,6 +28,12 @@ _RUN = (
 _RUN_IDS = "SELECT run_id FROM runs ORDER BY created_at, run_id"
 _COUNT = "SELECT COUNT(*) FROM items WHERE run_id = %(run_id)s"
 _SEQS = "SELECT seq FROM items WHERE run_id = %(run_id)s ORDER BY seq"
+# A --compose run's rows too: one still drafting has drafts and no items, and is checked a
+# slice of them at a time all the same.
+_SEQS_AND_DRAFTS = (
+    "SELECT seq FROM items WHERE run_id = %(run_id)s UNION "
+    "SELECT seq FROM drafts WHERE run_id = %(run_id)s ORDER BY seq"
+)
 _CHAINED_SINCE = "SELECT applied_at FROM {table} WHERE name = 'm013_event_chain'"
 _IN = "run_id = %(run_id)s AND {seq} >= %(lo)s AND {seq} < %(hi)s"
 # An item's record (ItemRecord's columns) and then its intent's (IntentRecord's, after seq).
@@ -110,7 +116,8 @@ class AuditRecords:
         return None
 
     def item_seqs(self, run_id: str) -> Iterator[int]:
-        for (seq,) in self.engine.stream(_SEQS, {"run_id": run_id}):
+        statement = _SEQS_AND_DRAFTS if self.engine.has_table("drafts") else _SEQS
+        for (seq,) in self.engine.stream(statement, {"run_id": run_id}):
             yield int(seq)
 
     def events(self, run_id: str) -> Iterator[EventRecord]:

@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 
 from notifier.content import compose
+from notifier.domain import verify as verify_module
 from notifier.domain.verify import AuditVerdict, verify_run
+from notifier.store.audit import AuditRecords
 
 from ..conftest import Workspace
 from ..fake_messages import FakeMessages, error, text_only_answer, tool_answer
@@ -170,3 +172,27 @@ def test_a_draft_rewritten_while_the_run_is_checked_is_never_what_is_sent(
     assert PHISH not in json.dumps(ws.outbox_documents())
     (found,) = verdicts(ws, SIGNER).values()
     assert ("drafts", "draft of row 2", "differs", "draft") in named(found)
+
+
+def test_a_run_still_drafting_is_checked_a_slice_of_rows_at_a_time(
+    ws: Workspace, fake: FakeMessages, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A --compose run stopped while drafting (no items yet) is verified as any run is, a
+    slice of CHUNK rows at a time: no read holds more of its drafts than that."""
+    keyed(monkeypatch)
+    monkeypatch.setattr(verify_module, "CHUNK", 2)
+    fake.script.extend(error(401, "authentication_error", "invalid x-api-key") for _ in range(4))
+    stopped = ws.invoke("send", str(batch(ws, 5)), "--compose", str(brief(ws)))
+    assert stopped.exit_code == 3, stopped.output
+    held: list[int] = []
+    real = AuditRecords.rows
+
+    def counted(self: AuditRecords, run_id: str, seqs: range) -> Any:
+        rows = real(self, run_id, seqs)
+        held.append(len(rows.drafts or ()))
+        return rows
+
+    monkeypatch.setattr(AuditRecords, "rows", counted)
+    (found,) = verdicts(ws, SIGNER).values()
+    assert (found.verdict, found.findings) == (AuditVerdict.KEYED, ())
+    assert sum(held) == 5 and max(held) <= 2, held
