@@ -22,6 +22,7 @@ store/suppressions.py, the commands and the reading of an import file in cli/sup
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -66,15 +67,39 @@ def address_key(target: str) -> str:
 
 def address_keys(target: str) -> tuple[str, ...]:
     """Every key `target` is suppressed under: its own, and where its domain is
-    internationalised, the key under the domain's other spelling (punycode, as the wire
-    carries it, or the Unicode it decodes to). A domain the codec refuses has one key."""
+    internationalised, the keys under its other spellings, label by label as IDNA 2008
+    writes them (punycode, as the wire carries it, or the Unicode it decodes to). An entry
+    is kept under the spelling it was given, which may mix the two (`bücher.xn--caf-dma.fr`):
+    every mix is a key, up to MIXED_LABELS internationalised labels (past that, 2 to their
+    number would be, and only the two whole spellings are)."""
     key = address_key(target)
     local, at, domain = key.rpartition("@")
-    other = punycode_spelling(domain) if at else None
-    if other is None:
+    if not at:
         return (key,)
-    spelled = f"{local}@{other.lower()}"
-    return (key,) if spelled == key else (key, spelled)
+    spellings = [_label_spellings(label) for label in domain.split(".")]
+    if sum(len(s) > 1 for s in spellings) > MIXED_LABELS:
+        whole = [tuple(s[i] if len(s) > 1 else s[0] for s in spellings) for i in (0, 1)]
+        domains = [".".join(labels) for labels in whole]
+    else:
+        domains = [".".join(labels) for labels in itertools.product(*spellings)]
+    return tuple(dict.fromkeys([key, *(f"{local}@{d}" for d in domains)]))
+
+
+# How many internationalised labels a domain may have for every mix of their spellings to
+# be a key: 2**4 = 16 keys at most.
+MIXED_LABELS = 4
+
+
+def _label_spellings(label: str) -> tuple[str, ...]:
+    """A domain label as written, and in its other spelling if it has one (lower case)."""
+    try:
+        if not label.isascii():
+            return (label, "xn--" + label.encode("punycode").decode("ascii"))
+        if label.startswith("xn--"):
+            return (label, label[4:].encode("ascii").decode("punycode").lower())
+    except UnicodeError:
+        pass
+    return (label,)
 
 
 def punycode_spelling(domain: str) -> str | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from notifier.domain.suppression import address_keys, sql_keys_alike
+from notifier.domain.suppression import address_key, address_keys, sql_keys_alike
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -27,6 +27,24 @@ pytestmark = pytest.mark.timeout(10)
 )
 def test_the_keys_of_a_recipient(target: str, keys: tuple[str, ...]) -> None:
     assert address_keys(target) == keys
+
+
+@pytest.mark.parametrize("row", ["ann@bücher.café.fr", "ann@xn--bcher-kva.xn--caf-dma.fr"])
+@pytest.mark.parametrize(
+    "entry", ["ann@bücher.xn--caf-dma.fr", "ann@xn--bcher-kva.café.fr", "Ann@Bücher.Café.fr"]
+)
+def test_an_entry_in_any_mix_of_spellings_is_among_a_rows_keys(entry: str, row: str) -> None:
+    """An entry is stored under the key of the spelling it was given, any label in either
+    spelling: a row in any spelling is looked up under every one of them."""
+    assert address_key(entry) in address_keys(row)
+
+
+def test_a_domain_of_many_internationalised_labels_has_its_two_whole_spellings() -> None:
+    """Past a few internationalised labels a row is looked up under its whole spellings
+    only (not every mix: 2 to the power of the labels)."""
+    keys = address_keys("ann@" + ".".join(["bücher"] * 8) + ".de")
+    assert keys == ("ann@" + ".".join(["bücher"] * 8) + ".de",
+                    "ann@" + ".".join(["xn--bcher-kva"] * 8) + ".de")  # fmt: skip
 
 
 @pytest.mark.parametrize(
