@@ -7,7 +7,8 @@ import pytest
 
 from notifier.sandbox.server import Faults, Sandbox
 
-from ..conftest import Workspace, free_port, make_rows
+from ..conftest import Workspace, make_rows
+from ..support.net import refusing_port
 
 pytest.importorskip("apprise")
 
@@ -15,9 +16,8 @@ pytest.importorskip("apprise")
 def test_mark_not_sent_is_refused_for_a_partial_delivery(ws: Workspace) -> None:
     """One URL delivers, one is refused: the item is unknown as a partial delivery,
     `reconcile --mark not-sent` exits 4 naming the fix, and `resume` sends nothing again."""
-    with Sandbox(faults=Faults(idempotent=False)) as sandbox:
+    with Sandbox(faults=Faults(idempotent=False)) as sandbox, refusing_port() as dead:
         port = sandbox.url.rsplit(":", 1)[1]
-        dead = free_port()  # nothing listens here: that URL's delivery fails
         (ws.path / "notifier.toml").write_text(
             "[channels.alerts]\n"
             'type = "apprise"\n'
@@ -44,13 +44,13 @@ def test_mark_not_sent_is_refused_for_a_partial_delivery(ws: Workspace) -> None:
 
 def test_partial_delivery_can_still_be_marked_sent_with_evidence(ws: Workspace) -> None:
     """The refusal names a way out that works: `--mark sent` with evidence settles it."""
-    with Sandbox(faults=Faults(idempotent=False)) as sandbox:
+    with Sandbox(faults=Faults(idempotent=False)) as sandbox, refusing_port() as dead:
         port = sandbox.url.rsplit(":", 1)[1]
         (ws.path / "notifier.toml").write_text(
             "[channels.alerts]\n"
             'type = "apprise"\n'
             f'urls = ["json://127.0.0.1:{port}/notifications", '
-            f'"json://127.0.0.1:{free_port()}/notifications"]\n'
+            f'"json://127.0.0.1:{dead}/notifications"]\n'
         )
         ws.write_csv("batch.csv", make_rows(1))
         assert ws.invoke("send", "batch.csv", "--channel", "alerts").exit_code == 3

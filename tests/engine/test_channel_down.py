@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 from aiosmtpd.controller import Controller
 
-from ..conftest import Inbox, Workspace, free_port, make_rows
+from ..conftest import Inbox, Workspace, make_rows
 from ..receiver import Receiver, receiving
+from ..support.net import refusing_port
 
 pytestmark = pytest.mark.both_stores
 CONCURRENCY = pytest.mark.parametrize("n", [1, 8])
@@ -34,14 +35,15 @@ def test_a_webhook_receiver_that_is_down_pauses_the_run_and_resume_finishes_it(
     """Connection refused on every request: the run pauses (exit 3) naming the channel,
     every item pending and never attempted, none failed; once the receiver listens,
     `resume` sends each of them once."""
-    port = free_port()
     receiver = Receiver()
-    (ws.path / "notifier.toml").write_text(
-        '[channels.hooks]\ntype = "webhook"\n'
-        f'url = "http://127.0.0.1:{port}/notifications"\nidempotent = true\ntimeout = 5\n' + RETRY
-    )
-    ws.write_csv("batch.csv", make_rows(10))
-    down = ws.invoke("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n))
+    with refusing_port() as port:
+        (ws.path / "notifier.toml").write_text(
+            '[channels.hooks]\ntype = "webhook"\n'
+            f'url = "http://127.0.0.1:{port}/notifications"\nidempotent = true\ntimeout = 5\n'
+            + RETRY
+        )
+        ws.write_csv("batch.csv", make_rows(10))
+        down = ws.invoke("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n))
     assert down.exit_code == 3, down.output
     _assert_paused_for_the_channel(ws, down.stdout, 10)
     with receiving(receiver, port):
@@ -56,13 +58,13 @@ def test_an_smtp_relay_that_is_down_pauses_the_run_and_resume_finishes_it(
 ) -> None:
     """No relay on the port: the run pauses (exit 3) naming the channel, the 5 items
     pending and never attempted; once the relay listens, `resume` delivers each once."""
-    port = free_port()
-    (ws.path / "notifier.toml").write_text(
-        f'[channels.mail]\ntype = "smtp"\nhost = "127.0.0.1"\nport = {port}\n'
-        'sender = "ops@example.com"\n' + RETRY
-    )
-    ws.write_csv("batch.csv", make_rows(5))
-    down = ws.invoke("send", "batch.csv", "--channel", "mail", "--concurrency", str(n))
+    with refusing_port() as port:
+        (ws.path / "notifier.toml").write_text(
+            f'[channels.mail]\ntype = "smtp"\nhost = "127.0.0.1"\nport = {port}\n'
+            'sender = "ops@example.com"\n' + RETRY
+        )
+        ws.write_csv("batch.csv", make_rows(5))
+        down = ws.invoke("send", "batch.csv", "--channel", "mail", "--concurrency", str(n))
     assert down.exit_code == 3, down.output
     _assert_paused_for_the_channel(ws, down.stdout, 5)
     inbox = Inbox()

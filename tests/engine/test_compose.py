@@ -19,8 +19,9 @@ from notifier.content.compose import ComposeStopped, Draft
 from notifier.domain import waits
 from notifier.domain.intent import intent_digest
 
-from ..conftest import Workspace, free_port
+from ..conftest import Workspace
 from ..fake_messages import KEY, FakeMessages, error, text_only_answer
+from ..support.net import refusing_port
 
 
 def batch(ws: Workspace, n: int) -> Path:
@@ -295,11 +296,12 @@ def test_drafting_that_gets_no_answer_says_why(
     """When every retry of a row gets no draft, the run stops (exit 3, drafts kept) saying
     what happened: the API unreachable (a closed port), rate-limited, or failing; never a
     blanket "stayed busy"."""
-    if answers is None:
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", f"http://127.0.0.1:{free_port()}")
-    else:
-        fake.per_row["u1"] = deque(error(code, kind, "no") for code, kind in answers * 20)
-    result = ws.invoke("send", str(batch(ws, 1)), "--compose", str(brief(ws)))
+    with refusing_port() as closed:
+        if answers is None:
+            monkeypatch.setenv("ANTHROPIC_BASE_URL", f"http://127.0.0.1:{closed}")
+        else:
+            fake.per_row["u1"] = deque(error(code, kind, "no") for code, kind in answers * 20)
+        result = ws.invoke("send", str(batch(ws, 1)), "--compose", str(brief(ws)))
     assert result.exit_code == 3, result.output
     assert f"the Messages API {said}" in result.output
     assert "stayed busy" not in result.output
