@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from notifier.channels import smtp_replies as replies
 from notifier.domain.answers import ChannelError, ErrorKind
+from notifier.domain.redact import redacted
 
 _REPLY_CHARS = 200  # how much of a server reply an error message quotes
 
@@ -153,9 +154,7 @@ class Relay:
 
     def scrub(self, text: str) -> str:
         """Defence in depth: a server that echoes what it was sent must not leak a secret."""
-        for secret in self.secrets:
-            text = text.replace(secret, "***")
-        return text
+        return redacted(text, self.secrets)
 
 
 class Session:

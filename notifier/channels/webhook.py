@@ -25,6 +25,7 @@ from notifier.channels.deadline import DeadlineTransport, attempt_deadline
 from notifier.channels.webhook_options import SCHEMA, capabilities
 from notifier.domain.answers import ChannelError, ErrorKind, Receipt, bounded_wait
 from notifier.domain.intent import Intent
+from notifier.domain.redact import redacted
 
 # The most of an answer's body that is read; the rest is dropped. A receipt is a small JSON
 # document: a server streaming megabytes (or forever) must not fill memory or hold the run.
@@ -46,6 +47,10 @@ class WebhookChannel:
         self.status_url: str | None = definition.get("status_url")
         self.idempotent, self.queryable, self.thread_safe = capabilities(definition)
         self._signer = _signer(name, definition.get("secret_env"))
+        # What a receiver must never see quoted back into a stored error: the secret, and
+        # its key without the `whsec_` prefix.
+        secret = os.environ.get(str(definition.get("secret_env") or ""), "") if self._signer else ""
+        self._secrets = (secret, secret.removeprefix("whsec_"))
         self.timeout = float(SCHEMA.value(definition, "timeout"))
         self.timeout_s = self.timeout
         self.query_delay_s = float(SCHEMA.value(definition, "query_delay"))
@@ -125,7 +130,7 @@ class WebhookChannel:
                 ErrorKind.UNCERTAIN,
                 f"{self.url}: {type(exc).__name__} after sending ({exc or 'no detail'})",
             ) from exc
-        _raise_for_status(self.url, answer)
+        _raise_for_status(self.url, answer, self._secrets)
         return _receipt(answer)
 
     def _exchange(self, request: httpx2.Request, ready: Ready | None = None) -> _Answer:
@@ -246,11 +251,13 @@ class _Answer:
     body: bytes
 
 
-def _raise_for_status(url: str, answer: _Answer) -> None:
+def _raise_for_status(url: str, answer: _Answer, secrets: tuple[str, ...]) -> None:
     kind = classify_status(answer.status)
     if kind is None:
         return
-    snippet = answer.body[:200].decode("utf-8", "replace").replace("\n", " ")
+    # Masked before it is cut: a secret across the cut would leave its first part behind.
+    body = redacted(answer.body.decode("utf-8", "replace"), secrets)
+    snippet = body[:200].replace("\n", " ")
     raise ChannelError(
         kind,
         f"{url}: HTTP {answer.status} {snippet}".rstrip(),

@@ -11,6 +11,7 @@ from datetime import datetime
 
 import anthropic
 
+from notifier.content.claude_messages import without_key
 from notifier.domain import clock
 from notifier.domain.records import Run
 from notifier.store import Store
@@ -68,7 +69,7 @@ def cancel_batches(
                 ended = f"batch(es) {', '.join(found)} cancelled" if found else "no batch was made"
         except anthropic.APIError as exc:
             left += 1
-            say(_not_asked(run_id, chunk.chunk, chunk.batch_id, str(exc)))
+            say(_not_asked(run_id, chunk.chunk, chunk.batch_id, without_key(str(exc))))
             continue
         store.chunks.end_chunk(run_id, chunk.chunk, "canceled", f"cancelled at {clock.now_iso()}")
         say(f"chunk {chunk.chunk}: {ended}")
@@ -98,7 +99,7 @@ def _cancel_batch(
     except anthropic.APIStatusError as exc:
         if not nothing_made(exc):
             raise
-        say(f"chunk {number}: batch {batch_id} not cancelled: {exc.message}")
+        say(f"chunk {number}: batch {batch_id} not cancelled: {without_key(exc.message)}")
 
 
 def _cancel_maybe_ours(

@@ -40,6 +40,7 @@ from notifier.content.claude_messages import (
     _transient,
     _wait_honouring_retry_after,
     parse,
+    without_key,
 )
 from notifier.content.claude_messages import request_params as params_of
 from notifier.content.compose import (
@@ -367,7 +368,7 @@ class BatchDrafting:
                 raise _Interrupted from exc  # the chunk stays creating: resume asks
             if nothing_made(exc):
                 raise _stopped(exc) from exc
-            raise _CreateInDoubt(str(exc)) from exc
+            raise _CreateInDoubt(without_key(str(exc))) from exc
 
     def _call(self, action: Callable[[], T]) -> T:
         """One API call, transient failures retried honouring retry-after; a refused key

@@ -11,6 +11,7 @@ SDK costs about a second, which no other command should pay.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Mapping
 from contextlib import suppress
@@ -36,6 +37,7 @@ from notifier.content.compose import (
     prompt_row,
 )
 from notifier.domain import waits
+from notifier.domain.redact import redacted
 
 MAX_ATTEMPTS = 5
 MAX_TOKENS = 1024
@@ -175,12 +177,18 @@ def _wait_honouring_retry_after(state: RetryCallState) -> float:
 
 
 def _api_message(exc: anthropic.APIStatusError) -> str:
+    """What the API said, without the key if it quoted it back."""
     body = exc.body
     if isinstance(body, Mapping):
         error = body.get("error")
         if isinstance(error, Mapping) and isinstance(error.get("message"), str):
-            return str(error["message"])
-    return str(exc.message)
+            return without_key(str(error["message"]))
+    return without_key(str(exc.message))
+
+
+def without_key(text: str) -> str:
+    """`text` (an API error, said or stored) without the API key in it."""
+    return redacted(text, [os.environ.get(KEY_ENV)])
 
 
 def parse(message: Message) -> Draft:

@@ -1,0 +1,84 @@
+"""A secret a downstream quotes back in its error (a webhook receiver naming the signing
+secret it expected, the Messages API naming the key it refused) is masked before the error
+is stored, printed or reported: it reaches neither the database nor any output."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from ..conftest import Workspace, make_rows
+from ..fake_messages import FakeMessages, error
+from .test_compose import batch, brief
+
+pytestmark = pytest.mark.timeout(60)
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+
+def stored_bytes(ws: Workspace) -> bytes:
+    return b"".join(p.read_bytes() for p in Path(ws.path).glob("receipts.db*"))
+
+
+@pytest.fixture(params=[0, 180], ids=["whole", "across-the-cut"])
+def echoing_receiver(request: pytest.FixtureRequest) -> Iterator[int]:
+    """A webhook receiver that refuses every request (401), quoting the secret it expected:
+    at the start of its answer, or across the 200th character, where a stored error's
+    extract ends (masked after the cut, its first part would be kept). Its port."""
+    padding = "x" * int(request.param)
+
+    class Echo(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            body = f"{padding}{SECRET} is the secret we expected".encode()
+            self.send_response(401)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_port
+    finally:
+        server.shutdown()
+
+
+def test_a_webhook_secret_quoted_in_a_refusal_is_masked(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch, echoing_receiver: int
+) -> None:
+    monkeypatch.setenv("HOOKS_SECRET", SECRET)
+    (ws.path / "notifier.toml").write_text(
+        '[channels.hooks]\ntype = "webhook"\n'
+        f'url = "http://127.0.0.1:{echoing_receiver}/n"\n'
+        'idempotent = true\ntimeout = 5\nsecret_env = "HOOKS_SECRET"\n'
+    )
+    ws.write_csv("batch.csv", make_rows(1))
+    sent = ws.invoke("send", "batch.csv", "--channel", "hooks")
+    assert sent.exit_code == 3, sent.output
+    assert "HTTP 401" in sent.output and "***" in sent.output  # the answer, masked
+    outputs = [sent.output, ws.invoke("report", "--format", "json").output,
+               ws.invoke("status", "--json").output]  # fmt: skip
+    key = SECRET.removeprefix("whsec_")
+    assert [text for text in outputs if key[:12] in text] == []
+    assert key[:12].encode() not in stored_bytes(ws)
+
+
+def test_the_api_key_quoted_in_a_refusal_is_masked(ws: Workspace, fake: FakeMessages) -> None:
+    key = os.environ["ANTHROPIC_API_KEY"]
+    fake.script.extend(
+        error(401, "authentication_error", f"invalid x-api-key: {key}") for _ in range(4)
+    )
+    sent = ws.invoke("send", str(batch(ws, 2)), "--compose", str(brief(ws)))
+    assert sent.exit_code == 3, sent.output
+    assert "invalid x-api-key: ***" in sent.output
+    outputs = [sent.output, ws.invoke("status", "--json").output]
+    assert [text for text in outputs if key in text] == []
+    assert key.encode() not in stored_bytes(ws)
