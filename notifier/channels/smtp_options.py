@@ -16,7 +16,7 @@ from typing import Any
 from notifier.channels import options as o
 from notifier.channels.base import Capabilities, ChannelConfigError
 from notifier.domain.intent import unsubscribe_mailto, unsubscribe_url
-from notifier.domain.suppression import punycode_spelling
+from notifier.domain.suppression import registered_spelling
 
 DEFAULT_TIMEOUT_S = 30.0
 _ADDRESS_FORBIDDEN = re.compile(r"[\s<>,;\"()\[\]\\]")
@@ -170,8 +170,8 @@ def smtp_address(address: str) -> tuple[str, bool]:
                 f"the domain goes on the wire as {wire!r}: characters in it would be dropped or "
                 "changed; write it as it is sent"
             )
-        registered = punycode_spelling(domain.lower())
-        if registered is not None and registered != wire.lower():
+        registered = registered_spelling(domain)
+        if registered != wire.lower():
             # ß, final sigma and the joiners: IDNA 2003 (this encoding) maps them to another
             # domain (strasse.de) than the one IDNA 2008 registers (xn--strae-oqa.de).
             raise ValueError(

@@ -46,11 +46,12 @@ class WebhookChannel:
         self.url = str(definition["url"])
         self.status_url: str | None = definition.get("status_url")
         self.idempotent, self.queryable, self.thread_safe = capabilities(definition)
-        self._signer = _signer(name, definition.get("secret_env"))
+        secret_env = definition.get("secret_env")
+        secret = os.environ.get(secret_env) if secret_env else None
+        self._signer = _signer(name, secret_env, secret)
         # What a receiver must never see quoted back into a stored error: the secret, and
         # its key without the `whsec_` prefix.
-        secret = os.environ.get(str(definition.get("secret_env") or ""), "") if self._signer else ""
-        self._secrets = (secret, secret.removeprefix("whsec_"))
+        self._secrets = (secret, secret.removeprefix("whsec_")) if secret else ()
         self.timeout = float(SCHEMA.value(definition, "timeout"))
         self.timeout_s = self.timeout
         self.query_delay_s = float(SCHEMA.value(definition, "query_delay"))
@@ -221,10 +222,10 @@ def parse_retry_after(value: str | None, now: datetime | None = None) -> float |
     return bounded_wait((when - (now or datetime.now(UTC))).total_seconds())
 
 
-def _signer(name: str, secret_env: str | None) -> Webhook | None:
+def _signer(name: str, secret_env: str | None, secret: str | None) -> Webhook | None:
+    """The signer for `secret`, read from `secret_env` (None: the channel does not sign)."""
     if not secret_env:
         return None
-    secret = os.environ.get(secret_env)
     if not secret:
         raise ChannelConfigError(
             f"channel {name!r} signs with the secret in ${secret_env}, which is not set: "

@@ -102,28 +102,11 @@ def _label_spellings(label: str) -> tuple[str, ...]:
     return (label,)
 
 
-def punycode_spelling(domain: str) -> str | None:
-    """The domain's other spelling, label by label as IDNA 2008 writes it (no mapping: `ß`
-    stays `ß`, and is `xn--strae-oqa`): its punycode for a Unicode domain, its Unicode for
-    a punycode one. None when it has no other (ASCII only), or a label is no punycode."""
-    try:
-        if not domain.isascii():
-            labels = [
-                label if label.isascii() else "xn--" + label.encode("punycode").decode("ascii")
-                for label in domain.split(".")
-            ]
-        elif "xn--" in domain.lower():
-            labels = [
-                label[4:].encode("ascii").decode("punycode")
-                if label.lower().startswith("xn--")
-                else label
-                for label in domain.split(".")
-            ]
-        else:
-            return None
-    except UnicodeError:
-        return None
-    return ".".join(labels)
+def registered_spelling(domain: str) -> str:
+    """A domain as IDNA 2008 registers it, label by label with no mapping (`ß` stays `ß`, so
+    `straße` is `xn--strae-oqa`): each Unicode label as its punycode (lower case)."""
+    return ".".join(_label_spellings(label)[-1] if not label.isascii() else label
+                    for label in domain.lower().split("."))  # fmt: skip
 
 
 def sql_keys_alike(target: str) -> bool:

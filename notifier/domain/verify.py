@@ -14,7 +14,6 @@ What each verdict means (docs/guarantees.md has the threat model):
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -227,11 +226,8 @@ def _covered(head: RunHead, digests: Fingerprinting) -> list[Difference]:
     not at hand."""
     if head.fingerprint == "" or head.channel_snapshot is None:
         return []
-    try:
-        snapshot = json.loads(head.channel_snapshot)
-        own = digests.result(snapshot) if isinstance(snapshot, dict) else None
-    except ValueError:
-        own = None
+    snapshot = json_value(head.channel_snapshot)
+    own = digests.result(snapshot) if isinstance(snapshot, dict) else None
     if own == head.fingerprint:
         return []
     return [Difference(Table.RUNS, "the run", Change.DIFFERS, "fingerprint", head.fingerprint,
