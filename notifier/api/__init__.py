@@ -357,10 +357,10 @@ class Notifier:
                     interrupted,
                 )
 
-    def approval_preview(self, run: Run) -> list[str]:
+    def approval_preview(self, run: Run) -> approval.Glimpse:
         """The first notifications of a run awaiting approval, as its review starts."""
         with self._store(readonly=True) as store:
-            return list(approval.preview(store, run))
+            return approval.preview(store, run)
 
     def send(self, batch: Path, **options: Any) -> RunResult | Planned:
         """Plan the file, then send it: the run's result, or the plan when nothing was left to
@@ -417,8 +417,9 @@ class Notifier:
         """Stop the run: once this returns confirmed, no request of it can start any more."""
         return settling.cancel(self.env, run_id, wait_s)
 
-    def reconcile(self, run_id: str | None = None) -> tuple[Run, Counts]:
-        """Settle in-flight and unknown items by asking their downstream, by key."""
+    def reconcile(self, run_id: str | None = None) -> settling.Reconciled:
+        """Settle in-flight and unknown items by asking their downstream, by key; with the
+        unknown items left on channels that cannot be asked."""
         return settling.reconcile_by_query(self.env, run_id)
 
     # --- reading -------------------------------------------------------------------------

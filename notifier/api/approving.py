@@ -4,7 +4,7 @@ for the audit of every decision by hand."""
 from __future__ import annotations
 
 from notifier.api.env import Env, open_store, pick_run
-from notifier.domain.errors import BadInput, Refused
+from notifier.domain.errors import BadInput, NextStep, Refused
 from notifier.domain.records import Run
 from notifier.domain.state_machine import FINISHED_RUN_STATES, RunState
 from notifier.domain.who import operator_name
@@ -30,18 +30,15 @@ def approve(
         )
         try:
             return run, approval.approve(store, run, fingerprint, span, operator_name())
-        except approval.ApprovalUsage as exc:
-            raise BadInput(str(exc)) from exc
         except approval.NotApproved:
             raise  # the command layer says what to do next
         except approval.ApprovalRefused as exc:
             raise Refused(str(exc)) from exc
         except LostRace as exc:
             raise Refused(
-                f"run {run.run_id} changed while it was being approved "
-                f"({exc}); nothing was "
-                "approved. Review it again with `notifier status`, then approve.",
-            ) from exc
+                f"run {run.run_id} changed while it was being approved ({exc}); nothing was "
+                "approved."
+            ).advise(NextStep.REVIEW_THEN_APPROVE) from exc
     finally:
         store.close()
 
@@ -58,17 +55,14 @@ def _run_with_fingerprint(store: Store, fingerprint: str) -> Run:
         raise Refused(
             f"no run waiting for approval has fingerprint {approval.abridged(fingerprint)!r}: "
             "it was mistyped, copied from a run that is closed, or the run's notifications "
-            "changed since that preview. Nothing was approved. `notifier runs` lists the runs; "
-            "`notifier preview RUN` shows a run's notifications with its fingerprint on the "
-            "last line, and `notifier approve RUN --fingerprint sha256:…` approves that run."
-        )
+            "changed since that preview. Nothing was approved."
+        ).advise(NextStep.FIND_RUN_TO_APPROVE)
     if len(found) > 1:
         names = ", ".join(run.run_id for run in found)
         raise BadInput(
             f"runs {names} were planned with the same notifications, so the fingerprint alone "
-            "does not say which one to approve; nothing was approved. Name it: `notifier "
-            f"approve {found[0].run_id} --fingerprint sha256:…`."
-        )
+            "does not say which one to approve; nothing was approved."
+        ).advise(NextStep.APPROVE_NAMED, found[0].run_id)
     return found[0]
 
 
@@ -82,15 +76,13 @@ def reject(env: Env, run_id: str | None, reason: str) -> tuple[Run, str]:
     try:
         run = pick_run(store, run_id, active_only=run_id is None)
         if run.state is not RunState.AWAITING_APPROVAL:
-            advice = (
-                "there is nothing to reject"
-                if run.state in FINISHED_RUN_STATES
-                else f"`notifier cancel {run.run_id}` stops it instead"
-            )
-            raise BadInput(
+            why = (
                 f"run {run.run_id} is {run.state.value}, not awaiting approval, so it cannot be "
-                f"rejected; {advice}."
+                "rejected"
             )
+            if run.state in FINISHED_RUN_STATES:
+                raise BadInput(f"{why}; there is nothing to reject.")
+            raise BadInput(why).advise(NextStep.CANCEL_INSTEAD, run.run_id)
         store.ledger.reject_run(run.run_id, operator, reason.strip())
         return store.core.get_run(run.run_id), operator
     finally:

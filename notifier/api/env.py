@@ -13,7 +13,7 @@ from typing import Any
 from notifier.channels import Channel, build_channel
 from notifier.config import Config
 from notifier.domain.chain import UNKEYED
-from notifier.domain.errors import BadInput
+from notifier.domain.errors import BadInput, NextStep
 from notifier.domain.records import Run
 from notifier.domain.state_machine import FINISHED_RUN_STATES
 from notifier.store import Store, Target
@@ -58,11 +58,9 @@ def pick_run(store: Store, run_id: str | None, *, active_only: bool = False) -> 
         try:
             return store.core.get_run(run_id)
         except KeyError:
-            raise BadInput(
-                f"{store.path}: no run {run_id!r}. `notifier runs` lists the runs.",
-            ) from None
+            raise BadInput(f"{store.path}: no run {run_id!r}.").advise(NextStep.LIST_RUNS) from None
     run = store.queries.newest_run(exclude=FINISHED_RUN_STATES if active_only else ())
     if run is None:
         what = "unfinished run" if active_only else "run"
-        raise BadInput(f"{store.path}: there is no {what}. `notifier runs` lists the runs.")
+        raise BadInput(f"{store.path}: there is no {what}.").advise(NextStep.LIST_RUNS)
     return run

@@ -19,14 +19,14 @@ from notifier.content.plan import RUN_ID_PATTERN, Plan, make_plan, new_run_id
 from notifier.content.schedule import Schedule, schedule_stream
 from notifier.content.template import Template, render_stream
 from notifier.domain import clock
-from notifier.domain.errors import BadInput
+from notifier.domain.errors import BadInput, NextStep
 from notifier.domain.intent import CONTRACT_VERSION, new_key_nonce
 from notifier.domain.state_machine import RunState, RunTrigger
 from notifier.domain.suppression import address_keys
 from notifier.engine import crash
 from notifier.engine.membership import live_holder
 from notifier.store import NoDatabase, PlanRefused, PlanStage, Prior, RunExists, Store
-from notifier.store.history import ABANDONED, CHANGED, DELIVERED, OPEN, RETRIED, UNSETTLED
+from notifier.store.history import CHANGED, OPEN, UNSETTLED
 
 
 @dataclass(frozen=True)
@@ -217,7 +217,7 @@ def store_plan(
             holder = _open_run_holder(store, refused.prior)
         finally:
             store.close()
-        raise BadInput(refusal_message(batch, refused.prior, holder)) from None
+        raise refusal(batch, refused.prior, holder) from None
     except RunExists:
         store.close()
         raise BadInput(f"run {plan.run_id!r} already exists: choose another --run-id.") from None
@@ -232,7 +232,7 @@ def store_plan(
     return Stored(store, prior)
 
 
-def _runs(prior: Prior, verdict: str) -> str:
+def runs_named(prior: Prior, verdict: str) -> str:
     """ "run A", or "runs A, B" (oldest first)."""
     runs = prior.runs(verdict)
     return ("run " if len(runs) == 1 else "runs ") + ", ".join(runs)
@@ -245,77 +245,36 @@ def _open_run_holder(store: Store, prior: Prior) -> dict[str, Any] | None:
     return live_holder(store, store.core.get_run(runs[-1])) if runs else None
 
 
-def refusal_message(batch: Path, prior: Prior, holder: dict[str, Any] | None = None) -> str:
-    """Why nothing was stored, naming the runs and rows, and the command that will work."""
+def refusal(batch: Path, prior: Prior, holder: dict[str, Any] | None = None) -> BadInput:
+    """Why nothing was stored, naming the runs and rows, with the step that will work."""
     if prior.count(OPEN):
         runs = prior.runs(OPEN)
         if holder is not None:
             # `resume` would be refused while that process holds the run.
-            return (
+            return BadInput(
                 f"{batch}: {prior.count(OPEN)} row(s) are being sent right now by run "
                 f"{runs[-1]} (pid {holder.get('pid')} on {holder.get('host')}); two runs never "
-                f"hold the same row. Nothing was stored. Follow it with `notifier status "
-                f"{runs[-1]}`; once it is done, send the file again to send what it did not "
-                "deliver."
-            )
-        return (
+                "hold the same row. Nothing was stored."
+            ).advise(NextStep.FOLLOW_THEN_SEND_AGAIN, runs[-1])
+        return BadInput(
             f"{batch}: {prior.count(OPEN)} row(s) are still open (pending, in flight or "
-            f"unknown) in unfinished {_runs(prior, OPEN)}; two runs never hold the same "
-            f"row. Nothing was stored. Continue that run with `notifier resume {runs[-1]}` "
-            f"(or stop it with `notifier cancel {runs[-1]}`), then send the file again to "
-            "send what it did not deliver."
-        )
+            f"unknown) in unfinished {runs_named(prior, OPEN)}; two runs never hold the same "
+            "row. Nothing was stored."
+        ).advise(NextStep.RESUME_OR_CANCEL_THEN_SEND_AGAIN, runs[-1])
     if prior.count(UNSETTLED):
-        runs = prior.runs(UNSETTLED)
-        return (
+        return BadInput(
             f"{batch}: {prior.count(UNSETTLED)} row(s) may have been delivered by finished "
-            f"{_runs(prior, UNSETTLED)} (their outcome is unknown). Nothing was stored. "
-            f"Settle them with `notifier reconcile --manual {runs[-1]}`, then send the file "
-            "again."
-        )
+            f"{runs_named(prior, UNSETTLED)} (their outcome is unknown). Nothing was stored."
+        ).advise(NextStep.SETTLE_THEN_SEND_AGAIN, prior.runs(UNSETTLED)[-1])
     n = prior.count(CHANGED)
     listed = ", ".join(f"{item_id} (row {seq})" for seq, item_id in prior.changed_rows)
     more = f" and {n - len(prior.changed_rows)} more" if n > len(prior.changed_rows) else ""
-    return (
-        f"{batch}: {n} row(s) were delivered before by {_runs(prior, CHANGED)} with "
+    return BadInput(
+        f"{batch}: {n} row(s) were delivered before by {runs_named(prior, CHANGED)} with "
         f"different content: {listed}{more}. Nothing was stored. If the change is meant to "
         "reach them, send the file again with --resend-changed (each goes out again as a new "
         "notification); otherwise restore those rows as they were."
     )
-
-
-def prior_summary(prior: Prior) -> list[str]:
-    """The lines `send` prints about earlier runs: what was left out, and what is retried."""
-    lines = []
-    if prior.count(DELIVERED):
-        lines.append(
-            f"{prior.count(DELIVERED)} row(s) already delivered with the same content by "
-            f"{_runs(prior, DELIVERED)}: not sent again."
-        )
-    for run_id, n in prior.rejected_by.items():
-        lines.append(
-            f"{n} row(s) were rejected in run {run_id} (`notifier status {run_id}` says why "
-            "and by whom): this run waits for approval before anything is sent."
-        )
-    if prior.count(ABANDONED):
-        lines.append(
-            f"{prior.count(ABANDONED)} row(s) abandoned by an operator in "
-            f"{_runs(prior, ABANDONED)} (maybe delivered): not sent again. To send one, "
-            f"first mark it not sent there (`notifier reconcile {prior.runs(ABANDONED)[-1]} "
-            "--manual --item ID --mark not-sent --evidence …`), then send the file again."
-        )
-    if prior.count(RETRIED):
-        lines.append(
-            f"{prior.count(RETRIED)} row(s) never delivered by earlier "
-            f"{_runs(prior, RETRIED)} (failed, expired, suppressed, cancelled or not "
-            "sent): sent again, unless suppressed now."
-        )
-    if prior.count(CHANGED):
-        lines.append(
-            f"{prior.count(CHANGED)} row(s) changed since {_runs(prior, CHANGED)} "
-            "delivered them: sent again as new notifications (--resend-changed)."
-        )
-    return lines
 
 
 @dataclass(frozen=True)
@@ -346,7 +305,7 @@ def compare_composed(env: Env, rows: list[BatchRow], batch: Path, run_id: str) -
         try:
             prior, left_out = store.history.compare_composed(plan.items)
             if prior.refused(resend_changed=False):
-                raise BadInput(refusal_message(batch, prior, _open_run_holder(store, prior)))
+                raise refusal(batch, prior, _open_run_holder(store, prior))
             suppressed = {s.address for s in store.suppressions.suppressions()}
         finally:
             store.close()

@@ -43,7 +43,7 @@ from notifier.store import LeaseHeld, Store
 @dataclass(frozen=True)
 class CancelResult:
     run: Run
-    confirmed: bool  # no request of the run can start any more
+    confirmed: bool  # no request of the run can start any more (else: look, or wait longer)
     message: str
     counts: Counts
     # Of its unknown items, how many a plain reconcile settles by query once their window
@@ -73,9 +73,7 @@ def cancel(env: Env, run_id: str | None, wait_s: float) -> CancelResult:
                     False,
                     f"run {run.run_id}: cancel recorded, but the worker (pid "
                     f"{holder.get('pid')} on {holder.get('host')}) did not "
-                    f"confirm within {wait_s:g}s, so a request may still start until it does. "
-                    f"Check with `notifier status {run.run_id}`, or wait longer with "
-                    f"`notifier cancel {run.run_id} --wait 120`.",
+                    f"confirm within {wait_s:g}s, so a request may still start until it does.",
                     store.queries.counts(run.run_id),
                 )
             try:
@@ -144,7 +142,16 @@ def _cancel_without_worker(env: Env, store: Store, run: Run, deadline: float) ->
 # ---------------------------------------------------------------------- reconcile
 
 
-def reconcile_by_query(env: Env, run_id: str | None) -> tuple[Run, Counts]:
+@dataclass(frozen=True)
+class Reconciled:
+    run: Run
+    counts: Counts
+    # Unknown items per channel that cannot be asked whether a message arrived (SMTP and
+    # Apprise answer no such query): only a decision by hand settles them.
+    unqueryable: Mapping[str, int]
+
+
+def reconcile_by_query(env: Env, run_id: str | None) -> Reconciled:
     store = open_store(env)
     try:
         run = pick_run(store, run_id)
@@ -158,17 +165,8 @@ def reconcile_by_query(env: Env, run_id: str | None) -> tuple[Run, Counts]:
             blind = _unknown_on_unqueryable(store, run.run_id, channels)
             if not settlements and not blind:
                 env.say("nothing to settle: no item is in flight or unknown.")
-            if blind:
-                names = ", ".join(sorted(blind))
-                env.say(
-                    f"{sum(blind.values())} unknown item(s) on channel(s) {names}, which "
-                    "cannot be asked whether a message arrived (SMTP and Apprise answer no "
-                    "such query): there is nothing `notifier reconcile` can settle for them by "
-                    "query. Check the recipients' side, then settle each by hand with "
-                    f"`notifier reconcile --manual {run.run_id}`."
-                )
             complete_if_done(store, run.run_id, lease.version)
-        return store.core.get_run(run.run_id), store.queries.counts(run.run_id)
+        return Reconciled(store.core.get_run(run.run_id), store.queries.counts(run.run_id), blind)
     finally:
         store.close()
 

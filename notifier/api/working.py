@@ -13,7 +13,7 @@ from notifier.channels import Channel, ChannelConfigError, UnbuildableChannel
 from notifier.content import compose
 from notifier.content.drafting import compose_key, draft
 from notifier.domain import clock
-from notifier.domain.errors import BadInput, NeedsAttention, Refused
+from notifier.domain.errors import BadInput, NeedsAttention, NextStep, Refused
 from notifier.domain.records import Run
 from notifier.domain.state_machine import RunTrigger
 from notifier.engine import crash
@@ -128,17 +128,14 @@ def take_lease(
             # A `cancel` holds the run for a moment while it closes it.
             raise NeedsAttention(
                 f"run {run.run_id} was cancelled (by pid {held.owner.get('pid')}) before this "
-                f"process could start sending; nothing was sent by it. `notifier report "
-                f"{run.run_id}` shows the run.",
-            ) from held
+                "process could start sending; nothing was sent by it.",
+            ).advise(NextStep.REPORT, run.run_id) from held
         raise Refused(
             f"run {run.run_id} is being worked by another process, pid "
             f"{held.owner.get('pid')} on {held.owner.get('host')} (lease until "
             f"{clock.local(held.expires_at) if held.expires_at else 'it stops'}), so this one "
-            "did nothing. Follow it with `notifier status "
-            f"{run.run_id}`; once it has finished or stopped, `notifier resume {run.run_id}` "
-            f"continues whatever it left. To stop it now: `notifier cancel {run.run_id}`.",
-        ) from held
+            "did nothing.",
+        ).advise(NextStep.FOLLOW_HOLDER, run.run_id) from held
     with lease:
         yield lease
 
@@ -160,9 +157,8 @@ def draft_run(env: Env, store: Store, run: Run) -> Run:
     if progress.pending:
         why = progress.deferred.value if progress.deferred else "gave no draft"
         raise NeedsAttention(
-            f"run {run.run_id}: the Messages API {why} ({done}); the drafts made are "
-            f"stored. Run `notifier resume {run.run_id}` later to draft the rest.",
-        )
+            f"run {run.run_id}: the Messages API {why} ({done}); the drafts made are stored.",
+        ).advise(NextStep.RESUME_LATER_TO_DRAFT, run.run_id)
     then = RunTrigger.REQUEST_APPROVAL if run.options.get("require_approval") else None
     compose.freeze(store, run.run_id, env.config, then)
     return store.core.get_run(run.run_id)

@@ -89,7 +89,10 @@ def _print_report(
             # cursor goes before the store closes, not at exit, on a closed database.
             getattr(data["items"], "close", lambda: None)()
         if fmt == "table" and run.state is RunState.AWAITING_APPROVAL:
-            for line in approval.preview(store, run):  # what an approval would cover
+            from notifier.cli.running import glimpse_lines  # noqa: PLC0415 (start-up time)
+
+            # What an approval would cover.
+            for line in glimpse_lines(run.run_id, approval.preview(store, run)):
                 click.echo(line)
         if fmt == "table" and every_item and not states:
             every = report.build(store, run)["items"]
@@ -129,7 +132,13 @@ def _emit(data: dict[str, Any], fmt: str) -> None:
         for piece in report.iter_csv(data):
             click.echo(piece, nl=False)
     else:
-        report.render_table(data, _console())
+        console = _console()
+        if report.render_table(data, console):
+            console.print(
+                f"(idempotency keys: `notifier report {data['run_id']} --format csv`, or a "
+                f"terminal at least {report.KEY_COLUMN_MIN_WIDTH} columns wide)"
+            )
+        report.render_decisions(data, console)
 
 
 @cli.command()
@@ -242,7 +251,13 @@ def cancel(
     if result.run.options.get("compose") and result.run.state is RunState.CANCELLED:
         chunks_open = api.cancel_open_batches(result.run.run_id)  # left by drafting
     advice = ""
-    if result.confirmed and result.run.state is RunState.CANCELLED and result.counts.unknown:
+    if not result.confirmed:
+        rid = result.run.run_id
+        advice = (
+            f" Check with `notifier status {rid}`, or wait longer with `notifier cancel {rid} "
+            "--wait 120`."
+        )
+    elif result.run.state is RunState.CANCELLED and result.counts.unknown:
         advice = " " + unknown_advice(
             result.run.run_id, result.counts.unknown, result.settle_later, result.marks_from
         )
@@ -303,7 +318,17 @@ def reconcile(
     if not manual:
         if item_ref or mark or evidence:
             raise BadInput("--item, --mark and --evidence go with --manual.")
-        run, counts = Notifier(env).reconcile(run_id)
+        reconciled = Notifier(env).reconcile(run_id)
+        run, counts = reconciled.run, reconciled.counts
+        if reconciled.unqueryable:
+            names = ", ".join(sorted(reconciled.unqueryable))
+            env.say(
+                f"{sum(reconciled.unqueryable.values())} unknown item(s) on channel(s) {names}, "
+                "which cannot be asked whether a message arrived (SMTP and Apprise answer no "
+                "such query): there is nothing `notifier reconcile` can settle for them by "
+                "query. Check the recipients' side, then settle each by hand with "
+                f"`notifier reconcile --manual {run.run_id}`."
+            )
         if not as_json:
             click.echo(f"run {run.run_id}: {run.state.value}")
     else:

@@ -4,7 +4,7 @@ table, used only by the command line. The layers below return states, reasons an
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -201,4 +201,49 @@ def error_message(exc: NotifierError) -> str:
             f"{exc} Run `notifier send BATCH.csv` first, or point --db (or NOTIFIER_DB) at an "
             "existing receipts database."
         )
-    return str(exc)
+    advice = _ADVICE.get(exc.then) if exc.then is not None else None
+    return str(exc) if advice is None else advice(str(exc), exc.then_run or "RUN")
+
+
+# How each next step below is said after the failure's own text (`said`) about run `rid`.
+_ADVICE: dict[NextStep, Callable[[str, str], str]] = {
+    NextStep.LIST_RUNS: lambda said, rid: f"{said} `notifier runs` lists the runs.",
+    NextStep.REPORT: lambda said, rid: f"{said} `notifier report {rid}` shows the run.",
+    NextStep.REVIEW_THEN_APPROVE: lambda said, rid: (
+        f"{said} Review it again with `notifier status`, then approve."
+    ),
+    NextStep.FIND_RUN_TO_APPROVE: lambda said, rid: (
+        f"{said} `notifier runs` lists the runs; `notifier preview RUN` shows a run's "
+        "notifications with its fingerprint on the last line, and `notifier approve RUN "
+        "--fingerprint sha256:…` approves that run."
+    ),
+    NextStep.APPROVE_NAMED: lambda said, rid: (
+        f"{said} Name it: `notifier approve {rid} --fingerprint sha256:…`."
+    ),
+    NextStep.CANCEL_INSTEAD: lambda said, rid: f"{said}; `notifier cancel {rid}` stops it instead.",
+    NextStep.FOLLOW_HOLDER: lambda said, rid: (
+        f"{said} Follow it with `notifier status {rid}`; once it has finished or stopped, "
+        f"`notifier resume {rid}` continues whatever it left. To stop it now: `notifier cancel "
+        f"{rid}`."
+    ),
+    NextStep.FOLLOW_THEN_SEND_AGAIN: lambda said, rid: (
+        f"{said} Follow it with `notifier status {rid}`; once it is done, send the file again "
+        "to send what it did not deliver."
+    ),
+    NextStep.RESUME_OR_CANCEL_THEN_SEND_AGAIN: lambda said, rid: (
+        f"{said} Continue that run with `notifier resume {rid}` (or stop it with `notifier "
+        f"cancel {rid}`), then send the file again to send what it did not deliver."
+    ),
+    NextStep.SETTLE_THEN_SEND_AGAIN: lambda said, rid: (
+        f"{said} Settle them with `notifier reconcile --manual {rid}`, then send the file again."
+    ),
+    NextStep.RESUME_LATER_TO_DRAFT: lambda said, rid: (
+        f"{said} Run `notifier resume {rid}` later to draft the rest."
+    ),
+    NextStep.RESUME_TO_APPROVE: lambda said, rid: (
+        f"{said}: run `notifier resume {rid}` to finish the drafts and print the preview."
+    ),
+    NextStep.RESUME_TO_PREVIEW: lambda said, rid: (
+        f"{said}: run `notifier resume {rid}` to finish the drafts, then preview it."
+    ),
+}

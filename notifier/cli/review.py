@@ -13,12 +13,15 @@ from notifier.cli import running
 from notifier.cli.group import cli, command_env
 from notifier.cli.output import chosen_format, format_options, unwritable
 from notifier.domain import clock
-from notifier.domain.errors import BadInput, ExitCode, Refused
+from notifier.domain.errors import ExitCode, Refused
 from notifier.domain.records import notifications
 from notifier.ops import approval
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from notifier.content import redraft as redraft_module
+    from notifier.ops.preview import Review
 
 
 @cli.command()
@@ -80,15 +83,11 @@ def preview(
     store = open_store(env, readonly=True)
     try:
         run = pick_run(store, run_id)
-        try:
-            review = review_module.Review(store, run)
-        except approval.ApprovalUsage as exc:
-            raise BadInput(str(exc)) from exc
-        pieces = (
-            review_module.iter_table(review, rows=None)  # a file holds every notification
-            if fmt == "table" and output is not None
-            else review_module.WRITERS[fmt](review)
-        )
+        review = review_module.Review(store, run)
+        if fmt == "table":  # a file holds every notification
+            pieces = _table(review, None if output is not None else review_module.TABLE_ROWS)
+        else:
+            pieces = review_module.WRITERS[fmt](review)
         try:
             if output is None:
                 for piece in pieces:
@@ -114,6 +113,23 @@ def preview(
     if output is not None:
         click.echo(f"wrote {notifications(review.count)} of run {run.run_id} to {output}.")
     click.echo(line, err=output is None and fmt != "table")
+
+
+def _table(review: Review, rows: int | None) -> Iterator[str]:
+    """The preview's table, then how many notifications there are, and where to read those
+    it left out."""
+    from notifier.ops.preview import iter_table  # noqa: PLC0415 (start-up time)
+
+    yield from iter_table(review, rows)
+    shown = review.count if rows is None else min(rows, review.count)
+    more = review.count - shown
+    tail = (
+        f"; {more} more not shown: `notifier preview {review.run.run_id} --format csv "
+        "--output FILE` (or --format jsonl) writes every one"
+        if more
+        else ""
+    )
+    yield f"{notifications(review.count)}, {shown} shown{tail}.\n"
 
 
 @cli.command()

@@ -79,12 +79,23 @@ def report_draft_failures(drafted: Drafted) -> int:
 
 
 def await_approval(notifier: Notifier, run: Run) -> None:
-    for line in notifier.approval_preview(run):
+    for line in glimpse_lines(run.run_id, notifier.approval_preview(run)):
         click.echo(line)
     click.echo(
         f"run {run.run_id} is awaiting approval; nothing was sent. "
         f"{review_advice(run.run_id)} Then `notifier resume {run.run_id}` sends it."
     )
+
+
+def glimpse_lines(run_id: str, glimpse: approval.Glimpse) -> list[str]:
+    """The start of a run's review, and where to read every notification it leaves out."""
+    if not glimpse.unshown:
+        return glimpse.lines
+    return [
+        *glimpse.lines,
+        f"  … and {glimpse.unshown} more: `notifier preview {run_id} --format csv "
+        "--output FILE` writes every one.",
+    ]
 
 
 def review_advice(run_id: str) -> str:

@@ -64,7 +64,7 @@ def send_composed(sending: Sending, settings: compose.Settings) -> None:
     """send --compose: store the rows, draft them (stored one by one), freeze the intents,
     then wait for approval or send. Rows are scheduled as they are read, as a plain send
     schedules them, so the model never sees their `tz` and `not_before` columns."""
-    from notifier.api import planning  # noqa: PLC0415 (start-up time)
+    from notifier.cli.earlier import prior_summary  # noqa: PLC0415 (start-up time)
     from notifier.content import compose as composer  # noqa: PLC0415
     from notifier.content import drafting  # noqa: PLC0415 (start-up time)
     from notifier.content.plan import new_run_id  # noqa: PLC0415
@@ -103,7 +103,7 @@ def send_composed(sending: Sending, settings: compose.Settings) -> None:
         return
     options["compose"] = settings.as_options()
     composed = notifier.store_composed(rows, batch, options, given.run_id or new_run_id())
-    for line in planning.prior_summary(composed.prior):
+    for line in prior_summary(composed.prior):
         click.echo(line)
     if composed.suppressed:
         click.echo(

@@ -169,9 +169,9 @@ def send_file(sending: Sending, rehearsal: CrashPlan | None) -> None:
 def _announce(sending: Sending, planned: Planned) -> Run | None:
     """Say how the file compared with earlier runs and what was planned; the run, or None
     when nothing was left to send."""
-    from notifier.api import planning  # noqa: PLC0415 (start-up time)
+    from notifier.cli.earlier import prior_summary  # noqa: PLC0415 (start-up time)
 
-    for line in planning.prior_summary(planned.prior) if planned.prior else []:
+    for line in prior_summary(planned.prior) if planned.prior else []:
         click.echo(line)
     run, counts = planned.run, planned.counts
     if run is None or counts is None:
@@ -198,6 +198,8 @@ def _announce(sending: Sending, planned: Planned) -> Run | None:
 def _dry_run(sending: Sending, plan: Plan) -> None:
     """What `send` would plan, and why; nothing is written."""
     from notifier.api import planning  # noqa: PLC0415 (start-up time)
+    from notifier.cli.earlier import prior_summary  # noqa: PLC0415
+    from notifier.cli.outcome import error_message  # noqa: PLC0415
 
     per_channel = ", ".join(f"{name}: {n}" for name, n in sorted(plan.per_channel.items()))
     count, fingerprint = plan.count, plan.fingerprint
@@ -207,9 +209,10 @@ def _dry_run(sending: Sending, plan: Plan) -> None:
     if sending.given.new_run:
         click.echo("--new-run: every row would be planned again.")
     elif prior.refused(sending.given.resend_changed):
-        click.echo(f"send would refuse it: {planning.refusal_message(sending.batch, prior)}")
+        refused = error_message(planning.refusal(sending.batch, prior))
+        click.echo(f"send would refuse it: {refused}")
     else:
-        for line in planning.prior_summary(prior):
+        for line in prior_summary(prior):
             click.echo(line)
         click.echo(f"send would plan {prior.left} of them.")
 

@@ -33,6 +33,19 @@ class NextStep(StrEnum):
     SEND_FIRST = "send_first"  # no database yet: a send creates it, or --db names another
     LIST_UNKNOWN = "list_unknown"  # the run's report lists its unknown items by id
     VERIFY = "verify"  # verify names every row that is not what was recorded
+    LIST_RUNS = "list_runs"  # the runs list names the run that was meant
+    REPORT = "report"  # the run's report shows how it ended
+    REVIEW_THEN_APPROVE = "review_then_approve"  # look at the run again, then approve it
+    FIND_RUN_TO_APPROVE = "find_run_to_approve"  # no run has that fingerprint: find the run
+    APPROVE_NAMED = "approve_named"  # several runs share the fingerprint: name the run
+    CANCEL_INSTEAD = "cancel_instead"  # the run is not awaiting approval: cancel stops it
+    FOLLOW_HOLDER = "follow_holder"  # another live process works the run
+    FOLLOW_THEN_SEND_AGAIN = "follow_then_send_again"  # a live run holds the file's rows
+    RESUME_OR_CANCEL_THEN_SEND_AGAIN = "resume_or_cancel_then_send_again"  # an unfinished one
+    SETTLE_THEN_SEND_AGAIN = "settle_then_send_again"  # a finished run left them unknown
+    RESUME_LATER_TO_DRAFT = "resume_later_to_draft"  # drafting stopped, the drafts made kept
+    RESUME_TO_APPROVE = "resume_to_approve"  # still drafting: resume drafts, then approve
+    RESUME_TO_PREVIEW = "resume_to_preview"  # still drafting: resume drafts, then preview
 
 
 class NotifierError(Exception):

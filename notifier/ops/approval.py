@@ -18,7 +18,7 @@ from enum import Enum
 from typing import Any
 
 from notifier.domain import clock
-from notifier.domain.errors import BadInput, Refused
+from notifier.domain.errors import BadInput, NextStep, Refused
 from notifier.domain.intent import intent_digest, run_fingerprint
 from notifier.domain.records import Item, Run, notifications
 from notifier.domain.state_machine import FINISHED_RUN_STATES, RunState
@@ -184,9 +184,8 @@ def approve(
         )
     if run.fingerprint == "":
         raise ApprovalUsage(
-            f"run {run.run_id} is still drafting, so there is nothing to approve yet: run "
-            f"`notifier resume {run.run_id}` to finish the drafts and print the preview."
-        )
+            f"run {run.run_id} is still drafting, so there is nothing to approve yet"
+        ).advise(NextStep.RESUME_TO_APPROVE, run.run_id)
     version = store.ledger.state_version(run.run_id)
     actual = recompute_fingerprint(store, run)
     if actual != run.fingerprint:
@@ -222,9 +221,17 @@ def check_can_send(store: Store, run: Run) -> None:
         raise NotApproved(run.run_id, Unapproved.CHANGED, approval=approval, run=run)
 
 
-def preview(store: Store, run: Run, rows: int = PREVIEW_ROWS) -> list[str]:
+@dataclass(frozen=True)
+class Glimpse:
+    """The start of a run's review: its lines, and how many notifications they leave out."""
+
+    lines: list[str]
+    unshown: int
+
+
+def preview(store: Store, run: Run, rows: int = PREVIEW_ROWS) -> Glimpse:
     """Counts per channel and the first rows exactly as stored (and so as they will be sent),
-    and where to read every one of them."""
+    and how many more there are."""
     per_channel: Counter[str] = Counter()
     first: list[Item] = []
     for item in store.queries.items(run.run_id):
@@ -243,12 +250,7 @@ def preview(store: Store, run: Run, rows: int = PREVIEW_ROWS) -> list[str]:
         lines.append(f"    subject: {item.payload.get('subject', '')}")
         for n, text in enumerate(str(item.payload.get("body", "")).splitlines() or [""]):
             lines.append(("    body:    " if n == 0 else "             ") + text)
-    if total > len(first):
-        lines.append(
-            f"  … and {total - len(first)} more: `notifier preview {run.run_id} --format csv "
-            "--output FILE` writes every one."
-        )
-    return lines
+    return Glimpse(lines, total - len(first))
 
 
 class Watch:

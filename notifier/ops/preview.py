@@ -20,8 +20,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from notifier.domain.cells import safe_cell
+from notifier.domain.errors import NextStep
 from notifier.domain.intent import canonical_json, intent_digest
-from notifier.domain.records import Run, notifications
+from notifier.domain.records import Run
 from notifier.ops.approval import ApprovalUsage, NotApproved, Unapproved
 from notifier.store import Store
 
@@ -38,9 +39,8 @@ class Review:
     def __init__(self, store: Store, run: Run) -> None:
         if run.fingerprint == "":
             raise ApprovalUsage(
-                f"run {run.run_id} is still drafting, so there is nothing to preview yet: run "
-                f"`notifier resume {run.run_id}` to finish the drafts, then preview it."
-            )
+                f"run {run.run_id} is still drafting, so there is nothing to preview yet"
+            ).advise(NextStep.RESUME_TO_PREVIEW, run.run_id)
         self.store = store
         self.run = run
         self.count = 0
@@ -138,8 +138,9 @@ def iter_csv(review: Review) -> Iterator[str]:
 
 
 def iter_table(review: Review, rows: int | None = TABLE_ROWS) -> Iterator[str]:
-    """The first `rows` notifications as text (every one when None), then how many more
-    there are (every one is still read: the fingerprint covers them all)."""
+    """The first `rows` notifications as text (every one when None). Every one is still read:
+    the fingerprint covers them all, and `review.count` tells the command how many there
+    were, to say where to read those not shown."""
     yield f"run {review.run.run_id}: the notifications as they will be sent\n"
     for row in review:
         if rows is not None and review.count > rows:
@@ -153,15 +154,6 @@ def iter_table(review: Review, rows: int | None = TABLE_ROWS) -> Iterator[str]:
             lines.append(f"  data:    {json.dumps(row['data'], ensure_ascii=False)}")
         lines.append(f"  digest:  {row['digest']}")
         yield "\n".join(lines) + "\n"
-    shown = review.count if rows is None else min(rows, review.count)
-    more = review.count - shown
-    tail = (
-        f"; {more} more not shown: `notifier preview {review.run.run_id} --format csv "
-        "--output FILE` (or --format jsonl) writes every one"
-        if more
-        else ""
-    )
-    yield f"{notifications(review.count)}, {shown} shown{tail}.\n"
 
 
 WRITERS: dict[str, Callable[[Review], Iterator[str]]] = {

@@ -242,7 +242,10 @@ def iter_csv(report: dict[str, Any]) -> Iterator[str]:
     yield buffer.getvalue()
 
 
-def render_table(report: dict[str, Any], console: Console) -> None:
+def render_table(report: dict[str, Any], console: Console) -> bool:
+    """The run, its counts and the items needing attention; True when that table left out
+    the idempotency keys (too narrow a terminal), for the command to say where they are.
+    The manual decisions follow it (render_decisions)."""
     # rich loads only for a table: a send on a pipe prints none.
     from rich.table import Table  # noqa: PLC0415
     from rich.text import Text  # noqa: PLC0415
@@ -297,9 +300,16 @@ def render_table(report: dict[str, Any], console: Console) -> None:
     ]
     if chosen and not attention:
         console.print(f"no item is {' or '.join(chosen)}.")
-    if attention:
-        title = f"items {' or '.join(chosen)}" if chosen else "items needing attention"
-        _attention_table(title, attention, report["run_id"], console)
+    if not attention:
+        return False
+    title = f"items {' or '.join(chosen)}" if chosen else "items needing attention"
+    return _attention_table(title, attention, console)
+
+
+def render_decisions(report: dict[str, Any], console: Console) -> None:
+    """The manual decisions recorded on the run's items, if any."""
+    from rich.table import Table  # noqa: PLC0415 (rich loads only for a table)
+
     if report["decisions"]:
         table = Table(title="manual decisions", show_header=True, header_style="bold")
         for name in ("seq", "id", "decision", "operator", "at", "evidence"):
@@ -317,10 +327,9 @@ KEY_COLUMN_MIN_WIDTH = 150
 _GAP = 2  # between two columns of the attention table (no edges)
 
 
-def _attention_table(
-    title: str, attention: list[dict[str, Any]], run_id: str, console: Console
-) -> None:
-    """The items to look at, fitted to the terminal: short columns never wrap, and when the
+def _attention_table(title: str, attention: list[dict[str, Any]], console: Console) -> bool:
+    """The items to look at, fitted to the terminal (True when it left out the idempotency
+    keys to fit): short columns never wrap, and when the
     long ones (id, to, state, last_error) do not fit on one line they fold (every character
     still shown) at widths chosen to keep rows low: an ordinary row takes at most 3 lines at
     80 columns."""
@@ -380,11 +389,7 @@ def _attention_table(
     for row in rows:
         table.add_row(*row)
     console.print(table)
-    if not with_key:
-        console.print(
-            f"(idempotency keys: `notifier report {run_id} --format csv`, or a terminal at "
-            f"least {KEY_COLUMN_MIN_WIDTH} columns wide)"
-        )
+    return not with_key
 
 
 def fit_widths(

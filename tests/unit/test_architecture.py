@@ -404,20 +404,12 @@ ADVICE_FREE = ("domain", "engine", "store", "channels", "observe", "sandbox")
 # Above the engine, messages of bad input still name the command that fixes them; these are
 # the modules that do, and how many such strings each holds. The count may only fall.
 ADVICE_LEFT = {
-    "notifier.api.approving": 4,
-    "notifier.api.env": 2,
-    "notifier.api.planning": 5,
-    "notifier.api.settling": 2,
-    "notifier.api.working": 3,
     "notifier.content.claude_batch_api": 1,
     "notifier.content.claude_batches": 7,
     "notifier.content.claude_messages": 2,
     "notifier.content.drafting": 4,
     "notifier.content.redraft": 9,
     "notifier.content.schedule": 2,
-    "notifier.ops.approval": 2,
-    "notifier.ops.preview": 2,
-    "notifier.ops.report": 1,
 }
 
 
