@@ -246,4 +246,39 @@ _ADVICE: dict[NextStep, Callable[[str, str], str]] = {
     NextStep.RESUME_TO_PREVIEW: lambda said, rid: (
         f"{said}: run `notifier resume {rid}` to finish the drafts, then preview it."
     ),
+    NextStep.EXAMPLE_TZ: lambda said, rid: (
+        f"{said}; e.g. `notifier send batch.csv --tz Europe/Paris`."
+    ),
+    NextStep.EXAMPLE_WINDOW: lambda said, rid: (
+        f'{said}; e.g. `notifier send batch.csv --window "Mon-Fri 09:00-18:00"`.'
+    ),
+    NextStep.CANCEL_AND_SEND_AGAIN: lambda said, rid: (
+        f"{said} To change its notifications, cancel it (`notifier cancel {rid}`), change the "
+        "CSV or the template, and send the file again with --require-approval: rows "
+        "delivered before are left out."
+    ),
+    NextStep.RESUME_DRAFTING_FIRST: lambda said, rid: (
+        f"{said}: it is still drafting; `notifier resume {rid}` finishes the drafts (and, "
+        "planned with --require-approval, stops for approval: redraft applies then)."
+    ),
+    NextStep.CANCEL_AND_COMPOSE_AGAIN: lambda said, rid: (
+        f"{said}: it is already approved, and a redraft would change what was approved; to "
+        f"change it, `notifier cancel {rid}` and plan its file again (`notifier send "
+        "BATCH.csv --compose BRIEF --require-approval`: rows delivered before are left out)."
+    ),
+    NextStep.STATUS_NOT_REDRAFTABLE: lambda said, rid: (
+        f"{said}: only a run awaiting approval has sent nothing, so only its drafts may "
+        f"change; `notifier status {rid}` shows where it stands."
+    ),
+    NextStep.NAME_ROWS: lambda said, rid: (
+        f"{said} Name each row to redraft with --item ID (`notifier preview {rid} --format "
+        "csv` lists them)."
+    ),
+    NextStep.LIST_ROW_IDS: lambda said, rid: (
+        f"{said} `notifier preview {rid} --format csv` lists its rows' ids; run `notifier "
+        f"redraft {rid} --item ID` with ids from there."
+    ),
+    NextStep.REDRAFT_AGAIN: lambda said, rid: (
+        f"{said} Run `notifier redraft {rid} --item ID` again once the cause above is fixed."
+    ),
 }

@@ -30,7 +30,7 @@ from notifier.content import compose
 from notifier.content.batch_csv import BatchRow
 from notifier.content.plan import make_plan, source_identity
 from notifier.content.template import from_sources
-from notifier.domain.errors import BadInput, ExitCode, Interrupted, NeedsAttention
+from notifier.domain.errors import BadInput, ExitCode, Interrupted, NeedsAttention, NextStep
 from notifier.domain.intent import content_fingerprint, run_fingerprint
 from notifier.domain.records import Run
 from notifier.domain.state_machine import RunState
@@ -66,32 +66,20 @@ def check_run(run: Run) -> None:
     if not run.options.get("compose"):
         raise RedraftUsage(
             f"run {rid} was not drafted by Claude (no --compose), so it has no drafts to redraft; "
-            f"nothing was changed. To change its notifications, cancel it (`notifier cancel "
-            f"{rid}`), change the CSV or the template, and send the file again with "
-            "--require-approval: rows delivered before are left out."
-        )
+            "nothing was changed."
+        ).advise(NextStep.CANCEL_AND_SEND_AGAIN, rid)
     if run.state is RunState.AWAITING_APPROVAL:
         return
     if compose.unfrozen(run):
-        why = (
-            f"it is still drafting; `notifier resume {rid}` finishes the drafts (and, planned "
-            "with --require-approval, stops for approval: redraft applies then)"
-        )
+        then = NextStep.RESUME_DRAFTING_FIRST
     elif run.state is RunState.APPROVED:
-        why = (
-            "it is already approved, and a redraft would change what was approved; to change "
-            f"it, `notifier cancel {rid}` and plan its file again (`notifier send BATCH.csv "
-            "--compose BRIEF --require-approval`: rows delivered before are left out)"
-        )
+        then = NextStep.CANCEL_AND_COMPOSE_AGAIN
     else:
-        why = (
-            "only a run awaiting approval has sent nothing, so only its drafts may change; "
-            f"`notifier status {rid}` shows where it stands"
-        )
+        then = NextStep.STATUS_NOT_REDRAFTABLE
     raise RedraftUsage(
         f"run {rid} is {run.state.value}, not awaiting approval, so its rows cannot be "
-        f"redrafted; nothing was changed: {why}."
-    )
+        "redrafted; nothing was changed"
+    ).advise(then, rid)
 
 
 def pick_rows(store: Store, run: Run, item_ids: Sequence[str]) -> list[tuple[int, BatchRow]]:
@@ -100,9 +88,8 @@ def pick_rows(store: Store, run: Run, item_ids: Sequence[str]) -> list[tuple[int
     wanted = list(dict.fromkeys(i.strip() for i in item_ids if i.strip()))
     if not wanted:
         raise RedraftUsage(
-            f"redraft of run {run.run_id} names no row; nothing was changed. Name each row to "
-            f"redraft with --item ID (`notifier preview {run.run_id} --format csv` lists them)."
-        )
+            f"redraft of run {run.run_id} names no row; nothing was changed."
+        ).advise(NextStep.NAME_ROWS, run.run_id)
     by_id = {}
     for stored in store.drafts.drafts(run.run_id):
         row = compose.row_from_source(stored.source)
@@ -111,9 +98,8 @@ def pick_rows(store: Store, run: Run, item_ids: Sequence[str]) -> list[tuple[int
     if unknown:
         raise RedraftUsage(
             f"run {run.run_id} has no row with id {', '.join(map(repr, unknown))}; nothing was "
-            f"changed. `notifier preview {run.run_id} --format csv` lists its rows' ids; run "
-            f"`notifier redraft {run.run_id} --item ID` with ids from there."
-        )
+            "changed."
+        ).advise(NextStep.LIST_ROW_IDS, run.run_id)
     return [by_id[i] for i in wanted]
 
 
@@ -273,9 +259,8 @@ def redraft(
     if not redrafted:
         raise NeedsAttention(
             f"run {run.run_id}: no row got a new draft, so nothing was changed and its "
-            f"fingerprint stands. Run `notifier redraft {run.run_id} --item ID` again once the "
-            "cause above is fixed."
-        )
+            "fingerprint stands."
+        ).advise(NextStep.REDRAFT_AGAIN, run.run_id)
     return result
 
 

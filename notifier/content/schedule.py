@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from notifier.content.batch_csv import BatchError, BatchRow, Problem, Problems
 from notifier.domain import clock
-from notifier.domain.errors import BadInput
+from notifier.domain.errors import BadInput, NextStep
 from notifier.domain.records import Item
 from notifier.domain.windows import Window, earliest, parse_window, reopen, zone
 
@@ -68,9 +68,7 @@ def from_options(
         try:
             zone(tz)
         except ValueError as exc:
-            raise BadInput(
-                f"--tz {exc}; e.g. `notifier send batch.csv --tz Europe/Paris`."
-            ) from None
+            raise BadInput(f"--tz {exc}").advise(NextStep.EXAMPLE_TZ) from None
         zone_name = tz
     start = None
     local = None
@@ -88,9 +86,7 @@ def from_options(
         try:
             run_window = parse_window(window)
         except ValueError as exc:
-            raise BadInput(
-                f'--window {exc}; e.g. `notifier send batch.csv --window "Mon-Fri 09:00-18:00"`.'
-            ) from None
+            raise BadInput(f"--window {exc}").advise(NextStep.EXAMPLE_WINDOW) from None
     # Channel windows were validated with the configuration (channels/options.WINDOW).
     own = {name: parse_window(str(d["window"])) for name, d in channels.items() if d.get("window")}
     return Schedule(start, zone_name, run_window, own, not_before_local=local)

@@ -46,6 +46,15 @@ class NextStep(StrEnum):
     RESUME_LATER_TO_DRAFT = "resume_later_to_draft"  # drafting stopped, the drafts made kept
     RESUME_TO_APPROVE = "resume_to_approve"  # still drafting: resume drafts, then approve
     RESUME_TO_PREVIEW = "resume_to_preview"  # still drafting: resume drafts, then preview
+    EXAMPLE_TZ = "example_tz"  # --tz names no time zone: a send that spells one well
+    EXAMPLE_WINDOW = "example_window"  # --window is not a window: a send that spells one well
+    CANCEL_AND_SEND_AGAIN = "cancel_and_send_again"  # no drafts to redraft: plan it anew
+    RESUME_DRAFTING_FIRST = "resume_drafting_first"  # still drafting: redraft comes after
+    CANCEL_AND_COMPOSE_AGAIN = "cancel_and_compose_again"  # approved: redraft would void it
+    STATUS_NOT_REDRAFTABLE = "status_not_redraftable"  # past approval: only look at it
+    NAME_ROWS = "name_rows"  # no row named: the preview lists the rows' ids
+    LIST_ROW_IDS = "list_row_ids"  # ids the run does not have: the preview lists its ids
+    REDRAFT_AGAIN = "redraft_again"  # no row got a new draft: once fixed, redraft again
 
 
 class NotifierError(Exception):

@@ -408,8 +408,7 @@ ADVICE_LEFT = {
     "notifier.content.claude_batches": 7,
     "notifier.content.claude_messages": 2,
     "notifier.content.drafting": 4,
-    "notifier.content.redraft": 9,
-    "notifier.content.schedule": 2,
+    "notifier.content.redraft": 2,
 }
 
 
