@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from notifier.cli.group import cli, command_env
+from notifier.cli.group import cli, command_env, echo
 from notifier.cli.output import json_flag, unwritable
 from notifier.domain.chain import KEY_ENV
 
@@ -69,7 +69,7 @@ def export_command(
         if exported.key_id
         else f"sealed without a key ({KEY_ENV} unset): its seals show accidents, not an editor"
     )
-    click.echo(
+    echo(
         f"exported run {exported.run_id} to {exported.path}: {rows['items']} items, "
         f"{rows['attempts']} attempts, {rows['receipts']} receipts, {rows['events']} events"
         f"{', with bodies' if exported.with_bodies else ''}; {sealed}. "

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shlex
 import sys
 import traceback
 from datetime import UTC, datetime
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from notifier.api.env import Env
 from notifier.config import load as load_config
@@ -80,6 +82,8 @@ def _drop_stdout() -> None:
 # The global options, each taking a value: accepted after the subcommand too (as `gh` and
 # `llm` accept theirs), so `notifier status --db x.db` means what it says.
 _GLOBAL_OPTIONS = ("--db", "--config")
+# Those this process was given on its command line, as words every suggested command repeats.
+_SUGGEST_WITH = "notifier.suggest_with"
 
 
 def hoist_global_options(args: list[str]) -> list[str]:
@@ -119,6 +123,7 @@ class NotifierGroup(click.Group):
         return super().parse_args(ctx, hoist_global_options(args))
 
     def _failure(self, ctx: click.Context, message: str, code: ExitCode) -> click.ClickException:
+        message = suggesting(message)
         if ctx.meta.get("json_errors"):
             return _json_exception_for(code)(message)
         return _Failure(message, code)
@@ -188,6 +193,12 @@ def cli(ctx: click.Context, db: str, config_path: Path | None) -> None:
     except NotADatabasePath as exc:
         raise click.BadParameter(str(exc), param_hint="--db") from None
     ctx.obj = {"db": target, "config": config_path}
+    given: list[str] = []
+    if ctx.get_parameter_source("db") is ParameterSource.COMMANDLINE:
+        given += ["--db", db]
+    if config_path is not None:  # no environment variable: given on the command line
+        given += ["--config", str(config_path)]
+    ctx.meta[_SUGGEST_WITH] = shlex.join(given)
 
 
 def command_env(ctx: click.Context, *, machine_output: bool = False) -> Env:
@@ -197,9 +208,27 @@ def command_env(ctx: click.Context, *, machine_output: bool = False) -> Env:
     return Env(target=ctx.obj["db"], config=config, say=say_err if machine_output else say)
 
 
+def suggesting(text: str) -> str:
+    """`text` with every command it suggests (`notifier …`, in backticks) given the --db and
+    --config this process was given on its command line: followed word for word, it works on
+    the same run with the same channels. Without them a suggested `notifier send BATCH.csv`
+    would plan the file again in ./receipts.db, which records none of the run's deliveries,
+    and send every row a second time. (Given by NOTIFIER_DB, the database is the shell's own
+    and needs no repeating.)"""
+    ctx = click.get_current_context(silent=True)
+    words = ctx.meta.get(_SUGGEST_WITH) if ctx is not None else None
+    return text.replace("`notifier ", f"`notifier {words} ") if words else text
+
+
+def echo(message: str = "", *, err: bool = False, nl: bool = True) -> None:
+    """click.echo for what a person reads: the commands it suggests as `suggesting` gives
+    them. Machine output (JSON, CSV, metrics) goes out through click.echo as it is."""
+    click.echo(suggesting(message), err=err, nl=nl)
+
+
 def say(line: str) -> None:
-    click.echo(line)
+    echo(line)
 
 
 def say_err(line: str) -> None:
-    click.echo(line, err=True)
+    echo(line, err=True)

@@ -14,6 +14,7 @@ import click
 
 from notifier.api import settling, working
 from notifier.api.env import Env, open_store, pick_run
+from notifier.cli.group import echo
 from notifier.cli.outcome import error_message, send_again
 from notifier.domain.errors import BadInput, Interrupted, Refused
 from notifier.domain.records import Counts, Item, Run
@@ -54,7 +55,7 @@ def reconcile_manually(
                 if not unknown:
                     env.say(f"run {run.run_id} has no unknown items.")
                 else:
-                    click.echo(_LEGEND)
+                    echo(_LEGEND)
                 decided: list[str] = []
                 try:
                     for item in unknown:
@@ -124,12 +125,12 @@ def _ask_about(
 ) -> bool:
     """Show one unknown item and record the operator's decision (noted in `decided`); False
     to stop asking."""
-    click.echo("")
-    click.echo(f"item {item.item_id} (seq {item.seq}) on channel {item.channel} → {item.target}")
-    click.echo(f"  subject:  {item.payload.get('subject', '')}")
-    click.echo(f"  key:      {item.idempotency_key}")
-    click.echo(f"  digest:   {item.intent_digest}")
-    click.echo(f"  attempts: {item.attempts}   last error: {item.last_error or '-'}")
+    echo("")
+    echo(f"item {item.item_id} (seq {item.seq}) on channel {item.channel} → {item.target}")
+    echo(f"  subject:  {item.payload.get('subject', '')}")
+    echo(f"  key:      {item.idempotency_key}")
+    echo(f"  digest:   {item.intent_digest}")
+    echo(f"  attempts: {item.attempts}   last error: {item.last_error or '-'}")
     try:
         answer = _prompt(
             "  delivered? [s]ent / [n]ot sent / [a]bandon / s[k]ip / [q]uit",

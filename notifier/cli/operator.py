@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from notifier.api.env import open_store, pick_run
-from notifier.cli.group import cli, command_env
+from notifier.cli.group import cli, command_env, echo
 from notifier.cli.output import chosen_format, format_options, json_flag
 from notifier.domain.errors import BadInput, ExitCode
 from notifier.domain.state_machine import ItemState, RunState
@@ -93,12 +93,12 @@ def _print_report(
 
             # What an approval would cover.
             for line in glimpse_lines(run.run_id, approval.preview(store, run)):
-                click.echo(line)
+                echo(line)
         if fmt == "table" and every_item and not states:
             every = report.build(store, run)["items"]
             try:
                 for line in report.item_lines(every):
-                    click.echo(line)
+                    echo(line)
             finally:
                 getattr(every, "close", lambda: None)()
     finally:
@@ -126,11 +126,11 @@ def _emit(data: dict[str, Any], fmt: str) -> None:
     # Written as the items are read: a million-item report never sits in memory.
     if fmt == "json":
         for piece in report.iter_json(data):
-            click.echo(piece, nl=False)
-        click.echo("")
+            echo(piece, nl=False)
+        echo("")
     elif fmt == "csv":
         for piece in report.iter_csv(data):
-            click.echo(piece, nl=False)
+            echo(piece, nl=False)
     else:
         console = _console()
         if report.render_table(data, console):
@@ -330,7 +330,7 @@ def reconcile(
                 f"`notifier reconcile --manual {run.run_id}`."
             )
         if not as_json:
-            click.echo(f"run {run.run_id}: {run.state.value}")
+            echo(f"run {run.run_id}: {run.state.value}")
     else:
         if as_json and item_ref is None:
             raise BadInput(

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from notifier.api.env import Env, open_store, pick_run
-from notifier.cli.group import cli, command_env
+from notifier.cli.group import cli, command_env, echo
 from notifier.cli.output import json_flag
 from notifier.domain.chain import KEY_ENV, ChainKind
 from notifier.domain.errors import ExitCode
@@ -95,9 +95,9 @@ def _verify_file(ctx: click.Context, env: Env, path: Path, as_json: bool) -> Non
         state = "altered" if checked.findings else "its seals hold"
         if checked.key_id and checked.given_key_id is None and not checked.findings:
             state = "its tables agree with its manifest; no key given, so its seals are unchecked"
-        click.echo(f"file {path}: sealed with {key}: {state}.")
+        echo(f"file {path}: sealed with {key}: {state}.")
         for finding in checked.findings:
-            click.echo(f"  {describe(finding)}")
+            echo(f"  {describe(finding)}")
         _print(checked.runs, checked.given_key_id)
     if altered:
         ctx.exit(ExitCode.ALTERED)
@@ -105,15 +105,15 @@ def _verify_file(ctx: click.Context, env: Env, path: Path, as_json: bool) -> Non
 
 def _print(verdicts: list[RunVerdict], key_id: str | None) -> None:
     if not verdicts:
-        click.echo("no runs to verify.")
+        echo("no runs to verify.")
     if key_id is None:
-        click.echo(f"no audit key given ({KEY_ENV}): keyed chains are checked for order only.")
+        echo(f"no audit key given ({KEY_ENV}): keyed chains are checked for order only.")
     for v in verdicts:
         key = f", key {v.key_id}" if v.key_id else ""
-        click.echo(f"run {v.run_id}: {v.verdict.value}{key} ({v.events} events): "
+        echo(f"run {v.run_id}: {v.verdict.value}{key} ({v.events} events): "
                    f"{_MEANING[v.verdict]}.")  # fmt: skip
         for finding in v.findings:
-            click.echo(f"  {describe(finding)}")
+            echo(f"  {describe(finding)}")
 
 
 def _file_finding(d: Difference, where: str) -> str | None:

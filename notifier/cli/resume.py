@@ -8,7 +8,7 @@ from collections.abc import Callable
 import click
 
 from notifier.cli import running, watching
-from notifier.cli.group import cli, command_env
+from notifier.cli.group import cli, command_env, echo
 from notifier.domain.errors import BadInput, ExitCode
 from notifier.domain.state_machine import FINISHED_RUN_STATES, RunState
 from notifier.ops import approval
@@ -131,7 +131,7 @@ def _resume(
     if run.state in FINISHED_RUN_STATES:
         if joining:
             counts = notifier.counts(run.run_id)
-            click.echo(f"run {run.run_id} is already {run.state.value}: {counts.summary()}")
+            echo(f"run {run.run_id} is already {run.state.value}: {counts.summary()}")
             ctx.exit(settled_exit(run.state, counts))
         raise BadInput(f"run {run.run_id} is {run.state.value}; there is nothing to resume.")
     if model is not None or recreate:
@@ -141,7 +141,7 @@ def _resume(
         drafted = running.draft(ctx, notifier, run.run_id)
         run, failures = drafted.run, running.report_draft_failures(drafted)
         if run.state is RunState.AWAITING_APPROVAL:
-            click.echo(f"fingerprint: {run.fingerprint}")
+            echo(f"fingerprint: {run.fingerprint}")
             running.await_approval(notifier, run)
             ctx.exit(ExitCode.ATTENTION if failures else ExitCode.DONE)
     counts = notifier.counts(run.run_id)
@@ -149,9 +149,9 @@ def _resume(
     def announce(resuming: Resuming) -> None:
         # Only once the lease is held: a refusal (its approval, a live worker) takes nothing up.
         observer.planned(run.run_id, resuming.counts.total, {}, "worker" if joining else "resume")
-        click.echo(f"resuming run {run.run_id}: {resuming.counts.summary()}")
+        echo(f"resuming run {run.run_id}: {resuming.counts.summary()}")
         if resuming.past_deadline:
-            click.echo(
+            echo(
                 f"{resuming.past_deadline} pending item(s) are already past their not_after: "
                 "they will be expired, not sent."
             )

@@ -10,7 +10,7 @@ import click
 
 from notifier.api.env import open_store, pick_run
 from notifier.cli import running
-from notifier.cli.group import cli, command_env
+from notifier.cli.group import cli, command_env, echo
 from notifier.cli.output import chosen_format, format_options, unwritable
 from notifier.domain import clock
 from notifier.domain.errors import ExitCode, Refused
@@ -48,7 +48,7 @@ def approve(ctx: click.Context, run_id: str | None, fingerprint: str, expires_in
         run, granted = Notifier(env).approve(run_id, fingerprint, expires_in=expires_in)
     except approval.NotApproved as refused:
         raise running.not_approved(refused) from refused
-    click.echo(
+    echo(
         f"run {run.run_id} approved by {granted.operator} until "
         f"{clock.local(granted.expires_at)} for fingerprint {granted.fingerprint} (state "
         f"version {granted.state_version}). Send it with `notifier resume {run.run_id}`."
@@ -91,7 +91,7 @@ def preview(
         try:
             if output is None:
                 for piece in pieces:
-                    click.echo(piece, nl=False)
+                    echo(piece, nl=False)
             else:
                 try:
                     with output.open("w", encoding="utf-8", newline="") as handle:
@@ -111,8 +111,8 @@ def preview(
     finally:
         store.close()
     if output is not None:
-        click.echo(f"wrote {notifications(review.count)} of run {run.run_id} to {output}.")
-    click.echo(line, err=output is None and fmt != "table")
+        echo(f"wrote {notifications(review.count)} of run {run.run_id} to {output}.")
+    echo(line, err=output is None and fmt != "table")
 
 
 def _table(review: Review, rows: int | None) -> Iterator[str]:
@@ -142,7 +142,7 @@ def reject(ctx: click.Context, run_id: str | None, reason: str) -> None:
 
     env = command_env(ctx)
     run, operator = Notifier(env).reject(run_id, reason)
-    click.echo(
+    echo(
         f"run {run.run_id} rejected by {operator} and closed ({run.state.value}); nothing "
         f"was sent. `notifier report {run.run_id}` shows it."
     )
@@ -170,7 +170,7 @@ def redraft(ctx: click.Context, run_id: str | None, items: tuple[str, ...]) -> N
             "one. `notifier status` shows where it stands."
         ) from exc
     for line in _redraft_summary(result):
-        click.echo(line)
+        echo(line)
     if result.kept:  # asked for, not done: those rows keep their draft
         ctx.exit(ExitCode.ATTENTION)
 

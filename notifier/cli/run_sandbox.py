@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from notifier.cli.group import cli, say
+from notifier.cli.group import cli, echo, say
 from notifier.domain.errors import BadInput
 
 
@@ -89,4 +89,4 @@ def sandbox(
         raise BadInput(
             f"cannot listen on {host}:{port} ({exc.strerror}): choose another --port."
         ) from exc
-    click.echo("sandbox stopped.")
+    echo("sandbox stopped.")

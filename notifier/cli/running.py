@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from notifier.cli import outcome
+from notifier.cli.group import echo
 from notifier.domain import clock
 from notifier.domain.errors import BadInput, ExitCode, Interrupted, Refused
 from notifier.observe.progress import progress_bar
@@ -48,7 +49,7 @@ def finish(
     from notifier.cli.outcome import run_advice, run_exit  # noqa: PLC0415 (start-up time)
 
     advice = run_advice(result, run_id, again)
-    click.echo(f"run {run_id}: {result.reason}." + (f" {advice}" if advice else ""))
+    echo(f"run {run_id}: {result.reason}." + (f" {advice}" if advice else ""))
     code = run_exit(result)
     if draft_failures and code is ExitCode.DONE:
         code = ExitCode.ATTENTION  # the rows whose draft failed were never planned
@@ -60,7 +61,7 @@ def draft(ctx: click.Context, notifier: Notifier, run_id: str) -> Drafted:
     try:
         return notifier.draft(run_id)
     except KeyboardInterrupt:
-        click.echo(
+        echo(
             f"interrupted while drafting: the drafts already made are stored and nothing was "
             f"sent. `notifier resume {run_id}` drafts the rest.",
             err=True,
@@ -71,7 +72,7 @@ def draft(ctx: click.Context, notifier: Notifier, run_id: str) -> Drafted:
 
 def report_draft_failures(drafted: Drafted) -> int:
     for failure in drafted.failures:
-        click.echo(
+        echo(
             f"row {failure.seq} (line {failure.line}) was not drafted and will not be sent: "
             f"{failure.error}"
         )
@@ -80,8 +81,8 @@ def report_draft_failures(drafted: Drafted) -> int:
 
 def await_approval(notifier: Notifier, run: Run) -> None:
     for line in glimpse_lines(run.run_id, notifier.approval_preview(run)):
-        click.echo(line)
-    click.echo(
+        echo(line)
+    echo(
         f"run {run.run_id} is awaiting approval; nothing was sent. "
         f"{review_advice(run.run_id)} Then `notifier resume {run.run_id}` sends it."
     )

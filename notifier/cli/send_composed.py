@@ -8,9 +8,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import click
-
 from notifier.cli import running
+from notifier.cli.group import echo
 from notifier.domain.errors import BadInput, ExitCode
 from notifier.domain.state_machine import RunState
 
@@ -34,7 +33,7 @@ def dry_run_drafts(
     from notifier.content import claude_messages, compose  # noqa: PLC0415 (the SDK loads only when drafting)
 
     count = min(len(rows), compose.DRY_RUN_ROWS)
-    click.echo(
+    echo(
         f"dry run: drafting the first {count} of {len(rows)} rows with {settings.model} to show "
         "them (billed to the key in the environment; rehearse for free against `notifier "
         "sandbox`, see README)."
@@ -45,16 +44,16 @@ def dry_run_drafts(
     finally:
         drafter.close()
     for row, draft in shown:
-        click.echo(f"  #{row.seq} {row.item_id} → {row.to} via {row.channel}")
+        echo(f"  #{row.seq} {row.item_id} → {row.to} via {row.channel}")
         if isinstance(draft, str):
-            click.echo(f"    {draft}")
+            echo(f"    {draft}")
             continue
         final = compose.apply_draft(row, asdict(draft), template)
-        click.echo(f"    subject: {final.subject}")
+        echo(f"    subject: {final.subject}")
         for n, text in enumerate(final.body.splitlines() or [""]):
-            click.echo(("    body:    " if n == 0 else "             ") + text)
-        click.echo(f"    ({draft.model}, {draft.input_tokens}+{draft.output_tokens} tokens)")
-    click.echo(
+            echo(("    body:    " if n == 0 else "             ") + text)
+        echo(f"    ({draft.model}, {draft.input_tokens}+{draft.output_tokens} tokens)")
+    echo(
         f"dry run: drafted the first {len(shown)} of {len(rows)} rows with {settings.model}; "
         "nothing stored."
     )
@@ -90,7 +89,7 @@ def send_composed(sending: Sending, settings: compose.Settings) -> None:
     except KeyboardInterrupt:
         raise sending.interrupted_planning() from None
     if (late := late_warning(sending.when)) is not None:
-        click.echo(late, err=True)
+        echo(late, err=True)
     settings = drafting.settle_settings(
         settings, rows, batch, given.compose_columns, dry_run=given.dry_run
     )
@@ -104,21 +103,21 @@ def send_composed(sending: Sending, settings: compose.Settings) -> None:
     options["compose"] = settings.as_options()
     composed = notifier.store_composed(rows, batch, options, given.run_id or new_run_id())
     for line in prior_summary(composed.prior):
-        click.echo(line)
+        echo(line)
     if composed.suppressed:
-        click.echo(
+        echo(
             f"{composed.suppressed} row(s) left out: their recipient is on the suppression "
             "list, so they are neither drafted nor sent (`notifier suppress list`)."
         )
     if composed.run is None:
-        click.echo(f"nothing to send: no row of {batch} is left to draft.")
+        echo(f"nothing to send: no row of {batch} is left to draft.")
         return
     run_id = composed.run.run_id
-    click.echo(f"planned run {run_id}: {composed.to_draft} rows to draft with {settings.model}")
+    echo(f"planned run {run_id}: {composed.to_draft} rows to draft with {settings.model}")
     drafted = running.draft(sending.ctx, notifier, run_id)
     failures = running.report_draft_failures(drafted)
     run = drafted.run
-    click.echo(f"fingerprint: {run.fingerprint}")
+    echo(f"fingerprint: {run.fingerprint}")
     if run.state is RunState.AWAITING_APPROVAL:
         running.await_approval(notifier, run)
         sending.ctx.exit(ExitCode.ATTENTION if failures else ExitCode.DONE)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import click
 
 from notifier.cli import running
+from notifier.cli.group import echo
 from notifier.domain.errors import Interrupted
 from notifier.domain.records import notifications
 from notifier.domain.state_machine import RunState
@@ -142,7 +143,7 @@ def send_file(sending: Sending, rehearsal: CrashPlan | None) -> None:
     except KeyboardInterrupt:
         raise sending.interrupted_planning() from None
     if (late := late_warning(sending.when)) is not None:
-        click.echo(late, err=True)
+        echo(late, err=True)
     if given.dry_run:
         _dry_run(sending, plan)
         return
@@ -172,11 +173,11 @@ def _announce(sending: Sending, planned: Planned) -> Run | None:
     from notifier.cli.earlier import prior_summary  # noqa: PLC0415 (start-up time)
 
     for line in prior_summary(planned.prior) if planned.prior else []:
-        click.echo(line)
+        echo(line)
     run, counts = planned.run, planned.counts
     if run is None or counts is None:
         suppressed = planned.prior.suppressed_only if planned.prior is not None else 0
-        click.echo(
+        echo(
             f"nothing to send: the {suppressed} row(s) of {sending.batch} left to send all go "
             "to suppressed recipients (`notifier suppress list`); no run was stored."
             if suppressed
@@ -185,13 +186,13 @@ def _announce(sending: Sending, planned: Planned) -> Run | None:
         )
         return None
     per_channel = ", ".join(f"{name}: {n}" for name, n in sorted(planned.per_channel.items()))
-    click.echo(f"planned run {run.run_id}: {notifications(counts.total)} ({per_channel})")
+    echo(f"planned run {run.run_id}: {notifications(counts.total)} ({per_channel})")
     if counts.suppressed:
-        click.echo(
+        echo(
             f"{counts.suppressed} of them suppressed (their recipient is on the suppression "
             "list): stored, never sent. `notifier suppress list` shows the list."
         )
-    click.echo(f"fingerprint: {run.fingerprint}")
+    echo(f"fingerprint: {run.fingerprint}")
     return run
 
 
@@ -204,17 +205,17 @@ def _dry_run(sending: Sending, plan: Plan) -> None:
     per_channel = ", ".join(f"{name}: {n}" for name, n in sorted(plan.per_channel.items()))
     count, fingerprint = plan.count, plan.fingerprint
     prior = sending.notifier.dry_run(plan).prior
-    click.echo(f"dry run: {notifications(count)} ({per_channel}); nothing written.")
-    click.echo(f"fingerprint: {fingerprint}")
+    echo(f"dry run: {notifications(count)} ({per_channel}); nothing written.")
+    echo(f"fingerprint: {fingerprint}")
     if sending.given.new_run:
-        click.echo("--new-run: every row would be planned again.")
+        echo("--new-run: every row would be planned again.")
     elif prior.refused(sending.given.resend_changed):
         refused = error_message(planning.refusal(sending.batch, prior))
-        click.echo(f"send would refuse it: {refused}")
+        echo(f"send would refuse it: {refused}")
     else:
         for line in prior_summary(prior):
-            click.echo(line)
-        click.echo(f"send would plan {prior.left} of them.")
+            echo(line)
+        echo(f"send would plan {prior.left} of them.")
 
 
 def _interrupted_storing(sending: Sending, run_id: str) -> Interrupted:

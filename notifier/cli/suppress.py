@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from notifier.api.env import open_store
-from notifier.cli.group import cli, command_env
+from notifier.cli.group import cli, command_env, echo
 from notifier.cli.output import chosen_format, format_options
 from notifier.domain.cells import cell_value
 from notifier.domain.errors import BadInput
@@ -79,7 +79,7 @@ def _store_entries(ctx: click.Context, found: list[Entry], source: Source) -> No
     line = f"suppressed {len(added)} address(es)"
     if already:
         line += f"; {already} already on the list (kept as they were)"
-    click.echo(line + ". `notifier suppress list` shows the list.")
+    echo(line + ". `notifier suppress list` shows the list.")
 
 
 @suppress.command("list")
@@ -118,7 +118,7 @@ def list_(ctx: click.Context, fmt: str, as_json: bool) -> None:
         click.echo(buffer.getvalue(), nl=False)
         return
     if not records:
-        click.echo("the suppression list is empty.")
+        echo("the suppression list is empty.")
         return
     from rich.table import Table  # noqa: PLC0415 (start-up time)
 
@@ -130,7 +130,7 @@ def list_(ctx: click.Context, fmt: str, as_json: bool) -> None:
     for record in records:
         table.add_row(*(str(record[name] or "") for name in names))
     _console().print(table)
-    click.echo(f"{len(records)} suppressed address(es).")
+    echo(f"{len(records)} suppressed address(es).")
 
 
 @suppress.command("remove", cls=_AddressesCommand)
@@ -148,7 +148,7 @@ def remove(ctx: click.Context, addresses: tuple[str, ...]) -> None:
     absent = [k for k in keys if k not in removed]
     if absent:
         line += f"; not on it: {', '.join(absent)}"
-    click.echo(line + ".")
+    echo(line + ".")
 
 
 def entries(addresses: list[str], reason: str | None) -> list[Entry]:

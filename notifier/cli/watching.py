@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from notifier.api.env import Env, open_store, pick_run
-from notifier.cli.group import cli, command_env
+from notifier.cli.group import cli, command_env, echo
 
 if TYPE_CHECKING:
     from notifier.observe import Observer
@@ -60,7 +60,7 @@ def make_observer(env: Env, metrics_port: int | None, log_format: str, bodies: b
 
         observers.append(JsonLog(bodies=bodies))
     elif bodies:
-        click.echo("note: --log-bodies has no effect without --log-format json", err=True)
+        echo("note: --log-bodies has no effect without --log-format json", err=True)
     # Even one goes through Observers, which keeps a failing observer from a send.
     return Observers(observers) if observers else NULL_OBSERVER
 

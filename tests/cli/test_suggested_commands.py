@@ -11,7 +11,9 @@ import shlex
 from collections import Counter, deque
 
 import pytest
+from click.testing import CliRunner
 
+from notifier.cli import cli
 from notifier.cli.outcome import send_again
 
 from ..conftest import Workspace, make_rows
@@ -79,6 +81,46 @@ def test_a_composed_run_stored_without_its_briefs_path_is_advised_with_the_optio
         "--model",
         "m",
     ]
+
+
+@pytest.mark.both_stores
+@pytest.mark.parametrize("config", ["./notifier.toml", "--config"])
+@pytest.mark.parametrize("placed", ["before", "after"])
+@pytest.mark.timeout(60)
+def test_the_advice_repeats_the_database_and_channels_the_command_was_given(
+    ws: Workspace, placed: str, config: str
+) -> None:
+    """A run kept in a database named by --db (not ./receipts.db), its channels in
+    ./notifier.toml or in a file named by --config, the options before or after the
+    subcommand. u2 is refused (400); the advice to send the file again, followed word for
+    word in the same shell, works on that database with those channels: u2 is tried again,
+    and u1 and u3, delivered, are not sent twice (named without --db, it would plan every row
+    again in a new ./receipts.db)."""
+    receiver = Receiver(answer=lambda item_id, n: 400 if item_id == "u2" else None)
+    (ws.path / "prod").mkdir()
+    (ws.path / "conf").mkdir()
+    given = ["--db", str(ws.url or ws.path / "prod" / "receipts.db")]
+    channels = ws.path / "notifier.toml"
+    if config == "--config":
+        channels = ws.path / "conf" / "hooks.toml"
+        given += ["--config", str(channels)]
+    runner = CliRunner()  # the database and channels only as given: no NOTIFIER_DB
+    with receiving(receiver):
+        channels.write_text(webhook_config(receiver, idempotent=False, status=False))
+        ws.write_csv("b.csv", make_rows(3))
+        command = ["send", "b.csv", "--channel", "hooks"]
+        args = [*given, *command] if placed == "before" else [*command, *given]
+        first = runner.invoke(cli, args, catch_exceptions=False)
+        assert first.exit_code == 3, first.output
+        advice = re.search(r"`(notifier [^`]*send [^`]+)`", first.output)
+        assert advice is not None, first.output
+        again = runner.invoke(cli, shlex.split(advice.group(1))[1:], catch_exceptions=False)
+        deliveries = receiver.deliveries()
+        posts = Counter(a.item_id for a in receiver.arrivals)
+    assert deliveries == {"u1": 1, "u3": 1}, (advice.group(1), again.output)
+    assert posts == {"u1": 1, "u2": 2, "u3": 1}
+    assert again.exit_code == 3, again.output  # u2 refused again, nothing else sent
+    assert not (ws.path / "receipts.db").exists()
 
 
 def test_the_advice_after_failures_retries_the_same_channel(ws: Workspace) -> None:

@@ -100,20 +100,25 @@ class Workspace:
     def invoke(
         self, *args: str, input: str | None = None, env: Mapping[str, str | None] | None = None
     ) -> Result:
-        """Run the CLI in-process, as `notifier --db <ws.db> ARGS` (an `env` value of None
-        unsets that variable for the command)."""
+        """Run the CLI in-process, as `NOTIFIER_DB=<ws.db> notifier ARGS` (an `env` value of
+        None unsets that variable for the command). The database comes from the environment,
+        as an operator's shell would give it, so the commands a message suggests read as they
+        do there (a `--db` on the command line is repeated in each of them)."""
         return CliRunner().invoke(
-            cli, ["--db", str(self.db), *args], input=input, env=env, catch_exceptions=False
+            cli, list(args), input=input, env=self._env(env), catch_exceptions=False
         )
+
+    def _env(self, env: Mapping[str, str | None] | None) -> dict[str, str | None]:
+        return {"NOTIFIER_DB": str(self.db), **(env or {})}
 
     def run(
         self, *args: str, env: dict[str, str] | None = None, timeout: float = 120
     ) -> subprocess.CompletedProcess[str]:
         """Run the CLI as a real process (needed where it must die or be signalled)."""
         return subprocess.run(
-            [sys.executable, "-m", "notifier", "--db", str(self.db), *args],
+            [sys.executable, "-m", "notifier", *args],
             cwd=self.path,
-            env={**os.environ, **(env or {})},
+            env={**os.environ, "NOTIFIER_DB": str(self.db), **(env or {})},
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -125,9 +130,9 @@ class Workspace:
         """Start the CLI as a real process, its SIGINT deliverable (see default_sigint);
         killed at the end of the test if it is still running then."""
         child = subprocess.Popen(
-            [sys.executable, "-m", "notifier", "--db", str(self.db), *args],
+            [sys.executable, "-m", "notifier", *args],
             cwd=self.path,
-            env={**os.environ, **(env or {})},
+            env={**os.environ, "NOTIFIER_DB": str(self.db), **(env or {})},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
