@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from notifier.domain.records import MAYBE_DELIVERED_OUTCOMES
-from notifier.domain.state_machine import ACTIVE_ITEM_STATES, ItemState
+from notifier.domain.state_machine import ACTIVE_ITEM_STATES, ItemState, ItemTrigger
 
 if TYPE_CHECKING:
     from notifier.store.backend import Dialect
@@ -109,13 +109,21 @@ ATTENTION_STATES = (ItemState.IN_FLIGHT, ItemState.UNKNOWN, ItemState.FAILED)
 ATTENTION = "state IN ({})".format(", ".join(f"'{s.value}'" for s in ATTENTION_STATES))
 # Whether the attempt `a` was disproved: a later query (`not_found`) or operator
 # (`mark_not_sent`) proved its item undelivered (records.Attempt.disproved).
+# "Later" twice over. After `a` finished, on the clocks (the disproof's own window is judged
+# from then). And after `a` started in the run's own order of events: at least `a.n` of the
+# item's claims (each opens one attempt) come before the disproof. Clocks alone are not
+# enough: a mark made on an operator's clock minutes ahead of the worker's (another host, an
+# NTP step) would read as later than the attempts `resume` makes after it, and call a
+# request the receiver committed never delivered.
 # Named on SQLite: without statistics it prefers m014's events_by_item, which holds every
 # event of the item, to m004's events_disproof, which holds only the disproving ones
 # (bench/disproof.py: 0.145 s against 0.328 s for 100,000 retried items).
 DISPROVED = (
     "EXISTS (SELECT 1 FROM events e {indexed_events_disproof} WHERE e.run_id = a.run_id "
-    "AND e.item_seq = a.seq AND e.kind IN ('not_found', 'mark_not_sent') "
-    "AND e.at >= a.finished_at)"
+    f"AND e.item_seq = a.seq AND e.kind IN ('{ItemTrigger.NOT_FOUND.value}', "
+    f"'{ItemTrigger.MARK_NOT_SENT.value}') AND e.at >= a.finished_at "
+    "AND (SELECT COUNT(*) FROM events s WHERE s.run_id = a.run_id AND s.item_seq = a.seq "
+    f"AND s.kind = '{ItemTrigger.START.value}' AND s.seq_no < e.seq_no) >= a.n)"
 )
 # Whether an item `i` may have reached its recipient: records.maybe_delivered, in SQL. One of
 # its attempts had an outcome that proves nothing (records.MAYBE_DELIVERED_OUTCOMES, written
