@@ -325,7 +325,9 @@ class BatchDrafting:
                     tally["drafted"] += 1
             elif result.type == "errored" and result.error.error.type in PERMANENT_ERRORS:
                 error = result.error.error
-                self.store.drafts.fail_result(run_id, seq, f"{error.type}: {error.message}")
+                self.store.drafts.fail_result(
+                    run_id, seq, f"{error.type}: {without_key(error.message)}"
+                )
                 tally["failed"] += 1
             else:
                 tally["again"] += 1  # expired, canceled, or a transient error
