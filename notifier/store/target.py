@@ -52,9 +52,15 @@ def parse(db: str | Path) -> Target:
         try:
             parts = urlsplit(db)  # the port is libpq's to read: `h1:5432,h2` is two hosts
         except ValueError as exc:
-            # Named without the URL itself, which may hold a password.
+            # Named without the URL itself, which may hold a password: urllib's NFKC refusal
+            # quotes the whole netloc, userinfo and all.
+            reason = (
+                "a character in it becomes / ? # @ or : under NFKC normalization"
+                if "NFKC" in str(exc)
+                else str(exc)
+            )
             raise NotADatabasePath(
-                f"the postgresql:// URL cannot be read ({exc}). Write it as "
+                f"the postgresql:// URL cannot be read ({reason}). Write it as "
                 "postgresql://USER@HOST:PORT/DATABASE (an IPv6 host in brackets, [::1]); "
                 "nothing was opened."
             ) from None
