@@ -58,7 +58,7 @@ def _tmpfs(ws: Workspace, size: str) -> Iterator[Path]:
 
 def notifier(db: Path, *args: str) -> Result:
     """The CLI in-process on `db` (not ws.db: the database lives on the small disk)."""
-    return CliRunner().invoke(cli, ["--db", str(db), *args], catch_exceptions=False)
+    return CliRunner().invoke(cli, list(args), env={"NOTIFIER_DB": str(db)}, catch_exceptions=False)
 
 
 def test_a_disk_that_fills_mid_run_stops_cleanly_and_resumes_exactly_once(

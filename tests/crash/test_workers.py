@@ -68,11 +68,12 @@ def configure(ws: Workspace, sandbox: Sandbox, *, rate: float | None = None) -> 
 
 
 def notifier(ws: Workspace, db: str, *args: str) -> subprocess.Popen[str]:
-    """`notifier --db DB ARGS` as a real process in the workspace."""
+    """`NOTIFIER_DB=DB notifier ARGS` as a real process in the workspace (the database from
+    the environment, as the workspace gives it: the advice it prints reads as in a shell)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "notifier", "--db", db, *args],
+        [sys.executable, "-m", "notifier", *args],
         cwd=ws.path,
-        env=dict(os.environ),
+        env={**os.environ, "NOTIFIER_DB": db},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -125,9 +126,11 @@ def finish_fleet(processes: list[subprocess.Popen[str]], run_id: str) -> None:
 
 
 def cli(db: str, *args: str) -> tuple[int, str]:
-    """`notifier --db DB ARGS` in-process (the test's directory is the workspace), for a
+    """`NOTIFIER_DB=DB notifier ARGS` in-process (the test's directory is the workspace), for a
     command that contends with no worker for the run: its exit code and its output."""
-    result = CliRunner().invoke(cli_group, ["--db", db, *args], catch_exceptions=False)
+    result = CliRunner().invoke(
+        cli_group, list(args), env={"NOTIFIER_DB": db}, catch_exceptions=False
+    )
     return result.exit_code, result.output
 
 

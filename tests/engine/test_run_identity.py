@@ -18,7 +18,7 @@ import pytest
 from notifier.api import planning
 from notifier.api.env import Env
 from notifier.config import load as load_config
-from notifier.domain.errors import BadInput, ExitCode
+from notifier.domain.errors import BadInput, ExitCode, NextStep
 from notifier.domain.intent import content_fingerprint
 from notifier.sandbox.server import Sandbox
 from notifier.store import Store, parse_target
@@ -237,7 +237,8 @@ def test_two_plans_racing_to_insert_make_exactly_one_run(
         f"20 row(s) are still open (pending, in flight or unknown) in unfinished run {run_id}"
         in str(refused)
     )
-    assert f"notifier resume {run_id}" in str(refused)
+    # What to do next is a fact the command line words (`notifier resume RUN`, or cancel).
+    assert (refused.then, refused.then_run) == (NextStep.RESUME_OR_CANCEL_THEN_SEND_AGAIN, run_id)
     assert len(stores) == 1
 
 
