@@ -6,10 +6,11 @@ store/ asks which engine it names. Neither driver is imported until a target is 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 from notifier.domain.errors import BadInput
 
@@ -17,6 +18,19 @@ if TYPE_CHECKING:
     from notifier.store.backend import Engine
 
 SCHEMES = ("postgresql://", "postgres://")
+# A libpq keyword/value connection string ("host=… user=… password=…", as a hosting
+# provider hands it out): not a file name, and not what --db takes.
+_CONNINFO = re.compile(
+    r"\s*(host|hostaddr|port|dbname|user|password|passfile|service|sslmode|sslpassword"
+    r"|options|connect_timeout|application_name)\s*=",
+)
+# The parameters that hold a secret, as libpq reads them: the password and the passphrase of
+# the client's TLS key.
+_SECRET_PARAMETERS = ("password", "sslpassword")
+_FROM_THE_ENVIRONMENT = (
+    "notifier never reads a password from --db or NOTIFIER_DB (it would sit in shell history "
+    "and process lists): set PGPASSWORD, or add it to ~/.pgpass"
+)
 
 
 class NotADatabasePath(ValueError):
@@ -46,37 +60,56 @@ class Target(Protocol):
 
 
 def parse(db: str | Path) -> Target:
-    """The target --db (or NOTIFIER_DB) names: a postgresql:// URL, else an SQLite file.
-    NotADatabasePath for a directory."""
-    if isinstance(db, str) and db.startswith(SCHEMES):
-        try:
-            parts = urlsplit(db)  # the port is libpq's to read: `h1:5432,h2` is two hosts
-        except ValueError as exc:
-            # Named without the URL itself, which may hold a password: urllib's NFKC refusal
-            # quotes the whole netloc, userinfo and all.
-            reason = (
-                "a character in it becomes / ? # @ or : under NFKC normalization"
-                if "NFKC" in str(exc)
-                else str(exc)
-            )
+    """The target --db (or NOTIFIER_DB) names: a postgresql:// URL (its scheme in any case),
+    else an SQLite file. NotADatabasePath for a directory, a libpq connection string, or a
+    URL that holds a password, each named without the text given, which may hold it."""
+    if isinstance(db, str):
+        scheme, sep, rest = db.partition("://")
+        if sep and scheme.lower() + sep in SCHEMES:
+            return _postgres_url(scheme.lower() + sep + rest)
+        if _CONNINFO.match(db):
             raise NotADatabasePath(
-                f"the postgresql:// URL cannot be read ({reason}). Write it as "
-                "postgresql://USER@HOST:PORT/DATABASE (an IPv6 host in brackets, [::1]); "
-                "nothing was opened."
-            ) from None
-        if parts.password is not None or "password" in parse_qs(parts.query):
-            # Secrets come from the environment only: a URL lands in shell history, process
-            # lists and logs. Named without the URL itself, which holds the password.
-            raise NotADatabasePath(
-                "the postgresql:// URL holds a password, which notifier never reads from a "
-                "URL (it would sit in shell history and process lists). Drop it from the URL "
-                "and set PGPASSWORD, or add it to ~/.pgpass; nothing was opened."
+                "--db looks like a libpq connection string (keyword=value …), which it does "
+                "not take: write it as postgresql://USER@HOST:PORT/DATABASE; "
+                f"{_FROM_THE_ENVIRONMENT}. Nothing was opened."
             )
-        return PostgresUrl(db)
     path = Path(db)
     if path.is_dir():
         raise NotADatabasePath(f"{db} is a directory; name a file in it.")
     return SqliteFile(path)
+
+
+def _postgres_url(db: str) -> PostgresUrl:
+    """`db` as a PostgresUrl, refused if it cannot be read or holds a password as libpq
+    reads it (urllib reads `postgres:pa#ss@host` as holding none)."""
+    from psycopg import ProgrammingError  # noqa: PLC0415 - only for a PostgreSQL target
+    from psycopg.conninfo import conninfo_to_dict  # noqa: PLC0415
+
+    try:
+        urlsplit(db)  # what it refuses, libpq may read another way: refused too
+        parameters = conninfo_to_dict(db)
+    except (ValueError, ProgrammingError) as exc:
+        # Named without the URL itself, which may hold a password: urllib's NFKC refusal
+        # quotes the whole netloc, userinfo and all, and libpq's the part it could not read.
+        reason = (
+            "a character in it becomes / ? # @ or : under NFKC normalization"
+            if "NFKC" in str(exc)
+            else "libpq cannot read it"
+            if isinstance(exc, ProgrammingError)
+            else "urllib cannot read it"
+        )
+        raise NotADatabasePath(
+            f"the postgresql:// URL cannot be read ({reason}). Write it as "
+            "postgresql://USER@HOST:PORT/DATABASE (an IPv6 host in brackets, [::1]); "
+            "nothing was opened."
+        ) from None
+    if any(parameters.get(name) is not None for name in _SECRET_PARAMETERS):
+        # Secrets come from the environment only. Named without the URL itself.
+        raise NotADatabasePath(
+            f"the postgresql:// URL holds a password; {_FROM_THE_ENVIRONMENT}. Drop it from the "
+            "URL; nothing was opened."
+        )
+    return PostgresUrl(db)
 
 
 @dataclass(frozen=True)
