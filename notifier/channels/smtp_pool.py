@@ -343,6 +343,14 @@ def _login(relay: Relay, conn: smtplib.SMTP, username: str, password: str) -> No
             f"smtp channel {name!r}: {host} does not offer AUTH on this connection (does it "
             "need starttls = true?); or remove username_env",
         ) from None
+    except UnicodeEncodeError:
+        # smtplib writes AUTH in ASCII; its error names the character and its place in the
+        # credentials, a piece of the password. Before MAIL FROM: nothing was sent.
+        raise ChannelError(
+            ErrorKind.PERMANENT,
+            f"smtp channel {name!r}: the username or password holds a character that is not "
+            f"ASCII, which SMTP AUTH cannot carry; {check}",
+        ) from None
     except smtplib.SMTPServerDisconnected:
         raise
     except smtplib.SMTPResponseException as exc:
