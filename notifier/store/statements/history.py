@@ -13,6 +13,21 @@ LISTED = 10
 _ABANDONED = abandoned("p")
 
 
+def _keyed(stage: str) -> str:
+    """The staged rows of `stage`, each under the identities an earlier item of the same
+    notification may have (`key`): its own, and, for a row with an id, its intent digest,
+    which is the identity an earlier row of the same content had in a file without an `id`
+    column (intent.row_identity). So a file delivered without ids and sent again with an id
+    column added finds its deliveries, rather than every row looking new. Two rows that both
+    have ids are two notifications whatever their content, as within a file. An `id:`
+    identity never equals a digest, so the second key finds only id-less earlier items, through
+    the same index (items_identity) as the first."""
+    return f"""(SELECT seq, item_id, channel, intent_digest, identity AS key FROM {stage} AS own
+    UNION ALL
+    SELECT seq, item_id, channel, intent_digest, intent_digest FROM {stage} AS own
+    WHERE identity <> intent_digest)"""
+
+
 def _per_row(stage: str, *, other_runs: bool = False) -> str:
     """Per staged row (s), the newest earlier run (by runs.rowid) in which each verdict's
     condition holds, NULL where it holds in none. Each column is non-NULL exactly when its
@@ -30,7 +45,8 @@ SELECT s.seq AS seq, s.item_id AS item_id,
         THEN r.rowid END) AS abandoned_in,
     MAX(CASE WHEN p.state = 'sent' OR {_ABANDONED} THEN r.rowid END) AS changed_in,
     MAX(r.rowid) AS earlier
-FROM {stage} s {{ordered_join}} items p ON p.channel = s.channel AND p.identity = s.identity{own}
+FROM {_keyed(stage)} AS s {{ordered_join}} items p
+    ON p.channel = s.channel AND p.identity = s.key{own}
 JOIN runs r ON r.run_id = p.run_id
 GROUP BY s.seq, s.item_id
 """
@@ -95,10 +111,12 @@ REJECTED_RUNS = (
 
 
 def held_by(stage: str) -> str:
-    """How many staged rows of `stage` the run `run_id` held (the same identity)."""
+    """How many staged rows of `stage` the run `run_id` held (the same notification, as
+    _keyed matches them)."""
     return f"""
 SELECT COUNT(*) FROM {stage} s WHERE EXISTS (SELECT 1 FROM items p
-    WHERE p.channel = s.channel AND p.identity = s.identity AND p.run_id = %(run_id)s)
+    WHERE p.channel = s.channel AND p.identity IN (s.identity, s.intent_digest)
+    AND p.run_id = %(run_id)s)
 """
 
 
@@ -107,6 +125,7 @@ def drop_delivered(stage: str) -> str:
     stage, so what is copied into the run is exactly what is left to send."""
     return f"""
 DELETE FROM {stage} WHERE EXISTS (SELECT 1 FROM items p
-    WHERE p.channel = {stage}.channel AND p.identity = {stage}.identity
+    WHERE p.channel = {stage}.channel
+    AND p.identity IN ({stage}.identity, {stage}.intent_digest)
     AND (p.state = 'sent' OR {_ABANDONED}) AND p.intent_digest = {stage}.intent_digest)
 """
