@@ -67,7 +67,7 @@ def _urls_given(definition: Any) -> list[str]:
 SCHEMA = o.Schema(
     {
         "urls": o.Option("list[str]"),
-        "urls_env": o.Option("str"),
+        "urls_env": o.env_name("urls_env", "ALERT_URLS"),
         "timeout": o.Option("number", check=o.seconds),
         "rate": o.RATE,
         "window": o.WINDOW,

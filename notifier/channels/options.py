@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,13 @@ from urllib.parse import urlsplit
 from notifier.domain.windows import parse_window
 
 Check = Callable[[Any], str | None]  # a problem with the value, or None when it is fine
+# How a refused value is quoted back in the problem's sentence; None: it is not quoted.
+Shown = Callable[[Any], str | None]
+
+
+def hidden(value: Any) -> str | None:
+    """A value never quoted back: it may be a secret written where its variable's name goes."""
+    return None
 
 
 @dataclass(frozen=True)
@@ -27,6 +35,7 @@ class Option:
     required: bool = False
     default: Any = None
     check: Check | None = None
+    shown: Shown = repr
 
 
 def nearest(word: str, choices: Mapping[str, Any] | set[str]) -> str:
@@ -56,7 +65,8 @@ def validate(where: str, definition: Mapping[str, Any], options: Mapping[str, Op
         if problem is None and option.check is not None:
             problem = option.check(value)
         if problem is not None:
-            problems.append(f"{where}: `{key}` {problem}, not {value!r}")
+            shown = option.shown(value)
+            problems.append(f"{where}: `{key}` {problem}" + (f", not {shown}" if shown else ""))
     return problems
 
 
@@ -155,6 +165,37 @@ def http_url(value: Any) -> str | None:
     except UnicodeError:
         return f"has a malformed host name {parts.hostname!r}"
     return None
+
+
+# An environment variable's name, as POSIX shells accept it for `export NAME=…`.
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def env_name(key: str, example: str, value_prefix: str | None = None) -> Option:
+    """A setting that names the environment variable holding a secret (`secret_env`,
+    `password_env`, `urls_env`, ...). What is written there is never quoted back, nor kept
+    when it is no name: an operator who wrote the secret itself there would find it in
+    their terminal, their logs and the run's channel snapshot. `value_prefix` is how the
+    secret itself starts (Standard Webhooks: `whsec_`), which no name of it does."""
+    fix = (
+        f"put the value in an environment variable (export {example}=…) and write its name "
+        f'here, e.g. {key} = "{example}"; the value written is not shown'
+    )
+
+    def check(value: Any) -> str | None:
+        if value_prefix is not None and value.startswith(value_prefix):
+            return (
+                f"holds a secret (it starts with {value_prefix}), not the NAME of the "
+                f"environment variable holding it: {fix}"
+            )
+        if not _ENV_NAME.fullmatch(value):
+            return (
+                "must be the NAME of an environment variable (letters, digits and _, not "
+                f"starting with a digit), not the value it holds: {fix}"
+            )
+        return None
+
+    return Option("str", check=check, shown=hidden)
 
 
 # Every channel type takes `rate`: most sends per second, one token bucket shared by all the

@@ -103,8 +103,8 @@ SCHEMA = o.Schema(
         "sender": o.Option("str", required=True, check=_sender),
         "starttls": o.Option("bool", default=False),
         "ssl": o.Option("bool", default=False),
-        "username_env": o.Option("str"),
-        "password_env": o.Option("str"),
+        "username_env": o.env_name("username_env", "SMTP_USER"),
+        "password_env": o.env_name("password_env", "SMTP_PASSWORD"),
         "timeout": o.Option("number", default=DEFAULT_TIMEOUT_S, check=o.seconds),
         # Connections to the relay at once, one per sender; unset: the run's --concurrency.
         "max_connections": o.Option("int", check=o.positive),

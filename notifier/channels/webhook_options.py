@@ -26,7 +26,7 @@ SCHEMA = o.Schema(
         "url": o.Option("str", required=True, check=o.http_url),
         "status_url": o.Option("str", check=_status_url),
         "idempotent": o.Option("bool", default=False),
-        "secret_env": o.Option("str"),
+        "secret_env": o.env_name("secret_env", "HOOKS_SECRET", value_prefix="whsec_"),
         "timeout": o.Option("number", default=DEFAULT_TIMEOUT_S, check=o.seconds),
         "query_delay": o.Option("number", default=DEFAULT_QUERY_DELAY_S, check=o.delay),
         "rate": o.RATE,
