@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote_plus, urlsplit
 
 from notifier.domain.windows import parse_window
 
@@ -157,7 +157,8 @@ def http_url(value: Any) -> str | None:
         parts = urlsplit(value)
         parts.port  # noqa: B018 - raises ValueError for a port out of range
     except ValueError as exc:
-        return f"must be an http:// or https:// URL ({exc})"
+        # urllib's reason may quote the whole netloc, user part and password included.
+        return f"must be an http:// or https:// URL{'' if '@' in value else f' ({exc})'}"
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return "must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:8025/hook"
     try:
@@ -196,6 +197,38 @@ def env_name(key: str, example: str, value_prefix: str | None = None) -> Option:
         return None
 
     return Option("str", check=check, shown=hidden)
+
+
+# Query parameters that carry a credential: a name holding one of these...
+_SECRET_WORD_PARTS = ("pass", "token", "secret", "key", "credential")
+# ...or one of its words (split at anything not a letter or digit) being one of these.
+_SECRET_WORDS = {"sig", "signature", "auth", "authorization", "jwt", "hmac"}
+
+
+def url_credential(value: str) -> str | None:
+    """Where an http(s) URL carries a credential, said without quoting it: a user part
+    (`user:password@`, sent as a login; a bare `token@` is one too), or a query parameter
+    named like a credential (`token`, `api_key`, `secret`, `password`, `sig`, `auth`...).
+    None when it shows none (a token in the path cannot be told from a path)."""
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        return "in its user part (user:password@)" if "@" in value else None
+    if "@" in parts.netloc:
+        return "in its user part (user:password@, sent as a login)"
+    for field in re.split(r"[&;]", parts.query):
+        name, equals, _ = field.partition("=")
+        words = re.split(r"[^a-z0-9]+", unquote_plus(name).lower())
+        if any(part in word for word in words for part in _SECRET_WORD_PARTS) or any(
+            word in _SECRET_WORDS for word in words
+        ):
+            return f"in its query parameter `{name}`" if equals else "in its query"
+    return None
+
+
+def shown_url(value: Any) -> str | None:
+    """A URL as a problem quotes it: not at all when it may carry a credential."""
+    return None if isinstance(value, str) and url_credential(value) else repr(value)
 
 
 # Every channel type takes `rate`: most sends per second, one token bucket shared by all the

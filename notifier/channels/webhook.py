@@ -4,6 +4,9 @@ The idempotency key travels as `Idempotency-Key` and as the Standard Webhooks `w
 (the same on every retry, as the spec asks); the intent digest as `Notifier-Intent-Digest`,
 so a careful receiver can refuse a different payload under a known key. With `status_url`
 the channel is queryable: GET it → 200 found, 404 not found, anything else uncertain.
+
+A URL that holds a credential comes from the environment (`url_env`, `status_url_env`): the
+run's snapshot keeps the variable's name, and errors name the URL by it, never by its value.
 """
 
 from __future__ import annotations
@@ -12,17 +15,21 @@ import base64
 import email.utils
 import json
 import os
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx2
 from standardwebhooks import Webhook
 
 from notifier import __version__
+from notifier.channels import options as o
 from notifier.channels.base import ChannelConfigError, Ready, always
 from notifier.channels.deadline import DeadlineTransport, attempt_deadline
-from notifier.channels.webhook_options import SCHEMA, capabilities
+from notifier.channels.webhook_options import SCHEMA, capabilities, status_url_problem
 from notifier.domain.answers import ChannelError, ErrorKind, Receipt, bounded_wait
 from notifier.domain.intent import Intent
 from notifier.domain.redact import redacted
@@ -43,15 +50,23 @@ class WebhookChannel:
         problems = SCHEMA.problems(f"channel {name!r} (webhook)", definition)
         if problems:
             raise ChannelConfigError("; ".join(problems))
-        self.url = str(definition["url"])
-        self.status_url: str | None = definition.get("status_url")
+        self.url, self._url_label = _target(name, definition, "url", o.http_url)
+        status = _target(name, definition, "status_url", status_url_problem)
+        self.status_url: str | None = status[0] or None
+        self._status_label = status[1]
         self.idempotent, self.queryable, self.thread_safe = capabilities(definition)
         secret_env = definition.get("secret_env")
         secret = os.environ.get(secret_env) if secret_env else None
         self._signer = _signer(name, secret_env, secret)
-        # What a receiver must never see quoted back into a stored error: the secret, and
-        # its key without the `whsec_` prefix.
-        self._secrets = (secret, secret.removeprefix("whsec_")) if secret else ()
+        # What must never be quoted into a stored error, whoever says it (a receiver's
+        # answer, the HTTP library): the secret, its key without the `whsec_` prefix, and
+        # a URL from the environment with the parts of it that could be its secret.
+        targets = ((self.url, self._url_label), status)
+        from_env = [url for url, label in targets if url != label]
+        self._secrets = (
+            *((secret, secret.removeprefix("whsec_")) if secret else ()),
+            *(part for url in from_env for part in _url_secrets(url)),
+        )
         self.timeout = float(SCHEMA.value(definition, "timeout"))
         self.timeout_s = self.timeout
         self.query_delay_s = float(SCHEMA.value(definition, "query_delay"))
@@ -111,7 +126,9 @@ class WebhookChannel:
         except (httpx2.InvalidURL, UnicodeError) as exc:
             # The URL (or its host name) cannot even be put on the wire: nothing left.
             raise ChannelError(
-                ErrorKind.NOT_SENT, f"{self.url}: unusable URL ({exc})", unreachable=True
+                ErrorKind.NOT_SENT,
+                f"{self._url_label}: unusable URL ({self._said(exc)})",
+                unreachable=True,
             ) from exc
         except (
             httpx2.ConnectError,
@@ -120,7 +137,9 @@ class WebhookChannel:
             httpx2.UnsupportedProtocol,
         ) as exc:
             raise ChannelError(
-                ErrorKind.NOT_SENT, f"{self.url}: cannot connect ({exc})", unreachable=True
+                ErrorKind.NOT_SENT,
+                f"{self._url_label}: cannot connect ({self._said(exc)})",
+                unreachable=True,
             ) from exc
         except (httpx2.HTTPError, httpx2.StreamError) as exc:
             # The request (or part of it) left: the receiver may have acted on it. This
@@ -129,10 +148,15 @@ class WebhookChannel:
             # within the attempt's deadline: an unreadable answer proves nothing.
             raise ChannelError(
                 ErrorKind.UNCERTAIN,
-                f"{self.url}: {type(exc).__name__} after sending ({exc or 'no detail'})",
+                f"{self._url_label}: {type(exc).__name__} after sending "
+                f"({self._said(exc) or 'no detail'})",
             ) from exc
-        _raise_for_status(self.url, answer, self._secrets)
+        _raise_for_status(self._url_label, answer, self._secrets)
         return _receipt(answer)
+
+    def _said(self, exc: Exception) -> str:
+        """What an exception says, without any secret of the channel."""
+        return redacted(str(exc), self._secrets)
 
     def _exchange(self, request: httpx2.Request, ready: Ready | None = None) -> _Answer:
         """One request under one deadline: status, headers and at most MAX_BODY_BYTES of the
@@ -154,14 +178,18 @@ class WebhookChannel:
     def query(self, key: str) -> Receipt | None:
         if self.status_url is None:
             raise ChannelError(ErrorKind.UNCERTAIN, f"channel {self.name} has no status_url")
-        url = self.status_url.replace("{key}", key)
-        request = self._client.build_request("GET", url, headers={"Accept": "application/json"})
+        request = self._client.build_request(
+            "GET", self.status_url.replace("{key}", key), headers={"Accept": "application/json"}
+        )
+        # How errors name the URL: as written in notifier.toml, or by its variable.
+        url = self._status_label.replace("{key}", key)
         try:
             answer = self._exchange(request)
         except (httpx2.HTTPError, httpx2.StreamError) as exc:
             # Unreachable, stalled, or an answer that cannot be decoded: nothing is proven.
             raise ChannelError(
-                ErrorKind.UNCERTAIN, f"{url}: query failed ({type(exc).__name__}: {exc})"
+                ErrorKind.UNCERTAIN,
+                f"{url}: query failed ({type(exc).__name__}: {self._said(exc)})",
             ) from exc
         if answer.status == 404:
             return None
@@ -243,6 +271,59 @@ def _signer(name: str, secret_env: str | None, secret: str | None) -> Webhook | 
             f"channel {name!r}: ${secret_env} is not a Standard Webhooks secret "
             "(whsec_ followed by base64); set it to the signing secret the receiver issued."
         ) from None
+
+
+def _target(
+    name: str, definition: dict[str, Any], key: str, problem: Callable[[str], str | None]
+) -> tuple[str, str]:
+    """The URL of `key` (`url`, `status_url`) and how errors name it: as notifier.toml
+    writes it (the schema refused one carrying a credential), or, from the environment
+    variable `{key}_env` names, by that variable and its scheme alone, never its value
+    (a URL kept there is one whose path or query is a secret). ('', '') when unset."""
+    if key in definition:
+        return str(definition[key]), str(definition[key])
+    variable = definition.get(f"{key}_env")
+    if variable is None:
+        return "", ""
+    where = f"channel {name!r} (webhook)"
+    url = os.environ.get(variable, "").strip()
+    if not url:
+        raise ChannelConfigError(
+            f"{where}: environment variable {variable} (named by `{key}_env`) is not set or "
+            f"empty; export {variable} with the receiver's whole URL before sending."
+        )
+    if problem(url) is not None:
+        # The problem's wording may quote the URL's host or more: never shown.
+        wanted = " and {key} where the key goes" if key == "status_url" else ""
+        raise ChannelConfigError(
+            f"{where}: ${variable} (named by `{key}_env`) is not an http:// or https:// URL "
+            f"with a host{wanted}; set it to the receiver's whole URL (its value is not shown)."
+        )
+    scheme = url.partition("://")[0].lower()
+    label = f"${variable} ({scheme}://…)"
+    return url, label + " with {key}" if key == "status_url" else label
+
+
+# The shortest part of a URL from the environment masked on its own (a path segment, a
+# query value): shorter ones could not be told from ordinary words of a message.
+_MIN_SECRET_PART = 6
+
+
+def _url_secrets(url: str) -> list[str]:
+    """A URL from the environment and the parts of it that could be its secret, as a
+    receiver or the HTTP library could quote them: its user part and password, its path and
+    query, and each path segment and query value; a status URL's parts around `{key}`."""
+    parts: list[str] = [url]
+    for piece in url.split("{key}"):
+        try:
+            split = urlsplit(piece)
+            password = split.password or ""
+        except ValueError:
+            split, password = urlsplit(""), ""
+        tail = split.path + (f"?{split.query}" if split.query else "")
+        parts += [piece, split.netloc.rpartition("@")[0], password, tail, split.query]
+        parts += re.split(r"[/?&;=]", tail)
+    return [part for part in parts if len(part) >= _MIN_SECRET_PART]
 
 
 @dataclass(frozen=True)

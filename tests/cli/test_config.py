@@ -38,6 +38,14 @@ BAD = {
         '[channels.hooks]\ntype = "webhook"\nurl = "http://127.0.0.1:9/x"\nidempotant = true\n',
         "unknown setting `idempotant` (did you mean `idempotent`?)",
     ),
+    "misspelled_url_env": (
+        '[channels.hooks]\ntype = "webhook"\nurl_evn = "HOOKS_URL"\n',
+        "unknown setting `url_evn` (did you mean `url_env`?)",
+    ),
+    "url_and_url_env": (
+        '[channels.hooks]\ntype = "webhook"\nurl = "http://127.0.0.1:9/x"\nurl_env = "X"\n',
+        "set `url` (the receiver's URL) or `url_env`",
+    ),
     "misspelled_type": (
         '[channels.hooks]\ntype = "webhok"\nurl = "http://127.0.0.1:9/x"\n',
         "type 'webhok' (did you mean `webhook`?)",

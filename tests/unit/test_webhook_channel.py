@@ -164,3 +164,47 @@ def test_query_found_not_found_and_uncertain() -> None:
     with pytest.raises(ChannelError) as caught:
         hooks.query("k500")
     assert caught.value.kind is ErrorKind.UNCERTAIN
+
+
+def test_urls_from_the_environment_are_named_by_their_variable_and_masked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`url_env` and `status_url_env`: requests go to the variables' URLs; errors name them
+    as `$VAR (scheme://…)`, and what the receiver or the HTTP library says is masked of the
+    URL and its parts (its path, the token segment in it)."""
+    token = "T0kEnInPaTh42"
+    monkeypatch.setenv("HOOKS_URL", f"https://hooks.test/services/{token}")
+    monkeypatch.setenv("HOOKS_STATUS", f"https://hooks.test/status/{token}/{{key}}")
+    seen: list[str] = []
+
+    def echo(request: httpx2.Request) -> httpx2.Response:
+        seen.append(str(request.url))
+        if request.method == "GET":
+            raise httpx2.ReadTimeout(f"no answer from {request.url}", request=request)
+        return httpx2.Response(404, text=f"no hook {token} at {request.url.path}")
+
+    hooks = WebhookChannel(
+        "hooks",
+        {"type": "webhook", "url_env": "HOOKS_URL", "status_url_env": "HOOKS_STATUS"},
+        httpx2.MockTransport(echo),
+    )
+    assert hooks.queryable
+    with pytest.raises(ChannelError) as sent:
+        hooks.send(intent())
+    with pytest.raises(ChannelError) as queried:
+        hooks.query("ntf1-abc")
+    assert seen == [
+        f"https://hooks.test/services/{token}",
+        f"https://hooks.test/status/{token}/ntf1-abc",
+    ]
+    assert str(sent.value).startswith("$HOOKS_URL (https://…): HTTP 404 no hook ***"), sent.value
+    assert str(queried.value).startswith("$HOOKS_STATUS (https://…) with ntf1-abc: query failed")
+    assert token not in str(sent.value) + str(queried.value), (sent.value, queried.value)
+
+
+def test_a_url_variable_that_is_not_set_is_a_config_error_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("NOPE_URL", raising=False)
+    with pytest.raises(Exception, match=r"NOPE_URL \(named by `url_env`\) is not set"):
+        WebhookChannel("hooks", {"type": "webhook", "url_env": "NOPE_URL"})
