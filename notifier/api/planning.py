@@ -163,7 +163,7 @@ def run_stored(env: Env, run_id: str) -> bool | None:
 
 def check_channels(env: Env, names: Iterable[str]) -> None:
     """Build the channels a run will use, as they stand now, and close them: a secret or a
-    URL list named by an environment variable (`secret_env`, `urls_env`, `password_env`) that
+    URL named by an environment variable (`secret_env`, `urls_env`, `url_env`, ...) that
     is missing or unusable is found before anything is stored, so exit 2 keeps meaning that
     nothing changed. The messages name the variable, never its value."""
     for name in sorted(set(names)):

@@ -1,5 +1,5 @@
 """Secrets come only from the environment: notifier.toml names the variables that hold them
-(`secret_env`, `username_env`, `password_env`, `urls_env`). A value written there that
+(`secret_env`, `username_env`, `password_env`, `urls_env`, `url_env`). A value written there that
 cannot be an environment variable's name (`[A-Za-z_][A-Za-z0-9_]*`), or a `secret_env` that
 starts with `whsec_` (a Standard Webhooks secret, not the name of one), is refused when the
 configuration loads, exit 2, naming the channel and the setting without quoting the value;
@@ -21,6 +21,10 @@ SECTIONS = [
     pytest.param(
         f'type = "webhook"\nurl = "http://127.0.0.1:9/n"\nsecret_env = "whsec_{TOKEN}+/AA"\n',
         id="webhook-secret_env",
+    ),
+    pytest.param(
+        f'type = "webhook"\nurl_env = "https://hooks.example.com/services/T0/B0/{TOKEN}"\n',
+        id="webhook-url_env",
     ),
     pytest.param(
         'type = "smtp"\nhost = "127.0.0.1"\nport = 9\nsender = "ops@example.com"\n'
