@@ -42,7 +42,6 @@ _PROBE_TARGETS = ("notifier-probe@example.com", "15555550100", "notifier-probe")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]{0,31})://")
 _SCHEME_AHEAD = re.compile(r",+(?=[A-Za-z][A-Za-z0-9+.-]{0,31}://)")
 _HOSTNAME = re.compile(r"^(localhost|[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+|\[[0-9A-Fa-f:.]+\])$")
-_SECRET_PARAM = re.compile(r"(^|[?&;])[^=&;]*(pass|token|secret|key)[^=&;]*=", re.IGNORECASE)
 
 
 def target_problem(target: str, channel: str) -> str | None:
@@ -64,9 +63,23 @@ def _urls_given(definition: Any) -> list[str]:
     return ["set `urls` (a list of Apprise URLs) or `urls_env` (a variable name)"]
 
 
+def _urls_problem(value: Any) -> str | None:
+    """The schema's check of `urls`, when notifier.toml loads (before a run is planned, and
+    so before the channel's definition is copied into the run's database): no entry may
+    embed a credential. Said without quoting the entry."""
+    for index, url in enumerate(value, 1):
+        if _embeds_secret(url.strip()):
+            return (
+                f"entry {index} ({mask_url(url.strip())}) embeds a password or token, and "
+                "notifier.toml is copied into the run's database; put the URL in an "
+                "environment variable and name that variable with `urls_env` instead"
+            )
+    return None
+
+
 SCHEMA = o.Schema(
     {
-        "urls": o.Option("list[str]"),
+        "urls": o.Option("list[str]", check=_urls_problem, shown=o.hidden),
         "urls_env": o.env_name("urls_env", "ALERT_URLS"),
         "timeout": o.Option("number", check=o.seconds),
         "rate": o.RATE,
@@ -308,16 +321,20 @@ def mask_url(url: str) -> str:
 
 
 def _embeds_secret(url: str) -> bool:
-    """A password in the userinfo (`user:secret@`) or a query parameter named like a
-    credential (`?token=`, `&pass=`, `apikey=`, `secret=`)."""
+    """A password in the userinfo (`user:secret@`), a `name:token` where a host and port go
+    (`tgram://BOT_ID:TOKEN/…`), or a query parameter named like a credential (`?token=`,
+    `apikey=`, `+Authorization=`; options.query_credential). A token in the path
+    (`discord://ID/TOKEN`) cannot be told from a path: `urls_env` is for those."""
     match = _SCHEME.match(url)
     rest = url[match.end() :] if match else url
     netloc = re.split(r"[/?]", rest, maxsplit=1)[0]
-    userinfo = netloc.rpartition("@")[0]
+    userinfo, _, hostport = netloc.rpartition("@")
     if ":" in userinfo:
         return True
-    query = rest.partition("?")[2]
-    return bool(_SECRET_PARAM.search("?" + query)) if query else False
+    _, colon, port = hostport.rpartition(":")
+    if colon and not hostport.endswith("]") and not port.isdigit():
+        return True
+    return o.query_credential(rest.partition("?")[2]) is not None
 
 
 def _quiet_apprise_logging() -> None:

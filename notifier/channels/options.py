@@ -216,7 +216,14 @@ def url_credential(value: str) -> str | None:
         return "in its user part (user:password@)" if "@" in value else None
     if "@" in parts.netloc:
         return "in its user part (user:password@, sent as a login)"
-    for field in re.split(r"[&;]", parts.query):
+    return query_credential(parts.query)
+
+
+def query_credential(query: str) -> str | None:
+    """Where a URL's query carries a credential: a parameter named like one (`token`,
+    `api_key`, `sig`, and Apprise's header parameters such as `+Authorization` or
+    `-X-Api-Key`), said without quoting its value. None when none is."""
+    for field in re.split(r"[&;]", query):
         name, equals, _ = field.partition("=")
         words = re.split(r"[^a-z0-9]+", unquote_plus(name).lower())
         if any(part in word for word in words for part in _SECRET_WORD_PARTS) or any(
