@@ -221,8 +221,10 @@ def suggesting(text: str) -> str:
 
 
 def echo(message: str = "", *, err: bool = False, nl: bool = True) -> None:
-    """click.echo for what a person reads: the commands it suggests as `suggesting` gives
-    them. Machine output (JSON, CSV, metrics) goes out through click.echo as it is."""
+    """click.echo for the tool's own messages: the commands they suggest as `suggesting`
+    gives them. What the tool shows of the data (a notification, a report's rows, an item's
+    subject) and machine output (JSON, CSV, metrics) go out through click.echo as stored:
+    a body that mentions `notifier status` is shown as it will be sent."""
     click.echo(suggesting(message), err=err, nl=nl)
 
 

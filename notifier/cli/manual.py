@@ -126,11 +126,12 @@ def _ask_about(
     """Show one unknown item and record the operator's decision (noted in `decided`); False
     to stop asking."""
     echo("")
-    echo(f"item {item.item_id} (seq {item.seq}) on channel {item.channel} → {item.target}")
-    echo(f"  subject:  {item.payload.get('subject', '')}")
-    echo(f"  key:      {item.idempotency_key}")
-    echo(f"  digest:   {item.intent_digest}")
-    echo(f"  attempts: {item.attempts}   last error: {item.last_error or '-'}")
+    # The item as stored, never rewritten (group.echo completes suggested commands).
+    click.echo(f"item {item.item_id} (seq {item.seq}) on channel {item.channel} → {item.target}")
+    click.echo(f"  subject:  {item.payload.get('subject', '')}")
+    click.echo(f"  key:      {item.idempotency_key}")
+    click.echo(f"  digest:   {item.intent_digest}")
+    click.echo(f"  attempts: {item.attempts}   last error: {item.last_error or '-'}")
     try:
         answer = _prompt(
             "  delivered? [s]ent / [n]ot sent / [a]bandon / s[k]ip / [q]uit",

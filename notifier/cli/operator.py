@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from notifier.api.env import open_store, pick_run
-from notifier.cli.group import cli, command_env, echo
+from notifier.cli.group import cli, command_env, echo, suggesting
 from notifier.cli.output import chosen_format, format_options, json_flag
 from notifier.domain.errors import BadInput, ExitCode
 from notifier.domain.state_machine import ItemState, RunState
@@ -93,12 +93,12 @@ def _print_report(
 
             # What an approval would cover.
             for line in glimpse_lines(run.run_id, approval.preview(store, run)):
-                echo(line)
+                click.echo(line)  # notifications as stored; its advice line completed
         if fmt == "table" and every_item and not states:
             every = report.build(store, run)["items"]
             try:
                 for line in report.item_lines(every):
-                    echo(line)
+                    click.echo(line)  # the items as stored
             finally:
                 getattr(every, "close", lambda: None)()
     finally:
@@ -126,17 +126,19 @@ def _emit(data: dict[str, Any], fmt: str) -> None:
     # Written as the items are read: a million-item report never sits in memory.
     if fmt == "json":
         for piece in report.iter_json(data):
-            echo(piece, nl=False)
-        echo("")
+            click.echo(piece, nl=False)
+        click.echo("")
     elif fmt == "csv":
         for piece in report.iter_csv(data):
-            echo(piece, nl=False)
+            click.echo(piece, nl=False)
     else:
         console = _console()
         if report.render_table(data, console):
             console.print(
-                f"(idempotency keys: `notifier report {data['run_id']} --format csv`, or a "
-                f"terminal at least {report.KEY_COLUMN_MIN_WIDTH} columns wide)"
+                suggesting(
+                    f"(idempotency keys: `notifier report {data['run_id']} --format csv`, or a "
+                    f"terminal at least {report.KEY_COLUMN_MIN_WIDTH} columns wide)"
+                )
             )
         report.render_decisions(data, console)
 

@@ -10,7 +10,7 @@ import click
 
 from notifier.api.env import open_store, pick_run
 from notifier.cli import running
-from notifier.cli.group import cli, command_env, echo
+from notifier.cli.group import cli, command_env, echo, suggesting
 from notifier.cli.output import chosen_format, format_options, unwritable
 from notifier.domain import clock
 from notifier.domain.errors import ExitCode, Refused
@@ -91,7 +91,7 @@ def preview(
         try:
             if output is None:
                 for piece in pieces:
-                    echo(piece, nl=False)
+                    click.echo(piece, nl=False)  # the notifications as they will be sent
             else:
                 try:
                     with output.open("w", encoding="utf-8", newline="") as handle:
@@ -124,8 +124,10 @@ def _table(review: Review, rows: int | None) -> Iterator[str]:
     shown = review.count if rows is None else min(rows, review.count)
     more = review.count - shown
     tail = (
-        f"; {more} more not shown: `notifier preview {review.run.run_id} --format csv "
-        "--output FILE` (or --format jsonl) writes every one"
+        suggesting(
+            f"; {more} more not shown: `notifier preview {review.run.run_id} --format csv "
+            "--output FILE` (or --format jsonl) writes every one"
+        )
         if more
         else ""
     )

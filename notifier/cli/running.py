@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from notifier.cli import outcome
-from notifier.cli.group import echo
+from notifier.cli.group import echo, suggesting
 from notifier.domain import clock
 from notifier.domain.errors import BadInput, ExitCode, Interrupted, Refused
 from notifier.observe.progress import progress_bar
@@ -81,7 +81,7 @@ def report_draft_failures(drafted: Drafted) -> int:
 
 def await_approval(notifier: Notifier, run: Run) -> None:
     for line in glimpse_lines(run.run_id, notifier.approval_preview(run)):
-        echo(line)
+        click.echo(line)  # notifications as stored; its advice line completed
     echo(
         f"run {run.run_id} is awaiting approval; nothing was sent. "
         f"{review_advice(run.run_id)} Then `notifier resume {run.run_id}` sends it."
@@ -94,8 +94,10 @@ def glimpse_lines(run_id: str, glimpse: approval.Glimpse) -> list[str]:
         return glimpse.lines
     return [
         *glimpse.lines,
-        f"  … and {glimpse.unshown} more: `notifier preview {run_id} --format csv "
-        "--output FILE` writes every one.",
+        suggesting(
+            f"  … and {glimpse.unshown} more: `notifier preview {run_id} --format csv "
+            "--output FILE` writes every one."
+        ),
     ]
 
 

@@ -8,6 +8,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import click
+
 from notifier.cli import running
 from notifier.cli.group import echo
 from notifier.domain.errors import BadInput, ExitCode
@@ -44,15 +46,15 @@ def dry_run_drafts(
     finally:
         drafter.close()
     for row, draft in shown:
-        echo(f"  #{row.seq} {row.item_id} → {row.to} via {row.channel}")
+        click.echo(f"  #{row.seq} {row.item_id} → {row.to} via {row.channel}")
         if isinstance(draft, str):
-            echo(f"    {draft}")
+            click.echo(f"    {draft}")
             continue
         final = compose.apply_draft(row, asdict(draft), template)
-        echo(f"    subject: {final.subject}")
+        click.echo(f"    subject: {final.subject}")
         for n, text in enumerate(final.body.splitlines() or [""]):
-            echo(("    body:    " if n == 0 else "             ") + text)
-        echo(f"    ({draft.model}, {draft.input_tokens}+{draft.output_tokens} tokens)")
+            click.echo(("    body:    " if n == 0 else "             ") + text)
+        click.echo(f"    ({draft.model}, {draft.input_tokens}+{draft.output_tokens} tokens)")
     echo(
         f"dry run: drafted the first {len(shown)} of {len(rows)} rows with {settings.model}; "
         "nothing stored."

@@ -160,3 +160,55 @@ def test_the_advice_after_failures_retries_the_same_channel(ws: Workspace) -> No
     ]
     table = ws.invoke("runs")
     assert table.exit_code == 0 and "hooks" in table.output
+
+
+def _planned_for_review(ws: Workspace, db: str, body: str) -> CliRunner:
+    ws.write_csv("b.csv", [["id", "to", "subject", "body"], ["u1", "a@example.com", "Ops", body]])
+    runner = CliRunner()
+    planned = runner.invoke(cli, ["--db", db, "send", "b.csv", "--require-approval"])
+    assert planned.exit_code == 0, planned.output
+    assert "Please run `notifier status` now" in planned.output  # the glimpse, as stored
+    return runner
+
+
+@pytest.mark.timeout(60)
+def test_what_the_tool_shows_of_a_notification_is_never_rewritten(ws: Workspace) -> None:
+    """Only the tool's own suggestions repeat --db: a body that mentions `notifier status`
+    is previewed as stored and as it will be sent (the fingerprint under the preview is of
+    what it showed), and machine output stays parseable whatever the --db path holds (a
+    double quote, which spliced into a JSON string would break it)."""
+    body = "Please run `notifier status` now"
+    db = str(ws.path / 'my "x".db')
+    runner = _planned_for_review(ws, db, body)
+    for fmt in ("jsonl", "table"):
+        shown = runner.invoke(cli, ["--db", db, "preview", "--format", fmt])
+        assert shown.exit_code == 0, shown.output
+        assert "--db" not in shown.stdout, shown.stdout
+    shown = runner.invoke(cli, ["--db", db, "preview", "--format", "jsonl"])
+    assert json.loads(shown.stdout.splitlines()[0])["body"] == body
+    report = runner.invoke(cli, ["--db", db, "report", "--format", "json"])
+    assert json.loads(report.stdout)["run_id"]
+
+
+@pytest.mark.timeout(60)
+def test_the_report_tables_hint_repeats_the_database_it_was_given(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a terminal too narrow for the keys, `status` says where to read them
+    (`notifier report RUN --format csv`) through its table's console: with the --db given."""
+    from rich.console import Console  # noqa: PLC0415 (only this test)
+
+    from notifier.cli import operator  # noqa: PLC0415
+
+    receiver = Receiver(answer=lambda item_id, n: 400)
+    with receiving(receiver):
+        (ws.path / "notifier.toml").write_text(
+            webhook_config(receiver, idempotent=False, status=False)
+        )
+        ws.write_csv("b.csv", make_rows(1))
+        runner = CliRunner()
+        sent = runner.invoke(cli, ["--db", "other.db", "send", "b.csv", "--channel", "hooks"])
+        assert sent.exit_code == 3, sent.output
+    monkeypatch.setattr(operator, "_console", lambda: Console(width=100, markup=False))
+    shown = runner.invoke(cli, ["--db", "other.db", "status"])
+    assert "(idempotency keys: `notifier --db other.db report" in shown.output, shown.output

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import quote
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.timeout(60)
 SECRET = "whsec_MfKQ9r8G/YqrTwj+PD8ILPZIo2LaLaSw"
 # What of the key must never show: its head, before the first character spelt otherwise.
 KEY_HEAD = "MfKQ9r8G"
-SPELLINGS = {
+SPELLINGS: dict[str, Callable[[str], str]] = {
     "as-is": lambda text: text,
     "json-escaped": lambda text: json.dumps(text).replace("/", "\\/"),
     "percent-encoded": lambda text: quote(text, safe=" "),
