@@ -64,10 +64,12 @@ def parse(db: str | Path) -> Target:
     else an SQLite file. NotADatabasePath for a directory, a libpq connection string, or a
     URL that holds a password, each named without the text given, which may hold it."""
     if isinstance(db, str):
-        scheme, sep, rest = db.partition("://")
+        # Read past surrounding whitespace (a stray space from a YAML or .env file): such a
+        # URL is still one, never an SQLite file named after its password.
+        scheme, sep, rest = db.strip().partition("://")
         if sep and scheme.lower() + sep in SCHEMES:
             return _postgres_url(scheme.lower() + sep + rest)
-        if _CONNINFO.match(db):
+        if _CONNINFO.match(db) or _is_conninfo(db):
             raise NotADatabasePath(
                 "--db looks like a libpq connection string (keyword=value …), which it does "
                 "not take: write it as postgresql://USER@HOST:PORT/DATABASE; "
@@ -77,6 +79,31 @@ def parse(db: str | Path) -> Target:
     if path.is_dir():
         raise NotADatabasePath(f"{db} is a directory; name a file in it.")
     return SqliteFile(path)
+
+
+def _is_conninfo(db: str) -> bool:
+    """Whether libpq reads `db` as a keyword/value connection string (any of its keywords,
+    not only those _CONNINFO names: `gssencmode=… password=…` is one too)."""
+    if "=" not in db:
+        return False
+    from psycopg import ProgrammingError  # noqa: PLC0415 - only for a text holding '='
+    from psycopg.conninfo import conninfo_to_dict  # noqa: PLC0415
+
+    try:
+        conninfo_to_dict(db)
+    except ProgrammingError:
+        return False  # not libpq's: a file name with '=' in it
+    return True
+
+
+def _secret_parameters() -> set[str]:
+    """The parameters libpq marks as secret (password, sslpassword, oauth_client_secret in
+    libpq 18, ...: PQconndefaults' dispchar '*'), and the SCRAM keys, which authenticate as
+    the password does."""
+    from psycopg import pq  # noqa: PLC0415 - only for a PostgreSQL target
+
+    marked = {o.keyword.decode() for o in pq.Conninfo.get_defaults() if o.dispchar == b"*"}
+    return marked | set(_SECRET_PARAMETERS) | {"scram_client_key", "scram_server_key"}
 
 
 def _postgres_url(db: str) -> PostgresUrl:
@@ -103,7 +130,7 @@ def _postgres_url(db: str) -> PostgresUrl:
             "postgresql://USER@HOST:PORT/DATABASE (an IPv6 host in brackets, [::1]); "
             "nothing was opened."
         ) from None
-    if any(parameters.get(name) is not None for name in _SECRET_PARAMETERS):
+    if any(parameters.get(name) is not None for name in _secret_parameters()):
         # Secrets come from the environment only. Named without the URL itself.
         raise NotADatabasePath(
             f"the postgresql:// URL holds a password; {_FROM_THE_ENVIRONMENT}. Drop it from the "
