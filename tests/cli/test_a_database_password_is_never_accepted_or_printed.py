@@ -29,6 +29,13 @@ HOLDING_A_PASSWORD = [
         f"host=127.0.0.1 port=1 user=postgres password={SECRET} dbname=postgres",
         id="conninfo-string",
     ),
+    # Any of libpq's keywords may come first, not only the usual ones.
+    pytest.param(f"gssencmode=disable password={SECRET}", id="conninfo-gssencmode-first"),
+    pytest.param(
+        f"target_session_attrs=any host=127.0.0.1 password={SECRET}", id="conninfo-other-first"
+    ),
+    # A stray leading space (a YAML or .env file): still a URL, never an SQLite path.
+    pytest.param(f" postgresql://postgres:{SECRET}@127.0.0.1:1/postgres", id="leading-space"),
     # The scheme in capitals: not a lower-case prefix, so read as a file name.
     pytest.param(f"POSTGRESQL://postgres:{SECRET}@127.0.0.1:1/postgres", id="upper-case-scheme"),
 ]
@@ -80,3 +87,24 @@ def test_a_url_that_cannot_be_read_is_refused_without_quoting_its_password(
         result = runner.invoke(cli, ["status"], env={"NOTIFIER_DB": db})
     assert result.exit_code == 2, result.output
     assert SECRET not in result.output, result.output
+
+
+@pytest.mark.parametrize("parameter", ["oauth_client_secret", "scram_client_key"])
+def test_every_parameter_libpq_holds_secret_is_refused(parameter: str) -> None:
+    """Beside the password: what libpq marks secret (oauth_client_secret, libpq 18) and the
+    SCRAM keys, which log in as the password does. Refused before anything connects, where
+    libpq knows the parameter at all."""
+    from psycopg import ProgrammingError  # noqa: PLC0415 (only this test)
+    from psycopg.conninfo import conninfo_to_dict  # noqa: PLC0415
+
+    from notifier.store import NotADatabasePath, parse_target  # noqa: PLC0415
+
+    db = f"postgresql://postgres@127.0.0.1:1/postgres?{parameter}={SECRET}"
+    try:
+        conninfo_to_dict(db)
+    except ProgrammingError:
+        pytest.skip(f"this libpq does not know {parameter}")
+    with pytest.raises(NotADatabasePath) as refused:
+        parse_target(db)
+    assert SECRET not in str(refused.value)
+    assert "password" in str(refused.value)
