@@ -202,7 +202,8 @@ def env_name(key: str, example: str, value_prefix: str | None = None) -> Option:
 # Query parameters that carry a credential: a name holding one of these...
 _SECRET_WORD_PARTS = ("pass", "token", "secret", "key", "credential")
 # ...or one of its words (split at anything not a letter or digit) being one of these.
-_SECRET_WORDS = {"sig", "signature", "auth", "authorization", "jwt", "hmac"}
+_SECRET_WORDS = {"sig", "signature", "auth", "authorization", "jwt", "hmac", "code", "pwd",
+                 "session", "sid", "otp", "ticket", "bearer", "cookie"}  # fmt: skip
 
 
 def url_credential(value: str) -> str | None:
@@ -216,13 +217,16 @@ def url_credential(value: str) -> str | None:
         return "in its user part (user:password@)" if "@" in value else None
     if "@" in parts.netloc:
         return "in its user part (user:password@, sent as a login)"
-    return query_credential(parts.query)
+    # Parameters hide in the query, the fragment and path segments (`/hook;token=…`).
+    params = [parts.query, parts.fragment]
+    params += [segment.partition(";")[2] for segment in parts.path.split("/")]
+    return next((where for where in map(query_credential, params) if where), None)
 
 
 def query_credential(query: str) -> str | None:
     """Where a URL's query carries a credential: a parameter named like one (`token`,
-    `api_key`, `sig`, and Apprise's header parameters such as `+Authorization` or
-    `-X-Api-Key`), said without quoting its value. None when none is."""
+    `api_key`, `sig`, Azure Functions' `code`, and Apprise's header parameters such as
+    `+Authorization` or `-X-Api-Key`), said without quoting its value. None when none is."""
     for field in re.split(r"[&;]", query):
         name, equals, _ = field.partition("=")
         words = re.split(r"[^a-z0-9]+", unquote_plus(name).lower())

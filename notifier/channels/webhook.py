@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, unquote_plus, urlsplit
 
 import httpx2
 from standardwebhooks import Webhook
@@ -152,7 +152,7 @@ class WebhookChannel:
                 f"({self._said(exc) or 'no detail'})",
             ) from exc
         _raise_for_status(self._url_label, answer, self._secrets)
-        return _receipt(answer)
+        return _receipt(answer, self._secrets)
 
     def _said(self, exc: Exception) -> str:
         """What an exception says, without any secret of the channel."""
@@ -208,7 +208,7 @@ class WebhookChannel:
                 f"{url}: query answered HTTP {answer.status}",
                 http_status=answer.status,
             )
-        return _receipt(answer)
+        return _receipt(answer, self._secrets)
 
     def close(self) -> None:
         self._client.close()
@@ -321,8 +321,14 @@ def _url_secrets(url: str) -> list[str]:
         except ValueError:
             split, password = urlsplit(""), ""
         tail = split.path + (f"?{split.query}" if split.query else "")
-        parts += [piece, split.netloc.rpartition("@")[0], password, tail, split.query]
-        parts += re.split(r"[/?&;=]", tail)
+        userinfo = split.netloc.rpartition("@")[0]
+        parts += [piece, userinfo, password, tail, split.query]
+        pieces = re.split(r"[/?&;=]", tail)
+        # As a receiver shows them: decoded (a framework's parsed query), and the user part
+        # as the Basic credentials it was sent as.
+        parts += pieces + [unquote_plus(p) for p in pieces] + [unquote(userinfo)]
+        if userinfo:
+            parts.append(base64.b64encode(unquote(userinfo).encode()).decode())
     return [part for part in parts if len(part) >= _MIN_SECRET_PART]
 
 
@@ -348,8 +354,9 @@ def _raise_for_status(url: str, answer: _Answer, secrets: tuple[str, ...]) -> No
     )
 
 
-def _receipt(answer: _Answer) -> Receipt:
-    """The receipt in a 2xx answer: its `id` and stored `intent_digest` when they are strings."""
+def _receipt(answer: _Answer, secrets: tuple[str, ...]) -> Receipt:
+    """The receipt in a 2xx answer: its `id` (a secret of the channel it quotes masked, as in
+    an error) and stored `intent_digest`, when they are strings."""
     try:
         document = json.loads(answer.body)
     except ValueError:
@@ -359,7 +366,7 @@ def _receipt(answer: _Answer) -> Receipt:
     receipt_id = document.get("id")
     digest = document.get("intent_digest")
     return Receipt(
-        receipt_id if isinstance(receipt_id, str) else None,
+        redacted(receipt_id, secrets) if isinstance(receipt_id, str) else None,
         digest if isinstance(digest, str) else None,
         replayed=answer.headers.get("Idempotent-Replayed", "").lower() == "true",
     )

@@ -5,6 +5,7 @@ key it refused) must not carry a secret into a stored error, a report or a messa
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from urllib.parse import quote, quote_plus
 
@@ -24,7 +25,9 @@ def redacted(text: str, secrets: Iterable[str | None]) -> str:
 def spellings(secret: str) -> set[str]:
     """`secret` as written, and as an echo may spell it: inside a JSON string (with `/` escaped
     too, as PHP's json_encode and others do by default: a base64 key's `/` become `\\/`),
-    and percent-encoded in a URL or a form. Each is as readable as the secret itself."""
+    and percent-encoded in a URL or a form (`/` kept or not, upper- or lower-case hex, as
+    Python's quote and .NET's UrlEncode write it). Each is as readable as the secret."""
     in_json = json.dumps(secret, ensure_ascii=False)[1:-1]
-    return {secret, in_json, in_json.replace("/", "\\/"), quote(secret, safe=""),
-            quote_plus(secret)}  # fmt: skip
+    encoded = {quote(secret, safe=""), quote(secret), quote_plus(secret)}
+    lower_hex = {re.sub(r"%[0-9A-F]{2}", lambda m: m.group(0).lower(), e) for e in encoded}
+    return {secret, in_json, in_json.replace("/", "\\/"), *encoded, *lower_hex}
