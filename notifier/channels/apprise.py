@@ -321,15 +321,15 @@ def mask_url(url: str) -> str:
 
 
 def _embeds_secret(url: str) -> bool:
-    """A password in the userinfo (`user:secret@`), a `name:token` where a host and port go
-    (`tgram://BOT_ID:TOKEN/…`), or a query parameter named like a credential (`?token=`,
+    """A user part (`user:secret@`, or a token alone: `tk_…@`), a `name:token` where a host
+    and port go (`tgram://BOT_ID:TOKEN/…`), or a query parameter named like a credential (`?token=`,
     `apikey=`, `+Authorization=`; options.query_credential). A token in the path
     (`discord://ID/TOKEN`) cannot be told from a path: `urls_env` is for those."""
     match = _SCHEME.match(url)
     rest = url[match.end() :] if match else url
     netloc = re.split(r"[/?]", rest, maxsplit=1)[0]
     userinfo, _, hostport = netloc.rpartition("@")
-    if ":" in userinfo:
+    if userinfo:  # a password, or a token by itself (ntfy's tk_…@, Pushover's USERKEY@)
         return True
     _, colon, port = hostport.rpartition(":")
     if colon and not hostport.endswith("]") and not port.isdigit():

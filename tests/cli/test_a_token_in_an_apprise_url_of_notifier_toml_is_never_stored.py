@@ -1,10 +1,10 @@
 """An Apprise `urls` entry in notifier.toml that embeds a credential is refused when the file
 loads (exit 2, the entry not quoted), before any run is planned: a run's channel definitions
 are copied into its database, so the token would be stored. `urls_env` is for such URLs.
-Refused: a password in the user part, a `BOT:TOKEN` where a host and port go (Telegram), a
-query parameter named like a credential, Apprise's header parameters (`+Authorization`,
-`-X-Api-Key`). A token in the path (`discord://ID/TOKEN`) cannot be told from a path: the
-residual docs/guarantees.md names."""
+Refused: a user part (a password, or a token alone: ntfy's `tk_…@`), a `BOT:TOKEN` where a
+host and port go (Telegram), a query parameter named like a credential, Apprise's header
+parameters (`+Authorization`, `-X-Api-Key`, `+Cookie`). A token in the path
+(`discord://ID/TOKEN`) cannot be told from a path: the residual docs/guarantees.md names."""
 
 from __future__ import annotations
 
@@ -31,6 +31,9 @@ def stored_bytes(ws: Workspace) -> bytes:
         pytest.param(f"json://127.0.0.1:9/hooks?+X-Api-Key={TOKEN}", id="api-key-header"),
         pytest.param(f"mailto://ops:{TOKEN}@127.0.0.1:2525", id="user-part"),
         pytest.param(f"json://127.0.0.1:9/hooks?token={TOKEN}", id="query"),
+        pytest.param(f"ntfys://tk_{TOKEN}@ntfy.sh/alerts", id="token-as-user-part"),
+        pytest.param(f"pover://u{TOKEN}@a{TOKEN}", id="pushover-user-key-and-token"),
+        pytest.param(f"json://127.0.0.1:9/hooks?+Cookie=session%3D{TOKEN}", id="cookie-header"),
     ],
 )
 def test_a_credential_in_a_urls_entry_is_refused_and_never_stored(ws: Workspace, url: str) -> None:
