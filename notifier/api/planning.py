@@ -26,7 +26,7 @@ from notifier.domain.suppression import address_keys
 from notifier.engine import crash
 from notifier.engine.membership import live_holder
 from notifier.store import NoDatabase, PlanRefused, PlanStage, Prior, RunExists, Store
-from notifier.store.history import CHANGED, OPEN, UNSETTLED
+from notifier.store.history import CHANGED, OPEN, SAME_CONTENT, UNSETTLED
 
 
 @dataclass(frozen=True)
@@ -266,6 +266,16 @@ def refusal(batch: Path, prior: Prior, holder: dict[str, Any] | None = None) -> 
             f"{batch}: {prior.count(UNSETTLED)} row(s) may have been delivered by finished "
             f"{runs_named(prior, UNSETTLED)} (their outcome is unknown). Nothing was stored."
         ).advise(NextStep.SETTLE_THEN_SEND_AGAIN, prior.runs(UNSETTLED)[-1])
+    if prior.count(SAME_CONTENT) and not prior.count(CHANGED):
+        return BadInput(
+            f"{batch}: {prior.count(SAME_CONTENT)} row(s) have an id, and the channel, recipient "
+            f"and content of rows {runs_named(prior, SAME_CONTENT)} sent (or may have sent) "
+            "from a file without an `id` column; the file names its rows otherwise than "
+            "before, so notifier cannot tell whether they are the same notifications. Nothing "
+            "was stored. Send the file as it was then, without the `id` column (what was "
+            "delivered is left out); or, if every such row is meant to reach its recipient "
+            "again, send it with --resend-changed."
+        )
     n = prior.count(CHANGED)
     listed = ", ".join(f"{item_id} (row {seq})" for seq, item_id in prior.changed_rows)
     more = f" and {n - len(prior.changed_rows)} more" if n > len(prior.changed_rows) else ""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from notifier.api.planning import runs_named
 from notifier.store import Prior
-from notifier.store.history import ABANDONED, CHANGED, DELIVERED, RETRIED
+from notifier.store.history import ABANDONED, CHANGED, DELIVERED, RETRIED, SAME_CONTENT
 
 
 def prior_summary(prior: Prior) -> list[str]:
@@ -38,5 +38,11 @@ def prior_summary(prior: Prior) -> list[str]:
         lines.append(
             f"{prior.count(CHANGED)} row(s) changed since {runs_named(prior, CHANGED)} "
             "delivered them: sent again as new notifications (--resend-changed)."
+        )
+    if prior.count(SAME_CONTENT):
+        lines.append(
+            f"{prior.count(SAME_CONTENT)} row(s) with the content of rows "
+            f"{runs_named(prior, SAME_CONTENT)} sent from a file without ids: sent again as "
+            "new notifications (--resend-changed)."
         )
     return lines

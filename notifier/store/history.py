@@ -11,6 +11,10 @@ gets one verdict from every earlier item of the same identity, in this order:
 - `abandoned`: failed by an operator's `--mark abandon` with the same intent digest: maybe
   delivered, so not planned again either (with other content it counts as `changed`).
 - `changed`: sent, but with different content. Refused unless --resend-changed.
+- `same_content`: no earlier item of its own identity, but the row has an id and an id-less
+  earlier row had its channel, recipient and content and may have reached the recipient
+  (a file sent without an `id` column, then with one). Refused unless --resend-changed:
+  whether they are the same notifications is not the tool's to guess.
 - `retried`: there are earlier items, none delivered (failed, expired, never attempted in a
   cancelled run, marked not-sent, abandoned). Planned again, as a new notification.
 
@@ -23,7 +27,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from notifier.store.core import Core
-from notifier.store.prior import ABANDONED, CHANGED, DELIVERED, OPEN, RETRIED, UNSETTLED, Prior
+from notifier.store.prior import (
+    ABANDONED,
+    CHANGED,
+    DELIVERED,
+    OPEN,
+    RETRIED,
+    SAME_CONTENT,
+    UNSETTLED,
+    Prior,
+)
 from notifier.store.stage import PlanStage
 from notifier.store.statements import history as sql
 
@@ -33,6 +46,7 @@ __all__ = [
     "DELIVERED",
     "OPEN",
     "RETRIED",
+    "SAME_CONTENT",
     "UNSETTLED",
     "Prior",
     "RowHistory",
@@ -41,7 +55,7 @@ __all__ = [
 
 # The verdicts under which another run has, or may have, sent a row, or may still send it:
 # every one but `retried`.
-_HELD = (OPEN, UNSETTLED, DELIVERED, ABANDONED, CHANGED)
+_HELD = (OPEN, UNSETTLED, DELIVERED, ABANDONED, CHANGED, SAME_CONTENT)
 
 
 class RowHistory:

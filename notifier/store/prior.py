@@ -6,12 +6,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-OPEN, UNSETTLED, DELIVERED, ABANDONED, CHANGED, RETRIED = (
+OPEN, UNSETTLED, DELIVERED, ABANDONED, CHANGED, SAME_CONTENT, RETRIED = (
     "open",
     "unsettled",
     "delivered",
     "abandoned",
     "changed",
+    "same_content",
     "retried",
 )
 # Verdicts whose rows are left out of the new run (the rest are planned, or refuse the file).
@@ -50,5 +51,5 @@ class Prior:
         return bool(
             self.count(OPEN)
             or self.count(UNSETTLED)
-            or (self.count(CHANGED) and not resend_changed)
+            or ((self.count(CHANGED) or self.count(SAME_CONTENT)) and not resend_changed)
         )

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from notifier.store.prior import ABANDONED, CHANGED, DELIVERED, OPEN, RETRIED, UNSETTLED
+from notifier.store.prior import (
+    ABANDONED,
+    CHANGED,
+    DELIVERED,
+    OPEN,
+    RETRIED,
+    SAME_CONTENT,
+    UNSETTLED,
+)
 from notifier.store.statements import abandoned
 
 # Refused rows listed by name in a message; the rest are counted.
@@ -14,17 +22,15 @@ _ABANDONED = abandoned("p")
 
 
 def _keyed(stage: str) -> str:
-    """The staged rows of `stage`, each under the identities an earlier item of the same
-    notification may have (`key`): its own, and, for a row with an id, its intent digest,
-    which is the identity an earlier row of the same content had in a file without an `id`
-    column (intent.row_identity). So a file delivered without ids and sent again with an id
-    column added finds its deliveries, rather than every row looking new. Two rows that both
-    have ids are two notifications whatever their content, as within a file. An `id:`
-    identity never equals a digest, so the second key finds only id-less earlier items, through
-    the same index (items_identity) as the first."""
-    return f"""(SELECT seq, item_id, channel, intent_digest, identity AS key FROM {stage} AS own
+    """The staged rows of `stage`, each under its own identity (`key`) and, for a row with an
+    id, once more under its intent digest (`key` = `intent_digest`): the identity an earlier
+    row of the same content had in a file without an `id` column (intent.row_identity). An
+    `id:` identity never equals a digest, so the second key finds only id-less earlier items,
+    through the same index (items_identity) as the first."""
+    return f"""(SELECT seq, item_id, channel, intent_digest, identity, identity AS key
+    FROM {stage} AS own
     UNION ALL
-    SELECT seq, item_id, channel, intent_digest, intent_digest FROM {stage} AS own
+    SELECT seq, item_id, channel, intent_digest, identity, intent_digest FROM {stage} AS own
     WHERE identity <> intent_digest)"""
 
 
@@ -32,19 +38,32 @@ def _per_row(stage: str, *, other_runs: bool = False) -> str:
     """Per staged row (s), the newest earlier run (by runs.rowid) in which each verdict's
     condition holds, NULL where it holds in none. Each column is non-NULL exactly when its
     verdict applies, so the first non-NULL one, in history.py's order, is the row's verdict.
-    With `other_runs`, the rows are run %(run_id)s's own, and only other runs count."""
+    With `other_runs`, the rows are run %(run_id)s's own, and only other runs count.
+
+    Every verdict but `same_content` is by the row's own identity (`mine`). `same_content`:
+    a row with an id whose channel, recipient and content an id-less earlier row had, and
+    which that row may have reached (anything but failed unabandoned, expired or suppressed):
+    the file's rows are identified otherwise than before, so whether they are the same
+    notifications is not the tool's to guess (a re-export with an id column added, sent
+    again: every row would go out twice; two rows with ids and one content: which one was
+    sent?)."""
     own = " AND p.run_id <> %(run_id)s" if other_runs else ""
+    mine = "s.key = s.identity"
     return f"""
 SELECT s.seq AS seq, s.item_id AS item_id,
-    MAX(CASE WHEN p.state IN ('pending', 'in_flight', 'unknown')
+    MAX(CASE WHEN {mine} AND p.state IN ('pending', 'in_flight', 'unknown')
         AND r.state NOT IN ('completed', 'cancelled') THEN r.rowid END) AS open_in,
-    MAX(CASE WHEN p.state IN ('in_flight', 'unknown') THEN r.rowid END) AS unsettled_in,
-    MAX(CASE WHEN p.state = 'sent' AND p.intent_digest = s.intent_digest
+    MAX(CASE WHEN {mine} AND p.state IN ('in_flight', 'unknown') THEN r.rowid END)
+        AS unsettled_in,
+    MAX(CASE WHEN {mine} AND p.state = 'sent' AND p.intent_digest = s.intent_digest
         THEN r.rowid END) AS delivered_in,
-    MAX(CASE WHEN {_ABANDONED} AND p.intent_digest = s.intent_digest
+    MAX(CASE WHEN {mine} AND {_ABANDONED} AND p.intent_digest = s.intent_digest
         THEN r.rowid END) AS abandoned_in,
-    MAX(CASE WHEN p.state = 'sent' OR {_ABANDONED} THEN r.rowid END) AS changed_in,
-    MAX(r.rowid) AS earlier
+    MAX(CASE WHEN {mine} AND (p.state = 'sent' OR {_ABANDONED}) THEN r.rowid END)
+        AS changed_in,
+    MAX(CASE WHEN NOT {mine} AND (p.state NOT IN ('failed', 'expired', 'suppressed')
+        OR {_ABANDONED}) THEN r.rowid END) AS same_content_in,
+    MAX(CASE WHEN {mine} THEN r.rowid END) AS earlier
 FROM {_keyed(stage)} AS s {{ordered_join}} items p
     ON p.channel = s.channel AND p.identity = s.key{own}
 JOIN runs r ON r.run_id = p.run_id
@@ -56,7 +75,8 @@ _VERDICT = f"""CASE WHEN open_in IS NOT NULL THEN '{OPEN}'
     WHEN unsettled_in IS NOT NULL THEN '{UNSETTLED}'
     WHEN delivered_in IS NOT NULL THEN '{DELIVERED}'
     WHEN abandoned_in IS NOT NULL THEN '{ABANDONED}'
-    WHEN changed_in IS NOT NULL THEN '{CHANGED}' ELSE '{RETRIED}' END"""
+    WHEN changed_in IS NOT NULL THEN '{CHANGED}'
+    WHEN same_content_in IS NOT NULL THEN '{SAME_CONTENT}' ELSE '{RETRIED}' END"""
 
 
 def verdicts_by_run(stage: str) -> str:
@@ -64,8 +84,8 @@ def verdicts_by_run(stage: str) -> str:
     return f"""
 SELECT v.verdict, r.run_id, COUNT(*) FROM (
     SELECT {_VERDICT} AS verdict,
-        COALESCE(open_in, unsettled_in, delivered_in, abandoned_in, changed_in, earlier)
-            AS run_rowid
+        COALESCE(open_in, unsettled_in, delivered_in, abandoned_in, changed_in,
+            same_content_in, earlier) AS run_rowid
     FROM ({_per_row(stage)}) AS m
 ) AS v JOIN runs r ON r.rowid = v.run_rowid
 GROUP BY v.verdict, r.run_id
@@ -80,7 +100,7 @@ def held_by_run(stage: str, verdicts: tuple[str, ...], *, other_runs: bool = Fal
     return f"""
 SELECT m.seq, m.item_id, r.run_id FROM ({_per_row(stage, other_runs=other_runs)}) AS m
 JOIN runs r ON r.rowid = COALESCE(m.open_in, m.unsettled_in, m.delivered_in, m.abandoned_in,
-    m.changed_in, m.earlier)
+    m.changed_in, m.same_content_in, m.earlier)
 WHERE {_VERDICT} IN ({listed})
 ORDER BY m.seq
 """
@@ -111,8 +131,8 @@ REJECTED_RUNS = (
 
 
 def held_by(stage: str) -> str:
-    """How many staged rows of `stage` the run `run_id` held (the same notification, as
-    _keyed matches them)."""
+    """How many staged rows of `stage` the run `run_id` held: the same identity, or, for a
+    row with an id, the content of an id-less row it held (a rejection holds by content too)."""
     return f"""
 SELECT COUNT(*) FROM {stage} s WHERE EXISTS (SELECT 1 FROM items p
     WHERE p.channel = s.channel AND p.identity IN (s.identity, s.intent_digest)
@@ -125,7 +145,6 @@ def drop_delivered(stage: str) -> str:
     stage, so what is copied into the run is exactly what is left to send."""
     return f"""
 DELETE FROM {stage} WHERE EXISTS (SELECT 1 FROM items p
-    WHERE p.channel = {stage}.channel
-    AND p.identity IN ({stage}.identity, {stage}.intent_digest)
+    WHERE p.channel = {stage}.channel AND p.identity = {stage}.identity
     AND (p.state = 'sent' OR {_ABANDONED}) AND p.intent_digest = {stage}.intent_digest)
 """
