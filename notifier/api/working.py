@@ -153,7 +153,9 @@ def draft_run(env: Env, store: Store, run: Run) -> Run:
         progress = draft(store, run, compose_key(), env.say, lease)
     done = f"{progress.drafted} drafted, {progress.failed} failed, {progress.pending} to draft"
     if progress.stopped is not None:
-        raise NeedsAttention(f"run {run.run_id}: {progress.stopped} ({done}.)")
+        stopped = NeedsAttention(f"run {run.run_id}: {progress.stopped} ({done}).")
+        step = progress.stopped.then  # the stop's next step, about this run
+        raise stopped if step is None else stopped.advise(step, run.run_id)
     if progress.pending:
         why = progress.deferred.value if progress.deferred else "gave no draft"
         raise NeedsAttention(

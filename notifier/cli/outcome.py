@@ -281,4 +281,18 @@ _ADVICE: dict[NextStep, Callable[[str, str], str]] = {
     NextStep.REDRAFT_AGAIN: lambda said, rid: (
         f"{said} Run `notifier redraft {rid} --item ID` again once the cause above is fixed."
     ),
+    NextStep.FIX_KEY_THEN_RESUME: lambda said, rid: (
+        f"{said} Fix the key, then run `notifier resume {rid}` to draft the rest."
+    ),
+    NextStep.RESUME_WITH_MODEL: lambda said, rid: (
+        f"{said} `notifier resume {rid} --model NAME` drafts the rows left with another model."
+    ),
+    NextStep.RESUME_DRAFTING: lambda said, rid: f"{said} Run `notifier resume {rid}` to go on.",
+    NextStep.RESUME_ASKS_FIRST: lambda said, rid: (
+        f"{said} Run `notifier resume {rid}` to go on: it asks which batch is the chunk's "
+        "before creating one."
+    ),
+    NextStep.RESUME_READS_AGAIN: lambda said, rid: (
+        f"{said} Run `notifier resume {rid}` to read them again."
+    ),
 }

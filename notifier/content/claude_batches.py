@@ -51,7 +51,7 @@ from notifier.content.compose import (
     Settings,
     row_from_source,
 )
-from notifier.domain.errors import NeedsAttention
+from notifier.domain.errors import NeedsAttention, NextStep
 from notifier.domain.intent import canonical_json
 from notifier.domain.records import Run
 from notifier.engine import crash
@@ -127,7 +127,7 @@ class BatchDrafting:
                     self._wait_ended(chunk.batch_id)
                     self._stream(chunk.chunk, chunk.batch_id)
         except ComposeStopped as exc:
-            return self._progress(str(exc))
+            return self._progress(exc)
         except _Interrupted:
             left = len(self.store.chunks.chunks(run_id, ["submitted"]))
             self.store.drafts.note_drafting(
@@ -138,7 +138,9 @@ class BatchDrafting:
             return self._progress(None, interrupted=True)
         return self._progress(None)
 
-    def _progress(self, stopped: str | None, *, interrupted: bool = False) -> DraftProgress:
+    def _progress(
+        self, stopped: ComposeStopped | None, *, interrupted: bool = False
+    ) -> DraftProgress:
         summary = self.store.drafts.draft_summary(self.run.run_id)
         return DraftProgress(
             summary["drafted"],
@@ -216,9 +218,8 @@ class BatchDrafting:
             self._check_interrupted()
         raise ComposeStopped(
             f"chunk {number}: {CREATE_ATTEMPTS} attempts to create its batch went unanswered "
-            "(the API may have made them); the chunk stays recorded as creating. Run `notifier "
-            "resume` to go on: it asks which batch is the chunk's before creating one."
-        )
+            "(the API may have made them); the chunk stays recorded as creating"
+        ).advise(NextStep.RESUME_ASKS_FIRST)
 
     def _create(self, number: int, requests: list[Request], note: str | None) -> None:
         self.store.chunks.chunk_create_started(self.run.run_id, number, self.lease.version)
@@ -226,8 +227,8 @@ class BatchDrafting:
             raise ComposeStopped(
                 f"chunk {number}: this process can no longer be sure it holds the run's lease "
                 "(another may have taken the run over), so its batch was not created; the "
-                "chunk stays recorded as creating. Run `notifier resume` to go on."
-            )
+                "chunk stays recorded as creating"
+            ).advise(NextStep.RESUME_DRAFTING)
         batch = self._create_once(requests)
         self._at("after-batch-create", number)
         self.store.chunks.chunk_submitted(
@@ -247,8 +248,8 @@ class BatchDrafting:
             raise NeedsAttention(
                 f"run {self.run.run_id}: chunk {number}'s requests no longer hash to the digest "
                 "recorded before its batch was created, so whether a batch is ours cannot be "
-                f"told; nothing was created. `notifier status {self.run.run_id}` shows it."
-            )
+                "told; nothing was created."
+            ).advise(NextStep.STATUS, self.run.run_id)
         since = datetime.fromisoformat(chunk.not_before)
         note = "created again by --recreate" if chunk.recreate else None
         self._create_or_adopt(number, requests, since, ask_first=not chunk.recreate, note=note)
@@ -299,8 +300,8 @@ class BatchDrafting:
         except anthropic.APIError as exc:
             raise ComposeStopped(
                 f"the results of batch {batch_id} (chunk {number}) broke off ({exc}); the "
-                "results read are stored. Run `notifier resume` to read them again."
-            ) from exc
+                "results read are stored"
+            ).advise(NextStep.RESUME_READS_AGAIN) from exc
         note = ", ".join(f"{n} {k}" for k, n in tally.items())
         self.store.chunks.end_chunk(run_id, number, "done", note, self.lease.version)
         self.say(f"chunk {number}: results stored ({note})")
@@ -406,18 +407,16 @@ def _stopped(exc: anthropic.APIError) -> ComposeStopped:
     if isinstance(exc, (anthropic.AuthenticationError, anthropic.PermissionDeniedError)):
         return ComposeStopped(
             f"the Message Batches API refused the key in {KEY_ENV} ({exc.status_code}: "
-            f"{_api_message(exc)}); drafting stopped. Fix the key, then run `notifier "
-            "resume` to draft the rest."
-        )
+            f"{_api_message(exc)}); drafting stopped"
+        ).advise(NextStep.FIX_KEY_THEN_RESUME)
     if isinstance(exc, anthropic.APIStatusError):
         return ComposeStopped(
             f"the Message Batches API answered {exc.status_code} ({_api_message(exc)}); "
-            "drafting stopped with every chunk recorded. Run `notifier resume` to go on."
-        )
+            "drafting stopped with every chunk recorded"
+        ).advise(NextStep.RESUME_DRAFTING)
     return ComposeStopped(
-        f"cannot reach the Message Batches API ({exc}); drafting stopped with every "
-        "chunk recorded. Run `notifier resume` to go on."
-    )
+        f"cannot reach the Message Batches API ({exc}); drafting stopped with every chunk recorded"
+    ).advise(NextStep.RESUME_DRAFTING)
 
 
 def _digest(requests: list[Request]) -> str:

@@ -37,6 +37,7 @@ from notifier.content.compose import (
     prompt_row,
 )
 from notifier.domain import waits
+from notifier.domain.errors import NextStep
 from notifier.domain.redact import redacted
 
 MAX_ATTEMPTS = 5
@@ -95,15 +96,13 @@ class Drafter:
         except (anthropic.AuthenticationError, anthropic.PermissionDeniedError) as exc:
             raise ComposeStopped(
                 f"the Messages API refused the key in {KEY_ENV} ({exc.status_code}: "
-                f"{_api_message(exc)}); drafting stopped for every row. Fix the key, then "
-                "run `notifier resume` to draft the rest."
-            ) from exc
+                f"{_api_message(exc)}); drafting stopped for every row"
+            ).advise(NextStep.FIX_KEY_THEN_RESUME) from exc
         except anthropic.NotFoundError as exc:
             raise ComposeStopped(
                 f"the Messages API does not know model {self.settings.model!r} "
-                f"({_api_message(exc)}); drafting stopped. `notifier resume --model NAME` "
-                "drafts the rows left with another model."
-            ) from exc
+                f"({_api_message(exc)}); drafting stopped"
+            ).advise(NextStep.RESUME_WITH_MODEL) from exc
         except anthropic.APIStatusError as exc:
             if _transient(exc):
                 why = (

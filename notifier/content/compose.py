@@ -60,7 +60,8 @@ class ComposeUsage(BadInput):
 
 class ComposeStopped(NeedsAttention):
     """Drafting stopped for every row (401/403, unknown model): exit 3; drafts already
-    stored are kept and `resume` continues once the cause is fixed."""
+    stored are kept and `resume` continues once the cause is fixed. Its text is the fact
+    (which a run's message embeds), its `then` what the operator can do about it."""
 
 
 class DraftRejected(NotifierError):
@@ -219,7 +220,7 @@ class DraftProgress:
     drafted: int
     failed: int
     pending: int
-    stopped: str | None = None  # why drafting stopped for every row
+    stopped: ComposeStopped | None = None  # why drafting stopped for every row, and then what
     interrupted: RunControl | None = None  # set: Ctrl-C or SIGTERM stopped drafting
     kept: int = 0  # answers that arrived after the interruption, stored all the same
     deferred: Deferral | None = None  # why the last row left undrafted got no draft
@@ -283,7 +284,7 @@ class _Storing:
     ) -> None:
         self.store, self.run_id, self.drafter = store, run_id, drafter
         self.futures, self.say, self.advance = futures, say, advance
-        self.stopped: str | None = None
+        self.stopped: ComposeStopped | None = None
         self.noticed = False  # the interruption was seen: nothing new was asked after it
         self.kept = 0
         self.deferred: Deferral | None = None
@@ -322,7 +323,7 @@ class _Storing:
             draft = future.result()
         except ComposeStopped as exc:
             if self.stopped is None:
-                self.stopped = str(exc)
+                self.stopped = exc
                 self.stop_new()
             return
         except DraftRejected as exc:

@@ -234,7 +234,10 @@ def redraft(
         try:
             asked = ask(drafter, rows, compose.CONCURRENCY, interrupted, say)
         except compose.ComposeStopped as exc:
-            raise NeedsAttention(f"run {run.run_id}: {exc} Nothing was redrafted.") from exc
+            # Not the stop's own next step: that one goes on drafting a run, not redrafting.
+            raise NeedsAttention(f"run {run.run_id}: {exc}. Nothing was redrafted.").advise(
+                NextStep.REDRAFT_AGAIN, run.run_id
+            ) from exc
     finally:
         drafter.close()
     redrafted, kept = intents(run, asked.answers, config)

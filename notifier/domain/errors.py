@@ -55,6 +55,12 @@ class NextStep(StrEnum):
     NAME_ROWS = "name_rows"  # no row named: the preview lists the rows' ids
     LIST_ROW_IDS = "list_row_ids"  # ids the run does not have: the preview lists its ids
     REDRAFT_AGAIN = "redraft_again"  # no row got a new draft: once fixed, redraft again
+    # Drafting with Claude stopped for every row (compose.ComposeStopped), the drafts kept:
+    FIX_KEY_THEN_RESUME = "fix_key_then_resume"  # the API refused the key: fix it, resume
+    RESUME_WITH_MODEL = "resume_with_model"  # the API does not know the model: resume with another
+    RESUME_DRAFTING = "resume_drafting"  # every batch chunk recorded: resume goes on
+    RESUME_ASKS_FIRST = "resume_asks_first"  # a chunk's create in doubt: resume asks, then creates
+    RESUME_READS_AGAIN = "resume_reads_again"  # a batch's results broke off: resume reads them
 
 
 class NotifierError(Exception):

@@ -161,7 +161,7 @@ def test_rows_cancelled_after_a_stop_are_skipped_not_an_internal_error() -> None
 
     storing = compose._Storing(None, "run-1", Idle(), futures, print, lambda n: None)  # type: ignore[arg-type]
     storing.run(None)
-    assert storing.stopped is not None and "401" in storing.stopped
+    assert storing.stopped is not None and "401" in str(storing.stopped)
     assert waiting.cancelled()
 
 
