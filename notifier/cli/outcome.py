@@ -295,4 +295,14 @@ _ADVICE: dict[NextStep, Callable[[str, str], str]] = {
     NextStep.RESUME_READS_AGAIN: lambda said, rid: (
         f"{said} Run `notifier resume {rid}` to read them again."
     ),
+    NextStep.RESUME_DRAFTS_REST: lambda said, rid: (
+        f"{said} `notifier resume {rid}` drafts the rest without asking again for any draft kept."
+    ),
+    NextStep.RESUME_READS_BATCHES: lambda said, rid: (
+        f"{said} `notifier resume {rid}` reads their results without creating them again; "
+        f"`notifier cancel {rid}` cancels them instead."
+    ),
+    NextStep.REDRAFT_INSTEAD: lambda said, rid: (
+        f"{said} `notifier redraft {rid} --item ID` redrafts rows of a run awaiting approval."
+    ),
 }

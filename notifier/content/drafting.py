@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from notifier.content import compose
 from notifier.content.batch_csv import BatchRow
-from notifier.domain.errors import BadInput, ExitCode, Interrupted
+from notifier.domain.errors import BadInput, ExitCode, Interrupted, NextStep
 from notifier.engine.run_control import RunControl
 from notifier.engine.signals import interrupt_guard
 from notifier.observe.progress import progress_bar
@@ -80,9 +80,8 @@ def resume_overrides(
         given = "--model" if model is not None else "--recreate"
         raise BadInput(
             f"run {run.run_id} is not drafting (its drafts are frozen into intents), so "
-            f"{given} changes nothing; nothing was changed. `notifier redraft {run.run_id} "
-            "--item ID` redrafts rows of a run awaiting approval."
-        )
+            f"{given} changes nothing; nothing was changed."
+        ).advise(NextStep.REDRAFT_INSTEAD, run.run_id)
     if model is not None:
         settings = compose.Settings.from_options(run.options)
         drafting_with = replace(settings, model=model)
@@ -164,7 +163,7 @@ def interruption(
     store: Store, run: Run, progress: compose.DraftProgress, *, batches: bool
 ) -> DraftingInterrupted:
     """The error a drafting interrupted by `progress.interrupted` leaves with: how many
-    drafts were kept, what was left with the API, and the command that goes on."""
+    drafts were kept, what was left with the API, and (its NextStep) what goes on."""
     signal_seen = progress.interrupted
     assert signal_seen is not None
     name, run_id = signal_seen.signal_name, run.run_id
@@ -179,19 +178,18 @@ def interruption(
             f"run {run_id}: interrupted while drafting ({name}): polling stopped; the "
             f"{len(batch_ids)} batch(es) already submitted ({', '.join(batch_ids) or 'none'}) "
             "are recorded and left with the API, which keeps their results for 29 days, so "
-            f"nothing paid for is lost ({done}; nothing was sent). `notifier resume {run_id}` "
-            "reads their results without creating them again; `notifier cancel "
-            f"{run_id}` cancels them instead."
+            f"nothing paid for is lost ({done}; nothing was sent)."
         )
+        then = NextStep.RESUME_READS_BATCHES
     else:
         text = (
             f"run {run_id}: interrupted while drafting ({name}): no new request was made, and "
             f"the {progress.kept} draft(s) answered after the interruption were waited for "
-            f"and kept ({done}; nothing was sent). `notifier resume {run_id}` drafts the "
-            "rest without asking again for any draft kept."
+            f"and kept ({done}; nothing was sent)."
         )
+        then = NextStep.RESUME_DRAFTS_REST
     kind = DraftingTerminated if signal_seen.first_signal == signal.SIGTERM else DraftingInterrupted
-    return kind(text)
+    return kind(text).advise(then, run_id)
 
 
 def cancel_batches(store: Store, run_id: str, say: Callable[[str], None]) -> int:
