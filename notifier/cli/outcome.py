@@ -201,8 +201,24 @@ def error_message(exc: NotifierError) -> str:
             f"{exc} Run `notifier send BATCH.csv` first, or point --db (or NOTIFIER_DB) at an "
             "existing receipts database."
         )
+    if exc.then is NextStep.REVIEW_REDRAFTED:
+        return f"{exc}: review it with `notifier preview{run}`.{_not_asked(exc)}"
+    if exc.then is NextStep.REDRAFT_NOT_ASKED:
+        return f"{exc}{_not_asked(exc)}"
     advice = _ADVICE.get(exc.then) if exc.then is not None else None
     return str(exc) if advice is None else advice(str(exc), exc.then_run or "RUN")
+
+
+def _not_asked(exc: NotifierError) -> str:
+    """The rows a redraft cut short never asked for (its `then_items`), and the redraft that
+    asks for those and only those."""
+    if not exc.then_items:
+        return ""
+    items = " ".join(f"--item {shlex.quote(item)}" for item in exc.then_items)
+    return (
+        f" {len(exc.then_items)} row(s) were never asked and keep their draft: `notifier "
+        f"redraft {exc.then_run or 'RUN'} {items}` redrafts them."
+    )
 
 
 # How each next step below is said after the failure's own text (`said`) about run `rid`.

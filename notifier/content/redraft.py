@@ -268,7 +268,8 @@ def redraft(
 
 
 class RedraftInterrupted(Interrupted):
-    """Ctrl-C while redrafting (130): the drafts answered are kept, the rest named."""
+    """Ctrl-C while redrafting (130): the drafts answered are kept; the rows never asked
+    are the ids its next step concerns (`then_items`)."""
 
 
 class RedraftTerminated(RedraftInterrupted):
@@ -280,27 +281,23 @@ class RedraftTerminated(RedraftInterrupted):
 def _interruption(
     result: Result, not_asked: Sequence[str], interrupted: RunControl
 ) -> RedraftInterrupted:
-    """What a redraft cut short kept (the answers already paid for, stored as one redraft)
-    and the command that redrafts the rows never asked, and only those."""
+    """What a redraft cut short kept (the answers already paid for, stored as one redraft);
+    its next step names the rows never asked (`then_items`), and only those."""
     rid = result.run.run_id
     if result.redrafted:
         done = (
             f"{len(result.redrafted)} row(s) redrafted and stored ("
             + ", ".join(r.item_id for r in result.redrafted)
             + f"), {len(result.kept)} kept their draft after a failed answer; the run's "
-            "fingerprint changed, so any approval of the old one is void: review it with "
-            f"`notifier preview {rid}`."
+            "fingerprint changed, so any approval of the old one is void"
         )
     else:
         done = "No new draft was received: nothing was changed and the fingerprint stands."
-    rest = (
-        f" {len(not_asked)} row(s) were never asked and keep their draft: `notifier redraft "
-        f"{rid} " + " ".join(f"--item {i}" for i in not_asked) + "` redrafts them."
-        if not_asked
-        else ""
-    )
     kind = RedraftTerminated if interrupted.first_signal == signal.SIGTERM else RedraftInterrupted
-    return kind(
+    stopped = kind(
         f"run {rid}: redraft interrupted ({interrupted.signal_name}): no new request was made "
-        f"after it, and the answers already requested were waited for. {done}{rest}"
+        f"after it, and the answers already requested were waited for. {done}"
     )
+    if result.redrafted:
+        return stopped.advise(NextStep.REVIEW_REDRAFTED, rid, not_asked)
+    return stopped.advise(NextStep.REDRAFT_NOT_ASKED, rid, not_asked) if not_asked else stopped

@@ -6,6 +6,7 @@ decides exit codes for errors.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import IntEnum, StrEnum
 from typing import ClassVar, Self
 
@@ -64,6 +65,8 @@ class NextStep(StrEnum):
     RESUME_DRAFTS_REST = "resume_drafts_rest"  # drafting interrupted: resume drafts what is left
     RESUME_READS_BATCHES = "resume_reads_batches"  # interrupted, batches left: resume or cancel
     REDRAFT_INSTEAD = "redraft_instead"  # not drafting any more: only redraft changes drafts
+    REVIEW_REDRAFTED = "review_redrafted"  # redraft cut short: review it; redraft the rows left
+    REDRAFT_NOT_ASKED = "redraft_not_asked"  # redraft cut short, nothing new: the rows left
 
 
 class NotifierError(Exception):
@@ -73,10 +76,11 @@ class NotifierError(Exception):
     exit_code: ClassVar[ExitCode] = ExitCode.INTERNAL
     then: NextStep | None = None
     then_run: str | None = None  # the run `then` concerns, where it names one
+    then_items: tuple[str, ...] = ()  # the ids of the run's rows `then` concerns, if any
 
-    def advise(self, then: NextStep, run_id: str | None = None) -> Self:
-        """This failure, with what to do next (about run `run_id`)."""
-        self.then, self.then_run = then, run_id
+    def advise(self, then: NextStep, run_id: str | None = None, items: Sequence[str] = ()) -> Self:
+        """This failure, with what to do next (about run `run_id`, its rows `items`)."""
+        self.then, self.then_run, self.then_items = then, run_id, tuple(items)
         return self
 
 

@@ -406,7 +406,6 @@ ADVICE_FREE = ("domain", "engine", "store", "channels", "observe", "sandbox")
 ADVICE_LEFT = {
     "notifier.content.claude_batch_api": 1,
     "notifier.content.drafting": 1,
-    "notifier.content.redraft": 2,
 }
 
 
