@@ -47,6 +47,7 @@ from notifier.store.prior import Prior
 
 if TYPE_CHECKING:
     from notifier.content import redraft as redrafting
+    from notifier.content.drafting import BatchesLeftOpen
     from notifier.store import audit_file
 
 
@@ -317,10 +318,10 @@ class Notifier:
         with self._store() as store:
             return drafting.resume_overrides(store, run, model, recreate, self.env.say)
 
-    def cancel_open_batches(self, run_id: str) -> int:
+    def cancel_open_batches(self, run_id: str) -> BatchesLeftOpen:
         """After the cancel of a run that drafted through Message Batches: cancel (and
         record) any batch still open, as one left by a drafting process that was
-        interrupted or killed. Returns how many stay open (the API could not be asked)."""
+        interrupted or killed. Returns those that stay open (the API could not be asked)."""
         from notifier.content import drafting  # noqa: PLC0415 (the Claude SDK loads with it)
 
         with self._store() as store:

@@ -18,8 +18,11 @@ from notifier.domain.state_machine import ItemState, RunState
 from notifier.ops import approval, report
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from rich.console import Console
 
+    from notifier.content.drafting import BatchesLeftOpen
     from notifier.domain.records import Counts
 
 
@@ -251,7 +254,9 @@ def cancel(
     result = api.cancel(run_id, wait_s=wait_s)
     chunks_open = 0  # batch chunks the API could not be asked about: cancel again
     if result.run.options.get("compose") and result.run.state is RunState.CANCELLED:
-        chunks_open = api.cancel_open_batches(result.run.run_id)  # left by drafting
+        left = api.cancel_open_batches(result.run.run_id)  # left by drafting
+        _say_batches_left_open(env.say, result.run.run_id, left)
+        chunks_open = left.count
     advice = ""
     if not result.confirmed:
         rid = result.run.run_id
@@ -274,6 +279,21 @@ def cancel(
     if not result.confirmed or chunks_open:
         ctx.exit(ExitCode.ATTENTION)
     ctx.exit(settled_exit(result.run.state, result.counts))
+
+
+def _say_batches_left_open(say: Callable[[str], None], rid: str, left: BatchesLeftOpen) -> None:
+    """The batch chunks a cancel left open, each with the cancel that finishes it."""
+    from notifier.content.compose import KEY_ENV  # noqa: PLC0415 (start-up time)
+
+    for chunk in left.unasked:
+        say(f"{chunk}; run `notifier cancel {rid}` again once the API can be reached.")
+    if left.not_looked_up:
+        say(
+            f"run {rid}: {left.not_looked_up} batch chunk(s) may still be running with the "
+            f"Message Batches API, but {KEY_ENV} is not set, so they could not be looked up "
+            "or cancelled; they stay open and nothing is claimed about them. Export "
+            f"{KEY_ENV} and run `notifier cancel {rid}` again."
+        )
 
 
 @cli.command()

@@ -321,4 +321,7 @@ _ADVICE: dict[NextStep, Callable[[str, str], str]] = {
     NextStep.REDRAFT_INSTEAD: lambda said, rid: (
         f"{said} `notifier redraft {rid} --item ID` redrafts rows of a run awaiting approval."
     ),
+    NextStep.CANCEL_AGAIN: lambda said, rid: (
+        f"{said} Run `notifier cancel {rid}` again once the API can be reached."
+    ),
 }

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 
 import anthropic
@@ -50,15 +51,39 @@ def listed_since(client: anthropic.Anthropic, since: datetime, count: int) -> li
     return found
 
 
+@dataclass(frozen=True)
+class ChunkLeftOpen:
+    """A chunk `cancel` left open: the Message Batches API could not be asked (`cause`)
+    about its batch (`batch_id`, None while its creation is in doubt), so nothing is
+    claimed about it and a later `cancel` finishes it. Said as the fact, advice aside."""
+
+    run_id: str
+    chunk: int
+    batch_id: str | None
+    cause: str
+
+    def __str__(self) -> str:
+        what = (
+            f"its batch {self.batch_id} may still be running"
+            if self.batch_id is not None
+            else "its batch may have been created without its answer being recorded"
+        )
+        return (
+            f"run {self.run_id}: chunk {self.chunk} was not cancelled: {what}, and the Message "
+            f"Batches API could not be asked ({self.cause}). The chunk stays open, so nothing "
+            "is claimed about it"
+        )
+
+
 def cancel_batches(
     store: Store, run_id: str, client: anthropic.Anthropic, say: Callable[[str], None]
-) -> int:
+) -> list[ChunkLeftOpen]:
     """Cancel the run's open chunks and record it (results already in stay stored). A chunk
     still `creating` may have a batch nobody recorded: the batches that may be its own are
     looked up as resume would and cancelled first. A chunk whose batch the API could not be
-    asked about stays open, so `cancel` run again finishes it. Returns how many stay open."""
+    asked about stays open, so `cancel` run again finishes it. Returns those left open."""
     mine = custom_prefix(store.core.get_run(run_id))
-    left = 0
+    left = []
     for chunk in store.chunks.chunks(run_id, ["creating", "submitted"]):
         try:
             if chunk.batch_id is not None:
@@ -68,26 +93,11 @@ def cancel_batches(
                 found = _cancel_maybe_ours(client, chunk, f"{mine}_{chunk.chunk}_", say)
                 ended = f"batch(es) {', '.join(found)} cancelled" if found else "no batch was made"
         except anthropic.APIError as exc:
-            left += 1
-            say(_not_asked(run_id, chunk.chunk, chunk.batch_id, without_key(str(exc))))
+            left.append(ChunkLeftOpen(run_id, chunk.chunk, chunk.batch_id, without_key(str(exc))))
             continue
         store.chunks.end_chunk(run_id, chunk.chunk, "canceled", f"cancelled at {clock.now_iso()}")
         say(f"chunk {chunk.chunk}: {ended}")
     return left
-
-
-def _not_asked(run_id: str, number: int, batch_id: str | None, cause: str) -> str:
-    """Why a chunk stays open after `cancel`: the API could not be asked (`cause`)."""
-    what = (
-        f"its batch {batch_id} may still be running"
-        if batch_id is not None
-        else "its batch may have been created without its answer being recorded"
-    )
-    return (
-        f"run {run_id}: chunk {number} was not cancelled: {what}, and the Message Batches API "
-        f"could not be asked ({cause}). The chunk stays open, so nothing is claimed about it; "
-        f"run `notifier cancel {run_id}` again once the API can be reached."
-    )
 
 
 def _cancel_batch(

@@ -275,16 +275,27 @@ class BatchDrafting:
                 return batch
             self._check_interrupted()
             if self.store.core.get_run(self.run.run_id).cancel_requested_at:
-                self._cancel_open()
-                raise DraftingCancelled(
-                    f"run {self.run.run_id}: cancel requested while drafting; the submitted "
-                    "batches were cancelled."
-                )
+                raise self._cancel_open()
             self.interrupted.wait(wait)
             wait = min(POLL_MAX_S, wait * 1.5)
 
-    def _cancel_open(self) -> None:
-        cancel_batches(self.store, self.run.run_id, self.client, self.say)
+    def _cancel_open(self) -> DraftingCancelled:
+        """After a `cancel` while drafting: the run's open batches cancelled, and the error
+        that says so, or which chunks the API could not be asked about (left open)."""
+        run_id = self.run.run_id
+        left = cancel_batches(self.store, run_id, self.client, self.say)
+        for chunk in left:
+            self.say(f"{chunk}.")
+        if not left:
+            return DraftingCancelled(
+                f"run {run_id}: cancel requested while drafting; the submitted batches were "
+                "cancelled."
+            )
+        return DraftingCancelled(
+            f"run {run_id}: cancel requested while drafting; the submitted batches were "
+            f"cancelled but for {len(left)} chunk(s) the API could not be asked about, which "
+            "stay open."
+        ).advise(NextStep.CANCEL_AGAIN, run_id)
 
     def _results(self, batch_id: str) -> Iterable[MessageBatchIndividualResponse]:
         return self._call(lambda: list(self.client.messages.batches.results(batch_id)))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,6 +22,7 @@ from notifier.engine.signals import interrupt_guard
 from notifier.observe.progress import progress_bar
 
 if TYPE_CHECKING:
+    from notifier.content.claude_batch_api import ChunkLeftOpen
     from notifier.domain.records import Run
     from notifier.engine.membership import Lease
     from notifier.store import Store
@@ -192,29 +193,37 @@ def interruption(
     return kind(text).advise(then, run_id)
 
 
-def cancel_batches(store: Store, run_id: str, say: Callable[[str], None]) -> int:
+@dataclass(frozen=True)
+class BatchesLeftOpen:
+    """The batch chunks of a cancelled run still open after `cancel_batches`: those the API
+    could not be asked about (`unasked`), and how many could not even be looked up, the key
+    not being set (`not_looked_up`). Each may still run; a later `cancel` finishes it."""
+
+    unasked: tuple[ChunkLeftOpen, ...] = ()
+    not_looked_up: int = 0
+
+    @property
+    def count(self) -> int:
+        return len(self.unasked) + self.not_looked_up
+
+
+def cancel_batches(store: Store, run_id: str, say: Callable[[str], None]) -> BatchesLeftOpen:
     """After `notifier cancel` of a run that drafted through batches: cancel (and record)
     any batch still open, e.g. one left by a drafting process that was interrupted or
-    killed. Returns how many chunks stay open (the API could not be asked about them)."""
+    killed. Returns the chunks that stay open (the API could not be asked about them)."""
     open_chunks = store.chunks.chunks(run_id, ["creating", "submitted"])
     if not open_chunks:
-        return 0
+        return BatchesLeftOpen()
     try:
         key = compose.api_key()
     except compose.ComposeUsage:
-        say(
-            f"run {run_id}: {len(open_chunks)} batch chunk(s) may still be running with "
-            f"the Message Batches API, but {compose.KEY_ENV} is not set, so they could not "
-            "be looked up or cancelled; they stay open and nothing is claimed about them. "
-            f"Export {compose.KEY_ENV} and run `notifier cancel {run_id}` again."
-        )
-        return len(open_chunks)
+        return BatchesLeftOpen(not_looked_up=len(open_chunks))
     # The SDK loads only when drafting.
     from notifier.content.claude_batch_api import cancel_batches as cancel  # noqa: PLC0415
     from notifier.content.claude_client import claude_client  # noqa: PLC0415
 
     client = claude_client(key, max_retries=2)
     try:
-        return cancel(store, run_id, client, say)
+        return BatchesLeftOpen(tuple(cancel(store, run_id, client, say)))
     finally:
         client.close()

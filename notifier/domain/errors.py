@@ -67,6 +67,7 @@ class NextStep(StrEnum):
     REDRAFT_INSTEAD = "redraft_instead"  # not drafting any more: only redraft changes drafts
     REVIEW_REDRAFTED = "review_redrafted"  # redraft cut short: review it; redraft the rows left
     REDRAFT_NOT_ASKED = "redraft_not_asked"  # redraft cut short, nothing new: the rows left
+    CANCEL_AGAIN = "cancel_again"  # batches the API could not be asked about: cancel again
 
 
 class NotifierError(Exception):
