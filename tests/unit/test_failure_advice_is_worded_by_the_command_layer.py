@@ -104,3 +104,30 @@ def test_an_unwritable_file_says_what_still_reads_it() -> None:
 
 def test_a_failure_without_a_next_step_is_its_message() -> None:
     assert error_message(NotifierError("plain")) == "plain"
+
+
+@pytest.mark.parametrize("step", list(NextStep))
+def test_every_next_step_is_worded_after_the_failure(step: NextStep) -> None:
+    """No NextStep is left without its words: the failure's own text, then a command."""
+    said = error_message(NotifierError("it failed.").advise(step, "r1", ["u1"]))
+    assert said.startswith("it failed") and "`notifier " in said.removeprefix("it failed.")
+
+
+def test_a_cut_short_redraft_names_only_the_rows_never_asked() -> None:
+    """The rows a redraft never asked for are typed ids; the command that redrafts them, and
+    only them, is worded here, each id quoted for the shell."""
+    cut = NotifierError("run r1: redraft interrupted (Ctrl-C): … void").advise(
+        NextStep.REVIEW_REDRAFTED, "r1", ["u7", "u 8"]
+    )
+    assert error_message(cut) == (
+        "run r1: redraft interrupted (Ctrl-C): … void: review it with `notifier preview r1`. "
+        "2 row(s) were never asked and keep their draft: `notifier redraft r1 --item u7 "
+        "--item 'u 8'` redrafts them."
+    )
+    nothing_new = NotifierError("run r1: … the fingerprint stands.").advise(
+        NextStep.REDRAFT_NOT_ASKED, "r1", ["u7"]
+    )
+    assert error_message(nothing_new) == (
+        "run r1: … the fingerprint stands. 1 row(s) were never asked and keep their draft: "
+        "`notifier redraft r1 --item u7` redrafts them."
+    )
