@@ -251,6 +251,7 @@ class FakeBatches(FakeMessages):
         self.retrieved_at: list[float] = []
         self.succeeded: list[str] = []  # row ids, once per succeeded result produced
         self.cancelled: list[str] = []
+        self.cancel_status: int | None = None  # set: every cancel is answered this error
 
     def created(self) -> list[str]:
         with self._lock:
@@ -337,6 +338,8 @@ class FakeBatches(FakeMessages):
                 return Canned(200, self._view(batch_id))
         parts = path.strip("/").split("/")
         if len(parts) == 5 and parts[4] == "cancel" and parts[3] in self.batches:
+            if self.cancel_status is not None:
+                return error(self.cancel_status, "api_error", "scripted cancel failure")
             with self._lock:
                 self.cancelled.append(parts[3])
                 batch = self.batches[parts[3]]

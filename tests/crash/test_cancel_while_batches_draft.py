@@ -44,3 +44,24 @@ def test_cancel_after_an_interrupted_drafting_cancels_the_batches_it_left(
     assert cancelled.exit_code == 0, cancelled.output
     assert sorted(fake.cancelled) == sorted(fake.created())
     assert [s for _, s, _ in chunk_states(ws)] == ["canceled"] * 3
+
+
+def test_a_cancel_while_drafting_the_api_does_not_answer_leaves_its_chunks_open(
+    ws: Workspace, fake: FakeBatches
+) -> None:
+    """`notifier cancel` while batches are processing, every cancel answered 500: neither
+    process claims a batch cancelled; each says which chunks stay open (exit 3), and the
+    drafting process advises the cancel that finishes them."""
+    fake.polls_in_progress = 10**6
+    fake.cancel_status = 500
+    process = ws.popen(*send(ws))
+    wait_for(lambda: [s for _, s, _ in chunk_states(ws)] == ["submitted"] * 3, "3 submitted")
+    cancelled = ws.invoke("cancel")
+    assert cancelled.exit_code == 3, cancelled.output
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 3, stderr
+    run_id = ws.ledger.run().run_id
+    assert "the submitted batches were cancelled but for 3 chunk(s)" in stderr, stderr
+    assert f"`notifier cancel {run_id}` again once the API can be reached" in stderr, stderr
+    assert [s for _, s, _ in chunk_states(ws)] == ["submitted"] * 3
+    assert ws.outbox_documents() == []
