@@ -62,6 +62,7 @@ class NextStep(StrEnum):
     RESUME_DRAFTING = "resume_drafting"  # every batch chunk recorded: resume goes on
     RESUME_ASKS_FIRST = "resume_asks_first"  # a chunk's create in doubt: resume asks, then creates
     RESUME_READS_AGAIN = "resume_reads_again"  # a batch's results broke off: resume reads them
+    # Drafting or redrafting cut short, batches a cancel could not reach:
     RESUME_DRAFTS_REST = "resume_drafts_rest"  # drafting interrupted: resume drafts what is left
     RESUME_READS_BATCHES = "resume_reads_batches"  # interrupted, batches left: resume or cancel
     REDRAFT_INSTEAD = "redraft_instead"  # not drafting any more: only redraft changes drafts
