@@ -245,8 +245,11 @@ def _open_run_holder(store: Store, prior: Prior) -> dict[str, Any] | None:
     return live_holder(store, store.core.get_run(runs[-1])) if runs else None
 
 
-def refusal(batch: Path, prior: Prior, holder: dict[str, Any] | None = None) -> BadInput:
-    """Why nothing was stored, naming the runs and rows, with the step that will work."""
+def refusal(
+    batch: Path, prior: Prior, holder: dict[str, Any] | None = None, *, resend: bool = True
+) -> BadInput:
+    """Why nothing was stored, naming the runs and rows, with the step that will work
+    (`resend`: whether --resend-changed is one; not for a composed file)."""
     if prior.count(OPEN):
         runs = prior.runs(OPEN)
         if holder is not None:
@@ -266,25 +269,37 @@ def refusal(batch: Path, prior: Prior, holder: dict[str, Any] | None = None) -> 
             f"{batch}: {prior.count(UNSETTLED)} row(s) may have been delivered by finished "
             f"{runs_named(prior, UNSETTLED)} (their outcome is unknown). Nothing was stored."
         ).advise(NextStep.SETTLE_THEN_SEND_AGAIN, prior.runs(UNSETTLED)[-1])
-    if prior.count(SAME_CONTENT) and not prior.count(CHANGED):
-        return BadInput(
-            f"{batch}: {prior.count(SAME_CONTENT)} row(s) have an id, and the channel, recipient "
-            f"and content of rows {runs_named(prior, SAME_CONTENT)} sent (or may have sent) "
-            "from a file without an `id` column; the file names its rows otherwise than "
-            "before, so notifier cannot tell whether they are the same notifications. Nothing "
-            "was stored. Send the file as it was then, without the `id` column (what was "
-            "delivered is left out); or, if every such row is meant to reach its recipient "
-            "again, send it with --resend-changed."
+    return BadInput(" ".join(_held_otherwise(batch, prior, resend)) + " Nothing was stored.")
+
+
+def _held_otherwise(batch: Path, prior: Prior, resend: bool) -> list[str]:
+    """The rows an earlier run delivered as other notifications than this file's: changed
+    (the same identity, other content) and same content (rows with ids now, id-less then),
+    each kind named, and how each may be sent (`resend`: --resend-changed applies)."""
+    said = []
+    if n := prior.count(CHANGED):
+        listed = ", ".join(f"{item_id} (row {seq})" for seq, item_id in prior.changed_rows)
+        more = f" and {n - len(prior.changed_rows)} more" if n > len(prior.changed_rows) else ""
+        said.append(
+            f"{batch}: {n} row(s) were delivered before by {runs_named(prior, CHANGED)} with "
+            f"different content: {listed}{more}."
         )
-    n = prior.count(CHANGED)
-    listed = ", ".join(f"{item_id} (row {seq})" for seq, item_id in prior.changed_rows)
-    more = f" and {n - len(prior.changed_rows)} more" if n > len(prior.changed_rows) else ""
-    return BadInput(
-        f"{batch}: {n} row(s) were delivered before by {runs_named(prior, CHANGED)} with "
-        f"different content: {listed}{more}. Nothing was stored. If the change is meant to "
-        "reach them, send the file again with --resend-changed (each goes out again as a new "
-        "notification); otherwise restore those rows as they were."
-    )
+    if n := prior.count(SAME_CONTENT):
+        said.append(
+            f"{'' if said else f'{batch}: '}{n} row(s) have an id, and the channel, recipient "
+            f"and content of rows delivered (or abandoned, maybe delivered) by "
+            f"{runs_named(prior, SAME_CONTENT)} from a file without an `id` column; the file "
+            "names its rows otherwise than before, so notifier cannot tell whether they are "
+            "the same notifications. Sent as it was then, without the `id` column, the "
+            "delivered rows are left out."
+        )
+    if resend:
+        said.append(
+            "If every such row is meant to reach its recipient again, send the file again "
+            "with --resend-changed (each goes out again as a new notification); otherwise "
+            "restore those rows as they were."
+        )
+    return said
 
 
 @dataclass(frozen=True)
@@ -315,7 +330,7 @@ def compare_composed(env: Env, rows: list[BatchRow], batch: Path, run_id: str) -
         try:
             prior, left_out = store.history.compare_composed(plan.items)
             if prior.refused(resend_changed=False):
-                raise refusal(batch, prior, _open_run_holder(store, prior))
+                raise refusal(batch, prior, _open_run_holder(store, prior), resend=False)
             suppressed = {s.address for s in store.suppressions.suppressions()}
         finally:
             store.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from ..conftest import Workspace, make_rows
+from ..fake_messages import FakeMessages
 from ..receiver import Receiver, receiving, webhook_config
 
 pytestmark = [pytest.mark.both_stores, pytest.mark.timeout(60)]
@@ -111,3 +112,102 @@ def test_two_rows_with_ids_are_two_notifications_whatever_their_content(
         again = ws.invoke("send", "b.csv", "--channel", "hooks")
     assert again.exit_code == 0, again.output
     assert sorted(a.item_id for a in receiver.arrivals) == ["a1", "a2"]
+
+
+def _hooks(ws: Workspace, receiver: Receiver) -> None:
+    (ws.path / "notifier.toml").write_text(webhook_config(receiver, idempotent=False, status=False))
+
+
+def test_the_refusal_names_every_row_resend_changed_would_send_again(ws: Workspace) -> None:
+    """u1 delivered with its id, x2..x4 without ids; the file with ids for all and u1
+    amended: the refusal names both kinds (one changed, three of another file's content)
+    before --resend-changed would send all four again."""
+    receiver = Receiver()
+    with receiving(receiver):
+        _hooks(ws, receiver)
+        header, *rows = make_rows(4)
+        ws.write_csv("a.csv", [header, rows[0]])
+        assert ws.invoke("send", "a.csv", "--channel", "hooks").exit_code == 0
+        ws.write_csv("b.csv", _without_ids([header, *rows[1:]]))
+        assert ws.invoke("send", "b.csv", "--channel", "hooks").exit_code == 0
+        amended = [*rows[0][:3], rows[0][3] + " (amended)", *rows[0][4:]]
+        ws.write_csv("c.csv", [header, amended, *rows[1:]])
+        refused = ws.invoke("send", "c.csv", "--channel", "hooks")
+    assert refused.exit_code == 2, refused.output
+    assert "1 row(s) were delivered before" in refused.output, refused.output
+    assert "3 row(s) have an id" in refused.output, refused.output
+    assert len(receiver.arrivals) == 4
+
+
+def test_a_row_open_in_an_unfinished_id_less_run_is_refused_as_open_even_resent(
+    ws: Workspace,
+) -> None:
+    """Two runs never hold one notification open, however the file names its rows: the
+    id-less row awaits approval in its run; the file with ids is refused as open (resume or
+    cancel that run), --resend-changed or not, and approving and resuming the first run
+    delivers it once."""
+    receiver = Receiver()
+    with receiving(receiver):
+        _hooks(ws, receiver)
+        header, row = make_rows(1)
+        ws.write_csv("b.csv", _without_ids([header, row]))
+        first = ws.invoke("send", "b.csv", "--channel", "hooks", "--require-approval")
+        assert first.exit_code == 0, first.output
+        ws.write_csv("b.csv", [header, row])
+        for extra in ([], ["--resend-changed"]):
+            again = ws.invoke("send", "b.csv", "--channel", "hooks", *extra)
+            assert again.exit_code == 2, again.output
+            assert "still open" in again.output, again.output
+        [run] = ws.ledger.runs()
+        fingerprint = run.fingerprint
+        assert fingerprint is not None
+        approved = ws.invoke("approve", run.run_id, "--fingerprint", fingerprint)
+        assert approved.exit_code == 0, approved.output
+        assert ws.invoke("resume", run.run_id).exit_code == 0
+    assert len(receiver.arrivals) == 1
+
+
+def test_a_row_never_sent_by_a_cancelled_or_rejected_id_less_run_is_no_question(
+    ws: Workspace,
+) -> None:
+    """Never delivered (its run cancelled, or rejected, before sending): the file with ids
+    plans the row, not refused as maybe delivered; after a rejection it waits for approval,
+    as every row a reviewer rejected does, however the file names it."""
+    receiver = Receiver()
+    with receiving(receiver):
+        _hooks(ws, receiver)
+        header, row = make_rows(1)
+        ws.write_csv("b.csv", _without_ids([header, row]))
+        assert ws.invoke("send", "b.csv", "--channel", "hooks", "--require-approval").exit_code == 0
+        assert ws.invoke("cancel").exit_code in (0, 3)
+        ws.write_csv("b.csv", [header, row])
+        again = ws.invoke("send", "b.csv", "--channel", "hooks")
+        assert again.exit_code == 0, again.output
+        assert len(receiver.arrivals) == 1
+        [header2, row2] = make_rows(1, start=2)
+        ws.write_csv("r.csv", _without_ids([header2, row2]))
+        assert ws.invoke("send", "r.csv", "--channel", "hooks", "--require-approval").exit_code == 0
+        assert ws.invoke("reject", "--reason", "add an id column").exit_code == 0
+        ws.write_csv("r.csv", [header2, row2])
+        planned = ws.invoke("send", "r.csv", "--channel", "hooks")
+    assert planned.exit_code == 0, planned.output
+    assert "waits for approval" in planned.output, planned.output
+    assert len(receiver.arrivals) == 1
+
+
+def test_the_refusal_of_a_composed_file_names_a_way_out_that_works(
+    ws: Workspace, fake: FakeMessages
+) -> None:
+    """Composed and delivered without ids, then the file with an id column: refused, and the
+    refusal names the way that works for a composed file (the file as it was), not
+    --resend-changed, which `send --compose` does not take."""
+    brief = ws.path / "brief.txt"
+    brief.write_text("Tell each customer their plan renews next week.", "utf-8")
+    ws.write_csv("d.csv", [["to", "name"], ["user1@example.com", "User 1"]])
+    first = ws.invoke("send", "d.csv", "--compose", str(brief))
+    assert first.exit_code == 0, first.output
+    ws.write_csv("d.csv", [["id", "to", "name"], ["u1", "user1@example.com", "User 1"]])
+    refused = ws.invoke("send", "d.csv", "--compose", str(brief))
+    assert refused.exit_code == 2, refused.output
+    assert "without the `id` column" in refused.output, refused.output
+    assert "--resend-changed" not in refused.output, refused.output

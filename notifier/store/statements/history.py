@@ -40,29 +40,28 @@ def _per_row(stage: str, *, other_runs: bool = False) -> str:
     verdict applies, so the first non-NULL one, in history.py's order, is the row's verdict.
     With `other_runs`, the rows are run %(run_id)s's own, and only other runs count.
 
-    Every verdict but `same_content` is by the row's own identity (`mine`). `same_content`:
-    a row with an id whose channel, recipient and content an id-less earlier row had, and
-    which that row may have reached (anything but failed unabandoned, expired or suppressed):
-    the file's rows are identified otherwise than before, so whether they are the same
-    notifications is not the tool's to guess (a re-export with an id column added, sent
-    again: every row would go out twice; two rows with ids and one content: which one was
-    sent?)."""
+    `open` and `unsettled` hold under either key: two runs never hold one notification open,
+    however a file names its rows. The others are by the row's own identity (`mine`), but
+    `same_content`: a row with an id, with no history of its own, whose channel, recipient
+    and content an id-less earlier row had, delivered or abandoned (maybe delivered): the
+    file names its rows otherwise than before, so whether they are the same notifications
+    is not the tool's to guess (a re-export with an id column added, sent again: every row
+    would go out twice; two rows with ids and one content: which one was sent?)."""
     own = " AND p.run_id <> %(run_id)s" if other_runs else ""
     mine = "s.key = s.identity"
     return f"""
 SELECT s.seq AS seq, s.item_id AS item_id,
-    MAX(CASE WHEN {mine} AND p.state IN ('pending', 'in_flight', 'unknown')
+    MAX(CASE WHEN p.state IN ('pending', 'in_flight', 'unknown')
         AND r.state NOT IN ('completed', 'cancelled') THEN r.rowid END) AS open_in,
-    MAX(CASE WHEN {mine} AND p.state IN ('in_flight', 'unknown') THEN r.rowid END)
-        AS unsettled_in,
+    MAX(CASE WHEN p.state IN ('in_flight', 'unknown') THEN r.rowid END) AS unsettled_in,
     MAX(CASE WHEN {mine} AND p.state = 'sent' AND p.intent_digest = s.intent_digest
         THEN r.rowid END) AS delivered_in,
     MAX(CASE WHEN {mine} AND {_ABANDONED} AND p.intent_digest = s.intent_digest
         THEN r.rowid END) AS abandoned_in,
     MAX(CASE WHEN {mine} AND (p.state = 'sent' OR {_ABANDONED}) THEN r.rowid END)
         AS changed_in,
-    MAX(CASE WHEN NOT {mine} AND (p.state NOT IN ('failed', 'expired', 'suppressed')
-        OR {_ABANDONED}) THEN r.rowid END) AS same_content_in,
+    MAX(CASE WHEN NOT {mine} AND (p.state = 'sent' OR {_ABANDONED}) THEN r.rowid END)
+        AS same_content_in,
     MAX(CASE WHEN {mine} THEN r.rowid END) AS earlier
 FROM {_keyed(stage)} AS s {{ordered_join}} items p
     ON p.channel = s.channel AND p.identity = s.key{own}
