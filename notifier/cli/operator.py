@@ -110,8 +110,9 @@ def _print_report(
 
 def _console() -> Console:
     """Tables for people: on a pipe (no terminal width to honour) wide enough not to fold
-    run ids and keys. Markup is off: item ids, evidence, file names and error texts come from
-    users and downstreams, and `[/x]` in one of them must print as written, not as a tag."""
+    run ids and keys. Markup and emoji codes are off: item ids, evidence, file names and
+    error texts come from users and downstreams, and `[/x]` or `:fire:` in one of them must
+    print as written, not as a tag or an emoji."""
     from rich.console import Console  # noqa: PLC0415 (start-up time)
 
     class _Console(Console):
@@ -121,8 +122,8 @@ def _console() -> Console:
             raise BrokenPipeError
 
     if sys.stdout.isatty():
-        return _Console(markup=False)
-    return _Console(width=200, markup=False)
+        return _Console(markup=False, emoji=False)
+    return _Console(width=200, markup=False, emoji=False)
 
 
 def _emit(data: dict[str, Any], fmt: str) -> None:

@@ -23,9 +23,9 @@ def progress_bar(total: int, label: str) -> Iterator[Callable[[int], None]]:
         TimeElapsedColumn,
     )
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, emoji=False)  # a label names files and runs as written
     with Progress(
-        TextColumn(label),
+        TextColumn(label, markup=False),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
