@@ -199,11 +199,14 @@ def env_name(key: str, example: str, value_prefix: str | None = None) -> Option:
     return Option("str", check=check, shown=hidden)
 
 
-# Query parameters that carry a credential: a name holding one of these...
-_SECRET_WORD_PARTS = ("pass", "token", "secret", "key", "credential")
-# ...or one of its words (split at anything not a letter or digit) being one of these.
-_SECRET_WORDS = {"sig", "signature", "auth", "authorization", "jwt", "hmac", "code", "pwd",
+# Query parameters that carry a credential: one of its words (split at anything not a
+# letter or digit) holding one of these...
+_SECRET_WORD_PARTS = ("token", "secret", "passw", "credential", "apikey", "signature")
+# ...or being one of these (whole words: `api_key` is one, `keyword` and `bypass` are not)...
+_SECRET_WORDS = {"key", "pass", "pwd", "sig", "auth", "authorization", "jwt", "hmac",
                  "session", "sid", "otp", "ticket", "bearer", "cookie"}  # fmt: skip
+# ...or the whole name being one of these (Azure Functions' key: `?code=`, not `?zip_code=`).
+_SECRET_NAMES = {"code"}
 
 
 def url_credential(value: str) -> str | None:
@@ -229,9 +232,12 @@ def query_credential(query: str) -> str | None:
     `+Authorization` or `-X-Api-Key`), said without quoting its value. None when none is."""
     for field in re.split(r"[&;]", query):
         name, equals, _ = field.partition("=")
-        words = re.split(r"[^a-z0-9]+", unquote_plus(name).lower())
-        if any(part in word for word in words for part in _SECRET_WORD_PARTS) or any(
-            word in _SECRET_WORDS for word in words
+        plain = unquote_plus(name).lower()
+        words = re.split(r"[^a-z0-9]+", plain)
+        if (
+            any(part in word for word in words for part in _SECRET_WORD_PARTS)
+            or any(word in _SECRET_WORDS for word in words)
+            or plain.strip("+-:") in _SECRET_NAMES
         ):
             return f"in its query parameter `{name}`" if equals else "in its query"
     return None

@@ -304,9 +304,18 @@ def _target(
     return url, label + " with {key}" if key == "status_url" else label
 
 
-# The shortest part of a URL from the environment masked on its own (a path segment, a
-# query value): shorter ones could not be told from ordinary words of a message.
+# The shortest part of a URL from the environment masked on its own (its user part, its
+# password, its path and query): shorter ones could not be told from ordinary words.
 _MIN_SECRET_PART = 6
+
+
+def _token_like(piece: str) -> bool:
+    """Whether a path segment or query value could be a token: long, or of letters and
+    digits both. `notify`, `incoming` or `alerts` are words a receiver's message and its
+    receipt ids use, masked out of them they would read wrong."""
+    if len(piece) >= 16:
+        return True
+    return len(piece) >= 8 and any(c.isdigit() for c in piece) and any(c.isalpha() for c in piece)
 
 
 def _url_secrets(url: str) -> list[str]:
@@ -326,7 +335,8 @@ def _url_secrets(url: str) -> list[str]:
         pieces = re.split(r"[/?&;=]", tail)
         # As a receiver shows them: decoded (a framework's parsed query), and the user part
         # as the Basic credentials it was sent as.
-        parts += pieces + [unquote_plus(p) for p in pieces] + [unquote(userinfo)]
+        words = [w for piece in pieces for w in (piece, unquote_plus(piece)) if _token_like(w)]
+        parts += [*words, unquote(userinfo)]
         if userinfo:
             parts.append(base64.b64encode(unquote(userinfo).encode()).decode())
     return [part for part in parts if len(part) >= _MIN_SECRET_PART]
