@@ -7,16 +7,16 @@ lower-case hex)."""
 from __future__ import annotations
 
 import base64
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import parse_qsl, quote, urlsplit
 
 import pytest
 
 from ..conftest import Workspace, make_rows
+from ..support.answering import answering
 
 pytestmark = pytest.mark.timeout(60)
 TOKEN = "WhToKeN777"
@@ -26,28 +26,9 @@ def stored_bytes(ws: Workspace) -> bytes:
     return b"".join(p.read_bytes() for p in Path(ws.path).glob("receipts.db*"))
 
 
-@contextmanager
-def refusing_receiver(says: Callable[[BaseHTTPRequestHandler], str]) -> Iterator[int]:
+def refusing_receiver(says: Callable[[BaseHTTPRequestHandler], str]) -> AbstractContextManager[int]:
     """A receiver that answers every POST 400 with what `says` makes of the request."""
-
-    class Echo(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            body = says(self).encode()
-            self.send_response(400)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield server.server_port
-    finally:
-        server.shutdown()
+    return answering(400, says)
 
 
 def outputs_after_send(ws: Workspace, env: dict[str, str]) -> list[str]:
@@ -152,28 +133,9 @@ def test_a_signing_secret_a_receiver_echoes_is_masked_in_every_percent_encoding(
     assert KEY_HEAD.encode() not in stored_bytes(ws)
 
 
-@contextmanager
-def accepting_receiver() -> Iterator[int]:
+def accepting_receiver() -> AbstractContextManager[int]:
     """A receiver that accepts every POST, its receipt id naming the path it was sent to."""
-
-    class Echo(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            body = f'{{"id": "rcpt{self.path}"}}'.encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield server.server_port
-    finally:
-        server.shutdown()
+    return answering(200, lambda request: f'{{"id": "rcpt{request.path}"}}')
 
 
 def test_a_url_from_url_env_echoed_in_a_receipt_id_is_never_stored(ws: Workspace) -> None:

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import quote
 
@@ -18,6 +16,7 @@ import pytest
 
 from ..conftest import Workspace, make_rows
 from ..fake_messages import FakeMessages, error
+from ..support.answering import answering
 from .test_compose import batch, brief
 
 pytestmark = pytest.mark.timeout(60)
@@ -49,24 +48,8 @@ def echoing_receiver(request: pytest.FixtureRequest) -> Iterator[int]:
     padding = "x" * padding_n
     spelt = SPELLINGS[spelling]
 
-    class Echo(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            body = spelt(f"{padding}{SECRET} is the secret we expected").encode()
-            self.send_response(401)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield server.server_port
-    finally:
-        server.shutdown()
+    with answering(401, lambda _: spelt(f"{padding}{SECRET} is the secret we expected")) as port:
+        yield port
 
 
 def test_a_webhook_secret_quoted_in_a_refusal_is_masked(
