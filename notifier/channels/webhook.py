@@ -32,7 +32,7 @@ from notifier.channels.deadline import DeadlineTransport, attempt_deadline
 from notifier.channels.webhook_options import SCHEMA, capabilities, status_url_problem
 from notifier.domain.answers import ChannelError, ErrorKind, Receipt, bounded_wait
 from notifier.domain.intent import Intent
-from notifier.domain.redact import redacted
+from notifier.domain.redact import masked, masks
 
 # The most of an answer's body that is read; the rest is dropped. A receipt is a small JSON
 # document: a server streaming megabytes (or forever) must not fill memory or hold the run.
@@ -63,9 +63,11 @@ class WebhookChannel:
         # a URL from the environment with the parts of it that could be its secret.
         targets = ((self.url, self._url_label), status)
         from_env = [url for url, label in targets if url != label]
-        self._secrets = (
-            *((secret, secret.removeprefix("whsec_")) if secret else ()),
-            *(part for url in from_env for part in _url_secrets(url)),
+        self._masks = masks(
+            [
+                *((secret, secret.removeprefix("whsec_")) if secret else ()),
+                *(part for url in from_env for part in _url_secrets(url)),
+            ]
         )
         self.timeout = float(SCHEMA.value(definition, "timeout"))
         self.timeout_s = self.timeout
@@ -151,12 +153,12 @@ class WebhookChannel:
                 f"{self._url_label}: {type(exc).__name__} after sending "
                 f"({self._said(exc) or 'no detail'})",
             ) from exc
-        _raise_for_status(self._url_label, answer, self._secrets)
-        return _receipt(answer, self._secrets)
+        _raise_for_status(self._url_label, answer, self._masks)
+        return _receipt(answer, self._masks)
 
     def _said(self, exc: Exception) -> str:
         """What an exception says, without any secret of the channel."""
-        return redacted(str(exc), self._secrets)
+        return masked(str(exc), self._masks)
 
     def _exchange(self, request: httpx2.Request, ready: Ready | None = None) -> _Answer:
         """One request under one deadline: status, headers and at most MAX_BODY_BYTES of the
@@ -208,7 +210,7 @@ class WebhookChannel:
                 f"{url}: query answered HTTP {answer.status}",
                 http_status=answer.status,
             )
-        return _receipt(answer, self._secrets)
+        return _receipt(answer, self._masks)
 
     def close(self) -> None:
         self._client.close()
@@ -349,12 +351,12 @@ class _Answer:
     body: bytes
 
 
-def _raise_for_status(url: str, answer: _Answer, secrets: tuple[str, ...]) -> None:
+def _raise_for_status(url: str, answer: _Answer, hidden: tuple[str, ...]) -> None:
     kind = classify_status(answer.status)
     if kind is None:
         return
     # Masked before it is cut: a secret across the cut would leave its first part behind.
-    body = redacted(answer.body.decode("utf-8", "replace"), secrets)
+    body = masked(answer.body.decode("utf-8", "replace"), hidden)
     snippet = body[:200].replace("\n", " ")
     raise ChannelError(
         kind,
@@ -364,7 +366,7 @@ def _raise_for_status(url: str, answer: _Answer, secrets: tuple[str, ...]) -> No
     )
 
 
-def _receipt(answer: _Answer, secrets: tuple[str, ...]) -> Receipt:
+def _receipt(answer: _Answer, hidden: tuple[str, ...]) -> Receipt:
     """The receipt in a 2xx answer: its `id` (a secret of the channel it quotes masked, as in
     an error) and stored `intent_digest`, when they are strings."""
     try:
@@ -376,7 +378,7 @@ def _receipt(answer: _Answer, secrets: tuple[str, ...]) -> Receipt:
     receipt_id = document.get("id")
     digest = document.get("intent_digest")
     return Receipt(
-        redacted(receipt_id, secrets) if isinstance(receipt_id, str) else None,
+        masked(receipt_id, hidden) if isinstance(receipt_id, str) else None,
         digest if isinstance(digest, str) else None,
         replayed=answer.headers.get("Idempotent-Replayed", "").lower() == "true",
     )

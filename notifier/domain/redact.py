@@ -13,12 +13,23 @@ MASK = "***"
 
 
 def redacted(text: str, secrets: Iterable[str | None]) -> str:
-    """`text` with every secret in it replaced by MASK, longest first (a secret and a part
-    of it, as a Standard Webhooks secret and its key without `whsec_`), in each spelling a
-    server may echo it in (`spellings`)."""
+    """`text` with every secret in it replaced by MASK, in each spelling a server may echo it
+    in: `masked` by `masks(secrets)`."""
+    return masked(text, masks(secrets))
+
+
+def masks(secrets: Iterable[str | None]) -> tuple[str, ...]:
+    """What to mask for `secrets`: each in every spelling (`spellings`), longest first (a
+    secret and a part of it, as a Standard Webhooks secret and its key without `whsec_`).
+    Worked out once by a channel that masks every answer (a webhook's receipt ids)."""
     every = {spelling for secret in secrets if secret for spelling in spellings(secret)}
-    for spelling in sorted(every, key=len, reverse=True):
-        text = text.replace(spelling, MASK)
+    return tuple(sorted(every, key=len, reverse=True))
+
+
+def masked(text: str, masks: tuple[str, ...]) -> str:
+    """`text` with each of `masks` replaced by MASK, in order."""
+    for mask in masks:
+        text = text.replace(mask, MASK)
     return text
 
 
