@@ -321,20 +321,17 @@ def mask_url(url: str) -> str:
 
 
 def _embeds_secret(url: str) -> bool:
-    """A user part (`user:secret@`, or a token alone: `tk_…@`), a `name:token` where a host
-    and port go (`tgram://BOT_ID:TOKEN/…`), or a query parameter named like a credential (`?token=`,
-    `apikey=`, `+Authorization=`; options.query_credential). A token in the path
-    (`discord://ID/TOKEN`) cannot be told from a path: `urls_env` is for those."""
+    """What a webhook's URL is refused for (options.url_credential: a user part, `user:pw@`
+    or a token alone such as ntfy's `tk_…@`; a parameter named like a credential, Apprise's
+    header parameters `+Authorization=` included), or a `name:token` where a host and port
+    go (`tgram://BOT_ID:TOKEN/…`). A token in the path (`discord://ID/TOKEN`) cannot be told
+    from a path: `urls_env` is for those."""
+    if o.url_credential(url) is not None:
+        return True
     match = _SCHEME.match(url)
-    rest = url[match.end() :] if match else url
-    netloc = re.split(r"[/?]", rest, maxsplit=1)[0]
-    userinfo, _, hostport = netloc.rpartition("@")
-    if userinfo:  # a password, or a token by itself (ntfy's tk_…@, Pushover's USERKEY@)
-        return True
+    hostport = re.split(r"[/?#]", url[match.end() :] if match else url, maxsplit=1)[0]
     _, colon, port = hostport.rpartition(":")
-    if colon and not hostport.endswith("]") and not port.isdigit():
-        return True
-    return o.query_credential(rest.partition("?")[2]) is not None
+    return bool(colon) and not hostport.endswith("]") and not port.isdigit()
 
 
 def _quiet_apprise_logging() -> None:

@@ -19,14 +19,12 @@ if TYPE_CHECKING:
 
 SCHEMES = ("postgresql://", "postgres://")
 # A libpq keyword/value connection string ("host=… user=… password=…", as a hosting
-# provider hands it out): not a file name, and not what --db takes.
+# provider hands it out): not a file name, and not what --db takes. This catches one libpq
+# itself would refuse (a keyword misspelt further on), which _is_conninfo does not call one.
 _CONNINFO = re.compile(
     r"\s*(host|hostaddr|port|dbname|user|password|passfile|service|sslmode|sslpassword"
     r"|options|connect_timeout|application_name)\s*=",
 )
-# The parameters that hold a secret, as libpq reads them: the password and the passphrase of
-# the client's TLS key.
-_SECRET_PARAMETERS = ("password", "sslpassword")
 _FROM_THE_ENVIRONMENT = (
     "notifier never reads a password from --db or NOTIFIER_DB (it would sit in shell history "
     "and process lists): set PGPASSWORD, or add it to ~/.pgpass"
@@ -103,7 +101,7 @@ def _secret_parameters() -> set[str]:
     from psycopg import pq  # noqa: PLC0415 - only for a PostgreSQL target
 
     marked = {o.keyword.decode() for o in pq.Conninfo.get_defaults() if o.dispchar == b"*"}
-    return marked | set(_SECRET_PARAMETERS) | {"scram_client_key", "scram_server_key"}
+    return marked | {"password", "scram_client_key", "scram_server_key"}
 
 
 def _postgres_url(db: str) -> PostgresUrl:
