@@ -8,8 +8,6 @@ error, report, status, log line or export shows the URL or a part of it."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from ..conftest import Workspace, make_rows
@@ -18,10 +16,6 @@ from ..support.net import refusing_port
 pytestmark = pytest.mark.timeout(60)
 PASSWORD = "UrLpAsS111"
 TOKEN = "UrLtOkEn222"
-
-
-def stored_bytes(ws: Workspace) -> bytes:
-    return b"".join(p.read_bytes() for p in Path(ws.path).glob("receipts.db*"))
 
 
 def test_a_credential_in_a_webhook_url_reaches_no_table_and_no_output(ws: Workspace) -> None:
@@ -41,8 +35,8 @@ def test_a_credential_in_a_webhook_url_reaches_no_table_and_no_output(ws: Worksp
                 outputs.append(ws.invoke(*args).output)
     leaked = [text for text in outputs if PASSWORD in text or TOKEN in text]
     assert leaked == [], leaked[0]
-    assert PASSWORD.encode() not in stored_bytes(ws)
-    assert TOKEN.encode() not in stored_bytes(ws)
+    assert PASSWORD.encode() not in ws.stored_bytes()
+    assert TOKEN.encode() not in ws.stored_bytes()
 
 
 @pytest.mark.parametrize(
@@ -98,9 +92,9 @@ def test_a_url_from_the_environment_is_never_stored_and_named_by_its_variable(
     assert "$HOOKS_URL (http://…): cannot connect" in sent.output, sent.output
     leaked = [text for text in outputs if PASSWORD in text or TOKEN in text]
     assert leaked == [], leaked[0]
-    assert PASSWORD.encode() not in stored_bytes(ws)
-    assert TOKEN.encode() not in stored_bytes(ws)
-    assert b"HOOKS_URL" in stored_bytes(ws) and b"HOOKS_STATUS" in stored_bytes(ws)
+    assert PASSWORD.encode() not in ws.stored_bytes()
+    assert TOKEN.encode() not in ws.stored_bytes()
+    assert b"HOOKS_URL" in ws.stored_bytes() and b"HOOKS_STATUS" in ws.stored_bytes()
     exported = ws.invoke("export", "--to", str(ws.path / "audit.db"))
     assert exported.exit_code == 0, exported.output
     audit = (ws.path / "audit.db").read_bytes()

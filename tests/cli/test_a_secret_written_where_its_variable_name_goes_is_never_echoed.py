@@ -8,8 +8,6 @@ its channels)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from ..conftest import Workspace, make_rows
@@ -38,10 +36,6 @@ SECTIONS = [
 ]
 
 
-def stored_bytes(ws: Workspace) -> bytes:
-    return b"".join(p.read_bytes() for p in Path(ws.path).glob("receipts.db*"))
-
-
 @pytest.mark.parametrize("section", SECTIONS)
 def test_a_value_in_a_variable_name_setting_is_neither_echoed_nor_stored(
     ws: Workspace, section: str
@@ -55,4 +49,4 @@ def test_a_value_in_a_variable_name_setting_is_neither_echoed_nor_stored(
     assert TOKEN not in sent.output, sent.output
     planned = ws.invoke("send", "batch.csv", "--channel", "c", "--require-approval")
     assert TOKEN not in planned.output, planned.output
-    assert TOKEN.encode() not in stored_bytes(ws)
+    assert TOKEN.encode() not in ws.stored_bytes()

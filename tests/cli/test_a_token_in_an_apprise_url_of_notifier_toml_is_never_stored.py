@@ -8,8 +8,6 @@ parameters (`+Authorization`, `-X-Api-Key`, `+Cookie`). A token in the path
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from ..conftest import Workspace, make_rows
@@ -17,10 +15,6 @@ from ..conftest import Workspace, make_rows
 pytest.importorskip("apprise")
 pytestmark = pytest.mark.timeout(60)
 TOKEN = "ApSeKrEt333"
-
-
-def stored_bytes(ws: Workspace) -> bytes:
-    return b"".join(p.read_bytes() for p in Path(ws.path).glob("receipts.db*"))
 
 
 @pytest.mark.parametrize(
@@ -46,7 +40,7 @@ def test_a_credential_in_a_urls_entry_is_refused_and_never_stored(ws: Workspace,
         assert result.exit_code == 2, result.output
         assert "urls_env" in result.output, result.output
         assert TOKEN not in result.output, result.output
-    assert TOKEN.encode() not in stored_bytes(ws)
+    assert TOKEN.encode() not in ws.stored_bytes()
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,6 @@ import base64
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from http.server import BaseHTTPRequestHandler
-from pathlib import Path
 from urllib.parse import parse_qsl, quote, urlsplit
 
 import pytest
@@ -20,10 +19,6 @@ from ..support.answering import answering
 
 pytestmark = pytest.mark.timeout(60)
 TOKEN = "WhToKeN777"
-
-
-def stored_bytes(ws: Workspace) -> bytes:
-    return b"".join(p.read_bytes() for p in Path(ws.path).glob("receipts.db*"))
 
 
 def refusing_receiver(says: Callable[[BaseHTTPRequestHandler], str]) -> AbstractContextManager[int]:
@@ -53,7 +48,7 @@ def test_a_webhook_url_carrying_a_credential_is_refused_at_load(ws: Workspace, q
     )
     ws.write_csv("batch.csv", make_rows(1))
     result = ws.invoke("send", "batch.csv", "--channel", "hooks", "--require-approval")
-    assert TOKEN.encode() not in stored_bytes(ws)
+    assert TOKEN.encode() not in ws.stored_bytes()
     assert result.exit_code == 2, result.output
 
 
@@ -99,7 +94,7 @@ def test_a_url_from_url_env_is_never_stored_in_the_spelling_a_receiver_echoes(
     forms = (TOKEN, base64.b64encode(f"ops:{TOKEN}".encode()).decode())
     leaked = [t for t in outputs for form in forms if form in t]
     assert leaked == [], leaked[0]
-    assert [form for form in forms if form.encode() in stored_bytes(ws)] == []
+    assert [form for form in forms if form.encode() in ws.stored_bytes()] == []
 
 
 SECRET = "whsec_MfKQ9r8G/YqrTwj+PD8ILPZIo2LaLaSw"
@@ -130,7 +125,7 @@ def test_a_signing_secret_a_receiver_echoes_is_masked_in_every_percent_encoding(
             ws, {"HOOKS_URL": f"http://127.0.0.1:{port}/n", "HOOKS_SECRET": SECRET}
         )
     assert [t for t in outputs if KEY_HEAD in t] == []
-    assert KEY_HEAD.encode() not in stored_bytes(ws)
+    assert KEY_HEAD.encode() not in ws.stored_bytes()
 
 
 def accepting_receiver() -> AbstractContextManager[int]:
@@ -146,4 +141,4 @@ def test_a_url_from_url_env_echoed_in_a_receipt_id_is_never_stored(ws: Workspace
         url = f"http://127.0.0.1:{port}/services/T0/B0/{TOKEN}"
         outputs = outputs_after_send(ws, {"HOOKS_URL": url})
     assert [t for t in outputs if TOKEN in t] == []
-    assert TOKEN.encode() not in stored_bytes(ws)
+    assert TOKEN.encode() not in ws.stored_bytes()

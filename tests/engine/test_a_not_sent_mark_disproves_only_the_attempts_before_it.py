@@ -21,34 +21,43 @@ pytestmark = pytest.mark.both_stores
 RETRY = "[retry]\nmax_attempts = 6\nbackoff_base = 0.02\nbackoff_max = 0.1\n"
 
 
+def _unknown_then_marked_not_sent_ahead(
+    ws: Workspace, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """u1 sent (1st POST 500, nothing committed; 2nd refused 401: unknown, maybe delivered),
+    then marked not sent by an operator whose clock runs 5 minutes ahead; the worker's
+    clock right again afterwards."""
+    (ws.path / "notifier.toml").write_text(
+        webhook_config(receiver, idempotent=True, status=False, timeout=1, retry=RETRY)
+    )
+    ws.write_csv("batch.csv", make_rows(1))
+    first = ws.invoke("send", "batch.csv", "--channel", "hooks")
+    assert first.exit_code == 3, first.output
+    assert ws.ledger.item("u1").state == "unknown"
+    assert receiver.deliveries() == {}  # truly nothing delivered so far
+    monkeypatch.setattr(clock, "_SHIFT", timedelta(minutes=5))
+    marked = ws.invoke(
+        "reconcile", "--manual", "--item", "u1", "--mark", "not-sent",
+        "--evidence", "not in the receiver's log",
+    )  # fmt: skip
+    assert marked.exit_code in (0, 3), marked.output
+    monkeypatch.setattr(clock, "_SHIFT", timedelta(0))
+
+
 @pytest.mark.timeout(60)
 def test_a_not_sent_mark_from_a_clock_ahead_never_disproves_a_later_delivery(
     ws: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # u1: 1st POST 500 (nothing committed), 2nd refused 401 -> unknown (maybe delivered).
-    # After the operator's mark: 3rd POST committed, answer lost (500); 4th refused 401.
+    """After the mark, `resume`'s request is committed (answer lost: 500) and its retry
+    refused (401): u1 stays unknown, never failed, and sending the file again sends nothing."""
+
     def answer(item_id: str, nth: int) -> int | None:
         receiver.commit_first = nth == 3
         return {1: 500, 2: 401, 3: 500, 4: 401}.get(nth)
 
     receiver = Receiver(answer=answer)
     with receiving(receiver):
-        (ws.path / "notifier.toml").write_text(
-            webhook_config(receiver, idempotent=True, status=False, timeout=1, retry=RETRY)
-        )
-        ws.write_csv("batch.csv", make_rows(1))
-        first = ws.invoke("send", "batch.csv", "--channel", "hooks")
-        assert first.exit_code == 3, first.output
-        assert ws.ledger.item("u1").state == "unknown"
-        assert receiver.deliveries() == {}  # truly nothing delivered so far
-        # The operator, whose clock runs 5 minutes ahead, looked at the receiver: not there.
-        monkeypatch.setattr(clock, "_SHIFT", timedelta(minutes=5))
-        marked = ws.invoke(
-            "reconcile", "--manual", "--item", "u1", "--mark", "not-sent",
-            "--evidence", "not in the receiver's log",
-        )  # fmt: skip
-        assert marked.exit_code in (0, 3), marked.output
-        monkeypatch.setattr(clock, "_SHIFT", timedelta(0))  # the worker's clock is right
+        _unknown_then_marked_not_sent_ahead(ws, receiver, monkeypatch)
         resumed = ws.invoke("resume")
         assert receiver.deliveries() == {"u1": 1}  # the 3rd request was delivered
         state = ws.ledger.item("u1").state
@@ -75,18 +84,7 @@ def test_a_cancel_after_a_not_sent_mark_from_a_clock_ahead_never_calls_a_deliver
 
     receiver = Receiver(answer=answer, retry_after="600")
     with receiving(receiver):
-        (ws.path / "notifier.toml").write_text(
-            webhook_config(receiver, idempotent=True, status=False, timeout=1, retry=RETRY)
-        )
-        ws.write_csv("batch.csv", make_rows(1))
-        assert ws.invoke("send", "batch.csv", "--channel", "hooks").exit_code == 3
-        monkeypatch.setattr(clock, "_SHIFT", timedelta(minutes=5))
-        marked = ws.invoke(
-            "reconcile", "--manual", "--item", "u1", "--mark", "not-sent",
-            "--evidence", "not in the receiver's log",
-        )  # fmt: skip
-        assert marked.exit_code in (0, 3), marked.output
-        monkeypatch.setattr(clock, "_SHIFT", timedelta(0))
+        _unknown_then_marked_not_sent_ahead(ws, receiver, monkeypatch)
         resumed = ws.invoke("resume", "--max-wait", "1")
         assert resumed.exit_code == 3, resumed.output  # paused by the long Retry-After
         assert receiver.deliveries() == {"u1": 1}

@@ -22,6 +22,10 @@ def _without_ids(rows: list[list[str]]) -> list[list[str]]:
     return [row[1:] for row in rows]  # to, subject, body, name
 
 
+def _hooks(ws: Workspace, receiver: Receiver) -> None:
+    (ws.path / "notifier.toml").write_text(webhook_config(receiver, idempotent=False, status=False))
+
+
 def test_a_file_sent_again_with_an_id_column_added_is_refused_never_sent_twice(
     ws: Workspace,
 ) -> None:
@@ -30,9 +34,7 @@ def test_a_file_sent_again_with_an_id_column_added_is_refused_never_sent_twice(
     --resend-changed (asked for) the three would go again: the refusal's message names both."""
     receiver = Receiver()
     with receiving(receiver):
-        (ws.path / "notifier.toml").write_text(
-            webhook_config(receiver, idempotent=False, status=False)
-        )
+        _hooks(ws, receiver)
         rows = make_rows(4)
         ws.write_csv("b.csv", _without_ids(rows[:4]))  # the header and three rows
         assert ws.invoke("send", "b.csv", "--channel", "hooks").exit_code == 0
@@ -59,9 +61,7 @@ def test_two_rows_with_ids_after_one_id_less_delivery_of_their_content_are_refus
     which one was sent is not the tool's to guess. Refused; with --resend-changed both go."""
     receiver = Receiver()
     with receiving(receiver):
-        (ws.path / "notifier.toml").write_text(
-            webhook_config(receiver, idempotent=False, status=False)
-        )
+        _hooks(ws, receiver)
         [header, row] = make_rows(1)
         ws.write_csv("b.csv", _without_ids([header, row]))
         assert ws.invoke("send", "b.csv", "--channel", "hooks").exit_code == 0
@@ -81,9 +81,7 @@ def test_a_row_of_that_content_never_delivered_is_no_question(ws: Workspace) -> 
     failing = {True}
     receiver = Receiver(answer=lambda item_id, n: 400 if failing else None)
     with receiving(receiver):
-        (ws.path / "notifier.toml").write_text(
-            webhook_config(receiver, idempotent=False, status=False)
-        )
+        _hooks(ws, receiver)
         [header, row] = make_rows(1)
         ws.write_csv("b.csv", _without_ids([header, row]))
         assert ws.invoke("send", "b.csv", "--channel", "hooks").exit_code == 3
@@ -102,9 +100,7 @@ def test_two_rows_with_ids_are_two_notifications_whatever_their_content(
     and content is another notification, sent."""
     receiver = Receiver()
     with receiving(receiver):
-        (ws.path / "notifier.toml").write_text(
-            webhook_config(receiver, idempotent=False, status=False)
-        )
+        _hooks(ws, receiver)
         [header, row] = make_rows(1)
         ws.write_csv("b.csv", [header, ["a1", *row[1:]]])
         assert ws.invoke("send", "b.csv", "--channel", "hooks").exit_code == 0
@@ -112,10 +108,6 @@ def test_two_rows_with_ids_are_two_notifications_whatever_their_content(
         again = ws.invoke("send", "b.csv", "--channel", "hooks")
     assert again.exit_code == 0, again.output
     assert sorted(a.item_id for a in receiver.arrivals) == ["a1", "a2"]
-
-
-def _hooks(ws: Workspace, receiver: Receiver) -> None:
-    (ws.path / "notifier.toml").write_text(webhook_config(receiver, idempotent=False, status=False))
 
 
 def test_the_refusal_names_every_row_resend_changed_would_send_again(ws: Workspace) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from urllib.parse import quote
 
 import pytest
@@ -29,10 +28,6 @@ SPELLINGS: dict[str, Callable[[str], str]] = {
     "json-escaped": lambda text: json.dumps(text).replace("/", "\\/"),
     "percent-encoded": lambda text: quote(text, safe=" "),
 }
-
-
-def stored_bytes(ws: Workspace) -> bytes:
-    return b"".join(p.read_bytes() for p in Path(ws.path).glob("receipts.db*"))
 
 
 @pytest.fixture(
@@ -68,7 +63,7 @@ def test_a_webhook_secret_quoted_in_a_refusal_is_masked(
     outputs = [sent.output, ws.invoke("report", "--format", "json").output,
                ws.invoke("status", "--json").output]  # fmt: skip
     assert [text for text in outputs if KEY_HEAD in text] == []
-    assert KEY_HEAD.encode() not in stored_bytes(ws)
+    assert KEY_HEAD.encode() not in ws.stored_bytes()
 
 
 def test_the_api_key_quoted_in_a_refusal_is_masked(ws: Workspace, fake: FakeMessages) -> None:
@@ -81,4 +76,4 @@ def test_the_api_key_quoted_in_a_refusal_is_masked(ws: Workspace, fake: FakeMess
     assert "invalid x-api-key: ***" in sent.output
     outputs = [sent.output, ws.invoke("status", "--json").output]
     assert [text for text in outputs if key in text] == []
-    assert key.encode() not in stored_bytes(ws)
+    assert key.encode() not in ws.stored_bytes()

@@ -346,3 +346,17 @@ def test_chunk_writes_are_fenced_by_the_drafters_lease(
         assert len(fake.created()) == 1
         chunks = ws.ledger.draft_chunks()
         assert [(c["state"], c["batch_id"]) for c in chunks] == [("creating", None)]
+
+
+def test_the_api_key_quoted_in_a_batch_result_is_masked(ws: Workspace, fake: FakeBatches) -> None:
+    """A row's result quoting ANTHROPIC_API_KEY is stored and shown masked, as the Messages
+    API's refusals are (tests/engine/test_a_secret_a_downstream_echoes_is_never_kept_or_shown.py);
+    the database bytes are read on SQLite."""
+    fake.error_once["u1"] = ("invalid_request_error", f"request made with key {KEY} is invalid")
+    sent = ws.invoke("send", str(batch(ws, 2)), "--compose", str(brief(ws)), "--batch-api")
+    assert sent.exit_code == 3, sent.output
+    outputs = [sent.output, ws.invoke("status", "--json").output,
+               ws.invoke("report", "--format", "csv").output]  # fmt: skip
+    assert "invalid_request_error" in outputs[1]  # the row failed with the API's message
+    assert [text for text in outputs if KEY in text] == []
+    assert KEY.encode() not in ws.stored_bytes()

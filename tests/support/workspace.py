@@ -232,6 +232,11 @@ class Workspace:
         for suffix in ("", "-wal", "-shm"):
             self.path.joinpath(f"receipts.db{suffix}").unlink(missing_ok=True)
 
+    def stored_bytes(self) -> bytes:
+        """Every byte of an SQLite workspace's database files (the file, its -wal and -shm),
+        for a test that a secret was never written anywhere in them."""
+        return b"".join(p.read_bytes() for p in sorted(self.path.glob("receipts.db*")))
+
     def outbox_documents(self) -> list[dict[str, Any]]:
         if not self.outbox.exists():
             return []
