@@ -274,8 +274,9 @@ def refusal(
 
 def _held_otherwise(batch: Path, prior: Prior, resend: bool) -> list[str]:
     """The rows an earlier run delivered as other notifications than this file's: changed
-    (the same identity, other content) and same content (rows with ids now, id-less then),
-    each kind named, and how each may be sent (`resend`: --resend-changed applies)."""
+    (the same identity, other content) and same content (named otherwise then: an `id`
+    column added or dropped), each kind named, and how each may be sent (`resend`:
+    --resend-changed applies)."""
     said = []
     if n := prior.count(CHANGED):
         listed = ", ".join(f"{item_id} (row {seq})" for seq, item_id in prior.changed_rows)
@@ -286,11 +287,11 @@ def _held_otherwise(batch: Path, prior: Prior, resend: bool) -> list[str]:
         )
     if n := prior.count(SAME_CONTENT):
         said.append(
-            f"{'' if said else f'{batch}: '}{n} row(s) have an id, and the channel, recipient "
-            f"and content of rows delivered (or abandoned, maybe delivered) by "
-            f"{runs_named(prior, SAME_CONTENT)} from a file without an `id` column; the file "
-            "names its rows otherwise than before, so notifier cannot tell whether they are "
-            "the same notifications. Sent as it was then, without the `id` column, the "
+            f"{'' if said else f'{batch}: '}{n} row(s) have the channel, recipient and content "
+            f"of rows delivered (or abandoned, maybe delivered) by "
+            f"{runs_named(prior, SAME_CONTENT)} from a file that named its rows otherwise (an "
+            "`id` column added since, or dropped); notifier cannot tell whether they are the "
+            "same notifications. Sent named as it was then (its `id` column as it was), the "
             "delivered rows are left out."
         )
     if resend:

@@ -42,7 +42,7 @@ def prior_summary(prior: Prior) -> list[str]:
     if prior.count(SAME_CONTENT):
         lines.append(
             f"{prior.count(SAME_CONTENT)} row(s) with the content of rows "
-            f"{runs_named(prior, SAME_CONTENT)} sent from a file without ids: sent again as "
-            "new notifications (--resend-changed)."
+            f"{runs_named(prior, SAME_CONTENT)} sent named otherwise (an `id` column added "
+            "or dropped): sent again as new notifications (--resend-changed)."
         )
     return lines

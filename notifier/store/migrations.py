@@ -228,6 +228,15 @@ _M015 = """
 ALTER TABLE workers ADD COLUMN pid_space TEXT
 """
 
+# A row of a file without an `id` column is identified by its content (intent.row_identity):
+# planning finds the earlier items with ids that had the same channel and content through
+# this index (statements/history.py), so a file re-sent with its `id` column dropped is
+# compared with the rows it delivered, not taken for new rows. Only items with ids: an
+# id-less item's identity is its digest, which items_identity already finds.
+_M016 = """
+CREATE INDEX items_content ON items(channel, intent_digest) WHERE identity <> intent_digest
+"""
+
 
 def _m010_sqlite(engine: Engine) -> None:
     """Nothing to change: one SQLite writer at a time, so counters updated at each move are
@@ -287,6 +296,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     # a worker with the same host name in another namespace (a container on the host's
     # network) is judged by its lease's expiry, never by a pid that names another process.
     Migration("m015_worker_pid_space", _M015, _M015),
+    Migration("m016_items_by_content", _M016, _M016),
 )
 NAMES = frozenset(m.name for m in MIGRATIONS)
 

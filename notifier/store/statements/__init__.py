@@ -28,7 +28,13 @@ if TYPE_CHECKING:
 
 # The partial indexes an SQLite read may name with INDEXED BY (engine.indexed): a fragment
 # `{indexed_NAME}` each.
-HINTED_INDEXES = ("items_attention", "items_retried", "items_pending_channel", "events_disproof")
+HINTED_INDEXES = (
+    "items_attention",
+    "items_retried",
+    "items_pending_channel",
+    "events_disproof",
+    "items_content",
+)
 
 
 def fragments(dialect: Dialect, indexed: dict[str, str]) -> dict[str, str]:

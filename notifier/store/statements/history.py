@@ -22,16 +22,30 @@ _ABANDONED = abandoned("p")
 
 
 def _keyed(stage: str) -> str:
-    """The staged rows of `stage`, each under its own identity (`key`) and, for a row with an
-    id, once more under its intent digest (`key` = `intent_digest`): the identity an earlier
-    row of the same content had in a file without an `id` column (intent.row_identity). An
-    `id:` identity never equals a digest, so the second key finds only id-less earlier items,
-    through the same index (items_identity) as the first."""
+    """The staged rows of `stage`, each under its own identity (`key`) and under the
+    identities a row of the same content had where the file named its rows otherwise
+    (intent.row_identity): for a row with an id, its intent digest (`key` = `intent_digest`:
+    an id-less earlier row's identity; an `id:` identity never equals a digest, so this key
+    finds only id-less earlier items, through items_identity as the first); for a row without
+    one, the identity of each earlier item with an id and the same channel and content
+    (through items_content). Only `key = identity` is the row's own."""
     return f"""(SELECT seq, item_id, channel, intent_digest, identity, identity AS key
     FROM {stage} AS own
     UNION ALL
     SELECT seq, item_id, channel, intent_digest, identity, intent_digest FROM {stage} AS own
-    WHERE identity <> intent_digest)"""
+    WHERE identity <> intent_digest
+    UNION ALL
+    SELECT DISTINCT own.seq, own.item_id, own.channel, own.intent_digest, own.identity,
+        named.identity
+    FROM {stage} AS own {{ordered_join}} items named {{indexed_items_content}}
+        ON named.channel = own.channel AND named.intent_digest = own.intent_digest
+        AND named.identity <> named.intent_digest
+    WHERE own.identity = own.intent_digest)"""
+
+
+# A staged row with an id: its identity is not its digest (a stage holds rows as a file
+# gives them, never drafted texts).
+_HAS_ID = "s.identity <> s.intent_digest"
 
 
 def _per_row(stage: str, *, other_runs: bool = False) -> str:
@@ -42,11 +56,14 @@ def _per_row(stage: str, *, other_runs: bool = False) -> str:
 
     `open` and `unsettled` hold under either key: two runs never hold one notification open,
     however a file names its rows. The others are by the row's own identity (`mine`), but
-    `same_content`: a row with an id, with no history of its own, whose channel, recipient
-    and content an id-less earlier row had, delivered or abandoned (maybe delivered): the
-    file names its rows otherwise than before, so whether they are the same notifications
-    is not the tool's to guess (a re-export with an id column added, sent again: every row
-    would go out twice; two rows with ids and one content: which one was sent?)."""
+    `same_content`: a row with no history of its own whose channel, recipient and content
+    an earlier row named otherwise had (an id-less one for a row with an id, one with an id
+    for a row without), delivered or abandoned (maybe delivered): the file names its rows
+    otherwise than before, so whether they are the same notifications is not the tool's to
+    guess (a re-export with an id column added or dropped, sent again: every row would go
+    out twice; two rows with ids and one content: which one was sent?). For a row without
+    an id, only the earlier items with its very content count: another item of the same id
+    may have had other content (for a row with one, the key is that content)."""
     own = " AND p.run_id <> %(run_id)s" if other_runs else ""
     mine = "s.key = s.identity"
     return f"""
@@ -60,7 +77,8 @@ SELECT s.seq AS seq, s.item_id AS item_id,
         THEN r.rowid END) AS abandoned_in,
     MAX(CASE WHEN {mine} AND (p.state = 'sent' OR {_ABANDONED}) THEN r.rowid END)
         AS changed_in,
-    MAX(CASE WHEN NOT {mine} AND (p.state = 'sent' OR {_ABANDONED}) THEN r.rowid END)
+    MAX(CASE WHEN NOT {mine} AND (p.state = 'sent' OR {_ABANDONED})
+        AND ({_HAS_ID} OR p.intent_digest = s.intent_digest) THEN r.rowid END)
         AS same_content_in,
     MAX(CASE WHEN {mine} THEN r.rowid END) AS earlier
 FROM {_keyed(stage)} AS s {{ordered_join}} items p
@@ -130,12 +148,16 @@ REJECTED_RUNS = (
 
 
 def held_by(stage: str) -> str:
-    """How many staged rows of `stage` the run `run_id` held: the same identity, or, for a
-    row with an id, the content of an id-less row it held (a rejection holds by content too)."""
+    """How many staged rows of `stage` the run `run_id` held: the same identity, or the
+    content of a row it held named otherwise (with an id for a row without, or without for
+    a row with one): a rejection holds by content too."""
     return f"""
 SELECT COUNT(*) FROM {stage} s WHERE EXISTS (SELECT 1 FROM items p
     WHERE p.channel = s.channel AND p.identity IN (s.identity, s.intent_digest)
     AND p.run_id = %(run_id)s)
+OR (s.identity = s.intent_digest AND EXISTS (SELECT 1 FROM items p
+    WHERE p.channel = s.channel AND p.intent_digest = s.intent_digest
+    AND p.identity <> p.intent_digest AND p.run_id = %(run_id)s))
 """
 
 

@@ -1,11 +1,12 @@
 """A file sent without an `id` column (each row identified by its channel, recipient and
-content) and sent again with one names its rows otherwise: notifier cannot tell whether a
-row with an id is the notification an id-less row of the same content was, so it refuses the
-file (exit 2, nothing stored, nothing sent) rather than send every row a second time, or
-guess which of two rows with ids one delivery was. Sent as it was (without the ids), the
-delivered rows are left out; with --resend-changed, every such row goes out again as a new
-notification. Rows of that content never delivered (failed) are no such question, and two
-rows that both have ids stay two notifications, as within a file. On both stores."""
+content) and sent again with one, or the other way round, names its rows otherwise: notifier
+cannot tell whether a row is the notification a row of the same content named otherwise
+was, so it refuses the file (exit 2, nothing stored, nothing sent) rather than send every row
+a second time, or guess which of two rows with ids one delivery was. Sent as it was (with
+the ids it had, or without), the delivered rows are left out; with --resend-changed, every
+such row goes out again as a new notification. Rows of that content never delivered
+(failed) are no such question, and two rows that both have ids stay two notifications, as
+within a file. On both stores."""
 
 from __future__ import annotations
 
@@ -41,8 +42,8 @@ def test_a_file_sent_again_with_an_id_column_added_is_refused_never_sent_twice(
         ws.write_csv("b.csv", rows)  # the same rows with an id column, and u4
         refused = ws.invoke("send", "b.csv", "--channel", "hooks")
         assert refused.exit_code == 2, refused.output
-        assert "3 row(s) have an id" in refused.output, refused.output
-        assert "--resend-changed" in refused.output and "without the `id` column" in (
+        assert "3 row(s) have the channel, recipient and content" in refused.output
+        assert "--resend-changed" in refused.output and "its `id` column as it was" in (
             refused.output
         )
         assert len(receiver.arrivals) == 3 and len(ws.ledger.runs()) == 1
@@ -127,7 +128,7 @@ def test_the_refusal_names_every_row_resend_changed_would_send_again(ws: Workspa
         refused = ws.invoke("send", "c.csv", "--channel", "hooks")
     assert refused.exit_code == 2, refused.output
     assert "1 row(s) were delivered before" in refused.output, refused.output
-    assert "3 row(s) have an id" in refused.output, refused.output
+    assert "3 row(s) have the channel, recipient and content" in refused.output
     assert len(receiver.arrivals) == 4
 
 
@@ -201,5 +202,82 @@ def test_the_refusal_of_a_composed_file_names_a_way_out_that_works(
     ws.write_csv("d.csv", [["id", "to", "name"], ["u1", "user1@example.com", "User 1"]])
     refused = ws.invoke("send", "d.csv", "--compose", str(brief))
     assert refused.exit_code == 2, refused.output
-    assert "without the `id` column" in refused.output, refused.output
+    assert "its `id` column as it was" in refused.output, refused.output
     assert "--resend-changed" not in refused.output, refused.output
+
+
+def test_a_file_sent_again_with_its_id_column_dropped_is_refused_never_sent_twice(
+    ws: Workspace,
+) -> None:
+    """Three rows delivered with ids; the same rows without the id column, and a fourth:
+    refused, nothing sent. The file as it was (with ids) sends the fourth alone; with
+    --resend-changed the three would go again: the refusal names both ways."""
+    receiver = Receiver()
+    with receiving(receiver):
+        _hooks(ws, receiver)
+        rows = make_rows(4)
+        ws.write_csv("b.csv", rows[:4])  # the header and three rows, with ids
+        assert ws.invoke("send", "b.csv", "--channel", "hooks").exit_code == 0
+        ws.write_csv("b.csv", _without_ids(rows))  # the id column dropped, and u4
+        refused = ws.invoke("send", "b.csv", "--channel", "hooks")
+        assert refused.exit_code == 2, refused.output
+        assert "3 row(s) have the channel, recipient and content" in refused.output
+        assert "--resend-changed" in refused.output and "its `id` column as it was" in (
+            refused.output
+        )
+        assert len(receiver.arrivals) == 3 and len(ws.ledger.runs()) == 1
+        ws.write_csv("b.csv", rows)  # as advised: the file as it was, with its ids
+        again = ws.invoke("send", "b.csv", "--channel", "hooks")
+        assert again.exit_code == 0, again.output
+        ws.write_csv("c.csv", _without_ids(make_rows(2)))  # u1, u2 without ids: forced
+        forced = ws.invoke("send", "c.csv", "--channel", "hooks", "--resend-changed")
+        assert forced.exit_code == 0, forced.output
+        deliveries = receiver.deliveries()
+    assert "3 row(s) already delivered" in again.output, again.output
+    assert "2 row(s) with the content of rows" in forced.output, forced.output
+    assert len(receiver.arrivals) == 6, deliveries
+
+
+def test_a_row_open_with_an_id_refuses_the_file_without_ids_as_open(ws: Workspace) -> None:
+    """The row with its id awaits approval in its run; the file without the id column is
+    refused as open, --resend-changed or not: two runs never hold one notification open."""
+    receiver = Receiver()
+    with receiving(receiver):
+        _hooks(ws, receiver)
+        header, row = make_rows(1)
+        ws.write_csv("b.csv", [header, row])
+        first = ws.invoke("send", "b.csv", "--channel", "hooks", "--require-approval")
+        assert first.exit_code == 0, first.output
+        ws.write_csv("b.csv", _without_ids([header, row]))
+        for extra in ([], ["--resend-changed"]):
+            again = ws.invoke("send", "b.csv", "--channel", "hooks", *extra)
+            assert again.exit_code == 2, again.output
+            assert "still open" in again.output, again.output
+    assert len(ws.ledger.runs()) == 1 and not receiver.arrivals
+
+
+def test_an_id_less_row_is_held_only_by_the_content_it_was_delivered_with(
+    ws: Workspace,
+) -> None:
+    """u1 was refused (400) with one text, then delivered, changed, with another: a file
+    without ids whose row has the delivered text is refused; one whose row has the refused
+    text is no delivered notification's twin, and is sent."""
+    failing = {True}
+    receiver = Receiver(answer=lambda item_id, n: 400 if failing else None)
+    with receiving(receiver):
+        _hooks(ws, receiver)
+        header, row = make_rows(1)
+        ws.write_csv("a.csv", [header, row])
+        assert ws.invoke("send", "a.csv", "--channel", "hooks").exit_code == 3
+        failing.clear()
+        changed = [*row[:3], "Body of 1, amended", row[4]]
+        ws.write_csv("a.csv", [header, changed])
+        assert ws.invoke("send", "a.csv", "--channel", "hooks").exit_code == 0
+        ws.write_csv("b.csv", _without_ids([header, changed]))
+        held = ws.invoke("send", "b.csv", "--channel", "hooks")
+        ws.write_csv("c.csv", _without_ids([header, row]))
+        sent = ws.invoke("send", "c.csv", "--channel", "hooks")
+        deliveries = receiver.deliveries()
+    assert held.exit_code == 2, held.output
+    assert sent.exit_code == 0, sent.output
+    assert sum(deliveries.values()) == 2, deliveries
