@@ -41,9 +41,9 @@ def notifier(work: Path, db: str, *args: str) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
-def check(process: subprocess.Popen[str]) -> str:
+def check(process: subprocess.Popen[str], ok: tuple[int, ...] = (0,)) -> str:
     out, _ = process.communicate()
-    if process.returncode not in (0,):
+    if process.returncode not in ok:
         raise SystemExit(f"notifier exited {process.returncode}: {out[-2000:]}")
     return out
 
@@ -101,7 +101,9 @@ def one_case(url: str, db: str, workers: int, items: int) -> float:
             for _ in range(workers)
         ]
         for process in started:
-            check(process)
+            # A worker that finds nothing left while another still sends leaves with exit 3
+            # (the run is not done yet); the deliveries below say whether all went out.
+            check(process, ok=(0, 3) if len(started) > 1 else (0,))
         count, rate = deliveries_per_second(base, before)
         if count != items:
             raise SystemExit(f"{count} deliveries for {items} items")

@@ -9,8 +9,8 @@ commits on one run go on side by side, and two runs never wait for each other at
 
 - A run's events are numbered and linked at COMMIT (`commit`, chaining.py), under its `runs`
   row taken FOR NO KEY UPDATE as the transaction's last step: contiguous and unique per run,
-  each linked to the one before. The run counters' triggers fire at COMMIT too (m010), under
-  that row.
+  each linked to the one before. The run counters move at COMMIT too, once per transaction
+  (m017), under that row.
 - A run's state read then moved, a join, the exclusive lease, leaving, adopting: the run's
   row is read FOR NO KEY UPDATE first (core's `locked_run`).
 - Fencing: a worker's lease row is read FOR SHARE and held to COMMIT, so a reap waits for a
@@ -282,7 +282,7 @@ class PostgresEngine:
         snapshot): its last event's number and hash, so the numbers stay contiguous and
         unique and each new event links to the one really before it. The links are made
         here (chaining.linked: the key never goes to the server), so this takes two round
-        trips: the row and the heads, then the events and COMMIT. The run counters (m010)
+        trips: the row and the heads, then the events and COMMIT. The run counters (m017)
         move at COMMIT, under the row too. Rows are taken in run_id order, so two
         transactions never wait for each other's. Two runs never share a row: they never
         wait for each other at all."""

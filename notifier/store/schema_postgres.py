@@ -281,3 +281,82 @@ CREATE CONSTRAINT TRIGGER items_count_move AFTER UPDATE OF state ON items
 CREATE CONSTRAINT TRIGGER items_count_delete AFTER DELETE ON items
     DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION notifier_count_items()
 """
+
+# The run counters move once per transaction, not once per item. A row written again and
+# again in one transaction is a chain of versions that each later write walks (none can be
+# pruned before COMMIT): m010's per-row triggers, two counter writes per moved item, made a
+# bulk move (a plan's suppressed rows, a deadline expiring a run's items) take time in the
+# square of its items. Now each statement that moves items notes its net moves per run and
+# state (a statement trigger over its transition tables) in `run_count_moves`, rows of its
+# own transaction that nothing else reads or locks; at COMMIT one deferred trigger, queued
+# by the transaction's first note only (`fold`), adds them to `run_counts` in (run, state)
+# order and deletes them. The counters still move at COMMIT, under the run's row
+# (postgres.py), as in m010: two workers' group commits never wait on them before.
+M017 = """
+DROP TRIGGER items_count_move ON items;
+
+DROP TRIGGER items_count_delete ON items;
+
+DROP FUNCTION notifier_count_items();
+
+CREATE TABLE run_count_moves (
+    xact BIGINT NOT NULL,
+    run_id TEXT NOT NULL,
+    state TEXT NOT NULL,
+    n BIGINT NOT NULL,
+    fold BOOLEAN NOT NULL
+);
+
+CREATE INDEX run_count_moves_xact ON run_count_moves(xact);
+
+CREATE FUNCTION notifier_note_moves() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    first BOOLEAN := NOT EXISTS (SELECT 1 FROM run_count_moves WHERE xact = txid_current());
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        INSERT INTO run_count_moves (xact, run_id, state, n, fold)
+        SELECT txid_current(), run_id, state, -COUNT(*), first AND ROW_NUMBER() OVER () = 1
+        FROM old_items GROUP BY run_id, state;
+        RETURN NULL;
+    END IF;
+    INSERT INTO run_count_moves (xact, run_id, state, n, fold)
+    SELECT txid_current(), run_id, state, n, first AND ROW_NUMBER() OVER () = 1 FROM (
+        SELECT run_id, state, SUM(n) AS n FROM (
+            SELECT o.run_id, o.state, -1 AS n FROM old_items o
+            JOIN new_items w ON w.run_id = o.run_id AND w.seq = o.seq
+            WHERE w.state IS DISTINCT FROM o.state
+            UNION ALL
+            SELECT w.run_id, w.state, 1 FROM old_items o
+            JOIN new_items w ON w.run_id = o.run_id AND w.seq = o.seq
+            WHERE w.state IS DISTINCT FROM o.state
+        ) AS moved GROUP BY run_id, state HAVING SUM(n) <> 0
+    ) AS net;
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION notifier_fold_moves() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    WITH noted AS (
+        DELETE FROM run_count_moves WHERE xact = NEW.xact RETURNING run_id, state, n
+    )
+    INSERT INTO run_counts AS c (run_id, state, n)
+    SELECT run_id, state, SUM(n) FROM noted GROUP BY run_id, state HAVING SUM(n) <> 0
+    ORDER BY run_id, state
+    ON CONFLICT (run_id, state) DO UPDATE SET n = c.n + EXCLUDED.n;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER items_count_moves AFTER UPDATE ON items
+    REFERENCING OLD TABLE AS old_items NEW TABLE AS new_items
+    FOR EACH STATEMENT EXECUTE FUNCTION notifier_note_moves();
+
+CREATE TRIGGER items_count_deletes AFTER DELETE ON items
+    REFERENCING OLD TABLE AS old_items
+    FOR EACH STATEMENT EXECUTE FUNCTION notifier_note_moves();
+
+CREATE CONSTRAINT TRIGGER run_count_moves_fold AFTER INSERT ON run_count_moves
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.fold)
+    EXECUTE FUNCTION notifier_fold_moves()
+"""

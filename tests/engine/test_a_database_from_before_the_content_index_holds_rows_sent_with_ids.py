@@ -1,8 +1,10 @@
-"""Migration m016 (items with ids indexed by channel and content) on a database written by
-the code before it, on both engines: the committed fixture's run of a file with an `id`
-column, killed mid-send, resumes and sends each remaining row once; the same file sent
-again without its `id` column is then refused (exit 2: those rows were delivered, named
-otherwise), nothing sent; and the lookup reads the new index."""
+"""Migrations m016 (items with ids indexed by channel and content) and m017 (PostgreSQL's run
+counters moved once per transaction) on a database written by the code before them, on both
+engines: the committed fixture's run of a file with an `id` column, killed mid-send,
+resumes and sends each remaining row once, its counters equal to its items (checked after
+every test); the same file sent again without its `id` column is then refused (exit 2:
+those rows were delivered, named otherwise), nothing sent; and the lookup reads the new
+index."""
 
 from __future__ import annotations
 
@@ -41,7 +43,10 @@ def test_the_killed_run_resumes_once_each_and_its_rows_hold_the_file_without_ids
     shutil.copy(FIXTURES / f"{NAME}.csv", ws.path / "batch.csv")
     resumed = ws.invoke("resume", RUN)
     assert resumed.exit_code == 0, resumed.output
-    assert "m016_items_by_content" in ws.ledger.migrations()
+    assert {"m016_items_by_content", "m017_counts_once_per_transaction"} <= set(
+        ws.ledger.migrations()
+    )
+    assert ws.ledger.state_counts(RUN) == {"sent": 12}
     ids = sorted(d["item_id"] for d in ws.outbox_documents())
     assert ids == sorted(f"k{i}" for i in range(1, 13))
     refused = ws.invoke("send", _without_ids(ws), "--channel", "files")
