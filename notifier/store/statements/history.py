@@ -21,6 +21,13 @@ LISTED = 10
 _ABANDONED = abandoned("p")
 
 
+# A staged row without an id: its identity is a digest, never `id:…` (intent.row_identity).
+# Not `identity = intent_digest`: a composed row (the freeze's stage, a run's own rows for
+# `redraft`) keeps its source row's identity, while its intent digest is the drafted text's;
+# its source content, the content a row with an id of the same file had, is its identity.
+_NO_ID = "own.identity NOT LIKE 'id:%%'"
+
+
 def _keyed(stage: str) -> str:
     """The staged rows of `stage`, each under its own identity (`key`) and under the
     identities a row of the same content had where the file named its rows otherwise
@@ -38,14 +45,9 @@ def _keyed(stage: str) -> str:
     SELECT DISTINCT own.seq, own.item_id, own.channel, own.intent_digest, own.identity,
         named.identity
     FROM {stage} AS own {{ordered_join}} items named {{indexed_items_content}}
-        ON named.channel = own.channel AND named.intent_digest = own.intent_digest
+        ON named.channel = own.channel AND named.intent_digest = own.identity
         AND named.identity <> named.intent_digest
-    WHERE own.identity = own.intent_digest)"""
-
-
-# A staged row with an id: its identity is not its digest (a stage holds rows as a file
-# gives them, never drafted texts).
-_HAS_ID = "s.identity <> s.intent_digest"
+    WHERE {_NO_ID})"""
 
 
 def _per_row(stage: str, *, other_runs: bool = False) -> str:
@@ -62,8 +64,10 @@ def _per_row(stage: str, *, other_runs: bool = False) -> str:
     otherwise than before, so whether they are the same notifications is not the tool's to
     guess (a re-export with an id column added or dropped, sent again: every row would go
     out twice; two rows with ids and one content: which one was sent?). For a row without
-    an id, only the earlier items with its very content count: another item of the same id
-    may have had other content (for a row with one, the key is that content)."""
+    an id, only the earlier items with its very content count (its identity: a composed
+    row's intent digest is its drafted text's): another item of the same id may have had
+    other content (for a row with one, or under its drafted text's digest, the key is that
+    content)."""
     own = " AND p.run_id <> %(run_id)s" if other_runs else ""
     mine = "s.key = s.identity"
     return f"""
@@ -78,7 +82,8 @@ SELECT s.seq AS seq, s.item_id AS item_id,
     MAX(CASE WHEN {mine} AND (p.state = 'sent' OR {_ABANDONED}) THEN r.rowid END)
         AS changed_in,
     MAX(CASE WHEN NOT {mine} AND (p.state = 'sent' OR {_ABANDONED})
-        AND ({_HAS_ID} OR p.intent_digest = s.intent_digest) THEN r.rowid END)
+        AND (s.identity LIKE 'id:%%' OR s.key = s.intent_digest
+            OR p.intent_digest = s.identity) THEN r.rowid END)
         AS same_content_in,
     MAX(CASE WHEN {mine} THEN r.rowid END) AS earlier
 FROM {_keyed(stage)} AS s {{ordered_join}} items p
