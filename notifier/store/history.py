@@ -120,12 +120,18 @@ class RowHistory:
         return {str(item_id): run for _, item_id, run in self.engine.execute(statement, params)}
 
     def compare(self, stage: str, total: int) -> Prior:
+        """The verdicts of `stage`'s rows. A database from before m016, read without being
+        migrated (--dry-run), has no index of items by content: there a row without an id
+        is compared only under its own identity, as every row of a database from before m006
+        reads as new, until the next send migrates it."""
+        by_content = self.engine.has_index("items_content")
         by_run: dict[str, dict[str, int]] = {}
-        for verdict, run_id, n in self.engine.execute(sql.verdicts_by_run(stage)).fetchall():
+        verdicts = sql.verdicts_by_run(stage, by_content=by_content)
+        for verdict, run_id, n in self.engine.execute(verdicts).fetchall():
             by_run.setdefault(verdict, {})[run_id] = int(n)
         changed: list[tuple[int, str]] = []
         if CHANGED in by_run:
-            rows = self.engine.execute(sql.changed_rows(stage))
+            rows = self.engine.execute(sql.changed_rows(stage, by_content=by_content))
             changed = [(int(seq), item_id) for seq, item_id in rows]
         return Prior(total, by_run, changed)
 

@@ -80,6 +80,9 @@ _IN_SCHEMA = "c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = cur
 _KINDS = "c.relkind IN ('r', 'v', 'f', 'p')"  # information_schema.tables': tables, views…
 _TABLES = f"SELECT c.relname FROM pg_class c WHERE {_IN_SCHEMA} AND {_KINDS}"
 _HAS_TABLE = f"{_TABLES} AND c.relname = %(name)s"
+_HAS_INDEX = (
+    f"SELECT 1 FROM pg_class c WHERE {_IN_SCHEMA} AND c.relkind = 'i' AND c.relname = %(name)s"
+)
 _COLUMNS = (
     "SELECT a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
     f"WHERE {_IN_SCHEMA} AND {_KINDS} AND c.relname = %(table)s "
@@ -426,6 +429,9 @@ class PostgresEngine:
 
     def has_table(self, name: str) -> bool:
         return bool(self.execute(_HAS_TABLE, {"name": name}).fetchone())
+
+    def has_index(self, name: str) -> bool:
+        return bool(self.execute(_HAS_INDEX, {"name": name}).fetchone())
 
     def columns(self, table: str) -> set[str]:
         return {r[0] for r in self.execute(_COLUMNS, {"table": table})}

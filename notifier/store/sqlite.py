@@ -28,6 +28,7 @@ _HEADER = b"SQLite format 3\x00"
 # The engine's own statements (the notation of statements/), used on SQLite only.
 _TABLES = "SELECT name FROM sqlite_master WHERE type = 'table'"
 _HAS_TABLE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = %(name)s"
+_HAS_INDEX = "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = %(name)s"
 _INDEXES = "SELECT name FROM sqlite_master WHERE type = 'index'"
 # The transaction's events, numbered and linked at COMMIT (chaining.py), bound as they come.
 _INSERT_EVENTS = f"INSERT INTO events ({chaining.COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
@@ -326,6 +327,9 @@ class SqliteEngine:
 
     def has_table(self, name: str) -> bool:
         return bool(self.execute(_HAS_TABLE, {"name": name}).fetchone())
+
+    def has_index(self, name: str) -> bool:
+        return bool(self.execute(_HAS_INDEX, {"name": name}).fetchone())
 
     def columns(self, table: str) -> set[str]:
         return {r[1] for r in self.execute(f"PRAGMA table_info({table})")}

@@ -28,29 +28,32 @@ _ABANDONED = abandoned("p")
 _NO_ID = "own.identity NOT LIKE 'id:%%'"
 
 
-def _keyed(stage: str) -> str:
+def _keyed(stage: str, *, by_content: bool) -> str:
     """The staged rows of `stage`, each under its own identity (`key`) and under the
     identities a row of the same content had where the file named its rows otherwise
     (intent.row_identity): for a row with an id, its intent digest (`key` = `intent_digest`:
     an id-less earlier row's identity; an `id:` identity never equals a digest, so this key
     finds only id-less earlier items, through items_identity as the first); for a row without
     one, the identity of each earlier item with an id and the same channel and content
-    (through items_content). Only `key = identity` is the row's own."""
-    return f"""(SELECT seq, item_id, channel, intent_digest, identity, identity AS key
-    FROM {stage} AS own
-    UNION ALL
-    SELECT seq, item_id, channel, intent_digest, identity, intent_digest FROM {stage} AS own
-    WHERE identity <> intent_digest
+    (through items_content; without `by_content`, a database from before m016 read without
+    migrating it, not at all: with no index, every row would read every item of its
+    channel). Only `key = identity` is the row's own."""
+    by_id = f"""
     UNION ALL
     SELECT DISTINCT own.seq, own.item_id, own.channel, own.intent_digest, own.identity,
         named.identity
     FROM {stage} AS own {{ordered_join}} items named {{indexed_items_content}}
         ON named.channel = own.channel AND named.intent_digest = own.identity
         AND named.identity <> named.intent_digest
-    WHERE {_NO_ID})"""
+    WHERE {_NO_ID}"""
+    return f"""(SELECT seq, item_id, channel, intent_digest, identity, identity AS key
+    FROM {stage} AS own
+    UNION ALL
+    SELECT seq, item_id, channel, intent_digest, identity, intent_digest FROM {stage} AS own
+    WHERE identity <> intent_digest{by_id if by_content else ""})"""
 
 
-def _per_row(stage: str, *, other_runs: bool = False) -> str:
+def _per_row(stage: str, *, other_runs: bool = False, by_content: bool = True) -> str:
     """Per staged row (s), the newest earlier run (by runs.rowid) in which each verdict's
     condition holds, NULL where it holds in none. Each column is non-NULL exactly when its
     verdict applies, so the first non-NULL one, in history.py's order, is the row's verdict.
@@ -86,7 +89,7 @@ SELECT s.seq AS seq, s.item_id AS item_id,
             OR p.intent_digest = s.identity) THEN r.rowid END)
         AS same_content_in,
     MAX(CASE WHEN {mine} THEN r.rowid END) AS earlier
-FROM {_keyed(stage)} AS s {{ordered_join}} items p
+FROM {_keyed(stage, by_content=by_content)} AS s {{ordered_join}} items p
     ON p.channel = s.channel AND p.identity = s.key{own}
 JOIN runs r ON r.run_id = p.run_id
 GROUP BY s.seq, s.item_id
@@ -101,14 +104,14 @@ _VERDICT = f"""CASE WHEN open_in IS NOT NULL THEN '{OPEN}'
     WHEN same_content_in IS NOT NULL THEN '{SAME_CONTENT}' ELSE '{RETRIED}' END"""
 
 
-def verdicts_by_run(stage: str) -> str:
+def verdicts_by_run(stage: str, *, by_content: bool = True) -> str:
     """How many staged rows of `stage` get each verdict, by the earlier run it names."""
     return f"""
 SELECT v.verdict, r.run_id, COUNT(*) FROM (
     SELECT {_VERDICT} AS verdict,
         COALESCE(open_in, unsettled_in, delivered_in, abandoned_in, changed_in,
             same_content_in, earlier) AS run_rowid
-    FROM ({_per_row(stage)}) AS m
+    FROM ({_per_row(stage, by_content=by_content)}) AS m
 ) AS v JOIN runs r ON r.rowid = v.run_rowid
 GROUP BY v.verdict, r.run_id
 ORDER BY v.verdict, MIN(r.rowid)
@@ -137,10 +140,10 @@ def rows_of_run(n: int) -> str:
     )
 
 
-def changed_rows(stage: str) -> str:
+def changed_rows(stage: str, *, by_content: bool = True) -> str:
     """The first LISTED staged rows of `stage` whose verdict is `changed`."""
     return f"""
-SELECT seq, item_id FROM ({_per_row(stage)}) AS m
+SELECT seq, item_id FROM ({_per_row(stage, by_content=by_content)}) AS m
 WHERE {_VERDICT} = '{CHANGED}' ORDER BY seq LIMIT {LISTED}
 """
 
