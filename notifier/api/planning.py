@@ -15,7 +15,7 @@ from notifier.api.env import Env, open_store
 from notifier.channels import ChannelConfigError
 from notifier.content import compose, unsubscribe
 from notifier.content.batch_csv import BatchError, BatchRow, Problems, read_batch, stream_batch
-from notifier.content.plan import RUN_ID_PATTERN, Plan, make_plan, new_run_id
+from notifier.content.plan import RUN_ID_PATTERN, Plan, make_plan, new_run_id, source_digest
 from notifier.content.schedule import Schedule, schedule_stream
 from notifier.content.template import Template, render_stream
 from notifier.domain import clock
@@ -365,7 +365,8 @@ def store_drafting_run(
             store.core.get_run(run_id)
             raise BadInput(f"run {run_id!r} already exists: choose another --run-id.")
         store.drafts.create_drafting_run(
-            run, [(row.seq, row.line, compose.row_to_source(row)) for row in rows]
+            run,
+            [(row.seq, row.line, compose.row_to_source(row), source_digest(row)) for row in rows],
         )
     except BaseException:
         store.close()

@@ -165,11 +165,17 @@ def source_identity(row: BatchRow) -> str:
     """The identity `row` has as a row of its file (make_plan computes the same): a
     composed row keeps it whatever is drafted for it, so the same row of the same file is
     the same notification whether it was sent as written or composed."""
+    return row_identity(row.item_id if row.own_id else None, source_digest(row))
+
+
+def source_digest(row: BatchRow) -> str:
+    """The digest of `row` as its file gives it (channel, recipient, content): its identity
+    without an `id` column. Kept with a composed row's draft (drafts.source_digest), since
+    the row's item has its drafted text's digest."""
     payload = payload_json(
         row.subject, row.body, row.data, row.not_after, row.unsubscribe_url, row.unsubscribe_mailto
     )
-    digest = digest_of_normalised(row.channel, normalise_target(row.to), payload)
-    return row_identity(row.item_id if row.own_id else None, digest)
+    return digest_of_normalised(row.channel, normalise_target(row.to), payload)
 
 
 def fingerprint_of(digests: hashlib._Hash, tail: str) -> str:

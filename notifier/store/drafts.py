@@ -28,10 +28,11 @@ class Drafts:
         self.plans = plans
 
     def create_drafting_run(
-        self, run: dict[str, Any], sources: Sequence[tuple[int, int, str]]
+        self, run: dict[str, Any], sources: Sequence[tuple[int, int, str, str]]
     ) -> None:
         """The run row (fingerprint empty: not frozen yet) and one pending draft per row
-        (seq, line, source), in one transaction."""
+        (seq, line, source, the source row's digest: plan.source_digest), in one
+        transaction."""
         at = run["created_at"]
         with self.core.write():
             self.core.insert_run(
@@ -46,14 +47,20 @@ class Drafts:
             self.engine.execute_many(
                 sql.INSERT_DRAFT,
                 (
-                    {"run_id": run["run_id"], "seq": seq, "line": line, "source": source}
-                    for seq, line, source in sources
+                    {
+                        "run_id": run["run_id"],
+                        "seq": seq,
+                        "line": line,
+                        "source": source,
+                        "digest": digest,
+                    }
+                    for seq, line, source, digest in sources
                 ),
             )
             # What the intents will be made of besides the drafts, chained: verify, and the
             # freeze before it makes intents of them, find one rewritten while the run drafts.
             inputs = DraftingInputs()
-            for _, _, source in sources:
+            for _, _, source, _ in sources:
                 inputs.add(source)
             # Hashed as they are read back (JSON), as verify and the freeze will hash them.
             options = json.loads(as_json(run["options"]) or "null")

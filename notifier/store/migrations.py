@@ -169,12 +169,16 @@ _SCHEDULE_COLUMNS = ("not_before", "tz")
 
 
 def _source_identity(row: dict[str, Any]) -> str:
+    return row_identity(row["item_id"] if row.get("own_id") else None, _source_digest(row))
+
+
+def _source_digest(row: dict[str, Any]) -> str:
+    """plan.source_digest of a draft's stored source row (compose.row_to_source's form)."""
     payload = payload_json(
         row["subject"], row["body"], row["data"], row.get("not_after"),
         row.get("unsubscribe_url"), row.get("unsubscribe_mailto"),
     )  # fmt: skip
-    digest = digest_of_normalised(row["channel"], normalise_target(row["to"]), payload)
-    return row_identity(row["item_id"] if row.get("own_id") else None, digest)
+    return digest_of_normalised(row["channel"], normalise_target(row["to"]), payload)
 
 
 def _m012(engine: Engine) -> None:
@@ -236,6 +240,30 @@ ALTER TABLE workers ADD COLUMN pid_space TEXT
 _M016 = """
 CREATE INDEX items_content ON items(channel, intent_digest) WHERE identity <> intent_digest
 """
+
+
+# A composed row's item has its drafted text's digest; the content of the row it was drafted
+# from is kept with its draft, so a file composed with an `id` column and sent again without
+# it finds the rows it delivered (statements/history.py). Drafts stored before are back-filled
+# from their stored source rows as they read now, with the formula plan.source_digest uses.
+def _m018(engine: Engine) -> None:
+    engine.execute("ALTER TABLE drafts ADD COLUMN source_digest TEXT")
+    engine.execute(
+        "CREATE INDEX drafts_by_content ON drafts(source_digest) WHERE source_digest IS NOT NULL"
+    )
+    for run_id, seq, source in engine.execute("SELECT run_id, seq, source FROM drafts").fetchall():
+        engine.execute(
+            "UPDATE drafts SET source_digest = %(digest)s WHERE run_id = %(run_id)s "
+            "AND seq = %(seq)s",
+            {"run_id": run_id, "seq": seq, "digest": _source_digest(_as_now(json.loads(source)))},
+        )
+
+
+def _as_now(row: dict[str, Any]) -> dict[str, Any]:
+    """A stored source row as it reads now: a draft frozen before m012 kept its `tz` and
+    `not_before` columns in its data (m012 moved its item's identity, not its source)."""
+    data = {k: v for k, v in row["data"].items() if k not in _SCHEDULE_COLUMNS}
+    return {**row, "data": data}
 
 
 def _m010_sqlite(engine: Engine) -> None:
@@ -306,6 +334,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     # (schema_postgres.M017): a bulk move is linear in its items. SQLite writes a counter row
     # in place, so its per-row triggers stay.
     Migration("m017_counts_once_per_transaction", _unchanged_on_sqlite, schema_postgres.M017),
+    Migration("m018_drafts_by_content", _m018, _m018),
 )
 NAMES = frozenset(m.name for m in MIGRATIONS)
 

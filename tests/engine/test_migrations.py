@@ -112,8 +112,8 @@ def test_a_database_at_every_earlier_migration_opens_up_to_date(ws: Workspace, l
 def test_sqlite_schema_text_is_what_earlier_versions_stored(ws: Workspace) -> None:
     """SQLite keeps each CREATE's text. A fresh file holds, to the byte, the texts that the
     code before this runner (sqlite-utils applying each migration) stored in the m005
-    fixture, the record of migrations included; only `items`, `runs`, `events` and `workers`
-    differ, by m006's, m011's, m013's and m015's columns."""
+    fixture, the record of migrations included; only `items`, `runs`, `events`, `workers`
+    and `drafts` differ, by m006's, m011's, m013's, m015's and m018's columns."""
 
     def schema(path: Any) -> dict[tuple[str, str], str]:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
@@ -126,7 +126,7 @@ def test_sqlite_schema_text_is_what_earlier_versions_stored(ws: Workspace) -> No
     old = FIXTURES / "m006-delivered-and-inflight.db"
     Store.open(ws.db_file, create=True).close()
     fresh = schema(ws.db_file)
-    grown = {("table", "items"), ("table", "runs"), ("table", "events"), ("table", "workers")}
+    grown = {("table", name) for name in ("items", "runs", "events", "workers", "drafts")}
     shipped = {key: sql for key, sql in schema(old).items() if key not in grown}
     assert {key: fresh[key] for key in shipped} == shipped
     assert fresh[("index", "items_identity")].endswith("identity)\n")  # as shipped
@@ -140,6 +140,10 @@ def test_sqlite_schema_text_is_what_earlier_versions_stored(ws: Workspace) -> No
     )
     workers = schema(old)[("table", "workers")]
     assert fresh[("table", "workers")] == workers[:-1] + ", pid_space TEXT)"
+    drafts = schema(old)[("table", "drafts")]
+    assert fresh[("table", "drafts")] == drafts.replace(
+        "drafted_at TEXT,", "drafted_at TEXT, source_digest TEXT,"
+    )
     # And a file migrated from that fixture ends up the same as a fresh one.
     shutil.copy(old, ws.path / "old.db")
     Store.open(ws.path / "old.db").close()

@@ -34,6 +34,7 @@ HINTED_INDEXES = (
     "items_pending_channel",
     "events_disproof",
     "items_content",
+    "drafts_by_content",
 )
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 INSERT_DRAFT = (
-    "INSERT INTO drafts (run_id, seq, line, source, state) "
-    "VALUES (%(run_id)s, %(seq)s, %(line)s, %(source)s, 'pending')"
+    "INSERT INTO drafts (run_id, seq, line, source, state, source_digest) "
+    "VALUES (%(run_id)s, %(seq)s, %(line)s, %(source)s, 'pending', %(digest)s)"
 )
 PENDING_DRAFTS = (
     "SELECT seq, source FROM drafts WHERE run_id = %(run_id)s AND state = 'pending' ORDER BY seq"

@@ -35,9 +35,11 @@ def _keyed(stage: str, *, by_content: bool) -> str:
     an id-less earlier row's identity; an `id:` identity never equals a digest, so this key
     finds only id-less earlier items, through items_identity as the first); for a row without
     one, the identity of each earlier item with an id and the same channel and content
-    (through items_content; without `by_content`, a database from before m016 read without
-    migrating it, not at all: with no index, every row would read every item of its
-    channel). Only `key = identity` is the row's own."""
+    (through items_content), or composed from a row of that content (through
+    drafts_by_content: a composed item has its drafted text's digest). Without
+    `by_content` (a database from before m016 or m018 read without migrating it) neither:
+    with no index, every row would read every item of its channel. Only `key = identity` is
+    the row's own."""
     by_id = f"""
     UNION ALL
     SELECT DISTINCT own.seq, own.item_id, own.channel, own.intent_digest, own.identity,
@@ -45,12 +47,27 @@ def _keyed(stage: str, *, by_content: bool) -> str:
     FROM {stage} AS own {{ordered_join}} items named {{indexed_items_content}}
         ON named.channel = own.channel AND named.intent_digest = own.identity
         AND named.identity <> named.intent_digest
+    WHERE {_NO_ID}
+    UNION ALL
+    SELECT DISTINCT own.seq, own.item_id, own.channel, own.intent_digest, own.identity,
+        drafted.identity
+    FROM {stage} AS own {{ordered_join}} drafts d {{indexed_drafts_by_content}}
+        ON d.source_digest = own.identity
+    JOIN items drafted ON drafted.run_id = d.run_id AND drafted.seq = d.seq
+        AND drafted.channel = own.channel AND drafted.identity LIKE 'id:%%'
     WHERE {_NO_ID}"""
     return f"""(SELECT seq, item_id, channel, intent_digest, identity, identity AS key
     FROM {stage} AS own
     UNION ALL
     SELECT seq, item_id, channel, intent_digest, identity, intent_digest FROM {stage} AS own
     WHERE identity <> intent_digest{by_id if by_content else ""})"""
+
+
+# The earlier item p was composed from a row of the staged row's content (m018).
+_DRAFTED_FROM = (
+    "EXISTS (SELECT 1 FROM drafts pd WHERE pd.run_id = p.run_id AND pd.seq = p.seq "
+    "AND pd.source_digest = s.identity)"
+)
 
 
 def _per_row(stage: str, *, other_runs: bool = False, by_content: bool = True) -> str:
@@ -72,6 +89,7 @@ def _per_row(stage: str, *, other_runs: bool = False, by_content: bool = True) -
     other content (for a row with one, or under its drafted text's digest, the key is that
     content)."""
     own = " AND p.run_id <> %(run_id)s" if other_runs else ""
+    drafted_from = f" OR {_DRAFTED_FROM}" if by_content else ""
     mine = "s.key = s.identity"
     return f"""
 SELECT s.seq AS seq, s.item_id AS item_id,
@@ -86,7 +104,7 @@ SELECT s.seq AS seq, s.item_id AS item_id,
         AS changed_in,
     MAX(CASE WHEN NOT {mine} AND (p.state = 'sent' OR {_ABANDONED})
         AND (s.identity LIKE 'id:%%' OR s.key = s.intent_digest
-            OR p.intent_digest = s.identity) THEN r.rowid END)
+            OR p.intent_digest = s.identity{drafted_from}) THEN r.rowid END)
         AS same_content_in,
     MAX(CASE WHEN {mine} THEN r.rowid END) AS earlier
 FROM {_keyed(stage, by_content=by_content)} AS s {{ordered_join}} items p
