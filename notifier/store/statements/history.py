@@ -176,14 +176,21 @@ REJECTED_RUNS = (
 def held_by(stage: str) -> str:
     """How many staged rows of `stage` the run `run_id` held: the same identity, or the
     content of a row it held named otherwise (with an id for a row without, or without for
-    a row with one): a rejection holds by content too."""
+    a row with one; a composed row with an id by the content it was drafted from, kept with
+    its draft, since its item has its drafted text's digest): a rejection holds by content
+    too. A row without an id is named by its content (its identity), whatever it is
+    drafted into."""
     return f"""
 SELECT COUNT(*) FROM {stage} s WHERE EXISTS (SELECT 1 FROM items p
     WHERE p.channel = s.channel AND p.identity IN (s.identity, s.intent_digest)
     AND p.run_id = %(run_id)s)
-OR (s.identity = s.intent_digest AND EXISTS (SELECT 1 FROM items p
-    WHERE p.channel = s.channel AND p.intent_digest = s.intent_digest
+OR (s.identity NOT LIKE 'id:%%' AND EXISTS (SELECT 1 FROM items p
+    WHERE p.channel = s.channel AND p.intent_digest = s.identity
     AND p.identity <> p.intent_digest AND p.run_id = %(run_id)s))
+OR (s.identity NOT LIKE 'id:%%' AND EXISTS (SELECT 1 FROM drafts d
+    JOIN items p ON p.run_id = d.run_id AND p.seq = d.seq
+    WHERE d.source_digest = s.identity AND d.run_id = %(run_id)s
+    AND p.channel = s.channel AND p.identity LIKE 'id:%%'))
 """
 
 
