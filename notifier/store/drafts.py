@@ -278,7 +278,7 @@ class Drafts:
         failed = dict(failed or {})
         with self.plans.transaction():
             if isinstance(items, PlanStage):
-                for seq, run in self.plans.history.held_elsewhere(items).items():
+                for seq, run in self.plans.history.held_elsewhere(items, run_id).items():
                     failed.setdefault(
                         seq, f"not sent: run {run} delivered this row, or holds it, meanwhile"
                     )

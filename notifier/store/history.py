@@ -101,11 +101,14 @@ class RowHistory:
             delivered[run_id] = delivered.get(run_id, 0) + n
         return Prior(stage.count, by_run, rejected_by=rejected), seqs
 
-    def held_elsewhere(self, stage: PlanStage) -> dict[int, str]:
-        """Inside a plan's transaction: the staged rows another run delivered, abandoned or
-        holds open (any verdict but `retried`), each with that run."""
+    def held_elsewhere(self, stage: PlanStage, run_id: str) -> dict[int, str]:
+        """Inside a plan's transaction: the staged rows of composed run `run_id` (being
+        frozen: none of its items stored yet) another run delivered, abandoned or holds open
+        (any verdict but `retried`), each with that run; a row with an id is compared under
+        the content it was drafted from too (its draft's source_digest)."""
         table = self.engine.stage_table(stage)
-        held = self.engine.execute(sql.held_by_run(table, _HELD))
+        statement = sql.held_by_run(table, _HELD, other_runs=True)
+        held = self.engine.execute(statement, {"run_id": run_id})
         return {int(seq): run for seq, _, run in held}
 
     def held_by_other_runs(self, run_id: str, seqs: Sequence[int]) -> dict[str, str]:

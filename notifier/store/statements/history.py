@@ -28,7 +28,7 @@ _ABANDONED = abandoned("p")
 _NO_ID = "own.identity NOT LIKE 'id:%%'"
 
 
-def _keyed(stage: str, *, by_content: bool) -> str:
+def _keyed(stage: str, *, by_content: bool, own_drafts: bool = False) -> str:
     """The staged rows of `stage`, each under its own identity (`key`) and under the
     identities a row of the same content had where the file named its rows otherwise
     (intent.row_identity): for a row with an id, its intent digest (`key` = `intent_digest`:
@@ -38,8 +38,11 @@ def _keyed(stage: str, *, by_content: bool) -> str:
     (through items_content), or composed from a row of that content (through
     drafts_by_content: a composed item has its drafted text's digest). Without
     `by_content` (a database from before m016 or m018 read without migrating it) neither:
-    with no index, every row would read every item of its channel. Only `key = identity` is
-    the row's own."""
+    with no index, every row would read every item of its channel. With `own_drafts` (the
+    rows are run %(run_id)s's, composed: the freeze, `redraft`), a row with an id is keyed
+    under the content it was drafted from too (its draft's source_digest): its intent
+    digest is its drafted text's, and an id-less earlier row of its source content has that
+    content as its identity. Only `key = identity` is the row's own."""
     by_id = f"""
     UNION ALL
     SELECT DISTINCT own.seq, own.item_id, own.channel, own.intent_digest, own.identity,
@@ -56,11 +59,16 @@ def _keyed(stage: str, *, by_content: bool) -> str:
     JOIN items drafted ON drafted.run_id = d.run_id AND drafted.seq = d.seq
         AND drafted.channel = own.channel AND drafted.identity LIKE 'id:%%'
     WHERE {_NO_ID}"""
+    drafted = f"""
+    UNION ALL
+    SELECT own.seq, own.item_id, own.channel, own.intent_digest, own.identity, d.source_digest
+    FROM {stage} AS own JOIN drafts d ON d.run_id = %(run_id)s AND d.seq = own.seq
+    WHERE own.identity LIKE 'id:%%' AND d.source_digest IS NOT NULL"""
     return f"""(SELECT seq, item_id, channel, intent_digest, identity, identity AS key
     FROM {stage} AS own
     UNION ALL
     SELECT seq, item_id, channel, intent_digest, identity, intent_digest FROM {stage} AS own
-    WHERE identity <> intent_digest{by_id if by_content else ""})"""
+    WHERE identity <> intent_digest{by_id if by_content else ""}{drafted if own_drafts else ""})"""
 
 
 # The earlier item p was composed from a row of the staged row's content (m018).
@@ -107,7 +115,7 @@ SELECT s.seq AS seq, s.item_id AS item_id,
             OR p.intent_digest = s.identity{drafted_from}) THEN r.rowid END)
         AS same_content_in,
     MAX(CASE WHEN {mine} THEN r.rowid END) AS earlier
-FROM {_keyed(stage, by_content=by_content)} AS s {{ordered_join}} items p
+FROM {_keyed(stage, by_content=by_content, own_drafts=other_runs)} AS s {{ordered_join}} items p
     ON p.channel = s.channel AND p.identity = s.key{own}
 JOIN runs r ON r.run_id = p.run_id
 GROUP BY s.seq, s.item_id
