@@ -289,10 +289,11 @@ def _held_otherwise(batch: Path, prior: Prior, resend: bool) -> list[str]:
         said.append(
             f"{'' if said else f'{batch}: '}{n} row(s) have the channel, recipient and content "
             f"of rows delivered (or abandoned, maybe delivered) by "
-            f"{runs_named(prior, SAME_CONTENT)} from a file that named its rows otherwise (an "
-            "`id` column added since, or dropped); notifier cannot tell whether they are the "
-            "same notifications. Sent named as it was then (its `id` column as it was), the "
-            "delivered rows are left out."
+            f"{runs_named(prior, SAME_CONTENT)}, or of the rows their texts were composed from, "
+            "from a file that named its rows otherwise (an `id` column added since, or "
+            "dropped); notifier cannot tell whether they are the same notifications. Sent as "
+            "it was then (its `id` column as it was, and with --compose if it was composed), "
+            "the delivered rows are left out."
         )
     if resend:
         said.append(
