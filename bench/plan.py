@@ -8,6 +8,8 @@ runs delivered), planning the same file again (every row already delivered: noth
 and planning as many new rows (none delivered: all planned).
 
     python bench/plan.py [--rows 100000] [--db postgresql://…]
+
+With --db, the cases run in a schema of their own on that server, dropped afterwards.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 
@@ -122,11 +125,18 @@ def main() -> None:
         result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(json.dumps(result))
         return
-    with tempfile.TemporaryDirectory() as tmp:
+    if args.db:
+        # Here only: a child measures its own imports, and psycopg is not one of a plan's.
+        from workers import fresh_schema  # noqa: PLC0415
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         batch = Path(tmp) / "batch.csv"
         generate(batch, args.rows)
         size_mb = batch.stat().st_size / 1e6
-        db = args.db or str(Path(tmp) / "receipts.db")
+        db = (
+            stack.enter_context(fresh_schema(args.db))
+            if args.db
+            else str(Path(tmp) / "receipts.db")
+        )
         plain = run_child("plain", batch, Path(tmp) / "unused.db")
         plan = run_child("plan", batch, db)
         db_mb = Path(db).stat().st_size / 1e6 if "://" not in db else 0.0
