@@ -99,11 +99,19 @@ def _per_row(stage: str, *, other_runs: bool = False, by_content: bool = True) -
     own = " AND p.run_id <> %(run_id)s" if other_runs else ""
     drafted_from = f" OR {_DRAFTED_FROM}" if by_content else ""
     mine = "s.key = s.identity"
+    # A row without an id keyed under an id an earlier item of its content had: only the
+    # items of that id with its very content (or drafted from it) hold it, open or not.
+    its_content = (
+        f"(s.identity LIKE 'id:%%' OR {mine} OR s.key = s.intent_digest "
+        f"OR p.intent_digest = s.identity{drafted_from})"
+    )
     return f"""
 SELECT s.seq AS seq, s.item_id AS item_id,
     MAX(CASE WHEN p.state IN ('pending', 'in_flight', 'unknown')
-        AND r.state NOT IN ('completed', 'cancelled') THEN r.rowid END) AS open_in,
-    MAX(CASE WHEN p.state IN ('in_flight', 'unknown') THEN r.rowid END) AS unsettled_in,
+        AND r.state NOT IN ('completed', 'cancelled') AND {its_content}
+        THEN r.rowid END) AS open_in,
+    MAX(CASE WHEN p.state IN ('in_flight', 'unknown') AND {its_content}
+        THEN r.rowid END) AS unsettled_in,
     MAX(CASE WHEN {mine} AND p.state = 'sent' AND p.intent_digest = s.intent_digest
         THEN r.rowid END) AS delivered_in,
     MAX(CASE WHEN {mine} AND {_ABANDONED} AND p.intent_digest = s.intent_digest
