@@ -1,9 +1,8 @@
-"""A row without an id is held only by earlier rows of its very content (guarantees: "one
-id sent with other content, then changed, holds only the content delivered"). Row `u1` once
-had content X (never sent: its run was cancelled before approval), and `u1` is now open with content Y in a run
-awaiting approval: the file without ids whose row has content X names no notification that
-is open anywhere (Y is another one, and X never left), so it must be planned, not refused as
-"still open" in the run that holds Y. On both stores."""
+"""A row without an id is held only by earlier rows of its very content. Row `u1` once had
+content X (never sent: its run was cancelled before approval), and `u1` is now open with
+content Y in a run awaiting approval: the file without ids whose row has content X names no
+notification that is open anywhere (Y is another one, and X never left), so it is planned,
+not refused as "still open" in the run that holds Y. On both stores."""
 
 from __future__ import annotations
 

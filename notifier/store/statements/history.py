@@ -99,8 +99,10 @@ def _per_row(stage: str, *, other_runs: bool = False, by_content: bool = True) -
     own = " AND p.run_id <> %(run_id)s" if other_runs else ""
     drafted_from = f" OR {_DRAFTED_FROM}" if by_content else ""
     mine = "s.key = s.identity"
-    # A row without an id keyed under an id an earlier item of its content had: only the
-    # items of that id with its very content (or drafted from it) hold it, open or not.
+    # Whether item p holds row s under key s.key: always under the row's own identity and
+    # under its digest or drafted text's digest; a row without an id keyed under an id an
+    # earlier item of its content had, only through that id's items of its very content
+    # (or drafted from it), open, unsettled or delivered.
     its_content = (
         f"(s.identity LIKE 'id:%%' OR {mine} OR s.key = s.intent_digest "
         f"OR p.intent_digest = s.identity{drafted_from})"
@@ -118,10 +120,8 @@ SELECT s.seq AS seq, s.item_id AS item_id,
         THEN r.rowid END) AS abandoned_in,
     MAX(CASE WHEN {mine} AND (p.state = 'sent' OR {_ABANDONED}) THEN r.rowid END)
         AS changed_in,
-    MAX(CASE WHEN NOT {mine} AND (p.state = 'sent' OR {_ABANDONED})
-        AND (s.identity LIKE 'id:%%' OR s.key = s.intent_digest
-            OR p.intent_digest = s.identity{drafted_from}) THEN r.rowid END)
-        AS same_content_in,
+    MAX(CASE WHEN NOT {mine} AND (p.state = 'sent' OR {_ABANDONED}) AND {its_content}
+        THEN r.rowid END) AS same_content_in,
     MAX(CASE WHEN {mine} THEN r.rowid END) AS earlier
 FROM {_keyed(stage, by_content=by_content, own_drafts=other_runs)} AS s {{ordered_join}} items p
     ON p.channel = s.channel AND p.identity = s.key{own}
