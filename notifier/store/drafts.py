@@ -295,14 +295,19 @@ class Drafts:
                 raise LostRace(f"run {run_id}: its plan was already frozen")
             n = self.plans.insert_items(run_id, items, at)
             self.plans.suppressions.suppress_planned(run_id, at)  # after the counts
+            failed_now = 0
             for seq, error in failed.items():
-                # m004's trigger moves the count from pending to failed.
-                self.engine.execute(
+                # m004's trigger moves the count from pending to failed. A row suppressed
+                # just above stays suppressed (never sent either): only a move made has its
+                # event, so the chain replays to the rows as stored.
+                cursor = self.engine.execute(
                     sql.FAIL_FROZEN_ITEM, {"error": error, "at": at, "run_id": run_id, "seq": seq}
                 )
-                moved = {"from": "pending", "to": "failed", "set": {"last_error": error}}
-                self.core.event(run_id, EventKind.FAILED_AT_FREEZE, seq, moved, at)
-            frozen = {"items": n, "failed": len(failed), "fingerprint": fingerprint}
+                if cursor.rowcount == 1:
+                    moved = {"from": "pending", "to": "failed", "set": {"last_error": error}}
+                    self.core.event(run_id, EventKind.FAILED_AT_FREEZE, seq, moved, at)
+                    failed_now += 1
+            frozen = {"items": n, "failed": failed_now, "fingerprint": fingerprint}
             self.core.event(run_id, "frozen", None, frozen, at)
             if then is not None:
                 self.core.move_run(run_id, then, at)
