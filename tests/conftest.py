@@ -113,7 +113,9 @@ def ws(
     with contextlib.ExitStack() as stack:
         url = ""
         if store == "postgres":
-            url = stack.enter_context(postgres_schema(request.getfixturevalue("postgres_server")))
+            server = request.getfixturevalue("postgres_server")
+            # Its counters: the workspace's own teardown (assert_counters_match_items).
+            url = stack.enter_context(postgres_schema(server, check=False))
         workspace = Workspace(tmp_path, url=url)
         stack.callback(workspace.close)  # before its schema is dropped
         yield workspace

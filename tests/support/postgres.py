@@ -55,14 +55,48 @@ def vacuum_catalogs(server: str) -> None:
             pg.execute("VACUUM " + ", ".join(f"pg_catalog.{name}" for name in CHURNED_CATALOGS))
 
 
+# The per-run counters that differ from a count of the items, and the notes of moves a
+# transaction left unfolded (m017): none, whatever the test did.
+_DRIFT = """
+SELECT run_id, state, COALESCE(c.n, 0), COALESCE(i.n, 0) FROM run_counts c
+FULL JOIN (SELECT run_id, state, COUNT(*) AS n FROM items GROUP BY run_id, state) i
+    USING (run_id, state)
+WHERE COALESCE(c.n, 0) <> COALESCE(i.n, 0)
+"""
+
+
+def assert_counters_agree(url: str) -> None:
+    """After a test on its own schema (workers, a second workspace): as the teardown of
+    every workspace checks its own database, the counters equal the items and no notes of
+    moves are left behind."""
+    with psycopg.connect(url, autocommit=True) as pg:
+        tables = {
+            name
+            for (name,) in pg.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+            )
+        }
+        if "run_counts" not in tables:
+            return
+        drift = pg.execute(_DRIFT).fetchall()
+        assert not drift, f"run_counts drifted from the items: {drift}"
+        if "run_count_moves" in tables:
+            left = pg.execute("SELECT COUNT(*) FROM run_count_moves").fetchone()
+            assert left == (0,), f"notes of moves left unfolded: {left}"
+
+
 @contextlib.contextmanager
-def postgres_schema(server: str) -> Iterator[str]:
-    """A fresh schema on `server` for one test, dropped with everything in it afterwards."""
+def postgres_schema(server: str, *, check: bool = True) -> Iterator[str]:
+    """A fresh schema on `server` for one test, dropped with everything in it afterwards;
+    `check`: its counters checked first, if the test ended normally (a workspace's schema
+    is checked by the workspace's own teardown)."""
     schema = f"t_{secrets.token_hex(6)}"
     with psycopg.connect(server, autocommit=True) as pg:
         pg.execute(f"CREATE SCHEMA {schema}")
     try:
         yield schema_url(server, schema)
+        if check:
+            assert_counters_agree(schema_url(server, schema))
     finally:
         with psycopg.connect(server, autocommit=True) as pg:
             # A worker the test killed may leave its session for a moment: wait for it.
