@@ -320,12 +320,12 @@ class Ledger:
         with self.core.write(run_id, lease_version):
             self._audit_decision(run_id, seq, trigger, operator, evidence, at)
             source = "manual" if trigger == ItemTrigger.MARK_SENT else None
-            # An abandoned item is failed, yet maybe delivered: its reports say so.
-            error = (
-                f"abandoned by {operator}, maybe delivered: {evidence}"
-                if trigger == ItemTrigger.ABANDON
-                else None
-            )
+            # An abandoned item is failed, yet maybe delivered: its reports say so. One marked
+            # not sent is sent again: its reports say so, not the uncertain answer before.
+            error = {
+                ItemTrigger.ABANDON: f"abandoned by {operator}, maybe delivered: {evidence}",
+                ItemTrigger.MARK_NOT_SENT: f"marked not sent by {operator}: {evidence}",
+            }.get(trigger)
             self._record_one(
                 run_id,
                 Outcome(seq, trigger, error=error, receipt_source=source, evidence=evidence),
