@@ -347,8 +347,9 @@ def reconcile(
             names = ", ".join(sorted(reconciled.unqueryable))
             env.say(
                 f"{sum(reconciled.unqueryable.values())} unknown item(s) on channel(s) {names}, "
-                "which cannot be asked whether a message arrived (SMTP and Apprise answer no "
-                "such query): there is nothing `notifier reconcile` can settle for them by "
+                "which cannot be asked whether a message arrived (SMTP, Apprise and a webhook "
+                "without a status_url answer no such query): there is nothing "
+                "`notifier reconcile` can settle for them by "
                 "query. Check the recipients' side, then settle each by hand with "
                 f"`notifier reconcile --manual {run.run_id}`."
             )
