@@ -10,16 +10,18 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
-from notifier.api import Notifier
+from notifier.api import Notifier, settling
 from notifier.channels.scripted import DELIVER, LOST_AFTER_COMMIT, Kind, Response
 from notifier.domain.chain import KEY_ENV, UNKEYED, Signer
 from notifier.domain.intent import Intent
 from notifier.domain.replay import RunRows
 from notifier.domain.state_machine import RunState
 from notifier.domain.verify import AuditVerdict
+from notifier.engine import membership
 from notifier.store.audit import AuditRecords
 
 from ..conftest import Workspace, wait_for
@@ -350,6 +352,43 @@ def test_a_cancel_without_the_key_still_stops_a_keyed_run(
     assert ws.ledger.run("stopped").state == "cancelled"
     assert late == []
     assert ws.ledger.receipt_count() == 2 + concurrency
+    monkeypatch.setenv(KEY_ENV, KEY)
+    whole = verdict(ws, "stopped")
+    assert (whole.verdict, whole.findings) == (AuditVerdict.KEYED, ())
+
+
+def test_a_cancel_without_the_key_that_finds_the_worker_gone_reports_the_run_it_closed(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker closes the run as cancelled and leaves between the cancel's read of the
+    run and its look for a live worker: the cancel, run without the audit key, reports the
+    run cancelled. It never takes the run over to cancel it itself (writing a keyed run's
+    chain, which it cannot without the key: it stopped with an error after the run was
+    closed)."""
+    keyed(monkeypatch)
+    held: set[int] = set()
+    go_on = threading.Event()
+
+    def held_from_3(intent: Intent, tries: int) -> Response:
+        if intent.seq >= 3:
+            held.add(intent.seq)
+            go_on.wait(WAIT_S)
+        return DELIVER
+
+    sending = Worker(lambda: send(ws, "stopped", 30, held_from_3, concurrency=1)[0])
+    wait_for(lambda: len(held) == 1, "the sender holding an item")
+    monkeypatch.delenv(KEY_ENV)
+    real = membership.live_holder
+
+    def once_the_worker_has_left(store: Any, run: Any) -> Any:
+        go_on.set()
+        assert sending.result().state is RunState.CANCELLED  # closed by the worker, gone
+        return real(store, run)
+
+    monkeypatch.setattr(settling, "live_holder", once_the_worker_has_left)
+    result = Notifier.open(ws.db, config=config()).cancel("stopped", wait_s=WAIT_S)
+    assert result.run.state is RunState.CANCELLED
+    assert ws.ledger.run("stopped").state == "cancelled"
     monkeypatch.setenv(KEY_ENV, KEY)
     whole = verdict(ws, "stopped")
     assert (whole.verdict, whole.findings) == (AuditVerdict.KEYED, ())
