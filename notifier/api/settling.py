@@ -76,6 +76,12 @@ def cancel(env: Env, run_id: str | None, wait_s: float) -> CancelResult:
                     f"confirm within {wait_s:g}s, so a request may still start until it does.",
                     store.queries.counts(run.run_id),
                 )
+            # Read again after finding no live worker: one that closed the run and left
+            # between the read above and that look moved it first (taking the run over
+            # then would write its chain again, which a keyed run's refuses without the key).
+            run = store.core.get_run(run.run_id)
+            if run.state in FINISHED_RUN_STATES:
+                break
             try:
                 run = _cancel_without_worker(env, store, run, deadline)
                 break
