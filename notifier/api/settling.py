@@ -7,6 +7,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from notifier.api.env import Env, open_store, pick_run
 from notifier.api.working import run_channel, run_channels, take_lease
@@ -63,10 +64,9 @@ def cancel(env: Env, run_id: str | None, wait_s: float) -> CancelResult:
             return _already_finished(store, store.core.get_run(run.run_id))
         deadline = time.monotonic() + wait_s
         while True:
-            run = _wait_for_worker(store, run.run_id, deadline)
+            run, holder = _wait_for_worker(store, run.run_id, deadline)
             if run.state in FINISHED_RUN_STATES:
                 break
-            holder = live_holder(store, run)
             if holder is not None:
                 return CancelResult(
                     run,
@@ -76,12 +76,6 @@ def cancel(env: Env, run_id: str | None, wait_s: float) -> CancelResult:
                     f"confirm within {wait_s:g}s, so a request may still start until it does.",
                     store.queries.counts(run.run_id),
                 )
-            # Read again after finding no live worker: one that closed the run and left
-            # between the read above and that look moved it first (taking the run over
-            # then would write its chain again, which a keyed run's refuses without the key).
-            run = store.core.get_run(run.run_id)
-            if run.state in FINISHED_RUN_STATES:
-                break
             try:
                 run = _cancel_without_worker(env, store, run, deadline)
                 break
@@ -111,12 +105,21 @@ def _already_finished(store: Store, run: Run) -> CancelResult:
     )
 
 
-def _wait_for_worker(store: Store, run_id: str, deadline: float) -> Run:
+def _wait_for_worker(
+    store: Store, run_id: str, deadline: float
+) -> tuple[Run, dict[str, Any] | None]:
+    """The run once it is finished, nobody works it any more, or `deadline` has passed,
+    with who still works it (None: nobody). The run is read after the last look for its
+    worker: one that closed the run and left before that look moved it first, so a run
+    read unfinished with nobody at work has no worker left to finish it (taking it over
+    then never writes the chain of a run already closed, which a keyed run's refuses
+    without the key)."""
+    run = store.core.get_run(run_id)
     while True:
+        holder = live_holder(store, run)
         run = store.core.get_run(run_id)
-        live = live_holder(store, run) is not None
-        if run.state in FINISHED_RUN_STATES or not live or time.monotonic() >= deadline:
-            return run
+        if run.state in FINISHED_RUN_STATES or holder is None or time.monotonic() >= deadline:
+            return run, holder
         time.sleep(0.05)
 
 
