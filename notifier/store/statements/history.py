@@ -78,6 +78,22 @@ _DRAFTED_FROM = (
 )
 
 
+# An item of the row's own identity (`s.key = s.identity`).
+_MINE = "s.key = s.identity"
+
+
+def _holds(*, by_content: bool) -> str:
+    """Whether item p holds staged row s under key s.key (_keyed): always under the row's
+    own identity and under its digest or drafted text's digest; a row without an id keyed
+    under an id an earlier item of its content had, only through that id's items of its
+    very content (or drafted from it), open, unsettled, delivered or rejected."""
+    drafted_from = f" OR {_DRAFTED_FROM}" if by_content else ""
+    return (
+        f"(s.identity LIKE 'id:%%' OR {_MINE} OR s.key = s.intent_digest "
+        f"OR p.intent_digest = s.identity{drafted_from})"
+    )
+
+
 def _per_row(stage: str, *, other_runs: bool = False, by_content: bool = True) -> str:
     """Per staged row (s), the newest earlier run (by runs.rowid) in which each verdict's
     condition holds, NULL where it holds in none. Each column is non-NULL exactly when its
@@ -97,16 +113,7 @@ def _per_row(stage: str, *, other_runs: bool = False, by_content: bool = True) -
     other content (for a row with one, or under its drafted text's digest, the key is that
     content)."""
     own = " AND p.run_id <> %(run_id)s" if other_runs else ""
-    drafted_from = f" OR {_DRAFTED_FROM}" if by_content else ""
-    mine = "s.key = s.identity"
-    # Whether item p holds row s under key s.key: always under the row's own identity and
-    # under its digest or drafted text's digest; a row without an id keyed under an id an
-    # earlier item of its content had, only through that id's items of its very content
-    # (or drafted from it), open, unsettled or delivered.
-    its_content = (
-        f"(s.identity LIKE 'id:%%' OR {mine} OR s.key = s.intent_digest "
-        f"OR p.intent_digest = s.identity{drafted_from})"
-    )
+    its_content = _holds(by_content=by_content)
     return f"""
 SELECT s.seq AS seq, s.item_id AS item_id,
     MAX(CASE WHEN p.state IN ('pending', 'in_flight', 'unknown')
@@ -114,15 +121,15 @@ SELECT s.seq AS seq, s.item_id AS item_id,
         THEN r.rowid END) AS open_in,
     MAX(CASE WHEN p.state IN ('in_flight', 'unknown') AND {its_content}
         THEN r.rowid END) AS unsettled_in,
-    MAX(CASE WHEN {mine} AND p.state = 'sent' AND p.intent_digest = s.intent_digest
+    MAX(CASE WHEN {_MINE} AND p.state = 'sent' AND p.intent_digest = s.intent_digest
         THEN r.rowid END) AS delivered_in,
-    MAX(CASE WHEN {mine} AND {_ABANDONED} AND p.intent_digest = s.intent_digest
+    MAX(CASE WHEN {_MINE} AND {_ABANDONED} AND p.intent_digest = s.intent_digest
         THEN r.rowid END) AS abandoned_in,
-    MAX(CASE WHEN {mine} AND (p.state = 'sent' OR {_ABANDONED}) THEN r.rowid END)
+    MAX(CASE WHEN {_MINE} AND (p.state = 'sent' OR {_ABANDONED}) THEN r.rowid END)
         AS changed_in,
-    MAX(CASE WHEN NOT {mine} AND (p.state = 'sent' OR {_ABANDONED}) AND {its_content}
+    MAX(CASE WHEN NOT {_MINE} AND (p.state = 'sent' OR {_ABANDONED}) AND {its_content}
         THEN r.rowid END) AS same_content_in,
-    MAX(CASE WHEN {mine} THEN r.rowid END) AS earlier
+    MAX(CASE WHEN {_MINE} THEN r.rowid END) AS earlier
 FROM {_keyed(stage, by_content=by_content, own_drafts=other_runs)} AS s {{ordered_join}} items p
     ON p.channel = s.channel AND p.identity = s.key{own}
 JOIN runs r ON r.run_id = p.run_id
@@ -190,23 +197,13 @@ REJECTED_RUNS = (
 
 
 def held_by(stage: str) -> str:
-    """How many staged rows of `stage` the run `run_id` held: the same identity, or the
-    content of a row it held named otherwise (with an id for a row without, or without for
-    a row with one; a composed row with an id by the content it was drafted from, kept with
-    its draft, since its item has its drafted text's digest): a rejection holds by content
-    too. A row without an id is named by its content (its identity), whatever it is
-    drafted into."""
+    """How many staged rows of `stage` the run `run_id` held: under any key a row has
+    (_keyed), as another run holds it (_holds): the same identity, or the content of a row
+    it held named otherwise. A rejection holds by content too."""
     return f"""
-SELECT COUNT(*) FROM {stage} s WHERE EXISTS (SELECT 1 FROM items p
-    WHERE p.channel = s.channel AND p.identity IN (s.identity, s.intent_digest)
-    AND p.run_id = %(run_id)s)
-OR (s.identity NOT LIKE 'id:%%' AND EXISTS (SELECT 1 FROM items p
-    WHERE p.channel = s.channel AND p.intent_digest = s.identity
-    AND p.identity <> p.intent_digest AND p.run_id = %(run_id)s))
-OR (s.identity NOT LIKE 'id:%%' AND EXISTS (SELECT 1 FROM drafts d
-    JOIN items p ON p.run_id = d.run_id AND p.seq = d.seq
-    WHERE d.source_digest = s.identity AND d.run_id = %(run_id)s
-    AND p.channel = s.channel AND p.identity LIKE 'id:%%'))
+SELECT COUNT(DISTINCT s.seq) FROM {_keyed(stage, by_content=True)} AS s {{ordered_join}} items p
+    ON p.channel = s.channel AND p.identity = s.key AND p.run_id = %(run_id)s
+WHERE {_holds(by_content=True)}
 """
 
 
