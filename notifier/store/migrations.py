@@ -187,8 +187,7 @@ def _m012(engine: Engine) -> None:
         before = json.loads(source)
         if not any(name in before["data"] for name in _SCHEDULE_COLUMNS):
             continue
-        data = {k: v for k, v in before["data"].items() if k not in _SCHEDULE_COLUMNS}
-        after = {**before, "data": data}
+        after = _as_now(before)
         where = {"run_id": run_id, "seq": seq}
         engine.execute(
             "UPDATE items SET identity = %(new)s "
