@@ -10,13 +10,18 @@ within a file. On both stores."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
+from click.testing import Result
 
 from ..conftest import Workspace, make_rows
 from ..fake_messages import FakeMessages
 from ..receiver import Receiver, receiving, webhook_config
 
 pytestmark = [pytest.mark.both_stores, pytest.mark.timeout(60)]
+# A file's rows as it names them: with their id column, or without it.
+Named = Callable[[list[list[str]]], list[list[str]]]
 
 
 def _without_ids(rows: list[list[str]]) -> list[list[str]]:
@@ -25,6 +30,27 @@ def _without_ids(rows: list[list[str]]) -> list[list[str]]:
 
 def _hooks(ws: Workspace, receiver: Receiver) -> None:
     (ws.path / "notifier.toml").write_text(webhook_config(receiver, idempotent=False, status=False))
+
+
+def _refused_then_sent_as_it_was(
+    ws: Workspace, receiver: Receiver, then: Named, now: Named
+) -> Result:
+    """Three rows delivered from a file named `then` (with or without its ids); the same rows
+    named `now`, and a fourth: refused, nothing sent, the refusal naming --resend-changed and
+    the file as it was. Returns the send of the file as it was (then), four rows."""
+    rows = make_rows(4)
+    ws.write_csv("b.csv", then(rows[:4]))  # the header and three rows
+    assert ws.invoke("send", "b.csv", "--channel", "hooks").exit_code == 0
+    ws.write_csv("b.csv", now(rows))  # the same rows named otherwise, and u4
+    refused = ws.invoke("send", "b.csv", "--channel", "hooks")
+    assert refused.exit_code == 2, refused.output
+    assert "3 row(s) have the channel, recipient and content" in refused.output
+    assert "--resend-changed" in refused.output and "its `id` column as it was" in (refused.output)
+    assert len(receiver.arrivals) == 3 and len(ws.ledger.runs()) == 1
+    ws.write_csv("b.csv", then(rows))  # as advised: the file as it was
+    again = ws.invoke("send", "b.csv", "--channel", "hooks")
+    assert again.exit_code == 0, again.output
+    return again
 
 
 def test_a_file_sent_again_with_an_id_column_added_is_refused_never_sent_twice(
@@ -36,20 +62,7 @@ def test_a_file_sent_again_with_an_id_column_added_is_refused_never_sent_twice(
     receiver = Receiver()
     with receiving(receiver):
         _hooks(ws, receiver)
-        rows = make_rows(4)
-        ws.write_csv("b.csv", _without_ids(rows[:4]))  # the header and three rows
-        assert ws.invoke("send", "b.csv", "--channel", "hooks").exit_code == 0
-        ws.write_csv("b.csv", rows)  # the same rows with an id column, and u4
-        refused = ws.invoke("send", "b.csv", "--channel", "hooks")
-        assert refused.exit_code == 2, refused.output
-        assert "3 row(s) have the channel, recipient and content" in refused.output
-        assert "--resend-changed" in refused.output and "its `id` column as it was" in (
-            refused.output
-        )
-        assert len(receiver.arrivals) == 3 and len(ws.ledger.runs()) == 1
-        ws.write_csv("b.csv", _without_ids(rows))  # as advised: the file as it was
-        again = ws.invoke("send", "b.csv", "--channel", "hooks")
-        assert again.exit_code == 0, again.output
+        again = _refused_then_sent_as_it_was(ws, receiver, _without_ids, lambda rows: rows)
         deliveries = receiver.deliveries()
     assert "3 row(s) already delivered" in again.output, again.output
     assert sorted(deliveries.values()) == [1, 1, 1, 1], deliveries
@@ -215,20 +228,7 @@ def test_a_file_sent_again_with_its_id_column_dropped_is_refused_never_sent_twic
     receiver = Receiver()
     with receiving(receiver):
         _hooks(ws, receiver)
-        rows = make_rows(4)
-        ws.write_csv("b.csv", rows[:4])  # the header and three rows, with ids
-        assert ws.invoke("send", "b.csv", "--channel", "hooks").exit_code == 0
-        ws.write_csv("b.csv", _without_ids(rows))  # the id column dropped, and u4
-        refused = ws.invoke("send", "b.csv", "--channel", "hooks")
-        assert refused.exit_code == 2, refused.output
-        assert "3 row(s) have the channel, recipient and content" in refused.output
-        assert "--resend-changed" in refused.output and "its `id` column as it was" in (
-            refused.output
-        )
-        assert len(receiver.arrivals) == 3 and len(ws.ledger.runs()) == 1
-        ws.write_csv("b.csv", rows)  # as advised: the file as it was, with its ids
-        again = ws.invoke("send", "b.csv", "--channel", "hooks")
-        assert again.exit_code == 0, again.output
+        again = _refused_then_sent_as_it_was(ws, receiver, lambda rows: rows, _without_ids)
         ws.write_csv("c.csv", _without_ids(make_rows(2)))  # u1, u2 without ids: forced
         forced = ws.invoke("send", "c.csv", "--channel", "hooks", "--resend-changed")
         assert forced.exit_code == 0, forced.output
