@@ -123,10 +123,10 @@ class RowHistory:
         return {str(item_id): run for _, item_id, run in self.engine.execute(statement, params)}
 
     def compare(self, stage: str, total: int) -> Prior:
-        """The verdicts of `stage`'s rows. A database from before m016 or m018, read without being
-        migrated (--dry-run), has no index of items by content: there a row without an id
-        is compared only under its own identity, as every row of a database from before m006
-        reads as new, until the next send migrates it."""
+        """The verdicts of `stage`'s rows. A database from before m016 or m018, read
+        without being migrated (--dry-run), has no index of items by content: there a row
+        without an id is compared only under its own identity, as every row of a database
+        from before m006 reads as new, until the next send migrates it."""
         by_content = self.engine.has_index("items_content") and self.engine.has_index(
             "drafts_by_content"
         )

@@ -28,7 +28,6 @@ _HEADER = b"SQLite format 3\x00"
 # The engine's own statements (the notation of statements/), used on SQLite only.
 _TABLES = "SELECT name FROM sqlite_master WHERE type = 'table'"
 _HAS_TABLE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = %(name)s"
-_HAS_INDEX = "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = %(name)s"
 _INDEXES = "SELECT name FROM sqlite_master WHERE type = 'index'"
 # The transaction's events, numbered and linked at COMMIT (chaining.py), bound as they come.
 _INSERT_EVENTS = f"INSERT INTO events ({chaining.COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
@@ -68,7 +67,7 @@ class SqliteEngine:
     def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
         self.path = path
         self.conn: Any = conn
-        self._indexes: set[str] | None = None  # read once: see indexed
+        self._indexes: set[str] | None = None  # read once: see has_index
         # The catalogue's statements, in sqlite3's named style.
         self._compiled = statements.Compiled(self._compile)
         self._stage_attached = False  # a plan's stage attached by stage_table
@@ -321,15 +320,15 @@ class SqliteEngine:
         """`INDEXED BY index` when the file has it (a read-only open of a file older than
         m004 does not): without statistics SQLite may prefer a full index of the run over a
         partial one of the few rows asked for."""
-        if self._indexes is None:
-            self._indexes = {r[0] for r in self.conn.execute(_INDEXES)}
-        return f"INDEXED BY {index}" if index in self._indexes else ""
+        return f"INDEXED BY {index}" if self.has_index(index) else ""
 
     def has_table(self, name: str) -> bool:
         return bool(self.execute(_HAS_TABLE, {"name": name}).fetchone())
 
     def has_index(self, name: str) -> bool:
-        return bool(self.execute(_HAS_INDEX, {"name": name}).fetchone())
+        if self._indexes is None:
+            self._indexes = {r[0] for r in self.conn.execute(_INDEXES)}
+        return name in self._indexes
 
     def columns(self, table: str) -> set[str]:
         return {r[1] for r in self.execute(f"PRAGMA table_info({table})")}
