@@ -265,14 +265,10 @@ def _as_now(row: dict[str, Any]) -> dict[str, Any]:
     return {**row, "data": data}
 
 
-def _m010_sqlite(engine: Engine) -> None:
-    """Nothing to change: one SQLite writer at a time, so counters updated at each move are
-    never waited for by another transaction."""
-
-
 def _unchanged_on_sqlite(engine: Engine) -> None:
-    """Nothing to change: SQLite writes a counter row in place, however often one
-    transaction writes it."""
+    """Nothing to change for SQLite's counters: one writer at a time, so counters updated at
+    each move are never waited for by another transaction (m010), and a counter row is
+    written in place, however often one transaction writes it (m017)."""
 
 
 # Every migration, in the order they apply.
@@ -319,7 +315,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     # PostgreSQL workers write one run concurrently, with no lock of the schema;
     # the run counters' triggers fire at COMMIT (schema_postgres.M010). SQLite has one
     # writer at a time, so its triggers stay as they are.
-    Migration("m010_counts_at_commit", _m010_sqlite, schema_postgres.M010),
+    Migration("m010_counts_at_commit", _unchanged_on_sqlite, schema_postgres.M010),
     Migration("m011_stop_cause", _M011, _M011),
     Migration("m012_composed_identity_without_schedule", _m012, _m012),
     Migration("m013_event_chain", _M013, _M013),

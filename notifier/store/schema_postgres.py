@@ -319,17 +319,18 @@ BEGIN
         FROM old_items GROUP BY run_id, state;
         RETURN NULL;
     END IF;
+    WITH moved AS (
+        SELECT o.run_id, o.state AS was, w.state AS now FROM old_items o
+        JOIN new_items w ON w.run_id = o.run_id AND w.seq = o.seq
+        WHERE w.state IS DISTINCT FROM o.state
+    )
     INSERT INTO run_count_moves (xact, run_id, state, n, fold)
     SELECT txid_current(), run_id, state, n, first AND ROW_NUMBER() OVER () = 1 FROM (
         SELECT run_id, state, SUM(n) AS n FROM (
-            SELECT o.run_id, o.state, -1 AS n FROM old_items o
-            JOIN new_items w ON w.run_id = o.run_id AND w.seq = o.seq
-            WHERE w.state IS DISTINCT FROM o.state
+            SELECT run_id, was AS state, -1 AS n FROM moved
             UNION ALL
-            SELECT w.run_id, w.state, 1 FROM old_items o
-            JOIN new_items w ON w.run_id = o.run_id AND w.seq = o.seq
-            WHERE w.state IS DISTINCT FROM o.state
-        ) AS moved GROUP BY run_id, state HAVING SUM(n) <> 0
+            SELECT run_id, now, 1 FROM moved
+        ) AS each_side GROUP BY run_id, state HAVING SUM(n) <> 0
     ) AS net;
     RETURN NULL;
 END
