@@ -357,8 +357,9 @@ def test_a_cancel_without_the_key_still_stops_a_keyed_run(
     assert (whole.verdict, whole.findings) == (AuditVerdict.KEYED, ())
 
 
+@pytest.mark.parametrize("concurrency", [1, 8])
 def test_a_cancel_without_the_key_that_finds_the_worker_gone_reports_the_run_it_closed(
-    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch, concurrency: int
 ) -> None:
     """The worker closes the run as cancelled and leaves between the cancel's read of the
     run and its look for a live worker: the cancel, run without the audit key, reports the
@@ -375,8 +376,8 @@ def test_a_cancel_without_the_key_that_finds_the_worker_gone_reports_the_run_it_
             go_on.wait(WAIT_S)
         return DELIVER
 
-    sending = Worker(lambda: send(ws, "stopped", 30, held_from_3, concurrency=1)[0])
-    wait_for(lambda: len(held) == 1, "the sender holding an item")
+    sending = Worker(lambda: send(ws, "stopped", 30, held_from_3, concurrency=concurrency)[0])
+    wait_for(lambda: len(held) == concurrency, "every sender holding an item")
     monkeypatch.delenv(KEY_ENV)
     real = membership.live_holder
 
