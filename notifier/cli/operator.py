@@ -98,12 +98,12 @@ def _print_report(
             for line in glimpse_lines(run.run_id, approval.preview(store, run)):
                 click.echo(line)  # notifications as stored; its advice line completed
         if fmt == "table" and every_item and not states:
-            every = report.build(store, run)["items"]
+            whole = report.build(store, run)
             try:
-                for line in report.item_lines(every):
+                for line in report.item_lines(whole):
                     click.echo(line)  # the items as stored
             finally:
-                getattr(every, "close", lambda: None)()
+                getattr(whole["items"], "close", lambda: None)()
     finally:
         store.close()
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from notifier.domain import clock
 from notifier.domain.cells import safe_cell
 from notifier.domain.records import Item, PendingKind, Run
-from notifier.domain.state_machine import ItemState, RunState
+from notifier.domain.state_machine import FINISHED_RUN_STATES, ItemState, RunState
 from notifier.engine.membership import holder_alive, live_holder
 from notifier.ops import approval
 from notifier.store import Store
@@ -282,10 +282,15 @@ def render_table(report: dict[str, Any], console: Console) -> bool:
             f"heartbeat {clock.local(worker['heartbeat_at'])}"
         )
     detail = report["pending_detail"]
+    finished = _finished(report)
+    waits = "" if finished else " (waiting to retry)"
     console.print(
         f"pending: {detail['never_attempted']} never attempted, {detail['retry_waiting']} "
-        f"attempted and not delivered (waiting to retry), {detail['maybe_delivered']} "
-        "attempted and maybe delivered (waiting to retry)"
+        f"attempted and not delivered{waits}, {detail['maybe_delivered']} "
+        f"attempted and maybe delivered{waits}"
+        # A finished run sends nothing more: its pending rows are left unsent (a file sent
+        # again plans them), never waiting for a retry that will not come.
+        + (f"; the run is {report['state']}: none of them is sent by this run" if finished else "")
     )
     waiting = report.get("waiting") or {}
     if waiting.get("count"):
@@ -303,7 +308,7 @@ def render_table(report: dict[str, Any], console: Console) -> bool:
     if not attention:
         return False
     title = f"items {' or '.join(chosen)}" if chosen else "items needing attention"
-    return _attention_table(title, attention, console)
+    return _attention_table(title, attention, console, finished=finished)
 
 
 def render_decisions(report: dict[str, Any], console: Console) -> None:
@@ -327,7 +332,9 @@ KEY_COLUMN_MIN_WIDTH = 150
 _GAP = 2  # between two columns of the attention table (no edges)
 
 
-def _attention_table(title: str, attention: list[dict[str, Any]], console: Console) -> bool:
+def _attention_table(
+    title: str, attention: list[dict[str, Any]], console: Console, *, finished: bool
+) -> bool:
     """The items to look at, fitted to the terminal (True when it left out the idempotency
     keys to fit): short columns never wrap, and when the
     long ones (id, to, state, last_error) do not fit on one line they fold (every character
@@ -348,7 +355,7 @@ def _attention_table(title: str, attention: list[dict[str, Any]], console: Conso
             str(i["seq"]),
             i["id"],
             i["to"],
-            i["state"] if i["state"] != "pending" else f"pending ({i['pending_kind']})",
+            _state_label(i, finished),
             str(i["attempts"]),
             *([i["idempotency_key"]] if with_key else []),
             i["last_error"] or "",
@@ -440,15 +447,33 @@ def _narrowest(column: int, natural: int, most: int, lines: Callable[[int, int],
     return low
 
 
-def item_lines(items: Iterable[dict[str, Any]]) -> Iterator[str]:
+def item_lines(report: dict[str, Any]) -> Iterator[str]:
     """Every item of a report, one line each (for `report`'s table): a header, then seq,
     state, attempts, id, recipient and its receipt or last error, as they are read, so a
     million items never sit in memory (page it with `| less`, or use --format csv)."""
     yield "every item (seq, state, attempts, id, to, receipt or last error):"
-    for i in items:
-        state = i["state"] if i["state"] != "pending" else f"pending ({i['pending_kind']})"
+    finished = _finished(report)
+    for i in report["items"]:
+        state = _state_label(i, finished)
         outcome = i["receipt_id"] or i["last_error"] or ""
         yield f"{i['seq']:>7}  {state:<10}  {i['attempts']:>2}  {i['id']}  {i['to']}  {outcome}"
+
+
+def _finished(report: dict[str, Any]) -> bool:
+    """Whether the reported run sends nothing more (completed or cancelled)."""
+    return RunState(report["state"]) in FINISHED_RUN_STATES
+
+
+def _state_label(item: dict[str, Any], finished: bool) -> str:
+    """An item's state as the tables show it: a pending item with why it is pending, or, in a
+    finished run, that it was left unsent (the JSON keeps its `pending_kind`)."""
+    if item["state"] != "pending":
+        return str(item["state"])
+    kind = item["pending_kind"]
+    if not finished:
+        return f"pending ({kind})"
+    attempted = "never attempted" if kind == PendingKind.NEVER_ATTEMPTED else "attempted"
+    return f"pending ({attempted}, left unsent)"
 
 
 def _render_drafts(drafts: dict[str, Any] | None, console: Console) -> None:
