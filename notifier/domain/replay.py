@@ -248,6 +248,8 @@ def _item_event(rebuilt: Rebuilt, event: EventRecord, detail: Mapping[str, Any])
             rebuilt.decisions.append(DecisionRecord(seq, operator, event.at, decision, evidence))
         else:
             _illegal(rebuilt, event, "detail")
+        if "last_error" in detail:  # an abandoned item marked not sent (no move)
+            _released(rebuilt, event, detail["last_error"])
     elif event.kind == EventKind.FAILED_AT_FREEZE:
         _apply(rebuilt, event, detail, ItemState.FAILED.value)
     elif event.kind in _TRIGGERS:
@@ -260,6 +262,18 @@ def _item_event(rebuilt: Rebuilt, event: EventRecord, detail: Mapping[str, Any])
             _illegal(rebuilt, event, "detail")
         if event.kind == EventKind.REDRAFTED:
             _replanned(rebuilt, event)
+
+
+def _released(rebuilt: Rebuilt, event: EventRecord, last_error: Any) -> None:
+    """An abandoned item marked not sent (store/ledger.py release_abandoned): still failed,
+    with the last error its decision records."""
+    item = rebuilt.items.get(event.item_seq) if event.item_seq is not None else None
+    if item is None:
+        return  # the item is in another slice's replay
+    if item.state != ItemState.FAILED or not isinstance(last_error, str):
+        _illegal(rebuilt, event, "state", item.state, event.kind)
+        return
+    item.last_error = last_error
 
 
 def _replanned(rebuilt: Rebuilt, event: EventRecord) -> None:

@@ -283,6 +283,7 @@ def render_table(report: dict[str, Any], console: Console) -> bool:
         )
     detail = report["pending_detail"]
     finished = _finished(report)
+    left = finished and any(detail.values())
     waits = "" if finished else " (waiting to retry)"
     console.print(
         f"pending: {detail['never_attempted']} never attempted, {detail['retry_waiting']} "
@@ -290,7 +291,7 @@ def render_table(report: dict[str, Any], console: Console) -> bool:
         f"attempted and maybe delivered{waits}"
         # A finished run sends nothing more: its pending rows are left unsent (a file sent
         # again plans them), never waiting for a retry that will not come.
-        + (f"; the run is {report['state']}: none of them is sent by this run" if finished else "")
+        + (f"; the run is {report['state']}: none of them is sent by this run" if left else "")
     )
     waiting = report.get("waiting") or {}
     if waiting.get("count"):

@@ -324,7 +324,7 @@ class Ledger:
             # not sent is sent again: its reports say so, not the uncertain answer before.
             error = {
                 ItemTrigger.ABANDON: f"abandoned by {operator}, maybe delivered: {evidence}",
-                ItemTrigger.MARK_NOT_SENT: f"marked not sent by {operator}: {evidence}",
+                ItemTrigger.MARK_NOT_SENT: _marked_not_sent(operator, evidence),
             }.get(trigger)
             self._record_one(
                 run_id,
@@ -338,33 +338,44 @@ class Ledger:
         """An operator's `--mark not-sent` on an item abandoned earlier: the decision and its
         event, no move. The item stays failed, now known never delivered, so sending the file
         again plans its row (statements.abandoned reads the newest decision); its run may be
-        completed, which holds no pending item. LostRace if it is not abandoned (any more)."""
+        completed, which holds no pending item. Its last error says so, no longer "maybe
+        delivered" (the event carries it, for the replay). LostRace if it is not abandoned
+        (any more)."""
         at = clock.now_iso()
         trigger = ItemTrigger.MARK_NOT_SENT
+        error = _marked_not_sent(operator, evidence)
         with self.core.write(run_id, lease_version):
             (still,) = self.engine.execute(
                 statements.ITEM_ABANDONED, {"run_id": run_id, "seq": seq}
             ).fetchone()
             if not still:
                 raise LostRace(f"run {run_id}: item {seq} is no longer abandoned")
-            self._audit_decision(run_id, seq, trigger, operator, evidence, at)
+            self._audit_decision(run_id, seq, trigger, operator, evidence, at, error)
+            self.engine.execute(
+                sql.NOTE_RELEASED, {"error": error, "at": at, "run_id": run_id, "seq": seq}
+            )
 
     def _audit_decision(
-        self, run_id: str, seq: int, trigger: ItemTrigger, operator: str, evidence: str, at: str
+        self,
+        run_id: str,
+        seq: int,
+        trigger: ItemTrigger,
+        operator: str,
+        evidence: str,
+        at: str,
+        last_error: str | None = None,
     ) -> None:
-        """An operator's decision's audit row and its event (inside the caller's write)."""
+        """An operator's decision's audit row and its event (inside the caller's write);
+        `last_error`: the item's new last error, where the decision sets it without a move."""
         self.engine.execute(
             sql.ADD_DECISION,
             {"run_id": run_id, "seq": seq, "operator": operator, "at": at,
              "decision": trigger, "evidence": evidence},
         )  # fmt: skip
-        self.core.event(
-            run_id,
-            "decision",
-            seq,
-            {"decision": trigger, "operator": operator, "evidence": evidence},
-            at,
-        )
+        detail = {"decision": trigger, "operator": operator, "evidence": evidence}
+        if last_error is not None:
+            detail["last_error"] = last_error
+        self.core.event(run_id, "decision", seq, detail, at)
 
     def record_approval(self, run_id: str, approval: dict[str, Any], state_version: int) -> None:
         """Bind an approval, only if the run has not changed since it was reviewed at
@@ -455,3 +466,9 @@ def _written(o: Outcome, at: str) -> dict[str, Any]:
 def _stored(outcome: AttemptOutcome | None) -> str | None:
     """An attempt's outcome as `attempts.outcome` holds it: the enum's value."""
     return None if outcome is None else AttemptOutcome(outcome).value
+
+
+def _marked_not_sent(operator: str, evidence: str) -> str:
+    """The last error of an item an operator marked not sent: it is sent again (or its row
+    planned again), never reported maybe delivered."""
+    return f"marked not sent by {operator}: {evidence}"

@@ -112,7 +112,8 @@ def test_replay_equals_the_stored_state_after_manual_reconciliation(
     ws: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """u2, u3 and u4 lost their answers (unknown); marked sent, not sent and abandoned by
-    hand, each decision replays (operator, evidence, receipt), and so does the resume that
+    hand, then u4 marked not sent after all (its last error rewritten, no move): each
+    decision replays (operator, evidence, receipt, last error), and so does the resume that
     sends u3 again."""
     keyed(monkeypatch)
 
@@ -122,13 +123,15 @@ def test_replay_equals_the_stored_state_after_manual_reconciliation(
     _, channel = send(ws, "manual", 6, lose)
     (ws.path / "notifier.toml").write_text(TOML)
     past_every_window(monkeypatch)  # a not-sent mark waits out the receiver's window
-    for item, mark in (("u2", "sent"), ("u3", "not-sent"), ("u4", "abandon")):
+    marks = (("u2", "sent"), ("u3", "not-sent"), ("u4", "abandon"), ("u4", "not-sent"))
+    for item, mark in marks:
         evidence = f"relay log for {item}"
         decided = ws.invoke("reconcile", "manual", "--manual", "--item", item, "--mark", mark,
                             "--evidence", evidence, env={"USER": "carol"})  # fmt: skip
         assert decided.exit_code in (0, 3), decided.output
     holds(ws, "manual")
-    assert len(ws.ledger.decisions("manual")) == 3
+    assert len(ws.ledger.decisions("manual")) == 4
+    assert ws.ledger.item("u4", "manual").last_error == "marked not sent by carol: relay log for u4"
     notifier = Notifier.open(ws.db, config=config(), channels=Channels(hooks=channel))
     notifier.work("manual")
     assert ws.ledger.item("u3", "manual").state == "sent"

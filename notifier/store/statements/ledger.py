@@ -149,6 +149,11 @@ UNCOUNT_ATTEMPT = (
     "AND state = 'in_flight' AND attempts > 0"
 )
 ITEM_STATE = "SELECT state FROM items WHERE run_id = %(run_id)s AND seq = %(seq)s"
+# An abandoned item marked not sent stays failed; only its last error changes (no move).
+NOTE_RELEASED = (
+    "UPDATE items SET last_error = %(error)s, updated_at = %(at)s "
+    "WHERE run_id = %(run_id)s AND seq = %(seq)s AND state = 'failed'"
+)
 ADD_DECISION = (
     "INSERT INTO decisions (run_id, seq, operator, at, decision, evidence) "
     "VALUES (%(run_id)s, %(seq)s, %(operator)s, %(at)s, %(decision)s, %(evidence)s)"
