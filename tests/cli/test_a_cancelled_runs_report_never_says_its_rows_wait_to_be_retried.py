@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from ..conftest import Workspace, make_rows
-from ..receiver import Receiver, receiving, webhook_config
+from ..conftest import Workspace
+from ..support.one_unknown import a_run_with_u2_unknown
 from ..support.waits import past_every_window
 
 pytestmark = [pytest.mark.both_stores, pytest.mark.timeout(90)]
@@ -20,22 +20,13 @@ pytestmark = [pytest.mark.both_stores, pytest.mark.timeout(90)]
 def test_the_pending_rows_of_a_cancelled_run_are_reported_left_unsent_never_waiting(
     ws: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # u2: a 500 from a receiver that can neither be asked nor dedupes (unknown), then marked
-    # not sent by the operator: attempted, not delivered, to be sent again.
-    receiver = Receiver(answer=lambda item_id, nth: 500 if (item_id, nth) == ("u2", 1) else None)
-    with receiving(receiver):
-        (ws.path / "notifier.toml").write_text(
-            webhook_config(receiver, idempotent=False, status=False, timeout=1)
-        )
-        ws.write_csv("batch.csv", make_rows(3))
-        sent = ws.invoke("send", "batch.csv", "--channel", "hooks", "--run-id", "r1")
-        assert sent.exit_code == 3, sent.output
+    with a_run_with_u2_unknown(ws) as receiver:
         past_every_window(monkeypatch)
         marked = ws.invoke("reconcile", "--manual", "r1", "--item", "u2", "--mark", "not-sent",
                            "--evidence", "not in the receiver's log")  # fmt: skip
         assert marked.exit_code in (0, 3), marked.output
         before = ws.invoke("status", "r1").output
-        # Before the cancel the run still retries them: said so (the guard below is not
+        # Before the cancel the run still retries it, and says so (the guard below is not
         # a wording that no report ever used).
         assert "waiting to retry" in before, before
         cancelled = ws.invoke("cancel", "r1", "--report")

@@ -12,8 +12,8 @@ import json
 
 import pytest
 
-from ..conftest import Workspace, make_rows
-from ..receiver import Receiver, receiving, webhook_config
+from ..conftest import Workspace
+from ..support.one_unknown import a_run_with_u2_unknown
 from ..support.waits import past_every_window
 
 pytestmark = [pytest.mark.both_stores, pytest.mark.timeout(90)]
@@ -22,15 +22,7 @@ pytestmark = [pytest.mark.both_stores, pytest.mark.timeout(90)]
 def test_an_abandoned_row_marked_not_sent_is_reported_not_delivered_and_sent_once(
     ws: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # u2: a 500 from a receiver that can neither be asked nor dedupes, nothing committed.
-    receiver = Receiver(answer=lambda item_id, nth: 500 if (item_id, nth) == ("u2", 1) else None)
-    with receiving(receiver):
-        (ws.path / "notifier.toml").write_text(
-            webhook_config(receiver, idempotent=False, status=False, timeout=1)
-        )
-        ws.write_csv("batch.csv", make_rows(3))
-        sent = ws.invoke("send", "batch.csv", "--channel", "hooks", "--run-id", "r1")
-        assert sent.exit_code == 3, sent.output
+    with a_run_with_u2_unknown(ws) as receiver:
         past_every_window(monkeypatch)
         for mark, evidence in (("abandon", "nobody can tell"), ("not-sent", "bounce came back")):
             decided = ws.invoke("reconcile", "--manual", "r1", "--item", "u2", "--mark", mark,
