@@ -83,15 +83,25 @@ def marked_message(marked: settling.Marked) -> str:
             f"{name} stays failed, now known never delivered: send the same file again "
             f"({again}) to send it; evidence recorded."
         )
-    after = {
-        "sent": "sent",
-        "not-sent": (
-            "pending (it will be sent with the same key on resume)"
-            if run.state not in FINISHED_RUN_STATES
-            else f"pending; run {run.run_id} is {run.state.value}, so it will not send it. "
+    if run.state in FINISHED_RUN_STATES:
+        not_sent = (
+            f"pending; run {run.run_id} is {run.state.value}, so it will not send it. "
             f"Send the same file again ({again}) to send it: only rows never delivered are "
             "sent"
-        ),
+        )
+    elif run.cancel_requested_at is not None:
+        # A cancel was asked for and not finished (refused, cut short): the next resume or
+        # cancel closes the run without sending anything more.
+        not_sent = (
+            f"pending; run {run.run_id} is being cancelled, so it will not send it. Close it "
+            f"with `notifier cancel {run.run_id}`, then send the same file again ({again}) to "
+            "send it: only rows never delivered are sent"
+        )
+    else:
+        not_sent = "pending (it will be sent with the same key on resume)"
+    after = {
+        "sent": "sent",
+        "not-sent": not_sent,
         "abandon": "failed, maybe delivered: it is never sent again unless you mark it not-sent",
     }[marked.mark]
     return f"{name} → {after}; evidence recorded."
