@@ -176,13 +176,23 @@ def _announce(sending: Sending, planned: Planned) -> Run | None:
         echo(line)
     run, counts = planned.run, planned.counts
     if run is None or counts is None:
+        from notifier.store.history import ABANDONED  # noqa: PLC0415 (start-up time)
+
         suppressed = planned.prior.suppressed_only if planned.prior is not None else 0
+        # An abandoned row is maybe delivered: nobody knows, so it is never called delivered.
+        abandoned = planned.prior is not None and planned.prior.count(ABANDONED) > 0
+        left_out = (
+            "is left out: each was delivered before, or abandoned by an operator (maybe "
+            "delivered), with the same content"
+            if abandoned
+            else "was already delivered with the same content"
+        )
         echo(
             f"nothing to send: the {suppressed} row(s) of {sending.batch} left to send all go "
             "to suppressed recipients (`notifier suppress list`); no run was stored."
             if suppressed
-            else f"nothing to send: every row of {sending.batch} was already delivered with "
-            "the same content. `notifier runs` lists the runs; --new-run sends every row again."
+            else f"nothing to send: every row of {sending.batch} {left_out}. `notifier runs` "
+            "lists the runs; --new-run sends every row again."
         )
         return None
     per_channel = ", ".join(f"{name}: {n}" for name, n in sorted(planned.per_channel.items()))
