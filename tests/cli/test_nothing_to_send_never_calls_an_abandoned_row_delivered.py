@@ -1,7 +1,7 @@
-"""Adversarial review: a file sent again whose only row left was abandoned by an operator
-(`reconcile --manual --mark abandon`: nobody can tell whether it arrived) plans nothing,
-rightly; but the line that says so must not state that every row "was already delivered":
-the abandoned row is maybe delivered, and the operator abandoned it for want of knowing."""
+"""A file sent again whose only row left was abandoned by an operator (`reconcile --manual
+--mark abandon`: nobody can tell whether it arrived) plans nothing, rightly; the line that
+says so never states that every row "was already delivered": the abandoned row is maybe
+delivered, and the operator abandoned it for want of knowing. Both stores."""
 
 from __future__ import annotations
 
