@@ -33,6 +33,17 @@ from notifier.store.history import CHANGED, OPEN, SAME_CONTENT, UNSETTLED
 class DryRun:
     plan: Plan
     prior: Prior
+    open_run: OpenRun | None = None  # the unfinished run holding the file's open rows
+
+
+@dataclass(frozen=True)
+class OpenRun:
+    """The unfinished run that holds a file's open rows, as a refusal's advice needs it: who
+    works it right now, if anyone (`resume` is refused while they do), and whether it
+    awaits approval (`resume` is refused until it is approved)."""
+
+    holder: dict[str, Any] | None
+    awaiting_approval: bool
 
 
 def plan_batch(
@@ -134,6 +145,7 @@ def dry_run(env: Env, plan: Plan) -> DryRun:
             return DryRun(plan, prior)  # a server with no notifier schema yet: all is new
         try:
             prior = store.history.compare_plan(plan.items)
+            return DryRun(plan, prior, _open_run(store, prior))
         finally:
             store.close()
     return DryRun(plan, prior)
@@ -214,10 +226,10 @@ def store_plan(
         )
     except PlanRefused as refused:
         try:
-            holder = _open_run_holder(store, refused.prior)
+            open_run = _open_run(store, refused.prior)
         finally:
             store.close()
-        raise refusal(batch, refused.prior, holder) from None
+        raise refusal(batch, refused.prior, open_run) from None
     except RunExists:
         store.close()
         raise BadInput(f"run {plan.run_id!r} already exists: choose another --run-id.") from None
@@ -238,20 +250,24 @@ def runs_named(prior: Prior, verdict: str) -> str:
     return ("run " if len(runs) == 1 else "runs ") + ", ".join(runs)
 
 
-def _open_run_holder(store: Store, prior: Prior) -> dict[str, Any] | None:
-    """Who is working the unfinished run that holds the file's open rows right now (the
-    winner of two simultaneous sends, say), if anyone."""
+def _open_run(store: Store, prior: Prior) -> OpenRun | None:
+    """The newest unfinished run that holds the file's open rows, if any: who is working it
+    right now (the winner of two simultaneous sends, say), and whether it awaits approval."""
     runs = prior.runs(OPEN)
-    return live_holder(store, store.core.get_run(runs[-1])) if runs else None
+    if not runs:
+        return None
+    run = store.core.get_run(runs[-1])
+    return OpenRun(live_holder(store, run), run.state is RunState.AWAITING_APPROVAL)
 
 
 def refusal(
-    batch: Path, prior: Prior, holder: dict[str, Any] | None = None, *, resend: bool = True
+    batch: Path, prior: Prior, open_run: OpenRun | None = None, *, resend: bool = True
 ) -> BadInput:
     """Why nothing was stored, naming the runs and rows, with the step that will work
     (`resend`: whether --resend-changed is one; not for a composed file)."""
     if prior.count(OPEN):
         runs = prior.runs(OPEN)
+        holder = open_run.holder if open_run is not None else None
         if holder is not None:
             # `resume` would be refused while that process holds the run.
             return BadInput(
@@ -259,6 +275,12 @@ def refusal(
                 f"{runs[-1]} (pid {holder.get('pid')} on {holder.get('host')}); two runs never "
                 "hold the same row. Nothing was stored."
             ).advise(NextStep.FOLLOW_THEN_SEND_AGAIN, runs[-1])
+        if open_run is not None and open_run.awaiting_approval:
+            # `resume` is refused until the run is approved.
+            return BadInput(
+                f"{batch}: {prior.count(OPEN)} row(s) are still open in run {runs[-1]}, which "
+                "awaits approval; two runs never hold the same row. Nothing was stored."
+            ).advise(NextStep.APPROVE_OR_REJECT_THEN_SEND_AGAIN, runs[-1])
         return BadInput(
             f"{batch}: {prior.count(OPEN)} row(s) are still open (pending, in flight or "
             f"unknown) in unfinished {runs_named(prior, OPEN)}; two runs never hold the same "
@@ -332,7 +354,7 @@ def compare_composed(env: Env, rows: list[BatchRow], batch: Path, run_id: str) -
         try:
             prior, left_out = store.history.compare_composed(plan.items)
             if prior.refused(resend_changed=False):
-                raise refusal(batch, prior, _open_run_holder(store, prior), resend=False)
+                raise refusal(batch, prior, _open_run(store, prior), resend=False)
             suppressed = {s.address for s in store.suppressions.suppressions()}
         finally:
             store.close()

@@ -250,6 +250,12 @@ _ADVICE: dict[NextStep, Callable[[str, str], str]] = {
         f"{said} Continue that run with `notifier resume {rid}` (or stop it with `notifier "
         f"cancel {rid}`), then send the file again to send what it did not deliver."
     ),
+    NextStep.APPROVE_OR_REJECT_THEN_SEND_AGAIN: lambda said, rid: (
+        f"{said} Review it with `notifier preview {rid}` (its fingerprint on the last line) "
+        f"and approve it with `notifier approve {rid} --fingerprint sha256:…`; then `notifier "
+        f"resume {rid}` sends it. Or close it with `notifier reject {rid} --reason TEXT`, then "
+        "send the file again: its rows need approval again."
+    ),
     NextStep.SETTLE_THEN_SEND_AGAIN: lambda said, rid: (
         f"{said} Settle them with `notifier reconcile --manual {rid}`, then send the file again."
     ),

@@ -214,13 +214,14 @@ def _dry_run(sending: Sending, plan: Plan) -> None:
 
     per_channel = ", ".join(f"{name}: {n}" for name, n in sorted(plan.per_channel.items()))
     count, fingerprint = plan.count, plan.fingerprint
-    prior = sending.notifier.dry_run(plan).prior
+    dry = sending.notifier.dry_run(plan)
+    prior = dry.prior
     echo(f"dry run: {notifications(count)} ({per_channel}); nothing written.")
     echo(f"fingerprint: {fingerprint}")
     if sending.given.new_run:
         echo("--new-run: every row would be planned again.")
     elif prior.refused(sending.given.resend_changed):
-        refused = error_message(planning.refusal(sending.batch, prior))
+        refused = error_message(planning.refusal(sending.batch, prior, dry.open_run))
         echo(f"send would refuse it: {refused}")
     else:
         for line in prior_summary(prior):
