@@ -267,6 +267,12 @@ def render_table(report: dict[str, Any], console: Console) -> bool:
         )
     if report.get("stop_reason"):
         console.print(f"stopped because: {report['stop_reason']}")
+    if report["cancel_requested_at"] and _standing(report) == "being cancelled":
+        console.print(
+            f"cancel: asked for at {clock.local(report['cancel_requested_at'])} and not "
+            "finished; nothing more is sent, and the run is closed as cancelled by its next "
+            "resume or cancel"
+        )
     _render_drafts(report.get("drafts"), console)
     summary = Table(show_header=True, header_style="bold")
     columns = (
@@ -291,7 +297,7 @@ def render_table(report: dict[str, Any], console: Console) -> bool:
         f"attempted and maybe delivered{waits}"
         # A finished run sends nothing more: its pending rows are left unsent (a file sent
         # again plans them), never waiting for a retry that will not come.
-        + (f"; the run is {report['state']}: none of them is sent by this run" if left else "")
+        + (f"; the run is {_standing(report)}: none of them is sent by this run" if left else "")
     )
     waiting = report.get("waiting") or {}
     if waiting.get("count"):
@@ -461,8 +467,16 @@ def item_lines(report: dict[str, Any]) -> Iterator[str]:
 
 
 def _finished(report: dict[str, Any]) -> bool:
-    """Whether the reported run sends nothing more (completed or cancelled)."""
-    return RunState(report["state"]) in FINISHED_RUN_STATES
+    """Whether the reported run sends nothing more: completed or cancelled, or its cancel
+    asked for and not finished (its next resume or cancel closes it, sending nothing)."""
+    return RunState(report["state"]) in FINISHED_RUN_STATES or bool(report["cancel_requested_at"])
+
+
+def _standing(report: dict[str, Any]) -> str:
+    """The reported run's state as the pending line words it."""
+    if RunState(report["state"]) in FINISHED_RUN_STATES:
+        return str(report["state"])
+    return "being cancelled" if report["cancel_requested_at"] else str(report["state"])
 
 
 def _state_label(item: dict[str, Any], finished: bool) -> str:

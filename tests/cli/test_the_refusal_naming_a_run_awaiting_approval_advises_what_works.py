@@ -39,7 +39,9 @@ def _refused_advice(ws: Workspace) -> dict[str, list[str]]:
 def test_approved_then_resumed_as_advised_the_run_sends_every_row_once(ws: Workspace) -> None:
     receiver = Receiver()
     with receiving(receiver):
-        (ws.path / "notifier.toml").write_text(webhook_config(receiver, idempotent=True, status=True))
+        (ws.path / "notifier.toml").write_text(
+            webhook_config(receiver, idempotent=True, status=True)
+        )
         advised = _refused_advice(ws)
         preview = ws.invoke(*advised["preview"])
         assert preview.exit_code == 0, preview.output
@@ -55,7 +57,9 @@ def test_approved_then_resumed_as_advised_the_run_sends_every_row_once(ws: Works
 def test_rejected_as_advised_the_file_sent_again_awaits_approval_again(ws: Workspace) -> None:
     receiver = Receiver()
     with receiving(receiver):
-        (ws.path / "notifier.toml").write_text(webhook_config(receiver, idempotent=True, status=True))
+        (ws.path / "notifier.toml").write_text(
+            webhook_config(receiver, idempotent=True, status=True)
+        )
         advised = _refused_advice(ws)
         reject = ["not needed" if a == "TEXT" else a for a in advised["reject"]]
         rejected = ws.invoke(*reject)

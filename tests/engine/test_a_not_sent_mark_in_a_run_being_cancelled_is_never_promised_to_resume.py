@@ -2,8 +2,9 @@
 with exit 4 after the worker was killed: its flag stays set) is closed as cancelled by the
 next `resume` or `cancel`, which send nothing more. An item marked not sent by hand in that
 run is never promised to `resume` ("it will be sent with the same key on resume": followed,
-that sends nothing and the row reaches nobody); the mark says the run is being cancelled,
-and its advice, followed word for word, delivers every row once. Both stores."""
+that sends nothing and the row reaches nobody); the mark and `status` say the run is being
+cancelled, and the mark's advice, followed word for word, delivers every row once. Both
+stores."""
 
 from __future__ import annotations
 
@@ -46,6 +47,11 @@ def test_a_not_sent_mark_after_a_refused_cancel_is_not_promised_to_resume(
                            "--evidence", "never reached the gateway")  # fmt: skip
         assert marked.exit_code in (0, 3), marked.output
         said = marked.output
+        # Every report of the run says so too: nothing of it waits to be retried.
+        status = ws.invoke("status", "r1").output
+        assert "waiting to retry" not in status, status
+        assert "the run is being cancelled: none of them is sent by this run" in status, status
+        assert "cancel: asked for at " in status, status
         assert "will be sent with the same key on resume" not in said, said
         assert "run r1 is being cancelled, so it will not send it" in said, said
         # Followed word for word: close the run, then send the same file again.
