@@ -267,7 +267,7 @@ def render_table(report: dict[str, Any], console: Console) -> bool:
         )
     if report.get("stop_reason"):
         console.print(f"stopped because: {report['stop_reason']}")
-    if report["cancel_requested_at"] and _standing(report) == "being cancelled":
+    if report.get("cancel_requested_at") and _standing(report) == "being cancelled":
         console.print(
             f"cancel: asked for at {clock.local(report['cancel_requested_at'])} and not "
             "finished; nothing more is sent, and the run is closed as cancelled by its next "
@@ -469,14 +469,16 @@ def item_lines(report: dict[str, Any]) -> Iterator[str]:
 def _finished(report: dict[str, Any]) -> bool:
     """Whether the reported run sends nothing more: completed or cancelled, or its cancel
     asked for and not finished (its next resume or cancel closes it, sending nothing)."""
-    return RunState(report["state"]) in FINISHED_RUN_STATES or bool(report["cancel_requested_at"])
+    return RunState(report["state"]) in FINISHED_RUN_STATES or bool(
+        report.get("cancel_requested_at")
+    )
 
 
 def _standing(report: dict[str, Any]) -> str:
     """The reported run's state as the pending line words it."""
     if RunState(report["state"]) in FINISHED_RUN_STATES:
         return str(report["state"])
-    return "being cancelled" if report["cancel_requested_at"] else str(report["state"])
+    return "being cancelled" if report.get("cancel_requested_at") else str(report["state"])
 
 
 def _state_label(item: dict[str, Any], finished: bool) -> str:
