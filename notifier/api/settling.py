@@ -259,7 +259,9 @@ def decide_by_hand(
     env: Env, store: Store, run: Run, item_ref: str, mark: str, evidence: str, lease_version: int
 ) -> Marked:
     """Record the operator's `mark` of one unknown item (or of an abandoned one, marked
-    not-sent), with its evidence: what it was marked, for the command to word."""
+    not-sent), with its evidence: what it was marked, and the run as it stands once the mark
+    is recorded (not `run`, read before an interactive question: a cancel asked for since is
+    what the command must word), for the command to word."""
     # By the row's id only: a number that is no id is never taken for the item at that
     # position, another recipient (an id from another run, a typo, marked not-sent, would
     # send that one again).
@@ -291,8 +293,8 @@ def decide_by_hand(
         store.ledger.release_abandoned(
             run.run_id, item.seq, operator_name(), evidence, lease_version
         )
-        return Marked(run, item.item_id, item.seq, mark, released=True)
+        return Marked(store.core.get_run(run.run_id), item.item_id, item.seq, mark, released=True)
     store.ledger.record_decision(
         run.run_id, item.seq, MARKS[mark], operator_name(), evidence, lease_version
     )
-    return Marked(run, item.item_id, item.seq, mark, released=False)
+    return Marked(store.core.get_run(run.run_id), item.item_id, item.seq, mark, released=False)

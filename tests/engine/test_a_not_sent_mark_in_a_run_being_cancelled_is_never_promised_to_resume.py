@@ -13,7 +13,12 @@ import shlex
 
 import pytest
 
+from notifier import config
+from notifier.api import settling, working
+from notifier.api.env import Env, open_store
+from notifier.cli.manual import marked_message
 from notifier.domain.chain import KEY_ENV
+from notifier.store import target
 
 from ..conftest import Workspace, make_rows
 from ..receiver import Receiver, receiving, webhook_config
@@ -61,3 +66,41 @@ def test_a_not_sent_mark_after_a_refused_cancel_is_not_promised_to_resume(
             assert followed.exit_code in (0, 3), (command, followed.output)
         assert ws.ledger.run("r1").state == "cancelled"
     assert receiver.deliveries() == {"u1": 1, "u2": 1, "u3": 1}
+
+
+def test_a_mark_recorded_after_a_cancel_was_asked_for_words_the_run_as_it_is_then(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The interactive `reconcile --manual` reads the run before its first question and
+    records the answer later: a cancel asked for in between (here one refused without the
+    key after a kill) is what the mark's message words, not the run as first read."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    receiver = Receiver()
+    with receiving(receiver):
+        (ws.path / "notifier.toml").write_text(
+            webhook_config(receiver, idempotent=False, status=False, timeout=1)
+        )
+        ws.write_csv("batch.csv", make_rows(3))
+        crash_send("after-intent:2", db=ws.db, channel="hooks", run_id="r1")
+        settled = ws.invoke("reconcile", "r1")  # the channel cannot be asked: unknown
+        assert ws.ledger.item("u2").state == "unknown", settled.output
+        past_every_window(monkeypatch)
+        env = Env(
+            target.parse(ws.db), config.load(ws.path / "notifier.toml", explicit=False), say=print
+        )
+        store = open_store(env)
+        try:
+            asked = store.core.get_run("r1")  # as the prompt read it
+            assert asked.cancel_requested_at is None
+            keyless = ws.invoke("cancel", "r1", env={KEY_ENV: ""})
+            assert keyless.exit_code == 4, keyless.output  # the flag is set, the run open
+            with working.take_lease(store, asked, env.config.lease_ttl_s) as lease:
+                marked = settling.decide_by_hand(
+                    env, store, asked, "u2", "not-sent", "never reached the gateway",
+                    lease.version,
+                )  # fmt: skip
+        finally:
+            store.close()
+    said = marked_message(marked)
+    assert "will be sent with the same key on resume" not in said, said
+    assert "run r1 is being cancelled, so it will not send it" in said, said
