@@ -268,11 +268,20 @@ def render_table(report: dict[str, Any], console: Console) -> bool:
     if report.get("stop_reason"):
         console.print(f"stopped because: {report['stop_reason']}")
     if report.get("cancel_requested_at") and _standing(report) == "being cancelled":
-        console.print(
-            f"cancel: asked for at {clock.local(report['cancel_requested_at'])} and not "
-            "finished; nothing more is sent, and the run is closed as cancelled by its next "
-            "resume or cancel"
-        )
+        at = clock.local(report["cancel_requested_at"])
+        asked = f"cancel: asked for at {at} and not finished"
+        if report["state"] == RunState.RUNNING.value:
+            # A live worker (effective_state): until it next reads the run's flags, a request
+            # it claimed ahead may still start (docs/guarantees.md, Cancel); it closes the run.
+            console.print(
+                f"{asked}; the worker still at work stops at its next look (a request it "
+                "already claimed may still start until then) and closes the run as cancelled"
+            )
+        else:
+            console.print(
+                f"{asked}; nothing more is sent, and the run is closed as cancelled by its "
+                "next resume or cancel"
+            )
     _render_drafts(report.get("drafts"), console)
     summary = Table(show_header=True, header_style="bold")
     columns = (
