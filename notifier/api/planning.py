@@ -275,10 +275,17 @@ def refusal(
                 f"{runs[-1]} (pid {holder.get('pid')} on {holder.get('host')}); two runs never "
                 "hold the same row. Nothing was stored."
             ).advise(NextStep.FOLLOW_THEN_SEND_AGAIN, runs[-1])
+        # The rows of the newest run alone, then those of the older runs, each named.
+        here = prior.by_run[OPEN][runs[-1]]
+        older = (
+            f" (and {prior.count(OPEN) - here} more in unfinished {', '.join(runs[:-1])})"
+            if len(runs) > 1
+            else ""
+        )
         if open_run is not None and open_run.awaiting_approval:
             # `resume` is refused until the run is approved.
             return BadInput(
-                f"{batch}: {prior.count(OPEN)} row(s) are still open in run {runs[-1]}, which "
+                f"{batch}: {here} row(s) are still open in run {runs[-1]}{older}, which "
                 "awaits approval; two runs never hold the same row. Nothing was stored."
             ).advise(NextStep.APPROVE_OR_REJECT_THEN_SEND_AGAIN, runs[-1])
         return BadInput(
