@@ -44,6 +44,8 @@ class OpenRun:
 
     holder: dict[str, Any] | None
     awaiting_approval: bool
+    # Its cancel was asked for and not finished: it sends nothing more, whoever resumes it.
+    being_cancelled: bool = False
 
 
 def plan_batch(
@@ -257,7 +259,11 @@ def _open_run(store: Store, prior: Prior) -> OpenRun | None:
     if not runs:
         return None
     run = store.core.get_run(runs[-1])
-    return OpenRun(live_holder(store, run), run.state is RunState.AWAITING_APPROVAL)
+    return OpenRun(
+        live_holder(store, run),
+        run.state is RunState.AWAITING_APPROVAL,
+        run.cancel_requested_at is not None,
+    )
 
 
 def refusal(
@@ -282,6 +288,13 @@ def refusal(
             if len(runs) > 1
             else ""
         )
+        if open_run is not None and open_run.being_cancelled:
+            # Approved and resumed, it is closed as cancelled, sending nothing.
+            return BadInput(
+                f"{batch}: {here} row(s) are still open in run {runs[-1]}{older}, whose cancel "
+                "was asked for and not finished: it sends nothing more. Two runs never hold "
+                "the same row. Nothing was stored."
+            ).advise(NextStep.CANCEL_THEN_SEND_AGAIN, runs[-1])
         if open_run is not None and open_run.awaiting_approval:
             # `resume` is refused until the run is approved.
             return BadInput(

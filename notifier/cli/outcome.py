@@ -256,6 +256,10 @@ _ADVICE: dict[NextStep, Callable[[str, str], str]] = {
         f"resume {rid}` sends it. Or close it with `notifier reject {rid} --reason TEXT`, then "
         "send the file again: its rows need approval again."
     ),
+    NextStep.CANCEL_THEN_SEND_AGAIN: lambda said, rid: (
+        f"{said} Close it with `notifier cancel {rid}`, then send the file again: only rows "
+        "never delivered are sent."
+    ),
     NextStep.SETTLE_THEN_SEND_AGAIN: lambda said, rid: (
         f"{said} Settle them with `notifier reconcile --manual {rid}`, then send the file again."
     ),

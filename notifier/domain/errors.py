@@ -45,6 +45,7 @@ class NextStep(StrEnum):
     RESUME_OR_CANCEL_THEN_SEND_AGAIN = "resume_or_cancel_then_send_again"  # an unfinished one
     # an unfinished one awaiting approval: approve then resume it, or reject it
     APPROVE_OR_REJECT_THEN_SEND_AGAIN = "approve_or_reject_then_send_again"
+    CANCEL_THEN_SEND_AGAIN = "cancel_then_send_again"  # an unfinished one being cancelled
     SETTLE_THEN_SEND_AGAIN = "settle_then_send_again"  # a finished run left them unknown
     RESUME_LATER_TO_DRAFT = "resume_later_to_draft"  # drafting stopped, the drafts made kept
     RESUME_TO_APPROVE = "resume_to_approve"  # still drafting: resume drafts, then approve
