@@ -297,15 +297,15 @@ def render_table(report: dict[str, Any], console: Console) -> bool:
             f"heartbeat {clock.local(worker['heartbeat_at'])}"
         )
     detail = report["pending_detail"]
-    finished = _finished(report)
-    left = finished and any(detail.values())
-    waits = "" if finished else " (waiting to retry)"
+    unsent = _left_unsent(report)
+    left = unsent and any(detail.values())
+    waits = "" if unsent else " (waiting to retry)"
     console.print(
         f"pending: {detail['never_attempted']} never attempted, {detail['retry_waiting']} "
         f"attempted and not delivered{waits}, {detail['maybe_delivered']} "
         f"attempted and maybe delivered{waits}"
-        # A finished run sends nothing more: its pending rows are left unsent (a file sent
-        # again plans them), never waiting for a retry that will not come.
+        # Rows a run leaves unsent (a file sent again plans them) never wait for a retry
+        # that will not come.
         + (f"; the run is {_standing(report)}: none of them is sent by this run" if left else "")
     )
     waiting = report.get("waiting") or {}
@@ -324,7 +324,7 @@ def render_table(report: dict[str, Any], console: Console) -> bool:
     if not attention:
         return False
     title = f"items {' or '.join(chosen)}" if chosen else "items needing attention"
-    return _attention_table(title, attention, console, finished=finished)
+    return _attention_table(title, attention, console, unsent=unsent)
 
 
 def render_decisions(report: dict[str, Any], console: Console) -> None:
@@ -349,7 +349,7 @@ _GAP = 2  # between two columns of the attention table (no edges)
 
 
 def _attention_table(
-    title: str, attention: list[dict[str, Any]], console: Console, *, finished: bool
+    title: str, attention: list[dict[str, Any]], console: Console, *, unsent: bool
 ) -> bool:
     """The items to look at, fitted to the terminal (True when it left out the idempotency
     keys to fit): short columns never wrap, and when the
@@ -371,7 +371,7 @@ def _attention_table(
             str(i["seq"]),
             i["id"],
             i["to"],
-            _state_label(i, finished),
+            _state_label(i, unsent),
             str(i["attempts"]),
             *([i["idempotency_key"]] if with_key else []),
             i["last_error"] or "",
@@ -468,16 +468,17 @@ def item_lines(report: dict[str, Any]) -> Iterator[str]:
     state, attempts, id, recipient and its receipt or last error, as they are read, so a
     million items never sit in memory (page it with `| less`, or use --format csv)."""
     yield "every item (seq, state, attempts, id, to, receipt or last error):"
-    finished = _finished(report)
+    unsent = _left_unsent(report)
     for i in report["items"]:
-        state = _state_label(i, finished)
+        state = _state_label(i, unsent)
         outcome = i["receipt_id"] or i["last_error"] or ""
         yield f"{i['seq']:>7}  {state:<10}  {i['attempts']:>2}  {i['id']}  {i['to']}  {outcome}"
 
 
-def _finished(report: dict[str, Any]) -> bool:
-    """Whether the reported run sends nothing more: completed or cancelled, or its cancel
-    asked for and not finished (its next resume or cancel closes it, sending nothing)."""
+def _left_unsent(report: dict[str, Any]) -> bool:
+    """Whether the reported run's pending rows are left unsent by it: it is completed or
+    cancelled, or its cancel was asked for (no item is claimed once a cancel is committed;
+    the next resume or cancel closes the run)."""
     return RunState(report["state"]) in FINISHED_RUN_STATES or bool(
         report.get("cancel_requested_at")
     )
@@ -490,13 +491,14 @@ def _standing(report: dict[str, Any]) -> str:
     return "being cancelled" if report.get("cancel_requested_at") else str(report["state"])
 
 
-def _state_label(item: dict[str, Any], finished: bool) -> str:
+def _state_label(item: dict[str, Any], unsent: bool) -> str:
     """An item's state as the tables show it: a pending item with why it is pending, or, in a
-    finished run, that it was left unsent (the JSON keeps its `pending_kind`)."""
+    run that leaves its pending rows unsent, that it is left unsent (the JSON keeps its
+    `pending_kind`)."""
     if item["state"] != "pending":
         return str(item["state"])
     kind = item["pending_kind"]
-    if not finished:
+    if not unsent:
         return f"pending ({kind})"
     attempted = "never attempted" if kind == PendingKind.NEVER_ATTEMPTED else "attempted"
     return f"pending ({attempted}, left unsent)"
