@@ -17,10 +17,14 @@ from ..support.held import WAIT_S, Answered, HeldRun
 pytestmark = [pytest.mark.both_stores, pytest.mark.timeout(60)]
 
 
-def test_status_of_a_run_whose_live_worker_has_not_seen_the_cancel_yet(ws: Workspace) -> None:
-    n = 2
+# At N = 1 nothing is claimed ahead (pipeline.claim_ahead): an item is claimed only for a
+# free sender, in a claim that reads the cancel, so no request can start after it.
+@pytest.mark.parametrize("n", [2, 8])
+def test_status_of_a_run_whose_live_worker_has_not_seen_the_cancel_yet(
+    ws: Workspace, n: int
+) -> None:
     channel = Answered()
-    run = HeldRun(ws, channel, n, 4 * n)  # N = 2 under way, 3N claimed ahead
+    run = HeldRun(ws, channel, n, 4 * n)  # N under way, 3N claimed ahead
     run.thread.start()
     canceller = Store.open(ws.db)
     try:
@@ -33,7 +37,7 @@ def test_status_of_a_run_whose_live_worker_has_not_seen_the_cancel_yet(ws: Works
         assert canceller.ledger.request_cancel("r1")  # what `cancel` writes first
         status = ws.invoke("status", "r1").output
         before = len(channel.started)
-        # The other sender frees up: it starts the next item claimed ahead.
+        # A sender frees up: it starts the next item claimed ahead.
         channel.let_go("2")
         channel.wait_started(before + 1)
         started_after = [item for item, _ in channel.started[before:]]
