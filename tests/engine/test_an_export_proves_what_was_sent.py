@@ -127,6 +127,16 @@ def test_an_edited_row_of_an_export_is_named(run: Workspace) -> None:
     assert ("items", "item u2 (seq 2)", "state") in found
 
 
+def test_a_blob_written_into_an_export_is_named_by_its_seal_never_a_crash(
+    run: Workspace,
+) -> None:
+    """A value no export writes (a blob, which no seal's JSON can hold) is named by the
+    row's seal, as any other edit is, never an internal error."""
+    path = export(run)
+    edit(path, "UPDATE items SET recipient = X'6d616c6c6f7279' WHERE seq = 3")
+    assert ("items", "item seq 3", "seal") in findings(checked(path))
+
+
 def test_a_row_deleted_from_an_export_is_found(run: Workspace) -> None:
     path = export(run)
     edit(path, "DELETE FROM suppressions", "DELETE FROM attempts WHERE seq = 3")
