@@ -225,6 +225,25 @@ class Fingerprinting:
         return "sha256:" + h.hexdigest()
 
 
+class Identities:
+    """What names each of a run's items, fed in seq order: its row id and its idempotency
+    key (the key is what a receiver dedupes by, the id what every report calls the row).
+    Chained when the items are stored (the plan, a composed run's freeze), so that verify
+    finds either rewritten, or two rows' ids swapped; neither is part of an intent digest."""
+
+    def __init__(self) -> None:
+        self._hash = hashlib.sha256()
+
+    def add(self, item_id: str, key: str) -> None:
+        # Length-prefixed, as the chain's fields are: no id's text moves into its key.
+        for text in (item_id, key):
+            data = text.encode("utf-8")
+            self._hash.update(b"%d:" % len(data) + data)
+
+    def result(self) -> str:
+        return "sha256:" + self._hash.hexdigest()
+
+
 def draft_digest(subject: str | None, body: str | None) -> str:
     """What a --compose row's draft says, chained when it is stored: verify and the freeze
     find a draft rewritten after the model wrote it."""

@@ -73,13 +73,15 @@ class ItemRecord(NamedTuple):
 
 class IntentRecord(NamedTuple):
     """What an item sends: its digest as stored, and what it is recomputed from (payload:
-    its JSON text; None where it is not at hand, an export without bodies)."""
+    its JSON text; None where it is not at hand, an export without bodies); and the key it
+    is sent under (None where it is not at hand)."""
 
     seq: int
     channel: str
     target: str
     payload: str | None
     intent_digest: str
+    idempotency_key: str | None = None
 
 
 class DraftRecord(NamedTuple):
@@ -209,6 +211,7 @@ class Rebuilt:
     fingerprint: str | None = None  # the last one chained; None: no event records one
     approval: Any = None  # the approval record, parsed, as the last event that set it left it
     inputs: str | None = None  # a --compose run's DraftingInputs digest, chained at its plan
+    identities: str | None = None  # intent.Identities of the items, as last chained
     drafts: dict[int, str] = field(default_factory=dict)  # each row's last draft digest
 
 
@@ -327,16 +330,15 @@ def _plan_event(rebuilt: Rebuilt, event: EventRecord, detail: Mapping[str, Any])
             rebuilt.planned = detail["items"]
         else:
             _illegal(rebuilt, event, "detail")
-    if "inputs" in detail:  # a --compose run's plan (none before it was chained)
-        if isinstance(detail["inputs"], str):
-            rebuilt.inputs = detail["inputs"]
-        else:
-            _illegal(rebuilt, event, "detail")
-    if "fingerprint" in detail:  # runs planned before it was chained record none
-        if isinstance(detail["fingerprint"], str):
-            rebuilt.fingerprint = detail["fingerprint"]
-        else:
-            _illegal(rebuilt, event, "detail")
+    # Digests chained by a plan, a freeze or a redraft; each absent from events written
+    # before it was chained: the items' ids and keys, a --compose run's inputs, the
+    # fingerprint.
+    for name in ("identities", "inputs", "fingerprint"):
+        if name in detail:
+            if isinstance(detail[name], str):
+                setattr(rebuilt, name, detail[name])
+            else:
+                _illegal(rebuilt, event, "detail")
 
 
 def _run_move(rebuilt: Rebuilt, event: EventRecord, detail: Mapping[str, Any]) -> None:

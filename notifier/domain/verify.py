@@ -23,7 +23,7 @@ from itertools import pairwise
 from typing import Protocol
 
 from notifier.domain.chain import UNKEYED, ChainKind, Signer
-from notifier.domain.intent import DraftingInputs, Fingerprinting
+from notifier.domain.intent import DraftingInputs, Fingerprinting, Identities
 from notifier.domain.replay import (
     Change,
     DecisionRecord,
@@ -190,6 +190,7 @@ def _replayed(source: AuditSource, head: RunHead) -> list[Difference]:
     stored = {"state": head.state, "fingerprint": head.fingerprint, "approval": head.approval}
     found = compare_run(run, stored, head.items, source.decisions(head.run_id))
     fingerprint, inputs, drafted = Fingerprinting(), DraftingInputs(), True
+    identities, keys_at_hand = Identities(), True
     for seqs in slices(source.item_seqs(head.run_id), CHUNK):
         rows = source.rows(head.run_id, seqs)
         rebuilt = replay(((i.seq, i.item_id) for i in rows.items),
@@ -199,11 +200,21 @@ def _replayed(source: AuditSource, head: RunHead) -> list[Difference]:
                                 every_draft_chained=run.inputs is not None)  # fmt: skip
         for intent in rows.intents:
             fingerprint.add(str(intent.intent_digest))  # what is stored, whatever it is
+        for item, intent in zip(rows.items, rows.intents, strict=True):
+            if intent.idempotency_key is None:
+                keys_at_hand = False
+            else:
+                identities.add(str(item.item_id), str(intent.idempotency_key))
         if rows.drafts is None:
             drafted = False
         for draft in rows.drafts or ():
             inputs.add(str(draft.source))
     found += _covered(head, fingerprint)
+    if keys_at_hand and run.identities is not None and identities.result() != run.identities:
+        # An item's id or key rewritten (or two rows' ids swapped) since they were stored.
+        found.append(Difference(Table.ITEMS, "the run's items", Change.DIFFERS,
+                                "item_id, idempotency_key", identities.result(),
+                                run.identities))  # fmt: skip
     if drafted and run.inputs is not None:
         found += _drafted_from(head, inputs, run.inputs)
     return found

@@ -39,7 +39,8 @@ _IN = "run_id = %(run_id)s AND {seq} >= %(lo)s AND {seq} < %(hi)s"
 # An item's record (ItemRecord's columns) and then its intent's (IntentRecord's, after seq).
 _ITEMS = (
     "SELECT seq, item_id, state, attempts, receipt_id, last_error, next_attempt_at, "
-    f"channel, target, payload, intent_digest FROM items WHERE {_IN.format(seq='seq')} "
+    f"channel, target, payload, intent_digest, idempotency_key FROM items "
+    f"WHERE {_IN.format(seq='seq')} "
     "ORDER BY seq"
 )
 _ITEM_FIELDS = len(ItemRecord._fields)

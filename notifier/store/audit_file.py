@@ -558,7 +558,8 @@ _FILE_ITEM_EVENTS = (
 # An item's record, then its intent's (its payload only where bodies were exported).
 _FILE_ITEMS = (
     "SELECT i.seq, i.item_id, i.state, i.attempts, i.receipt_id, i.last_error, "
-    "i.next_attempt_at, i.channel, i.recipient, b.payload, i.intent_digest FROM items AS i "
+    "i.next_attempt_at, i.channel, i.recipient, b.payload, i.intent_digest, "
+    "i.idempotency_key FROM items AS i "
     "LEFT JOIN bodies AS b ON b.seq = i.seq WHERE i.seq >= ? AND i.seq < ? ORDER BY i.seq"
 )
 _ITEM_FIELDS = len(ItemRecord._fields)

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
-from notifier.domain.intent import content_fingerprint, run_fingerprint
+from notifier.domain.intent import Identities, content_fingerprint, run_fingerprint
 from notifier.domain.state_machine import RunTrigger
 from notifier.store.core import Core, as_json
 from notifier.store.exceptions import PlanRefused, RunExists
@@ -112,8 +112,13 @@ class Planning:
                 # Every row left was planned before and is suppressed now: a run of nothing
                 # but suppressed items, once more each time the file is sent. None is stored.
                 raise _NothingToSend(replace(prior, suppressed_only=n))
-            # The fingerprint chained: verify checks the run's, and its intents', against it.
-            detail: dict[str, Any] = {"items": n, "fingerprint": run["fingerprint"]}
+            # The fingerprint chained: verify checks the run's, and its intents', against it;
+            # and the items' ids and keys, which no intent digest covers.
+            detail: dict[str, Any] = {
+                "items": n,
+                "fingerprint": run["fingerprint"],
+                "identities": self.identities(run["run_id"]),
+            }
             if prior is not None and prior.count(DELIVERED):
                 detail["delivered_before"] = prior.count(DELIVERED)
             if prior is not None and prior.count(ABANDONED):
@@ -122,6 +127,14 @@ class Planning:
             if then is not None:
                 self.core.move_run(run["run_id"], then, at)
         return prior
+
+    def identities(self, run_id: str) -> str:
+        """intent.Identities of the run's items as stored (inside the write that stored
+        them, for its event to chain)."""
+        digest = Identities()
+        for item_id, key in self.engine.execute(sql.ITEM_IDENTITIES, {"run_id": run_id}):
+            digest.add(item_id, key)
+        return digest.result()
 
     def _fingerprints(self, stage: str, snapshot: dict[str, Any]) -> dict[str, str]:
         """Both fingerprints of what is left in the stage: an approval covers the intents

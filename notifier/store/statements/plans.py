@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 RUN_EXISTS = "SELECT 1 FROM runs WHERE run_id = %(run_id)s"
+# What names each item, in seq order (intent.Identities): chained when the items are stored.
+ITEM_IDENTITIES = (
+    "SELECT item_id, idempotency_key FROM items WHERE run_id = %(run_id)s ORDER BY seq"
+)
 # m004's counters: moves are counted by trigger, a plan's inserts here (once, not per row).
 COUNT_PLANNED = (
     "INSERT INTO run_counts (run_id, state, n) VALUES (%(run_id)s, 'pending', %(n)s) "
