@@ -153,7 +153,14 @@ def describe(d: Difference) -> str:
         return (f"{where}: its events are keyed with another key (id {d.stored}); the key "
                 f"given has id {d.expected}")  # fmt: skip
     if d.column == "audit_chain" and d.expected == ChainKind.KEYED:
-        return f"{where}: its events are not keyed ({d.stored} links), though a key was given"
+        # Either a keyed run rewritten without the key, or a run honestly sent before the
+        # key was adopted: nothing in the database tells the two apart.
+        return (
+            f"{where}: its events are not keyed ({d.stored} links), though a key was given: "
+            "a keyed run rewritten by someone without the key reads so, and so does a run "
+            "sent before the key was adopted, which `verify` without the key (no "
+            f"{KEY_ENV}, no [audit] key_file) checks as unkeyed"
+        )
     if d.change is Change.MISSING:
         if d.column:
             return f"{where}: {d.column} missing"
