@@ -71,11 +71,22 @@ def verify_command(ctx: click.Context, run_id: str | None, as_json: bool) -> Non
         store.close()
     if as_json:
         document = {"key_id": signer.key_id, "runs": [_as_json(v) for v in verdicts]}
-        click.echo(json.dumps(document, ensure_ascii=False, indent=2))
+        click.echo(_json_text(document))
     else:
         _print(verdicts, signer.key_id)
     if any(v.verdict is AuditVerdict.ALTERED for v in verdicts):
         ctx.exit(ExitCode.ALTERED)
+
+
+def _json_text(document: object) -> str:
+    """The document as JSON; with every character escaped where a value holds text no
+    notifier wrote (not UTF-8, read back as surrogates), which no output could encode."""
+    text = json.dumps(document, ensure_ascii=False, indent=2)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(document, indent=2)
+    return text
 
 
 def _verify_file(ctx: click.Context, env: Env, path: Path, as_json: bool) -> None:
@@ -89,7 +100,7 @@ def _verify_file(ctx: click.Context, env: Env, path: Path, as_json: bool) -> Non
             "findings": [_finding_json(d) for d in checked.findings],
             "runs": [_as_json(v) for v in checked.runs],
         }  # fmt: skip
-        click.echo(json.dumps(document, ensure_ascii=False, indent=2))
+        click.echo(_json_text(document))
     else:
         key = f"key {checked.key_id}" if checked.key_id else "no key"
         state = "altered" if checked.findings else "its seals hold"

@@ -237,7 +237,9 @@ class Identities:
     def add(self, item_id: str, key: str) -> None:
         # Length-prefixed, as the chain's fields are: no id's text moves into its key.
         for text in (item_id, key):
-            data = text.encode("utf-8")
+            # surrogateescape: text read back that was not UTF-8 (no notifier writes it)
+            # hashes as its own bytes, never as an error.
+            data = text.encode("utf-8", "surrogateescape")
             self._hash.update(b"%d:" % len(data) + data)
 
     def result(self) -> str:

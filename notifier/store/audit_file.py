@@ -56,6 +56,7 @@ from notifier.domain.replay import (
 from notifier.domain.suppression import address_keys
 from notifier.domain.verify import RunHead
 from notifier.store.audit import AuditRecords
+from notifier.store.backend import unwritten_text
 from notifier.store.core import Core
 
 FORMAT = "notifier-audit-2"  # -1: before the run's channel snapshot was exported
@@ -406,6 +407,7 @@ class AuditFile:
     def __init__(self, path: Path) -> None:
         self.path = path
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        conn.text_factory = unwritten_text  # text no export wrote is named, not a crash
         self.db = sqlite_utils.Database(conn)
         try:
             tables = set(self.db.table_names())

@@ -221,3 +221,9 @@ def closed_if_failed(engine: Engine) -> Iterator[None]:
     except BaseException:
         engine.close()
         raise
+
+
+def unwritten_text(data: bytes) -> str:
+    """A text cell as read for an audit: UTF-8, or (written by no notifier) its bytes kept
+    as surrogates, so that it differs from every text notifier wrote and is named."""
+    return data.decode("utf-8", "surrogateescape")

@@ -17,7 +17,14 @@ from typing import Any, NamedTuple, Self
 from notifier.domain.chain import UNKEYED, Signer
 from notifier.domain.errors import NextStep, NotifierError
 from notifier.store import chaining, migrations, statements
-from notifier.store.backend import Dialect, Fence, Rows, closed_if_failed, written
+from notifier.store.backend import (
+    Dialect,
+    Fence,
+    Rows,
+    closed_if_failed,
+    unwritten_text,
+    written,
+)
 from notifier.store.checks import Checks, refuse_newer
 from notifier.store.core import ROLLED_BACK
 from notifier.store.exceptions import DatabaseUnwritable, NoDatabase, StorageFailed, StoreRefused
@@ -99,6 +106,9 @@ class SqliteEngine:
         # never see. Only a file that passed is then opened read-write.
         checked = cls._checked(path, invariants=not (readonly and audited))
         if readonly:
+            if audited:
+                # `verify` names text no notifier wrote (not UTF-8), rather than fail on it.
+                checked.conn.text_factory = unwritten_text
             return checked
         checked.close()
         engine = cls._connect(path, fresh=False)
