@@ -1,9 +1,8 @@
 """A value no notifier writes (text that is not UTF-8, put there with SQLite's CAST) in an
 item's id or idempotency key in the database, or in an item's cell of an export, is named by
-`verify` (exit 5), as text and as --json, never an internal error (exit 1). The key is what
-the run's identities digest reads (2095688): before it, `verify RUN` never read the key and
-named such an edit. Output as an operator's UTF-8 terminal encodes it (strict). SQLite only:
-PostgreSQL refuses text that is not UTF-8."""
+`verify` (exit 5), as text and as --json, never an internal error (exit 1): the key is read
+for the run's identities digest. Output as an operator's UTF-8 terminal encodes it (strict).
+SQLite only: PostgreSQL refuses text that is not UTF-8."""
 
 from __future__ import annotations
 
