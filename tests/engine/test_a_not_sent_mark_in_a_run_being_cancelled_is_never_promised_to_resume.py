@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -29,9 +31,11 @@ from ..support.waits import past_every_window
 pytestmark = [pytest.mark.both_stores, pytest.mark.timeout(120)]
 
 
-def test_a_not_sent_mark_after_a_refused_cancel_is_not_promised_to_resume(
-    ws: Workspace, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@contextmanager
+def killed_with_u2_unknown(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> Iterator[Receiver]:
+    """Run r1 of three rows, keyed, to a receiver that can neither dedupe nor be asked,
+    killed once u2's attempt was recorded and before its request left, then settled by
+    `reconcile`: u1 delivered, u2 unknown, u3 never attempted; the receiver's window past."""
     monkeypatch.setenv(KEY_ENV, KEY)
     receiver = Receiver()
     with receiving(receiver):
@@ -39,15 +43,21 @@ def test_a_not_sent_mark_after_a_refused_cancel_is_not_promised_to_resume(
             webhook_config(receiver, idempotent=False, status=False, timeout=1)
         )
         ws.write_csv("batch.csv", make_rows(3))
-        # Killed once u2's attempt was recorded, before its request left.
         crash_send("after-intent:2", db=ws.db, channel="hooks", run_id="r1")
         assert receiver.deliveries() == {"u1": 1}
-        keyless = ws.invoke("cancel", "r1", env={KEY_ENV: ""})
-        assert keyless.exit_code == 4, keyless.output  # the flag is set, the run not closed
-        assert ws.ledger.run("r1").cancel_requested_at is not None
         settled = ws.invoke("reconcile", "r1")  # the channel cannot be asked: unknown
         assert ws.ledger.item("u2").state == "unknown", settled.output
         past_every_window(monkeypatch)
+        yield receiver
+
+
+def test_a_not_sent_mark_after_a_refused_cancel_is_not_promised_to_resume(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with killed_with_u2_unknown(ws, monkeypatch) as receiver:
+        keyless = ws.invoke("cancel", "r1", env={KEY_ENV: ""})
+        assert keyless.exit_code == 4, keyless.output  # the flag is set, the run not closed
+        assert ws.ledger.run("r1").cancel_requested_at is not None
         marked = ws.invoke("reconcile", "r1", "--manual", "--item", "u2", "--mark", "not-sent",
                            "--evidence", "never reached the gateway")  # fmt: skip
         assert marked.exit_code in (0, 3), marked.output
@@ -74,17 +84,7 @@ def test_a_mark_recorded_after_a_cancel_was_asked_for_words_the_run_as_it_is_the
     """The interactive `reconcile --manual` reads the run before its first question and
     records the answer later: a cancel asked for in between (here one refused without the
     key after a kill) is what the mark's message words, not the run as first read."""
-    monkeypatch.setenv(KEY_ENV, KEY)
-    receiver = Receiver()
-    with receiving(receiver):
-        (ws.path / "notifier.toml").write_text(
-            webhook_config(receiver, idempotent=False, status=False, timeout=1)
-        )
-        ws.write_csv("batch.csv", make_rows(3))
-        crash_send("after-intent:2", db=ws.db, channel="hooks", run_id="r1")
-        settled = ws.invoke("reconcile", "r1")  # the channel cannot be asked: unknown
-        assert ws.ledger.item("u2").state == "unknown", settled.output
-        past_every_window(monkeypatch)
+    with killed_with_u2_unknown(ws, monkeypatch):
         env = Env(
             target.parse(ws.db), config.load(ws.path / "notifier.toml", explicit=False), say=print
         )
