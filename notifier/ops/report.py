@@ -500,6 +500,9 @@ def _state_label(item: dict[str, Any], unsent: bool) -> str:
     kind = item["pending_kind"]
     if not unsent:
         return f"pending ({kind})"
+    if kind == PendingKind.MAYBE_DELIVERED:
+        # Not sent again by this run, but its recipient may have it: never "left unsent".
+        return "pending (attempted, maybe delivered, not sent again)"
     attempted = "never attempted" if kind == PendingKind.NEVER_ATTEMPTED else "attempted"
     return f"pending ({attempted}, left unsent)"
 
