@@ -293,8 +293,8 @@ def decide_by_hand(
         store.ledger.release_abandoned(
             run.run_id, item.seq, operator_name(), evidence, lease_version
         )
-        return Marked(store.core.get_run(run.run_id), item.item_id, item.seq, mark, released=True)
-    store.ledger.record_decision(
-        run.run_id, item.seq, MARKS[mark], operator_name(), evidence, lease_version
-    )
-    return Marked(store.core.get_run(run.run_id), item.item_id, item.seq, mark, released=False)
+    else:
+        store.ledger.record_decision(
+            run.run_id, item.seq, MARKS[mark], operator_name(), evidence, lease_version
+        )
+    return Marked(store.core.get_run(run.run_id), item.item_id, item.seq, mark, abandoned)

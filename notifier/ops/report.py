@@ -267,7 +267,7 @@ def render_table(report: dict[str, Any], console: Console) -> bool:
         )
     if report.get("stop_reason"):
         console.print(f"stopped because: {report['stop_reason']}")
-    if report.get("cancel_requested_at") and _standing(report) == "being cancelled":
+    if _left_unsent_by(report) == "being cancelled":
         at = clock.local(report["cancel_requested_at"])
         asked = f"cancel: asked for at {at} and not finished"
         if report["state"] == RunState.RUNNING.value:
@@ -297,7 +297,8 @@ def render_table(report: dict[str, Any], console: Console) -> bool:
             f"heartbeat {clock.local(worker['heartbeat_at'])}"
         )
     detail = report["pending_detail"]
-    unsent = _left_unsent(report)
+    unsent_by = _left_unsent_by(report)
+    unsent = unsent_by is not None
     left = unsent and any(detail.values())
     waits = "" if unsent else " (waiting to retry)"
     console.print(
@@ -306,7 +307,7 @@ def render_table(report: dict[str, Any], console: Console) -> bool:
         f"attempted and maybe delivered{waits}"
         # Rows a run leaves unsent (a file sent again plans them) never wait for a retry
         # that will not come.
-        + (f"; the run is {_standing(report)}: none of them is sent by this run" if left else "")
+        + (f"; the run is {unsent_by}: none of them is sent by this run" if left else "")
     )
     waiting = report.get("waiting") or {}
     if waiting.get("count"):
@@ -468,27 +469,21 @@ def item_lines(report: dict[str, Any]) -> Iterator[str]:
     state, attempts, id, recipient and its receipt or last error, as they are read, so a
     million items never sit in memory (page it with `| less`, or use --format csv)."""
     yield "every item (seq, state, attempts, id, to, receipt or last error):"
-    unsent = _left_unsent(report)
+    unsent = _left_unsent_by(report) is not None
     for i in report["items"]:
         state = _state_label(i, unsent)
         outcome = i["receipt_id"] or i["last_error"] or ""
         yield f"{i['seq']:>7}  {state:<10}  {i['attempts']:>2}  {i['id']}  {i['to']}  {outcome}"
 
 
-def _left_unsent(report: dict[str, Any]) -> bool:
-    """Whether the reported run's pending rows are left unsent by it: it is completed or
-    cancelled, or its cancel was asked for (no item is claimed once a cancel is committed;
-    the next resume or cancel closes the run)."""
-    return RunState(report["state"]) in FINISHED_RUN_STATES or bool(
-        report.get("cancel_requested_at")
-    )
-
-
-def _standing(report: dict[str, Any]) -> str:
-    """The reported run's state as the pending line words it."""
+def _left_unsent_by(report: dict[str, Any]) -> str | None:
+    """Why the reported run leaves its pending rows unsent, as the pending line words it:
+    it is completed or cancelled, or "being cancelled" (its cancel asked for: no item is
+    claimed once a cancel is committed, and its next resume or cancel closes it); None while
+    it still sends them."""
     if RunState(report["state"]) in FINISHED_RUN_STATES:
         return str(report["state"])
-    return "being cancelled" if report.get("cancel_requested_at") else str(report["state"])
+    return "being cancelled" if report.get("cancel_requested_at") else None
 
 
 def _state_label(item: dict[str, Any], unsent: bool) -> str:

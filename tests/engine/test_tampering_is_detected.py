@@ -313,6 +313,33 @@ def test_a_chain_forged_under_the_runs_key_id_is_named_event_by_event(run: Works
     assert verdict(run, RUN, UNKEYED).verdict is AuditVerdict.UNKEYED
 
 
+def keyed_send_held_from_3(
+    ws: Workspace,
+    monkeypatch: pytest.MonkeyPatch,
+    concurrency: int,
+    on_send: Callable[[int], None] = lambda seq: None,
+) -> tuple[Worker, threading.Event]:
+    """A keyed send of run `stopped` (30 items) in a thread, every sender holding an item
+    from the third on until the event returned is set (`on_send` told each item's seq as it
+    goes); returned once they all hold one, with the key gone from this process's
+    environment, as from an operator's shell without it."""
+    keyed(monkeypatch)
+    held: set[int] = set()
+    go_on = threading.Event()
+
+    def held_from_3(intent: Intent, tries: int) -> Response:
+        on_send(intent.seq)
+        if intent.seq >= 3:
+            held.add(intent.seq)
+            go_on.wait(WAIT_S)
+        return DELIVER
+
+    sending = Worker(lambda: send(ws, "stopped", 30, held_from_3, concurrency=concurrency)[0])
+    wait_for(lambda: len(held) == concurrency, "every sender holding an item")
+    monkeypatch.delenv(KEY_ENV)
+    return sending, go_on
+
+
 @pytest.mark.parametrize("concurrency", [1, 8])
 def test_a_cancel_without_the_key_still_stops_a_keyed_run(
     ws: Workspace, monkeypatch: pytest.MonkeyPatch, concurrency: int
@@ -322,22 +349,11 @@ def test_a_cancel_without_the_key_still_stops_a_keyed_run(
     ahead at 8), it sets the flag the worker reads; no item starts after it, the worker
     stops and closes the run, and the chain (written by the worker, which holds the key)
     verifies keyed."""
-    keyed(monkeypatch)
-    held: set[int] = set()
     late: list[int] = []
-    flagged, go_on = threading.Event(), threading.Event()
-
-    def held_from_3(intent: Intent, tries: int) -> Response:
-        if flagged.is_set():
-            late.append(intent.seq)
-        if intent.seq >= 3:
-            held.add(intent.seq)
-            go_on.wait(WAIT_S)
-        return DELIVER
-
-    sending = Worker(lambda: send(ws, "stopped", 30, held_from_3, concurrency=concurrency)[0])
-    wait_for(lambda: len(held) == concurrency, "every sender holding an item")
-    monkeypatch.delenv(KEY_ENV)
+    flagged = threading.Event()
+    sending, go_on = keyed_send_held_from_3(
+        ws, monkeypatch, concurrency, lambda seq: late.append(seq) if flagged.is_set() else None
+    )
     cancelling = threading.Thread(
         target=lambda: Notifier.open(ws.db, config=config()).cancel("stopped", wait_s=WAIT_S),
         daemon=True,
@@ -366,19 +382,7 @@ def test_a_cancel_without_the_key_that_finds_the_worker_gone_reports_the_run_it_
     run cancelled. It never takes the run over to cancel it itself (writing a keyed run's
     chain, which it cannot without the key: it stopped with an error after the run was
     closed)."""
-    keyed(monkeypatch)
-    held: set[int] = set()
-    go_on = threading.Event()
-
-    def held_from_3(intent: Intent, tries: int) -> Response:
-        if intent.seq >= 3:
-            held.add(intent.seq)
-            go_on.wait(WAIT_S)
-        return DELIVER
-
-    sending = Worker(lambda: send(ws, "stopped", 30, held_from_3, concurrency=concurrency)[0])
-    wait_for(lambda: len(held) == concurrency, "every sender holding an item")
-    monkeypatch.delenv(KEY_ENV)
+    sending, go_on = keyed_send_held_from_3(ws, monkeypatch, concurrency)
     real = membership.live_holder
 
     def once_the_worker_has_left(store: Any, run: Any) -> Any:
