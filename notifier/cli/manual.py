@@ -83,19 +83,17 @@ def marked_message(marked: settling.Marked) -> str:
             f"{name} stays failed, now known never delivered: send the same file again "
             f"({again}) to send it; evidence recorded."
         )
+    resend = f"send the same file again ({again}) to send it: only rows never delivered are sent"
     if run.state in FINISHED_RUN_STATES:
         not_sent = (
-            f"pending; run {run.run_id} is {run.state.value}, so it will not send it. "
-            f"Send the same file again ({again}) to send it: only rows never delivered are "
-            "sent"
+            f"pending; run {run.run_id} is {run.state.value}, so it will not send it: {resend}"
         )
     elif run.cancel_requested_at is not None:
         # A cancel was asked for and not finished (refused, cut short): the next resume or
         # cancel closes the run without sending anything more.
         not_sent = (
-            f"pending; run {run.run_id} is being cancelled, so it will not send it. Close it "
-            f"with `notifier cancel {run.run_id}`, then send the same file again ({again}) to "
-            "send it: only rows never delivered are sent"
+            f"pending; run {run.run_id} is being cancelled, so it will not send it: close it "
+            f"with `notifier cancel {run.run_id}`, then {resend}"
         )
     else:
         not_sent = "pending (it will be sent with the same key on resume)"
