@@ -32,8 +32,9 @@ def deadline_passed(item: Item, now: datetime) -> bool:
 
 def split_stale(store: Store, run_id: str, window: list[Item]) -> tuple[list[Item], list[Outcome]]:
     """Claimed items whose deadline passed are not sent. One never possibly delivered
-    goes back to pending, where the next expiry pass expires it; one that an earlier
-    attempt may have reached becomes unknown, to be settled rather than expired blindly."""
+    goes back to pending, its claim not counted as an attempt (no request left), where the
+    next expiry pass expires it; one that an earlier attempt may have reached becomes
+    unknown, to be settled rather than expired blindly."""
     now = clock.now()
     fresh: list[Item] = []
     stale: list[Item] = []
@@ -50,7 +51,7 @@ def split_stale(store: Store, run_id: str, window: list[Item]) -> tuple[list[Ite
         outcomes.append(
             Outcome(
                 item.seq,
-                ItemTrigger.LOSE if uncertain else ItemTrigger.RETRY_LATER,
+                ItemTrigger.LOSE if uncertain else ItemTrigger.RELEASE,
                 AttemptOutcome.EXPIRED,
                 error=(
                     f"not_after {item.not_after} passed after an attempt that may have "
