@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from notifier.content.drafting import BatchesLeftOpen
-    from notifier.domain.records import Counts
 
 
 _format_option = format_options(("table", "json", "csv"), "How to print the report.")
@@ -169,7 +168,6 @@ def runs(ctx: click.Context, as_json: bool) -> None:
         ]
     finally:
         store.close()
-    names = ("total", "sent", "unknown", "pending", "failed", "expired", "suppressed")
     if as_json:
         records = [
             {
@@ -178,7 +176,7 @@ def runs(ctx: click.Context, as_json: bool) -> None:
                 "created_at": run.created_at,
                 "channels": sorted(run.channel_snapshot),
                 "approval_expired_at": approval.lapsed(run),
-                "counts": dict(zip(names, _run_row_counts(c), strict=True)),
+                "counts": c.as_json(),
                 "batch": run.batch_path,
             }
             for run, state, c in listed
@@ -191,8 +189,8 @@ def runs(ctx: click.Context, as_json: bool) -> None:
     for name in ("run", "state", "created"):
         table.add_column(name, no_wrap=True)  # ids are copied from here: never fold them
     table.add_column("channels", overflow="fold")
-    for name in names:
-        table.add_column(name, justify="right")
+    for name in _COUNTED:
+        table.add_column(name.replace("_", " "), justify="right")
     table.add_column("batch", overflow="fold")
     for run, state, c in listed:
         table.add_row(
@@ -200,18 +198,15 @@ def runs(ctx: click.Context, as_json: bool) -> None:
             f"{state} (approval expired)" if approval.lapsed(run) else state,
             run.created_at[:19],
             ", ".join(sorted(run.channel_snapshot)),
-            *(str(n) for n in _run_row_counts(c)),
+            *(str(getattr(c, name)) for name in _COUNTED),
             run.batch_path,
         )
     _console().print(table)
 
 
-def _run_row_counts(c: Counts) -> tuple[int, ...]:
-    """A run's counts as `runs` shows them: total, sent, unknown, pending (in flight
-    included), failed, expired, suppressed: every item in one of them."""
-    return (
-        c.total, c.sent, c.unknown, c.pending + c.in_flight, c.failed, c.expired, c.suppressed
-    )  # fmt: skip
+# The table's count columns: every item in exactly one of them. An item in flight is never
+# pending: its request may have been delivered (records.Counts.summary).
+_COUNTED = ("total", "sent", "in_flight", "unknown", "pending", "failed", "expired", "suppressed")
 
 
 @cli.command()
