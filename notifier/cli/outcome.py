@@ -261,7 +261,12 @@ _ADVICE: dict[NextStep, Callable[[str, str], str]] = {
         "never delivered are sent."
     ),
     NextStep.SETTLE_THEN_SEND_AGAIN: lambda said, rid: (
-        f"{said} Settle them with `notifier reconcile --manual {rid}`, then send the file again."
+        # A plain reconcile first: it settles by query what a query can (rows left in flight
+        # too, which --manual, for unknown items only, never settles); --manual is for the
+        # rest.
+        f"{said} Settle them with `notifier reconcile {rid}` (it asks the channels), then "
+        f"`notifier reconcile --manual {rid}` for any no query can settle, then send the "
+        "file again."
     ),
     NextStep.RESUME_LATER_TO_DRAFT: lambda said, rid: (
         f"{said} Run `notifier resume {rid}` later to draft the rest."
