@@ -2,8 +2,10 @@
 shared run: a dead worker not fenced out within CANCEL_ADOPT_S leaves its items in flight
 "for reconcile", docs/guarantees.md) is refused as unsettled. The refusal's advice, followed
 word for word, must settle them so that the file can be sent again: `reconcile --manual`
-settles only unknown items, so it leaves them in flight and the file is refused forever;
-a plain `reconcile RUN` settles in-flight items by query."""
+settles only unknown items, so alone it would leave them in flight and the file refused
+for good; a plain `reconcile RUN` settles in-flight items by query. The state is built
+directly (a worker's claim, its lease expired, the run closed): reaching it with real
+processes needs a dead worker's transaction held open past CANCEL_ADOPT_S."""
 
 from __future__ import annotations
 
@@ -17,8 +19,8 @@ from notifier.cli import cli
 from notifier.domain import clock
 
 from ..conftest import Workspace
-from ..engine.test_pg_concurrent_writes import plan, pg_url, rows, worker
-from .test_cancel_settles_dead_workers_items import _forge
+from ..crash.test_cancel_settles_dead_workers_items import _forge
+from ..engine.test_pg_concurrent_writes import pg_url, plan, rows, worker
 
 __all__ = ["pg_url"]
 
