@@ -15,10 +15,11 @@ import click
 from notifier.api import settling, working
 from notifier.api.env import Env, open_store, pick_run
 from notifier.cli.group import echo
-from notifier.cli.outcome import error_message, send_again
+from notifier.cli.outcome import error_message, renew_approval, send_again
 from notifier.domain.errors import BadInput, Interrupted, Refused
 from notifier.domain.records import Counts, Item, Run
 from notifier.domain.state_machine import FINISHED_RUN_STATES, ItemState
+from notifier.ops import approval
 from notifier.store import Store
 
 _CHOICES = {"s": "sent", "n": "not-sent", "a": "abandon", "k": "skip", "q": "quit"}
@@ -94,6 +95,12 @@ def marked_message(marked: settling.Marked) -> str:
         not_sent = (
             f"pending; run {run.run_id} is being cancelled, so it will not send it: close it "
             f"with `notifier cancel {run.run_id}`, then {resend}"
+        )
+    elif approval.lapsed(run):
+        # Its approval expired: `resume` is refused until the run is approved again.
+        not_sent = (
+            "pending (it will be sent with the same key on resume, once the run's expired "
+            f"approval is renewed: {renew_approval(run.run_id)})"
         )
     else:
         not_sent = "pending (it will be sent with the same key on resume)"

@@ -83,6 +83,15 @@ def run_exit(result: RunResult) -> ExitCode:
     return settled_exit(result.state, result.counts)
 
 
+def renew_approval(run_id: str) -> str:
+    """How a run whose approval expired is approved again and goes on (a clause)."""
+    return (
+        f"review every notification with `notifier preview {run_id}`, then `notifier approve "
+        f"{run_id} --fingerprint sha256:…` with the fingerprint on its last line, then "
+        f"`notifier resume {run_id}`"
+    )
+
+
 def run_advice(result: RunResult, run_id: str, again: str) -> str:
     """What to do next, if anything, after a run stopped. `again`: the command that sends
     the run's file again (send_again), which delivers what the run did not, nothing twice."""
@@ -92,11 +101,7 @@ def run_advice(result: RunResult, run_id: str, again: str) -> str:
     if result.stop in (Stop.INTERRUPTED, Stop.TERMINATED) or left_paused:
         return f"Continue with `notifier resume {run_id}`."
     if result.stop is Stop.APPROVAL_EXPIRED:
-        return (
-            f"Review every notification with `notifier preview {run_id}`; `notifier approve "
-            f"{run_id} --fingerprint sha256:…` with the fingerprint on its last line renews "
-            f"the approval, then `notifier resume {run_id}` goes on."
-        )
+        return f"The approval expired: {renew_approval(run_id)} goes on."
     if result.stop is Stop.RATE_LIMITED:
         return f"Run `notifier resume {run_id}` after that time."
     if result.stop is Stop.CHANNEL_DOWN:
