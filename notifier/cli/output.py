@@ -5,6 +5,7 @@ document on stdout, anything said along the way on stderr. Where a command also 
 from __future__ import annotations
 
 import errno
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
@@ -63,6 +64,35 @@ def command_line(ctx: click.Context) -> str:
         names.append(ctx.info_name or "")
         ctx = ctx.parent
     return " ".join(["notifier", *reversed(names)])
+
+
+# The files SQLite keeps beside a database while it is open (write-ahead log, shared memory,
+# rollback journal): writing over one loses committed transactions as surely as the file.
+_SIDECARS = ("", "-wal", "-shm", "-journal")
+
+
+def refuse_the_database(path: Path, option: str, db: object) -> None:
+    """BadInput (exit 2) when `path`, a file a command is about to write, is the SQLite
+    database `db` names (by any spelling: relative, absolute, through a link) or one of the
+    files beside it: written over, every run and receipt in it would be lost."""
+    from notifier.store.target import SqliteFile  # noqa: PLC0415 (start-up time)
+
+    if not isinstance(db, SqliteFile):
+        return
+    database = db.path.resolve()
+    written = path.resolve()
+    for suffix in _SIDECARS:
+        held = database.with_name(database.name + suffix)
+        same = written == held
+        if not same and written.exists() and held.exists():
+            same = os.path.samefile(written, held)  # a hard link
+        if same:
+            raise BadInput(
+                f"{option} {path} is the receipts database {db.path}"
+                + (f" (its {suffix[1:]} file)" if suffix else "")
+                + ": writing there would destroy every run and receipt in it. Give "
+                f"{option} another file; the database was not changed."
+            )
 
 
 def unwritable(path: Path, option: str, exc: OSError) -> NotifierError:

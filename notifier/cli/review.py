@@ -11,7 +11,7 @@ import click
 from notifier.api.env import open_store, pick_run
 from notifier.cli import running
 from notifier.cli.group import cli, command_env, echo, suggesting
-from notifier.cli.output import chosen_format, format_options, unwritable
+from notifier.cli.output import chosen_format, format_options, refuse_the_database, unwritable
 from notifier.domain import clock
 from notifier.domain.errors import ExitCode, Refused
 from notifier.domain.records import notifications
@@ -79,6 +79,8 @@ def preview(
     from notifier.ops import preview as review_module  # noqa: PLC0415 (start-up time)
 
     fmt = chosen_format(ctx, fmt, as_json)
+    if output is not None:
+        refuse_the_database(output, "--output", ctx.obj["db"])
     env = command_env(ctx, machine_output=fmt != "table")
     store = open_store(env, readonly=True)
     try:
