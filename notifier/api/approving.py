@@ -76,10 +76,10 @@ def reject(env: Env, run_id: str | None, reason: str) -> tuple[Run, str]:
     try:
         run = pick_run(store, run_id, active_only=run_id is None)
         if run.state is not RunState.AWAITING_APPROVAL:
-            why = (
-                f"run {run.run_id} is {run.state.value}, not awaiting approval, so it cannot be "
-                "rejected"
-            )
+            from notifier.ops.report import effective_state  # noqa: PLC0415 (a refusal only)
+
+            shown = effective_state(store, run).value  # a killed run is paused, as status says
+            why = f"run {run.run_id} is {shown}, not awaiting approval, so it cannot be rejected"
             if run.state in FINISHED_RUN_STATES:
                 raise BadInput(f"{why}; there is nothing to reject.")
             raise BadInput(why).advise(NextStep.CANCEL_INSTEAD, run.run_id)

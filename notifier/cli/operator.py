@@ -22,7 +22,9 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
+    from notifier.api.env import Env
     from notifier.content.drafting import BatchesLeftOpen
+    from notifier.domain.records import Run
 
 
 _format_option = format_options(("table", "json", "csv"), "How to print the report.")
@@ -349,7 +351,7 @@ def reconcile(
                 f"`notifier reconcile --manual {run.run_id}`."
             )
         if not as_json:
-            echo(f"run {run.run_id}: {run.state.value}")
+            echo(f"run {run.run_id}: {_shown_state(env, run)}")
     else:
         if as_json and item_ref is None:
             raise BadInput(
@@ -359,6 +361,18 @@ def reconcile(
             )
         run, counts = reconcile_manually(env, run_id, item_ref, mark, evidence)
     if as_json:
-        result = {"run_id": run.run_id, "state": run.state.value, "counts": counts.as_json()}
+        result = {"run_id": run.run_id, "state": _shown_state(env, run), "counts": counts.as_json()}
         click.echo(json.dumps(result, ensure_ascii=False, indent=2))
     ctx.exit(settled_exit(run.state, counts))
+
+
+def _shown_state(env: Env, run: Run) -> str:
+    """The run's state as `status` and `runs` show it: a run left `running` by a process
+    that is gone is paused (report.effective_state), never said to be running."""
+    if run.state is not RunState.RUNNING:
+        return run.state.value
+    store = open_store(env, readonly=True)
+    try:
+        return report.effective_state(store, run).value
+    finally:
+        store.close()
