@@ -33,7 +33,7 @@ from notifier.content.template import from_sources
 from notifier.domain.errors import BadInput, ExitCode, Interrupted, NeedsAttention, NextStep
 from notifier.domain.intent import content_fingerprint, run_fingerprint
 from notifier.domain.records import Run
-from notifier.domain.state_machine import RunState
+from notifier.domain.state_machine import FINISHED_RUN_STATES, RunState
 from notifier.engine.run_control import RunControl
 from notifier.store import Store
 
@@ -64,6 +64,11 @@ def check_run(run: Run) -> None:
     """Exit 2 unless `run` is a --compose run awaiting approval."""
     rid = run.run_id
     if not run.options.get("compose"):
+        if run.state in FINISHED_RUN_STATES:  # nothing left to cancel
+            raise RedraftUsage(
+                f"run {rid} was not drafted by Claude (no --compose) and is "
+                f"{run.state.value}, so it has no drafts to redraft; nothing was changed"
+            ).advise(NextStep.STATUS_NOT_REDRAFTABLE, rid)
         raise RedraftUsage(
             f"run {rid} was not drafted by Claude (no --compose), so it has no drafts to redraft; "
             "nothing was changed."
