@@ -193,6 +193,15 @@ def read_import(path: Path) -> list[Entry]:
             "with one address per line; nothing was stored."
         )
     header = [cell.strip().lower() for cell in rows[0]]
+    twice = [n for n in (*_ADDRESS_COLUMNS, "reason") if header.count(n) > 1]
+    if twice:
+        columns = ", ".join(str(i + 1) for i, n in enumerate(header) if n == twice[0])
+        raise BadInput(
+            f"suppress import: {path} line 1 names the column `{twice[0]}` more than once "
+            f"(columns {columns}): only one would be read, and the addresses in the others "
+            "would not be suppressed. Merge them into one column (or rename the others) and "
+            "run `notifier suppress import` again; nothing was stored."
+        )
     column = next((header.index(n) for n in _ADDRESS_COLUMNS if n in header), None)
     reason_column = header.index("reason") if "reason" in header else None
     first_data = 1
