@@ -468,7 +468,7 @@ class AuditFile:
                 values, stored = row[:-1], row[-1]
                 if checkable and _own_seal(signer, part.name, values) != stored:
                     found.append(_finding(part.name, _name(part, values), SEAL, stored, None))
-                digest.update(str(stored).encode())
+                digest.update(str(stored).encode("utf-8", "surrogateescape"))  # as on disk
                 count += 1
             computed.append((part.name, count, digest.hexdigest()))
             if manifest.get(part.name) != (count, digest.hexdigest()):
