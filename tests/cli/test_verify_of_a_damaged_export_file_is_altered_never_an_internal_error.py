@@ -1,0 +1,61 @@
+"""An exported audit file damaged on disk (a page of one of its tables overwritten, as a bad
+disk or an interrupted copy leaves it) is what `verify FILE` exists to catch
+(docs/guarantees.md: "it catches a damaged or truncated copy"): exit 5, the file named
+altered, in text and as JSON. Never exit 1 with "internal error: DatabaseError: database
+disk image is malformed" and advice about `notifier status`, which has nothing to do with
+the file."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from ..conftest import Workspace, make_rows
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def damage(path: Path, table: str) -> None:
+    """The b-tree page header of `table`'s root page given an impossible cell count."""
+    conn = sqlite3.connect(path)
+    try:
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+        (root,) = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,))
+        root = root[0]
+    finally:
+        conn.close()
+    data = bytearray(path.read_bytes())
+    header = (root - 1) * page_size + (100 if root == 1 else 0)
+    data[header + 3 : header + 5] = b"\xff\xff"
+    path.write_bytes(bytes(data))
+
+
+@pytest.fixture
+def exported(ws: Workspace) -> Path:
+    ws.write_csv("b.csv", make_rows(3))
+    assert ws.invoke("send", "b.csv", "--run-id", "r1").exit_code == 0
+    result = ws.invoke("export", "r1", "--to", "audit.db")
+    assert result.exit_code == 0, result.output
+    assert ws.invoke("verify", "audit.db").exit_code == 0
+    return ws.path / "audit.db"
+
+
+@pytest.mark.parametrize("table", ["manifest", "items", "events"])
+def test_a_damaged_page_of_an_export_is_altered_exit_5(
+    ws: Workspace, exported: Path, table: str
+) -> None:
+    damage(exported, table)
+    result = ws.invoke("verify", str(exported))
+    assert result.exit_code == 5, result.output
+    assert "internal error" not in result.output and "Traceback" not in result.output
+    assert "audit.db" in result.output
+
+
+def test_a_damaged_page_of_an_export_is_one_json_document(ws: Workspace, exported: Path) -> None:
+    damage(exported, "items")
+    result = ws.invoke("verify", str(exported), "--json")
+    assert result.exit_code == 5, result.output
+    json.loads(result.stdout)
