@@ -15,6 +15,7 @@ options, progress, advice. What a method refuses it raises as the error model's 
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -48,6 +49,7 @@ from notifier.store.prior import Prior
 if TYPE_CHECKING:
     from notifier.content import redraft as redrafting
     from notifier.content.drafting import BatchesLeftOpen
+    from notifier.domain.chain import Signer
     from notifier.store import audit_file
 
 
@@ -467,33 +469,53 @@ class Notifier:
         from notifier.store import audit_file  # noqa: PLC0415 (sqlite-utils loads only here)
 
         signer = self.env.config.signer()
+
+        def damaged(exc: sqlite3.DatabaseError) -> VerifiedFile:
+            # An SQLite file SQLite finds damaged (a page overwritten, a copy cut short):
+            # not the file the export wrote, so altered, as any other change to it.
+            finding = Difference(Table.SEAL, "the file", Change.DIFFERS, "damaged", str(exc))
+            return VerifiedFile(path, "unknown", None, (finding,), [], signer.key_id)
+
         try:
             exported = audit_file.AuditFile(path)
+        except sqlite3.DatabaseError as exc:
+            return damaged(exc)
         except (ValueError, OSError) as exc:
             raise BadInput(
                 f"{path} cannot be read as a notifier audit file ({exc}). Give the file an "
                 "export wrote, or a run id."
             ) from None
         try:
-            large = exported.item_count() > audit_file.APART_ABOVE_ITEMS
-            with audit_file.second_process(large) as pool:
-                # The seals, manifest and signature, checked beside the replay for a large
-                # file (check_file opens the file for the process that runs it).
-                sealed = audit_file.handed(pool, audit_file.check_file, path, signer)
-                replayed: list[Difference] = []
-                try:
-                    runs = verify(exported, exported.run_ids(), signer)
-                except (ValueError, TypeError) as exc:
-                    # A row whose values are not of their column's kind (an item_seq of
-                    # text): written by no export, so the file was altered.
-                    runs = []
-                    replayed.append(Difference(Table.SEAL, "the file", Change.DIFFERS, "rows",
-                                               str(exc), None))  # fmt: skip
-                findings = sealed() + replayed
-            kind, key_id = exported.meta.get("kind"), exported.meta.get("key_id")
-            return VerifiedFile(path, str(kind), key_id, tuple(findings), runs, signer.key_id)
+            return self._verify_opened(exported, path, signer)
+        except sqlite3.DatabaseError as exc:
+            return damaged(exc)
         finally:
             exported.close()
+
+    def _verify_opened(
+        self, exported: audit_file.AuditFile, path: Path, signer: Signer
+    ) -> VerifiedFile:
+        """The seals, manifest and signature of the opened file, then its run's chain and
+        replay."""
+        from notifier.store import audit_file  # noqa: PLC0415 (sqlite-utils loads only here)
+
+        large = exported.item_count() > audit_file.APART_ABOVE_ITEMS
+        with audit_file.second_process(large) as pool:
+            # The seals, manifest and signature, checked beside the replay for a large
+            # file (check_file opens the file for the process that runs it).
+            sealed = audit_file.handed(pool, audit_file.check_file, path, signer)
+            replayed: list[Difference] = []
+            try:
+                runs = verify(exported, exported.run_ids(), signer)
+            except (ValueError, TypeError) as exc:
+                # A row whose values are not of their column's kind (an item_seq of
+                # text): written by no export, so the file was altered.
+                runs = []
+                replayed.append(Difference(Table.SEAL, "the file", Change.DIFFERS, "rows",
+                                           str(exc), None))  # fmt: skip
+            findings = sealed() + replayed
+        kind, key_id = exported.meta.get("kind"), exported.meta.get("key_id")
+        return VerifiedFile(path, str(kind), key_id, tuple(findings), runs, signer.key_id)
 
 
 def run_options(

@@ -130,6 +130,8 @@ def _print(verdicts: list[RunVerdict], key_id: str | None) -> None:
 def _file_finding(d: Difference, where: str) -> str | None:
     """A finding about an export's own structure, seals or manifest, as a line; None for
     any other."""
+    if d.column == "damaged":
+        return f"{where}: damaged, SQLite cannot read it ({d.stored}): not the file an export wrote"
     if d.column == "seal":
         return f"{where}: changed after it was exported (its seal is not its values')"
     if d.column == "rows" and d.expected == 1:
