@@ -59,3 +59,22 @@ def test_a_damaged_page_of_an_export_is_one_json_document(ws: Workspace, exporte
     result = ws.invoke("verify", str(exported), "--json")
     assert result.exit_code == 5, result.output
     json.loads(result.stdout)
+
+
+def test_an_export_cut_short_is_altered_never_refused_as_no_audit_file(
+    ws: Workspace, exported: Path
+) -> None:
+    """A copy of the file cut short by one page (an interrupted copy): still an SQLite file
+    by its header, one an export wrote, damaged. Exit 5, not exit 2 "Give the file an export
+    wrote"."""
+    conn = sqlite3.connect(exported)
+    try:
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    finally:
+        conn.close()
+    data = exported.read_bytes()
+    exported.write_bytes(data[: len(data) - page_size])
+    result = ws.invoke("verify", str(exported))
+    assert result.exit_code == 5, result.output
+    assert "internal error" not in result.output
+    assert "Give the file an export wrote" not in result.output
