@@ -413,6 +413,9 @@ class AuditFile:
             tables = set(self.db.table_names())
         except sqlite3.DatabaseError as exc:
             conn.close()
+            with path.open("rb") as head:
+                if head.read(16) == b"SQLite format 3\x00":
+                    raise  # an SQLite file SQLite finds damaged (cut short): altered
             raise ValueError(f"{path} is not an SQLite file ({exc})") from None
         if not tables & {"seal", "manifest"}:
             conn.close()
