@@ -15,7 +15,6 @@ options, progress, advice. What a method refuses it raises as the error model's 
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -470,7 +469,7 @@ class Notifier:
 
         signer = self.env.config.signer()
 
-        def damaged(exc: sqlite3.DatabaseError) -> VerifiedFile:
+        def damaged(exc: Exception) -> VerifiedFile:
             # An SQLite file SQLite finds damaged (a page overwritten, a copy cut short):
             # not the file the export wrote, so altered, as any other change to it.
             finding = Difference(Table.SEAL, "the file", Change.DIFFERS, "damaged", str(exc))
@@ -478,7 +477,7 @@ class Notifier:
 
         try:
             exported = audit_file.AuditFile(path)
-        except sqlite3.DatabaseError as exc:
+        except audit_file.Damaged as exc:
             return damaged(exc)
         except (ValueError, OSError) as exc:
             raise BadInput(
@@ -487,7 +486,7 @@ class Notifier:
             ) from None
         try:
             return self._verify_opened(exported, path, signer)
-        except sqlite3.DatabaseError as exc:
+        except audit_file.Damaged as exc:
             return damaged(exc)
         finally:
             exported.close()

@@ -61,6 +61,8 @@ from notifier.store.core import Core
 
 FORMAT = "notifier-audit-2"  # -1: before the run's channel snapshot was exported
 SEAL = "seal"  # the column every exported row carries
+# What reading a file SQLite finds damaged raises (a page overwritten, a copy cut short).
+Damaged = sqlite3.DatabaseError
 _BATCH = 2000  # rows written per INSERT (sqlite-utils' batch): memory stays flat
 _COUNT_ITEMS = "SELECT COUNT(*) FROM items WHERE run_id = %(run_id)s"
 
