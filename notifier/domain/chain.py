@@ -55,7 +55,10 @@ def canonical(
     different events, nor a field's text moved into its neighbour, share a form."""
     parts = (prev_hash, run_id, str(seq_no), kind,
              None if item_seq is None else str(item_seq), detail, at)  # fmt: skip
-    return "".join(["-" if p is None else f"{len(p)}:{p}" for p in parts]).encode("utf-8")
+    # A cell read back holding bytes that are not UTF-8 (a bad disk; kept as surrogates by
+    # the audit's reader) is linked as those bytes: its link differs, and it is named.
+    text = "".join(["-" if p is None else f"{len(p)}:{p}" for p in parts])
+    return text.encode("utf-8", "surrogateescape")
 
 
 @dataclass(frozen=True)
