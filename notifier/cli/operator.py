@@ -192,7 +192,7 @@ def runs(ctx: click.Context, as_json: bool) -> None:
         table.add_column(name, no_wrap=True)  # ids are copied from here: never fold them
     table.add_column("channels", overflow="fold")
     for name in _COUNTED:
-        table.add_column(name.replace("_", " "), justify="right")
+        table.add_column(name, justify="right")
     table.add_column("batch", overflow="fold")
     for run, state, c in listed:
         table.add_row(

@@ -34,5 +34,5 @@ def test_runs_counts_an_item_left_in_flight_apart_from_the_pending_ones(ws: Work
     row = next(line for line in table.output.splitlines() if ws.ledger.run().run_id in line)
     columns = [c.strip() for c in header.split("┃")]
     cells = [c.strip() for c in row.split("│")]
-    assert "in flight" in columns, table.output
-    assert cells[columns.index("in flight")] == "1" and cells[columns.index("pending")] == "2"
+    assert "in_flight" in columns, table.output
+    assert cells[columns.index("in_flight")] == "1" and cells[columns.index("pending")] == "2"
