@@ -1,9 +1,10 @@
-"""An exported audit file damaged on disk (a page of one of its tables overwritten, as a bad
-disk or an interrupted copy leaves it) is what `verify FILE` exists to catch
+"""An exported audit file damaged on disk (a page of one of its tables overwritten, a copy cut
+short, one byte of a row's seal flipped into bytes that are not UTF-8, as a bad disk, an
+interrupted copy or a careless editor leaves it) is what `verify FILE` exists to catch
 (docs/guarantees.md: "it catches a damaged or truncated copy"): exit 5, the file named
-altered, in text and as JSON. Never exit 1 with "internal error: DatabaseError: database
-disk image is malformed" and advice about `notifier status`, which has nothing to do with
-the file."""
+altered, in text and as JSON. Never exit 1 with an internal error ("DatabaseError: database
+disk image is malformed", "UnicodeEncodeError") and advice about `notifier status`, which
+has nothing to do with the file."""
 
 from __future__ import annotations
 
@@ -78,3 +79,36 @@ def test_an_export_cut_short_is_altered_never_refused_as_no_audit_file(
     assert result.exit_code == 5, result.output
     assert "internal error" not in result.output
     assert "Give the file an export wrote" not in result.output
+
+
+def flip_a_seal(path: Path) -> None:
+    """The seal of item 2, its first byte flipped (a hex digit's byte XOR 0xff): bytes that
+    are not UTF-8 in a text cell."""
+    conn = sqlite3.connect(path)
+    try:
+        (seal,) = conn.execute("SELECT seal FROM items WHERE seq = 2").fetchone()
+        broken = bytes([ord(seal[0]) ^ 0xFF]) + seal[1:].encode()
+        with conn:
+            conn.execute("UPDATE items SET seal = CAST(? AS TEXT) WHERE seq = 2", (broken,))
+    finally:
+        conn.close()
+
+
+def test_verify_names_a_seal_cell_that_is_not_utf8_as_altered(
+    ws: Workspace, exported: Path
+) -> None:
+    flip_a_seal(exported)
+    result = ws.invoke("verify", str(exported))
+    assert result.exit_code == 5, result.output
+    assert "internal error" not in result.output and "Traceback" not in result.output
+    assert "item" in result.output
+
+
+def test_verify_json_of_a_seal_cell_that_is_not_utf8_is_one_json_document(
+    ws: Workspace, exported: Path
+) -> None:
+    flip_a_seal(exported)
+    result = ws.invoke("verify", str(exported), "--json")
+    assert result.exit_code == 5, result.output
+    assert "internal error" not in result.output
+    json.loads(result.stdout)
