@@ -310,7 +310,12 @@ def refusal(
         return BadInput(
             f"{batch}: {prior.count(UNSETTLED)} row(s) may have been delivered by finished "
             f"{runs_named(prior, UNSETTLED)} (their outcome is unknown). Nothing was stored."
-        ).advise(NextStep.SETTLE_THEN_SEND_AGAIN, prior.runs(UNSETTLED)[-1])
+        ).advise(
+            # Every run named, newest first: settling the newest alone leaves the file
+            # refused over the older ones' rows (run ids hold no space: plan.RUN_ID_PATTERN).
+            NextStep.SETTLE_THEN_SEND_AGAIN,
+            " ".join(reversed(prior.runs(UNSETTLED))),
+        )
     return BadInput(" ".join(_held_otherwise(batch, prior, resend)) + " Nothing was stored.")
 
 

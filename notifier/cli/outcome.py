@@ -265,13 +265,17 @@ _ADVICE: dict[NextStep, Callable[[str, str], str]] = {
         f"{said} Close it with `notifier cancel {rid}`, then send the file again: only rows "
         "never delivered are sent."
     ),
-    NextStep.SETTLE_THEN_SEND_AGAIN: lambda said, rid: (
+    NextStep.SETTLE_THEN_SEND_AGAIN: lambda said, rids: (
         # A plain reconcile first: it settles by query what a query can (rows left in flight
         # too, which --manual, for unknown items only, never settles); --manual is for the
-        # rest.
-        f"{said} Settle them with `notifier reconcile {rid}` (it asks the channels), then "
-        f"`notifier reconcile --manual {rid}` for any no query can settle, then send the "
-        "file again."
+        # rest. `rids`: every run named (planning.refusal), each settled in turn.
+        f"{said} Settle them with "
+        + "; then ".join(
+            f"`notifier reconcile {rid}` (it asks the channels), then `notifier reconcile "
+            f"--manual {rid}` for any no query can settle"
+            for rid in rids.split()
+        )
+        + ", then send the file again."
     ),
     NextStep.RESUME_LATER_TO_DRAFT: lambda said, rid: (
         f"{said} Run `notifier resume {rid}` later to draft the rest."
