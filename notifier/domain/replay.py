@@ -147,6 +147,7 @@ class Table(StrEnum):
     DECISIONS = "decisions"
     DRAFTS = "drafts"
     EVENTS = "events"
+    RUN_COUNTS = "run_counts"  # the per-run counters the reports read (verify.py)
     # the tables only an export holds (store/audit_file.py)
     BODIES = "bodies"
     SUPPRESSIONS = "suppressions"

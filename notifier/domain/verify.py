@@ -14,7 +14,8 @@ What each verdict means (docs/guarantees.md has the threat model):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -68,6 +69,9 @@ class RunHead:
     channel_snapshot: str | None
     options: str | None = None
     key_nonce: str | None = None
+    # The run's per-run counters (state → n) that status, report, runs and metrics read
+    # instead of its rows; None where none are kept (an export, a file before m004).
+    counted: Mapping[str, int] | None = None
 
     def chained_when_planned(self) -> bool:
         """Whether the run was planned after its database began chaining every run: then it
@@ -191,8 +195,10 @@ def _replayed(source: AuditSource, head: RunHead) -> list[Difference]:
     found = compare_run(run, stored, head.items, source.decisions(head.run_id))
     fingerprint, inputs, drafted = Fingerprinting(), DraftingInputs(), True
     identities, keys_at_hand = Identities(), True
+    states: Counter[str] = Counter()
     for seqs in slices(source.item_seqs(head.run_id), CHUNK):
         rows = source.rows(head.run_id, seqs)
+        states.update(str(item.state) for item in rows.items)
         rebuilt = replay(((i.seq, i.item_id) for i in rows.items),
                          source.item_events(head.run_id, seqs))  # fmt: skip
         found += compare_items(rebuilt, rows)
@@ -217,7 +223,22 @@ def _replayed(source: AuditSource, head: RunHead) -> list[Difference]:
                                 run.identities))  # fmt: skip
     if drafted and run.inputs is not None:
         found += _drafted_from(head, inputs, run.inputs)
+    found += _counters(head, states)
     return found
+
+
+def _counters(head: RunHead, states: Mapping[str, int]) -> list[Difference]:
+    """The run's counters (what every report counts) against its item rows, state by
+    state: a counter rewritten behind the rows would make the reports say what the rows,
+    checked against the events, do not."""
+    if head.counted is None:
+        return []
+    return [
+        Difference(Table.RUN_COUNTS, f"the run's {state} count", Change.DIFFERS, "n",
+                   head.counted.get(state, 0), states.get(state, 0))  # fmt: skip
+        for state in sorted(set(head.counted) | set(states))
+        if head.counted.get(state, 0) != states.get(state, 0)
+    ]
 
 
 def _drafted_from(head: RunHead, inputs: DraftingInputs, chained: str) -> list[Difference]:

@@ -27,6 +27,7 @@ _RUN = (
 )
 _RUN_IDS = "SELECT run_id FROM runs ORDER BY created_at, run_id"
 _COUNT = "SELECT COUNT(*) FROM items WHERE run_id = %(run_id)s"
+_COUNTERS = "SELECT state, n FROM run_counts WHERE run_id = %(run_id)s"
 _SEQS = "SELECT seq FROM items WHERE run_id = %(run_id)s ORDER BY seq"
 # A --compose run's rows too: one still drafting has drafts and no items, and is checked a
 # slice of them at a time all the same.
@@ -103,9 +104,16 @@ class AuditRecords:
         if row is None:
             return None
         (count,) = self.engine.execute(_COUNT, {"run_id": run_id}).fetchone()
+        counted = None
+        if self.engine.has_table("run_counts"):  # m004's counters, which the reports read
+            counted = {
+                str(state): int(n)
+                for state, n in self.engine.execute(_COUNTERS, {"run_id": run_id})
+                if int(n) != 0
+            }
         return RunHead(run_id, row.audit_chain, row.audit_key_id, row.state, int(count),
                        row.created_at, self.chained_since(), row.fingerprint, row.approval,
-                       row.channel_snapshot, row.options, row.key_nonce)  # fmt: skip
+                       row.channel_snapshot, row.options, row.key_nonce, counted)  # fmt: skip
 
     def chained_since(self) -> str | None:
         """When m013 was applied to this database: every run planned after it is chained."""
