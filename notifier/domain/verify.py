@@ -233,11 +233,18 @@ def _counters(head: RunHead, states: Mapping[str, int]) -> list[Difference]:
     checked against the events, do not."""
     if head.counted is None:
         return []
+    counted = head.counted
     return [
-        Difference(Table.RUN_COUNTS, f"the run's {state} count", Change.DIFFERS, "n",
-                   head.counted.get(state, 0), states.get(state, 0))  # fmt: skip
-        for state in sorted(set(head.counted) | set(states))
-        if head.counted.get(state, 0) != states.get(state, 0)
+        Difference(
+            Table.RUN_COUNTS,
+            f"the run's {state} count",
+            Change.DIFFERS,
+            "n",
+            counted.get(state, 0),
+            states.get(state, 0),
+        )
+        for state in sorted(set(counted) | set(states))
+        if counted.get(state, 0) != states.get(state, 0)
     ]
 
 
