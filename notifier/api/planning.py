@@ -311,10 +311,10 @@ def refusal(
             f"{batch}: {prior.count(UNSETTLED)} row(s) may have been delivered by finished "
             f"{runs_named(prior, UNSETTLED)} (their outcome is unknown). Nothing was stored."
         ).advise(
-            # Every run named, newest first: settling the newest alone leaves the file
-            # refused over the older ones' rows (run ids hold no space: plan.RUN_ID_PATTERN).
+            # Every run named: settling the newest alone leaves the file refused over the
+            # older ones' rows.
             NextStep.SETTLE_THEN_SEND_AGAIN,
-            " ".join(reversed(prior.runs(UNSETTLED))),
+            runs=prior.runs(UNSETTLED)[::-1],
         )
     return BadInput(" ".join(_held_otherwise(batch, prior, resend)) + " Nothing was stored.")
 

@@ -4,7 +4,7 @@ table, used only by the command line. The layers below return states, reasons an
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -210,8 +210,22 @@ def error_message(exc: NotifierError) -> str:
         return f"{exc}: review it with `notifier preview{run}`.{_not_asked(exc)}"
     if exc.then is NextStep.REDRAFT_NOT_ASKED:
         return f"{exc}{_not_asked(exc)}"
+    if exc.then is NextStep.SETTLE_THEN_SEND_AGAIN:
+        return f"{exc} {_settle_each(exc.then_runs or (exc.then_run or 'RUN',))}"
     advice = _ADVICE.get(exc.then) if exc.then is not None else None
     return str(exc) if advice is None else advice(str(exc), exc.then_run or "RUN")
+
+
+def _settle_each(runs: Sequence[str]) -> str:
+    """How the unsettled rows of each of `runs` are settled, then the file sent again: a
+    plain reconcile first, which settles by query what a query can (rows left in flight
+    too, which --manual, for unknown items only, never settles); --manual for the rest."""
+    steps = "; then ".join(
+        f"`notifier reconcile {rid}` (it asks the channels), then `notifier reconcile "
+        f"--manual {rid}` for any no query can settle"
+        for rid in runs
+    )
+    return f"Settle them with {steps}, then send the file again."
 
 
 def _not_asked(exc: NotifierError) -> str:
@@ -264,18 +278,6 @@ _ADVICE: dict[NextStep, Callable[[str, str], str]] = {
     NextStep.CANCEL_THEN_SEND_AGAIN: lambda said, rid: (
         f"{said} Close it with `notifier cancel {rid}`, then send the file again: only rows "
         "never delivered are sent."
-    ),
-    NextStep.SETTLE_THEN_SEND_AGAIN: lambda said, rids: (
-        # A plain reconcile first: it settles by query what a query can (rows left in flight
-        # too, which --manual, for unknown items only, never settles); --manual is for the
-        # rest. `rids`: every run named (planning.refusal), each settled in turn.
-        f"{said} Settle them with "
-        + "; then ".join(
-            f"`notifier reconcile {rid}` (it asks the channels), then `notifier reconcile "
-            f"--manual {rid}` for any no query can settle"
-            for rid in rids.split()
-        )
-        + ", then send the file again."
     ),
     NextStep.RESUME_LATER_TO_DRAFT: lambda said, rid: (
         f"{said} Run `notifier resume {rid}` later to draft the rest."

@@ -82,10 +82,21 @@ class NotifierError(Exception):
     then: NextStep | None = None
     then_run: str | None = None  # the run `then` concerns, where it names one
     then_items: tuple[str, ...] = ()  # the ids of the run's rows `then` concerns, if any
+    # Where `then` concerns several runs: every one, newest first (then_run is the first).
+    then_runs: tuple[str, ...] = ()
 
-    def advise(self, then: NextStep, run_id: str | None = None, items: Sequence[str] = ()) -> Self:
-        """This failure, with what to do next (about run `run_id`, its rows `items`)."""
-        self.then, self.then_run, self.then_items = then, run_id, tuple(items)
+    def advise(
+        self,
+        then: NextStep,
+        run_id: str | None = None,
+        items: Sequence[str] = (),
+        *,
+        runs: Sequence[str] = (),
+    ) -> Self:
+        """This failure, with what to do next (about run `run_id`, its rows `items`; or
+        about each of `runs`, newest first)."""
+        self.then, self.then_items, self.then_runs = then, tuple(items), tuple(runs)
+        self.then_run = runs[0] if runs else run_id
         return self
 
 
