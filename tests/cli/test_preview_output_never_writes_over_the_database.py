@@ -11,16 +11,11 @@ import sqlite3
 
 import pytest
 
-from ..conftest import Workspace, make_rows
+from ..conftest import Workspace
+from .test_a_file_a_command_writes_that_cannot_be_written_is_named import planned
 
+__all__ = ["planned"]  # a run of 3 rows awaiting approval, nothing sent
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-def planned(ws: Workspace) -> Workspace:
-    ws.write_csv("b.csv", make_rows(3))
-    assert ws.invoke("send", "b.csv", "--require-approval").exit_code == 0
-    return ws
 
 
 @pytest.mark.parametrize("spelling", ["receipts.db", "./receipts.db", "absolute"])
