@@ -41,6 +41,9 @@ from notifier.domain.intent import Intent, normalise_target
 DEFAULT_PORT = 25
 DEFAULT_SSL_PORT = 465
 DEFAULT_STARTTLS_PORT = 587
+# The steps of a transaction after its request left, each bounded by `timeout` (smtp_pool's
+# watchdog): MAIL, RCPT, DATA, and the data with its final reply.
+SESSION_STEPS = 4
 _KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _DIGEST = re.compile(r"^[\x21-\x7e]{1,200}$")
 _LINE_START_DOT = re.compile(rb"(?m)^\.")
@@ -113,8 +116,12 @@ class SmtpChannel:
             raise ChannelConfigError(f"{where}: `timeout` must be a positive number of seconds.")
         self.timeout = float(timeout)
         # How long after a message left the relay may still take it (evidence.Caps): a
-        # not-sent mark waits that long (api/settling.py).
-        self.timeout_s = self.timeout
+        # not-sent mark waits that long (api/settling.py). The request "leaves" before MAIL
+        # FROM (the sender's last check), and each step after it (MAIL, RCPT, DATA, the data
+        # with its final reply) may take up to `timeout`: the relay can take the message
+        # only once the final dot has come, and this channel would still accept its answer
+        # `timeout` after that, so until every step's timeout has run out.
+        self.timeout_s = SESSION_STEPS * self.timeout
         self.query_delay_s = 0.0  # a relay cannot be asked
 
         sender = definition.get("sender")
