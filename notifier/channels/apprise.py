@@ -138,7 +138,12 @@ class AppriseChannel:
         # How long after a notification left its service may still take it (evidence.Caps):
         # a not-sent mark waits that long (api/settling.py). Unset, Apprise's own connect and
         # read timeouts apply.
-        self.timeout_s = self.timeout if self.timeout is not None else APPRISE_TIMEOUTS_S
+        # The URLs are notified one after the other, each connecting and reading within
+        # its timeouts (`timeout` for each, else Apprise's own 4 s + 4 s): the last one's
+        # request may leave only once the others ended, and its service may commit it
+        # until its own timeouts after that.
+        per_url = 2 * self.timeout if self.timeout is not None else APPRISE_TIMEOUTS_S
+        self.timeout_s = len(self._urls) * per_url
         self.query_delay_s = 0.0  # a service behind Apprise cannot be asked
         self.suppress_on_reject = False  # no relay to reject a recipient
         self.max_in_flight: int | None = None  # as many as the run's senders
