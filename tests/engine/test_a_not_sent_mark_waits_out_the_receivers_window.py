@@ -2,19 +2,25 @@
 request of the item (until `timeout + query_delay` after it left), nothing seen there shows
 it was not sent, so `reconcile --manual` refuses the mark (exit 4, naming the moment) and the
 item stays unknown. After that moment the honest marks settle the run: each key delivered
-once. A webhook that can neither be asked nor dedupes (N = 1 and 8), and SMTP (its window
-is its timeout); both stores; the clock is moved past the window rather than waited for."""
+once. A webhook that can neither be asked nor dedupes (N = 1 and 8), SMTP (its window: a
+timeout for each step of its session) and Apprise (a timeout to connect and one to read, for
+each of its URLs in turn); both stores; the clock is moved past the window rather than
+waited for."""
 
 from __future__ import annotations
 
 import json
 import threading
+from datetime import timedelta
 
 import pytest
+
+from notifier.domain import clock
 
 from ..conftest import Inbox, Workspace, make_rows
 from ..receiver import Receiver, receiving, webhook_config
 from ..support.crashed import crash_send
+from ..support.net import refusing_port
 from ..support.waits import past_every_window
 
 pytestmark = [pytest.mark.both_stores, pytest.mark.timeout(90)]
@@ -77,9 +83,11 @@ def test_a_not_sent_mark_on_smtp_waits_out_the_relays_timeout(
     ws: Workspace, inbox: Inbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Killed right after u1 went to the relay (which has it), then resumed: u1 is unknown.
-    Marked not sent at once, it is refused (the relay may still take a message until its
-    timeout after it left); after that, the honest mark (the inbox holds it) settles the
-    run, and every message is in the inbox once."""
+    Marked not sent at once, it is refused: the relay may still take a message until every
+    step of its session after the request left (MAIL, RCPT, DATA, the data with its final
+    reply, each bounded by `timeout`, 30 s here) could have run out, so still two timeouts
+    later; after that, the honest mark (the inbox holds it) settles the run, and every
+    message is in the inbox once."""
     ws.write_csv("batch.csv", make_rows(2))
     crash_send("after-send:1", db=ws.db, channel="mail")
     resumed = ws.invoke("resume")
@@ -89,6 +97,12 @@ def test_a_not_sent_mark_on_smtp_waits_out_the_relays_timeout(
                       "--evidence", "not in the mailbox yet")  # fmt: skip
     assert early.exit_code == 4, early.output
     assert "may still commit" in early.output
+    # Two timeouts on: the relay may still be inside its final reply's timeout.
+    monkeypatch.setattr(clock, "_SHIFT", clock._SHIFT + timedelta(seconds=60))
+    later = ws.invoke("reconcile", "--manual", "--item", "u1", "--mark", "not-sent",
+                      "--evidence", "not in the mailbox yet")  # fmt: skip
+    assert later.exit_code == 4, later.output
+    assert "may still commit" in later.output
     past_every_window(monkeypatch)
     assert [m["Subject"] for m in inbox.messages].count("Hello 1") == 1
     marked = ws.invoke("reconcile", "--manual", "--item", "u1", "--mark", "sent",
@@ -124,3 +138,33 @@ def test_a_channel_of_the_run_that_cannot_be_built_now_holds_up_no_other_channel
                            "--evidence", "nothing there")  # fmt: skip
         assert marked.exit_code in (0, 3), marked.output
         assert ws.ledger.item("u1", "r1").state == "pending"
+
+
+def test_a_not_sent_mark_on_apprise_waits_out_every_urls_timeouts(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An Apprise channel of two URLs notifies them one after the other, each connecting
+    and reading within `timeout` (10 s here): the second's request may leave only once the
+    first ended, and its service may commit it until its own timeouts after that. Both fail
+    (unknown); a not-sent mark 15 s after the notification started is refused, and taken
+    once every URL's timeouts have run out."""
+    pytest.importorskip("apprise")
+    with refusing_port() as dead:
+        (ws.path / "notifier.toml").write_text(
+            '[channels.alerts]\ntype = "apprise"\ntimeout = 10\n'
+            f'urls = ["json://127.0.0.1:{dead}/a", "json://127.0.0.1:{dead}/b"]\n'
+        )
+        ws.write_csv("batch.csv", make_rows(1))
+        sent = ws.invoke("send", "batch.csv", "--channel", "alerts", "--run-id", "r1")
+        assert sent.exit_code == 3, sent.output
+        assert ws.ledger.item("u1").state == "unknown"
+        monkeypatch.setattr(clock, "_SHIFT", clock._SHIFT + timedelta(seconds=15))
+        early = ws.invoke("reconcile", "--manual", "r1", "--item", "u1", "--mark", "not-sent",
+                          "--evidence", "nothing there")  # fmt: skip
+        assert early.exit_code == 4, early.output
+        assert "may still commit" in early.output
+        past_every_window(monkeypatch)
+        marked = ws.invoke("reconcile", "--manual", "r1", "--item", "u1", "--mark", "not-sent",
+                           "--evidence", "nothing there")  # fmt: skip
+        assert marked.exit_code in (0, 3), marked.output
+    assert ws.ledger.item("u1").state == "pending"
