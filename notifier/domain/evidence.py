@@ -43,7 +43,7 @@ class Finding(StrEnum):
 
 @dataclass(frozen=True)
 class Answer:
-    """What a status query by key found (reconcile.ask)."""
+    """What a status query by key found (settle_by_query.ask)."""
 
     finding: Finding
     receipt: Receipt | None = None

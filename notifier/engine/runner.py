@@ -423,10 +423,10 @@ class Runner:
         return claimed
 
     def _findings(self, asked: list[Asked]) -> list[tuple[Question, Settlement]]:
-        """What the senders' answers to this thread's questions mean (reconcile.decided). A
-        question the stop left unasked establishes nothing: its item waits, as it was, for
-        whoever settles the run next, never a halt. A conflict halts the run once nothing is
-        in flight."""
+        """What the senders' answers to this thread's questions mean
+        (settle_by_query.decided). A question the stop left unasked establishes nothing: its
+        item waits, as it was, for whoever settles the run next, never a halt. A conflict
+        halts the run once nothing is in flight."""
         findings = []
         for a in asked:
             if isinstance(a.answer, Unasked):
