@@ -1,4 +1,4 @@
-"""A status query's further tries stop the moment the run stops: `reconcile.ask` asks
+"""A status query's further tries stop the moment the run stops: `settle_by_query.ask` asks
 `go_on()` right before each further try, so a stop that comes during the wait between two
 tries is not followed by one more request. In-process: the retry loop, not the wire. A
 real process signalled while its queries are under way is
