@@ -117,6 +117,7 @@ class Runner:
             control=control,
             lease_valid=lease_valid,
             read_flags=self._read_flags,
+            listed=lambda item: bool(self.store.suppressions.among([item])),
             observer=observer,
             buckets=buckets,
             domains=DomainRates(run.channel_snapshot, self.coord.bucket),

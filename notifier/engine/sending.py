@@ -73,6 +73,7 @@ class Dispatch:
         control: RunControl,
         lease_valid: Callable[[], bool],
         read_flags: Callable[[], bool],
+        listed: Callable[[Item], bool] = lambda item: False,
         observer: Observer,
         buckets: Mapping[str, TokenBucket | SharedBucket],
         domains: DomainRates,
@@ -88,6 +89,11 @@ class Dispatch:
         # The committer's read of the run's flags (it tells the run control of a cancel): at
         # N = 1 a --rate wait holds up the committer's own turn, so the wait reads them itself.
         self.read_flags = read_flags
+        # Whether an item's recipient is on the suppression list now, read on the committer's
+        # connection: at N = 1 the send runs on the committer's own thread, whose look at
+        # the list (`suppressed_seen`) cannot happen while that send waits for a --rate
+        # token or its connection, so the sender reads the list itself.
+        self.listed = listed
         self.observer = observer  # metrics and JSON logs; a no-op without either
         self.buckets = buckets
         self.domains = domains  # domain_rates: a channel's token first, then its domain's
@@ -155,7 +161,9 @@ class Dispatch:
     def _suppressed(self, item: Item) -> str | None:
         """Its recipient was put on the suppression list after it was claimed: it does not
         start (released, never attempted; the next claim moves it to suppressed)."""
-        if item.seq in self.suppressed_seen:
+        if item.seq in self.suppressed_seen or (
+            self.options.concurrency == 1 and self.listed(item)
+        ):
             return "its recipient was put on the suppression list after it was claimed"
         return None
 
