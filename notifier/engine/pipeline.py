@@ -129,10 +129,12 @@ class TokenBucket:
     """`rate` sends per second for one channel, shared by all its senders, with a burst of
     at most `rate` (and at least 1) tokens. Timed on the monotonic clock."""
 
-    def __init__(self, rate: float) -> None:
+    def __init__(self, rate: float, tokens: float | None = None) -> None:
         self.rate = rate
         self.capacity = max(1.0, rate)
-        self._tokens = self.capacity
+        # A new process of a run that sent before starts with what is left of the bucket
+        # (`tokens`), not full: a resume never sends faster than the rate.
+        self._tokens = self.capacity if tokens is None else min(self.capacity, tokens)
         self._stamp = time.monotonic()
         self._lock = threading.Lock()
 

@@ -77,6 +77,16 @@ THROTTLED_ATTEMPTS = (
     "WHERE a.run_id = %(run_id)s AND a.outcome = 'throttled' AND a.finished_at IS NOT NULL "
     "AND a.retry_after_s IS NOT NULL ORDER BY a.run_id, a.seq"
 )
+# When each recipient of a channel last had a request that may have left (not released
+# unstarted, not expired at its claim): a new process's --rate and domain_rates buckets
+# start from there, not full.
+LAST_STARTS = (
+    "SELECT i.target, MAX(a.started_at) FROM attempts a "
+    "JOIN items i ON i.run_id = a.run_id AND i.seq = a.seq "
+    "WHERE a.run_id = %(run_id)s AND i.channel = %(channel)s "
+    "AND (a.outcome IS NULL OR a.outcome NOT IN ('not_started', 'expired')) "
+    "GROUP BY i.target"
+)
 CHANNEL_GATES = "SELECT channel, closed_until FROM channel_gates WHERE run_id = %(run_id)s"
 # Through m004's items_retried and events_disproof: only the retried items, and only the
 # disproving events of each, are read (never every pending item or every event). Named,
