@@ -15,18 +15,31 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from notifier.domain.records import Item
+from notifier.domain.suppression import registered_spelling
 
 
 class Bucket(Protocol):
     def take(self, stop: Callable[[], bool], max_wait_s: float = math.inf) -> float | None: ...
 
 
+def domain_key(domain: str) -> str:
+    """A domain as its bucket knows it: trimmed, lower case, an internationalised label in
+    the one spelling IDNA 2008 registers (punycode, as the wire carries it), so that
+    `bücher.example` and `xn--bcher-kva.example` are one domain with one rate."""
+    text = domain.strip().rstrip(".").lower()
+    try:
+        return registered_spelling(text)
+    except UnicodeError:
+        return text
+
+
 def domain_of(target: str) -> str | None:
-    """The domain of an address (`Ann <ann@Example.COM>` → example.com); None without one."""
+    """The domain of an address (`Ann <ann@Example.COM>` → example.com) as domain_key
+    spells it; None without one."""
     address = target.strip().rsplit("<", 1)[-1].rstrip(">").strip()
     if "@" not in address:
         return None
-    return address.rsplit("@", 1)[1].strip().rstrip(".").lower() or None
+    return domain_key(address.rsplit("@", 1)[1]) or None
 
 
 class DomainRates:
@@ -40,7 +53,7 @@ class DomainRates:
         self._buckets: dict[tuple[str, str], Bucket] = {}
         for channel, definition in snapshot.items():
             for domain, rate in (definition.get("domain_rates") or {}).items():
-                key = domain.strip().rstrip(".").lower()
+                key = domain_key(domain)
                 self._buckets[(channel, key)] = make(f"{channel}@{key}", float(rate))
 
     def take(
