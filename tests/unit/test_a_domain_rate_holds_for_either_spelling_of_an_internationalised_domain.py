@@ -43,7 +43,8 @@ def test_a_domain_rate_holds_for_either_spelling_of_an_internationalised_domain(
 ) -> None:
     """One send per 100 s to the domain: the first send takes the one token; the second,
     to the same domain in either spelling, must wait (never None at once)."""
-    rates = DomainRates({"mail": {"domain_rates": {configured: 0.01}}}, lambda _n, r: TokenBucket(r))
+    snapshot = {"mail": {"domain_rates": {configured: 0.01}}}
+    rates = DomainRates(snapshot, lambda _name, rate: TokenBucket(rate))
     assert rates.take(_item(1, f"ann@{first}"), _never, max_wait_s=0) is None
     wait = rates.take(_item(2, f"bob@{second}"), _never, max_wait_s=0)
     assert wait is not None and wait > 50, (
