@@ -18,9 +18,7 @@ pytestmark = pytest.mark.both_stores
 
 @pytest.mark.parametrize("n", [1, 8])
 @pytest.mark.timeout(90)
-def test_a_resume_before_the_rate_allows_the_next_send_sends_nothing(
-    ws: Workspace, n: int
-) -> None:
+def test_a_resume_before_the_rate_allows_the_next_send_sends_nothing(ws: Workspace, n: int) -> None:
     """`--rate 0.001` (one send per 1000 s) with `--max-wait 5`: the first send goes, the
     run pauses (exit 3) until the rate allows the next, 1000 s away. Resumed at once, it
     sends nothing more and pauses again: the recipient got one notification, not two in a
