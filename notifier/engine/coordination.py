@@ -153,26 +153,17 @@ class Coordination:
         return True
 
     def bucket(self, channel: str, rate: float) -> TokenBucket | SharedBucket:
-        """The bucket of this process, holding no more than the rate has refilled since the
-        run's last request on `channel` (`CHANNEL@DOMAIN`: to that domain) that may have
-        left, whichever process sent it: a pause, a Ctrl-C or a kill -9 and a resume never
-        sends faster than the rate."""
-        return TokenBucket(rate, self._refilled(channel, rate))
-
-    def _refilled(self, name: str, rate: float) -> float | None:
-        """The tokens refilled since the last request of bucket `name`; None: none left."""
-        from notifier.engine.domain_rates import domain_of  # noqa: PLC0415 (imports pipeline)
-
-        channel, at, domain = name.partition("@")
-        starts = [
-            started
-            for target, started in self.store.queries.last_starts(self.run_id, channel)
-            if not at or domain_of(target) == domain
-        ]
-        if not starts:
-            return None
-        since = (clock.now() - clock.parse(max(starts))).total_seconds()
-        return max(0.0, since) * rate
+        """The bucket of this process (`channel`, or `CHANNEL@DOMAIN` for a domain rate),
+        holding no more than the rate has refilled since the run's last request on that
+        channel that may have left, whichever process sent it: a pause, a Ctrl-C or a kill
+        -9 and a resume never sends faster than the rate. A domain's bucket counts from the
+        channel's last request, to any domain: it may hold fewer tokens than its own last
+        request would give it, never more, and one read serves every bucket."""
+        last = self.store.queries.last_start(self.run_id, channel.partition("@")[0])
+        if last is None:
+            return TokenBucket(rate)
+        since = (clock.now() - clock.parse(last)).total_seconds()
+        return TokenBucket(rate, max(0.0, since) * rate)
 
     def close(self) -> None:
         """Release what the strategy opened."""

@@ -140,15 +140,12 @@ class Queries:
             later(channel, clock.iso(clock.later(waits.scaled(wait_s), clock.parse(finished_at))))
         return until
 
-    def last_starts(self, run_id: str, channel: str) -> list[tuple[str, str]]:
-        """Per recipient of `channel`, when its last request that may have left started."""
-        return [
-            (target, started)
-            for target, started in self.engine.execute(
-                sql.LAST_STARTS, {"run_id": run_id, "channel": channel}
-            )
-            if started is not None
-        ]
+    def last_start(self, run_id: str, channel: str) -> str | None:
+        """When the run's last request on `channel` that may have left started; None: none."""
+        (started,) = self.engine.execute(
+            sql.LAST_START, {"run_id": run_id, "channel": channel}
+        ).fetchone()
+        return None if started is None else str(started)
 
     def channel_gates(self, run_id: str) -> dict[str, str]:
         """Per channel, until when a throttled answer (of any worker) closed it: one row per

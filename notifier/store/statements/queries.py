@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from notifier.domain.records import NEVER_LEFT
 from notifier.domain.state_machine import ACTIVE_ITEM_STATES, ItemState
 from notifier.store.statements import (
     ACTIVE,
@@ -77,15 +78,16 @@ THROTTLED_ATTEMPTS = (
     "WHERE a.run_id = %(run_id)s AND a.outcome = 'throttled' AND a.finished_at IS NOT NULL "
     "AND a.retry_after_s IS NOT NULL ORDER BY a.run_id, a.seq"
 )
-# When each recipient of a channel last had a request that may have left (not released
+# When the run's last request on a channel that may have left started (not released
 # unstarted, not expired at its claim): a new process's --rate and domain_rates buckets
 # start from there, not full.
-LAST_STARTS = (
-    "SELECT i.target, MAX(a.started_at) FROM attempts a "
+LAST_START = (
+    "SELECT MAX(a.started_at) FROM attempts a "
     "JOIN items i ON i.run_id = a.run_id AND i.seq = a.seq "
     "WHERE a.run_id = %(run_id)s AND i.channel = %(channel)s "
-    "AND (a.outcome IS NULL OR a.outcome NOT IN ('not_started', 'expired')) "
-    "GROUP BY i.target"
+    "AND (a.outcome IS NULL OR a.outcome NOT IN ({}))".format(
+        ", ".join(f"'{o.value}'" for o in sorted(NEVER_LEFT))
+    )
 )
 CHANNEL_GATES = "SELECT channel, closed_until FROM channel_gates WHERE run_id = %(run_id)s"
 # Through m004's items_retried and events_disproof: only the retried items, and only the
