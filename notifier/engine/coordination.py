@@ -158,7 +158,7 @@ class Coordination:
         channel that may have left, whichever process sent it: a pause, a Ctrl-C or a kill
         -9 and a resume never sends faster than the rate. A domain's bucket counts from the
         channel's last request, to any domain: it may hold fewer tokens than its own last
-        request would give it, never more, and one read serves every bucket."""
+        request would give it, never more."""
         last = self.store.queries.last_start(self.run_id, channel.partition("@")[0])
         if last is None:
             return TokenBucket(rate)
