@@ -143,7 +143,7 @@ class Queries:
     def last_start(self, run_id: str, channel: str) -> str | None:
         """When the run's last request on `channel` that may have left started; None: none."""
         (started,) = self.engine.execute(
-            sql.LAST_START, {"run_id": run_id, "channel": channel}
+            sql.LAST_START, {"run_id": run_id, "channel": channel, "now": clock.now_iso()}
         ).fetchone()
         return None if started is None else str(started)
 

@@ -80,9 +80,11 @@ THROTTLED_ATTEMPTS = (
 )
 # When the run's last request on a channel that may have left started (not released
 # unstarted, not expired at its claim): a new process's --rate and domain_rates buckets
-# start from there, not full.
+# start from there, not full. An attempt still open (its process killed) holds its claim's
+# time, not the moment its request left, which may be as late as now: it counts as now.
 LAST_START = (
-    "SELECT MAX(a.started_at) FROM attempts a "
+    "SELECT MAX(CASE WHEN a.finished_at IS NULL THEN %(now)s ELSE a.started_at END) "
+    "FROM attempts a "
     "JOIN items i ON i.run_id = a.run_id AND i.seq = a.seq "
     "WHERE a.run_id = %(run_id)s AND i.channel = %(channel)s "
     "AND (a.outcome IS NULL OR a.outcome NOT IN ({}))".format(
