@@ -469,7 +469,12 @@ class Notifier:
 
         signer = self.env.config.signer()
 
-        def damaged(exc: Exception) -> VerifiedFile:
+        def damaged(exc: audit_file.Damaged) -> VerifiedFile:
+            if audit_file.unreadable_now(exc):  # locked by another process: not its bytes
+                raise BadInput(
+                    f"{path} cannot be read now ({exc}): another process holds it. Verify it "
+                    "again once that process is done; nothing was judged."
+                ) from None
             # An SQLite file SQLite finds damaged (a page overwritten, a copy cut short):
             # not the file the export wrote, so altered, as any other change to it.
             finding = Difference(Table.SEAL, "the file", Change.DIFFERS, "damaged", str(exc))

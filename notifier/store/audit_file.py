@@ -63,6 +63,17 @@ FORMAT = "notifier-audit-2"  # -1: before the run's channel snapshot was exporte
 SEAL = "seal"  # the column every exported row carries
 # What reading a file SQLite finds damaged raises (a page overwritten, a copy cut short).
 Damaged = sqlite3.DatabaseError
+# Errors that say nothing about the file's bytes: another process holds it, or it cannot be
+# opened or read now (sqlite3 error codes, their primary part).
+_NOT_DAMAGE = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_CANTOPEN,
+                         sqlite3.SQLITE_PERM, sqlite3.SQLITE_INTERRUPT, sqlite3.SQLITE_NOMEM,
+                         sqlite3.SQLITE_READONLY})  # fmt: skip
+
+
+def unreadable_now(exc: sqlite3.DatabaseError) -> bool:
+    """Whether `exc` (a Damaged) says the file cannot be read now, not that it is damaged."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in _NOT_DAMAGE
 _BATCH = 2000  # rows written per INSERT (sqlite-utils' batch): memory stays flat
 _COUNT_ITEMS = "SELECT COUNT(*) FROM items WHERE run_id = %(run_id)s"
 
