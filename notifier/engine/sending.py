@@ -59,6 +59,9 @@ def is_put_off(slot: SendResult | Asked) -> bool:
     )
 
 
+_SUPPRESSED_SINCE = "its recipient was put on the suppression list after it was claimed"
+
+
 class Dispatch:
     """Starts sends and asks questions for one run's sender threads (or, at N = 1, the
     committer's own)."""
@@ -161,11 +164,22 @@ class Dispatch:
     def _suppressed(self, item: Item) -> str | None:
         """Its recipient was put on the suppression list after it was claimed: it does not
         start (released, never attempted; the next claim moves it to suppressed)."""
-        if item.seq in self.suppressed_seen or (
-            self.options.concurrency == 1 and self.listed(item)
-        ):
-            return "its recipient was put on the suppression list after it was claimed"
+        if item.seq in self.suppressed_seen:
+            return _SUPPRESSED_SINCE
         return None
+
+    def _listed_now(self, item: Item) -> str | None:
+        """At N = 1, the last check's own read of the suppression list (`listed`): the
+        committer's look cannot happen while its own thread waits for a connection or a
+        --rate token. A read that fails holds the item back (released, never attempted):
+        nothing has left, and nothing may leave unchecked."""
+        if self.options.concurrency != 1:
+            return None
+        try:
+            listed = self.listed(item)
+        except Exception as exc:  # locked past the busy timeout, a dropped connection
+            return f"the suppression list could not be read ({type(exc).__name__}: {exc})"
+        return _SUPPRESSED_SINCE if listed else None
 
     def _ready(self, item: Item, left: list[datetime]) -> Ready:
         """The last check the channel asks once its connection is ready, right before it
@@ -177,7 +191,7 @@ class Dispatch:
         def ready() -> str | None:
             if not self._lease_allows_send():
                 return "this worker can no longer prove the run is its own"
-            reason = self.item_may_start(item)
+            reason = self.item_may_start(item) or self._listed_now(item)
             if reason is None:
                 left.append(clock.now())
             return reason

@@ -74,6 +74,8 @@ def unreadable_now(exc: sqlite3.DatabaseError) -> bool:
     """Whether `exc` (a Damaged) says the file cannot be read now, not that it is damaged."""
     code = getattr(exc, "sqlite_errorcode", None)
     return code is not None and code & 0xFF in _NOT_DAMAGE
+
+
 _BATCH = 2000  # rows written per INSERT (sqlite-utils' batch): memory stays flat
 _COUNT_ITEMS = "SELECT COUNT(*) FROM items WHERE run_id = %(run_id)s"
 

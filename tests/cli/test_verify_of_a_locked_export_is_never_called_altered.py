@@ -1,9 +1,8 @@
-"""Audit: api.verify_export now takes every sqlite3.DatabaseError (audit_file.Damaged) as
-"damaged: altered" (exit 5). OperationalError is a DatabaseError too: an export that another
+"""`verify FILE` names a file SQLite finds damaged as altered (exit 5), but an export that another
 process holds locked (the export still writing it, a backup tool, an sqlite3 shell inside
-BEGIN EXCLUSIVE) is "database is locked" after the connection's busy timeout, and verify
-calls an untouched file ALTERED. docs/guarantees.md: exit 5 means the file is not what the
-export wrote."""
+BEGIN EXCLUSIVE) is "database is locked" after the connection's busy timeout: that says
+nothing about its bytes, so it is exit 2, "cannot be read now", never altered.
+docs/guarantees.md: exit 5 means the file is not what the export wrote."""
 
 from __future__ import annotations
 
