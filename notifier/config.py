@@ -200,6 +200,13 @@ def _check_channel(path: Path, name: str, definition: Any) -> tuple[dict[str, An
     """The channel's definition, and whether runs through it need approval: the policy is
     not part of the definition (a run's snapshot holds how to reach the channel)."""
     where = f"{path}: [channels.{name}]"
+    if "@" in name:
+        # A channel's domain rates are buckets named CHANNEL@DOMAIN (rate_buckets): a
+        # channel named so would share its bucket with another channel's domain.
+        raise ConfigError(
+            f"{where}: a channel's name may not hold `@`. Rename the section (and the rows' "
+            "`channel` cells that name it); nothing was stored."
+        )
     if not isinstance(definition, Mapping):
         raise ConfigError(f"{where} must be a table.")
     definition = dict(definition)

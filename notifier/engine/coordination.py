@@ -109,6 +109,9 @@ class Coordination:
         self.p = progress
         self.options = options
         self.control = control
+        # Per channel, when the run's last request on it that may have left started (read
+        # once, for the channel's bucket and every domain bucket of it: `bucket`).
+        self._last_start: dict[str, str | None] = {}
 
     @property
     def asking(self) -> Asking:
@@ -152,14 +155,18 @@ class Coordination:
         """Whether the run may be closed with these counts, nothing left to claim."""
         return True
 
-    def bucket(self, channel: str, rate: float) -> TokenBucket | SharedBucket:
-        """The bucket of this process (`channel`, or `CHANNEL@DOMAIN` for a domain rate),
-        holding no more than the rate has refilled since the run's last request on that
-        channel that may have left, whichever process sent it: a pause, a Ctrl-C or a kill
-        -9 and a resume never sends faster than the rate. A domain's bucket counts from the
-        channel's last request, to any domain: it may hold fewer tokens than its own last
-        request would give it, never more."""
-        last = self.store.queries.last_start(self.run_id, channel.partition("@")[0])
+    def bucket(
+        self, channel: str, rate: float, domain: str | None = None
+    ) -> TokenBucket | SharedBucket:
+        """The bucket of this process for `channel` (or for its sends to `domain`: a domain
+        rate), holding no more than the rate has refilled since the run's last request on
+        that channel that may have left, whichever process sent it: a pause, a Ctrl-C or a
+        kill -9 and a resume never sends faster than the rate. A domain's bucket counts
+        from the channel's last request, to any domain: it may hold fewer tokens than its
+        own last request would give it, never more."""
+        if channel not in self._last_start:
+            self._last_start[channel] = self.store.queries.last_start(self.run_id, channel)
+        last = self._last_start[channel]
         if last is None:
             return TokenBucket(rate)
         since = (clock.now() - clock.parse(last)).total_seconds()
@@ -485,14 +492,18 @@ class Shared(Coordination):
                 self.control.request(*conflict(s.outcome))
         return True
 
-    def bucket(self, channel: str, rate: float) -> TokenBucket | SharedBucket:
+    def bucket(
+        self, channel: str, rate: float, domain: str | None = None
+    ) -> TokenBucket | SharedBucket:
         """One bucket in the database for all the run's workers (so ten workers do not send
-        ten times the rate)."""
+        ten times the rate), keyed by its channel, or `CHANNEL@DOMAIN` for a domain rate
+        (rate_buckets: no channel's own bucket can be named so)."""
         if self._bucket_store is None:
             concurrent = self.options.concurrency > 1
             self._bucket_store = self.store.secondary() if concurrent else self.store
             self._bucket_lock = threading.Lock()
-        return SharedBucket(self._bucket_store, self._bucket_lock, self.run_id, channel, rate)
+        name = channel if domain is None else f"{channel}@{domain}"
+        return SharedBucket(self._bucket_store, self._bucket_lock, self.run_id, name, rate)
 
     def close(self) -> None:
         if self._bucket_store is not None and self._bucket_store is not self.store:

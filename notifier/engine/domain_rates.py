@@ -3,7 +3,7 @@
 
 One token bucket per channel and domain, made by the runner's own bucket factory: a bucket
 of this process on SQLite (one process works a run), and on PostgreSQL one kept in the
-database (rate_buckets, keyed `CHANNEL@DOMAIN`, which no channel name can be), so all the
+database (rate_buckets, keyed `CHANNEL@DOMAIN`, which no channel name can be: config refuses `@`), so all the
 workers of a run together keep the rate. A send takes its channel's token first (`rate`,
 `--rate`), then its domain's.
 """
@@ -48,13 +48,13 @@ class DomainRates:
     def __init__(
         self,
         snapshot: Mapping[str, Mapping[str, Any]],
-        make: Callable[[str, float], Bucket],
+        make: Callable[[str, float, str], Bucket],
     ) -> None:
         self._buckets: dict[tuple[str, str], Bucket] = {}
         for channel, definition in snapshot.items():
             for domain, rate in (definition.get("domain_rates") or {}).items():
                 key = domain_key(domain)
-                self._buckets[(channel, key)] = make(f"{channel}@{key}", float(rate))
+                self._buckets[(channel, key)] = make(channel, float(rate), key)
 
     def take(
         self, item: Item, stop: Callable[[], bool], max_wait_s: float = math.inf

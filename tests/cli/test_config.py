@@ -54,6 +54,11 @@ BAD = {
         '[channels.mail]\ntype = "smtp"\nhost = "127.0.0.1"\n',
         "missing `sender`",
     ),
+    # A domain rate's bucket is CHANNEL@DOMAIN: a channel named so would share it.
+    "channel_name_with_at": (
+        '[channels."mail@work"]\ntype = "outbox"\n',
+        "a channel's name may not hold `@`",
+    ),
 }
 
 

@@ -44,7 +44,7 @@ def test_a_domain_rate_holds_for_either_spelling_of_an_internationalised_domain(
     """One send per 100 s to the domain: the first send takes the one token; the second,
     to the same domain in either spelling, must wait (never None at once)."""
     snapshot = {"mail": {"domain_rates": {configured: 0.01}}}
-    rates = DomainRates(snapshot, lambda _name, rate: TokenBucket(rate))
+    rates = DomainRates(snapshot, lambda _channel, rate, _domain: TokenBucket(rate))
     assert rates.take(_item(1, f"ann@{first}"), _never, max_wait_s=0) is None
     wait = rates.take(_item(2, f"bob@{second}"), _never, max_wait_s=0)
     assert wait is not None and wait > 50, (
