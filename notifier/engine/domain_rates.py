@@ -3,9 +3,9 @@
 
 One token bucket per channel and domain, made by the runner's own bucket factory: a bucket
 of this process on SQLite (one process works a run), and on PostgreSQL one kept in the
-database (rate_buckets, keyed `CHANNEL@DOMAIN`, which no channel name can be: config refuses `@`), so all the
-workers of a run together keep the rate. A send takes its channel's token first (`rate`,
-`--rate`), then its domain's.
+database (rate_buckets, keyed `CHANNEL@DOMAIN`, which no channel name can be: the config
+refuses `@` in one), so all the workers of a run together keep the rate. A send takes its
+channel's token first (`rate`, `--rate`), then its domain's.
 """
 
 from __future__ import annotations
