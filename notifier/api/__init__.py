@@ -269,11 +269,17 @@ class Notifier:
         run_id: str | None,
         not_after: datetime | None,
         schedule: Schedule,
+        allow_duplicates: bool = False,
     ) -> list[BatchRow]:
         """The rows of a file to compose, validated whole and scheduled as a plain send
         schedules them (the model never sees their `tz` and `not_before`); nothing stored."""
         rows = planning.read_rows(
-            self.env, source, channel=channel, run_id=run_id, not_after=not_after
+            self.env,
+            source,
+            channel=channel,
+            run_id=run_id,
+            not_after=not_after,
+            allow_duplicates=allow_duplicates,
         )
         return scheduled(rows, schedule, batch)
 

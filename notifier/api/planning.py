@@ -127,13 +127,24 @@ def read_rows(
     channel: str | None,
     run_id: str | None,
     not_after: datetime | None = None,
+    allow_duplicates: bool = False,
 ) -> list[BatchRow]:
     """The validated rows of `batch` as a list (BatchError naming every bad line): for
-    --compose, which holds its rows anyway (see compose.py)."""
+    --compose, which holds its rows anyway (see compose.py). A row repeating an earlier
+    line's identity is refused as a plain send refuses it (unless `allow_duplicates`): each
+    copy would be drafted and sent, to the same recipient."""
     check_send_options(env, channel=channel, run_id=run_id)
     types = env.config.channel_types()
     required = unsubscribe.required(env.config.channels)
-    return read_batch(batch, types, channel or config_module.DEFAULT_CHANNEL, not_after, required)
+    rows = read_batch(batch, types, channel or config_module.DEFAULT_CHANNEL, not_after, required)
+    if not allow_duplicates:
+        problems = Problems()
+        make_plan(
+            rows, env.config, run_id or new_run_id(), problems=problems, refuse_identical=True
+        ).close()
+        if problems:
+            raise BatchError(batch, problems)
+    return rows
 
 
 def dry_run(env: Env, plan: Plan) -> DryRun:

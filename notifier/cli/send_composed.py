@@ -87,6 +87,7 @@ def send_composed(sending: Sending, settings: compose.Settings) -> None:
                 run_id=given.run_id,
                 not_after=sending.not_after,
                 schedule=sending.when,
+                allow_duplicates=given.allow_duplicates,
             )
     except KeyboardInterrupt:
         raise sending.interrupted_planning() from None
