@@ -282,6 +282,10 @@ class Drafts:
                     failed.setdefault(
                         seq, f"not sent: run {run} delivered this row, or holds it, meanwhile"
                     )
+                if then is None and self.plans.history.rejected(items):
+                    # A reviewer rejected another run of these rows while this one drafted:
+                    # they need a review again, as a plain send of them would.
+                    then = RunTrigger.REQUEST_APPROVAL
             cursor = self.engine.execute(
                 sql.FREEZE_RUN,
                 {
