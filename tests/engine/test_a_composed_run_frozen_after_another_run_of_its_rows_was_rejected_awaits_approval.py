@@ -23,7 +23,9 @@ def test_rows_rejected_while_another_composed_run_drafted_them_are_never_sent_un
     ws.write_csv("d.csv", [["id", "to", "name"], ["u1", "user1@example.com", "User 1"]])
     refused = error(401, "authentication_error", "invalid x-api-key")
     fake.script.append(refused)
-    first = ws.invoke("send", "d.csv", "--compose", str(brief), "--require-approval", "--run-id", "reviewed")
+    first = ws.invoke(
+        "send", "d.csv", "--compose", str(brief), "--require-approval", "--run-id", "reviewed"
+    )
     assert first.exit_code == 3, first.output  # stopped while drafting: no intents yet
     reviewed = "reviewed"
     fake.script.append(refused)
