@@ -38,6 +38,7 @@ from notifier.engine.settle_by_query import (
     settle_left,
     unknown_waits,
 )
+from notifier.ops.report import effective_state
 from notifier.store import LeaseHeld, Store
 
 
@@ -158,6 +159,9 @@ class Reconciled:
     # Unknown items per channel that cannot be asked whether a message arrived (SMTP and
     # Apprise answer no such query): only a decision by hand settles them.
     unqueryable: Mapping[str, int]
+    # The run's state as `status` shows it once the reconcile let go of the run: a run left
+    # `running` by a process that is gone is paused (report.effective_state).
+    shown: RunState
 
 
 def reconcile_by_query(env: Env, run_id: str | None) -> Reconciled:
@@ -175,7 +179,9 @@ def reconcile_by_query(env: Env, run_id: str | None) -> Reconciled:
             if not settlements and not blind:
                 env.say("nothing to settle: no item is in flight or unknown.")
             complete_if_done(store, run.run_id, lease.version)
-        return Reconciled(store.core.get_run(run.run_id), store.queries.counts(run.run_id), blind)
+        now = store.core.get_run(run.run_id)
+        counts = store.queries.counts(run.run_id)
+        return Reconciled(now, counts, blind, effective_state(store, now))
     finally:
         store.close()
 

@@ -18,8 +18,8 @@ from notifier.cli.group import echo
 from notifier.cli.outcome import error_message, renew_approval, send_again
 from notifier.domain.errors import BadInput, Interrupted, Refused
 from notifier.domain.records import Counts, Item, Run
-from notifier.domain.state_machine import FINISHED_RUN_STATES, ItemState
-from notifier.ops import approval
+from notifier.domain.state_machine import FINISHED_RUN_STATES, ItemState, RunState
+from notifier.ops import approval, report
 from notifier.store import Store
 
 _CHOICES = {"s": "sent", "n": "not-sent", "a": "abandon", "k": "skip", "q": "quit"}
@@ -34,7 +34,9 @@ _LEGEND = (
 
 def reconcile_manually(
     env: Env, run_id: str | None, item_ref: str | None, mark: str | None, evidence: str | None
-) -> tuple[Run, Counts]:
+) -> tuple[Run, Counts, RunState]:
+    """The run, its counts and its state as `status` shows it (report.effective_state)
+    once the decisions are recorded and the run let go of."""
     scripted = item_ref is not None or mark is not None or evidence is not None
     if scripted and not (item_ref and mark and evidence is not None):
         raise BadInput(
@@ -70,7 +72,8 @@ def reconcile_manually(
             settling.complete_if_done(store, run.run_id, lease.version)
         counts = store.queries.counts(run.run_id)
         env.say(f"run {run.run_id}: {counts.summary()}")
-        return store.core.get_run(run.run_id), counts
+        now = store.core.get_run(run.run_id)
+        return now, counts, report.effective_state(store, now)
     finally:
         store.close()
 

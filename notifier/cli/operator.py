@@ -22,9 +22,7 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
-    from notifier.api.env import Env
     from notifier.content.drafting import BatchesLeftOpen
-    from notifier.domain.records import Run
 
 
 _format_option = format_options(("table", "json", "csv"), "How to print the report.")
@@ -339,7 +337,7 @@ def reconcile(
         if item_ref or mark or evidence:
             raise BadInput("--item, --mark and --evidence go with --manual.")
         reconciled = Notifier(env).reconcile(run_id)
-        run, counts = reconciled.run, reconciled.counts
+        run, counts, shown = reconciled.run, reconciled.counts, reconciled.shown
         if reconciled.unqueryable:
             names = ", ".join(sorted(reconciled.unqueryable))
             env.say(
@@ -351,7 +349,7 @@ def reconcile(
                 f"`notifier reconcile --manual {run.run_id}`."
             )
         if not as_json:
-            echo(f"run {run.run_id}: {_shown_state(env, run)}")
+            echo(f"run {run.run_id}: {shown.value}")
     else:
         if as_json and item_ref is None:
             raise BadInput(
@@ -359,20 +357,8 @@ def reconcile(
                 "would mix with the JSON): `notifier reconcile RUN --manual --item ID --mark "
                 "sent|not-sent|abandon --evidence TEXT --json`; nothing was changed."
             )
-        run, counts = reconcile_manually(env, run_id, item_ref, mark, evidence)
+        run, counts, shown = reconcile_manually(env, run_id, item_ref, mark, evidence)
     if as_json:
-        result = {"run_id": run.run_id, "state": _shown_state(env, run), "counts": counts.as_json()}
+        result = {"run_id": run.run_id, "state": shown.value, "counts": counts.as_json()}
         click.echo(json.dumps(result, ensure_ascii=False, indent=2))
     ctx.exit(settled_exit(run.state, counts))
-
-
-def _shown_state(env: Env, run: Run) -> str:
-    """The run's state as `status` and `runs` show it: a run left `running` by a process
-    that is gone is paused (report.effective_state), never said to be running."""
-    if run.state is not RunState.RUNNING:
-        return run.state.value
-    store = open_store(env, readonly=True)
-    try:
-        return report.effective_state(store, run).value
-    finally:
-        store.close()

@@ -17,9 +17,10 @@ from ..receiver import Receiver, receiving, webhook_config
 pytestmark = [pytest.mark.both_stores, pytest.mark.timeout(60)]
 
 
-def _refused_advice(ws: Workspace) -> dict[str, list[str]]:
-    """The file planned awaiting approval, then sent again: the refusal's commands, by name
-    (the dry run's refusal says the same)."""
+def _refused_advice(ws: Workspace, receiver: Receiver) -> dict[str, list[str]]:
+    """The file planned awaiting approval (channel `hooks`, to `receiver`), then sent again:
+    the refusal's commands, by name (the dry run's refusal says the same)."""
+    (ws.path / "notifier.toml").write_text(webhook_config(receiver, idempotent=True, status=True))
     ws.write_csv("b.csv", make_rows(3))
     planned = ws.invoke("send", "b.csv", "--channel", "hooks", "--require-approval")
     assert planned.exit_code == 0, planned.output
@@ -39,10 +40,7 @@ def _refused_advice(ws: Workspace) -> dict[str, list[str]]:
 def test_approved_then_resumed_as_advised_the_run_sends_every_row_once(ws: Workspace) -> None:
     receiver = Receiver()
     with receiving(receiver):
-        (ws.path / "notifier.toml").write_text(
-            webhook_config(receiver, idempotent=True, status=True)
-        )
-        advised = _refused_advice(ws)
+        advised = _refused_advice(ws, receiver)
         preview = ws.invoke(*advised["preview"])
         assert preview.exit_code == 0, preview.output
         fingerprint = preview.output.strip().splitlines()[-1].split()[-1]
@@ -57,10 +55,7 @@ def test_approved_then_resumed_as_advised_the_run_sends_every_row_once(ws: Works
 def test_rejected_as_advised_the_file_sent_again_awaits_approval_again(ws: Workspace) -> None:
     receiver = Receiver()
     with receiving(receiver):
-        (ws.path / "notifier.toml").write_text(
-            webhook_config(receiver, idempotent=True, status=True)
-        )
-        advised = _refused_advice(ws)
+        advised = _refused_advice(ws, receiver)
         reject = ["not needed" if a == "TEXT" else a for a in advised["reject"]]
         rejected = ws.invoke(*reject)
         assert rejected.exit_code == 0, rejected.output
