@@ -21,6 +21,7 @@ from notifier.content.unsubscribe import COLUMNS as UNSUBSCRIBE_COLUMNS
 from notifier.content.unsubscribe import row_unsubscribe
 from notifier.domain import clock
 from notifier.domain.errors import BadInput
+from notifier.domain.intent import nfc
 
 RESERVED = ("to", "subject", "body", "id", "channel", "not_after", *UNSUBSCRIBE_COLUMNS)
 MAX_REPORTED = 20
@@ -447,7 +448,9 @@ def _check_row(
         if not item_id:
             problems.append(Problem(line, "empty `id`: give every row an id, or drop the column"))
         else:
-            ids.note(item_id, line)  # a duplicate is reported when the chunk is checked
+            # In NFC, as the row's identity has it (intent.row_identity): one id written in
+            # two forms is one row. A duplicate is reported when the chunk is checked.
+            ids.note(nfc(item_id), line)
     channel = _cell(record, layout.channel).strip() or default_channel
     kind = channel_types.get(channel)
     if kind is None:

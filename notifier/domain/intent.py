@@ -179,8 +179,10 @@ def row_identity(own_id: str | None, digest: str) -> str:
     (items.channel, items.identity): the row's own `id` when the file has an id column, else
     its intent digest, which is exactly its channel, normalised recipient and content. Not
     the line number a missing id stands in for: inserting a row would shift every one below.
-    m006 back-fills the same two formulas in SQL; the three must stay identical."""
-    return digest if own_id is None else "id:" + own_id
+    The id in NFC: written composed or decomposed (as some tools save text), it looks the
+    same to whoever wrote it, so it is the same row. m006 back-fills the two formulas in SQL
+    (the id as written) and m019 brings those ids to NFC; they must stay identical."""
+    return digest if own_id is None else "id:" + nfc(own_id)
 
 
 def content_fingerprint(digests: Iterable[str], channel_names: Iterable[str]) -> str:

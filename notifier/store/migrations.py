@@ -258,6 +258,30 @@ def _m018(engine: Engine) -> None:
         )
 
 
+# A row's `id` is compared in NFC (intent.row_identity): items stored before kept it as the
+# file wrote it, so a file saved again with its ids in the other form would be new rows, all
+# sent again (the formula written out, as a shipped migration's must be). Only identities
+# with a character beyond ASCII can change (ASCII is its own NFC), and the engine picks
+# those out, so an upgrade reads few rows of a large ledger.
+# items.item_id keeps the id as written: it is what the operator reads, and what the run's
+# event chain signed.
+def _m019_over(beyond_ascii: str) -> Callable[[Engine], None]:
+    def migrate(engine: Engine) -> None:
+        rows = engine.execute(
+            "SELECT run_id, seq, identity FROM items "
+            f"WHERE identity LIKE 'id:%%' AND {beyond_ascii}"
+        ).fetchall()
+        for run_id, seq, identity in rows:
+            if (now := "id:" + unicodedata.normalize("NFC", identity[3:])) != identity:
+                engine.execute(
+                    "UPDATE items SET identity = %(now)s "
+                    "WHERE run_id = %(run_id)s AND seq = %(seq)s",
+                    {"now": now, "run_id": run_id, "seq": seq},
+                )
+
+    return migrate
+
+
 def _as_now(row: dict[str, Any]) -> dict[str, Any]:
     """A stored source row as it reads now: a draft frozen before m012 kept its `tz` and
     `not_before` columns in its data (m012 moved its item's identity, not its source)."""
@@ -330,6 +354,11 @@ MIGRATIONS: tuple[Migration, ...] = (
     # in place, so its per-row triggers stay.
     Migration("m017_counts_once_per_transaction", _unchanged_on_sqlite, schema_postgres.M017),
     Migration("m018_drafts_by_content", _m018, _m018),
+    Migration(
+        "m019_row_identity_in_nfc",
+        _m019_over("identity GLOB '*[^ -~]*'"),
+        _m019_over("identity ~ '[^ -~]'"),
+    ),
 )
 NAMES = frozenset(m.name for m in MIGRATIONS)
 
