@@ -158,6 +158,11 @@ class NotifierGroup(click.Group):
                 ExitCode.INTERNAL,
             ) from exc
         except Exception as exc:
+            # A read outside any write (a report's rows) meets a damaged database here.
+            if (damaged := _damage(ctx, exc)) is not None:
+                from notifier.cli.outcome import error_message  # noqa: PLC0415 (start-up time)
+
+                raise self._failure(ctx, error_message(damaged), damaged.exit_code) from exc
             if os.environ.get("NOTIFIER_DEBUG"):
                 traceback.print_exc()
             raise self._failure(
@@ -167,6 +172,14 @@ class NotifierGroup(click.Group):
                 "Set NOTIFIER_DEBUG=1 for a traceback.",
                 ExitCode.INTERNAL,
             ) from exc
+
+
+def _damage(ctx: click.Context, exc: Exception) -> NotifierError | None:
+    """The damaged database `exc` shows, as the store of --db names it; None otherwise."""
+    try:
+        return parse_target(ctx.params["db"]).damage(exc)
+    except Exception:  # a --db that parses to no database met no damage of one
+        return None
 
 
 @click.group(cls=NotifierGroup, context_settings={"help_option_names": ["-h", "--help"]})

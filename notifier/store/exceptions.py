@@ -24,6 +24,11 @@ class DatabaseUnwritable(BadInput):
     """The database (or its directory) cannot be written; nothing was changed."""
 
 
+class DatabaseDamaged(Refused):
+    """A stored value no version of notifier writes (SQLite text that is not UTF-8): the file
+    was damaged on disk or changed outside notifier. Refused for safety; nothing changed."""
+
+
 class StorageFailed(NeedsAttention):
     """The database could not be written (disk full, I/O error, locked too long). The write
     was rolled back whole; everything committed before it is safe."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import secrets
 import sqlite3
 import struct
@@ -27,7 +28,13 @@ from notifier.store.backend import (
 )
 from notifier.store.checks import Checks, refuse_newer
 from notifier.store.core import ROLLED_BACK
-from notifier.store.exceptions import DatabaseUnwritable, NoDatabase, StorageFailed, StoreRefused
+from notifier.store.exceptions import (
+    DatabaseDamaged,
+    DatabaseUnwritable,
+    NoDatabase,
+    StorageFailed,
+    StoreRefused,
+)
 from notifier.store.stage import _PENDING_COLUMNS, PlanStage
 
 _HEADER = b"SQLite format 3\x00"
@@ -62,6 +69,27 @@ SQLITE = Dialect(
     writing_ctes=False,
     shares_runs=False,
 )
+
+
+# sqlite3 decodes each text cell as it is fetched, and raises this (with no SQLite error
+# code, the library's own message) for bytes that are not UTF-8. notifier writes only UTF-8
+# text, so such a cell is a damaged file, never a failed write or a bug.
+_UNDECODABLE = re.compile(r"^Could not decode to UTF-8 column '(?P<column>[^']*)'")
+
+
+def undecodable_text(exc: BaseException, path: Path | str) -> DatabaseDamaged | None:
+    """`exc` as the damaged file it shows, when it is sqlite3's refusal to decode a text
+    cell read from `path`; None for anything else."""
+    if not isinstance(exc, sqlite3.OperationalError):
+        return None
+    found = _UNDECODABLE.match(str(exc))
+    if found is None:
+        return None
+    return DatabaseDamaged(
+        f"{path}: its column {found['column']!r} holds text that is not UTF-8, which notifier "
+        "never writes: the file was damaged on disk or changed outside notifier. Nothing was "
+        "changed by this command."
+    ).advise(NextStep.VERIFY)
 
 
 class SqliteEngine:
@@ -233,6 +261,8 @@ class SqliteEngine:
 
     def storage_failure(self, exc: Exception) -> NotifierError:
         """Name what went wrong with the file, the safe state it leaves, and the fix."""
+        if (damaged := undecodable_text(exc, self.path)) is not None:
+            return damaged
         code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
         safe = ROLLED_BACK
         if code == sqlite3.SQLITE_FULL:

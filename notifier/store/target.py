@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol
 from urllib.parse import urlsplit
 
-from notifier.domain.errors import BadInput
+from notifier.domain.errors import BadInput, NotifierError
 
 if TYPE_CHECKING:
     from notifier.store.backend import Engine
@@ -47,6 +47,11 @@ class Target(Protocol):
 
     def may_hold_runs(self) -> bool:
         """Whether a read-only look may find runs here, before anything is opened."""
+        ...
+
+    def damage(self, exc: BaseException) -> NotifierError | None:
+        """The damaged database `exc`, met while reading this one, shows; None for anything
+        else (a read outside any write transaction, which no storage_failure names)."""
         ...
 
     def engine(
@@ -151,6 +156,11 @@ class SqliteFile:
     def may_hold_runs(self) -> bool:
         return self.path.exists()
 
+    def damage(self, exc: BaseException) -> NotifierError | None:
+        from notifier.store.sqlite import undecodable_text  # noqa: PLC0415 - as engine()
+
+        return undecodable_text(exc, self.path)
+
     def engine(
         self, *, create: bool = False, readonly: bool = False, audited: bool = False
     ) -> Engine:
@@ -177,6 +187,9 @@ class PostgresUrl:
 
     def may_hold_runs(self) -> bool:
         return True  # only the server can say, once connected
+
+    def damage(self, exc: BaseException) -> NotifierError | None:
+        return None  # the server refuses text that is not UTF-8 when it is written
 
     def engine(
         self, *, create: bool = False, readonly: bool = False, audited: bool = False
