@@ -136,14 +136,24 @@ class NotifierGroup(click.Group):
         except NotifierError as exc:
             from notifier.cli.outcome import error_message  # noqa: PLC0415 (start-up time)
 
-            raise self._failure(ctx, error_message(exc), exc.exit_code) from exc
+            raise self._failure(
+                ctx, error_message(exc, ctx.invoked_subcommand), exc.exit_code
+            ) from exc
         except KeyboardInterrupt as exc:
             # Ctrl-C outside the places that say more (planning, sending, drafting, manual
             # decisions): click would print "Aborted!" and exit 1, as if something broke.
+            from notifier.cli.outcome import SENDING_COMMANDS  # noqa: PLC0415 (start-up time)
+
+            then = (
+                "`notifier resume` continues it"
+                if ctx.invoked_subcommand in SENDING_COMMANDS
+                # A cancel cut short may not have been recorded: resuming would send the run.
+                else "run the same command again if it still applies"
+            )
             raise self._failure(
                 ctx,
                 "interrupted (Ctrl-C). Every change already made is durable: `notifier "
-                "status` shows where the run stands, and `notifier resume` continues it.",
+                f"status` shows where the run stands; {then}.",
                 ExitCode.INTERRUPTED,
             ) from exc
         except BrokenPipeError as exc:

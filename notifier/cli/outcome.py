@@ -179,9 +179,20 @@ def unknown_advice(
     return " ".join(advice)
 
 
-def error_message(exc: NotifierError) -> str:
-    """A failure's message as printed: with its next step (errors.NextStep) worded."""
+# The commands that send a run: what a failure cut short in one of them, `resume` goes on
+# with. Any other command (a `cancel`, a `reconcile`, an `approve`) failed to record what it
+# was asked to do: it is that command that is run again, never `resume`, which would send
+# the run (a cancel that could not be written, followed by a resume, sends every row the
+# operator was cancelling).
+SENDING_COMMANDS = frozenset({"send", "resume", "worker"})
+
+
+def error_message(exc: NotifierError, command: str | None = None) -> str:
+    """A failure's message as printed: with its next step (errors.NextStep) worded.
+    `command`: the subcommand that failed, where the next step depends on it."""
     run = f" {exc.then_run}" if exc.then_run else ""
+    if exc.then is NextStep.RESUME and command is not None and command not in SENDING_COMMANDS:
+        return f"{exc}, then run the same command again: what it was doing was not recorded."
     if exc.then is NextStep.STATUS:
         return f"{exc} `notifier status{run}` shows where it stands."
     if exc.then is NextStep.STATUS_AND_AGAIN:
