@@ -5,21 +5,18 @@ the batch with every key committed exactly once."""
 from __future__ import annotations
 
 import csv
-import os
 import sqlite3
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
 
-from notifier.cli import cli
 from notifier.sandbox.server import Sandbox
 
 from ..conftest import Workspace, make_rows
 from ..support.crashed import crash_invoke
+from ..support.disks import notifier, tmpfs
 
 
 @pytest.fixture
@@ -27,38 +24,14 @@ def small_disk(ws: Workspace) -> Iterator[Path]:
     """A 2.4 MB tmpfs for the database alone (root on Linux; skipped elsewhere): room for
     the plan of 1000 rows while its write-ahead log is checkpointed into the file (about
     twice the plan), far from room for the whole run."""
-    yield from _tmpfs(ws, "2400k")
+    yield from tmpfs(ws, "2400k")
 
 
 @pytest.fixture
 def tiny_disk(ws: Workspace) -> Iterator[Path]:
     """A 256 KiB tmpfs: room for a new database's write-ahead log, not for the log and
     the file it is checkpointed into (root on Linux; skipped elsewhere)."""
-    yield from _tmpfs(ws, "256k")
-
-
-def _tmpfs(ws: Workspace, size: str) -> Iterator[Path]:
-    if sys.platform != "linux" or os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root on Linux")
-    disk = ws.path / f"disk-{size}"
-    disk.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(disk)],  # noqa: S607
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
-        yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)  # noqa: S607
-
-
-def notifier(db: Path, *args: str) -> Result:
-    """The CLI in-process on `db` (not ws.db: the database lives on the small disk)."""
-    return CliRunner().invoke(cli, list(args), env={"NOTIFIER_DB": str(db)}, catch_exceptions=False)
+    yield from tmpfs(ws, "256k")
 
 
 def test_a_disk_that_fills_mid_run_stops_cleanly_and_resumes_exactly_once(
