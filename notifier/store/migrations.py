@@ -282,6 +282,28 @@ def _m019_over(beyond_ascii: str) -> Callable[[Engine], None]:
     return migrate
 
 
+# A composed row without an `id` has the identity of its source row (plan.source_identity:
+# its content as the file gives it), not its drafted text's digest. Composed rows stored
+# before that (every composed run back-filled by m006, and those planned until the change)
+# kept their intent digest, the drafted text's: the same file composed again, whose draft a
+# model words otherwise, or sent as written, would be new rows, all sent again. Each such
+# item takes its draft's source_digest (m018's, the row's content as it reads now), which is
+# exactly the identity the same row of the same file has now; the items composed since
+# already have it, and are left alone. Read from the drafts, which are few beside the items.
+def _m020(engine: Engine) -> None:
+    rows = engine.execute(
+        "SELECT i.run_id, i.seq, d.source_digest FROM drafts d "
+        "JOIN items i ON i.run_id = d.run_id AND i.seq = d.seq "
+        "WHERE d.source_digest IS NOT NULL AND i.identity NOT LIKE 'id:%%' "
+        "AND i.identity <> d.source_digest"
+    ).fetchall()
+    for run_id, seq, source_digest in rows:
+        engine.execute(
+            "UPDATE items SET identity = %(now)s WHERE run_id = %(run_id)s AND seq = %(seq)s",
+            {"now": source_digest, "run_id": run_id, "seq": seq},
+        )
+
+
 def _as_now(row: dict[str, Any]) -> dict[str, Any]:
     """A stored source row as it reads now: a draft frozen before m012 kept its `tz` and
     `not_before` columns in its data (m012 moved its item's identity, not its source)."""
@@ -359,6 +381,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         _m019_over("identity GLOB '*[^ -~]*'"),
         _m019_over("identity ~ '[^ -~]'"),
     ),
+    Migration("m020_composed_rows_by_their_source", _m020, _m020),
 )
 NAMES = frozenset(m.name for m in MIGRATIONS)
 
