@@ -1,7 +1,7 @@
 """A row composed and delivered, without an `id` column, by a version from before composed
-rows had the identity of their source row (before 40dd9c3; and every composed run from
-before m006, which back-filled id-less items with their intent digest) is stored under its
-drafted text's digest. After the upgrade, the same file composed again must send nothing
+rows had the identity of their source row (and every composed run from before m006, which
+back-filled id-less items with their intent digest) is stored under its drafted text's
+digest. After the upgrade, the same file composed again must send nothing
 twice, however the model words the new draft, and sent as written it must count as changed
 (refused), as it does for a row composed by this version. The fixture is that version's
 database (tests/fixtures/README.md says how it was made). On both stores."""
@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import shutil
 from collections import deque
-from pathlib import Path
 
 import psycopg
 import pytest
 
 from ..conftest import Workspace
 from ..fake_messages import FakeMessages, tool_answer
+from ..support.workspace import FIXTURES
 
 pytestmark = [pytest.mark.both_stores, pytest.mark.timeout(90)]
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 FIXTURE = "m010-composed-drafted-identity"
 
 
