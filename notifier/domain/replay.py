@@ -82,6 +82,10 @@ class IntentRecord(NamedTuple):
     payload: str | None
     intent_digest: str
     idempotency_key: str | None = None
+    # Its row identity (items.identity, what `send` compares a later file's rows with) and
+    # a --compose row's source digest (drafts.source_digest); None where not at hand.
+    identity: str | None = None
+    source_digest: str | None = None
 
 
 class DraftRecord(NamedTuple):

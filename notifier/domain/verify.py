@@ -24,12 +24,13 @@ from itertools import pairwise
 from typing import Protocol
 
 from notifier.domain.chain import UNKEYED, ChainKind, Signer
-from notifier.domain.intent import DraftingInputs, Fingerprinting, Identities
+from notifier.domain.intent import DraftingInputs, Fingerprinting, Identities, nfc
 from notifier.domain.replay import (
     Change,
     DecisionRecord,
     Difference,
     EventRecord,
+    IntentRecord,
     RunRows,
     Table,
     compare_drafts,
@@ -195,6 +196,7 @@ def _replayed(source: AuditSource, head: RunHead) -> list[Difference]:
     found = compare_run(run, stored, head.items, source.decisions(head.run_id))
     fingerprint, inputs, drafted = Fingerprinting(), DraftingInputs(), True
     identities, keys_at_hand = Identities(), True
+    forms = _IdentityForms()
     states: Counter[str] = Counter()
     for seqs in slices(source.item_seqs(head.run_id), CHUNK):
         rows = source.rows(head.run_id, seqs)
@@ -207,6 +209,7 @@ def _replayed(source: AuditSource, head: RunHead) -> list[Difference]:
         for intent in rows.intents:
             fingerprint.add(str(intent.intent_digest))  # what is stored, whatever it is
         for item, intent in zip(rows.items, rows.intents, strict=True):
+            found += forms.add(str(item.item_id), item.seq, intent)
             if intent.idempotency_key is None:
                 keys_at_hand = False
             else:
@@ -221,10 +224,55 @@ def _replayed(source: AuditSource, head: RunHead) -> list[Difference]:
         found.append(Difference(Table.ITEMS, "the run's items", Change.DIFFERS,
                                 "item_id, idempotency_key", identities.result(),
                                 run.identities))  # fmt: skip
+    found += forms.mixed()
     if drafted and run.inputs is not None:
         found += _drafted_from(head, inputs, run.inputs)
     found += _counters(head, states)
     return found
+
+
+class _IdentityForms:
+    """Each item's row identity (items.identity: what `send` compares the rows of a later
+    file with) against what its plan made of the item: `id:` and its id (in NFC, or as
+    written before m019) when its file had an id column, else its content's digest (its
+    intent digest; a --compose row's source digest). One rewritten would make the next send
+    of the file deliver the row again, or leave it out as delivered. A file has an id
+    column or not, so a run's items are all of one form: an item of the other form is
+    named too (a few of them, where a run mixes them)."""
+
+    NAMED = 20
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self.names: dict[str, list[str]] = {"id": [], "content": []}
+
+    def add(self, item_id: str, seq: int, intent: IntentRecord) -> list[Difference]:
+        identity = intent.identity
+        if identity is None:
+            return []  # not at hand (an export, a database before m006)
+        # An id no notifier wrote (not UTF-8, read back as surrogates) shown escaped: a
+        # finding's row is printed as it is.
+        shown = item_id.encode("utf-8", "backslashreplace").decode("utf-8")
+        name = f"item {shown} (seq {seq})"
+        if identity in ("id:" + nfc(item_id), "id:" + item_id):
+            form = "id"
+        elif identity in (intent.intent_digest, intent.source_digest):
+            form = "content"
+        else:
+            return [Difference(Table.ITEMS, name, Change.DIFFERS, "identity", identity,
+                               "id:" + nfc(shown))]  # fmt: skip
+        self.counts[form] += 1
+        if len(self.names[form]) < self.NAMED:
+            self.names[form].append(name)
+        return []
+
+    def mixed(self) -> list[Difference]:
+        if len(self.counts) < 2:
+            return []
+        fewer = min(self.counts, key=lambda form: (self.counts[form], form))
+        return [Difference(Table.ITEMS, name, Change.DIFFERS, "identity", fewer,
+                           "the form of the run's other items")
+                for name in self.names[fewer]]  # fmt: skip
 
 
 def _counters(head: RunHead, states: Mapping[str, int]) -> list[Difference]:

@@ -40,9 +40,13 @@ _IN = "run_id = %(run_id)s AND {seq} >= %(lo)s AND {seq} < %(hi)s"
 # An item's record (ItemRecord's columns) and then its intent's (IntentRecord's, after seq).
 _ITEMS = (
     "SELECT seq, item_id, state, attempts, receipt_id, last_error, next_attempt_at, "
-    f"channel, target, payload, intent_digest, idempotency_key FROM items "
-    f"WHERE {_IN.format(seq='seq')} "
+    "channel, target, payload, intent_digest, idempotency_key, {identity}, {source} "
+    f"FROM items WHERE {_IN.format(seq='seq')} "
     "ORDER BY seq"
+)
+# A composed row's source digest (m018), beside its item.
+_SOURCE = (
+    "(SELECT d.source_digest FROM drafts AS d WHERE d.run_id = items.run_id AND d.seq = items.seq)"
 )
 _ITEM_FIELDS = len(ItemRecord._fields)
 # A --compose run's rows (drafts) in a slice of seqs.
@@ -145,7 +149,12 @@ class AuditRecords:
 
     def rows(self, run_id: str, seqs: range) -> RunRows:
         key = {"run_id": run_id, "lo": seqs.start, "hi": seqs.stop}
-        items = [tuple(r) for r in self.engine.execute(_ITEMS, key)]
+        identity = "identity" if "identity" in self.engine.columns("items") else "NULL"
+        source = "NULL"
+        if self.engine.has_table("drafts") and "source_digest" in self.engine.columns("drafts"):
+            source = _SOURCE
+        statement = _ITEMS.format(identity=identity, source=source)
+        items = [tuple(r) for r in self.engine.execute(statement, key)]
         return RunRows(
             state="",
             items=[ItemRecord(*r[:_ITEM_FIELDS]) for r in items],
