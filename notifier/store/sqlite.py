@@ -128,6 +128,20 @@ class SqliteEngine:
             _create_atomically(path, lambda p: cls._connect(p, fresh=True))
         if not readonly:
             _check_writable(path)
+        try:
+            return cls._opened(path, readonly=readonly, audited=audited)
+        except sqlite3.OperationalError as exc:
+            if not _locked(exc):
+                raise
+            raise StorageFailed(
+                f"{path}: locked by another program for longer than the 10 s busy timeout "
+                f"({exc}). Nothing was read or changed. Find what holds it (e.g. `fuser "
+                f"{path}`), let it finish or stop it, then run the command again."
+            ) from exc
+
+    @classmethod
+    def _opened(cls, path: Path, *, readonly: bool, audited: bool) -> Self:
+        """The checked file opened (open's second half): SQLite's errors as they come."""
         # The checks run on a read-only connection, also for a command that goes on to
         # write: SQLite may write through a read-write connection as it closes (the last one
         # checkpoints the -wal into the file and deletes the -wal), which a refused file must
@@ -166,6 +180,8 @@ class SqliteEngine:
                     Checks(engine).check_invariants()
             except sqlite3.DatabaseError as exc:
                 engine.close()
+                if _locked(exc):
+                    raise  # another program's lock: nothing about the file's health
                 refusal = StoreRefused(
                     f"{path}: cannot be read as a notifier database ({exc}); this file was "
                     f"not changed. Inspect it with `sqlite3 -readonly {path} 'PRAGMA "
@@ -542,3 +558,9 @@ def _check_writable(path: Path) -> None:
     raise DatabaseUnwritable(f"{path}: cannot be written: {why}. Nothing was changed.").advise(
         NextStep.READ_ONLY
     )
+
+
+def _locked(exc: sqlite3.DatabaseError) -> bool:
+    """Whether `exc` is another connection's lock outlasting the busy timeout."""
+    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+    return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
