@@ -91,7 +91,14 @@ class Config:
         if self.audit_key_file is not None and not os.environ.get(KEY_ENV):
             try:
                 text = self.audit_key_file.read_text("utf-8")
-            except (OSError, UnicodeDecodeError) as exc:
+            except UnicodeDecodeError:
+                # Never the decoder's message: it quotes a byte of the key and its place.
+                raise ConfigError(
+                    f"{self.path}: [audit] key_file {self.audit_key_file} holds bytes that "
+                    "are not UTF-8 text, so no key can be read from it. Put the key in it as "
+                    f"text (e.g. hex or base64), or set {KEY_ENV}; nothing was changed."
+                ) from None
+            except OSError as exc:
                 raise ConfigError(
                     f"{self.path}: [audit] key_file {self.audit_key_file} cannot be read "
                     f"({exc}). Fix the path or the file's permissions, or set {KEY_ENV}."
