@@ -106,13 +106,6 @@ class BadInput(NotifierError):
     exit_code = ExitCode.BAD_INPUT
 
 
-class Altered(NotifierError):
-    """The record is not what notifier wrote (text no version writes, read from the
-    database): `verify` names it; nothing was changed."""
-
-    exit_code = ExitCode.ALTERED
-
-
 class NeedsAttention(NotifierError):
     """Stopped with items needing attention, or paused (a long Retry-After, a full disk)."""
 

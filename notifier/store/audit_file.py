@@ -41,7 +41,6 @@ import sqlite_utils
 
 from notifier.domain.chain import Signer
 from notifier.domain.clock import now_iso
-from notifier.domain.errors import Altered
 from notifier.domain.replay import (
     AttemptRecord,
     Change,
@@ -219,16 +218,10 @@ def export(core: Core, run_id: str, to: Path, signer: Signer, *, with_bodies: bo
         exported = _write(core, run_id, partial, signer, with_bodies)
         os.replace(partial, to)
     except sqlite3.OperationalError as exc:
+        # Only the new file's full disk is the export's to word; anything else, a damaged
+        # cell of the database read from among them (the sqlite3 module's own error, with
+        # no SQLite code), is named by the store the command opened.
         code = getattr(exc, "sqlite_errorcode", None)
-        if code is None and "decode" in str(exc):
-            # The sqlite3 module's own error (no SQLite code): text in the run's rows that
-            # is not UTF-8, which no notifier writes (a bad disk, an editor's CAST). No
-            # export can seal it as text; `verify` names the row.
-            raise Altered(
-                f"run {run_id} holds text that is not UTF-8 ({exc}), which no notifier "
-                f"writes: the database was altered or damaged after it was written. "
-                f"`notifier verify {run_id}` names the rows; no file was written."
-            ) from None
         if code is None or code & 0xFF != sqlite3.SQLITE_FULL:
             raise
         # The new file's disk filled (the database read from is not written): the OSError

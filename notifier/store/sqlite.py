@@ -133,11 +133,7 @@ class SqliteEngine:
         except sqlite3.OperationalError as exc:
             if not _locked(exc):
                 raise
-            raise StorageFailed(
-                f"{path}: locked by another program for longer than the 10 s busy timeout "
-                f"({exc}). Nothing was read or changed. Find what holds it (e.g. `fuser "
-                f"{path}`), let it finish or stop it, then run the command again."
-            ) from exc
+            raise _held_by_another(path, exc, "Nothing was read or changed.") from exc
 
     @classmethod
     def _opened(cls, path: Path, *, readonly: bool, audited: bool) -> Self:
@@ -291,12 +287,8 @@ class SqliteEngine:
                 f"{self.path}: an I/O error while writing ({exc}). {safe} Check the disk "
                 "(dmesg, df)"
             ).advise(NextStep.RESUME)
-        if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
-            return StorageFailed(
-                f"{self.path}: locked by another program for longer than the 10 s busy "
-                f"timeout ({exc}). {safe} Find what holds it (e.g. `fuser {self.path}`), "
-                "let it finish or stop it, then run the command again."
-            )
+        if _locked(exc):
+            return _held_by_another(self.path, exc, safe)
         if code == sqlite3.SQLITE_READONLY:
             return DatabaseUnwritable(
                 f"{self.path}: cannot be written ({exc}). Nothing was changed by this write. "
@@ -560,7 +552,17 @@ def _check_writable(path: Path) -> None:
     )
 
 
-def _locked(exc: sqlite3.DatabaseError) -> bool:
+def _held_by_another(path: Path, exc: Exception, safe: str) -> StorageFailed:
+    """Another program's lock outlasted the busy timeout: at open or at a write, `safe`
+    saying what that left."""
+    return StorageFailed(
+        f"{path}: locked by another program for longer than the 10 s busy timeout ({exc}). "
+        f"{safe} Find what holds it (e.g. `fuser {path}`), let it finish or stop it, then "
+        "run the command again."
+    )
+
+
+def _locked(exc: Exception) -> bool:
     """Whether `exc` is another connection's lock outlasting the busy timeout."""
     code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
     return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)

@@ -1,7 +1,7 @@
 """`export` of a run whose database holds text that is not UTF-8 (a bad disk, SQLite's CAST)
 is never an internal error (exit 1): `verify` names such a run altered (exit 5), and the
-export refuses it the same way, naming `verify`, with no file left at --to. SQLite only:
-PostgreSQL refuses such text."""
+export refuses it as any command meeting such a cell does (exit 4, the file damaged,
+naming `verify`), with no file left at --to. SQLite only: PostgreSQL refuses such text."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from ..conftest import Workspace, make_rows
 from ..support.audited import KEY
 
 pytestmark = pytest.mark.timeout(120)
-ENV = {KEY_ENV: KEY, "PYTHONIOENCODING": "utf-8:strict"}
+ENV = {KEY_ENV: KEY}
 NOT_UTF8 = "CAST(X'ff41' AS TEXT)"  # the byte 0xff then 'A': no UTF-8 text
 KEY_OF_2 = "(SELECT idempotency_key FROM items WHERE run_id = 'r1' AND seq = 2)"
 
@@ -33,13 +33,13 @@ def sent(ws: Workspace) -> Workspace:
     ],
     ids=["receipt_evidence", "event_detail"],
 )
-def test_an_export_of_such_a_run_is_refused_as_altered_never_an_internal_error(
+def test_an_export_of_such_a_run_is_refused_as_damaged_never_an_internal_error(
     sent: Workspace, edit: str
 ) -> None:
     sent.write(edit)
-    assert sent.run("verify", "r1", env=ENV).returncode == 5
-    result = sent.run("export", "r1", "--to", "audit.db", env=ENV)
-    assert "internal error" not in result.stderr, result.stderr
-    assert result.returncode == 5, result.stdout + result.stderr
-    assert "notifier verify" in result.stderr
+    assert sent.invoke("verify", "r1", env=ENV).exit_code == 5
+    result = sent.invoke("export", "r1", "--to", "audit.db", env=ENV)
+    assert "internal error" not in result.output, result.output
+    assert result.exit_code == 4, result.output
+    assert "not UTF-8" in result.output and "notifier verify" in result.output, result.output
     assert not (sent.path / "audit.db").exists()
