@@ -241,7 +241,7 @@ def parse_retry_after(value: str | None, now: datetime | None = None) -> float |
     if value is None or not value.strip():
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # delay-seconds: ASCII digits (RFC 9110)
         return bounded_wait(float(value))
     try:
         when = email.utils.parsedate_to_datetime(value)

@@ -67,7 +67,7 @@ def sandbox(
     forced: dict[str, int] = {}
     for spec in force_status:
         item_id, _, code = spec.rpartition("=")
-        if not item_id or not code.isdigit():
+        if not item_id or not (code.isascii() and code.isdigit()):
             raise BadInput(f"--force-status {spec!r}: use ITEM_ID=CODE, e.g. u3=410.")
         forced[item_id] = int(code)
     try:

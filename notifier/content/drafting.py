@@ -108,7 +108,7 @@ def chunk_rows() -> int:
     from notifier.content.claude_batches import CHUNK_ROWS  # noqa: PLC0415
 
     value = os.environ.get(CHUNK_ENV, "").strip()
-    if value.isdigit() and int(value) > 0:
+    if value.isascii() and value.isdigit() and int(value) > 0:
         return int(value)
     return CHUNK_ROWS
 

@@ -66,7 +66,7 @@ def from_env(environ: dict[str, str] | None = None) -> CrashPlan | None:
     if not value:
         return None
     point, _, seq = value.partition(":")
-    if point not in POINTS + DRAFT_POINTS or not seq.isdigit() or int(seq) < 1:
+    if point not in POINTS + DRAFT_POINTS or not (seq.isascii() and seq.isdigit()) or int(seq) < 1:
         raise CrashSpecError(
             f"{name}={value!r} is not POINT:SEQ with POINT one of "
             f"{', '.join(POINTS + DRAFT_POINTS)} and SEQ "

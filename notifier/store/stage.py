@@ -159,7 +159,7 @@ def _remove_abandoned(where: Path, prefix: str) -> None:
     loss): this user's `PREFIX<pid>-…` directories whose pid is gone, untouched for an hour."""
     for stage in where.glob(f"{prefix}*-*"):
         pid_text = stage.name.removeprefix(prefix).split("-", 1)[0]
-        if not pid_text.isdigit() or pid_exists(int(pid_text)):
+        if not (pid_text.isascii() and pid_text.isdigit()) or pid_exists(int(pid_text)):
             continue
         try:
             info = stage.stat()

@@ -127,6 +127,10 @@ def test_retry_after_as_seconds_or_http_date() -> None:
     assert parse_retry_after(format_datetime(now - timedelta(hours=1), usegmt=True), now) == 0.0
     assert parse_retry_after("soon", now) is None
     assert parse_retry_after(None, now) is None
+    # Digits by Unicode but not the ASCII DIGIT the RFC names: unreadable, never a crash
+    # (a superscript two is a digit to str.isdigit and nothing to float).
+    assert parse_retry_after("\u00b2", now) is None
+    assert parse_retry_after("\u0661\u0662", now) is None
 
 
 def test_connection_errors_say_whether_the_request_left() -> None:
