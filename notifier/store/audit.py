@@ -4,6 +4,7 @@ exported file can be read into the same records and checked the same way."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 
@@ -88,6 +89,16 @@ class AuditRecords:
         self.core = core
         self.engine = core.engine
 
+    @functools.cached_property
+    def _items(self) -> str:
+        """_ITEMS for this database's schema (read once: `rows` runs once per slice): the
+        row identity (m006) and a composed row's source digest (m018) where they exist."""
+        identity = "identity" if "identity" in self.engine.columns("items") else "NULL"
+        source = "NULL"
+        if self.engine.has_table("drafts") and "source_digest" in self.engine.columns("drafts"):
+            source = _SOURCE
+        return _ITEMS.format(identity=identity, source=source)
+
     def _chained(self) -> bool:
         return "audit_chain" in self.engine.columns("runs")
 
@@ -149,12 +160,7 @@ class AuditRecords:
 
     def rows(self, run_id: str, seqs: range) -> RunRows:
         key = {"run_id": run_id, "lo": seqs.start, "hi": seqs.stop}
-        identity = "identity" if "identity" in self.engine.columns("items") else "NULL"
-        source = "NULL"
-        if self.engine.has_table("drafts") and "source_digest" in self.engine.columns("drafts"):
-            source = _SOURCE
-        statement = _ITEMS.format(identity=identity, source=source)
-        items = [tuple(r) for r in self.engine.execute(statement, key)]
+        items = [tuple(r) for r in self.engine.execute(self._items, key)]
         return RunRows(
             state="",
             items=[ItemRecord(*r[:_ITEM_FIELDS]) for r in items],
