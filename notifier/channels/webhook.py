@@ -210,6 +210,14 @@ class WebhookChannel:
                 f"{url}: query answered HTTP {answer.status}",
                 http_status=answer.status,
             )
+        if _document(answer.body) is None:
+            # Found only by a receipt, "200 JSON": a 200 page that is none (a login page, a
+            # catch-all route, an empty body) is not the receiver's answer about the key.
+            raise ChannelError(
+                ErrorKind.UNCERTAIN,
+                f"{url}: query answered HTTP 200 without a JSON receipt",
+                http_status=answer.status,
+            )
         return _receipt(answer, self._masks)
 
     def close(self) -> None:
@@ -366,15 +374,19 @@ def _raise_for_status(url: str, answer: _Answer, hidden: tuple[str, ...]) -> Non
     )
 
 
+def _document(body: bytes) -> dict[str, Any] | None:
+    """An answer's body as a JSON object, or None when it is not one."""
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return None
+    return document if isinstance(document, dict) else None
+
+
 def _receipt(answer: _Answer, hidden: tuple[str, ...]) -> Receipt:
     """The receipt in a 2xx answer: its `id` (a secret of the channel it quotes masked, as in
     an error) and stored `intent_digest`, when they are strings."""
-    try:
-        document = json.loads(answer.body)
-    except ValueError:
-        document = {}
-    if not isinstance(document, dict):
-        document = {}
+    document = _document(answer.body) or {}
     receipt_id = document.get("id")
     digest = document.get("intent_digest")
     return Receipt(
