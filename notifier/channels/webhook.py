@@ -378,7 +378,7 @@ def _document(body: bytes) -> dict[str, Any] | None:
     """An answer's body as a JSON object, or None when it is not one."""
     try:
         document = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
         return None
     return document if isinstance(document, dict) else None
 
