@@ -383,6 +383,18 @@ def _document(body: bytes) -> dict[str, Any] | None:
     return document if isinstance(document, dict) else None
 
 
+# The most of a receipt's `intent_digest` kept: ours is `sha256:` and 64 hex digits, so one
+# longer is another intent's (a conflict) however it ends, and is quoted as an extract.
+_DIGEST_CHARS = 200
+
+
+def _said_digest(digest: str, hidden: tuple[str, ...]) -> str:
+    """The digest a receipt names, as a conflict quotes it: masked (before it is cut, as an
+    error's extract is) and at most _DIGEST_CHARS long."""
+    said = masked(digest, hidden)
+    return said if len(said) <= _DIGEST_CHARS else said[:_DIGEST_CHARS] + "…"
+
+
 def _receipt(answer: _Answer, hidden: tuple[str, ...]) -> Receipt:
     """The receipt in a 2xx answer: its `id` (a secret of the channel it quotes masked, as in
     an error) and stored `intent_digest`, when they are strings."""
@@ -391,6 +403,6 @@ def _receipt(answer: _Answer, hidden: tuple[str, ...]) -> Receipt:
     digest = document.get("intent_digest")
     return Receipt(
         masked(receipt_id, hidden) if isinstance(receipt_id, str) else None,
-        digest if isinstance(digest, str) else None,
+        _said_digest(digest, hidden) if isinstance(digest, str) else None,
         replayed=answer.headers.get("Idempotent-Replayed", "").lower() == "true",
     )
