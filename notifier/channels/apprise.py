@@ -149,7 +149,11 @@ class AppriseChannel:
         self.max_in_flight: int | None = None  # as many as the run's senders
         self._apprise: type[Apprise] = apprise.Apprise
         self._text_format = apprise.NotifyFormat.TEXT
-        self._asset = apprise.AppriseAsset()
+        # Never follow a 3xx: it proves nothing about the notification (a 302 or 303 turns
+        # the POST into a GET of its Location, whose 200 Apprise would report as success), and
+        # a request sent on to the Location carries the URL's headers (`+X-Api-Key=`) to a
+        # host the URL does not name. Not followed, it is a failure: maybe delivered.
+        self._asset = apprise.AppriseAsset(http_redirects=False)
         for url in self._urls:
             probes = _PROBE_TARGETS if PLACEHOLDER in url.template else _PROBE_TARGETS[:1]
             if not any(self._plugin(url, probe) is not None for probe in probes):
