@@ -12,9 +12,12 @@ learns it lost the run and stops.
 Fencing stops a worker's *writes*, not its *sends*: a worker frozen (SIGSTOP, a paused
 container, a VM stall) between point A and its send would, once thawed, send an item a new
 holder has already settled and sent. So a send starts only while the lease is *surely* valid:
-renewed, on the monotonic clock (which keeps counting while the process is stopped), less
-than TTL minus a margin ago. The residual window is a freeze after that check and before the
-bytes leave, longer than the margin.
+renewed less than TTL minus a margin ago, on the monotonic clock (which keeps counting while
+the process is stopped) and on the boot-time clock (which also counts a suspend of the whole
+machine, a laptop's lid or `systemctl suspend`, that Linux's monotonic clock skips),
+whichever says longer. The residual window is a freeze after that check and before the
+bytes leave, longer than the margin, and a VM paused by its hypervisor, which may see
+neither clock move.
 """
 
 from __future__ import annotations
@@ -75,6 +78,19 @@ def _pid_space() -> str | None:
 
 
 PID_SPACE = _pid_space()
+
+
+def _clocks() -> tuple[float, float]:
+    """Now on the monotonic clock and on the boot-time clock. Linux's CLOCK_MONOTONIC (Python's
+    time.monotonic) does not count the time the machine was suspended; CLOCK_BOOTTIME does, as
+    the other hosts' wall clocks do when they judge this lease's expiry. Where there is no
+    boot-time clock, the monotonic one stands for it."""
+    monotonic = time.monotonic()
+    try:
+        boot = time.clock_gettime(time.CLOCK_BOOTTIME)
+    except (AttributeError, OSError):
+        boot = monotonic
+    return monotonic, boot
 
 
 def new_owner() -> dict[str, Any]:
@@ -166,7 +182,7 @@ class _HeldLease(ABC):
         self.owner = new_owner()
         self.store = self._fenced(store)
         # Read before acquiring: the lease is valid from no later than this moment.
-        renewed = time.monotonic()
+        renewed = _clocks()
         # Held before the lease row commits: another worker of this process that looks at
         # the run in between must find this holder alive, not reap it as dead.
         _ACTIVE_TOKENS.add(self.owner["token"])
@@ -200,10 +216,12 @@ class _HeldLease(ABC):
 
     def surely_valid(self) -> bool:
         """True while nobody else can have taken the run over: not lost, and renewed less
-        than TTL minus a margin ago on the monotonic clock. A send may start only then."""
+        than TTL minus a margin ago on the monotonic and boot-time clocks (`_clocks`). A send
+        may start only then."""
         if self.control.lost:
             return False
-        age = time.monotonic() - self._renewed
+        # The longer of the two ages: a suspend of the machine counts (see _clocks).
+        age = max(now - then for now, then in zip(_clocks(), self._renewed, strict=True))
         return age < self.ttl_s * (1 - MARGIN_FRACTION)
 
     def _beat(self) -> None:
@@ -219,7 +237,7 @@ class _HeldLease(ABC):
                     # committer found it taken): a renewal now would tell every other
                     # process it is still at work while it is stopping.
                     return
-                started = time.monotonic()
+                started = _clocks()
                 try:
                     renewed = self._renew(store)
                 except StorageFailed:
