@@ -464,6 +464,10 @@ def _retry_or_give_up(
     retry, after the backoff, and only while its attempts and deadline last."""
     if outcome.trigger != ItemTrigger.NOT_FOUND:
         return outcome
+    if item.not_after is not None and clock.parse(item.not_after) <= now:
+        # Proven undelivered past its deadline: pending, and the next expiry pass expires
+        # it (never sent), rather than failed for attempts it can no longer make.
+        return outcome
     retry = policy.judge(
         ChannelError(ErrorKind.UNCERTAIN, item.last_error or "outcome unknown"),
         attempts=item.attempts,

@@ -252,7 +252,7 @@ class Runner:
     def _drop_stale(self, claimed: list[Item]) -> list[Item]:
         """The claimed items still within their deadline; the others are recorded as not sent
         (or unknown, see deadlines.split_stale) at once, never handed to a sender."""
-        fresh, stale = split_stale(self.store, self.run_id, claimed)
+        fresh, stale = split_stale(self.store, self.run_id, claimed, self.channels)
         if stale:
             self.store.ledger.record(self.run_id, self.lease_version, stale)
             self.observer.recorded([(item, None) for item in claimed], stale)

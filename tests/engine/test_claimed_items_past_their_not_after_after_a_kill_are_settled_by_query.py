@@ -57,3 +57,5 @@ def test_items_claimed_before_a_kill_and_past_their_not_after_end_expired(
     assert ws.ledger.state_counts() == {"expired": ROWS}, resumed.output
     assert "halted" not in resumed.output, resumed.output
     assert resumed.exit_code == 3, resumed.output  # expired: never sent
+    verified = ws.invoke("verify")
+    assert verified.exit_code == 0, verified.output
