@@ -107,7 +107,9 @@ def zone(name: str) -> ZoneInfo:
         if not name.strip() or name != name.strip():
             raise ZoneInfoNotFoundError(name)
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        # OSError: a region of the database (`Europe`: IsADirectoryError), or a file that
+        # cannot be read as a zone.
         raise ValueError(
             f"{name!r} is not an IANA time zone name: use one like Europe/Paris, "
             "America/New_York or UTC"
