@@ -125,7 +125,13 @@ def schedule_stream(
         start = schedule.not_before
         if schedule.not_before_local is not None and tz_name != schedule.tz:
             # A --not-before without a zone is a wall-clock time in each row's own zone.
-            start = parse_moment(schedule.not_before_local, tz_name)
+            try:
+                start = parse_moment(schedule.not_before_local, tz_name)
+            except ValueError as exc:  # out of range once read in this row's zone
+                problems.append(
+                    Problem(row.line, f"--not-before {exc} on the wall clock of `tz` {tz_name}")
+                )
+                continue
         if cells.get("not_before"):
             try:
                 own = parse_moment(cells["not_before"], tz_name)
