@@ -22,9 +22,7 @@ def _overrides(command: Callable[..., None]) -> Callable[..., None]:
             click.option(
                 "--concurrency", type=click.IntRange(1, 64), help="Override the run's window size."
             ),
-            click.option(
-                "--max-wait", type=click.FloatRange(0), help="Override the run's --max-wait."
-            ),
+            click.option("--max-wait", type=running.WAIT, help="Override the run's --max-wait."),
             click.option(
                 "--rate",
                 type=running.RATE,

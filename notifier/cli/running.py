@@ -3,6 +3,7 @@ screen, the progress bar, the closing line with its exit code, the wait for appr
 
 from __future__ import annotations
 
+import math
 import shutil
 import sys
 import tempfile
@@ -190,6 +191,25 @@ class Rate(click.ParamType[float]):
 
 
 RATE = Rate()
+
+
+class Wait(click.FloatRange):
+    """--max-wait: seconds, 0 or more. NaN is no number of seconds: it compares false with
+    every wait, so a run given it would never pause, however long it waits."""
+
+    def __init__(self) -> None:
+        super().__init__(min=0)
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        seconds = super().convert(value, param, ctx)
+        if math.isnan(seconds):
+            self.fail(f"{value!r} is not a number of seconds.", param, ctx)
+        return seconds
+
+
+WAIT = Wait()
 
 
 def deadline_option(text: str | None, allow_expired: bool) -> datetime | None:

@@ -113,7 +113,7 @@ DEFAULT_MODEL = "claude-sonnet-5"
 )
 @click.option(
     "--max-wait",
-    type=click.FloatRange(0),
+    type=running.WAIT,
     default=600,
     show_default=True,
     help="Longest Retry-After to wait out, in seconds; longer pauses the run.",
