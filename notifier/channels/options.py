@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote_plus, urlsplit
 
+from notifier.domain.suppression import domain_key, domain_problem
 from notifier.domain.windows import parse_window
 
 Check = Callable[[Any], str | None]  # a problem with the value, or None when it is fine
@@ -264,9 +265,20 @@ def _window(value: Any) -> str | None:
 def _domain_rates(value: Any) -> str | None:
     if not isinstance(value, dict) or not value:
         return 'must be a table of domain = sends per second, e.g. "gmail.com" = 5'
+    seen: dict[str, str] = {}
     for domain, rate in value.items():
         if not isinstance(domain, str) or "@" in domain or not domain.strip():
             return f"has {domain!r}, which is not a domain name like gmail.com"
+        # A key no recipient's domain can be would be a rate that never applies.
+        if (problem := domain_problem(domain)) is not None:
+            return f"has {domain!r}, which {problem}"
+        key = domain_key(domain)
+        if key in seen:
+            return (
+                f"has {seen[key]!r} and {domain!r}, which name one domain ({key}): keep "
+                "one of them, with the rate meant"
+            )
+        seen[key] = domain
         if rate_problem(rate) is not None:
             return f"gives {domain!r} the rate {rate!r}: it {rate_problem(rate)}"
     return None

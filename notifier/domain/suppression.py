@@ -23,6 +23,7 @@ store/suppressions.py, the commands and the reading of an import file in cli/sup
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -107,6 +108,32 @@ def registered_spelling(domain: str) -> str:
     `straße` is `xn--strae-oqa`): each Unicode label as its punycode (lower case)."""
     return ".".join(_label_spellings(label)[-1] if not label.isascii() else label
                     for label in domain.lower().split("."))  # fmt: skip
+
+
+def domain_key(domain: str) -> str:
+    """A domain as its `domain_rates` bucket knows it: trimmed, lower case, no trailing dot,
+    an internationalised label in the one spelling IDNA 2008 registers (punycode, as the
+    wire carries it), so that `bücher.example` and `xn--bcher-kva.example` are one domain
+    with one rate."""
+    text = domain.strip().rstrip(".").lower()
+    try:
+        return registered_spelling(text)
+    except UnicodeError:
+        return text
+
+
+# A host name as domain_key spells it: dot-separated labels of letters, digits, `-` and `_`.
+_LABEL = r"[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?"
+_HOST_NAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
+
+
+def domain_problem(domain: str) -> str | None:
+    """Why `domain` (a `domain_rates` key) can never be a recipient's domain, or None: a
+    wildcard, a port, a scheme, a path or a space is never part of one."""
+    key = domain_key(domain)
+    if not _HOST_NAME.fullmatch(key):
+        return "is not a domain name like gmail.com (no wildcard, port, scheme or path)"
+    return None
 
 
 def sql_keys_alike(target: str) -> bool:

@@ -15,22 +15,11 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from notifier.domain.records import Item
-from notifier.domain.suppression import registered_spelling
+from notifier.domain.suppression import domain_key
 
 
 class Bucket(Protocol):
     def take(self, stop: Callable[[], bool], max_wait_s: float = math.inf) -> float | None: ...
-
-
-def domain_key(domain: str) -> str:
-    """A domain as its bucket knows it: trimmed, lower case, an internationalised label in
-    the one spelling IDNA 2008 registers (punycode, as the wire carries it), so that
-    `bücher.example` and `xn--bcher-kva.example` are one domain with one rate."""
-    text = domain.strip().rstrip(".").lower()
-    try:
-        return registered_spelling(text)
-    except UnicodeError:
-        return text
 
 
 def domain_of(target: str) -> str | None:
