@@ -21,6 +21,7 @@ from notifier.domain.suppression import (
     Entry,
     Source,
     address_key,
+    address_keys,
     address_problem,
 )
 from notifier.domain.who import operator_name
@@ -139,11 +140,19 @@ def list_(ctx: click.Context, fmt: str, as_json: bool) -> None:
 def remove(ctx: click.Context, addresses: tuple[str, ...]) -> None:
     """Take ADDRESS… off the list: later runs send to them again."""
     keys = list(dict.fromkeys(address_key(a) for a in addresses))
+    # An address is on the list under every spelling of its domain (address_keys): each
+    # entry a row would be matched by goes, whichever spelling the operator gives.
+    spellings = {key: address_keys(key) for key in keys}
     store = open_store(command_env(ctx))
     try:
-        removed = store.suppressions.unsuppress(keys, operator_name())
+        taken = set(
+            store.suppressions.unsuppress(
+                list(dict.fromkeys(k for key in keys for k in spellings[key])), operator_name()
+            )
+        )
     finally:
         store.close()
+    removed = [key for key in keys if taken.intersection(spellings[key])]
     line = f"removed {len(removed)} address(es) from the suppression list"
     absent = [k for k in keys if k not in removed]
     if absent:
