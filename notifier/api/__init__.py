@@ -194,6 +194,7 @@ class Notifier:
         *,
         new_run: bool = False,
         resend_changed: bool = False,
+        rehearsal: CrashPlan | None = None,
     ) -> Planned:
         """Store what is left of the plan, in one transaction, as run `plan.run_id` of
         `batch` with `options` (planning.stored_options). A run that needs approval (asked for in
@@ -210,7 +211,14 @@ class Notifier:
                 plan.close()
                 raise
         stored = planning.store_plan(
-            self.env, plan, batch, options, new_run, resend_changed=resend_changed, then=then
+            self.env,
+            plan,
+            batch,
+            options,
+            new_run,
+            resend_changed=resend_changed,
+            then=then,
+            rehearsal=rehearsal,
         )
         if stored.store is None:
             return Planned(None, stored.prior)

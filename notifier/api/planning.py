@@ -220,6 +220,7 @@ def store_plan(
     *,
     resend_changed: bool = False,
     then: RunTrigger | None = None,
+    rehearsal: crash.CrashPlan | None = None,
 ) -> Stored:
     """Store what is left of the plan once earlier runs are accounted for (history.py: one
     decision with the insert, inside the store's write transaction), or with `new_run`
@@ -229,6 +230,17 @@ def store_plan(
     except BaseException:
         plan.close()
         raise
+    check = None
+    if rehearsal is not None:
+
+        def check() -> None:
+            # Inside the plan's transaction: a CrashSpecError rolls the whole plan back.
+            try:
+                state: str | None = store.queries.item(plan.run_id, rehearsal.seq).state.value
+            except KeyError:
+                state = None
+            rehearsal.check_planned(state, str(batch))
+
     try:
         prior = store.plans.create_run(
             plan.run_row(str(batch), dict(options)),
@@ -236,6 +248,7 @@ def store_plan(
             new_run=new_run,
             resend_changed=resend_changed,
             then=then,
+            check=check,
         )
     except PlanRefused as refused:
         try:

@@ -154,6 +154,7 @@ def send_file(sending: Sending, rehearsal: CrashPlan | None) -> None:
             sending.options,
             new_run=given.new_run,
             resend_changed=given.resend_changed,
+            rehearsal=rehearsal,
         )
     except KeyboardInterrupt:
         raise _interrupted_storing(sending, plan.run_id) from None

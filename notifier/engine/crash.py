@@ -43,6 +43,27 @@ class CrashPlan:
                 f"{self.point}:{max(1, items // 2)}; nothing was stored."
             )
 
+    def check_planned(self, state: str | None, what: str) -> None:
+        """CrashSpecError when the item this point names is not one the run will send: `state`
+        is its state as just stored (None: not planned, an earlier run delivered that row),
+        `suppressed` never sent. The rehearsal would never fire and the run would look like
+        it passed."""
+        if self.point not in POINTS or state == "pending":
+            return
+        why = (
+            "its recipient is suppressed (stored, never sent)"
+            if state == "suppressed"
+            else "it is not planned (an earlier run delivered that row with the same content)"
+            if state is None
+            else f"it is {state}"
+        )
+        name = FREEZE_ENV if self.freeze else ENV
+        raise CrashSpecError(
+            f"{name}={self.point}:{self.seq} cannot fire: item {self.seq} of {what} will not "
+            f"be sent, as {why}. Give the position of a row this run sends (`notifier send "
+            f"{what} --dry-run` shows what it would plan); nothing was stored."
+        )
+
     def at(self, point: str, seqs: Iterable[int]) -> None:
         """Die (or freeze) here if this is the planned point and the window holds the item."""
         if point == self.point and self.seq in seqs and self.freeze:

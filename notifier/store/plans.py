@@ -3,7 +3,7 @@ rows with every earlier run's (history.py), so a batch sent again sends only wha
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
@@ -43,6 +43,7 @@ class Planning:
         new_run: bool = False,
         resend_changed: bool = False,
         then: RunTrigger | None = None,
+        check: Callable[[], None] | None = None,
     ) -> Prior | None:
         """The run row and every intent left to send, in one transaction: a batch is planned
         whole or not at all. `then` (e.g. `request_approval`) moves the new run in the same
@@ -60,10 +61,13 @@ class Planning:
         when nothing is left. RunExists: a run with this id is already here.
 
         `items` is normally the PlanStage the CSV was streamed into: its rows are copied by
-        the database (`_copy_stage`), so a million intents never sit in memory at once."""
+        the database (`_copy_stage`), so a million intents never sit in memory at once.
+
+        `check` runs inside the transaction once the items are stored (and suppressed), before
+        the commit: what it raises rolls the whole plan back (a rehearsal that cannot fire)."""
         at = run["created_at"]
         try:
-            return self._create_run(run, items, new_run, resend_changed, then, at)
+            return self._create_run(run, items, new_run, resend_changed, then, at, check)
         except _NothingToSend as nothing:
             return nothing.prior  # rolled back whole: no run stored
 
@@ -75,6 +79,7 @@ class Planning:
         resend_changed: bool,
         then: RunTrigger | None,
         at: str,
+        check: Callable[[], None] | None = None,
     ) -> Prior | None:
         with self.transaction():
             if self.engine.execute(sql.RUN_EXISTS, {"run_id": run["run_id"]}).fetchone():
@@ -112,6 +117,8 @@ class Planning:
                 # Every row left was planned before and is suppressed now: a run of nothing
                 # but suppressed items, once more each time the file is sent. None is stored.
                 raise _NothingToSend(replace(prior, suppressed_only=n))
+            if check is not None:
+                check()
             # The fingerprint chained: verify checks the run's, and its intents', against it;
             # and the items' ids and keys, which no intent digest covers.
             detail: dict[str, Any] = {
