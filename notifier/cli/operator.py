@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from notifier.content.drafting import BatchesLeftOpen
+    from notifier.domain.records import Run
+    from notifier.store import Store
 
 
 _format_option = format_options(("table", "json", "csv"), "How to print the report.")
@@ -97,14 +99,20 @@ def _print_report(
             for line in glimpse_lines(run.run_id, approval.preview(store, run)):
                 click.echo(line)  # notifications as stored; its advice line completed
         if fmt == "table" and every_item and not states:
-            whole = report.build(store, run)
-            try:
-                for line in report.item_lines(whole):
-                    click.echo(line)  # the items as stored
-            finally:
-                getattr(whole["items"], "close", lambda: None)()
+            _every_item(store, run)
     finally:
         store.close()
+
+
+def _every_item(store: Store, run: Run) -> None:
+    """The report table's last part: every item of the run, a line each, as stored (who got
+    it, who might have, who never will), read as it is written."""
+    whole = report.build(store, run)
+    try:
+        for line in report.item_lines(whole):
+            click.echo(line)  # the items as stored
+    finally:
+        getattr(whole["items"], "close", lambda: None)()
 
 
 def _console() -> Console:
@@ -270,6 +278,8 @@ def cancel(
         try:
             run = store.core.get_run(result.run.run_id)
             _emit(report.build(store, run, attention_only=fmt == "table"), fmt)
+            if fmt == "table":  # the report, as `notifier report` prints it: every item
+                _every_item(store, run)
         finally:
             store.close()
     if not result.confirmed or chunks_open:
