@@ -450,6 +450,14 @@ class Notifier:
         with self._store(readonly=True) as store:
             return store.queries.counts(run_id)
 
+    def item(self, run_id: str, seq: int) -> Item | None:
+        """Item `seq` of run `run_id`; None when the run has no such item."""
+        with self._store(readonly=True) as store:
+            try:
+                return store.queries.item(run_id, seq)
+            except KeyError:
+                return None
+
     def items(self, run_id: str) -> list[Item]:
         with self._store(readonly=True) as store:
             return list(store.queries.items(run_id))

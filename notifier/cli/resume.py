@@ -120,7 +120,7 @@ def _resume(
     from notifier.engine import crash  # noqa: PLC0415 (start-up time)
 
     env = command_env(ctx)
-    crash.from_env()
+    rehearsal = crash.from_env()
     # --metrics-port is bound before anything is stored (a port in use: exit 2).
     observer = watching.make_observer(env, *watch)
     ctx.call_on_close(observer.close)
@@ -132,6 +132,10 @@ def _resume(
             echo(f"run {run.run_id} is already {run.state.value}: {counts.summary()}")
             ctx.exit(settled_exit(run.state, counts))
         raise BadInput(f"run {run.run_id} is {run.state.value}; there is nothing to resume.")
+    if rehearsal is not None and not compose.unfrozen(run):
+        # Checked before anything is taken up: a rehearsal that cannot fire is refused.
+        item = notifier.item(run.run_id, rehearsal.seq)
+        rehearsal.check_reachable(None if item is None else item.state.value, run.run_id)
     if model is not None or recreate:
         run = notifier.redraft_with(run, model, recreate)
     failures = 0

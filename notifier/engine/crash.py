@@ -20,6 +20,8 @@ DRAFT_POINTS = ("after-chunk-intent", "after-batch-create", "mid-stream")
 ENV = "NOTIFIER_CRASH_AT"
 FREEZE_ENV = "NOTIFIER_FREEZE_AT"
 EXIT_STATUS = int(ExitCode.CRASHED)
+# Item states a run never sends from again: a rehearsal at one of these cannot fire.
+_SETTLED = ("sent", "failed", "expired", "suppressed")
 
 
 class CrashSpecError(BadInput):
@@ -62,6 +64,19 @@ class CrashPlan:
             f"{name}={self.point}:{self.seq} cannot fire: item {self.seq} of {what} will not "
             f"be sent, as {why}. Give the position of a row this run sends (`notifier send "
             f"{what} --dry-run` shows what it would plan); nothing was stored."
+        )
+
+    def check_reachable(self, state: str | None, run_id: str) -> None:
+        """CrashSpecError when `resume` (or a worker) cannot reach this point: run `run_id`
+        has no item SEQ (`state` None), or that item is settled and never sent again."""
+        if self.point not in POINTS or state not in (None, *_SETTLED):
+            return
+        why = f"it has no item {self.seq}" if state is None else f"its item {self.seq} is {state}"
+        name = FREEZE_ENV if self.freeze else ENV
+        raise CrashSpecError(
+            f"{name}={self.point}:{self.seq} cannot fire: run {run_id} never sends that item "
+            f"again, as {why}. Give the position of an item it still has to send (`notifier "
+            f"report {run_id} --state pending` lists them); nothing was changed."
         )
 
     def at(self, point: str, seqs: Iterable[int]) -> None:
