@@ -21,7 +21,7 @@ from notifier.content.template import Template, render_stream
 from notifier.domain import clock
 from notifier.domain.errors import BadInput, NextStep
 from notifier.domain.intent import CONTRACT_VERSION, new_key_nonce
-from notifier.domain.state_machine import RunState, RunTrigger
+from notifier.domain.state_machine import ItemState, RunState, RunTrigger
 from notifier.domain.suppression import address_keys
 from notifier.engine import crash
 from notifier.engine.membership import live_holder
@@ -236,7 +236,7 @@ def store_plan(
         def check() -> None:
             # Inside the plan's transaction: a CrashSpecError rolls the whole plan back.
             try:
-                state: str | None = store.queries.item(plan.run_id, rehearsal.seq).state.value
+                state: ItemState | None = store.queries.item(plan.run_id, rehearsal.seq).state
             except KeyError:
                 state = None
             rehearsal.check_planned(state, str(batch))

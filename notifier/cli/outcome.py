@@ -210,6 +210,8 @@ def error_message(exc: NotifierError, command: str | None = None) -> str:
         )
     if exc.then is NextStep.VERIFY:
         return f"{exc} `notifier verify{run}` names every change."
+    if exc.then is NextStep.LIST_PENDING:
+        return f"{exc} `notifier report{run} --state pending` lists them."
     if exc.then is NextStep.LIST_UNKNOWN:
         return f"{exc} `notifier report{run} --state unknown` lists its unknown items by id."
     if exc.then is NextStep.SEND_FIRST:

@@ -135,7 +135,7 @@ def _resume(
     if rehearsal is not None and not compose.unfrozen(run):
         # Checked before anything is taken up: a rehearsal that cannot fire is refused.
         item = notifier.item(run.run_id, rehearsal.seq)
-        rehearsal.check_reachable(None if item is None else item.state.value, run.run_id)
+        rehearsal.check_reachable(None if item is None else item.state, run.run_id)
     if model is not None or recreate:
         run = notifier.redraft_with(run, model, recreate)
     failures = 0

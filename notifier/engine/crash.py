@@ -11,7 +11,8 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from notifier.domain.errors import BadInput, ExitCode
+from notifier.domain.errors import BadInput, ExitCode, NextStep
+from notifier.domain.state_machine import ItemState
 
 POINTS = ("after-intent", "after-send", "after-receipt")
 # Drafting through Message Batches: after a chunk's intent is stored and after its
@@ -21,7 +22,7 @@ ENV = "NOTIFIER_CRASH_AT"
 FREEZE_ENV = "NOTIFIER_FREEZE_AT"
 EXIT_STATUS = int(ExitCode.CRASHED)
 # Item states a run never sends from again: a rehearsal at one of these cannot fire.
-_SETTLED = ("sent", "failed", "expired", "suppressed")
+_SETTLED = frozenset({ItemState.SENT, ItemState.FAILED, ItemState.EXPIRED, ItemState.SUPPRESSED})
 
 
 class CrashSpecError(BadInput):
@@ -45,39 +46,45 @@ class CrashPlan:
                 f"{self.point}:{max(1, items // 2)}; nothing was stored."
             )
 
-    def check_planned(self, state: str | None, what: str) -> None:
+    def check_planned(self, state: ItemState | None, what: str) -> None:
         """CrashSpecError when the item this point names is not one the run will send: `state`
         is its state as just stored (None: not planned, an earlier run delivered that row),
         `suppressed` never sent. The rehearsal would never fire and the run would look like
         it passed."""
-        if self.point not in POINTS or state == "pending":
+        if self.point not in POINTS or state is ItemState.PENDING:
             return
         why = (
             "its recipient is suppressed (stored, never sent)"
-            if state == "suppressed"
+            if state is ItemState.SUPPRESSED
             else "it is not planned (an earlier run delivered that row with the same content)"
             if state is None
-            else f"it is {state}"
+            else f"it is {state.value}"
         )
-        name = FREEZE_ENV if self.freeze else ENV
         raise CrashSpecError(
-            f"{name}={self.point}:{self.seq} cannot fire: item {self.seq} of {what} will not "
-            f"be sent, as {why}. Give the position of a row this run sends (`notifier send "
-            f"{what} --dry-run` shows what it would plan); nothing was stored."
+            f"{self._name}={self.point}:{self.seq} cannot fire: item {self.seq} of {what} will "
+            f"not be sent, as {why}. Give the position of a row this run sends; nothing was "
+            "stored."
         )
 
-    def check_reachable(self, state: str | None, run_id: str) -> None:
+    def check_reachable(self, state: ItemState | None, run_id: str) -> None:
         """CrashSpecError when `resume` (or a worker) cannot reach this point: run `run_id`
         has no item SEQ (`state` None), or that item is settled and never sent again."""
-        if self.point not in POINTS or state not in (None, *_SETTLED):
+        if self.point not in POINTS or (state is not None and state not in _SETTLED):
             return
-        why = f"it has no item {self.seq}" if state is None else f"its item {self.seq} is {state}"
-        name = FREEZE_ENV if self.freeze else ENV
-        raise CrashSpecError(
-            f"{name}={self.point}:{self.seq} cannot fire: run {run_id} never sends that item "
-            f"again, as {why}. Give the position of an item it still has to send (`notifier "
-            f"report {run_id} --state pending` lists them); nothing was changed."
+        why = (
+            f"it has no item {self.seq}"
+            if state is None
+            else f"its item {self.seq} is {state.value}"
         )
+        raise CrashSpecError(
+            f"{self._name}={self.point}:{self.seq} cannot fire: run {run_id} never sends that "
+            f"item again, as {why}. Give the position of an item it still has to send; nothing "
+            "was changed."
+        ).advise(NextStep.LIST_PENDING, run_id)
+
+    @property
+    def _name(self) -> str:
+        return FREEZE_ENV if self.freeze else ENV
 
     def at(self, point: str, seqs: Iterable[int]) -> None:
         """Die (or freeze) here if this is the planned point and the window holds the item."""
