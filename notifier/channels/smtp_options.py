@@ -181,7 +181,19 @@ def smtp_address(address: str) -> tuple[str, bool]:
         domain = wire
     if domain.startswith(".") or domain.endswith(".") or ".." in domain:
         raise ValueError("the domain is malformed")
-    return f"{local}@{domain}", not local.isascii()
+    wire = f"{local}@{domain}"
+    # smtplib puts every envelope address through email.utils.parseaddr (quoteaddr), which
+    # reads `x:ann@example.com` as a group and `ann@example.com:x` as a trailing word: the
+    # relay would get `<ann@example.com>`, an address the row and the suppression list know
+    # by another spelling.
+    import email.utils  # noqa: PLC0415 (loaded only when an smtp address is checked)
+
+    if email.utils.parseaddr(wire)[1] != wire:
+        raise ValueError(
+            "the relay would be given another address than this one (a `:` reads as a "
+            "group name); write the bare address"
+        )
+    return wire, not local.isascii()
 
 
 # What the channel reads from a definition when it is built (beyond the schema, which has
