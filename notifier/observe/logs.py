@@ -20,10 +20,12 @@ import logging
 import re
 import sys
 from collections.abc import Sequence
+from contextlib import suppress
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from notifier.domain import clock
+from notifier.domain.suppression import domain_key
 from notifier.observe import Observer, answer_outcome
 
 if TYPE_CHECKING:
@@ -133,8 +135,14 @@ class JsonLog(Observer):
 
 
 def _without_recipient(text: str, item: Item) -> str:
-    """`text` with the item's recipient (in any case, trimmed or not) as `<recipient>`."""
-    for form in {item.target, item.target.strip()}:
+    """`text` with the item's recipient (in any case, trimmed or not, and as the wire spells
+    an internationalised domain: punycode, which a relay's reply quotes) as `<recipient>`."""
+    forms = {item.target, item.target.strip()}
+    local, at, domain = item.target.strip().rpartition("@")
+    if at and not domain.isascii():
+        with suppress(UnicodeError, ValueError):
+            forms.add(f"{local}@{domain_key(domain)}")
+    for form in sorted(forms, key=len, reverse=True):
         if form:
             text = re.sub(re.escape(form), "<recipient>", text, flags=re.IGNORECASE)
     return text
