@@ -432,8 +432,15 @@ class SmtpChannel:
         ):
             if _PLAIN_HEADER.match(value) and len(name) + 2 + len(value) <= 78:
                 msg.set_raw(name, value)
-            else:
+                continue
+            try:
                 msg[name] = value
+            except ValueError as exc:  # an address part the header parser cannot carry
+                raise _smuggled(self.name, name, exc) from None
+            # The policy decodes RFC 2047 encoded words as it sets a header, and writes what
+            # they decode to: `=?utf-8?q?Hi=0D=0ABcc:_x?=` would be a line break on the wire.
+            if has_control(str(msg[name])):
+                raise _smuggled(self.name, name, None)
         msg.set_raw("X-Notifier-Key", key)
         msg.set_raw("X-Notifier-Intent-Digest", intent.intent_digest)
         for name, value in unsubscribe:
@@ -451,6 +458,17 @@ class SmtpChannel:
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _smuggled(channel: str, header: str, exc: ValueError | None) -> ChannelError:
+    """A header whose value decodes to a control character (an encoded word spelling a line
+    break): refused before any network traffic, as a raw one is."""
+    why = f" ({exc})" if exc is not None else ""
+    return ChannelError(
+        ErrorKind.PERMANENT,
+        f"smtp channel {channel!r}: the {header} holds an encoded word (=?…?=) that decodes to "
+        f"a control character (CR/LF header injection?){why}; refusing to send",
+    )
 
 
 def _dot_stuffed(data: bytes) -> bytes:

@@ -156,6 +156,10 @@ def smtp_address(address: str) -> tuple[str, bool]:
         raise ValueError("expected local@domain")
     if _ADDRESS_FORBIDDEN.search(value) or "@" in local or has_control(value):
         raise ValueError("spaces, quotes, brackets, commas or semicolons are not allowed")
+    if "=?" in value:
+        # The `To:` header is parsed, and an RFC 2047 encoded word decoded: the header would
+        # name another address than the envelope, or (decoded to a line break) none at all.
+        raise ValueError("`=?` (an encoded word a mail reader would decode) is not allowed")
     if not domain.isascii():
         try:
             wire = domain.encode("idna").decode("ascii")
