@@ -90,7 +90,7 @@ class SmtpChannel:
         # Read by the judge of a failed item (channels of other types lack it: off).
         self.suppress_on_reject: bool = SCHEMA.value(definition, "suppress_on_reject")
         host = definition.get("host")
-        if not isinstance(host, str) or not host.strip() or has_control(host):
+        if not isinstance(host, str) or not host.strip() or settings.host_problem(host):
             raise ChannelConfigError(f"{where}: set `host` to the SMTP server's name or address.")
         self.host = host.strip()
         self.use_ssl = settings.flag(where, definition, "ssl")

@@ -84,6 +84,19 @@ def _sender(value: str) -> str | None:
     return None
 
 
+def host_problem(value: str) -> str | None:
+    """Why `value` cannot be the relay's host name or address; it is never quoted back: a
+    host written as a URL with a login (`smtp://alice:PW@relay`) holds a password."""
+    if has_control(value):
+        return "must be one line"
+    if "@" in value or "/" in value:
+        return (
+            "must be the relay's host name or address alone (no `scheme://`, no `user:password@`); "
+            "its port goes in `port`, a login in `username_env` and `password_env`"
+        )
+    return None
+
+
 def _combined(definition: Any) -> list[str]:
     problems = []
     if definition.get("ssl") and definition.get("starttls"):
@@ -98,7 +111,7 @@ def _combined(definition: Any) -> list[str]:
 
 SCHEMA = o.Schema(
     {
-        "host": o.Option("str", required=True),
+        "host": o.Option("str", required=True, check=host_problem, shown=o.hidden),
         "port": o.Option("int", check=o.port),
         "sender": o.Option("str", required=True, check=_sender),
         "starttls": o.Option("bool", default=False),
