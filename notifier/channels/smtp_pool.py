@@ -26,6 +26,7 @@ from notifier.domain.answers import ChannelError, ErrorKind
 from notifier.domain.redact import redacted
 
 _REPLY_CHARS = 200  # how much of a server reply an error message quotes
+_QUIT_S = 5.0  # the longest a connection's QUIT is waited for when the pool closes
 
 
 class _Deadlines:
@@ -99,8 +100,8 @@ class Watchdog:
         self.fired = False
 
     @contextlib.contextmanager
-    def step(self) -> Iterator[None]:
-        armed = _DEADLINES.arm(self.seconds, self._fire)
+    def step(self, seconds: float | None = None) -> Iterator[None]:
+        armed = _DEADLINES.arm(self.seconds if seconds is None else seconds, self._fire)
         try:
             yield
         finally:
@@ -234,7 +235,12 @@ class Pool:
             if conn is None:
                 continue
             try:
-                with contextlib.suppress(smtplib.SMTPException, OSError):
+                # Bounded as every other step (a relay trickling its 221 would hold the
+                # command that is done), and shorter: nothing waits on the goodbye.
+                with (
+                    contextlib.suppress(smtplib.SMTPException, OSError),
+                    session.watchdog.step(min(session.watchdog.seconds, _QUIT_S)),
+                ):
                     conn.quit()
             finally:
                 session.drop()
