@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
+import re
 import smtplib
 import socket
 import ssl
@@ -26,6 +27,8 @@ from notifier.domain.answers import ChannelError, ErrorKind
 from notifier.domain.redact import redacted
 
 _REPLY_CHARS = 200  # how much of a server reply an error message quotes
+# C0 and C1 controls, DEL, and the Unicode line and paragraph separators.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _QUIT_S = 5.0  # the longest a connection's QUIT is waited for when the pool closes
 
 
@@ -150,8 +153,10 @@ class Relay:
         )
 
     def reply_text(self, reply: bytes) -> str:
+        """The reply as an error quotes it: one line, the secrets masked, cut to length, and
+        no control character (an escape sequence would act on the operator's terminal)."""
         text = " ".join(reply.decode("utf-8", "replace").split())
-        return self.scrub(text)[:_REPLY_CHARS]
+        return _CONTROL.sub("\ufffd", self.scrub(text))[:_REPLY_CHARS]
 
     def scrub(self, text: str) -> str:
         """Defence in depth: a server that echoes what it was sent must not leak a secret."""
