@@ -295,6 +295,13 @@ def _connect(relay: Relay, watchdog: Watchdog) -> smtplib.SMTP:
         raise relay.error(
             ErrorKind.NOT_SENT, "cannot connect", exc, fired=watchdog.fired, unreachable=True
         ) from exc
+    except Exception as exc:
+        # Anything else a greeting, EHLO, STARTTLS or login can raise: before MAIL FROM,
+        # so nothing was sent, never an uncertain request.
+        close_quietly(conn)
+        raise relay.error(
+            ErrorKind.NOT_SENT, "could not open a session", exc, fired=watchdog.fired
+        ) from None
     return conn
 
 
@@ -361,6 +368,14 @@ def _login(relay: Relay, conn: smtplib.SMTP, username: str, password: str) -> No
             ErrorKind.PERMANENT,
             f"smtp channel {name!r}: the username or password holds a character that is not "
             f"ASCII, which SMTP AUTH cannot carry; {check}",
+        ) from None
+    except ValueError:
+        # binascii.Error: a 334 challenge that is not base64. Not quoted (`from None` too):
+        # what smtplib says of it may carry the exchange.
+        raise ChannelError(
+            ErrorKind.PERMANENT,
+            f"smtp channel {name!r}: {host} answered the login with a challenge that is not "
+            "base64; nothing was sent",
         ) from None
     except smtplib.SMTPServerDisconnected:
         raise
