@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import shlex
 import sys
 import traceback
@@ -45,16 +46,28 @@ class _JsonFailure(click.ClickException):
     stderr (`error`, with the exit code and the message), not as prose a log pipeline
     cannot parse."""
 
+    bodies = False  # --log-bodies: the log may carry recipients
+
     def show(self, file: Any = None) -> None:
         at = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-        line = {"ts": at, "event": "error", "exit_code": self.exit_code, "message": self.message}
+        # No line of the log carries a recipient without --log-bodies (observe/logs.py): a
+        # refused file's message quotes its bad `to` cells, named here by their lines alone.
+        message = self.message if self.bodies else _ADDRESS.sub("<recipient>", self.message)
+        line = {"ts": at, "event": "error", "exit_code": self.exit_code, "message": message}
         click.echo(json.dumps(line, ensure_ascii=False, separators=(",", ":")), err=True)
 
 
+# Anything spelt like an e-mail address (local@domain.tld), as a `to` cell may be.
+_ADDRESS = re.compile(
+    r"(?<![^\s'\"`<>(),;:\[\]])"  # whole: not the user part of a URL (scheme://user@host)
+    r"[^\s'\"`<>(),;:\[\]/@]+@[^\s'\"`<>(),;:\[\]/@]+\.[A-Za-z][^\s'\"`<>(),;:\[\]/@]*"
+)
+
+
 @functools.cache
-def _json_exception_for(code: ExitCode) -> type[_JsonFailure]:
+def _json_exception_for(code: ExitCode, bodies: bool = False) -> type[_JsonFailure]:
     """A _JsonFailure class that exits with `code` (click reads exit_code from the class)."""
-    return type(f"JsonExit{int(code)}", (_JsonFailure,), {"exit_code": int(code)})
+    return type(f"JsonExit{int(code)}", (_JsonFailure,), {"exit_code": int(code), "bodies": bodies})
 
 
 def _json_logs(args: list[str]) -> bool:
@@ -120,12 +133,13 @@ class NotifierGroup(click.Group):
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         ctx.meta["json_errors"] = _json_logs(args)
+        ctx.meta["json_bodies"] = "--log-bodies" in args
         return super().parse_args(ctx, hoist_global_options(args))
 
     def _failure(self, ctx: click.Context, message: str, code: ExitCode) -> click.ClickException:
         message = suggesting(message)
         if ctx.meta.get("json_errors"):
-            return _json_exception_for(code)(message)
+            return _json_exception_for(code, ctx.meta.get("json_bodies", False))(message)
         return _Failure(message, code)
 
     def invoke(self, ctx: click.Context) -> Any:
