@@ -155,8 +155,10 @@ class Relay:
     def reply_text(self, reply: bytes) -> str:
         """The reply as an error quotes it: one line, the secrets masked, cut to length, and
         no control character (an escape sequence would act on the operator's terminal)."""
-        text = " ".join(reply.decode("utf-8", "replace").split())
-        return _CONTROL.sub("\ufffd", self.scrub(text))[:_REPLY_CHARS]
+        # Masked before the white space is folded: a secret holding two spaces in a row
+        # would no longer be found in the folded line.
+        text = " ".join(self.scrub(reply.decode("utf-8", "replace")).split())
+        return _CONTROL.sub("\ufffd", text)[:_REPLY_CHARS]
 
     def scrub(self, text: str) -> str:
         """Defence in depth: a server that echoes what it was sent must not leak a secret."""
