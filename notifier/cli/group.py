@@ -95,6 +95,7 @@ def _drop_stdout() -> None:
 # The global options, each taking a value: accepted after the subcommand too (as `gh` and
 # `llm` accept theirs), so `notifier status --db x.db` means what it says.
 _GLOBAL_OPTIONS = ("--db", "--config")
+_EXAMPLE_VALUE = {"--db": "receipts.db", "--config": "notifier.toml"}
 # Those this process was given on its command line, as words every suggested command repeats.
 _SUGGEST_WITH = "notifier.suggest_with"
 
@@ -116,6 +117,11 @@ def hoist_global_options(args: list[str]) -> list[str]:
         name = word.split("=", 1)[0]
         if name in _GLOBAL_OPTIONS:
             taken = args[i : i + 1] if "=" in word else args[i : i + 2]
+            if len(taken) == 1 and "=" not in word:
+                # Hoisted alone, it would take the command itself for its value.
+                raise click.UsageError(
+                    f"{name} requires a value, e.g. `{name} {_EXAMPLE_VALUE[name]}`."
+                )
             (front if command_seen else rest).extend(taken)
             i += len(taken)
             continue

@@ -84,3 +84,12 @@ def test_a_db_url_that_cannot_be_read_is_exit_2_naming_the_problem(ws: Workspace
     assert result.exit_code == 2, result.output
     assert "--db" in result.output and "URL" in result.output, result.output
     assert "internal error" not in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("option", ["--db", "--config"])
+def test_a_global_option_given_last_without_its_value_is_named(ws: Workspace, option: str) -> None:
+    """`notifier status --db` (the value forgotten) is exit 2 naming the option that needs
+    one, never the command taken for its value ("Missing command")."""
+    result = ws.invoke("status", option)
+    assert result.exit_code == 2, result.output
+    assert option in result.output and "requires a value" in result.output, result.output
