@@ -304,7 +304,7 @@ class BatchDrafting:
         """Store each result of the chunk's batch by custom_id (those already stored are
         left as they are), then mark the chunk done. Expired, canceled and transiently
         errored rows stay without a draft: a later chunk asks again."""
-        run_id, mine = self.run.run_id, f"{self.prefix}_{number}_"
+        run_id, mine = self.run.run_id, self._mine(number)
         tally = {"drafted": 0, "failed": 0, "again": 0}
         try:
             self._store_results(batch_id, mine, tally)
@@ -319,10 +319,17 @@ class BatchDrafting:
 
     def _store_results(self, batch_id: str, mine: str, tally: dict[str, int]) -> None:
         run_id = self.run.run_id
+        [chunk] = [c for c in self.store.chunks.chunks(run_id) if mine == self._mine(c.chunk)]
+        own = {str(seq): seq for seq in chunk.seqs}
         for entry in self._call(lambda: self.client.messages.batches.results(batch_id)):
             if not entry.custom_id.startswith(mine):
                 continue
-            seq = int(entry.custom_id.removeprefix(mine))
+            # Only a row this chunk asked for, named exactly as it was asked: a result for
+            # another chunk's row, or no row at all, is no draft of any row (a bad answer).
+            seq = own.get(entry.custom_id.removeprefix(mine))
+            if seq is None:
+                tally["ignored"] = tally.get("ignored", 0) + 1
+                continue
             result = entry.result
             if result.type == "succeeded":
                 try:
@@ -347,6 +354,10 @@ class BatchDrafting:
             self._check_interrupted()  # the chunk stays submitted: resume reads it again
 
     # ------------------------------------------------------------------ helpers
+
+    def _mine(self, number: int) -> str:
+        """The custom_id prefix of chunk `number`'s requests (a row's seq follows it)."""
+        return f"{self.prefix}_{number}_"
 
     def _requests(self, number: int, seqs: Sequence[int], model: str) -> list[Request]:
         settings = Settings(self.settings.brief, model, self.settings.columns, True)
