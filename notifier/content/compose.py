@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass
@@ -27,7 +26,7 @@ from notifier.content import schedule
 from notifier.content.batch_csv import BatchRow
 from notifier.content.plan import Plan, make_plan, source_identity
 from notifier.content.template import Template, from_sources, render_row, render_rows
-from notifier.content.text_rules import text_problems
+from notifier.content.text_rules import LINE_BREAKS, text_problems
 from notifier.domain import clock
 from notifier.domain.chain import UNKEYED, ChainKind
 from notifier.domain.errors import BadInput, NeedsAttention, NextStep, NotifierError, Refused
@@ -202,7 +201,7 @@ def check_draft_text(subject: str, body: str) -> tuple[str, str]:
     """Drafted text under the rules every notification's text is held to (text_rules;
     DraftRejected saying which broke), a subject's line breaks folded first, and neither
     empty."""
-    subject = " ".join(re.split(r"[ \t\r\n]+", subject.strip()))
+    subject = " ".join(LINE_BREAKS.split(subject)).strip()
     body = body.replace("\r\n", "\n")
     if not subject or not body.strip():
         raise DraftRejected("malformed answer: the subject or the body is empty")

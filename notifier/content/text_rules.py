@@ -3,9 +3,12 @@
 time (batch_csv.py, template.py, compose.py), so what an approver previews is what is sent.
 
 - A recipient or subject carries no line break or other control character: one could
-  smuggle extra headers into an e-mail or a webhook log line.
+  smuggle extra headers into an e-mail or a webhook log line. Unicode's count: the C1
+  controls (U+0080-U+009F, NEL among them) and the line and paragraph separators (U+2028,
+  U+2029), which end a line for Python's own e-mail headers (`str.splitlines`).
 - A body carries no control character but tab, newline and carriage return: a NUL or an
-  ESC would travel raw in a 7-bit message, and a terminal would act on it, not show it.
+  ESC would travel raw in a 7-bit message, and a terminal would act on it, not show it
+  (as it does on CSI, U+009B, the one-character form of ESC [).
 - A subject fits one RFC 5322 line (998 characters); a body, the longest CSV field."""
 
 from __future__ import annotations
@@ -18,8 +21,11 @@ import re
 MAX_FIELD_CHARS = 4 * 1024 * 1024
 MAX_SUBJECT_CHARS = 998
 MAX_BODY_CHARS = MAX_FIELD_CHARS
-CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-BODY_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+BODY_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+# The line breaks a drafted subject is folded at (compose.check_draft_text): ASCII's and
+# Unicode's (NEL, the line and paragraph separators), with the spaces around them.
+LINE_BREAKS = re.compile(r"[ \t\r\n\x85\u2028\u2029]+")
 
 
 def first(pattern: re.Pattern[str], text: str) -> str:

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from notifier.content import text_rules
 from notifier.content.batch_csv import BatchError, read_batch
 
 from ..conftest import Workspace
@@ -134,9 +135,10 @@ CELL = st.text(
     alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="\x00\r"),
     max_size=30,
 )
-ONE_LINE = CELL.map(lambda s: "".join(c for c in s if c >= " " and c != "\x7f"))
+# No control character, C0 or C1, nor a line or paragraph separator (text_rules.py).
+ONE_LINE = CELL.map(lambda s: "".join(c for c in s if not text_rules.CONTROL.match(c)))
 # A body may hold tabs and line breaks, no other control character (text_rules.py).
-BODY = CELL.map(lambda s: "".join(c for c in s if (c >= " " and c != "\x7f") or c in "\t\n"))
+BODY = CELL.map(lambda s: "".join(c for c in s if not text_rules.BODY_CONTROL.match(c)))
 
 
 @settings(max_examples=150, deadline=None)
