@@ -3,8 +3,11 @@ every row while planning, so the digest covers exactly the rendered text (docs/d
 section 10).
 
 The environment is sandboxed (a template cannot reach Python internals through attribute
-access), undefined variables raise instead of rendering as empty strings (a typo must not send
-"Dear ," to a thousand people), and autoescaping is off: the output is plain text, not HTML.
+access), deterministic (no `random` filter, no `lipsum()`, and a value whose text would
+differ between processes, such as a function printed uncalled, is refused: a row without an
+`id` is the same row only by its rendered content), undefined variables raise instead of
+rendering as empty strings (a typo must not send "Dear ," to a thousand people), and
+autoescaping is off: the output is plain text, not HTML.
 
 Jinja2 is imported inside the functions that use it, so that only a command given a template
 pays the start-up time of loading it.
@@ -53,15 +56,49 @@ class Template:
         return {"subject": self.subject_source, "body": self.body_source}
 
 
+# What a `{{ … }}` may print: text, numbers, and lists or mappings of them, whose text is
+# the same in every process. Anything else (a function not called, `{{ name.upper }}`, or
+# an object) prints with its memory address: a new text at each send.
+_PRINTABLE = (str, int, float, type(None))
+
+
+def _printable(value: Any) -> bool:
+    if isinstance(value, _PRINTABLE):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_printable(v) for v in value)
+    if isinstance(value, dict):
+        return all(_printable(k) and _printable(v) for k, v in value.items())
+    return False
+
+
+def _finalize(value: Any) -> Any:
+    """Every printed value, checked: the rendering must be the same at every send, since a
+    row without an `id` is the same row only by its content (plan.make_plan)."""
+    import jinja2  # noqa: PLC0415 (start-up time)
+
+    if isinstance(value, jinja2.Undefined) or _printable(value):
+        return value
+    raise jinja2.TemplateRuntimeError(
+        f"it prints a {type(value).__name__}, not text (a function not called? add the parentheses)"
+    )
+
+
 def _environment() -> SandboxedEnvironment:
     import jinja2  # noqa: PLC0415 (start-up time: see the module docstring)
     from jinja2.sandbox import SandboxedEnvironment  # noqa: PLC0415
 
-    return SandboxedEnvironment(
+    env = SandboxedEnvironment(
         undefined=jinja2.StrictUndefined,
         autoescape=False,  # plain-text notifications, not HTML
         keep_trailing_newline=True,
+        finalize=_finalize,
     )
+    # A row is rendered the same at every send (its content is its identity without an
+    # `id`): nothing random. A template using them is refused (exit 2, nothing stored).
+    del env.filters["random"]
+    del env.globals["lipsum"]
+    return env
 
 
 def from_sources(subject: str, body: str, where: str) -> Template:
