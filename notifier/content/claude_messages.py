@@ -15,6 +15,7 @@ import os
 import threading
 from collections.abc import Mapping
 from contextlib import suppress
+from typing import TypeGuard
 
 import anthropic
 import tenacity
@@ -192,22 +193,41 @@ def without_key(text: str) -> str:
 
 def parse(message: Message) -> Draft:
     """The tool call's input as a Draft, or DraftRejected saying what was wrong (carrying
-    the answer's usage: an unusable answer is paid for all the same)."""
-    usage = (message.model, message.usage.input_tokens, message.usage.output_tokens)
+    the answer's usage: an unusable answer is paid for all the same). The answer is read as
+    a server's, not trusted to be the Message the SDK describes: an answer of another shape
+    (no usage, no content, not an object at all) fails its row, never the command."""
+    usage = _usage(message)
     try:
-        return _parse(message)
+        return _parse(message, usage)
     except DraftRejected as exc:
         raise DraftRejected(str(exc), usage) from None
 
 
-def _parse(message: Message) -> Draft:
+def _usage(message: object) -> tuple[str, int, int] | None:
+    """(model, tokens in, tokens out), or None when the answer does not say them as such."""
+    model = getattr(message, "model", None)
+    usage = getattr(message, "usage", None)
+    given, taken = getattr(usage, "input_tokens", None), getattr(usage, "output_tokens", None)
+    if isinstance(model, str) and _count(given) and _count(taken):
+        return model, given, taken
+    return None
+
+
+def _count(n: object) -> TypeGuard[int]:
+    return isinstance(n, int) and not isinstance(n, bool) and n >= 0
+
+
+def _parse(message: Message, usage: tuple[str, int, int] | None) -> Draft:
+    content = getattr(message, "content", None)
+    if not isinstance(content, list):
+        raise DraftRejected("malformed answer: it is not a message with content blocks")
     calls = [
         block
-        for block in message.content
-        if block.type == "tool_use" and getattr(block, "name", None) == TOOL_NAME
+        for block in content
+        if getattr(block, "type", None) == "tool_use" and getattr(block, "name", None) == TOOL_NAME
     ]
     if not calls:
-        kinds = ", ".join(block.type for block in message.content) or "nothing"
+        kinds = ", ".join(str(getattr(block, "type", "?")) for block in content) or "nothing"
         raise DraftRejected(f"malformed answer: no {TOOL_NAME} tool call (got {kinds})")
     given = getattr(calls[0], "input", None)
     if not isinstance(given, Mapping):
@@ -215,8 +235,10 @@ def _parse(message: Message) -> Draft:
     subject, body = given.get("subject"), given.get("body")
     if not isinstance(subject, str) or not isinstance(body, str):
         raise DraftRejected("malformed answer: the tool input lacks a text subject and body")
+    if usage is None:
+        raise DraftRejected("malformed answer: it does not say its model and token usage")
     # A subject is one line (it becomes an e-mail header): a line break the model put in
     # it is folded rather than refused; control characters are refused, as in a CSV.
     subject, body = check_draft_text(subject, body)
-    usage = message.usage
-    return Draft(subject, body, message.model, usage.input_tokens, usage.output_tokens)
+    model, input_tokens, output_tokens = usage
+    return Draft(subject, body, model, input_tokens, output_tokens)
