@@ -6,7 +6,7 @@ stays open, so that `cancel` run again finishes it rather than claiming what it 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -23,6 +23,18 @@ def custom_prefix(run: Run) -> str:
     """The run's part of every custom_id: its key nonce, letters and digits only (custom_ids
     are 1-64 characters of [A-Za-z0-9_-]); `{prefix}_{chunk}_{seq}` stays under 40."""
     return "n" + re.sub(r"[^A-Za-z0-9]", "", run.key_nonce or run.run_id)[:16]
+
+
+def custom_id_of(entry: object) -> str | None:
+    """A results line's custom_id, or None when the line has none as text (a bad answer:
+    the SDK builds its objects without checking them)."""
+    custom_id = getattr(entry, "custom_id", None)
+    return custom_id if isinstance(custom_id, str) else None
+
+
+def carries(results: Iterable[object], mine: str) -> bool:
+    """Whether any line of a batch's results has a custom_id starting with `mine`."""
+    return any((custom_id_of(r) or "").startswith(mine) for r in results)
 
 
 def nothing_made(exc: anthropic.APIError) -> bool:
@@ -123,7 +135,7 @@ def _cancel_maybe_ours(
     for batch_id in listed_since(client, since, chunk.request_count):
         batch = client.messages.batches.retrieve(batch_id)
         if batch.processing_status == "ended":
-            if any(r.custom_id.startswith(mine) for r in client.messages.batches.results(batch_id)):
+            if carries(client.messages.batches.results(batch_id), mine):
                 say(f"chunk {chunk.chunk}: batch {batch_id} was its own and has ended")
             continue
         say(f"chunk {chunk.chunk}: batch {batch_id} may be its own (still running): cancelling")

@@ -30,6 +30,8 @@ from anthropic.types.messages.batch_create_params import Request
 from notifier.content.batch_csv import BatchRow
 from notifier.content.claude_batch_api import (
     cancel_batches,
+    carries,
+    custom_id_of,
     custom_prefix,
     listed_since,
     nothing_made,
@@ -260,7 +262,7 @@ class BatchDrafting:
         for batch_id in candidates:
             self.say(f"chunk {number}: batch {batch_id} may be its own; reading its results")
             self._wait_ended(batch_id)  # only its results can tell, once it has ended
-            if any(r.custom_id.startswith(mine) for r in self._results(batch_id)):
+            if carries(self._results(batch_id), mine):
                 return batch_id
         return None
 
@@ -298,7 +300,10 @@ class BatchDrafting:
         ).advise(NextStep.CANCEL_AGAIN, run_id)
 
     def _results(self, batch_id: str) -> Iterable[MessageBatchIndividualResponse]:
-        return self._call(lambda: list(self.client.messages.batches.results(batch_id)))
+        try:
+            return self._call(lambda: list(self.client.messages.batches.results(batch_id)))
+        except ValueError as exc:  # a line that is not JSON
+            raise _unreadable(batch_id, exc) from exc
 
     def _stream(self, number: int, batch_id: str) -> None:
         """Store each result of the chunk's batch by custom_id (those already stored are
@@ -313,6 +318,8 @@ class BatchDrafting:
                 f"the results of batch {batch_id} (chunk {number}) broke off ({exc}); the "
                 "results read are stored"
             ).advise(NextStep.RESUME_READS_AGAIN) from exc
+        except ValueError as exc:  # a line that is not JSON: the API's bad answer
+            raise _unreadable(batch_id, exc) from exc
         note = ", ".join(f"{n} {k}" for k, n in tally.items())
         self.store.chunks.end_chunk(run_id, number, "done", note, self.lease.version)
         self.say(f"chunk {number}: results stored ({note})")
@@ -322,18 +329,23 @@ class BatchDrafting:
         [chunk] = [c for c in self.store.chunks.chunks(run_id) if mine == self._mine(c.chunk)]
         own = {str(seq): seq for seq in chunk.seqs}
         for entry in self._call(lambda: self.client.messages.batches.results(batch_id)):
-            if not entry.custom_id.startswith(mine):
+            custom_id = custom_id_of(entry)
+            if custom_id is None or not custom_id.startswith(mine):
                 continue
             # Only a row this chunk asked for, named exactly as it was asked: a result for
             # another chunk's row, or no row at all, is no draft of any row (a bad answer).
-            seq = own.get(entry.custom_id.removeprefix(mine))
+            seq = own.get(custom_id.removeprefix(mine))
             if seq is None:
                 tally["ignored"] = tally.get("ignored", 0) + 1
                 continue
-            result = entry.result
-            if result.type == "succeeded":
+            # Read as the server's answer, whatever its shape: a result without its type or
+            # error leaves its row undrafted, for a later chunk to ask again.
+            result = getattr(entry, "result", None)
+            kind = getattr(result, "type", None)
+            error = getattr(getattr(result, "error", None), "error", None)
+            if kind == "succeeded":
                 try:
-                    draft = parse(result.message)
+                    draft = parse(getattr(result, "message", None))  # type: ignore[arg-type]
                 except DraftRejected as exc:
                     if self.store.drafts.fail_result(run_id, seq, str(exc), exc.usage):
                         self.advance(1)
@@ -342,11 +354,9 @@ class BatchDrafting:
                     if self.store.drafts.save_result(run_id, seq, _as_dict(draft)):
                         self.advance(1)
                     tally["drafted"] += 1
-            elif result.type == "errored" and result.error.error.type in PERMANENT_ERRORS:
-                error = result.error.error
-                self.store.drafts.fail_result(
-                    run_id, seq, f"{error.type}: {without_key(error.message)}"
-                )
+            elif kind == "errored" and (why := getattr(error, "type", None)) in PERMANENT_ERRORS:
+                said = getattr(error, "message", None)
+                self.store.drafts.fail_result(run_id, seq, f"{why}: {without_key(str(said))}")
                 tally["failed"] += 1
             else:
                 tally["again"] += 1  # expired, canceled, or a transient error
@@ -439,6 +449,13 @@ def _stopped(exc: anthropic.APIError) -> ComposeStopped:
     return ComposeStopped(
         f"cannot reach the Message Batches API ({exc}); drafting stopped with every chunk recorded"
     ).advise(NextStep.RESUME_DRAFTING)
+
+
+def _unreadable(batch_id: str, exc: ValueError) -> ComposeStopped:
+    return ComposeStopped(
+        f"the results of batch {batch_id} are not the JSON Lines the API describes ({exc}); "
+        "the results read before are stored, the rows without a draft stay undrafted"
+    ).advise(NextStep.RESUME_READS_AGAIN)
 
 
 def _digest(requests: list[Request]) -> str:
