@@ -50,7 +50,11 @@ def dry_run_drafts(
         if isinstance(draft, str):
             click.echo(f"    {draft}")
             continue
-        final = compose.apply_draft(row, asdict(draft), template)
+        try:
+            final = compose.apply_draft(row, asdict(draft), template)
+        except compose.DraftRejected as exc:  # the template renders it against the rules
+            click.echo(f"    draft failed: {exc}")
+            continue
         click.echo(f"    subject: {final.subject}")
         for n, text in enumerate(final.body.splitlines() or [""]):
             click.echo(("    body:    " if n == 0 else "             ") + text)

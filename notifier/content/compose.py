@@ -351,6 +351,8 @@ def first_drafts(
             shown.append((row, drafter.draft(row)))
         except DraftRejected as exc:
             shown.append((row, f"draft failed: {exc}"))
+        except DraftDeferred as exc:  # the API gave none through every retry
+            shown.append((row, f"no draft: the Messages API {exc.why.value} ({exc})"))
     return shown
 
 
