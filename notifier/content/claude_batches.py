@@ -397,13 +397,19 @@ class BatchDrafting:
             reraise=True,
         )
         try:
-            return retrying(lambda: self.client.messages.batches.create(requests=requests))
+            batch = retrying(lambda: self.client.messages.batches.create(requests=requests))
         except anthropic.APIError as exc:
             if self.interrupted.signalled:
                 raise _Interrupted from exc  # the chunk stays creating: resume asks
             if nothing_made(exc):
                 raise _stopped(exc) from exc
             raise _CreateInDoubt(without_key(str(exc))) from exc
+        # A 200 whose body is no batch (no id, or not JSON: the SDK builds its objects
+        # without checking them) proves nothing either way: a batch may have been made.
+        batch_id = getattr(batch, "id", None)
+        if not isinstance(batch_id, str) or not batch_id:
+            raise _CreateInDoubt("the API answered without a batch id")
+        return batch
 
     def _call(self, action: Callable[[], T]) -> T:
         """One API call, transient failures retried honouring retry-after; a refused key
