@@ -48,19 +48,31 @@ def nothing_made(exc: anthropic.APIError) -> bool:
 
 
 def listed_since(client: anthropic.Anthropic, since: datetime, count: int) -> list[str]:
-    """Batches created since `since` with `count` requests, newest first."""
+    """Batches created since `since` with `count` requests, newest first. A batch whose
+    creation time or request counts the listing does not give (a bad answer: the SDK
+    builds its objects without checking them) may be one of them: only its results can
+    tell, so it is listed too."""
     found = []
     for batch in client.messages.batches.list(limit=100):
-        if batch.created_at < since:
+        batch_id = getattr(batch, "id", None)
+        created = getattr(batch, "created_at", None)
+        if isinstance(created, datetime) and created < since:
             break
-        counts = batch.request_counts
-        total = (
-            counts.processing + counts.succeeded + counts.errored + counts.canceled
-            + counts.expired
-        )  # fmt: skip
-        if total == count:
-            found.append(batch.id)
+        total = _requests_in(getattr(batch, "request_counts", None))
+        if isinstance(batch_id, str) and batch_id and total in (None, count):
+            found.append(batch_id)
     return found
+
+
+def _requests_in(counts: object) -> int | None:
+    """How many requests a batch's counts add up to; None when they are not all numbers."""
+    total = 0
+    for kind in ("processing", "succeeded", "errored", "canceled", "expired"):
+        n = getattr(counts, kind, None)
+        if not isinstance(n, int):
+            return None
+        total += n
+    return total
 
 
 @dataclass(frozen=True)
