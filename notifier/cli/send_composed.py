@@ -23,7 +23,15 @@ if TYPE_CHECKING:
 
 
 def read_brief(path: Path) -> str:
-    brief = path.read_text("utf-8").strip()
+    try:
+        brief = path.read_text("utf-8").strip()
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read the brief ({exc.strerror}).") from exc
+    except UnicodeDecodeError as exc:
+        raise BadInput(
+            f"{path}: the brief is not UTF-8 text ({exc.reason} at byte {exc.start}); save it "
+            "as UTF-8 and run the command again. Nothing was stored."
+        ) from exc
     if not brief:
         raise BadInput(f"{path}: the brief is empty: say what the notifications should say.")
     return brief
