@@ -273,8 +273,16 @@ class BatchDrafting:
         wait = self.poll_first
         while True:
             batch = self._call(lambda: self.client.messages.batches.retrieve(batch_id))
-            if batch.processing_status == "ended":
+            status = getattr(batch, "processing_status", None)
+            if status == "ended":
                 return batch
+            if not isinstance(status, str) or not status:
+                # No batch (the SDK builds its objects without checking them): nothing to
+                # wait for, and nothing known; the chunk stays as it is, for resume to ask.
+                raise ComposeStopped(
+                    f"the Message Batches API answered the status of batch {batch_id} with "
+                    "something that is not a batch; drafting stopped with every chunk recorded"
+                ).advise(NextStep.RESUME_DRAFTING)
             self._check_interrupted()
             if self.store.core.get_run(self.run.run_id).cancel_requested_at:
                 raise self._cancel_open()
