@@ -42,6 +42,7 @@ from notifier.content.claude_messages import (
     _transient,
     _wait_honouring_retry_after,
     parse,
+    stop_on_long_retry_after,
     without_key,
 )
 from notifier.content.claude_messages import request_params as params_of
@@ -399,7 +400,11 @@ class BatchDrafting:
         any other 4xx stops drafting; anything else is in doubt (_CreateInDoubt)."""
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception_type(anthropic.RateLimitError),
-            stop=tenacity.stop_after_attempt(8) | _UntilSignalled(self.interrupted),
+            stop=(
+                tenacity.stop_after_attempt(8)
+                | _UntilSignalled(self.interrupted)
+                | stop_on_long_retry_after
+            ),
             wait=_wait_honouring_retry_after,
             sleep=self._sleep,
             reraise=True,
@@ -424,7 +429,11 @@ class BatchDrafting:
         stops drafting for every row."""
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception(_transient),
-            stop=tenacity.stop_after_attempt(8) | _UntilSignalled(self.interrupted),
+            stop=(
+                tenacity.stop_after_attempt(8)
+                | _UntilSignalled(self.interrupted)
+                | stop_on_long_retry_after
+            ),
             wait=_wait_honouring_retry_after,
             sleep=self._sleep,
             reraise=True,

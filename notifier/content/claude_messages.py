@@ -11,6 +11,7 @@ SDK costs about a second, which no other command should pay.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections.abc import Mapping
@@ -44,6 +45,7 @@ from notifier.domain.redact import redacted
 MAX_ATTEMPTS = 5
 MAX_TOKENS = 1024
 BACKOFF = tenacity.wait_random_exponential(multiplier=0.5, max=30)
+LONG_RETRY_AFTER_S = 300.0  # a longer Retry-After leaves the row (or the chunk) for resume
 TOOL_NAME = "notification_draft"
 TOOL: ToolParam = {
     "name": TOOL_NAME,
@@ -87,6 +89,7 @@ class Drafter:
             stop=(
                 tenacity.stop_after_attempt(MAX_ATTEMPTS)
                 | tenacity.stop_when_event_set(self.stopping)
+                | stop_on_long_retry_after
             ),
             wait=_wait_honouring_retry_after,
             sleep=self._sleep,
@@ -166,14 +169,36 @@ def _transient(exc: BaseException) -> bool:
     return isinstance(exc, anthropic.APIConnectionError)
 
 
-def _wait_honouring_retry_after(state: RetryCallState) -> float:
-    wait = float(BACKOFF(state))
+def _retry_after(state: RetryCallState) -> float | None:
+    """The seconds the last answer's Retry-After asks for; None without one as a number (an
+    HTTP-date: the backoff stands)."""
     error = state.outcome.exception() if state.outcome else None
     if isinstance(error, anthropic.APIStatusError):
         header = error.response.headers.get("retry-after")
-        with suppress(ValueError):  # an HTTP-date: the backoff stands
-            wait = max(wait, float(header)) if header else wait
+        with suppress(ValueError):
+            return float(header) if header else None
+    return None
+
+
+def _wait_honouring_retry_after(state: RetryCallState) -> float:
+    wait = float(BACKOFF(state))
+    after = _retry_after(state)
+    if after is not None and math.isfinite(after):
+        wait = max(wait, after)
     return waits.scaled(wait)  # the test switch (waits.py)
+
+
+class _StopOnLongRetryAfter(tenacity.stop.stop_base):
+    """No retry when the answer asks for a longer wait than drafting makes (or one that is
+    no number of seconds at all, `inf`): the API asks to come back later, so the row is left
+    for `resume`, as a long Retry-After pauses a send."""
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        after = _retry_after(retry_state)
+        return after is not None and not after <= LONG_RETRY_AFTER_S
+
+
+stop_on_long_retry_after = _StopOnLongRetryAfter()
 
 
 def _api_message(exc: anthropic.APIStatusError) -> str:
