@@ -25,7 +25,7 @@ TOOL_NAME = "notification_draft"
 @dataclass(frozen=True)
 class Canned:
     status: int
-    body: dict[str, Any]
+    body: Any  # a JSON document (an object, or anything else a broken server answers)
     headers: dict[str, str] = field(default_factory=dict)
 
 
