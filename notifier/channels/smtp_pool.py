@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
-import re
 import smtplib
 import socket
 import ssl
@@ -23,12 +22,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from notifier.channels import smtp_replies as replies
+from notifier.channels.smtp_options import has_control
 from notifier.domain.answers import ChannelError, ErrorKind
 from notifier.domain.redact import redacted
 
 _REPLY_CHARS = 200  # how much of a server reply an error message quotes
-# C0 and C1 controls, DEL, and the Unicode line and paragraph separators.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _QUIT_S = 5.0  # the longest a connection's QUIT is waited for when the pool closes
 
 
@@ -158,7 +156,7 @@ class Relay:
         # Masked before the white space is folded: a secret holding two spaces in a row
         # would no longer be found in the folded line.
         text = " ".join(self.scrub(reply.decode("utf-8", "replace")).split())
-        return _CONTROL.sub("\ufffd", text)[:_REPLY_CHARS]
+        return "".join("\ufffd" if has_control(ch) else ch for ch in text[:_REPLY_CHARS])
 
     def scrub(self, text: str) -> str:
         """Defence in depth: a server that echoes what it was sent must not leak a secret."""
