@@ -382,3 +382,15 @@ class FakeBatches(FakeMessages):
                 return error(404, "not_found_error", "results are not ready")
             return Canned(200, {"jsonl": "".join(json.dumps(x) + "\n" for x in lines)})
         return super().on_get(path)
+
+
+@contextmanager
+def serving(monkeypatch: Any, server: FakeMessages) -> Iterator[FakeMessages]:
+    """`server` running, the Anthropic SDK pointed at it with the test key, Message Batches
+    chunks of 2 rows polled 10 ms apart: what every test of batch drafting starts from."""
+    with server.running():
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+        monkeypatch.setenv("NOTIFIER_BATCH_CHUNK_ROWS", "2")
+        monkeypatch.setenv("NOTIFIER_BATCH_POLL_S", "0.01")
+        yield server

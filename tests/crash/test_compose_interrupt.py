@@ -20,18 +20,14 @@ import pytest
 
 from ..conftest import DB_ERRORS, Workspace, default_sigint, wait_for
 from ..engine.test_compose import batch, brief
-from ..fake_messages import KEY, FakeBatches, FakeMessages
+from ..fake_messages import FakeBatches, FakeMessages, serving
 
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeBatches]:
     """The fake API (batch endpoints too), the SDK pointed at it, polls 10 ms apart."""
     server = FakeBatches()
-    with server.running():
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
-        monkeypatch.setenv("NOTIFIER_BATCH_CHUNK_ROWS", "2")
-        monkeypatch.setenv("NOTIFIER_BATCH_POLL_S", "0.01")
+    with serving(monkeypatch, server):
         yield server
 
 

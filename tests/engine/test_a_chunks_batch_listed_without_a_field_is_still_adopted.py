@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from ..conftest import Workspace
-from ..fake_messages import KEY, Canned, FakeBatches, error
+from ..fake_messages import Canned, FakeBatches, error, serving
 from .test_compose import batch, brief
 
 pytestmark = pytest.mark.timeout(60)
@@ -43,11 +43,7 @@ class LosesCreateAndListsWithout(FakeBatches):
 
 
 def serve(monkeypatch: pytest.MonkeyPatch, server: FakeBatches) -> Iterator[FakeBatches]:
-    with server.running():
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
-        monkeypatch.setenv("NOTIFIER_BATCH_CHUNK_ROWS", "2")
-        monkeypatch.setenv("NOTIFIER_BATCH_POLL_S", "0.01")
+    with serving(monkeypatch, server):
         yield server
 
 

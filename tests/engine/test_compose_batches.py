@@ -18,7 +18,7 @@ import pytest
 from notifier.domain.intent import intent_digest
 
 from ..conftest import DB_ERRORS, Workspace
-from ..fake_messages import KEY, Canned, FakeBatches, error, text_only_answer
+from ..fake_messages import KEY, Canned, FakeBatches, error, serving, text_only_answer
 from ..support.crashed import crash_invoke
 from .test_compose import batch, brief
 
@@ -30,11 +30,7 @@ ROWS = [f"u{i}" for i in range(1, 6)]
 def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeBatches]:
     """The fake API with batch endpoints; chunks of 2 rows, polls 10 ms apart."""
     server = FakeBatches()
-    with server.running():
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
-        monkeypatch.setenv("NOTIFIER_BATCH_CHUNK_ROWS", "2")
-        monkeypatch.setenv("NOTIFIER_BATCH_POLL_S", "0.01")
+    with serving(monkeypatch, server):
         yield server
 
 
@@ -210,11 +206,7 @@ class LosesCreateAnswers(FakeBatches):
 
 
 def serve(monkeypatch: pytest.MonkeyPatch, server: FakeBatches) -> Iterator[FakeBatches]:
-    with server.running():
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
-        monkeypatch.setenv("NOTIFIER_BATCH_CHUNK_ROWS", "2")
-        monkeypatch.setenv("NOTIFIER_BATCH_POLL_S", "0.01")
+    with serving(monkeypatch, server):
         yield server
 
 
