@@ -8,58 +8,41 @@ item of the run unknown."""
 from __future__ import annotations
 
 import socket
-import threading
 from collections.abc import Iterator
-from contextlib import suppress
 
 import pytest
 
 from ..conftest import Workspace, make_rows
+from ..support.smtp import RawSmtpPeer
 
 pytestmark = [pytest.mark.both_stores, pytest.mark.timeout(60)]
 
 
-class GarbledChallenge:
+class GarbledChallenge(RawSmtpPeer):
     """A raw SMTP peer on 127.0.0.1 offering AUTH PLAIN LOGIN and answering every AUTH line
     with a 334 whose challenge is not base64; it never gets as far as MAIL."""
 
     def __init__(self) -> None:
-        self.stopping = threading.Event()
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
         self.mails = 0
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__()
 
-    def _accept(self) -> None:
-        while not self.stopping.is_set():
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
+    def serve(self, conn: socket.socket) -> None:
+        reader = conn.makefile("rb")
+        conn.sendall(b"220 garbled.example ESMTP\r\n")
+        while line := reader.readline():
+            verb = line[:4].upper()
+            if verb in (b"EHLO", b"HELO"):
+                conn.sendall(b"250-garbled.example\r\n250 AUTH PLAIN LOGIN\r\n")
+            elif verb == b"AUTH":
+                conn.sendall(b"334 abc\r\n")
+            elif verb == b"MAIL":
+                self.mails += 1
+                conn.sendall(b"250 ok\r\n")
+            elif verb == b"QUIT":
+                conn.sendall(b"221 bye\r\n")
                 return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        with conn, suppress(OSError):
-            reader = conn.makefile("rb")
-            conn.sendall(b"220 garbled.example ESMTP\r\n")
-            while line := reader.readline():
-                verb = line[:4].upper()
-                if verb in (b"EHLO", b"HELO"):
-                    conn.sendall(b"250-garbled.example\r\n250 AUTH PLAIN LOGIN\r\n")
-                elif verb == b"AUTH":
-                    conn.sendall(b"334 abc\r\n")
-                elif verb == b"MAIL":
-                    self.mails += 1
-                    conn.sendall(b"250 ok\r\n")
-                elif verb == b"QUIT":
-                    conn.sendall(b"221 bye\r\n")
-                    return
-                else:
-                    conn.sendall(b"500 no\r\n")
-
-    def stop(self) -> None:
-        self.stopping.set()
-        self.listener.close()
+            else:
+                conn.sendall(b"500 no\r\n")
 
 
 @pytest.fixture

@@ -10,64 +10,48 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Iterator
-from contextlib import suppress
 from typing import Any
 
 import pytest
 
 from ..conftest import Workspace, make_rows
+from ..support.smtp import RawSmtpPeer
 
 pytestmark = pytest.mark.timeout(90)
 BOUND_S = 30.0  # the command, with timeout = 1, ends in about a second once QUIT is bounded
 
 
-class TricklingGoodbye:
+class TricklingGoodbye(RawSmtpPeer):
     """A raw SMTP peer on 127.0.0.1 that accepts every message, then answers QUIT a byte
     every 0.2 s, without end, until stopped."""
 
     def __init__(self) -> None:
-        self.stopping = threading.Event()
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
         self.messages = 0
         self.quits = 0
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__()
 
-    def _accept(self) -> None:
-        while not self.stopping.is_set():
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
+    def serve(self, conn: socket.socket) -> None:
+        reader = conn.makefile("rb")
+        conn.sendall(b"220 slowbye.example ESMTP\r\n")
+        while line := reader.readline():
+            verb = line[:4].upper()
+            if verb in (b"EHLO", b"HELO"):
+                conn.sendall(b"250 slowbye.example\r\n")
+            elif verb == b"DATA":
+                conn.sendall(b"354 go ahead\r\n")
+                while reader.readline() not in (b".\r\n", b""):
+                    pass
+                self.messages += 1
+                conn.sendall(b"250 2.0.0 queued\r\n")
+            elif verb == b"QUIT":
+                self.quits += 1
+                for byte in b"221 2.0.0 goodbye " * 1000:
+                    if self.stopping.wait(0.2):
+                        return
+                    conn.sendall(bytes([byte]))
                 return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        with conn, suppress(OSError):
-            reader = conn.makefile("rb")
-            conn.sendall(b"220 slowbye.example ESMTP\r\n")
-            while line := reader.readline():
-                verb = line[:4].upper()
-                if verb in (b"EHLO", b"HELO"):
-                    conn.sendall(b"250 slowbye.example\r\n")
-                elif verb == b"DATA":
-                    conn.sendall(b"354 go ahead\r\n")
-                    while reader.readline() not in (b".\r\n", b""):
-                        pass
-                    self.messages += 1
-                    conn.sendall(b"250 2.0.0 queued\r\n")
-                elif verb == b"QUIT":
-                    self.quits += 1
-                    for byte in b"221 2.0.0 goodbye " * 1000:
-                        if self.stopping.wait(0.2):
-                            return
-                        conn.sendall(bytes([byte]))
-                    return
-                else:
-                    conn.sendall(b"250 ok\r\n")
-
-    def stop(self) -> None:
-        self.stopping.set()
-        self.listener.close()
+            else:
+                conn.sendall(b"250 ok\r\n")
 
 
 @pytest.fixture

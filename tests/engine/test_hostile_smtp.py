@@ -5,66 +5,49 @@ classified as usual (nothing sent before the message data, maybe delivered after
 from __future__ import annotations
 
 import socket
-import threading
 import time
 from collections.abc import Iterator
-from contextlib import suppress
 
 import pytest
 
 from ..conftest import Workspace, make_rows
+from ..support.smtp import RawSmtpPeer
 
 
-class HostileSmtp:
+class HostileSmtp(RawSmtpPeer):
     """A raw SMTP peer on 127.0.0.1: `trickle` sends its greeting one byte at a time, forever;
     `stall` answers normally until the message data, then never answers."""
 
     def __init__(self, mode: str) -> None:
         self.mode = mode
-        self.stopping = threading.Event()
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
         self.messages = 0
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__()
 
-    def _accept(self) -> None:
-        while not self.stopping.is_set():
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        with conn, suppress(OSError):
-            if self.mode == "trickle":
-                for byte in b"220 slow.example ESMTP " * 1000:
-                    if self.stopping.wait(0.2):
-                        return
-                    conn.sendall(bytes([byte]))
-                return
-            reader = conn.makefile("rb")
-            conn.sendall(b"220 stall.example ESMTP\r\n")
-            while line := reader.readline():
-                verb = line[:4].upper()
-                if verb in (b"EHLO", b"HELO"):
-                    conn.sendall(b"250 stall.example\r\n")
-                elif verb == b"DATA":
-                    conn.sendall(b"354 go ahead\r\n")
-                    while reader.readline() not in (b".\r\n", b""):
-                        pass
-                    self.messages += 1
-                    self.stopping.wait(60)  # the final reply never comes
+    def serve(self, conn: socket.socket) -> None:
+        if self.mode == "trickle":
+            for byte in b"220 slow.example ESMTP " * 1000:
+                if self.stopping.wait(0.2):
                     return
-                elif verb == b"QUIT":
-                    conn.sendall(b"221 bye\r\n")
-                    return
-                else:
-                    conn.sendall(b"250 ok\r\n")
-
-    def stop(self) -> None:
-        self.stopping.set()
-        self.listener.close()
+                conn.sendall(bytes([byte]))
+            return
+        reader = conn.makefile("rb")
+        conn.sendall(b"220 stall.example ESMTP\r\n")
+        while line := reader.readline():
+            verb = line[:4].upper()
+            if verb in (b"EHLO", b"HELO"):
+                conn.sendall(b"250 stall.example\r\n")
+            elif verb == b"DATA":
+                conn.sendall(b"354 go ahead\r\n")
+                while reader.readline() not in (b".\r\n", b""):
+                    pass
+                self.messages += 1
+                self.stopping.wait(60)  # the final reply never comes
+                return
+            elif verb == b"QUIT":
+                conn.sendall(b"221 bye\r\n")
+                return
+            else:
+                conn.sendall(b"250 ok\r\n")
 
 
 @pytest.fixture(params=["trickle", "stall"])

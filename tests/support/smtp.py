@@ -1,10 +1,12 @@
 """Real SMTP servers on 127.0.0.1 for the `mail` channel: an inbox keeping what it accepted,
-and a slow relay noting when each message began."""
+a slow relay noting when each message began, and the scaffolding of a raw peer whose every
+byte a test writes (RawSmtpPeer)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -111,3 +113,33 @@ class HeldGreeting(Inbox):
         self.waiting -= 1
         session.host_name = hostname
         return responses
+
+
+class RawSmtpPeer:
+    """A raw SMTP peer on 127.0.0.1 (a free port): each connection served by `serve` on a
+    thread of its own, until `stop`. What it says, byte by byte, is the subclass's."""
+
+    def __init__(self) -> None:
+        self.stopping = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):
+            self.serve(conn)
+
+    def serve(self, conn: socket.socket) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.listener.close()
