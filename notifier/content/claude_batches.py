@@ -259,7 +259,7 @@ class BatchDrafting:
 
     def _find(self, number: int, count: int, since: datetime) -> str | None:
         candidates = self._call(lambda: listed_since(self.client, since, count))
-        mine = f"{self.prefix}_{number}_"
+        mine = self._mine(number)
         for batch_id in candidates:
             self.say(f"chunk {number}: batch {batch_id} may be its own; reading its results")
             self._wait_ended(batch_id)  # only its results can tell, once it has ended
@@ -318,10 +318,10 @@ class BatchDrafting:
         """Store each result of the chunk's batch by custom_id (those already stored are
         left as they are), then mark the chunk done. Expired, canceled and transiently
         errored rows stay without a draft: a later chunk asks again."""
-        run_id, mine = self.run.run_id, self._mine(number)
+        run_id = self.run.run_id
         tally = {"drafted": 0, "failed": 0, "again": 0}
         try:
-            self._store_results(batch_id, mine, tally)
+            self._store_results(batch_id, number, tally)
         except anthropic.APIError as exc:
             raise ComposeStopped(
                 f"the results of batch {batch_id} (chunk {number}) broke off ({exc}); the "
@@ -333,9 +333,9 @@ class BatchDrafting:
         self.store.chunks.end_chunk(run_id, number, "done", note, self.lease.version)
         self.say(f"chunk {number}: results stored ({note})")
 
-    def _store_results(self, batch_id: str, mine: str, tally: dict[str, int]) -> None:
-        run_id = self.run.run_id
-        [chunk] = [c for c in self.store.chunks.chunks(run_id) if mine == self._mine(c.chunk)]
+    def _store_results(self, batch_id: str, number: int, tally: dict[str, int]) -> None:
+        run_id, mine = self.run.run_id, self._mine(number)
+        [chunk] = [c for c in self.store.chunks.chunks(run_id) if c.chunk == number]
         own = {str(seq): seq for seq in chunk.seqs}
         for entry in self._call(lambda: self.client.messages.batches.results(batch_id)):
             custom_id = custom_id_of(entry)
@@ -382,7 +382,7 @@ class BatchDrafting:
         settings = Settings(self.settings.brief, model, self.settings.columns, True)
         return [
             {
-                "custom_id": f"{self.prefix}_{number}_{seq}",
+                "custom_id": f"{self._mine(number)}{seq}",
                 "params": params_of(settings, _row(self.sources[seq])),
             }
             for seq in seqs
