@@ -37,7 +37,7 @@ def split_stale(
     store: Store,
     run_id: str,
     window: list[Item],
-    channels: Mapping[str, Channel] | None = None,
+    channels: Mapping[str, Channel],
 ) -> tuple[list[Item], list[Outcome]]:
     """Claimed items whose deadline passed are not sent. One never possibly delivered
     goes back to pending, its claim not counted as an attempt (no request left), where the
@@ -82,13 +82,13 @@ def _ask_again_at(
     store: Store,
     run_id: str,
     item: Item,
-    channels: Mapping[str, Channel] | None,
+    channels: Mapping[str, Channel],
     now: datetime,
 ) -> str | None:
     """When the runner's revisit asks about a stale item that may have been delivered: once
     a 404 counts for its earlier requests (the claim being closed never left); None where
     its channel cannot be asked."""
-    channel = None if channels is None else channels.get(item.channel)
+    channel = channels.get(item.channel)
     if channel is None or not channel.queryable:
         return None
     earlier = [a for a in store.queries.attempts(run_id, item.seq) if a.finished_at is not None]
