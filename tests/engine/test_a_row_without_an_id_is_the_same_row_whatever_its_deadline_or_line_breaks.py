@@ -1,0 +1,126 @@
+"""A row without an `id` is the notification its file says, to whom and through which
+channel: not when it may still go, nor how an editor saved its line breaks. Its deadline
+(`--not-after`, or its `not_after` column) and line breaks written `\\r\\n` or `\\n` inside a
+quoted cell are no part of its identity, so the same file sent again with another deadline,
+with none, or saved by another editor, sends no delivered row again, and sends the rows an
+earlier run never delivered. A database written before the identity left them out (m021)
+keeps its delivered rows: the committed fixture's run, killed mid-send with a deadline and
+`\\r\\n` in its bodies, resumes and sends each remaining row once, and its file then sent
+again, saved with `\\n` and with another deadline or none, sends nothing. On both stores."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+
+import pytest
+
+from ..conftest import Workspace
+from ..support.crashed import crash_send
+from ..support.workspace import FIXTURES
+
+pytestmark = [pytest.mark.both_stores, pytest.mark.timeout(90)]
+FIXTURE = "m021-deadlines-and-crlf"
+RUN = "m021-deadlines"
+SOON = "2099-01-01T00:00:00Z"
+LATER = "2099-06-01T00:00:00Z"
+DEADLINES = {"later": ["--not-after", LATER], "none": []}
+
+
+def _rows(count: int, *, breaks: str = "\n") -> list[list[str]]:
+    """The fixture's file: no `id` column, each body two lines apart by `breaks`."""
+    rows = [["to", "subject", "body"]]
+    for i in range(1, count + 1):
+        rows.append([f"k{i}@example.com", f"Hello {i}", f"Dear {i},{breaks}see you."])
+    return rows
+
+
+def _deliveries(ws: Workspace) -> Counter[str]:
+    """How many documents the outbox holds for each recipient."""
+    return Counter(document["to"] for document in ws.outbox_documents())
+
+
+def _each_once(count: int) -> Counter[str]:
+    return Counter(f"k{i}@example.com" for i in range(1, count + 1))
+
+
+def _send(ws: Workspace, *options: str) -> None:
+    sent = ws.invoke("send", "b.csv", "--channel", "files", "--concurrency", "8", *options)
+    assert sent.exit_code == 0, sent.output
+
+
+@pytest.mark.parametrize("then", sorted(DEADLINES))
+def test_a_file_sent_again_with_another_deadline_sends_no_row_again(
+    ws: Workspace, then: str
+) -> None:
+    """Four rows delivered with a deadline; the same file with a later deadline, or none,
+    and a fifth row: only the fifth is sent."""
+    (ws.path / "notifier.toml").write_text('[channels.files]\ntype = "outbox"\n')
+    ws.write_csv("b.csv", _rows(4))
+    _send(ws, "--not-after", SOON)
+    ws.write_csv("b.csv", _rows(5))
+    _send(ws, *DEADLINES[then])
+    assert _deliveries(ws) == _each_once(5)
+
+
+def test_a_deadline_column_changed_sends_no_row_again(ws: Workspace) -> None:
+    """The deadline in a `not_after` column of the file, moved later between two sends."""
+    (ws.path / "notifier.toml").write_text('[channels.files]\ntype = "outbox"\n')
+    for deadline in (SOON, LATER):
+        rows = [[*row, "not_after" if i == 0 else deadline] for i, row in enumerate(_rows(3))]
+        ws.write_csv("b.csv", rows)
+        _send(ws)
+    assert _deliveries(ws) == _each_once(3)
+
+
+@pytest.mark.parametrize(("first", "then"), [("\r\n", "\n"), ("\n", "\r\n"), ("\r", "\n")])
+def test_a_file_saved_again_with_other_line_breaks_sends_no_row_again(
+    ws: Workspace, first: str, then: str
+) -> None:
+    """Line breaks inside quoted bodies written one way, then the other: nothing again."""
+    (ws.path / "notifier.toml").write_text('[channels.files]\ntype = "outbox"\n')
+    ws.write_csv("b.csv", _rows(4, breaks=first))
+    _send(ws)
+    ws.write_csv("b.csv", _rows(4, breaks=then))
+    _send(ws)
+    assert _deliveries(ws) == _each_once(4)
+
+
+@pytest.mark.parametrize("n", [1, 8])
+def test_the_rows_a_cancelled_run_never_sent_go_out_with_a_later_deadline_and_no_other_row(
+    ws: Workspace, n: int
+) -> None:
+    """A run with a deadline crashed after its third answer was recorded (at N = 8 with
+    items in flight and claimed ahead), then cancelled; the file sent again with a later
+    deadline delivers exactly the rows the first run did not, each once."""
+    (ws.path / "notifier.toml").write_text('[channels.files]\ntype = "outbox"\n')
+    ws.write_csv("b.csv", _rows(24))
+    deadline = dt.datetime(2099, 1, 1, tzinfo=dt.UTC)
+    crash_send(
+        "after-receipt:3", "b.csv", db=ws.db, channel="files", concurrency=n, not_after=deadline
+    )
+    cancelled = ws.invoke("cancel")
+    assert cancelled.exit_code == 3, cancelled.output  # cancelled with items never sent
+    assert 3 <= len(ws.outbox_documents()) < 24, cancelled.output
+    _send(ws, "--not-after", LATER)
+    assert _deliveries(ws) == _each_once(24)
+
+
+def test_a_run_killed_before_the_upgrade_resumes_and_its_rows_are_never_sent_again(
+    ws: Workspace,
+) -> None:
+    """The fixture: rows 1-6 sent and row 7 written before the kill, all with a deadline and
+    `\\r\\n` in their bodies. Resume at concurrency 8 (items claimed ahead) settles row 7 by
+    asking the outbox and sends the rest, each once; the file sent again with `\\n` and a
+    later deadline, or none, sends nothing."""
+    ws.load_fixture(FIXTURE)
+    resumed = ws.invoke("resume", RUN, "--concurrency", "8")
+    assert resumed.exit_code == 0, resumed.output
+    assert ws.ledger.state_counts(RUN) == {"sent": 12}
+    assert _deliveries(ws) == _each_once(12)
+    for then in sorted(DEADLINES):
+        ws.write_csv("b.csv", _rows(12))
+        _send(ws, *DEADLINES[then])
+        assert _deliveries(ws) == _each_once(12)
+    fixture_file = (FIXTURES / f"{FIXTURE}.csv").read_bytes()
+    assert fixture_file.count(b"\r\nsee you.") == 12  # the fixture's file, as sent
