@@ -21,6 +21,7 @@ from notifier.domain.intent import (
     new_key_nonce,
     normalise_target,
     payload_json,
+    row_digest,
     row_identity,
 )
 from notifier.domain.state_machine import RunState
@@ -117,11 +118,14 @@ def make_plan(
             hash_digest(digest.encode("ascii") + b"\n")
             per_channel[row.channel] += 1
             key = key_of_normalised(run_id, nonce, row.item_id, target)
-            identity = (
-                identities[row.seq]
-                if identities is not None
-                else row_identity(row.item_id if row.own_id else None, digest)
-            )
+            if identities is not None:
+                identity = identities[row.seq]
+            elif row.own_id:
+                identity = row_identity(row.item_id, digest)
+            elif row.not_after is None and not _has_cr(row):
+                identity = digest  # its row digest: nothing to leave out or rewrite
+            else:
+                identity = row_identity(None, _row_digest(row, target))
             add(
                 row.seq,
                 row.item_id,
@@ -169,13 +173,22 @@ def source_identity(row: BatchRow) -> str:
 
 
 def source_digest(row: BatchRow) -> str:
-    """The digest of `row` as its file gives it (channel, recipient, content): its identity
-    without an `id` column. Kept with a composed row's draft (drafts.source_digest), since
-    the row's item has its drafted text's digest."""
-    payload = payload_json(
-        row.subject, row.body, row.data, row.not_after, row.unsubscribe_url, row.unsubscribe_mailto
-    )
-    return digest_of_normalised(row.channel, normalise_target(row.to), payload)
+    """The row digest of `row` as its file gives it (channel, recipient, content): its
+    identity without an `id` column. Kept with a composed row's draft (drafts.source_digest),
+    since the row's item has its drafted text's digest."""
+    return _row_digest(row, normalise_target(row.to))
+
+
+def _row_digest(row: BatchRow, normalised_target: str) -> str:
+    return row_digest(
+        row.channel, normalised_target, row.subject, row.body, row.data,
+        row.unsubscribe_url, row.unsubscribe_mailto,
+    )  # fmt: skip
+
+
+def _has_cr(row: BatchRow) -> bool:
+    """Whether a line break of `row` is written with `\r` (intent.row_digest rewrites it)."""
+    return "\r" in row.subject or "\r" in row.body or any("\r" in v for v in row.data.values())
 
 
 def fingerprint_of(digests: hashlib._Hash, tail: str) -> str:

@@ -177,12 +177,57 @@ def key_of_normalised(run_id: str, nonce: str, item_id: str, normalised_target: 
 def row_identity(own_id: str | None, digest: str) -> str:
     """What makes two rows of two runs the same notification, with the channel beside it
     (items.channel, items.identity): the row's own `id` when the file has an id column, else
-    its intent digest, which is exactly its channel, normalised recipient and content. Not
-    the line number a missing id stands in for: inserting a row would shift every one below.
-    The id in NFC: written composed or decomposed (as some tools save text), it looks the
-    same to whoever wrote it, so it is the same row. m006 back-fills the two formulas in SQL
-    (the id as written) and m019 brings those ids to NFC; they must stay identical."""
+    its row digest (row_digest: its channel, normalised recipient and content). Not the line
+    number a missing id stands in for: inserting a row would shift every one below. The id
+    in NFC: written composed or decomposed (as some tools save text), it looks the same to
+    whoever wrote it, so it is the same row. m006 back-fills the two formulas in SQL (the id
+    as written), m019 brings those ids to NFC and m021 the digests to row digests; they must
+    stay identical."""
     return digest if own_id is None else "id:" + nfc(own_id)
+
+
+def row_digest(
+    channel: str,
+    normalised_target: str,
+    subject: str,
+    body: str,
+    data: Mapping[str, str],
+    unsubscribe_url: str | None = None,
+    unsubscribe_mailto: str | None = None,
+) -> str:
+    """What identifies a row without an `id` (row_identity): the intent digest of what it
+    says, to whom, through which channel, but without its deadline (when it may still go
+    is not what it says: the same file sent again with a later `--not-after` is the same
+    notifications) and with its line breaks written `\n` (`\r\n` and `\r` are how another
+    editor saves the same text). For a row with neither, exactly its intent digest."""
+    payload = payload_json(
+        one_line_break(subject),
+        one_line_break(body),
+        {name: one_line_break(value) for name, value in data.items()},
+        None,
+        unsubscribe_url,
+        unsubscribe_mailto,
+    )
+    return digest_of_normalised(channel, normalised_target, payload)
+
+
+def stored_row_digest(channel: str, target: str, payload: str) -> str:
+    """row_digest of an item as stored: its recipient as written, its payload's JSON."""
+    fields = json.loads(payload)
+    return row_digest(
+        channel,
+        normalise_target(target),
+        fields["subject"],
+        fields["body"],
+        fields["data"],
+        fields.get("unsubscribe_url"),
+        fields.get("unsubscribe_mailto"),
+    )
+
+
+def one_line_break(text: str) -> str:
+    """`text` with every `\r\n` and lone `\r` written `\n`."""
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
 
 
 def content_fingerprint(digests: Iterable[str], channel_names: Iterable[str]) -> str:

@@ -24,7 +24,13 @@ from itertools import pairwise
 from typing import Protocol
 
 from notifier.domain.chain import UNKEYED, ChainKind, Signer
-from notifier.domain.intent import DraftingInputs, Fingerprinting, Identities, nfc
+from notifier.domain.intent import (
+    DraftingInputs,
+    Fingerprinting,
+    Identities,
+    nfc,
+    stored_row_digest,
+)
 from notifier.domain.replay import (
     Change,
     DecisionRecord,
@@ -235,8 +241,9 @@ class _IdentityForms:
     """Each item's row identity (items.identity: what `send` compares the rows of a later
     file with) against what its plan made of the item: `id:` and its id (in NFC, or as
     written before m019) when its file had an id column, else its content's digest (its
-    intent digest; a --compose row's source digest). One rewritten would make the next send
-    of the file deliver the row again, or leave it out as delivered. A file has an id
+    row digest, intent.row_digest, or its intent digest as stored before m021; a --compose
+    row's source digest). One rewritten would make the next send of the file deliver the
+    row again, or leave it out as delivered. A file has an id
     column or not, so a run's items are all of one form: an item of the other form is
     named too (a few of them, where a run mixes them)."""
 
@@ -256,7 +263,10 @@ class _IdentityForms:
         name = f"item {shown} (seq {seq})"
         if identity in ("id:" + nfc(item_id), "id:" + item_id):
             form = "id"
-        elif identity in (intent.intent_digest, intent.source_digest):
+        elif identity in (intent.intent_digest, intent.source_digest) or (
+            intent.payload is not None
+            and identity == stored_row_digest(intent.channel, intent.target, intent.payload)
+        ):
             form = "content"
         else:
             return [Difference(Table.ITEMS, name, Change.DIFFERS, "identity", identity,

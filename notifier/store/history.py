@@ -7,9 +7,12 @@ gets one verdict from every earlier item of the same identity, in this order:
   refused: that run is resumed, never doubled.
 - `unsettled`: in flight or unknown in a finished run (cancelled with unknowns): it may have
   been delivered, so it is refused until an operator settles it.
-- `delivered`: sent with the same intent digest. Not planned again.
-- `abandoned`: failed by an operator's `--mark abandon` with the same intent digest: maybe
-  delivered, so not planned again either (with other content it counts as `changed`).
+- `delivered`: sent with the same intent digest, or, for a row without an id, sent as a
+  row of its row digest (its identity: the same content with another deadline or other
+  line breaks, intent.row_digest). Not planned again.
+- `abandoned`: failed by an operator's `--mark abandon` with the same intent digest (or row
+  digest, as above): maybe delivered, so not planned again either (with other content it
+  counts as `changed`).
 - `changed`: sent, but with different content. Refused unless --resend-changed.
 - `same_content`: no earlier item of its own identity, but the row has an id and an id-less
   earlier row had its channel, recipient and content and may have reached the recipient

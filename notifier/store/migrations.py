@@ -304,6 +304,65 @@ def _m020(engine: Engine) -> None:
         )
 
 
+# A row without an `id` is identified by its row digest (intent.row_digest): its intent
+# digest without its deadline and with its line breaks written `\n`. Rows stored before kept
+# their intent digest, so the same file sent again with a later `--not-after`, none, or saved
+# with `\r\n` the other way would be new rows, all sent again. Plain items (no draft) whose
+# identity is their intent digest move to their row digest; drafts' source digests (m018's)
+# and the composed items without an id that carry them move to the source row's. Only a
+# payload holding a deadline or a `\r` (escaped in its JSON) can change, and the engine picks
+# those out; drafts are few beside the items. The formula written out, as a shipped
+# migration's must be. items_content (m016) now also holds the plain items so moved.
+def _m021_over(deadline_or_cr: str) -> Callable[[Engine], None]:
+    def migrate(engine: Engine) -> None:
+        rows = engine.execute(
+            "SELECT run_id, seq, channel, target, payload, identity FROM items "
+            f"WHERE identity = intent_digest AND {deadline_or_cr} AND NOT EXISTS "
+            "(SELECT 1 FROM drafts d WHERE d.run_id = items.run_id AND d.seq = items.seq)"
+        ).fetchall()
+        for run_id, seq, channel, target, payload, identity in rows:
+            fields = json.loads(payload)
+            fields.update(channel=channel, to=target)
+            if (now := _m021_digest(fields)) != identity:
+                _move_identity(engine, run_id, seq, identity, now)
+        drafts = engine.execute(
+            "SELECT run_id, seq, source, source_digest FROM drafts WHERE source_digest IS NOT NULL"
+        ).fetchall()
+        for run_id, seq, source, before in drafts:
+            if (now := _m021_digest(_as_now(json.loads(source)))) == before:
+                continue
+            engine.execute(
+                "UPDATE drafts SET source_digest = %(now)s "
+                "WHERE run_id = %(run_id)s AND seq = %(seq)s",
+                {"now": now, "run_id": run_id, "seq": seq},
+            )
+            _move_identity(engine, run_id, seq, before, now)
+
+    return migrate
+
+
+def _m021_digest(row: dict[str, Any]) -> str:
+    """intent.row_digest of a stored row (its channel, `to`, subject, body, data and
+    unsubscribe addresses)."""
+
+    def one(text: str) -> str:
+        return text.replace("\r\n", "\n").replace("\r", "\n")
+
+    payload = payload_json(
+        one(row["subject"]), one(row["body"]), {k: one(v) for k, v in row["data"].items()},
+        None, row.get("unsubscribe_url"), row.get("unsubscribe_mailto"),
+    )  # fmt: skip
+    return digest_of_normalised(row["channel"], normalise_target(row["to"]), payload)
+
+
+def _move_identity(engine: Engine, run_id: str, seq: int, before: str, now: str) -> None:
+    engine.execute(
+        "UPDATE items SET identity = %(now)s "
+        "WHERE run_id = %(run_id)s AND seq = %(seq)s AND identity = %(before)s",
+        {"now": now, "run_id": run_id, "seq": seq, "before": before},
+    )
+
+
 def _as_now(row: dict[str, Any]) -> dict[str, Any]:
     """A stored source row as it reads now: a draft frozen before m012 kept its `tz` and
     `not_before` columns in its data (m012 moved its item's identity, not its source)."""
@@ -382,6 +441,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         _m019_over("identity ~ '[^ -~]'"),
     ),
     Migration("m020_composed_rows_by_their_source", _m020, _m020),
+    Migration(
+        "m021_rows_without_ids_by_their_row_digest",
+        _m021_over("(instr(payload, '\"not_after\":') > 0 OR instr(payload, '\\r') > 0)"),
+        _m021_over("(strpos(payload, '\"not_after\":') > 0 OR strpos(payload, '\\r') > 0)"),
+    ),
 )
 NAMES = frozenset(m.name for m in MIGRATIONS)
 

@@ -10,18 +10,17 @@ again, saved with `\\n` and with another deadline or none, sends nothing. On bot
 
 from __future__ import annotations
 
-import datetime as dt
 from collections import Counter
 
 import pytest
 
 from ..conftest import Workspace
-from ..support.crashed import crash_send
 from ..support.workspace import FIXTURES
 
 pytestmark = [pytest.mark.both_stores, pytest.mark.timeout(90)]
 FIXTURE = "m021-deadlines-and-crlf"
 RUN = "m021-deadlines"
+PAST = "2020-01-01T00:00:00Z"
 SOON = "2099-01-01T00:00:00Z"
 LATER = "2099-06-01T00:00:00Z"
 DEADLINES = {"later": ["--not-after", LATER], "none": []}
@@ -61,6 +60,8 @@ def test_a_file_sent_again_with_another_deadline_sends_no_row_again(
     ws.write_csv("b.csv", _rows(5))
     _send(ws, *DEADLINES[then])
     assert _deliveries(ws) == _each_once(5)
+    verified = ws.invoke("verify")  # each identity has a form its row can have
+    assert verified.exit_code == 0, verified.output
 
 
 def test_a_deadline_column_changed_sends_no_row_again(ws: Workspace) -> None:
@@ -87,22 +88,26 @@ def test_a_file_saved_again_with_other_line_breaks_sends_no_row_again(
 
 
 @pytest.mark.parametrize("n", [1, 8])
-def test_the_rows_a_cancelled_run_never_sent_go_out_with_a_later_deadline_and_no_other_row(
+def test_the_rows_that_expired_go_out_with_a_later_deadline_and_no_other_row(
     ws: Workspace, n: int
 ) -> None:
-    """A run with a deadline crashed after its third answer was recorded (at N = 8 with
-    items in flight and claimed ahead), then cancelled; the file sent again with a later
-    deadline delivers exactly the rows the first run did not, each once."""
+    """Rows 1-8 delivered; the file of 24 rows sent with a deadline already past (allowed):
+    1-8 left out, 9-24 expire unsent; the file sent again with a later deadline, at
+    concurrency `n`, delivers exactly 9-24, each once."""
     (ws.path / "notifier.toml").write_text('[channels.files]\ntype = "outbox"\n')
+    ws.write_csv("b.csv", _rows(8))
+    _send(ws, "--not-after", SOON)
     ws.write_csv("b.csv", _rows(24))
-    deadline = dt.datetime(2099, 1, 1, tzinfo=dt.UTC)
-    crash_send(
-        "after-receipt:3", "b.csv", db=ws.db, channel="files", concurrency=n, not_after=deadline
+    expired = ws.invoke(
+        "send", "b.csv", "--channel", "files", "--not-after", PAST, "--allow-expired"
     )
-    cancelled = ws.invoke("cancel")
-    assert cancelled.exit_code == 3, cancelled.output  # cancelled with items never sent
-    assert 3 <= len(ws.outbox_documents()) < 24, cancelled.output
-    _send(ws, "--not-after", LATER)
+    assert expired.exit_code == 3, expired.output  # 16 expired, never sent
+    assert "8 row(s) already delivered" in expired.output, expired.output
+    assert _deliveries(ws) == _each_once(8)
+    again = ws.invoke(
+        "send", "b.csv", "--channel", "files", "--concurrency", str(n), "--not-after", LATER
+    )
+    assert again.exit_code == 0, again.output
     assert _deliveries(ws) == _each_once(24)
 
 
@@ -118,9 +123,35 @@ def test_a_run_killed_before_the_upgrade_resumes_and_its_rows_are_never_sent_aga
     assert resumed.exit_code == 0, resumed.output
     assert ws.ledger.state_counts(RUN) == {"sent": 12}
     assert _deliveries(ws) == _each_once(12)
+    assert "m021_rows_without_ids_by_their_row_digest" in ws.ledger.migrations()
+    verified = ws.invoke("verify", RUN)
+    assert verified.exit_code == 0, verified.output
     for then in sorted(DEADLINES):
         ws.write_csv("b.csv", _rows(12))
         _send(ws, *DEADLINES[then])
         assert _deliveries(ws) == _each_once(12)
     fixture_file = (FIXTURES / f"{FIXTURE}.csv").read_bytes()
     assert fixture_file.count(b"\r\nsee you.") == 12  # the fixture's file, as sent
+
+
+def _with_ids(rows: list[list[str]]) -> list[list[str]]:
+    return [["id", *rows[0]], *([f"r{i}", *row] for i, row in enumerate(rows[1:], 1))]
+
+
+@pytest.mark.parametrize("ids_first", [True, False], ids=["dropped", "added"])
+def test_a_file_with_a_deadline_named_otherwise_is_still_compared_with_what_it_delivered(
+    ws: Workspace, ids_first: bool
+) -> None:
+    """Three rows with a deadline and `\\r\\n` in their bodies delivered with an `id` column
+    (or without); the same file, same deadline, without it (or with it): refused (exit 2),
+    nothing more sent, as for rows without a deadline."""
+    (ws.path / "notifier.toml").write_text('[channels.files]\ntype = "outbox"\n')
+    rows = _rows(3, breaks="\r\n")
+    first, then = (_with_ids(rows), rows) if ids_first else (rows, _with_ids(rows))
+    ws.write_csv("b.csv", first)
+    _send(ws, "--not-after", SOON)
+    ws.write_csv("b.csv", then)
+    refused = ws.invoke("send", "b.csv", "--channel", "files", "--not-after", SOON)
+    assert refused.exit_code == 2, refused.output
+    assert "3 row(s) have the channel, recipient and content" in refused.output
+    assert _deliveries(ws) == _each_once(3)

@@ -33,10 +33,13 @@ def _keyed(stage: str, *, by_content: bool, own_drafts: bool = False) -> str:
     identities a row of the same content had where the file named its rows otherwise
     (intent.row_identity): for a row with an id, its intent digest (`key` = `intent_digest`:
     an id-less earlier row's identity; an `id:` identity never equals a digest, so this key
-    finds only id-less earlier items, through items_identity as the first); for a row without
-    one, the identity of each earlier item with an id and the same channel and content
-    (through items_content), or composed from a row of that content (through
-    drafts_by_content: a composed item has its drafted text's digest). Without
+    finds only id-less earlier items, through items_identity as the first) and the identity
+    of each id-less earlier item of its very intent whose identity is not its intent digest
+    (a row digest without its deadline or `\r`, or a composed row's source: through
+    items_content); for a row without one, the identity of each earlier item with an id and
+    the same channel and content, its row digest or its very intent (through
+    items_content), or composed from a row of that content (through drafts_by_content: a
+    composed item has its drafted text's digest). Without
     `by_content` (a database from before m016 or m018 read without migrating it) neither:
     with no index, every row would read every item of its channel. With `own_drafts` (the
     rows are run %(run_id)s's, composed: the freeze, `redraft`), a row with an id is keyed
@@ -48,9 +51,17 @@ def _keyed(stage: str, *, by_content: bool, own_drafts: bool = False) -> str:
     SELECT DISTINCT own.seq, own.item_id, own.channel, own.intent_digest, own.identity,
         named.identity
     FROM {stage} AS own {{ordered_join}} items named {{indexed_items_content}}
-        ON named.channel = own.channel AND named.intent_digest = own.identity
+        ON named.channel = own.channel
+        AND named.intent_digest IN (own.identity, own.intent_digest)
         AND named.identity <> named.intent_digest
     WHERE {_NO_ID}
+    UNION ALL
+    SELECT DISTINCT own.seq, own.item_id, own.channel, own.intent_digest, own.identity,
+        named.identity
+    FROM {stage} AS own {{ordered_join}} items named {{indexed_items_content}}
+        ON named.channel = own.channel AND named.intent_digest = own.intent_digest
+        AND named.identity <> named.intent_digest
+    WHERE own.identity LIKE 'id:%%' AND named.identity NOT LIKE 'id:%%'
     UNION ALL
     SELECT DISTINCT own.seq, own.item_id, own.channel, own.intent_digest, own.identity,
         drafted.identity
@@ -90,7 +101,20 @@ def _holds(*, by_content: bool) -> str:
     drafted_from = f" OR {_DRAFTED_FROM}" if by_content else ""
     return (
         f"(s.identity LIKE 'id:%%' OR {_MINE} OR s.key = s.intent_digest "
-        f"OR p.intent_digest = s.identity{drafted_from})"
+        f"OR p.intent_digest IN (s.identity, s.intent_digest){drafted_from})"
+    )
+
+
+def _same_row(*, by_content: bool, s: str = "s") -> str:
+    """Whether item p, of staged row s's own identity, is the row s is in what it says: the
+    same intent, or, for a row without an id, any item of its row digest not composed (its
+    identity: only its deadline or its line breaks differ, intent.row_digest). A composed
+    item of that identity says its drafted text, which another row's content is not."""
+    if not by_content:
+        return f"p.intent_digest = {s}.intent_digest"
+    return (
+        f"(p.intent_digest = {s}.intent_digest OR ({s}.identity NOT LIKE 'id:%%' AND NOT EXISTS "
+        "(SELECT 1 FROM drafts pd WHERE pd.run_id = p.run_id AND pd.seq = p.seq)))"
     )
 
 
@@ -114,6 +138,7 @@ def _per_row(stage: str, *, other_runs: bool = False, by_content: bool = True) -
     content)."""
     own = " AND p.run_id <> %(run_id)s" if other_runs else ""
     its_content = _holds(by_content=by_content)
+    same_row = _same_row(by_content=by_content)
     return f"""
 SELECT s.seq AS seq, s.item_id AS item_id,
     MAX(CASE WHEN p.state IN ('pending', 'in_flight', 'unknown')
@@ -121,9 +146,9 @@ SELECT s.seq AS seq, s.item_id AS item_id,
         THEN r.rowid END) AS open_in,
     MAX(CASE WHEN p.state IN ('in_flight', 'unknown') AND {its_content}
         THEN r.rowid END) AS unsettled_in,
-    MAX(CASE WHEN {_MINE} AND p.state = 'sent' AND p.intent_digest = s.intent_digest
+    MAX(CASE WHEN {_MINE} AND p.state = 'sent' AND {same_row}
         THEN r.rowid END) AS delivered_in,
-    MAX(CASE WHEN {_MINE} AND {_ABANDONED} AND p.intent_digest = s.intent_digest
+    MAX(CASE WHEN {_MINE} AND {_ABANDONED} AND {same_row}
         THEN r.rowid END) AS abandoned_in,
     MAX(CASE WHEN {_MINE} AND (p.state = 'sent' OR {_ABANDONED}) THEN r.rowid END)
         AS changed_in,
@@ -208,10 +233,11 @@ WHERE {_holds(by_content=True)}
 
 
 def drop_delivered(stage: str) -> str:
-    """Staged rows already delivered, or abandoned, with the same content: taken out of the
-    stage, so what is copied into the run is exactly what is left to send."""
+    """Staged rows already delivered, or abandoned, as the same row (_same_row: the
+    verdicts `delivered` and `abandoned`): taken out of the stage, so what is copied into the
+    run is exactly what is left to send."""
     return f"""
 DELETE FROM {stage} WHERE EXISTS (SELECT 1 FROM items p
     WHERE p.channel = {stage}.channel AND p.identity = {stage}.identity
-    AND (p.state = 'sent' OR {_ABANDONED}) AND p.intent_digest = {stage}.intent_digest)
+    AND (p.state = 'sent' OR {_ABANDONED}) AND {_same_row(by_content=True, s=stage)})
 """
