@@ -15,7 +15,7 @@ from notifier.domain.intent import (
     stored_row_digest,
 )
 
-TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
+TEXT = st.text(st.characters(exclude_categories=["Cs"]), max_size=40)
 DATA = st.dictionaries(st.from_regex(r"[a-z]{1,6}", fullmatch=True), TEXT, max_size=3)
 
 
