@@ -216,8 +216,10 @@ def read_import(path: Path) -> list[Entry]:
     first_data = 1
     if column is None:
         column = 0
-        # No named column: the first line is data when it is an address itself.
-        first_data = 0 if address_problem(rows[0][0] if rows[0] else "") is None else 1
+        # No named column: the first line is data when it holds an `@` (no header does),
+        # and is then checked as every line is: a mistyped first address taken for a header
+        # would be left out while the rest was stored, its owner still mailed.
+        first_data = 0 if rows[0] and "@" in rows[0][0] else 1
     found: list[Entry] = []
     problems: list[str] = []
     for line, row in enumerate(rows[first_data:], start=first_data + 1):

@@ -144,8 +144,19 @@ def sql_keys_alike(target: str) -> bool:
     return target.isascii() and target.strip() == target.strip(" ") and "xn--" not in target.lower()
 
 
+# What no recipient's address holds, as a row's `to` spells it (an smtp channel refuses each:
+# channels/smtp_options.py): brackets, quotes, a `mailto:`, list separators.
+_NOT_IN_AN_ADDRESS = re.compile(r'[<>"(),;:\[\]\\]')
+
+
 def address_problem(text: str) -> str | None:
-    """Why `text` cannot be suppressed as an e-mail address, or None."""
+    """Why `text` cannot be suppressed as an e-mail address, or None.
+
+    An entry is refused, never stored, when no row's recipient could be keyed like it: it
+    would be listed, and its owner mailed all the same. So an invisible character (a
+    byte-order mark left mid-file where two exports were joined, a zero-width space pasted
+    with the address), brackets, quotes, a `mailto:` and a dot at either end of the domain
+    are refused, each named, for the operator to give the bare address."""
     value = normalise_target(text)
     local, at, domain = value.rpartition("@")
     if not value:
@@ -154,6 +165,17 @@ def address_problem(text: str) -> str | None:
         return "is not an e-mail address (local@domain)"
     if any(c.isspace() for c in value) or any(ord(c) < 32 for c in value):
         return "holds a space or a control character"
+    hidden = next((c for c in value if not c.isprintable()), None)
+    if hidden is not None:
+        return f"holds the invisible character U+{ord(hidden):04X}"
+    decoration = _NOT_IN_AN_ADDRESS.search(value)
+    if decoration is not None:
+        return (
+            f"holds {decoration.group()!r}: brackets, quotes, a mailto: and separators are "
+            "no part of the address"
+        )
+    if domain.startswith(".") or domain.endswith(".") or ".." in domain:
+        return "has a dot at an end of its domain, or two in a row"
     if len(value) > MAX_ADDRESS_CHARS:
         return f"is longer than {MAX_ADDRESS_CHARS} characters"
     return None
