@@ -177,8 +177,8 @@ _ADDRESS_COLUMNS = ("address", "email")
 
 def read_import(path: Path) -> list[Entry]:
     """The entries of an import file: a CSV whose address column is named `address` or
-    `email` (else the first column, the first line then being data when it looks like an
-    address), with an optional `reason` column. BadInput naming every bad line: a file is
+    `email` (else the first column, the first line then being data when it holds an `@`,
+    as no header does), with an optional `reason` column. BadInput naming every bad line: a file is
     imported whole or not at all."""
     try:
         text = path.read_text(encoding="utf-8-sig")
@@ -192,10 +192,8 @@ def read_import(path: Path) -> list[Entry]:
             f"suppress import: {path} cannot be read as UTF-8 text ({exc}). Save it as a "
             "UTF-8 CSV file and run `notifier suppress import` again; nothing was stored."
         ) from None
-    # `suppress list --format csv` escapes formula-like cells; reading them back undoes it.
-    rows = [[cell_value(c) for c in row] for row in csv.reader(io.StringIO(text))]
-    while rows and not any(cell.strip() for cell in rows[-1]):
-        rows.pop()
+    numbered = _records(path, text)
+    rows = [row for _, row in numbered]
     if not rows:
         raise BadInput(
             f"suppress import: {path} is empty. It needs a column `address` (or `email`) "
@@ -222,7 +220,7 @@ def read_import(path: Path) -> list[Entry]:
         first_data = 0 if rows[0] and "@" in rows[0][0] else 1
     found: list[Entry] = []
     problems: list[str] = []
-    for line, row in enumerate(rows[first_data:], start=first_data + 1):
+    for line, row in numbered[first_data:]:
         if not any(cell.strip() for cell in row):
             continue  # a blank line
         address = row[column] if column < len(row) else ""
@@ -253,3 +251,27 @@ def read_import(path: Path) -> list[Entry]:
             "`email`) with one address per line; nothing was stored."
         )
     return list({e.address: e for e in found}.values())
+
+
+def _records(path: Path, text: str) -> list[tuple[int, list[str]]]:
+    """The import file's records, each with the line of the file it starts on (as an editor
+    numbers it: a cell may span lines), trailing blank ones dropped. Read strictly:
+    leniently, a quote opened and never closed makes every later line part of its cell,
+    and the addresses on them would be left out while the import said it succeeded."""
+    numbered: list[tuple[int, list[str]]] = []
+    reader = csv.reader(io.StringIO(text), strict=True)
+    start = 1
+    try:
+        for record in reader:
+            # `suppress list --format csv` escapes formula-like cells; reading back undoes it.
+            numbered.append((start, [cell_value(c) for c in record]))
+            start = reader.line_num + 1
+    except csv.Error as exc:  # a quote left open or misplaced, or a cell past the limit
+        raise BadInput(
+            f"suppress import: {path} line {start} is not CSV that can be read ({exc}): "
+            "close every quote that is opened, and double a quote inside a quoted cell "
+            '(""), then run `notifier suppress import` again; nothing was stored.'
+        ) from None
+    while numbered and not any(cell.strip() for cell in numbered[-1][1]):
+        numbered.pop()
+    return numbered
