@@ -10,11 +10,14 @@ again, saved with `\\n` and with another deadline or none, sends nothing. On bot
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 
 import pytest
 
+from notifier.domain.intent import digest_of_normalised, payload_json
+
 from ..conftest import Workspace
+from ..fake_messages import FakeMessages, tool_answer
 from ..support.workspace import FIXTURES
 
 pytestmark = [pytest.mark.both_stores, pytest.mark.timeout(90)]
@@ -155,3 +158,32 @@ def test_a_file_with_a_deadline_named_otherwise_is_still_compared_with_what_it_d
     assert refused.exit_code == 2, refused.output
     assert "3 row(s) have the channel, recipient and content" in refused.output
     assert _deliveries(ws) == _each_once(3)
+
+
+def test_a_composed_row_stored_under_its_deadline_is_moved_to_its_row_digest(
+    ws: Workspace, fake: FakeMessages
+) -> None:
+    """A file without ids composed with a deadline and `\\r\\n` in its bodies, as the code
+    before m021 stored it: its drafts' source digests and its items' identities the source
+    rows' intent digests, deadline and line breaks included (written back here, m021 not
+    yet applied). Once migrated, the file composed again with another deadline, whatever
+    the model writes this time, sends nothing."""
+    (ws.path / "notifier.toml").write_text('[channels.files]\ntype = "outbox"\n')
+    (ws.path / "brief.txt").write_text("Say hello to the person.")
+    rows = _rows(2, breaks="\r\n")
+    ws.write_csv("b.csv", rows)
+    compose = ("send", "b.csv", "--compose", "brief.txt", "--channel", "files")
+    first = ws.invoke(*compose, "--not-after", SOON)
+    assert first.exit_code == 0, first.output
+    for seq, (to, subject, body) in enumerate(rows[1:], 1):
+        payload = payload_json(subject, body, {}, "2099-01-01T00:00:00.000000+00:00")
+        before = digest_of_normalised("files", to, payload)
+        ws.write("UPDATE drafts SET source_digest = ? WHERE seq = ?", (before, seq))
+        ws.write("UPDATE items SET identity = ? WHERE seq = ?", (before, seq))
+    table = "notifier_migrations" if ws.url else "_sqlite_migrations"
+    ws.write(f"DELETE FROM {table} WHERE name = ?", ("m021_rows_without_ids_by_their_row_digest",))
+    for row in ("1", "2"):
+        fake.per_row[row] = deque([tool_answer("Hi again", f"A new wording for row {row}.")])
+    again = ws.invoke(*compose, "--not-after", LATER)
+    assert again.exit_code == 0, again.output
+    assert _deliveries(ws) == _each_once(2)
