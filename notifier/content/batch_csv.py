@@ -21,7 +21,7 @@ from notifier.content.unsubscribe import COLUMNS as UNSUBSCRIBE_COLUMNS
 from notifier.content.unsubscribe import row_unsubscribe
 from notifier.domain import clock
 from notifier.domain.errors import BadInput
-from notifier.domain.intent import nfc
+from notifier.domain.intent import invisible_character, nfc
 
 RESERVED = ("to", "subject", "body", "id", "channel", "not_after", *UNSUBSCRIBE_COLUMNS)
 MAX_REPORTED = 20
@@ -441,6 +441,10 @@ def _check_row(
         problems.append(Problem(line, "empty `to`: every row needs a recipient"))
     elif CONTROL.search(to):
         problems.append(Problem(line, "`to` contains a line break or control character: remove it"))
+    elif (hidden := invisible_character(to)) is not None:
+        problems.append(
+            Problem(line, f"`to` holds the invisible character U+{ord(hidden):04X}: remove it")
+        )
     problems.extend(Problem(line, p) for p in text_problems(subject, _cell(record, layout.body)))
     item_id = str(seq)
     if layout.id is not None:

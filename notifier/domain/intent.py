@@ -32,6 +32,17 @@ def nfc(value: str) -> str:
     return unicodedata.normalize("NFC", value)
 
 
+def invisible_character(text: str) -> str | None:
+    """The first character of `text` nobody sees, or None: a format character (a byte-order
+    mark, a zero-width space, a soft hyphen), a space or separator other than U+0020, a
+    control. In an address it names another mailbox than the one its writer reads. (Not
+    every character outside Python's Unicode tables: a newer script's letters are seen.)"""
+    return next((c for c in text if c != " " and unicodedata.category(c) in _UNSEEN), None)
+
+
+_UNSEEN = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
+
+
 def normalise_target(target: str) -> str:
     """Trim a recipient and lower-case the domain of an e-mail address (the local part is
     case-sensitive by the RFC, so it is left alone)."""

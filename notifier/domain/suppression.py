@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-from notifier.domain.intent import normalise_target
+from notifier.domain.intent import invisible_character, normalise_target
 
 # Longest address SMTP carries (RFC 5321 4.5.3.1.3: a 256-octet path minus its brackets).
 MAX_ADDRESS_CHARS = 254
@@ -165,7 +165,7 @@ def address_problem(text: str) -> str | None:
         return "is not an e-mail address (local@domain)"
     if any(c.isspace() for c in value) or any(ord(c) < 32 for c in value):
         return "holds a space or a control character"
-    hidden = next((c for c in value if not c.isprintable()), None)
+    hidden = invisible_character(value)
     if hidden is not None:
         return f"holds the invisible character U+{ord(hidden):04X}"
     decoration = _NOT_IN_AN_ADDRESS.search(value)
