@@ -3,7 +3,8 @@ section 8: "GET status_url → 200 JSON (with intent_digest when the downstream 
 found, 404 = not found, anything else = still uncertain"). A status URL answered by
 something that is not the receiver's status endpoint (a login page, a framework's
 catch-all route, a proxy's welcome page: `200 text/html` for every path) holds no receipt:
-an item whose request the receiver never committed is not `sent` on its word."""
+an item whose request the receiver never committed is not `sent` on its word. At N = 1 and
+at N = 8 with more rows than senders (the channel can be asked: items claimed ahead)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import json
 
 import pytest
 
-from ..conftest import Workspace, make_rows
+from ..conftest import Workspace
+from ..support.halts import claimed_ahead, send_through_halts
 from ..support.scripted_http import Reply, Script, hooks_config, scripted
 
 pytestmark = [pytest.mark.both_stores, pytest.mark.timeout(60)]
@@ -23,18 +25,27 @@ PAGES = {
 }
 
 
+@pytest.mark.parametrize("n", [1, 8])
 @pytest.mark.parametrize("page", sorted(PAGES))
-def test_a_200_without_a_json_receipt_never_makes_an_item_sent(ws: Workspace, page: str) -> None:
-    """The POST is answered 504 and never committed; every status query is answered 200
-    with no receipt in it. The item ends maybe delivered (unknown), never `sent`, and the
+def test_a_200_without_a_json_receipt_never_makes_an_item_sent(
+    ws: Workspace, page: str, n: int
+) -> None:
+    """Every item's POST is answered 504 and never committed; every status query is
+    answered 200 with no receipt in it. Every item ends maybe delivered (unknown), never
+    `sent`, POSTed once (an item claimed ahead and given back at the halt never), and the
     report shows no receipt found by query."""
+    rows = 1 if n == 1 else 2 * n
     script = Script(posts=[GATEWAY_TIMEOUT], gets=[PAGES[page]])
     with scripted(script) as port:
         (ws.path / "notifier.toml").write_text(hooks_config(port, status=True))
-        ws.write_csv("batch.csv", make_rows(1))
-        sent = ws.invoke("send", "batch.csv", "--channel", "hooks")
-    assert script.got >= 1  # the status URL was asked
+        results = send_through_halts(ws, rows, n, "hooks")
+    said = [r.output for r in results]
+    keys = ws.ledger.keys()
+    assert script.posted_by == dict.fromkeys(keys, 1), said  # each once, none twice
+    assert all(script.got_by[key] >= 1 for key in keys), script.got_by  # each one asked
     report = json.loads(ws.invoke("report", "--format", "json").output)
-    assert report["counts"]["sent"] == 0, (sent.output, report["items"])
-    assert ws.ledger.states() == {"u1": "unknown"}, sent.output
-    assert sent.exit_code == 3, sent.output
+    assert report["counts"]["sent"] == 0, (said, report["items"])
+    assert report["counts"]["unknown"] == rows, (said, report["counts"])
+    assert ws.ledger.states() == {f"u{i}": "unknown" for i in range(1, rows + 1)}, said
+    assert [r.exit_code for r in results] == [3] * len(results), said
+    assert claimed_ahead(ws) == (n > 1)
