@@ -3,13 +3,15 @@ deeper than the parser goes (100 000 `[`, 100 kB, well under the body cap) raise
 RecursionError, which is no ValueError. A 2xx to the POST is the receiver's acceptance
 whatever its body (the receipt id is read "when it is a string"), so the item is `sent`;
 a status query's 200 without a readable receipt proves nothing, and `reconcile` ends with
-its message and exit code, never an internal error (exit 1)."""
+its message and exit code, never an internal error (exit 1). At N = 1 and at N = 8 with
+more rows than senders (claimed ahead where the channel can be asked), of every item."""
 
 from __future__ import annotations
 
 import pytest
 
 from ..conftest import Workspace, make_rows
+from ..support.halts import claimed_ahead, send_through_halts
 from ..support.scripted_http import Reply, Script, hooks_config, scripted
 
 pytestmark = [pytest.mark.both_stores, pytest.mark.timeout(60)]
@@ -17,36 +19,55 @@ pytestmark = [pytest.mark.both_stores, pytest.mark.timeout(60)]
 NESTED = b"[" * 100_000
 
 
-def test_a_2xx_whose_body_nests_too_deep_is_still_a_delivery(ws: Workspace) -> None:
-    """A webhook that can neither dedupe nor be asked answers 201 with a body nested too
-    deep: delivered, recorded `sent` (exit 0), never left unknown."""
+@pytest.mark.parametrize("n", [1, 8])
+@pytest.mark.parametrize("asked", [False, True], ids=["unasked", "asked"])
+def test_a_2xx_whose_body_nests_too_deep_is_still_a_delivery(
+    ws: Workspace, n: int, asked: bool
+) -> None:
+    """A webhook that cannot dedupe answers 201 with a body nested too deep: every item
+    delivered once, recorded `sent` (exit 0), never left unknown; where it can be asked (at
+    N = 8 items then claimed ahead), none is asked about: a 2xx is no doubt."""
+    rows = 1 if n == 1 else 2 * n
     script = Script(posts=[Reply(201, NESTED)])
     with scripted(script) as port:
-        (ws.path / "notifier.toml").write_text(hooks_config(port, status=False))
-        ws.write_csv("batch.csv", make_rows(1))
-        sent = ws.invoke("send", "batch.csv", "--channel", "hooks")
-    assert ws.ledger.states() == {"u1": "sent"}, sent.output
-    assert script.posted == 1
+        (ws.path / "notifier.toml").write_text(hooks_config(port, status=asked))
+        ws.write_csv("batch.csv", make_rows(rows))
+        sent = ws.invoke("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n))
+    assert ws.ledger.states() == {f"u{i}": "sent" for i in range(1, rows + 1)}, sent.output
+    assert script.posted_by == dict.fromkeys(ws.ledger.keys(), 1)
+    assert script.got == 0, script.got_by
     assert sent.exit_code == 0, sent.output
 
 
-def test_a_status_200_nested_too_deep_leaves_reconcile_its_exit_code(ws: Workspace) -> None:
-    """The POST is answered 504 and the send's query (three tries) 500: unknown. The
-    query `reconcile` asks is answered 200 with a body nested too deep: still unknown,
-    exit 3, no internal error."""
+@pytest.mark.parametrize("n", [1, 8])
+def test_a_status_200_nested_too_deep_leaves_reconcile_its_exit_code(ws: Workspace, n: int) -> None:
+    """Every item's POST is answered 504 and the send's query of it (three tries) 500:
+    unknown. The query `reconcile` asks of each is answered 200 with a body nested too
+    deep: every item still unknown, none POSTed again, exit 3, no internal error."""
+    rows = 1 if n == 1 else 2 * n
     failed = Reply(500, b'{"error": "oops"}')
     script = Script(
         posts=[Reply(504, b'{"error": "gateway timeout"}')],
         gets=[failed, failed, failed, Reply(200, NESTED)],
     )
+    everyone = {f"u{i}": "unknown" for i in range(1, rows + 1)}
     with scripted(script) as port:
         (ws.path / "notifier.toml").write_text(hooks_config(port, status=True))
-        ws.write_csv("batch.csv", make_rows(1))
-        sent = ws.invoke("send", "batch.csv", "--channel", "hooks")
-        assert ws.ledger.states() == {"u1": "unknown"}, sent.output
-        assert script.got == 3
+        results = send_through_halts(ws, rows, n, "hooks")
+        said = [r.output for r in results]
+        assert ws.ledger.states() == everyone, said
+        assert [r.exit_code for r in results] == [3] * len(results), said
+        assert claimed_ahead(ws) == (n > 1)
+        # Each asked: three tries by the send; at N = 8 a resume after a halt asks those
+        # the halt left unknown again, and a query the halt cut short has fewer.
+        keys = ws.ledger.keys()
+        asked = {key: script.got_by[key] for key in keys}
+        assert all(asked.values()), said
         settled = ws.invoke("reconcile")
-    assert script.got > 3
+    # Every item asked again, each answered the 200 nested too deep by now.
+    assert all(asked[key] < script.got_by[key] for key in keys), script.got_by
+    assert all(script.got_by[key] > 3 for key in keys), script.got_by
+    assert script.posted_by == dict.fromkeys(keys, 1)
     assert "internal error" not in settled.output
     assert settled.exit_code == 3, settled.output
-    assert ws.ledger.states() == {"u1": "unknown"}, settled.output
+    assert ws.ledger.states() == everyone, settled.output

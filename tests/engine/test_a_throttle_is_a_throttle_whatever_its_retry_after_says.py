@@ -3,7 +3,8 @@ holds: one that cannot be read is ignored (the backoff applies), as DESIGN.md se
 reads it. `Retry-After: ²` (a superscript two, which Python's str.isdigit accepts and
 float() refuses, sent as the latin-1 byte 0xB2 by http.server) must neither turn a 429
 into "may have been delivered" nor stop `reconcile` or `cancel` with an internal error
-(exit 1): the contract gives them a message and exit 0 or 3."""
+(exit 1): the contract gives them a message and exit 0 or 3. At N = 1 and at N = 8 with
+more rows than senders (claimed ahead where the channel can be asked), of every item."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import json
 import pytest
 
 from ..conftest import Workspace, make_rows
+from ..support.halts import claimed_ahead, send_through_halts
 from ..support.scripted_http import Reply, Script, hooks_config, scripted
 
 pytestmark = [pytest.mark.both_stores, pytest.mark.timeout(60)]
@@ -20,44 +22,62 @@ UNREADABLE = (("Retry-After", "\u00b2"), ("Content-Type", "application/json"))
 ACCEPTED = Reply(201, b'{"id": "dlv-1"}')
 
 
+@pytest.mark.parametrize("n", [1, 8])
+@pytest.mark.parametrize("asked", [False, True], ids=["unasked", "asked"])
 def test_a_429_with_an_unreadable_retry_after_is_retried_and_delivered_once(
-    ws: Workspace,
+    ws: Workspace, n: int, asked: bool
 ) -> None:
-    """A webhook that can neither dedupe nor be asked: its first answer, 429, says nothing
-    was processed, so the item is sent again and delivered, never left unknown."""
+    """A webhook that cannot dedupe: its first answer to every item, 429, says nothing was
+    processed, so each is sent again and delivered, never left unknown. Where it can be
+    asked (at N = 8 items then claimed ahead), none is asked about: a 429 is no doubt."""
+    rows = 1 if n == 1 else 2 * n
     script = Script(posts=[Reply(429, b'{"error": "slow down"}', UNREADABLE), ACCEPTED])
     with scripted(script) as port:
-        (ws.path / "notifier.toml").write_text(hooks_config(port, status=False))
-        ws.write_csv("batch.csv", make_rows(1))
-        sent = ws.invoke("send", "batch.csv", "--channel", "hooks")
-    assert ws.ledger.states() == {"u1": "sent"}, sent.output
-    assert script.posted == 2
+        (ws.path / "notifier.toml").write_text(hooks_config(port, status=asked))
+        ws.write_csv("batch.csv", make_rows(rows))
+        sent = ws.invoke("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n))
+    assert ws.ledger.states() == {f"u{i}": "sent" for i in range(1, rows + 1)}, sent.output
+    assert script.posted_by == dict.fromkeys(ws.ledger.keys(), 2)
+    assert script.got == 0, script.got_by
     assert sent.exit_code == 0, sent.output
 
 
+@pytest.mark.parametrize("n", [1, 8])
 @pytest.mark.parametrize("command", ["reconcile", "cancel"])
 def test_a_status_query_throttled_with_an_unreadable_retry_after_never_stops_a_command(
-    ws: Workspace, command: str
+    ws: Workspace, command: str, n: int
 ) -> None:
-    """The POST is answered 504 (maybe delivered), the send's status query (its three
-    tries) 500, so the item ends unknown; every later query 503 with an unreadable
-    Retry-After: the item stays unknown, and `reconcile` and `cancel` end with their message
-    and exit code (cancel: the run cancelled), never an internal error."""
+    """Every item's POST is answered 504 (maybe delivered), the send's status query of it
+    (its three tries) 500, so every item ends unknown; every later query 503 with an
+    unreadable Retry-After: every item stays unknown, none POSTed again, and `reconcile`
+    and `cancel` end with their message and exit code (cancel: the run cancelled), never an
+    internal error."""
+    rows = 1 if n == 1 else 2 * n
     failed = Reply(500, b'{"error": "oops"}')
     script = Script(
         posts=[Reply(504, b'{"error": "gateway timeout"}')],
         gets=[failed, failed, failed, Reply(503, b'{"error": "busy"}', UNREADABLE)],
     )
+    everyone = {f"u{i}": "unknown" for i in range(1, rows + 1)}
     with scripted(script) as port:
         (ws.path / "notifier.toml").write_text(hooks_config(port, status=True))
-        ws.write_csv("batch.csv", make_rows(1))
-        sent = ws.invoke("send", "batch.csv", "--channel", "hooks")
-        assert ws.ledger.states() == {"u1": "unknown"}, sent.output
-        assert script.got == 3
+        results = send_through_halts(ws, rows, n, "hooks")
+        said = [r.output for r in results]
+        assert ws.ledger.states() == everyone, said
+        assert [r.exit_code for r in results] == [3] * len(results), said
+        assert claimed_ahead(ws) == (n > 1)
+        # Each asked: three tries by the send; at N = 8 a resume after a halt asks those
+        # the halt left unknown again, and a query the halt cut short has fewer.
+        keys = ws.ledger.keys()
+        asked = {key: script.got_by[key] for key in keys}
+        assert all(asked.values()), said
         settled = ws.invoke(command)
-    assert script.got > 3  # asked, and throttled
+    # Every item asked again, each answered the 503 with its unreadable Retry-After by now.
+    assert all(asked[key] < script.got_by[key] for key in keys), script.got_by
+    assert all(script.got_by[key] > 3 for key in keys), script.got_by
+    assert script.posted_by == dict.fromkeys(keys, 1)
     assert settled.exit_code in (0, 3), settled.output
     assert "internal error" not in settled.output
-    assert ws.ledger.states() == {"u1": "unknown"}, settled.output
+    assert ws.ledger.states() == everyone, settled.output
     if command == "cancel":
         assert json.loads(ws.invoke("status", "--json").output)["state"] == "cancelled"
