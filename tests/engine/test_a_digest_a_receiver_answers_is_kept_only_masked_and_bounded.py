@@ -2,7 +2,9 @@
 conflict it makes (a digest not ours: another intent holds the key). Like every other
 extract of an answer it is masked (a receiver quoting the signing secret it expected) and
 bounded (an error extract keeps 200 characters of an answer; a 2xx body may be 1 MiB): it
-reaches neither the database nor any output whole."""
+reaches neither the database nor any output whole. Of every item, at N = 1 and at N = 8
+with more rows than senders (the channel can be asked: items claimed ahead); each conflict
+halts the run, and the rows it left unsent are resumed until every row was answered."""
 
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ import json
 
 import pytest
 
-from ..conftest import Workspace, make_rows
+from ..conftest import Workspace
+from ..support.halts import claimed_ahead, send_through_halts
 from ..support.scripted_http import Reply, Script, hooks_config, scripted
 
 pytestmark = [pytest.mark.both_stores, pytest.mark.timeout(60)]
@@ -20,7 +23,7 @@ KEY_HEAD = "MfKQ9r8GKYqr"
 
 
 def _configure(ws: Workspace, port: int) -> None:
-    config = hooks_config(port, status=False, idempotent=True)
+    config = hooks_config(port, status=True, idempotent=True)
     config = config.replace('type = "webhook"', 'type = "webhook"\nsecret_env = "HOOKS_SECRET"')
     (ws.path / "notifier.toml").write_text(config)
 
@@ -30,29 +33,42 @@ def _outputs(ws: Workspace, *more: str) -> list[str]:
             ws.invoke("status", "--json").output]  # fmt: skip
 
 
+@pytest.mark.parametrize("n", [1, 8])
 def test_a_secret_a_receipt_quotes_as_its_digest_is_masked(
-    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch, n: int
 ) -> None:
     monkeypatch.setenv("HOOKS_SECRET", SECRET)
+    rows = 1 if n == 1 else 2 * n
     said = json.dumps({"id": "r1", "intent_digest": f"expected a signature by {SECRET}"})
-    with scripted(Script(posts=[Reply(200, said.encode())])) as port:
+    script = Script(posts=[Reply(200, said.encode())])
+    with scripted(script) as port:
         _configure(ws, port)
-        ws.write_csv("batch.csv", make_rows(1))
-        sent = ws.invoke("send", "batch.csv", "--channel", "hooks")
-    assert sent.exit_code == 4, sent.output  # a conflict
-    assert [text for text in _outputs(ws, sent.output) if KEY_HEAD in text] == []
+        results = send_through_halts(ws, rows, n, "hooks")
+    outputs = [r.output for r in results]
+    assert [r.exit_code for r in results] == [4] * len(results), outputs  # conflicts
+    assert claimed_ahead(ws) == (n > 1)
+    assert ws.ledger.states() == {f"u{i}": "failed" for i in range(1, rows + 1)}, outputs
+    assert script.posted_by == dict.fromkeys(ws.ledger.keys(), 1)
+    assert [text for text in _outputs(ws, *outputs) if KEY_HEAD in text] == []
     assert KEY_HEAD.encode() not in ws.stored_bytes()
 
 
-def test_a_digest_of_half_a_megabyte_is_kept_as_an_extract(ws: Workspace) -> None:
+@pytest.mark.parametrize("n", [1, 8])
+def test_a_digest_of_half_a_megabyte_is_kept_as_an_extract(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch, n: int
+) -> None:
+    monkeypatch.setenv("HOOKS_SECRET", SECRET)
+    rows = 1 if n == 1 else 2 * n
     huge = "sha256:" + "f" * 500_000
     said = json.dumps({"id": "r1", "intent_digest": huge})
-    with scripted(Script(posts=[Reply(200, said.encode())])) as port:
+    script = Script(posts=[Reply(200, said.encode())])
+    with scripted(script) as port:
         _configure(ws, port)
-        ws.write_csv("batch.csv", make_rows(1))
-        sent = ws.invoke("send", "batch.csv", "--channel", "hooks", env={"HOOKS_SECRET": SECRET})
-    assert sent.exit_code == 4, sent.output
-    [item] = ws.ledger.items()
-    assert item.state == "failed"
-    assert len(item.last_error or "") < 2_000, len(item.last_error or "")
-    assert max(len(text) for text in _outputs(ws, sent.output)) < 20_000
+        results = send_through_halts(ws, rows, n, "hooks")
+    outputs = [r.output for r in results]
+    assert [r.exit_code for r in results] == [4] * len(results), outputs
+    assert script.posted_by == dict.fromkeys(ws.ledger.keys(), 1)
+    items = ws.ledger.items()
+    assert [i.state for i in items] == ["failed"] * rows, outputs
+    assert max(len(i.last_error or "") for i in items) < 2_000, [i.last_error for i in items]
+    assert max(len(text) for text in _outputs(ws, *outputs)) < 20_000
