@@ -84,24 +84,34 @@ def _print_report(
     env = command_env(ctx, machine_output=fmt != "table")
     store = open_store(env, readonly=True)
     try:
-        run = pick_run(store, run_id)
-        data = report.build(store, run, attention_only=fmt == "table", states=states or None)
-        try:
-            _emit(data, fmt)
-        finally:
-            # A report cut short (a closed pipe) leaves its item rows half read: their
-            # cursor goes before the store closes, not at exit, on a closed database.
-            getattr(data["items"], "close", lambda: None)()
-        if fmt == "table" and run.state is RunState.AWAITING_APPROVAL:
-            from notifier.cli.running import glimpse_lines  # noqa: PLC0415 (start-up time)
-
-            # What an approval would cover.
-            for line in glimpse_lines(run.run_id, approval.preview(store, run)):
-                click.echo(line)  # notifications as stored; its advice line completed
-        if fmt == "table" and every_item and not states:
-            _every_item(store, run)
+        # One snapshot for the whole report: its counts are read apart from its items
+        # (streamed as they are written), and a live run's workers commit in between; read
+        # at two moments, the report would count items in one state and list them in another.
+        with store.reading():
+            _report_of(store, run_id, fmt, states, every_item=every_item)
     finally:
         store.close()
+
+
+def _report_of(
+    store: Store, run_id: str | None, fmt: str, states: list[ItemState] | None, *, every_item: bool
+) -> None:
+    run = pick_run(store, run_id)
+    data = report.build(store, run, attention_only=fmt == "table", states=states or None)
+    try:
+        _emit(data, fmt)
+    finally:
+        # A report cut short (a closed pipe) leaves its item rows half read: their
+        # cursor goes before the store closes, not at exit, on a closed database.
+        getattr(data["items"], "close", lambda: None)()
+    if fmt == "table" and run.state is RunState.AWAITING_APPROVAL:
+        from notifier.cli.running import glimpse_lines  # noqa: PLC0415 (start-up time)
+
+        # What an approval would cover.
+        for line in glimpse_lines(run.run_id, approval.preview(store, run)):
+            click.echo(line)  # notifications as stored; its advice line completed
+    if fmt == "table" and every_item and not states:
+        _every_item(store, run)
 
 
 def _every_item(store: Store, run: Run) -> None:
@@ -276,10 +286,11 @@ def cancel(
     if with_report:
         store = open_store(env)
         try:
-            run = store.core.get_run(result.run.run_id)
-            _emit(report.build(store, run, attention_only=fmt == "table"), fmt)
-            if fmt == "table":  # the report, as `notifier report` prints it: every item
-                _every_item(store, run)
+            with store.reading():  # one moment, as `report` (a worker may still record)
+                run = store.core.get_run(result.run.run_id)
+                _emit(report.build(store, run, attention_only=fmt == "table"), fmt)
+                if fmt == "table":  # the report, as `notifier report` prints it: every item
+                    _every_item(store, run)
         finally:
             store.close()
     if not result.confirmed or chunks_open:
