@@ -10,6 +10,7 @@ interrupted; 137 simulated crash.
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
@@ -188,6 +189,9 @@ class NotifierGroup(click.Group):
                 ExitCode.INTERNAL,
             ) from exc
         except Exception as exc:
+            if isinstance(exc, OSError) and exc.errno in _DISK_FULL:
+                _drop_stdout()  # its last flush at exit would fail again
+                raise self._output_cut_short(ctx, exc) from exc
             # A read outside any write (a report's rows) meets a damaged database here.
             if (damaged := _damage(ctx, exc)) is not None:
                 from notifier.cli.outcome import error_message  # noqa: PLC0415 (start-up time)
@@ -202,6 +206,31 @@ class NotifierGroup(click.Group):
                 "Set NOTIFIER_DEBUG=1 for a traceback.",
                 ExitCode.INTERNAL,
             ) from exc
+
+    def _output_cut_short(self, ctx: click.Context, exc: OSError) -> click.ClickException:
+        """A write that found its disk full, not the database's (the store names its own,
+        and the run is paused) nor a file named by an option (output.unwritable): the
+        command's own output, stdout redirected to a file (`notifier metrics >
+        notifier.prom`). The contract's full disk is exit 3, never an internal error, and
+        what the command wrote there is cut short."""
+        from notifier.cli.outcome import SENDING_COMMANDS  # noqa: PLC0415 (start-up time)
+
+        then = (
+            "`notifier status` shows where the run stands and `notifier resume` continues it"
+            if ctx.invoked_subcommand in SENDING_COMMANDS
+            else "then run the same command again"
+        )
+        return self._failure(
+            ctx,
+            f"the disk notifier was writing its output to is full ({exc.strerror or exc}), so "
+            "that output is incomplete. Every change already made is durable. Free space on "
+            f"that disk (or write the output elsewhere); {then}.",
+            ExitCode.ATTENTION,
+        )
+
+
+# A write refused for want of room: the disk full, or the user's quota spent.
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 def _damage(ctx: click.Context, exc: Exception) -> NotifierError | None:
