@@ -187,3 +187,21 @@ def test_a_composed_row_stored_under_its_deadline_is_moved_to_its_row_digest(
     again = ws.invoke(*compose, "--not-after", LATER)
     assert again.exit_code == 0, again.output
     assert _deliveries(ws) == _each_once(2)
+
+
+@pytest.mark.parametrize("then", sorted(DEADLINES))
+def test_a_file_given_an_id_column_and_another_deadline_is_refused_never_sent_twice(
+    ws: Workspace, then: str
+) -> None:
+    """Three rows without ids delivered with a deadline and `\\r\\n` in their bodies; the same
+    file given an `id` column, saved with `\\n`, with a later deadline or none: its rows
+    have the content of rows delivered by a file that named them otherwise, refused (exit 2)
+    as with the same deadline, never each sent a second time."""
+    (ws.path / "notifier.toml").write_text('[channels.files]\ntype = "outbox"\n')
+    ws.write_csv("b.csv", _rows(3, breaks="\r\n"))
+    _send(ws, "--not-after", SOON)
+    ws.write_csv("b.csv", _with_ids(_rows(3)))
+    refused = ws.invoke("send", "b.csv", "--channel", "files", *DEADLINES[then])
+    assert refused.exit_code == 2, refused.output
+    assert "3 row(s) have the channel, recipient and content" in refused.output
+    assert _deliveries(ws) == _each_once(3)
