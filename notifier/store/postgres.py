@@ -52,7 +52,7 @@ from notifier.store.exceptions import (
     StoreRefused,
     WriteConflict,
 )
-from notifier.store.stage import _ITEM_COLUMNS, _PENDING_COLUMNS, PlanStage
+from notifier.store.stage import _COMPARED_COLUMNS, _PENDING_COLUMNS, PlanStage
 
 # psycopg logs what it ignores while it gives up a connection the server ended (a pipeline
 # left unfinished): the store raises that failure as its own message, and a command shows
@@ -397,12 +397,12 @@ class PostgresEngine:
                 "CREATE TEMPORARY TABLE plan_stage_items (seq INTEGER, item_id TEXT, "
                 "channel TEXT, target TEXT, payload TEXT, idempotency_key TEXT, "
                 "intent_digest TEXT, not_after TEXT, identity TEXT, not_before TEXT, "
-                "send_window TEXT, send_tz TEXT) ON COMMIT DROP"
+                "send_window TEXT, send_tz TEXT, row_digest TEXT) ON COMMIT DROP"
             )
             with self.raw.cursor().copy(
-                f"COPY plan_stage_items ({_ITEM_COLUMNS}) FROM STDIN"
+                f"COPY plan_stage_items ({_COMPARED_COLUMNS}) FROM STDIN"
             ) as copy:
-                for row in stage.rows():
+                for row in stage.rows(_COMPARED_COLUMNS):
                     copy.write_row(row)
             self._stage_copied = True
         return "plan_stage_items"

@@ -18,8 +18,12 @@ _ITEM_COLUMNS = (
     "seq, item_id, channel, target, payload, idempotency_key, intent_digest, not_after, identity, "
     "not_before, send_window, send_tz"
 )
-# The stage's own rows also keep the CSV line each came from, to name it in a refusal.
-_STAGE_COLUMNS = f"{_ITEM_COLUMNS}, line"
+# The stage's own rows also keep the CSV line each came from, to name it in a refusal, and
+# a row with an `id` its row digest where that is not its intent digest (make_plan): the
+# identity an id-less earlier row of its content had whatever its deadline or line breaks.
+_STAGE_COLUMNS = f"{_ITEM_COLUMNS}, line, row_digest"
+# What a comparison reads of the stage (statements.history._keyed); PostgreSQL copies these.
+_COMPARED_COLUMNS = f"{_ITEM_COLUMNS}, row_digest"
 # A newly planned item: its run, the item columns, then the rest, all `pending` and unattempted.
 _PENDING_COLUMNS = f"run_id, {_ITEM_COLUMNS}, updated_at, state, attempts"
 
@@ -55,7 +59,8 @@ class PlanStage:
         self.conn.execute(
             "CREATE TABLE items (seq INTEGER PRIMARY KEY, item_id TEXT, channel TEXT, "
             "target TEXT, payload TEXT, idempotency_key TEXT, intent_digest TEXT, not_after TEXT, "
-            "identity TEXT, not_before TEXT, send_window TEXT, send_tz TEXT, line INTEGER)"
+            "identity TEXT, not_before TEXT, send_window TEXT, send_tz TEXT, line INTEGER, "
+            "row_digest TEXT)"
         )
         self.conn.execute("BEGIN")  # one scratch transaction: no commit per chunk
         self._buffer: list[tuple[Any, ...]] = []
@@ -99,12 +104,15 @@ class PlanStage:
         identity: str | None,
         when: tuple[str | None, str | None, str | None] = (None, None, None),
         line: int | None = None,
+        row_digest: str | None = None,
     ) -> None:
         """`when`: not_before, send_window, send_tz (schema_sqlite.M009); `line`: the CSV
-        line of the row (None for rows that come from no file line, such as drafts)."""
+        line of the row (None for rows that come from no file line, such as drafts);
+        `row_digest`: see _STAGE_COLUMNS."""
         self._buffer.append(
-            (seq, item_id, channel, target, payload, key, digest, not_after, identity, *when, line)
-        )
+            (seq, item_id, channel, target, payload, key, digest, not_after, identity, *when, line,
+             row_digest)
+        )  # fmt: skip
         self.count += 1
         if len(self._buffer) >= self.CHUNK:
             self._flush()
@@ -113,7 +121,7 @@ class PlanStage:
         if self._buffer:
             self.conn.executemany(
                 f"INSERT INTO items ({_STAGE_COLUMNS}) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 self._buffer,
             )
             self._buffer.clear()
@@ -137,10 +145,10 @@ class PlanStage:
         if self.conn.in_transaction:
             self.conn.execute("COMMIT")
 
-    def rows(self) -> Iterator[tuple[Any, ...]]:
-        """Every staged intent in seq order, read a chunk at a time."""
+    def rows(self, columns: str = _ITEM_COLUMNS) -> Iterator[tuple[Any, ...]]:
+        """Every staged intent in seq order (`columns` of it), read a chunk at a time."""
         self._flush()
-        cursor = self.conn.execute(f"SELECT {_ITEM_COLUMNS} FROM items ORDER BY seq")
+        cursor = self.conn.execute(f"SELECT {columns} FROM items ORDER BY seq")
         while chunk := cursor.fetchmany(self.CHUNK):
             yield from chunk
 

@@ -75,11 +75,19 @@ def _keyed(stage: str, *, by_content: bool, own_drafts: bool = False) -> str:
     SELECT own.seq, own.item_id, own.channel, own.intent_digest, own.identity, d.source_digest
     FROM {stage} AS own JOIN drafts d ON d.run_id = %(run_id)s AND d.seq = own.seq
     WHERE own.identity LIKE 'id:%%' AND d.source_digest IS NOT NULL"""
+    tail = (by_id if by_content else "") + (drafted if own_drafts else "")
+    # A row with an id under its row digest where that is not its intent digest (a deadline
+    # or a `\r`: plan.make_plan stages it): an id-less earlier row of its content has that
+    # identity whatever its deadline, so a file given an id column and another deadline is
+    # compared with what it delivered, never sent again as new rows.
     return f"""(SELECT seq, item_id, channel, intent_digest, identity, identity AS key
     FROM {stage} AS own
     UNION ALL
     SELECT seq, item_id, channel, intent_digest, identity, intent_digest FROM {stage} AS own
-    WHERE identity <> intent_digest{by_id if by_content else ""}{drafted if own_drafts else ""})"""
+    WHERE identity <> intent_digest
+    UNION ALL
+    SELECT seq, item_id, channel, intent_digest, identity, row_digest FROM {stage} AS own
+    WHERE identity LIKE 'id:%%' AND row_digest IS NOT NULL{tail})"""
 
 
 # The earlier item p was composed from a row of the staged row's content (m018).
@@ -201,7 +209,7 @@ def rows_of_run(n: int) -> str:
     """Run %(run_id)s's items %(seq0)s… (`n` of them) as a stage is read: their row identity."""
     seqs = ", ".join(f"%(seq{i})s" for i in range(n))
     return (
-        "(SELECT seq, item_id, channel, identity, intent_digest FROM items "
+        "(SELECT seq, item_id, channel, identity, intent_digest, NULL AS row_digest FROM items "
         f"WHERE run_id = %(run_id)s AND seq IN ({seqs}))"
     )
 
