@@ -33,13 +33,13 @@ def _keyed(stage: str, *, by_content: bool, own_drafts: bool = False) -> str:
     identities a row of the same content had where the file named its rows otherwise
     (intent.row_identity): for a row with an id, its intent digest (`key` = `intent_digest`:
     an id-less earlier row's identity; an `id:` identity never equals a digest, so this key
-    finds only id-less earlier items, through items_identity as the first) and the identity
-    of each id-less earlier item of its very intent whose identity is not its intent digest
-    (a row digest without its deadline or `\r`, or a composed row's source: through
-    items_content); for a row without one, the identity of each earlier item with an id and
-    the same channel and content, its row digest or its very intent (through
-    items_content), or composed from a row of that content (through drafts_by_content: a
-    composed item has its drafted text's digest). Without
+    finds only id-less earlier items, through items_identity as the first) and its row
+    digest where that is not its intent digest (staged as `row_digest`: an id-less earlier
+    row's identity whatever its deadline or line breaks); for a row without one, the
+    identity of each earlier item with an id and the same channel and content, its row
+    digest or its very intent (through items_content), or composed from a row of that
+    content (through drafts_by_content: a composed item has its drafted text's digest).
+    Without
     `by_content` (a database from before m016 or m018 read without migrating it) neither:
     with no index, every row would read every item of its channel. With `own_drafts` (the
     rows are run %(run_id)s's, composed: the freeze, `redraft`), a row with an id is keyed
@@ -55,13 +55,6 @@ def _keyed(stage: str, *, by_content: bool, own_drafts: bool = False) -> str:
         AND named.intent_digest IN (own.identity, own.intent_digest)
         AND named.identity <> named.intent_digest
     WHERE {_NO_ID}
-    UNION ALL
-    SELECT DISTINCT own.seq, own.item_id, own.channel, own.intent_digest, own.identity,
-        named.identity
-    FROM {stage} AS own {{ordered_join}} items named {{indexed_items_content}}
-        ON named.channel = own.channel AND named.intent_digest = own.intent_digest
-        AND named.identity <> named.intent_digest
-    WHERE own.identity LIKE 'id:%%' AND named.identity NOT LIKE 'id:%%'
     UNION ALL
     SELECT DISTINCT own.seq, own.item_id, own.channel, own.intent_digest, own.identity,
         drafted.identity
