@@ -7,6 +7,8 @@ promise of EVERY item, whichever command sent it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from click.testing import Result
 
 from .workspace import Workspace, make_rows
@@ -32,3 +34,22 @@ def claimed_ahead(ws: Workspace) -> bool:
     claimed ahead of the senders are (pipeline.claim_ahead), so this shows that a test at
     N = 8 had items claimed ahead."""
     return any(a.outcome == "not_started" for a in ws.ledger.attempts())
+
+
+def all_unknown_and_asked(
+    ws: Workspace, asked: Callable[[str], int], rows: int, n: int
+) -> dict[str, int]:
+    """`send_through_halts` of `rows` rows to the scripted `hooks` channel whose every POST is
+    uncertain and every status query inconclusive: every item ends unknown, every command
+    exits 3, items were claimed ahead at N > 1, and each was asked (its three tries by the
+    send; at N = 8 a resume after a halt asks those the halt left unknown again, and a query
+    the halt cut short has fewer). How often each key was asked by then (`asked(key)`)."""
+    results = send_through_halts(ws, rows, n, "hooks")
+    said = [r.output for r in results]
+    assert ws.ledger.states() == {f"u{i}": "unknown" for i in range(1, rows + 1)}, said
+    assert [r.exit_code for r in results] == [3] * len(results), said
+    assert claimed_ahead(ws) == (n > 1)
+    keys = ws.ledger.keys()
+    counts = {key: asked(key) for key in keys}
+    assert all(counts.values()), said
+    return counts
