@@ -3,6 +3,7 @@ it with the runs before, and store it, or say why not. Nothing is sent from here
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
@@ -243,7 +244,7 @@ def store_plan(
 
     try:
         prior = store.plans.create_run(
-            plan.run_row(str(batch), dict(options)),
+            plan.run_row(shown_path(batch), dict(options)),
             plan.items,
             new_run=new_run,
             resend_changed=resend_changed,
@@ -424,7 +425,7 @@ def store_drafting_run(
         "run_id": run_id,
         "state": RunState.PLANNED.value,
         "created_at": clock.now_iso(),
-        "batch_path": str(batch),
+        "batch_path": shown_path(batch),
         "channel_snapshot": env.config.snapshot({row.channel for row in rows}),
         "options": dict(options),
         "contract_version": CONTRACT_VERSION,
@@ -444,3 +445,10 @@ def store_drafting_run(
         store.close()
         raise
     return store
+
+
+def shown_path(batch: Path) -> str:
+    """The batch file's name as a run stores it: as written, or, for a name in bytes that
+    are not UTF-8 (a file copied from an older system), with those bytes escaped (`\\xff`),
+    since a database column holds text, and the name is only ever shown."""
+    return os.fsencode(batch).decode("utf-8", "backslashreplace")
