@@ -16,7 +16,13 @@ from ..conftest import Workspace
 from ..support.halts import claimed_ahead, send_through_halts
 from ..support.scripted_http import Reply, Script, hooks_config, scripted
 
-pytestmark = [pytest.mark.both_stores, pytest.mark.timeout(60)]
+# The pauses between a status query's tries, and the backoffs, at the test switch's scale
+# (waits.py): what an answer proves does not depend on how long they are.
+pytestmark = [
+    pytest.mark.both_stores,
+    pytest.mark.timeout(60),
+    pytest.mark.usefixtures("fast_waits"),
+]
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 KEY_HEAD = "MfKQ9r8GKYqr"

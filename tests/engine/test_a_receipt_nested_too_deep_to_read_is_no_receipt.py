@@ -14,7 +14,13 @@ from ..conftest import Workspace, make_rows
 from ..support.halts import all_unknown_and_asked
 from ..support.scripted_http import Reply, Script, hooks_config, scripted
 
-pytestmark = [pytest.mark.both_stores, pytest.mark.timeout(60)]
+# The pauses between a status query's tries, and the backoffs, at the test switch's scale
+# (waits.py): what an answer proves does not depend on how long they are.
+pytestmark = [
+    pytest.mark.both_stores,
+    pytest.mark.timeout(60),
+    pytest.mark.usefixtures("fast_waits"),
+]
 
 NESTED = b"[" * 100_000
 

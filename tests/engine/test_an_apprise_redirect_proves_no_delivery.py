@@ -15,7 +15,13 @@ from ..conftest import Workspace
 from ..support.halts import send_through_halts
 from ..support.scripted_http import Reply, Script, scripted
 
-pytestmark = [pytest.mark.both_stores, pytest.mark.timeout(60)]
+# The pauses between a status query's tries, and the backoffs, at the test switch's scale
+# (waits.py): what an answer proves does not depend on how long they are.
+pytestmark = [
+    pytest.mark.both_stores,
+    pytest.mark.timeout(60),
+    pytest.mark.usefixtures("fast_waits"),
+]
 
 
 @pytest.mark.parametrize("n", [1, 8])
