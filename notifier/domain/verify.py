@@ -241,10 +241,9 @@ class _IdentityForms:
     """Each item's row identity (items.identity: what `send` compares the rows of a later
     file with) against what its plan made of the item: `id:` and its id (in NFC, or as
     written before m019) when its file had an id column, else its content's digest (its
-    row digest, intent.row_digest, or its intent digest as stored before m021; a --compose
-    row's source digest). One rewritten would make the next send of the file deliver the
-    row again, or leave it out as delivered. A file has an id
-    column or not, so a run's items are all of one form: an item of the other form is
+    row digest, intent.row_digest; a --compose row's source digest). One rewritten would
+    make the next send of the file deliver the row again, or leave it out as delivered. A
+    file has an id column or not, so a run's items are all of one form: an item of the other form is
     named too (a few of them, where a run mixes them)."""
 
     NAMED = 20
@@ -263,10 +262,7 @@ class _IdentityForms:
         name = f"item {shown} (seq {seq})"
         if identity in ("id:" + nfc(item_id), "id:" + item_id):
             form = "id"
-        elif identity in (intent.intent_digest, intent.source_digest) or (
-            intent.payload is not None
-            and identity == stored_row_digest(intent.channel, intent.target, intent.payload)
-        ):
+        elif identity == _content_identity(intent):
             form = "content"
         else:
             return [Difference(Table.ITEMS, name, Change.DIFFERS, "identity", identity,
@@ -283,6 +279,18 @@ class _IdentityForms:
         return [Difference(Table.ITEMS, name, Change.DIFFERS, "identity", fewer,
                            "the form of the run's other items")
                 for name in self.names[fewer]]  # fmt: skip
+
+
+def _content_identity(intent: IntentRecord) -> str:
+    """The identity a row without an id has: a composed row's source digest; else its row
+    digest (its intent digest for a row without a deadline or a `\r`; m021 moved the
+    others), or its intent digest where its payload is not at hand (an export without
+    bodies)."""
+    if intent.source_digest is not None:
+        return intent.source_digest
+    if intent.payload is None:
+        return intent.intent_digest
+    return stored_row_digest(intent.channel, intent.target, intent.payload)
 
 
 def _counters(head: RunHead, states: Mapping[str, int]) -> list[Difference]:

@@ -205,3 +205,18 @@ def test_a_file_given_an_id_column_and_another_deadline_is_refused_never_sent_tw
     assert refused.exit_code == 2, refused.output
     assert "3 row(s) have the channel, recipient and content" in refused.output
     assert _deliveries(ws) == _each_once(3)
+
+
+def test_an_identity_rewritten_to_its_deadline_bearing_digest_is_named_by_verify(
+    ws: Workspace,
+) -> None:
+    """The form such a row had before m021 (its intent digest, deadline included), written
+    back behind notifier's back: the next send with a later deadline would deliver it
+    again, so `verify` names it (exit 5)."""
+    (ws.path / "notifier.toml").write_text('[channels.files]\ntype = "outbox"\n')
+    ws.write_csv("b.csv", _rows(3))
+    _send(ws, "--not-after", SOON)
+    ws.write("UPDATE items SET identity = intent_digest WHERE seq = 2")
+    found = ws.invoke("verify")
+    assert found.exit_code == 5, found.output
+    assert "item 2 (seq 2)" in found.output and "identity" in found.output, found.output
