@@ -118,20 +118,20 @@ def make_plan(
             hash_digest(digest.encode("ascii") + b"\n")
             per_channel[row.channel] += 1
             key = key_of_normalised(run_id, nonce, row.item_id, target)
-            # A row with an id whose row digest is not its intent digest (a deadline, a `\r`)
-            # is also compared under it: an id-less earlier row of its content has it as
-            # its identity, whatever its deadline (statements.history._keyed).
-            own_row_digest = None
-            if identities is not None:
+            # Its row digest (intent.row_digest): its intent digest unless it has a deadline
+            # or a `\r` to leave out or rewrite. A row without an id is identified by it; a
+            # row with one is also compared under it where it differs, since an id-less
+            # earlier row of its content has it as its identity whatever its deadline
+            # (statements.history._keyed).
+            compared = None
+            if identities is not None:  # a composed row: its source row's identity
                 identity = identities[row.seq]
-            elif row.own_id:
-                identity = row_identity(row.item_id, digest)
-                if row.not_after is not None or _has_cr(row):
-                    own_row_digest = _row_digest(row, target)
-            elif row.not_after is None and not _has_cr(row):
-                identity = digest  # its row digest: nothing to leave out or rewrite
             else:
-                identity = row_identity(None, _row_digest(row, target))
+                own_digest = digest
+                if row.not_after is not None or _has_cr(row):
+                    own_digest = _row_digest(row, target)
+                identity = row_identity(row.item_id if row.own_id else None, own_digest)
+                compared = own_digest if row.own_id and own_digest != digest else None
             add(
                 row.seq,
                 row.item_id,
@@ -144,7 +144,7 @@ def make_plan(
                 identity,
                 (row.not_before, row.send_window, row.send_tz),
                 row.line,
-                own_row_digest,
+                compared,
             )
         if refuse_identical and problems is not None and not problems:
             problems.extend(

@@ -39,9 +39,8 @@ def _keyed(stage: str, *, by_content: bool, own_drafts: bool = False) -> str:
     identity of each earlier item with an id and the same channel and content, its row
     digest or its very intent (through items_content), or composed from a row of that
     content (through drafts_by_content: a composed item has its drafted text's digest).
-    Without
-    `by_content` (a database from before m016 or m018 read without migrating it) neither:
-    with no index, every row would read every item of its channel. With `own_drafts` (the
+    Without `by_content` (a database from before m016 or m018 read without migrating it)
+    neither: with no index, every row would read every item of its channel. With `own_drafts` (the
     rows are run %(run_id)s's, composed: the freeze, `redraft`), a row with an id is keyed
     under the content it was drafted from too (its draft's source_digest): its intent
     digest is its drafted text's, and an id-less earlier row of its source content has that
