@@ -315,16 +315,23 @@ def _m020(engine: Engine) -> None:
 # migration's must be. items_content (m016) now also holds the plain items so moved.
 def _m021_over(deadline_or_cr: str) -> Callable[[Engine], None]:
     def migrate(engine: Engine) -> None:
-        rows = engine.execute(
+        # A chunk at a time in key order: a million items with a deadline are a million
+        # payloads, which must not all be held at once.
+        after: dict[str, Any] = {"run_id": "", "seq": -1}
+        while rows := engine.execute(
             "SELECT run_id, seq, channel, target, payload, identity FROM items "
-            f"WHERE identity = intent_digest AND {deadline_or_cr} AND NOT EXISTS "
-            "(SELECT 1 FROM drafts d WHERE d.run_id = items.run_id AND d.seq = items.seq)"
-        ).fetchall()
-        for run_id, seq, channel, target, payload, identity in rows:
-            fields = json.loads(payload)
-            fields.update(channel=channel, to=target)
-            if (now := _m021_digest(fields)) != identity:
-                _move_identity(engine, run_id, seq, identity, now)
+            "WHERE (run_id > %(run_id)s OR (run_id = %(run_id)s AND seq > %(seq)s)) "
+            f"AND identity = intent_digest AND {deadline_or_cr} AND NOT EXISTS "
+            "(SELECT 1 FROM drafts d WHERE d.run_id = items.run_id AND d.seq = items.seq) "
+            f"ORDER BY run_id, seq LIMIT {_M021_CHUNK}",
+            after,
+        ).fetchall():
+            for run_id, seq, channel, target, payload, identity in rows:
+                fields = json.loads(payload)
+                fields.update(channel=channel, to=target)
+                if (now := _m021_digest(fields)) != identity:
+                    _move_identity(engine, run_id, seq, identity, now)
+            after = {"run_id": rows[-1][0], "seq": rows[-1][1]}
         drafts = engine.execute(
             "SELECT run_id, seq, source, source_digest FROM drafts WHERE source_digest IS NOT NULL"
         ).fetchall()
@@ -339,6 +346,9 @@ def _m021_over(deadline_or_cr: str) -> Callable[[Engine], None]:
             _move_identity(engine, run_id, seq, before, now)
 
     return migrate
+
+
+_M021_CHUNK = 5000
 
 
 def _m021_digest(row: dict[str, Any]) -> str:
