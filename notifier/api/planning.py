@@ -26,7 +26,15 @@ from notifier.domain.state_machine import ItemState, RunState, RunTrigger
 from notifier.domain.suppression import address_keys
 from notifier.engine import crash
 from notifier.engine.membership import live_holder
-from notifier.store import NoDatabase, PlanRefused, PlanStage, Prior, RunExists, Store
+from notifier.store import (
+    NoDatabase,
+    PlanRefused,
+    PlanStage,
+    Prior,
+    ReadRaced,
+    RunExists,
+    Store,
+)
 from notifier.store.history import CHANGED, OPEN, SAME_CONTENT, UNSETTLED
 
 
@@ -179,12 +187,16 @@ def run_stored(env: Env, run_id: str) -> bool | None:
     try:
         store.core.get_run(run_id)
     except KeyError:
-        return False
+        found: bool | None = False
     except Exception:
-        return None
-    finally:
+        found = None
+    else:
+        found = True
+    try:
         store.close()
-    return True
+    except ReadRaced:  # another process wrote under the read: what it read cannot say
+        return None
+    return found
 
 
 def check_channels(env: Env, names: Iterable[str]) -> None:

@@ -256,6 +256,10 @@ def _not_asked(exc: NotifierError) -> str:
 # How each next step below is said after the failure's own text (`said`) about run `rid`.
 _ADVICE: dict[NextStep, Callable[[str, str], str]] = {
     NextStep.LIST_RUNS: lambda said, rid: f"{said} `notifier runs` lists the runs.",
+    NextStep.READ_AGAIN: lambda said, rid: (
+        f"{said} Run the same command again: it reads the file as it is now (while another "
+        "process, a `notifier send` say, still has it open, under SQLite's locks: one moment)."
+    ),
     NextStep.REPORT: lambda said, rid: f"{said} `notifier report {rid}` shows the run.",
     NextStep.REVIEW_THEN_APPROVE: lambda said, rid: (
         f"{said} Review it again with `notifier status`, then approve."

@@ -29,6 +29,7 @@ class NextStep(StrEnum):
 
     STATUS = "status"  # look at where the run stands
     STATUS_AND_AGAIN = "status_and_again"  # look, then run the command again if it applies
+    READ_AGAIN = "read_again"  # a read that may mix two moments: the same command, run again
     RESUME = "resume"  # once the cause is fixed, `resume` goes on from what was recorded
     READ_ONLY = "read_only"  # the reading commands still work; the others need it writable
     SEND_FIRST = "send_first"  # no database yet: a send creates it, or --db names another

@@ -34,6 +34,13 @@ class StorageFailed(NeedsAttention):
     was rolled back whole; everything committed before it is safe."""
 
 
+class ReadRaced(NeedsAttention):
+    """A read-only command read an SQLite file without SQLite's locks (`immutable`: no
+    process had it open) and another process wrote into it meanwhile, so what the command
+    read may mix two moments of the database. Nothing was changed; the same command, run
+    again, reads the file as it is now."""
+
+
 class WriteConflict(StorageFailed):
     """The server aborted the transaction to break a deadlock with another writer (or a
     serialization conflict): nothing of it was written, and it may simply run again

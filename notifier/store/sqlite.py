@@ -9,6 +9,7 @@ import re
 import secrets
 import sqlite3
 import struct
+import sys
 from collections import namedtuple
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import suppress
@@ -32,6 +33,7 @@ from notifier.store.exceptions import (
     DatabaseDamaged,
     DatabaseUnwritable,
     NoDatabase,
+    ReadRaced,
     StorageFailed,
     StoreRefused,
 )
@@ -108,6 +110,9 @@ class SqliteEngine:
         self._stage_attached = False  # a plan's stage attached by stage_table
         self.signer: Signer = UNKEYED  # links the events (chain.py); Store.open sets it
         self._due = chaining.DueEvents()  # the open transaction's events, linked at COMMIT
+        # A connection that reads the file `immutable` (see _connect): the file's state
+        # when it was opened, compared again as it closes (close). None otherwise.
+        self._unlocked_since: _FileState | None = None
 
     # ---------------------------------------------------------------- opening
 
@@ -148,7 +153,7 @@ class SqliteEngine:
                 # `verify` names text no notifier wrote (not UTF-8), rather than fail on it.
                 checked.conn.text_factory = unwritten_text
             return checked
-        checked.close()
+        checked._release()  # the checks' own reads: this command goes on to write
         engine = cls._connect(path, fresh=False)
         with closed_if_failed(engine):
             engine._prepare()
@@ -175,7 +180,7 @@ class SqliteEngine:
                 if invariants:
                     Checks(engine).check_invariants()
             except sqlite3.DatabaseError as exc:
-                engine.close()
+                engine._release()
                 if _locked(exc):
                     raise  # another program's lock: nothing about the file's health
                 refusal = StoreRefused(
@@ -185,10 +190,10 @@ class SqliteEngine:
                 )
                 refusal.__cause__ = exc
             except StoreRefused as exc:
-                engine.close()
+                engine._release()
                 refusal = exc
             except BaseException:
-                engine.close()
+                engine._release()
                 raise
             else:
                 return engine
@@ -200,15 +205,18 @@ class SqliteEngine:
         # isolation_level=None: transactions are begun explicitly (see core.Core.write), never
         # implicitly by the sqlite3 module behind our back.
         target, uri = str(path), False
+        unlocked_since: _FileState | None = None
         if readonly:
             # The checks, and read-only commands, leave no trace: mode=ro never writes the
             # database. With no -wal beside it no writer is attached and the file is fully
             # checkpointed, so `immutable` reads it without creating -wal/-shm (which mode=ro
             # alone would, and cannot on a read-only file system). With a -wal present,
-            # those files exist.
-            wal = path.with_name(path.name + "-wal")
+            # those files exist. The file's state is taken before SQLite opens it: a
+            # process that opens it from then on changes it (close compares).
+            state = _file_state(path)
             target = f"{path.resolve().as_uri()}?mode=ro"
-            target += "" if wal.exists() else "&immutable=1"
+            target += "" if state.wal else "&immutable=1"
+            unlocked_since = None if state.wal else state
             uri = True
         try:
             conn = sqlite3.connect(target, isolation_level=None, check_same_thread=False, uri=uri)
@@ -226,6 +234,7 @@ class SqliteEngine:
         # index pages all over the file; the default 2 MiB thrashes.
         conn.execute("PRAGMA cache_size = -65536")
         engine = cls(path, conn)
+        engine._unlocked_since = unlocked_since
         if fresh:
             engine._prepare()
         return engine
@@ -269,6 +278,37 @@ class SqliteEngine:
         return engine
 
     def close(self) -> None:
+        """Close the connection. One that read the file without locks (`immutable`) whose
+        file another process wrote meanwhile (its state is not what it was at the open) raises
+        ReadRaced: after reads that went well, since what they returned may mix two moments,
+        and in place of an error of SQLite's that a read met (`database disk image is
+        malformed`, text that does not decode: pages written under it), which is no damage
+        of the file. Any other exception on its way out (a command's own answer, Ctrl-C, a
+        closed pipe) is left as it is. So every read-only command, closing its store as it
+        must, is checked, in this one place."""
+        since, self._unlocked_since = self._unlocked_since, None
+        self.conn.close()
+        if since is None:
+            return
+        in_flight = sys.exc_info()[1]
+        if in_flight is not None and not isinstance(in_flight, sqlite3.Error):
+            return
+        try:
+            now: _FileState | None = _file_state(self.path)
+        except OSError:
+            now = None  # moved or deleted under the read
+        if now != since:
+            raise ReadRaced(
+                f"{self.path}: another process wrote into this file while this command read "
+                "it without locks (as read-only commands read a file no process has open, "
+                "leaving no -wal or -shm beside it), so what it read, and printed, may mix "
+                "two moments of the database. Nothing was changed."
+            ).advise(NextStep.READ_AGAIN) from in_flight
+
+    def _release(self) -> None:
+        """Close the connection without judging its reads: the checks' own, which _checked
+        judges by the file's state itself."""
+        self._unlocked_since = None
         self.conn.close()
 
     def storage_failure(self, exc: Exception) -> NotifierError:

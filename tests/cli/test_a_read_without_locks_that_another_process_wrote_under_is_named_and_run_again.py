@@ -63,7 +63,7 @@ def another_process_writes(db: Path | str) -> None:
             for i in range(300):
                 pg.execute(
                     "INSERT INTO suppressions (address, reason, source, operator, created_at) "
-                    "VALUES (%s, %s, 'import', 'another process', '2030-01-01T00:00:00Z')",
+                    "VALUES (%s, %s, 'import', 'other-writer', '2030-01-01T00:00:00Z')",
                     (f"other{i}@example.org", "r" * 100),
                 )
         return
@@ -74,12 +74,12 @@ def another_process_writes(db: Path | str) -> None:
             address = f"other{i}@example.org"
             conn.execute(
                 "INSERT INTO suppressions (address, reason, source, operator, created_at) "
-                "VALUES (?, ?, 'import', 'another process', '2030-01-01T00:00:00Z')",
+                "VALUES (?, ?, 'import', 'other-writer', '2030-01-01T00:00:00Z')",
                 (address, "r" * 100),
             )
             conn.execute(
                 "INSERT INTO suppression_audit (at, operator, action, address, source, reason) "
-                "VALUES ('2030-01-01T00:00:00Z', 'another process', 'add', ?, 'import', ?)",
+                "VALUES ('2030-01-01T00:00:00Z', 'other-writer', 'add', ?, 'import', ?)",
                 (address, "r" * 100),
             )
         conn.execute("COMMIT")
@@ -142,7 +142,7 @@ def assert_named_and_run_again(ws: Workspace, under: Under, output: str, exit_co
     assert sidecars(ws) == []
     again = ws.invoke(*args)
     assert again.exit_code == 0, again.output
-    assert "another process" not in again.output
+    assert "another process wrote" not in again.output
 
 
 @pytest.mark.parametrize("command", list(COMMANDS))
@@ -185,7 +185,7 @@ def test_the_same_failure_with_no_write_under_the_read_is_not_called_a_race(
     result = sent.invoke("report")
     assert under.done
     assert result.exit_code == exit_code, result.output
-    assert "another process" not in result.output
+    assert "another process wrote" not in result.output
 
 
 def test_the_library_read_another_process_wrote_under_raises_the_same_error(
@@ -218,4 +218,4 @@ def test_on_postgresql_a_write_under_a_read_changes_nothing(
     result = sent.invoke(*args)
     assert under.done
     assert result.exit_code == 0, result.output
-    assert "another process" not in result.output
+    assert "another process wrote" not in result.output
