@@ -20,7 +20,7 @@ from ..support.scripted_http import Reply, Script, hooks_config, scripted
 # (waits.py): what an answer proves does not depend on how long they are.
 pytestmark = [
     pytest.mark.both_stores,
-    pytest.mark.timeout(60),
+    pytest.mark.timeout(180),  # a bound on a hang, far past a loaded machine's 20 s
     pytest.mark.usefixtures("fast_waits"),
 ]
 
