@@ -16,7 +16,7 @@ from typing import Any
 from notifier.channels import options as o
 from notifier.channels.base import Capabilities, ChannelConfigError
 from notifier.domain.intent import unsubscribe_mailto, unsubscribe_url
-from notifier.domain.suppression import registered_spelling
+from notifier.domain.suppression import misdotted, registered_spelling
 
 DEFAULT_TIMEOUT_S = 30.0
 _ADDRESS_FORBIDDEN = re.compile(r"[\s<>,;\"()\[\]\\]")
@@ -196,7 +196,7 @@ def smtp_address(address: str) -> tuple[str, bool]:
                 f"{registered!r}, which the two IDNA standards make of it; write the one meant"
             )
         domain = wire
-    if domain.startswith(".") or domain.endswith(".") or ".." in domain:
+    if misdotted(domain):
         raise ValueError("the domain is malformed")
     wire = f"{local}@{domain}"
     # smtplib puts every envelope address through email.utils.parseaddr (quoteaddr), which

@@ -136,6 +136,11 @@ def domain_problem(domain: str) -> str | None:
     return None
 
 
+def misdotted(domain: str) -> bool:
+    """Whether `domain` has a dot at an end or two in a row: no mailbox's domain has."""
+    return domain.startswith(".") or domain.endswith(".") or ".." in domain
+
+
 def sql_keys_alike(target: str) -> bool:
     """Whether SQL's form of the key (store/suppressions.py: trimmed of spaces, ASCII
     letters lower-cased) is `address_keys(target)`: for an ASCII target whose only
@@ -174,7 +179,7 @@ def address_problem(text: str) -> str | None:
             f"holds {decoration.group()!r}: brackets, quotes, a mailto: and separators are "
             "no part of the address"
         )
-    if domain.startswith(".") or domain.endswith(".") or ".." in domain:
+    if misdotted(domain):
         return "has a dot at an end of its domain, or two in a row"
     if len(value) > MAX_ADDRESS_CHARS:
         return f"is longer than {MAX_ADDRESS_CHARS} characters"
