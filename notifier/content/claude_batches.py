@@ -398,17 +398,7 @@ class BatchDrafting:
     def _create_once(self, requests: list[Request]) -> MessageBatch:
         """`batches.create`, retried only after an answer proving nothing was made (429);
         any other 4xx stops drafting; anything else is in doubt (_CreateInDoubt)."""
-        retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception_type(anthropic.RateLimitError),
-            stop=(
-                tenacity.stop_after_attempt(8)
-                | _UntilSignalled(self.interrupted)
-                | stop_on_long_retry_after
-            ),
-            wait=_wait_honouring_retry_after,
-            sleep=self._sleep,
-            reraise=True,
-        )
+        retrying = self._retrying(tenacity.retry_if_exception_type(anthropic.RateLimitError))
         try:
             batch = retrying(lambda: self.client.messages.batches.create(requests=requests))
         except anthropic.APIError as exc:
@@ -424,11 +414,11 @@ class BatchDrafting:
             raise _CreateInDoubt("the API answered without a batch id")
         return batch
 
-    def _call(self, action: Callable[[], T]) -> T:
-        """One API call, transient failures retried honouring retry-after; a refused key
-        stops drafting for every row."""
-        retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception(_transient),
+    def _retrying(self, retry: tenacity.retry_base) -> tenacity.Retrying:
+        """Retries of one API call: at most 8 tries, none after a signal or a Retry-After
+        too long to wait (the row or chunk is left for resume), each wait its Retry-After."""
+        return tenacity.Retrying(
+            retry=retry,
             stop=(
                 tenacity.stop_after_attempt(8)
                 | _UntilSignalled(self.interrupted)
@@ -438,6 +428,11 @@ class BatchDrafting:
             sleep=self._sleep,
             reraise=True,
         )
+
+    def _call(self, action: Callable[[], T]) -> T:
+        """One API call, transient failures retried honouring retry-after; a refused key
+        stops drafting for every row."""
+        retrying = self._retrying(tenacity.retry_if_exception(_transient))
         try:
             return retrying(action)
         except anthropic.APIError as exc:
