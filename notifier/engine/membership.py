@@ -86,11 +86,11 @@ def _clocks() -> tuple[float, float]:
     the other hosts' wall clocks do when they judge this lease's expiry. Where there is no
     boot-time clock, the monotonic one stands for it."""
     monotonic = time.monotonic()
-    return monotonic, monotonic if _BOOTTIME is None else time.clock_gettime(_BOOTTIME)
-
-
-# Looked up once: _clocks runs before every send (surely_valid).
-_BOOTTIME: int | None = getattr(time, "CLOCK_BOOTTIME", None)
+    try:
+        boot = time.clock_gettime(time.CLOCK_BOOTTIME)
+    except (AttributeError, OSError):
+        boot = monotonic
+    return monotonic, boot
 
 
 def new_owner() -> dict[str, Any]:
