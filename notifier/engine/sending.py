@@ -35,7 +35,7 @@ from notifier.engine.domain_rates import DomainRates
 from notifier.engine.judging import NotStarted, Progress, SendResult, Sent
 from notifier.engine.pipeline import POLL_S, SharedBucket, TokenBucket, in_flight_cap
 from notifier.engine.run_control import RunControl, Stop
-from notifier.engine.settle_by_query import Question, ask
+from notifier.engine.settle_by_query import THROTTLED_ASKS, Question, ask
 from notifier.observe import Observer
 from notifier.store import LeaseLost
 
@@ -338,7 +338,10 @@ class Dispatch:
         slot, as a send honours the gate: after a send (`wait` False) it starts at once or
         not at all, the item then left unknown to be asked about later and the sender free
         to send; a question (`wait`) waits for both. A throttled answer closes the gate for
-        its Retry-After (at least the backoff): a question is asked again once it opens."""
+        its Retry-After (at least the backoff): a question is asked again once it opens, up
+        to THROTTLED_ASKS throttled answers of its own, and then answered that the channel
+        throttles its queries (its item stays unknown for the next settling pass to ask)."""
+        throttled = 0
         while True:
             if not self._may_ask():
                 return Unasked()
@@ -357,6 +360,13 @@ class Dispatch:
                 wait_s = self.policy.backoff(answer.throttled, 1)
                 self.p.gate(item.channel, time.monotonic() + wait_s)
                 gated = f"the channel throttled the query ({answer.throttled})"
+                throttled += 1
+                if wait and throttled >= THROTTLED_ASKS:
+                    return Answer(
+                        Finding.UNCERTAIN,
+                        detail=f"not asked again: the channel throttled the query "
+                        f"{throttled} times ({answer.throttled})",
+                    )
             if not wait:
                 why = gated or f"all {self.query_slots} query slots were taken"
                 return Unasked(why, put_off=True)

@@ -147,6 +147,10 @@ class _OwnGates:
 # How long one settling pass (a resume's, a cancel's) waits in all for closed gates before it
 # asks: a short Retry-After is waited out, a long one leaves the channel's items unasked.
 GATE_WAIT_S = 30.0
+# How many throttled answers of its own one question of the runner's waits out (each for its
+# Retry-After, at least the backoff) before its item is left unknown, asked about by the next
+# settling pass: a status endpoint that throttles every query cannot hold a run open for ever.
+THROTTLED_ASKS = 3
 
 
 @dataclass

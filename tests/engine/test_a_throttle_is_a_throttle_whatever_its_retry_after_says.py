@@ -48,10 +48,7 @@ def test_a_429_with_an_unreadable_retry_after_is_retried_and_delivered_once(
     assert sent.exit_code == 0, sent.output
 
 
-# Not at N = 8: there a resume through the halts asks about the unknown items as questions
-# (Dispatch.asked with wait), which wait out every throttled answer, and against a status
-# endpoint that throttles every query a question never ends (a residual, docs/guarantees.md).
-@pytest.mark.parametrize("n", [1])
+@pytest.mark.parametrize("n", [1, 8])
 @pytest.mark.parametrize("command", ["reconcile", "cancel"])
 def test_a_status_query_throttled_with_an_unreadable_retry_after_never_stops_a_command(
     ws: Workspace, command: str, n: int
