@@ -220,3 +220,62 @@ def test_an_identity_rewritten_to_its_deadline_bearing_digest_is_named_by_verify
     found = ws.invoke("verify")
     assert found.exit_code == 5, found.output
     assert "item 2 (seq 2)" in found.output and "identity" in found.output, found.output
+
+
+@pytest.mark.parametrize("then", sorted(DEADLINES))
+def test_a_file_whose_id_column_is_dropped_and_deadline_changed_is_refused_never_sent_twice(
+    ws: Workspace, then: str
+) -> None:
+    """Three rows delivered with an `id` column, a deadline and `\\r\\n` in their bodies; the
+    same file without its `id` column, saved with `\\n`, with a later deadline or none: its
+    rows have the content of rows delivered by a file that named them otherwise, refused
+    (exit 2) as with the same deadline, never each sent a second time."""
+    (ws.path / "notifier.toml").write_text('[channels.files]\ntype = "outbox"\n')
+    ws.write_csv("b.csv", _with_ids(_rows(3, breaks="\r\n")))
+    _send(ws, "--not-after", SOON)
+    ws.write_csv("b.csv", _rows(3))
+    refused = ws.invoke("send", "b.csv", "--channel", "files", *DEADLINES[then])
+    assert refused.exit_code == 2, refused.output
+    assert "3 row(s) have the channel, recipient and content" in refused.output
+    assert _deliveries(ws) == _each_once(3)
+
+
+def test_a_run_with_ids_killed_before_the_upgrade_resumes_and_its_rows_are_never_sent_again(
+    ws: Workspace,
+) -> None:
+    """The fixture m022: a file with an `id` column, a deadline and `\\r\\n` in its bodies,
+    rows 1-6 sent and row 7 written before the kill, by the code before items with ids kept
+    their row digest. Resume at concurrency 8 (items claimed ahead) settles row 7 by asking
+    the outbox and sends the rest, each once; the file then sent without its id column,
+    saved with `\\n`, with a later deadline or none, is refused (exit 2), nothing sent."""
+    ws.load_fixture("m022-ids-deadlines-and-crlf")
+    resumed = ws.invoke("resume", "m022-ids", "--concurrency", "8")
+    assert resumed.exit_code == 0, resumed.output
+    assert ws.ledger.state_counts("m022-ids") == {"sent": 12}
+    assert _deliveries(ws) == _each_once(12)
+    assert "m022_rows_with_ids_by_their_row_digest_too" in ws.ledger.migrations()
+    for then in sorted(DEADLINES):
+        ws.write_csv("b.csv", _rows(12))
+        refused = ws.invoke("send", "b.csv", "--channel", "files", *DEADLINES[then])
+        assert refused.exit_code == 2, refused.output
+        assert "12 row(s) have the channel, recipient and content" in refused.output
+        assert _deliveries(ws) == _each_once(12)
+    fixture_file = (FIXTURES / "m022-ids-deadlines-and-crlf.csv").read_bytes()
+    assert fixture_file.count(b"\r\nsee you.") == 12  # the fixture's file, as sent
+
+
+@pytest.mark.parametrize("rewrite", ["NULL", "intent_digest"])
+def test_a_row_digest_of_an_item_with_an_id_rewritten_is_named_by_verify(
+    ws: Workspace, rewrite: str
+) -> None:
+    """An item with an id and a deadline keeps its row digest; cleared (or made its intent
+    digest) behind notifier's back, the same file sent without its id column and another
+    deadline would deliver it again, so `verify` names it (exit 5)."""
+    (ws.path / "notifier.toml").write_text('[channels.files]\ntype = "outbox"\n')
+    ws.write_csv("b.csv", _with_ids(_rows(3)))
+    _send(ws, "--not-after", SOON)
+    assert ws.invoke("verify").exit_code == 0
+    ws.write(f"UPDATE items SET row_digest = {rewrite} WHERE seq = 2")
+    found = ws.invoke("verify")
+    assert found.exit_code == 5, found.output
+    assert "item r2 (seq 2)" in found.output and "row_digest" in found.output, found.output
