@@ -86,6 +86,9 @@ class IntentRecord(NamedTuple):
     # a --compose row's source digest (drafts.source_digest); None where not at hand.
     identity: str | None = None
     source_digest: str | None = None
+    # The row digest it is compared under as an id-less row of its content would be
+    # (items.row_digest, else its intent digest); None where not at hand.
+    row_digest: str | None = None
 
 
 class DraftRecord(NamedTuple):

@@ -41,7 +41,8 @@ _IN = "run_id = %(run_id)s AND {seq} >= %(lo)s AND {seq} < %(hi)s"
 # An item's record (ItemRecord's columns) and then its intent's (IntentRecord's, after seq).
 _ITEMS = (
     "SELECT seq, item_id, state, attempts, receipt_id, last_error, next_attempt_at, "
-    "channel, target, payload, intent_digest, idempotency_key, {identity}, {source} "
+    "channel, target, payload, intent_digest, idempotency_key, {identity}, {source}, "
+    "{row_digest} AS row_digest "
     f"FROM items WHERE {_IN.format(seq='seq')} "
     "ORDER BY seq"
 )
@@ -92,12 +93,16 @@ class AuditRecords:
     @functools.cached_property
     def _items(self) -> str:
         """_ITEMS for this database's schema (read once: `rows` runs once per slice): the
-        row identity (m006) and a composed row's source digest (m018) where they exist."""
-        identity = "identity" if "identity" in self.engine.columns("items") else "NULL"
+        row identity (m006), a composed row's source digest (m018) and the row digest an
+        item is compared under (m022: kept where it is not its intent digest) where they
+        exist."""
+        columns = self.engine.columns("items")
+        identity = "identity" if "identity" in columns else "NULL"
         source = "NULL"
         if self.engine.has_table("drafts") and "source_digest" in self.engine.columns("drafts"):
             source = _SOURCE
-        return _ITEMS.format(identity=identity, source=source)
+        row_digest = "COALESCE(row_digest, intent_digest)" if "row_digest" in columns else "NULL"
+        return _ITEMS.format(identity=identity, source=source, row_digest=row_digest)
 
     def _chained(self) -> bool:
         return "audit_chain" in self.engine.columns("runs")

@@ -129,17 +129,22 @@ class RowHistory:
         """The verdicts of `stage`'s rows. A database from before m016 or m018, read
         without being migrated (--dry-run), has no index of items by content: there a row
         without an id is compared only under its own identity, as every row of a database
-        from before m006 reads as new, until the next send migrates it."""
+        from before m006 reads as new, until the next send migrates it; one from before m022
+        has no row digests of items with ids, and is compared without them."""
         by_content = self.engine.has_index("items_content") and self.engine.has_index(
             "drafts_by_content"
         )
+        flags = {
+            "by_content": by_content,
+            "by_row_digest": self.engine.has_index("items_row_digest"),
+        }
         by_run: dict[str, dict[str, int]] = {}
-        verdicts = sql.verdicts_by_run(stage, by_content=by_content)
+        verdicts = sql.verdicts_by_run(stage, **flags)
         for verdict, run_id, n in self.engine.execute(verdicts).fetchall():
             by_run.setdefault(verdict, {})[run_id] = int(n)
         changed: list[tuple[int, str]] = []
         if CHANGED in by_run:
-            rows = self.engine.execute(sql.changed_rows(stage, by_content=by_content))
+            rows = self.engine.execute(sql.changed_rows(stage, **flags))
             changed = [(int(seq), item_id) for seq, item_id in rows]
         return Prior(total, by_run, changed)
 

@@ -351,6 +351,43 @@ def _m021_over(deadline_or_cr: str) -> Callable[[Engine], None]:
 _M021_CHUNK = 5000
 
 
+# A row with an `id` keeps its row digest where that is not its intent digest (it has a
+# deadline or a `\r`): an id-less row of its content has that identity whatever its
+# deadline or line breaks, so the same file sent again without its id column and with
+# another deadline (or none) is compared with what it delivered (statements/history.py),
+# never sent again as new rows. Plain items with ids stored before are given theirs, read
+# only where the payload holds a deadline or a `\r`, a chunk at a time; a composed item is
+# compared through its draft's source digest (m018, m021) and keeps none.
+def _m022_over(deadline_or_cr: str) -> Callable[[Engine], None]:
+    def migrate(engine: Engine) -> None:
+        engine.execute("ALTER TABLE items ADD COLUMN row_digest TEXT")
+        engine.execute(
+            "CREATE INDEX items_row_digest ON items(channel, row_digest) "
+            "WHERE row_digest IS NOT NULL"
+        )
+        after: dict[str, Any] = {"run_id": "", "seq": -1}
+        while rows := engine.execute(
+            "SELECT run_id, seq, channel, target, payload, intent_digest FROM items "
+            "WHERE (run_id > %(run_id)s OR (run_id = %(run_id)s AND seq > %(seq)s)) "
+            f"AND identity LIKE 'id:%%' AND {deadline_or_cr} AND NOT EXISTS "
+            "(SELECT 1 FROM drafts d WHERE d.run_id = items.run_id AND d.seq = items.seq) "
+            f"ORDER BY run_id, seq LIMIT {_M021_CHUNK}",
+            after,
+        ).fetchall():
+            for run_id, seq, channel, target, payload, intent_digest in rows:
+                fields = json.loads(payload)
+                fields.update(channel=channel, to=target)
+                if (digest := _m021_digest(fields)) != intent_digest:
+                    engine.execute(
+                        "UPDATE items SET row_digest = %(digest)s "
+                        "WHERE run_id = %(run_id)s AND seq = %(seq)s",
+                        {"digest": digest, "run_id": run_id, "seq": seq},
+                    )
+            after = {"run_id": rows[-1][0], "seq": rows[-1][1]}
+
+    return migrate
+
+
 def _m021_digest(row: dict[str, Any]) -> str:
     """intent.row_digest of a stored row (its channel, `to`, subject, body, data and
     unsubscribe addresses)."""
@@ -455,6 +492,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         "m021_rows_without_ids_by_their_row_digest",
         _m021_over("(instr(payload, '\"not_after\":') > 0 OR instr(payload, '\\r') > 0)"),
         _m021_over("(strpos(payload, '\"not_after\":') > 0 OR strpos(payload, '\\r') > 0)"),
+    ),
+    Migration(
+        "m022_rows_with_ids_by_their_row_digest_too",
+        _m022_over("(instr(payload, '\"not_after\":') > 0 OR instr(payload, '\\r') > 0)"),
+        _m022_over("(strpos(payload, '\"not_after\":') > 0 OR strpos(payload, '\\r') > 0)"),
     ),
 )
 NAMES = frozenset(m.name for m in MIGRATIONS)

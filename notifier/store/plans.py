@@ -175,6 +175,7 @@ class Planning:
                     item.get("not_before"),
                     item.get("send_window"),
                     item.get("send_tz"),
+                    item.get("row_digest"),
                 )
                 for item in items
             )

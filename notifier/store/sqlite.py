@@ -50,7 +50,7 @@ _INSERT_EVENTS = f"INSERT INTO events ({chaining.COLUMNS}) VALUES (?, ?, ?, ?, ?
 # sqlite3's positional form: rows of a plan are bound as they come, without a mapping each.
 _INSERT_PENDING = (
     f"INSERT INTO items ({_PENDING_COLUMNS}) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0)"
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0)"
 )
 
 SQLITE = Dialect(

@@ -14,16 +14,17 @@ from typing import Any
 
 from notifier.store.pids import pid_exists
 
+# `row_digest`: a row with an `id`, its row digest where that is not its intent digest
+# (make_plan): the identity an id-less row of its content has whatever its deadline or line
+# breaks, under which it is compared with earlier rows and later rows with it (m022).
 _ITEM_COLUMNS = (
     "seq, item_id, channel, target, payload, idempotency_key, intent_digest, not_after, identity, "
-    "not_before, send_window, send_tz"
+    "not_before, send_window, send_tz, row_digest"
 )
-# The stage's own rows also keep the CSV line each came from, to name it in a refusal, and
-# a row with an `id` its row digest where that is not its intent digest (make_plan): the
-# identity an id-less earlier row of its content had whatever its deadline or line breaks.
-_STAGE_COLUMNS = f"{_ITEM_COLUMNS}, line, row_digest"
+# The stage's own rows also keep the CSV line each came from, to name it in a refusal.
+_STAGE_COLUMNS = f"{_ITEM_COLUMNS}, line"
 # What a comparison reads of the stage (statements.history._keyed); PostgreSQL copies these.
-_COMPARED_COLUMNS = f"{_ITEM_COLUMNS}, row_digest"
+_COMPARED_COLUMNS = _ITEM_COLUMNS
 # A newly planned item: its run, the item columns, then the rest, all `pending` and unattempted.
 _PENDING_COLUMNS = f"run_id, {_ITEM_COLUMNS}, updated_at, state, attempts"
 
@@ -110,8 +111,8 @@ class PlanStage:
         line of the row (None for rows that come from no file line, such as drafts);
         `row_digest`: see _STAGE_COLUMNS."""
         self._buffer.append(
-            (seq, item_id, channel, target, payload, key, digest, not_after, identity, *when, line,
-             row_digest)
+            (seq, item_id, channel, target, payload, key, digest, not_after, identity, *when,
+             row_digest, line)
         )  # fmt: skip
         self.count += 1
         if len(self._buffer) >= self.CHUNK:

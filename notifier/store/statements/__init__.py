@@ -35,6 +35,7 @@ HINTED_INDEXES = (
     "events_disproof",
     "items_content",
     "drafts_by_content",
+    "items_row_digest",
 )
 
 

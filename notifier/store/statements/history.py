@@ -28,7 +28,9 @@ _ABANDONED = abandoned("p")
 _NO_ID = "own.identity NOT LIKE 'id:%%'"
 
 
-def _keyed(stage: str, *, by_content: bool, own_drafts: bool = False) -> str:
+def _keyed(
+    stage: str, *, by_content: bool, by_row_digest: bool = True, own_drafts: bool = False
+) -> str:
     """The staged rows of `stage`, each under its own identity (`key`) and under the
     identities a row of the same content had where the file named its rows otherwise
     (intent.row_identity): for a row with an id, its intent digest (`key` = `intent_digest`:
@@ -37,14 +39,28 @@ def _keyed(stage: str, *, by_content: bool, own_drafts: bool = False) -> str:
     digest where that is not its intent digest (staged as `row_digest`: an id-less earlier
     row's identity whatever its deadline or line breaks); for a row without one, the
     identity of each earlier item with an id and the same channel and content, its row
-    digest or its very intent (through items_content), or composed from a row of that
-    content (through drafts_by_content: a composed item has its drafted text's digest).
-    Without `by_content` (a database from before m016 or m018 read without migrating it)
-    neither: with no index, every row would read every item of its channel. With `own_drafts` (the
+    digest or its very intent (through items_content), its row digest as an item with an id
+    kept it (through items_row_digest, m022: the same content with another deadline or line
+    breaks), or composed from a row of that content (through drafts_by_content: a composed
+    item has its drafted text's digest). Without `by_content` (a database from before m016
+    or m018 read without migrating it) neither: with no index, every row would read every
+    item of its channel; without `by_row_digest` (before m022) not the row digests items
+    with ids kept. With `own_drafts` (the
     rows are run %(run_id)s's, composed: the freeze, `redraft`), a row with an id is keyed
     under the content it was drafted from too (its draft's source_digest): its intent
     digest is its drafted text's, and an id-less earlier row of its source content has that
     content as its identity. Only `key = identity` is the row's own."""
+    by_row = (
+        f"""
+    UNION ALL
+    SELECT DISTINCT own.seq, own.item_id, own.channel, own.intent_digest, own.identity,
+        named.identity
+    FROM {stage} AS own {{ordered_join}} items named {{indexed_items_row_digest}}
+        ON named.channel = own.channel AND named.row_digest = own.identity
+    WHERE {_NO_ID}"""
+        if by_row_digest
+        else ""
+    )
     by_id = f"""
     UNION ALL
     SELECT DISTINCT own.seq, own.item_id, own.channel, own.intent_digest, own.identity,
@@ -53,7 +69,7 @@ def _keyed(stage: str, *, by_content: bool, own_drafts: bool = False) -> str:
         ON named.channel = own.channel
         AND named.intent_digest IN (own.identity, own.intent_digest)
         AND named.identity <> named.intent_digest
-    WHERE {_NO_ID}
+    WHERE {_NO_ID}{by_row}
     UNION ALL
     SELECT DISTINCT own.seq, own.item_id, own.channel, own.intent_digest, own.identity,
         drafted.identity
@@ -93,15 +109,17 @@ _DRAFTED_FROM = (
 _MINE = "s.key = s.identity"
 
 
-def _holds(*, by_content: bool) -> str:
+def _holds(*, by_content: bool, by_row_digest: bool = True) -> str:
     """Whether item p holds staged row s under key s.key (_keyed): always under the row's
     own identity and under its digest or drafted text's digest; a row without an id keyed
     under an id an earlier item of its content had, only through that id's items of its
-    very content (or drafted from it), open, unsettled, delivered or rejected."""
+    very content (or of its row digest, or drafted from it), open, unsettled, delivered or
+    rejected."""
     drafted_from = f" OR {_DRAFTED_FROM}" if by_content else ""
+    row_digest = " OR p.row_digest = s.identity" if by_content and by_row_digest else ""
     return (
         f"(s.identity LIKE 'id:%%' OR {_MINE} OR s.key = s.intent_digest "
-        f"OR p.intent_digest IN (s.identity, s.intent_digest){drafted_from})"
+        f"OR p.intent_digest IN (s.identity, s.intent_digest){row_digest}{drafted_from})"
     )
 
 
@@ -118,7 +136,9 @@ def _same_row(*, by_content: bool, s: str = "s") -> str:
     )
 
 
-def _per_row(stage: str, *, other_runs: bool = False, by_content: bool = True) -> str:
+def _per_row(
+    stage: str, *, other_runs: bool = False, by_content: bool = True, by_row_digest: bool = True
+) -> str:
     """Per staged row (s), the newest earlier run (by runs.rowid) in which each verdict's
     condition holds, NULL where it holds in none. Each column is non-NULL exactly when its
     verdict applies, so the first non-NULL one, in history.py's order, is the row's verdict.
@@ -137,7 +157,7 @@ def _per_row(stage: str, *, other_runs: bool = False, by_content: bool = True) -
     other content (for a row with one, or under its drafted text's digest, the key is that
     content)."""
     own = " AND p.run_id <> %(run_id)s" if other_runs else ""
-    its_content = _holds(by_content=by_content)
+    its_content = _holds(by_content=by_content, by_row_digest=by_row_digest)
     same_row = _same_row(by_content=by_content)
     return f"""
 SELECT s.seq AS seq, s.item_id AS item_id,
@@ -155,7 +175,8 @@ SELECT s.seq AS seq, s.item_id AS item_id,
     MAX(CASE WHEN NOT {_MINE} AND (p.state = 'sent' OR {_ABANDONED}) AND {its_content}
         THEN r.rowid END) AS same_content_in,
     MAX(CASE WHEN {_MINE} THEN r.rowid END) AS earlier
-FROM {_keyed(stage, by_content=by_content, own_drafts=other_runs)} AS s {{ordered_join}} items p
+FROM {_keyed(stage, by_content=by_content, by_row_digest=by_row_digest, own_drafts=other_runs)}
+    AS s {{ordered_join}} items p
     ON p.channel = s.channel AND p.identity = s.key{own}
 JOIN runs r ON r.run_id = p.run_id
 GROUP BY s.seq, s.item_id
@@ -170,14 +191,14 @@ _VERDICT = f"""CASE WHEN open_in IS NOT NULL THEN '{OPEN}'
     WHEN same_content_in IS NOT NULL THEN '{SAME_CONTENT}' ELSE '{RETRIED}' END"""
 
 
-def verdicts_by_run(stage: str, *, by_content: bool = True) -> str:
+def verdicts_by_run(stage: str, *, by_content: bool = True, by_row_digest: bool = True) -> str:
     """How many staged rows of `stage` get each verdict, by the earlier run it names."""
     return f"""
 SELECT v.verdict, r.run_id, COUNT(*) FROM (
     SELECT {_VERDICT} AS verdict,
         COALESCE(open_in, unsettled_in, delivered_in, abandoned_in, changed_in,
             same_content_in, earlier) AS run_rowid
-    FROM ({_per_row(stage, by_content=by_content)}) AS m
+    FROM ({_per_row(stage, by_content=by_content, by_row_digest=by_row_digest)}) AS m
 ) AS v JOIN runs r ON r.rowid = v.run_rowid
 GROUP BY v.verdict, r.run_id
 ORDER BY v.verdict, MIN(r.rowid)
@@ -201,15 +222,16 @@ def rows_of_run(n: int) -> str:
     """Run %(run_id)s's items %(seq0)s… (`n` of them) as a stage is read: their row identity."""
     seqs = ", ".join(f"%(seq{i})s" for i in range(n))
     return (
-        "(SELECT seq, item_id, channel, identity, intent_digest, NULL AS row_digest FROM items "
+        "(SELECT seq, item_id, channel, identity, intent_digest, row_digest FROM items "
         f"WHERE run_id = %(run_id)s AND seq IN ({seqs}))"
     )
 
 
-def changed_rows(stage: str, *, by_content: bool = True) -> str:
+def changed_rows(stage: str, *, by_content: bool = True, by_row_digest: bool = True) -> str:
     """The first LISTED staged rows of `stage` whose verdict is `changed`."""
+    rows = _per_row(stage, by_content=by_content, by_row_digest=by_row_digest)
     return f"""
-SELECT seq, item_id FROM ({_per_row(stage, by_content=by_content)}) AS m
+SELECT seq, item_id FROM ({rows}) AS m
 WHERE {_VERDICT} = '{CHANGED}' ORDER BY seq LIMIT {LISTED}
 """
 
