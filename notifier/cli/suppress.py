@@ -17,12 +17,13 @@ from notifier.cli.output import chosen_format, format_options
 from notifier.domain.cells import cell_value
 from notifier.domain.errors import BadInput
 from notifier.domain.suppression import (
-    MAX_REASON_CHARS,
     Entry,
     Source,
     address_key,
     address_keys,
     address_problem,
+    printable,
+    reason_problem,
 )
 from notifier.domain.who import operator_name
 
@@ -51,10 +52,10 @@ class _AddressesCommand(click.Command):
 @click.pass_context
 def add(ctx: click.Context, addresses: tuple[str, ...], reason: str | None) -> None:
     """Suppress ADDRESS… (case does not matter: Ann@Example.com is ann@example.com)."""
-    if reason is not None and len(reason) > MAX_REASON_CHARS:
+    if reason is not None and (problem := reason_problem(reason)) is not None:
         raise BadInput(
-            f"suppress add: --reason is longer than {MAX_REASON_CHARS} characters; give a "
-            "shorter one. Nothing was stored."
+            f"suppress add: --reason {problem}; give a shorter one on one line, e.g. "
+            "--reason 'asked to stop'. Nothing was stored."
         )
     found = entries(list(addresses), reason.strip() or None if reason else None)
     _store_entries(ctx, found, Source.OPERATOR)
@@ -129,7 +130,7 @@ def list_(ctx: click.Context, fmt: str, as_json: bool) -> None:
     for name in names:
         table.add_column(name, overflow="fold")
     for record in records:
-        table.add_row(*(str(record[name] or "") for name in names))
+        table.add_row(*(printable(str(record[name] or "")) for name in names))
     _console().print(table)
     echo(f"{len(records)} suppressed address(es).")
 
@@ -233,8 +234,8 @@ def read_import(path: Path) -> list[Entry]:
             if reason_column is not None and reason_column < len(row)
             else ""
         )
-        if len(reason) > MAX_REASON_CHARS:
-            problems.append(f"line {line}: the reason is longer than {MAX_REASON_CHARS} characters")
+        if (why := reason_problem(reason)) is not None:
+            problems.append(f"line {line}: the reason {why}")
             continue
         found.append(Entry(address_key(address), reason or None))
     if problems:

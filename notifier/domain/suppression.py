@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import unicodedata
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -32,6 +33,25 @@ from notifier.domain.intent import invisible_character, normalise_target
 # Longest address SMTP carries (RFC 5321 4.5.3.1.3: a 256-octet path minus its brackets).
 MAX_ADDRESS_CHARS = 254
 MAX_REASON_CHARS = 1000
+
+
+def reason_problem(reason: str) -> str | None:
+    """Why `reason` cannot be kept with an entry, or None: too long, or holding a control
+    character (an escape sequence would act on the terminal of whoever lists it)."""
+    if len(reason) > MAX_REASON_CHARS:
+        return f"is longer than {MAX_REASON_CHARS} characters"
+    if any(unicodedata.category(ch) == "Cc" for ch in reason):
+        return (
+            "holds a control character (an escape sequence or a line break, which would act "
+            "on the terminal of whoever lists it)"
+        )
+    return None
+
+
+def printable(text: str) -> str:
+    """`text` with each control character shown as U+FFFD: a reason stored before they were
+    refused is listed, never acted on by the terminal."""
+    return "".join("\ufffd" if unicodedata.category(ch) == "Cc" else ch for ch in text)
 
 
 class Source(StrEnum):
