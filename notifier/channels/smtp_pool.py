@@ -22,9 +22,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from notifier.channels import smtp_replies as replies
-from notifier.channels.smtp_options import has_control
 from notifier.domain.answers import ChannelError, ErrorKind
-from notifier.domain.redact import redacted
+from notifier.domain.redact import literal, redacted
 
 _REPLY_CHARS = 200  # how much of a server reply an error message quotes
 _QUIT_S = 5.0  # the longest a connection's QUIT is waited for when the pool closes
@@ -156,7 +155,7 @@ class Relay:
         # Masked before the white space is folded: a secret holding two spaces in a row
         # would no longer be found in the folded line.
         text = " ".join(self.scrub(reply.decode("utf-8", "replace")).split())
-        return "".join("\ufffd" if has_control(ch) else ch for ch in text[:_REPLY_CHARS])
+        return literal(text[:_REPLY_CHARS])
 
     def scrub(self, text: str) -> str:
         """Defence in depth: a server that echoes what it was sent must not leak a secret."""

@@ -32,7 +32,7 @@ from notifier.channels.deadline import DeadlineTransport, attempt_deadline
 from notifier.channels.webhook_options import SCHEMA, capabilities, status_url_problem
 from notifier.domain.answers import ChannelError, ErrorKind, Receipt, bounded_wait
 from notifier.domain.intent import Intent
-from notifier.domain.redact import masked, masks
+from notifier.domain.redact import literal, masked, masks
 
 # The most of an answer's body that is read; the rest is dropped. A receipt is a small JSON
 # document: a server streaming megabytes (or forever) must not fill memory or hold the run.
@@ -365,7 +365,7 @@ def _raise_for_status(url: str, answer: _Answer, hidden: tuple[str, ...]) -> Non
         return
     # Masked before it is cut: a secret across the cut would leave its first part behind.
     body = masked(answer.body.decode("utf-8", "replace"), hidden)
-    snippet = body[:200].replace("\n", " ")
+    snippet = literal(body[:200].replace("\n", " "))
     raise ChannelError(
         kind,
         f"{url}: HTTP {answer.status} {snippet}".rstrip(),
@@ -391,7 +391,7 @@ _DIGEST_CHARS = 200
 def _said_digest(digest: str, hidden: tuple[str, ...]) -> str:
     """The digest a receipt names, as a conflict quotes it: masked (before it is cut, as an
     error's extract is) and at most _DIGEST_CHARS long."""
-    said = masked(digest, hidden)
+    said = literal(masked(digest, hidden))
     return said if len(said) <= _DIGEST_CHARS else said[:_DIGEST_CHARS] + "…"
 
 
@@ -402,7 +402,7 @@ def _receipt(answer: _Answer, hidden: tuple[str, ...]) -> Receipt:
     receipt_id = document.get("id")
     digest = document.get("intent_digest")
     return Receipt(
-        masked(receipt_id, hidden) if isinstance(receipt_id, str) else None,
+        literal(masked(receipt_id, hidden)) if isinstance(receipt_id, str) else None,
         _said_digest(digest, hidden) if isinstance(digest, str) else None,
         replayed=answer.headers.get("Idempotent-Replayed", "").lower() == "true",
     )

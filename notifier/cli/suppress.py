@@ -16,13 +16,13 @@ from notifier.cli.group import cli, command_env, echo
 from notifier.cli.output import chosen_format, format_options
 from notifier.domain.cells import cell_value
 from notifier.domain.errors import BadInput
+from notifier.domain.redact import literal
 from notifier.domain.suppression import (
     Entry,
     Source,
     address_key,
     address_keys,
     address_problem,
-    printable,
     reason_problem,
 )
 from notifier.domain.who import operator_name
@@ -130,7 +130,9 @@ def list_(ctx: click.Context, fmt: str, as_json: bool) -> None:
     for name in names:
         table.add_column(name, overflow="fold")
     for record in records:
-        table.add_row(*(printable(str(record[name] or "")) for name in names))
+        # literal: a reason stored before control characters were refused is shown, never
+        # acted on by the terminal.
+        table.add_row(*(literal(str(record[name] or "")) for name in names))
     _console().print(table)
     echo(f"{len(records)} suppressed address(es).")
 

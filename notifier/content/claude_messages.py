@@ -40,7 +40,7 @@ from notifier.content.compose import (
 )
 from notifier.domain import waits
 from notifier.domain.errors import NextStep
-from notifier.domain.redact import redacted
+from notifier.domain.redact import literal, redacted
 
 MAX_ATTEMPTS = 5
 MAX_TOKENS = 1024
@@ -212,8 +212,8 @@ def _api_message(exc: anthropic.APIStatusError) -> str:
 
 
 def without_key(text: str) -> str:
-    """`text` (an API error, said or stored) without the API key in it."""
-    return redacted(text, [os.environ.get(KEY_ENV)])
+    """`text` (an API error, said or stored) without the API key in it, shown literally."""
+    return literal(redacted(text, [os.environ.get(KEY_ENV)]))
 
 
 def parse(message: Message) -> Draft:

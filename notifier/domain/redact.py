@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Iterable
 from urllib.parse import quote, quote_plus
 
@@ -31,6 +32,17 @@ def masked(text: str, masks: tuple[str, ...]) -> str:
     for mask in masks:
         text = text.replace(mask, MASK)
     return text
+
+
+def literal(text: str) -> str:
+    """`text` with each control character (an escape sequence would act on the terminal of
+    whoever reads the report it is quoted in; a line break would end its line) and each
+    line or paragraph separator shown as U+FFFD: what a downstream (or an old record) says,
+    kept and shown as it reads, never acted on."""
+    return "".join("\ufffd" if unicodedata.category(ch) in _NOT_SHOWN else ch for ch in text)
+
+
+_NOT_SHOWN = ("Cc", "Zl", "Zp")
 
 
 def spellings(secret: str) -> set[str]:

@@ -48,12 +48,6 @@ def reason_problem(reason: str) -> str | None:
     return None
 
 
-def printable(text: str) -> str:
-    """`text` with each control character shown as U+FFFD: a reason stored before they were
-    refused is listed, never acted on by the terminal."""
-    return "".join("\ufffd" if unicodedata.category(ch) == "Cc" else ch for ch in text)
-
-
 class Source(StrEnum):
     """Where a suppression came from."""
 
