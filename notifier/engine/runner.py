@@ -336,13 +336,20 @@ class Runner:
 
     def _when_starved(self) -> RunResult | None:
         """Nothing in flight and nothing could be claimed: finish, pause until a long wait
-        is over, or sleep until the next item may start (None: go on)."""
+        is over, or sleep until the next item may start or pass its deadline (None: go on)."""
         wake = wakes.next_wake(self.store.queries, self.run_id, self.p)
         if wake is None:
             finished = self.coord.finish()
             if finished is None:  # other workers of a shared run are still at work
                 self._sleep_until(time.monotonic() + POLL_S)
             return finished
+        # An item whose deadline comes before it may be sent is expired then, not when the
+        # run next wakes to send: the deadline is a wake of its own, within --max-wait.
+        deadline = wakes.next_deadline(self.store.queries, self.run_id)
+        longest = time.monotonic() + self.options.max_wait_s
+        if deadline is not None and deadline < min(wake, longest):
+            self._sleep_until(deadline)
+            return None
         if wake - time.monotonic() > self.options.max_wait_s:
             return self._pause_until(wake, schedule.pause_cause(self.store.queries, self.run_id))
         self._sleep_until(wake)

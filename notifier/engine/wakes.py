@@ -49,6 +49,16 @@ def next_wake(queries: Queries, run_id: str, p: Progress) -> float | None:
     return min(wakes)
 
 
+def next_deadline(queries: Queries, run_id: str) -> float | None:
+    """The monotonic time when the next pending item's `not_after` passes (it is then
+    expired, whatever it waits for: a start time, a window, a backoff), or None. Not held by
+    any gate: expiring an item sends nothing."""
+    deadline = queries.next_deadline(run_id)
+    if deadline is None:
+        return None
+    return time.monotonic() + clock.seconds_until(clock.parse(deadline))
+
+
 def poll_timeout(p: Progress) -> float:
     """How long the committer waits for a finished send: until a gate or hold may open, at
     most POLL_S (so a cancel or Ctrl-C is seen soon)."""

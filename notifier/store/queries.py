@@ -147,6 +147,13 @@ class Queries:
         ).fetchone()
         return None if started is None else str(started)
 
+    def next_deadline(self, run_id: str) -> str | None:
+        """The earliest `not_after` still ahead among the run's pending items; None: none."""
+        (first,) = self.engine.execute(
+            sql.NEXT_DEADLINE, {"run_id": run_id, "at": clock.now_iso()}
+        ).fetchone()
+        return None if first is None else str(first)
+
     def channel_gates(self, run_id: str) -> dict[str, str]:
         """Per channel, until when a throttled answer (of any worker) closed it: one row per
         channel, read by every worker of a shared run several times a second."""

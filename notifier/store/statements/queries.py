@@ -92,6 +92,12 @@ LAST_START = (
     )
 )
 CHANNEL_GATES = "SELECT channel, closed_until FROM channel_gates WHERE run_id = %(run_id)s"
+# The earliest deadline still ahead of `%(at)s` among the run's pending items: one probe of
+# items_deadline (m003), never a walk over the pending items.
+NEXT_DEADLINE = (
+    "SELECT MIN(not_after) FROM items WHERE run_id = %(run_id)s AND state = 'pending' "
+    "AND not_after IS NOT NULL AND not_after > %(at)s"
+)
 # Through m004's items_retried and events_disproof: only the retried items, and only the
 # disproving events of each, are read (never every pending item or every event). Named,
 # because without statistics SQLite prefers items_pending_channel, which holds every pending
