@@ -31,7 +31,7 @@ from notifier.domain.decide import Answer, Caps, Finding, History, Unasked, want
 from notifier.domain.records import Item
 from notifier.domain.retry import RetryPolicy
 from notifier.engine.coordination import RunOptions
-from notifier.engine.domain_rates import DomainRates
+from notifier.engine.domain_rates import DomainRates, domain_of
 from notifier.engine.judging import NotStarted, Progress, SendResult, Sent
 from notifier.engine.pipeline import POLL_S, SharedBucket, TokenBucket, in_flight_cap
 from notifier.engine.run_control import RunControl, Stop
@@ -259,7 +259,10 @@ class Dispatch:
                 )
                 if bucket is not None:
                     self.observer.rate_waited(item.channel, time.monotonic() - asked)
-                wait = wait or self.domains.take(item, self._send_stopped, self.options.max_wait_s)
+                limit = "the channel's --rate"
+                if wait is None:
+                    wait = self.domains.take(item, self._send_stopped, self.options.max_wait_s)
+                    limit = f"the channel's rate for {domain_of(item.target)} (domain_rates)"
                 # Every check at the moment the request would start, after any wait for the
                 # channel's lock or a --rate token; the channel asks them all again once its
                 # connection is ready (`ready`), right before the message is handed over.
@@ -271,10 +274,10 @@ class Dispatch:
                         # The run pauses until then, rather than wait past --max-wait.
                         self.control.request(
                             Stop.RATE_LIMITED,
-                            "the channel's --rate allows its next send",
+                            f"{limit} allows its next send",
                             until=time.monotonic() + wait,
                         )
-                    reason = f"waiting for the channel's --rate ({wait:.1f}s to the next send)"
+                    reason = f"waiting for {limit} ({wait:.1f}s to the next send)"
                 if reason is not None:
                     return SendResult(NotStarted(reason), clock.now(), time.monotonic())
                 # The attempt's real start: an item claimed ahead waited in the queue
