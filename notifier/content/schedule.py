@@ -21,12 +21,13 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol
+from zoneinfo import ZoneInfo
 
 from notifier.content.batch_csv import BatchError, BatchRow, Problem, Problems
 from notifier.domain import clock
 from notifier.domain.errors import BadInput, NextStep
 from notifier.domain.records import Item
-from notifier.domain.windows import Window, earliest, parse_window, reopen, zone
+from notifier.domain.windows import Window, earliest, first_reading, parse_window, reopen, zone
 
 # The CSV columns read here (case-insensitively), taken out of a row's data columns so that
 # they never reach the payload or its digest.
@@ -93,11 +94,21 @@ def from_options(
 
 
 def parse_moment(text: str, tz_name: str) -> datetime:
-    """ISO 8601 with an offset, or without one in the zone `tz_name`; ValueError otherwise."""
+    """ISO 8601 with an offset, or without one on the wall clock of the zone `tz_name` (the
+    first instant it reads that time: windows.first_reading); ValueError otherwise."""
     value = datetime.fromisoformat(text.strip())
     if value.tzinfo is None:
-        value = value.replace(tzinfo=zone(tz_name))
+        value = _first_reading(value, zone(tz_name), text)
     return clock.in_range(value, text)
+
+
+def _first_reading(naive: datetime, tz: ZoneInfo, text: str) -> datetime:
+    """windows.first_reading; a time so far out that the zone carries it past the dates
+    Python holds is out of range, as clock.in_range says of any other."""
+    try:
+        return first_reading(naive, tz)
+    except (OverflowError, ValueError, OSError):
+        return clock.in_range(naive.replace(tzinfo=tz), text)
 
 
 def schedule_stream(

@@ -160,10 +160,23 @@ def next_open(window: Window, tz: tzinfo, now: datetime) -> datetime:
     return best.astimezone(UTC)
 
 
+def first_reading(naive: datetime, tz: tzinfo) -> datetime:
+    """The first instant (UTC) at which the wall clock of `tz` reads `naive`: the first of
+    a repeated time, or, when a clock change skips it, the change, as a range starting
+    then opens (a start time on a wall clock: `--not-before` or a `not_before` cell without
+    a zone)."""
+    return min(_readings(naive, tz))
+
+
 def _openings(day: date, start: int, tz: tzinfo) -> list[datetime]:
     """The instants at which the wall clock of `tz` first reads `start` on `day`: both
     readings of a repeated time, or the clock change that skips it."""
-    naive = datetime(day.year, day.month, day.day) + timedelta(seconds=start)
+    return _readings(datetime(day.year, day.month, day.day) + timedelta(seconds=start), tz)
+
+
+def _readings(naive: datetime, tz: tzinfo) -> list[datetime]:
+    """The instants (UTC) at which the wall clock of `tz` reads `naive`: both readings of a
+    repeated time, or the clock change that skips it."""
     found = []
     for fold in (0, 1):
         local = naive.replace(tzinfo=tz, fold=fold)
