@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -315,23 +315,12 @@ def _m020(engine: Engine) -> None:
 # migration's must be. items_content (m016) now also holds the plain items so moved.
 def _m021_over(deadline_or_cr: str) -> Callable[[Engine], None]:
     def migrate(engine: Engine) -> None:
-        # A chunk at a time in key order: a million items with a deadline are a million
-        # payloads, which must not all be held at once.
-        after: dict[str, Any] = {"run_id": "", "seq": -1}
-        while rows := engine.execute(
-            "SELECT run_id, seq, channel, target, payload, identity FROM items "
-            "WHERE (run_id > %(run_id)s OR (run_id = %(run_id)s AND seq > %(seq)s)) "
-            f"AND identity = intent_digest AND {deadline_or_cr} AND NOT EXISTS "
-            "(SELECT 1 FROM drafts d WHERE d.run_id = items.run_id AND d.seq = items.seq) "
-            f"ORDER BY run_id, seq LIMIT {_M021_CHUNK}",
-            after,
-        ).fetchall():
-            for run_id, seq, channel, target, payload, identity in rows:
-                fields = json.loads(payload)
-                fields.update(channel=channel, to=target)
-                if (now := _m021_digest(fields)) != identity:
-                    _move_identity(engine, run_id, seq, identity, now)
-            after = {"run_id": rows[-1][0], "seq": rows[-1][1]}
+        plain = f"identity = intent_digest AND {deadline_or_cr}"
+        for run_id, seq, channel, target, payload, identity in _plain_items(engine, plain):
+            fields = json.loads(payload)
+            fields.update(channel=channel, to=target)
+            if (now := _m021_digest(fields)) != identity:
+                _move_identity(engine, run_id, seq, identity, now)
         drafts = engine.execute(
             "SELECT run_id, seq, source, source_digest FROM drafts WHERE source_digest IS NOT NULL"
         ).fetchall()
@@ -351,6 +340,25 @@ def _m021_over(deadline_or_cr: str) -> Callable[[Engine], None]:
 _M021_CHUNK = 5000
 
 
+def _plain_items(engine: Engine, where: str) -> Iterator[tuple[Any, ...]]:
+    """(run_id, seq, channel, target, payload, intent_digest) of every item not composed
+    (no draft) matching `where`, a chunk at a time in key order: a million items with a
+    deadline are a million payloads, which must not all be held at once. Each chunk is read
+    whole before its rows are given out, so a row's update cannot move the next chunk's
+    start."""
+    after: dict[str, Any] = {"run_id": "", "seq": -1}
+    while rows := engine.execute(
+        "SELECT run_id, seq, channel, target, payload, intent_digest FROM items "
+        "WHERE (run_id > %(run_id)s OR (run_id = %(run_id)s AND seq > %(seq)s)) "
+        f"AND {where} AND NOT EXISTS "
+        "(SELECT 1 FROM drafts d WHERE d.run_id = items.run_id AND d.seq = items.seq) "
+        f"ORDER BY run_id, seq LIMIT {_M021_CHUNK}",
+        after,
+    ).fetchall():
+        yield from rows
+        after = {"run_id": rows[-1][0], "seq": rows[-1][1]}
+
+
 # A row with an `id` keeps its row digest where that is not its intent digest (it has a
 # deadline or a `\r`): an id-less row of its content has that identity whatever its
 # deadline or line breaks, so the same file sent again without its id column and with
@@ -365,25 +373,16 @@ def _m022_over(deadline_or_cr: str) -> Callable[[Engine], None]:
             "CREATE INDEX items_row_digest ON items(channel, row_digest) "
             "WHERE row_digest IS NOT NULL"
         )
-        after: dict[str, Any] = {"run_id": "", "seq": -1}
-        while rows := engine.execute(
-            "SELECT run_id, seq, channel, target, payload, intent_digest FROM items "
-            "WHERE (run_id > %(run_id)s OR (run_id = %(run_id)s AND seq > %(seq)s)) "
-            f"AND identity LIKE 'id:%%' AND {deadline_or_cr} AND NOT EXISTS "
-            "(SELECT 1 FROM drafts d WHERE d.run_id = items.run_id AND d.seq = items.seq) "
-            f"ORDER BY run_id, seq LIMIT {_M021_CHUNK}",
-            after,
-        ).fetchall():
-            for run_id, seq, channel, target, payload, intent_digest in rows:
-                fields = json.loads(payload)
-                fields.update(channel=channel, to=target)
-                if (digest := _m021_digest(fields)) != intent_digest:
-                    engine.execute(
-                        "UPDATE items SET row_digest = %(digest)s "
-                        "WHERE run_id = %(run_id)s AND seq = %(seq)s",
-                        {"digest": digest, "run_id": run_id, "seq": seq},
-                    )
-            after = {"run_id": rows[-1][0], "seq": rows[-1][1]}
+        with_ids = f"identity LIKE 'id:%%' AND {deadline_or_cr}"
+        for run_id, seq, channel, target, payload, digest in _plain_items(engine, with_ids):
+            fields = json.loads(payload)
+            fields.update(channel=channel, to=target)
+            if (row_digest := _m021_digest(fields)) != digest:
+                engine.execute(
+                    "UPDATE items SET row_digest = %(row_digest)s "
+                    "WHERE run_id = %(run_id)s AND seq = %(seq)s",
+                    {"row_digest": row_digest, "run_id": run_id, "seq": seq},
+                )
 
     return migrate
 
