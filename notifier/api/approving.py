@@ -80,6 +80,15 @@ def reject(env: Env, run_id: str | None, reason: str) -> tuple[Run, str]:
 
             shown = effective_state(store, run).value  # a killed run is paused, as status says
             why = f"run {run.run_id} is {shown}, not awaiting approval, so it cannot be rejected"
+            awaiting = [r for r in store.core.runs() if r.state is RunState.AWAITING_APPROVAL]
+            if run_id is None and awaiting:
+                # Without RUN_ID the newest unfinished run was picked, and it is not the one
+                # the operator can have meant: name the run that awaits approval, never a
+                # cancel of a run nobody named (its rows would be left unsent).
+                raise BadInput(
+                    f"{why}; nothing was rejected. Without RUN_ID `reject` takes the newest "
+                    f"unfinished run; {_awaiting(awaiting)}"
+                ).advise(NextStep.REJECT_NAMED, awaiting[0].run_id)
             if run.state in FINISHED_RUN_STATES:
                 raise BadInput(f"{why}; there is nothing to reject.")
             raise BadInput(why).advise(NextStep.CANCEL_INSTEAD, run.run_id)
@@ -87,3 +96,10 @@ def reject(env: Env, run_id: str | None, reason: str) -> tuple[Run, str]:
         return store.core.get_run(run.run_id), operator
     finally:
         store.close()
+
+
+def _awaiting(runs: list[Run]) -> str:
+    """The runs awaiting approval (newest first), as a refusal of `reject` names them."""
+    if len(runs) == 1:
+        return f"run {runs[0].run_id} is the one awaiting approval."
+    return f"runs {', '.join(r.run_id for r in runs)} await approval (newest first)."

@@ -273,6 +273,9 @@ _ADVICE: dict[NextStep, Callable[[str, str], str]] = {
         f"{said} Name it: `notifier approve {rid} --fingerprint sha256:…`."
     ),
     NextStep.CANCEL_INSTEAD: lambda said, rid: f"{said}; `notifier cancel {rid}` stops it instead.",
+    NextStep.REJECT_NAMED: lambda said, rid: (
+        f"{said} Name the run to reject: `notifier reject {rid} --reason TEXT`."
+    ),
     NextStep.FOLLOW_HOLDER: lambda said, rid: (
         f"{said} Follow it with `notifier status {rid}`; once it has finished or stopped, "
         f"`notifier resume {rid}` continues whatever it left. To stop it now: `notifier cancel "

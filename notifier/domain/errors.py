@@ -42,6 +42,8 @@ class NextStep(StrEnum):
     FIND_RUN_TO_APPROVE = "find_run_to_approve"  # no run has that fingerprint: find the run
     APPROVE_NAMED = "approve_named"  # several runs share the fingerprint: name the run
     CANCEL_INSTEAD = "cancel_instead"  # the run is not awaiting approval: cancel stops it
+    # reject without RUN_ID picked a run not awaiting approval; another run awaits it
+    REJECT_NAMED = "reject_named"
     FOLLOW_HOLDER = "follow_holder"  # another live process works the run
     FOLLOW_THEN_SEND_AGAIN = "follow_then_send_again"  # a live run holds the file's rows
     RESUME_OR_CANCEL_THEN_SEND_AGAIN = "resume_or_cancel_then_send_again"  # an unfinished one
