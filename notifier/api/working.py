@@ -45,7 +45,9 @@ def work_run(
         run_channels(run, env) as channels,
         # Where the store shares runs, every process that sends holds a worker lease of its
         # own, so more workers (`notifier worker`) can join the run from any machine.
-        take_lease(store, run, env.config.lease_ttl_s, kind=for_sending(store)) as lease,
+        take_lease(
+            store, run, env.config.lease_ttl_s, kind=for_sending(store), sends=True
+        ) as lease,
         # A signal asks the same run control the lease tells of a loss: the one holder of
         # whether this process stops (run_control.py).
         interrupt_guard(lease.control, env.say),
@@ -119,12 +121,25 @@ def _unbuildable(run: Run, exc: ChannelConfigError) -> BadInput:
 
 @contextmanager
 def take_lease(
-    store: Store, run: Run, ttl_s: float, *, kind: LeaseKind = SoleLease
+    store: Store, run: Run, ttl_s: float, *, kind: LeaseKind = SoleLease, sends: bool = False
 ) -> Iterator[Lease]:
+    """The run's lease for this process. `sends`: a process that would send (or draft) the
+    run, for which a cancel under way means it has nothing left to do; any other command
+    (a reconcile, a mark by hand, a redraft) is refused while another process holds the
+    run, whatever it is doing, and recorded nothing."""
     try:
         lease = kind(store, run.run_id, ttl_s)
     except LeaseHeld as held:
-        if store.core.get_run(run.run_id).cancel_requested_at:
+        cancelling = store.core.get_run(run.run_id).cancel_requested_at is not None
+        if not sends:
+            raise Refused(
+                f"run {run.run_id} is held by another process, pid {held.owner.get('pid')} on "
+                f"{held.owner.get('host')} (lease until "
+                f"{clock.local(held.expires_at) if held.expires_at else 'it stops'}"
+                f"{'; a cancel of the run is under way' if cancelling else ''}), so this one "
+                "did nothing: nothing was recorded."
+            ).advise(NextStep.AGAIN_ONCE_HOLDER_STOPS, run.run_id) from held
+        if cancelling:
             # A `cancel` holds the run for a moment while it closes it.
             raise NeedsAttention(
                 f"run {run.run_id} was cancelled (by pid {held.owner.get('pid')}) before this "
@@ -146,7 +161,7 @@ def draft_run(env: Env, store: Store, run: Run) -> Run:
     drafting cannot finish now; what was drafted stays stored."""
     if not compose.unfrozen(run):
         return run
-    with take_lease(store, run, env.config.lease_ttl_s) as lease:
+    with take_lease(store, run, env.config.lease_ttl_s, sends=True) as lease:
         # What the rows are drafted from (the brief, the columns shown to the model, the
         # sources) is what was chained, before any of it is sent to the Messages API.
         compose.refuse_if_altered(store, run, store.drafts.drafts(run.run_id))

@@ -281,6 +281,10 @@ _ADVICE: dict[NextStep, Callable[[str, str], str]] = {
         f"`notifier resume {rid}` continues whatever it left. To stop it now: `notifier cancel "
         f"{rid}`."
     ),
+    NextStep.AGAIN_ONCE_HOLDER_STOPS: lambda said, rid: (
+        f"{said} Follow it with `notifier status {rid}`; once it has finished or stopped, "
+        "run the same command again."
+    ),
     NextStep.FOLLOW_THEN_SEND_AGAIN: lambda said, rid: (
         f"{said} Follow it with `notifier status {rid}`; once it is done, send the file again "
         "to send what it did not deliver."

@@ -45,6 +45,8 @@ class NextStep(StrEnum):
     # reject without RUN_ID picked a run not awaiting approval; another run awaits it
     REJECT_NAMED = "reject_named"
     FOLLOW_HOLDER = "follow_holder"  # another live process works the run
+    # another live process holds the run: a command that does not send runs again after it
+    AGAIN_ONCE_HOLDER_STOPS = "again_once_holder_stops"
     FOLLOW_THEN_SEND_AGAIN = "follow_then_send_again"  # a live run holds the file's rows
     RESUME_OR_CANCEL_THEN_SEND_AGAIN = "resume_or_cancel_then_send_again"  # an unfinished one
     # an unfinished one awaiting approval: approve then resume it, or reject it
