@@ -371,6 +371,20 @@ def reconcile(
             )
         if not as_json:
             echo(f"run {run.run_id}: {shown.value}")
+        if shown is RunState.PAUSED and counts.pending and run.cancel_requested_at is None:
+            # Rows it proved undelivered (or left unsent) wait in a run nobody works now.
+            from notifier.cli.outcome import renew_approval  # noqa: PLC0415 (start-up time)
+
+            rid = run.run_id
+            env.say(
+                f"{counts.pending} item(s) of run {rid} wait to be sent, and nothing sends them "
+                "until the run goes on: "
+                + (
+                    f"once its expired approval is renewed ({renew_approval(rid)}), they are sent."
+                    if approval.lapsed(run)
+                    else f"`notifier resume {rid}` sends them."
+                )
+            )
     else:
         if as_json and item_ref is None:
             raise BadInput(
