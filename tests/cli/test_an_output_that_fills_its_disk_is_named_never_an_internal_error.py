@@ -17,6 +17,7 @@ import pytest
 from ..conftest import Workspace, default_sigint, make_rows
 
 pytestmark = [
+    pytest.mark.both_stores,
     pytest.mark.timeout(120),
     pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)"),
 ]
