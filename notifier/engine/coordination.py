@@ -286,6 +286,8 @@ class Coordination:
             RunState.CANCELLED: Stop.CANCELLED,
             RunState.HALTED: Stop.HALTED,
         }.get(state)
+        if stop is Stop.HALTED and run.stop_cause is StopCause.CONFLICT:
+            stop = Stop.CONFLICT  # halted for a conflict: every worker ends as the one that met it
         if stop is None and run.stop_cause is not None:  # paused: the cause it was paused for
             stop = _PAUSED_BY_ANOTHER.get(run.stop_cause)
         if stop is None:
