@@ -34,7 +34,7 @@ from typing import Any, Self
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
-from psycopg.pq import TransactionStatus
+from psycopg.pq import PipelineStatus, TransactionStatus
 from psycopg.rows import namedtuple_row
 
 from notifier.domain.chain import UNKEYED, Signer
@@ -221,7 +221,32 @@ class PostgresEngine:
         cost more CPU than the rest of the commit."""
         text, names = self._compiled.of(statement)
         cursor = psycopg.RawCursor(self.raw)
-        return cursor.execute(text, [params[name] for name in names] if params else None)
+        args = [params[name] for name in names] if params else None
+        if self._inside_transaction():
+            # A write's (or a snapshot's) statement: its transaction's end says what a
+            # failure means (core.write: rolled back, or the lease lost meanwhile).
+            return cursor.execute(text, args)
+        try:
+            return cursor.execute(text, args)
+        except psycopg.OperationalError as exc:
+            # A statement of its own (a read of the run between two commits, most often):
+            # a connection the server ended, or lost, is a storage failure, not a crash.
+            raise self._lost(exc) from exc
+
+    def _inside_transaction(self) -> bool:
+        info = self.raw.info
+        return (
+            info.transaction_status != TransactionStatus.IDLE
+            or info.pipeline_status != PipelineStatus.OFF
+        )
+
+    def _lost(self, exc: psycopg.OperationalError) -> NotifierError:
+        """What a statement outside any transaction failing on the connection means."""
+        return StorageFailed(
+            f"{self.path}: the database could not be reached ({_first_line(exc)}). Nothing "
+            "was being written: every outcome recorded before it is safe, and anything in "
+            "flight is settled by query on resume. Check the server and the connection to it"
+        ).advise(NextStep.RESUME)
 
     def execute_many(self, statement: str, rows: Iterable[Mapping[str, Any]]) -> None:
         text, names = self._compiled.of(statement)
