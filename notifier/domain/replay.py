@@ -119,6 +119,10 @@ class ReceiptRecord(NamedTuple):
     source: str
     evidence: str | None
     recorded_at: str
+    # The digest of the intent it proves delivered: its item's, copied as it is stored
+    # (store/ledger.py); None where not at hand (an export). No event records it: verify.py
+    # checks it against its item's.
+    intent_digest: str | None = None
 
 
 class DecisionRecord(NamedTuple):
@@ -545,7 +549,7 @@ def compare_items(rebuilt: Rebuilt, stored: RunRows) -> list[Difference]:
     )
     found += _rows(
         Table.RECEIPTS,
-        {r.seq: r for r in stored.receipts},
+        {r.seq: r._replace(intent_digest=None) for r in stored.receipts},
         rebuilt.receipts,
         lambda seq: f"receipt of {names.get(seq, f'item seq {seq}')}",
     )

@@ -205,6 +205,7 @@ def _replayed(source: AuditSource, head: RunHead) -> list[Difference]:
     fingerprint, inputs, drafted = Fingerprinting(), DraftingInputs(), True
     identities, keys_at_hand = Identities(), True
     forms = _IdentityForms()
+    receipts: list[Difference] = []
     states: Counter[str] = Counter()
     for seqs in slices(source.item_seqs(head.run_id), CHUNK):
         rows = source.rows(head.run_id, seqs)
@@ -212,6 +213,7 @@ def _replayed(source: AuditSource, head: RunHead) -> list[Difference]:
         rebuilt = replay(((i.seq, i.item_id) for i in rows.items),
                          source.item_events(head.run_id, seqs))  # fmt: skip
         found += compare_items(rebuilt, rows)
+        receipts += _receipted(rows)
         found += compare_drafts(rows.drafts or (), rebuilt.drafts,
                                 every_draft_chained=run.inputs is not None)  # fmt: skip
         for intent in rows.intents:
@@ -227,6 +229,11 @@ def _replayed(source: AuditSource, head: RunHead) -> list[Difference]:
         for draft in rows.drafts or ():
             inputs.add(str(draft.source))
     found += _covered(head, fingerprint)
+    if not any(d.table is Table.RUNS and d.column == "fingerprint" for d in found):
+        # The items' digests are the ones planned (the run's fingerprint holds): a receipt
+        # of another digest is the row rewritten. Where an intent was rewritten, its
+        # receipt still holds the digest delivered, and the fingerprint names the run.
+        found += receipts
     if keys_at_hand and run.identities is not None and identities.result() != run.identities:
         # An item's id or key rewritten (or two rows' ids swapped) since they were stored.
         found.append(Difference(Table.ITEMS, "the run's items", Change.DIFFERS,
@@ -318,6 +325,23 @@ def _content_identity(intent: IntentRecord) -> str:
     if intent.payload is None:
         return intent.intent_digest
     return stored_row_digest(intent.channel, intent.target, intent.payload)
+
+
+def _receipted(rows: RunRows) -> list[Difference]:
+    """Every receipt whose intent digest is not its item's: the receipt is stored with a
+    copy of it, and every open of the store refuses a sent item's receipt of another (a
+    record claiming another notification delivered)."""
+    items = {item.seq: item for item in rows.items}
+    digests = {intent.seq: intent.intent_digest for intent in rows.intents}
+    found = []
+    for receipt in rows.receipts:
+        own = digests.get(receipt.seq)
+        if receipt.intent_digest is None or own is None or receipt.intent_digest == own:
+            continue
+        name = f"receipt of item {items[receipt.seq].item_id} (seq {receipt.seq})"
+        found.append(Difference(Table.RECEIPTS, name, Change.DIFFERS, "intent_digest",
+                                receipt.intent_digest, own))  # fmt: skip
+    return found
 
 
 def _counters(head: RunHead, states: Mapping[str, int]) -> list[Difference]:

@@ -61,7 +61,8 @@ _ATTEMPTS = (
     f"waited_s FROM attempts WHERE {_IN.format(seq='seq')} ORDER BY seq, n"
 )
 _RECEIPTS = (
-    "SELECT i.seq, r.receipt_id, r.source, r.evidence, r.recorded_at FROM receipts AS r "
+    "SELECT i.seq, r.receipt_id, r.source, r.evidence, r.recorded_at, r.intent_digest "
+    "FROM receipts AS r "
     "JOIN items AS i ON i.idempotency_key = r.idempotency_key "
     f"WHERE i.{_IN.format(seq='i.seq')} ORDER BY i.seq"
 )
