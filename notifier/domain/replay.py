@@ -89,6 +89,10 @@ class IntentRecord(NamedTuple):
     # The row digest it is compared under as an id-less row of its content would be
     # (items.row_digest, else its intent digest); None where not at hand.
     row_digest: str | None = None
+    # Its deadline as the engine reads it (items.not_after: a copy of the payload's, kept
+    # for the claim's index, never written again), where `deadline_at_hand`.
+    not_after: str | None = None
+    deadline_at_hand: bool = False
 
 
 class DraftRecord(NamedTuple):
@@ -491,15 +495,23 @@ def compare_intents(intents: Iterable[IntentRecord], names: Mapping[int, str]) -
     for intent in intents:
         if intent.payload is None:
             continue
+        payload: Any = None
         try:
             payload = json.loads(intent.payload)
             own = intent_digest(intent.channel, intent.target, payload)
         except (TypeError, ValueError, AttributeError):
             own = None  # not a payload notifier wrote: no digest is its own
+        name = names.get(intent.seq, f"item seq {intent.seq}")
         if own != intent.intent_digest:
-            name = names.get(intent.seq, f"item seq {intent.seq}")
             found.append(Difference(Table.ITEMS, name, Change.DIFFERS, "intent_digest",
                                     intent.intent_digest, own))  # fmt: skip
+        elif intent.deadline_at_hand and isinstance(payload, dict):
+            # The deadline the engine expires it by must be the one its digest covers: else
+            # it would be sent after its approved deadline, or expire unsent before it.
+            deadline = payload.get("not_after")
+            if intent.not_after != deadline:
+                found.append(Difference(Table.ITEMS, name, Change.DIFFERS, "not_after",
+                                        intent.not_after, deadline))  # fmt: skip
     return found
 
 

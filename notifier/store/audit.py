@@ -42,7 +42,7 @@ _IN = "run_id = %(run_id)s AND {seq} >= %(lo)s AND {seq} < %(hi)s"
 _ITEMS = (
     "SELECT seq, item_id, state, attempts, receipt_id, last_error, next_attempt_at, "
     "channel, target, payload, intent_digest, idempotency_key, {identity}, {source}, "
-    "{row_digest} AS row_digest "
+    "{row_digest} AS row_digest, {deadline} "
     f"FROM items WHERE {_IN.format(seq='seq')} "
     "ORDER BY seq"
 )
@@ -94,16 +94,20 @@ class AuditRecords:
     @functools.cached_property
     def _items(self) -> str:
         """_ITEMS for this database's schema (read once: `rows` runs once per slice): the
-        row identity (m006), a composed row's source digest (m018) and the row digest an
-        item is compared under (m022: kept where it is not its intent digest) where they
-        exist."""
+        row identity (m006), a composed row's source digest (m018), the row digest an
+        item is compared under (m022: kept where it is not its intent digest) and its
+        deadline column (m003) where they exist."""
         columns = self.engine.columns("items")
         identity = "identity" if "identity" in columns else "NULL"
         source = "NULL"
         if self.engine.has_table("drafts") and "source_digest" in self.engine.columns("drafts"):
             source = _SOURCE
         row_digest = "COALESCE(row_digest, intent_digest)" if "row_digest" in columns else "NULL"
-        return _ITEMS.format(identity=identity, source=source, row_digest=row_digest)
+        # The deadline column (m003), and that it is at hand.
+        deadline = "not_after, 1" if "not_after" in columns else "NULL AS not_after, 0"
+        deadline += " AS deadline_at_hand"  # named: PostgreSQL names unnamed columns alike
+        return _ITEMS.format(identity=identity, source=source, row_digest=row_digest,
+                             deadline=deadline)  # fmt: skip
 
     def _chained(self) -> bool:
         return "audit_chain" in self.engine.columns("runs")
