@@ -81,6 +81,9 @@ class RunHead:
     # The run's per-run counters (state → n) that status, report, runs and metrics read
     # instead of its rows; None where none are kept (an export, a file before m004).
     counted: Mapping[str, int] | None = None
+    # Whether a plain row without an id is identified by its row digest (m021 applied):
+    # before, by its intent digest, its deadline and line breaks included.
+    rows_by_row_digest: bool = True
 
     def chained_when_planned(self) -> bool:
         """Whether the run was planned after its database began chaining every run: then it
@@ -204,7 +207,7 @@ def _replayed(source: AuditSource, head: RunHead) -> list[Difference]:
     found = compare_run(run, stored, head.items, source.decisions(head.run_id))
     fingerprint, inputs, drafted = Fingerprinting(), DraftingInputs(), True
     identities, keys_at_hand = Identities(), True
-    forms = _IdentityForms()
+    forms = _IdentityForms(head.rows_by_row_digest)
     receipts: list[Difference] = []
     states: Counter[str] = Counter()
     for seqs in slices(source.item_seqs(head.run_id), CHUNK):
@@ -257,7 +260,8 @@ class _IdentityForms:
 
     NAMED = 20
 
-    def __init__(self) -> None:
+    def __init__(self, by_row_digest: bool = True) -> None:
+        self.by_row_digest = by_row_digest
         self.counts: Counter[str] = Counter()
         self.names: dict[str, list[str]] = {"id": [], "content": []}
 
@@ -274,7 +278,13 @@ class _IdentityForms:
             if (row_digest := _row_digest_problem(intent)) is not None:
                 return [Difference(Table.ITEMS, name, Change.DIFFERS, "row_digest",
                                    intent.row_digest, row_digest)]  # fmt: skip
-        elif identity == _content_identity(intent):
+        elif identity == _content_identity(intent) or (
+            # A database m021 has not moved yet (verify migrates nothing): a plain row's
+            # identity is its intent digest, as its version wrote it.
+            not self.by_row_digest
+            and intent.source_digest is None
+            and identity == intent.intent_digest
+        ):
             form = "content"
         else:
             return [Difference(Table.ITEMS, name, Change.DIFFERS, "identity", identity,

@@ -36,7 +36,10 @@ _SEQS_AND_DRAFTS = (
     "SELECT seq FROM items WHERE run_id = %(run_id)s UNION "
     "SELECT seq FROM drafts WHERE run_id = %(run_id)s ORDER BY seq"
 )
-_CHAINED_SINCE = "SELECT applied_at FROM {table} WHERE name = 'm013_event_chain'"
+_APPLIED_AT = "SELECT applied_at FROM {table} WHERE name = '{name}'"
+_CHAIN = "m013_event_chain"
+# Since when a plain row without an id is identified by its row digest.
+_ROW_DIGESTS = "m021_rows_without_ids_by_their_row_digest"
 _IN = "run_id = %(run_id)s AND {seq} >= %(lo)s AND {seq} < %(hi)s"
 # An item's record (ItemRecord's columns) and then its intent's (IntentRecord's, after seq).
 _ITEMS = (
@@ -138,13 +141,18 @@ class AuditRecords:
             }
         return RunHead(run_id, row.audit_chain, row.audit_key_id, row.state, int(count),
                        row.created_at, self.chained_since(), row.fingerprint, row.approval,
-                       row.channel_snapshot, row.options, row.key_nonce, counted)  # fmt: skip
+                       row.channel_snapshot, row.options, row.key_nonce, counted,
+                       self._applied_at(_ROW_DIGESTS) is not None)  # fmt: skip
 
     def chained_since(self) -> str | None:
         """When m013 was applied to this database: every run planned after it is chained."""
+        return self._applied_at(_CHAIN)
+
+    def _applied_at(self, name: str) -> str | None:
+        """When the migration `name` was applied to this database; None: it was not."""
         for migrator in (migrations.SQLITE, migrations.POSTGRES):
             if self.engine.has_table(migrator.table):
-                found = self.engine.execute(_CHAINED_SINCE.format(table=migrator.table))
+                found = self.engine.execute(_APPLIED_AT.format(table=migrator.table, name=name))
                 row = found.fetchone()
                 return None if row is None else str(row[0])
         return None
