@@ -151,6 +151,10 @@ _READS = {
     "suppression_audit": "SELECT id, at, operator, action, address, source, reason "
     "FROM suppression_audit WHERE run_id = %(run_id)s ORDER BY id",
 }
+# A database from before the chain (m013): its runs and events hold none, named as the
+# columns they stand for (PostgreSQL gives unnamed columns one name).
+_NO_CHAIN = "NULL AS audit_chain, NULL AS audit_key_id"
+_NO_LINKS = "NULL AS prev_hash, NULL AS hash"
 _SUPPRESSIONS = (
     "SELECT address, reason, source, operator, created_at FROM suppressions "
     "WHERE address IN ({keys}) ORDER BY address"
@@ -247,7 +251,7 @@ def _write(
     with core.snapshot():
         chained_since = AuditRecords(core).chained_since()
         run = engine.execute(
-            _READS["runs"].format(chain="audit_chain, audit_key_id" if chained else "NULL, NULL"),
+            _READS["runs"].format(chain="audit_chain, audit_key_id" if chained else _NO_CHAIN),
             key,
         ).fetchone()
         if run is None:
@@ -260,11 +264,15 @@ def _write(
             "receipts": engine.stream(_READS["receipts"], key),
             "decisions": engine.stream(_READS["decisions"], key),
             "events": engine.stream(
-                _READS["events"].format(links="prev_hash, hash" if chained else "NULL, NULL"),
+                _READS["events"].format(links="prev_hash, hash" if chained else _NO_LINKS),
                 key,
             ),
             "suppressions": _suppressions(core, run_id),
-            "suppression_audit": engine.stream(_READS["suppression_audit"], key),
+            # A database from before the suppression list (m008, not migrated: an export
+            # is read-only) has no audit of it, and no item it held back.
+            "suppression_audit": engine.stream(_READS["suppression_audit"], key)
+            if engine.has_table("suppression_audit")
+            else (),
         }
         items = engine.execute(_COUNT_ITEMS, key).fetchone()[0]
         with second_process(items > APART_ABOVE_ITEMS) as pool:
