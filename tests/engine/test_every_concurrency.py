@@ -41,6 +41,7 @@ from ..conftest import (
 )
 from ..receiver import WAIT_S, Receiver, receiving, webhook_config
 from ..support.background import meanwhile
+from ..support.held import Answered, HeldRun
 
 pytestmark = pytest.mark.both_stores
 CONCURRENCY = pytest.mark.parametrize("n", [1, 8])
@@ -116,6 +117,52 @@ def test_a_halting_answer_ends_the_run_at_every_concurrency(
         cancelled = ws.invoke("cancel", "--wait", "10")
         assert cancelled.exit_code == 3, cancelled.output
         assert _run_state(ws) == "cancelled"
+
+
+@CONCURRENCY
+@pytest.mark.timeout(60)
+def test_a_replay_no_attempt_of_ours_explains_leaves_the_item_unknown_and_halts(
+    ws: Workspace, n: int
+) -> None:
+    """An item's first attempt answered "replayed" (our own digest echoed back), at N = 1
+    and at 8 with 3N claimed ahead, the committer held before it judges the answer: the
+    item is left unknown (maybe delivered: its attempt `uncertain`, no receipt), never
+    sent nor failed; the run halts as for a conflict (exit 4) with its advice naming the
+    reconcile that settles it; the N - 1 requests under way are recorded, and no request
+    starts after the replay came: every item claimed ahead is released never attempted."""
+
+    def answer(item: str) -> Receipt | ChannelError:
+        if item == "1":
+            return Receipt("r-earlier", f"sha256:{item}", replayed=True)
+        return Receipt("r-" + item, f"sha256:{item}")
+
+    channel = Answered(answer=answer)
+    run = HeldRun(ws, channel, n, 4 * n)
+    run.thread.start()
+    try:
+        channel.wait_started(n)
+        channel.let_go("1")
+        assert run.held.reached.wait(WAIT_S), "the replay never reached the committer"
+        channel.let_all_go()
+        run.wait_taken(4 * n if n > 1 else 1)
+    finally:
+        result = run.finish(channel)
+    replayed_at = channel.answered["1"]
+    assert [item for item, at in channel.started if at > replayed_at] == []
+    assert len(channel.started) == n
+    assert result.stop is Stop.CONFLICT, result
+    assert run_exit(result) == 4
+    assert "notifier reconcile r1" in run_advice(result, "r1", "notifier send b.csv")
+    assert _run_state(ws) == "halted"
+    first = ws.ledger.item("1")
+    assert first.state == "unknown" and first.receipt_id is None, first
+    assert "replay" in (first.last_error or ""), first
+    assert [a.outcome for a in ws.ledger.attempts(first.seq)] == ["uncertain"]
+    assert result.counts.unknown == 1 and result.counts.sent == n - 1, result.counts
+    assert ws.ledger.receipt_count() == n - 1
+    never = [i for i in ws.ledger.items() if i.state == "pending" and i.attempts == 0]
+    assert len(never) == 3 * n
+    _assert_nothing_left_open(ws)
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """What identifies a batch and a delivery: keys
-unique forever (a per-run nonce), a replay on a first attempt is a conflict, "already
+unique forever (a per-run nonce), a replay on a first attempt is left unknown, "already
 planned" decided by the content fingerprint in one transaction with the insert, and the
 m002 migration of a database written before all this."""
 
@@ -50,7 +50,7 @@ def sandbox() -> Iterator[Sandbox]:
 
 class _AlwaysReplayed(BaseHTTPRequestHandler):
     """Answers every POST 200 as a replay of an earlier delivery, as a downstream that
-    already holds the key for something else would."""
+    already holds the key would (sent from a copy of this database, or answering wrongly)."""
 
     posts = 0
 
@@ -86,24 +86,40 @@ def replaying_receiver() -> Iterator[str]:
 # ---------------------------------------------------------------------- point 4
 
 
-def test_a_replay_on_a_first_attempt_is_a_conflict_never_a_delivery(
+@pytest.mark.timeout(60)
+def test_a_replay_on_a_first_attempt_is_left_unknown_never_a_delivery(
     ws: Workspace, replaying_receiver: str
 ) -> None:
-    """A downstream answering "replayed" to an item's first attempt: the item fails as a
-    conflict, the run halts with exit 4, and nothing is reported sent."""
+    """A downstream answering "replayed" to an item's first attempt: no attempt of ours
+    explains it, so the item is left unknown (maybe delivered), never sent nor failed; the
+    run halts as for a conflict (exit 4), and nothing is reported sent. Cancelled, the run
+    reports it unknown still, and the file sent again is refused while it is unsettled."""
     webhook_config(ws, replaying_receiver)
     ws.write_csv("batch.csv", make_rows(3))
     result = ws.invoke("send", "batch.csv", "--channel", "hooks")
     assert result.exit_code == 4, result.output
-    assert "conflict" in result.output
+    assert "replay" in result.output and "halted" in result.output, result.output
     status = ws.status()
     assert status["state"] == "halted"
     assert status["counts"]["sent"] == 0
+    assert status["counts"]["unknown"] == 1
     assert ws.ledger.receipt_count() == 0
     first = ws.ledger.item("u1")
-    assert first.state == "failed" and "conflict" in (first.last_error or "")
-    # The run stopped at the conflict: nothing after it was tried.
+    assert first.state == "unknown" and "replay" in (first.last_error or ""), first
+    assert [a.outcome for a in ws.ledger.attempts()] == ["uncertain"]
+    # The run stopped at the replay: nothing after it was tried.
     assert len(ws.ledger.attempts()) == 1
+    # Cancelled, it is still maybe delivered: reported unknown, and the file sent again is
+    # refused while it is unsettled.
+    cancelled = ws.invoke("cancel", "--report", "--format", "json")
+    assert cancelled.exit_code == 3, cancelled.output
+    report = json.loads(cancelled.stdout)
+    assert report["state"] == "cancelled" and report["counts"]["unknown"] == 1, report
+    assert [i["state"] for i in report["items"] if i["id"] == "u1"] == ["unknown"], report
+    again = ws.invoke("send", "batch.csv", "--channel", "hooks")
+    assert again.exit_code == 2, again.output
+    assert len(ws.ledger.runs()) == 1
+    assert ws.ledger.receipt_count() == 0
 
 
 def test_two_databases_with_the_same_run_id_both_really_deliver(

@@ -85,6 +85,16 @@ SPENT = History((_attempt(1, "uncertain", 3), _attempt(2, "uncertain", 2), _atte
 AFTER_A_MAYBE = History((_attempt(1, "uncertain", 2), _attempt(2, None)))
 
 
+# What a replay no attempt of ours explains records and asks: the attempt maybe delivered,
+# no receipt, the words naming the replay, and a halt as for a conflict.
+UNEXPLAINED_REPLAY = (
+    ("attempt_outcome", "uncertain"),
+    ("receipt_id", None),
+    ("receipt_source", None),
+    ("halt.cause", "conflict"),
+)
+
+
 @dataclass(frozen=True)
 class Case:
     item: Item
@@ -93,7 +103,8 @@ class Case:
     trigger: ItemTrigger | None  # None: nothing recorded
     ask: bool = False
     history: History = field(default_factory=History)
-    # Further fields the decision must carry: outcome fields, or hold_s / gate_s / halt.
+    # Further fields the decision must carry: outcome fields, or hold_s / gate_s / halt
+    # (a dotted name reads a field of one: `halt.cause`).
     expect: tuple[tuple[str, object], ...] = ()
 
 
@@ -110,8 +121,23 @@ CASES = {
     "receipt-other-digest": Case(
         _item(), AfterSend(Receipt("r1", "sha256:x")), BLIND, ItemTrigger.CONFLICT
     ),
+    # A replay no attempt of ours explains proves neither a delivery (a receiver may answer
+    # "replayed" wrongly, or echo our digest back) nor its absence (a database restored
+    # from an earlier copy may have sent it): maybe delivered, no receipt, and the run
+    # halts as for a conflict.
     "replay-of-nothing-ours": Case(
-        _item(), AfterSend(Receipt("r1", DIGEST, replayed=True)), DEDUPES, ItemTrigger.CONFLICT
+        _item(),
+        AfterSend(Receipt("r1", DIGEST, replayed=True)),
+        DEDUPES,
+        ItemTrigger.LOSE,
+        expect=UNEXPLAINED_REPLAY,
+    ),
+    "replay-of-nothing-ours-no-digest": Case(
+        _item(),
+        AfterSend(Receipt("r1", None, replayed=True)),
+        BLIND,
+        ItemTrigger.LOSE,
+        expect=UNEXPLAINED_REPLAY,
     ),
     "replay-of-our-earlier-try": Case(
         _item(2),
@@ -121,13 +147,14 @@ CASES = {
         history=History((_attempt(1, "uncertain"), _attempt(2, None))),
     ),
     # Earlier claims whose requests never left (released; past not_after at the claim)
-    # cannot have reached the downstream: a replay is not ours.
+    # cannot have reached the downstream: a replay is not explained by them.
     "replay-after-claims-that-never-left": Case(
         _item(2),
         AfterSend(Receipt("r1", DIGEST, replayed=True)),
         DEDUPES,
-        ItemTrigger.CONFLICT,
+        ItemTrigger.LOSE,
         history=History((_attempt(1, "not_started"), _attempt(2, "expired"), _attempt(3, None))),
+        expect=UNEXPLAINED_REPLAY,
     ),
     "unreachable": Case(
         _item(),
@@ -393,8 +420,11 @@ def test_the_decision_table(name: str) -> None:
     trigger = None if decision.outcome is None else decision.outcome.trigger
     assert trigger == case.trigger, decision
     for name_, value in case.expect:
-        source: object = decision if hasattr(decision, name_) else decision.outcome
-        assert getattr(source, name_) == value, (name_, decision)
+        head, *fields = name_.split(".")
+        found: object = getattr(decision if hasattr(decision, head) else decision.outcome, head)
+        for field_ in fields:
+            found = getattr(found, field_)
+        assert found == value, (name_, decision)
     if decision.outcome is not None:
         item_next(decision.outcome.trigger, case.item.state)  # a legal move
 
@@ -467,6 +497,13 @@ def test_no_answer_leads_to_an_illegal_move_or_a_blind_resend(
     # An item an earlier attempt may have delivered is never given up as failed (sending the
     # file again would deliver it twice), whatever answers this request, unless a query
     # proved that nothing was delivered under its key.
+    # A replay of our own intent that no earlier attempt explains: never sent, never
+    # failed (the next send of its file would plan it again), and the run halts.
+    ours = isinstance(sent, Receipt) and sent.replayed and sent.intent_digest in (None, DIGEST)
+    if ours and not history.may_have_reached(item):
+        assert decision.outcome.trigger is ItemTrigger.LOSE, decision
+        assert decision.outcome.error and "replay" in decision.outcome.error, decision
+        assert decision.halt is not None and decision.halt.cause == "conflict", decision
     if history.maybe_delivered() and asked != MISSING:
         assert decision.outcome.trigger is not ItemTrigger.GIVE_UP, decision
         if isinstance(sent, ChannelError) and sent.kind is ErrorKind.CONFLICT:
