@@ -121,7 +121,8 @@ def run_advice(result: RunResult, run_id: str, again: str) -> str:
             # `reconcile` by query settles nothing on a channel that cannot be asked.
             advice += (
                 f" The {result.counts.unknown} unknown item(s): `notifier reconcile {run_id}` "
-                f"asks the receiver where it can be asked; where it cannot (SMTP, Apprise), "
+                f"asks the receiver where it can be asked; where it cannot (SMTP, Apprise, a "
+                f"webhook without a status_url), "
                 f"`notifier reconcile --manual {run_id}`."
             )
         return advice

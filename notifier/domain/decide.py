@@ -22,6 +22,8 @@ from notifier.domain.evidence import (
     Caps,
     Decision,
     Finding,
+    Halt,
+    HaltCause,
     History,
     Moment,
     NotStarted,
@@ -49,6 +51,8 @@ __all__ = [
     "Caps",
     "Decision",
     "Finding",
+    "Halt",
+    "HaltCause",
     "History",
     "Moment",
     "NotStarted",
@@ -59,6 +63,7 @@ __all__ = [
     "decide",
     "not_found_counts_from",
     "request_window",
+    "unexplained_replay",
     "wants_finding",
 ]
 
@@ -123,7 +128,7 @@ def _after_send(
         # as never attempted (store.ledger.record gives the attempt back).
         return Decision(Outcome(item.seq, ItemTrigger.RELEASE, AttemptOutcome.NOT_STARTED))
     if isinstance(result, Receipt):
-        return Decision(_by_receipt(item, result, history))
+        return _by_receipt(item, result, history)
     error = result
     if error.kind is ErrorKind.NOT_SENT and error.unreachable:
         # Nothing reached the receiver: its channel's failure, never the item's. Back to
@@ -213,33 +218,53 @@ def _refused(
     else:
         closed = replace(closed, trigger=ItemTrigger.GIVE_UP)
     halts = {
-        Action.GONE: f"endpoint gone (item {item.seq}): {message}",
-        Action.CONFLICT: f"conflict on item {item.seq}: {message}",
+        Action.GONE: Halt(HaltCause.HALTED, f"endpoint gone (item {item.seq}): {message}"),
+        Action.CONFLICT: Halt(HaltCause.HALTED, f"conflict on item {item.seq}: {message}"),
     }
     return Decision(closed, gate_s=gate, halt=halts.get(action))
 
 
-def _by_receipt(item: Item, receipt: Receipt, history: History) -> Outcome:
+def unexplained_replay(item: Item, receipt: Receipt, history: History) -> bool:
+    """A "replayed" answer that no attempt of ours can explain: nothing of this item can
+    have reached the downstream before this attempt (`History.may_have_reached`). The
+    sender reads it too, the moment the answer arrives, to stop every other send."""
+    return receipt.replayed and not history.may_have_reached(item)
+
+
+def _by_receipt(item: Item, receipt: Receipt, history: History) -> Decision:
     if receipt.intent_digest and receipt.intent_digest != item.intent_digest:
-        return Outcome(
-            item.seq,
-            ItemTrigger.CONFLICT,
-            AttemptOutcome.CONFLICT,
-            error=f"conflict: downstream answered for {receipt.intent_digest}",
+        return Decision(
+            Outcome(
+                item.seq,
+                ItemTrigger.CONFLICT,
+                AttemptOutcome.CONFLICT,
+                error=f"conflict: downstream answered for {receipt.intent_digest}",
+            )
         )
-    if receipt.replayed and not history.may_have_reached(item):
-        # Nothing of ours can have reached the downstream before this attempt, yet it
-        # answers from an earlier delivery under our key: it holds the key for something
-        # else (another database, a reused --run-id). Not a delivery.
-        return Outcome(
+    if unexplained_replay(item, receipt, history):
+        # It proves no delivery (a receiver may answer "replayed" wrongly, or echo our
+        # digest back), nor that nothing was delivered (a database restored from a copy
+        # taken before its run sent, or another copy of it, may have sent it). So the item
+        # is maybe delivered, never sent, never failed (a failed row is planned again by
+        # the next send of its file); and the run halts at once, as for a conflict, so a
+        # receiver that answers so wrongly cannot leave a whole batch unknown.
+        lost = Outcome(
             item.seq,
-            ItemTrigger.CONFLICT,
-            AttemptOutcome.CONFLICT,
-            error="conflict: the downstream answered as a replay of an earlier delivery "
-            "under this key, but no earlier attempt of this item can have reached it; it "
-            "holds the key for something else",
+            ItemTrigger.LOSE,
+            AttemptOutcome.UNCERTAIN,
+            error=f"the downstream answered as a replay of an earlier delivery under this "
+            f"key (receipt {receipt.receipt_id}), though no earlier attempt of this item can "
+            "have reached it: maybe delivered (a database restored from an earlier copy of "
+            "this one, or another copy of it, sent it) or not (a receiver that answers "
+            "replay wrongly)",
         )
-    return acknowledged(item, receipt)
+        halt = Halt(
+            HaltCause.CONFLICT,
+            f"conflict on item {item.seq}: a replay no attempt of ours can explain; "
+            "left unknown (maybe delivered)",
+        )
+        return Decision(lost, halt=halt)
+    return Decision(acknowledged(item, receipt))
 
 
 def acknowledged(item: Item, receipt: Receipt) -> Outcome:

@@ -229,6 +229,23 @@ class Settling:
     run_finished: bool = False
 
 
+class HaltCause(StrEnum):
+    """Why a decision halts the run (the engine's run control stops it so)."""
+
+    HALTED = "halted"  # a safety rule: an endpoint gone, a refusal after a maybe-delivery
+    # As for a conflict (exit 4): the downstream answers under our key for something no
+    # attempt of ours can account for.
+    CONFLICT = "conflict"
+
+
+@dataclass(frozen=True)
+class Halt:
+    """The run halts: why (`cause`), and in words for people (`detail`)."""
+
+    cause: HaltCause
+    detail: str
+
+
 @dataclass(frozen=True)
 class Decision:
     """What to record (None: nothing established, nothing changes) and what this process
@@ -239,4 +256,4 @@ class Decision:
     ask: bool = False  # the answer means nothing until the channel is asked by key
     hold_s: float | None = None  # the item waits this long in this process
     gate_s: float | None = None  # its channel closes this long (a throttled answer)
-    halt: str | None = None  # the run halts for this (an endpoint gone)
+    halt: Halt | None = None  # the run halts for this (an endpoint gone, a replay unexplained)

@@ -17,6 +17,7 @@ from notifier.domain.decide import (
     AfterSend,
     Answer,
     Caps,
+    HaltCause,
     History,
     NotStarted,
     Sent,
@@ -31,6 +32,9 @@ from notifier.engine.run_control import RunControl, Stop
 from notifier.store import Store
 
 __all__ = ["NEVER_REACHED", "Judge", "NotStarted", "Progress", "SendResult", "Sent"]
+
+# How the run stops for a halt a decision asks for.
+_HALTS = {HaltCause.HALTED: Stop.HALTED, HaltCause.CONFLICT: Stop.CONFLICT}
 
 
 @dataclass(frozen=True)
@@ -167,7 +171,7 @@ class Judge:
         if decision.hold_s is not None:
             self.p.holds[item.seq] = sent.mono + decision.hold_s
         if decision.halt is not None:
-            self.control.request(Stop.HALTED, decision.halt)
+            self.control.request(_HALTS[decision.halt.cause], decision.halt.detail)
         assert decision.outcome is not None  # every answer to a send ends in a move
         return decision.outcome
 

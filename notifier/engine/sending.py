@@ -27,7 +27,15 @@ from notifier.channels import Channel, Ready, Withheld
 from notifier.content import schedule
 from notifier.domain import clock
 from notifier.domain.answers import ChannelError, ErrorKind, Receipt
-from notifier.domain.decide import Answer, Caps, Finding, History, Unasked, wants_finding
+from notifier.domain.decide import (
+    Answer,
+    Caps,
+    Finding,
+    History,
+    Unasked,
+    unexplained_replay,
+    wants_finding,
+)
 from notifier.domain.records import Item
 from notifier.domain.retry import RetryPolicy
 from notifier.engine.coordination import RunOptions
@@ -307,7 +315,7 @@ class Dispatch:
         self.observer.answered(item, result, started)
         gate_s = None
         with suppress(Exception):  # a warning only: the committer judges the answer in full
-            gate_s = self._warn(item, result, mono)
+            gate_s = self._warn(item, result, history, mono)
         finding = self._query(item, result, history, at)
         return SendResult(result, at, mono, started, finding, gate_s)
 
@@ -424,10 +432,13 @@ class Dispatch:
                 self.control.lose(lost.cause)
         return self.control.lost or self.may_start() is not None
 
-    def _warn(self, item: Item, result: Receipt | ChannelError, mono: float) -> float | None:
+    def _warn(
+        self, item: Item, result: Receipt | ChannelError, history: History, mono: float
+    ) -> float | None:
         """What every other sender must know the moment this answer arrives, not after the
         committer's next gather and commit: a throttled answer closes its channel's gate,
-        and an answer that halts the run (410, 422, a receipt for another digest) stops
+        and an answer that halts the run (410, 422, a receipt for another digest, a replay
+        no attempt of ours can explain: `history` holds the earlier attempts) stops
         every send not yet started (asked of the run control as provisional: the committer's
         judgement of the answer says how the run ends). Returns the wait a throttle closed
         the channel for."""
@@ -435,6 +446,10 @@ class Dispatch:
             if result.intent_digest and result.intent_digest != item.intent_digest:
                 self.control.request(
                     Stop.CONFLICT, f"conflict on item {item.seq}", provisional=True
+                )
+            elif unexplained_replay(item, result, history):
+                self.control.request(
+                    Stop.CONFLICT, f"unexplained replay on item {item.seq}", provisional=True
                 )
             with self._doubted_lock:
                 self._doubted = 0

@@ -254,7 +254,7 @@ CASES = {
         AfterSend(_err(ErrorKind.GONE)),
         BLIND,
         ItemTrigger.GIVE_UP,
-        expect=(("halt", "endpoint gone (item 7): gone answer"),),
+        expect=(("halt.cause", "halted"), ("halt.detail", "endpoint gone (item 7): gone answer")),
     ),
     "conflict": Case(_item(), AfterSend(_err(ErrorKind.CONFLICT)), BLIND, ItemTrigger.CONFLICT),
     "permanent-suppresses": Case(
@@ -296,7 +296,7 @@ CASES = {
         DEDUPES,
         ItemTrigger.LOSE,
         history=AFTER_A_MAYBE,
-        expect=(("halt", "conflict on item 7: conflict answer"),),
+        expect=(("halt.cause", "halted"), ("halt.detail", "conflict on item 7: conflict answer")),
     ),
     "gone-after-a-maybe": Case(
         _item(2),
@@ -304,7 +304,7 @@ CASES = {
         DEDUPES,
         ItemTrigger.LOSE,
         history=AFTER_A_MAYBE,
-        expect=(("halt", "endpoint gone (item 7): gone answer"),),
+        expect=(("halt.cause", "halted"), ("halt.detail", "endpoint gone (item 7): gone answer")),
     ),
     "partial": Case(_item(), AfterSend(_err(ErrorKind.PARTIAL)), BLIND, ItemTrigger.LOSE),
     # -- resume, reconcile, a dead worker's items
