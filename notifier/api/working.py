@@ -131,11 +131,13 @@ def take_lease(
         lease = kind(store, run.run_id, ttl_s)
     except LeaseHeld as held:
         cancelling = store.core.get_run(run.run_id).cancel_requested_at is not None
+        holder = (
+            f"pid {held.owner.get('pid')} on {held.owner.get('host')} (lease until "
+            f"{clock.local(held.expires_at) if held.expires_at else 'it stops'}"
+        )
         if not sends:
             raise Refused(
-                f"run {run.run_id} is held by another process, pid {held.owner.get('pid')} on "
-                f"{held.owner.get('host')} (lease until "
-                f"{clock.local(held.expires_at) if held.expires_at else 'it stops'}"
+                f"run {run.run_id} is held by another process, {holder}"
                 f"{'; a cancel of the run is under way' if cancelling else ''}), so this one "
                 "did nothing: nothing was recorded."
             ).advise(NextStep.AGAIN_ONCE_HOLDER_STOPS, run.run_id) from held
@@ -146,9 +148,7 @@ def take_lease(
                 "process could start sending; nothing was sent by it.",
             ).advise(NextStep.REPORT, run.run_id) from held
         raise Refused(
-            f"run {run.run_id} is being worked by another process, pid "
-            f"{held.owner.get('pid')} on {held.owner.get('host')} (lease until "
-            f"{clock.local(held.expires_at) if held.expires_at else 'it stops'}), so this one "
+            f"run {run.run_id} is being worked by another process, {holder}), so this one "
             "did nothing.",
         ).advise(NextStep.FOLLOW_HOLDER, run.run_id) from held
     with lease:

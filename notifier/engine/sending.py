@@ -267,10 +267,10 @@ class Dispatch:
                 )
                 if bucket is not None:
                     self.observer.rate_waited(item.channel, time.monotonic() - asked)
-                limit = "the channel's --rate"
+                by_domain = False
                 if wait is None:
                     wait = self.domains.take(item, self._send_stopped, self.options.max_wait_s)
-                    limit = f"the channel's rate for {domain_of(item.target)} (domain_rates)"
+                    by_domain = wait is not None
                 # Every check at the moment the request would start, after any wait for the
                 # channel's lock or a --rate token; the channel asks them all again once its
                 # connection is ready (`ready`), right before the message is handed over.
@@ -278,6 +278,12 @@ class Dispatch:
                     return SendResult(None, clock.now(), time.monotonic())
                 reason = self.item_may_start(item)
                 if reason is None and wait is not None:
+                    # Named only when it holds the send back: never worked out per send.
+                    limit = (
+                        f"the channel's rate for {domain_of(item.target)} (domain_rates)"
+                        if by_domain
+                        else "the channel's --rate"
+                    )
                     if wait > self.options.max_wait_s:
                         # The run pauses until then, rather than wait past --max-wait.
                         self.control.request(
