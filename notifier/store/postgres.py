@@ -234,10 +234,12 @@ class PostgresEngine:
             raise self._lost(exc) from exc
 
     def _inside_transaction(self) -> bool:
-        info = self.raw.info
+        # Asked of every statement: libpq's own connection (psycopg's `pgconn`), not
+        # `info`, which builds an object per call (0.5 against 3.7 microseconds).
+        pgconn = self.raw.pgconn
         return (
-            info.transaction_status != TransactionStatus.IDLE
-            or info.pipeline_status != PipelineStatus.OFF
+            pgconn.transaction_status != TransactionStatus.IDLE
+            or pgconn.pipeline_status != PipelineStatus.OFF
         )
 
     def _lost(self, exc: psycopg.OperationalError) -> NotifierError:
