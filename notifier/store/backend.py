@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from notifier.store.exceptions import StorageFailed
+
 if TYPE_CHECKING:
     from notifier.domain.chain import Signer
     from notifier.domain.errors import NotifierError
@@ -30,6 +32,9 @@ class Dialect:
     name: str
     # Errors of the driver that mean "the database could not be written" (core.Core.write).
     storage_errors: tuple[type[Exception], ...]
+    # Errors of the driver that mean "the database could not be reached" (a server's session
+    # ended or cut: `snapshot`); none for a file, whose failed reads say what they met.
+    lost_errors: tuple[type[Exception], ...]
     # The word that joins two tables in the order written (SQLite's CROSS JOIN fixes it: its
     # planner otherwise starts from items; PostgreSQL plans the order itself).
     ordered_join: str
@@ -204,12 +209,22 @@ def written(engine: Engine) -> Iterator[None]:
 @contextmanager
 def snapshot(engine: Engine) -> Iterator[None]:
     """Reads that see one committed state, whatever other processes commit meanwhile (the
-    dialect's `begin_snapshot`); rolled back after, as nothing was written."""
-    engine.execute(engine.dialect.begin_snapshot)
+    dialect's `begin_snapshot`); rolled back after, as nothing was written. A read whose
+    server could not be reached (a PostgreSQL session the server ended, a failover) is a
+    storage failure naming it, never the driver's error taken for a bug."""
     try:
-        yield
-    finally:
-        engine.roll_back()
+        engine.execute(engine.dialect.begin_snapshot)
+        try:
+            yield
+        finally:
+            engine.roll_back()
+    except engine.dialect.lost_errors as exc:
+        cause = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise StorageFailed(
+            f"{engine.path}: the database could not be reached ({cause}). Nothing was "
+            "written. Check the server and the connection to it, then run the same command "
+            "again."
+        ) from exc
 
 
 @contextmanager

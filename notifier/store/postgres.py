@@ -120,6 +120,7 @@ POSTGRES = Dialect(
         pg_errors.ReadOnlySqlTransaction,
         pg_errors.IdleInTransactionSessionTimeout,
     ),
+    lost_errors=(psycopg.OperationalError,),
     ordered_join="JOIN",  # PostgreSQL plans the join order itself
     claim_lock="FOR UPDATE SKIP LOCKED",
     # NO KEY: rows that refer to the one held (items, events…) may still be inserted.

@@ -56,6 +56,7 @@ _INSERT_PENDING = (
 SQLITE = Dialect(
     name="sqlite",
     storage_errors=(sqlite3.OperationalError,),
+    lost_errors=(),  # a file: a failed read says what it met (damaged, raced, unreadable)
     ordered_join="CROSS JOIN",  # SQLite's planner otherwise starts from items
     claim_lock="",  # BEGIN IMMEDIATE holds the whole file: one writer at a time
     row_lock="",
