@@ -33,6 +33,18 @@ if TYPE_CHECKING:
 PLACEHOLDER = "{to}"
 # What Apprise reads as a list in a URL's target: one row is one recipient.
 _LIST_SEPARATORS = re.compile(r"[,;\s]")
+# A recipient address Apprise's e-mail plugins read whole, as the row writes it: dot-separated
+# atoms of letters, digits, `_` and `-`, an optional `+tag` after them, 64 characters at most
+# (RFC 5321's longest local part); then a host name of at most 11 labels of at most 63
+# characters, its top-level label letters. Apprise reads more loosely (utils/parse.py:
+# GET_EMAIL_RE, EMAIL_DETECTION_RE): what it drops or cuts off (past a domain's eleventh label
+# or a label's 63rd letter included) leaves another address.
+_ATOM = r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*"
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9])?"
+_BARE_EMAIL = re.compile(
+    rf"(?=[^@]{{1,64}}@){_ATOM}(?:\+{_ATOM})?@(?:{_LABEL}\.){{1,10}}[A-Za-z]{{2,63}}"
+)
+_MAX_EMAIL_CHARS = 254  # RFC 5321's longest path
 # Apprise's own socket timeouts where the channel sets none: 4 s to connect and 4 s per read
 # (its URL arguments `cto` and `rto`).
 APPRISE_TIMEOUTS_S = 8.0
@@ -48,11 +60,25 @@ def target_problem(target: str, channel: str) -> str | None:
     """Why a batch row's `to` cannot go through this apprise channel, as planning reports
     it: Apprise splits a URL's target at commas, semicolons and spaces, so a `to` holding
     them would reach every recipient listed in it, past the suppression list, which knows
-    the row's `to` as one address."""
-    if _LIST_SEPARATORS.search(target.strip()):
+    the row's `to` as one address. And an e-mail address (an `@` after something) must be a
+    bare one Apprise reads whole (`_BARE_EMAIL`): its e-mail plugins read `<ann@x.com>`,
+    `"ann@x.com"`, `mailto:ann@x.com` and `ann@x.com.` as ann@x.com, an apostrophe as the end
+    of a name (`o'brien@x.com` goes to brien@x.com) and a top-level domain only as far as
+    its letters go (`ann@x.xn--p1ai` goes to ann@x.xn): another address than the one the
+    suppression list knows the row by."""
+    value = target.strip()
+    if _LIST_SEPARATORS.search(value):
         return (
             f"`to` {target!r} holds a list (a comma, semicolon or space), which channel "
             f"{channel!r} would send to each of: give one recipient per row"
+        )
+    if "@" in value[1:] and (len(value) > _MAX_EMAIL_CHARS or not _BARE_EMAIL.fullmatch(value)):
+        return (
+            f"`to` {target!r} is not a bare e-mail address, and Apprise (channel {channel!r}) "
+            "would read another address out of it (brackets, quotes, `mailto:`, an apostrophe "
+            "or a trailing dot are no part of an address to it): write the address alone, "
+            "its local part of letters, digits and . _ - (and one +tag), its domain a host "
+            "name whose last label is letters"
         )
     return None
 
