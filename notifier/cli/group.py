@@ -300,6 +300,22 @@ def echo(message: str = "", *, err: bool = False, nl: bool = True) -> None:
     click.echo(suggesting(message), err=err, nl=nl)
 
 
+def warn(message: str) -> None:
+    """A warning (`message` starts "warning: ") on stderr; with --log-format json one more
+    JSON event (`warning`), as a failure is an `error` event, never prose among the lines a
+    log pipeline parses. Its addresses are left out as the failure's are."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None or not ctx.meta.get("json_errors"):
+        echo(message, err=True)
+        return
+    at = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    text = suggesting(message.removeprefix("warning: "))
+    if not ctx.meta.get("json_bodies", False):
+        text = _ADDRESS.sub("<recipient>", text)
+    line = {"ts": at, "event": "warning", "message": text}
+    click.echo(json.dumps(line, ensure_ascii=False, separators=(",", ":")), err=True)
+
+
 def say(line: str) -> None:
     echo(line)
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from notifier.cli import running
-from notifier.cli.group import echo
+from notifier.cli.group import echo, warn
 from notifier.domain.errors import BadInput, ExitCode
 from notifier.domain.state_machine import RunState
 
@@ -104,7 +104,7 @@ def send_composed(sending: Sending, settings: compose.Settings) -> None:
     except KeyboardInterrupt:
         raise sending.interrupted_planning() from None
     if (late := late_warning(sending.when)) is not None:
-        echo(late, err=True)
+        warn(late)
     settings = drafting.settle_settings(
         settings, rows, batch, given.compose_columns, dry_run=given.dry_run
     )

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import click
 
 from notifier.cli import running
-from notifier.cli.group import echo
+from notifier.cli.group import echo, warn
 from notifier.domain.errors import Interrupted
 from notifier.domain.records import notifications
 from notifier.domain.state_machine import RunState
@@ -143,7 +143,7 @@ def send_file(sending: Sending, rehearsal: CrashPlan | None) -> None:
     except KeyboardInterrupt:
         raise sending.interrupted_planning() from None
     if (late := late_warning(sending.when)) is not None:
-        echo(late, err=True)
+        warn(late)
     if given.dry_run:
         _dry_run(sending, plan)
         return
