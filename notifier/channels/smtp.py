@@ -454,7 +454,19 @@ class SmtpChannel:
             charset="utf-8",
             cte=None if body.isascii() else "quoted-printable",
         )
-        return message_id, recipient, msg.as_bytes(policy=policy), needs_utf8
+        try:
+            data = msg.as_bytes(policy=policy)
+        except (UnicodeError, ValueError) as exc:
+            # An encoded word whose bytes are not in its charset decodes to undecodable
+            # characters, which the policy may then fail to write (next to a non-ASCII
+            # letter, or where it folds). Nothing has been sent: this message never can be.
+            raise ChannelError(
+                ErrorKind.PERMANENT,
+                f"smtp channel {self.name!r}: the message cannot be written "
+                f"({type(exc).__name__}: a header holds an encoded word (=?…?=) whose bytes "
+                "are not in its charset?); refusing to send",
+            ) from None
+        return message_id, recipient, data, needs_utf8
 
 
 # ---------------------------------------------------------------------- helpers
