@@ -38,6 +38,7 @@ from notifier.content.compose import (
     check_draft_text,
     prompt_row,
 )
+from notifier.content.text_rules import SURROGATE
 from notifier.domain import waits
 from notifier.domain.errors import NextStep
 from notifier.domain.redact import literal, redacted
@@ -233,7 +234,7 @@ def _usage(message: object) -> tuple[str, int, int] | None:
     model = getattr(message, "model", None)
     usage = getattr(message, "usage", None)
     given, taken = getattr(usage, "input_tokens", None), getattr(usage, "output_tokens", None)
-    if isinstance(model, str) and _count(given) and _count(taken):
+    if isinstance(model, str) and not SURROGATE.search(model) and _count(given) and _count(taken):
         return model, given, taken
     return None
 

@@ -9,7 +9,9 @@ time (batch_csv.py, template.py, compose.py), so what an approver previews is wh
 - A body carries no control character but tab, newline and carriage return: a NUL or an
   ESC would travel raw in a 7-bit message, and a terminal would act on it, not show it
   (as it does on CSI, U+009B, the one-character form of ESC [).
-- A subject fits one RFC 5322 line (998 characters); a body, the longest CSV field."""
+- A subject fits one RFC 5322 line (998 characters); a body, the longest CSV field.
+- Neither holds a lone UTF-16 surrogate (U+D800-U+DFFF), which is no character: JSON can
+  spell one (a Claude answer's `"\\ud800"`), and no store, log or terminal can encode it."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ MAX_SUBJECT_CHARS = 998
 MAX_BODY_CHARS = MAX_FIELD_CHARS
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 BODY_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+SURROGATE = re.compile(r"[\ud800-\udfff]")
 # The line breaks a drafted subject is folded at (compose.check_draft_text): ASCII's and
 # Unicode's (NEL, the line and paragraph separators), with the spaces around them.
 LINE_BREAKS = re.compile(r"[ \t\r\n\x85\u2028\u2029]+")
@@ -52,4 +55,10 @@ def text_problems(subject: str, body: str) -> list[str]:
         )
     if len(body) > MAX_BODY_CHARS:
         problems.append(f"the body is {len(body)} characters, over {MAX_BODY_CHARS}")
+    for name, text in (("subject", subject), ("body", body)):
+        if SURROGATE.search(text):
+            problems.append(
+                f"the {name} contains {first(SURROGATE, text)}, a lone surrogate that is no "
+                "character"
+            )
     return problems

@@ -37,12 +37,13 @@ def masked(text: str, masks: tuple[str, ...]) -> str:
 def literal(text: str) -> str:
     """`text` with each control character (an escape sequence would act on the terminal of
     whoever reads the report it is quoted in; a line break would end its line) and each
-    line or paragraph separator shown as U+FFFD: what a downstream (or an old record) says,
+    line or paragraph separator shown as U+FFFD, as is each lone surrogate (JSON can spell
+    one; no store or terminal can encode it): what a downstream (or an old record) says,
     kept and shown as it reads, never acted on."""
     return "".join("\ufffd" if unicodedata.category(ch) in _NOT_SHOWN else ch for ch in text)
 
 
-_NOT_SHOWN = ("Cc", "Zl", "Zp")
+_NOT_SHOWN = ("Cc", "Zl", "Zp", "Cs")
 
 
 def spellings(secret: str) -> set[str]:
