@@ -32,7 +32,7 @@ from notifier.content.plan import make_plan, source_identity
 from notifier.content.template import from_sources
 from notifier.domain.errors import BadInput, ExitCode, Interrupted, NeedsAttention, NextStep
 from notifier.domain.intent import content_fingerprint, run_fingerprint
-from notifier.domain.records import Run
+from notifier.domain.records import Run, StoredDraft
 from notifier.domain.state_machine import FINISHED_RUN_STATES, RunState
 from notifier.engine.run_control import RunControl
 from notifier.store import Store
@@ -87,16 +87,21 @@ def check_run(run: Run) -> None:
     ).advise(then, rid)
 
 
-def pick_rows(store: Store, run: Run, item_ids: Sequence[str]) -> list[tuple[int, BatchRow]]:
-    """The rows named by `item_ids` (seq, row as stored before drafting); exit 2 naming any
-    id the run does not have."""
+def pick_rows(
+    store: Store,
+    run: Run,
+    item_ids: Sequence[str],
+    drafts: Sequence[StoredDraft] | None = None,
+) -> list[tuple[int, BatchRow]]:
+    """The rows named by `item_ids` (seq, row as stored before drafting) among `drafts` (the
+    run's, read now if None); exit 2 naming any id the run does not have."""
     wanted = list(dict.fromkeys(i.strip() for i in item_ids if i.strip()))
     if not wanted:
         raise RedraftUsage(
             f"redraft of run {run.run_id} names no row; nothing was changed."
         ).advise(NextStep.NAME_ROWS, run.run_id)
     by_id = {}
-    for stored in store.drafts.drafts(run.run_id):
+    for stored in store.drafts.drafts(run.run_id) if drafts is None else drafts:
         row = compose.row_from_source(stored.source)
         by_id[row.item_id] = (stored.seq, row)
     unknown = [i for i in wanted if i not in by_id]
@@ -230,7 +235,12 @@ def redraft(
     from notifier.content import claude_messages  # noqa: PLC0415 (the SDK loads only when drafting)
 
     check_run(run)
-    rows = pick_rows(store, run, item_ids)
+    # What the rows are drafted from (the brief, the columns shown to the model, the
+    # template, the sources) is what was chained, before any of it reaches the Messages API
+    # and its new drafts are chained under the key: the drafts checked are those drafted from.
+    drafts = store.drafts.drafts(run.run_id)
+    compose.refuse_if_altered(store, run, drafts)
+    rows = pick_rows(store, run, item_ids, drafts)
     # Before paying for new drafts; checked again where they are stored (apply_redraft).
     store.drafts.refuse_held_elsewhere(run.run_id, [seq for seq, _ in rows])
     settings = compose.Settings.from_options(run.options)
