@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass
@@ -223,6 +224,7 @@ class DraftProgress:
     interrupted: RunControl | None = None  # set: Ctrl-C or SIGTERM stopped drafting
     kept: int = 0  # answers that arrived after the interruption, stored all the same
     deferred: Deferral | None = None  # why the last row left undrafted got no draft
+    cancelled: bool = False  # `notifier cancel` stopped drafting: nothing more was asked
 
 
 def draft_pending(
@@ -240,7 +242,11 @@ def draft_pending(
 
     Once `interrupted` is set (Ctrl-C, SIGTERM: signals.interrupt_guard), no new request and
     no retry starts, but the requests already sent are waited for and their answers stored:
-    they are paid for. `advance(n)` counts rows settled (a progress bar)."""
+    they are paid for. A `notifier cancel` of the run is read every CANCEL_LOOK_S and
+    stops drafting alike (no new request; the answers in flight stored). `advance(n)`
+    counts rows settled (a progress bar)."""
+    if store.core.get_run(run_id).cancel_requested_at:
+        return _progress(store, run_id, cancelled=True)
     pending = store.drafts.pending_drafts(run_id)
     rows = [(seq, row_from_source(source)) for seq, source in pending]
     with ThreadPoolExecutor(max(1, concurrency), thread_name_prefix="draft") as pool:
@@ -255,22 +261,27 @@ def draft_pending(
             # flight ends without being stored (a draft has no side effect: resume asks).
             storing.stop_new()
             raise
-    summary = store.drafts.draft_summary(run_id)
-    return DraftProgress(
-        summary["drafted"],
-        summary["failed"],
-        summary["pending"],
-        storing.stopped,
-        interrupted if storing.noticed else None,
-        storing.kept,
-        storing.deferred,
+    return _progress(
+        store,
+        run_id,
+        stopped=storing.stopped,
+        interrupted=interrupted if storing.noticed else None,
+        kept=storing.kept,
+        deferred=storing.deferred,
+        cancelled=storing.cancelled,
     )
+
+
+def _progress(store: Store, run_id: str, **outcome: Any) -> DraftProgress:
+    summary = store.drafts.draft_summary(run_id)
+    return DraftProgress(summary["drafted"], summary["failed"], summary["pending"], **outcome)
 
 
 class _Storing:
     """The results of one drafting pass, stored as they arrive."""
 
     TICK_S = 0.1  # how soon an interruption is noticed while answers are awaited
+    CANCEL_LOOK_S = 0.5  # how often the run is read for a `notifier cancel`
 
     def __init__(
         self,
@@ -287,6 +298,8 @@ class _Storing:
         self.noticed = False  # the interruption was seen: nothing new was asked after it
         self.kept = 0
         self.deferred: Deferral | None = None
+        self.cancelled = False  # a `notifier cancel` was seen: nothing new was asked after it
+        self._next_look = 0.0
 
     def stop_new(self) -> None:
         """No new request and no retry; requests already sent go on to their answer."""
@@ -296,9 +309,8 @@ class _Storing:
 
     def run(self, interrupted: RunControl | None) -> None:
         waiting = set(self.futures)
-        tick = None if interrupted is None else self.TICK_S
         while waiting:
-            done, waiting = wait(waiting, timeout=tick, return_when=FIRST_COMPLETED)
+            done, waiting = wait(waiting, timeout=self.TICK_S, return_when=FIRST_COMPLETED)
             if interrupted is not None and interrupted.signalled and not self.noticed:
                 self.noticed = True
                 self.stop_new()
@@ -313,6 +325,26 @@ class _Storing:
                 )
             for future in done:
                 self._settle(future)
+            if self.stopped is None and not self.noticed:
+                self._look_for_cancel(waiting)
+
+    def _look_for_cancel(self, waiting: set[Future[Draft]]) -> None:
+        """A `notifier cancel` of the run, read every CANCEL_LOOK_S: no new request and no
+        retry from then on (each is paid for); the answers in flight are stored."""
+        now = time.monotonic()
+        if self.cancelled or now < self._next_look:
+            return
+        self._next_look = now + self.CANCEL_LOOK_S
+        if not self.store.core.get_run(self.run_id).cancel_requested_at:
+            return
+        self.cancelled = True
+        self.stop_new()
+        in_flight = sum(1 for f in waiting if not f.cancelled())
+        self.store.drafts.note_drafting(self.run_id, "drafting_cancelled", {"in_flight": in_flight})
+        self.say(
+            f"cancel requested while drafting: waiting for the {in_flight} answer(s) already "
+            "requested, to store them."
+        )
 
     def _settle(self, future: Future[Draft]) -> None:
         if future.cancelled():
@@ -332,12 +364,12 @@ class _Storing:
             return
         except DraftDeferred as exc:
             self.deferred = exc.why
-            if not self.noticed:
+            if not (self.noticed or self.cancelled):
                 self.say(f"draft for item {row.item_id} not made yet: {exc}")
             return
         self.store.drafts.save_draft(self.run_id, seq, asdict(draft))
         self.advance(1)
-        if self.noticed:
+        if self.noticed or self.cancelled:
             self.kept += 1
 
 

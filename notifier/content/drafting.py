@@ -145,6 +145,15 @@ def draft(
                 )
             finally:
                 drafter.close()
+    if progress.cancelled:
+        from notifier.content.claude_batches import DraftingCancelled  # noqa: PLC0415
+
+        raise DraftingCancelled(
+            f"run {run.run_id}: cancel requested while drafting: no new draft was requested "
+            f"after it, and the {progress.kept} answer(s) already requested were waited for "
+            f"and stored ({progress.drafted} row(s) drafted, {progress.pending} never "
+            "drafted; nothing was sent)."
+        )
     if progress.interrupted is not None:
         raise interruption(store, run, progress, batches=settings.batch_api)
     return progress
