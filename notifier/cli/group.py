@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import errno
 import functools
-import json
 import os
 import re
 import shlex
 import sys
 import traceback
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -50,12 +48,13 @@ class _JsonFailure(click.ClickException):
     bodies = False  # --log-bodies: the log may carry recipients
 
     def show(self, file: Any = None) -> None:
-        at = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
         # No line of the log carries a recipient without --log-bodies (observe/logs.py): a
         # refused file's message quotes its bad `to` cells, named here by their lines alone.
         message = self.message if self.bodies else _ADDRESS.sub("<recipient>", self.message)
-        line = {"ts": at, "event": "error", "exit_code": self.exit_code, "message": message}
-        click.echo(json.dumps(line, ensure_ascii=False, separators=(",", ":")), err=True)
+        from notifier.observe.logs import json_line  # noqa: PLC0415 (start-up time)
+
+        fields = {"exit_code": self.exit_code, "message": message}
+        click.echo(json_line("error", fields), err=True)
 
 
 # Anything spelt like an e-mail address (local@domain.tld), as a `to` cell may be.
@@ -308,12 +307,12 @@ def warn(message: str) -> None:
     if ctx is None or not ctx.meta.get("json_errors"):
         echo(message, err=True)
         return
-    at = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     text = suggesting(message.removeprefix("warning: "))
     if not ctx.meta.get("json_bodies", False):
         text = _ADDRESS.sub("<recipient>", text)
-    line = {"ts": at, "event": "warning", "message": text}
-    click.echo(json.dumps(line, ensure_ascii=False, separators=(",", ":")), err=True)
+    from notifier.observe.logs import json_line  # noqa: PLC0415 (start-up time)
+
+    click.echo(json_line("warning", {"message": text}), err=True)
 
 
 def say(line: str) -> None:

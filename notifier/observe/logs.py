@@ -19,7 +19,7 @@ import json
 import logging
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -38,17 +38,30 @@ LOGGER = "notifier.events"
 _ENDINGS = {"completed": "complete", "paused": "pause", "halted": "halt", "cancelled": "cancel"}
 
 
+def json_line(event: str, fields: Mapping[str, Any], at: datetime | None = None) -> str:
+    """One event of a JSON log: `ts` (UTC, milliseconds; now unless `at`), `event`, then
+    `fields`, on one line. The Unicode line separators (U+2028, U+2029, NEL) are valid JSON
+    unescaped, but readers that split lines as Unicode does (str.splitlines, many log
+    shippers) would cut the event there: they are written escaped."""
+    at = at or datetime.now(UTC)
+    line: dict[str, Any] = {
+        "ts": at.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "event": event,
+        **fields,
+    }
+    text = json.dumps(line, ensure_ascii=False, separators=(",", ":"), default=str)
+    return text.translate(_SEPARATORS)
+
+
+_SEPARATORS = {0x2028: "\\u2028", 0x2029: "\\u2029", 0x85: "\\u0085"}
+
+
 class JsonFormatter(logging.Formatter):
-    """A record's `fields` as one JSON object, after `ts` (UTC, milliseconds) and `event`."""
+    """A record's `fields` as one JSON event (json_line)."""
 
     def format(self, record: logging.LogRecord) -> str:
         at = datetime.fromtimestamp(record.created, UTC)
-        line: dict[str, Any] = {
-            "ts": at.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-            "event": record.getMessage(),
-        }
-        line.update(getattr(record, "fields", {}))
-        return json.dumps(line, ensure_ascii=False, separators=(",", ":"), default=str)
+        return json_line(record.getMessage(), getattr(record, "fields", {}), at)
 
 
 class JsonLog(Observer):
