@@ -346,3 +346,38 @@ def test_status_endpoint_with_broken_encoding_leaves_item_unknown(
     assert again.exit_code == 3, again.output
     assert states(ws) == {"u1": "unknown"}
     assert len(state.arrivals("u1")) == 1
+
+
+@pytest.mark.both_stores
+@pytest.mark.parametrize("n", [1, 4])
+@pytest.mark.parametrize("answer", ["replay", "another-digest"])
+def test_an_exception_while_judging_a_receipt_that_proves_nothing_never_records_it_sent(
+    ws: Workspace,
+    receiver: tuple[Receiver, str],
+    monkeypatch: pytest.MonkeyPatch,
+    n: int,
+    answer: str,
+) -> None:
+    """The committer's decision breaks (a bug) on every answer. A 2xx is still a delivery
+    (the downstream said it holds it), but not a replay no attempt of ours explains, nor a
+    receipt naming another intent's digest: neither proves our notification delivered, so
+    u1 is never recorded sent (a sent row is never sent again, nor reported undelivered);
+    the run halts as the sender read the answer (exit 4)."""
+    state, url = receiver
+    json_type = ("Content-Type", "application/json")
+    if answer == "replay":
+        replayed = (json_type, ("Idempotent-Replayed", "true"))
+        state.posts["u1"] = [Reply(200, replayed, b'{"id": "r1"}')]
+    else:
+        other = json.dumps({"id": "r1", "intent_digest": "sha256:" + "0" * 64}).encode()
+        state.posts["u1"] = [Reply(200, (json_type,), other)]
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("machinery broke")
+
+    monkeypatch.setattr(judging, "decide", broken)
+    configure(ws, url, idempotent=True, status=False, max_attempts=3)
+    result = send(ws, 4, "--concurrency", str(n))
+    assert result.exit_code == 4, result.output
+    assert states(ws)["u1"] == "unknown", result.output
+    assert ws.ledger.item("u1").receipt_id is None
