@@ -129,8 +129,19 @@ class Judge:
         if isinstance(result, NotStarted):
             return Outcome(item.seq, ItemTrigger.RELEASE, AttemptOutcome.NOT_STARTED)
         if isinstance(result, Receipt):
-            # The downstream said it holds the delivery; what broke came after that.
-            return acknowledged(item, result)
+            if not result.replayed and result.intent_digest in (None, item.intent_digest):
+                # The downstream said it holds the delivery; what broke came after that.
+                return acknowledged(item, result)
+            # A replay, or a receipt naming another intent, proves no delivery of ours (nor
+            # none) without the decision that just broke: maybe delivered, never sent.
+            said = "a replay" if result.replayed else "a receipt for another intent"
+            return Outcome(
+                item.seq,
+                ItemTrigger.LOSE,
+                AttemptOutcome.UNCERTAIN,
+                error=f"{problem}; the answer was {said}, which proves no delivery of ours: "
+                "may have been delivered, not sent again",
+            )
         # Judge again as an uncertain answer, by the channel's own rules (an idempotent
         # channel may retry under the same key; others go by the query's finding or are
         # left unknown).
