@@ -20,7 +20,7 @@ from notifier.content.plan import RUN_ID_PATTERN, Plan, make_plan, new_run_id, s
 from notifier.content.schedule import Schedule, schedule_stream
 from notifier.content.template import Template, render_stream
 from notifier.domain import clock
-from notifier.domain.errors import BadInput, NextStep
+from notifier.domain.errors import BadInput, NextStep, NotifierError
 from notifier.domain.intent import CONTRACT_VERSION, new_key_nonce
 from notifier.domain.state_machine import ItemState, RunState, RunTrigger
 from notifier.domain.suppression import address_keys
@@ -272,6 +272,13 @@ def store_plan(
     except RunExists:
         store.close()
         raise BadInput(f"run {plan.run_id!r} already exists: choose another --run-id.") from None
+    except NotifierError as exc:
+        store.close()
+        if exc.then is NextStep.RESUME:
+            # The plan's transaction rolled back whole: no run exists to resume, and a plain
+            # `resume` would send whichever older run is unfinished. The same send again.
+            exc.advise(NextStep.SEND_AGAIN)
+        raise
     except BaseException:
         store.close()
         raise

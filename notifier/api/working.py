@@ -13,7 +13,7 @@ from notifier.channels import Channel, ChannelConfigError, UnbuildableChannel
 from notifier.content import compose
 from notifier.content.drafting import compose_key, draft
 from notifier.domain import clock
-from notifier.domain.errors import BadInput, NeedsAttention, NextStep, Refused
+from notifier.domain.errors import BadInput, NeedsAttention, NextStep, NotifierError, Refused
 from notifier.domain.records import Run
 from notifier.domain.state_machine import RunTrigger
 from notifier.engine import crash
@@ -72,7 +72,14 @@ def work_run(
             },
             observer=observer,
         )
-        result = runner.run()
+        try:
+            result = runner.run()
+        except NotifierError as exc:
+            if exc.then is NextStep.RESUME and exc.then_run is None:
+                # The run it goes on with, named: a plain `resume` takes the newest
+                # unfinished run, which may be another.
+                exc.advise(NextStep.RESUME, run.run_id)
+            raise
         if result.counts.unknown:
             # Unknown items that only wait for their window: advised to a plain reconcile
             # then, not to a manual mark (marked not sent, they could be sent twice).

@@ -202,7 +202,7 @@ def error_message(exc: NotifierError, command: str | None = None) -> str:
             "it still applies."
         )
     if exc.then is NextStep.RESUME:
-        return f"{exc}, then run `notifier resume`."
+        return f"{exc}, then run `notifier resume{run}`."
     if exc.then is NextStep.READ_ONLY:
         return (
             f"{exc} `notifier status`, `report` and `runs` still read it; to send, resume, "
@@ -274,6 +274,10 @@ _ADVICE: dict[NextStep, Callable[[str, str], str]] = {
         f"{said} Name it: `notifier approve {rid} --fingerprint sha256:…`."
     ),
     NextStep.CANCEL_INSTEAD: lambda said, rid: f"{said}; `notifier cancel {rid}` stops it instead.",
+    NextStep.SEND_AGAIN: lambda said, rid: (
+        f"{said}, then run the same `notifier send` again: nothing of its plan was stored (a "
+        "`resume` would go on with another, older run)."
+    ),
     NextStep.REJECT_NAMED: lambda said, rid: (
         f"{said} Name the run to reject: `notifier reject {rid} --reason TEXT`."
     ),

@@ -31,6 +31,8 @@ class NextStep(StrEnum):
     STATUS_AND_AGAIN = "status_and_again"  # look, then run the command again if it applies
     READ_AGAIN = "read_again"  # a read that may mix two moments: the same command, run again
     RESUME = "resume"  # once the cause is fixed, `resume` goes on from what was recorded
+    # once the cause is fixed, the same `send` again: nothing of its plan was stored
+    SEND_AGAIN = "send_again"
     READ_ONLY = "read_only"  # the reading commands still work; the others need it writable
     SEND_FIRST = "send_first"  # no database yet: a send creates it, or --db names another
     LIST_UNKNOWN = "list_unknown"  # the run's report lists its unknown items by id
