@@ -48,13 +48,17 @@ class _JsonFailure(click.ClickException):
     bodies = False  # --log-bodies: the log may carry recipients
 
     def show(self, file: Any = None) -> None:
-        # No line of the log carries a recipient without --log-bodies (observe/logs.py): a
-        # refused file's message quotes its bad `to` cells, named here by their lines alone.
-        message = self.message if self.bodies else _ADDRESS.sub("<recipient>", self.message)
-        from notifier.observe.logs import json_line  # noqa: PLC0415 (start-up time)
+        _log_event("error", self.message, bodies=self.bodies, exit_code=self.exit_code)
 
-        fields = {"exit_code": self.exit_code, "message": message}
-        click.echo(json_line("error", fields), err=True)
+
+def _log_event(event: str, message: str, *, bodies: bool, **fields: Any) -> None:
+    """One JSON event on stderr saying `message`, after `fields`. No line of the log carries
+    a recipient without --log-bodies (observe/logs.py): a refused file's message quotes its
+    bad `to` cells, named here by their lines alone."""
+    from notifier.observe.logs import json_line  # noqa: PLC0415 (start-up time)
+
+    text = message if bodies else _ADDRESS.sub("<recipient>", message)
+    click.echo(json_line(event, {**fields, "message": text}), err=True)
 
 
 # Anything spelt like an e-mail address (local@domain.tld), as a `to` cell may be.
@@ -308,11 +312,7 @@ def warn(message: str) -> None:
         echo(message, err=True)
         return
     text = suggesting(message.removeprefix("warning: "))
-    if not ctx.meta.get("json_bodies", False):
-        text = _ADDRESS.sub("<recipient>", text)
-    from notifier.observe.logs import json_line  # noqa: PLC0415 (start-up time)
-
-    click.echo(json_line("warning", {"message": text}), err=True)
+    _log_event("warning", text, bodies=bool(ctx.meta.get("json_bodies", False)))
 
 
 def say(line: str) -> None:
