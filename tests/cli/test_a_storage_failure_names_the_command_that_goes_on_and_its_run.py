@@ -37,6 +37,7 @@ def test_a_plan_that_could_not_be_stored_is_sent_again_never_resumed(
     ws: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     older = _older_paused_run(ws)
+    create_run = Planning.create_run
     monkeypatch.setattr(Planning, "create_run", _full)
     ws.write_csv("new.csv", make_rows(3, start=10))
     failed = ws.invoke("send", "new.csv")
@@ -44,6 +45,14 @@ def test_a_plan_that_could_not_be_stored_is_sent_again_never_resumed(
     assert "`notifier resume" not in failed.output, failed.output
     assert "run the same `notifier send` again" in failed.output, failed.output
     assert ws.status()["run_id"] == older  # nothing of the new plan was stored
+    # Followed once the disk has room: the same send plans and sends the new rows, each
+    # once, and the run its operator paused stays paused, nothing of it sent.
+    monkeypatch.setattr(Planning, "create_run", create_run)
+    again = ws.invoke("send", "new.csv")
+    assert again.exit_code == 0, again.output
+    assert ws.ledger.state_counts(older) == {"pending": 2}
+    attempts = ws.ledger.attempts()
+    assert len(attempts) == 3 and len({(a.run_id, a.seq) for a in attempts}) == 3, attempts
 
 
 def test_a_run_that_met_a_storage_failure_is_resumed_by_its_id(
