@@ -206,6 +206,11 @@ def written(engine: Engine) -> Iterator[None]:
         raise
 
 
+def first_line(exc: BaseException) -> str:
+    """A driver's error as a message quotes it: its first line, or its type's name."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
 @contextmanager
 def snapshot(engine: Engine) -> Iterator[None]:
     """Reads that see one committed state, whatever other processes commit meanwhile (the
@@ -219,9 +224,8 @@ def snapshot(engine: Engine) -> Iterator[None]:
         finally:
             engine.roll_back()
     except engine.dialect.lost_errors as exc:
-        cause = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise StorageFailed(
-            f"{engine.path}: the database could not be reached ({cause}). Nothing was "
+            f"{engine.path}: the database could not be reached ({first_line(exc)}). Nothing was "
             "written. Check the server and the connection to it, then run the same command "
             "again."
         ) from exc

@@ -40,7 +40,7 @@ from psycopg.rows import namedtuple_row
 from notifier.domain.chain import UNKEYED, Signer
 from notifier.domain.errors import NextStep, NotifierError
 from notifier.store import chaining, migrations, statements
-from notifier.store.backend import Dialect, Fence, Rows, closed_if_failed, written
+from notifier.store.backend import Dialect, Fence, Rows, closed_if_failed, first_line, written
 from notifier.store.checks import Checks, refuse_newer
 from notifier.store.core import ROLLED_BACK
 from notifier.store.exceptions import (
@@ -199,7 +199,7 @@ class PostgresEngine:
             )
         except psycopg.Error as exc:
             raise NoDatabase(
-                f"{describe(url)}: cannot connect to PostgreSQL ({_first_line(exc)}). Check "
+                f"{describe(url)}: cannot connect to PostgreSQL ({first_line(exc)}). Check "
                 "that the server is running and reachable, and the user, database and "
                 "password (PGPASSWORD or ~/.pgpass; never in the URL) of --db or NOTIFIER_DB."
             ) from exc
@@ -246,7 +246,7 @@ class PostgresEngine:
     def _lost(self, exc: psycopg.OperationalError) -> NotifierError:
         """What a statement outside any transaction failing on the connection means."""
         return StorageFailed(
-            f"{self.path}: the database could not be reached ({_first_line(exc)}). Nothing "
+            f"{self.path}: the database could not be reached ({first_line(exc)}). Nothing "
             "was being written: every outcome recorded before it is safe, and anything in "
             "flight is settled by query on resume. Check the server and the connection to it"
         ).advise(NextStep.RESUME)
@@ -367,7 +367,7 @@ class PostgresEngine:
         )
 
     def storage_failure(self, exc: Exception) -> NotifierError:
-        cause = _first_line(exc)
+        cause = first_line(exc)
         if isinstance(exc, pg_errors.IdleInTransactionSessionTimeout):
             return LeaseLost(
                 f"{self.path}: {LossCause.SESSION_ENDED}, after {IDLE_IN_WRITE_S} s idle",
@@ -463,7 +463,3 @@ class PostgresEngine:
 
     def columns(self, table: str) -> set[str]:
         return {r[0] for r in self.execute(_COLUMNS, {"table": table})}
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
