@@ -120,14 +120,15 @@ def test_a_group_commit_of_three_sends_the_statements_written_for_four(
 
 @pytest.mark.both_stores
 @pytest.mark.timeout(60)
-def test_group_commits_of_every_size_up_to_nine_write_exactly_their_rows(
+def test_group_commits_of_every_size_up_to_nine_and_of_seventeen_write_exactly_their_rows(
     ws: Workspace,
 ) -> None:
-    """Group commits of 1 to 9 claims and answers, each size six times (past the five uses
+    """Group commits of 1 to 9 and of 17 (written for 24 rows) claims and answers, each size
+    six times (past the five uses
     after which psycopg prepares a statement): each claimed item gets one attempt and one
     start event, each answer one receipt and one ack event, and the run's counters agree
     with its items; the padding writes nothing anywhere."""
-    sizes = [k for k in range(1, 10) for _ in range(6)]
+    sizes = [k for k in [*range(1, 10), 17] for _ in range(6)]
     ws.write_csv("batch.csv", make_rows(sum(sizes) + 5))
     done = ws.invoke("send", "batch.csv", "--run-id", "one", "--require-approval")
     assert done.exit_code in (0, 3), done.output
