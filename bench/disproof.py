@@ -68,14 +68,15 @@ def main() -> None:
     for index in ("events_by_item (SQLite's own choice)", "events_disproof (named)"):
         hint = "INDEXED BY events_disproof" if index.startswith("events_disproof") else ""
         fragments = {"indexed_items_retried": "INDEXED BY items_retried"}
-        text = statements.for_sqlite(
+        text, names = statements.for_sqlite(
             queries.PENDING_KINDS, {**fragments, "indexed_events_disproof": hint}
         )
-        plan = [r[-1] for r in conn.execute("EXPLAIN QUERY PLAN " + text, {"run_id": "r"})]
+        bound = [{"run_id": "r"}[name] for name in names]
+        plan = [r[-1] for r in conn.execute("EXPLAIN QUERY PLAN " + text, bound)]
         times = []
         for _ in range(5):
             started = time.perf_counter()
-            conn.execute(text, {"run_id": "r"}).fetchall()
+            conn.execute(text, bound).fetchall()
             times.append(time.perf_counter() - started)
         on_events = [step for step in plan if step.startswith("SEARCH e")]
         print(f"{index}: {statistics.median(times):.3f} s; {on_events}")

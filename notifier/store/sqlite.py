@@ -340,15 +340,18 @@ class SqliteEngine:
     # ---------------------------------------------------------------- statements
 
     def execute(self, statement: str, params: Mapping[str, Any] | None = None) -> Rows:
-        return self.conn.execute(self._compiled.of(statement), params or {})  # type: ignore[no-any-return]
+        text, names = self._compiled.of(statement)
+        args = [params[name] for name in names] if params else ()
+        return self.conn.execute(text, args)  # type: ignore[no-any-return]
 
     def execute_many(self, statement: str, rows: Iterable[Mapping[str, Any]]) -> None:
-        self.conn.executemany(self._compiled.of(statement), rows)
+        text, names = self._compiled.of(statement)
+        self.conn.executemany(text, ([row[name] for name in names] for row in rows))
 
     def execute_ddl(self, statement: str) -> None:
         self.conn.execute(statement)
 
-    def _compile(self, statement: str) -> str:
+    def _compile(self, statement: str) -> tuple[str, tuple[str, ...]]:
         hints = {index: self.indexed(index) for index in statements.HINTED_INDEXES}
         return statements.for_sqlite(statement, statements.fragments(self.dialect, hints))
 

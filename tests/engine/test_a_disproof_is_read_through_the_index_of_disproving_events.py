@@ -32,9 +32,13 @@ def test_a_disproof_is_read_through_events_disproof(ws: Workspace, what: str) ->
     try:
         engine = store.core.engine
         assert isinstance(engine, SqliteEngine)
-        text = engine._compile(ASKING[what])
-        params = {"run_id": "r", "seq": 1, "at": "", "s0": 1, "s1": 2}
-        plan = [row[-1] for row in engine.conn.execute("EXPLAIN QUERY PLAN " + text, params)]
+        plan = [
+            row[-1]
+            for row in engine.execute(
+                "EXPLAIN QUERY PLAN " + ASKING[what],
+                {"run_id": "r", "seq": 1, "at": "", "s0": 1, "s1": 2},
+            )
+        ]
     finally:
         store.close()
     on_events = [
