@@ -40,6 +40,10 @@ def literal(text: str) -> str:
     line or paragraph separator shown as U+FFFD, as is each lone surrogate (JSON can spell
     one; no store or terminal can encode it): what a downstream (or an old record) says,
     kept and shown as it reads, never acted on."""
+    if text.isprintable():
+        # No character of category Other or Separator (but the ASCII space): none of
+        # _NOT_SHOWN. Most answers are: a receipt id, a digest, an error line.
+        return text
     return "".join("\ufffd" if unicodedata.category(ch) in _NOT_SHOWN else ch for ch in text)
 
 
