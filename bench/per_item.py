@@ -13,13 +13,15 @@ thread, on its own CPU clock, and in `happy` the main thread's by phase):
 - `plain`: bench/throughput.py's plain loop against the fast receiver, for the threads' CPU.
 
 With --timers (and no counting), the CPU of the committer's main blocks (store/ledger.py's
-group commit, judging, the revisit) on its own CPU clock; with --profile, every thread under
+group commit, judging, the revisit) on its own CPU clock, and with --sql that of each SQL
+statement the committer sends (binding and SQLite's own work; the events' insert at COMMIT
+is in `SqliteEngine.commit`); with --profile, every thread under
 cProfile on its own CPU clock, merged by kind (the main thread; the senders). cProfile slows
 small Python calls much more than C ones (SQLite): read it for shape and counts, and the
 timers for the split.
 
     python bench/per_item.py [--scenario happy|mixed|plain] [--items 4000] [--concurrency 16]
-                             [--timers | --profile [--sort cumulative] [--top 40]]
+                             [--timers [--sql] | --profile [--sort cumulative] [--top 40]]
 """
 
 from __future__ import annotations
@@ -186,6 +188,39 @@ TIMED = [
     ("notifier.store.chaining", None, "head_of"),
 ]
 TIMES: defaultdict[str, float] = defaultdict(float)
+# With --sql: each statement's CPU on the committer's (main) thread, by name, and its count.
+SQL_TIMES: defaultdict[str, float] = defaultdict(float)
+SQL_COUNTS: Counter[str] = Counter()
+
+
+@contextmanager
+def sql_timers(enabled: bool) -> Iterator[None]:
+    """Each statement the main thread sends, timed on its CPU clock (`--sql`)."""
+    if not enabled:
+        yield
+        return
+    from notifier.store.sqlite import SqliteEngine  # noqa: PLC0415
+
+    names = statement_names()
+    original = SqliteEngine.execute
+    main = threading.main_thread()
+
+    def execute(self: Any, statement: str, params: Any = None) -> Any:
+        if threading.current_thread() is not main:
+            return original(self, statement, params)
+        start = time.thread_time()
+        try:
+            return original(self, statement, params)
+        finally:
+            name = name_of(statement, names)
+            SQL_TIMES[name] += time.thread_time() - start
+            SQL_COUNTS[name] += 1
+
+    SqliteEngine.execute = execute  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        SqliteEngine.execute = original  # type: ignore[method-assign]
 
 
 @contextmanager
@@ -431,6 +466,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--profile", action="store_true", help="cProfile every thread")
     parser.add_argument("--timers", action="store_true", help="CPU of the committer's blocks")
+    parser.add_argument("--sql", action="store_true", help="with --timers: each statement's")
     parser.add_argument("--top", type=int, default=40)
     parser.add_argument("--sort", default="tottime", help="pstats order: tottime, cumulative")
     args = parser.parse_args()
@@ -446,7 +482,8 @@ def main() -> None:
         start = time.perf_counter()
         # The spies cost CPU of their own: a profiled or timed run goes without them.
         counting = nullcontext() if args.profile or args.timers else spies(tally)
-        with profiled(args.profile) as (profiles, cpu), counting, timers(args.timers):
+        sql = sql_timers(args.timers and args.sql)
+        with profiled(args.profile) as (profiles, cpu), counting, timers(args.timers), sql:
             answers = scenario(work, args.items, args.concurrency, tally)
         seconds = time.perf_counter() - start
         os.chdir(HERE.parent)
@@ -463,6 +500,11 @@ def main() -> None:
         print("blocks, inclusive (ms per item):")
         for name, seconds in TIMES.items():
             print(f"  {1000 * seconds / args.items:6.3f}  {name}")
+    if SQL_TIMES:
+        total = sum(SQL_TIMES.values())
+        print(f"SQL statements on the main thread: {1000 * total / args.items:.3f} ms per item")
+        for name, seconds in sorted(SQL_TIMES.items(), key=lambda kv: -kv[1])[:12]:
+            print(f"  {1000 * seconds / args.items:6.3f}  {SQL_COUNTS[name]:6,}  {name}")
     if profiles:
         show_profile(profiles, args.items, args.top, args.sort)
 
