@@ -296,7 +296,10 @@ CASES = {
         DEDUPES,
         ItemTrigger.LOSE,
         history=AFTER_A_MAYBE,
-        expect=(("halt.cause", "halted"), ("halt.detail", "conflict on item 7: conflict answer")),
+        expect=(
+            ("halt.cause", "conflict"),
+            ("halt.detail", "conflict on item 7: conflict answer"),
+        ),
     ),
     "gone-after-a-maybe": Case(
         _item(2),
