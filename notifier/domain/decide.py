@@ -219,7 +219,8 @@ def _refused(
         closed = replace(closed, trigger=ItemTrigger.GIVE_UP)
     halts = {
         Action.GONE: Halt(HaltCause.HALTED, f"endpoint gone (item {item.seq}): {message}"),
-        Action.CONFLICT: Halt(HaltCause.HALTED, f"conflict on item {item.seq}: {message}"),
+        # A conflict however it is met: something else may write under our keys (exit 4).
+        Action.CONFLICT: Halt(HaltCause.CONFLICT, f"conflict on item {item.seq}: {message}"),
     }
     return Decision(closed, gate_s=gate, halt=halts.get(action))
 

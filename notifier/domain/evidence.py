@@ -232,9 +232,9 @@ class Settling:
 class HaltCause(StrEnum):
     """Why a decision halts the run (the engine's run control stops it so)."""
 
-    HALTED = "halted"  # a safety rule: an endpoint gone, a refusal after a maybe-delivery
-    # As for a conflict (exit 4): the downstream answers under our key for something no
-    # attempt of ours can account for.
+    HALTED = "halted"  # a safety rule: an endpoint gone, unknown outcomes in a row
+    # As for a conflict (exit 4): the downstream answers a conflict under our key, or
+    # answers under it for something no attempt of ours can account for.
     CONFLICT = "conflict"
 
 
