@@ -152,8 +152,25 @@ def port(value: Any) -> str | None:
     return None if 0 < value < 65536 else "must be a port number from 1 to 65535"
 
 
+# C0 and C1 controls and DEL: no request line carries one (httpx refuses such a URL at every
+# attempt, and urllib drops a tab or line break without a word), and PostgreSQL cannot store
+# a NUL in the error that would quote it.
+_URL_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def url_control(value: str) -> str | None:
+    """The problem of a URL holding a control character, naming the character, else None."""
+    found = _URL_CONTROL.search(value)
+    if found is None:
+        return None
+    return f"holds the control character U+{ord(found.group()):04X}: remove it"
+
+
 def http_url(value: Any) -> str | None:
     """An http(s) URL with a host: `http://` alone would make every send fail uncertainly."""
+    control = url_control(value)
+    if control is not None:
+        return control
     try:
         parts = urlsplit(value)
         parts.port  # noqa: B018 - raises ValueError for a port out of range

@@ -302,6 +302,12 @@ def _target(
             f"{where}: environment variable {variable} (named by `{key}_env`) is not set or "
             f"empty; export {variable} with the receiver's whole URL before sending."
         )
+    control = o.url_control(url)
+    if control is not None:
+        raise ChannelConfigError(
+            f"{where}: ${variable} (named by `{key}_env`) {control} (its value is not shown); "
+            "set it to the receiver's whole URL on one line."
+        )
     if problem(url) is not None:
         # The problem's wording may quote the URL's host or more: never shown.
         wanted = " and {key} where the key goes" if key == "status_url" else ""
