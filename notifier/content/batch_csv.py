@@ -451,6 +451,14 @@ def _check_row(
         item_id = record[layout.id].strip()
         if not item_id:
             problems.append(Problem(line, "empty `id`: give every row an id, or drop the column"))
+        elif (control := CONTROL.search(item_id)) is not None:
+            # An id is typed after `--item` and listed by `status`; PostgreSQL stores no NUL.
+            problems.append(
+                Problem(
+                    line,
+                    f"`id` contains the control character U+{ord(control.group()):04X}: remove it",
+                )
+            )
         else:
             # In NFC, as the row's identity has it (intent.row_identity): one id written in
             # two forms is one row. A duplicate is reported when the chunk is checked.
