@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -45,6 +46,10 @@ _APPROVAL_KEYS = {"required"}
 _AUDIT_KEYS = {"key_file"}
 # A misspelled section (`[retyr]`) must not be silently ignored: its settings would not apply.
 _SECTIONS = {"channels", "retry", "lease", "approval", "audit"}
+# A channel's name is stored with each item, listed and typed after `--channel`: no C0 or C1
+# control, DEL, line or paragraph separator (PostgreSQL stores no NUL; an escape acts on the
+# terminal of whoever lists the run).
+_NAME_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 class ConfigError(BadInput):
@@ -207,6 +212,18 @@ def _check_channel(path: Path, name: str, definition: Any) -> tuple[dict[str, An
     """The channel's definition, and whether runs through it need approval: the policy is
     not part of the definition (a run's snapshot holds how to reach the channel)."""
     where = f"{path}: [channels.{name}]"
+    if not name.strip():
+        raise ConfigError(
+            f'{path}: a [channels."{name}"] section has an empty name, which no row can '
+            "choose (an empty `channel` cell means the default channel). Give it a name; "
+            "nothing was stored."
+        )
+    if (control := _NAME_CONTROL.search(name)) is not None:
+        raise ConfigError(
+            f"{path}: [channels.{name!r}]: a channel's name holds the control character "
+            f"U+{ord(control.group()):04X}. Rename the section (and the rows' `channel` "
+            "cells that name it) without it; nothing was stored."
+        )
     if "@" in name:
         # A channel's domain rates are buckets named CHANNEL@DOMAIN (rate_buckets): a
         # channel named so would share its bucket with another channel's domain.
