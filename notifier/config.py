@@ -6,7 +6,6 @@ snapshots the definitions it uses, so `resume` talks to exactly the same targets
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import tomllib
@@ -16,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from notifier.channels import definition_problems
-from notifier.channels.options import nearest
+from notifier.channels.options import finite, nearest
 from notifier.domain import retry
 from notifier.domain.chain import KEY_ENV, Signer, signer_from
 from notifier.domain.errors import BadInput
@@ -41,6 +40,7 @@ _RETRY_RANGES: dict[str, tuple[float, float]] = {
 }
 
 _RETRY_KEYS = {"max_attempts", "deadline", "backoff_base", "backoff_max", "down_after"}
+_RETRY_WHOLE = {"max_attempts", "down_after"}  # counts
 _LEASE_KEYS = {"ttl"}
 _APPROVAL_KEYS = {"required"}
 _AUDIT_KEYS = {"key_file"}
@@ -252,7 +252,7 @@ def _lease_ttl(path: Path, table: Any) -> float:
     ttl = table.get("ttl", DEFAULT_LEASE_TTL_S)
     if isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl <= 0:
         raise ConfigError(f"{path}: [lease] ttl must be a positive number of seconds.")
-    if not math.isfinite(ttl) or ttl > MAX_LEASE_TTL_S:
+    if not finite(ttl) or ttl > MAX_LEASE_TTL_S:
         raise _out_of_range(path, "lease", "ttl", ttl, (MIN_LEASE_TTL_S, MAX_LEASE_TTL_S))
     if ttl < MIN_LEASE_TTL_S:
         raise ConfigError(
@@ -279,12 +279,24 @@ def _retry_settings(path: Path, table: Any) -> RetrySettings:
         value = table.get(key)
         if value is None:
             continue
-        try:
-            number = float(value)
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"{path}: [retry] values must be numbers ({exc}).") from exc
-        if not (math.isfinite(number) and bounds[0] <= number <= bounds[1]):
+        # A TOML number as written: a quoted one ("3") or a bool is a mistake to name, not
+        # a value to convert, and a count cut from 2.5 to 2 would not be what was meant.
+        whole = key in _RETRY_WHOLE
+        kind = "a whole number" if whole else "a number"
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            shown = str(value).lower() if isinstance(value, bool) else repr(value)
+            unquoted = ", written without quotes," if isinstance(value, str) else ""
+            raise ConfigError(
+                f"{path}: [retry] {key} must be {kind}{unquoted or ','} not {shown}. Fix `{key}` "
+                "in [retry]; nothing was stored."
+            )
+        if not (finite(value) and bounds[0] <= value <= bounds[1]):
             raise _out_of_range(path, "retry", key, value, bounds)
+        if whole and not float(value).is_integer():
+            raise ConfigError(
+                f"{path}: [retry] {key} must be {kind}, not {value!r}. Fix `{key}` in "
+                "[retry]; nothing was stored."
+            )
     defaults = RetrySettings()
     return RetrySettings(
         max_attempts=int(table.get("max_attempts", defaults.max_attempts)),

@@ -86,6 +86,15 @@ class Schema:
         return definition.get(key, self.options[key].default)
 
 
+def finite(value: float) -> bool:
+    """Whether a TOML number is finite: tomllib reads an integer of any length, and
+    math.isfinite raises OverflowError for one past a float's range instead of saying no."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def _type_problem(kind: str, value: Any) -> str | None:
     if kind == "bool":
         return None if isinstance(value, bool) else "must be true or false"
@@ -99,7 +108,7 @@ def _type_problem(kind: str, value: Any) -> str | None:
         # `inf` and `nan` are TOML floats, but no timeout, delay or rate works with them.
         if not isinstance(value, int | float):
             return "must be a number"
-        return None if math.isfinite(value) else "must be a finite number"
+        return None if finite(value) else "must be a finite number"
     if kind == "table":
         return None  # its check says what it must hold
     if kind == "list[str]":
@@ -139,7 +148,7 @@ MIN_RATE = 1 / 86400
 
 def rate_problem(value: Any) -> str | None:
     """A rate of sends per second: finite, and at least one send a day."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float) or not finite(value):
         return "must be a finite number of sends per second"
     if value <= 0:
         return "must be greater than 0"
