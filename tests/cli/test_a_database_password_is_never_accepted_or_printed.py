@@ -108,3 +108,38 @@ def test_every_parameter_libpq_holds_secret_is_refused(parameter: str) -> None:
         parse_target(db)
     assert SECRET not in str(refused.value)
     assert "password" in str(refused.value)
+
+
+OTHER_URLS = [
+    pytest.param(f"mysql://root:{SECRET}@127.0.0.1/test", id="mysql"),
+    pytest.param(f"sqlite:///{SECRET}.db", id="sqlalchemy-sqlite"),
+    pytest.param(f"https://user:{SECRET}@db.example.com/x", id="https"),
+    pytest.param(f"postgresql+psycopg://postgres:{SECRET}@127.0.0.1/postgres", id="sqlalchemy-pg"),
+]
+
+
+@pytest.mark.parametrize("db", OTHER_URLS)
+@pytest.mark.parametrize("how", ["option", "env"])
+def test_a_url_of_another_kind_is_refused_without_quoting_it_or_making_a_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, db: str, how: str
+) -> None:
+    """A URL of a database notifier does not use, or in another library's spelling, is
+    neither a PostgreSQL target nor an SQLite file to create under directories named after
+    its parts (its advice would have been `mkdir -p` of them, password and all): exit 2,
+    naming the two forms --db takes, the URL not shown."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("NOTIFIER_DB", raising=False)
+    (tmp_path / "batch.csv").write_text("to,subject,body\na@example.com,hi,there\n")
+    (tmp_path / "notifier.toml").write_text(
+        '[channels.out]\ntype = "webhook"\nurl = "http://127.0.0.1:9/n"\n'
+    )
+    runner = CliRunner()
+    for args in (["status"], ["send", "batch.csv", "--require-approval"]):
+        if how == "option":
+            result = runner.invoke(cli, ["--db", db, *args])
+        else:
+            result = runner.invoke(cli, args, env={"NOTIFIER_DB": db})
+        assert result.exit_code == 2, result.output
+        assert SECRET not in result.output, result.output
+        assert "postgresql://" in result.output, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["batch.csv", "notifier.toml"]
