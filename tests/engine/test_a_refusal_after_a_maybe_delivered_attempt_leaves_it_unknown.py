@@ -4,9 +4,9 @@ so the item is retried under the same key); the retry is refused (401), the endp
 (410), or the key is answered as a conflict (422: a receiver may answer so for a key it took).
 The item may have been delivered: it is left unknown, never failed, so sending the file again,
 as a failed item's advice says, plans nothing to send a second time. The run stops as for any
-refusal of its kind: a conflict for safety (exit 4), the others needing attention (exit 3). Through the real CLI
-against tests/receiver.py on 127.0.0.1, at N = 1 and N = 8 (16 items, claimed ahead), on both
-stores."""
+refusal of its kind: a conflict for safety (exit 4), the others needing attention (exit 3).
+Through the real CLI against tests/receiver.py on 127.0.0.1, at N = 1 and N = 8 (16 items,
+claimed ahead), on both stores."""
 
 from __future__ import annotations
 
