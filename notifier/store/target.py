@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from notifier.store.backend import Engine
 
 SCHEMES = ("postgresql://", "postgres://")
+# A URL's scheme (RFC 3986): what comes before `://` in a --db that is some URL.
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
 # A libpq keyword/value connection string ("host=… user=… password=…", as a hosting
 # provider hands it out): not a file name, and not what --db takes. This catches one libpq
 # itself would refuse (a keyword misspelt further on), which _is_conninfo does not call one.
@@ -64,14 +66,24 @@ class Target(Protocol):
 
 def parse(db: str | Path) -> Target:
     """The target --db (or NOTIFIER_DB) names: a postgresql:// URL (its scheme in any case),
-    else an SQLite file. NotADatabasePath for a directory, a libpq connection string, or a
-    URL that holds a password, each named without the text given, which may hold it."""
+    else an SQLite file. NotADatabasePath for a directory, a libpq connection string, a URL
+    of another kind, or a URL that holds a password, each named without the text given,
+    which may hold it."""
     if isinstance(db, str):
         # Read past surrounding whitespace (a stray space from a YAML or .env file): such a
         # URL is still one, never an SQLite file named after its password.
         scheme, sep, rest = db.strip().partition("://")
         if sep and scheme.lower() + sep in SCHEMES:
             return _postgres_url(scheme.lower() + sep + rest)
+        if sep and _SCHEME.fullmatch(scheme.strip()):
+            # Another database's URL, or SQLAlchemy's spelling of one (sqlite:///x,
+            # postgresql+psycopg://): as a path it would be a file under directories named
+            # after its parts, its password among them.
+            raise NotADatabasePath(
+                "--db is a URL of a kind notifier does not use; it takes the path of an "
+                "SQLite file (receipts.db) or a postgresql://USER@HOST:PORT/DATABASE URL, "
+                f"{_FROM_THE_ENVIRONMENT}. Nothing was opened."
+            )
         if _CONNINFO.match(db) or _is_conninfo(db):
             raise NotADatabasePath(
                 "--db looks like a libpq connection string (keyword=value …), which it does "
