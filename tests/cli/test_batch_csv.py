@@ -44,6 +44,12 @@ REJECTIONS = {
     "line_break_in_to": (b'to,subject\n"ada@example.com\nBcc: x@evil.test",Hi\n', 2, "line break"),
     "unclosed_quote": (b'to,subject\nada@example.com,"Hi\n', 2, "malformed CSV"),
     "semicolons": (b"to;subject\nada@example.com;Hi\n", 1, "separated by semicolons"),
+    # Two files joined (`cat a.csv b.csv`): the second header is no notification to "to".
+    "header_repeated": (
+        b"to,subject\nada@example.com,Hi\n To , SUBJECT\nbob@example.com,Hi\n",
+        3,
+        "repeats the header",
+    ),
     "field_over_cap": (b'to,body\nada@example.com,"' + b"x" * (5 << 20) + b'"\n', 2, "longer than"),
     "not_after_past_the_last_date": (
         b"to,not_after\nada@example.com,9999-12-31T23:59:59-05:00\n",
