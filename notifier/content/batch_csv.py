@@ -250,6 +250,7 @@ def _parse(
     csv.field_size_limit(MAX_FIELD_CHARS)
     reader = csv.reader(text, strict=True)
     header: list[str] | None = None
+    folded: list[str] = []  # the header's names as a repeat of it is compared
     layout = _Layout.of([], {})
     start = 1
     rows = 0
@@ -260,10 +261,16 @@ def _parse(
                 continue  # blank lines (and rows of bare commas) carry no notification
             if header is None:
                 header = [cell.strip() for cell in record]
+                folded = [name.casefold() for name in header]
                 columns = _check_header(header, line, problems)
                 if problems:
                     break
                 layout = _Layout.of(header, columns)
+                continue
+            if [cell.strip().casefold() for cell in record] == folded:
+                # Two files joined (`cat a.csv b.csv`): on a channel whose `to` may be any
+                # text, this row would be a notification to "to".
+                problems.append(Problem(line, "repeats the header row: remove the line"))
                 continue
             rows += 1
             row = _check_row(
