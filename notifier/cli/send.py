@@ -142,6 +142,7 @@ def send(ctx: click.Context, /, batch: Path, **given: Any) -> None:
     from notifier.engine import crash  # noqa: PLC0415 (start-up time)
 
     options = SendOptions(**given)
+    send_composed.drafting_needs_compose(ctx, options)
     env = command_env(ctx)
     rehearsal = crash.from_env()  # a mistyped NOTIFIER_CRASH_AT: exit 2 before anything is stored
     # A --metrics-port in use is a usage error too: the port is bound before anything is stored.

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
+from click.core import ParameterSource
 
 from notifier.cli import running
 from notifier.cli.group import echo, warn
@@ -16,10 +17,32 @@ from notifier.domain.errors import BadInput, ExitCode
 from notifier.domain.state_machine import RunState
 
 if TYPE_CHECKING:
-    from notifier.cli.send_file import Sending
+    from notifier.cli.send_file import Sending, SendOptions
     from notifier.content import compose
     from notifier.content.batch_csv import BatchRow
     from notifier.content.template import Template
+
+
+# The options that say how Claude drafts: meaningless, and misleading, without --compose.
+_DRAFTING = {"model": "--model", "batch_api": "--batch-api", "compose_columns": "--compose-columns"}
+
+
+def drafting_needs_compose(ctx: click.Context, options: SendOptions) -> None:
+    """Given without --compose, an option of drafting would be ignored while the operator
+    believes the rows are drafted so: a usage error (exit 2) before anything is stored."""
+    if options.compose_path is not None:
+        return
+    given = [
+        flag
+        for name, flag in _DRAFTING.items()
+        if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
+    ]
+    if given:
+        raise BadInput(
+            f"{', '.join(given)} applies only with --compose BRIEF (Claude drafting each row); "
+            "without it the rows are sent as written, so nothing was stored or sent. Add "
+            f"`--compose BRIEF`, or drop {', '.join(given)}."
+        )
 
 
 def read_brief(path: Path) -> str:
