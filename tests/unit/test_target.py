@@ -29,6 +29,14 @@ def test_a_directory_names_no_database(tmp_path: Path) -> None:
         parse_target(str(tmp_path))
 
 
+@pytest.mark.parametrize("given", ["", "  "])
+def test_an_empty_db_names_no_database_and_says_so(given: str) -> None:
+    """Not "the current directory is a directory": the value is empty, as an unset
+    variable expanded in a script leaves it."""
+    with pytest.raises(NotADatabasePath, match="--db is empty"):
+        parse_target(given)
+
+
 @pytest.mark.parametrize("scheme", ["postgresql", "postgres"])
 def test_a_url_is_a_server_whose_runs_are_shared_and_never_holds_a_password(
     scheme: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
