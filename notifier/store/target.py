@@ -70,6 +70,12 @@ def parse(db: str | Path) -> Target:
     of another kind, or a URL that holds a password, each named without the text given,
     which may hold it."""
     if isinstance(db, str):
+        if not db.strip():
+            # An unset variable expanded in a script: not the current directory.
+            raise NotADatabasePath(
+                "--db is empty; give the path of an SQLite file (receipts.db) or a "
+                "postgresql://USER@HOST:PORT/DATABASE URL. Nothing was opened."
+            )
         # Read past surrounding whitespace (a stray space from a YAML or .env file): such a
         # URL is still one, never an SQLite file named after its password.
         scheme, sep, rest = db.strip().partition("://")
