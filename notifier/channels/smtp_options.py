@@ -89,6 +89,9 @@ def host_problem(value: str) -> str | None:
     host written as a URL with a login (`smtp://alice:PW@relay`) holds a password."""
     if has_control(value):
         return "must be one line"
+    if any(ch.isspace() or ch == "," for ch in value):
+        # Two relays listed, or a name mistyped: no relay is reached by it.
+        return "must be one host name or address, without spaces or commas"
     if "@" in value or "/" in value:
         return (
             "must be the relay's host name or address alone (no `scheme://`, no `user:password@`); "
