@@ -126,7 +126,10 @@ def check_send_options(env: Env, *, channel: str | None, run_id: str | None) -> 
         known = ", ".join(sorted(types))
         raise BadInput(f"--channel {channel!r} is not defined; known channels: {known}.")
     if run_id is not None and not RUN_ID_PATTERN.match(run_id):
-        raise BadInput(f"--run-id {run_id!r}: use 1-64 letters, digits, '.', '_' or '-'.")
+        raise BadInput(
+            f"--run-id {run_id!r}: use 1-64 letters, digits, '.', '_' or '-', and start with "
+            "a letter or a digit; nothing was stored."
+        )
 
 
 def read_rows(
