@@ -37,6 +37,8 @@ def test_a_quote_left_open_refuses_the_file_never_swallows_the_lines_after_it(
     assert result.exit_code == 2, result.output
     assert "line 2" in result.output and "quote" in result.output
     assert "nothing was stored" in result.output and "Traceback" not in result.output
+    # The command that works once the file is mended, with the file: ready to run again.
+    assert "suppress import bounced.csv` again" in result.output, result.output
     assert listed(ws) == ["keep@example.com"]
 
 
@@ -62,3 +64,4 @@ def test_a_bad_line_after_a_reason_spanning_lines_is_named_by_its_line_in_the_fi
     result = ws.invoke("suppress", "import", "bounced.csv")
     assert result.exit_code == 2, result.output
     assert "line 4: 'nope'" in result.output, result.output
+    assert "suppress import bounced.csv` again" in result.output, result.output
