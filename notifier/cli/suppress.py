@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shlex
 from pathlib import Path
 
 import click
@@ -193,7 +194,7 @@ def read_import(path: Path) -> list[Entry]:
     except (OSError, UnicodeDecodeError) as exc:
         raise BadInput(
             f"suppress import: {path} cannot be read as UTF-8 text ({exc}). Save it as a "
-            "UTF-8 CSV file and run `notifier suppress import` again; nothing was stored."
+            f"UTF-8 CSV file and run {_again(path)} again; nothing was stored."
         ) from None
     numbered = _records(path, text)
     rows = [row for _, row in numbered]
@@ -210,7 +211,7 @@ def read_import(path: Path) -> list[Entry]:
             f"suppress import: {path} line 1 names the column `{twice[0]}` more than once "
             f"(columns {columns}): only one would be read, and the addresses in the others "
             "would not be suppressed. Merge them into one column (or rename the others) and "
-            "run `notifier suppress import` again; nothing was stored."
+            f"run {_again(path)} again; nothing was stored."
         )
     column = next((header.index(n) for n in _ADDRESS_COLUMNS if n in header), None)
     reason_column = header.index("reason") if "reason" in header else None
@@ -245,8 +246,8 @@ def read_import(path: Path) -> list[Entry]:
         more = f"; and {len(problems) - 20} more" if len(problems) > 20 else ""
         raise BadInput(
             f"suppress import: {path} has {len(problems)} bad line(s): {shown}{more}. Fix "
-            "them (each line one address, local@domain) and run `notifier suppress import` "
-            "again; nothing was stored."
+            f"them (each line one address, local@domain) and run {_again(path)} again; "
+            "nothing was stored."
         )
     if not found:
         raise BadInput(
@@ -254,6 +255,11 @@ def read_import(path: Path) -> list[Entry]:
             "`email`) with one address per line; nothing was stored."
         )
     return list({e.address: e for e in found}.values())
+
+
+def _again(path: Path) -> str:
+    """The import to run once its file is mended, as the operator types it."""
+    return f"`notifier suppress import {shlex.quote(str(path))}`"
 
 
 def _records(path: Path, text: str) -> list[tuple[int, list[str]]]:
@@ -273,7 +279,7 @@ def _records(path: Path, text: str) -> list[tuple[int, list[str]]]:
         raise BadInput(
             f"suppress import: {path} line {start} is not CSV that can be read ({exc}): "
             "close every quote that is opened, and double a quote inside a quoted cell "
-            '(""), then run `notifier suppress import` again; nothing was stored.'
+            f'(""), then run {_again(path)} again; nothing was stored.'
         ) from None
     while numbered and not any(cell.strip() for cell in numbered[-1][1]):
         numbered.pop()
