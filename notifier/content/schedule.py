@@ -10,7 +10,8 @@ so a claim that finds the window closed again computes the next opening (ledger)
 None of this is part of the intent or its digest: it says when a row goes out, not what goes
 out. A changed start time or window is not a changed row for `--resend-changed`, and an
 approval covers what is sent, not when. (The deadline, `not_after`, is digested: it decides
-whether a row is sent at all.)
+whether a row is sent at all.) The event chain covers them instead (intent.Schedules), so
+that `verify` finds one rewritten.
 """
 
 from __future__ import annotations

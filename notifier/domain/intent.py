@@ -304,6 +304,34 @@ class Identities:
         return "sha256:" + self._hash.hexdigest()
 
 
+class Schedules:
+    """When each of a run's items may be sent, fed in seq order: its start time as planned
+    (items.not_before), its send window and the zone that window is read in. None of them is
+    part of an intent digest (content/schedule.py: an approval covers what is sent, not
+    when), yet each decides when the engine sends: chained when the items are stored (the
+    plan, a composed run's freeze), so that verify finds one rewritten. Each column is
+    hashed on its own, so that verify says which."""
+
+    COLUMNS = ("not_before", "send_window", "send_tz")
+
+    def __init__(self) -> None:
+        self._hashes = tuple(hashlib.sha256() for _ in self.COLUMNS)
+
+    def add(self, not_before: str | None, send_window: str | None, send_tz: str | None) -> None:
+        for digest, value in zip(self._hashes, (not_before, send_window, send_tz), strict=True):
+            if value is None:
+                digest.update(b"-")  # no length prefix begins so: NULL is not any text
+            else:
+                data = value.encode("utf-8", "surrogateescape")  # as Identities
+                digest.update(b"%d:" % len(data) + data)
+
+    def result(self) -> dict[str, str]:
+        return {
+            column: "sha256:" + digest.hexdigest()
+            for column, digest in zip(self.COLUMNS, self._hashes, strict=True)
+        }
+
+
 def draft_digest(subject: str | None, body: str | None) -> str:
     """What a --compose row's draft says, chained when it is stored: verify and the freeze
     find a draft rewritten after the model wrote it."""

@@ -72,6 +72,9 @@ class EventKind(StrEnum):
     # A --compose row whose draft failed, or that another run took meanwhile: planned and
     # failed at once, outside the item machine (it was never pending to anyone).
     FAILED_AT_FREEZE = "failed_at_freeze"
+    # A pending item whose window a claim found closed again, given the window's next
+    # opening as its start time (store/waiting.py): no state moves; its start time from and to.
+    REOPENED = "reopened"
 
 
 class StopCause(StrEnum):

@@ -11,7 +11,9 @@ rewritten, with or without its digest and the run's fingerprint, is named. A --c
 chains what its intents will be made of: at its plan the digest of its sources, template,
 channel snapshot and key nonce (`intent.DraftingInputs`), and each draft's digest when it is
 stored (`drafted`, `redrafted`): a draft or an input rewritten while the run drafts is named
-(and refused by the freeze: content/compose.py).
+(and refused by the freeze: content/compose.py). When each item may be sent (its start time,
+window and zone: no intent digest covers them) is chained with the items (intent.Schedules,
+checked by verify.py), and each start time a claim moves after (`reopened`) replayed here.
 
 Each item event carries what its move wrote (store/core.py `move_item`, store/ledger.py):
 `set` (the item columns), `attempt` (the attempt it closed) and `receipt` (the receipt it
@@ -93,6 +95,12 @@ class IntentRecord(NamedTuple):
     # for the claim's index, never written again), where `deadline_at_hand`.
     not_after: str | None = None
     deadline_at_hand: bool = False
+    # When it may be sent (items.not_before, send_window, send_tz: m009), where
+    # `schedule_at_hand`. No digest of it covers them: the events do (intent.Schedules).
+    not_before: str | None = None
+    send_window: str | None = None
+    send_tz: str | None = None
+    schedule_at_hand: bool = False
 
 
 class DraftRecord(NamedTuple):
@@ -207,6 +215,11 @@ class _Item:
     last_error: str | None = None
     next_attempt_at: str | None = None
     rows: list[AttemptRecord] = field(default_factory=list)  # its attempt rows
+    # Its start time as planned and as the last claim that found its window closed moved it
+    # (`reopened`), where one did.
+    reopened: bool = False
+    planned_start: Any = None
+    start: str | None = None
 
     @property
     def record(self) -> ItemRecord:
@@ -228,7 +241,11 @@ class Rebuilt:
     approval: Any = None  # the approval record, parsed, as the last event that set it left it
     inputs: str | None = None  # a --compose run's DraftingInputs digest, chained at its plan
     identities: str | None = None  # intent.Identities of the items, as last chained
+    schedules: dict[str, str] | None = None  # intent.Schedules of the items, as last chained
     drafts: dict[int, str] = field(default_factory=dict)  # each row's last draft digest
+    # (seq, the start time a claim found, the one the item's last move left it): another
+    # start time written in between, by nothing that chained it.
+    unmoved_starts: list[tuple[int, Any, str]] = field(default_factory=list)
 
 
 def replay(items: Iterable[tuple[int, str]], events: Iterable[EventRecord]) -> Rebuilt:
@@ -271,6 +288,8 @@ def _item_event(rebuilt: Rebuilt, event: EventRecord, detail: Mapping[str, Any])
             _released(rebuilt, event, detail["last_error"])
     elif event.kind == EventKind.FAILED_AT_FREEZE:
         _apply(rebuilt, event, detail, ItemState.FAILED.value)
+    elif event.kind == EventKind.REOPENED:
+        _reopened(rebuilt, event, detail)
     elif event.kind in _TRIGGERS:
         _item_move(rebuilt, event, detail)
     elif event.kind in (EventKind.DRAFTED, EventKind.REDRAFTED):
@@ -293,6 +312,30 @@ def _released(rebuilt: Rebuilt, event: EventRecord, last_error: Any) -> None:
         _illegal(rebuilt, event, "state", item.state, event.kind)
         return
     item.last_error = last_error
+
+
+def _reopened(rebuilt: Rebuilt, event: EventRecord, detail: Mapping[str, Any]) -> None:
+    """A claim found a pending item's window closed and gave it the window's next opening as
+    its start time (store/waiting.py keep_open): `from` the start time it found, `to` the
+    one it wrote. No state moves."""
+    item = rebuilt.items.get(event.item_seq) if event.item_seq is not None else None
+    if item is None:
+        _illegal(rebuilt, event, "item_seq", None, event.item_seq)
+        return
+    # `from` is whatever the claim found stored (an editor's value too, which the plan's
+    # digest then names); `to` is always a time the claim wrote.
+    found, to = detail.get("from"), detail.get("to")
+    if not isinstance(to, str):
+        _illegal(rebuilt, event, "detail")
+        return
+    if item.state != ItemState.PENDING:
+        _illegal(rebuilt, event, "state", item.state, event.kind)
+        return
+    if not item.reopened:
+        item.reopened, item.planned_start = True, found
+    elif found != item.start:
+        rebuilt.unmoved_starts.append((item.seq, found, str(item.start)))
+    item.start = to
 
 
 def _replanned(rebuilt: Rebuilt, event: EventRecord) -> None:
@@ -339,6 +382,12 @@ def _plan_event(rebuilt: Rebuilt, event: EventRecord, detail: Mapping[str, Any])
     if event.kind == EventKind.APPROVAL_RENEWED:
         rebuilt.approval = detail
         return
+    if "schedules" in detail:  # absent from events written before schedules were chained
+        schedules = detail["schedules"]
+        if isinstance(schedules, dict) and all(isinstance(v, str) for v in schedules.values()):
+            rebuilt.schedules = schedules
+        else:
+            _illegal(rebuilt, event, "detail")
     if event.kind == EventKind.REDRAFT:
         rebuilt.approval = None  # a redraft clears the approval (store/drafts.py)
     elif "items" in detail:
@@ -566,6 +615,29 @@ def compare_items(rebuilt: Rebuilt, stored: RunRows) -> list[Difference]:
         lambda seq: f"receipt of {names.get(seq, f'item seq {seq}')}",
     )
     found += compare_intents(stored.intents, names)
+    found += _compare_starts(rebuilt, stored.intents, names)
+    return found
+
+
+def _compare_starts(
+    rebuilt: Rebuilt, intents: Iterable[IntentRecord], names: Mapping[int, str]
+) -> list[Difference]:
+    """Every item a claim gave a later start time whose start time is not the one its last
+    such move wrote, or was not the one it left when a claim found it. (Where no claim
+    moved it, its start time is checked with its window and zone against the digest the
+    plan chained: verify.py.)"""
+    found: list[Difference] = []
+    for seq, was, expected in rebuilt.unmoved_starts:
+        found.append(Difference(Table.ITEMS, names.get(seq, f"item seq {seq}"), Change.DIFFERS,
+                                "not_before", was, expected))  # fmt: skip
+    for intent in intents:
+        item = rebuilt.items.get(intent.seq)
+        if item is None or not item.reopened or not intent.schedule_at_hand:
+            continue
+        if intent.not_before != item.start:
+            found.append(Difference(Table.ITEMS, names.get(intent.seq, f"item seq {intent.seq}"),
+                                    Change.DIFFERS, "not_before", intent.not_before,
+                                    item.start))  # fmt: skip
     return found
 
 

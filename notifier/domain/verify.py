@@ -22,13 +22,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from itertools import pairwise
-from typing import Protocol
+from typing import Any, Protocol
 
 from notifier.domain.chain import UNKEYED, ChainKind, Signer
 from notifier.domain.intent import (
     DraftingInputs,
     Fingerprinting,
     Identities,
+    Schedules,
     intent_digest,
     nfc,
     stored_row_digest,
@@ -207,6 +208,7 @@ def _replayed(source: AuditSource, head: RunHead) -> list[Difference]:
     found = compare_run(run, stored, head.items, source.decisions(head.run_id))
     fingerprint, inputs, drafted = Fingerprinting(), DraftingInputs(), True
     identities, keys_at_hand = Identities(), True
+    schedules = _PlannedSchedules()
     forms = _IdentityForms(head.rows_by_row_digest)
     receipts: list[Difference] = []
     states: Counter[str] = Counter()
@@ -223,6 +225,11 @@ def _replayed(source: AuditSource, head: RunHead) -> list[Difference]:
             fingerprint.add(str(intent.intent_digest))  # what is stored, whatever it is
         for item, intent in zip(rows.items, rows.intents, strict=True):
             found += forms.add(str(item.item_id), item.seq, intent)
+            replayed = rebuilt.items.get(item.seq)
+            if replayed is not None and replayed.reopened:  # as the claim that moved it found it
+                schedules.add(intent, replayed.planned_start)
+            else:
+                schedules.add(intent, intent.not_before)
             if intent.idempotency_key is None:
                 keys_at_hand = False
             else:
@@ -243,6 +250,7 @@ def _replayed(source: AuditSource, head: RunHead) -> list[Difference]:
                                 "item_id, idempotency_key", identities.result(),
                                 run.identities))  # fmt: skip
     found += forms.mixed()
+    found += schedules.differences(run.schedules)
     if drafted and run.inputs is not None:
         found += _drafted_from(head, inputs, run.inputs)
     found += _counters(head, states)
@@ -301,6 +309,36 @@ class _IdentityForms:
         return [Difference(Table.ITEMS, name, Change.DIFFERS, "identity", fewer,
                            "the form of the run's other items")
                 for name in self.names[fewer]]  # fmt: skip
+
+
+class _PlannedSchedules:
+    """The items' schedules as planned (intent.Schedules), against the digest their plan (or
+    freeze) chained: a start time, window or zone rewritten changes when the engine sends
+    an item, and no intent digest covers them. A start time a claim moved (`reopened`,
+    replay.py checks the item's against its last move) counts as the one that move found."""
+
+    def __init__(self) -> None:
+        self.digest = Schedules()
+        self.at_hand = True  # every item's schedule read (not in an export, nor before m009)
+
+    def add(self, intent: IntentRecord, start: Any) -> None:
+        """`intent`'s schedule, `start` its start time as planned."""
+        if not intent.schedule_at_hand:
+            self.at_hand = False
+            return
+        self.digest.add(*(None if value is None else str(value)
+                          for value in (start, intent.send_window, intent.send_tz)))  # fmt: skip
+
+    def differences(self, chained: Mapping[str, str] | None) -> list[Difference]:
+        if chained is None or not self.at_hand:
+            return []  # planned before schedules were chained, or not read
+        own = self.digest.result()
+        return [
+            Difference(Table.ITEMS, "the run's items", Change.DIFFERS, column, own[column],
+                       chained.get(column))
+            for column in Schedules.COLUMNS
+            if own[column] != chained.get(column)
+        ]  # fmt: skip
 
 
 def _row_digest_problem(intent: IntentRecord) -> str | None:

@@ -45,7 +45,7 @@ _IN = "run_id = %(run_id)s AND {seq} >= %(lo)s AND {seq} < %(hi)s"
 _ITEMS = (
     "SELECT seq, item_id, state, attempts, receipt_id, last_error, next_attempt_at, "
     "channel, target, payload, intent_digest, idempotency_key, {identity}, {source}, "
-    "{row_digest} AS row_digest, {deadline} "
+    "{row_digest} AS row_digest, {deadline}, {schedule} "
     f"FROM items WHERE {_IN.format(seq='seq')} "
     "ORDER BY seq"
 )
@@ -98,8 +98,8 @@ class AuditRecords:
     def _items(self) -> str:
         """_ITEMS for this database's schema (read once: `rows` runs once per slice): the
         row identity (m006), a composed row's source digest (m018), the row digest an
-        item is compared under (m022: kept where it is not its intent digest) and its
-        deadline column (m003) where they exist."""
+        item is compared under (m022: kept where it is not its intent digest), its
+        deadline column (m003) and its schedule columns (m009) where they exist."""
         columns = self.engine.columns("items")
         identity = "identity" if "identity" in columns else "NULL"
         source = "NULL"
@@ -109,8 +109,12 @@ class AuditRecords:
         # The deadline column (m003), and that it is at hand.
         deadline = "not_after, 1" if "not_after" in columns else "NULL AS not_after, 0"
         deadline += " AS deadline_at_hand"  # named: PostgreSQL names unnamed columns alike
+        schedule = "not_before, send_window, send_tz, 1"
+        if "not_before" not in columns:
+            schedule = "NULL AS not_before, NULL AS send_window, NULL AS send_tz, 0"
+        schedule += " AS schedule_at_hand"
         return _ITEMS.format(identity=identity, source=source, row_digest=row_digest,
-                             deadline=deadline)  # fmt: skip
+                             deadline=deadline, schedule=schedule)  # fmt: skip
 
     def _chained(self) -> bool:
         return "audit_chain" in self.engine.columns("runs")

@@ -312,7 +312,7 @@ class Drafts:
                     self.core.event(run_id, EventKind.FAILED_AT_FREEZE, seq, moved, at)
                     failed_now += 1
             frozen = {"items": n, "failed": failed_now, "fingerprint": fingerprint,
-                      "identities": self.plans.identities(run_id)}  # fmt: skip
+                      **self.plans.chained_items(run_id)}  # fmt: skip
             self.core.event(run_id, "frozen", None, frozen, at)
             if then is not None:
                 self.core.move_run(run_id, then, at)

@@ -254,7 +254,7 @@ class Ledger:
             rows = [row for row in found if row.seq not in gone]
             if gone:
                 continue
-            kept = waiting.keep_open(self.engine, run_id, rows, at)
+            kept = waiting.keep_open(self.core, run_id, rows, at)
             dropped = {row.seq for row in rows} - {row.seq for row in kept}
             if not dropped or dropped <= reopened:  # the latter: no progress, never a spin
                 return kept

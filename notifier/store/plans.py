@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
-from notifier.domain.intent import Identities, content_fingerprint, run_fingerprint
+from notifier.domain.intent import Identities, Schedules, content_fingerprint, run_fingerprint
 from notifier.domain.state_machine import RunTrigger
 from notifier.store.core import Core, as_json
 from notifier.store.exceptions import PlanRefused, RunExists
@@ -120,11 +120,11 @@ class Planning:
             if check is not None:
                 check()
             # The fingerprint chained: verify checks the run's, and its intents', against it;
-            # and the items' ids and keys, which no intent digest covers.
+            # and the items' ids, keys and schedules, which no intent digest covers.
             detail: dict[str, Any] = {
                 "items": n,
                 "fingerprint": run["fingerprint"],
-                "identities": self.identities(run["run_id"]),
+                **self.chained_items(run["run_id"]),
             }
             if prior is not None and prior.count(DELIVERED):
                 detail["delivered_before"] = prior.count(DELIVERED)
@@ -135,13 +135,14 @@ class Planning:
                 self.core.move_run(run["run_id"], then, at)
         return prior
 
-    def identities(self, run_id: str) -> str:
-        """intent.Identities of the run's items as stored (inside the write that stored
-        them, for its event to chain)."""
-        digest = Identities()
-        for item_id, key in self.engine.execute(sql.ITEM_IDENTITIES, {"run_id": run_id}):
-            digest.add(item_id, key)
-        return digest.result()
+    def chained_items(self, run_id: str) -> dict[str, Any]:
+        """intent.Identities and intent.Schedules of the run's items as stored (inside the
+        write that stored them, for its event to chain), read in one pass."""
+        identities, schedules = Identities(), Schedules()
+        for item_id, key, *when in self.engine.execute(sql.ITEMS_CHAINED, {"run_id": run_id}):
+            identities.add(item_id, key)
+            schedules.add(*when)
+        return {"identities": identities.result(), "schedules": schedules.result()}
 
     def _fingerprints(self, stage: str, snapshot: dict[str, Any]) -> dict[str, str]:
         """Both fingerprints of what is left in the stage: an approval covers the intents

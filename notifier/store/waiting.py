@@ -5,7 +5,9 @@ statements; the claim's condition is their DUE), the same on both engines.
 An item's `not_before` is the earliest instant it may be sent. The claim takes only items
 whose `not_before` has passed; one with a window whose clock has moved out of it again (a
 range ended, or a paused run resumed late) gets the window's next opening as its new
-`not_before` in the claim's own transaction, and is not claimed.
+`not_before` in the claim's own transaction, and is not claimed. That move is chained (a
+`reopened` event with the start time it found and the one it wrote), as every other write
+of an item is: verify replays it, and names a start time nothing recorded.
 """
 
 from __future__ import annotations
@@ -15,24 +17,31 @@ from dataclasses import dataclass
 from typing import Any
 
 from notifier.domain import clock
+from notifier.domain.records import EventKind
 from notifier.domain.windows import reopen
 from notifier.store.backend import Engine
+from notifier.store.core import Core
 from notifier.store.statements import waiting as sql
 
 
-def keep_open(engine: Engine, run_id: str, rows: Sequence[Any], at: str) -> list[Any]:
+def keep_open(core: Core, run_id: str, rows: Sequence[Any], at: str) -> list[Any]:
     """The rows (read by a claim, pending) whose window is open at `at`; every other one
     gets its window's next opening as its not_before (pending stays pending: no state
-    moves, as a backoff's next_attempt_at does not)."""
+    moves, as a backoff's next_attempt_at does not), and a `reopened` event saying so."""
     moment = clock.parse(at)
     kept = []
+    moved: dict[int, dict[str, Any]] = {}
     for row in rows:
         spec, tz = row.send_window, row.send_tz
         later = reopen(spec, tz or "UTC", moment) if spec else None
         if later is None:
             kept.append(row)
             continue
-        engine.execute(sql.REOPEN, {"not_before": later, "run_id": run_id, "seq": row.seq})
+        key = {"not_before": later, "run_id": run_id, "seq": row.seq}
+        if core.engine.execute(sql.REOPEN, key).rowcount == 1:
+            moved[row.seq] = {"from": row.not_before, "to": later}
+    if moved:
+        core.each_event(run_id, EventKind.REOPENED, moved, at)
     return kept
 
 

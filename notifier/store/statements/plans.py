@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 RUN_EXISTS = "SELECT 1 FROM runs WHERE run_id = %(run_id)s"
-# What names each item, in seq order (intent.Identities): chained when the items are stored.
-ITEM_IDENTITIES = (
-    "SELECT item_id, idempotency_key FROM items WHERE run_id = %(run_id)s ORDER BY seq"
+# What names each item and when it may be sent, in seq order (intent.Identities,
+# intent.Schedules): chained when the items are stored.
+ITEMS_CHAINED = (
+    "SELECT item_id, idempotency_key, not_before, send_window, send_tz FROM items "
+    "WHERE run_id = %(run_id)s ORDER BY seq"
 )
 # m004's counters: moves are counted by trigger, a plan's inserts here (once, not per row).
 COUNT_PLANNED = (
