@@ -280,6 +280,14 @@ class PendingKind(StrEnum):
     MAYBE_DELIVERED = "maybe_delivered"  # attempted; an uncertain attempt is not disproven
 
 
+class FailedKind(StrEnum):
+    """Why an item is failed: `failed` alone mixes rows never delivered with rows an
+    operator abandoned (`--mark abandon`: nobody can tell, so maybe delivered)."""
+
+    NOT_DELIVERED = "not_delivered"  # refused, a conflict, proven undelivered, marked not sent
+    ABANDONED = "abandoned"  # maybe delivered: never sent again unless marked not sent
+
+
 @dataclass(frozen=True)
 class Attempt:
     seq: int

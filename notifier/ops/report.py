@@ -5,12 +5,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from typing import TYPE_CHECKING, Any
 
 from notifier.domain import clock
 from notifier.domain.cells import safe_cell
-from notifier.domain.records import Item, PendingKind, Run
+from notifier.domain.records import FailedKind, Item, PendingKind, Run
 from notifier.domain.state_machine import FINISHED_RUN_STATES, ItemState, RunState
 from notifier.engine.membership import holder_alive, live_holder
 from notifier.ops import approval
@@ -34,6 +34,7 @@ ITEM_FIELDS = (
     "receipt_source",
     "evidence",
     "pending_kind",
+    "failed_kind",
 )
 _ATTENTION = (ItemState.UNKNOWN, ItemState.FAILED, ItemState.IN_FLIGHT)
 
@@ -53,10 +54,13 @@ def build(
     states, in every format; the counts stay those of the whole run."""
     # `pending` alone would call a retry that may have been delivered "never attempted".
     kinds = store.queries.pending_kinds(run.run_id)
+    # `failed` alone would put a row an operator abandoned (nobody can tell: maybe
+    # delivered) among those who never got it.
+    abandoned = store.queries.abandoned_seqs(run.run_id)
     items: Iterable[dict[str, Any]]
     if states:
         items = (
-            _item_row(item, source, evidence, kinds)
+            _item_row(item, source, evidence, kinds, abandoned)
             for item, source, evidence in store.queries.items_with_receipts(run.run_id, states)
         )
     elif attention_only:
@@ -70,10 +74,10 @@ def build(
             ],
             key=lambda i: i.seq,
         )
-        items = [_item_row(item, None, None, kinds) for item in chosen]
+        items = [_item_row(item, None, None, kinds, abandoned) for item in chosen]
     else:
         items = (
-            _item_row(item, source, evidence, kinds)
+            _item_row(item, source, evidence, kinds, abandoned)
             for item, source, evidence in store.queries.items_with_receipts(run.run_id)
         )
     counts = run_counts(store, run)  # a run still drafting: its rows
@@ -99,6 +103,12 @@ def build(
             PendingKind.NEVER_ATTEMPTED.value: counts.pending - len(attempted),
             PendingKind.RETRY_WAITING.value: attempted.count(PendingKind.RETRY_WAITING),
             PendingKind.MAYBE_DELIVERED.value: attempted.count(PendingKind.MAYBE_DELIVERED),
+        },
+        # Added to the contract's keys: the `failed` count split into rows never delivered
+        # and rows an operator abandoned, which may have been delivered.
+        "failed_detail": {
+            FailedKind.NOT_DELIVERED.value: counts.failed - len(abandoned),
+            FailedKind.ABANDONED.value: len(abandoned),
         },
         # Added to the contract's keys: pending items whose start time or send window is
         # still ahead, and when the first of them may go.
@@ -128,7 +138,11 @@ def _waiting(store: Store, run: Run) -> dict[str, Any]:
 
 
 def _item_row(
-    item: Item, source: str | None, evidence: str | None, kinds: Mapping[int, PendingKind]
+    item: Item,
+    source: str | None,
+    evidence: str | None,
+    kinds: Mapping[int, PendingKind],
+    abandoned: Set[int],
 ) -> dict[str, Any]:
     return {
         "seq": item.seq,
@@ -144,6 +158,7 @@ def _item_row(
         "receipt_source": source,
         "evidence": evidence,
         "pending_kind": _pending_kind(item.state, kinds.get(item.seq)),
+        "failed_kind": _failed_kind(item.state, item.seq in abandoned),
     }
 
 
@@ -151,6 +166,12 @@ def _pending_kind(state: ItemState, kind: PendingKind | None) -> str | None:
     if state is not ItemState.PENDING:
         return None
     return (kind or PendingKind.NEVER_ATTEMPTED).value
+
+
+def _failed_kind(state: ItemState, abandoned: bool) -> str | None:
+    if state is not ItemState.FAILED:
+        return None
+    return (FailedKind.ABANDONED if abandoned else FailedKind.NOT_DELIVERED).value
 
 
 def _drafts(store: Store, run: Run) -> dict[str, Any] | None:
@@ -309,6 +330,14 @@ def render_table(report: dict[str, Any], console: Console) -> bool:
         # that will not come.
         + (f"; the run is {unsent_by}: none of them is sent by this run" if left else "")
     )
+    failed = report.get("failed_detail") or {}
+    if failed.get(FailedKind.ABANDONED):
+        # Failed in the ledger, yet nobody can tell whether its recipient got it: never
+        # counted with the rows the receiver refused.
+        console.print(
+            f"failed: {failed[FailedKind.NOT_DELIVERED]} not delivered, "
+            f"{failed[FailedKind.ABANDONED]} abandoned by an operator (maybe delivered)"
+        )
     waiting = report.get("waiting") or {}
     if waiting.get("count"):
         console.print(
@@ -490,6 +519,8 @@ def _state_label(item: dict[str, Any], unsent: bool) -> str:
     """An item's state as the tables show it: a pending item with why it is pending, or, in a
     run that leaves its pending rows unsent, that it is left unsent (the JSON keeps its
     `pending_kind`)."""
+    if item.get("failed_kind") == FailedKind.ABANDONED:
+        return "failed (abandoned, maybe delivered)"
     if item["state"] != "pending":
         return str(item["state"])
     kind = item["pending_kind"]

@@ -171,6 +171,11 @@ class Queries:
             for seq, maybe_delivered in rows
         }
 
+    def abandoned_seqs(self, run_id: str) -> set[int]:
+        """The seqs of the run's items an operator abandoned (failed, yet maybe delivered:
+        statements.abandoned), not since marked not sent."""
+        return {seq for (seq,) in self.engine.execute(sql.ABANDONED_SEQS, {"run_id": run_id})}
+
     def maybe_delivered(self, run_id: str, seqs: Sequence[int]) -> set[int]:
         """Those of `seqs` that may have reached their recipient (statements.MAYBE_DELIVERED)."""
         rows = self.engine.execute(

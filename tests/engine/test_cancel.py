@@ -188,7 +188,8 @@ def test_throttled_and_waiting_is_attempted_not_never_attempted(ws: Workspace) -
     kinds = {i["seq"]: i["pending_kind"] for i in report["items"]}
     assert kinds == {1: "retry_waiting", 2: "never_attempted", 3: "never_attempted"}
     csv_report = ws.invoke("report", "--format", "csv").output.splitlines()
-    assert csv_report[0].endswith(",pending_kind") and csv_report[1].endswith(",retry_waiting")
+    header, first = csv_report[0], csv_report[1]
+    assert header.endswith(",pending_kind,failed_kind") and first.endswith(",retry_waiting,")
 
 
 def test_cancel_without_run_id_picks_the_newest_active_run(ws: Workspace) -> None:

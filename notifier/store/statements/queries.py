@@ -13,6 +13,7 @@ from notifier.store.statements import (
     DISPROVED,
     DUE,
     MAYBE_DELIVERED,
+    abandoned,
     listed,
     state_literal,
 )
@@ -105,6 +106,15 @@ NEXT_DEADLINE = (
 PENDING_KINDS = (
     f"SELECT i.seq, {MAYBE_DELIVERED} FROM items i {{indexed_items_retried}} "
     "WHERE i.run_id = %(run_id)s AND i.state = 'pending' AND i.attempts > 0"
+)
+
+# The run's failed items an operator abandoned (statements.abandoned), found from its
+# decisions: a run has a handful of them, while every one of its items may have failed
+# (`ordered_join`: SQLite would otherwise start from the run's items).
+ABANDONED_SEQS = (
+    "SELECT DISTINCT i.seq FROM decisions d {ordered_join} items i "
+    "ON i.run_id = d.run_id AND i.seq = d.seq "
+    f"WHERE d.run_id = %(run_id)s AND d.decision = 'abandon' AND {abandoned('i')}"
 )
 
 
