@@ -87,8 +87,8 @@ def parse(db: str | Path) -> Target:
             # after its parts, its password among them.
             raise NotADatabasePath(
                 "--db is a URL of a kind notifier does not use; it takes the path of an "
-                "SQLite file (receipts.db) or a postgresql://USER@HOST:PORT/DATABASE URL (and "
-                f"{_FROM_THE_ENVIRONMENT}). Nothing was opened."
+                "SQLite file (receipts.db) or a postgresql://USER@HOST:PORT/DATABASE URL, its "
+                "password in PGPASSWORD or ~/.pgpass, never in --db. Nothing was opened."
             )
         if _CONNINFO.match(db) or _is_conninfo(db):
             raise NotADatabasePath(
