@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from notifier.cli import cli
 
@@ -41,11 +41,14 @@ HOLDING_A_PASSWORD = [
 ]
 
 
-@pytest.mark.parametrize("db", HOLDING_A_PASSWORD)
-@pytest.mark.parametrize("how", ["option", "env"])
-def test_a_password_in_the_db_target_is_refused_without_showing_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, db: str, how: str
-) -> None:
+SEND = ["send", "batch.csv", "--require-approval"]
+
+
+def given_as(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, db: str, how: str, commands: list[list[str]]
+) -> list[Result]:
+    """Each of `commands` run in a directory holding a batch and a channel, with `db` given
+    as --db (`how` "option") or as NOTIFIER_DB ("env")."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("NOTIFIER_DB", raising=False)
     (tmp_path / "batch.csv").write_text("to,subject,body\na@example.com,hi,there\n")
@@ -53,17 +56,19 @@ def test_a_password_in_the_db_target_is_refused_without_showing_it(
         '[channels.out]\ntype = "webhook"\nurl = "http://127.0.0.1:9/n"\n'
     )
     runner = CliRunner()
+    if how == "option":
+        return [runner.invoke(cli, ["--db", db, *args]) for args in commands]
+    return [runner.invoke(cli, args, env={"NOTIFIER_DB": db}) for args in commands]
+
+
+@pytest.mark.parametrize("db", HOLDING_A_PASSWORD)
+@pytest.mark.parametrize("how", ["option", "env"])
+def test_a_password_in_the_db_target_is_refused_without_showing_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, db: str, how: str
+) -> None:
     # `status` only reads; `send` would create a database wherever the target led.
-    commands = (
-        [["status"]]
-        if db.startswith("postgresql://")
-        else [["status"], ["send", "batch.csv", "--require-approval"]]
-    )
-    for args in commands:
-        if how == "option":
-            result = runner.invoke(cli, ["--db", db, *args])
-        else:
-            result = runner.invoke(cli, args, env={"NOTIFIER_DB": db})
+    commands = [["status"]] if db.startswith("postgresql://") else [["status"], SEND]
+    for result in given_as(tmp_path, monkeypatch, db, how, commands):
         assert result.exit_code == 2, result.output
         assert SECRET not in result.output, result.output
         assert "password" in result.output, result.output  # refused for it, not for another cause
@@ -127,18 +132,7 @@ def test_a_url_of_another_kind_is_refused_without_quoting_it_or_making_a_file(
     neither a PostgreSQL target nor an SQLite file to create under directories named after
     its parts (its advice would have been `mkdir -p` of them, password and all): exit 2,
     naming the two forms --db takes, the URL not shown."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("NOTIFIER_DB", raising=False)
-    (tmp_path / "batch.csv").write_text("to,subject,body\na@example.com,hi,there\n")
-    (tmp_path / "notifier.toml").write_text(
-        '[channels.out]\ntype = "webhook"\nurl = "http://127.0.0.1:9/n"\n'
-    )
-    runner = CliRunner()
-    for args in (["status"], ["send", "batch.csv", "--require-approval"]):
-        if how == "option":
-            result = runner.invoke(cli, ["--db", db, *args])
-        else:
-            result = runner.invoke(cli, args, env={"NOTIFIER_DB": db})
+    for result in given_as(tmp_path, monkeypatch, db, how, [["status"], SEND]):
         assert result.exit_code == 2, result.output
         assert SECRET not in result.output, result.output
         assert "postgresql://" in result.output, result.output
