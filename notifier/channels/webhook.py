@@ -323,6 +323,10 @@ def _target(
 # The shortest part of a URL from the environment masked on its own (its user part, its
 # password, its path and query): shorter ones could not be told from ordinary words.
 _MIN_SECRET_PART = 6
+# The shortest value of a parameter named like a credential (`token=`, `key=`, `sig=`)
+# masked: its name says what it is, whatever it looks like (letters alone, digits alone,
+# short); shorter ones would mask pieces of ordinary text.
+_MIN_CREDENTIAL = 4
 
 
 def _token_like(piece: str) -> bool:
@@ -355,7 +359,19 @@ def _url_secrets(url: str) -> list[str]:
         parts += [*words, unquote(userinfo)]
         if userinfo:
             parts.append(base64.b64encode(unquote(userinfo).encode()).decode())
-    return [part for part in parts if len(part) >= _MIN_SECRET_PART]
+    return [part for part in parts if len(part) >= _MIN_SECRET_PART] + _credential_values(url)
+
+
+def _credential_values(url: str) -> list[str]:
+    """The values of the parameters of `url` named like a credential (options.
+    query_credential, what a URL in notifier.toml is refused for), as written and decoded,
+    whatever their shape: `_token_like` would read `?token=QxZpLmNoRtYw` as a word."""
+    values = []
+    for field in re.split(r"[/?&;#]", url.replace("{key}", "/")):
+        value = field.partition("=")[2]
+        if value and o.query_credential(field) is not None:
+            values += [value, unquote_plus(value)]
+    return [value for value in values if len(value) >= _MIN_CREDENTIAL]
 
 
 @dataclass(frozen=True)
