@@ -11,12 +11,14 @@ each hold one engine; neither is imported by the other, nor by the parts.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from notifier.domain.redact import redacted
 from notifier.store.exceptions import StorageFailed
 
 if TYPE_CHECKING:
@@ -207,8 +209,11 @@ def written(engine: Engine) -> Iterator[None]:
 
 
 def first_line(exc: BaseException) -> str:
-    """A driver's error as a message quotes it: its first line, or its type's name."""
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    """A driver's error as a message quotes it: its first line, or its type's name, without
+    the password of PGPASSWORD (a server that asks for it in clear may quote it back in its
+    refusal). Masked before the lines are split: one holding a line break stays masked."""
+    text = redacted(str(exc), [os.environ.get("PGPASSWORD")])
+    return (text.strip().splitlines() or [type(exc).__name__])[0]
 
 
 @contextmanager
