@@ -16,7 +16,7 @@ from notifier.sandbox.server import Sandbox
 
 from ..conftest import Workspace, make_rows
 from ..support.crashed import crash_invoke
-from ..support.disks import notifier, tmpfs
+from ..support.disks import fill, notifier, tmpfs
 
 
 @pytest.fixture
@@ -128,3 +128,38 @@ def test_an_export_onto_a_full_disk_is_named_and_leaves_no_file(
     assert "full" in full.output and "Traceback" not in full.output
     assert list(tiny_disk.iterdir()) == []
     assert ws.invoke("export", "--to", str(ws.path / "audit.db")).exit_code == 0
+
+
+@pytest.mark.timeout(120)
+def test_a_database_on_a_disk_another_program_filled_is_named_never_an_internal_error(
+    ws: Workspace, small_disk: Path
+) -> None:
+    """A run left unfinished, then the disk filled by another program while no command had
+    the file open (no -wal or -shm beside it): each command opening it to write needs room
+    for those, and exits 3 naming the full disk and to run it again, never 1 with an
+    internal error, nor a refusal of the healthy file; so does a read after them. With room
+    again the same command does what it was asked."""
+    ws.write_csv("batch.csv", make_rows(5))
+    ws.write_csv("other.csv", make_rows(3, start=100))
+    db = small_disk / "receipts.db"
+    planned = notifier(db, "send", "batch.csv", "--require-approval")
+    assert planned.exit_code == 0, planned.output
+    assert sorted(p.name for p in small_disk.iterdir()) == ["receipts.db"]
+    filler = fill(small_disk)
+
+    for args in (("cancel",), ("resume",), ("send", "other.csv")):
+        full = notifier(db, *args)
+        assert full.exit_code == 3, (args, full.output)
+        assert "the disk holding receipts.db is full" in full.stderr, (args, full.stderr)
+        assert "run the command again" in full.stderr, (args, full.stderr)
+        assert "internal error" not in full.stderr and "Traceback" not in full.stderr
+    read = notifier(db, "status")
+    assert read.exit_code in (0, 3), read.output
+    assert "internal error" not in read.stderr and "Traceback" not in read.stderr
+
+    filler.unlink()
+    assert '"state": "awaiting_approval"' in notifier(db, "status", "--json").stdout
+    cancelled = notifier(db, "cancel")
+    assert cancelled.exit_code in (0, 3), cancelled.output
+    assert '"state": "cancelled"' in notifier(db, "status", "--json").stdout
+    assert notifier(db, "send", "other.csv").exit_code == 0
