@@ -137,9 +137,11 @@ class SqliteEngine:
         try:
             return cls._opened(path, readonly=readonly, audited=audited)
         except sqlite3.OperationalError as exc:
-            if not _locked(exc):
-                raise
-            raise _held_by_another(path, exc, "Nothing was read or changed.") from exc
+            if _locked(exc):
+                raise _held_by_another(path, exc, "Nothing was read or changed.") from exc
+            if _disk_failed(exc):
+                raise _unopenable(path, exc) from exc
+            raise
 
     @classmethod
     def _opened(cls, path: Path, *, readonly: bool, audited: bool) -> Self:
@@ -182,8 +184,8 @@ class SqliteEngine:
                     Checks(engine).check_invariants()
             except sqlite3.DatabaseError as exc:
                 engine._release()
-                if _locked(exc):
-                    raise  # another program's lock: nothing about the file's health
+                if _locked(exc) or _disk_failed(exc):
+                    raise  # another program's lock, a full disk: nothing about the file's health
                 refusal = StoreRefused(
                     f"{path}: cannot be read as a notifier database ({exc}); this file was "
                     f"not changed. Inspect it with `sqlite3 -readonly {path} 'PRAGMA "
@@ -604,6 +606,41 @@ def _held_by_another(path: Path, exc: Exception, safe: str) -> StorageFailed:
         f"{safe} Find what holds it (e.g. `fuser {path}`), let it finish or stop it, then "
         "run the command again."
     )
+
+
+def _unopenable(path: Path, exc: Exception) -> StorageFailed:
+    """The disk under a healthy file failed its open: opening it to write, or to read beside a
+    -wal, needs room for the -wal and -shm (SQLite sizes the -shm as it maps it)."""
+    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+    safe = "The database was not changed."
+    if code == sqlite3.SQLITE_FULL or _free_bytes(path.parent) < _ROOM_TO_OPEN:
+        return StorageFailed(
+            f"{path}: cannot be opened: the disk holding {path.name} is full ({exc}). {safe} "
+            "Free some space on that disk, then run the command again."
+        )
+    return StorageFailed(
+        f"{path}: cannot be opened: an I/O error ({exc}). {safe} Check the disk (dmesg, df), "
+        "then run the command again."
+    )
+
+
+# Less free space than this on the disk of a file whose open met an I/O error: the error is
+# the full disk (a -shm of 32 KiB and a first write to the -wal could not be made).
+_ROOM_TO_OPEN = 1 << 20
+
+
+def _free_bytes(directory: Path) -> int:
+    try:
+        disk = os.statvfs(directory)
+    except OSError:
+        return _ROOM_TO_OPEN  # unknown: named as an I/O error, which it is
+    return disk.f_bavail * disk.f_frsize
+
+
+def _disk_failed(exc: Exception) -> bool:
+    """Whether `exc` is the disk's failure (full, or an I/O error), not the file's content."""
+    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+    return code in (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR)
 
 
 def _locked(exc: Exception) -> bool:
