@@ -203,7 +203,16 @@ class PostgresEngine:
                 "that the server is running and reachable, and the user, database and "
                 "password (PGPASSWORD or ~/.pgpass; never in the URL) of --db or NOTIFIER_DB."
             ) from exc
-        raw.execute(f"SET lock_timeout = '{LOCK_TIMEOUT_S}s'")
+        # A command bounds its own waits (the lock timeout; a write's idle bound, _BOUND_IDLE).
+        # A default every session of the database or role starts with (ALTER DATABASE … SET,
+        # PGOPTIONS), written for interactive sessions, would cancel a plan half stored or end
+        # a report's snapshot, and again on every retry: cleared here, as pg_dump does.
+        raw.execute(
+            "SELECT set_config('lock_timeout', $1, false) AS lock, "
+            "set_config('statement_timeout', '0', false) AS statement, "
+            "set_config('idle_in_transaction_session_timeout', '0', false) AS idle",
+            (f"{LOCK_TIMEOUT_S}s",),
+        )
         if readonly:  # the server itself refuses any write from a read-only command
             raw.execute("SET default_transaction_read_only = on")
         return cls(url, raw, readonly=readonly)
