@@ -114,6 +114,8 @@ class SqliteEngine:
         # A connection that reads the file `immutable` (see _connect): the file's state
         # when it was opened, compared again as it closes (close). None otherwise.
         self._unlocked_since: _FileState | None = None
+        # The file this connection has open, as commit compares it with the path's.
+        self._opened_file = _identity(path)
 
     # ---------------------------------------------------------------- opening
 
@@ -370,7 +372,17 @@ class SqliteEngine:
 
     def commit(self) -> None:
         """The transaction's events, numbered after each run's last and linked to it
-        (chaining.py; the write lock is held since BEGIN IMMEDIATE), then COMMIT."""
+        (chaining.py; the write lock is held since BEGIN IMMEDIATE), then COMMIT.
+
+        Not if the file was moved away or removed since it was opened: SQLite would go on
+        writing the file it has open, into a -wal beside the old path that it never
+        checkpoints, and a run would report done what the file at hand shows undone."""
+        if self._opened_file is not None and _identity(self.path) != self._opened_file:
+            raise StorageFailed(
+                f"{self.path}: moved or removed while this command wrote it (the file it has "
+                f"open is no longer at that path). {ROLLED_BACK} Put the file back at "
+                f"{self.path}, beside {self.path.name}-wal (which holds its last writes)"
+            ).advise(NextStep.RESUME)
         if self._due.rows:
             runs = self._due.runs()
             heads = {
@@ -606,6 +618,15 @@ def _held_by_another(path: Path, exc: Exception, safe: str) -> StorageFailed:
         f"{safe} Find what holds it (e.g. `fuser {path}`), let it finish or stop it, then "
         "run the command again."
     )
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """The file at `path` (device and inode), None when there is none."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino
 
 
 def _unopenable(path: Path, exc: Exception) -> StorageFailed:
