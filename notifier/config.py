@@ -7,7 +7,6 @@ snapshots the definitions it uses, so `resume` talks to exactly the same targets
 from __future__ import annotations
 
 import os
-import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from notifier.channels import definition_problems
-from notifier.channels.options import finite, nearest
+from notifier.channels.options import control_character, finite, nearest
 from notifier.domain import retry
 from notifier.domain.chain import KEY_ENV, Signer, signer_from
 from notifier.domain.errors import BadInput
@@ -46,10 +45,6 @@ _APPROVAL_KEYS = {"required"}
 _AUDIT_KEYS = {"key_file"}
 # A misspelled section (`[retyr]`) must not be silently ignored: its settings would not apply.
 _SECTIONS = {"channels", "retry", "lease", "approval", "audit"}
-# A channel's name is stored with each item, listed and typed after `--channel`: no C0 or C1
-# control, DEL, line or paragraph separator (PostgreSQL stores no NUL; an escape acts on the
-# terminal of whoever lists the run).
-_NAME_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 class ConfigError(BadInput):
@@ -218,10 +213,13 @@ def _check_channel(path: Path, name: str, definition: Any) -> tuple[dict[str, An
             "choose (an empty `channel` cell means the default channel). Give it a name; "
             "nothing was stored."
         )
-    if (control := _NAME_CONTROL.search(name)) is not None:
+    # A channel's name is stored with each item, listed and typed after `--channel`: no
+    # control character, as in a row's `to` or `id` (PostgreSQL stores no NUL; an escape acts
+    # on the terminal of whoever lists the run).
+    if (control := control_character(name)) is not None:
         raise ConfigError(
             f"{path}: [channels.{name!r}]: a channel's name holds the control character "
-            f"U+{ord(control.group()):04X}. Rename the section (and the rows' `channel` "
+            f"{control}. Rename the section (and the rows' `channel` "
             "cells that name it) without it; nothing was stored."
         )
     if "@" in name:
