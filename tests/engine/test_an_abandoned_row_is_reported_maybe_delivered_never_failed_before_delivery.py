@@ -38,6 +38,8 @@ from ..support.waits import past_every_window
 pytestmark = [pytest.mark.both_stores, pytest.mark.timeout(120)]
 CONCURRENCY = pytest.mark.parametrize("n", [1, 8])
 ROWS = 40  # more than N + 3N: items are claimed ahead at N = 8
+# The one line every command prints about a run's items, for these: u3 abandoned, u5 refused.
+ONE_LINE = "2 failed (1 abandoned, maybe delivered)"
 LOST = ("u3", "u4")  # delivered, the answer lost, and no status query can tell
 REFUSED = "u5"  # a 400: never delivered
 WEBHOOK = {
@@ -95,6 +97,7 @@ def _run_with_u3_abandoned(ws: Workspace, n: int, monkeypatch: pytest.MonkeyPatc
     abandoned = ws.invoke("reconcile", "--manual", "--item", "u3", "--mark", "abandon",
                           "--evidence", "the receiver cannot tell")  # fmt: skip
     assert abandoned.exit_code == 3, abandoned.output
+    assert ONE_LINE in abandoned.output, abandoned.output  # the mark's own summary says so
     return channel
 
 
@@ -155,3 +158,15 @@ def test_cancel_report_table_says_an_abandoned_row_may_have_been_delivered(
     cancelled = ws.invoke("cancel", "--report", "--wait", "5")
     assert cancelled.exit_code == 3, cancelled.output
     _table_says_u3_maybe_delivered(cancelled.output, "cancel --report")
+
+
+@CONCURRENCY
+def test_a_plain_cancel_says_an_abandoned_row_may_have_been_delivered(
+    ws: Workspace, n: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without --report, the cancel's one line is all the operator sees: its failed rows
+    name the abandoned one as maybe delivered."""
+    _run_with_u3_abandoned(ws, n, monkeypatch)
+    cancelled = ws.invoke("cancel", "--wait", "5")
+    assert cancelled.exit_code == 3, cancelled.output
+    assert ONE_LINE in cancelled.output, cancelled.output
