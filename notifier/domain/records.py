@@ -4,7 +4,7 @@ layer passes them around without touching SQL."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
@@ -244,17 +244,23 @@ class Counts:
         """The report's `counts` object (docs/design.md section 11): total, then every state."""
         return {"total": self.total, **{s.value: getattr(self, s.value) for s in ItemState}}
 
-    def summary(self, never_attempted: int | None = None, not_delivered: int = 0) -> str:
+    def summary(
+        self, never_attempted: int | None = None, not_delivered: int = 0, abandoned: int = 0
+    ) -> str:
         """The one line every command prints about a run's items: "N sent, [N in flight,] N
         unknown, N failed, N pending", and expired and suppressed ones when there are.
         With `never_attempted` (a cancel), pending is split by why: a cancelled run must not
-        call a retry that was attempted "never attempted"."""
+        call a retry that was attempted "never attempted". `abandoned`: failed items an
+        operator abandoned, named among the failed as maybe delivered (where the caller
+        read them: a mark, a cancel)."""
         line = f"{self.sent} sent, "
         if self.in_flight:
             # Items left mid-send: resume settles them first, so say how many. Never counted
             # as pending, not even in a cancel's split: they may have been delivered.
             line += f"{self.in_flight} in flight, "
         line += f"{self.unknown} unknown, {self.failed} failed, "
+        if abandoned:
+            line = line.removesuffix(", ") + f" ({abandoned} abandoned, maybe delivered), "
         if never_attempted is None:
             line += f"{self.pending} pending"
         else:
@@ -270,6 +276,12 @@ class Counts:
         if self.suppressed:
             line += f", {self.suppressed} suppressed (on the suppression list, never sent)"
         return line
+
+    def cancel_summary(self, kinds: Sequence[PendingKind], abandoned: int) -> str:
+        """`summary` of a cancelled run, whoever closed it: its pending items split by why
+        (`kinds`: the kind of each pending item attempted before), its abandoned ones named."""
+        waiting = kinds.count(PendingKind.RETRY_WAITING)
+        return self.summary(self.pending - len(kinds), waiting, abandoned)
 
 
 class PendingKind(StrEnum):

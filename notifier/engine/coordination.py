@@ -21,7 +21,7 @@ from datetime import datetime
 
 from notifier.channels import Channel
 from notifier.domain import clock
-from notifier.domain.records import Counts, Item, PendingKind, Run, StopCause, unknown_left_reason
+from notifier.domain.records import Counts, Item, Run, StopCause, unknown_left_reason
 from notifier.domain.state_machine import ItemTrigger, RunState, RunTrigger
 from notifier.engine.brakes import conflict
 from notifier.engine.judging import Progress
@@ -237,11 +237,11 @@ class Coordination:
         self.stop(RunTrigger.CANCEL, Stop.CANCELLED, None)
         counts = self.store.queries.counts(self.run_id)
         kinds = list(self.store.queries.pending_kinds(self.run_id).values())
+        abandoned = len(self.store.queries.abandoned_seqs(self.run_id))
         return RunResult(
             RunState.CANCELLED,
             Stop.CANCELLED,
-            "cancelled: "
-            + counts.summary(counts.pending - len(kinds), kinds.count(PendingKind.RETRY_WAITING)),
+            "cancelled: " + counts.cancel_summary(kinds, abandoned),
             counts,
         )
 
