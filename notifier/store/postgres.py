@@ -397,7 +397,15 @@ class PostgresEngine:
                 f"{self.path}: the server aborted this write in a conflict with another "
                 f"writer ({cause}), again on each retry. {ROLLED_BACK} Run the command again."
             )
-        if isinstance(exc, pg_errors.LockNotAvailable | pg_errors.QueryCanceled):
+        if isinstance(exc, pg_errors.QueryCanceled):
+            # Not a lock (that is LockNotAvailable): every session clears statement_timeout
+            # (_connect), so an administrator cancelled it (pg_cancel_backend) or set one.
+            return StorageFailed(
+                f"{self.path}: the server cancelled this write ({cause}): an administrator's "
+                f"pg_cancel_backend, or a statement_timeout set for this session. "
+                f"{ROLLED_BACK} Run the command again."
+            )
+        if isinstance(exc, pg_errors.LockNotAvailable):
             return StorageFailed(
                 f"{self.path}: locked by another session for longer than "
                 f"{LOCK_TIMEOUT_S} s ({cause}). {ROLLED_BACK} Find it in pg_stat_activity, "
