@@ -402,7 +402,7 @@ class PostgresEngine:
             # (_connect), so an administrator cancelled it (pg_cancel_backend) or set one.
             return StorageFailed(
                 f"{self.path}: the server cancelled this write ({cause}): an administrator's "
-                f"pg_cancel_backend, or a statement_timeout set for this session. "
+                f"pg_cancel_backend, or a statement_timeout set on the connection. "
                 f"{ROLLED_BACK} Run the command again."
             )
         if isinstance(exc, pg_errors.LockNotAvailable):
