@@ -7,7 +7,6 @@ stores, N = 1 and 8, in-process against a loopback receiver."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -17,19 +16,12 @@ from notifier.api import Notifier
 from notifier.content.schedule import from_options
 
 from ..conftest import Workspace, make_rows
-from ..receiver import Receiver, receiving, webhook_config
+from ..receiver import Receiver
 from ..support.background import Worker
+from .test_send_windows import receiver
 
 pytestmark = pytest.mark.both_stores
-
-
-@pytest.fixture
-def receiver(ws: Workspace) -> Iterator[Receiver]:
-    with receiving(Receiver()) as running:
-        (ws.path / "notifier.toml").write_text(
-            webhook_config(running, idempotent=True, status=True)
-        )
-        yield running
+__all__ = ["receiver"]  # the fixture, imported to be used here
 
 
 def rows_with_deadlines(*deadlines: datetime | None) -> list[list[str]]:
