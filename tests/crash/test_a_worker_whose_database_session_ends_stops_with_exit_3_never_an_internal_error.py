@@ -8,15 +8,15 @@ in flight by query and sends every item once. Real processes against a real serv
 from __future__ import annotations
 
 import threading
-from contextlib import closing
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from ..conftest import Workspace, make_rows, postgres_schema, wait_for
+from ..conftest import make_rows, wait_for
 from ..engine.test_every_concurrency import CONCURRENCY, _states
-from ..receiver import Receiver, receiving, webhook_config
+from ..receiver import Receiver
+from ..support.shared_runs import shared_run
 
 # The heartbeat's renewal: its session is left alone, so that only the committer meets the loss.
 _HEARTBEAT = "UPDATE workers SET heartbeat_at"
@@ -49,16 +49,11 @@ def test_a_worker_whose_database_session_ends_exits_3_and_resume_sends_each_item
     completes the run, each item delivered once."""
     hold = threading.Event()
     receiver = Receiver(hold=hold)
-    with (
-        receiving(receiver),
-        postgres_schema(postgres_server) as url,
-        closing(Workspace(tmp_path, url)) as ws,
-    ):
-        (tmp_path / "notifier.toml").write_text(
-            # Its requests, held by the receiver, time out only well after the committer's
-            # next read of the run (every 0.2 s at most at N = 8): that read meets the loss.
-            webhook_config(receiver, idempotent=False, status=True, timeout=5)
-        )
+    # Its requests, held by the receiver, time out only well after the committer's next
+    # read of the run (every 0.2 s at most at N = 8): that read meets the loss.
+    with shared_run(
+        tmp_path, postgres_server, receiver, idempotent=False, status=True, timeout=5
+    ) as ws:
         ws.write_csv("batch.csv", make_rows(40))
         process = ws.popen("send", "batch.csv", "--channel", "hooks", "--run-id", "cut",
                            "--concurrency", str(n))  # fmt: skip

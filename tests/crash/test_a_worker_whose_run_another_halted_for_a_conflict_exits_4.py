@@ -5,14 +5,14 @@ exit 4 (refused for safety), never 3, as a single process meeting it does. Real 
 from __future__ import annotations
 
 import threading
-from contextlib import closing
 from pathlib import Path
 
 import pytest
 
-from ..conftest import Workspace, make_rows, postgres_schema, wait_for
+from ..conftest import make_rows, wait_for
 from ..engine.test_every_concurrency import CONCURRENCY, _assert_nothing_left_open, _run_state
-from ..receiver import Receiver, receiving, webhook_config
+from ..receiver import Receiver
+from ..support.shared_runs import shared_run
 from .test_kills_and_signals_at_every_concurrency import _holders
 
 
@@ -44,14 +44,9 @@ def test_every_worker_of_a_run_halted_for_a_conflict_exits_4(
     it was a conflict. A `worker` joining the halted run afterwards sends nothing and exits 4."""
     conflict, hold = _OneConflict(), threading.Event()
     receiver = Receiver(answer=conflict, hold=hold)
-    with (
-        receiving(receiver),
-        postgres_schema(postgres_server) as url,
-        closing(Workspace(tmp_path, url)) as ws,
-    ):
-        (tmp_path / "notifier.toml").write_text(
-            webhook_config(receiver, idempotent=True, status=True, timeout=30)
-        )
+    with shared_run(
+        tmp_path, postgres_server, receiver, idempotent=True, status=True, timeout=30
+    ) as ws:
         ws.write_csv("batch.csv", make_rows(200))
         first = ws.popen("send", "batch.csv", "--channel", "hooks", "--run-id", "shared",
                          "--concurrency", str(n))  # fmt: skip

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import threading
 import time
-from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,6 @@ from ..conftest import (
     SlowRelay,
     Workspace,
     make_rows,
-    postgres_schema,
     smtp_server,
     wait_for,
 )
@@ -32,6 +30,7 @@ from ..engine.test_every_concurrency import (
 )
 from ..receiver import WAIT_S, HoldAfter, Receiver, receiving, webhook_config
 from ..support.background import meanwhile
+from ..support.shared_runs import shared_run
 
 pytestmark = pytest.mark.both_stores
 
@@ -185,14 +184,9 @@ def test_a_halt_ends_every_worker_of_a_shared_postgres_run(
     halted."""
     hold, gone = threading.Event(), threading.Event()
     receiver = Receiver(answer=lambda item, _n: 410 if gone.is_set() else None, hold=hold)
-    with (
-        receiving(receiver),
-        postgres_schema(postgres_server) as url,
-        closing(Workspace(tmp_path, url)) as ws,
-    ):
-        (tmp_path / "notifier.toml").write_text(
-            webhook_config(receiver, idempotent=True, status=True, timeout=30)
-        )
+    with shared_run(
+        tmp_path, postgres_server, receiver, idempotent=True, status=True, timeout=30
+    ) as ws:
         ws.write_csv("batch.csv", make_rows(200))
         first = ws.popen("send", "batch.csv", "--channel", "hooks", "--run-id", "shared",
                          "--concurrency", "8")  # fmt: skip
