@@ -59,15 +59,16 @@ def test_a_refused_retry_after_a_maybe_delivered_request_is_unknown_and_never_se
 
 
 @pytest.mark.parametrize("n", [1, 8])
+@pytest.mark.parametrize(("refusal", "code"), [(401, 3), (422, 4)], ids=["401", "422"])
 @pytest.mark.timeout(60)
 def test_after_a_kill_a_refused_retry_leaves_the_request_that_left_unknown(
-    ws: Workspace, n: int
+    ws: Workspace, n: int, refusal: int, code: int
 ) -> None:
     """Killed right after item 1's request left (the receiver committed it; its attempt is
     left open, maybe delivered). `resume` sends it again under the same key, as the channel
-    dedupes, and the retry is refused (401): u1 stays unknown, never failed, and the file
-    sent again delivers nothing twice."""
-    receiver = Receiver(answer=lambda item_id, nth: 401 if nth == 2 else None)
+    dedupes, and the retry is refused (401, or a 422 conflict: exit 4): u1 stays unknown,
+    never failed, and the file sent again delivers nothing twice."""
+    receiver = Receiver(answer=lambda item_id, nth: refusal if nth == 2 else None)
     with receiving(receiver):
         (ws.path / "notifier.toml").write_text(
             webhook_config(receiver, idempotent=True, status=False, timeout=1, retry=RETRY)
@@ -76,7 +77,7 @@ def test_after_a_kill_a_refused_retry_leaves_the_request_that_left_unknown(
         crash_send("after-send:1", db=ws.db, channel="hooks", concurrency=n)
         assert receiver.deliveries().get("u1") == 1
         resumed = ws.invoke("resume", "--concurrency", str(n))
-        assert resumed.exit_code == 3, resumed.output
+        assert resumed.exit_code == code, resumed.output
         assert ws.ledger.item("u1").state == "unknown", resumed.output
         assert "failed" not in ws.ledger.states().values(), ws.ledger.states()
         again = ws.invoke("send", "batch.csv", "--channel", "hooks", "--concurrency", str(n))
