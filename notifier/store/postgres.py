@@ -68,6 +68,26 @@ LOCK_TIMEOUT_S = 10
 # next statement as soon as the last is answered.
 IDLE_IN_WRITE_S = 5
 _BOUND_IDLE = f"SET LOCAL idle_in_transaction_session_timeout = '{IDLE_IN_WRITE_S}s'"
+
+
+def _session_options(url: str) -> str:
+    """The startup options of a session: the URL's own (or PGOPTIONS), then notifier's.
+
+    A command bounds its own waits (the lock timeout; a write's idle bound, _BOUND_IDLE).
+    A default every session of the database or role starts with (ALTER DATABASE … SET,
+    PGOPTIONS, the URL's options), written for interactive sessions, would cancel a plan
+    half stored or end a report's snapshot, and again on every retry. Cleared as the session
+    starts, not by a first statement, which that default could itself cancel: a client's
+    startup options outrank a database's or role's defaults, and of two `-c` the later wins.
+    """
+    given = conninfo_to_dict(url).get("options") or os.environ.get("PGOPTIONS", "")
+    ours = (
+        f"-c lock_timeout={LOCK_TIMEOUT_S}s -c statement_timeout=0 "
+        "-c idle_in_transaction_session_timeout=0"
+    )
+    return f"{given} {ours}".strip()
+
+
 # A transaction-scoped lock of the schema, for what must run one at a time in it: opens
 # applying migrations, and plans (never a run's writes: see PostgresEngine.commit).
 _SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext(%(key)s || ':' || current_schema()))"
@@ -192,6 +212,7 @@ class PostgresEngine:
                 row_factory=namedtuple_row,
                 cursor_factory=psycopg.RawCursor,
                 connect_timeout=10,
+                options=_session_options(url),
                 # Which process a session belongs to, in pg_stat_activity (an operator's
                 # look at a lock, a test waiting for a killed process's sessions to end),
                 # unless the URL or PGAPPNAME names it otherwise.
@@ -203,16 +224,6 @@ class PostgresEngine:
                 "that the server is running and reachable, and the user, database and "
                 "password (PGPASSWORD or ~/.pgpass; never in the URL) of --db or NOTIFIER_DB."
             ) from exc
-        # A command bounds its own waits (the lock timeout; a write's idle bound, _BOUND_IDLE).
-        # A default every session of the database or role starts with (ALTER DATABASE … SET,
-        # PGOPTIONS), written for interactive sessions, would cancel a plan half stored or end
-        # a report's snapshot, and again on every retry: cleared here, as pg_dump does.
-        raw.execute(
-            "SELECT set_config('lock_timeout', $1, false) AS lock, "
-            "set_config('statement_timeout', '0', false) AS statement, "
-            "set_config('idle_in_transaction_session_timeout', '0', false) AS idle",
-            (f"{LOCK_TIMEOUT_S}s",),
-        )
         if readonly:  # the server itself refuses any write from a read-only command
             raw.execute("SET default_transaction_read_only = on")
         return cls(url, raw, readonly=readonly)
