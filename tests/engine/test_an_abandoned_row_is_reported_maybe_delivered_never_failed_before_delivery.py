@@ -170,3 +170,22 @@ def test_a_plain_cancel_says_an_abandoned_row_may_have_been_delivered(
     cancelled = ws.invoke("cancel", "--wait", "5")
     assert cancelled.exit_code == 3, cancelled.output
     assert ONE_LINE in cancelled.output, cancelled.output
+
+
+@CONCURRENCY
+def test_resume_and_runs_say_an_abandoned_row_may_have_been_delivered(
+    ws: Workspace, n: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`resume` prints the run's one line as it starts and as it stops, and `runs` lists
+    every run's counts: each names the abandoned row among the failed, never a bare
+    "2 failed" beside a refused one."""
+    _run_with_u3_abandoned(ws, n, monkeypatch)
+    resumed = ws.invoke("resume")
+    lines = [line for line in resumed.output.splitlines() if " sent, " in line]
+    assert len(lines) >= 2 and all(ONE_LINE in line for line in lines), resumed.output
+
+    listed = json.loads(ws.invoke("runs", "--json").stdout)["runs"]
+    assert listed[0]["counts"]["failed"] == 2
+    assert listed[0]["failed_detail"] == {"not_delivered": 1, "abandoned": 1}, listed[0]
+    table = ws.invoke("runs").output
+    assert "2 (1 abandoned)" in table, table
