@@ -92,8 +92,7 @@ def cancel(env: Env, run_id: str | None, wait_s: float) -> CancelResult:
                 later, marks_from = unknown_waits(store, run.run_id, channels)
         counts = store.queries.counts(run.run_id)
         kinds = list(store.queries.pending_kinds(run.run_id).values())
-        abandoned = len(store.queries.abandoned_seqs(run.run_id))
-        message = f"run {run.run_id} cancelled: {counts.cancel_summary(kinds, abandoned)}."
+        message = f"run {run.run_id} cancelled: {counts.cancel_summary(kinds)}."
         return CancelResult(run, True, message, counts, later, marks_from)
     finally:
         store.close()

@@ -71,8 +71,7 @@ def reconcile_manually(
                     raise Interrupted(_interrupted(run, decided, counts)) from None
             settling.complete_if_done(store, run.run_id, lease.version)
         counts = store.queries.counts(run.run_id)
-        abandoned = len(store.queries.abandoned_seqs(run.run_id))
-        env.say(f"run {run.run_id}: {counts.summary(abandoned=abandoned)}")
+        env.say(f"run {run.run_id}: {counts.summary()}")
         now = store.core.get_run(run.run_id)
         return now, counts, report.effective_state(store, now)
     finally:

@@ -14,6 +14,7 @@ from notifier.api.env import open_store, pick_run
 from notifier.cli.group import cli, command_env, echo, suggesting
 from notifier.cli.output import chosen_format, format_options, json_flag
 from notifier.domain.errors import BadInput, ExitCode
+from notifier.domain.records import Counts, FailedKind
 from notifier.domain.state_machine import ItemState, RunState
 from notifier.ops import approval, report
 
@@ -195,6 +196,12 @@ def runs(ctx: click.Context, as_json: bool) -> None:
                 "channels": sorted(run.channel_snapshot),
                 "approval_expired_at": approval.lapsed(run),
                 "counts": c.as_json(),
+                # Added to the contract's keys, as in `report`: the failed split into rows
+                # never delivered and rows an operator abandoned (maybe delivered).
+                "failed_detail": {
+                    FailedKind.NOT_DELIVERED.value: c.failed - c.abandoned,
+                    FailedKind.ABANDONED.value: c.abandoned,
+                },
                 "batch": run.batch_path,
             }
             for run, state, c in listed
@@ -216,7 +223,7 @@ def runs(ctx: click.Context, as_json: bool) -> None:
             f"{state} (approval expired)" if approval.lapsed(run) else state,
             run.created_at[:19],
             ", ".join(sorted(run.channel_snapshot)),
-            *(str(getattr(c, name)) for name in _COUNTED),
+            *(_counted(c, name) for name in _COUNTED),
             run.batch_path,
         )
     _console().print(table)
@@ -225,6 +232,13 @@ def runs(ctx: click.Context, as_json: bool) -> None:
 # The table's count columns: every item in exactly one of them. An item in flight is never
 # pending: its request may have been delivered (records.Counts.summary).
 _COUNTED = ("total", "sent", "in_flight", "unknown", "pending", "failed", "expired", "suppressed")
+
+
+def _counted(counts: Counts, name: str) -> str:
+    """A count column's cell: the failed name those an operator abandoned (maybe delivered)."""
+    if name == "failed" and counts.abandoned:
+        return f"{counts.failed} ({counts.abandoned} abandoned)"
+    return str(getattr(counts, name))
 
 
 @cli.command()

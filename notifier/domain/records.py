@@ -228,12 +228,15 @@ class Counts:
     failed: int = 0
     expired: int = 0
     suppressed: int = 0
+    # Of the failed, those an operator abandoned (FailedKind.ABANDONED: maybe delivered),
+    # named in every summary; not a state of its own, so never in `as_json`'s counts.
+    abandoned: int = 0
 
     @classmethod
-    def of(cls, by_state: Mapping[str, int]) -> Counts:
+    def of(cls, by_state: Mapping[str, int], abandoned: int = 0) -> Counts:
         """From state → count (states absent count 0); `total` is their sum."""
         known = {s.value: int(by_state.get(s.value, 0)) for s in ItemState}
-        return cls(total=sum(known.values()), **known)
+        return cls(total=sum(known.values()), abandoned=abandoned, **known)
 
     @property
     def unfinished(self) -> int:
@@ -244,23 +247,20 @@ class Counts:
         """The report's `counts` object (docs/design.md section 11): total, then every state."""
         return {"total": self.total, **{s.value: getattr(self, s.value) for s in ItemState}}
 
-    def summary(
-        self, never_attempted: int | None = None, not_delivered: int = 0, abandoned: int = 0
-    ) -> str:
+    def summary(self, never_attempted: int | None = None, not_delivered: int = 0) -> str:
         """The one line every command prints about a run's items: "N sent, [N in flight,] N
-        unknown, N failed, N pending", and expired and suppressed ones when there are.
+        unknown, N failed, N pending", and expired and suppressed ones when there are; the
+        failed an operator abandoned are named among them as maybe delivered.
         With `never_attempted` (a cancel), pending is split by why: a cancelled run must not
-        call a retry that was attempted "never attempted". `abandoned`: failed items an
-        operator abandoned, named among the failed as maybe delivered (where the caller
-        read them: a mark, a cancel)."""
+        call a retry that was attempted "never attempted"."""
         line = f"{self.sent} sent, "
         if self.in_flight:
             # Items left mid-send: resume settles them first, so say how many. Never counted
             # as pending, not even in a cancel's split: they may have been delivered.
             line += f"{self.in_flight} in flight, "
         line += f"{self.unknown} unknown, {self.failed} failed, "
-        if abandoned:
-            line = line.removesuffix(", ") + f" ({abandoned} abandoned, maybe delivered), "
+        if self.abandoned:
+            line = line.removesuffix(", ") + f" ({self.abandoned} abandoned, maybe delivered), "
         if never_attempted is None:
             line += f"{self.pending} pending"
         else:
@@ -277,11 +277,11 @@ class Counts:
             line += f", {self.suppressed} suppressed (on the suppression list, never sent)"
         return line
 
-    def cancel_summary(self, kinds: Sequence[PendingKind], abandoned: int) -> str:
+    def cancel_summary(self, kinds: Sequence[PendingKind]) -> str:
         """`summary` of a cancelled run, whoever closed it: its pending items split by why
-        (`kinds`: the kind of each pending item attempted before), its abandoned ones named."""
+        (`kinds`: the kind of each pending item attempted before)."""
         waiting = kinds.count(PendingKind.RETRY_WAITING)
-        return self.summary(self.pending - len(kinds), waiting, abandoned)
+        return self.summary(self.pending - len(kinds), waiting)
 
 
 class PendingKind(StrEnum):

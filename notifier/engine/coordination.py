@@ -237,11 +237,10 @@ class Coordination:
         self.stop(RunTrigger.CANCEL, Stop.CANCELLED, None)
         counts = self.store.queries.counts(self.run_id)
         kinds = list(self.store.queries.pending_kinds(self.run_id).values())
-        abandoned = len(self.store.queries.abandoned_seqs(self.run_id))
         return RunResult(
             RunState.CANCELLED,
             Stop.CANCELLED,
-            "cancelled: " + counts.cancel_summary(kinds, abandoned),
+            "cancelled: " + counts.cancel_summary(kinds),
             counts,
         )
 

@@ -73,7 +73,11 @@ class Queries:
         # are counted.
         counters = self.engine.has_table("run_counts")
         statement = sql.RUN_COUNTS if counters else sql.ITEM_COUNTS
-        return Counts.of(dict(self.engine.execute(statement, {"run_id": run_id}).fetchall()))
+        by_state = dict(self.engine.execute(statement, {"run_id": run_id}).fetchall())
+        # Only a run with failed items can have abandoned ones: the others pay no read.
+        failed = by_state.get(ItemState.FAILED.value, 0)
+        abandoned = len(self.abandoned_seqs(run_id)) if failed else 0
+        return Counts.of(by_state, abandoned)
 
     def per_channel(self, run_id: str) -> dict[str, int]:
         """Items per channel (one pass over the run's rows: for a plan some of whose rows
