@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from notifier.domain.redact import redacted
-from notifier.store.exceptions import StorageFailed
 
 if TYPE_CHECKING:
     from notifier.domain.chain import Signer
@@ -137,6 +136,10 @@ class Engine(Protocol):
         """Bulk insert of item rows (run_id, the item columns, updated_at), all `pending`."""
         ...
 
+    def read_failure(self, exc: Exception) -> NotifierError:
+        """What a snapshot's read failing with one of `dialect.lost_errors` means."""
+        ...
+
     def storage_failure(self, exc: Exception) -> NotifierError:
         """Name what went wrong with the database, the safe state it leaves, and the fix."""
         ...
@@ -229,11 +232,7 @@ def snapshot(engine: Engine) -> Iterator[None]:
         finally:
             engine.roll_back()
     except engine.dialect.lost_errors as exc:
-        raise StorageFailed(
-            f"{engine.path}: the database could not be reached ({first_line(exc)}). Nothing was "
-            "written. Check the server and the connection to it, then run the same command "
-            "again."
-        ) from exc
+        raise engine.read_failure(exc) from exc
 
 
 @contextmanager

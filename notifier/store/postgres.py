@@ -70,6 +70,31 @@ IDLE_IN_WRITE_S = 5
 _BOUND_IDLE = f"SET LOCAL idle_in_transaction_session_timeout = '{IDLE_IN_WRITE_S}s'"
 
 
+_NOTHING_WRITTEN = "Nothing was written."
+
+
+def _waited(path: str, exc: Exception, what: str, safe: str) -> StorageFailed | None:
+    """A statement that waited past a bound: a lock another session held longer than the
+    lock timeout (a migration, an administrator's LOCK TABLE, a VACUUM FULL), or one the
+    server cancelled. None: neither. `safe` says what the failure left."""
+    cause = first_line(exc)
+    if isinstance(exc, pg_errors.LockNotAvailable):
+        return StorageFailed(
+            f"{path}: locked by another session for longer than {LOCK_TIMEOUT_S} s ({cause}). "
+            f"{safe} Find it in pg_stat_activity, let it finish or end it, then run the "
+            "command again."
+        )
+    if isinstance(exc, pg_errors.QueryCanceled):
+        # Not a lock (that is LockNotAvailable): every session clears statement_timeout
+        # (_session_options), so an administrator cancelled it (pg_cancel_backend) or set one.
+        return StorageFailed(
+            f"{path}: the server cancelled this {what} ({cause}): an administrator's "
+            f"pg_cancel_backend, or a statement_timeout set on the connection. {safe} Run "
+            "the command again."
+        )
+    return None
+
+
 def _session_options(url: str) -> str:
     """The startup options of a session: the URL's own (or PGOPTIONS), then notifier's.
 
@@ -265,6 +290,8 @@ class PostgresEngine:
 
     def _lost(self, exc: psycopg.OperationalError) -> NotifierError:
         """What a statement outside any transaction failing on the connection means."""
+        if (waited := _waited(self.path, exc, "statement", _NOTHING_WRITTEN)) is not None:
+            return waited
         return StorageFailed(
             f"{self.path}: the database could not be reached ({first_line(exc)}). Nothing "
             "was being written: every outcome recorded before it is safe, and anything in "
@@ -408,24 +435,22 @@ class PostgresEngine:
                 f"{self.path}: the server aborted this write in a conflict with another "
                 f"writer ({cause}), again on each retry. {ROLLED_BACK} Run the command again."
             )
-        if isinstance(exc, pg_errors.QueryCanceled):
-            # Not a lock (that is LockNotAvailable): every session clears statement_timeout
-            # (_connect), so an administrator cancelled it (pg_cancel_backend) or set one.
-            return StorageFailed(
-                f"{self.path}: the server cancelled this write ({cause}): an administrator's "
-                f"pg_cancel_backend, or a statement_timeout set on the connection. "
-                f"{ROLLED_BACK} Run the command again."
-            )
-        if isinstance(exc, pg_errors.LockNotAvailable):
-            return StorageFailed(
-                f"{self.path}: locked by another session for longer than "
-                f"{LOCK_TIMEOUT_S} s ({cause}). {ROLLED_BACK} Find it in pg_stat_activity, "
-                "let it finish or end it, then run the command again."
-            )
+        if (waited := _waited(self.path, exc, "write", ROLLED_BACK)) is not None:
+            return waited
         return StorageFailed(
             f"{self.path}: the database could not be written ({cause}). {ROLLED_BACK} Check "
             "the server and the connection to it"
         ).advise(NextStep.RESUME)
+
+    def read_failure(self, exc: Exception) -> NotifierError:
+        """What a snapshot's read failing means (backend.snapshot; dialect.lost_errors)."""
+        if (waited := _waited(self.path, exc, "read", _NOTHING_WRITTEN)) is not None:
+            return waited
+        return StorageFailed(
+            f"{self.path}: the database could not be reached ({first_line(exc)}). "
+            f"{_NOTHING_WRITTEN} Check the server and the connection to it, then run the "
+            "same command again."
+        )
 
     def stream(self, statement: str, params: Mapping[str, Any]) -> Iterator[Any]:
         """Rows from a server-side cursor, a chunk at a time: a client-side cursor would hold

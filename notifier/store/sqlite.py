@@ -316,6 +316,11 @@ class SqliteEngine:
         self._unlocked_since = None
         self.conn.close()
 
+    def read_failure(self, exc: Exception) -> NotifierError:
+        """A file is never out of reach (its dialect's `lost_errors` is empty): a failure of
+        it is named as any other is."""
+        return self.storage_failure(exc)
+
     def storage_failure(self, exc: Exception) -> NotifierError:
         """Name what went wrong with the file, the safe state it leaves, and the fix."""
         if (damaged := undecodable_text(exc, self.path)) is not None:
