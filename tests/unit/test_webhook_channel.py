@@ -212,3 +212,24 @@ def test_a_url_variable_that_is_not_set_is_a_config_error_naming_it(
     monkeypatch.delenv("NOPE_URL", raising=False)
     with pytest.raises(Exception, match=r"NOPE_URL \(named by `url_env`\) is not set"):
         WebhookChannel("hooks", {"type": "webhook", "url_env": "NOPE_URL"})
+
+
+def test_a_host_name_that_is_the_token_of_a_url_from_the_environment_is_masked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Some services put the credential in the host name itself (a per-endpoint subdomain,
+    as request-bin services do): it is masked like a token in the path, alone and as the
+    whole host, while ordinary host names (`hooks.test`) stay readable."""
+    token = "eo7k2q9x4mwp1zt"
+    monkeypatch.setenv("HOOKS_URL", f"https://{token}.m.pipedream.net/")
+
+    def echo(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(404, text=f"no workflow {token} at {request.url.host}")
+
+    hooks = WebhookChannel(
+        "hooks", {"type": "webhook", "url_env": "HOOKS_URL"}, httpx2.MockTransport(echo)
+    )
+    with pytest.raises(ChannelError) as sent:
+        hooks.send(intent())
+    assert token not in str(sent.value), sent.value
+    assert "HTTP 404 no workflow *** at ***" in str(sent.value), sent.value
