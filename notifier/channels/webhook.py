@@ -340,8 +340,9 @@ def _token_like(piece: str) -> bool:
 
 def _url_secrets(url: str) -> list[str]:
     """A URL from the environment and the parts of it that could be its secret, as a
-    receiver or the HTTP library could quote them: its user part and password, its path and
-    query, and each path segment and query value; a status URL's parts around `{key}`."""
+    receiver or the HTTP library could quote them: its user part and password, a host name
+    holding a token, its path and query, and each path segment and query value; a status
+    URL's parts around `{key}`."""
     parts: list[str] = [url]
     for piece in url.split("{key}"):
         try:
@@ -352,6 +353,11 @@ def _url_secrets(url: str) -> list[str]:
         tail = split.path + (f"?{split.query}" if split.query else "")
         userinfo = split.netloc.rpartition("@")[0]
         parts += [piece, userinfo, password, tail, split.query]
+        # A host name holding a token (a per-endpoint subdomain): the token, and the host
+        # (as `Host` or a library's error quotes it); `hooks.slack.com` holds none.
+        host = split.hostname or ""
+        labels = [label for label in host.split(".") if _token_like(label)]
+        parts += [*labels, host] if labels else []
         pieces = re.split(r"[/?&;=]", tail)
         # As a receiver shows them: decoded (a framework's parsed query), and the user part
         # as the Basic credentials it was sent as.
