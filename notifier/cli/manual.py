@@ -16,7 +16,14 @@ from notifier.api import settling, working
 from notifier.api.env import Env, open_store, pick_run
 from notifier.cli.group import echo
 from notifier.cli.outcome import error_message, renew_approval, send_again
-from notifier.domain.errors import BadInput, Interrupted, Refused
+from notifier.domain.errors import (
+    BadInput,
+    Interrupted,
+    NeedsAttention,
+    NextStep,
+    NotifierError,
+    Refused,
+)
 from notifier.domain.records import Counts, Item, Run
 from notifier.domain.state_machine import FINISHED_RUN_STATES, ItemState, RunState
 from notifier.ops import approval, report
@@ -44,38 +51,70 @@ def reconcile_manually(
             "--evidence TEXT."
         )
     store = open_store(env)
+    decided: list[str] = []  # the decisions recorded, as the messages name them
     try:
         run = pick_run(store, run_id)
-        with working.take_lease(store, run, env.config.lease_ttl_s) as lease:
-            if scripted:
-                assert item_ref is not None and mark is not None and evidence is not None
-                marked = settling.decide_by_hand(
-                    env, store, run, item_ref, mark, evidence, lease.version
-                )
-                env.say(marked_message(marked))
-            else:
-                unknown = list(store.queries.items(run.run_id, [ItemState.UNKNOWN]))
-                if not unknown:
-                    env.say(f"run {run.run_id} has no unknown items.")
-                else:
-                    echo(_LEGEND)
-                decided: list[str] = []
-                try:
-                    for item in unknown:
-                        if not _ask_about(env, store, run, item, lease.version, decided):
-                            break
-                except KeyboardInterrupt:
-                    # A decision being written when it came was rolled back whole.
-                    settling.complete_if_done(store, run.run_id, lease.version)
-                    counts = store.queries.counts(run.run_id)
-                    raise Interrupted(_interrupted(run, decided, counts)) from None
-            settling.complete_if_done(store, run.run_id, lease.version)
-        counts = store.queries.counts(run.run_id)
-        env.say(f"run {run.run_id}: {counts.summary()}")
-        now = store.core.get_run(run.run_id)
-        return now, counts, report.effective_state(store, now)
+        try:
+            return _settle_by_hand(env, store, run, item_ref, mark, evidence, decided)
+        except NotifierError as exc:
+            if decided and exc.then is NextStep.RESUME:
+                # A storage failure after a decision was committed: it stands.
+                raise NeedsAttention(_cut_short_after(run, decided, exc)) from exc
+            raise
     finally:
         store.close()
+
+
+def _settle_by_hand(
+    env: Env,
+    store: Store,
+    run: Run,
+    item_ref: str | None,
+    mark: str | None,
+    evidence: str | None,
+    decided: list[str],
+) -> tuple[Run, Counts, RunState]:
+    """reconcile_manually's work on its open store, noting each decision in `decided` as it
+    is committed."""
+    with working.take_lease(store, run, env.config.lease_ttl_s) as lease:
+        if item_ref is not None and mark is not None and evidence is not None:
+            version = lease.version
+            marked = settling.decide_by_hand(env, store, run, item_ref, mark, evidence, version)
+            decided.append(f"item {marked.item_id} → {mark}")
+            env.say(marked_message(marked))
+        else:
+            unknown = list(store.queries.items(run.run_id, [ItemState.UNKNOWN]))
+            if not unknown:
+                env.say(f"run {run.run_id} has no unknown items.")
+            else:
+                echo(_LEGEND)
+            try:
+                for item in unknown:
+                    if not _ask_about(env, store, run, item, lease.version, decided):
+                        break
+            except KeyboardInterrupt:
+                # A decision being written when it came was rolled back whole.
+                settling.complete_if_done(store, run.run_id, lease.version)
+                counts = store.queries.counts(run.run_id)
+                raise Interrupted(_interrupted(run, decided, counts)) from None
+        settling.complete_if_done(store, run.run_id, lease.version)
+    counts = store.queries.counts(run.run_id)
+    env.say(f"run {run.run_id}: {counts.summary()}")
+    now = store.core.get_run(run.run_id)
+    return now, counts, report.effective_state(store, now)
+
+
+def _cut_short_after(run: Run, decided: list[str], exc: NotifierError) -> str:
+    """A storage failure (`exc`, saying its cause and fix) that came after `decided` were
+    committed: they stand, and what came after them (closing the run once nothing is left
+    to settle, the next question) is what a manual reconcile of the run finishes. Never the
+    same command again: an item already decided is refused."""
+    return (
+        f"{exc}. {len(decided)} decision(s) were recorded before it and stand "
+        f"({'; '.join(decided)}); what the command did after them was not. Then run "
+        f"`notifier reconcile --manual {run.run_id}`: it asks only about the items still "
+        "unknown (none are asked twice) and closes the run once nothing is left to settle."
+    )
 
 
 def marked_message(marked: settling.Marked) -> str:
