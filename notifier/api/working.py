@@ -38,6 +38,27 @@ def work_run(
     """Take the run's lease, then settle and send until done, stopped or interrupted.
     `announce` runs once the lease is held: nothing says "resuming" before it is.
     `observer` is told what happens (--metrics-port, --log-format json)."""
+    try:
+        return _work(env, store, run, options, advance, announce, observer)
+    except NotifierError as exc:
+        if exc.then is NextStep.RESUME and exc.then_run is None:
+            # The run it goes on with, named, wherever the failure came (taking or letting
+            # go of the lease too): a plain `resume` takes the newest unfinished run, which
+            # may be another.
+            exc.advise(NextStep.RESUME, run.run_id)
+        raise
+
+
+def _work(
+    env: Env,
+    store: Store,
+    run: Run,
+    options: RunOptions,
+    advance: Callable[[int], None],
+    announce: Callable[[], None],
+    observer: Observer,
+) -> RunResult:
+    """work_run's body: its failures as they come."""
     plan = crash.from_env()
     for note in config_module.snapshot_drift(run.channel_snapshot, env.config):
         env.say(f"note: {note}")
@@ -72,14 +93,7 @@ def work_run(
             },
             observer=observer,
         )
-        try:
-            result = runner.run()
-        except NotifierError as exc:
-            if exc.then is NextStep.RESUME and exc.then_run is None:
-                # The run it goes on with, named: a plain `resume` takes the newest
-                # unfinished run, which may be another.
-                exc.advise(NextStep.RESUME, run.run_id)
-            raise
+        result = runner.run()
         if result.counts.unknown:
             # Unknown items that only wait for their window: advised to a plain reconcile
             # then, not to a manual mark (marked not sent, they could be sent twice).
