@@ -144,6 +144,15 @@ class SqliteEngine:
             if _disk_failed(exc):
                 raise _unopenable(path, exc) from exc
             raise
+        except StorageFailed as exc:
+            # A write of the open's own (its migrations) failed: the command did nothing
+            # yet, so it is the command that runs again, never a resume.
+            cause = exc.__cause__
+            if isinstance(cause, sqlite3.OperationalError) and _locked(cause):
+                raise _held_by_another(path, cause, "Nothing was read or changed.") from cause
+            if isinstance(cause, sqlite3.OperationalError) and _disk_failed(cause):
+                raise _unopenable(path, cause) from cause
+            raise
 
     @classmethod
     def _opened(cls, path: Path, *, readonly: bool, audited: bool) -> Self:
@@ -338,7 +347,13 @@ class SqliteEngine:
                 "(dmesg, df)"
             ).advise(NextStep.RESUME)
         if _locked(exc):
-            return _held_by_another(self.path, exc, safe)
+            # Mid-command: what goes on from what was recorded (a run's resume, or the same
+            # command that recorded nothing), as after a full disk; the command layer words it.
+            return StorageFailed(
+                f"{self.path}: locked by another program for longer than the 10 s busy "
+                f"timeout ({exc}). {safe} Find what holds it (e.g. `fuser {self.path}`) and "
+                "let it finish or stop it"
+            ).advise(NextStep.RESUME)
         if code == sqlite3.SQLITE_READONLY:
             return DatabaseUnwritable(
                 f"{self.path}: cannot be written ({exc}). Nothing was changed by this write. "
@@ -616,8 +631,8 @@ def _check_writable(path: Path) -> None:
 
 
 def _held_by_another(path: Path, exc: Exception, safe: str) -> StorageFailed:
-    """Another program's lock outlasted the busy timeout: at open or at a write, `safe`
-    saying what that left."""
+    """Another program's lock outlasted the busy timeout at the open, `safe` saying what
+    that left (at a write: storage_failure)."""
     return StorageFailed(
         f"{path}: locked by another program for longer than the 10 s busy timeout ({exc}). "
         f"{safe} Find what holds it (e.g. `fuser {path}`), let it finish or stop it, then "
