@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 
 from notifier.domain.clock import parse
 from notifier.domain.intent import draft_digest, intent_digest
-from notifier.domain.records import EventKind
+from notifier.domain.records import EventKind, StopCause, unknown_left_reason
 from notifier.domain.state_machine import (
     IllegalMove,
     ItemState,
@@ -45,6 +45,8 @@ from notifier.domain.state_machine import (
 
 # The item columns an event's `set` may write, and replay compares.
 ITEM_COLUMNS = ("receipt_id", "last_error", "next_attempt_at")
+# Why a run stopped (the prose `status` prints, and its cause): written with the run's moves.
+STOP_COLUMNS = ("stop_reason", "stop_cause")
 _TRIGGERS = frozenset(t.value for t in ItemTrigger)
 _RUN_EVENT = "run_"
 
@@ -246,6 +248,8 @@ class Rebuilt:
     # (seq, the start time a claim found, the one the item's last move left it): another
     # start time written in between, by nothing that chained it.
     unmoved_starts: list[tuple[int, Any, str]] = field(default_factory=list)
+    # Why the run stopped, as its last move that wrote it left it (STOP_COLUMNS).
+    stop: dict[str, Any] = field(default_factory=lambda: dict.fromkeys(STOP_COLUMNS))
 
 
 def replay(items: Iterable[tuple[int, str]], events: Iterable[EventRecord]) -> Rebuilt:
@@ -413,6 +417,9 @@ def _run_move(rebuilt: Rebuilt, event: EventRecord, detail: Mapping[str, Any]) -
         rebuilt.state = run_next(trigger, RunState(rebuilt.state)).value
     except (ValueError, IllegalMove):
         _illegal(rebuilt, event, "kind", rebuilt.state, event.kind)
+    for column in STOP_COLUMNS:
+        if column in detail:
+            rebuilt.stop[column] = detail[column]
     if "approval" in detail:
         approval = detail["approval"]
         try:
@@ -524,6 +531,42 @@ def compare_run(
         lambda n: f"decision {n}",
     )
     return found
+
+
+def compare_stop(rebuilt: Rebuilt, stored: Mapping[str, Any] | None) -> list[Difference]:
+    """Why the run stopped (`stored`: the STOP_COLUMNS at hand, an export holds no cause;
+    None: not at hand) against what the last move that wrote it chained: a rejection's
+    reviewer or reason, or a cancel passed off as a reviewer's rejection, rewritten. The
+    one reason written without an event, a pause's count of items of unknown outcome, is
+    brought up to date as a reconcile settles them (api/settling.py complete_if_done): any
+    count, or none (then no cause either), holds for a run whose move paused it so."""
+    if stored is None or (
+        rebuilt.stop["stop_cause"] == StopCause.UNKNOWN_LEFT and _settled(stored)
+    ):
+        return []
+    return [
+        Difference(Table.RUNS, "the run", Change.DIFFERS, column, stored[column],
+                   rebuilt.stop[column])
+        for column in STOP_COLUMNS
+        if column in stored and stored[column] != rebuilt.stop[column]
+    ]  # fmt: skip
+
+
+def _settled(stored: Mapping[str, Any]) -> bool:
+    """Whether a pause for unknown outcomes reads as a reconcile leaves it: counting the
+    items still unknown (with its cause), or cleared (reason and cause)."""
+    reason = stored.get("stop_reason")
+    cause = stored.get("stop_cause", StopCause.UNKNOWN_LEFT.value if reason else None)
+    if reason is None:
+        return cause is None
+    count = reason.split(" ", 1)[0] if isinstance(reason, str) else ""
+    return (
+        cause == StopCause.UNKNOWN_LEFT
+        and count.isascii()
+        and count.isdigit()
+        and int(count) > 0
+        and reason == unknown_left_reason(int(count))
+    )
 
 
 def json_value(text: str | None) -> Any:

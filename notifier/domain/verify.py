@@ -45,6 +45,7 @@ from notifier.domain.replay import (
     compare_drafts,
     compare_items,
     compare_run,
+    compare_stop,
     json_value,
     replay,
 )
@@ -85,6 +86,9 @@ class RunHead:
     # Whether a plain row without an id is identified by its row digest (m021 applied):
     # before, by its intent digest, its deadline and line breaks included.
     rows_by_row_digest: bool = True
+    # Why the run stopped, as stored (replay.STOP_COLUMNS: the prose and its cause; an
+    # export holds the prose alone); None where not at hand.
+    stopped: Mapping[str, str | None] | None = None
 
     def chained_when_planned(self) -> bool:
         """Whether the run was planned after its database began chaining every run: then it
@@ -206,6 +210,7 @@ def _replayed(source: AuditSource, head: RunHead) -> list[Difference]:
     run = replay((), source.run_events(head.run_id))
     stored = {"state": head.state, "fingerprint": head.fingerprint, "approval": head.approval}
     found = compare_run(run, stored, head.items, source.decisions(head.run_id))
+    found += compare_stop(run, head.stopped)
     fingerprint, inputs, drafted = Fingerprinting(), DraftingInputs(), True
     identities, keys_at_hand = Identities(), True
     schedules = _PlannedSchedules()

@@ -24,7 +24,7 @@ from notifier.store.core import Core
 
 _RUN = (
     "SELECT run_id, state, created_at, fingerprint, approval, channel_snapshot, options, "
-    "{nonce}, {chain} FROM runs WHERE run_id = %(run_id)s"
+    "{nonce}, {chain}, stop_reason, {cause} FROM runs WHERE run_id = %(run_id)s"
 )
 _RUN_IDS = "SELECT run_id FROM runs ORDER BY created_at, run_id"
 _COUNT = "SELECT COUNT(*) FROM items WHERE run_id = %(run_id)s"
@@ -84,6 +84,7 @@ _ITEM_EVENTS = _EVENT + f"WHERE {_IN.format(seq='item_seq')} ORDER BY item_seq, 
 _NO_CHAIN = "NULL AS audit_chain, NULL AS audit_key_id"
 _NO_LINKS = "NULL AS prev_hash, NULL AS hash"
 _NO_NONCE = "NULL AS key_nonce"  # a database from before m002
+_NO_CAUSE = "NULL AS stop_cause"  # a database from before m011
 
 
 class AuditRecords:
@@ -130,8 +131,10 @@ class AuditRecords:
 
     def head(self, run_id: str) -> RunHead | None:
         chain = "audit_chain, audit_key_id" if self._chained() else _NO_CHAIN
-        nonce = "key_nonce" if "key_nonce" in self.engine.columns("runs") else _NO_NONCE
-        statement = _RUN.format(chain=chain, nonce=nonce)
+        columns = self.engine.columns("runs")
+        nonce = "key_nonce" if "key_nonce" in columns else _NO_NONCE
+        cause = "stop_cause" if "stop_cause" in columns else _NO_CAUSE
+        statement = _RUN.format(chain=chain, nonce=nonce, cause=cause)
         row = self.engine.execute(statement, {"run_id": run_id}).fetchone()
         if row is None:
             return None
@@ -146,7 +149,8 @@ class AuditRecords:
         return RunHead(run_id, row.audit_chain, row.audit_key_id, row.state, int(count),
                        row.created_at, self.chained_since(), row.fingerprint, row.approval,
                        row.channel_snapshot, row.options, row.key_nonce, counted,
-                       self._applied_at(_ROW_DIGESTS) is not None)  # fmt: skip
+                       self._applied_at(_ROW_DIGESTS) is not None,
+                       {"stop_reason": row.stop_reason, "stop_cause": row.stop_cause})  # fmt: skip
 
     def chained_since(self) -> str | None:
         """When m013 was applied to this database: every run planned after it is chained."""

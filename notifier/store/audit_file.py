@@ -543,7 +543,7 @@ class AuditFile:
         return RunHead(run_id, run["audit_chain"], run["audit_key_id"], run["state"],
                        self.item_count(), run["created_at"], self.meta.get("chained_since"),
                        run["fingerprint"], run["approval"], run.get("channel_snapshot"),
-                       run["options"])  # fmt: skip
+                       run["options"], stopped={"stop_reason": run["stop_reason"]})  # fmt: skip
 
     def item_seqs(self, run_id: str) -> Iterator[int]:
         for (seq,) in self.db.execute("SELECT seq FROM items ORDER BY seq"):
