@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import psycopg
-
 import pytest
 
 from ..conftest import Workspace, make_rows
@@ -39,6 +38,7 @@ def write_locked(ws: Workspace) -> Iterator[None]:
     with psycopg.connect(str(ws.db)) as session, session.transaction():
         session.execute("LOCK TABLE items IN SHARE MODE")  # reads go on, writes wait
         yield
+
 
 ROWS = 20
 
