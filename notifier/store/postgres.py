@@ -76,22 +76,23 @@ _NOTHING_WRITTEN = "Nothing was written."
 def _waited(path: str, exc: Exception, what: str, safe: str) -> StorageFailed | None:
     """A statement that waited past a bound: a lock another session held longer than the
     lock timeout (a migration, an administrator's LOCK TABLE, a VACUUM FULL), or one the
-    server cancelled. None: neither. `safe` says what the failure left."""
+    server cancelled. None: neither. `safe` says what the failure left. What goes on from
+    what was recorded (a run's resume, or the same command) is the command layer's to word,
+    as after any storage failure."""
     cause = first_line(exc)
     if isinstance(exc, pg_errors.LockNotAvailable):
         return StorageFailed(
             f"{path}: locked by another session for longer than {LOCK_TIMEOUT_S} s ({cause}). "
-            f"{safe} Find it in pg_stat_activity, let it finish or end it, then run the "
-            "command again."
-        )
+            f"{safe} Find it in pg_stat_activity and let it finish or end it"
+        ).advise(NextStep.RESUME)
     if isinstance(exc, pg_errors.QueryCanceled):
         # Not a lock (that is LockNotAvailable): every session clears statement_timeout
         # (_session_options), so an administrator cancelled it (pg_cancel_backend) or set one.
         return StorageFailed(
             f"{path}: the server cancelled this {what} ({cause}): an administrator's "
-            f"pg_cancel_backend, or a statement_timeout set on the connection. {safe} Run "
-            "the command again."
-        )
+            f"pg_cancel_backend, or a statement_timeout set on the connection. {safe} Let it "
+            "run"
+        ).advise(NextStep.RESUME)
     return None
 
 
