@@ -140,7 +140,7 @@ class SqliteEngine:
             return cls._opened(path, readonly=readonly, audited=audited)
         except sqlite3.OperationalError as exc:
             if _locked(exc):
-                raise _held_by_another(path, exc, "Nothing was read or changed.") from exc
+                raise _locked_at_open(path, exc) from exc
             if _disk_failed(exc):
                 raise _unopenable(path, exc) from exc
             raise
@@ -149,7 +149,7 @@ class SqliteEngine:
             # yet, so it is the command that runs again, never a resume.
             cause = exc.__cause__
             if isinstance(cause, sqlite3.OperationalError) and _locked(cause):
-                raise _held_by_another(path, cause, "Nothing was read or changed.") from cause
+                raise _locked_at_open(path, cause) from cause
             if isinstance(cause, sqlite3.OperationalError) and _disk_failed(cause):
                 raise _unopenable(path, cause) from cause
             raise
@@ -349,11 +349,7 @@ class SqliteEngine:
         if _locked(exc):
             # Mid-command: what goes on from what was recorded (a run's resume, or the same
             # command that recorded nothing), as after a full disk; the command layer words it.
-            return StorageFailed(
-                f"{self.path}: locked by another program for longer than the 10 s busy "
-                f"timeout ({exc}). {safe} Find what holds it (e.g. `fuser {self.path}`) and "
-                "let it finish or stop it"
-            ).advise(NextStep.RESUME)
+            return StorageFailed(_held_by_another(self.path, exc, safe)).advise(NextStep.RESUME)
         if code == sqlite3.SQLITE_READONLY:
             return DatabaseUnwritable(
                 f"{self.path}: cannot be written ({exc}). Nothing was changed by this write. "
@@ -630,14 +626,20 @@ def _check_writable(path: Path) -> None:
     )
 
 
-def _held_by_another(path: Path, exc: Exception, safe: str) -> StorageFailed:
-    """Another program's lock outlasted the busy timeout at the open, `safe` saying what
-    that left (at a write: storage_failure)."""
-    return StorageFailed(
+def _held_by_another(path: Path, exc: Exception, safe: str) -> str:
+    """Another program's lock outlasted the busy timeout, `safe` saying what that left: at
+    the open, the command runs again; at a write, what goes on from what was recorded is the
+    command layer's to word (storage_failure)."""
+    return (
         f"{path}: locked by another program for longer than the 10 s busy timeout ({exc}). "
-        f"{safe} Find what holds it (e.g. `fuser {path}`), let it finish or stop it, then "
-        "run the command again."
+        f"{safe} Find what holds it (e.g. `fuser {path}`) and let it finish or stop it"
     )
+
+
+def _locked_at_open(path: Path, exc: Exception) -> StorageFailed:
+    """The open met another program's lock: nothing was done, so the command runs again."""
+    said = _held_by_another(path, exc, "Nothing was read or changed.")
+    return StorageFailed(f"{said}, then run the command again.")
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
