@@ -122,3 +122,18 @@ def test_a_pauses_count_of_unknown_items_brought_up_to_date_by_reconcile_holds(
         assert stop()[0] == left
         found = verdict(ws, "paused")
         assert (found.verdict, found.findings) == (AuditVerdict.KEYED, ())
+
+
+def test_a_pauses_count_of_unknown_items_raised_is_named(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reconcile only ever lowers the count (it settles unknown items; a resume that
+    leaves more pauses again, with an event): a count above the one the pause chained was
+    written by nothing of notifier's."""
+    keyed(monkeypatch)
+    send(ws, "paused", 6, lose_2_and_5)
+    ws.write("UPDATE runs SET stop_reason = '5 item(s) with unknown outcome' "
+             "WHERE run_id = 'paused'")  # fmt: skip
+    found = verdict(ws, "paused")
+    assert found.verdict is AuditVerdict.ALTERED
+    assert named(found) == {("runs", "the run", "differs", "stop_reason")}
