@@ -307,8 +307,9 @@ _TEXT_READERS = frozenset(
 
 
 def stop_reason_parsed(source: str) -> list[int]:
-    """The lines where a run's `stop_reason`, or a name given it, is read as text: a string
-    method called on it, an `in` test on it, or it handed to a string or pattern method."""
+    """The lines where a run's `stop_reason` (an attribute, or a record's key), or a name
+    given it, is read as text: a string method called on it, an `in` test on it, or it
+    handed to a string or pattern method."""
     found: list[int] = []
     for scope in ast.walk(ast.parse(source)):
         if not isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef | ast.Module):
@@ -317,7 +318,8 @@ def stop_reason_parsed(source: str) -> list[int]:
             target.id
             for node in ast.walk(scope)
             if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None
-            and any(isinstance(n, ast.Attribute) and n.attr == "stop_reason"
+            and any((isinstance(n, ast.Attribute) and n.attr == "stop_reason")
+                    or (isinstance(n, ast.Constant) and n.value == "stop_reason")
                     for n in ast.walk(node.value))
             for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
             if isinstance(target, ast.Name)
@@ -359,8 +361,11 @@ def test_the_stop_reason_finder_finds_prose_parsed() -> None:
         "    return PATTERN.fullmatch(run.stop_reason)\n"
         "def g(run):\n"
         "    return run.stop_reason == 'x' or run.stop_cause in CAUSES\n"
+        "def h(stored):\n"
+        "    reason = stored.get('stop_reason')\n"
+        "    return reason.split(' ', 1)[0]\n"
     )
-    assert stop_reason_parsed(source) == [3, 5, 7]
+    assert stop_reason_parsed(source) == [3, 5, 7, 12]
 
 
 def test_no_stop_reason_is_parsed_from_its_text() -> None:
