@@ -533,15 +533,19 @@ def compare_run(
     return found
 
 
-def compare_stop(rebuilt: Rebuilt, stored: Mapping[str, Any] | None) -> list[Difference]:
+def compare_stop(
+    rebuilt: Rebuilt, stored: Mapping[str, Any] | None, items: int
+) -> list[Difference]:
     """Why the run stopped (`stored`: the STOP_COLUMNS at hand, an export holds no cause;
     None: not at hand) against what the last move that wrote it chained: a rejection's
     reviewer or reason, or a cancel passed off as a reviewer's rejection, rewritten. The
     one reason written without an event, a pause's count of items of unknown outcome, is
-    brought up to date as a reconcile settles them (api/settling.py complete_if_done): any
-    count, or none (then no cause either), holds for a run whose move paused it so."""
+    brought down to date as a reconcile settles them (api/settling.py complete_if_done):
+    a lower count (the run has `items`), or none (then no cause either), holds for a run
+    whose move paused it so."""
     if stored is None or (
-        rebuilt.stop["stop_cause"] == StopCause.UNKNOWN_LEFT and _settled(stored)
+        rebuilt.stop["stop_cause"] == StopCause.UNKNOWN_LEFT
+        and _settled(stored, rebuilt.stop["stop_reason"], items)
     ):
         return []
     return [
@@ -552,21 +556,24 @@ def compare_stop(rebuilt: Rebuilt, stored: Mapping[str, Any] | None) -> list[Dif
     ]  # fmt: skip
 
 
-def _settled(stored: Mapping[str, Any]) -> bool:
-    """Whether a pause for unknown outcomes reads as a reconcile leaves it: counting the
-    items still unknown (with its cause), or cleared (reason and cause)."""
+def _settled(stored: Mapping[str, Any], paused: Any, items: int) -> bool:
+    """Whether a pause for unknown outcomes (`paused`: the reason it chained) reads as a
+    reconcile leaves it: cleared (reason and cause), or counting fewer items with its cause.
+    The counts are written out as the pause writes them, from 1 up to the one it chained,
+    never read back from the text."""
     reason = stored.get("stop_reason")
     cause = stored.get("stop_cause", StopCause.UNKNOWN_LEFT.value if reason else None)
     if reason is None:
         return cause is None
-    count = reason.split(" ", 1)[0] if isinstance(reason, str) else ""
-    return (
-        cause == StopCause.UNKNOWN_LEFT
-        and count.isascii()
-        and count.isdigit()
-        and int(count) > 0
-        and reason == unknown_left_reason(int(count))
-    )
+    if cause != StopCause.UNKNOWN_LEFT:
+        return False
+    for count in range(1, items + 1):
+        written = unknown_left_reason(count)
+        if written == reason:
+            return True
+        if written == paused:
+            return False  # a count above the one the pause chained
+    return False
 
 
 def json_value(text: str | None) -> Any:

@@ -210,7 +210,7 @@ def _replayed(source: AuditSource, head: RunHead) -> list[Difference]:
     run = replay((), source.run_events(head.run_id))
     stored = {"state": head.state, "fingerprint": head.fingerprint, "approval": head.approval}
     found = compare_run(run, stored, head.items, source.decisions(head.run_id))
-    found += compare_stop(run, head.stopped)
+    found += compare_stop(run, head.stopped, head.items)
     fingerprint, inputs, drafted = Fingerprinting(), DraftingInputs(), True
     identities, keys_at_hand = Identities(), True
     schedules = _PlannedSchedules()
