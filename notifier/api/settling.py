@@ -279,10 +279,15 @@ def decide_by_hand(
         ).advise(NextStep.LIST_UNKNOWN, run.run_id)
     abandoned = item.state is ItemState.FAILED and store.queries.abandoned(run.run_id, item.seq)
     if item.state is not ItemState.UNKNOWN and not (abandoned and mark == "not-sent"):
-        raise BadInput(
+        refused = BadInput(
             f"item {item.item_id} (seq {item.seq}) is {item.state.value}, not unknown: only "
             "unknown items, and abandoned ones (to mark not-sent), are settled by hand.",
         )
+        if item.state is ItemState.IN_FLIGHT:
+            # Left by a process that is gone (a live one holds the lease this command took):
+            # its request may have reached the receiver, which a query by key tells.
+            raise refused.advise(NextStep.SETTLE_IN_FLIGHT_FIRST, run.run_id)
+        raise refused
     if not evidence.strip():
         raise BadInput("--evidence is required: say what the decision rests on.")
     if mark == "not-sent" and any(

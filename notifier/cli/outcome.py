@@ -262,6 +262,12 @@ _ADVICE: dict[NextStep, Callable[[str, str], str]] = {
         "process, a `notifier send` say, still has it open, under SQLite's locks: one moment)."
     ),
     NextStep.REPORT: lambda said, rid: f"{said} `notifier report {rid}` shows the run.",
+    NextStep.SETTLE_IN_FLIGHT_FIRST: lambda said, rid: (
+        f"{said} Its request may have reached the receiver: `notifier reconcile {rid}` "
+        "settles it first by asking the receiver under its key (sent, or never delivered), "
+        "sending nothing; where no query can tell, it becomes unknown, and `notifier "
+        f"reconcile --manual {rid}` then takes your mark."
+    ),
     NextStep.REVIEW_THEN_APPROVE: lambda said, rid: (
         f"{said} Review it again with `notifier status`, then approve."
     ),

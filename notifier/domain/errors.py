@@ -36,6 +36,8 @@ class NextStep(StrEnum):
     READ_ONLY = "read_only"  # the reading commands still work; the others need it writable
     SEND_FIRST = "send_first"  # no database yet: a send creates it, or --db names another
     LIST_UNKNOWN = "list_unknown"  # the run's report lists its unknown items by id
+    # an item left in flight: a reconcile by query settles it first, then a mark by hand
+    SETTLE_IN_FLIGHT_FIRST = "settle_in_flight_first"
     LIST_PENDING = "list_pending"  # the run's report lists the items it still has to send
     VERIFY = "verify"  # verify names every row that is not what was recorded
     LIST_RUNS = "list_runs"  # the runs list names the run that was meant
