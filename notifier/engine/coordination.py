@@ -29,7 +29,7 @@ from notifier.engine.membership import holder_alive
 from notifier.engine.pipeline import SharedBucket, TokenBucket
 from notifier.engine.run_control import RunControl, Stop
 from notifier.engine.settle_by_query import Asking, settle, settle_doubts, settle_items, settle_left
-from notifier.store import LeaseLost, LossCause, Store, WorkerFence
+from notifier.store import Adopted, LeaseLost, LossCause, Store, WorkerFence
 
 # The cause stored with each way a run stops short (runs.stop_cause).
 CAUSES: Mapping[Stop, StopCause] = {
@@ -466,12 +466,12 @@ class Shared(Coordination):
         """Fence out dead workers and adopt what they left in flight (and unknown items no
         live worker holds), in one transaction: the items to settle by query before this
         worker sends any of them (claims take pending items only)."""
-        adopted = self.store.leases.reap_dead_workers(
+        adopted = self.store.leases.adopt_orphans(
             self.run_id, self.worker_id, self.lease_version, holder_alive
         )
-        if adopted:
-            self.p.say(f"settling {len(adopted)} item(s) left by a worker that died")
-        return [self.store.queries.item(self.run_id, seq) for seq in adopted]
+        if adopted.seqs:
+            self.p.say(_settling(adopted))
+        return [self.store.queries.item(self.run_id, seq) for seq in adopted.seqs]
 
     def adopt_and_settle(self) -> bool:
         """`adopt`, and settle what was adopted by query here, before this worker sends
@@ -509,6 +509,29 @@ class Shared(Coordination):
     def close(self) -> None:
         if self._bucket_store is not None and self._bucket_store is not self.store:
             self._bucket_store.close()
+
+
+def _settling(adopted: Adopted) -> str:
+    """What a worker adopting items says: how many, and who left them (how many workers,
+    which died and which exited; a worker that exited left unknown items to settle)."""
+    said = f"settling {len(adopted.seqs)} item(s)"
+    workers = adopted.died + adopted.exited
+    if workers == 1:
+        said += f" left by a worker that {'died' if adopted.died else 'exited'}"
+    elif workers and not (adopted.died and adopted.exited):
+        said += f" left by {workers} workers that {'died' if adopted.died else 'exited'}"
+    elif workers:
+        said += (
+            f" left by {workers} workers: {_how_many(adopted.died)} that died, "
+            f"{_how_many(adopted.exited)} that exited"
+        )
+    if adopted.unheld:
+        said += f"{', and' if workers else ''} {adopted.unheld} held by no worker"
+    return said
+
+
+def _how_many(n: int) -> str:
+    return "one" if n == 1 else str(n)
 
 
 def for_run(

@@ -40,7 +40,7 @@ from notifier.store.exceptions import (
     StoreRefused,
 )
 from notifier.store.history import RowHistory
-from notifier.store.leases import Leases
+from notifier.store.leases import Adopted, Leases
 from notifier.store.ledger import Ledger
 from notifier.store.plans import Planning
 from notifier.store.prior import Prior
@@ -149,6 +149,7 @@ class Store:
 
 __all__ = [
     "ATTENTION_STATES",
+    "Adopted",
     "DatabaseUnwritable",
     "LeaseHeld",
     "LeaseLost",

@@ -9,6 +9,7 @@ them lives, and fences the dead ones out when taken."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -22,6 +23,18 @@ from notifier.store.statements import leases as sql
 Alive = Callable[[dict[str, Any], str | None], bool]
 # How many items one statement adopts at most (a bound on its parameters).
 _ADOPT_AT_ONCE = 500
+
+
+@dataclass(frozen=True)
+class Adopted:
+    """What a worker adopted (the seqs), and who had left it: how many workers that died
+    (fenced out as dead, now or before) and that exited (released their lease), and how
+    many of the items no worker held."""
+
+    seqs: list[int] = field(default_factory=list)
+    died: int = 0
+    exited: int = 0
+    unheld: int = 0
 
 
 class Leases:
@@ -174,20 +187,27 @@ class Leases:
         rows = self.engine.execute(self._live_workers_statement, {"run_id": run_id}).fetchall()
         return [Worker(*tuple(row)) for row in rows]
 
-    @retried
     def reap_dead_workers(
         self, run_id: str, worker_id: str, version: int, holder_alive: Alive
     ) -> list[int]:
+        """adopt_orphans' adopted seqs."""
+        return self.adopt_orphans(run_id, worker_id, version, holder_alive).seqs
+
+    @retried
+    def adopt_orphans(
+        self, run_id: str, worker_id: str, version: int, holder_alive: Alive
+    ) -> Adopted:
         """Fence out every dead worker of the run and adopt what they left: their in-flight
         items, and unknown items no live worker holds, now held by `worker_id`, which must
-        settle them (by query) before it sends anything again. Returns the adopted seqs."""
+        settle them (by query) before it sends anything again. Returns what was adopted,
+        and who had left it."""
         candidates = [
             w
             for w in self._live_workers(run_id)
             if w.worker_id != worker_id and not holder_alive(w.owner, w.expires_at)
         ]
         if not candidates and not self._orphans(run_id, worker_id):
-            return []  # the usual case: one read, no write transaction
+            return Adopted()  # the usual case: one read, no write transaction
         at = clock.now_iso()
         with self.core.write(run_id, version):
             for worker in candidates:  # before the run's row: see acquire_lease
@@ -198,14 +218,23 @@ class Leases:
                 self._reap(worker, at, wait=False)
             # Two live workers reaping at once adopt in turn: the second finds nothing left.
             self.core.locked_run(run_id)
-            adopted = self._orphans(run_id, worker_id)
+            held = self.engine.execute(
+                sql.ORPHANS_HELD, {"run_id": run_id, "worker_id": worker_id}
+            ).fetchall()
+            adopted = [seq for (seq, _, _) in held]
             for start in range(0, len(adopted), _ADOPT_AT_ONCE):
                 chunk = adopted[start : start + _ADOPT_AT_ONCE]
                 self.engine.execute(
                     sql.adopt_items(len(chunk)),
                     {"worker_id": worker_id, "run_id": run_id, **statements.bound("s", chunk)},
                 )
-        return adopted
+        holders = {holder: state for (_, holder, state) in held if state is not None}
+        return Adopted(
+            adopted,
+            died=sum(1 for state in holders.values() if state == "reaped"),
+            exited=sum(1 for state in holders.values() if state == "released"),
+            unheld=sum(1 for (_, _, state) in held if state not in ("reaped", "released")),
+        )
 
     def held_in_flight(self, run_id: str, worker_id: str) -> list[int]:
         """The items `worker_id` holds in flight (the seqs, in order)."""

@@ -57,6 +57,15 @@ ORPHANS = (
     "AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.worker_id = i.worker_id "
     "AND w.state = 'live') ORDER BY seq"
 )
+# The same items, each with the worker that held it and that worker's state (reaped: fenced
+# out as dead; released: it exited; NULL: held by no worker).
+ORPHANS_HELD = (
+    "SELECT i.seq, i.worker_id, (SELECT w.state FROM workers w WHERE w.worker_id = "
+    "i.worker_id) FROM items i WHERE i.run_id = %(run_id)s AND i.state IN "
+    "('in_flight', 'unknown') AND (i.worker_id IS NULL OR i.worker_id != %(worker_id)s) "
+    "AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.worker_id = i.worker_id "
+    "AND w.state = 'live') ORDER BY seq"
+)
 LEAVE_RUN = (
     "UPDATE workers SET state = 'released' WHERE worker_id = %(worker_id)s AND state = 'live'"
 )
