@@ -384,6 +384,12 @@ def _looked_early(answer: Answer | Unasked | None, since: datetime, now: datetim
     return looked < since
 
 
+def _not_delivered(answer: Answer) -> str:
+    """An item's error once a 404 that counts proved it undelivered: what is true of it from
+    then on, in place of the doubt (or the question still to ask) it carried before."""
+    return f"not delivered: {answer.detail}"
+
+
 def _head(item: Item) -> str:
     return f"item {item.seq} ({item.item_id}) key {item.idempotency_key}:"
 
@@ -453,8 +459,10 @@ def _settle(item: Item, settling: Settling, caps: Caps, now: datetime) -> Decisi
             if settling.run_finished
             else "will send again with the same key"
         )
+        # Written with the move, over an earlier "not found yet; asking again at …": proven
+        # now, the item is asked about no more (a finished run never sends it either).
         return Decision(
-            Outcome(item.seq, ItemTrigger.NOT_FOUND, closes),
+            Outcome(item.seq, ItemTrigger.NOT_FOUND, closes, error=_not_delivered(answer)),
             f"{head} not found → nothing was delivered; {then}",
         )
     why = answer.detail if answer is not None else "the channel cannot be queried"
