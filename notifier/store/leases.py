@@ -187,12 +187,6 @@ class Leases:
         rows = self.engine.execute(self._live_workers_statement, {"run_id": run_id}).fetchall()
         return [Worker(*tuple(row)) for row in rows]
 
-    def reap_dead_workers(
-        self, run_id: str, worker_id: str, version: int, holder_alive: Alive
-    ) -> list[int]:
-        """adopt_orphans' adopted seqs."""
-        return self.adopt_orphans(run_id, worker_id, version, holder_alive).seqs
-
     @retried
     def adopt_orphans(
         self, run_id: str, worker_id: str, version: int, holder_alive: Alive

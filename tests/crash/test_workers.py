@@ -356,7 +356,10 @@ def test_a_reaped_worker_writes_nothing(ws: Workspace, pg_url: str) -> None:
         live = {"host": "elsewhere-2", "pid": 2, "started": None, "token": "new-worker"}
         new_version = new.leases.join_run("f1", live, 30, holder_alive)
         new = new.for_worker("new-worker")
-        assert new.leases.reap_dead_workers("f1", "new-worker", new_version, holder_alive) == [1, 2]
+        assert new.leases.adopt_orphans("f1", "new-worker", new_version, holder_alive).seqs == [
+            1,
+            2,
+        ]
         with pytest.raises(LeaseLost):
             old.ledger.claim("f1", old_version, 1)
         assert not old.leases.renew_worker("old-worker", old_version, 30)

@@ -117,9 +117,9 @@ def test_a_worker_lease_fences_its_own_store_not_the_one_it_was_taken_on(
                 joined = reaper.leases.join_run(
                     "f1", {**_NOBODY, "token": "reaper"}, 30, holder_alive
                 )
-                adopted = reaper.leases.reap_dead_workers(
+                adopted = reaper.leases.adopt_orphans(
                     "f1", "reaper", joined, lambda owner, at: owner["token"] != token
-                )
+                ).seqs
                 assert adopted == [1, 2]
                 for fenced in (held.store, secondary):
                     with pytest.raises(LeaseLost):
@@ -283,7 +283,7 @@ def test_a_worker_whose_renewal_landed_after_it_was_found_dead_is_not_reaped(
         b_version = b.leases.join_run("f1", {**_NOBODY, "token": "worker-b"}, 30, holder_alive)
         renewals: list[bool] = []
         alive = _renewed_once_found_dead(a, a_version, renewals)
-        adopted = b.leases.reap_dead_workers("f1", "worker-b", b_version, alive)
+        adopted = b.leases.adopt_orphans("f1", "worker-b", b_version, alive).seqs
         assert renewals == [True]
         assert adopted == []
         assert [item.seq for item in a.ledger.claim("f1", a_version, 1)] == [3]

@@ -285,14 +285,14 @@ def test_a_reap_skips_a_worker_whose_commit_is_open_and_takes_it_after(
         thread, claimed = in_thread(lambda: old.ledger.step("fence", old_version, [], 2))
         assert held.reached.wait(BOUND_S)
         reaper, skipped = in_thread(
-            lambda: new.leases.reap_dead_workers("fence", "worker-new", new_version, alive)
+            lambda: new.leases.adopt_orphans("fence", "worker-new", new_version, alive).seqs
         )
         reaper.join(BOUND_S)
         done_while_open = not reaper.is_alive()
         live_while_open = rows(pg_url, "SELECT state FROM workers WHERE worker_id = 'worker-old'")
         held.released.set()
         thread.join(BOUND_S)
-        adopted = new.leases.reap_dead_workers("fence", "worker-new", new_version, alive)
+        adopted = new.leases.adopt_orphans("fence", "worker-new", new_version, alive).seqs
     finally:
         old.close()
         new.close()
@@ -336,7 +336,7 @@ def test_two_workers_reaping_each_other_never_wait_on_each_other(
             def alive(owner: dict[str, Any], _expires: str | None) -> bool:
                 return bool(owner["token"] != other)  # each takes the other for dead
 
-            return lambda: store.leases.reap_dead_workers("mutual", me, version, alive)
+            return lambda: store.leases.adopt_orphans("mutual", me, version, alive).seqs
 
         x_thread, x_result = in_thread(reaping(x, "worker-x", x_version, "worker-y"))
         assert fenced.wait(BOUND_S)

@@ -51,20 +51,18 @@ def adopt_items(n: int) -> str:
 
 
 # Items in flight or unknown that no live worker holds.
-ORPHANS = (
-    "SELECT seq FROM items i WHERE i.run_id = %(run_id)s AND i.state IN "
-    "('in_flight', 'unknown') AND (i.worker_id IS NULL OR i.worker_id != %(worker_id)s) "
-    "AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.worker_id = i.worker_id "
-    "AND w.state = 'live') ORDER BY seq"
+_ORPHANED = (
+    "FROM items i WHERE i.run_id = %(run_id)s AND i.state IN ('in_flight', 'unknown') "
+    "AND (i.worker_id IS NULL OR i.worker_id != %(worker_id)s) AND NOT EXISTS "
+    "(SELECT 1 FROM workers w WHERE w.worker_id = i.worker_id AND w.state = 'live') "
+    "ORDER BY seq"
 )
+ORPHANS = f"SELECT seq {_ORPHANED}"
 # The same items, each with the worker that held it and that worker's state (reaped: fenced
 # out as dead; released: it exited; NULL: held by no worker).
 ORPHANS_HELD = (
     "SELECT i.seq, i.worker_id, (SELECT w.state FROM workers w WHERE w.worker_id = "
-    "i.worker_id) FROM items i WHERE i.run_id = %(run_id)s AND i.state IN "
-    "('in_flight', 'unknown') AND (i.worker_id IS NULL OR i.worker_id != %(worker_id)s) "
-    "AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.worker_id = i.worker_id "
-    "AND w.state = 'live') ORDER BY seq"
+    f"i.worker_id) {_ORPHANED}"
 )
 LEAVE_RUN = (
     "UPDATE workers SET state = 'released' WHERE worker_id = %(worker_id)s AND state = 'live'"
