@@ -63,6 +63,17 @@ class Waiting:
 
 
 def waiting(engine: Engine, run_id: str, at: str) -> Waiting:
-    """How many pending items may not be sent yet at `at`, and the earliest of their times."""
-    count, first = engine.execute(sql.WAITING, {"run_id": run_id, "at": at}).fetchone()
-    return Waiting(int(count), str(first) if first else None)
+    """How many pending items may not be sent yet at `at`, and the earliest of their times:
+    those whose start time is ahead, and those whose start time has come but whose window
+    is closed at `at` (a run stopped while it was open, looked at after it closed: no claim
+    has moved them on yet), with its next opening."""
+    key = {"run_id": run_id, "at": at}
+    count, first = engine.execute(sql.WAITING, key).fetchone()
+    total, times = int(count), [str(first)] if first else []
+    moment = clock.parse(at)
+    for spec, tz, n in engine.execute(sql.WINDOWS_DUE, key).fetchall():
+        later = reopen(str(spec), str(tz or "UTC"), moment)
+        if later is not None:
+            total += int(n)
+            times.append(later)
+    return Waiting(total, min(times, default=None))

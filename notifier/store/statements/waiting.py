@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from notifier.store.statements import DUE
+
 # A pending item outside its window waits for the window's next opening (no state moves).
 REOPEN = (
     "UPDATE items SET not_before = %(not_before)s WHERE run_id = %(run_id)s AND seq = %(seq)s "
@@ -15,4 +17,11 @@ NEXT_OPENING = (
 WAITING = (
     "SELECT COUNT(*), MIN(not_before) FROM items WHERE run_id = %(run_id)s "
     "AND state = 'pending' AND not_before IS NOT NULL AND not_before > %(at)s"
+)
+# Pending items whose start time has come, by the window and zone they wait on: those whose
+# window is closed now wait for its next opening as much as those a claim has moved on.
+WINDOWS_DUE = (
+    "SELECT send_window, send_tz, COUNT(*) FROM items WHERE run_id = %(run_id)s "
+    f"AND state = 'pending' AND send_window IS NOT NULL AND {DUE} "
+    "GROUP BY send_window, send_tz"
 )
