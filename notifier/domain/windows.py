@@ -136,23 +136,23 @@ def is_open(window: Window, tz: tzinfo, now: datetime) -> bool:
 def next_open(window: Window, tz: tzinfo, now: datetime) -> datetime:
     """The first instant at or after `now` at which the window is open (UTC); `now` itself
     when it is open. A range opens when the wall clock first reads its start: at the instant
-    of that wall time, or, when a clock change skips it, at the change."""
+    of that wall time, or, when a clock change skips it, at the change; and again at a
+    change that sets the clock back to a time inside it."""
     if is_open(window, tz, now):
         return now.astimezone(UTC)
     local_day = now.astimezone(tz).date()
     best: datetime | None = None
     for offset in range(-1, _HORIZON_DAYS):
         day = local_day + timedelta(days=offset)
+        # A range opens when the clock first reads its start, or, mid-range, when the clock
+        # going back carries it into the range again (it reads a repeated time inside it).
+        moments = _changes_around(day, tz)
         for r in window.ranges:
-            if day.weekday() not in r.days:
-                continue
-            for moment in _openings(day, r.start, tz):
-                if (
-                    moment >= now
-                    and (best is None or moment < best)
-                    and is_open(window, tz, moment)
-                ):
-                    best = moment
+            if day.weekday() in r.days:
+                moments += _openings(day, r.start, tz)
+        for moment in moments:
+            if moment >= now and (best is None or moment < best) and is_open(window, tz, moment):
+                best = moment
         if best is not None and best.astimezone(tz).date() <= day:
             break  # a later day's openings are later still
     if best is None:  # every range of a valid window opens within a week or two
@@ -186,6 +186,25 @@ def _readings(naive: datetime, tz: tzinfo) -> list[datetime]:
     if not found:  # skipped: the clock jumps from before `start` to after it
         found.append(_change_between(naive, tz))
     return found
+
+
+def _changes_around(day: date, tz: tzinfo) -> list[datetime]:
+    """The instant of the clock change around the local `day`, if any (from three hours
+    before its midnight to three hours after the next, so that a change is found on the day
+    it falls on whatever its hour): where the offset before it ends, bisected to the second."""
+    midnight = datetime(day.year, day.month, day.day, tzinfo=tz)
+    low = int(midnight.timestamp()) - 3 * 3600
+    high = low + 30 * 3600
+    before = datetime.fromtimestamp(low, tz).utcoffset()
+    if datetime.fromtimestamp(high, tz).utcoffset() == before:
+        return []
+    while high - low > 1:
+        middle = (low + high) // 2
+        if datetime.fromtimestamp(middle, tz).utcoffset() == before:
+            low = middle
+        else:
+            high = middle
+    return [datetime.fromtimestamp(high, UTC)]
 
 
 def _change_between(naive: datetime, tz: tzinfo) -> datetime:
