@@ -66,7 +66,8 @@ def waiting(engine: Engine, run_id: str, at: str) -> Waiting:
     """How many pending items may not be sent yet at `at`, and the earliest of their times:
     those whose start time is ahead, and those whose start time has come but whose window
     is closed at `at` (a run stopped while it was open, looked at after it closed: no claim
-    has moved them on yet), with its next opening."""
+    has moved them on yet), with its next opening. An item past its not_after waits for
+    nothing: it is expired, never sent, when the run next goes on."""
     key = {"run_id": run_id, "at": at}
     count, first = engine.execute(sql.WAITING, key).fetchone()
     total, times = int(count), [str(first)] if first else []
