@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from notifier.store.statements import DUE
-
 # A pending item outside its window waits for the window's next opening (no state moves).
 REOPEN = (
     "UPDATE items SET not_before = %(not_before)s WHERE run_id = %(run_id)s AND seq = %(seq)s "
@@ -22,9 +20,11 @@ WAITING = (
     f"AND state = 'pending' AND not_before IS NOT NULL AND not_before > %(at)s AND {_KEPT}"
 )
 # Pending items whose start time has come, by the window and zone they wait on: those whose
-# window is closed now wait for its next opening as much as those a claim has moved on.
+# window is closed now wait for its next opening as much as those a claim has moved on. An
+# item with a window always has a start time (planning stores both), so this reads the
+# partial index items_not_before: nothing at all for a run without start times.
 WINDOWS_DUE = (
     "SELECT send_window, send_tz, COUNT(*) FROM items WHERE run_id = %(run_id)s "
-    f"AND state = 'pending' AND send_window IS NOT NULL AND {DUE} AND {_KEPT} "
-    "GROUP BY send_window, send_tz"
+    "AND state = 'pending' AND not_before IS NOT NULL AND not_before <= %(at)s "
+    f"AND send_window IS NOT NULL AND {_KEPT} GROUP BY send_window, send_tz"
 )
