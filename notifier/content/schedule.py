@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol
@@ -227,6 +227,9 @@ class _Waiting(Protocol):
     @property
     def count(self) -> int: ...
 
+    @property
+    def next_at(self) -> str | None: ...
+
 
 class _Waits(Protocol):
     """What pause_cause reads of the store (its queries, Store.queries), typed so that this
@@ -235,9 +238,13 @@ class _Waits(Protocol):
     def waiting(self, run_id: str) -> _Waiting: ...
 
 
-def pause_cause(queries: _Waits, run_id: str) -> str:
-    """What a run that pauses rather than wait past --max-wait says it waits for."""
+def pause_cause(queries: _Waits, run_id: str, until: datetime) -> str:
+    """What a run that pauses rather than wait past --max-wait, `until` then, says it waits
+    for: items' start times or windows only when the first of them comes by then (within a
+    second: `until` was worked out on the monotonic clock), else the downstream (a
+    Retry-After, a throttle's gate)."""
     waiting = queries.waiting(run_id)
-    if waiting.count:
+    first = waiting.next_at
+    if waiting.count and first and clock.parse(first) <= until + timedelta(seconds=1):
         return f"{waiting.count} item(s) wait for their start time or send window"
     return "the downstream asked to wait"

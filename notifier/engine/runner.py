@@ -351,7 +351,9 @@ class Runner:
             self._sleep_until(deadline)
             return None
         if wake - time.monotonic() > self.options.max_wait_s:
-            return self._pause_until(wake, schedule.pause_cause(self.store.queries, self.run_id))
+            until = clock.later(wake - time.monotonic())
+            cause = schedule.pause_cause(self.store.queries, self.run_id, until)
+            return self._pause_until(wake, cause)
         self._sleep_until(wake)
         return None
 
