@@ -146,7 +146,7 @@ def next_open(window: Window, tz: tzinfo, now: datetime) -> datetime:
         day = local_day + timedelta(days=offset)
         # A range opens when the clock first reads its start, or, mid-range, when the clock
         # going back carries it into the range again (it reads a repeated time inside it).
-        moments = list(_changes_around(day, tz))
+        moments = _changes_around(day, tz)
         for r in window.ranges:
             if day.weekday() in r.days:
                 moments += _openings(day, r.start, tz)
@@ -188,8 +188,7 @@ def _readings(naive: datetime, tz: tzinfo) -> list[datetime]:
     return found
 
 
-@lru_cache(maxsize=1024)  # the rows of a plan, the items of a claim: mostly the same days
-def _changes_around(day: date, tz: tzinfo) -> tuple[datetime, ...]:
+def _changes_around(day: date, tz: tzinfo) -> list[datetime]:
     """The instant of the clock change around the local `day`, if any (from three hours
     before its midnight to three hours after the next, so that a change is found on the day
     it falls on whatever its hour): where the offset before it ends, bisected to the second."""
@@ -198,14 +197,14 @@ def _changes_around(day: date, tz: tzinfo) -> tuple[datetime, ...]:
     high = low + 30 * 3600
     before = datetime.fromtimestamp(low, tz).utcoffset()
     if datetime.fromtimestamp(high, tz).utcoffset() == before:
-        return ()
+        return []
     while high - low > 1:
         middle = (low + high) // 2
         if datetime.fromtimestamp(middle, tz).utcoffset() == before:
             low = middle
         else:
             high = middle
-    return (datetime.fromtimestamp(high, UTC),)
+    return [datetime.fromtimestamp(high, UTC)]
 
 
 def _change_between(naive: datetime, tz: tzinfo) -> datetime:
