@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from notifier.channels import definition_problems
-from notifier.channels.options import control_character, finite, nearest
+from notifier.channels.options import finite, nearest
 from notifier.domain import retry
 from notifier.domain.chain import KEY_ENV, Signer, signer_from
 from notifier.domain.errors import BadInput
+from notifier.domain.text import control_character
 
 DEFAULT_CHANNEL = "outbox"
 DEFAULT_LEASE_TTL_S = 30.0

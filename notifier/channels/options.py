@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import unquote_plus, urlsplit
 
 from notifier.domain.suppression import domain_key, domain_problem
+from notifier.domain.text import control_character
 from notifier.domain.windows import parse_window
 
 Check = Callable[[Any], str | None]  # a problem with the value, or None when it is fine
@@ -161,21 +162,10 @@ def port(value: Any) -> str | None:
     return None if 0 < value < 65536 else "must be a port number from 1 to 65535"
 
 
-# C0 and C1 controls, DEL, and the line and paragraph separators: what no one-line setting
-# holds. No request line carries one (httpx refuses such a URL at every attempt, and urllib
-# drops a tab or line break without a word), PostgreSQL cannot store a NUL in a row or in
-# the error that would quote it, and an escape acts on the terminal of whoever lists it.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-
-
-def control_character(value: str) -> str | None:
-    """The first control character of `value` as its code point (`U+001B`), else None."""
-    found = _CONTROL.search(value)
-    return None if found is None else f"U+{ord(found.group()):04X}"
-
-
 def url_control(value: str) -> str | None:
-    """The problem of a URL holding a control character, naming the character, else None."""
+    """The problem of a URL holding a control character (domain/text.py), naming the
+    character, else None. No request line carries one: httpx refuses such a URL at every
+    attempt, and urllib drops a tab or line break without a word."""
     found = control_character(value)
     return None if found is None else f"holds the control character {found}: remove it"
 

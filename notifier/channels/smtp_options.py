@@ -9,7 +9,6 @@ import base64
 import ipaddress
 import os
 import re
-import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,6 +16,7 @@ from notifier.channels import options as o
 from notifier.channels.base import Capabilities, ChannelConfigError
 from notifier.domain.intent import unsubscribe_mailto, unsubscribe_url
 from notifier.domain.suppression import misdotted, registered_spelling
+from notifier.domain.text import control_character
 
 DEFAULT_TIMEOUT_S = 30.0
 _ADDRESS_FORBIDDEN = re.compile(r"[\s<>,;\"()\[\]\\]")
@@ -139,7 +139,7 @@ SCHEMA = o.Schema(
 
 def has_control(value: str) -> bool:
     """Any C0/C1 control (CR, LF, NUL, TAB, NEL, ...) or a Unicode line/paragraph separator."""
-    return any(unicodedata.category(ch) in ("Cc", "Zl", "Zp") for ch in value)
+    return control_character(value) is not None
 
 
 def target_problem(target: str, channel: str) -> str | None:

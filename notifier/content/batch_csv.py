@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import NamedTuple, Protocol
 
 from notifier.channels import target_problem
-from notifier.content.text_rules import CONTROL, MAX_FIELD_CHARS, text_problems
+from notifier.content.text_rules import MAX_FIELD_CHARS, text_problems
 from notifier.content.unsubscribe import COLUMNS as UNSUBSCRIBE_COLUMNS
 from notifier.content.unsubscribe import row_unsubscribe
 from notifier.domain import clock
 from notifier.domain.errors import BadInput
 from notifier.domain.intent import invisible_character, nfc
+from notifier.domain.text import CONTROL, control_character
 
 RESERVED = ("to", "subject", "body", "id", "channel", "not_after", *UNSUBSCRIBE_COLUMNS)
 MAX_REPORTED = 20
@@ -458,13 +459,10 @@ def _check_row(
         item_id = record[layout.id].strip()
         if not item_id:
             problems.append(Problem(line, "empty `id`: give every row an id, or drop the column"))
-        elif (control := CONTROL.search(item_id)) is not None:
+        elif (control := control_character(item_id)) is not None:
             # An id is typed after `--item` and listed by `status`; PostgreSQL stores no NUL.
             problems.append(
-                Problem(
-                    line,
-                    f"`id` contains the control character U+{ord(control.group()):04X}: remove it",
-                )
+                Problem(line, f"`id` contains the control character {control}: remove it")
             )
         else:
             # In NFC, as the row's identity has it (intent.row_identity): one id written in

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import re
 
+from notifier.domain.text import CONTROL
+
 # The longest field accepted, in characters. The csv module's default (131072) rejects an
 # ordinary long HTML body; a few MiB still stops a runaway unclosed quote from swallowing the
 # rest of a large file as one field.
 MAX_FIELD_CHARS = 4 * 1024 * 1024
 MAX_SUBJECT_CHARS = 998
 MAX_BODY_CHARS = MAX_FIELD_CHARS
-CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 BODY_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 SURROGATE = re.compile(r"[\ud800-\udfff]")
 # The line breaks a drafted subject is folded at (compose.check_draft_text): ASCII's and

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from notifier.content import text_rules
 from notifier.content.batch_csv import BatchError, read_batch
 from notifier.domain.intent import invisible_character
+from notifier.domain.text import CONTROL
 
 from ..conftest import Workspace
 
@@ -142,8 +143,8 @@ CELL = st.text(
     alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="\x00\r"),
     max_size=30,
 )
-# No control character, C0 or C1, nor a line or paragraph separator (text_rules.py).
-ONE_LINE = CELL.map(lambda s: "".join(c for c in s if not text_rules.CONTROL.match(c)))
+# No control character, C0 or C1, nor a line or paragraph separator (domain/text.py).
+ONE_LINE = CELL.map(lambda s: "".join(c for c in s if not CONTROL.match(c)))
 # A recipient holds no character nobody sees either (intent.invisible_character).
 TO = ONE_LINE.map(lambda s: "".join(c for c in s if invisible_character(c) is None))
 # A body may hold tabs and line breaks, no other control character (text_rules.py).
