@@ -195,16 +195,9 @@ def _changes_around(day: date, tz: tzinfo) -> list[datetime]:
     midnight = datetime(day.year, day.month, day.day, tzinfo=tz)
     low = int(midnight.timestamp()) - 3 * 3600
     high = low + 30 * 3600
-    before = datetime.fromtimestamp(low, tz).utcoffset()
-    if datetime.fromtimestamp(high, tz).utcoffset() == before:
+    if datetime.fromtimestamp(high, tz).utcoffset() == datetime.fromtimestamp(low, tz).utcoffset():
         return []
-    while high - low > 1:
-        middle = (low + high) // 2
-        if datetime.fromtimestamp(middle, tz).utcoffset() == before:
-            low = middle
-        else:
-            high = middle
-    return [datetime.fromtimestamp(high, UTC)]
+    return [_change_in(low, high, tz)]
 
 
 def _change_between(naive: datetime, tz: tzinfo) -> datetime:
@@ -212,7 +205,12 @@ def _change_between(naive: datetime, tz: tzinfo) -> datetime:
     it (fold 0) and after it (fold 1) bracket the change; bisected to the second."""
     a = int(naive.replace(tzinfo=tz, fold=1).timestamp())
     b = int(naive.replace(tzinfo=tz, fold=0).timestamp())
-    low, high = min(a, b), max(a, b)
+    return _change_in(min(a, b), max(a, b), tz)
+
+
+def _change_in(low: int, high: int, tz: tzinfo) -> datetime:
+    """The instant (UTC) of the one clock change between the Unix seconds `low` and `high`,
+    whose offsets differ: bisected to the second."""
     before = datetime.fromtimestamp(low, tz).utcoffset()
     while high - low > 1:  # offset `before` at low, the new one at high: whole seconds
         middle = (low + high) // 2
