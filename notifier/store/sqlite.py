@@ -138,16 +138,11 @@ class SqliteEngine:
             _check_writable(path)
         try:
             return cls._opened(path, readonly=readonly, audited=audited)
-        except sqlite3.OperationalError as exc:
-            if _locked(exc):
-                raise _locked_at_open(path, exc) from exc
-            if _disk_failed(exc):
-                raise _unopenable(path, exc) from exc
-            raise
-        except StorageFailed as exc:
-            # A write of the open's own (its migrations) failed: the command did nothing
-            # yet, so it is the command that runs again, never a resume.
-            cause = exc.__cause__
+        except (sqlite3.OperationalError, StorageFailed) as exc:
+            # Met by the open itself, or by a write of its own (its migrations, raised as a
+            # StorageFailed from the driver's error): the command did nothing yet, so it is
+            # the command that runs again, never a resume.
+            cause = exc if isinstance(exc, sqlite3.OperationalError) else exc.__cause__
             if isinstance(cause, sqlite3.OperationalError) and _locked(cause):
                 raise _locked_at_open(path, cause) from cause
             if isinstance(cause, sqlite3.OperationalError) and _disk_failed(cause):
