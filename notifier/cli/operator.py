@@ -14,7 +14,7 @@ from notifier.api.env import open_store, pick_run
 from notifier.cli.group import cli, command_env, echo, suggesting
 from notifier.cli.output import chosen_format, format_options, json_flag
 from notifier.domain.errors import BadInput, ExitCode
-from notifier.domain.records import Counts, FailedKind
+from notifier.domain.records import Counts
 from notifier.domain.state_machine import ItemState, RunState
 from notifier.ops import approval, report
 
@@ -198,10 +198,7 @@ def runs(ctx: click.Context, as_json: bool) -> None:
                 "counts": c.as_json(),
                 # Added to the contract's keys, as in `report`: the failed split into rows
                 # never delivered and rows an operator abandoned (maybe delivered).
-                "failed_detail": {
-                    FailedKind.NOT_DELIVERED.value: c.failed - c.abandoned,
-                    FailedKind.ABANDONED.value: c.abandoned,
-                },
+                "failed_detail": c.failed_detail(),
                 "batch": run.batch_path,
             }
             for run, state, c in listed

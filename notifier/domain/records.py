@@ -277,6 +277,14 @@ class Counts:
             line += f", {self.suppressed} suppressed (on the suppression list, never sent)"
         return line
 
+    def failed_detail(self) -> dict[str, int]:
+        """The reports' `failed_detail`: the failed split into rows never delivered and rows
+        an operator abandoned, which may have been delivered (FailedKind)."""
+        return {
+            FailedKind.NOT_DELIVERED.value: self.failed - self.abandoned,
+            FailedKind.ABANDONED.value: self.abandoned,
+        }
+
     def cancel_summary(self, kinds: Sequence[PendingKind]) -> str:
         """`summary` of a cancelled run, whoever closed it: its pending items split by why
         (`kinds`: the kind of each pending item attempted before)."""

@@ -106,10 +106,7 @@ def build(
         },
         # Added to the contract's keys: the `failed` count split into rows never delivered
         # and rows an operator abandoned, which may have been delivered.
-        "failed_detail": {
-            FailedKind.NOT_DELIVERED.value: counts.failed - len(abandoned),
-            FailedKind.ABANDONED.value: len(abandoned),
-        },
+        "failed_detail": counts.failed_detail(),
         # Added to the contract's keys: pending items whose start time or send window is
         # still ahead, and when the first of them may go.
         "waiting": _waiting(store, run),
